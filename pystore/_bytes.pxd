@@ -1,0 +1,80 @@
+# cython: language_level=3
+"""Big-endian loads and stores on raw pointers (cf. py-pgproto's hton.pxd).
+
+Every integer in every RocketMQ file is big-endian (FORMAT.md §0). These helpers are header-only and
+inlined; they never fail and never touch Python objects. ``store_i32_release`` publishes a record's
+TOTALSIZE after its other bytes, so a reader in another thread or process that sees a non-zero size
+also sees the record it announces (``load_i32_acquire`` is its partner).
+"""
+
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    #  define PS_BE16(x) (x)
+    #  define PS_BE32(x) (x)
+    #  define PS_BE64(x) (x)
+    #else
+    #  define PS_BE16(x) __builtin_bswap16(x)
+    #  define PS_BE32(x) __builtin_bswap32(x)
+    #  define PS_BE64(x) __builtin_bswap64(x)
+    #endif
+    static inline void ps_put_i16(unsigned char *p, int16_t v) { uint16_t x = PS_BE16((uint16_t)v); memcpy(p, &x, 2); }
+    static inline void ps_put_i32(unsigned char *p, int32_t v) { uint32_t x = PS_BE32((uint32_t)v); memcpy(p, &x, 4); }
+    static inline void ps_put_i64(unsigned char *p, int64_t v) { uint64_t x = PS_BE64((uint64_t)v); memcpy(p, &x, 8); }
+    static inline int16_t ps_get_i16(const unsigned char *p) { uint16_t x; memcpy(&x, p, 2); return (int16_t)PS_BE16(x); }
+    static inline int32_t ps_get_i32(const unsigned char *p) { uint32_t x; memcpy(&x, p, 4); return (int32_t)PS_BE32(x); }
+    static inline int64_t ps_get_i64(const unsigned char *p) { uint64_t x; memcpy(&x, p, 8); return (int64_t)PS_BE64(x); }
+    /* The record's first word is written last and read first (a 4-byte aligned-or-not atomic is fine on
+       x86-64 and arm64 for naturally aligned words; records are not always aligned, so we pair the plain
+       store with a release fence and the plain load with an acquire fence). */
+    static inline void ps_store_i32_release(unsigned char *p, int32_t v) {
+        __atomic_thread_fence(__ATOMIC_RELEASE); ps_put_i32(p, v);
+    }
+    static inline int32_t ps_load_i32_acquire(const unsigned char *p) {
+        int32_t v = ps_get_i32(p); __atomic_thread_fence(__ATOMIC_ACQUIRE); return v;
+    }
+    """
+    void put_i16 "ps_put_i16"(unsigned char *p, int16_t v) noexcept nogil
+    void put_i32 "ps_put_i32"(unsigned char *p, int32_t v) noexcept nogil
+    void put_i64 "ps_put_i64"(unsigned char *p, int64_t v) noexcept nogil
+    int16_t get_i16 "ps_get_i16"(const unsigned char *p) noexcept nogil
+    int32_t get_i32 "ps_get_i32"(const unsigned char *p) noexcept nogil
+    int64_t get_i64 "ps_get_i64"(const unsigned char *p) noexcept nogil
+    void store_i32_release "ps_store_i32_release"(unsigned char *p, int32_t v) noexcept nogil
+    int32_t load_i32_acquire "ps_load_i32_acquire"(const unsigned char *p) noexcept nogil
+
+
+cdef extern from "zlib.h" nogil:
+    unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *buf, unsigned int len)
+
+
+cdef inline int32_t body_crc32(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """RocketMQ's body CRC: CRC-32/IEEE (zlib's polynomial) masked to 31 bits (FORMAT.md §1.5)."""
+    cdef unsigned long c = zlib_crc32(0, NULL, 0)
+    cdef Py_ssize_t step
+    while n > 0:
+        step = n if n < 0x40000000 else 0x40000000
+        c = zlib_crc32(c, p, <unsigned int>step)
+        p += step
+        n -= step
+    return <int32_t>(c & 0x7FFFFFFF)
+
+
+cdef extern from *:
+    """
+    #include <time.h>
+    static inline int64_t ps_now_ms(void) {
+        struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+    static inline int64_t ps_mono_ns(void) {
+        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+    """
+    int64_t now_ms "ps_now_ms"() noexcept nogil
+    int64_t mono_ns "ps_mono_ns"() noexcept nogil

@@ -1,0 +1,410 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The commit-log record: encode in place, check, decode, scan (FORMAT.md §1).
+
+Layout (big-endian; offsets for an IPv4 born host, add 12 after field 10 for IPv6, 12 more after
+field 12 for an IPv6 store host)::
+
+     0  TOTALSIZE            int32   whole record, this field included
+     4  MAGICCODE            int32   0xDAA320A7 (V1) | 0xDAA320AB (V2) | 0xCBD43194 (BLANK)
+     8  BODYCRC              int32   crc32(body) & 0x7FFFFFFF
+    12  QUEUEID              int32
+    16  FLAG                 int32
+    20  QUEUEOFFSET          int64   index in the consume queue
+    28  PHYSICALOFFSET       int64   absolute commit-log offset of this record
+    36  SYSFLAG              int32   0x10 born host is IPv6, 0x20 store host is IPv6, 0xC tx type
+    40  BORNTIMESTAMP        int64
+    48  BORNHOST             4+4 | 16+4 bytes (address, port)
+    56  STORETIMESTAMP       int64
+    64  STOREHOSTADDRESS     4+4 | 16+4 bytes
+    72  RECONSUMETIMES       int32
+    76  PREPAREDTXOFFSET     int64
+    84  BODYLENGTH + BODY    int32 + n
+        TOPICLENGTH + TOPIC  int8 (V1) | int16 (V2) + t, UTF-8
+        PROPLENGTH + PROPS   int16 + p, "name\\x01value\\x02..." UTF-8
+
+    fixed part, V1, both hosts IPv4: 91 bytes + body + topic + properties
+
+End-of-file blank: TOTALSIZE = the bytes left in the file, MAGIC = BLANK; only these 8 bytes are
+written and readers never look past them. Only the body is checksummed; recovery checks it when
+``check_crc_on_recover`` is set.
+
+Writers store TOTALSIZE last, after a release fence, so a reader (another thread, or another process
+mapping the same file) that sees a non-zero size sees the whole record.
+
+Thread-safety: every function here works on memory the caller owns or has pinned; none keeps state.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.string cimport memcmp, memcpy
+
+from pystore._bytes cimport body_crc32, get_i16, get_i32, get_i64, load_i32_acquire, put_i16, put_i32, put_i64
+from pystore._bytes cimport store_i32_release
+from pystore._message cimport Message, MessageExt, encode_host, java_hash_utf8
+
+from pystore.errors import StoreCorruptedError
+
+# Python-visible names of the constants and of the check results.
+MAGIC_CODE_V1 = MESSAGE_MAGIC_CODE
+MAGIC_CODE_V2 = MESSAGE_MAGIC_CODE_V2
+BLANK_CODE = BLANK_MAGIC_CODE
+MIN_BLANK = END_FILE_MIN_BLANK_LENGTH
+RECORD_BLANK = REC_BLANK
+RECORD_END = REC_END
+RECORD_SHORT = REC_SHORT
+RECORD_BAD_MAGIC = REC_BAD_MAGIC
+RECORD_BAD_LENGTH = REC_BAD_LENGTH
+RECORD_BAD_CRC = REC_BAD_CRC
+
+# Offsets of fixed fields (the same for every variant up to BORNHOST).
+POS_TOTALSIZE = 0
+POS_MAGIC = 4
+POS_BODYCRC = 8
+POS_QUEUEID = 12
+POS_FLAG = 16
+POS_QUEUEOFFSET = 20
+POS_PHYSICALOFFSET = 28
+POS_SYSFLAG = 36
+POS_BORNTIMESTAMP = 40
+POS_BORNHOST = 48
+
+REASONS = {
+    REC_BLANK: "end-of-file blank",
+    REC_END: "end of written data",
+    REC_SHORT: "record runs past the end of the readable data (torn or half-written)",
+    REC_BAD_MAGIC: "bad magic code",
+    REC_BAD_LENGTH: "record field lengths disagree with its TOTALSIZE",
+    REC_BAD_CRC: "body CRC mismatch",
+}
+
+cdef int32_t _MIN_RECORD = 91
+
+
+cdef inline int32_t _host_len(int32_t sys_flag, int32_t bit) noexcept nogil:
+    return 20 if (sys_flag & bit) else 8
+
+
+cdef int32_t cal_msg_length(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
+                            int32_t props_len) noexcept nogil:
+    """RocketMQ's ``calMsgLength``: the record size for these field sizes."""
+    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+            + _host_len(sys_flag, BORNHOST_V6_FLAG)
+            + 8
+            + _host_len(sys_flag, STOREHOSTADDRESS_V6_FLAG)
+            + 4 + 8
+            + 4 + body_len
+            + (2 if version == 2 else 1) + topic_len
+            + 2 + props_len)
+
+
+cdef int32_t message_length(Message m, int32_t store_sys_flag) noexcept:
+    return cal_msg_length(m._version, m._sys_flag | store_sys_flag, <int32_t>PyBytes_GET_SIZE(m._body),
+                          <int32_t>PyBytes_GET_SIZE(m._topic_b), <int32_t>PyBytes_GET_SIZE(m._props_b))
+
+
+cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t queue_offset, int64_t phy_offset,
+                         int64_t store_ts, const unsigned char *store_host, int32_t store_flag) noexcept:
+    """Write ``m`` as one record at ``dst`` (``total`` bytes, from ``message_length``); TOTALSIZE goes last."""
+    cdef int32_t sys_flag = m._sys_flag | store_flag
+    cdef int32_t bhl = <int32_t>PyBytes_GET_SIZE(m._born_host_b)
+    cdef int32_t shl = 20 if store_flag else 8
+    cdef Py_ssize_t body_len = PyBytes_GET_SIZE(m._body)
+    cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(m._topic_b)
+    cdef Py_ssize_t props_len = PyBytes_GET_SIZE(m._props_b)
+    cdef const char *body = PyBytes_AS_STRING(m._body)
+    cdef unsigned char *q
+    put_i32(dst + 4, MESSAGE_MAGIC_CODE_V2 if m._version == 2 else MESSAGE_MAGIC_CODE)
+    put_i32(dst + 8, m.body_crc())
+    put_i32(dst + 12, m._queue_id)
+    put_i32(dst + 16, m._flag)
+    put_i64(dst + 20, queue_offset)
+    put_i64(dst + 28, phy_offset)
+    put_i32(dst + 36, sys_flag)
+    put_i64(dst + 40, m._born_timestamp)
+    memcpy(dst + 48, PyBytes_AS_STRING(m._born_host_b), bhl)
+    q = dst + 48 + bhl
+    put_i64(q, store_ts)
+    q += 8
+    memcpy(q, store_host, shl)
+    q += shl
+    put_i32(q, m._reconsume_times)
+    q += 4
+    put_i64(q, m._prepared_transaction_offset)
+    q += 8
+    put_i32(q, <int32_t>body_len)
+    q += 4
+    if body_len >= 262144:
+        with nogil:                 # a big body: let other threads run while it is copied
+            memcpy(q, body, body_len)
+    else:
+        memcpy(q, body, body_len)
+    q += body_len
+    if m._version == 2:
+        put_i16(q, <short>topic_len)
+        q += 2
+    else:
+        q[0] = <unsigned char>topic_len
+        q += 1
+    memcpy(q, PyBytes_AS_STRING(m._topic_b), topic_len)
+    q += topic_len
+    put_i16(q, <short>props_len)
+    q += 2
+    memcpy(q, PyBytes_AS_STRING(m._props_b), props_len)
+    store_i32_release(dst, total)
+
+
+cdef void write_blank(unsigned char *dst, int32_t max_blank) noexcept nogil:
+    put_i32(dst + 4, BLANK_MAGIC_CODE)
+    store_i32_release(dst, max_blank)
+
+
+cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_crc,
+                          RecordView *v) noexcept nogil:
+    """Is there a whole, valid record at ``p``? Its size, or a REC_* code (RocketMQ's
+    ``checkMessageAndReturnSize``, with corruption and a clean end told apart)."""
+    cdef int32_t total, magic, bhl, shl, pos, tl, pl
+    if remaining < 8:
+        return REC_END
+    total = load_i32_acquire(p)
+    if total == 0:
+        return REC_END
+    magic = get_i32(p + 4)
+    v.total_size = total
+    v.magic = magic
+    if magic == BLANK_MAGIC_CODE:
+        return REC_BLANK
+    if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
+        return REC_BAD_MAGIC
+    if total < _MIN_RECORD:
+        return REC_BAD_LENGTH
+    if total > remaining:
+        return REC_SHORT
+    v.body_crc = get_i32(p + 8)
+    v.queue_id = get_i32(p + 12)
+    v.flag = get_i32(p + 16)
+    v.queue_offset = get_i64(p + 20)
+    v.phy_offset = get_i64(p + 28)
+    v.sys_flag = get_i32(p + 36)
+    v.born_ts = get_i64(p + 40)
+    bhl = _host_len(v.sys_flag, BORNHOST_V6_FLAG)
+    shl = _host_len(v.sys_flag, STOREHOSTADDRESS_V6_FLAG)
+    v.born_host_pos = 48
+    v.born_host_len = bhl
+    pos = 48 + bhl
+    v.store_ts = get_i64(p + pos)
+    pos += 8
+    v.store_host_pos = pos
+    v.store_host_len = shl
+    pos += shl
+    v.reconsume_times = get_i32(p + pos)
+    pos += 4
+    v.prepared_tx_offset = get_i64(p + pos)
+    pos += 8
+    # From here every length comes from the record: check each against TOTALSIZE before using it.
+    if pos + 4 > total:
+        return REC_BAD_LENGTH
+    v.body_len = get_i32(p + pos)
+    pos += 4
+    if v.body_len < 0 or v.body_len > total - pos:
+        return REC_BAD_LENGTH
+    v.body_pos = pos
+    pos += v.body_len
+    if magic == MESSAGE_MAGIC_CODE_V2:
+        if pos + 2 > total:
+            return REC_BAD_LENGTH
+        tl = get_i16(p + pos)
+        pos += 2
+    else:
+        if pos + 1 > total:
+            return REC_BAD_LENGTH
+        tl = (<const uint8_t *>p)[pos]
+        pos += 1
+    if tl < 0 or tl > total - pos:
+        return REC_BAD_LENGTH
+    v.topic_pos = pos
+    v.topic_len = tl
+    pos += tl
+    if pos + 2 > total:
+        return REC_BAD_LENGTH
+    pl = get_i16(p + pos)
+    pos += 2
+    if pl < 0 or pl > total - pos:
+        return REC_BAD_LENGTH
+    v.props_pos = pos
+    v.props_len = pl
+    pos += pl
+    if pos != total:
+        return REC_BAD_LENGTH
+    if check_crc and v.body_len > 0:
+        if body_crc32(p + v.body_pos, v.body_len) != v.body_crc:
+            return REC_BAD_CRC
+    return total
+
+
+cdef bint find_property(const unsigned char *props, int32_t n, const char *name, int32_t name_len,
+                        int32_t *vpos, int32_t *vlen) noexcept nogil:
+    """Find ``name`` in a properties string with RocketMQ 5.x's decoding rules (an item needs a name and
+    a non-empty value; the last duplicate wins, as in the Java HashMap it is decoded into)."""
+    cdef int32_t start = 0, end, sep
+    cdef bint found = False
+    while start < n:
+        end = start
+        while end < n and props[end] != 2:
+            end += 1
+        if end - start >= 3:
+            sep = start
+            while sep < end and props[sep] != 1:
+                sep += 1
+            if sep > start and sep < end - 1 and sep - start == name_len \
+                    and memcmp(props + start, name, name_len) == 0:
+                vpos[0] = sep + 1
+                vlen[0] = end - sep - 1
+                found = True
+        start = end + 1
+    return found
+
+
+cdef int64_t tags_code_of(const unsigned char *rec, RecordView *v) noexcept nogil:
+    """The consume-queue tags code of a checked record: Java hashCode of TAGS, 0 without tags."""
+    cdef int32_t vp = 0, vl = 0
+    if v.props_len > 0 and find_property(rec + v.props_pos, v.props_len, "TAGS", 4, &vp, &vl):
+        return java_hash_utf8(rec + v.props_pos + vp, vl)
+    return 0
+
+
+cdef MessageExt make_ext(const unsigned char *p, RecordView *v):
+    cdef MessageExt e = MessageExt.__new__(MessageExt)
+    e._raw = PyBytes_FromStringAndSize(<const char *>p, v.total_size)
+    e.store_size = v.total_size
+    e.magic_code = v.magic
+    e.body_crc = v.body_crc
+    e.queue_id = v.queue_id
+    e.flag = v.flag
+    e.queue_offset = v.queue_offset
+    e.commit_log_offset = v.phy_offset
+    e.sys_flag = v.sys_flag
+    e.born_timestamp = v.born_ts
+    e.store_timestamp = v.store_ts
+    e.reconsume_times = v.reconsume_times
+    e.prepared_transaction_offset = v.prepared_tx_offset
+    e._born_host_pos = v.born_host_pos
+    e._born_host_len = v.born_host_len
+    e._store_host_pos = v.store_host_pos
+    e._store_host_len = v.store_host_len
+    e._body_pos = v.body_pos
+    e._body_len = v.body_len
+    e._topic_pos = v.topic_pos
+    e._topic_len = v.topic_len
+    e._props_pos = v.props_pos
+    e._props_len = v.props_len
+    return e
+
+
+cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limit, bint check_crc,
+                          int32_t *reason, int64_t *count, int64_t *last_store_ts) noexcept nogil:
+    """Walk whole records from ``start``; return the end of the last valid one. ``reason`` tells why the
+    walk stopped (REC_BLANK at the file's blank, REC_END at clean end, or the corruption found)."""
+    cdef RecordView v
+    cdef int64_t pos = start
+    cdef int32_t r
+    while True:
+        r = check_record(base + pos, limit - pos, check_crc, &v)
+        if r > 0:
+            pos += r
+            count[0] += 1
+            last_store_ts[0] = v.store_ts
+            continue
+        reason[0] = r
+        return pos
+
+
+# ----------------------------------------------------------------------------------------------
+# Python face, for tools and tests
+# ----------------------------------------------------------------------------------------------
+
+def body_crc(data):
+    """RocketMQ's body CRC of ``data``: ``crc32(data) & 0x7FFFFFFF``."""
+    cdef const unsigned char[::1] b = memoryview(data).cast("B")
+    if b.shape[0] == 0:
+        return 0
+    return body_crc32(&b[0], b.shape[0])
+
+
+def calc_msg_length(int version, int sys_flag, int body_len, int topic_len, int props_len):
+    """RocketMQ's ``calMsgLength(version, sysFlag, bodyLength, topicLength, propertiesLength)``."""
+    return cal_msg_length(version, sys_flag, body_len, topic_len, props_len)
+
+
+def record_length(Message msg, store_host=("127.0.0.1", 10911)):
+    """The size of ``msg`` stored with this store host."""
+    cdef bint v6 = False
+    encode_host(store_host, &v6)
+    return message_length(msg, STOREHOSTADDRESS_V6_FLAG if v6 else 0)
+
+
+def encode_record(Message msg, long long queue_offset=0, long long commit_log_offset=0,
+                  long long store_timestamp=0, store_host=("127.0.0.1", 10911)):
+    """``msg`` as the bytes of one stored record (for tests and tools; the store encodes in place)."""
+    cdef bint v6 = False
+    cdef bytes sh = encode_host(store_host, &v6)
+    cdef int32_t flag = STOREHOSTADDRESS_V6_FLAG if v6 else 0
+    cdef int32_t n = message_length(msg, flag)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n)
+    encode_message(<unsigned char *>PyBytes_AS_STRING(out), msg, n, queue_offset, commit_log_offset,
+                   store_timestamp, <const unsigned char *>PyBytes_AS_STRING(sh), flag)
+    return out
+
+
+def check_record_at(data, Py_ssize_t offset=0, bint verify_crc=True):
+    """The size of the valid record at ``offset``, or a negative/zero ``RECORD_*`` code."""
+    cdef const unsigned char[::1] b = memoryview(data).cast("B")
+    cdef RecordView v
+    if offset < 0 or offset > b.shape[0]:
+        raise IndexError("offset %d outside a buffer of %d bytes" % (offset, b.shape[0]))
+    if offset == b.shape[0]:
+        return REC_END
+    return check_record(&b[offset], b.shape[0] - offset, verify_crc, &v)
+
+
+def decode_record(data, Py_ssize_t offset=0, bint verify_crc=False, str source="<buffer>",
+                  long long base_offset=0):
+    """Decode the record at ``offset`` into a ``MessageExt``; raises ``StoreCorruptedError`` naming
+    ``source`` and ``base_offset + offset`` if there is no valid record there."""
+    cdef const unsigned char[::1] b = memoryview(data).cast("B")
+    cdef RecordView v
+    cdef int32_t r
+    if offset < 0 or offset >= b.shape[0]:
+        raise StoreCorruptedError(source, base_offset + offset, REASONS[REC_END])
+    r = check_record(&b[offset], b.shape[0] - offset, verify_crc, &v)
+    if r <= 0:
+        raise StoreCorruptedError(source, base_offset + offset, REASONS[r])
+    return make_ext(&b[offset], &v)
+
+
+def scan(data, Py_ssize_t start=0, end=None, bint verify_crc=True):
+    """Walk records from ``start``: ``(valid_end, reason, count, last_store_timestamp)``.
+
+    ``reason`` is ``RECORD_BLANK``, ``RECORD_END`` or the corruption that stopped the walk. The walk runs
+    without the GIL."""
+    cdef const unsigned char[::1] b = memoryview(data).cast("B")
+    cdef int64_t limit = b.shape[0] if end is None else min(<int64_t>end, <int64_t>b.shape[0])
+    cdef int32_t reason = REC_END
+    cdef int64_t count = 0, last_ts = -1, pos
+    if start < 0 or start > limit:
+        raise IndexError("start %d outside [0, %d]" % (start, limit))
+    if limit == 0:
+        return (0, REC_END, 0, -1)
+    with nogil:
+        pos = scan_records(&b[0], start, limit, verify_crc, &reason, &count, &last_ts)
+    return (pos, reason, count, last_ts)
+
+
+def tags_code(data, Py_ssize_t offset=0):
+    """The tags code (Java hashCode of TAGS) of the record at ``offset``."""
+    cdef const unsigned char[::1] b = memoryview(data).cast("B")
+    cdef RecordView v
+    cdef int32_t r = check_record(&b[offset], b.shape[0] - offset, False, &v)
+    if r <= 0:
+        raise ValueError(REASONS[r])
+    return tags_code_of(&b[offset], &v)

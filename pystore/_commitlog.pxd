@@ -1,0 +1,64 @@
+# cython: language_level=3
+from libc.stdint cimport int32_t, int64_t
+
+from pystore._mapped_file cimport MappedFile
+from pystore._message cimport Message
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+
+
+cdef class QueueCell:
+    """One (topic, queue id): the next queue offset to assign and, once dispatch exists, its consume queue."""
+    cdef readonly str topic
+    cdef readonly int32_t queue_id
+    cdef public int64_t next_offset
+    cdef public object consume_queue
+
+
+cdef class PutMessageLock:
+    cdef int flag
+    cdef readonly bint reentrant
+    cdef pthread_mutex_t mu
+    cdef void lock(self) noexcept
+    cdef void unlock(self) noexcept
+
+
+cdef class Dispatcher:
+    """Inline dispatch hook: called under the put lock for every appended record that enters a queue."""
+    cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
+                      int64_t queue_offset) except -1
+
+
+cdef class CommitLogCore:
+    cdef PutMessageLock put_lock
+    cdef MappedFile last
+    cdef readonly int64_t file_size
+    cdef dict table
+    cdef bytes store_host_b
+    cdef int32_t store_flag
+    cdef public int64_t max_message_size
+    cdef public bint writeable
+    cdef int64_t begin_time_in_lock
+    cdef public int64_t os_page_cache_busy_timeout
+    cdef public object roll_file
+    cdef public object after_put
+    cdef public object delay_rewrite
+    cdef public object flush_wakeup
+    cdef int flush_notified
+    cdef public Dispatcher dispatcher
+    cdef public object clock
+    cdef readonly int64_t put_times_total
+    cdef readonly int64_t put_size_total
+    cdef readonly int64_t put_failed_times
+    cdef readonly int64_t put_max_ns
+    cdef int64_t buckets[13]
+
+    cdef QueueCell cell_for(self, Message m)
+    cdef int64_t _now(self)
+    cdef void _account(self, int64_t t0, int64_t size) noexcept
+    cdef MappedFile _roll(self, int64_t next_offset)
+    cdef object _put(self, Message msg)
+    cdef object _put_batch(self, object batch)

@@ -1,0 +1,531 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The put path: checks, the put lock, queue offsets, encode into the last commit-log file, roll.
+
+One call per message (``put_message``) or per batch (``put_messages``) does everything in C (FORMAT.md
+§1.11, 4.x order): refuse what must be refused with a status; take the put lock; stamp the store time
+(the lock time); take the queue offset from the topic-queue table (so a failed append never burns one);
+encode straight into the mapped file; if the record and an 8-byte blank do not fit, write the blank
+(END_OF_FILE), roll to the next file and encode there; a batch never spans two files. Under the lock the
+record is also handed to the inline dispatcher (consume queue, index) when there is one. Afterwards the
+flush service is woken (a C flag keeps that to one Python call per flush cycle) and, if set, the
+``after_put`` hook decides the final status (group commit, replication).
+
+Policy stays in Python (``commitlog.py``): where the next file comes from (``roll_file``), what happens
+after a put (``after_put``), delay-level rewriting (``delay_rewrite``), whether the store is writeable.
+
+Thread-safety: all methods may be called from any thread. The put lock is RocketMQ's spin lock by default
+(an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a
+big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, int64_t
+
+from pystore._bytes cimport mono_ns, now_ms
+from pystore._codec cimport (BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
+                             STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
+                             TRANSACTION_TYPE_MASK, RecordView, check_record, encode_message, make_ext,
+                             message_length, scan_records, write_blank)
+from pystore._mapped_file cimport MappedFile
+from pystore._message cimport Message, MessageBatch, encode_host
+from pystore._results cimport PutMessageResult, put_failed, put_ok
+
+import logging
+
+from pystore.errors import StoreCorruptedError
+from pystore.status import PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutexattr_t:
+        pass
+    int pthread_mutexattr_init(pthread_mutexattr_t *)
+    int pthread_mutexattr_settype(pthread_mutexattr_t *, int)
+    int pthread_mutex_init(pthread_mutex_t *, const pthread_mutexattr_t *)
+    int pthread_mutex_destroy(pthread_mutex_t *)
+    int pthread_mutex_lock(pthread_mutex_t *)
+    int pthread_mutex_trylock(pthread_mutex_t *)
+    int pthread_mutex_unlock(pthread_mutex_t *)
+    int PTHREAD_MUTEX_RECURSIVE
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
+cdef extern from *:
+    """
+    static inline int ps_spin_try(int *f) {
+        int expected = 0;
+        return __atomic_compare_exchange_n(f, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    }
+    static inline void ps_spin_unlock(int *f) { __atomic_store_n(f, 0, __ATOMIC_RELEASE); }
+    """
+    bint spin_try "ps_spin_try"(int *f) noexcept nogil
+    void spin_unlock "ps_spin_unlock"(int *f) noexcept nogil
+
+cdef object ST_SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
+cdef object ST_MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
+cdef object ST_PROPERTIES_SIZE_EXCEEDED = PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+cdef object ST_OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
+cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
+
+# RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
+cdef int64_t[12] _BUCKET_MS = [1, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000]
+BUCKET_NAMES = ("<=0ms", "0~10ms", "10~50ms", "50~100ms", "100~200ms", "200~500ms", "500ms~1s", "1~2s", "2~3s",
+                "3~4s", "4~5s", "5~10s", "10s~")
+
+
+@cython.final
+cdef class QueueCell:
+    def __init__(self, str topic, int queue_id, long long next_offset=0):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.next_offset = next_offset
+
+    def __repr__(self):
+        return "QueueCell(%r, %d, next_offset=%d)" % (self.topic, self.queue_id, self.next_offset)
+
+
+@cython.final
+cdef class PutMessageLock:
+    """RocketMQ's PutMessageSpinLock (default) or PutMessageReentrantLock."""
+
+    def __cinit__(self, bint reentrant=False):
+        cdef pthread_mutexattr_t attr
+        self.reentrant = reentrant
+        pthread_mutexattr_init(&attr)
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE)
+        pthread_mutex_init(&self.mu, &attr)
+
+    def __dealloc__(self):
+        pthread_mutex_destroy(&self.mu)
+
+    cdef void lock(self) noexcept:
+        cdef int spins = 0
+        if self.reentrant:
+            if pthread_mutex_trylock(&self.mu) != 0:
+                with nogil:
+                    pthread_mutex_lock(&self.mu)
+            return
+        while not spin_try(&self.flag):
+            spins += 1
+            if spins >= 64:
+                spins = 0
+                with nogil:
+                    sched_yield()
+
+    cdef void unlock(self) noexcept:
+        if self.reentrant:
+            pthread_mutex_unlock(&self.mu)
+        else:
+            spin_unlock(&self.flag)
+
+    def acquire(self):
+        self.lock()
+
+    def release(self):
+        self.unlock()
+
+    def __enter__(self):
+        self.lock()
+        return self
+
+    def __exit__(self, *exc):
+        self.unlock()
+
+
+cdef class Dispatcher:
+    cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
+                      int64_t queue_offset) except -1:
+        return 0
+
+
+cdef inline bint _enters_queue(int32_t sys_flag) noexcept:
+    cdef int32_t t = sys_flag & TRANSACTION_TYPE_MASK
+    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT_TYPE
+
+
+cdef class CommitLogCore:
+    """The compiled half of the commit log (``commitlog.CommitLog`` is the Python half)."""
+
+    def __init__(self, long long file_size, store_host=("127.0.0.1", 10911), long long max_message_size=4194304,
+                 bint reentrant_lock=False, long long os_page_cache_busy_timeout=1000):
+        if file_size <= END_FILE_MIN_BLANK_LENGTH:
+            raise ValueError("commit-log file size %d is too small" % file_size)
+        self.file_size = file_size
+        self.put_lock = PutMessageLock(reentrant_lock)
+        self.table = {}
+        self.max_message_size = max_message_size
+        self.os_page_cache_busy_timeout = os_page_cache_busy_timeout
+        self.set_store_host(store_host)
+
+    def set_store_host(self, host):
+        cdef bint v6 = False
+        self.store_host_b = encode_host(tuple(host), &v6)
+        self.store_flag = STOREHOSTADDRESS_V6_FLAG if v6 else 0
+
+    @property
+    def store_host_bytes(self):
+        return self.store_host_b
+
+    @property
+    def last_file(self):
+        return self.last
+
+    @last_file.setter
+    def last_file(self, MappedFile mf):
+        self.last = mf
+
+    @property
+    def put_lock(self):
+        return self.put_lock
+
+    # -- topic-queue table ---------------------------------------------------------------------
+
+    cdef QueueCell cell_for(self, Message m):
+        cdef object c = self.table.get(m._tq_key)
+        if c is None:
+            c = QueueCell(m._topic, m._queue_id, 0)
+            self.table[m._tq_key] = c
+        return <QueueCell>c
+
+    def get_cell(self, str topic, int queue_id, bint create=True):
+        key = "%s-%d" % (topic, queue_id)
+        c = self.table.get(key)
+        if c is None and create:
+            c = QueueCell(topic, queue_id, 0)
+            self.table[key] = c
+        return c
+
+    def cells(self):
+        return list(self.table.values())
+
+    def remove_cell(self, str topic, int queue_id):
+        return self.table.pop("%s-%d" % (topic, queue_id), None)
+
+    def get_topic_queue_table(self):
+        """``{(topic, queue_id): next queue offset}``."""
+        return {(c.topic, c.queue_id): c.next_offset for c in self.table.values()}
+
+    # -- page-cache busy (FORMAT.md §6.6) --------------------------------------------------------
+
+    def is_os_page_cache_busy(self):
+        cdef int64_t begin = self.begin_time_in_lock
+        cdef int64_t diff = now_ms() - begin
+        return diff < 10000000 and diff > self.os_page_cache_busy_timeout
+
+    def lock_time_mills(self):
+        cdef int64_t begin = self.begin_time_in_lock
+        cdef int64_t diff = now_ms() - begin
+        return diff if diff < 10000000 else 0
+
+    # -- flush wake-up ----------------------------------------------------------------------------
+
+    def clear_flush_notified(self):
+        """The flush service calls this when it wakes, so the next put notifies it again."""
+        self.flush_notified = 0
+
+    # -- putting -----------------------------------------------------------------------------------
+
+    cdef MappedFile _roll(self, int64_t next_offset):
+        """The next file, from Python policy (allocate service); None when it cannot be created."""
+        cdef object mf
+        if self.roll_file is None:
+            return None
+        try:
+            mf = self.roll_file(next_offset)
+        except Exception:
+            log.exception("creating the commit-log file at offset %d failed", next_offset)
+            return None
+        if mf is None:
+            return None
+        self.last = <MappedFile>mf
+        return self.last
+
+    cdef int64_t _now(self):
+        return now_ms() if self.clock is None else <int64_t>self.clock()
+
+    def put_message(self, Message msg not None):
+        """Append one message; returns a ``PutMessageResult`` (never raises for a bad message)."""
+        return self._put(msg)
+
+    def put_messages(self, MessageBatch batch not None):
+        """Append a batch under one lock hold, in one file, with consecutive queue offsets."""
+        return self._put_batch(batch)
+
+    cdef object _put(self, Message msg):
+        cdef int32_t total, bl
+        cdef int64_t ts = 0, qoff = 0, phy = 0, pos, t0
+        cdef QueueCell cell
+        cdef MappedFile mf
+        cdef bint enters
+        cdef object status = None
+        cdef PutMessageResult result
+        if not self.writeable:
+            self.put_failed_times += 1
+            return put_failed(ST_SERVICE_NOT_AVAILABLE)
+        if msg._illegal:
+            self.put_failed_times += 1
+            return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
+        if PyBytes_GET_SIZE(msg._body) > self.max_message_size:
+            self.put_failed_times += 1
+            return put_failed(ST_MESSAGE_ILLEGAL)
+        if msg._delay_level > 0 and self.delay_rewrite is not None and _enters_queue(msg._sys_flag):
+            msg = self.delay_rewrite(msg)
+            if msg._illegal:
+                self.put_failed_times += 1
+                return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
+        if self.begin_time_in_lock != 0 and self.is_os_page_cache_busy():
+            self.put_failed_times += 1
+            return put_failed(ST_OS_PAGE_CACHE_BUSY)
+        total = message_length(msg, self.store_flag)
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            self.put_failed_times += 1
+            return put_failed(ST_MESSAGE_ILLEGAL)
+        msg.body_crc()
+        enters = _enters_queue(msg._sys_flag)
+        t0 = mono_ns()
+        self.put_lock.lock()
+        try:
+            ts = self._now()
+            self.begin_time_in_lock = now_ms()
+            cell = self.cell_for(msg)
+            if enters:
+                qoff = cell.next_offset
+            mf = self.last
+            if mf is None or mf.wrote >= mf.file_size:
+                mf = self._roll(0 if mf is None else mf.file_from_offset + mf.file_size)
+            if mf is None:
+                status = ST_CREATE_MAPPED_FILE_FAILED
+            else:
+                pos = mf.wrote
+                if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
+                    # END_OF_FILE: an 8-byte blank fills the file, the message goes to the next one
+                    bl = <int32_t>(mf.file_size - pos)
+                    write_blank(mf.write_base + pos, bl)
+                    mf.wrote = mf.file_size
+                    mf = self._roll(mf.file_from_offset + mf.file_size)
+                    if mf is None:
+                        status = ST_CREATE_MAPPED_FILE_FAILED
+                    else:
+                        pos = mf.wrote
+                if mf is not None:
+                    phy = mf.file_from_offset + pos
+                    encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
+                                   PyBytes_AS_STRING(self.store_host_b), self.store_flag)
+                    mf.wrote = pos + total
+                    mf.store_timestamp = ts
+                    if enters:
+                        cell.next_offset = qoff + 1
+                        if self.dispatcher is not None:
+                            self.dispatcher.dispatch(cell, msg, phy, total, ts, qoff)
+        finally:
+            self.begin_time_in_lock = 0
+            self.put_lock.unlock()
+        if status is not None:
+            self.put_failed_times += 1
+            return put_failed(status)
+        self._account(t0, total)
+        result = put_ok(phy, total, ts, qoff, 1, self.store_host_b, self.store_flag, None)
+        if not self.flush_notified and self.flush_wakeup is not None:
+            self.flush_notified = 1
+            self.flush_wakeup()
+        if self.after_put is not None:
+            return self.after_put(result, msg)
+        return result
+
+    cdef void _account(self, int64_t t0, int64_t size) noexcept:
+        cdef int64_t dt = mono_ns() - t0
+        cdef int64_t ms = dt // 1000000
+        cdef int i
+        self.put_times_total += 1
+        self.put_size_total += size
+        if dt > self.put_max_ns:
+            self.put_max_ns = dt
+        if ms <= 0:
+            self.buckets[0] += 1
+            return
+        for i in range(1, 12):
+            if ms < _BUCKET_MS[i]:
+                self.buckets[i] += 1
+                return
+        self.buckets[12] += 1
+
+    cdef object _put_batch(self, object batch_obj):
+        cdef MessageBatch batch = <MessageBatch>batch_obj
+        cdef list ms = batch._messages
+        cdef Py_ssize_t i, n = len(ms)
+        cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
+        cdef int32_t size, bl
+        cdef Message m
+        cdef QueueCell cell
+        cdef MappedFile mf
+        cdef object status = None
+        cdef PutMessageResult result
+        if not self.writeable:
+            self.put_failed_times += 1
+            return put_failed(ST_SERVICE_NOT_AVAILABLE)
+        for i in range(n):
+            m = <Message>ms[i]
+            if m._illegal:
+                self.put_failed_times += 1
+                return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if m._illegal == 2 else ST_MESSAGE_ILLEGAL)
+            if (PyBytes_GET_SIZE(m._body) > self.max_message_size or m._delay_level > 0
+                    or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
+                    or m._tq_key != batch._tq_key):
+                self.put_failed_times += 1
+                return put_failed(ST_MESSAGE_ILLEGAL)
+            total += message_length(m, self.store_flag)
+            m.body_crc()
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            self.put_failed_times += 1
+            return put_failed(ST_MESSAGE_ILLEGAL)
+        if self.begin_time_in_lock != 0 and self.is_os_page_cache_busy():
+            self.put_failed_times += 1
+            return put_failed(ST_OS_PAGE_CACHE_BUSY)
+        t0 = mono_ns()
+        self.put_lock.lock()
+        try:
+            ts = self._now()
+            self.begin_time_in_lock = now_ms()
+            cell = self.cell_for(<Message>ms[0])
+            qoff = cell.next_offset
+            mf = self.last
+            if mf is None or mf.wrote >= mf.file_size:
+                mf = self._roll(0 if mf is None else mf.file_from_offset + mf.file_size)
+            if mf is None:
+                status = ST_CREATE_MAPPED_FILE_FAILED
+            else:
+                pos = mf.wrote
+                if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
+                    bl = <int32_t>(mf.file_size - pos)
+                    write_blank(mf.write_base + pos, bl)
+                    mf.wrote = mf.file_size
+                    mf = self._roll(mf.file_from_offset + mf.file_size)
+                    if mf is None:
+                        status = ST_CREATE_MAPPED_FILE_FAILED
+                    else:
+                        pos = mf.wrote
+                if mf is not None:
+                    first_phy = mf.file_from_offset + pos
+                    for i in range(n):
+                        m = <Message>ms[i]
+                        size = message_length(m, self.store_flag)
+                        phy = mf.file_from_offset + pos
+                        encode_message(mf.write_base + pos, m, size, qoff + i, phy, ts,
+                                       <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                       self.store_flag)
+                        pos += size
+                        # publish record by record, so a concurrent reader sees a growing prefix
+                        mf.wrote = pos
+                    mf.store_timestamp = ts
+                    cell.next_offset = qoff + n
+                    if self.dispatcher is not None:
+                        phy = first_phy
+                        for i in range(n):
+                            m = <Message>ms[i]
+                            size = message_length(m, self.store_flag)
+                            self.dispatcher.dispatch(cell, m, phy, size, ts, qoff + i)
+                            phy += size
+        finally:
+            self.begin_time_in_lock = 0
+            self.put_lock.unlock()
+        if status is not None:
+            self.put_failed_times += 1
+            return put_failed(status)
+        self._account(t0, total)
+        result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, batch)
+        if not self.flush_notified and self.flush_wakeup is not None:
+            self.flush_notified = 1
+            self.flush_wakeup()
+        if self.after_put is not None:
+            return self.after_put(result, batch)
+        return result
+
+    # -- stats ----------------------------------------------------------------------------------------
+
+    def put_latency_buckets(self):
+        return {BUCKET_NAMES[i]: self.buckets[i] for i in range(13)}
+
+
+# ------------------------------------------------------------------------------------------------------
+# Reading records out of mapped files
+# ------------------------------------------------------------------------------------------------------
+
+def read_message(MappedFile mf, long long pos, bint verify_crc=False):
+    """Decode the record at ``pos`` of ``mf`` (a copy), or None when there is no whole record there
+    (past the readable end, a blank, or the file is going away)."""
+    cdef RecordView v
+    cdef int32_t r
+    cdef int64_t rp
+    cdef object e = None
+    if mf.base == NULL or not mf.c_hold():
+        return None
+    try:
+        rp = mf.read_position()
+        if pos < 0 or pos >= rp:
+            return None
+        r = check_record(mf.base + pos, rp - pos, verify_crc, &v)
+        if r > 0:
+            e = make_ext(mf.base + pos, &v)
+        elif r < REC_END:
+            raise StoreCorruptedError(mf.file_name, mf.file_from_offset + pos,
+                                      _reason(r))
+        return e
+    finally:
+        mf.c_release()
+
+
+def record_size_at(MappedFile mf, long long pos):
+    """TOTALSIZE at ``pos`` if a whole valid record is there (without CRC check), else 0."""
+    cdef RecordView v
+    cdef int64_t rp = mf.read_position()
+    if mf.base == NULL or pos < 0 or pos >= rp:
+        return 0
+    r = check_record(mf.base + pos, rp - pos, False, &v)
+    return r if r > 0 else 0
+
+
+def store_timestamp_at(MappedFile mf, long long pos):
+    """The STORETIMESTAMP of the record at ``pos`` (RocketMQ ``pickupStoreTimestamp``), -1 if none."""
+    cdef RecordView v
+    cdef int64_t rp = mf.read_position()
+    if mf.base == NULL or pos < 0 or pos >= rp:
+        return -1
+    r = check_record(mf.base + pos, rp - pos, False, &v)
+    return v.store_ts if r > 0 else -1
+
+
+def scan_file(MappedFile mf, long long start=0, bint check_crc=True, long long limit=-1):
+    """Walk the records of ``mf`` from ``start`` without the GIL: ``(valid_end, reason, count,
+    last_store_timestamp)``; ``reason`` is RECORD_BLANK, RECORD_END or the corruption found."""
+    cdef int32_t reason = REC_END
+    cdef int64_t count = 0, last_ts = -1, end
+    cdef int64_t lim = mf.file_size if limit < 0 else min(<int64_t>limit, mf.file_size)
+    mf.check_mapped()
+    if mf.base == NULL or start >= lim:
+        return (start, REC_END, 0, -1)
+    if not mf.c_hold():
+        return (start, REC_END, 0, -1)
+    try:
+        with nogil:
+            end = scan_records(mf.base, start, lim, check_crc, &reason, &count, &last_ts)
+    finally:
+        mf.c_release()
+    return (end, reason, count, last_ts)
+
+
+def first_store_timestamp(MappedFile mf):
+    """Store time of the first record of ``mf`` if it is a valid message, else 0."""
+    cdef RecordView v
+    if mf.base == NULL or mf.file_size < 8:
+        return 0
+    r = check_record(mf.base, mf.file_size, False, &v)
+    return v.store_ts if r > 0 else 0
+
+
+cdef object _reason(int32_t r):
+    from pystore._codec import REASONS
+    return REASONS.get(r, "invalid record")

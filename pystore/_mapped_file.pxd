@@ -1,0 +1,47 @@
+# cython: language_level=3
+from libc.stdint cimport int64_t
+
+
+cdef class MappedFile:
+    cdef readonly str file_name
+    cdef readonly int64_t file_from_offset
+    cdef readonly int64_t file_size
+    cdef unsigned char *base            # the mapping (NULL once unmapped, or for an empty file)
+    cdef unsigned char *write_base      # where appends go: the mapping, or a transient-pool buffer
+    cdef int fd
+    cdef int64_t wrote
+    cdef int64_t committed
+    cdef int64_t flushed
+    cdef int ref_count
+    cdef int exports                    # buffer views handed out and not yet released
+    cdef bint available
+    cdef bint cleanup_over
+    cdef bint unmap_pending
+    cdef readonly bint read_only
+    cdef int64_t first_shutdown_ms
+    cdef public int64_t store_timestamp
+    cdef public bint first_create_in_queue
+    cdef object pool_buffer             # the transient-pool buffer object while attached
+    cdef object pool                    # where it goes back
+
+    cdef inline int64_t read_position(self) noexcept:
+        return self.wrote if self.write_base == self.base else self.committed
+
+    cdef int check_mapped(self) except -1
+    cdef void _close_fd(self) noexcept
+    cdef int _check_pos(self, int64_t v) except -1
+    cdef bint _able_to_flush(self, int least_pages) noexcept
+    cdef bint c_hold(self) noexcept
+    cdef void c_release(self) noexcept
+    cdef void _cleanup(self) noexcept
+    cdef void _unmap(self) noexcept
+
+
+cdef class SelectMappedBufferResult:
+    cdef MappedFile mf
+    cdef readonly int64_t start_offset
+    cdef readonly int64_t size
+    cdef int64_t pos
+    cdef bint released
+    cdef object _view
+    cdef int exports

@@ -1,0 +1,543 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""One memory-mapped store file with RocketMQ's positions and reference counting (FORMAT.md §5.1, §5.2).
+
+A file is named by the absolute offset of its first byte (20 decimal digits) and mapped whole::
+
+    0             flushed        committed        wrote                         file_size
+    |== on disk ===|== in the file =|== in the pool ==|...... free (zeros) ........|
+                   (page cache)     (transient buffer, only with the store pool)
+
+* ``wrote``: bytes appended (into the mapping, or into a transient-pool buffer when one is attached);
+* ``committed``: bytes copied from that buffer into the file (= ``wrote`` without a pool);
+* ``flushed``: bytes forced to disk by ``msync``/``fdatasync``, which run without the GIL.
+Readers see ``read_position``: ``wrote`` without a pool, ``committed`` with one.
+
+New files are created at their full size with ``posix_fallocate``, so a full disk fails the creation
+(``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a later write into the mapping.
+
+Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and
+``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the
+mapping goes when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms.
+Buffer views handed out (``SelectMappedBufferResult``) pin the mapping itself: a forced destroy deletes
+the file but unmaps only when the last view is released, so no view can ever point at unmapped memory.
+
+Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (in ``_commitlog``)
+serialises appends. The GIL is released only around msync/fdatasync and pre-faulting.
+"""
+
+cimport cython
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.errno cimport EINTR, errno
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy, memset
+from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
+from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, madvise, mmap, msync, munmap
+from posix.stat cimport fstat, struct_stat
+from posix.unistd cimport close as c_close
+
+from pystore._bytes cimport now_ms
+
+import os
+
+from pystore.errors import StoreClosedError
+
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fallocate(int fd, long offset, long length)
+
+cdef extern from "<unistd.h>" nogil:
+    int fdatasync(int fd)
+    long sysconf(int name)
+    int _SC_PAGESIZE
+
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    #ifndef MADV_POPULATE_WRITE
+    #define MADV_POPULATE_WRITE 23
+    #endif
+    #ifndef MADV_WILLNEED
+    #define MADV_WILLNEED 3
+    #endif
+    """
+    int MADV_POPULATE_WRITE
+    int MADV_WILLNEED
+
+OS_PAGE_SIZE = 4096
+cdef int64_t PAGE = 4096
+
+
+def offset_to_file_name(long long offset):
+    """RocketMQ's ``offset2FileName``: the offset as 20 zero-padded decimal digits."""
+    if offset < 0:
+        raise ValueError("a file offset cannot be negative: %d" % offset)
+    return "%020d" % offset
+
+
+cdef int64_t _name_offset(str name):
+    if len(name) == 20 and name.isdigit():
+        return int(name)
+    return 0
+
+
+@cython.final
+cdef class MappedFile:
+    """A store file mapped whole: ``MappedFile(path, file_size=-1, read_only=False, create=False)``.
+
+    ``file_size=-1`` maps the file at its size on disk (reading a foreign store); otherwise a file that
+    exists must have exactly that size, and ``create=True`` makes a missing one.
+    """
+
+    def __cinit__(self):
+        self.fd = -1
+        self.base = NULL
+        self.write_base = NULL
+        self.ref_count = 1
+        self.available = True
+
+    def __init__(self, str path, long long file_size=-1, bint read_only=False, bint create=False,
+                 from_offset=None):
+        cdef struct_stat st
+        cdef int flags
+        cdef bytes bpath = os.fsencode(path)
+        cdef int rc
+        cdef void *m
+        self.file_name = path
+        self.read_only = read_only
+        self.file_from_offset = _name_offset(os.path.basename(path)) if from_offset is None else from_offset
+        flags = O_RDONLY if read_only else (O_RDWR | (O_CREAT if create else 0))
+        self.fd = c_open(bpath, flags | 0o2000000, 0o644)     # O_CLOEXEC
+        if self.fd < 0:
+            raise OSError(errno, os.strerror(errno), path)
+        if fstat(self.fd, &st) != 0:
+            raise OSError(errno, os.strerror(errno), path)
+        if file_size < 0:
+            file_size = st.st_size
+        elif st.st_size != file_size:
+            if st.st_size == 0 and create and not read_only:
+                with nogil:
+                    rc = posix_fallocate(self.fd, 0, file_size)
+                if rc != 0:
+                    self._close_fd()
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+                    raise OSError(rc, "cannot allocate %d bytes: %s" % (file_size, os.strerror(rc)), path)
+            else:
+                self._close_fd()
+                raise ValueError("%s is %d bytes, expected %d" % (path, st.st_size, file_size))
+        self.file_size = file_size
+        if file_size > 0:
+            m = mmap(NULL, file_size, PROT_READ if read_only else PROT_READ | PROT_WRITE, MAP_SHARED, self.fd, 0)
+            if m == MAP_FAILED:
+                self._close_fd()
+                raise OSError(errno, "mmap failed: %s" % os.strerror(errno), path)
+            self.base = <unsigned char *>m
+        self.write_base = self.base
+        self.wrote = self.committed = self.flushed = 0
+
+    cdef void _close_fd(self) noexcept:
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(self.base, self.file_size)
+            self.base = NULL
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+    cdef int check_mapped(self) except -1:
+        if self.base == NULL and self.file_size > 0:
+            raise StoreClosedError("%s is no longer mapped" % self.file_name)
+        return 0
+
+    # -- positions ---------------------------------------------------------------------------
+
+    @property
+    def wrote_position(self):
+        return self.wrote
+
+    @wrote_position.setter
+    def wrote_position(self, long long v):
+        self._check_pos(v)
+        self.wrote = v
+
+    @property
+    def committed_position(self):
+        return self.committed
+
+    @committed_position.setter
+    def committed_position(self, long long v):
+        self._check_pos(v)
+        self.committed = v
+
+    @property
+    def flushed_position(self):
+        return self.flushed
+
+    @flushed_position.setter
+    def flushed_position(self, long long v):
+        self._check_pos(v)
+        self.flushed = v
+
+    def set_positions(self, long long pos):
+        """Set wrote, committed and flushed to ``pos`` (loading and truncation)."""
+        self._check_pos(pos)
+        self.wrote = self.committed = self.flushed = pos
+
+    cdef int _check_pos(self, int64_t v) except -1:
+        if v < 0 or v > self.file_size:
+            raise ValueError("position %d outside [0, %d] of %s" % (v, self.file_size, self.file_name))
+        return 0
+
+    @property
+    def read_position(self):
+        return self.read_position()
+
+    def get_read_position(self):
+        return self.read_position()
+
+    def is_full(self):
+        return self.wrote == self.file_size
+
+    @property
+    def max_offset(self):
+        """Absolute offset of the end of readable data in this file."""
+        return self.file_from_offset + self.read_position()
+
+    # -- reference counting (RocketMQ ReferenceResource) ---------------------------------------
+
+    cdef bint c_hold(self) noexcept:
+        if self.available:
+            self.ref_count += 1
+            if self.ref_count > 1:
+                return True
+            self.ref_count -= 1
+        return False
+
+    cdef void c_release(self) noexcept:
+        self.ref_count -= 1
+        if self.ref_count > 0:
+            return
+        self._cleanup()
+
+    cdef void _cleanup(self) noexcept:
+        if self.cleanup_over:
+            return
+        self.cleanup_over = True
+        if self.pool_buffer is not None:
+            try:
+                self.pool.return_buffer(self.pool_buffer)
+            except BaseException:
+                pass
+            self.pool_buffer = None
+        self.write_base = NULL
+        if self.exports > 0:
+            self.unmap_pending = True        # a view still points into the mapping
+        else:
+            self._unmap()
+
+    cdef void _unmap(self) noexcept:
+        self.unmap_pending = False
+        if self.base != NULL:
+            munmap(self.base, self.file_size)
+            self.base = NULL
+
+    def hold(self):
+        """Take a reference for reading; False once the file is shutting down."""
+        return self.c_hold()
+
+    def release(self):
+        self.c_release()
+
+    @property
+    def available(self):
+        return self.available
+
+    @property
+    def ref_count(self):
+        return self.ref_count
+
+    def is_cleanup_over(self):
+        return self.ref_count <= 0 and self.cleanup_over
+
+    def shutdown(self, long long interval_forcibly, now=None):
+        """Stop handing out references and drop the owner's; after ``interval_forcibly`` ms, force it."""
+        cdef int64_t t = now_ms() if now is None else now
+        if self.available:
+            self.available = False
+            self.first_shutdown_ms = t
+            self.c_release()
+        elif self.ref_count > 0:
+            if t - self.first_shutdown_ms >= interval_forcibly:
+                self.ref_count = -1000 - self.ref_count
+                self.c_release()
+
+    def destroy(self, long long interval_forcibly, now=None):
+        """Shut down and, once no reader holds the file, close and delete it. True when deleted."""
+        self.shutdown(interval_forcibly, now)
+        if not self.is_cleanup_over():
+            return False
+        self._close_fd()
+        try:
+            os.unlink(self.file_name)
+        except FileNotFoundError:
+            pass
+        return True
+
+    def close(self):
+        """Unmap and close without deleting (the store's shutdown)."""
+        self.shutdown(0)
+        if not self.is_cleanup_over():
+            self.shutdown(0)
+        self._close_fd()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append_message(self, data):
+        """Append raw bytes (consume-queue units, index entries, replicated commit log). False if they
+        do not fit."""
+        cdef const unsigned char[::1] b = memoryview(data).cast("B")
+        cdef Py_ssize_t n = b.shape[0]
+        cdef int64_t pos = self.wrote
+        self.check_mapped()
+        if self.read_only:
+            raise StoreClosedError("%s is mapped read-only" % self.file_name)
+        if pos + n > self.file_size:
+            return False
+        if n:
+            memcpy(self.write_base + pos, &b[0], n)
+        self.wrote = pos + n
+        return True
+
+    def write_at(self, long long pos, data):
+        """Write raw bytes at ``pos`` without moving positions (index headers and slots)."""
+        cdef const unsigned char[::1] b = memoryview(data).cast("B")
+        cdef Py_ssize_t n = b.shape[0]
+        self.check_mapped()
+        if self.read_only:
+            raise StoreClosedError("%s is mapped read-only" % self.file_name)
+        if pos < 0 or pos + n > self.file_size:
+            raise ValueError("write of %d bytes at %d outside %s" % (n, pos, self.file_name))
+        if n:
+            memcpy(self.base + pos, &b[0], n)
+
+    def zero_from(self, long long pos):
+        """Zero the file from ``pos`` to its end, so nothing stale follows a truncation point."""
+        self.check_mapped()
+        if self.read_only or pos >= self.file_size:
+            return
+        self._check_pos(pos)
+        with nogil:
+            memset(self.base + pos, 0, self.file_size - pos)
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def is_able_to_flush(self, int least_pages):
+        return self._able_to_flush(least_pages)
+
+    cdef bint _able_to_flush(self, int least_pages) noexcept:
+        cdef int64_t flushed = self.flushed, write = self.read_position()
+        if self.wrote == self.file_size and write > flushed:
+            return True
+        if least_pages > 0:
+            return (write // PAGE - flushed // PAGE) >= least_pages
+        return write > flushed
+
+    def flush(self, int least_pages=0):
+        """Force what readers can see to disk when at least ``least_pages`` pages are dirty (or the file
+        is full); returns the flushed position. The msync runs without the GIL."""
+        cdef int64_t value, start
+        cdef int rc = 0
+        cdef int err = 0
+        cdef bint use_fd
+        if self._able_to_flush(least_pages):
+            if self.c_hold():
+                value = self.read_position()
+                start = (self.flushed // PAGE) * PAGE
+                use_fd = self.write_base != self.base
+                with nogil:
+                    if use_fd:
+                        rc = fdatasync(self.fd)
+                    elif value > start:
+                        rc = msync(self.base + start, value - start, MS_SYNC)
+                    if rc != 0:
+                        err = errno
+                self.c_release()
+                if rc != 0:
+                    raise OSError(err, "flush of %s failed: %s" % (self.file_name, os.strerror(err)))
+                self.flushed = value
+            else:
+                self.flushed = self.read_position()
+        return self.flushed
+
+    def is_able_to_commit(self, int least_pages):
+        cdef int64_t c = self.committed, w = self.wrote
+        if self.wrote == self.file_size and w > c:
+            return True
+        if least_pages > 0:
+            return (w // PAGE - c // PAGE) >= least_pages
+        return w > c
+
+    def commit(self, int least_pages=0):
+        """Copy what was appended into the transient-pool buffer into the file; returns the committed
+        position. Without a pool buffer it is the wrote position."""
+        cdef int64_t c, w
+        if self.write_base == self.base or self.pool_buffer is None:
+            self.committed = self.wrote
+            return self.wrote
+        if self.is_able_to_commit(least_pages) and self.c_hold():
+            c = self.committed
+            w = self.wrote
+            if w > c:
+                with nogil:
+                    memcpy(self.base + c, self.write_base + c, w - c)
+                self.committed = w
+            self.c_release()
+        if self.committed == self.file_size and self.pool_buffer is not None:
+            # the whole file is in the mapping now: give the buffer back and write straight through
+            self.pool.return_buffer(self.pool_buffer)
+            self.pool_buffer = None
+            self.write_base = self.base
+        return self.committed
+
+    def attach_pool_buffer(self, pool, buffer, unsigned char[::1] view):
+        """Route appends into ``buffer`` (a transient-pool buffer of the file's size) until committed."""
+        if view.shape[0] < self.file_size:
+            raise ValueError("pool buffer of %d bytes for a file of %d" % (view.shape[0], self.file_size))
+        self.pool = pool
+        self.pool_buffer = buffer
+        self.write_base = &view[0]
+
+    @property
+    def has_pool_buffer(self):
+        return self.pool_buffer is not None
+
+    def warm(self, bint populate=True):
+        """Pre-fault the whole mapping for writing (so the put path takes no page faults), without the GIL.
+        Falls back to touching one byte a page on kernels without MADV_POPULATE_WRITE."""
+        cdef int rc = 0
+        cdef int64_t i
+        self.check_mapped()
+        if self.read_only or self.base == NULL:
+            return
+        with nogil:
+            rc = madvise(self.base, self.file_size, MADV_POPULATE_WRITE)
+            if rc != 0:
+                i = self.wrote - self.wrote % PAGE + PAGE
+                while i < self.file_size:
+                    (<volatile unsigned char *>self.base)[i] = (<volatile unsigned char *>self.base)[i]
+                    i += PAGE
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, long long pos, long long size):
+        """A copy of ``size`` bytes at ``pos`` (must be below the read position)."""
+        cdef int64_t rp = self.read_position()
+        self.check_mapped()
+        if pos < 0 or size < 0 or pos + size > rp:
+            raise ValueError("read of %d bytes at %d beyond the readable %d of %s" % (size, pos, rp,
+                                                                                      self.file_name))
+        return PyBytes_FromStringAndSize(<const char *>self.base + pos, size)
+
+    def read_any(self, long long pos, long long size):
+        """A copy of ``size`` bytes at ``pos``, anywhere in the file (recovery and tools)."""
+        self.check_mapped()
+        if pos < 0 or size < 0 or pos + size > self.file_size:
+            raise ValueError("read of %d bytes at %d outside %s" % (size, pos, self.file_name))
+        return PyBytes_FromStringAndSize(<const char *>self.base + pos, size)
+
+    def select_mapped_buffer(self, long long pos, long long size=-1):
+        """A read-only view of ``[pos, pos+size)`` (``size=-1``: to the read position) that holds this
+        file until released; None if the range is not readable or the file is going away."""
+        cdef int64_t rp = self.read_position()
+        cdef SelectMappedBufferResult r
+        if size < 0:
+            size = rp - pos
+        if pos < 0 or size < 0 or pos + size > rp or self.base == NULL:
+            return None
+        if not self.c_hold():
+            return None
+        r = SelectMappedBufferResult.__new__(SelectMappedBufferResult)
+        r.mf = self
+        r.pos = pos
+        r.start_offset = self.file_from_offset + pos
+        r.size = size
+        return r
+
+    def __repr__(self):
+        return "MappedFile(%r, size=%d, wrote=%d, committed=%d, flushed=%d, refs=%d%s)" % (
+            self.file_name, self.file_size, self.wrote, self.committed, self.flushed, self.ref_count,
+            "" if self.available else ", shut down")
+
+
+@cython.final
+cdef class SelectMappedBufferResult:
+    """A read-only window on a mapped file (RocketMQ ``SelectMappedBufferResult``): ``buffer`` is a
+    ``memoryview``, ``start_offset`` its absolute offset and ``size`` its length. It holds the file until
+    ``release()`` (or the end of a ``with`` block); views taken from ``buffer`` stay valid even after that,
+    because they pin the mapping itself."""
+
+    def __init__(self):
+        raise TypeError("SelectMappedBufferResult comes from reads")
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        if self.released:
+            raise StoreClosedError("the mapped buffer was released")
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("store data is read-only")
+        PyBuffer_FillInfo(buf, self, <void *>(self.mf.base + self.pos), self.size, 1, flags)
+        self.exports += 1
+        self.mf.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        self.exports -= 1
+        self.mf.exports -= 1
+        if self.mf.exports == 0 and self.mf.unmap_pending:
+            self.mf._unmap()
+
+    @property
+    def buffer(self):
+        if self._view is None:
+            if self.released:
+                raise StoreClosedError("the mapped buffer was released")
+            self._view = memoryview(self)
+        return self._view
+
+    @property
+    def mapped_file(self):
+        return self.mf
+
+    def tobytes(self):
+        return bytes(self.buffer)
+
+    def release(self):
+        if self.released:
+            return
+        self.released = True
+        if self._view is not None:
+            try:
+                (<object>self._view).release()
+            except BufferError:
+                pass                  # something still exports it; the mapping stays pinned
+            self._view = None
+        self.mf.c_release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __dealloc__(self):
+        if not self.released and self.mf is not None:
+            self.released = True
+            self.mf.c_release()
+
+    def __repr__(self):
+        return "SelectMappedBufferResult(start_offset=%d, size=%d%s)" % (
+            self.start_offset, self.size, ", released" if self.released else "")

@@ -1,0 +1,714 @@
+# cython: language_level=3
+"""Messages: what users build (``Message``, ``MessageBatch``) and what reads return (``MessageExt``).
+
+A ``Message`` prepares, once, everything the record encoder copies: the UTF-8 topic, the stored
+properties string (FORMAT.md §1.7, in the order API.md settles: ``TAGS``, ``KEYS``, ``DELAY``,
+``WAIT=false``, then the message's own properties in insertion order), the born host bytes, the
+tags hash code and the verdict of the put checks (topic rules, property characters and size). The
+body CRC is computed on first use and kept: the body is an immutable ``bytes``. So putting a prebuilt
+message costs the copy into the file and nothing else, and a message can be put many times.
+
+A ``MessageExt`` holds a private copy of one stored record; its fixed fields are decoded when it is
+made (by ``_codec``), strings and the properties map on first access. Strings decode like Java's
+replacing UTF-8 decoder: invalid bytes become U+FFFD, never an exception.
+
+Thread-safety: a ``Message`` may be put from several threads at once (nothing on it changes during a
+put except the cached CRC, which every thread computes to the same value); setting its attributes while
+another thread puts it is not safe. ``MessageExt`` is immutable.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint32_t
+
+from pystore._bytes cimport body_crc32, get_i32, now_ms
+
+import socket
+
+cdef enum:
+    # Sys-flag bits (FORMAT.md §1.6).
+    TRANSACTION_TYPE_MASK = 0xC
+    BORNHOST_V6_FLAG = 0x10
+    STOREHOSTADDRESS_V6_FLAG = 0x20
+    # Put checks (FORMAT.md "pystore's choices": size limits).
+    MAX_TOPIC_BYTES = 255
+    MAX_V1_TOPIC_CHARS = 127
+    MAX_PROPERTIES_BYTES = 32767
+
+# Allowed topic characters: [%|a-zA-Z0-9_-] (RocketMQ TopicValidator).
+cdef bytes _TOPIC_OK = bytes(
+    1 if (chr(c).isascii() and (chr(c).isalnum() or chr(c) in "%|_-")) else 0 for c in range(256)
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Java String.hashCode over UTF-16 code units, from UTF-8 bytes (FORMAT.md §2.2, §14)
+# ----------------------------------------------------------------------------------------------
+
+cdef inline bint _cont(unsigned char b) noexcept nogil:
+    return (b & 0xC0) == 0x80
+
+
+cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """``String.hashCode`` of the string these UTF-8 bytes decode to (invalid bytes → U+FFFD, maximal
+    subparts as Java and Python replace them), sign-extended to 64 bits as the consume queue stores it."""
+    cdef uint32_t h = 0
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c, lo, hi
+    cdef uint32_t cp
+    cdef int need, k
+    while i < n:
+        c = p[i]
+        if c < 0x80:
+            h = 31 * h + c
+            i += 1
+            continue
+        lo = 0x80
+        hi = 0xBF
+        if 0xC2 <= c <= 0xDF:
+            need = 1
+            cp = c & 0x1F
+        elif 0xE0 <= c <= 0xEF:
+            need = 2
+            cp = c & 0x0F
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif 0xF0 <= c <= 0xF4:
+            need = 3
+            cp = c & 0x07
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            h = 31 * h + 0xFFFD
+            i += 1
+            continue
+        i += 1
+        k = 0
+        while k < need:
+            if i >= n or p[i] < lo or p[i] > hi:
+                break
+            cp = (cp << 6) | (p[i] & 0x3F)
+            lo = 0x80
+            hi = 0xBF
+            i += 1
+            k += 1
+        if k < need:
+            h = 31 * h + 0xFFFD          # one replacement for the maximal valid prefix
+            continue
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = 31 * h + (0xD800 + (cp >> 10))
+            h = 31 * h + (0xDC00 + (cp & 0x3FF))
+        else:
+            h = 31 * h + cp
+    return <int64_t>(<int32_t>h)
+
+
+cdef int32_t java_hash_str(str s) except? -1:
+    cdef bytes b = s.encode("utf-8", "replace")
+    return <int32_t>java_hash_utf8(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
+
+
+def java_string_hash(s):
+    """Java's ``String.hashCode`` of ``s`` (a ``str``), as a signed 32-bit int."""
+    if not isinstance(s, str):
+        raise TypeError("expected str, got %s" % type(s).__name__)
+    return java_hash_str(s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hosts: (address, port) <-> 8 or 20 bytes (FORMAT.md §1.2 fields 10 and 12)
+# ----------------------------------------------------------------------------------------------
+
+cdef dict _host_cache = {}
+cdef dict _host_text_cache = {}
+
+
+cdef bytes encode_host(object host, bint *is_v6):
+    """Encode ``(address, port)``: 4 or 16 address bytes, then the port as a big-endian int."""
+    cdef bytes out = _host_cache.get(host)
+    if out is None:
+        out = _encode_host_slow(host)
+        if len(_host_cache) < 4096:
+            _host_cache[host] = out
+    is_v6[0] = PyBytes_GET_SIZE(out) == 20
+    return out
+
+
+cdef bytes _encode_host_slow(object host):
+    if not isinstance(host, tuple) or len(host) != 2:
+        raise TypeError("a host is an (address: str, port: int) tuple, got %r" % (host,))
+    addr, port = host
+    if not isinstance(addr, str) or not isinstance(port, int) or isinstance(port, bool):
+        raise TypeError("a host is an (address: str, port: int) tuple, got %r" % (host,))
+    if not 0 <= port <= 65535:
+        raise ValueError("port out of range in host %r" % (host,))
+    try:
+        raw = socket.inet_pton(socket.AF_INET, addr)
+    except OSError:
+        try:
+            raw = socket.inet_pton(socket.AF_INET6, addr.strip("[]"))
+        except OSError:
+            raise ValueError("not an IPv4 or IPv6 address in host %r" % (host,)) from None
+    return raw + int(port).to_bytes(4, "big")
+
+
+cdef tuple decode_host(const unsigned char *p, int n):
+    cdef bytes raw = p[:n - 4]
+    cdef int32_t port = get_i32(p + n - 4)
+    addr = _host_text_cache.get(raw)
+    if addr is None:
+        if n == 8:
+            addr = socket.inet_ntop(socket.AF_INET, raw)
+        else:
+            import ipaddress
+            addr = ipaddress.IPv6Address(raw).compressed
+        if len(_host_text_cache) < 4096:
+            _host_text_cache[raw] = addr
+    return (addr, port)
+
+
+def normalize_host(host):
+    """``(address, port)`` with the address in its compressed text form; raises for a bad host."""
+    cdef bint v6
+    cdef bytes b = encode_host(tuple(host) if isinstance(host, list) else host, &v6)
+    return decode_host(<const unsigned char *>PyBytes_AS_STRING(b), <int>PyBytes_GET_SIZE(b))
+
+
+# ----------------------------------------------------------------------------------------------
+# Properties string (FORMAT.md §1.7)
+# ----------------------------------------------------------------------------------------------
+
+def properties_to_string(dict props):
+    """``name \\x01 value \\x02`` for each entry, as RocketMQ's ``messageProperties2String``."""
+    if not props:
+        return ""
+    parts = []
+    for k, v in props.items():
+        parts.append(k)
+        parts.append("\x01")
+        parts.append(v)
+        parts.append("\x02")
+    return "".join(parts)
+
+
+def string_to_properties(str s):
+    """RocketMQ 5.x's decoder: an item is kept iff it has a non-empty name and a non-empty value."""
+    cdef dict out = {}
+    cdef Py_ssize_t i
+    if not s:
+        return out
+    for item in s.split("\x02"):
+        if len(item) < 3:
+            continue
+        i = item.find("\x01")
+        if i <= 0 or i == len(item) - 1:
+            continue
+        out[item[:i]] = item[i + 1:]
+    return out
+
+
+cdef int _check_prop(object k, object v) except -1:
+    if not isinstance(k, str) or not isinstance(v, str):
+        raise TypeError("message properties are str -> str, got %r: %r" % (k, v))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Message
+# ----------------------------------------------------------------------------------------------
+
+cdef object _NO = object()
+
+
+@cython.final
+cdef class Message:
+    """A message to put: ``Message(topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
+    delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None, born_host=("127.0.0.1", 0), sys_flag=0,
+    reconsume_times=0, prepared_transaction_offset=0)``.
+
+    ``tags`` and ``keys`` are stored as the ``TAGS`` / ``KEYS`` properties (several keys space-separated);
+    ``delay_time_level`` as ``DELAY`` and ``wait_store_msg_ok=False`` as ``WAIT=false``. Wrong Python types
+    raise ``TypeError``; a message the store must refuse (bad topic, oversized properties ...) is still
+    built, and ``put_message`` returns its status.
+    """
+
+    def __init__(self, topic, body, tags=None, keys=None, int flag=0, properties=None, int queue_id=0,
+                 int delay_time_level=0, bint wait_store_msg_ok=True, born_timestamp=None,
+                 born_host=("127.0.0.1", 0), int sys_flag=0, int reconsume_times=0,
+                 long long prepared_transaction_offset=0):
+        if not isinstance(topic, str):
+            raise TypeError("topic must be str, got %s" % type(topic).__name__)
+        self._topic = topic
+        self._set_body(body)
+        self._queue_id = queue_id
+        self._flag = flag
+        self._sys_flag = sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        self._reconsume_times = reconsume_times
+        self._prepared_transaction_offset = prepared_transaction_offset
+        if born_timestamp is None:
+            self._born_timestamp = now_ms()
+        else:
+            if not isinstance(born_timestamp, int) or isinstance(born_timestamp, bool):
+                raise TypeError("born_timestamp must be int milliseconds, got %r" % (born_timestamp,))
+            self._born_timestamp = born_timestamp
+        self._born_host = born_host if isinstance(born_host, tuple) else tuple(born_host)
+        self._props = self._build_props(tags, keys, delay_time_level, wait_store_msg_ok, properties)
+        self._refresh()
+
+    cdef int _set_body(self, object body) except -1:
+        if isinstance(body, bytes):
+            self._body = body
+        elif isinstance(body, str) or body is None:
+            raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__)
+        else:
+            try:
+                self._body = bytes(memoryview(body).cast("B"))
+            except TypeError:
+                raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__) from None
+        self._crc_known = False
+        return 0
+
+    @staticmethod
+    def _keys_text(keys):
+        if keys is None:
+            return None
+        if isinstance(keys, str):
+            return keys
+        if isinstance(keys, (bytes, bytearray)):
+            raise TypeError("keys must be str or an iterable of str")
+        items = list(keys)
+        for k in items:
+            if not isinstance(k, str):
+                raise TypeError("keys must be str or an iterable of str, got item %r" % (k,))
+        return " ".join(items)
+
+    cdef dict _build_props(self, tags, keys, int delay_level, bint wait, properties):
+        cdef dict out = {}
+        if tags is not None:
+            if not isinstance(tags, str):
+                raise TypeError("tags must be str or None, got %s" % type(tags).__name__)
+            out["TAGS"] = tags
+        kt = Message._keys_text(keys)
+        if kt is not None:
+            out["KEYS"] = kt
+        if delay_level > 0:
+            out["DELAY"] = str(delay_level)
+        if not wait:
+            out["WAIT"] = "false"
+        if properties is not None:
+            if not hasattr(properties, "items"):
+                raise TypeError("properties must be a mapping of str to str")
+            for k, v in properties.items():
+                _check_prop(k, v)
+                if k not in out:
+                    out[k] = v
+        return out
+
+    cdef int _refresh(self) except -1:
+        """Recompute what the encoder copies and the verdict of the put checks."""
+        cdef bint v6 = False
+        cdef bytes t = self._topic.encode("utf-8", "replace")
+        cdef Py_ssize_t i, n = PyBytes_GET_SIZE(t)
+        cdef const unsigned char *tp = <const unsigned char *>PyBytes_AS_STRING(t)
+        cdef const unsigned char *ok = <const unsigned char *>PyBytes_AS_STRING(_TOPIC_OK)
+        self._topic_b = t
+        self._born_host_b = encode_host(self._born_host, &v6)
+        if v6:
+            self._sys_flag |= BORNHOST_V6_FLAG
+        else:
+            self._sys_flag &= ~BORNHOST_V6_FLAG
+        self._tq_key = "%s-%d" % (self._topic, self._queue_id)
+        self._version = 2 if len(self._topic) > MAX_V1_TOPIC_CHARS else 1
+        self._illegal = 0
+        if n == 0 or n > MAX_TOPIC_BYTES or self._queue_id < 0:
+            self._illegal = 1
+        else:
+            for i in range(n):
+                if not ok[tp[i]]:
+                    self._illegal = 1
+                    break
+        for k, v in self._props.items():
+            if not k or "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
+                self._illegal = 1
+        cdef str ps = properties_to_string(self._props)
+        self._props_b = ps.encode("utf-8", "replace")
+        if self._illegal == 0 and PyBytes_GET_SIZE(self._props_b) > MAX_PROPERTIES_BYTES:
+            self._illegal = 2
+        tags = self._props.get("TAGS")
+        if tags:
+            tb = (<str>tags).encode("utf-8", "replace")
+            self._tags_code = java_hash_utf8(<const unsigned char *>PyBytes_AS_STRING(tb), PyBytes_GET_SIZE(tb))
+        else:
+            self._tags_code = 0
+        d = self._props.get("DELAY")
+        self._delay_level = 0
+        if d is not None:
+            try:
+                self._delay_level = int(d)
+            except ValueError:
+                self._delay_level = 0
+        return 0
+
+    cdef int32_t body_crc(self) noexcept:
+        if not self._crc_known:
+            self._body_crc = body_crc32(<const unsigned char *>PyBytes_AS_STRING(self._body),
+                                        PyBytes_GET_SIZE(self._body))
+            self._crc_known = True
+        return self._body_crc
+
+    # -- attributes --------------------------------------------------------------------------
+
+    @property
+    def topic(self):
+        return self._topic
+
+    @topic.setter
+    def topic(self, value):
+        if not isinstance(value, str):
+            raise TypeError("topic must be str")
+        self._topic = value
+        self._refresh()
+
+    @property
+    def body(self):
+        return self._body
+
+    @body.setter
+    def body(self, value):
+        self._set_body(value)
+
+    @property
+    def tags(self):
+        return self._props.get("TAGS")
+
+    @tags.setter
+    def tags(self, value):
+        self._put_special("TAGS", value)
+
+    @property
+    def keys(self):
+        """The keys, as a list (the ``KEYS`` property split on spaces)."""
+        k = self._props.get("KEYS")
+        return [] if not k else [x for x in (<str>k).split(" ") if x]
+
+    @keys.setter
+    def keys(self, value):
+        self._put_special("KEYS", Message._keys_text(value))
+
+    def _put_special(self, name, value):
+        if value is None:
+            self._props.pop(name, None)
+        else:
+            if not isinstance(value, str):
+                raise TypeError("%s must be str or None" % name.lower())
+            self._props[name] = value
+        self._refresh()
+
+    @property
+    def properties(self):
+        """Every stored property (``TAGS``, ``KEYS`` ... included), a copy in stored order."""
+        return dict(self._props)
+
+    @properties.setter
+    def properties(self, value):
+        cdef dict d = {}
+        for k, v in dict(value).items():
+            _check_prop(k, v)
+            d[k] = v
+        self._props = d
+        self._refresh()
+
+    def put_property(self, str name, str value):
+        self._props[name] = value
+        self._refresh()
+
+    def get_property(self, str name, default=None):
+        return self._props.get(name, default)
+
+    def clear_property(self, str name):
+        self._props.pop(name, None)
+        self._refresh()
+
+    @property
+    def flag(self):
+        return self._flag
+
+    @flag.setter
+    def flag(self, int value):
+        self._flag = value
+
+    @property
+    def queue_id(self):
+        return self._queue_id
+
+    @queue_id.setter
+    def queue_id(self, int value):
+        self._queue_id = value
+        self._refresh()
+
+    @property
+    def delay_time_level(self):
+        return self._delay_level
+
+    @delay_time_level.setter
+    def delay_time_level(self, int value):
+        self._put_special("DELAY", str(value) if value > 0 else None)
+
+    @property
+    def wait_store_msg_ok(self):
+        return self._props.get("WAIT") != "false"
+
+    @wait_store_msg_ok.setter
+    def wait_store_msg_ok(self, bint value):
+        self._put_special("WAIT", None if value else "false")
+
+    @property
+    def born_timestamp(self):
+        return self._born_timestamp
+
+    @born_timestamp.setter
+    def born_timestamp(self, long long value):
+        self._born_timestamp = value
+
+    @property
+    def born_host(self):
+        return decode_host(<const unsigned char *>PyBytes_AS_STRING(self._born_host_b),
+                           <int>PyBytes_GET_SIZE(self._born_host_b))
+
+    @born_host.setter
+    def born_host(self, value):
+        self._born_host = value if isinstance(value, tuple) else tuple(value)
+        self._refresh()
+
+    @property
+    def sys_flag(self):
+        return self._sys_flag
+
+    @sys_flag.setter
+    def sys_flag(self, int value):
+        self._sys_flag = value & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        self._refresh()
+
+    @property
+    def reconsume_times(self):
+        return self._reconsume_times
+
+    @reconsume_times.setter
+    def reconsume_times(self, int value):
+        self._reconsume_times = value
+
+    @property
+    def prepared_transaction_offset(self):
+        return self._prepared_transaction_offset
+
+    @prepared_transaction_offset.setter
+    def prepared_transaction_offset(self, long long value):
+        self._prepared_transaction_offset = value
+
+    @property
+    def tags_code(self):
+        """The consume-queue tags code: Java ``String.hashCode`` of the tags, 0 without tags."""
+        return self._tags_code
+
+    @property
+    def transaction_type(self):
+        return self._sys_flag & TRANSACTION_TYPE_MASK
+
+    def __reduce__(self):
+        return (_rebuild_message, (self._topic, self._body, self._props, self._flag, self._queue_id,
+                                   self._born_timestamp, self.born_host, self._sys_flag,
+                                   self._reconsume_times, self._prepared_transaction_offset))
+
+    def __repr__(self):
+        return "Message(topic=%r, body=<%d bytes>, properties=%r, queue_id=%d)" % (
+            self._topic, len(self._body), self._props, self._queue_id)
+
+
+def _rebuild_message(topic, body, props, flag, queue_id, born_ts, born_host, sys_flag, reconsume, prep):
+    m = Message(topic, body, flag=flag, queue_id=queue_id, born_timestamp=born_ts, born_host=born_host,
+                sys_flag=sys_flag, reconsume_times=reconsume, prepared_transaction_offset=prep)
+    m.properties = props
+    return m
+
+
+# ----------------------------------------------------------------------------------------------
+# MessageBatch
+# ----------------------------------------------------------------------------------------------
+
+@cython.final
+cdef class MessageBatch:
+    """Several messages of one topic and queue, stored as one RocketMQ batch: consecutive queue offsets,
+    one lock hold, never split across two commit-log files. Inner messages keep their own born host,
+    born time, flag and reconsume times."""
+
+    def __init__(self, messages):
+        cdef list ms = list(messages)
+        if not ms:
+            raise ValueError("a MessageBatch needs at least one message")
+        for m in ms:
+            if not isinstance(m, Message):
+                raise TypeError("a MessageBatch holds Message objects, got %s" % type(m).__name__)
+        first = <Message>ms[0]
+        for m in ms:
+            if (<Message>m)._topic != first._topic:
+                raise ValueError("all messages of a batch must have one topic (%r != %r)"
+                                 % ((<Message>m)._topic, first._topic))
+            if (<Message>m)._queue_id != first._queue_id:
+                raise ValueError("all messages of a batch must have one queue id (%d != %d)"
+                                 % ((<Message>m)._queue_id, first._queue_id))
+        self._messages = ms
+        self._topic = first._topic
+        self._queue_id = first._queue_id
+        self._tq_key = first._tq_key
+
+    @property
+    def messages(self):
+        return list(self._messages)
+
+    @property
+    def topic(self):
+        return self._topic
+
+    @property
+    def queue_id(self):
+        return self._queue_id
+
+    def __len__(self):
+        return len(self._messages)
+
+    def __iter__(self):
+        return iter(self._messages)
+
+    def __reduce__(self):
+        return (MessageBatch, (self._messages,))
+
+    def __repr__(self):
+        return "MessageBatch(topic=%r, queue_id=%d, %d messages)" % (self._topic, self._queue_id,
+                                                                     len(self._messages))
+
+
+# ----------------------------------------------------------------------------------------------
+# MessageExt
+# ----------------------------------------------------------------------------------------------
+
+cdef inline str _utf8(bytes raw, int32_t pos, int32_t n):
+    return raw[pos:pos + n].decode("utf-8", "replace")
+
+
+@cython.final
+@cython.freelist(64)
+cdef class MessageExt:
+    """A stored message, as reads return it. Every field is read-only; the object owns a copy of the
+    record (``raw``), so it stays valid after the file it came from is deleted."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("MessageExt objects come from reads; use pystore.tools.decode_record(bytes)")
+
+    @property
+    def raw(self):
+        """The stored record's bytes."""
+        return self._raw
+
+    @property
+    def topic(self):
+        if self._topic is None:
+            self._topic = _utf8(self._raw, self._topic_pos, self._topic_len)
+        return self._topic
+
+    @property
+    def body(self):
+        if self._body is None:
+            self._body = self._raw[self._body_pos:self._body_pos + self._body_len]
+        return self._body
+
+    @property
+    def properties(self):
+        if self._properties is None:
+            self._properties = string_to_properties(_utf8(self._raw, self._props_pos, self._props_len))
+        return dict(self._properties)
+
+    cdef dict _props(self):
+        if self._properties is None:
+            self._properties = string_to_properties(_utf8(self._raw, self._props_pos, self._props_len))
+        return self._properties
+
+    @property
+    def tags(self):
+        return self._props().get("TAGS")
+
+    @property
+    def keys(self):
+        k = self._props().get("KEYS")
+        return [] if not k else [x for x in (<str>k).split(" ") if x]
+
+    @property
+    def uniq_key(self):
+        return self._props().get("UNIQ_KEY")
+
+    @property
+    def delay_time_level(self):
+        d = self._props().get("DELAY")
+        try:
+            return int(d) if d is not None else 0
+        except ValueError:
+            return 0
+
+    @property
+    def wait_store_msg_ok(self):
+        return self._props().get("WAIT") != "false"
+
+    @property
+    def tags_code(self):
+        tags = self._props().get("TAGS")
+        return java_hash_str(tags) if tags else 0
+
+    @property
+    def transaction_type(self):
+        return self.sys_flag & TRANSACTION_TYPE_MASK
+
+    @property
+    def born_host(self):
+        if self._born_host is None:
+            self._born_host = decode_host(<const unsigned char *>PyBytes_AS_STRING(self._raw) + self._born_host_pos,
+                                          self._born_host_len)
+        return self._born_host
+
+    @property
+    def store_host(self):
+        if self._store_host is None:
+            self._store_host = decode_host(
+                <const unsigned char *>PyBytes_AS_STRING(self._raw) + self._store_host_pos, self._store_host_len)
+        return self._store_host
+
+    @property
+    def msg_id(self):
+        """The offset message id: store host address, port and commit-log offset, upper-case hex."""
+        raw = self._raw[self._store_host_pos:self._store_host_pos + self._store_host_len]
+        return (raw + (<long long>self.commit_log_offset).to_bytes(8, "big", signed=True)).hex().upper()
+
+    @property
+    def version(self):
+        return 2 if self.magic_code == -626843477 else 1
+
+    def to_message(self):
+        """A ``Message`` with this message's topic, body, properties and producer-side fields."""
+        m = Message(self.topic, self.body, flag=self.flag, queue_id=self.queue_id,
+                    born_timestamp=self.born_timestamp, born_host=self.born_host, sys_flag=self.sys_flag,
+                    reconsume_times=self.reconsume_times,
+                    prepared_transaction_offset=self.prepared_transaction_offset)
+        m.properties = self._props()
+        return m
+
+    def __reduce__(self):
+        from pystore._codec import decode_record
+        return (decode_record, (self._raw,))
+
+    def __repr__(self):
+        return ("MessageExt(topic=%r, queue_id=%d, queue_offset=%d, commit_log_offset=%d, store_size=%d, "
+                "body=<%d bytes>)" % (self.topic, self.queue_id, self.queue_offset, self.commit_log_offset,
+                                      self.store_size, self._body_len))
