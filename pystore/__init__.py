@@ -1,0 +1,19 @@
+"""pystore: an embedded message store with Apache RocketMQ's on-disk format.
+
+The public names are API.md's; everything else is internal.
+"""
+
+try:
+    from pystore._message import Message, MessageBatch, MessageExt
+    from pystore._results import AppendMessageResult, PutMessageResult
+except ImportError as exc:  # pragma: no cover - a broken install
+    raise ImportError(
+        "pystore's compiled extensions are missing or do not load (%s). Build them with `make venv` or "
+        "`pip install -e .` (a C compiler, the Python headers and zlib's headers are needed); there is no "
+        "pure-Python fallback." % exc
+    ) from exc
+
+from pystore.errors import ConfigError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
+from pystore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
+
+__version__ = "0.1.0"
