@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 
 from pystore._mapped_file import MappedFile
+from pystore.crashpoint import crashpoint
 from pystore.service import ServiceThread
 
 __all__ = ["AllocateMappedFileService"]
@@ -103,6 +104,7 @@ class AllocateMappedFileService(ServiceThread):
                 self._queue.remove(req)
             try:
                 req.mapped_file = self._create(req.path, req.size)
+                crashpoint("allocate.created")
             except BaseException as e:  # noqa: BLE001 - handed to the waiting put
                 req.error = e
             req.done.set()

@@ -18,6 +18,7 @@ from pystore._codec import RECORD_BLANK
 from pystore._commitlog import CommitLogCore, read_message, scan_file, store_timestamp_at
 from pystore._mapped_file import MappedFile, SelectMappedBufferResult
 from pystore._message import MessageExt
+from pystore.crashpoint import crashpoint
 from pystore.mapped_file_queue import MappedFileQueue
 
 __all__ = ["CommitLog"]
@@ -35,6 +36,7 @@ class CommitLog(CommitLogCore):
         self.roll_file = self._roll_file
 
     def _roll_file(self, next_offset: int) -> MappedFile | None:
+        crashpoint("commitlog.roll")
         return self.queue.get_last_mapped_file(next_offset, True)
 
     def attach_last(self) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from pystore.crashpoint import crashpoint
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
@@ -137,6 +138,7 @@ class GroupCommitService(ServiceThread):
         except OSError:
             log.exception("group commit flush failed")
         flushed = queue.flushed_where
+        crashpoint("groupcommit.flushed")
         ts = queue.store_timestamp
         if ts > 0:
             self.checkpoint.physic_msg_timestamp = ts

@@ -29,6 +29,7 @@ from typing import Any
 
 from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
 from pystore._commitlog import find_valid_record_after, first_store_timestamp, read_message, scan_file
+from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
 
 __all__ = ["RecoveryResult", "recover_commit_log"]
@@ -98,9 +99,11 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
     log.info("commit log %s recovery from %s: %d messages, valid end at %d (%.1f MB/s)",
              "abnormal" if abnormal else "normal", result.start_file, records, offset,
              result.scan_rate / 1e6)
+    crashpoint("recovery.scanned")
     if not read_only:
         queue.flushed_where = queue.committed_where = offset
     queue.truncate_dirty_files(offset)
+    crashpoint("recovery.truncated")
     return result
 
 

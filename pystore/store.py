@@ -35,6 +35,7 @@ from pystore.allocate import AllocateMappedFileService
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
+from pystore.crashpoint import crashpoint
 from pystore.errors import StoreClosedError, StoreError
 from pystore.flush import FlushRealTimeService, GroupCommitRequest, GroupCommitService
 from pystore.mapped_file_queue import MappedFileQueue
@@ -221,12 +222,14 @@ class MessageStore:
             except OSError:
                 log.exception("%s: final flush failed; the abort file stays", self.root)
                 clean = False
+            crashpoint("shutdown.flushed")
             if self._checkpoint is not None:
                 ts = cl.queue.store_timestamp
                 if ts > 0:
                     self._checkpoint.physic_msg_timestamp = ts
                     self._checkpoint.logics_msg_timestamp = max(self._checkpoint.logics_msg_timestamp, ts)
                 self._checkpoint.flush()
+            crashpoint("shutdown.checkpoint")
             if was_started and clean and self.running_flags.is_writeable():
                 self._abort.remove()
         if cl is not None:
