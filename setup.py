@@ -30,7 +30,7 @@ ANNOTATE = os.environ.get("PYSTORE_ANNOTATE", "") not in ("", "0")
 
 # Modules on the per-message path: no bounds or wraparound checks, C division.
 HOT = {"_codec", "_message", "_mapped_file", "_commitlog", "_cq", "_index", "_scan", "_arrow"}
-MODULES = ["_codec", "_message", "_mapped_file", "_results", "_commitlog", "_cq", "_index", "_scan"]
+MODULES = ["_message", "_codec", "_mapped_file", "_results", "_commitlog", "_cq", "_index", "_arrow"]
 
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-strict-aliasing"]
 macros = [("PYSTORE_DEBUG", "1" if DEBUG else "0"), ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]

@@ -189,6 +189,9 @@ cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_
     v.born_ts = get_i64(p + 40)
     bhl = _host_len(v.sys_flag, BORNHOST_V6_FLAG)
     shl = _host_len(v.sys_flag, STOREHOSTADDRESS_V6_FLAG)
+    # fixed part up to and including the body length, then the topic and properties length fields
+    if total < 72 + bhl + shl + (2 if magic == MESSAGE_MAGIC_CODE_V2 else 1) + 2:
+        return REC_BAD_LENGTH
     v.born_host_pos = 48
     v.born_host_len = bhl
     pos = 48 + bhl
@@ -372,7 +375,11 @@ def encode_record(Message msg, long long queue_offset=0, long long commit_log_of
     cdef bytes sh = encode_host(store_host, &v6)
     cdef int32_t flag = STOREHOSTADDRESS_V6_FLAG if v6 else 0
     cdef int32_t n = message_length(msg, flag)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n)
+    cdef bytes out
+    if len(msg._props_b) > 32767 or len(msg._topic_b) > (32767 if msg._version == 2 else 255):
+        raise ValueError("the record format cannot hold this message (topic of %d bytes, properties of %d)"
+                         % (len(msg._topic_b), len(msg._props_b)))
+    out = PyBytes_FromStringAndSize(NULL, n)
     encode_message(<unsigned char *>PyBytes_AS_STRING(out), msg, n, queue_offset, commit_log_offset,
                    store_timestamp, <const unsigned char *>PyBytes_AS_STRING(sh), flag)
     return out
@@ -426,7 +433,10 @@ def tags_code(data, Py_ssize_t offset=0):
     """The tags code (Java hashCode of TAGS) of the record at ``offset``."""
     cdef const unsigned char[::1] b = memoryview(data).cast("B")
     cdef RecordView v
-    cdef int32_t r = check_record(&b[offset], b.shape[0] - offset, False, &v)
+    cdef int32_t r
+    if offset < 0 or offset >= b.shape[0]:
+        raise IndexError("offset %d outside a buffer of %d bytes" % (offset, b.shape[0]))
+    r = check_record(&b[offset], b.shape[0] - offset, False, &v)
     if r <= 0:
         raise ValueError(REASONS[r])
     return tags_code_of(&b[offset], &v)

@@ -19,7 +19,7 @@ big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t
 
 from pystore._bytes cimport mono_ns, now_ms
@@ -373,9 +373,13 @@ cdef class CommitLogCore:
         cdef MappedFile mf
         cdef object status = None
         cdef PutMessageResult result
+        cdef bytes sizes
+        cdef int32_t *size_arr
         if not self.writeable:
             self.put_failed_times += 1
             return put_failed(ST_SERVICE_NOT_AVAILABLE)
+        sizes = PyBytes_FromStringAndSize(NULL, n * 4)
+        size_arr = <int32_t *>PyBytes_AS_STRING(sizes)
         for i in range(n):
             m = <Message>ms[i]
             if m._illegal:
@@ -386,7 +390,8 @@ cdef class CommitLogCore:
                     or m._tq_key != batch._tq_key):
                 self.put_failed_times += 1
                 return put_failed(ST_MESSAGE_ILLEGAL)
-            total += message_length(m, self.store_flag)
+            size_arr[i] = message_length(m, self.store_flag)
+            total += size_arr[i]
             m.body_crc()
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             self.put_failed_times += 1
@@ -421,7 +426,7 @@ cdef class CommitLogCore:
                     first_phy = mf.file_from_offset + pos
                     for i in range(n):
                         m = <Message>ms[i]
-                        size = message_length(m, self.store_flag)
+                        size = size_arr[i]
                         phy = mf.file_from_offset + pos
                         encode_message(mf.write_base + pos, m, size, qoff + i, phy, ts,
                                        <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
@@ -435,7 +440,7 @@ cdef class CommitLogCore:
                         phy = first_phy
                         for i in range(n):
                             m = <Message>ms[i]
-                            size = message_length(m, self.store_flag)
+                            size = size_arr[i]
                             self.dispatcher.dispatch(cell, m, phy, size, ts, qoff + i)
                             phy += size
         finally:
@@ -445,7 +450,7 @@ cdef class CommitLogCore:
             self.put_failed_times += 1
             return put_failed(status)
         self._account(t0, total)
-        result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, batch)
+        result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, sizes)
         if not self.flush_notified and self.flush_wakeup is not None:
             self.flush_notified = 1
             self.flush_wakeup()
@@ -516,7 +521,8 @@ cdef class RecordIterator:
     def __next__(self):
         cdef RecordView v
         cdef int32_t r
-        if self.finished:
+        if self.finished or self.mf.base == NULL:
+            self._finish()
             raise StopIteration
         r = check_record(self.mf.base + self.pos, self.limit - self.pos, self.verify_crc, &v)
         if r > 0:

@@ -14,6 +14,7 @@ cdef class MappedFile:
     cdef int64_t flushed
     cdef int ref_count
     cdef int exports                    # buffer views handed out and not yet released
+    cdef int pins                       # holds taken by readers and not yet released (forcing never drops them)
     cdef bint available
     cdef bint cleanup_over
     cdef bint unmap_pending
@@ -35,6 +36,8 @@ cdef class MappedFile:
     cdef void c_release(self) noexcept
     cdef void _cleanup(self) noexcept
     cdef void _unmap(self) noexcept
+    cdef void _maybe_unmap(self) noexcept
+    cdef void _drop_ref(self) noexcept
 
 
 cdef class SelectMappedBufferResult:

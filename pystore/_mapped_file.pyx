@@ -16,10 +16,11 @@ New files are created at their full size with ``posix_fallocate``, so a full dis
 (``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a later write into the mapping.
 
 Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and
-``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the
-mapping goes when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms.
-Buffer views handed out (``SelectMappedBufferResult``) pin the mapping itself: a forced destroy deletes
-the file but unmaps only when the last view is released, so no view can ever point at unmapped memory.
+``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file
+is cleaned up when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms.
+Forcing deletes the file, but the *mapping* goes only when no reader hold and no buffer view
+(``SelectMappedBufferResult``) remains: pins are counted apart from RocketMQ's reference count, so no
+reader, iterator or view can ever touch unmapped memory.
 
 Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (in ``_commitlog``)
 serialises appends. The GIL is released only around msync/fdatasync and pre-faulting.
@@ -219,14 +220,22 @@ cdef class MappedFile:
     # -- reference counting (RocketMQ ReferenceResource) ---------------------------------------
 
     cdef bint c_hold(self) noexcept:
-        if self.available:
+        if self.available and (self.base != NULL or self.file_size == 0):
             self.ref_count += 1
             if self.ref_count > 1:
+                self.pins += 1
                 return True
             self.ref_count -= 1
         return False
 
     cdef void c_release(self) noexcept:
+        """A reader's release."""
+        if self.pins > 0:
+            self.pins -= 1
+        self._drop_ref()
+        self._maybe_unmap()
+
+    cdef void _drop_ref(self) noexcept:
         self.ref_count -= 1
         if self.ref_count > 0:
             return
@@ -243,9 +252,11 @@ cdef class MappedFile:
                 pass
             self.pool_buffer = None
         self.write_base = NULL
-        if self.exports > 0:
-            self.unmap_pending = True        # a view still points into the mapping
-        else:
+        self.unmap_pending = True
+        self._maybe_unmap()
+
+    cdef void _maybe_unmap(self) noexcept:
+        if self.unmap_pending and self.exports == 0 and self.pins == 0:
             self._unmap()
 
     cdef void _unmap(self) noexcept:
@@ -278,11 +289,11 @@ cdef class MappedFile:
         if self.available:
             self.available = False
             self.first_shutdown_ms = t
-            self.c_release()
+            self._drop_ref()
         elif self.ref_count > 0:
             if t - self.first_shutdown_ms >= interval_forcibly:
                 self.ref_count = -1000 - self.ref_count
-                self.c_release()
+                self._drop_ref()
 
     def destroy(self, long long interval_forcibly, now=None):
         """Shut down and, once no reader holds the file, close and delete it. True when deleted."""
@@ -482,7 +493,7 @@ cdef class MappedFile:
         cdef SelectMappedBufferResult r
         if size < 0:
             size = rp - pos
-        if pos < 0 or size < 0 or pos + size > rp or self.base == NULL:
+        if pos < 0 or size <= 0 or pos + size > rp or self.base == NULL:
             return None
         if not self.c_hold():
             return None
@@ -510,7 +521,7 @@ cdef class SelectMappedBufferResult:
         raise TypeError("SelectMappedBufferResult comes from reads")
 
     def __getbuffer__(self, Py_buffer *buf, int flags):
-        if self.released:
+        if self.released or self.mf.base == NULL:
             raise StoreClosedError("the mapped buffer was released")
         if flags & PyBUF_WRITABLE:
             raise BufferError("store data is read-only")
@@ -521,8 +532,7 @@ cdef class SelectMappedBufferResult:
     def __releasebuffer__(self, Py_buffer *buf):
         self.exports -= 1
         self.mf.exports -= 1
-        if self.mf.exports == 0 and self.mf.unmap_pending:
-            self.mf._unmap()
+        self.mf._maybe_unmap()
 
     @property
     def buffer(self):

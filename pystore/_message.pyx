@@ -109,8 +109,14 @@ cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil
 
 
 cdef int32_t java_hash_str(str s) except? -1:
-    cdef bytes b = s.encode("utf-8", "replace")
-    return <int32_t>java_hash_utf8(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
+    """Java ``String.hashCode`` of a Python string, over its UTF-16 code units (lone surrogates included)."""
+    cdef bytes b = s.encode("utf-16-be", "surrogatepass")
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(b)
+    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(b)
+    cdef uint32_t h = 0
+    for i in range(0, n, 2):
+        h = 31 * h + ((<uint32_t>p[i] << 8) | p[i + 1])
+    return <int32_t>h
 
 
 def java_string_hash(s):
@@ -130,7 +136,12 @@ cdef dict _host_text_cache = {}
 
 cdef bytes encode_host(object host, bint *is_v6):
     """Encode ``(address, port)``: 4 or 16 address bytes, then the port as a big-endian int."""
-    cdef bytes out = _host_cache.get(host)
+    cdef bytes out
+    if (type(host) is not tuple or len(<tuple>host) != 2 or type((<tuple>host)[0]) is not str
+            or type((<tuple>host)[1]) is not int):
+        out = None           # checked (and refused) by the slow path; never looked up: (a, True) == (a, 1)
+    else:
+        out = _host_cache.get(host)
     if out is None:
         out = _encode_host_slow(host)
         if len(_host_cache) < 4096:
@@ -289,12 +300,14 @@ cdef class Message:
 
     cdef dict _build_props(self, tags, keys, int delay_level, bint wait, properties):
         cdef dict out = {}
+        # like RocketMQ's Message(topic, tags, keys, ...), empty tags or keys are not set
         if tags is not None:
             if not isinstance(tags, str):
                 raise TypeError("tags must be str or None, got %s" % type(tags).__name__)
-            out["TAGS"] = tags
+            if tags:
+                out["TAGS"] = tags
         kt = Message._keys_text(keys)
-        if kt is not None:
+        if kt:
             out["KEYS"] = kt
         if delay_level > 0:
             out["DELAY"] = str(delay_level)
@@ -323,7 +336,8 @@ cdef class Message:
         else:
             self._sys_flag &= ~BORNHOST_V6_FLAG
         self._tq_key = "%s-%d" % (self._topic, self._queue_id)
-        self._version = 2 if len(self._topic) > MAX_V1_TOPIC_CHARS else 1
+        # 5.x switches on String.length(): UTF-16 code units
+        self._version = 2 if len(self._topic.encode("utf-16-le", "surrogatepass")) // 2 > MAX_V1_TOPIC_CHARS else 1
         self._illegal = 0
         if n == 0 or n > MAX_TOPIC_BYTES or self._queue_id < 0:
             self._illegal = 1
@@ -349,9 +363,10 @@ cdef class Message:
         self._delay_level = 0
         if d is not None:
             try:
-                self._delay_level = int(d)
+                lvl = int(d)
             except ValueError:
-                self._delay_level = 0
+                lvl = 0
+            self._delay_level = 0 if lvl < 0 else (lvl if lvl < 0x7FFFFFFF else 0x7FFFFFFF)
         return 0
 
     cdef int32_t body_crc(self) noexcept:
@@ -423,14 +438,14 @@ cdef class Message:
         self._props = d
         self._refresh()
 
-    def put_property(self, str name, str value):
+    def put_property(self, str name not None, str value not None):
         self._props[name] = value
         self._refresh()
 
-    def get_property(self, str name, default=None):
+    def get_property(self, str name not None, default=None):
         return self._props.get(name, default)
 
-    def clear_property(self, str name):
+    def clear_property(self, str name not None):
         self._props.pop(name, None)
         self._refresh()
 

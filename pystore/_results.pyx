@@ -13,8 +13,6 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t
 
-from pystore._codec cimport message_length
-from pystore._message cimport Message, MessageBatch, encode_host
 
 from pystore.status import AppendMessageStatus, PutMessageStatus
 
@@ -51,9 +49,9 @@ cdef class AppendMessageResult:
             else:
                 ids = []
                 off = self.wrote_offset
-                for m in (<MessageBatch>self._batch)._messages:
+                for size in memoryview(self._batch).cast("i"):      # record sizes taken at put time
                     ids.append(_offset_msg_id(self._store_host, off))
-                    off += message_length(<Message>m, self._store_flag)
+                    off += size
                 self._msg_id = ",".join(ids)
         return self._msg_id
 

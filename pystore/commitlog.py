@@ -100,3 +100,4 @@ class CommitLog(CommitLogCore):
             start = 0 if mf.read_position == mf.file_size else mf.read_position
             end, reason, _, _ = scan_file(mf, start, False)
             mf.set_positions(mf.file_size if reason == RECORD_BLANK else end)
+        self.queue.trim_unused_tail()

@@ -26,7 +26,8 @@ from pystore.crashpoint import crashpoint
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
-__all__ = ["FlushRealTimeService", "GroupCommitService", "GroupCommitRequest", "CommitRealTimeService"]
+__all__ = ["FlushRealTimeService", "GroupCommitService", "GroupCommitRequest", "CommitRealTimeService",
+           "FlushConsumeQueueService"]
 
 log = logging.getLogger(__name__)
 
@@ -187,3 +188,50 @@ class CommitRealTimeService(ServiceThread):
         except OSError:
             log.exception("committing the transient pool failed")
             return True
+
+
+class FlushConsumeQueueService(ServiceThread):
+    """Flushes the consume queues (FORMAT.md §6.4): every ``flush_interval_consume_queue`` ms when at least
+    ``flush_consume_queue_least_pages`` pages are dirty; every ``flush_consume_queue_thorough_interval`` ms
+    (and at shutdown) everything, then the index and the checkpoint, whose ``logicsMsgTimestamp`` is the store
+    time of the last message built into a queue *before* that flush began."""
+
+    def __init__(self, cq_store: Any, index: Any, dispatcher: Any, config: Any, checkpoint: Any,
+                 clock: Callable[[], int] | None = None) -> None:
+        super().__init__("FlushConsumeQueueService", clock)
+        self.cq_store = cq_store
+        self.index = index
+        self.dispatcher = dispatcher
+        self.config = config
+        self.checkpoint = checkpoint
+        self.last_flush_timestamp = self.clock()
+
+    def run(self) -> None:
+        cfg = self.config
+        while not self.is_stopped():
+            self.wait_for_running(cfg.flush_interval_consume_queue)
+            self.do_flush(1)
+        self.do_flush(3)
+
+    def do_flush(self, retry_times: int) -> None:
+        cfg = self.config
+        least = cfg.flush_consume_queue_least_pages
+        if retry_times == 3:
+            least = 0
+        now = self.clock()
+        thorough = now >= self.last_flush_timestamp + cfg.flush_consume_queue_thorough_interval
+        if thorough:
+            self.last_flush_timestamp = now
+            least = 0
+        logics_ts = self.dispatcher.last_store_ts if self.dispatcher is not None else 0
+        for _ in range(retry_times):
+            self.cq_store.flush(least)
+        if least == 0:
+            try:
+                if self.index is not None:
+                    self.index.flush()
+                if logics_ts > 0:
+                    self.checkpoint.logics_msg_timestamp = logics_ts
+                self.checkpoint.flush()
+            except OSError:
+                log.exception("flushing the index or the checkpoint failed")

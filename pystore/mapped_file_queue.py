@@ -120,9 +120,10 @@ class MappedFileQueue:
         for i, path in enumerate(paths):
             size = os.path.getsize(path)
             if size != self.mapped_file_size:
-                if size == 0 and i == len(paths) - 1 and not self.read_only:
-                    log.warning("deleting the empty last file %s (creation interrupted)", path)
-                    os.unlink(path)
+                if size == 0 and i == len(paths) - 1:
+                    if not self.read_only:
+                        log.warning("deleting the empty last file %s (creation interrupted)", path)
+                        os.unlink(path)
                     continue
                 log.error("%s is %d bytes, expected %d: the store cannot be loaded", path, size,
                           self.mapped_file_size)
@@ -163,6 +164,16 @@ class MappedFileQueue:
                 files.append(f)
             self._files = files
             return files
+
+    def trim_unused_tail(self) -> None:
+        """Read-only view: drop trailing files with no data while the file before them is still being
+        written (a writer's pre-created next file is not part of the log yet)."""
+        with self._lock:
+            files = self._files
+            while len(files) > 1 and files[-1].read_position == 0 and files[-2].read_position < self.mapped_file_size:
+                files[-1].close()
+                files = files[:-1]
+            self._files = files
 
     # -- creating ---------------------------------------------------------------------------------
 
@@ -299,6 +310,18 @@ class MappedFileQueue:
                 self.flushed_where = offset
             if self.committed_where > offset:
                 self.committed_where = offset
+
+    def delete_last_file(self) -> None:
+        """Delete the last file (consume-queue truncation)."""
+        with self._lock:
+            if not self._files:
+                return
+            last = self._files[-1]
+            _destroy_now(last)
+            self._files = self._files[:-1]
+            end = self.get_max_offset()
+            self.flushed_where = min(self.flushed_where, end)
+            self.committed_where = min(self.committed_where, end)
 
     def reset_offset(self, offset: int) -> bool:
         """Slave-side: drop everything after ``offset`` (refused beyond two files back)."""

@@ -32,7 +32,7 @@ from pystore._commitlog import find_valid_record_after, first_store_timestamp, r
 from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
 
-__all__ = ["RecoveryResult", "recover_commit_log"]
+__all__ = ["RecoveryResult", "recover_commit_log", "recover_store"]
 
 log = logging.getLogger(__name__)
 
@@ -138,3 +138,38 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
     result.damage = "%s at %d in %s" % (what, where, mf.file_name)
     log.warning("commit log: %s; valid messages from offset %d are dropped with it (%s)", result.damage,
                 follow_offset, "not yet flushed when the writer stopped" if not durable else "forced")
+
+
+def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, config: Any, abnormal: bool,
+                  read_only: bool = False) -> RecoveryResult:
+    """RocketMQ ``recover``: consume queues first (their valid ends), then the commit log, then cut units
+    pointing past the log's end, re-dispatch what the queues miss, and rebuild the topic-queue table
+    (``recoverTopicQueueTable``: next offsets from the queues, min offsets corrected)."""
+    max_cq_phy = cq_store.recover()
+    result = recover_commit_log(commitlog, checkpoint, config, abnormal, read_only)
+    queue = commitlog.queue
+    if not read_only:
+        if not queue.files:
+            if len(cq_store):
+                log.warning("no commit log: dropping %d consume queues (FORMAT.md §8.6)", len(cq_store))
+            cq_store.destroy_all()
+        else:
+            cq_store.truncate_dirty(result.process_offset)
+            max_cq_phy = max((cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0),
+                             default=-1)
+            low = commitlog.get_min_offset()
+            start = low if max_cq_phy < 0 else max(low, max_cq_phy)
+            if abnormal:
+                start = min(start, result.dispatch_from)
+            reput.reput_from = start
+            reached = reput.dispatch_until(result.process_offset)
+            if reached < result.process_offset:
+                log.error("dispatch stopped at %d before the commit log's end %d", reached, result.process_offset)
+    low = commitlog.get_min_offset()
+    for cq in cq_store.queues():
+        cell = commitlog.get_cell(cq.topic, cq.queue_id)
+        cell.consume_queue = cq
+        cell.next_offset = cq.get_max_offset_in_queue()
+        if low >= 0:
+            cq.correct_min_offset(low)
+    return result

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from pystore._commitlog import BUCKET_NAMES, read_message
+from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message
+from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, scan_for_messages, search_offset_by_time
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
@@ -35,14 +36,19 @@ from pystore.allocate import AllocateMappedFileService
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
+from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.crashpoint import crashpoint
+from pystore.dispatch import ReputService
 from pystore.errors import StoreClosedError, StoreError
-from pystore.flush import FlushRealTimeService, GroupCommitRequest, GroupCommitService
+from pystore.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitRequest, GroupCommitService
+from pystore.index import IndexService
 from pystore.mapped_file_queue import MappedFileQueue
-from pystore.recovery import RecoveryResult, recover_commit_log
+from pystore.message import SCHEDULE_TOPIC, MessageFilter, TagFilter
+from pystore.recovery import RecoveryResult, recover_store
+from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.running_flags import RunningFlags
 from pystore.service import real_clock
-from pystore.status import PutMessageStatus
+from pystore.status import GetMessageStatus, PutMessageStatus
 
 __all__ = ["MessageStore"]
 
@@ -66,6 +72,7 @@ class MessageStore:
             raise TypeError("config must be a StoreConfig, got %s" % type(config).__name__)
         self.config = config if config is not None else StoreConfig()
         self.clock = clock or real_clock
+        self._injected_clock = clock
         self.disk_usage = disk_usage
         self.read_only = self.config.read_only
         self.running_flags = RunningFlags()
@@ -75,6 +82,12 @@ class MessageStore:
         self._abort = AbortFile(self.config.abort_path())
         self._checkpoint: StoreCheckpoint | None = None
         self._commitlog: CommitLog | None = None
+        self._cq_store: ConsumeQueueStore | None = None
+        self._index: IndexService | None = None
+        self._dispatcher: QueueDispatcher | None = None
+        self._reput: ReputService | None = None
+        self._inline_dispatch = False
+        self._limits: ReadLimits | None = None
         self._allocate: AllocateMappedFileService | None = None
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._services: list[Any] = []
@@ -150,14 +163,42 @@ class MessageStore:
         if not queue.load():
             return False
         self._checkpoint = StoreCheckpoint(cfg.checkpoint_path(), read_only=self.read_only)
-        self._commitlog = CommitLog(cfg, queue, clock=None)
+        self._commitlog = CommitLog(cfg, queue, clock=self._injected_clock)
+        self._cq_store = ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
+                                           self.read_only, on_error=self._on_queue_error)
+        if not self._cq_store.load():
+            return False
+        if cfg.message_index_enable:
+            self._index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num, self._checkpoint,
+                                       self.read_only, self.clock, cfg.max_msgs_num_batch)
+            self._index.load(self.last_exit_ok)
+        self._dispatcher = QueueDispatcher(self._cell_for, self._cq_store.find_or_create, cfg.delay_level_table(),
+                                           self._index, SCHEDULE_TOPIC)
+        self._reput = ReputService(self._dispatcher, self._commitlog)
+        self._limits = ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
+                                  cfg.max_transfer_count_on_message_in_memory,
+                                  cfg.max_transfer_bytes_on_message_in_disk, cfg.max_transfer_count_on_message_in_disk,
+                                  _physical_memory() * cfg.access_message_in_memory_max_ratio // 100)
         abnormal = not self.last_exit_ok and not self.read_only
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
-        self.recovery = recover_commit_log(self._commitlog, self._checkpoint, cfg, abnormal, self.read_only)
+        self.recovery = recover_store(self._commitlog, self._cq_store, self._reput, self._checkpoint, cfg, abnormal,
+                                      self.read_only)
         self._commitlog.attach_last()
         self._state = _LOADED
         return True
+
+    def _cell_for(self, topic: str, queue_id: int) -> QueueCell:
+        """The topic-queue cell with its consume queue (dispatch's factory)."""
+        assert self._commitlog is not None and self._cq_store is not None
+        cell = self._commitlog.get_cell(topic, queue_id)
+        if cell.consume_queue is None:
+            cell.consume_queue = self._cq_store.find_or_create(topic, queue_id)
+        return cell
+
+    def _on_queue_error(self, message: str) -> None:
+        log.error("%s: %s; the store stops accepting puts", self.root, message)
+        self.running_flags.make_logics_queue_error()
 
     def start(self) -> None:
         """Start the services and accept puts (a read-only store only serves reads)."""
@@ -178,17 +219,25 @@ class MessageStore:
                                                    clock=self.clock)
         cl.queue.allocate = self._allocate
         self._services = [self._allocate]
+        assert self._reput is not None and self._cq_store is not None
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
-            gc = GroupCommitService(cl, self._checkpoint, clock=self.clock)
+            # consume queues follow the flushed offset: nobody reads what a crash could take back
+            gc = GroupCommitService(cl, self._checkpoint, after_flush=self._reput.dispatch_until, clock=self.clock)
             self._flush_service = gc
             cl.after_put = self._after_put_sync
             cl.flush_wakeup = None
+            cl.dispatcher = None
+            self._inline_dispatch = False
         else:
             fs = FlushRealTimeService(cl, cfg, self._checkpoint, clock=self.clock)
             self._flush_service = fs
             cl.after_put = None
             cl.flush_wakeup = None if cfg.flush_commit_log_timed else fs.wakeup
+            cl.dispatcher = self._dispatcher
+            self._inline_dispatch = True
         self._services.append(self._flush_service)
+        self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
+                                                       self._checkpoint, clock=self.clock))
         for s in self._services:
             s.start()
         self._state = _STARTED
@@ -222,44 +271,76 @@ class MessageStore:
             except OSError:
                 log.exception("%s: final flush failed; the abort file stays", self.root)
                 clean = False
+            if was_started and self._reput is not None and not self._inline_dispatch:
+                self._reput.dispatch_until(cl.queue.flushed_where)
+            if self._cq_store is not None:
+                self._cq_store.flush(0)
+            if self._index is not None:
+                self._index.flush()
             crashpoint("shutdown.flushed")
             if self._checkpoint is not None:
                 ts = cl.queue.store_timestamp
                 if ts > 0:
                     self._checkpoint.physic_msg_timestamp = ts
-                    self._checkpoint.logics_msg_timestamp = max(self._checkpoint.logics_msg_timestamp, ts)
+                if self._dispatcher is not None and self._dispatcher.last_store_ts > 0:
+                    self._checkpoint.logics_msg_timestamp = self._dispatcher.last_store_ts
                 self._checkpoint.flush()
             crashpoint("shutdown.checkpoint")
-            if was_started and clean and self.running_flags.is_writeable():
+            if was_started and clean and self.running_flags.is_writeable() and self.dispatch_behind_bytes(True) == 0:
                 self._abort.remove()
-        if cl is not None:
-            cl.queue.close()
+        self._close_files()
         self._lock.release()
         log.info("store %s shut down", self.root)
 
-    def _release_after_failure(self) -> None:
+    def _close_files(self) -> None:
         if self._commitlog is not None:
+            self._commitlog.dispatcher = None
             self._commitlog.queue.close()
+        if self._cq_store is not None:
+            self._cq_store.close()
+        if self._index is not None:
+            self._index.close()
+
+    def _release_after_failure(self) -> None:
+        self._close_files()
         self._lock.release()
         self._state = _SHUTDOWN
 
     def destroy(self) -> None:
         """Shut down and delete every file of the store (the root folder too, if nothing else is in it)."""
-        self.shutdown()
         if self.read_only:
             raise StoreError("a read-only store cannot destroy files")
+        was_new = self._state == _NEW
+        self.shutdown()
         cfg = self.config
-        for path in cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]:
-            shutil.rmtree(path, ignore_errors=True)
-        for path in (cfg.checkpoint_path(), cfg.abort_path(), cfg.lock_path()):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        if not os.path.isdir(cfg.store_path_root_dir):
+            return
+        lock = StoreLock(cfg.lock_path())
+        lock.acquire()         # a store another writer holds is never wiped (StoreLockedError)
+        if was_new:
+            log.info("destroying the unopened store %s", cfg.store_path_root_dir)
+        try:
+            self._delete_files()
+        finally:
+            lock.release()
+        try:
+            os.unlink(cfg.lock_path())
+        except FileNotFoundError:
+            pass
         try:
             os.rmdir(cfg.store_path_root_dir)
         except OSError:
             pass
+
+    def _delete_files(self) -> None:
+        cfg = self.config
+        for path in cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]:
+            shutil.rmtree(path, ignore_errors=True)
+        for path in (cfg.checkpoint_path(), cfg.abort_path()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def _check_readable(self) -> CommitLog:
         if self._state in (_NEW, _SHUTDOWN) or self._commitlog is None:
@@ -393,7 +474,7 @@ class MessageStore:
         holds the file until ``release()`` or the end of its ``with`` block."""
         cl = self._check_readable()
         mf = cl.queue.find_mapped_file_by_offset(offset, offset == 0)
-        if mf is None:
+        if mf is None or offset - mf.file_from_offset >= mf.read_position:
             return None
         return mf.select_mapped_buffer(offset - mf.file_from_offset)
 
@@ -401,10 +482,185 @@ class MessageStore:
         """``{(topic, queue_id): next queue offset}``."""
         return self._check_readable().get_topic_queue_table()
 
-    def dispatch_behind_bytes(self) -> int:
-        """How far the consume queues lag the commit log, in bytes (0: dispatch is inline)."""
+    def dispatch_behind_bytes(self, _internal: bool = False) -> int:
+        """How far the consume queues lag the commit log, in bytes: 0 with inline dispatch (ASYNC_FLUSH);
+        with SYNC_FLUSH, the flushed bytes not dispatched yet."""
+        if not _internal:
+            self._check_readable()
+        cl, reput = self._commitlog, self._reput
+        if cl is None or reput is None or self._inline_dispatch or self.read_only:
+            return 0
+        return max(0, cl.queue.flushed_where - reput.reput_from)
+
+    # ------------------------------------------------------------------------------------------
+    # reading by queue
+    # ------------------------------------------------------------------------------------------
+
+    def _queue(self, topic: str, queue_id: int, need: int = -1) -> ConsumeQueue | None:
+        """The consume queue of (topic, queue_id); a read-only store first looks for new data if the queue is
+        unknown or ``need`` lies beyond what it has seen."""
         self._check_readable()
-        return 0
+        if not isinstance(topic, str):
+            raise TypeError("topic must be str, got %s" % type(topic).__name__)
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
+            raise TypeError("queue_id must be int, got %s" % type(queue_id).__name__)
+        assert self._cq_store is not None
+        cq = self._cq_store.find(topic, queue_id)
+        if self.read_only and (cq is None or need >= cq.get_max_offset_in_queue()):
+            self.refresh()
+            cq = self._cq_store.find(topic, queue_id)
+        return cq
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
+                    message_filter: MessageFilter | TagFilter | str | None = None) -> GetMessageResult | None:
+        """Up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
+        statuses and next-offset rules (FORMAT.md §11.1). None when the store is not readable."""
+        if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
+            raise TypeError("offset and max_msg_nums must be int")
+        cq = self._queue(topic, queue_id, offset)
+        if not self.running_flags.is_readable():
+            log.warning("%s: get_message while the store is not readable", self.root)
+            return None
+        tag_codes = tag_names = filt = None
+        if isinstance(message_filter, str):
+            message_filter = TagFilter(message_filter)
+        if isinstance(message_filter, TagFilter):
+            if not message_filter.match_all:
+                tag_codes, tag_names = message_filter.codes, message_filter.tags
+        elif message_filter is not None:
+            if not (hasattr(message_filter, "is_matched_by_consume_queue")
+                    and hasattr(message_filter, "is_matched_by_commit_log")):
+                raise TypeError("message_filter must be None, a TagFilter, or have is_matched_by_consume_queue "
+                                "and is_matched_by_commit_log")
+            filt = message_filter
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), 0, 0)
+        min_o, max_o = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+        if max_o == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), min_o, max_o)
+        if offset < min_o:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, self._next(offset, min_o), min_o, max_o)
+        if offset == max_o:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, self._next(offset, offset), min_o, max_o)
+        if offset > max_o:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, self._next(offset, max_o), min_o, max_o)
+        buf = cq.get_index_buffer(offset)
+        if buf is None:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, self._next(offset, cq.roll_next_file(offset)),
+                                    min_o, max_o)
+        mf, pos, end = buf
+        cl = self._commitlog
+        assert cl is not None and self._limits is not None
+        cl_max = cl.get_max_offset()
+        if not mf.hold():
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, self._next(offset, cq.roll_next_file(offset)),
+                                    min_o, max_o)
+        try:
+            code, consumed, messages, total, last_phy = scan_for_messages(
+                mf, pos, end, cl.queue.files, cl.queue.mapped_file_size, cl_max, max(max_msg_nums, 1),
+                self._limits, tag_codes, tag_names, filt)
+        finally:
+            mf.release()
+        status = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
+                  GetMessageStatus.MESSAGE_WAS_REMOVING)[code]
+        suggest = last_phy >= 0 and cl_max - last_phy > self._limits.memory_window
+        return GetMessageResult(status, self._next(offset, offset + consumed), min_o, max_o, messages, total, suggest)
+
+    def _next(self, old: int, new: int) -> int:
+        """RocketMQ ``nextOffsetCorrection``: a slave keeps the requested offset."""
+        return old if self.config.broker_role == BrokerRole.SLAVE else new
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""
+        cq = self._queue(topic, queue_id)
+        return 0 if cq is None else cq.get_max_offset_in_queue()
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return 0 if cq is None else cq.get_min_offset_in_queue()
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        """The commit-log offset of that queue offset's message; 0 if there is none."""
+        cq = self._queue(topic, queue_id, consume_queue_offset)
+        u = None if cq is None else cq.unit(consume_queue_offset)
+        return 0 if u is None else u[0]
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
+        """5.x: ``"lower"`` the first offset stored at or after ``timestamp`` (the max offset if none is);
+        ``"upper"`` the last offset stored at or before it (0 if none is). 0 for an unknown queue."""
+        if boundary not in ("lower", "upper"):
+            raise ValueError("boundary must be 'lower' or 'upper', got %r" % (boundary,))
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        cl = self._commitlog
+        assert cl is not None
+        return search_offset_by_time(cq.queue.files, cq.queue.mapped_file_size, cq.get_min_offset_in_queue(),
+                                     cq.get_max_offset_in_queue(), cl.queue.files, cl.queue.mapped_file_size,
+                                     timestamp, boundary == "lower")
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        """Store time of the commit log's first message, or (with a topic and queue) of the queue's first
+        message; -1 when there is none."""
+        cl = self._check_readable()
+        if topic is None:
+            low = cl.get_min_offset()
+            return -1 if low < 0 else cl.pickup_store_timestamp(low)
+        if queue_id is None:
+            raise TypeError("get_earliest_message_time needs a queue_id with a topic")
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        """Store time of the message at that queue offset; -1 if there is none."""
+        cq = self._queue(topic, queue_id, consume_queue_offset)
+        if cq is None or consume_queue_offset < cq.get_min_offset_in_queue():
+            return -1
+        u = cq.unit(consume_queue_offset)
+        if u is None:
+            return -1
+        cl = self._commitlog
+        assert cl is not None
+        return int(pickup_store_timestamp(cl.queue.files, cl.queue.mapped_file_size, u[0], u[1]))
+
+    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return 0 if cq is None else cq.get_max_offset_in_queue() - cq.get_min_offset_in_queue()
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int = 2**63 - 1) -> QueryMessageResult:
+        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end]."""
+        cl = self._check_readable()
+        if not isinstance(topic, str) or not isinstance(key, str):
+            raise TypeError("topic and key must be str")
+        if self._index is None:
+            return QueryMessageResult([], 0, 0)
+        if self.read_only:
+            self.refresh()
+        found: list[MessageExt] = []
+        seen: set[int] = set()
+        last_ts = last_phy = 0
+        hi = end
+        for _ in range(3):                       # RocketMQ queries up to three rounds
+            r = self._index.query_offset(topic, key, max_num, begin, hi)
+            last_ts, last_phy = r.index_last_update_timestamp, r.index_last_update_phyoffset
+            for off in sorted(r.phy_offsets):
+                if off in seen:
+                    continue
+                seen.add(off)
+                m = cl.look_message_by_offset(off)
+                # the index compares 32-bit hashes only: keep real matches
+                if m is not None and m.topic == topic and (key in m.keys or m.uniq_key == key):
+                    found.append(m)
+            if found or not r.phy_offsets:
+                break
+            hi = min(cl.pickup_store_timestamp(min(r.phy_offsets)), hi) - 1
+            if hi < begin:
+                break
+        found.sort(key=lambda m: m.commit_log_offset)
+        return QueryMessageResult(found[:max_num], last_ts, last_phy)
 
     # ------------------------------------------------------------------------------------------
     # operating
@@ -420,6 +676,14 @@ class MessageStore:
             return
         with self._refresh_lock:
             self._commitlog.refresh_read_only()
+            if self._cq_store is not None:
+                self._cq_store.refresh_read_only()
+                for cq in self._cq_store.queues():
+                    cell = self._commitlog.get_cell(cq.topic, cq.queue_id)
+                    cell.consume_queue = cq
+                    cell.next_offset = cq.get_max_offset_in_queue()
+            if self._index is not None:
+                self._index.refresh_read_only()
 
     def get_runtime_info(self) -> dict[str, str]:
         """Runtime figures under RocketMQ's key names where they apply."""
@@ -458,6 +722,13 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return "MessageStore(%r, %s%s)" % (self.root, self._state, ", read-only" if self.read_only else "")
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 24 << 30          # RocketMQ's fallback
 
 
 def _done(result: PutMessageResult) -> Future[PutMessageResult]:

@@ -1,0 +1,42 @@
+# cython: language_level=3
+from libc.stdint cimport int32_t, int64_t
+
+from pystore._codec cimport RecordView
+from pystore._commitlog cimport Dispatcher, QueueCell
+from pystore._mapped_file cimport MappedFile
+from pystore._message cimport Message
+
+cdef enum:
+    CQ_STORE_UNIT_SIZE = 20
+
+
+cdef class ConsumeQueueCore:
+    cdef readonly str topic
+    cdef readonly int32_t queue_id
+    cdef readonly int64_t file_size
+    cdef public object queue                   # MappedFileQueue of this queue's files
+    cdef MappedFile last
+    cdef public int64_t max_physic_offset      # end of the last unit's record (phy + size)
+    cdef public int64_t min_logic_offset       # byte offset of the queue's first valid unit
+    cdef public int64_t last_store_ts          # store time of the last message built in
+    cdef public object on_error                # called with a message when a unit cannot be written
+
+    cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1
+    cdef MappedFile _file_for(self, int64_t expect)
+
+
+cdef class QueueDispatcher(Dispatcher):
+    cdef public object cell_factory            # (topic, queue_id) -> QueueCell with its consume queue
+    cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
+    cdef public object index                   # IndexService, or None
+    cdef int64_t delay_ms[64]
+    cdef int32_t max_level
+    cdef public int64_t last_store_ts
+    cdef public str schedule_topic
+    cdef bytes _last_topic
+    cdef int32_t _last_qid
+    cdef object _last_cell
+
+    cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept
+    cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v)
+    cdef int _index_record(self, const unsigned char *rec, RecordView *v, int64_t off) except -1

@@ -1,0 +1,580 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Consume-queue units (FORMAT.md §2): write, recover, scan, search by time; dispatch.
+
+    0        8         12             20
+    +--------+---------+--------------+
+    | phyOff | size    | tagsCode     |   big-endian, 20 bytes
+    | int64  | int32   | int64        |
+    +--------+---------+--------------+
+
+Queue offset *i* is the unit at byte ``i * 20`` of the queue's logical space; the file holding it is named
+by the byte offset of its first unit. ``tagsCode`` is Java ``String.hashCode`` of the tags (0 without),
+or, in ``SCHEDULE_TOPIC_XXXX``, the time the delayed message is due. A filler unit ``(0, 2**31-1, 0)``
+pads a queue's first file when it starts at a non-zero offset.
+
+Not checksummed: recovery rebuilds units from the commit log. A unit's size is written last, so a reader
+(another process too) that sees a non-zero size sees the whole unit. One writer per queue (the put path
+under the put lock, or the dispatch service); readers see whole units only.
+
+Also here: ``QueueDispatcher``, which turns appended records into units (and index entries): inline from
+the put path (ASYNC_FLUSH), or by walking the commit log (``reput``: recovery, SYNC_FLUSH after each group
+commit, a store whose queues are missing); and the read-side scans behind ``get_message`` and
+``get_offset_in_queue_by_time``, which run in C over the mapped files.
+"""
+
+cimport cython
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport INT64_MIN, int32_t, int64_t
+
+from pystore._bytes cimport get_i32, get_i64, load_i32_acquire, put_i64, store_i32_release
+from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
+                             TRANSACTION_TYPE_MASK, RecordView, check_record, find_property, make_ext,
+                             tags_code_of)
+from pystore._commitlog cimport Dispatcher, QueueCell
+from pystore._mapped_file cimport MappedFile
+from pystore._message cimport Message, java_hash_utf8
+
+import logging
+
+log = logging.getLogger(__name__)
+
+UNIT_SIZE = CQ_STORE_UNIT_SIZE
+FILLER_SIZE = 0x7FFFFFFF
+cdef int32_t FILLER = 0x7FFFFFFF
+
+# get_message scan outcomes (mapped to GetMessageStatus in Python)
+SCAN_FOUND = 0
+SCAN_NO_MATCHED = 1
+SCAN_WAS_REMOVING = 2
+
+
+cdef inline void write_unit(unsigned char *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
+    put_i64(p, phy)
+    put_i64(p + 12, tags)
+    store_i32_release(p + 8, size)
+
+
+cdef inline bint unit_valid(const unsigned char *p) noexcept nogil:
+    """RocketMQ's recovery rule: ``phyOffset >= 0 && size > 0`` (filler units count as valid)."""
+    return get_i64(p) >= 0 and load_i32_acquire(p + 8) > 0
+
+
+cdef class ConsumeQueueCore:
+    """The compiled half of a consume queue (``consume_queue.ConsumeQueue`` is the Python half)."""
+
+    def __init__(self, str topic, int queue_id, long long file_size, queue):
+        if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
+            raise ValueError("consume-queue file size must be a positive multiple of 20, got %d" % file_size)
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.queue = queue
+
+    @property
+    def last_file(self):
+        return self.last
+
+    @last_file.setter
+    def last_file(self, MappedFile mf):
+        self.last = mf
+
+    cdef MappedFile _file_for(self, int64_t expect):
+        cdef object mf = self.queue.get_last_mapped_file(expect, True)
+        if mf is None:
+            return None
+        self.last = <MappedFile>mf
+        return self.last
+
+    cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1:
+        """RocketMQ ``putMessagePositionInfo``: a unit already built (by offset) is accepted and ignored."""
+        cdef int64_t expect = cq_offset * CQ_STORE_UNIT_SIZE
+        cdef int64_t cur, pos, p
+        cdef MappedFile mf
+        if phy + size <= self.max_physic_offset:
+            return 0
+        mf = self.last
+        if mf is None or mf.wrote >= mf.file_size:
+            mf = self._file_for(expect)
+            if mf is None:
+                if self.on_error is not None:
+                    self.on_error("cannot create a consume-queue file for %s/%d at %d" % (self.topic, self.queue_id,
+                                                                                         expect))
+                return 0
+            if mf.first_create_in_queue and cq_offset != 0 and mf.wrote == 0:
+                # the queue's first file starts mid-file: fill the units before with fillers
+                pos = expect - mf.file_from_offset
+                p = 0
+                while p < pos:
+                    write_unit(mf.write_base + p, 0, FILLER, 0)
+                    p += CQ_STORE_UNIT_SIZE
+                mf.wrote = mf.committed = mf.flushed = pos
+                self.min_logic_offset = expect
+        cur = mf.file_from_offset + mf.wrote
+        if expect < cur:
+            return 0                                    # built before (re-dispatch after recovery)
+        if expect > cur:
+            log.warning("[BUG] consume queue %s/%d: unit for offset %d lands at %d (a gap)", self.topic,
+                        self.queue_id, cq_offset, cur // CQ_STORE_UNIT_SIZE)
+        write_unit(mf.write_base + mf.wrote, phy, size, tags_code)
+        mf.wrote += CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = phy + size
+        return 0
+
+    def put_message_position_info(self, long long phy, int size, long long tags_code, long long cq_offset):
+        """Append one unit (Python face of the dispatch write, for tests and tools)."""
+        self.put_unit(phy, size, tags_code, cq_offset)
+
+    def get_max_offset_in_queue(self):
+        return self.queue.get_max_offset() // CQ_STORE_UNIT_SIZE
+
+    def get_min_offset_in_queue(self):
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+
+# ----------------------------------------------------------------------------------------------------
+# Unit helpers over one mapped file
+# ----------------------------------------------------------------------------------------------------
+
+def read_unit(MappedFile mf, long long pos):
+    """``(commit_log_offset, size, tags_code)`` of the unit at ``pos``."""
+    mf.check_mapped()
+    if pos < 0 or pos + CQ_STORE_UNIT_SIZE > mf.file_size:
+        raise ValueError("no unit at %d in %s" % (pos, mf.file_name))
+    return (get_i64(mf.base + pos), get_i32(mf.base + pos + 8), get_i64(mf.base + pos + 12))
+
+
+def recover_units(MappedFile mf, long long start=0):
+    """Walk valid units from ``start``: ``(end_position, max_physic_end)``; max_physic_end is -1 when no
+    real (non-filler) unit was seen."""
+    cdef int64_t pos = start, mx = -1, phy
+    cdef int32_t size
+    mf.check_mapped()
+    with nogil:
+        while pos + CQ_STORE_UNIT_SIZE <= mf.file_size and unit_valid(mf.base + pos):
+            phy = get_i64(mf.base + pos)
+            size = get_i32(mf.base + pos + 8)
+            if size != FILLER:
+                mx = phy + size
+            pos += CQ_STORE_UNIT_SIZE
+    return (pos, mx)
+
+
+def units_below(MappedFile mf, long long phy_limit):
+    """Position after the last valid unit whose commit-log offset is below ``phy_limit`` (the walk stops at
+    the first unit at or above it, or an invalid unit): ``(position, max_physic_end)``."""
+    cdef int64_t pos = 0, mx = -1, phy
+    cdef int32_t size
+    mf.check_mapped()
+    while pos + CQ_STORE_UNIT_SIZE <= mf.file_size and unit_valid(mf.base + pos):
+        phy = get_i64(mf.base + pos)
+        size = get_i32(mf.base + pos + 8)
+        if phy >= phy_limit and size != FILLER:
+            break
+        if size != FILLER:
+            mx = phy + size
+        pos += CQ_STORE_UNIT_SIZE
+    return (pos, mx)
+
+
+def first_unit_at_or_above(MappedFile mf, long long low_pos, long long high_pos, long long min_phy):
+    """Binary search (5.x ``correctMinOffset``): the first position in ``[low_pos, high_pos)`` whose unit points
+    at or above ``min_phy`` (fillers count as below), or ``high_pos``."""
+    cdef int64_t lo = low_pos // CQ_STORE_UNIT_SIZE, hi = high_pos // CQ_STORE_UNIT_SIZE, mid
+    cdef const unsigned char *p
+    mf.check_mapped()
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        p = mf.base + mid * CQ_STORE_UNIT_SIZE
+        if get_i32(p + 8) != FILLER and get_i64(p) >= min_phy:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo * CQ_STORE_UNIT_SIZE
+
+
+@cython.final
+cdef class UnitIterator:
+    """Units of one consume-queue file from ``start``, as tuples; fillers skipped; stops at the first
+    empty or invalid unit (``ended`` tells whether it stopped before the file's end)."""
+    cdef MappedFile mf
+    cdef int64_t pos
+    cdef readonly bint ended
+
+    def __init__(self, MappedFile mf not None, long long start=0):
+        mf.check_mapped()
+        self.mf = mf
+        self.pos = start
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef const unsigned char *p
+        cdef int32_t size
+        while self.pos + CQ_STORE_UNIT_SIZE <= self.mf.file_size:
+            p = self.mf.base + self.pos
+            if not unit_valid(p):
+                self.ended = True
+                raise StopIteration
+            self.pos += CQ_STORE_UNIT_SIZE
+            size = get_i32(p + 8)
+            if size == FILLER and get_i64(p) == 0:
+                continue
+            return (get_i64(p), size, get_i64(p + 12))
+        raise StopIteration
+
+
+def iter_units(MappedFile mf):
+    """Yield the units of a file, then ``None`` if the queue ends inside it."""
+    it = UnitIterator(mf)
+    yield from it
+    if it.ended:
+        yield None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Commit-log access from C: locate a record through a snapshot of the file list
+# ----------------------------------------------------------------------------------------------------
+
+cdef inline MappedFile _cl_file(list files, int64_t file_size, int64_t phy):
+    cdef Py_ssize_t n = PyList_GET_SIZE(files)
+    cdef MappedFile first, f
+    cdef int64_t idx
+    if n == 0:
+        return None
+    first = <MappedFile>PyList_GET_ITEM(files, 0)
+    idx = phy // file_size - first.file_from_offset // file_size
+    if idx < 0 or idx >= n:
+        return None
+    f = <MappedFile>PyList_GET_ITEM(files, idx)
+    if f.file_from_offset <= phy < f.file_from_offset + file_size:
+        return f
+    for i in range(n):
+        f = <MappedFile>PyList_GET_ITEM(files, i)
+        if f.file_from_offset <= phy < f.file_from_offset + file_size:
+            return f
+    return None
+
+
+cdef int64_t _store_ts_at(list files, int64_t file_size, int64_t phy, int32_t size) noexcept:
+    """Store time of the record at ``phy``, or INT64_MIN when it is not (or no longer) readable."""
+    cdef MappedFile f = _cl_file(files, file_size, phy)
+    cdef RecordView v
+    cdef int64_t pos, rp
+    if f is None or f.base == NULL or not f.available:
+        return INT64_MIN
+    pos = phy - f.file_from_offset
+    rp = f.read_position()
+    if pos < 0 or pos >= rp:
+        return INT64_MIN
+    if check_record(f.base + pos, rp - pos, False, &v) <= 0:
+        return INT64_MIN
+    return v.store_ts
+
+
+def pickup_store_timestamp(list cl_files, long long cl_file_size, long long phy, int size=0):
+    """RocketMQ ``pickupStoreTimestamp``: the store time at ``phy``, -1 if it is not readable."""
+    cdef int64_t t = _store_ts_at(cl_files, cl_file_size, phy, size)
+    return -1 if t == INT64_MIN else t
+
+
+cdef inline const unsigned char *_unit_ptr(list cq_files, int64_t cq_file_size, int64_t index):
+    cdef MappedFile f = _cl_file(cq_files, cq_file_size, index * CQ_STORE_UNIT_SIZE)
+    if f is None or f.base == NULL:
+        return NULL
+    return f.base + (index * CQ_STORE_UNIT_SIZE - f.file_from_offset)
+
+
+def unit_at(list cq_files, long long cq_file_size, long long index):
+    """The unit of queue offset ``index`` or None."""
+    cdef const unsigned char *p = _unit_ptr(cq_files, cq_file_size, index)
+    if p == NULL or not unit_valid(p):
+        return None
+    return (get_i64(p), get_i32(p + 8), get_i64(p + 12))
+
+
+def search_offset_by_time(list cq_files, long long cq_file_size, long long min_index, long long max_index,
+                          list cl_files, long long cl_file_size, long long timestamp, bint lower):
+    """5.x ``getOffsetInQueueByTime`` over queue offsets ``[min_index, max_index)``: LOWER = the first offset
+    stored at or after ``timestamp`` (``max_index`` when none is); UPPER = the last offset stored at or before
+    it (0 when none is). Units whose record is gone count as older than anything."""
+    cdef int64_t lo = min_index, hi = max_index, mid, t
+    cdef const unsigned char *p
+    if max_index <= min_index:
+        return 0
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        p = _unit_ptr(cq_files, cq_file_size, mid)
+        t = INT64_MIN if p == NULL else _store_ts_at(cl_files, cl_file_size, get_i64(p), get_i32(p + 8))
+        if (t >= timestamp) if lower else (t > timestamp):
+            hi = mid
+        else:
+            lo = mid + 1
+    if lower:
+        return lo
+    return lo - 1 if lo > min_index else 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# get_message's scan
+# ----------------------------------------------------------------------------------------------------
+
+@cython.final
+cdef class ReadLimits:
+    """The transfer caps of one ``get_message`` (FORMAT.md §11.1 ``isTheBatchFull``)."""
+    cdef public int64_t bytes_in_memory
+    cdef public int32_t count_in_memory
+    cdef public int64_t bytes_in_disk
+    cdef public int32_t count_in_disk
+    cdef public int64_t memory_window      # commit-log distance from the end still considered in memory
+
+    def __init__(self, long long bytes_in_memory, int count_in_memory, long long bytes_in_disk, int count_in_disk,
+                 long long memory_window):
+        self.bytes_in_memory = bytes_in_memory
+        self.count_in_memory = count_in_memory
+        self.bytes_in_disk = bytes_in_disk
+        self.count_in_disk = count_in_disk
+        self.memory_window = memory_window
+
+
+cdef inline bint _batch_full(ReadLimits lim, int32_t size, int32_t max_msg_nums, int64_t total, int32_t count,
+                             bint in_disk) noexcept:
+    if total == 0 or count == 0:
+        return False
+    if max_msg_nums <= count:
+        return True
+    if in_disk:
+        return total + size > lim.bytes_in_disk or count > lim.count_in_disk - 1
+    return total + size > lim.bytes_in_memory or count > lim.count_in_memory - 1
+
+
+def scan_for_messages(MappedFile cqf, long long start_pos, long long end_pos, list cl_files, long long cl_file_size,
+                      long long cl_max_offset, int max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
+                      object filt):
+    """Walk units of one consume-queue file from ``start_pos`` (RocketMQ 4.8 ``getMessage`` loop). Filters:
+    ``tag_codes``/``tag_names`` (a TagFilter's hash codes and names) or ``filt`` (any object with the two
+    filter methods). Returns ``(scan_status, units_consumed, messages, total_bytes, last_phy)``."""
+    cdef int64_t pos = start_pos, max_filter = max_msg_nums * CQ_STORE_UNIT_SIZE
+    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos, limit
+    cdef int32_t size, count = 0, r
+    cdef int status = SCAN_NO_MATCHED
+    cdef const unsigned char *p
+    cdef MappedFile f
+    cdef RecordView v
+    cdef list out = []
+    cdef int64_t codes[16]
+    cdef int ncodes = 0, k
+    cdef bint code_ok, in_disk
+    if max_filter < 16000:
+        max_filter = 16000
+    limit = min(end_pos, start_pos + max_filter)
+    if tag_codes is not None:
+        for c in tag_codes:
+            if ncodes < 16:
+                codes[ncodes] = c
+            ncodes += 1
+    cqf.check_mapped()
+    while pos + CQ_STORE_UNIT_SIZE <= limit:
+        p = cqf.base + pos
+        if not unit_valid(p):
+            break
+        phy = get_i64(p)
+        size = get_i32(p + 8)
+        tags = get_i64(p + 12)
+        if size == FILLER and phy == 0:
+            pos += CQ_STORE_UNIT_SIZE
+            continue
+        if phy < next_phy_file_start:
+            pos += CQ_STORE_UNIT_SIZE
+            continue
+        in_disk = (cl_max_offset - phy) > lim.memory_window
+        if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
+            break
+        if tag_codes is not None:
+            if ncodes <= 16:
+                code_ok = False
+                for k in range(ncodes):
+                    if codes[k] == tags:
+                        code_ok = True
+                        break
+            else:
+                code_ok = tags in tag_codes
+            if not code_ok:
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+        elif filt is not None and not filt.is_matched_by_consume_queue(tags):
+            pos += CQ_STORE_UNIT_SIZE
+            continue
+        f = _cl_file(cl_files, cl_file_size, phy)
+        r = 0
+        if f is not None and f.base != NULL and f.available:
+            rpos = phy - f.file_from_offset
+            rp = f.read_position()
+            if rpos + size > rp:
+                break                                   # not readable yet (a reader behind the writer)
+            r = check_record(f.base + rpos, rp - rpos, False, &v)
+        if r <= 0 or v.total_size != size:
+            if count == 0:
+                status = SCAN_WAS_REMOVING
+            next_phy_file_start = phy - phy % cl_file_size + cl_file_size
+            pos += CQ_STORE_UNIT_SIZE
+            continue
+        msg = make_ext(f.base + rpos, &v)
+        if tag_names is not None:
+            if msg.tags not in tag_names:
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+        elif filt is not None and not filt.is_matched_by_commit_log(msg):
+            pos += CQ_STORE_UNIT_SIZE
+            continue
+        out.append(msg)
+        total += size
+        count += 1
+        last_phy = phy
+        status = SCAN_FOUND
+        next_phy_file_start = INT64_MIN
+        pos += CQ_STORE_UNIT_SIZE
+    return (status, (pos - start_pos) // CQ_STORE_UNIT_SIZE, out, total, last_phy)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Dispatch
+# ----------------------------------------------------------------------------------------------------
+
+cdef inline bint _enters_queue(int32_t sys_flag) noexcept:
+    cdef int32_t t = sys_flag & TRANSACTION_TYPE_MASK
+    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT_TYPE
+
+
+cdef int64_t _parse_int(const unsigned char *p, int32_t n) noexcept:
+    cdef int64_t v = 0
+    cdef int32_t i
+    if n <= 0 or n > 9:
+        return -1
+    for i in range(n):
+        if p[i] < 48 or p[i] > 57:
+            return -1
+        v = v * 10 + (p[i] - 48)
+    return v
+
+
+@cython.final
+cdef class QueueDispatcher(Dispatcher):
+    """Builds consume-queue units (and index entries) from appended records."""
+
+    def __init__(self, cell_factory, create_queue, delay_levels=None, index=None,
+                 str schedule_topic="SCHEDULE_TOPIC_XXXX"):
+        self.cell_factory = cell_factory
+        self.create_queue = create_queue
+        self.index = index
+        self.schedule_topic = schedule_topic
+        self.max_level = 0
+        if delay_levels:
+            for lvl, ms in delay_levels.items():
+                if 1 <= lvl < 64:
+                    self.delay_ms[lvl] = ms
+                    if lvl > self.max_level:
+                        self.max_level = lvl
+
+    cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept:
+        """FORMAT.md §2.2: the schedule topic's tags code is the time the message is due."""
+        if level > self.max_level:
+            level = self.max_level
+        if level <= 0:
+            return store_ts + 1000
+        return store_ts + self.delay_ms[level]
+
+    cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
+                      int64_t queue_offset) except -1:
+        cdef object cq = cell.consume_queue
+        cdef int64_t tags = msg._tags_code
+        if cq is None:
+            cq = self.create_queue(cell.topic, cell.queue_id)
+            cell.consume_queue = cq
+        if msg._delay_level > 0 and cell.topic == self.schedule_topic:
+            tags = self._deliver_time(msg._delay_level, store_ts)
+        (<ConsumeQueueCore>cq).put_unit(phy_offset, size, tags, queue_offset)
+        (<ConsumeQueueCore>cq).last_store_ts = store_ts
+        self.last_store_ts = store_ts
+        if self.index is not None:
+            keys = msg._props.get("KEYS")
+            uniq = msg._props.get("UNIQ_KEY")
+            if keys is not None or uniq is not None:
+                self.index.build_index(cell.topic, keys, uniq, phy_offset, store_ts, msg._sys_flag)
+        return 0
+
+    cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v):
+        cdef bytes topic = rec[v.topic_pos:v.topic_pos + v.topic_len]
+        if self._last_cell is not None and v.queue_id == self._last_qid and topic == self._last_topic:
+            return <QueueCell>self._last_cell
+        cell = self.cell_factory(topic.decode("utf-8", "replace"), v.queue_id)
+        self._last_topic = topic
+        self._last_qid = v.queue_id
+        self._last_cell = cell
+        return <QueueCell>cell
+
+    def reput(self, list cl_files, long long cl_file_size, long long from_offset, long long end_offset):
+        """Dispatch every record in ``[from_offset, end_offset)`` (RocketMQ ``ReputMessageService.doReput``);
+        returns the offset reached: ``end_offset``, or where an unreadable record stopped the walk."""
+        cdef int64_t off = from_offset, pos, rp, tags, level
+        cdef int32_t r, vp = 0, vl = 0
+        cdef MappedFile f
+        cdef RecordView v
+        cdef QueueCell cell
+        cdef ConsumeQueueCore cq
+        cdef const unsigned char *rec
+        while off < end_offset:
+            f = _cl_file(cl_files, cl_file_size, off)
+            if f is None or f.base == NULL:
+                break
+            pos = off - f.file_from_offset
+            rp = f.read_position()
+            if pos >= rp:
+                if rp == f.file_size:
+                    off = f.file_from_offset + cl_file_size
+                    continue
+                break
+            rec = f.base + pos
+            r = check_record(rec, rp - pos, False, &v)
+            if r == REC_BLANK:
+                off = f.file_from_offset + cl_file_size
+                continue
+            if r <= 0:
+                break
+            if off + r > end_offset:
+                break                                    # not wholly flushed yet
+            if _enters_queue(v.sys_flag):
+                cell = self._cell(rec, &v)
+                cq = <ConsumeQueueCore>cell.consume_queue
+                tags = tags_code_of(rec, &v)
+                if cell.topic == self.schedule_topic and v.props_len > 0 and \
+                        find_property(rec + v.props_pos, v.props_len, "DELAY", 5, &vp, &vl):
+                    level = _parse_int(rec + v.props_pos + vp, vl)
+                    if level > 0:
+                        tags = self._deliver_time(level, v.store_ts)
+                cq.put_unit(off, r, tags, v.queue_offset)
+                cq.last_store_ts = v.store_ts
+                self.last_store_ts = v.store_ts
+            if self.index is not None and (v.sys_flag & TRANSACTION_TYPE_MASK) != 0xC:
+                self._index_record(rec, &v, off)
+            off += r
+        return off
+
+    cdef int _index_record(self, const unsigned char *rec, RecordView *v, int64_t off) except -1:
+        cdef int32_t kp = 0, kl = 0, up = 0, ul = 0
+        cdef bint has_keys = False, has_uniq = False
+        if v.props_len <= 0:
+            return 0
+        has_keys = find_property(rec + v.props_pos, v.props_len, "KEYS", 4, &kp, &kl)
+        has_uniq = find_property(rec + v.props_pos, v.props_len, "UNIQ_KEY", 8, &up, &ul)
+        if not has_keys and not has_uniq:
+            return 0
+        topic = rec[v.topic_pos:v.topic_pos + v.topic_len].decode("utf-8", "replace")
+        keys = rec[v.props_pos + kp:v.props_pos + kp + kl].decode("utf-8", "replace") if has_keys else None
+        uniq = rec[v.props_pos + up:v.props_pos + up + ul].decode("utf-8", "replace") if has_uniq else None
+        self.index.build_index(topic, keys, uniq, off, v.store_ts, v.sys_flag)
+        return 0
+
+    def forget_cells(self):
+        self._last_cell = None
+        self._last_topic = None

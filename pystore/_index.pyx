@@ -1,0 +1,183 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""One index file: hash slots and linked entries (FORMAT.md §3.1, §3.2, §3.4; RocketMQ ``IndexFile``).
+
+::
+
+    0                40                     40 + slots*4                      40 + slots*4 + num*20
+    | header         | slot table           | entries (entry 0 is never used)  |
+    | 40 bytes       | int32 per slot:      | 20 bytes each:                   |
+    |                | newest entry number  | keyHash int32 | phyOffset int64  |
+    |                | in the chain, 0=none | timeDiff int32 (s) | prev int32  |
+
+    header: beginTimestamp int64, endTimestamp int64, beginPhyOffset int64, endPhyOffset int64,
+            hashSlotCount int32, indexCount int32 (starts at 1: the next free entry number)
+
+The key is ``topic + "#" + key``; its hash is ``abs(String.hashCode)`` (``Integer.MIN_VALUE`` → 0), its slot
+``hash % slots``. Lookups compare only the 32-bit hash, as RocketMQ does, so a collision returns an extra
+offset (callers re-check the decoded message). Not checksummed: recovery rebuilds entries after the
+checkpoint's index time. One writer; readers see whole entries (an entry is linked into its slot after it
+is written).
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint32_t
+
+from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
+from pystore._mapped_file cimport MappedFile
+
+HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+cdef int64_t _HEADER = 40
+
+
+cdef int32_t _java_hash_utf16(bytes be) noexcept:
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(be)
+    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(be)
+    cdef uint32_t h = 0
+    i = 0
+    while i + 1 < n:
+        h = 31 * h + ((<uint32_t>p[i] << 8) | p[i + 1])
+        i += 2
+    return <int32_t>h
+
+
+def key_hash(str key):
+    """RocketMQ ``indexKeyHashMethod``: abs(String.hashCode), with Integer.MIN_VALUE → 0."""
+    cdef int32_t h = _java_hash_utf16(key.encode("utf-16-be", "surrogatepass"))
+    if h == -2147483648:
+        return 0
+    return -h if h < 0 else h
+
+
+def index_file_size(long long slots, long long num):
+    return _HEADER + slots * 4 + num * 20
+
+
+@cython.final
+cdef class IndexFileCore:
+    cdef readonly MappedFile mapped_file
+    cdef readonly int64_t hash_slot_num
+    cdef readonly int64_t index_num
+    cdef readonly int64_t begin_timestamp
+    cdef readonly int64_t end_timestamp
+    cdef readonly int64_t begin_phy_offset
+    cdef readonly int64_t end_phy_offset
+    cdef readonly int32_t hash_slot_count
+    cdef readonly int32_t index_count
+
+    def __init__(self, MappedFile mf not None, long long hash_slot_num, long long index_num):
+        if mf.file_size != _HEADER + hash_slot_num * 4 + index_num * 20:
+            raise ValueError("%s is %d bytes, not an index of %d slots and %d entries" % (
+                mf.file_name, mf.file_size, hash_slot_num, index_num))
+        self.mapped_file = mf
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.load_header()
+
+    def load_header(self):
+        cdef unsigned char *b = self.mapped_file.base
+        self.mapped_file.check_mapped()
+        self.begin_timestamp = get_i64(b)
+        self.end_timestamp = get_i64(b + 8)
+        self.begin_phy_offset = get_i64(b + 16)
+        self.end_phy_offset = get_i64(b + 24)
+        self.hash_slot_count = get_i32(b + 32)
+        self.index_count = get_i32(b + 36)
+        if self.index_count <= 0:
+            self.index_count = 1
+
+    def init_header(self, long long begin_ts, long long end_ts, long long begin_phy, long long end_phy):
+        """A new file starts from the previous file's end values (0 for the first)."""
+        self.begin_timestamp = begin_ts
+        self.end_timestamp = end_ts
+        self.begin_phy_offset = begin_phy
+        self.end_phy_offset = end_phy
+        self.hash_slot_count = 0
+        self.index_count = 1
+        self._store_header()
+
+    cdef void _store_header(self) noexcept:
+        cdef unsigned char *b = self.mapped_file.base
+        if b == NULL or self.mapped_file.read_only:
+            return
+        put_i64(b, self.begin_timestamp)
+        put_i64(b + 8, self.end_timestamp)
+        put_i64(b + 16, self.begin_phy_offset)
+        put_i64(b + 24, self.end_phy_offset)
+        put_i32(b + 32, self.hash_slot_count)
+        put_i32(b + 36, self.index_count)
+
+    def is_write_full(self):
+        return self.index_count >= self.index_num
+
+    def put_key(self, str key, long long phy_offset, long long store_timestamp):
+        """Add one entry; False when the file is full."""
+        cdef int32_t h = key_hash(key)
+        cdef int64_t slot = h % self.hash_slot_num
+        cdef unsigned char *b = self.mapped_file.base
+        cdef int64_t slot_pos = _HEADER + slot * 4
+        cdef int32_t slot_value
+        cdef int64_t diff, entry_pos
+        self.mapped_file.check_mapped()
+        if self.index_count >= self.index_num:
+            return False
+        slot_value = get_i32(b + slot_pos)
+        if slot_value <= 0 or slot_value > self.index_count:
+            slot_value = 0
+        if self.begin_timestamp <= 0:
+            diff = 0
+        else:
+            diff = (store_timestamp - self.begin_timestamp) // 1000
+            if diff < 0:
+                diff = 0
+            elif diff > 2147483647:
+                diff = 2147483647
+        entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
+        put_i32(b + entry_pos, h)
+        put_i64(b + entry_pos + 4, phy_offset)
+        put_i32(b + entry_pos + 12, <int32_t>diff)
+        put_i32(b + entry_pos + 16, slot_value)
+        put_i32(b + slot_pos, self.index_count)
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._store_header()
+        return True
+
+    def is_time_matched(self, long long begin, long long end):
+        return ((begin < self.begin_timestamp and end > self.end_timestamp)
+                or (self.begin_timestamp <= begin <= self.end_timestamp)
+                or (self.begin_timestamp <= end <= self.end_timestamp))
+
+    def select_phy_offset(self, list out, str key, int max_num, long long begin, long long end):
+        """Append to ``out`` the offsets of entries with ``key``'s hash stored in [begin, end] (newest first)."""
+        cdef int32_t h = key_hash(key)
+        cdef int64_t slot = h % self.hash_slot_num
+        cdef const unsigned char *b = self.mapped_file.base
+        cdef int32_t cur, prev, entry_hash, diff
+        cdef int64_t entry_pos, phy, time_read
+        self.mapped_file.check_mapped()
+        cur = get_i32(b + _HEADER + slot * 4)
+        if cur <= 0 or cur > self.index_count or self.index_count <= 1:
+            return
+        while len(out) < max_num:
+            entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>cur * 20
+            entry_hash = get_i32(b + entry_pos)
+            phy = get_i64(b + entry_pos + 4)
+            diff = get_i32(b + entry_pos + 12)
+            prev = get_i32(b + entry_pos + 16)
+            if diff < 0:
+                break
+            time_read = self.begin_timestamp + <int64_t>diff * 1000
+            if entry_hash == h and begin <= time_read <= end:
+                out.append(phy)
+            if prev <= 0 or prev > self.index_count or prev == cur or time_read < begin:
+                break
+            cur = prev

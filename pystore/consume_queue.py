@@ -1,0 +1,322 @@
+"""Consume queues: one ``consumequeue/<topic>/<queue_id>/`` log of 20-byte units per queue (FORMAT.md §2,
+§8.1, §8.4, §8.5; RocketMQ ``ConsumeQueue``), and ``ConsumeQueueStore``, the table of all of them.
+
+Units are written by ``_cq.QueueDispatcher`` (compiled); this module holds the policy: loading the folders,
+recovering each queue's valid end, cutting units that point past the commit log's end, moving the min
+offset up after the commit log's head was deleted (``correctMinOffset``), deleting whole files below the
+commit log's min offset, and following a live writer from a read-only store.
+
+Queue offsets count units: offset *i* is byte ``i * 20`` of the queue's logical space. ``max offset`` is
+the number of units ever written; ``min offset`` the first one whose message still exists.
+
+Thread-safety: one writer per queue (the put path under the put lock, or the dispatch/recovery thread);
+readers take the copy-on-write file list. ``ConsumeQueueStore`` guards its table with a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+
+from pystore._cq import (FILLER_SIZE, UNIT_SIZE, ConsumeQueueCore, first_unit_at_or_above, read_unit, recover_units,
+                         unit_at, units_below)
+from pystore._mapped_file import MappedFile
+from pystore.mapped_file_queue import MappedFileQueue
+
+__all__ = ["ConsumeQueue", "ConsumeQueueStore"]
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueue(ConsumeQueueCore):
+    def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False) -> None:
+        folder = os.path.join(store_path, topic, str(queue_id))
+        super().__init__(topic, queue_id, file_size, MappedFileQueue(folder, file_size, read_only=read_only))
+        self.folder = folder
+        self.read_only = read_only
+
+    def __repr__(self) -> str:
+        return "ConsumeQueue(%r, %d, min=%d, max=%d)" % (self.topic, self.queue_id, self.get_min_offset_in_queue(),
+                                                        self.get_max_offset_in_queue())
+
+    # -- loading and recovery ----------------------------------------------------------------------
+
+    def load(self) -> bool:
+        size = self.queue.detect_file_size()
+        if size is not None and size != self.queue.mapped_file_size:
+            if size % UNIT_SIZE:
+                log.error("%s: files of %d bytes are not a whole number of units", self.folder, size)
+                return False
+            log.info("%s: files of %d bytes; the queue keeps its geometry", self.folder, size)
+            self.queue.mapped_file_size = size
+        return bool(self.queue.load())
+
+    def recover(self) -> None:
+        """Find the end of valid units (from the third-last file), cut the rest (FORMAT.md §8.1)."""
+        files = self.queue.files
+        if not files:
+            self.last_file = None
+            return
+        start = max(0, len(files) - 3)
+        max_phy = -1
+        end = files[start].file_from_offset
+        for mf in files[start:]:
+            pos, mx = recover_units(mf, 0)
+            if mx >= 0:
+                max_phy = mx
+            end = mf.file_from_offset + pos
+            if pos < mf.file_size:
+                break
+        if max_phy >= 0:
+            self.max_physic_offset = max_phy
+        elif start > 0:
+            _, mx = recover_units(files[start - 1], 0)
+            self.max_physic_offset = max(mx, 0)
+        if not self.read_only:
+            self.queue.flushed_where = self.queue.committed_where = end
+        self.queue.truncate_dirty_files(end)
+        first = self.queue.first()
+        if first is not None and self.min_logic_offset < first.file_from_offset:
+            self.min_logic_offset = first.file_from_offset
+        self.last_file = self.queue.last()
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop units whose message starts at or after ``phy_offset`` (FORMAT.md §8.4): whole files from the end
+        while their first unit is beyond it, then the tail of the file that straddles it."""
+        self.max_physic_offset = phy_offset
+        while True:
+            last = self.queue.last()
+            if last is None:
+                break
+            phy, size, _ = read_unit(last, 0)
+            if phy >= phy_offset and size > 0 and size != FILLER_SIZE:
+                self.queue.delete_last_file()
+                continue
+            pos, mx = units_below(last, phy_offset)
+            self.queue.truncate_dirty_files(last.file_from_offset + pos)
+            if mx >= 0:
+                self.max_physic_offset = mx
+            break
+        self.last_file = self.queue.last()
+        max_logic = self.queue.get_max_offset()
+        if self.min_logic_offset > max_logic:
+            self.min_logic_offset = max_logic
+
+    def correct_min_offset(self, min_commit_log_offset: int) -> None:
+        """5.x ``correctMinOffset``: the min offset moves to the first unit whose message still exists; if even
+        the last unit points below the commit log's min, the queue is empty from its end."""
+        max_logic = self.queue.get_max_offset()
+        if self.min_logic_offset >= max_logic:
+            return
+        last_unit = self.unit(max_logic // UNIT_SIZE - 1)
+        if last_unit is not None and last_unit[0] < min_commit_log_offset and last_unit[1] != 0x7FFFFFFF:
+            self.min_logic_offset = max_logic
+            return
+        files = self.queue.files
+        for mf in files:
+            end = mf.file_from_offset + mf.read_position
+            if end <= self.min_logic_offset:
+                continue
+            low = max(self.min_logic_offset - mf.file_from_offset, 0)
+            pos = first_unit_at_or_above(mf, low, mf.read_position, min_commit_log_offset)
+            if pos < mf.read_position:
+                self.min_logic_offset = mf.file_from_offset + pos
+                return
+        self.min_logic_offset = max_logic
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def unit(self, index: int) -> tuple[int, int, int] | None:
+        """``(commit_log_offset, size, tags_code)`` of queue offset ``index``, or None."""
+        if index < 0 or index >= self.get_max_offset_in_queue():
+            return None
+        return unit_at(self.queue.files, self.queue.mapped_file_size, index)
+
+    def get_index_buffer(self, index: int) -> tuple[MappedFile, int, int] | None:
+        """The file holding queue offset ``index`` and the readable byte range from it in that file."""
+        offset = index * UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        mf = self.queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        end = mf.read_position
+        if pos >= end:
+            return None
+        return mf, pos, end
+
+    def roll_next_file(self, index: int) -> int:
+        units = self.queue.mapped_file_size // UNIT_SIZE
+        return index + units - index % units
+
+    def get_last_offset(self) -> int:
+        """``phy + size`` of the last unit (-1 without units): what expiry of whole queues compares."""
+        u = self.unit(self.get_max_offset_in_queue() - 1)
+        return -1 if u is None else u[0] + u[1]
+
+    def units(self, start: int = 0) -> Iterator[tuple[int, int, int]]:
+        """Units from queue offset ``start`` to the end (fillers included)."""
+        for i in range(max(start, self.get_min_offset_in_queue()), self.get_max_offset_in_queue()):
+            u = self.unit(i)
+            if u is None:
+                return
+            yield u
+
+    # -- maintenance -------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int) -> bool:
+        return bool(self.queue.flush(least_pages))
+
+    def delete_expired_file(self, min_commit_log_offset: int) -> int:
+        n = int(self.queue.delete_expired_file_by_offset(min_commit_log_offset, UNIT_SIZE))
+        self.correct_min_offset(min_commit_log_offset)
+        return n
+
+    def refresh_read_only(self) -> None:
+        files = self.queue.refresh()
+        for mf in files:
+            pos, mx = recover_units(mf, 0)
+            mf.set_positions(pos)
+            if mx >= 0:
+                self.max_physic_offset = mx
+        first = self.queue.first()
+        if first is not None and self.min_logic_offset < first.file_from_offset:
+            self.min_logic_offset = first.file_from_offset
+        self.last_file = self.queue.last()
+
+    def close(self) -> None:
+        self.queue.close()
+        self.last_file = None
+
+    def destroy(self) -> None:
+        self.queue.destroy()
+        self.last_file = None
+        self.max_physic_offset = 0
+        self.min_logic_offset = 0
+        try:
+            os.rmdir(os.path.dirname(self.folder))
+        except OSError:
+            pass
+
+
+class ConsumeQueueStore:
+    """Every consume queue of a store, keyed by (topic, queue id)."""
+
+    def __init__(self, store_path: str, file_size: int, read_only: bool = False,
+                 on_error: Callable[[str], None] | None = None) -> None:
+        self.store_path = store_path
+        self.file_size = file_size
+        self.read_only = read_only
+        self.on_error = on_error
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def queues(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    def items(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
+        return list(self._queues.items())
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None:
+            with self._lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size, self.read_only)
+                    cq.on_error = self.on_error
+                    self._queues[key] = cq
+        return cq
+
+    def load(self) -> bool:
+        """Map every ``<topic>/<int queue id>`` folder (other names are skipped, as RocketMQ does)."""
+        if not os.path.isdir(self.store_path):
+            return True
+        for topic in sorted(os.listdir(self.store_path)):
+            tdir = os.path.join(self.store_path, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qname in sorted(os.listdir(tdir)):
+                try:
+                    qid = int(qname)
+                except ValueError:
+                    continue
+                if not os.path.isdir(os.path.join(tdir, qname)):
+                    continue
+                cq = self.find_or_create(topic, qid)
+                if not cq.load():
+                    log.error("consume queue %s/%d cannot be loaded", topic, qid)
+                    return False
+        return True
+
+    def recover(self) -> int:
+        """Recover every queue; the highest commit-log offset any of them references (-1 if none)."""
+        max_phy = -1
+        for cq in self.queues():
+            cq.recover()
+            if cq.get_max_offset_in_queue() > 0:
+                max_phy = max(max_phy, cq.max_physic_offset)
+        return max_phy
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        for cq in self.queues():
+            if cq.max_physic_offset > phy_offset:
+                cq.truncate_dirty_logic_files(phy_offset)
+
+    def correct_min_offsets(self, min_commit_log_offset: int) -> None:
+        for cq in self.queues():
+            cq.correct_min_offset(min_commit_log_offset)
+
+    def flush(self, least_pages: int) -> None:
+        for cq in self.queues():
+            try:
+                cq.flush(least_pages)
+            except OSError:
+                log.exception("flushing consume queue %s/%d failed", cq.topic, cq.queue_id)
+
+    def remove(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        with self._lock:
+            return self._queues.pop((topic, queue_id), None)
+
+    def destroy_all(self) -> None:
+        with self._lock:
+            for cq in self._queues.values():
+                cq.destroy()
+            self._queues.clear()
+        if not self.read_only:
+            shutil.rmtree(self.store_path, ignore_errors=True)
+
+    def close(self) -> None:
+        with self._lock:
+            for cq in self._queues.values():
+                cq.close()
+
+    def refresh_read_only(self) -> None:
+        self.load_new()
+        for cq in self.queues():
+            cq.refresh_read_only()
+
+    def load_new(self) -> None:
+        """Read-only: map queues created since load."""
+        if not os.path.isdir(self.store_path):
+            return
+        for topic in os.listdir(self.store_path):
+            tdir = os.path.join(self.store_path, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qname in os.listdir(tdir):
+                if qname.isdigit() and (topic, int(qname)) not in self._queues:
+                    cq = self.find_or_create(topic, int(qname))
+                    cq.load()
+

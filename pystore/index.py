@@ -1,0 +1,235 @@
+"""The key index: find messages by key or ``UNIQ_KEY`` (FORMAT.md §3; RocketMQ ``IndexService``).
+
+Index files live in ``<root>/index/``, named by their creation time in local time (``yyyyMMddHHmmssSSS``),
+each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message
+with keys gets an entry ``topic#key`` per key (space-separated ``KEYS``) and one for its ``UNIQ_KEY``;
+rolled-back transaction messages are not indexed. A full file is flushed and the checkpoint's index time
+moves to its end time; after an abnormal exit, files newer than that time are dropped and rebuilt by
+dispatch. ``query_offset`` walks files newest first.
+
+Thread-safety: one writer (dispatch); ``query_offset`` may run concurrently (it reads whole entries).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pystore._index import IndexFileCore, index_file_size
+from pystore._mapped_file import MappedFile
+
+__all__ = ["IndexService", "QueryOffsetResult"]
+
+log = logging.getLogger(__name__)
+
+_ROLLBACK = 0xC
+
+
+def _file_name(ms: int) -> str:
+    t = time.localtime(ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + "%03d" % (ms % 1000)
+
+
+class QueryOffsetResult:
+    __slots__ = ("phy_offsets", "index_last_update_timestamp", "index_last_update_phyoffset")
+
+    def __init__(self, phy_offsets: list[int], ts: int, phy: int) -> None:
+        self.phy_offsets = phy_offsets
+        self.index_last_update_timestamp = ts
+        self.index_last_update_phyoffset = phy
+
+
+class IndexService:
+    def __init__(self, path: str, hash_slot_num: int, index_num: int, checkpoint: Any, read_only: bool = False,
+                 clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64) -> None:
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.file_size = index_file_size(hash_slot_num, index_num)
+        self.checkpoint = checkpoint
+        self.read_only = read_only
+        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self._files: list[IndexFileCore] = []
+        self._lock = threading.RLock()
+
+    @property
+    def files(self) -> list[IndexFileCore]:
+        return self._files
+
+    def load(self, last_exit_ok: bool) -> bool:
+        if not os.path.isdir(self.path):
+            return True
+        files: list[IndexFileCore] = []
+        for name in sorted(os.listdir(self.path)):
+            p = os.path.join(self.path, name)
+            if not (name.isdigit() and os.path.isfile(p)):
+                continue
+            size = os.path.getsize(p)
+            if size != self.file_size:
+                log.warning("%s is %d bytes, not %d: not an index of this geometry; ignored", p, size, self.file_size)
+                continue
+            mf = MappedFile(p, size, read_only=self.read_only, from_offset=0)
+            f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
+            if not last_exit_ok and not self.read_only and f.end_timestamp > self.checkpoint.index_msg_timestamp:
+                log.info("dropping %s: newer than the checkpoint's index time; dispatch rebuilds it", p)
+                mf.destroy(0)
+                continue
+            mf.set_positions(size)
+            files.append(f)
+        self._files = files
+        return True
+
+    def last_end_phy_offset(self) -> int:
+        files = self._files
+        return files[-1].end_phy_offset if files else 0
+
+    def _writable_file(self) -> IndexFileCore | None:
+        files = self._files
+        if files and not files[-1].is_write_full():
+            return files[-1]
+        return self._new_file()
+
+    def _new_file(self) -> IndexFileCore | None:
+        if self.read_only:
+            return None
+        with self._lock:
+            prev = self._files[-1] if self._files else None
+            os.makedirs(self.path, exist_ok=True)
+            now = self.clock()
+            p = os.path.join(self.path, _file_name(now))
+            while os.path.exists(p):
+                now += 1
+                p = os.path.join(self.path, _file_name(now))
+            try:
+                mf = MappedFile(p, self.file_size, create=True, from_offset=0)
+            except OSError:
+                log.exception("cannot create index file %s", p)
+                return None
+            f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
+            if prev is None:
+                f.init_header(0, 0, 0, 0)
+            else:
+                f.init_header(prev.end_timestamp, prev.end_timestamp, prev.end_phy_offset, prev.end_phy_offset)
+            mf.set_positions(self.file_size)
+            self._files = self._files + [f]
+            if prev is not None and prev.is_write_full():
+                threading.Thread(target=self._flush_full, args=(prev,), daemon=True).start()
+            return f
+
+    def _flush_full(self, f: IndexFileCore) -> None:
+        try:
+            f.mapped_file.flushed_position = 0
+            f.mapped_file.flush(0)
+            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, f.end_timestamp)
+            self.checkpoint.flush()
+        except (OSError, Exception):  # noqa: BLE001 - the store keeps running; the index is rebuilt on recovery
+            log.exception("flushing a full index file failed")
+
+    def build_index(self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_ts: int,
+                    sys_flag: int) -> None:
+        """Index one message (called by dispatch)."""
+        if (sys_flag & _ROLLBACK) == _ROLLBACK:
+            return
+        f = self._writable_file()
+        if f is None:
+            return
+        if phy_offset < f.end_phy_offset:
+            return                                  # indexed before (re-dispatch)
+        if uniq_key:
+            f = self._put(f, topic + "#" + uniq_key, phy_offset, store_ts)
+        if keys:
+            for k in keys.split(" "):
+                if k and f is not None:
+                    f = self._put(f, topic + "#" + k, phy_offset, store_ts)
+
+    def _put(self, f: IndexFileCore, key: str, phy: int, ts: int) -> IndexFileCore | None:
+        for _ in range(3):
+            if f.put_key(key, phy, ts):
+                return f
+            nf = self._new_file()
+            if nf is None:
+                return None
+            f = nf
+        return f
+
+    def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
+        max_num = min(max_num, self.max_msgs_num_batch)
+        out: list[int] = []
+        files = self._files
+        last_ts = last_phy = 0
+        full_key = topic + "#" + key
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if i == len(files) - 1:
+                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                f.select_phy_offset(out, full_key, max_num, begin, end)
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return QueryOffsetResult(out, last_ts, last_phy)
+
+    def delete_expired_file(self, min_offset: int) -> int:
+        """Delete files (never the newest) whose entries all point below ``min_offset``."""
+        files = self._files
+        gone = []
+        for f in files[:-1]:
+            if f.end_phy_offset < min_offset:
+                gone.append(f)
+            else:
+                break
+        for f in gone:
+            mf = f.mapped_file
+            if not mf.destroy(0):
+                mf.destroy(0)
+        if gone:
+            with self._lock:
+                ids = {id(f) for f in gone}
+                self._files = [f for f in self._files if id(f) not in ids]
+        return len(gone)
+
+    def flush(self) -> None:
+        files = self._files
+        if not files or self.read_only:
+            return
+        last = files[-1]
+        last.mapped_file.flushed_position = 0
+        last.mapped_file.flush(0)
+        if last.is_write_full():
+            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, last.end_timestamp)
+
+    def refresh_read_only(self) -> None:
+        if not os.path.isdir(self.path):
+            return
+        known = {f.mapped_file.file_name for f in self._files}
+        new = []
+        for name in sorted(os.listdir(self.path)):
+            p = os.path.join(self.path, name)
+            if p in known or not name.isdigit() or os.path.getsize(p) != self.file_size:
+                continue
+            new.append(IndexFileCore(MappedFile(p, self.file_size, read_only=True, from_offset=0),
+                                     self.hash_slot_num, self.index_num))
+        for f in self._files:
+            f.load_header()
+        if new:
+            self._files = self._files + new
+
+    def close(self) -> None:
+        for f in self._files:
+            f.mapped_file.close()
+        self._files = []
+
+    def destroy(self) -> None:
+        for f in self._files:
+            mf = f.mapped_file
+            if not mf.destroy(0):
+                mf.destroy(0)
+        self._files = []
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
