@@ -37,7 +37,7 @@ Thread-safety: every function here works on memory the caller owns or has pinned
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from pystore._bytes cimport body_crc32, get_i16, get_i32, get_i64, load_i32_acquire, put_i16, put_i32, put_i64
 from pystore._bytes cimport store_i32_release
@@ -317,6 +317,28 @@ cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limi
             continue
         reason[0] = r
         return pos
+
+
+cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t limit,
+                              int64_t file_from) noexcept nogil:
+    """The first position >= ``start`` holding a whole valid record (CRC checked) that also names its own
+    place (PHYSICALOFFSET == ``file_from`` + position), or -1. Tells a torn tail (nothing valid after the
+    damage) from damage in the middle of the log."""
+    cdef const unsigned char *p
+    cdef const unsigned char *hit
+    cdef int64_t pos = start
+    cdef RecordView v
+    while pos + 8 <= limit:
+        hit = <const unsigned char *>memchr(base + pos + 4, 0xDA, limit - pos - 4)
+        if hit == NULL:
+            return -1
+        pos = (hit - base) - 4
+        p = hit
+        if pos + _MIN_RECORD <= limit and p[1] == 0xA3 and p[2] == 0x20 and (p[3] == 0xA7 or p[3] == 0xAB):
+            if get_i64(base + pos + 28) == file_from + pos and check_record(base + pos, limit - pos, True, &v) > 0:
+                return pos
+        pos += 1
+    return -1
 
 
 # ----------------------------------------------------------------------------------------------

@@ -60,5 +60,5 @@ cdef class CommitLogCore:
     cdef int64_t _now(self)
     cdef void _account(self, int64_t t0, int64_t size) noexcept
     cdef MappedFile _roll(self, int64_t next_offset)
-    cdef object _put(self, Message msg)
-    cdef object _put_batch(self, object batch)
+    cdef object _put(self, Message msg, bint run_after)
+    cdef object _put_batch(self, object batch, bint run_after)

@@ -26,7 +26,8 @@ from pystore._bytes cimport mono_ns, now_ms
 from pystore._codec cimport (BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, encode_message, make_ext,
-                             message_length, scan_records, write_blank)
+                             message_length, scan_records, write_blank,
+                             find_next_record)
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageBatch, encode_host
 from pystore._results cimport PutMessageResult, put_failed, put_ok
@@ -249,13 +250,21 @@ cdef class CommitLogCore:
 
     def put_message(self, Message msg not None):
         """Append one message; returns a ``PutMessageResult`` (never raises for a bad message)."""
-        return self._put(msg)
+        return self._put(msg, True)
 
     def put_messages(self, MessageBatch batch not None):
         """Append a batch under one lock hold, in one file, with consecutive queue offsets."""
-        return self._put_batch(batch)
+        return self._put_batch(batch, True)
 
-    cdef object _put(self, Message msg):
+    def append_message(self, Message msg not None):
+        """Like ``put_message`` without the ``after_put`` hook: the result of the append alone (async puts
+        hand it to the flush service themselves)."""
+        return self._put(msg, False)
+
+    def append_messages(self, MessageBatch batch not None):
+        return self._put_batch(batch, False)
+
+    cdef object _put(self, Message msg, bint run_after):
         cdef int32_t total, bl
         cdef int64_t ts = 0, qoff = 0, phy = 0, pos, t0
         cdef QueueCell cell
@@ -332,7 +341,7 @@ cdef class CommitLogCore:
         if not self.flush_notified and self.flush_wakeup is not None:
             self.flush_notified = 1
             self.flush_wakeup()
-        if self.after_put is not None:
+        if run_after and self.after_put is not None:
             return self.after_put(result, msg)
         return result
 
@@ -353,7 +362,7 @@ cdef class CommitLogCore:
                 return
         self.buckets[12] += 1
 
-    cdef object _put_batch(self, object batch_obj):
+    cdef object _put_batch(self, object batch_obj, bint run_after):
         cdef MessageBatch batch = <MessageBatch>batch_obj
         cdef list ms = batch._messages
         cdef Py_ssize_t i, n = len(ms)
@@ -440,7 +449,7 @@ cdef class CommitLogCore:
         if not self.flush_notified and self.flush_wakeup is not None:
             self.flush_notified = 1
             self.flush_wakeup()
-        if self.after_put is not None:
+        if run_after and self.after_put is not None:
             return self.after_put(result, batch)
         return result
 
@@ -455,8 +464,8 @@ cdef class CommitLogCore:
 # ------------------------------------------------------------------------------------------------------
 
 def read_message(MappedFile mf, long long pos, bint verify_crc=False):
-    """Decode the record at ``pos`` of ``mf`` (a copy), or None when there is no whole record there
-    (past the readable end, a blank, or the file is going away)."""
+    """Decode the record at ``pos`` of ``mf`` (a copy), or None when no whole valid record starts there
+    (past the readable end, a blank, not a record boundary, or the file is going away)."""
     cdef RecordView v
     cdef int32_t r
     cdef int64_t rp
@@ -465,17 +474,74 @@ def read_message(MappedFile mf, long long pos, bint verify_crc=False):
         return None
     try:
         rp = mf.read_position()
-        if pos < 0 or pos >= rp:
-            return None
-        r = check_record(mf.base + pos, rp - pos, verify_crc, &v)
-        if r > 0:
-            e = make_ext(mf.base + pos, &v)
-        elif r < REC_END:
-            raise StoreCorruptedError(mf.file_name, mf.file_from_offset + pos,
-                                      _reason(r))
+        if 0 <= pos < rp:
+            r = check_record(mf.base + pos, rp - pos, verify_crc, &v)
+            if r > 0:
+                e = make_ext(mf.base + pos, &v)
         return e
     finally:
         mf.c_release()
+
+
+@cython.final
+cdef class RecordIterator:
+    """Iterate the records of one mapped file from ``start``: yields ``MessageExt``; stops at the blank or
+    the end of written data; raises ``StoreCorruptedError`` (file, absolute offset) at a record that is
+    damaged, or whose CRC is wrong when ``verify_crc``. ``stop_reason`` tells how it ended."""
+    cdef MappedFile mf
+    cdef int64_t pos
+    cdef int64_t limit
+    cdef bint verify_crc
+    cdef bint held
+    cdef readonly int32_t stop_reason
+    cdef readonly bint finished
+
+    def __init__(self, MappedFile mf not None, long long start=0, bint verify_crc=True, long long limit=-1):
+        self.mf = mf
+        self.pos = start
+        self.limit = mf.read_position() if limit < 0 else min(<int64_t>limit, mf.file_size)
+        self.verify_crc = verify_crc
+        self.stop_reason = REC_END
+        self.held = mf.c_hold()
+        if not self.held:
+            self.finished = True
+
+    @property
+    def position(self):
+        return self.pos
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef RecordView v
+        cdef int32_t r
+        if self.finished:
+            raise StopIteration
+        r = check_record(self.mf.base + self.pos, self.limit - self.pos, self.verify_crc, &v)
+        if r > 0:
+            e = make_ext(self.mf.base + self.pos, &v)
+            self.pos += r
+            return e
+        self._finish()
+        self.stop_reason = r
+        if r < REC_END:
+            raise StoreCorruptedError(self.mf.file_name, self.mf.file_from_offset + self.pos, _reason(r))
+        raise StopIteration
+
+    cdef void _finish(self) noexcept:
+        if self.held:
+            self.held = False
+            self.mf.c_release()
+        self.finished = True
+
+    def close(self):
+        self._finish()
+
+    def __dealloc__(self):
+        if self.held and self.mf is not None:
+            self.held = False
+            self.mf.c_release()
 
 
 def record_size_at(MappedFile mf, long long pos):
@@ -515,6 +581,26 @@ def scan_file(MappedFile mf, long long start=0, bint check_crc=True, long long l
     finally:
         mf.c_release()
     return (end, reason, count, last_ts)
+
+
+def find_valid_record_after(MappedFile mf, long long start):
+    """Position of the first whole valid record at or after ``start`` in ``mf`` (see
+    ``_codec.find_next_record``), or -1. Skips what the file system reports as holes."""
+    cdef int64_t pos = start, found = -1, lim = mf.file_size, nxt
+    if mf.base == NULL or start >= lim:
+        return -1
+    nxt = mf.next_data_offset(start)
+    if nxt < 0:
+        return -1
+    pos = max(start, nxt - 4096 if nxt - 4096 > start else start)
+    if not mf.c_hold():
+        return -1
+    try:
+        with nogil:
+            found = find_next_record(mf.base, pos, lim, mf.file_from_offset)
+    finally:
+        mf.c_release()
+    return found
 
 
 def first_store_timestamp(MappedFile mf):

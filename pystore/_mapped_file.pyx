@@ -44,6 +44,13 @@ from pystore.errors import StoreClosedError
 
 cdef extern from "<fcntl.h>" nogil:
     int posix_fallocate(int fd, long offset, long length)
+    int fallocate(int fd, int mode, long offset, long length)
+    int FALLOC_FL_ZERO_RANGE
+    int FALLOC_FL_KEEP_SIZE
+
+cdef extern from "<unistd.h>" nogil:
+    long lseek(int fd, long offset, int whence)
+    int SEEK_DATA
 
 cdef extern from "<unistd.h>" nogil:
     int fdatasync(int fd)
@@ -327,13 +334,30 @@ cdef class MappedFile:
             memcpy(self.base + pos, &b[0], n)
 
     def zero_from(self, long long pos):
-        """Zero the file from ``pos`` to its end, so nothing stale follows a truncation point."""
+        """Zero the file from ``pos`` to its end, so nothing stale follows a truncation point. Uses
+        ``fallocate(FALLOC_FL_ZERO_RANGE)`` (no data written, blocks stay allocated, mapped pages refault as
+        zeros) and falls back to writing zeros through the mapping."""
+        cdef int rc
         self.check_mapped()
         if self.read_only or pos >= self.file_size:
             return
         self._check_pos(pos)
         with nogil:
-            memset(self.base + pos, 0, self.file_size - pos)
+            rc = fallocate(self.fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, pos, self.file_size - pos)
+            if rc != 0:
+                memset(self.base + pos, 0, self.file_size - pos)
+
+    def next_data_offset(self, long long pos):
+        """The first offset >= ``pos`` the file system holds data for (``SEEK_DATA``), or -1 if only
+        holes follow. Where the file system cannot tell, ``pos`` itself."""
+        cdef long r
+        if pos >= self.file_size:
+            return -1
+        with nogil:
+            r = lseek(self.fd, pos, SEEK_DATA)
+        if r < 0:
+            return -1 if errno == 6 else pos          # ENXIO: no data after pos
+        return r if r < self.file_size else -1
 
     # -- flushing ------------------------------------------------------------------------------
 

@@ -128,6 +128,9 @@ class StoreConfig:
     put_message_timeout: int = 8_000
     slave_timeout: int = 3_000
     read_only: bool = False  # pystore: open without the lock and without writing
+    # pystore: recovery truncates at damage that valid, already-flushed records follow, instead of raising
+    # StoreCorruptedError (RocketMQ always truncates; pystore refuses to drop durable messages silently).
+    recover_truncate_corrupted: bool = False
     # What from_properties() could not place; not a setting.
     unknown_keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

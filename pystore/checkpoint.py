@@ -1,0 +1,183 @@
+"""The store folder's small files: ``checkpoint``, ``abort`` and ``lock`` (FORMAT.md §4).
+
+``checkpoint`` (4096 bytes, big-endian, the 5.x layout)::
+
+    0    8    physicMsgTimestamp   store time of the last flushed commit-log message
+    8    8    logicsMsgTimestamp   store time of the last message built into a consume queue (and flushed)
+    16   8    indexMsgTimestamp    end time of the last full, flushed index file
+    24   8    masterFlushedOffset  (5.x)
+    32   8    confirmPhyOffset     (5.x)
+    40 .. 4096  zeros
+
+Abnormal recovery starts from the newest commit-log file whose first message is not newer than
+``min_timestamp()`` = max(0, min(physic, logics) − 3000). A checkpoint that cannot be trusted (short file,
+negative or future times) reads as all zeros, which makes recovery start from the first file: slower,
+never wrong.
+
+``abort`` exists while a writer runs; finding it at load means the last writer did not shut down
+cleanly. ``lock`` carries an exclusive ``flock`` for as long as a writer has the store open; a second
+writer, in this process or another, gets :class:`~pystore.errors.StoreLockedError` before it touches a file.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+
+from pystore.errors import StoreLockedError
+
+__all__ = ["StoreCheckpoint", "AbortFile", "StoreLock", "CHECKPOINT_FILE_SIZE"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE_SIZE = 4096
+_LAYOUT = struct.Struct(">qqqqq")
+_ONE_DAY_MS = 86_400_000
+
+
+class StoreCheckpoint:
+    """The checkpoint file. Thread-safe: a lock guards the fields and the write."""
+
+    def __init__(self, path: str, read_only: bool = False) -> None:
+        self.path = path
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self.physic_msg_timestamp = 0
+        self.logics_msg_timestamp = 0
+        self.index_msg_timestamp = 0
+        self.master_flushed_offset = 0
+        self.confirm_phy_offset = 0
+        self.trusted = True
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(CHECKPOINT_FILE_SIZE)
+        except FileNotFoundError:
+            return
+        if len(data) < _LAYOUT.size:
+            log.warning("checkpoint %s is %d bytes: ignored, recovery starts from the first file", self.path, len(data))
+            self.trusted = False
+            return
+        values = _LAYOUT.unpack_from(data)
+        horizon = int(time.time() * 1000) + _ONE_DAY_MS
+        if any(v < 0 for v in values) or any(v > horizon for v in values[:3]):
+            log.warning("checkpoint %s holds impossible values %r: ignored", self.path, values)
+            self.trusted = False
+            return
+        (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+         self.master_flushed_offset, self.confirm_phy_offset) = values
+
+    def min_timestamp(self) -> int:
+        """RocketMQ ``getMinTimestamp``: max(0, min(physic, logics) − 3000)."""
+        m = min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000
+        return m if m > 0 else 0
+
+    def min_timestamp_index(self) -> int:
+        return min(self.min_timestamp(), self.index_msg_timestamp)
+
+    def to_bytes(self) -> bytes:
+        head = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+                            self.master_flushed_offset, self.confirm_phy_offset)
+        return head + bytes(CHECKPOINT_FILE_SIZE - len(head))
+
+    def flush(self) -> None:
+        """Write the fields and force them to disk."""
+        if self.read_only:
+            return
+        with self._lock:
+            data = self.to_bytes()
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.pwrite(fd, data, 0)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def __repr__(self) -> str:
+        return "StoreCheckpoint(physic=%d, logics=%d, index=%d, master_flushed=%d, confirm=%d)" % (
+            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+            self.master_flushed_offset, self.confirm_phy_offset)
+
+
+class AbortFile:
+    """The ``abort`` marker: created at start (with the writer's PID, as 5.x does), removed at a clean
+    shutdown."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def create(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(os.path.dirname(self.path))
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return
+        _fsync_dir(os.path.dirname(self.path))
+
+
+class StoreLock:
+    """Exclusive ``flock`` on ``<root>/lock``. ``acquire`` raises StoreLockedError when held elsewhere."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreLockedError(self.path) from None
+            raise
+        os.pwrite(fd, b"lock", 0)
+        os.fsync(fd)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a file's creation or removal durable."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,102 @@
+"""The commit log: every message of every topic, in arrival order, in one ``MappedFileQueue``
+(FORMAT.md §1, §5; RocketMQ ``CommitLog``).
+
+``CommitLog`` is the Python half of ``_commitlog.CommitLogCore``: the compiled half appends (checks, put
+lock, queue offsets, encode, roll); this half decides policy: where the next file comes from (the queue,
+through the allocate service), the min offset while the first file is being deleted, reads by offset, and
+keeping a read-only view in step with a live writer.
+
+Thread-safety: as ``CommitLogCore`` (puts from any thread) and ``MappedFileQueue`` (copy-on-write list).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pystore._codec import RECORD_BLANK
+from pystore._commitlog import CommitLogCore, read_message, scan_file, store_timestamp_at
+from pystore._mapped_file import MappedFile, SelectMappedBufferResult
+from pystore._message import MessageExt
+from pystore.crashpoint import crashpoint
+from pystore.mapped_file_queue import MappedFileQueue
+
+__all__ = ["CommitLog"]
+
+log = logging.getLogger(__name__)
+
+
+class CommitLog(CommitLogCore):
+    def __init__(self, config: Any, queue: MappedFileQueue, clock: Any = None) -> None:
+        super().__init__(queue.mapped_file_size, config.store_host, config.max_message_size,
+                         config.use_reentrant_lock_when_put_message, config.os_page_cache_busy_timeout_mills)
+        self.config = config
+        self.queue = queue
+        self.clock = clock
+        self.roll_file = self._roll_file
+
+    def _roll_file(self, next_offset: int) -> MappedFile | None:
+        crashpoint("commitlog.roll")
+        return self.queue.get_last_mapped_file(next_offset, True)
+
+    def attach_last(self) -> None:
+        """After loading or recovery: appends continue in the queue's last file."""
+        self.last_file = self.queue.last()
+
+    # -- offsets -----------------------------------------------------------------------------------
+
+    def get_min_offset(self) -> int:
+        """Offset of the first byte still readable; -1 for an empty log. While the first file is being
+        deleted it already counts as gone (RocketMQ)."""
+        first = self.queue.first()
+        if first is None:
+            return -1
+        if not first.available:
+            return self.queue.roll_next_file(first.file_from_offset)
+        return first.file_from_offset
+
+    def get_max_offset(self) -> int:
+        return self.queue.get_max_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        return self.queue.roll_next_file(offset)
+
+    @property
+    def flushed_where(self) -> int:
+        return self.queue.flushed_where
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def look_message_by_offset(self, offset: int) -> MessageExt | None:
+        mf = self.queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        return read_message(mf, offset - mf.file_from_offset)
+
+    def pickup_store_timestamp(self, offset: int) -> int:
+        """RocketMQ ``pickupStoreTimestamp``: the store time of the record at ``offset``, -1 if none."""
+        mf = self.queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return -1
+        return store_timestamp_at(mf, offset - mf.file_from_offset)
+
+    def get_data(self, offset: int, return_first_on_not_found: bool = False) -> SelectMappedBufferResult | None:
+        mf = self.queue.find_mapped_file_by_offset(offset, return_first_on_not_found)
+        if mf is None:
+            return None
+        return mf.select_mapped_buffer(offset % self.queue.mapped_file_size)
+
+    # -- following a live writer (read-only) ------------------------------------------------------
+
+    def refresh_read_only(self) -> None:
+        """Map files the writer created, drop deleted ones, and move each file's read position to the end
+        of its whole records (a reader never sees a half-written record)."""
+        files = self.queue.refresh()
+        if not files:
+            return
+        for mf in files:
+            if mf.read_position == mf.file_size and mf is not files[-1]:
+                continue
+            start = 0 if mf.read_position == mf.file_size else mf.read_position
+            end, reason, _, _ = scan_file(mf, start, False)
+            mf.set_positions(mf.file_size if reason == RECORD_BLANK else end)

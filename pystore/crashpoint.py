@@ -1,0 +1,44 @@
+"""Named crash points for crash tests (cf. bbolt's fail points).
+
+``PYSTORE_CRASHPOINT=name`` (or ``name:n``) in the environment makes the process SIGKILL itself the first
+(or n-th) time it reaches ``crashpoint("name")``; ``PYSTORE_CRASHPOINT=*:n`` kills at the n-th point of any
+name. Points sit in the Python layer only, at the moments a crash is most interesting: rolling to a new
+file, mid-recovery, mid-shutdown. Without the variable a point costs one global lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+__all__ = ["crashpoint", "POINTS"]
+
+#: Every point the store defines, for tests that iterate them.
+POINTS = (
+    "commitlog.roll",          # the old file ends with its blank, the next one is not created yet
+    "allocate.created",        # a new commit-log file exists on disk, not yet handed to the put path
+    "groupcommit.flushed",     # data is on disk, the waiting puts are not told yet
+    "recovery.scanned",        # the valid end is known, nothing truncated yet
+    "recovery.truncated",      # commit log truncated, consume queues not yet
+    "shutdown.flushed",        # final flush done, checkpoint not written
+    "shutdown.checkpoint",     # checkpoint written, abort file still there
+)
+
+_spec = os.environ.get("PYSTORE_CRASHPOINT", "")
+_name, _, _nth = _spec.partition(":")
+_target = int(_nth) if _nth.isdigit() else 1
+_count = 0
+_lock = threading.Lock()
+
+
+def crashpoint(name: str) -> None:
+    """Kill this process with SIGKILL if the environment asks for a crash here."""
+    global _count
+    if not _name or (_name != name and _name != "*"):
+        return
+    with _lock:
+        _count += 1
+        if _count < _target:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)

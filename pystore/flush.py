@@ -1,0 +1,189 @@
+"""Flush services: when the commit log reaches disk (FORMAT.md §6.2, §6.3).
+
+* ``FlushRealTimeService`` (ASYNC_FLUSH): every ``flush_interval_commit_log`` ms, or when a put wakes it
+  (unless ``flush_commit_log_timed``), flushes if at least ``flush_commit_log_least_pages`` pages are dirty;
+  once ``flush_commit_log_thorough_interval`` ms passed since the last full flush, flushes any dirty page.
+* ``GroupCommitService`` (SYNC_FLUSH): puts hand it requests (the offset their data ends at); it swaps its
+  request lists, flushes once for all of them and completes each, so N concurrent writers share one
+  ``msync``. A put waits ``sync_flush_timeout`` ms, then reports ``FLUSH_DISK_TIMEOUT``.
+* ``CommitRealTimeService`` (transient store pool): copies pooled writes into the files, then wakes the flush.
+
+The msync/fdatasync inside ``MappedFile.flush`` runs without the GIL. Each flush records the store time of
+the last flushed message as the checkpoint's ``physicMsgTimestamp``. ``after_flush`` (SYNC_FLUSH) lets
+dispatch follow the flushed offset, so no reader sees what a crash could take back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from pystore.crashpoint import crashpoint
+from pystore.service import ServiceThread
+from pystore.status import PutMessageStatus
+
+__all__ = ["FlushRealTimeService", "GroupCommitService", "GroupCommitRequest", "CommitRealTimeService"]
+
+log = logging.getLogger(__name__)
+
+
+class FlushRealTimeService(ServiceThread):
+    def __init__(self, commitlog: Any, config: Any, checkpoint: Any, clock: Callable[[], int] | None = None) -> None:
+        super().__init__("FlushRealTimeService", clock)
+        self.commitlog = commitlog
+        self.config = config
+        self.checkpoint = checkpoint
+        self.last_flush_timestamp = 0
+
+    def run(self) -> None:
+        cfg = self.config
+        while not self.is_stopped():
+            least = cfg.flush_commit_log_least_pages
+            now = self.clock()
+            if now >= self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval:
+                self.last_flush_timestamp = now
+                least = 0
+            if cfg.flush_commit_log_timed:
+                time.sleep(cfg.flush_interval_commit_log / 1000)
+            else:
+                self.wait_for_running(cfg.flush_interval_commit_log)
+            self.commitlog.clear_flush_notified()
+            self._flush(least)
+        for _ in range(10):       # shutdown: flush everything
+            if self._flush(0):
+                break
+
+    def _flush(self, least: int) -> bool:
+        try:
+            result = self.commitlog.queue.flush(least)
+        except OSError:
+            log.exception("flushing the commit log failed")
+            return True
+        ts = self.commitlog.queue.store_timestamp
+        if ts > 0:
+            self.checkpoint.physic_msg_timestamp = ts
+        return result
+
+
+class GroupCommitRequest:
+    """One durable put waiting for the flushed offset to reach ``next_offset``."""
+
+    __slots__ = ("next_offset", "event", "ok", "future", "result")
+
+    def __init__(self, next_offset: int, future: Future[Any] | None = None, result: Any = None) -> None:
+        self.next_offset = next_offset
+        self.event = threading.Event()
+        self.ok = False
+        self.future = future
+        self.result = result
+
+    def complete(self, ok: bool) -> None:
+        self.ok = ok
+        self.event.set()
+        fut = self.future
+        if fut is not None and not fut.done():
+            r = self.result
+            fut.set_result(r if ok else r.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT))
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.event.wait(timeout_s) and self.ok
+
+
+class GroupCommitService(ServiceThread):
+    def __init__(self, commitlog: Any, checkpoint: Any, after_flush: Callable[[int], None] | None = None,
+                 clock: Callable[[], int] | None = None) -> None:
+        super().__init__("GroupCommitService", clock)
+        self.commitlog = commitlog
+        self.checkpoint = checkpoint
+        self.after_flush = after_flush
+        self._lock = threading.Lock()
+        self._write: list[GroupCommitRequest] = []
+        self._read: list[GroupCommitRequest] = []
+
+    def put_request(self, req: GroupCommitRequest) -> None:
+        with self._lock:
+            self._write.append(req)
+        self.wakeup()
+
+    def on_wait_end(self) -> None:
+        with self._lock:
+            self._write, self._read = self._read, self._write
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            self.wait_for_running(10)
+            self.do_commit()
+        time.sleep(0.01)          # let puts in flight hand in their requests
+        self.on_wait_end()
+        self.do_commit()
+        self.on_wait_end()
+        self.do_commit()
+
+    def do_commit(self) -> None:
+        reqs = self._read
+        queue = self.commitlog.queue
+        target = max((r.next_offset for r in reqs), default=0)
+        try:
+            queue.flush(0)
+            # a request may end in the next file, and a flush moves through one file at a time
+            tries = 0
+            while queue.flushed_where < target and tries < 1000:
+                if queue.flush(0):
+                    time.sleep(0.001)
+                tries += 1
+        except OSError:
+            log.exception("group commit flush failed")
+        flushed = queue.flushed_where
+        crashpoint("groupcommit.flushed")
+        ts = queue.store_timestamp
+        if ts > 0:
+            self.checkpoint.physic_msg_timestamp = ts
+        if self.after_flush is not None:
+            try:
+                self.after_flush(flushed)
+            except Exception:
+                log.exception("dispatch after flush failed")
+        for r in reqs:
+            r.complete(flushed >= r.next_offset)
+        self._read = []
+
+
+class CommitRealTimeService(ServiceThread):
+    """Transient store pool: copy appended bytes from pool buffers into the files."""
+
+    def __init__(self, commitlog: Any, config: Any, flush_service: ServiceThread,
+                 clock: Callable[[], int] | None = None) -> None:
+        super().__init__("CommitRealTimeService", clock)
+        self.commitlog = commitlog
+        self.config = config
+        self.flush_service = flush_service
+        self.last_commit_timestamp = 0
+
+    def run(self) -> None:
+        cfg = self.config
+        while not self.is_stopped():
+            least = cfg.commit_commit_log_least_pages
+            now = self.clock()
+            if now >= self.last_commit_timestamp + cfg.commit_commit_log_thorough_interval:
+                self.last_commit_timestamp = now
+                least = 0
+            self.wait_for_running(cfg.commit_interval_commit_log)
+            self.commitlog.clear_flush_notified()
+            if not self._commit(least):
+                self.last_commit_timestamp = self.clock()
+                self.flush_service.wakeup()
+        for _ in range(10):
+            if self._commit(0):
+                break
+        self.flush_service.wakeup()
+
+    def _commit(self, least: int) -> bool:
+        try:
+            return bool(self.commitlog.queue.commit(least))
+        except OSError:
+            log.exception("committing the transient pool failed")
+            return True

@@ -1,0 +1,399 @@
+"""A log made of equal-size mapped files named by their start offset (RocketMQ ``MappedFileQueue``,
+FORMAT.md §5.3; cf. Kafka's ``LogSegments``).
+
+::
+
+    <dir>/00000000000000000000   <dir>/00000000001073741824   <dir>/00000000002147483648 ...
+          [0, size)                    [size, 2*size)               [2*size, 3*size)
+
+Offsets are absolute in the log; file *i* holds ``[from_i, from_i + size)``. The commit log may spread
+its files over several folders (``store_path_commit_log="a;b"``): the file starting at ``offset`` lives in
+folder ``(offset // size) % len(folders)`` (RocketMQ 5.x ``MultiPathMappedFileQueue``), and loading merges
+the folders in offset order.
+
+``flushed_where`` / ``committed_where`` are the absolute offsets up to which the log is forced to disk or
+copied from the transient pool. ``truncate_dirty_files`` cuts the log after recovery; the cut file's tail
+is zeroed so nothing stale can be read as a record later. Only the *last* file is ever written to.
+
+Thread-safety: the file list is copy-on-write (readers take the current list without locking); changes
+(create, truncate, delete) take ``self._lock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from pystore._mapped_file import MappedFile, offset_to_file_name
+from pystore.service import real_clock
+
+__all__ = ["MappedFileQueue"]
+
+log = logging.getLogger(__name__)
+
+
+def _destroy_now(f: MappedFile) -> None:
+    """Delete a file even if a reader still holds it (its views keep the mapping alive, not the file)."""
+    if not f.destroy(0):
+        f.destroy(0)
+
+
+def _is_data_file(name: str) -> bool:
+    return len(name) == 20 and name.isdigit()
+
+
+class MappedFileQueue:
+    """Files of one log (the commit log, or one consume queue)."""
+
+    def __init__(
+        self,
+        store_paths: str | list[str],
+        mapped_file_size: int,
+        allocate: Callable[[str, str, int], MappedFile | None] | None = None,
+        read_only: bool = False,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.store_paths = [store_paths] if isinstance(store_paths, str) else list(store_paths)
+        self.mapped_file_size = mapped_file_size
+        self.allocate = allocate
+        self.read_only = read_only
+        self.clock = clock or real_clock
+        self._files: list[MappedFile] = []
+        self._lock = threading.RLock()
+        self.flushed_where = 0
+        self.committed_where = 0
+        self.store_timestamp = 0
+
+    # -- the file list ----------------------------------------------------------------------------
+
+    @property
+    def files(self) -> list[MappedFile]:
+        """The files in offset order (a snapshot; do not mutate)."""
+        return self._files
+
+    def first(self) -> MappedFile | None:
+        files = self._files
+        return files[0] if files else None
+
+    def last(self) -> MappedFile | None:
+        files = self._files
+        return files[-1] if files else None
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def _path_for(self, offset: int) -> str:
+        folder = self.store_paths[(offset // self.mapped_file_size) % len(self.store_paths)]
+        return os.path.join(folder, offset_to_file_name(offset))
+
+    def list_file_paths(self) -> list[str]:
+        """Data files in every folder, sorted by offset."""
+        found: dict[int, str] = {}
+        for folder in self.store_paths:
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                if not _is_data_file(name):
+                    continue
+                path = os.path.join(folder, name)
+                if os.path.isfile(path):
+                    found[int(name)] = path
+        return [found[k] for k in sorted(found)]
+
+    def detect_file_size(self) -> int | None:
+        """The size the existing files share, if there are files and they agree."""
+        sizes = {os.path.getsize(p) for p in self.list_file_paths()}
+        sizes.discard(0)
+        return sizes.pop() if len(sizes) == 1 else None
+
+    def load(self) -> bool:
+        """Map every file. Each must be exactly ``mapped_file_size`` bytes, except that an empty last file
+        (a crash while creating it) is deleted. Loaded files start with every position at their end;
+        recovery truncates. False (and nothing mapped) if a file has the wrong size."""
+        paths = self.list_file_paths()
+        files: list[MappedFile] = []
+        for i, path in enumerate(paths):
+            size = os.path.getsize(path)
+            if size != self.mapped_file_size:
+                if size == 0 and i == len(paths) - 1 and not self.read_only:
+                    log.warning("deleting the empty last file %s (creation interrupted)", path)
+                    os.unlink(path)
+                    continue
+                log.error("%s is %d bytes, expected %d: the store cannot be loaded", path, size,
+                          self.mapped_file_size)
+                for f in files:
+                    f.close()
+                return False
+            mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only)
+            mf.set_positions(self.mapped_file_size)
+            files.append(mf)
+        with self._lock:
+            self._files = files
+        self.check_self()
+        return True
+
+    def check_self(self) -> None:
+        files = self._files
+        for a, b in zip(files, files[1:]):
+            if b.file_from_offset - a.file_from_offset != self.mapped_file_size:
+                log.error("files %s and %s are not %d bytes apart", a.file_name, b.file_name, self.mapped_file_size)
+
+    def refresh(self) -> list[MappedFile]:
+        """Read-only: map files another process created since ``load``, drop ones it deleted."""
+        paths = self.list_file_paths()
+        with self._lock:
+            by_name = {f.file_name: f for f in self._files}
+            files: list[MappedFile] = []
+            for p in paths:
+                f = by_name.get(p)
+                if f is None:
+                    try:
+                        size = os.path.getsize(p)
+                        if size != self.mapped_file_size:
+                            continue        # being created
+                        f = MappedFile(p, self.mapped_file_size, read_only=True)
+                    except (OSError, ValueError):
+                        continue
+                    f.set_positions(self.mapped_file_size)
+                files.append(f)
+            self._files = files
+            return files
+
+    # -- creating ---------------------------------------------------------------------------------
+
+    def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = True) -> MappedFile | None:
+        """The last file; with ``need_create``, a new one when there is none (at ``start_offset`` rounded down
+        to a file boundary) or when the last is full."""
+        last = self.last()
+        create_offset = -1
+        if last is None:
+            create_offset = start_offset - start_offset % self.mapped_file_size
+        elif last.is_full():
+            create_offset = last.file_from_offset + self.mapped_file_size
+        if create_offset >= 0 and need_create:
+            return self.create_file(create_offset)
+        return last
+
+    def create_file(self, offset: int) -> MappedFile | None:
+        if self.read_only:
+            return None
+        with self._lock:
+            last = self.last()
+            if last is not None and last.file_from_offset >= offset:
+                return last if last.file_from_offset == offset else None
+            path = self._path_for(offset)
+            next_path = self._path_for(offset + self.mapped_file_size)
+            try:
+                if self.allocate is not None:
+                    mf = self.allocate(path, next_path, self.mapped_file_size)
+                else:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    mf = MappedFile(path, self.mapped_file_size, create=True)
+            except OSError:
+                log.exception("cannot create %s", path)
+                return None
+            if mf is None:
+                return None
+            if not self._files:
+                mf.first_create_in_queue = True
+            self._files = self._files + [mf]
+            return mf
+
+    # -- finding ----------------------------------------------------------------------------------
+
+    def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
+        files = self._files
+        if not files:
+            return None
+        first, last = files[0], files[-1]
+        size = self.mapped_file_size
+        if offset < first.file_from_offset or offset >= last.file_from_offset + size:
+            return first if return_first_on_not_found else None
+        idx = offset // size - first.file_from_offset // size
+        if 0 <= idx < len(files):
+            f = files[idx]
+            if f.file_from_offset <= offset < f.file_from_offset + size:
+                return f
+        for f in files:  # the list has a gap: fall back to a scan
+            if f.file_from_offset <= offset < f.file_from_offset + size:
+                return f
+        return first if return_first_on_not_found else None
+
+    def get_min_offset(self) -> int:
+        first = self.first()
+        return first.file_from_offset if first is not None else -1
+
+    def get_max_offset(self) -> int:
+        last = self.last()
+        return last.file_from_offset + last.read_position if last is not None else 0
+
+    def get_max_wrote_position(self) -> int:
+        last = self.last()
+        return last.file_from_offset + last.wrote_position if last is not None else 0
+
+    def remain_how_many_data_to_commit(self) -> int:
+        return self.get_max_wrote_position() - self.committed_where
+
+    def remain_how_many_data_to_flush(self) -> int:
+        return self.get_max_offset() - self.flushed_where
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.mapped_file_size - offset % self.mapped_file_size
+
+    def get_mapped_memory_size(self) -> int:
+        return sum(f.file_size for f in self._files if f.available)
+
+    # -- flushing ---------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int) -> bool:
+        """Flush the file holding ``flushed_where``; True iff nothing moved (RocketMQ's convention)."""
+        mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mf is None:
+            return True
+        ts = mf.store_timestamp
+        where = mf.file_from_offset + mf.flush(least_pages)
+        result = where == self.flushed_where
+        self.flushed_where = where
+        if least_pages == 0:
+            self.store_timestamp = ts
+        return result
+
+    def commit(self, least_pages: int) -> bool:
+        mf = self.find_mapped_file_by_offset(self.committed_where, self.committed_where == 0)
+        if mf is None:
+            return True
+        where = mf.file_from_offset + mf.commit(least_pages)
+        result = where == self.committed_where
+        self.committed_where = where
+        return result
+
+    # -- truncating and deleting ------------------------------------------------------------------
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the log at ``offset``: later files are deleted, the file holding it ends there (tail zeroed)."""
+        with self._lock:
+            keep: list[MappedFile] = []
+            for f in self._files:
+                tail = f.file_from_offset + self.mapped_file_size
+                if tail > offset:
+                    if offset >= f.file_from_offset:
+                        pos = offset % self.mapped_file_size
+                        f.set_positions(pos)
+                        if not self.read_only:
+                            f.zero_from(pos)
+                        keep.append(f)
+                    elif self.read_only:
+                        f.close()          # a reader only narrows its view; the files are not its own
+                    else:
+                        log.info("deleting %s: it starts after the truncation offset %d", f.file_name, offset)
+                        _destroy_now(f)
+                else:
+                    keep.append(f)
+            self._files = keep
+            if self.flushed_where > offset:
+                self.flushed_where = offset
+            if self.committed_where > offset:
+                self.committed_where = offset
+
+    def reset_offset(self, offset: int) -> bool:
+        """Slave-side: drop everything after ``offset`` (refused beyond two files back)."""
+        last = self.last()
+        if last is None:
+            return True
+        if last.file_from_offset + last.wrote_position - offset > 2 * self.mapped_file_size:
+            return False
+        self.truncate_dirty_files(offset)
+        return True
+
+    def delete_expired_file_by_time(
+        self,
+        expired_ms: int,
+        interval_ms: int,
+        forcibly_ms: int,
+        clean_immediately: bool,
+        batch_max: int = 10,
+        now: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> int:
+        """Delete files (never the last) older than ``expired_ms`` by modification time, oldest first; stop
+        at the first that is not expired or cannot be deleted yet, or after ``batch_max``."""
+        now = self.clock() if now is None else now
+        deleted: list[MappedFile] = []
+        for f in self._files[:-1]:
+            try:
+                mtime = int(os.stat(f.file_name).st_mtime * 1000)
+            except FileNotFoundError:
+                mtime = 0
+            if not (now >= mtime + expired_ms or clean_immediately):
+                break
+            if not f.destroy(forcibly_ms, now):
+                break
+            deleted.append(f)
+            if len(deleted) >= batch_max:
+                break
+            if interval_ms > 0:
+                sleep(interval_ms / 1000)
+        self._remove(deleted)
+        return len(deleted)
+
+    def delete_expired_file_by_offset(self, min_phy_offset: int, unit_size: int) -> int:
+        """Consume queues: delete files (never the last) whose last unit points below ``min_phy_offset``."""
+        deleted: list[MappedFile] = []
+        for f in self._files[:-1]:
+            destroy = True
+            if f.available:
+                raw = f.read_any(self.mapped_file_size - unit_size, 8)
+                destroy = int.from_bytes(raw, "big", signed=True) < min_phy_offset
+            if not destroy:
+                break
+            if not f.destroy(60_000):
+                break
+            deleted.append(f)
+        self._remove(deleted)
+        return len(deleted)
+
+    def retry_delete_first_file(self, forcibly_ms: int) -> bool:
+        first = self.first()
+        if first is None or first.available:
+            return False
+        log.warning("retrying to delete %s, shut down but still held", first.file_name)
+        if first.destroy(forcibly_ms):
+            self._remove([first])
+            return True
+        return False
+
+    def _remove(self, gone: list[MappedFile]) -> None:
+        if not gone:
+            return
+        with self._lock:
+            ids = {id(f) for f in gone}
+            self._files = [f for f in self._files if id(f) not in ids]
+
+    def shutdown(self, interval_forcibly: int = 0) -> None:
+        for f in self._files:
+            f.shutdown(interval_forcibly)
+
+    def close(self) -> None:
+        """Unmap and close every file (the files stay)."""
+        with self._lock:
+            for f in self._files:
+                f.close()
+            self._files = []
+
+    def destroy(self) -> None:
+        """Delete every file of this log, and the folders if they end up empty."""
+        with self._lock:
+            for f in self._files:
+                _destroy_now(f)
+            self._files = []
+            self.flushed_where = self.committed_where = 0
+        for folder in self.store_paths:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass

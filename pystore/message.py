@@ -1,0 +1,109 @@
+"""Message-level constants and filters: property names, sys-flag bits, the schedule topic, ``TagFilter``.
+
+Property names and sys-flag values are RocketMQ's (FORMAT.md §1.6, §1.7, §10); filters follow
+RocketMQ's ``MessageFilter``: a cheap test on the consume-queue tags code, then an exact test on the
+decoded message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from pystore._message import java_string_hash
+
+__all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL"]
+
+#: Delay messages wait in this topic, queue ``level - 1`` (FORMAT.md §10).
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: RocketMQ's "every tag" subscription expression.
+SUB_ALL = "*"
+
+
+class MessageConst:
+    """Names of the properties the store and RocketMQ's clients interpret."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    UNIQ_KEY = "UNIQ_KEY"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    CLUSTER = "CLUSTER"
+    KEY_SEPARATOR = " "
+
+
+class SysFlag:
+    """Bits of the record's SYSFLAG field (FORMAT.md §1.6)."""
+
+    COMPRESSED_FLAG = 0x1
+    MULTI_TAGS_FLAG = 0x2
+    TRANSACTION_NOT_TYPE = 0x0
+    TRANSACTION_PREPARED_TYPE = 0x4
+    TRANSACTION_COMMIT_TYPE = 0x8
+    TRANSACTION_ROLLBACK_TYPE = 0xC
+    TRANSACTION_TYPE_MASK = 0xC
+    BORNHOST_V6_FLAG = 0x10
+    STOREHOSTADDRESS_V6_FLAG = 0x20
+
+    @staticmethod
+    def transaction_value(sys_flag: int) -> int:
+        return sys_flag & SysFlag.TRANSACTION_TYPE_MASK
+
+
+@runtime_checkable
+class MessageFilter(Protocol):
+    """What ``get_message`` accepts as ``message_filter``."""
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...
+
+    def is_matched_by_commit_log(self, msg: object) -> bool: ...
+
+
+class TagFilter:
+    """RocketMQ's tag subscription: ``TagFilter("TagA || TagB")``; ``"*"``, ``""`` or ``None`` match every
+    message; an iterable of tag strings works too.
+
+    The consume-queue test compares tags hash codes (so two tags with one hash both pass it); the
+    commit-log test then compares the tag strings. Immutable and thread-safe.
+    """
+
+    __slots__ = ("expression", "tags", "codes", "match_all")
+
+    def __init__(self, expression: str | Iterable[str] | None = None) -> None:
+        if expression is None or (isinstance(expression, str) and expression.strip() in ("", SUB_ALL)):
+            tags: frozenset[str] = frozenset()
+            self.expression = SUB_ALL
+        elif isinstance(expression, str):
+            tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+            self.expression = expression
+        else:
+            items = list(expression)
+            for t in items:
+                if not isinstance(t, str):
+                    raise TypeError("tags must be str, got %r" % (t,))
+            tags = frozenset(t.strip() for t in items if t.strip())
+            self.expression = " || ".join(sorted(tags)) if tags else SUB_ALL
+        self.match_all = not tags or SUB_ALL in tags
+        self.tags = tags
+        self.codes = frozenset(java_string_hash(t) for t in tags)
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return self.match_all or tags_code in self.codes
+
+    def is_matched_by_commit_log(self, msg: object) -> bool:
+        return self.match_all or getattr(msg, "tags", None) in self.tags
+
+    def __repr__(self) -> str:
+        return "TagFilter(%r)" % self.expression

@@ -1,0 +1,140 @@
+"""Recovery: find where the commit log's valid data ends, cut it there, say where dispatch resumes
+(FORMAT.md §8; cf. Kafka's ``LogLoader``).
+
+* **normal** (no ``abort`` file: the last writer shut down cleanly): walk from the third-last file.
+* **abnormal** (``abort`` present): walk from the newest file whose first message is not newer than the
+  checkpoint's min timestamp (``StoreCheckpoint.min_timestamp``; with ``message_index_safe`` also the index
+  time), or from the first file; the consume queues and the index are rebuilt from there.
+
+The walk is the Cython scan (sizes, magic codes and, with ``check_crc_on_recover``, body CRCs) with the GIL
+released. A file's blank record moves the walk to the next file; the first record that is not whole and
+valid ends it, and everything after that point is truncated (``truncateDirtyFiles``): the torn tail a
+crash leaves behind.
+
+pystore adds one guard to RocketMQ's rule: if *valid* records follow the damage and the checkpoint says
+they were already flushed, the damage is not a crash's torn tail but corruption in the middle of durable
+data, and truncating would silently drop acknowledged messages. Then recovery raises
+:class:`~pystore.errors.StoreCorruptedError` naming the file and offset, unless
+``recover_truncate_corrupted`` asks for RocketMQ's behaviour (``pystore recover --truncate``).
+
+A read-only opener runs the same walk but writes nothing: it only narrows its view to the valid end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
+from pystore._commitlog import find_valid_record_after, first_store_timestamp, read_message, scan_file
+from pystore.crashpoint import crashpoint
+from pystore.errors import StoreCorruptedError
+
+__all__ = ["RecoveryResult", "recover_commit_log"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RecoveryResult:
+    process_offset: int          # end of the last whole valid record: the log is cut here
+    dispatch_from: int           # where consume queues and the index must be rebuilt from
+    abnormal: bool
+    start_file: str | None
+    records: int = 0
+    bytes_scanned: int = 0
+    seconds: float = 0.0
+    damage: str | None = None    # what stopped the walk, when it was not a clean end
+
+    @property
+    def scan_rate(self) -> float:
+        """Bytes per second of the walk."""
+        return self.bytes_scanned / self.seconds if self.seconds > 0 else 0.0
+
+
+def _abnormal_start_index(files: list[Any], checkpoint: Any, config: Any) -> int:
+    min_ts = checkpoint.min_timestamp()
+    if config.message_index_enable and config.message_index_safe:
+        min_ts = checkpoint.min_timestamp_index()
+    for i in range(len(files) - 1, -1, -1):
+        ts = first_store_timestamp(files[i])
+        if ts != 0 and ts <= min_ts:
+            return i
+    return 0
+
+
+def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: bool,
+                       read_only: bool = False) -> RecoveryResult:
+    queue = commitlog.queue
+    files = queue.files
+    if not files:
+        queue.flushed_where = queue.committed_where = 0
+        return RecoveryResult(0, 0, abnormal, None)
+    start = _abnormal_start_index(files, checkpoint, config) if abnormal and not read_only else max(0, len(files) - 3)
+    check_crc = config.check_crc_on_recover
+    t0 = time.perf_counter()
+    records = scanned = 0
+    i = start
+    offset = files[start].file_from_offset
+    stop: tuple[Any, int, int] | None = None
+    while i < len(files):
+        mf = files[i]
+        end, reason, count, _ = scan_file(mf, 0, check_crc)
+        records += count
+        scanned += end
+        if reason == RECORD_BLANK:
+            offset = mf.file_from_offset + mf.file_size
+            i += 1
+            continue
+        offset = mf.file_from_offset + end
+        stop = (mf, end, reason)
+        break
+    seconds = time.perf_counter() - t0
+    result = RecoveryResult(offset, files[start].file_from_offset, abnormal, files[start].file_name, records,
+                            scanned, seconds)
+    if stop is not None:
+        _judge_damage(stop, files, i, checkpoint, config, result, read_only)
+    log.info("commit log %s recovery from %s: %d messages, valid end at %d (%.1f MB/s)",
+             "abnormal" if abnormal else "normal", result.start_file, records, offset,
+             result.scan_rate / 1e6)
+    crashpoint("recovery.scanned")
+    if not read_only:
+        queue.flushed_where = queue.committed_where = offset
+    queue.truncate_dirty_files(offset)
+    crashpoint("recovery.truncated")
+    return result
+
+
+def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, checkpoint: Any, config: Any,
+                  result: RecoveryResult, read_only: bool) -> None:
+    """The walk stopped at ``stop`` (file, position, reason). Is anything valid beyond it, and may we drop it?"""
+    mf, pos, reason = stop
+    where = mf.file_from_offset + pos
+    follow_file, follow_pos = mf, find_valid_record_after(mf, pos)
+    if follow_pos < 0:
+        for later in files[index + 1:]:
+            p = find_valid_record_after(later, 0)
+            if p >= 0:
+                follow_file, follow_pos = later, p
+                break
+    if reason != RECORD_END:
+        result.damage = "%s at %d in %s" % (REASONS.get(reason, "invalid record"), where, mf.file_name)
+    if follow_pos < 0:
+        if reason != RECORD_END:
+            log.warning("commit log: %s; nothing valid follows, so it is a torn tail and is cut", result.damage)
+        return
+    follower = read_message(follow_file, follow_pos)
+    follow_offset = follow_file.file_from_offset + follow_pos
+    what = REASONS.get(reason, "invalid record") if reason != RECORD_END else "zeroed region"
+    durable = follower is not None and checkpoint.trusted and follower.store_timestamp <= checkpoint.physic_msg_timestamp
+    if durable and not config.recover_truncate_corrupted and not read_only:
+        raise StoreCorruptedError(
+            mf.file_name, where,
+            "%s, followed by valid flushed messages from offset %d: refusing to truncate durable data "
+            "(set recover_truncate_corrupted or run `pystore recover --truncate` to cut the log here)"
+            % (what, follow_offset))
+    result.damage = "%s at %d in %s" % (what, where, mf.file_name)
+    log.warning("commit log: %s; valid messages from offset %d are dropped with it (%s)", result.damage,
+                follow_offset, "not yet flushed when the writer stopped" if not durable else "forced")

@@ -1,0 +1,115 @@
+"""Offline reading of store folders: pystore's, or a RocketMQ broker's own ``store/`` (API.md
+"Offline reading").
+
+Everything here maps files read-only, takes no lock and writes nothing, so it is safe on a live store:
+it sees every whole record the writer has published (a record's size is written last) and stops at the
+first zero size. File sizes come from the files themselves, never from a configuration.
+
+* :func:`iter_commitlog` — every message of a commit-log folder (or one file, or a store root), in offset
+  order. With ``verify_crc`` (the default) a record whose body CRC is wrong raises
+  :class:`~pystore.errors.StoreCorruptedError` and is never yielded; so does any other damaged record.
+* :func:`iter_consume_queue` — the ``(commit_log_offset, size, tags_code)`` units of one consume queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+from pystore._codec import RECORD_END, decode_record
+from pystore._commitlog import RecordIterator, find_valid_record_after
+from pystore._mapped_file import MappedFile
+from pystore._message import MessageExt
+from pystore.errors import StoreCorruptedError
+
+__all__ = ["iter_commitlog", "iter_consume_queue", "commit_log_files", "decode_record"]
+
+log = logging.getLogger(__name__)
+
+
+def _data_files(folder: str) -> list[str]:
+    names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+    return [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
+
+
+def commit_log_files(path: str | os.PathLike[str]) -> list[str]:
+    """The commit-log files at ``path``: a single file, a ``commitlog`` folder, or a store root."""
+    p = os.fspath(path)
+    if os.path.isfile(p):
+        return [p]
+    if not os.path.isdir(p):
+        raise FileNotFoundError(p)
+    sub = os.path.join(p, "commitlog")
+    if os.path.isdir(sub) and not _data_files(p):
+        p = sub
+    return _data_files(p)
+
+
+def iter_commitlog(path: str | os.PathLike[str], start_offset: int = 0, verify_crc: bool = True) -> Iterator[MessageExt]:
+    """Every message stored at or after commit-log offset ``start_offset``, in offset order.
+
+    ``start_offset`` must be a record boundary inside the log (or before its first file). A file that ends
+    without its end-of-file blank while later files hold data is reported as corrupted when ``verify_crc``
+    is set, and skipped otherwise.
+    """
+    files = commit_log_files(path)
+    for idx, name in enumerate(files):
+        mf = MappedFile(name, -1, read_only=True)
+        try:
+            if mf.file_size == 0:
+                continue
+            mf.set_positions(mf.file_size)
+            end = mf.file_from_offset + mf.file_size
+            if end <= start_offset:
+                continue
+            pos = max(0, start_offset - mf.file_from_offset)
+            it = RecordIterator(mf, pos, verify_crc)
+            try:
+                yield from it
+            finally:
+                it.close()
+            if it.stop_reason == RECORD_END and idx + 1 < len(files) and _has_data(files[idx + 1]):
+                if verify_crc:
+                    raise StoreCorruptedError(name, mf.file_from_offset + it.position,
+                                              "the file ends without its end-of-file blank, yet later files hold data")
+                log.warning("%s ends at %d without its end-of-file blank; continuing with the next file", name,
+                            it.position)
+        finally:
+            mf.close()
+    return
+
+
+def _has_data(path: str) -> bool:
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        return mf.file_size > 0 and find_valid_record_after(mf, 0) == 0
+    finally:
+        mf.close()
+
+
+def iter_consume_queue(path: str | os.PathLike[str]) -> Iterator[tuple[int, int, int]]:
+    """The units of one consume queue (its folder ``consumequeue/<topic>/<queue_id>``, or one file):
+    ``(commit_log_offset, size, tags_code)``, stopping at the first empty unit. Filler units written before
+    a queue's first real unit (size 2**31-1) are skipped."""
+    from pystore._cq import iter_units  # the compiled consume-queue scan
+
+    p = os.fspath(path)
+    files = [p] if os.path.isfile(p) else _data_files(p)
+    for name in files:
+        mf = MappedFile(name, -1, read_only=True)
+        try:
+            if mf.file_size == 0:
+                continue
+            mf.set_positions(mf.file_size)
+            done = False
+            for unit in iter_units(mf):
+                if unit is None:
+                    done = True
+                    break
+                yield unit
+            if done:
+                return
+        finally:
+            mf.close()
+
