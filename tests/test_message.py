@@ -1,0 +1,634 @@
+"""Message, MessageBatch and MessageExt (API.md "Messages" and "Settled details"), checked through the bytes
+``encode_record`` produces and the pure-Python reference in ``reference_codec``."""
+
+from __future__ import annotations
+
+import array
+import pickle
+import struct
+import time
+
+import pytest
+import reference_codec as ref
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pystore import Message, MessageBatch, MessageExt
+from pystore._codec import (
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    POS_MAGIC,
+    POS_QUEUEID,
+    POS_SYSFLAG,
+    decode_record,
+    encode_record,
+    record_length,
+)
+from pystore._message import java_string_hash
+
+STORE = ("192.168.0.1", 10911)
+
+
+def enc(m, **kw):
+    kw.setdefault("store_host", STORE)
+    return encode_record(m, **kw)
+
+
+def stored_props(m) -> bytes:
+    """The properties bytes of ``m``'s record, read with the reference decoder."""
+    return ref.decode(enc(m))["properties_raw"]
+
+
+def props_bytes(*pairs) -> bytes:
+    return "".join("%s\x01%s\x02" % kv for kv in pairs).encode()
+
+
+# ------------------------------------------------------------------------------------------------
+# Stored property order (API.md "Settled details")
+# ------------------------------------------------------------------------------------------------
+
+
+def test_property_order_all_special_then_own_in_insertion_order():
+    m = Message("T", b"b", tags="TagA", keys=["k1", "k2"], delay_time_level=3, wait_store_msg_ok=False,
+                properties={"z": "1", "a": "2", "m": "3"})
+    expected = [("TAGS", "TagA"), ("KEYS", "k1 k2"), ("DELAY", "3"), ("WAIT", "false"), ("z", "1"),
+                ("a", "2"), ("m", "3")]
+    assert list(m.properties.items()) == expected
+    assert stored_props(m) == props_bytes(*expected)
+
+
+def test_property_order_is_argument_order_not_keyword_order():
+    m = Message("T", b"b", properties={"x": "1"}, wait_store_msg_ok=False, keys="k", tags="t")
+    assert stored_props(m) == props_bytes(("TAGS", "t"), ("KEYS", "k"), ("WAIT", "false"), ("x", "1"))
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    ({}, b""),
+    ({"tags": "t"}, props_bytes(("TAGS", "t"))),
+    ({"keys": "k"}, props_bytes(("KEYS", "k"))),
+    ({"delay_time_level": 1}, props_bytes(("DELAY", "1"))),
+    ({"delay_time_level": 0}, b""),
+    ({"wait_store_msg_ok": True}, b""),
+    ({"wait_store_msg_ok": False}, props_bytes(("WAIT", "false"))),
+    ({"keys": "k", "wait_store_msg_ok": False}, props_bytes(("KEYS", "k"), ("WAIT", "false"))),
+    ({"delay_time_level": 18, "tags": "t"}, props_bytes(("TAGS", "t"), ("DELAY", "18"))),
+])
+def test_special_properties_only_when_given(kwargs, expected):
+    assert stored_props(Message("T", b"", **kwargs)) == expected
+
+
+def test_nothing_added_on_its_own():
+    m = Message("T", b"body")
+    assert m.properties == {}
+    assert "UNIQ_KEY" not in decode_record(enc(m)).properties
+    assert decode_record(enc(m)).uniq_key is None
+
+
+def test_key_given_both_ways_takes_the_argument_value_once():
+    m = Message("T", b"", tags="arg", keys=["a1", "a2"], delay_time_level=2, wait_store_msg_ok=False,
+                properties={"KEYS": "own", "x": "1", "TAGS": "own", "DELAY": "9", "WAIT": "true"})
+    expected = [("TAGS", "arg"), ("KEYS", "a1 a2"), ("DELAY", "2"), ("WAIT", "false"), ("x", "1")]
+    assert list(m.properties.items()) == expected
+    raw = stored_props(m)
+    assert raw == props_bytes(*expected)
+    assert raw.count(b"TAGS\x01") == raw.count(b"KEYS\x01") == raw.count(b"DELAY\x01") == 1
+    assert m.tags == "arg" and m.tags_code == java_string_hash("arg")
+    assert m.delay_time_level == 2 and not m.wait_store_msg_ok
+
+
+def test_own_special_keys_without_arguments_keep_their_own_position():
+    # the FORMAT.md §1.2 worked example: TAGS/KEYS given only as properties are stored where they are
+    m = Message("TopicTest", b"", properties={"a": "1", "KEYS": "key0", "UNIQ_KEY": "UNIQ0", "TAGS": "TagA"})
+    assert stored_props(m) == b"a\x011\x02KEYS\x01key0\x02UNIQ_KEY\x01UNIQ0\x02TAGS\x01TagA\x02"
+    assert m.tags == "TagA" and m.keys == ["key0"] and m.tags_code == java_string_hash("TagA")
+
+
+def test_properties_accepts_any_mapping_and_copies_it():
+    src = {"a": "1"}
+    m = Message("T", b"", properties=src)
+    src["b"] = "2"
+    assert m.properties == {"a": "1"}
+    p = m.properties
+    p["c"] = "3"
+    assert m.properties == {"a": "1"}
+
+
+# ------------------------------------------------------------------------------------------------
+# keys and tags
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keys", [["k1", "k2", "k3"], ("k1", "k2", "k3"), "k1 k2 k3",
+                                  (k for k in ["k1", "k2", "k3"])])
+def test_keys_list_or_space_separated_str(keys):
+    m = Message("T", b"", keys=keys)
+    assert m.keys == ["k1", "k2", "k3"]
+    assert stored_props(m) == b"KEYS\x01k1 k2 k3\x02"
+    assert decode_record(enc(m)).keys == ["k1", "k2", "k3"]
+
+
+def test_single_key():
+    m = Message("T", b"", keys="only")
+    assert m.keys == ["only"] and m.get_property("KEYS") == "only"
+    assert Message("T", b"").keys == []
+
+
+@pytest.mark.parametrize("tags", ["TagA", "é", "日本", "😀", "a||b", "x" * 300])
+def test_tags_code_is_java_hash_of_tags(tags):
+    m = Message("T", b"", tags=tags)
+    h = 0
+    units = tags.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    expected = h - (1 << 32) if h & 0x80000000 else h
+    assert m.tags == tags
+    assert m.tags_code == expected == decode_record(enc(m)).tags_code
+
+
+def test_tags_code_without_tags_is_zero():
+    assert Message("T", b"").tags_code == 0
+    assert Message("T", b"").tags is None
+
+
+# ------------------------------------------------------------------------------------------------
+# Hosts and timestamps
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given_host,normalised,v6", [
+    (("127.0.0.1", 0), ("127.0.0.1", 0), False),
+    (("0:0:0:0:0:0:0:1", 5), ("::1", 5), True),
+    (("2001:0DB8:0000:0000:0000:0000:0000:00FF", 80), ("2001:db8::ff", 80), True),
+    (["10.0.0.9", 9], ("10.0.0.9", 9), False),
+])
+def test_born_host_normalisation(given_host, normalised, v6):
+    m = Message("T", b"", born_host=given_host)
+    assert m.born_host == normalised
+    rec = enc(m)
+    assert struct.unpack_from(">i", rec, POS_SYSFLAG)[0] & 0x10 == (0x10 if v6 else 0)
+    assert len(rec) == 91 + 1 + (12 if v6 else 0)
+    assert decode_record(rec).born_host == normalised
+
+
+def test_default_born_host():
+    m = Message("T", b"")
+    assert m.born_host == ("127.0.0.1", 0)
+
+
+def test_default_born_timestamp_is_now_in_ms():
+    before = time.time_ns() // 1_000_000
+    m = Message("T", b"")
+    after = time.time_ns() // 1_000_000
+    assert before - 5 <= m.born_timestamp <= after + 5
+    assert decode_record(enc(m)).born_timestamp == m.born_timestamp
+
+
+def test_explicit_born_timestamp_and_other_fields_land_in_the_record():
+    m = Message("T", b"xyz", flag=-7, queue_id=3, born_timestamp=42, sys_flag=0x1 | 0x8, reconsume_times=4,
+                prepared_transaction_offset=99)
+    e = decode_record(enc(m))
+    assert (e.flag, e.queue_id, e.born_timestamp, e.sys_flag, e.reconsume_times,
+            e.prepared_transaction_offset) == (-7, 3, 42, 0x9, 4, 99)
+    assert m.transaction_type == e.transaction_type == 0x8
+
+
+def test_sys_flag_host_bits_come_from_the_hosts_not_the_argument():
+    m = Message("T", b"", sys_flag=0x30 | 0x1, born_host=("1.2.3.4", 1))
+    assert m.sys_flag == 0x1
+    assert decode_record(enc(m)).sys_flag == 0x1
+    assert decode_record(enc(m, store_host=("::1", 2))).sys_flag == 0x21
+    m6 = Message("T", b"", sys_flag=0x1, born_host=("::1", 1))
+    assert m6.sys_flag & 0x10
+    assert decode_record(enc(m6)).sys_flag == 0x11
+
+
+# ------------------------------------------------------------------------------------------------
+# Bodies
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [b"abc", bytearray(b"abc"), memoryview(b"abc"), array.array("B", b"abc")])
+def test_body_accepts_buffers(body):
+    m = Message("T", body)
+    assert m.body == b"abc" and type(m.body) is bytes
+    assert decode_record(enc(m)).body == b"abc"
+
+
+def test_body_is_a_copy_of_a_mutable_buffer():
+    buf = bytearray(b"abc")
+    m = Message("T", buf)
+    buf[0] = ord("X")
+    assert m.body == b"abc"
+    assert decode_record(enc(m)).body == b"abc"
+
+
+def test_body_of_wider_items_is_taken_as_bytes():
+    a = array.array("i", [1, 2])
+    m = Message("T", a)
+    assert m.body == a.tobytes()
+
+
+# ------------------------------------------------------------------------------------------------
+# Wrong types
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"topic": b"T"},
+    {"topic": None},
+    {"topic": 5},
+    {"body": "text"},
+    {"body": None},
+    {"body": 5},
+    {"body": [1, 2]},
+    {"tags": 5},
+    {"tags": b"t"},
+    {"keys": ["a", 1]},
+    {"keys": [b"a"]},
+    {"keys": b"a b"},
+    {"keys": 5},
+    {"properties": {"a": 1}},
+    {"properties": {"a": None}},
+    {"properties": {1: "a"}},
+    {"properties": [("a", "b")]},
+    {"born_host": ("127.0.0.1",)},
+    {"born_host": ("127.0.0.1", 1, 2)},
+    {"born_host": ("127.0.0.1", "1")},
+    {"born_host": (1, 1)},
+    {"born_host": "127.0.0.1"},
+    {"born_host": None},
+    {"born_timestamp": 1.5},
+    {"born_timestamp": "1"},
+    {"flag": "1"},
+    {"queue_id": "1"},
+])
+def test_wrong_types_raise_type_error(kwargs):
+    args = {"topic": "T", "body": b"b"}
+    args.update(kwargs)
+    with pytest.raises(TypeError):
+        Message(**args)
+
+
+@pytest.mark.parametrize("born_host", [("not-an-ip", 1), ("127.0.0.1", 70000), ("127.0.0.1", -1)])
+def test_bad_host_values_raise_value_error(born_host):
+    with pytest.raises(ValueError):
+        Message("T", b"", born_host=born_host)
+
+
+# ------------------------------------------------------------------------------------------------
+# Messages the store must refuse are still built
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topic", ["", "t" * 256, "a b", "a/b", "tab\t", "ünï"])
+def test_illegal_topics_are_constructible_and_encodable(topic):
+    m = Message(topic, b"body")
+    assert m.topic == topic
+    rec = enc(m)
+    assert len(rec) == record_length(m, STORE)
+    e = decode_record(rec)
+    assert e.topic == topic and e.body == b"body"
+    magic = MAGIC_CODE_V2 if len(topic) > 127 else MAGIC_CODE_V1
+    assert struct.unpack_from(">i", rec, POS_MAGIC)[0] == magic
+
+
+def test_oversized_properties_are_constructible_and_encodable():
+    m = Message("T", b"", properties={"big": "v" * 32800})
+    assert m.properties["big"] == "v" * 32800
+    rec = enc(m)
+    assert len(rec) == record_length(m, STORE) == 91 + 1 + len("big\x01\x02") + 32800
+
+
+def test_property_with_separator_chars_is_constructible_and_encodable():
+    m = Message("T", b"", properties={"k": "v\x01w", "x\x02": "y"})
+    rec = enc(m)
+    assert len(rec) == record_length(m, STORE)
+    assert ref.decode(rec)["properties_raw"] == b"k\x01v\x01w\x02x\x02\x01y\x02"
+
+
+# ------------------------------------------------------------------------------------------------
+# Setters change the record
+# ------------------------------------------------------------------------------------------------
+
+
+def base_message():
+    return Message("TopicA", b"body", tags="t1", keys="k1", properties={"p": "1"}, queue_id=1,
+                   born_timestamp=7, born_host=("10.0.0.1", 1))
+
+
+def expected_record(m):
+    """The reference record of ``m`` with the properties in ``m.properties`` order."""
+    return ref.encode(m.topic, m.body, ref.properties_string(m.properties), m.queue_id, m.flag, 0, 0,
+                      m.sys_flag, m.born_timestamp, m.born_host, 0, STORE, m.reconsume_times,
+                      m.prepared_transaction_offset)
+
+
+def test_setter_topic():
+    m = base_message()
+    before = enc(m)
+    m.topic = "X" * 130
+    rec = enc(m)
+    assert rec != before and rec == expected_record(m)
+    assert struct.unpack_from(">i", rec, POS_MAGIC)[0] == MAGIC_CODE_V2
+    assert decode_record(rec).topic == "X" * 130
+    m.topic = "Short"
+    assert struct.unpack_from(">i", enc(m), POS_MAGIC)[0] == MAGIC_CODE_V1
+    assert decode_record(enc(m)).topic == "Short"
+    with pytest.raises(TypeError):
+        m.topic = b"bytes"
+
+
+def test_setter_tags():
+    m = base_message()
+    m.tags = "t2"
+    assert m.tags == "t2" and m.tags_code == java_string_hash("t2")
+    assert stored_props(m) == props_bytes(("TAGS", "t2"), ("KEYS", "k1"), ("p", "1"))
+    assert decode_record(enc(m)).tags_code == java_string_hash("t2")
+    m.tags = None
+    assert m.tags is None and m.tags_code == 0
+    assert stored_props(m) == props_bytes(("KEYS", "k1"), ("p", "1"))
+    m.tags = "t3"
+    assert enc(m) == expected_record(m)
+    assert decode_record(enc(m)).tags == "t3"
+    with pytest.raises(TypeError):
+        m.tags = 3
+
+
+def test_setter_keys():
+    m = base_message()
+    m.keys = ["a", "b"]
+    assert m.keys == ["a", "b"]
+    assert stored_props(m) == props_bytes(("TAGS", "t1"), ("KEYS", "a b"), ("p", "1"))
+    m.keys = "c d"
+    assert decode_record(enc(m)).keys == ["c", "d"]
+    m.keys = None
+    assert m.keys == [] and b"KEYS" not in stored_props(m)
+    with pytest.raises(TypeError):
+        m.keys = [1]
+
+
+def test_setter_properties_replaces_all():
+    m = base_message()
+    m.properties = {"TAGS": "new", "q": "2"}
+    assert m.properties == {"TAGS": "new", "q": "2"}
+    assert m.tags == "new" and m.keys == [] and m.tags_code == java_string_hash("new")
+    assert stored_props(m) == props_bytes(("TAGS", "new"), ("q", "2"))
+    m.properties = {}
+    assert stored_props(m) == b"" and m.tags_code == 0
+    with pytest.raises(TypeError):
+        m.properties = {"a": 1}
+
+
+def test_setter_queue_id():
+    m = base_message()
+    m.queue_id = 77
+    rec = enc(m)
+    assert struct.unpack_from(">i", rec, POS_QUEUEID)[0] == 77
+    assert rec == expected_record(m)
+
+
+def test_setter_born_host():
+    m = base_message()
+    m.born_host = ("0:0::2", 9)
+    assert m.born_host == ("::2", 9)
+    rec = enc(m)
+    assert len(rec) == len(enc(base_message())) + 12
+    assert struct.unpack_from(">i", rec, POS_SYSFLAG)[0] & 0x10
+    assert rec == expected_record(m)
+    assert decode_record(rec).born_host == ("::2", 9)
+    m.born_host = ["10.1.1.1", 2]
+    assert m.born_host == ("10.1.1.1", 2)
+    assert not struct.unpack_from(">i", enc(m), POS_SYSFLAG)[0] & 0x10
+    assert decode_record(enc(m)).born_host == ("10.1.1.1", 2)
+
+
+def test_setter_delay_time_level():
+    m = base_message()
+    m.delay_time_level = 4
+    assert m.delay_time_level == 4 and m.get_property("DELAY") == "4"
+    assert decode_record(enc(m)).delay_time_level == 4
+    assert enc(m) == expected_record(m)
+    m.delay_time_level = 0
+    assert m.delay_time_level == 0 and b"DELAY" not in stored_props(m)
+
+
+def test_setter_wait_store_msg_ok():
+    m = base_message()
+    before = enc(m)
+    m.wait_store_msg_ok = False
+    assert not m.wait_store_msg_ok and m.get_property("WAIT") == "false"
+    assert decode_record(enc(m)).properties["WAIT"] == "false"
+    assert not decode_record(enc(m)).wait_store_msg_ok
+    m.wait_store_msg_ok = True
+    assert m.wait_store_msg_ok and enc(m) == before
+
+
+def test_setters_of_plain_fields():
+    m = base_message()
+    m.flag = 5
+    m.born_timestamp = 123
+    m.reconsume_times = 6
+    m.prepared_transaction_offset = 77
+    m.sys_flag = 0x4
+    m.body = b"new body"
+    e = decode_record(enc(m))
+    assert (e.flag, e.born_timestamp, e.reconsume_times, e.prepared_transaction_offset, e.sys_flag,
+            e.body) == (5, 123, 6, 77, 0x4, b"new body")
+    assert e.body_crc == ref.body_crc(b"new body")
+    assert enc(m) == expected_record(m)
+
+
+def test_message_can_be_encoded_many_times():
+    m = base_message()
+    assert enc(m, queue_offset=1) == enc(m, queue_offset=1)
+    assert enc(m, queue_offset=1) != enc(m, queue_offset=2)
+
+
+# ------------------------------------------------------------------------------------------------
+# Pickling
+# ------------------------------------------------------------------------------------------------
+
+
+def roundtrip(obj):
+    return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+@pytest.mark.parametrize("m", [
+    Message("T", b"", born_timestamp=0),
+    Message("Topic", b"\x00\xff" * 100, tags="é", keys=["a", "b"], flag=3, properties={"x": "😀"}, queue_id=5,
+            delay_time_level=2, wait_store_msg_ok=False, born_timestamp=-1, born_host=("::1", 9),
+            sys_flag=0x8, reconsume_times=2, prepared_transaction_offset=12),
+    Message("L" * 200, b"b", properties={"TAGS": "own", "a": "1"}, born_timestamp=5),
+])
+def test_pickle_message(m):
+    m2 = roundtrip(m)
+    assert type(m2) is Message
+    assert enc(m2, queue_offset=3, commit_log_offset=4) == enc(m, queue_offset=3, commit_log_offset=4)
+    for attr in ("topic", "body", "tags", "keys", "flag", "queue_id", "delay_time_level", "wait_store_msg_ok",
+                 "born_timestamp", "born_host", "sys_flag", "reconsume_times", "prepared_transaction_offset",
+                 "tags_code"):
+        assert getattr(m2, attr) == getattr(m, attr), attr
+    assert list(m2.properties.items()) == list(m.properties.items())
+
+
+def test_pickle_message_batch():
+    b = MessageBatch([Message("T", b"1", tags="a", born_timestamp=1),
+                      Message("T", b"2", keys="k", born_timestamp=2, born_host=("::1", 3))])
+    b2 = roundtrip(b)
+    assert type(b2) is MessageBatch
+    assert (b2.topic, b2.queue_id, len(b2)) == ("T", 0, 2)
+    assert [enc(m) for m in b2] == [enc(m) for m in b]
+
+
+def test_pickle_message_ext():
+    m = Message("T", b"body", tags="a", keys="k", born_host=("::1", 3))
+    rec = enc(m, queue_offset=9, commit_log_offset=1234, store_timestamp=55)
+    e = decode_record(rec)
+    e2 = roundtrip(e)
+    assert type(e2) is MessageExt
+    assert e2.raw == rec
+    for attr in ("topic", "body", "properties", "tags", "keys", "queue_offset", "commit_log_offset",
+                 "store_timestamp", "store_host", "born_host", "msg_id", "body_crc", "store_size"):
+        assert getattr(e2, attr) == getattr(e, attr), attr
+
+
+# ------------------------------------------------------------------------------------------------
+# MessageBatch
+# ------------------------------------------------------------------------------------------------
+
+
+def test_message_batch_basics():
+    ms = [Message("T", b"%d" % i, queue_id=2, born_timestamp=i) for i in range(3)]
+    b = MessageBatch(iter(ms))
+    assert (b.topic, b.queue_id, len(b)) == ("T", 2, 3)
+    assert list(b) == ms and b.messages == ms
+    b.messages.append(Message("T", b"x", queue_id=2))
+    assert len(b) == 3
+
+
+def test_message_batch_keeps_inner_fields():
+    ms = [Message("T", b"a", born_timestamp=1, born_host=("1.1.1.1", 1), flag=1, reconsume_times=1),
+          Message("T", b"b", born_timestamp=2, born_host=("::2", 2), flag=2, reconsume_times=2)]
+    b = MessageBatch(ms)
+    assert [(m.born_timestamp, m.born_host, m.flag, m.reconsume_times) for m in b] == [
+        (1, ("1.1.1.1", 1), 1, 1), (2, ("::2", 2), 2, 2)]
+
+
+def test_message_batch_empty_is_value_error():
+    with pytest.raises(ValueError):
+        MessageBatch([])
+    with pytest.raises(ValueError):
+        MessageBatch(iter(()))
+
+
+def test_message_batch_mixed_topics_is_value_error():
+    with pytest.raises(ValueError):
+        MessageBatch([Message("A", b""), Message("B", b"")])
+
+
+def test_message_batch_mixed_queue_ids_is_value_error():
+    with pytest.raises(ValueError):
+        MessageBatch([Message("A", b"", queue_id=0), Message("A", b"", queue_id=1)])
+
+
+@pytest.mark.parametrize("item", [b"raw", "str", None, 5])
+def test_message_batch_non_message_is_type_error(item):
+    with pytest.raises(TypeError):
+        MessageBatch([Message("A", b""), item])
+    with pytest.raises(TypeError):
+        MessageBatch([item])
+
+
+def test_message_batch_of_ext_is_type_error():
+    e = decode_record(enc(Message("A", b"")))
+    with pytest.raises(TypeError):
+        MessageBatch([e])
+
+
+# ------------------------------------------------------------------------------------------------
+# MessageExt
+# ------------------------------------------------------------------------------------------------
+
+
+def test_message_ext_cannot_be_constructed():
+    with pytest.raises(TypeError):
+        MessageExt()
+    with pytest.raises(TypeError):
+        MessageExt(b"\x00" * 100)
+
+
+def test_message_ext_is_read_only():
+    e = decode_record(enc(base_message()))
+    for attr in ("topic", "body", "queue_offset", "commit_log_offset", "store_size", "msg_id", "born_host"):
+        with pytest.raises(AttributeError):
+            setattr(e, attr, getattr(e, attr))
+
+
+def test_message_ext_properties_is_a_copy():
+    e = decode_record(enc(base_message()))
+    p = e.properties
+    p["TAGS"] = "changed"
+    assert e.tags == "t1" and e.properties["TAGS"] == "t1"
+
+
+def test_message_ext_raw_outlives_the_buffer():
+    buf = bytearray(enc(base_message()))
+    e = decode_record(buf)
+    buf[:] = bytes(len(buf))
+    assert e.topic == "TopicA" and e.body == b"body" and e.tags == "t1"
+
+
+@pytest.mark.parametrize("m", [
+    base_message(),
+    Message("L" * 140, b"", born_host=("::1", 1), delay_time_level=3, wait_store_msg_ok=False, sys_flag=0x4,
+            properties={"é": "😀"}),
+    Message("T", b"x" * 5000, keys=["a", "b"], flag=-1, reconsume_times=9, prepared_transaction_offset=-5),
+])
+@pytest.mark.parametrize("store", [STORE, ("2001:db8::1", 10911)])
+def test_to_message_re_encodes_to_the_same_bytes(m, store):
+    rec = encode_record(m, queue_offset=11, commit_log_offset=2222, store_timestamp=333, store_host=store)
+    e = decode_record(rec)
+    m2 = e.to_message()
+    assert type(m2) is Message
+    again = encode_record(m2, queue_offset=11, commit_log_offset=2222, store_timestamp=333, store_host=store)
+    assert again == rec
+    # apart from the offsets and the store fields, the message is the same
+    assert encode_record(m2) == encode_record(m)
+    assert (m2.topic, m2.body, m2.properties, m2.queue_id, m2.born_host, m2.born_timestamp) == (
+        m.topic, m.body, m.properties, m.queue_id, m.born_host, m.born_timestamp)
+
+
+# ------------------------------------------------------------------------------------------------
+# Property order and values under random input
+# ------------------------------------------------------------------------------------------------
+
+text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1,
+               max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tags=st.none() | text,
+       keys=st.none() | st.lists(text.filter(lambda s: " " not in s), min_size=1, max_size=3),
+       delay=st.integers(-2, 30), wait=st.booleans(),
+       own=st.dictionaries(st.sampled_from(["TAGS", "KEYS", "DELAY", "WAIT"]) | text, text, max_size=6))
+def test_stored_property_order_random(tags, keys, delay, wait, own):
+    m = Message("T", b"", tags=tags, keys=keys, delay_time_level=delay, wait_store_msg_ok=wait,
+                properties=own)
+    expected = {}
+    if tags is not None:
+        expected["TAGS"] = tags
+    if keys is not None:
+        expected["KEYS"] = " ".join(keys)
+    if delay > 0:
+        expected["DELAY"] = str(delay)
+    if not wait:
+        expected["WAIT"] = "false"
+    for k, v in own.items():
+        if k not in expected:
+            expected[k] = v
+    assert list(m.properties.items()) == list(expected.items())
+    assert stored_props(m) == ref.properties_string(expected)
+    e = decode_record(enc(m))
+    assert list(e.properties.items()) == list(expected.items())
+    assert e.tags == expected.get("TAGS")
+    assert m.tags_code == (java_string_hash(expected["TAGS"]) if "TAGS" in expected else 0) == e.tags_code
