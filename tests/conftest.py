@@ -1,0 +1,159 @@
+"""Fixtures shared by the whole suite.
+
+* ``store_factory`` — opens stores under ``tmp_path`` with small commit-log files and, at teardown, shuts
+  every one down and re-reads every commit-log file with ``iter_commitlog(verify_crc=True)`` (bbolt's
+  post-test check): nothing may be corrupt, and the message count must equal what the test recorded
+  with ``store_factory.expect_messages(...)``, if it recorded one.
+* ``fake_clock`` — a callable returning milliseconds that only moves when the test says so.
+* ``make_message(i, ...)`` — a deterministic ``Message`` numbered ``i``.
+
+Usage::
+
+    def test_x(store_factory):
+        store = store_factory()                       # tmp_path/store, 64 KiB commit-log files
+        store.put_message(make_message(0))
+        store_factory.expect_messages(1)              # checked after the test, on disk
+        reader = store_factory(read_only=True)        # same root, read-only
+        other = store_factory("b", flush_disk_type="SYNC_FLUSH")
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pystore import Message
+from pystore.config import StoreConfig
+from pystore.store import MessageStore
+from pystore.tools import iter_commitlog
+
+#: Commit-log file size the fixtures use: small, so rolling and recovery are fast.
+SMALL_FILE = 64 * 1024
+#: Born timestamp of message 0 built by make_message (message i is born i ms later).
+BORN_BASE = 1_700_000_000_000
+BORN_HOST = ("127.0.0.1", 50000)
+
+
+def make_message(
+    i: int,
+    topic: str = "TopicTest",
+    queue_id: int = 0,
+    body: bytes | None = None,
+    body_size: int | None = None,
+    **kwargs: Any,
+) -> Message:
+    """Message number ``i``: body ``b"Hello RocketMQ <i>"`` (or ``body``, or ``body_size`` bytes derived
+    from ``i``), tags ``TagA``, keys ``[key<i>]``, born at ``BORN_BASE + i`` from ``BORN_HOST``. Any other
+    ``Message`` argument may be given."""
+    if body is None:
+        if body_size is None:
+            body = b"Hello RocketMQ %d" % i
+        else:
+            seed = b"%d-" % i
+            body = (seed * (body_size // len(seed) + 1))[:body_size]
+    kwargs.setdefault("tags", "TagA")
+    kwargs.setdefault("keys", ["key%d" % i])
+    kwargs.setdefault("born_timestamp", BORN_BASE + i)
+    kwargs.setdefault("born_host", BORN_HOST)
+    return Message(topic, body, queue_id=queue_id, **kwargs)
+
+
+class FakeClock:
+    """Milliseconds since the epoch that move only when told: ``clock()``, ``clock.advance(ms)``."""
+
+    def __init__(self, start_ms: int = BORN_BASE) -> None:
+        self.now = start_ms
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+    def set(self, ms: int) -> None:
+        self.now = ms
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+class StoreFactory:
+    """``factory(name="store", read_only=False, **config_overrides) -> MessageStore`` (loaded, started).
+
+    Roots live under the test's ``tmp_path``; ``mapped_file_size_commit_log`` defaults to 64 KiB. Every
+    store it opened is shut down at teardown, then each written root is checked (see the module doc).
+    """
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.stores: list[MessageStore] = []
+        self.expected: dict[str, int] = {}
+        self.unchecked: set[str] = set()
+        self.roots: dict[str, list[str]] = {}   # written root -> its commit-log folders
+
+    def path(self, name: str = "store") -> Path:
+        """The root folder a store called ``name`` lives in."""
+        return self.tmp_path / name
+
+    def config(self, name: str = "store", **overrides: Any) -> StoreConfig:
+        """The StoreConfig the factory would open ``name`` with (for ``MessageStore(config)``)."""
+        overrides.setdefault("mapped_file_size_commit_log", SMALL_FILE)
+        return StoreConfig(store_path_root_dir=str(self.path(name)), **overrides)
+
+    def __call__(self, name: str = "store", read_only: bool = False, **overrides: Any) -> MessageStore:
+        overrides.setdefault("mapped_file_size_commit_log", SMALL_FILE)
+        root = str(self.path(name))
+        if not read_only:
+            self.roots[root] = StoreConfig(store_path_root_dir=root, **{
+                k: v for k, v in overrides.items() if k not in ("clock", "disk_usage")}).commit_log_paths()
+        store = MessageStore.open(root, read_only=read_only, **overrides)
+        self.stores.append(store)
+        return store
+
+    def track(self, store: MessageStore) -> MessageStore:
+        """Have a store the test built itself shut down (and its root checked) at teardown."""
+        self.stores.append(store)
+        if not store.read_only:
+            self.roots[store.root] = store.config.commit_log_paths()
+        return store
+
+    def expect_messages(self, count: int, name: str = "store") -> None:
+        """Record how many messages the commit log of ``name`` must hold at teardown."""
+        self.expected[str(self.path(name))] = count
+
+    def skip_check(self, name: str = "store") -> None:
+        """Leave ``name`` unchecked (a test that damages files on purpose and leaves them so)."""
+        self.unchecked.add(str(self.path(name)))
+
+    def close_all(self) -> None:
+        for store in reversed(self.stores):
+            store.shutdown()
+
+    def check(self) -> None:
+        for root, folders in self.roots.items():
+            if root in self.unchecked:
+                continue
+            count = 0
+            for folder in folders:
+                if os.path.isdir(folder):
+                    count += sum(1 for _ in iter_commitlog(folder, verify_crc=True))
+            if root in self.expected:
+                assert count == self.expected[root], "%s holds %d messages, the test expected %d" % (
+                    root, count, self.expected[root])
+
+
+@pytest.fixture
+def store_factory(tmp_path: Path) -> Iterator[StoreFactory]:
+    factory = StoreFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.close_all()
+    factory.check()

@@ -1,0 +1,521 @@
+"""MappedFile and SelectMappedBufferResult (FORMAT.md §5.1, §5.2; RocketMQ MappedFileTest)."""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+
+import pytest
+
+from pystore._mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
+from pystore.errors import StoreClosedError, StoreError
+
+PAGE = OS_PAGE_SIZE
+SIZE = 8 * PAGE
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "00000000000000000000")
+
+
+@pytest.fixture
+def mf(path):
+    f = MappedFile(path, SIZE, create=True)
+    yield f
+    f.close()
+
+
+# -- creation --------------------------------------------------------------------------------------
+
+
+def test_page_size_is_rocketmq_os_page_size():
+    assert OS_PAGE_SIZE == 4096
+
+
+def test_create_makes_a_full_size_allocated_file(tmp_path):
+    p = str(tmp_path / "00000000000000032768")
+    f = MappedFile(p, SIZE, create=True)
+    try:
+        st = os.stat(p)
+        assert st.st_size == SIZE
+        assert st.st_blocks * 512 >= SIZE          # posix_fallocate: blocks reserved, not a sparse file
+        assert f.file_size == SIZE
+        assert f.file_name == p
+        assert f.file_from_offset == 32768         # from the 20-digit name
+        assert (f.wrote_position, f.committed_position, f.flushed_position) == (0, 0, 0)
+        assert f.read_position == 0
+        assert not f.is_full()
+        assert not f.read_only
+        assert f.available and f.ref_count == 1
+        assert f.read_any(0, SIZE) == bytes(SIZE)
+    finally:
+        f.close()
+
+
+def test_from_offset_overrides_the_name(tmp_path):
+    f = MappedFile(str(tmp_path / "data"), PAGE, create=True, from_offset=123)
+    try:
+        assert f.file_from_offset == 123
+    finally:
+        f.close()
+
+
+def test_missing_file_without_create_raises(path):
+    with pytest.raises(FileNotFoundError):
+        MappedFile(path, SIZE)
+    assert not os.path.exists(path)
+
+
+def test_empty_existing_file_is_extended_when_creating(path):
+    open(path, "wb").close()
+    f = MappedFile(path, SIZE, create=True)
+    try:
+        assert os.path.getsize(path) == SIZE
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("create", [False, True])
+def test_size_mismatch_raises_value_error_and_leaves_the_file(path, create):
+    with open(path, "wb") as fh:
+        fh.write(b"\x01" * 100)
+    with pytest.raises(ValueError, match="100 bytes, expected %d" % SIZE):
+        MappedFile(path, SIZE, create=create)
+    with open(path, "rb") as fh:
+        assert fh.read() == b"\x01" * 100
+
+
+def test_size_minus_one_maps_the_file_at_its_size(path):
+    with open(path, "wb") as fh:
+        fh.write(b"\x07" * 300)
+    f = MappedFile(path, -1, read_only=True)
+    try:
+        assert f.file_size == 300
+        assert f.read_any(0, 300) == b"\x07" * 300
+    finally:
+        f.close()
+
+
+def test_offset_to_file_name():
+    assert offset_to_file_name(0) == "00000000000000000000"
+    assert offset_to_file_name(1073741824) == "00000000001073741824"
+    assert offset_to_file_name(2**63 - 1) == "09223372036854775807"
+    with pytest.raises(ValueError):
+        offset_to_file_name(-1)
+
+
+# -- appending and positions -----------------------------------------------------------------------
+
+
+def test_append_until_full(mf):
+    chunk = bytes(range(100))
+    n = SIZE // 100
+    for i in range(n):
+        assert mf.append_message(chunk) is True
+        assert mf.wrote_position == (i + 1) * 100
+    assert mf.append_message(chunk) is False           # 100 more do not fit
+    assert mf.wrote_position == n * 100
+    rest = SIZE - n * 100
+    assert mf.append_message(b"\xee" * (rest + 1)) is False
+    assert mf.append_message(b"\xee" * rest) is True
+    assert mf.is_full()
+    assert mf.read_position == SIZE
+    assert mf.read(0, SIZE) == chunk * n + b"\xee" * rest
+    assert mf.append_message(b"x") is False
+
+
+def test_append_accepts_any_buffer(mf):
+    assert mf.append_message(bytearray(b"ab"))
+    assert mf.append_message(memoryview(b"cd"))
+    assert mf.read(0, 4) == b"abcd"
+
+
+def test_appended_bytes_reach_the_file(mf, path):
+    mf.append_message(b"persisted")
+    mf.flush(0)
+    with open(path, "rb") as fh:
+        assert fh.read(9) == b"persisted"
+
+
+def test_read_is_limited_to_the_read_position(mf):
+    mf.append_message(b"0123456789")
+    assert mf.read(2, 3) == b"234"
+    assert mf.read(10, 0) == b""
+    with pytest.raises(ValueError):
+        mf.read(5, 6)
+    with pytest.raises(ValueError):
+        mf.read(-1, 1)
+    assert mf.read_any(SIZE - 4, 4) == bytes(4)
+    with pytest.raises(ValueError):
+        mf.read_any(SIZE - 4, 5)
+
+
+def test_write_at_does_not_move_positions(mf):
+    mf.write_at(100, b"abc")
+    assert mf.wrote_position == 0
+    assert mf.read_any(100, 3) == b"abc"
+    mf.write_at(SIZE - 3, b"xyz")
+    with pytest.raises(ValueError):
+        mf.write_at(SIZE - 2, b"xyz")
+    with pytest.raises(ValueError):
+        mf.write_at(-1, b"x")
+
+
+@pytest.mark.parametrize("attr", ["wrote_position", "committed_position", "flushed_position"])
+def test_position_setters_are_bounded(mf, attr):
+    setattr(mf, attr, SIZE)
+    assert getattr(mf, attr) == SIZE
+    setattr(mf, attr, 0)
+    for bad in (-1, SIZE + 1):
+        with pytest.raises(ValueError):
+            setattr(mf, attr, bad)
+        assert getattr(mf, attr) == 0
+
+
+def test_set_positions_bounds(mf):
+    mf.set_positions(1234)
+    assert (mf.wrote_position, mf.committed_position, mf.flushed_position) == (1234, 1234, 1234)
+    for bad in (-1, SIZE + 1):
+        with pytest.raises(ValueError):
+            mf.set_positions(bad)
+        assert (mf.wrote_position, mf.committed_position, mf.flushed_position) == (1234, 1234, 1234)
+    mf.set_positions(SIZE)
+    assert mf.is_full()
+    assert mf.max_offset == mf.file_from_offset + SIZE
+
+
+# -- flushing (FORMAT.md §5.1 isAbleToFlush) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flushed, wrote, least_pages, able",
+    [
+        (0, 0, 0, False),
+        (0, 1, 0, True),
+        (100, 100, 0, False),
+        (0, PAGE - 1, 1, False),           # not one whole page yet
+        (0, PAGE, 1, True),
+        (PAGE - 1, PAGE, 1, True),          # page numbers, not bytes: 1 - 0 >= 1
+        (PAGE, 2 * PAGE - 1, 1, False),
+        (4000, 2 * PAGE + 100, 2, True),    # 2 - 0 >= 2
+        (4000, 2 * PAGE + 100, 3, False),
+        (0, 3 * PAGE + 100, 4, False),
+        (0, 4 * PAGE, 4, True),
+        (0, SIZE, 100, True),               # a full file is always able when anything is unflushed
+        (SIZE, SIZE, 0, False),
+        (SIZE - 1, SIZE, 100, True),
+    ],
+)
+def test_is_able_to_flush(mf, flushed, wrote, least_pages, able):
+    mf.wrote_position = wrote
+    mf.flushed_position = flushed
+    assert mf.is_able_to_flush(least_pages) is able
+
+
+def test_flush_least_pages(mf):
+    mf.append_message(b"a" * (3 * PAGE + 100))
+    assert mf.flush(4) == 0                          # three dirty pages: not enough
+    assert mf.flushed_position == 0
+    assert mf.flush(3) == 3 * PAGE + 100
+    assert mf.flushed_position == 3 * PAGE + 100
+    mf.append_message(b"b" * (4 * PAGE - 101))       # up to 7 * PAGE - 1: 6 - 3 = 3 pages
+    assert mf.flush(4) == 3 * PAGE + 100
+    assert mf.flush(3) == 7 * PAGE - 1
+    assert mf.flush(0) == 7 * PAGE - 1               # nothing new: unchanged
+    mf.append_message(b"c")                          # 7 * PAGE: one more page boundary
+    assert mf.flush(2) == 7 * PAGE - 1
+    assert mf.flush(0) == 7 * PAGE
+    mf.append_message(b"d" * PAGE)                   # full
+    assert mf.is_full()
+    assert mf.flush(1000) == SIZE
+
+
+def test_flush_returns_flushed_position_without_work(mf):
+    assert mf.flush(0) == 0
+    assert mf.flush(4) == 0
+
+
+# -- select_mapped_buffer and the reference count (RocketMQ testSelectMappedBuffer) ----------------
+
+
+def test_select_mapped_buffer_views(mf):
+    data = b"hello world, this is a mapped file"
+    mf.append_message(data)
+    r = mf.select_mapped_buffer(0)
+    assert isinstance(r, SelectMappedBufferResult)
+    assert r.start_offset == mf.file_from_offset
+    assert r.size == len(data)
+    assert r.buffer.readonly
+    assert bytes(r.buffer) == data
+    assert r.tobytes() == data
+    assert r.mapped_file is mf
+    assert mf.ref_count == 2
+    r.release()
+    assert mf.ref_count == 1
+    r.release()                                      # idempotent
+    assert mf.ref_count == 1
+
+    with mf.select_mapped_buffer(6, 5) as part:
+        assert part.start_offset == 6
+        assert part.size == 5
+        assert bytes(part.buffer) == b"world"
+        assert mf.ref_count == 2
+    assert mf.ref_count == 1
+
+    empty = mf.select_mapped_buffer(len(data))
+    assert empty is not None and empty.size == 0 and bytes(empty.buffer) == b""
+    empty.release()
+
+
+def test_select_mapped_buffer_start_offset_is_absolute(tmp_path):
+    f = MappedFile(str(tmp_path / "00000000000000065536"), PAGE, create=True)
+    try:
+        f.append_message(b"0123456789")
+        with f.select_mapped_buffer(4) as r:
+            assert r.start_offset == 65536 + 4
+            assert bytes(r.buffer) == b"456789"
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("pos, size", [(0, 11), (-1, 2), (5, 6), (11, -1), (20, 0)])
+def test_select_mapped_buffer_out_of_range_is_none(mf, pos, size):
+    mf.append_message(b"0123456789")
+    assert mf.select_mapped_buffer(pos, size) is None
+    assert mf.ref_count == 1                          # nothing held
+
+
+def test_select_mapped_buffer_refuses_writable_views(mf):
+    mf.append_message(b"abc")
+    with mf.select_mapped_buffer(0) as r:
+        with pytest.raises(TypeError):
+            r.buffer[0] = 0x41
+        with pytest.raises(TypeError):
+            io.BytesIO(b"zz").readinto(r)              # asks for a writable buffer
+        assert mf.read(0, 3) == b"abc"
+
+
+def test_select_mapped_buffer_result_is_not_constructible():
+    with pytest.raises(TypeError):
+        SelectMappedBufferResult()
+
+
+def test_released_result_refuses_its_buffer(mf):
+    mf.append_message(b"abc")
+    r = mf.select_mapped_buffer(0)
+    r.release()
+    with pytest.raises(StoreClosedError):
+        r.buffer
+    with pytest.raises(StoreClosedError):
+        r.tobytes()
+    with pytest.raises(StoreClosedError):
+        memoryview(r)
+
+
+def test_rocketmq_select_mapped_buffer_lifecycle(path):
+    """RocketMQ MappedFileTest.testSelectMappedBuffer: read back, then the file stays until the last
+    reference is released, and destroy succeeds."""
+    f = MappedFile(path, SIZE, create=True)
+    msg = b"Once, there was a chance for me!"
+    assert f.append_message(msg)
+    r = f.select_mapped_buffer(0)
+    assert bytes(r.buffer) == msg
+
+    f.shutdown(1000)
+    assert not f.available
+    assert f.select_mapped_buffer(0) is None
+    assert f.hold() is False
+    assert f.ref_count == 1                           # the result's reference
+    assert not f.is_cleanup_over()
+    assert bytes(r.buffer) == msg                     # still readable: it is held
+
+    r.release()
+    assert f.is_cleanup_over()
+    assert f.destroy(1000) is True
+    assert not os.path.exists(path)
+
+
+def test_hold_release_and_shutdown_counts(mf, fake_clock):
+    assert mf.hold() and mf.hold()
+    assert mf.ref_count == 3
+    mf.release()
+    t0 = fake_clock()
+    mf.shutdown(1000, now=t0)
+    assert not mf.available and mf.ref_count == 1 and not mf.is_cleanup_over()
+    mf.shutdown(1000, now=t0 + 999)                   # not yet forcible
+    assert mf.ref_count == 1 and not mf.is_cleanup_over()
+    assert mf.destroy(1000, now=t0 + 999) is False
+    assert os.path.exists(mf.file_name)
+    mf.shutdown(1000, now=t0 + 1000)                  # forced
+    assert mf.is_cleanup_over()
+    assert mf.destroy(1000, now=t0 + 1000) is True
+    assert not os.path.exists(mf.file_name)
+
+
+def test_destroy_waits_for_readers_then_deletes(mf, fake_clock):
+    mf.append_message(b"x" * 10)
+    r = mf.select_mapped_buffer(0)
+    t0 = fake_clock()
+    assert mf.destroy(60_000, now=t0) is False
+    assert os.path.exists(mf.file_name)
+    assert mf.destroy(60_000, now=t0 + 59_999) is False
+    r.release()
+    assert mf.destroy(60_000, now=t0 + 60_000) is True
+    assert not os.path.exists(mf.file_name)
+
+
+def test_slice_of_a_view_outlives_release_and_destroy(path):
+    """A view taken from ``buffer`` pins the mapping: readable after release and after the file is deleted."""
+    f = MappedFile(path, SIZE, create=True)
+    f.append_message(b"hello world")
+    r = f.select_mapped_buffer(0)
+    part = r.buffer[6:11]
+    r.release()
+    assert f.ref_count == 1                           # only the owner now; the view is not a reference
+    assert f.destroy(0) is True
+    assert not os.path.exists(path)
+    assert bytes(part) == b"world"
+    gc.collect()
+    assert bytes(part) == b"world"
+    part.release()
+
+
+def test_raw_view_outlives_a_forced_destroy(path):
+    f = MappedFile(path, SIZE, create=True)
+    f.append_message(b"pinned bytes")
+    r = f.select_mapped_buffer(0)
+    view = memoryview(r)
+    assert f.destroy(0) is False                      # held by r
+    assert f.destroy(0) is True                       # forced: interval 0 has passed
+    assert not os.path.exists(path)
+    assert bytes(view) == b"pinned bytes"
+    r.release()
+    assert bytes(view) == b"pinned bytes"
+    assert view.tobytes()[:6] == b"pinned"
+    view.release()
+
+
+def test_buffer_taken_before_a_forced_destroy_stays_readable(path):
+    f = MappedFile(path, SIZE, create=True)
+    f.append_message(b"abcdef")
+    r = f.select_mapped_buffer(0)
+    buf = r.buffer
+    f.destroy(0)
+    assert f.destroy(0) is True
+    assert bytes(buf) == b"abcdef"
+    assert bytes(r.buffer[2:4]) == b"cd"
+    r.release()
+
+
+# -- use after close (py-lmdb crash_test style) ----------------------------------------------------
+
+
+RAISING_AFTER_CLOSE = [
+    ("read", (0, 1)),
+    ("read_any", (0, 1)),
+    ("append_message", (b"x",)),
+    ("write_at", (0, b"x")),
+    ("zero_from", (0,)),
+    ("warm", ()),
+]
+
+
+@pytest.mark.parametrize("method, args", RAISING_AFTER_CLOSE, ids=[m for m, _ in RAISING_AFTER_CLOSE])
+@pytest.mark.parametrize("how", ["close", "destroy", "forced_destroy"])
+def test_use_after_close_raises(path, method, args, how):
+    f = MappedFile(path, SIZE, create=True)
+    f.append_message(b"abc")
+    if how == "close":
+        f.close()
+    elif how == "destroy":
+        assert f.destroy(0)
+    else:
+        held = f.select_mapped_buffer(0)
+        f.destroy(0)
+        assert f.destroy(0)
+        held.release()
+    with pytest.raises(StoreClosedError) as ei:
+        getattr(f, method)(*args)
+    assert isinstance(ei.value, StoreError)
+
+
+def test_closed_file_refuses_references(path):
+    f = MappedFile(path, SIZE, create=True)
+    f.append_message(b"abc")
+    f.close()
+    assert f.hold() is False
+    assert f.select_mapped_buffer(0) is None
+    assert f.select_mapped_buffer(0, 1) is None
+    assert not f.available
+    assert f.is_cleanup_over()
+    # RocketMQ: a flush that cannot hold the file just records the read position; never touches memory
+    assert f.flush(0) == 3
+    assert f.commit(0) == 3
+    assert os.path.exists(path)                       # close keeps the file
+    f.close()                                         # idempotent
+    assert os.path.getsize(path) == SIZE
+
+
+# -- read-only mappings ----------------------------------------------------------------------------
+
+
+def test_read_only_mapping_refuses_writes(path):
+    w = MappedFile(path, SIZE, create=True)
+    w.append_message(b"original")
+    w.flush(0)
+    w.close()
+    f = MappedFile(path, SIZE, read_only=True)
+    try:
+        assert f.read_only
+        f.set_positions(8)
+        assert f.read(0, 8) == b"original"
+        with pytest.raises(StoreError):
+            f.append_message(b"x")
+        with pytest.raises(StoreError):
+            f.write_at(0, b"X")
+        f.zero_from(0)                                # a no-op on a read-only mapping
+        f.warm()
+        assert f.read(0, 8) == b"original"
+        assert f.wrote_position == 8
+        with f.select_mapped_buffer(0) as r:
+            assert r.buffer.readonly
+            assert bytes(r.buffer) == b"original"
+    finally:
+        f.close()
+    with open(path, "rb") as fh:
+        assert fh.read(8) == b"original"
+
+
+def test_read_only_open_of_a_missing_file_raises(path):
+    with pytest.raises(FileNotFoundError):
+        MappedFile(path, SIZE, read_only=True)
+    assert not os.path.exists(path)
+
+
+# -- zero_from -------------------------------------------------------------------------------------
+
+
+def test_zero_from(mf, path):
+    mf.append_message(b"\xff" * SIZE)
+    mf.zero_from(PAGE + 100)
+    assert mf.read_any(0, PAGE + 100) == b"\xff" * (PAGE + 100)
+    assert mf.read_any(PAGE + 100, SIZE - PAGE - 100) == bytes(SIZE - PAGE - 100)
+    mf.flush(0)
+    with open(path, "rb") as fh:
+        disk = fh.read()
+    assert disk == b"\xff" * (PAGE + 100) + bytes(SIZE - PAGE - 100)
+    assert os.path.getsize(path) == SIZE              # the file keeps its size
+    mf.zero_from(SIZE)                                # nothing to do
+    mf.zero_from(SIZE + 10)
+    with pytest.raises(ValueError):
+        mf.zero_from(-1)
+    assert mf.read_any(0, 4) == b"\xff" * 4
+
+
+def test_zero_from_unaligned_start(mf):
+    mf.append_message(bytes(range(256)) * (SIZE // 256))
+    mf.zero_from(77)
+    assert mf.read_any(0, 77) == bytes(range(77))
+    assert mf.read_any(77, SIZE - 77) == bytes(SIZE - 77)
