@@ -18,7 +18,8 @@ with a single unbuffered ``write`` to an ``O_APPEND`` descriptor, *after* the pu
 never claims more than was acknowledged (a line may be lost at the kill, which only weakens the check).
 Indexes are unique across runs on one root: ``run * 10**8 + thread * 10**6 + n``.
 
-``--max-puts N`` stops after N puts per thread; with ``--shutdown`` the store is then shut down cleanly
+``--async-window N`` puts with ``async_put_message(s)`` instead, keeping N futures outstanding, and acks
+each message once its future completed with ``PUT_OK``. ``--max-puts N`` stops after N puts per thread; with ``--shutdown`` the store is then shut down cleanly
 (crash points in the shutdown path fire there) and the writer prints ``DONE``. ``--max-seconds`` bounds
 a writer nobody kills.
 
@@ -37,6 +38,7 @@ records (each PHYSICALOFFSET = previous offset + previous size, an end-of-file b
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -168,7 +170,6 @@ class _Writer:
     def run_thread(self, tid: int) -> None:
         from pystore import Message, MessageBatch
         from pystore._codec import record_length
-        from pystore.status import PutMessageStatus
 
         args = self.args
         rng = random.Random(args.seed * 1000 + args.run * 100 + tid)
@@ -178,6 +179,7 @@ class _Writer:
         flushed_of = store._commitlog.queue     # white-box: the flushed offset when a put returns
         seq = 0
         puts = 0
+        pending: collections.deque = collections.deque()
         base = args.run * RUN_STRIDE + tid * THREAD_STRIDE
         while time.monotonic() < self.deadline and (args.max_puts < 0 or puts < args.max_puts):
             topic = TOPICS[rng.randrange(len(TOPICS))]
@@ -196,26 +198,42 @@ class _Writer:
                     break
                 msgs.append((idx, m, size))
                 total += size
-            if len(msgs) == 1:
-                r = store.put_message(msgs[0][1])
-            else:
-                r = store.put_messages(MessageBatch([m for _, m, _ in msgs]))
             puts += 1
-            if r.status != PutMessageStatus.PUT_OK:
-                with self.lock:
-                    self.failures[r.status.name] = self.failures.get(r.status.name, 0) + 1
+            if args.async_window > 0:
+                # async_put_message(s): the future completes once the group commit (or the append) is done
+                fut = (store.async_put_message(msgs[0][1]) if len(msgs) == 1
+                       else store.async_put_messages(MessageBatch([m for _, m, _ in msgs])))
+                pending.append((fut, msgs))
+                while len(pending) >= args.async_window:
+                    f, ms = pending.popleft()
+                    self._ack(f.result(), ms, flushed_of)
                 continue
-            flushed = flushed_of.flushed_where
-            off = r.wrote_offset
-            lines = []
-            for idx, _, size in msgs:
-                lines.append(b"%d %d %d %d\n" % (idx, off, size, flushed))
-                off += size
-            if off != r.wrote_offset + r.append_message_result.wrote_bytes:
-                raise AssertionError("record sizes disagree with the put result %r" % r)
-            os.write(self.fd, b"".join(lines))
+            r = (store.put_message(msgs[0][1]) if len(msgs) == 1
+                 else store.put_messages(MessageBatch([m for _, m, _ in msgs])))
+            self._ack(r, msgs, flushed_of)
+        while pending:
+            f, ms = pending.popleft()
+            self._ack(f.result(), ms, flushed_of)
         with self.lock:
             self.puts += puts
+
+    def _ack(self, r, msgs, queue) -> None:
+        """Log the messages of a put that returned PUT_OK (after it returned), with the flushed offset."""
+        from pystore.status import PutMessageStatus
+
+        if r.status != PutMessageStatus.PUT_OK:
+            with self.lock:
+                self.failures[r.status.name] = self.failures.get(r.status.name, 0) + 1
+            return
+        flushed = queue.flushed_where
+        off = r.wrote_offset
+        lines = []
+        for idx, _, size in msgs:
+            lines.append(b"%d %d %d %d\n" % (idx, off, size, flushed))
+            off += size
+        if off != r.wrote_offset + r.append_message_result.wrote_bytes:
+            raise AssertionError("record sizes disagree with the put result %r" % r)
+        os.write(self.fd, b"".join(lines))
 
 
 def cmd_write(args) -> int:
@@ -501,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--max-puts", type=int, default=-1)
     w.add_argument("--shutdown", action="store_true")
     w.add_argument("--max-seconds", type=float, default=30.0)
+    w.add_argument("--async-window", type=int, default=0,
+                   help="put with async_put_message(s), keeping this many futures outstanding")
     o = sub.add_parser("open")
     o.add_argument("root")
     o.add_argument("--file-size", type=int, default=32768)

@@ -127,10 +127,10 @@ def wait_killed_by_crashpoint(p, timeout: float = 90.0) -> None:
 
 
 def write_args(root, ack, *, mode="sync", threads=1, sizes="mixed", file_size=32768, run=0, seed=0,
-               batch_prob=0.25, max_puts=-1, shutdown=False) -> list[str]:
+               batch_prob=0.25, max_puts=-1, shutdown=False, async_window=0) -> list[str]:
     argv = ["write", str(root), "--ack", str(ack), "--mode", mode, "--threads", str(threads), "--sizes", sizes,
             "--file-size", str(file_size), "--run", str(run), "--seed", str(seed), "--batch-prob", str(batch_prob),
-            "--max-puts", str(max_puts), "--max-seconds", "60"]
+            "--max-puts", str(max_puts), "--max-seconds", "60", "--async-window", str(async_window)]
     if shutdown:
         argv.append("--shutdown")
     return argv
@@ -194,7 +194,7 @@ def verify_in_new_process(procs: Procs, root, ack, file_size: int) -> None:
 
 
 def run_kills(procs: Procs, tmp_path, *, kills: int, seed: int, mode: str, threads: int, sizes: str,
-              file_size: int) -> dict:
+              file_size: int, async_window: int = 0) -> dict:
     """``kills`` writer runs on one store, each SIGKILLed after a random delay, checked after each kill."""
     rng = random.Random(seed)
     root, ack = tmp_path / "store", tmp_path / "ack.log"
@@ -202,7 +202,7 @@ def run_kills(procs: Procs, tmp_path, *, kills: int, seed: int, mode: str, threa
     stats = {"acked": 0, "kills": 0, "abnormal": 0}
     for run in range(kills):
         p = procs.start(*write_args(root, ack, mode=mode, threads=threads, sizes=sizes, file_size=file_size,
-                                    run=run, seed=seed))
+                                    run=run, seed=seed, async_window=async_window))
         try:
             if run % 5 != 4:          # most kills while putting; every fifth one while starting/recovering
                 read_line(p, "READY")
@@ -247,6 +247,16 @@ def test_sync_flush_random_kills(procs, tmp_path, sizes, file_size, seed):
 def test_sync_flush_four_threads_random_kills(procs, tmp_path):
     """SYNC_FLUSH with 4 putting threads sharing the group commit: every acknowledged message survives."""
     stats = run_kills(procs, tmp_path, kills=10, seed=21, mode="sync", threads=4, sizes="mixed", file_size=32768)
+    assert stats["acked"] > 0 and stats["files"] > 1, stats
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sync_flush_async_put_futures_random_kills(procs, tmp_path, threads):
+    """SYNC_FLUSH through ``async_put_message(s)`` with 16 futures outstanding per thread: a message is
+    acknowledged once its future, completed by the group commit, says PUT_OK; every one survives."""
+    stats = run_kills(procs, tmp_path, kills=6, seed=25 + threads, mode="sync", threads=threads, sizes="mixed",
+                      file_size=32768, async_window=16)
     assert stats["acked"] > 0 and stats["files"] > 1, stats
 
 
@@ -300,6 +310,18 @@ def test_async_flush_lost_unflushed_tail(procs, tmp_path):
 # ----------------------------------------------------------------------------------------------
 # named crash points
 # ----------------------------------------------------------------------------------------------
+
+#: The points of ``pystore.crashpoint.POINTS`` the tests below kill at.
+COVERED_POINTS = {"commitlog.roll", "allocate.created", "groupcommit.flushed", "shutdown.flushed",
+                  "shutdown.checkpoint", "recovery.scanned", "recovery.truncated"}
+
+
+def test_every_crash_point_has_a_test():
+    from pystore.crashpoint import POINTS
+
+    missing = set(POINTS) - COVERED_POINTS
+    assert not missing, "crash points no test kills at: %s" % sorted(missing)
+
 
 def _records_vs_acks(w: cw.Walk, acks: list[cw.Ack], threads: int = 1) -> int:
     """Records in the log that were never acknowledged: the put(s) in flight at the kill."""
