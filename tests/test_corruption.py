@@ -517,6 +517,29 @@ def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
     assert [r.offset for r in w.records] == [0]
 
 
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_oldest_files_gone(tmp_path, abnormal):
+    """The oldest files are gone, as cleanup leaves a store: it opens with the first file left as its min
+    offset and every record from there on. (A file missing in the middle is in test_crash_bugs.py.)"""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300)
+    names = cw.log_files(str(root))
+    for n in names[:2]:
+        os.unlink(os.path.join(cw.commitlog_dir(str(root)), n))
+    if abnormal:
+        make_abnormal(root)
+    first = int(names[2])
+    kept = [r for r in w.records if r.offset >= first]
+    assert kept[0].offset == first
+    with open_store(root) as store:
+        assert store.get_min_phy_offset() == first
+        assert store.get_max_phy_offset() == w.end
+        assert store.look_message_by_offset(0) is None
+        for r in kept:
+            cw.check_message(store.look_message_by_offset(r.offset), r.idx)
+    assert [m.commit_log_offset for m in iter_commitlog(str(root), verify_crc=True)] == [r.offset for r in kept]
+
+
 # ----------------------------------------------------------------------------------------------
 # any single byte
 # ----------------------------------------------------------------------------------------------
