@@ -19,9 +19,9 @@ never claims more than was acknowledged (a line may be lost at the kill, which o
 Indexes are unique across runs on one root: ``run * 10**8 + thread * 10**6 + n``.
 
 ``--async-window N`` puts with ``async_put_message(s)`` instead, keeping N futures outstanding, and acks
-each message once its future completed with ``PUT_OK``. ``--max-puts N`` stops after N puts per thread; with ``--shutdown`` the store is then shut down cleanly
-(crash points in the shutdown path fire there) and the writer prints ``DONE``. ``--max-seconds`` bounds
-a writer nobody kills.
+each message once its future completed with ``PUT_OK``. ``--max-puts N`` stops after N puts per thread;
+with ``--shutdown`` the store is then shut down cleanly (crash points in the shutdown path fire there) and
+the writer prints ``DONE``. ``--max-seconds`` bounds a writer nobody kills.
 
 ``python tests/crash_writer.py open ROOT [--file-size BYTES]`` only opens (recovers) and shuts down:
 the tests use it to crash recovery itself with ``PYSTORE_CRASHPOINT=recovery.*``.
@@ -61,12 +61,13 @@ THREAD_STRIDE = 10**6
 MESSAGE_MAGIC_CODE = 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
 BLANK_MAGIC_CODE = 0xCBD43194
-_HEAD = struct.Struct(">iI")        # TOTALSIZE, MAGICCODE
+_HEAD = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
 
 
 # ----------------------------------------------------------------------------------------------
 # self-describing bodies
 # ----------------------------------------------------------------------------------------------
+
 
 def payload(idx: int, plen: int) -> bytes:
     """The deterministic payload of message ``idx``: an 8-byte pattern derived from the index, repeated."""
@@ -102,8 +103,11 @@ def check_message(m, expect_idx: int | None = None) -> int:
     assert m.body_crc == zlib.crc32(body) & 0x7FFFFFFF, "message %d: stored BODYCRC is wrong" % idx
     assert m.keys == ["k%d" % idx], "message %d: keys %r" % (idx, m.keys)
     if expect_idx is not None:
-        assert idx == expect_idx, "expected message %d, found %d at offset %d" % (expect_idx, idx,
-                                                                                  m.commit_log_offset)
+        assert idx == expect_idx, "expected message %d, found %d at offset %d" % (
+            expect_idx,
+            idx,
+            m.commit_log_offset,
+        )
     return idx
 
 
@@ -111,12 +115,13 @@ def check_message(m, expect_idx: int | None = None) -> int:
 # the ack log
 # ----------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Ack:
     idx: int
     offset: int
     size: int
-    flushed: int       # the queue's flushed offset seen right after the put returned
+    flushed: int  # the queue's flushed offset seen right after the put returned
 
 
 def read_acks(path: str) -> list[Ack]:
@@ -127,7 +132,7 @@ def read_acks(path: str) -> list[Ack]:
     except FileNotFoundError:
         return []
     out = []
-    for line in data.split(b"\n")[:-1]:         # the last element is "" or a cut line
+    for line in data.split(b"\n")[:-1]:  # the last element is "" or a cut line
         parts = line.split()
         if len(parts) == 4:
             out.append(Ack(*map(int, parts)))
@@ -168,15 +173,16 @@ class _Writer:
         self.lock = threading.Lock()
 
     def run_thread(self, tid: int) -> None:
-        from pystore import Message, MessageBatch
         from pystore._codec import record_length
+
+        from pystore import Message, MessageBatch
 
         args = self.args
         rng = random.Random(args.seed * 1000 + args.run * 100 + tid)
         lo, hi, big_p, big_hi = SIZES[args.sizes]
-        budget = args.file_size // 3          # a batch must fit a file with room to spare
+        budget = args.file_size // 3  # a batch must fit a file with room to spare
         store = self.store
-        flushed_of = store._commitlog.queue     # white-box: the flushed offset when a put returns
+        flushed_of = store._commitlog.queue  # white-box: the flushed offset when a put returns
         seq = 0
         puts = 0
         pending: collections.deque = collections.deque()
@@ -190,9 +196,18 @@ class _Writer:
             for _ in range(n):
                 idx = base + seq
                 seq += 1
-                plen = rng.randint(big_hi // 2, big_hi) if big_p and rng.random() < big_p else rng.randint(lo, hi)
-                m = Message(topic, make_body(idx, topic, qid, plen), tags="Tag%d" % (idx % 3),
-                            keys="k%d" % idx, queue_id=qid)
+                plen = (
+                    rng.randint(big_hi // 2, big_hi)
+                    if big_p and rng.random() < big_p
+                    else rng.randint(lo, hi)
+                )
+                m = Message(
+                    topic,
+                    make_body(idx, topic, qid, plen),
+                    tags="Tag%d" % (idx % 3),
+                    keys="k%d" % idx,
+                    queue_id=qid,
+                )
                 size = record_length(m)
                 if msgs and total + size > budget:
                     break
@@ -201,15 +216,21 @@ class _Writer:
             puts += 1
             if args.async_window > 0:
                 # async_put_message(s): the future completes once the group commit (or the append) is done
-                fut = (store.async_put_message(msgs[0][1]) if len(msgs) == 1
-                       else store.async_put_messages(MessageBatch([m for _, m, _ in msgs])))
+                fut = (
+                    store.async_put_message(msgs[0][1])
+                    if len(msgs) == 1
+                    else store.async_put_messages(MessageBatch([m for _, m, _ in msgs]))
+                )
                 pending.append((fut, msgs))
                 while len(pending) >= args.async_window:
                     f, ms = pending.popleft()
                     self._ack(f.result(), ms, flushed_of)
                 continue
-            r = (store.put_message(msgs[0][1]) if len(msgs) == 1
-                 else store.put_messages(MessageBatch([m for _, m, _ in msgs])))
+            r = (
+                store.put_message(msgs[0][1])
+                if len(msgs) == 1
+                else store.put_messages(MessageBatch([m for _, m, _ in msgs]))
+            )
             self._ack(r, msgs, flushed_of)
         while pending:
             f, ms = pending.popleft()
@@ -242,7 +263,9 @@ def cmd_write(args) -> int:
     store = MessageStore.open(args.root, **_store_options(args))
     print("READY %d" % store.get_max_phy_offset(), flush=True)
     w = _Writer(store, args)
-    threads = [threading.Thread(target=w.run_thread, args=(t,), name="writer-%d" % t) for t in range(args.threads)]
+    threads = [
+        threading.Thread(target=w.run_thread, args=(t,), name="writer-%d" % t) for t in range(args.threads)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -252,7 +275,7 @@ def cmd_write(args) -> int:
     print("DONE %s" % json.dumps({"puts": w.puts, "failures": w.failures}), flush=True)
     os.close(w.fd)
     if not args.shutdown:
-        os._exit(0)          # like a crash, but at a known point: no shutdown, abort file stays
+        os._exit(0)  # like a crash, but at a known point: no shutdown, abort file stays
     return 0
 
 
@@ -269,11 +292,12 @@ def cmd_open(args) -> int:
 # checks
 # ----------------------------------------------------------------------------------------------
 
+
 @dataclass
 class RawRecord:
-    offset: int          # where it is (file start + position)
+    offset: int  # where it is (file start + position)
     size: int
-    phy: int             # what its PHYSICALOFFSET field says
+    phy: int  # what its PHYSICALOFFSET field says
     body: bytes
     _idx: int | None = None
 
@@ -288,12 +312,12 @@ class RawRecord:
 @dataclass
 class Walk:
     records: list[RawRecord] = field(default_factory=list)
-    end: int = 0                 # the offset after the last whole record (after a final blank, if any)
-    stop: str = "end"            # "end" (zeros / end of files) or what was wrong
+    end: int = 0  # the offset after the last whole record (after a final blank, if any)
+    stop: str = "end"  # "end" (zeros / end of files) or what was wrong
     stop_offset: int = 0
     files: list[str] = field(default_factory=list)
-    data_after_end: list[str] = field(default_factory=list)   # files past the end holding non-zero bytes
-    bad_blanks: list[int] = field(default_factory=list)       # blanks whose TOTALSIZE is not the bytes left
+    data_after_end: list[str] = field(default_factory=list)  # files past the end holding non-zero bytes
+    bad_blanks: list[int] = field(default_factory=list)  # blanks whose TOTALSIZE is not the bytes left
 
 
 def commitlog_dir(root: str) -> str:
@@ -320,17 +344,17 @@ def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes] | str:
         return "bad magic"
     if total < 91 or pos + total > len(buf):
         return "bad size"
-    rec = buf[pos:pos + total]
-    crc, = struct.unpack_from(">i", rec, 8)
+    rec = buf[pos : pos + total]
+    (crc,) = struct.unpack_from(">i", rec, 8)
     phy, sysflag = struct.unpack_from(">qi", rec, 28)
     p = 48 + (20 if sysflag & 0x10 else 8) + 8 + (20 if sysflag & 0x20 else 8) + 4 + 8
-    blen, = struct.unpack_from(">i", rec, p)
+    (blen,) = struct.unpack_from(">i", rec, p)
     if blen < 0 or p + 4 + blen > total:
         return "bad body length"
-    body = rec[p + 4:p + 4 + blen]
+    body = rec[p + 4 : p + 4 + blen]
     p += 4 + blen
     if magic == MESSAGE_MAGIC_CODE_V2:
-        tlen, = struct.unpack_from(">h", rec, p)
+        (tlen,) = struct.unpack_from(">h", rec, p)
         p += 2
     else:
         tlen = rec[p]
@@ -338,7 +362,7 @@ def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes] | str:
     p += tlen
     if p + 2 > total:
         return "bad topic length"
-    plen, = struct.unpack_from(">h", rec, p)
+    (plen,) = struct.unpack_from(">h", rec, p)
     if p + 2 + plen != total:
         return "bad properties length"
     if blen and zlib.crc32(body) & 0x7FFFFFFF != crc:
@@ -410,7 +434,12 @@ def check_acked(by_offset: dict[int, RawRecord], acks: list[Ack]) -> None:
     for a in acks:
         r = by_offset.get(a.offset)
         assert r is not None, "acknowledged message %d at offset %d is gone" % (a.idx, a.offset)
-        assert r.size == a.size, "message %d at %d: size %d, acknowledged %d" % (a.idx, a.offset, r.size, a.size)
+        assert r.size == a.size, "message %d at %d: size %d, acknowledged %d" % (
+            a.idx,
+            a.offset,
+            r.size,
+            a.size,
+        )
         assert r.idx == a.idx, "offset %d holds message %d, acknowledged %d" % (a.offset, r.idx, a.idx)
 
 
@@ -519,8 +548,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--max-puts", type=int, default=-1)
     w.add_argument("--shutdown", action="store_true")
     w.add_argument("--max-seconds", type=float, default=30.0)
-    w.add_argument("--async-window", type=int, default=0,
-                   help="put with async_put_message(s), keeping this many futures outstanding")
+    w.add_argument(
+        "--async-window",
+        type=int,
+        default=0,
+        help="put with async_put_message(s), keeping this many futures outstanding",
+    )
     o = sub.add_parser("open")
     o.add_argument("root")
     o.add_argument("--file-size", type=int, default=32768)

@@ -40,28 +40,37 @@ from pystore.store import MessageStore  # noqa: E402
 from pystore.tools import iter_commitlog  # noqa: E402
 
 FILE_SIZE = 16384
-POS_BODY_LENGTH = 84          # FORMAT.md §1.2, IPv4 born and store hosts
+POS_BODY_LENGTH = 84  # FORMAT.md §1.2, IPv4 born and store hosts
 
 
 # ----------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------
 
+
 def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_SIZE) -> cw.Walk:
     """A cleanly shut down store of ``messages`` crash-writer messages (singles and batches, three topics,
     four queues); returns the walk of its files."""
     rng = random.Random(seed)
     idx = 0
-    with MessageStore.open(str(root), mapped_file_size_commit_log=file_size,
-                           flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:
+    with MessageStore.open(
+        str(root), mapped_file_size_commit_log=file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH
+    ) as store:
         while idx < messages:
             topic = cw.TOPICS[rng.randrange(3)]
             qid = rng.randrange(cw.QUEUES)
             n = min(rng.choice((1, 1, 1, 3)), messages - idx)
             msgs = []
             for _ in range(n):
-                msgs.append(Message(topic, cw.make_body(idx, topic, qid, rng.randint(0, 400)), tags="T",
-                                    keys="k%d" % idx, queue_id=qid))
+                msgs.append(
+                    Message(
+                        topic,
+                        cw.make_body(idx, topic, qid, rng.randint(0, 400)),
+                        tags="T",
+                        keys="k%d" % idx,
+                        queue_id=qid,
+                    )
+                )
                 idx += 1
             r = store.put_message(msgs[0]) if n == 1 else store.put_messages(MessageBatch(msgs))
             assert r.is_ok()
@@ -161,6 +170,7 @@ def victim_in_file(w: cw.Walk, file_start: int, rng: random.Random) -> cw.RawRec
 # wrong file sizes
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("which", ["last", "middle"])
 def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
     """A commit-log file shorter than the store's file size: the store refuses to load (RocketMQ's rule),
@@ -173,7 +183,7 @@ def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
     victim = os.path.join(cw.commitlog_dir(str(root)), names[-1] if which == "last" else names[1])
     start = int(os.path.basename(victim))
     straddled = victim_in_file(w, start, random.Random(which))
-    os.truncate(victim, straddled.offset - start + 50)        # the file now ends inside a record
+    os.truncate(victim, straddled.offset - start + 50)  # the file now ends inside a record
     before = tree_digest(root)
     with caplog.at_level(logging.ERROR, logger="pystore"):
         with pytest.raises(StoreError) as ei:
@@ -198,7 +208,9 @@ def test_empty_last_file_is_deleted(tmp_path):
     changes."""
     root = tmp_path / "store"
     w = build_store(root)
-    empty = os.path.join(cw.commitlog_dir(str(root)), "%020d" % (int(cw.log_files(str(root))[-1]) + FILE_SIZE))
+    empty = os.path.join(
+        cw.commitlog_dir(str(root)), "%020d" % (int(cw.log_files(str(root))[-1]) + FILE_SIZE)
+    )
     open(empty, "wb").close()
     check_recovered(root, w.records)
     assert not os.path.exists(empty)
@@ -208,8 +220,11 @@ def test_empty_last_file_is_deleted(tmp_path):
 # torn tails
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
-@pytest.mark.parametrize("kind", ["second-half-zeroed", "prefix-of-next", "size-only", "bit-flip-in-last-body"])
+@pytest.mark.parametrize(
+    "kind", ["second-half-zeroed", "prefix-of-next", "size-only", "bit-flip-in-last-body"]
+)
 def test_torn_last_record_is_cut(tmp_path, kind, abnormal):
     """The last record is torn (or a following one was half-written): recovery cuts the log at the last
     whole record, zeroes the rest of the file, and keeps everything before."""
@@ -225,7 +240,7 @@ def test_torn_last_record_is_cut(tmp_path, kind, abnormal):
         flip_bit(root, body_offset(last) + len(last.body) // 2, 5)
     elif kind == "prefix-of-next":
         raw = read_at(root, last.offset, last.size)
-        torn = raw[:4] + raw[4:28] + struct.pack(">q", end) + raw[36:last.size // 2]
+        torn = raw[:4] + raw[4:28] + struct.pack(">q", end) + raw[36 : last.size // 2]
         assert (end % FILE_SIZE) + last.size + 8 <= FILE_SIZE, "pick a seed whose last file has room"
         patch(root, end, torn)
         expect = w.records
@@ -242,17 +257,21 @@ def test_torn_last_record_is_cut(tmp_path, kind, abnormal):
 # RocketMQ DefaultMessageStoreTest.testRecover
 # ----------------------------------------------------------------------------------------------
 
+
 def _put_foobar(store, n: int) -> None:
     for _ in range(n):
-        r = store.put_message(Message("FooBar", b"Once, there was a chance for me!", tags="TAG1",
-                                      keys=str(int(time.time() * 1000))))
+        r = store.put_message(
+            Message(
+                "FooBar", b"Once, there was a chance for me!", tags="TAG1", keys=str(int(time.time() * 1000))
+            )
+        )
         assert r.is_ok()
 
 
 def _damage_last(root, second_last_max: int) -> None:
     """RocketMQ ``damageCommitLog``: 16 zero bytes at the topic-length position of the record at
     ``second_last_max`` (found through the body-length field at +84)."""
-    body_len, = struct.unpack(">i", read_at(root, second_last_max + POS_BODY_LENGTH, 4))
+    (body_len,) = struct.unpack(">i", read_at(root, second_last_max + POS_BODY_LENGTH, 4))
     patch(root, second_last_max + POS_BODY_LENGTH + 4 + body_len, bytes(16))
 
 
@@ -309,8 +328,14 @@ def test_rocketmq_test_recover(tmp_path):
 # damage in the middle of durable data
 # ----------------------------------------------------------------------------------------------
 
-MIDDLE_DAMAGE = ["zeroed-region", "zeroed-from-record-start", "body-bit-flip", "size-field", "magic",
-                 "blank-zeroed"]
+MIDDLE_DAMAGE = [
+    "zeroed-region",
+    "zeroed-from-record-start",
+    "body-bit-flip",
+    "size-field",
+    "magic",
+    "blank-zeroed",
+]
 
 
 def _damage_middle(root, w: cw.Walk, kind: str, rng: random.Random) -> int:
@@ -330,7 +355,9 @@ def _damage_middle(root, w: cw.Walk, kind: str, rng: random.Random) -> int:
             start = v.offset + rng.randrange(8, v.size)
             n = min(300, file_start + FILE_SIZE - start)
             patch(root, start, bytes(n))
-            hi = start + n          # zeroing the properties alone goes unnoticed: the next record may be the first hit
+            hi = (
+                start + n
+            )  # zeroing the properties alone goes unnoticed: the next record may be the first hit
         elif kind == "zeroed-from-record-start":
             patch(root, v.offset, bytes(200))
             hi = v.offset
@@ -416,6 +443,7 @@ def test_damage_before_normal_recovery_window(tmp_path):
 # garbage at the end
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", range(10))
 def test_garbage_to_end_of_last_file(tmp_path, seed):
     """Random bytes from a random offset to the end of the last file: everything before the first
@@ -434,7 +462,9 @@ def test_garbage_to_end_of_last_file(tmp_path, seed):
     kept = cw.walk_log(str(root)).records
     before = [r.offset for r in w.records if r.offset + r.size <= g]
     offsets = [r.offset for r in kept]
-    assert offsets == before or (offsets[:-1] == before and kept[-1].offset < g < kept[-1].offset + kept[-1].size)
+    assert offsets == before or (
+        offsets[:-1] == before and kept[-1].offset < g < kept[-1].offset + kept[-1].size
+    )
     max_off = check_recovered(root, kept, touched=g)
     assert max_off == max(kept[-1].offset + kept[-1].size, last_file)
 
@@ -442,6 +472,7 @@ def test_garbage_to_end_of_last_file(tmp_path, seed):
 # ----------------------------------------------------------------------------------------------
 # the checkpoint
 # ----------------------------------------------------------------------------------------------
+
 
 def _checkpoint_bytes(kind: str) -> bytes:
     now = int(time.time() * 1000)
@@ -455,7 +486,7 @@ def _checkpoint_bytes(kind: str) -> bytes:
         return struct.pack(">qqqqq", -1, -5, -(2**63), -1, -1) + bytes(4056)
     if kind == "far-future":
         return struct.pack(">qqqqq", now + 30 * 86_400_000, now + 30 * 86_400_000, now, 0, 0) + bytes(4056)
-    if kind == "near-future":      # plausible, so trusted: recovery starts late but still keeps everything
+    if kind == "near-future":  # plausible, so trusted: recovery starts late but still keeps everything
         return struct.pack(">qqqqq", now + 3_600_000, now + 3_600_000, now, 0, 0) + bytes(4056)
     if kind == "zeros":
         return bytes(4096)
@@ -537,12 +568,15 @@ def test_oldest_files_gone(tmp_path, abnormal):
         assert store.look_message_by_offset(0) is None
         for r in kept:
             cw.check_message(store.look_message_by_offset(r.offset), r.idx)
-    assert [m.commit_log_offset for m in iter_commitlog(str(root), verify_crc=True)] == [r.offset for r in kept]
+    assert [m.commit_log_offset for m in iter_commitlog(str(root), verify_crc=True)] == [
+        r.offset for r in kept
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
 # any single byte
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory):
@@ -564,14 +598,24 @@ def _boundaries(w: cw.Walk) -> set[int]:
     return out
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(where=st.one_of(st.tuples(st.just("anywhere"), st.integers(0, 3 * FILE_SIZE - 1)),
-                       st.tuples(st.just("near the end"), st.integers(-700, 40))),
-       value=st.integers(0, 255), abnormal=st.booleans())
-@example(where=("anywhere", FILE_SIZE + 3), value=0, abnormal=False)        # TOTALSIZE, first record of file 1
-@example(where=("anywhere", 3 * FILE_SIZE - 1), value=1, abnormal=True)     # the last byte of the last file
-@example(where=("near the end", 0), value=7, abnormal=False)                # TOTALSIZE of the free space
+@settings(
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    where=st.one_of(
+        st.tuples(st.just("anywhere"), st.integers(0, 3 * FILE_SIZE - 1)),
+        st.tuples(st.just("near the end"), st.integers(-700, 40)),
+    ),
+    value=st.integers(0, 255),
+    abnormal=st.booleans(),
+)
+@example(where=("anywhere", FILE_SIZE + 3), value=0, abnormal=False)  # TOTALSIZE, first record of file 1
+@example(where=("anywhere", 3 * FILE_SIZE - 1), value=1, abnormal=True)  # the last byte of the last file
+@example(where=("near the end", 0), value=7, abnormal=False)  # TOTALSIZE of the free space
 def test_any_single_byte_corruption(tmp_path_factory, small_store, where, value, abnormal):
     """Whatever byte is changed, the open either raises StoreCorruptedError at a record boundary no later
     than the damage, without writing, or gives a gap-free log of whole records that keeps every record
@@ -587,7 +631,7 @@ def test_any_single_byte_corruption(tmp_path_factory, small_store, where, value,
     if abnormal:
         make_abnormal(root)
     bounds = _boundaries(w)
-    hit = max(b for b in bounds if b <= pos)          # start of the record (or blank, or free space) hit
+    hit = max(b for b in bounds if b <= pos)  # start of the record (or blank, or free space) hit
     before = tree_digest(root)
     try:
         store = open_store(root)
@@ -612,7 +656,7 @@ def test_any_single_byte_corruption(tmp_path_factory, small_store, where, value,
         store.shutdown()
     after = cw.walk_log(str(root))
     assert after.end == max_off and after.stop == "end" and not after.data_after_end
-    for r in after.records:                            # records the damage did not touch are byte-identical
+    for r in after.records:  # records the damage did not touch are byte-identical
         if not r.offset <= pos < r.offset + r.size:
             assert read_at(root, r.offset, r.size) == read_at(base, r.offset, r.size)
     shutil.rmtree(root.parent)

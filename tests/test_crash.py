@@ -43,12 +43,13 @@ from pystore.tools import iter_commitlog  # noqa: E402
 
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_writer.py")
 WORKTREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAX_BATCH = 6          # crash_writer batches hold at most this many messages
+MAX_BATCH = 6  # crash_writer batches hold at most this many messages
 
 
 # ----------------------------------------------------------------------------------------------
 # running writers
 # ----------------------------------------------------------------------------------------------
+
 
 class Procs:
     """Every process a test starts; all are killed at teardown, whatever happened."""
@@ -66,8 +67,14 @@ class Procs:
         self.n += 1
         err = open(self.tmp_path / ("writer-%d.err" % self.n), "wb")
         try:
-            p = subprocess.Popen([sys.executable, WRITER, *argv], stdout=subprocess.PIPE, stderr=err,
-                                 stdin=subprocess.DEVNULL, env=env, cwd=str(self.tmp_path))
+            p = subprocess.Popen(
+                [sys.executable, WRITER, *argv],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=str(self.tmp_path),
+            )
         finally:
             err.close()
         p.err_path = self.tmp_path / ("writer-%d.err" % self.n)  # type: ignore[attr-defined]
@@ -113,7 +120,9 @@ def kill(p) -> None:
         p.send_signal(signal.SIGKILL)
     p.wait()
     assert p.returncode == -signal.SIGKILL, "the writer ended by itself (%s); stderr:\n%s" % (
-        p.returncode, stderr_of(p))
+        p.returncode,
+        stderr_of(p),
+    )
 
 
 def wait_killed_by_crashpoint(p, timeout: float = 90.0) -> None:
@@ -121,16 +130,55 @@ def wait_killed_by_crashpoint(p, timeout: float = 90.0) -> None:
     try:
         p.wait(timeout)
     except subprocess.TimeoutExpired:
-        pytest.fail("the writer did not reach its crash point within %ss; stderr:\n%s" % (timeout, stderr_of(p)))
-    assert p.returncode == -signal.SIGKILL, "the writer was not killed by its crash point (exit %s); stderr:\n%s" % (
-        p.returncode, stderr_of(p))
+        pytest.fail(
+            "the writer did not reach its crash point within %ss; stderr:\n%s" % (timeout, stderr_of(p))
+        )
+    assert p.returncode == -signal.SIGKILL, (
+        "the writer was not killed by its crash point (exit %s); stderr:\n%s" % (p.returncode, stderr_of(p))
+    )
 
 
-def write_args(root, ack, *, mode="sync", threads=1, sizes="mixed", file_size=32768, run=0, seed=0,
-               batch_prob=0.25, max_puts=-1, shutdown=False, async_window=0) -> list[str]:
-    argv = ["write", str(root), "--ack", str(ack), "--mode", mode, "--threads", str(threads), "--sizes", sizes,
-            "--file-size", str(file_size), "--run", str(run), "--seed", str(seed), "--batch-prob", str(batch_prob),
-            "--max-puts", str(max_puts), "--max-seconds", "60", "--async-window", str(async_window)]
+def write_args(
+    root,
+    ack,
+    *,
+    mode="sync",
+    threads=1,
+    sizes="mixed",
+    file_size=32768,
+    run=0,
+    seed=0,
+    batch_prob=0.25,
+    max_puts=-1,
+    shutdown=False,
+    async_window=0,
+) -> list[str]:
+    argv = [
+        "write",
+        str(root),
+        "--ack",
+        str(ack),
+        "--mode",
+        mode,
+        "--threads",
+        str(threads),
+        "--sizes",
+        sizes,
+        "--file-size",
+        str(file_size),
+        "--run",
+        str(run),
+        "--seed",
+        str(seed),
+        "--batch-prob",
+        str(batch_prob),
+        "--max-puts",
+        str(max_puts),
+        "--max-seconds",
+        "60",
+        "--async-window",
+        str(async_window),
+    ]
     if shutdown:
         argv.append("--shutdown")
     return argv
@@ -145,21 +193,25 @@ def kill_delay(rng: random.Random) -> float:
 # checks after a kill
 # ----------------------------------------------------------------------------------------------
 
+
 def check_crashed(root, acks: list[cw.Ack], sync: bool) -> cw.Walk:
     """The raw files a killed writer left, before any recovery."""
     w = cw.walk_log(str(root))
     cw.check_chain(w, allow_torn_tail=True)
     # SIGKILL keeps the page cache: the only unfinished thing is a record (or blank) whose TOTALSIZE the
     # writer had not stored yet, so it reads as zero. Anything else would be a torn record.
-    assert w.stop in ("end", "zero TOTALSIZE followed by data"), \
-        "the crashed log stops at %d: %s" % (w.stop_offset, w.stop)
+    assert w.stop in ("end", "zero TOTALSIZE followed by data"), "the crashed log stops at %d: %s" % (
+        w.stop_offset,
+        w.stop,
+    )
     cw.check_acked(cw.index_records(w), acks)
     cw.check_unique(w)
     if sync:
         for a in acks:
-            assert a.flushed >= a.offset + a.size, \
-                "message %d (offset %d, %d bytes) was acknowledged under SYNC_FLUSH with the log flushed to %d" % (
-                    a.idx, a.offset, a.size, a.flushed)
+            assert a.flushed >= a.offset + a.size, (
+                "message %d (offset %d, %d bytes) was acknowledged under SYNC_FLUSH, the log flushed to %d"
+                % (a.idx, a.offset, a.size, a.flushed)
+            )
     if os.path.isdir(cw.commitlog_dir(str(root))):
         got = [(m.commit_log_offset, m.store_size) for m in iter_commitlog(str(root), verify_crc=True)]
         assert got == [(r.offset, r.size) for r in w.records]
@@ -193,18 +245,39 @@ def verify_in_new_process(procs: Procs, root, ack, file_size: int) -> None:
     assert out.decode().startswith("{")
 
 
-def run_kills(procs: Procs, tmp_path, *, kills: int, seed: int, mode: str, threads: int, sizes: str,
-              file_size: int, async_window: int = 0) -> dict:
+def run_kills(
+    procs: Procs,
+    tmp_path,
+    *,
+    kills: int,
+    seed: int,
+    mode: str,
+    threads: int,
+    sizes: str,
+    file_size: int,
+    async_window: int = 0,
+) -> dict:
     """``kills`` writer runs on one store, each SIGKILLed after a random delay, checked after each kill."""
     rng = random.Random(seed)
     root, ack = tmp_path / "store", tmp_path / "ack.log"
     sync = mode == "sync"
     stats = {"acked": 0, "kills": 0, "abnormal": 0}
     for run in range(kills):
-        p = procs.start(*write_args(root, ack, mode=mode, threads=threads, sizes=sizes, file_size=file_size,
-                                    run=run, seed=seed, async_window=async_window))
+        p = procs.start(
+            *write_args(
+                root,
+                ack,
+                mode=mode,
+                threads=threads,
+                sizes=sizes,
+                file_size=file_size,
+                run=run,
+                seed=seed,
+                async_window=async_window,
+            )
+        )
         try:
-            if run % 5 != 4:          # most kills while putting; every fifth one while starting/recovering
+            if run % 5 != 4:  # most kills while putting; every fifth one while starting/recovering
                 read_line(p, "READY")
             time.sleep(kill_delay(rng))
         finally:
@@ -234,11 +307,16 @@ def run_kills(procs: Procs, tmp_path, *, kills: int, seed: int, mode: str, threa
 # random kills
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sizes,file_size,seed", [("small", 16384, 11), ("mixed", 32768, 12), ("big", 65536, 13)])
+@pytest.mark.parametrize(
+    "sizes,file_size,seed", [("small", 16384, 11), ("mixed", 32768, 12), ("big", 65536, 13)]
+)
 def test_sync_flush_random_kills(procs, tmp_path, sizes, file_size, seed):
     """SYNC_FLUSH, one writer thread: 10 kills per store, 30 over the three stores."""
-    stats = run_kills(procs, tmp_path, kills=10, seed=seed, mode="sync", threads=1, sizes=sizes, file_size=file_size)
+    stats = run_kills(
+        procs, tmp_path, kills=10, seed=seed, mode="sync", threads=1, sizes=sizes, file_size=file_size
+    )
     assert stats["kills"] == 10
     assert stats["acked"] > 0 and stats["files"] > 1, stats
 
@@ -246,7 +324,9 @@ def test_sync_flush_random_kills(procs, tmp_path, sizes, file_size, seed):
 @pytest.mark.slow
 def test_sync_flush_four_threads_random_kills(procs, tmp_path):
     """SYNC_FLUSH with 4 putting threads sharing the group commit: every acknowledged message survives."""
-    stats = run_kills(procs, tmp_path, kills=10, seed=21, mode="sync", threads=4, sizes="mixed", file_size=32768)
+    stats = run_kills(
+        procs, tmp_path, kills=10, seed=21, mode="sync", threads=4, sizes="mixed", file_size=32768
+    )
     assert stats["acked"] > 0 and stats["files"] > 1, stats
 
 
@@ -255,8 +335,17 @@ def test_sync_flush_four_threads_random_kills(procs, tmp_path):
 def test_sync_flush_async_put_futures_random_kills(procs, tmp_path, threads):
     """SYNC_FLUSH through ``async_put_message(s)`` with 16 futures outstanding per thread: a message is
     acknowledged once its future, completed by the group commit, says PUT_OK; every one survives."""
-    stats = run_kills(procs, tmp_path, kills=6, seed=25 + threads, mode="sync", threads=threads, sizes="mixed",
-                      file_size=32768, async_window=16)
+    stats = run_kills(
+        procs,
+        tmp_path,
+        kills=6,
+        seed=25 + threads,
+        mode="sync",
+        threads=threads,
+        sizes="mixed",
+        file_size=32768,
+        async_window=16,
+    )
     assert stats["acked"] > 0 and stats["files"] > 1, stats
 
 
@@ -265,8 +354,16 @@ def test_sync_flush_async_put_futures_random_kills(procs, tmp_path, threads):
 def test_async_flush_random_kills(procs, tmp_path, threads):
     """ASYNC_FLUSH: what survives a kill is a gap-free prefix of whole records holding every acknowledged
     message (a SIGKILL does not lose the page cache, so normally everything written survives)."""
-    stats = run_kills(procs, tmp_path, kills=6, seed=31 + threads, mode="async", threads=threads, sizes="mixed",
-                      file_size=16384)
+    stats = run_kills(
+        procs,
+        tmp_path,
+        kills=6,
+        seed=31 + threads,
+        mode="async",
+        threads=threads,
+        sizes="mixed",
+        file_size=16384,
+    )
     assert stats["acked"] > 0, stats
 
 
@@ -301,7 +398,9 @@ def test_async_flush_lost_unflushed_tail(procs, tmp_path):
         kept = [r for r in w.records if r.offset + r.size <= cut]
         # a previous file ends with its blank, so the log reaches at least the start of the cut file
         expect_end = max(kept[-1].offset + kept[-1].size if kept else 0, last_start)
-        summary = cw.verify_recovered(str(copy), [a for a in acks if a.offset + a.size <= cut], file_size, reopen=1)
+        summary = cw.verify_recovered(
+            str(copy), [a for a in acks if a.offset + a.size <= cut], file_size, reopen=1
+        )
         assert summary["max_offset"] == expect_end, (cut, summary)
         assert summary["records"] == len(kept)
         shutil.rmtree(copy)
@@ -312,8 +411,15 @@ def test_async_flush_lost_unflushed_tail(procs, tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 #: The points of ``pystore.crashpoint.POINTS`` the tests below kill at.
-COVERED_POINTS = {"commitlog.roll", "allocate.created", "groupcommit.flushed", "shutdown.flushed",
-                  "shutdown.checkpoint", "recovery.scanned", "recovery.truncated"}
+COVERED_POINTS = {
+    "commitlog.roll",
+    "allocate.created",
+    "groupcommit.flushed",
+    "shutdown.flushed",
+    "shutdown.checkpoint",
+    "recovery.scanned",
+    "recovery.truncated",
+}
 
 
 def test_every_crash_point_has_a_test():
@@ -335,8 +441,9 @@ def test_crashpoint_commitlog_roll(procs, tmp_path, mode, nth, file_size):
     """Killed exactly at a file roll: the old file ends with its blank, the message that did not fit is
     not stored (its put never returned), and after recovery the next put starts the next file."""
     root, ack = tmp_path / "store", tmp_path / "ack.log"
-    p = procs.start(*write_args(root, ack, mode=mode, file_size=file_size, seed=nth),
-                    crashpoint="commitlog.roll:%d" % nth)
+    p = procs.start(
+        *write_args(root, ack, mode=mode, file_size=file_size, seed=nth), crashpoint="commitlog.roll:%d" % nth
+    )
     wait_killed_by_crashpoint(p)
     acks = cw.read_acks(str(ack))
     w = check_crashed(root, acks, sync=mode == "sync")
@@ -360,11 +467,13 @@ def test_crashpoint_allocate_created(procs, tmp_path, nth):
     yet): the new, empty file is handled by recovery and nothing acknowledged is lost."""
     root, ack = tmp_path / "store", tmp_path / "ack.log"
     file_size = 16384
-    p = procs.start(*write_args(root, ack, file_size=file_size, seed=100 + nth), crashpoint="allocate.created:%d" % nth)
+    p = procs.start(
+        *write_args(root, ack, file_size=file_size, seed=100 + nth), crashpoint="allocate.created:%d" % nth
+    )
     wait_killed_by_crashpoint(p)
     acks = cw.read_acks(str(ack))
     w = check_crashed(root, acks, sync=True)
-    assert len(cw.log_files(str(root))) >= nth          # the nth file exists (pre-created files are zeros)
+    assert len(cw.log_files(str(root))) >= nth  # the nth file exists (pre-created files are zeros)
     _records_vs_acks(w, acks)
     summary = cw.verify_recovered(str(root), acks, file_size)
     assert summary["max_offset"] == w.end
@@ -375,8 +484,10 @@ def test_crashpoint_groupcommit_flushed(procs, tmp_path, threads, nth):
     """Killed when the group commit has flushed but not yet told the waiting puts: the flushed messages
     survive although nobody acknowledged them; every acknowledged one survives too."""
     root, ack = tmp_path / "store", tmp_path / "ack.log"
-    p = procs.start(*write_args(root, ack, threads=threads, file_size=16384, seed=200 + nth),
-                    crashpoint="groupcommit.flushed:%d" % nth)
+    p = procs.start(
+        *write_args(root, ack, threads=threads, file_size=16384, seed=200 + nth),
+        crashpoint="groupcommit.flushed:%d" % nth,
+    )
     wait_killed_by_crashpoint(p)
     acks = cw.read_acks(str(ack))
     w = check_crashed(root, acks, sync=True)
@@ -392,8 +503,10 @@ def test_crashpoint_shutdown(procs, tmp_path, point, mode):
     and keeps every message (all puts had returned before the shutdown began)."""
     root, ack = tmp_path / "store", tmp_path / "ack.log"
     file_size = 16384
-    p = procs.start(*write_args(root, ack, mode=mode, file_size=file_size, seed=7, max_puts=250, shutdown=True),
-                    crashpoint=point)
+    p = procs.start(
+        *write_args(root, ack, mode=mode, file_size=file_size, seed=7, max_puts=250, shutdown=True),
+        crashpoint=point,
+    )
     read_line(p, "READY")
     wait_killed_by_crashpoint(p)
     acks = cw.read_acks(str(ack))
@@ -423,22 +536,30 @@ def _store_needing_truncation(root, file_size: int, abort: bool) -> list[cw.RawR
     """A store of whole records followed by a torn record (its first 60 bytes, TOTALSIZE and magic included)
     and, after it, an empty pre-created file, as a writer killed mid-append while the next file was being
     prepared would leave. Returns the whole records."""
-    from pystore import Message
     from pystore._codec import encode_record
+
+    from pystore import Message
     from pystore.config import FlushDiskType
 
-    with MessageStore.open(str(root), mapped_file_size_commit_log=file_size,
-                           flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:
+    with MessageStore.open(
+        str(root), mapped_file_size_commit_log=file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH
+    ) as store:
         for i in range(120):
-            store.put_message(Message("Torn", cw.make_body(i, "Torn", 0, 40 + (i * 37) % 300), keys="k%d" % i))
+            store.put_message(
+                Message("Torn", cw.make_body(i, "Torn", 0, 40 + (i * 37) % 300), keys="k%d" % i)
+            )
         end = store.get_max_phy_offset()
     rec = encode_record(Message("Torn", cw.make_body(999, "Torn", 0, 200), keys="k999"), 120, end, 1)
     last = os.path.join(cw.commitlog_dir(str(root)), "%020d" % (end - end % file_size))
-    assert file_size - end % file_size >= len(rec) + 8, "the torn record must be one the writer could have put"
+    assert file_size - end % file_size >= len(rec) + 8, (
+        "the torn record must be one the writer could have put"
+    )
     with open(last, "r+b") as f:
         f.seek(end % file_size)
         f.write(rec[:60])
-    with open(os.path.join(cw.commitlog_dir(str(root)), "%020d" % (end - end % file_size + file_size)), "wb") as f:
+    with open(
+        os.path.join(cw.commitlog_dir(str(root)), "%020d" % (end - end % file_size + file_size)), "wb"
+    ) as f:
         f.truncate(file_size)
     if abort:
         (root / "abort").write_bytes(b"12345")
@@ -457,7 +578,7 @@ def test_crashpoint_recovery(procs, tmp_path, point, abort):
     records = _store_needing_truncation(root, file_size, abort)
     damaged = cw.log_digest(str(root))
     shutil.copytree(root, ref)
-    with MessageStore.open(str(ref), mapped_file_size_commit_log=file_size) as store:   # uninterrupted
+    with MessageStore.open(str(ref), mapped_file_size_commit_log=file_size) as store:  # uninterrupted
         ref_max = store.get_max_phy_offset()
     assert ref_max == records[-1].offset + records[-1].size
     p = procs.start("open", str(root), "--file-size", str(file_size), crashpoint=point)
@@ -465,7 +586,9 @@ def test_crashpoint_recovery(procs, tmp_path, point, abort):
     if point == "recovery.scanned":
         assert cw.log_digest(str(root)) == damaged, "nothing may change before the truncation"
     else:
-        assert cw.log_digest(str(root)) == cw.log_digest(str(ref)), "truncated exactly as an uninterrupted recovery"
+        assert cw.log_digest(str(root)) == cw.log_digest(str(ref)), (
+            "truncated exactly as an uninterrupted recovery"
+        )
     summary = cw.verify_recovered(str(root), [], file_size)
     assert summary["max_offset"] == ref_max and summary["records"] == len(records)
     assert cw.log_digest(str(root)) == cw.log_digest(str(ref))
@@ -499,6 +622,7 @@ def test_crash_during_writer_recovery_repeatedly(procs, tmp_path):
 # ----------------------------------------------------------------------------------------------
 # a reader in another process
 # ----------------------------------------------------------------------------------------------
+
 
 def _open_read_only_retrying(root, file_size: int) -> MessageStore:
     from pystore.errors import StoreError
@@ -540,7 +664,7 @@ def test_reader_follows_a_writer_that_is_killed(procs, tmp_path, mode):
     stop_at = time.monotonic() + 1.0
     idle = 0
     try:
-        while idle < 30:           # after the kill: stop once nothing new shows up for 30 polls
+        while idle < 30:  # after the kill: stop once nothing new shows up for 30 polls
             progressed = False
             mx = ro.get_max_phy_offset()
             while off < mx:
@@ -549,7 +673,7 @@ def test_reader_follows_a_writer_that_is_killed(procs, tmp_path, mode):
                     if _blank_at(root, off, file_size):
                         off += file_size - off % file_size
                         continue
-                    break          # not written yet (the reader's max offset may run ahead of the writer)
+                    break  # not written yet (the reader's max offset may run ahead of the writer)
                 assert m.commit_log_offset == off
                 cw.check_message(m)
                 seen.append((off, m.store_size))
