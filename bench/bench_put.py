@@ -6,9 +6,9 @@ Labels say what is timed:
   the figure is the store's (a ``Message`` pre-encodes topic, properties and hosts and caches its body CRC);
 * ``construct``: a new ``Message`` (or 32 of them and a ``MessageBatch``) is built for every put, as a
   caller holding plain ``bytes`` would;
-* ``warm`` (default): the commit-log file is created and pre-faulted before timing (``warm_mapped_file_enable``,
-  the allocate service idle: "files pre-created"); ``cold``: created (fallocated) but never touched, so the
-  first write to every page takes a page fault.
+* ``warm`` (default): the commit-log file is created and pre-faulted before timing
+  (``warm_mapped_file_enable``, the allocate service idle: "files pre-created"); ``cold``: created
+  (fallocated) but never touched, so the first write to every page takes a page fault.
 
 Every benchmark checks what it measured: all results ``PUT_OK``, the topic-queue table counts every put,
 a CRC-checked scan of the commit log finds exactly that many records ending at the max offset, and the
@@ -21,8 +21,8 @@ import os
 import threading
 import time
 
-import pytest
 import benchlib
+import pytest
 from benchlib import TOPIC, pedantic_calls
 
 API = benchlib.store_api()
@@ -31,11 +31,11 @@ MessageBatch = API["MessageBatch"]
 SYNC_FLUSH = API["FlushDiskType"].SYNC_FLUSH
 
 BODY128 = benchlib.payloads(1, 128)[0]
-MSG128 = Message(TOPIC, BODY128)                      # prebuilt: encoded once, CRC cached after the first put
+MSG128 = Message(TOPIC, BODY128)  # prebuilt: encoded once, CRC cached after the first put
 BATCH_BODIES = {(n, size): benchlib.payloads(n, size) for n in (32, 128) for size in (128, 1024)}
 BATCHES = {k: MessageBatch([Message(TOPIC, b) for b in v]) for k, v in BATCH_BODIES.items()}
-RECORD = API["record_length"](MSG128)                # bytes of one stored 128 B message on TOPIC
-PCT_CALLS = 200_000                                   # individually timed puts for p50/p99
+RECORD = API["record_length"](MSG128)  # bytes of one stored 128 B message on TOPIC
+PCT_CALLS = 200_000  # individually timed puts for p50/p99
 # (rounds, iterations) per batch shape: ~200 MB written, a fraction of a second each
 BATCH_PLAN = {(32, 128): (100, 300), (128, 128): (100, 80), (32, 1024): (100, 60), (128, 1024): (50, 30)}
 
@@ -63,8 +63,14 @@ def check_store(store: object, expected: int | None, last_body: bytes, at_least:
 def _single_percentiles(fn, arg, n: int = PCT_CALLS) -> dict[str, float]:
     lat = benchlib.time_each(fn, [arg] * n, check=lambda r: r.is_ok())
     p = benchlib.percentiles(lat)
-    return {"p50_ns": p["p50"], "p90_ns": p["p90"], "p99_ns": p["p99"], "p99.9_ns": p["p99.9"],
-            "timer_overhead_ns": benchlib.timer_overhead_ns(), "pct_calls": len(lat)}
+    return {
+        "p50_ns": p["p50"],
+        "p90_ns": p["p90"],
+        "p99_ns": p["p99"],
+        "p99.9_ns": p["p99.9"],
+        "timer_overhead_ns": benchlib.timer_overhead_ns(),
+        "pct_calls": len(lat),
+    }
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -77,7 +83,9 @@ def test_put_single_128_prebuilt(benchmark, store_factory, record, warm):
     rounds, iters = 200, 1000
     store = store_factory((rounds + 1) * iters * RECORD + PCT_CALLS * RECORD, warm=warm)
     benchmark.group = "put single 128 B"
-    r = benchmark.pedantic(store.put_message, args=(MSG128,), rounds=rounds, iterations=iters, warmup_rounds=1)
+    r = benchmark.pedantic(
+        store.put_message, args=(MSG128,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
     assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD
     pct = _single_percentiles(store.put_message, MSG128)
     calls = pedantic_calls(benchmark, rounds, iters, 1)
@@ -91,7 +99,9 @@ def test_put_single_128_prebuilt_timed_flush(benchmark, store_factory, record):
     rounds, iters = 200, 1000
     store = store_factory((rounds + 1) * iters * RECORD + PCT_CALLS * RECORD, flush_commit_log_timed=True)
     benchmark.group = "put single 128 B"
-    r = benchmark.pedantic(store.put_message, args=(MSG128,), rounds=rounds, iterations=iters, warmup_rounds=1)
+    r = benchmark.pedantic(
+        store.put_message, args=(MSG128,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
     assert r.is_ok()
     pct = _single_percentiles(store.put_message, MSG128)
     calls = pedantic_calls(benchmark, rounds, iters, 1)
@@ -110,7 +120,9 @@ def test_put_single_128_construct(benchmark, store_factory, record):
     benchmark.group = "put single 128 B"
     r = benchmark.pedantic(put_new, rounds=rounds, iterations=iters, warmup_rounds=1)
     assert r.is_ok()
-    lat = benchlib.time_each(lambda b: put(Message(TOPIC, b)), [BODY128] * PCT_CALLS, check=lambda r: r.is_ok())
+    lat = benchlib.time_each(
+        lambda b: put(Message(TOPIC, b)), [BODY128] * PCT_CALLS, check=lambda r: r.is_ok()
+    )
     p = benchlib.percentiles(lat)
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls + len(lat), BODY128)
@@ -128,7 +140,9 @@ def test_put_batch_prebuilt(benchmark, store_factory, record, n, size):
     store = store_factory((rounds + 2) * iters * _record_size(n, size))
     batch = BATCHES[(n, size)]
     benchmark.group = "put batch %d x %d B" % (n, size)
-    r = benchmark.pedantic(store.put_messages, args=(batch,), rounds=rounds, iterations=iters, warmup_rounds=1)
+    r = benchmark.pedantic(
+        store.put_messages, args=(batch,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
     assert r.is_ok() and r.append_message_result.msg_num == n
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
@@ -140,8 +154,9 @@ def test_put_batch_32x128_prebuilt_cold(benchmark, store_factory, record):
     rounds, iters = BATCH_PLAN[(n, size)]
     store = store_factory((rounds + 2) * iters * _record_size(n, size), warm=False)
     benchmark.group = "put batch 32 x 128 B"
-    r = benchmark.pedantic(store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters,
-                           warmup_rounds=1)
+    r = benchmark.pedantic(
+        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
     assert r.is_ok()
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
@@ -153,8 +168,9 @@ def test_put_batch_32x128_prebuilt_timed_flush(benchmark, store_factory, record)
     rounds, iters = BATCH_PLAN[(n, size)]
     store = store_factory((rounds + 2) * iters * _record_size(n, size), flush_commit_log_timed=True)
     benchmark.group = "put batch 32 x 128 B"
-    r = benchmark.pedantic(store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters,
-                           warmup_rounds=1)
+    r = benchmark.pedantic(
+        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
     assert r.is_ok()
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
@@ -206,10 +222,11 @@ def test_put_sync_batch_32x128(benchmark, store_factory, record, zeros_synced):
     if zeros_synced:
         _sync_commitlog_files(store)
     benchmark.group = "durable 32 x 128 B"
-    r = benchmark.pedantic(store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters,
-                           warmup_rounds=1)
-    assert r.is_ok() and r.status == API["PutMessageStatus"].PUT_OK     # not FLUSH_DISK_TIMEOUT
-    assert store._commitlog.queue.flushed_where >= r.next_offset          # durable when it returned
+    r = benchmark.pedantic(
+        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert r.is_ok() and r.status == API["PutMessageStatus"].PUT_OK  # not FLUSH_DISK_TIMEOUT
+    assert store._commitlog.queue.flushed_where >= r.next_offset  # durable when it returned
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
     record("put_sync_batch_32x128" + ("_zeros_synced" if zeros_synced else ""), n, n * size)
@@ -222,6 +239,7 @@ def test_floor_write_fdatasync_32x128(benchmark, tmp_root, record):
     chunk = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
     fd = os.open(os.path.join(tmp_root, "floor"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
+
         def write_sync() -> int:
             w = os.write(fd, chunk)
             os.fdatasync(fd)
@@ -238,62 +256,46 @@ def test_floor_write_fdatasync_32x128(benchmark, tmp_root, record):
     record("floor_write_fdatasync_32x128", 32, 32 * 128)
 
 
-def _fsync_probe_us(folder: str, n: int = 100) -> float:
-    """Median latency (us) of a 4 KiB append + fdatasync in ``folder``, measured just before a durable
-    benchmark: this VM's fsync latency drifts by 2x within minutes, so the group-commit scaling is also
-    reported per fsync (msgs/s x probe latency), which compares runs taken at different moments."""
-    path = os.path.join(folder, "fsync-probe")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    lat = []
-    try:
-        for _ in range(n):
-            t0 = time.perf_counter_ns()
-            os.write(fd, b"p" * 4096)
-            os.fdatasync(fd)
-            lat.append(time.perf_counter_ns() - t0)
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return benchlib.percentiles(lat, (50,))["p50"] / 1e3
+def _run_threads(put, msg, threads: int, per: int) -> list[object]:
+    """``threads`` threads each put ``msg`` ``per`` times (started together); the failed results."""
+    failures: list[object] = []
+    ok = API["PutMessageStatus"].PUT_OK
+    barrier = threading.Barrier(threads)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(per):
+            r = put(msg)
+            if r.status != ok:
+                failures.append(r)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return failures
 
 
 @pytest.mark.parametrize("threads", [1, 4, 16])
 def test_group_commit_put_message(benchmark, store_factory, record, threads):
     """SYNC_FLUSH single puts from 1, 4 or 16 threads: one operation is 1024 durable puts spread over the
     threads; concurrent puts share one flush (group commit)."""
-    total = 1024
+    total, rounds = 1024, 5
     per = total // threads
-    rounds = 5
     store = store_factory((rounds + 2) * total * RECORD, flush_disk_type=SYNC_FLUSH)
-    put = store.put_message
     failures: list[object] = []
 
-    def worker(barrier: threading.Barrier) -> None:
-        barrier.wait()
-        for _ in range(per):
-            r = put(MSG128)
-            if r.status != API["PutMessageStatus"].PUT_OK:
-                failures.append(r)
-
     def run() -> int:
-        barrier = threading.Barrier(threads)
-        ts = [threading.Thread(target=worker, args=(barrier,)) for _ in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        failures.extend(_run_threads(store.put_message, MSG128, threads, per))
         return threads * per
 
     benchmark.group = "group commit"
-    probe = _fsync_probe_us(store.root)
     done = benchmark.pedantic(run, rounds=rounds, warmup_rounds=1)
     assert done == total and not failures, failures[:3]
     calls = pedantic_calls(benchmark, rounds, 1, 1)
     check_store(store, None if calls is None else calls * total, BODY128)
-    m = record("group_commit_%d_threads" % threads, total, total * 128, threads=threads, fsync_probe_us=probe)
-    if m.get("msgs_per_s"):
-        record("group_commit_%d_threads" % threads, total, total * 128, threads=threads, fsync_probe_us=probe,
-               msgs_per_fsync=m["msgs_per_s"] * probe / 1e6)
+    record("group_commit_%d_threads" % threads, total, total * 128, threads=threads)
 
 
 def test_group_commit_async_put_message(benchmark, store_factory, record):
@@ -316,14 +318,98 @@ def test_group_commit_async_put_message(benchmark, store_factory, record):
         return done
 
     benchmark.group = "group commit"
-    probe = _fsync_probe_us(store.root)
     assert benchmark.pedantic(run, rounds=rounds, warmup_rounds=1) == total
     calls = pedantic_calls(benchmark, rounds, 1, 1)
     check_store(store, None if calls is None else calls * total, BODY128)
-    m = record("group_commit_async_16_in_flight", total, total * 128, fsync_probe_us=probe)
-    if m.get("msgs_per_s"):
-        record("group_commit_async_16_in_flight", total, total * 128, fsync_probe_us=probe,
-               msgs_per_fsync=m["msgs_per_s"] * probe / 1e6)
+    record("group_commit_async_16_in_flight", total, total * 128)
+
+
+# -----------------------------------------------------------------------------------------------------------
+# paired ratios: this VM's fsync latency drifts by 2x within minutes, so a ratio of two benchmarks run a
+# minute apart is noise. These benchmarks time their reference in the untimed ``setup`` of every round, so
+# each round yields a ratio of two measurements taken back to back; the median over rounds is reported.
+# -----------------------------------------------------------------------------------------------------------
+
+
+def _paired(benchmark, reference, rounds: int):
+    """``benchmark.pedantic`` kwargs whose ``setup`` times ``reference()`` before every round; the list of
+    reference durations (seconds) fills as the rounds run."""
+    ref: list[float] = []
+
+    def setup() -> None:
+        t0 = time.perf_counter()
+        reference()
+        ref.append(time.perf_counter() - t0)
+
+    return {"setup": setup, "rounds": rounds, "warmup_rounds": 1}, ref
+
+
+def _record_paired(benchmark, record, label: str, msgs: int, ref: list[float], ref_msgs: int) -> None:
+    """Record the benchmark with ``paired_ratio``: the median over rounds of (its rate / the reference's
+    rate in the setup just before)."""
+    stats = getattr(getattr(benchmark, "stats", None), "stats", None)
+    mine = list(stats.data) if stats is not None else []
+    ref = ref[-len(mine) :] if mine else []
+    ratios = sorted((msgs / m) / (ref_msgs / r) for m, r in zip(mine, ref, strict=True))
+    med = ratios[len(ratios) // 2] if ratios else None
+    ref_rate = ref_msgs / sorted(ref)[len(ref) // 2] if ref else None
+    record(label, msgs, msgs * 128, paired_ratio=med, paired_ratios=ratios, reference_msgs_per_s=ref_rate)
+
+
+def test_durable_vs_floor_paired(benchmark, store_factory, record):
+    """One operation: 100 SYNC_FLUSH ``put_messages`` of 32 x 128 B; before each round, untimed, the floor:
+    100 x (one ``write`` of the same 32 records + ``os.fdatasync``) on a plain file in the same folder."""
+    n, size, k, rounds = 32, 128, 100, 11
+    store = store_factory((rounds + 2) * k * _record_size(n, size), flush_disk_type=SYNC_FLUSH)
+    batch = BATCHES[(n, size)]
+    chunk = b"".join(len(b).to_bytes(4, "big") + b for b in BATCH_BODIES[(n, size)])
+    fd = os.open(os.path.join(store.root, "floor"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    put = store.put_messages
+
+    def floor() -> None:
+        for _ in range(k):
+            os.write(fd, chunk)
+            os.fdatasync(fd)
+
+    def durable() -> object:
+        r = None
+        for _ in range(k):
+            r = put(batch)
+        return r
+
+    try:
+        kw, ref = _paired(benchmark, floor, rounds)
+        benchmark.group = "durable 32 x 128 B"
+        r = benchmark.pedantic(durable, **kw)
+        assert r.status == API["PutMessageStatus"].PUT_OK
+        assert store._commitlog.queue.flushed_where >= r.next_offset
+    finally:
+        os.close(fd)
+    calls = pedantic_calls(benchmark, rounds, 1, 1)
+    check_store(store, None if calls is None else calls * k * n, BATCH_BODIES[(n, size)][-1], at_least=n)
+    _record_paired(benchmark, record, "durable_vs_floor_paired", k * n, ref, k * n)
+
+
+def test_group_commit_scaling_paired(benchmark, store_factory, record):
+    """One operation: 1024 SYNC_FLUSH ``put_message`` from 16 threads (64 each); before each round, untimed,
+    the same 1024 puts from one thread."""
+    total, threads, rounds = 1024, 16, 5
+    store = store_factory((2 * rounds + 4) * total * RECORD, flush_disk_type=SYNC_FLUSH)
+    failures: list[object] = []
+
+    def one() -> None:
+        failures.extend(_run_threads(store.put_message, MSG128, 1, total))
+
+    def many() -> int:
+        failures.extend(_run_threads(store.put_message, MSG128, threads, total // threads))
+        return total
+
+    kw, ref = _paired(benchmark, one, rounds)
+    benchmark.group = "group commit"
+    assert benchmark.pedantic(many, **kw) == total and not failures, failures[:3]
+    calls = pedantic_calls(benchmark, rounds, 1, 1)
+    check_store(store, None if calls is None else 2 * calls * total, BODY128)
+    _record_paired(benchmark, record, "group_commit_16_vs_1_paired", total, ref, total)
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -336,7 +422,10 @@ def appender(tmp_root):
     apps = []
 
     def make(nbytes: int) -> benchlib.MmapAppender:
-        a = benchlib.MmapAppender(os.path.join(tmp_root, "mmap-%d" % len(apps)), benchlib.file_size_for(nbytes))
+        os.sync()
+        a = benchlib.MmapAppender(
+            os.path.join(tmp_root, "mmap-%d" % len(apps)), benchlib.file_size_for(nbytes)
+        )
         apps.append(a)
         return a
 
@@ -375,7 +464,9 @@ def test_baseline_batch(benchmark, appender, record, n, size):
     bodies = BATCH_BODIES[(n, size)]
     app = appender((rounds + 2) * iters * n * (size + 16))
     benchmark.group = "put batch %d x %d B" % (n, size)
-    first = benchmark.pedantic(app.append_batch, args=(bodies,), rounds=rounds, iterations=iters, warmup_rounds=1)
+    first = benchmark.pedantic(
+        app.append_batch, args=(bodies,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
     assert app.read(first) == bodies[0]
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     _check_appender(app, None if calls is None else calls * n, bodies[-1])

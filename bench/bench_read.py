@@ -20,9 +20,8 @@ import tempfile
 import time
 from types import SimpleNamespace
 
-import pytest
-
 import benchlib
+import pytest
 from benchlib import TOPIC
 
 API = benchlib.store_api()
@@ -60,7 +59,7 @@ def data():
     """The read store and what was put into it (offsets, bodies, keys, store timestamps)."""
     bodies = benchlib.payloads(N, SIZE)
     keys = ["k%07d" % i for i in range(N)]
-    msgs = [Message(TOPIC, b, keys=k) for b, k in zip(bodies, keys)]
+    msgs = [Message(TOPIC, b, keys=k) for b, k in zip(bodies, keys, strict=True)]
     rec = API["record_length"](msgs[0])
     with tempfile.TemporaryDirectory(prefix="pystore-bench-read-") as d:
         store = benchlib.open_warm_store(os.path.join(d, "store"), benchlib.file_size_for(N * rec))

@@ -18,9 +18,8 @@ import tempfile
 import zlib
 from types import SimpleNamespace
 
-import pytest
-
 import benchlib
+import pytest
 from benchlib import GIB, MIB, TOPIC
 
 API = benchlib.store_api()
@@ -39,7 +38,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def gib_log():
-    batches = [MessageBatch([Message(TOPIC, b) for b in benchlib.payloads(BATCH, 128, seed=s)]) for s in range(8)]
+    batches = [
+        MessageBatch([Message(TOPIC, b) for b in benchlib.payloads(BATCH, 128, seed=s)]) for s in range(8)
+    ]
     rec = API["record_length"](batches[0].messages[0])
     with tempfile.TemporaryDirectory(prefix="pystore-bench-recovery-") as d:
         root = os.path.join(d, "store")
@@ -69,7 +70,12 @@ def test_scan_file_1gib(benchmark, gib_log, record, crc):
 
     mf = MappedFile(gib_log.path, FILE_SIZE, read_only=True)
     try:
-        assert scan_file(mf, 0, crc) == (gib_log.end, RECORD_END, gib_log.n, scan_file(mf, 0, False)[3])  # warm
+        assert scan_file(mf, 0, crc) == (
+            gib_log.end,
+            RECORD_END,
+            gib_log.n,
+            scan_file(mf, 0, False)[3],
+        )  # warm
         benchmark.group = "recovery scan"
         end, reason, count, _ = benchmark.pedantic(scan_file, args=(mf, 0, crc), rounds=3, warmup_rounds=0)
         assert (end, reason, count) == (gib_log.end, RECORD_END, gib_log.n)
@@ -92,15 +98,20 @@ def test_recovery_open_normal(benchmark, gib_log, record):
         while opened:
             opened.pop().shutdown()
 
-    s = open_store()                       # untimed: the same page-cache state for every round
+    s = open_store()  # untimed: the same page-cache state for every round
     assert s.get_max_phy_offset() == gib_log.end
     close()
     benchmark.group = "recovery open"
     s = benchmark.pedantic(open_store, teardown=close, rounds=3, warmup_rounds=0)
     assert s.recovery is not None and not s.recovery.abnormal
     assert s.recovery.records == gib_log.n and s.recovery.process_offset == gib_log.end
-    record("recovery_open_normal_1gib", gib_log.n, gib_log.n * 128, gib_log.end,
-           scan_gb_per_s_inside=s.recovery.scan_rate / 1e9)
+    record(
+        "recovery_open_normal_1gib",
+        gib_log.n,
+        gib_log.n * 128,
+        gib_log.end,
+        scan_gb_per_s_inside=s.recovery.scan_rate / 1e9,
+    )
 
 
 def test_baseline_scan_python_crc(benchmark, gib_log, record):
@@ -113,6 +124,7 @@ def test_baseline_scan_python_crc(benchmark, gib_log, record):
     with open(gib_log.path, "rb") as f:
         mm = mmap.mmap(f.fileno(), FILE_SIZE, prot=mmap.PROT_READ)
         try:
+
             def scan() -> tuple[int, int]:
                 pos = count = 0
                 while pos < limit:
@@ -120,7 +132,7 @@ def test_baseline_scan_python_crc(benchmark, gib_log, record):
                     if total <= 0 or magic not in (-626843481, -626843477):
                         break
                     (n,) = blen.unpack_from(mm, pos + 84)
-                    if zlib.crc32(mm[pos + 88:pos + 88 + n]) & 0x7FFFFFFF != crc:
+                    if zlib.crc32(mm[pos + 88 : pos + 88 + n]) & 0x7FFFFFFF != crc:
                         raise ValueError("bad CRC at %d" % pos)
                     pos += total
                     count += 1

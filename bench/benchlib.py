@@ -383,5 +383,11 @@ def machine(tmpdir: str | None = None) -> dict[str, str]:
 
 
 def machine_line(m: dict[str, str]) -> str:
-    return "%s, %s cores, %s RAM, %s, %s, %s" % (m["cpu"], m["cores"], m["memory"], m["kernel"], m["filesystem"],
-                                                m["python"])
+    return "%s, %s cores, %s RAM, %s, %s, %s" % (
+        m["cpu"],
+        m["cores"],
+        m["memory"],
+        m["kernel"],
+        m["filesystem"],
+        m["python"],
+    )

@@ -46,6 +46,7 @@ def store_factory(tmp_root: str) -> Iterator[Callable[..., Any]]:
     stores: list[Any] = []
 
     def make(nbytes: int, warm: bool = True, name: str = "store", **overrides: Any) -> Any:
+        os.sync()  # what earlier benchmarks left dirty is written back now, not during this one
         size = benchlib.file_size_for(nbytes)
         s = benchlib.open_warm_store(os.path.join(tmp_root, name), size, warm=warm, **overrides)
         stores.append(s)
@@ -104,16 +105,27 @@ RATIOS: list[tuple[str, ...]] = [
     ("batch 128 x 128 B, prebuilt", "put_batch_128x128_prebuilt", "baseline_batch_128x128"),
     ("batch 32 x 1 KiB, prebuilt", "put_batch_32x1024_prebuilt", "baseline_batch_32x1024"),
     ("batch 128 x 1 KiB, prebuilt", "put_batch_128x1024_prebuilt", "baseline_batch_128x1024"),
-    ("SYNC_FLUSH batch 32 x 128 B vs write+fdatasync/32", "put_sync_batch_32x128", "floor_write_fdatasync_32x128"),
-    ("SYNC_FLUSH, warm-up zeros synced first (diagnostic)", "put_sync_batch_32x128_zeros_synced",
-     "floor_write_fdatasync_32x128"),
+    (
+        "SYNC_FLUSH batch 32 x 128 B vs write+fdatasync/32",
+        "put_sync_batch_32x128",
+        "floor_write_fdatasync_32x128",
+    ),
+    (
+        "SYNC_FLUSH, warm-up zeros synced first (diagnostic)",
+        "put_sync_batch_32x128_zeros_synced",
+        "floor_write_fdatasync_32x128",
+    ),
     ("group commit: 16 threads vs 1 thread", "group_commit_16_threads", "group_commit_1_threads"),
-    ("group commit: 16 threads vs 1 thread, per fsync", "group_commit_16_threads", "group_commit_1_threads",
-     "msgs_per_fsync"),
-    ("group commit: async_put_message x16 in flight vs 1 thread", "group_commit_async_16_in_flight",
-     "group_commit_1_threads"),
-    ("look_message_by_offset random vs mmap+struct read", "look_message_by_offset_random",
-     "baseline_read_random"),
+    (
+        "group commit: async_put_message x16 in flight vs 1 thread",
+        "group_commit_async_16_in_flight",
+        "group_commit_1_threads",
+    ),
+    (
+        "look_message_by_offset random vs mmap+struct read",
+        "look_message_by_offset_random",
+        "baseline_read_random",
+    ),
     ("recovery scan (CRC) vs Python struct scan", "scan_file_1gib_crc", "baseline_scan_python_crc"),
 ]
 
@@ -121,20 +133,35 @@ RATIOS: list[tuple[str, ...]] = [
 TARGETS = [
     ("issue 3", "batch 32 x 128 B", "put_batch_32x128_prebuilt", "msgs_per_s", "ge", 5e6, "msg/s"),
     ("issue 3", "single put p50", "put_single_128_prebuilt", "p50_ns", "le", 1000, "ns"),
-    ("issue 3", "single put >= 3x mmap+struct", "ratio:single put 128 B, prebuilt Message", "ratio", "ge", 3, "x"),
+    (
+        "issue 3",
+        "single put >= 3x mmap+struct",
+        "ratio:single put 128 B, prebuilt Message",
+        "ratio",
+        "ge",
+        3,
+        "x",
+    ),
     ("issue 3", "batch >= 3x mmap+struct", "ratio:batch 32 x 128 B, prebuilt", "ratio", "ge", 3, "x"),
     ("issue 6", "batch append 128 B", "put_batch_32x128_prebuilt", "msgs_per_s", "ge", 8e6, "msg/s"),
     ("issue 6", "batch append 1 KiB", "put_batch_128x1024_prebuilt", "payload_mb_per_s", "ge", 2500, "MB/s"),
     ("issue 6", "single put p50", "put_single_128_prebuilt", "p50_ns", "le", 500, "ns"),
     ("issue 6", "single put p99", "put_single_128_prebuilt", "p99_ns", "le", 2000, "ns"),
-    ("issue 6", "durable 32 x 128 B >= 0.9x write+fdatasync",
-     "ratio:SYNC_FLUSH batch 32 x 128 B vs write+fdatasync/32", "ratio", "ge", 0.9, "x"),
-    ("brief", "group commit 16 threads >= 5x 1 thread", "ratio:group commit: 16 threads vs 1 thread", "ratio",
-     "ge", 5, "x"),
-    ("brief", "  the same, per fsync (drift-corrected)", "ratio:group commit: 16 threads vs 1 thread, per fsync",
-     "ratio", "ge", 5, "x"),
+    # the two ratios below come from paired rounds (reference timed right before each round)
+    ("issue 6", "durable 32 x 128 B >= 0.9x write+fdatasync", "durable_vs_floor_paired", "paired_ratio", "ge",
+     0.9, "x"),
+    ("brief", "group commit 16 threads >= 5x 1 thread", "group_commit_16_vs_1_paired", "paired_ratio", "ge",
+     5, "x"),
     ("issue 6", "get_message sequential", "get_message_sequential", "msgs_per_s", "ge", 5e6, "msg/s"),
-    ("issue 6", "look_message_by_offset random p50", "look_message_by_offset_random", "p50_ns", "le", 1000, "ns"),
+    (
+        "issue 6",
+        "look_message_by_offset random p50",
+        "look_message_by_offset_random",
+        "p50_ns",
+        "le",
+        1000,
+        "ns",
+    ),
     ("issue 6", "recovery scan", "scan_file_1gib_crc", "gb_per_s", "ge", 2, "GB/s"),
 ]
 
@@ -160,8 +187,11 @@ def _ratios() -> list[tuple[str, float | None, float | None]]:
         a, b = RESULTS.get(num, {}), RESULTS.get(den, {})
         k = key[0] if key else "msgs_per_s"
         r = a[k] / b[k] if a.get(k) and b.get(k) else None
-        rm = (a["msgs_per_s_median"] / b["msgs_per_s_median"]
-              if not key and a.get("msgs_per_s_median") and b.get("msgs_per_s_median") else None)
+        rm = (
+            a["msgs_per_s_median"] / b["msgs_per_s_median"]
+            if not key and a.get("msgs_per_s_median") and b.get("msgs_per_s_median")
+            else None
+        )
         out.append((what, r, rm))
         if r is not None:
             RESULTS["ratio:" + what] = {"ratio": r, "ratio_median": rm}
@@ -176,32 +206,59 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     m = benchlib.machine()
     tw.write_line("machine: " + benchlib.machine_line(m))
     tw.write_line("")
-    tw.write_line("rates from the mean time per operation (sustained); ns/msg from the median round; p50/p99 from "
-                  "individually timed calls (timer included)")
-    tw.write_line("%-42s %12s %12s %10s %10s %10s %9s" % ("benchmark", "msgs/s", "ns/msg", "MB/s", "p50", "p99",
-                                                          "GB/s"))
+    tw.write_line(
+        "msgs/s, MB/s, GB/s: from the mean time per operation (sustained: background flushing and "
+        "write-back included);\nmsgs/s med and ns/msg: from the median round (typical); p50/p99: "
+        "individually timed calls (perf_counter_ns included)"
+    )
+    tw.write_line(
+        "%-42s %12s %12s %12s %10s %10s %10s %9s"
+        % ("benchmark", "msgs/s", "msgs/s med", "ns/msg", "MB/s", "p50", "p99", "GB/s")
+    )
     for label, r in list(RESULTS.items()):
         if label.startswith("ratio:"):
             continue
-        tw.write_line("%-42s %12s %12s %10s %10s %10s %9s" % (
-            label[:42], _fmt(r.get("msgs_per_s"), "msg/s"),
-            "%.1f" % r["ns_per_msg"] if r.get("ns_per_msg") else "-",
-            "%.0f" % r["payload_mb_per_s"] if r.get("payload_mb_per_s") else "-",
-            _fmt(r.get("p50_ns"), "ns"), _fmt(r.get("p99_ns"), "ns"),
-            "%.2f" % r["gb_per_s"] if r.get("gb_per_s") else "-"))
+        tw.write_line(
+            "%-42s %12s %12s %12s %10s %10s %10s %9s"
+            % (
+                label[:42],
+                _fmt(r.get("msgs_per_s"), "msg/s"),
+                _fmt(r.get("msgs_per_s_median"), "msg/s"),
+                "%.1f" % r["ns_per_msg"] if r.get("ns_per_msg") else "-",
+                "%.0f" % r["payload_mb_per_s"] if r.get("payload_mb_per_s") else "-",
+                _fmt(r.get("p50_ns"), "ns"),
+                _fmt(r.get("p99_ns"), "ns"),
+                "%.2f" % r["gb_per_s"] if r.get("gb_per_s") else "-",
+            )
+        )
     tw.write_line("")
-    tw.write_line("ratios in this run (msgs/s, first over second): sustained (mean) and typical (median round)")
+    tw.write_line(
+        "ratios in this run (msgs/s, first over second): sustained (mean) and typical (median round)"
+    )
     for what, r, rm in _ratios():
         tw.write_line("  %-58s %8s %8s" % (what, _fmt(r, "x"), _fmt(rm, "x")))
+    for label, r in RESULTS.items():
+        if r.get("paired_ratio") is not None:
+            rs = r.get("paired_ratios") or []
+            tw.write_line("  %-58s %8s  (paired rounds: %s .. %s)" % (
+                label + " (paired)", _fmt(r["paired_ratio"], "x"), _fmt(rs[0], "x"), _fmt(rs[-1], "x")))
     tw.write_line("")
-    tw.write_line("targets:")
+    tw.write_line("targets (judged on the sustained figure; the median-round figure beside it):")
+    median_key = {"msgs_per_s": "msgs_per_s_median", "ratio": "ratio_median"}
     for src, what, label, key, cmp, thr, unit in TARGETS:
-        v = RESULTS.get(label, {}).get(key)
+        r = RESULTS.get(label, {})
+        v = r.get(key)
+        vm = r.get(median_key.get(key, ""))
         if v is None:
             verdict = "not measured"
         else:
             ok = v >= thr if cmp == "ge" else v <= thr
             short = (thr / v if cmp == "ge" else v / thr) if v else float("inf")
             verdict = "met" if ok else "MISSED (needs %.2fx)" % short
-        tw.write_line("  %-8s %-46s %-6s %-12s measured %-12s %s" % (
-            src, what, ">=" if cmp == "ge" else "<=", _fmt(thr, unit), _fmt(v, unit), verdict))
+            if not ok and vm is not None and (vm >= thr if cmp == "ge" else vm <= thr):
+                verdict += ", met on the median round"
+        tw.write_line(
+            "  %-8s %-46s %-3s %-10s measured %-10s %-10s %s"
+            % (src, what, ">=" if cmp == "ge" else "<=", _fmt(thr, unit), _fmt(v, unit),
+               "(%s)" % _fmt(vm, unit) if vm is not None else "", verdict)
+        )

@@ -45,7 +45,6 @@ import statistics
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -275,7 +274,7 @@ class LmdbAdapter(Adapter):
 
     def append_batch(self, batch: Any) -> None:
         with self.env.begin(write=True) as txn:
-            txn.cursor().putmulti(zip(self._keys(len(batch)), batch), append=True)
+            txn.cursor().putmulti(zip(self._keys(len(batch)), batch, strict=True), append=True)
 
     append_durable = append_batch
 
@@ -513,8 +512,16 @@ class DiskcacheAdapter(Adapter):
 
 
 CONTENDERS: list[type[Adapter]] = [
-    PystoreAdapter, PystorePrebuiltAdapter, MmapStructAdapter, LmdbAdapter, SqliteAdapter, SqliteNormalAdapter,
-    PersistQueueFileAdapter, PersistQueueSqliteAdapter, LitequeueAdapter, DiskcacheAdapter,
+    PystoreAdapter,
+    PystorePrebuiltAdapter,
+    MmapStructAdapter,
+    LmdbAdapter,
+    SqliteAdapter,
+    SqliteNormalAdapter,
+    PersistQueueFileAdapter,
+    PersistQueueSqliteAdapter,
+    LitequeueAdapter,
+    DiskcacheAdapter,
 ]
 PYSTORE = {"pystore", "pystore-prebuilt"}
 
@@ -551,7 +558,9 @@ def timed_read_seq(it: Iterator[bytes], limit: int, max_s: float) -> tuple[list[
     return out, pc() - t0
 
 
-def run_contender(cls: type[Adapter], folder: str, cfg: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+def run_contender(
+    cls: type[Adapter], folder: str, cfg: dict[str, Any], data: dict[str, Any]
+) -> dict[str, Any]:
     """Every measure for one contender, one repetition: ``{measure: value}`` plus notes."""
     out: dict[str, Any] = {}
     a = cls(os.path.join(folder, "main"), durable=False)
@@ -565,7 +574,7 @@ def run_contender(cls: type[Adapter], folder: str, cfg: dict[str, Any], data: di
         # read back in order
         try:
             got, dt = timed_read_seq(a.read_seq(), msgs128, cfg["t_read"])
-            exp = data["p128"][:len(got)]
+            exp = data["p128"][: len(got)]
             if len(got) == 0 or benchlib.bodies_checksum(got) != benchlib.bodies_checksum(exp):
                 raise AssertionError("%s: sequential read returned wrong bodies" % cls.name)
             out["read_seq"] = len(got) / dt
@@ -577,9 +586,11 @@ def run_contender(cls: type[Adapter], folder: str, cfg: dict[str, Any], data: di
             keys_idx = [i for i in data["rand_idx"] if i < msgs128][: cfg["nrand"]]
             keys = [a.key(i) for i in keys_idx]
             lat = benchlib.time_each(a.read_random, keys, max_seconds=cfg["t_lat"])
-            for i, k in list(zip(keys_idx, keys))[: len(lat)][:: max(1, len(lat) // 500)]:
+            for i, k in list(zip(keys_idx, keys, strict=True))[: len(lat)][:: max(1, len(lat) // 500)]:
                 if bytes(a.read_random(k)) != data["p128"][i]:
-                    raise AssertionError("%s: random read of message %d returned a wrong body" % (cls.name, i))
+                    raise AssertionError(
+                        "%s: random read of message %d returned a wrong body" % (cls.name, i)
+                    )
             p = benchlib.percentiles(lat)
             out["read_rand_p50"], out["read_rand_p99"] = p["p50"] / 1e3, p["p99"] / 1e3
             out["read_rand_n"] = len(lat)
@@ -627,8 +638,8 @@ def run_contender(cls: type[Adapter], folder: str, cfg: dict[str, Any], data: di
 
 
 def floor_memcpy(folder: str, mb: int) -> dict[str, float]:
-    """GB/s of copying a big ``bytes`` into a warm (pre-faulted, already written) shared file mapping: ``mmap``
-    slice assignment and ``ctypes.memmove``; the best of 5 each."""
+    """GB/s of copying a big ``bytes`` into a warm (pre-faulted, already written) shared file mapping:
+    ``mmap`` slice assignment and ``ctypes.memmove``; the best of 5 each."""
     n = mb * MIB
     src = os.urandom(n)
     path = os.path.join(folder, "memcpy")
@@ -636,7 +647,7 @@ def floor_memcpy(folder: str, mb: int) -> dict[str, float]:
     try:
         os.posix_fallocate(fd, 0, n)
         mm = mmap.mmap(fd, n)
-        mm[0:n] = src                              # fault every page in and dirty it once
+        mm[0:n] = src  # fault every page in and dirty it once
         cbuf = (ctypes.c_char * n).from_buffer(mm)
         dst = ctypes.addressof(cbuf)
         srcbuf = ctypes.c_char_p(src)
@@ -648,7 +659,7 @@ def floor_memcpy(folder: str, mb: int) -> dict[str, float]:
             t = time.perf_counter()
             ctypes.memmove(dst, srcbuf, n)
             best_memmove = min(best_memmove, time.perf_counter() - t)
-        assert mm[n - 64:n] == src[n - 64:n]
+        assert mm[n - 64 : n] == src[n - 64 : n]
         del cbuf
         mm.close()
     finally:
@@ -661,9 +672,12 @@ def floor_fdatasync(folder: str, bodies: Sequence[bytes], max_batches: int, max_
     """msgs/s of a plain file: one ``write`` of 32 length-prefixed 128 B records, then ``os.fdatasync``."""
     path = os.path.join(folder, "fdatasync")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    chunks = [b"".join(len(b).to_bytes(4, "big") + b for b in bodies[i:i + BATCH])
-              for i in range(0, min(len(bodies), max_batches * BATCH), BATCH)]
+    chunks = [
+        b"".join(len(b).to_bytes(4, "big") + b for b in bodies[i : i + BATCH])
+        for i in range(0, min(len(bodies), max_batches * BATCH), BATCH)
+    ]
     try:
+
         def w(c: bytes) -> None:
             os.write(fd, c)
             os.fdatasync(fd)
@@ -689,8 +703,8 @@ def build_data(cfg: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(11)
     return {
         "p128": p128,
-        "batches128": [p128[i:i + BATCH] for i in range(0, cfg["n128"], BATCH)],
-        "batches1k": [p1k[i:i + BATCH] for i in range(0, cfg["n1k"], BATCH)],
+        "batches128": [p128[i : i + BATCH] for i in range(0, cfg["n128"], BATCH)],
+        "batches1k": [p1k[i : i + BATCH] for i in range(0, cfg["n1k"], BATCH)],
         "rand_idx": [rng.randrange(cfg["n128"]) for _ in range(cfg["nrand"] * 4)],
     }
 
@@ -701,12 +715,19 @@ def median_of(reps: list[dict[str, Any]], key: str) -> float | None:
 
 
 def summarize(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, float]]) -> dict[str, Any]:
-    med = {name: {m[0]: median_of(reps, m[0]) for m in MEASURES} | {
-        m[0] + "_n": median_of(reps, m[0] + "_n") for m in MEASURES} | {
-        "durable_x_floor": median_of(reps, "durable_x_floor")} for name, reps in results.items()}
+    med = {
+        name: {m[0]: median_of(reps, m[0]) for m in MEASURES}
+        | {m[0] + "_n": median_of(reps, m[0] + "_n") for m in MEASURES}
+        | {"durable_x_floor": median_of(reps, "durable_x_floor")}
+        for name, reps in results.items()
+    }
     fl = {k: median_of(floors, k) for k in ("memcpy_slice_gbs", "memcpy_memmove_gbs")}
     fl["fdatasync_msgs"] = median_of([r for reps in results.values() for r in reps], "durable_floor")
-    memcpy = max(v for v in (fl["memcpy_slice_gbs"], fl["memcpy_memmove_gbs"]) if v is not None) if floors else None
+    memcpy = (
+        max(v for v in (fl["memcpy_slice_gbs"], fl["memcpy_memmove_gbs"]) if v is not None)
+        if floors
+        else None
+    )
     ratios: dict[str, dict[str, Any]] = {}
     peers = [n for n in med if n not in PYSTORE]
     for key, _title, _unit, higher, floor in MEASURES:
@@ -716,14 +737,18 @@ def summarize(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, f
             v = med.get(who, {}).get(key)
             if v is None:
                 continue
-            r: dict[str, Any] = {"value": v, "best_peer": best, "best_peer_value": vals.get(best) if best else None}
+            r: dict[str, Any] = {
+                "value": v,
+                "best_peer": best,
+                "best_peer_value": vals.get(best) if best else None,
+            }
             if best:
                 r["x_best_peer"] = v / vals[best] if higher else vals[best] / v
             for peer in ("lmdb", "mmap+struct"):
                 if peer in vals:
                     r["x_" + peer] = v / vals[peer] if higher else vals[peer] / v
             if floor == "memcpy" and memcpy:
-                fv = memcpy * 1e9 / SIZES[key]              # msgs/s if only the payload bytes were copied
+                fv = memcpy * 1e9 / SIZES[key]  # msgs/s if only the payload bytes were copied
                 r["floor"], r["x_floor"] = fv, v / fv
             elif floor == "fdatasync" and fl["fdatasync_msgs"]:
                 # each repetition's durable rate over the floor measured just before it, median over reps
@@ -752,7 +777,9 @@ def render(summary: dict[str, Any], meta: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     med = summary["medians"]
-    t = Table(title="pystore and peers: medians of %d interleaved repetitions" % meta["reps"], title_justify="left")
+    t = Table(
+        title="pystore and peers: medians of %d interleaved repetitions" % meta["reps"], title_justify="left"
+    )
     t.add_column("contender", style="bold")
     for key, title, unit, _h, _f in MEASURES:
         t.add_column("%s\n%s" % (title, "msgs/s" if unit == "msg/s" else "us"), justify="right")
@@ -772,28 +799,68 @@ def render(summary: dict[str, Any], meta: dict[str, Any], console: Any) -> None:
     fl = summary["floors"]
     if summary["memcpy_gbs"]:
         mc = summary["memcpy_gbs"] * 1e9
-        t.add_row("floor: memcpy %.1f GB/s" % summary["memcpy_gbs"], fmt(mc / 128, "msg/s"), "%.0f" % (mc / 1e6),
-                  fmt(mc / 1024, "msg/s"), "%.0f" % (mc / 1e6), "", "", fmt(mc / 128, "msg/s"), "", "", "", "",
-                  style="dim")
+        t.add_row(
+            "floor: memcpy %.1f GB/s" % summary["memcpy_gbs"],
+            fmt(mc / 128, "msg/s"),
+            "%.0f" % (mc / 1e6),
+            fmt(mc / 1024, "msg/s"),
+            "%.0f" % (mc / 1e6),
+            "",
+            "",
+            fmt(mc / 128, "msg/s"),
+            "",
+            "",
+            "",
+            "",
+            style="dim",
+        )
     if fl.get("fdatasync_msgs"):
-        t.add_row("floor: write+fdatasync/32", "", "", "", "", fmt(fl["fdatasync_msgs"], "msg/s"), "1.00x", "", "",
-                  "", "", "", style="dim")
+        t.add_row(
+            "floor: write+fdatasync/32",
+            "",
+            "",
+            "",
+            "",
+            fmt(fl["fdatasync_msgs"], "msg/s"),
+            "1.00x",
+            "",
+            "",
+            "",
+            "",
+            "",
+            style="dim",
+        )
     console.print(t)
 
     r = Table(title="ratios (>1: pystore better; latencies as best/pystore)", title_justify="left")
-    for c in ("measure", "contender", "value", "best peer", "x best", "x lmdb", "x mmap+struct", "floor",
-              "x floor"):
+    for c in (
+        "measure",
+        "contender",
+        "value",
+        "best peer",
+        "x best",
+        "x lmdb",
+        "x mmap+struct",
+        "floor",
+        "x floor",
+    ):
         r.add_column(c, justify="left" if c in ("measure", "contender", "best peer") else "right")
     for key, title, unit, _h, _f in MEASURES:
         for who in ("pystore", "pystore-prebuilt"):
             x = summary["ratios"].get(who, {}).get(key)
             if not x:
                 continue
-            r.add_row(title, who, fmt(x["value"], unit),
-                      "%s (%s)" % (x["best_peer"], fmt(x["best_peer_value"], unit)) if x["best_peer"] else "n/a",
-                      fmt(x.get("x_best_peer"), "x"), fmt(x.get("x_lmdb"), "x"), fmt(x.get("x_mmap+struct"), "x"),
-                      fmt(x.get("floor"), unit) if "floor" in x else "", fmt(x.get("x_floor"), "x") if "x_floor" in x
-                      else "")
+            r.add_row(
+                title,
+                who,
+                fmt(x["value"], unit),
+                "%s (%s)" % (x["best_peer"], fmt(x["best_peer_value"], unit)) if x["best_peer"] else "n/a",
+                fmt(x.get("x_best_peer"), "x"),
+                fmt(x.get("x_lmdb"), "x"),
+                fmt(x.get("x_mmap+struct"), "x"),
+                fmt(x.get("floor"), unit) if "floor" in x else "",
+                fmt(x.get("x_floor"), "x") if "x_floor" in x else "",
+            )
     console.print(r)
 
 
@@ -819,15 +886,27 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     fl = summary["floors"]
     if summary["memcpy_gbs"]:
         mc = summary["memcpy_gbs"] * 1e9
-        lines.append("| *floor: memcpy into a warm mapping (%.1f GB/s)* | %s | %.0f | %s | %.0f | | | %s | | | | |"
-                     % (summary["memcpy_gbs"], fmt(mc / 128, "msg/s"), mc / 1e6, fmt(mc / 1024, "msg/s"), mc / 1e6,
-                        fmt(mc / 128, "msg/s")))
+        lines.append(
+            "| *floor: memcpy into a warm mapping (%.1f GB/s)* | %s | %.0f | %s | %.0f | | | %s | | | | |"
+            % (
+                summary["memcpy_gbs"],
+                fmt(mc / 128, "msg/s"),
+                mc / 1e6,
+                fmt(mc / 1024, "msg/s"),
+                mc / 1e6,
+                fmt(mc / 128, "msg/s"),
+            )
+        )
     if fl.get("fdatasync_msgs"):
-        lines.append("| *floor: file write + fdatasync every 32* | | | | | %s | 1.00x | | | | | |"
-                     % fmt(fl["fdatasync_msgs"], "msg/s"))
+        lines.append(
+            "| *floor: file write + fdatasync every 32* | | | | | %s | 1.00x | | | | | |"
+            % fmt(fl["fdatasync_msgs"], "msg/s")
+        )
     lines.append("")
-    lines.append("| measure | pystore | pystore-prebuilt | best peer | pystore ÷ best peer | pystore ÷ lmdb "
-                 "| pystore ÷ mmap+struct | pystore ÷ floor |")
+    lines.append(
+        "| measure | pystore | pystore-prebuilt | best peer | pystore ÷ best peer | pystore ÷ lmdb "
+        "| pystore ÷ mmap+struct | pystore ÷ floor |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|")
     for key, title, unit, _h, _f in MEASURES:
         x = summary["ratios"].get("pystore", {}).get(key)
@@ -837,19 +916,30 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         x = x or {}
         xp = xp or {}
         base = x or xp
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            title, fmt(x.get("value"), unit), fmt(xp.get("value"), unit),
-            "%s (%s)" % (base["best_peer"], fmt(base["best_peer_value"], unit)) if base.get("best_peer") else "n/a",
-            " / ".join(fmt(y.get("x_best_peer"), "x") for y in (x, xp)),
-            " / ".join(fmt(y.get("x_lmdb"), "x") for y in (x, xp)),
-            " / ".join(fmt(y.get("x_mmap+struct"), "x") for y in (x, xp)),
-            " / ".join(fmt(y.get("x_floor"), "x") for y in (x, xp)) if "x_floor" in base else ""))
+        lines.append(
+            "| %s | %s | %s | %s | %s | %s | %s | %s |"
+            % (
+                title,
+                fmt(x.get("value"), unit),
+                fmt(xp.get("value"), unit),
+                "%s (%s)" % (base["best_peer"], fmt(base["best_peer_value"], unit))
+                if base.get("best_peer")
+                else "n/a",
+                " / ".join(fmt(y.get("x_best_peer"), "x") for y in (x, xp)),
+                " / ".join(fmt(y.get("x_lmdb"), "x") for y in (x, xp)),
+                " / ".join(fmt(y.get("x_mmap+struct"), "x") for y in (x, xp)),
+                " / ".join(fmt(y.get("x_floor"), "x") for y in (x, xp)) if "x_floor" in base else "",
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     p.add_argument("--quick", action="store_true", help="small counts (CI smoke test)")
     p.add_argument("--only", default=None, help="comma-separated contender names (floors always run)")
     p.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
@@ -882,18 +972,25 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="pystore-peers-", dir=a.tmpdir) as top:
         m = benchlib.machine(a.tmpdir or tempfile.gettempdir())
-        command = "python bench/peers.py" + (" " + shlex.join(argv if argv is not None else sys.argv[1:])
-                                             if (argv if argv is not None else sys.argv[1:]) else "")
-        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        command = "python bench/peers.py" + (
+            " " + shlex.join(argv if argv is not None else sys.argv[1:])
+            if (argv if argv is not None else sys.argv[1:])
+            else ""
+        )
+        when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         console.print("[bold]pystore peers run[/bold]  %s" % when)
         console.print("machine: " + benchlib.machine_line(m))
-        console.print("command: %s   (%s; %d repetitions, interleaved)" % (command, "quick" if a.quick else "full",
-                                                                          cfg["reps"]))
+        console.print(
+            "command: %s   (%s; %d repetitions, interleaved)"
+            % (command, "quick" if a.quick else "full", cfg["reps"])
+        )
         try:
             import pystore
 
-            console.print("pystore %s from %s" % (getattr(pystore, "__version__", "?"),
-                                                 os.path.dirname(pystore.__file__)))
+            console.print(
+                "pystore %s from %s"
+                % (getattr(pystore, "__version__", "?"), os.path.dirname(pystore.__file__))
+            )
         except ImportError as e:
             console.print("[red]pystore does not import: %s[/red]" % e)
             return 1
@@ -903,7 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
         errors: list[str] = []
         t_start = time.perf_counter()
         for rep in range(cfg["reps"]):
-            order = contenders[rep % len(contenders):] + contenders[: rep % len(contenders)]
+            order = contenders[rep % len(contenders) :] + contenders[: rep % len(contenders)]
             floors.append(floor_memcpy(top, cfg["floor_mb"]))
             for c in order:
                 folder = os.path.join(top, "r%d-%s" % (rep, c.name.replace(".", "-")))
@@ -915,22 +1012,37 @@ def main(argv: list[str] | None = None) -> int:
                     console.print("[red]  %s failed: %s[/red]" % (c.name, e))
                     res = {"error": str(e)}
                 results[c.name].append(res)
-                console.print("  rep %d/%d  %-26s %5.1f s" % (rep + 1, cfg["reps"], c.name, time.perf_counter() - t0),
-                              highlight=False)
+                console.print(
+                    "  rep %d/%d  %-26s %5.1f s" % (rep + 1, cfg["reps"], c.name, time.perf_counter() - t0),
+                    highlight=False,
+                )
                 import shutil
 
                 shutil.rmtree(folder, ignore_errors=True)
         elapsed = time.perf_counter() - t_start
         summary = summarize(results, floors)
-        meta = {"date": when, "machine": m, "machine_line": benchlib.machine_line(m), "command": command,
-                "config": cfg, "reps": cfg["reps"], "seconds": elapsed, "quick": a.quick,
-                "contenders": {c.name: {"description": c.description, "durable": c.durable_note,
-                                        "read": c.read_note} for c in contenders}}
+        meta = {
+            "date": when,
+            "machine": m,
+            "machine_line": benchlib.machine_line(m),
+            "command": command,
+            "config": cfg,
+            "reps": cfg["reps"],
+            "seconds": elapsed,
+            "quick": a.quick,
+            "contenders": {
+                c.name: {"description": c.description, "durable": c.durable_note, "read": c.read_note}
+                for c in contenders
+            },
+        }
         # pystore's sequential read path depends on the branch
         for c in contenders:
             if c.name in PYSTORE:
-                meta["contenders"][c.name]["read"] = ("get_message pages of 32" if hasattr(
-                    benchlib.store_api()["MessageStore"], "get_message") else "look_message_by_offset walk")
+                meta["contenders"][c.name]["read"] = (
+                    "get_message pages of 32"
+                    if hasattr(benchlib.store_api()["MessageStore"], "get_message")
+                    else "look_message_by_offset walk"
+                )
         console.print()
         render(summary, meta, console)
         console.print("total %.0f s" % elapsed)
@@ -938,8 +1050,12 @@ def main(argv: list[str] | None = None) -> int:
             console.print("[red]error: %s[/red]" % e)
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
-            json.dump({"meta": meta, "summary": summary, "reps": results, "floors": floors, "errors": errors}, f,
-                      indent=1, default=str)
+            json.dump(
+                {"meta": meta, "summary": summary, "reps": results, "floors": floors, "errors": errors},
+                f,
+                indent=1,
+                default=str,
+            )
         console.print("JSON: %s" % a.json)
         if a.markdown:
             with open(a.markdown, "w") as f:

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 n = 0
                 lock = threading.Lock()
 
-                def worker() -> None:
+                def worker(store: object = store, lock: threading.Lock = lock) -> None:
                     nonlocal n
                     put = store.put_message
                     k = 0
@@ -110,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             busy += time.perf_counter() - t0
             total += n * per_op
             store.destroy()
+    rate = total / busy if busy else 0.0
     print("%s: %d messages of %d B in %.2f s of putting: %.3f M msg/s, %.1f ns/msg (%d store%s)" % (
-        a.mode, total, a.size, busy, total / busy / 1e6, busy / total * 1e9, stores, "" if stores == 1 else "s"))
+        a.mode, total, a.size, busy, rate / 1e6, 1e9 / rate if rate else 0.0, stores,
+        "" if stores == 1 else "s"))
     return 0
 
 
