@@ -1,0 +1,473 @@
+"""Put path: ``put_message`` / ``put_messages`` (ASYNC_FLUSH and SYNC_FLUSH), against the same run's
+pure-Python ``mmap`` + ``struct`` baseline (``benchlib.MmapAppender``) and a write+fdatasync floor.
+
+Labels say what is timed:
+* ``prebuilt``: the ``Message``/``MessageBatch`` is built once at module level and put again and again, so
+  the figure is the store's (a ``Message`` pre-encodes topic, properties and hosts and caches its body CRC);
+* ``construct``: a new ``Message`` (or 32 of them and a ``MessageBatch``) is built for every put, as a
+  caller holding plain ``bytes`` would;
+* ``warm`` (default): the commit-log file is created and pre-faulted before timing
+  (``warm_mapped_file_enable``, the allocate service idle: "files pre-created"); ``cold``: created
+  (fallocated) but never touched, so the first write to every page takes a page fault.
+
+Every benchmark checks what it measured: all results ``PUT_OK``, the topic-queue table counts every put,
+a CRC-checked scan of the commit log finds exactly that many records ending at the max offset, and the
+last record reads back with the body that was put.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import benchlib
+import pytest
+from benchlib import TOPIC, pedantic_calls
+
+API = benchlib.store_api()
+Message = API["Message"]
+MessageBatch = API["MessageBatch"]
+SYNC_FLUSH = API["FlushDiskType"].SYNC_FLUSH
+
+BODY128 = benchlib.payloads(1, 128)[0]
+MSG128 = Message(TOPIC, BODY128)  # prebuilt: encoded once, CRC cached after the first put
+BATCH_BODIES = {(n, size): benchlib.payloads(n, size) for n in (32, 128) for size in (128, 1024)}
+BATCHES = {k: MessageBatch([Message(TOPIC, b) for b in v]) for k, v in BATCH_BODIES.items()}
+RECORD = API["record_length"](MSG128)  # bytes of one stored 128 B message on TOPIC
+PCT_CALLS = 200_000  # individually timed puts for p50/p99
+# (rounds, iterations) per batch shape: ~200 MB written, a fraction of a second each
+BATCH_PLAN = {(32, 128): (100, 300), (128, 128): (100, 80), (32, 1024): (100, 60), (128, 1024): (50, 30)}
+
+
+def _record_size(n: int, size: int) -> int:
+    return n * (RECORD - 128 + size)
+
+
+def check_store(store: object, expected: int | None, last_body: bytes, at_least: int = 1) -> int:
+    """The store holds ``expected`` messages on TOPIC (at least ``at_least`` when the call count is not
+    known), every record passes its CRC, and the last one reads back as ``last_body``."""
+    count = benchlib.queue_count(store)
+    if expected is not None:
+        assert count == expected, "queue table says %d messages, %d were put" % (count, expected)
+    assert count >= at_least
+    records, end = benchlib.scan_store(store)
+    assert records == count + 1, "scan found %d records, expected %d + the warm-up" % (records, count)
+    assert end == store.get_max_phy_offset()
+    last = store.look_message_by_offset(end - (RECORD - 128 + len(last_body)))
+    assert last is not None and last.body == last_body and last.topic == TOPIC
+    assert last.queue_offset == count - 1
+    return count
+
+
+def _single_percentiles(fn, arg, n: int = PCT_CALLS) -> dict[str, float]:
+    lat = benchlib.time_each(fn, [arg] * n, check=lambda r: r.is_ok())
+    p = benchlib.percentiles(lat)
+    return {
+        "p50_ns": p["p50"],
+        "p90_ns": p["p90"],
+        "p99_ns": p["p99"],
+        "p99.9_ns": p["p99.9"],
+        "timer_overhead_ns": benchlib.timer_overhead_ns(),
+        "pct_calls": len(lat),
+    }
+
+
+# -----------------------------------------------------------------------------------------------------------
+# single puts, ASYNC_FLUSH
+# -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_put_single_128_prebuilt(benchmark, store_factory, record, warm):
+    rounds, iters = 200, 1000
+    store = store_factory((rounds + 1) * iters * RECORD + PCT_CALLS * RECORD, warm=warm)
+    benchmark.group = "put single 128 B"
+    r = benchmark.pedantic(
+        store.put_message, args=(MSG128,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD
+    pct = _single_percentiles(store.put_message, MSG128)
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls + pct["pct_calls"], BODY128)
+    record("put_single_128_prebuilt" + ("" if warm else "_cold"), 1, 128, **pct)
+
+
+def test_put_single_128_prebuilt_timed_flush(benchmark, store_factory, record):
+    """The same, with ``flush_commit_log_timed=True``: the flush service sleeps its interval instead of
+    being woken by puts (shows what the wake-ups cost on 2 cores)."""
+    rounds, iters = 200, 1000
+    store = store_factory((rounds + 1) * iters * RECORD + PCT_CALLS * RECORD, flush_commit_log_timed=True)
+    benchmark.group = "put single 128 B"
+    r = benchmark.pedantic(
+        store.put_message, args=(MSG128,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert r.is_ok()
+    pct = _single_percentiles(store.put_message, MSG128)
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls + pct["pct_calls"], BODY128)
+    record("put_single_128_prebuilt_timed_flush", 1, 128, **pct)
+
+
+def test_put_single_128_construct(benchmark, store_factory, record):
+    rounds, iters = 100, 1000
+    store = store_factory((rounds + 1) * iters * RECORD + PCT_CALLS * RECORD)
+    put = store.put_message
+
+    def put_new(body: bytes = BODY128) -> object:
+        return put(Message(TOPIC, body))
+
+    benchmark.group = "put single 128 B"
+    r = benchmark.pedantic(put_new, rounds=rounds, iterations=iters, warmup_rounds=1)
+    assert r.is_ok()
+    lat = benchlib.time_each(
+        lambda b: put(Message(TOPIC, b)), [BODY128] * PCT_CALLS, check=lambda r: r.is_ok()
+    )
+    p = benchlib.percentiles(lat)
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls + len(lat), BODY128)
+    record("put_single_128_construct", 1, 128, p50_ns=p["p50"], p99_ns=p["p99"], **{"p99.9_ns": p["p99.9"]})
+
+
+# -----------------------------------------------------------------------------------------------------------
+# batches, ASYNC_FLUSH
+# -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,size", list(BATCH_PLAN), ids=["32x128B", "128x128B", "32x1KiB", "128x1KiB"])
+def test_put_batch_prebuilt(benchmark, store_factory, record, n, size):
+    rounds, iters = BATCH_PLAN[(n, size)]
+    store = store_factory((rounds + 2) * iters * _record_size(n, size))
+    batch = BATCHES[(n, size)]
+    benchmark.group = "put batch %d x %d B" % (n, size)
+    r = benchmark.pedantic(
+        store.put_messages, args=(batch,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert r.is_ok() and r.append_message_result.msg_num == n
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
+    record("put_batch_%dx%d_prebuilt" % (n, size), n, n * size)
+
+
+def test_put_batch_32x128_prebuilt_cold(benchmark, store_factory, record):
+    n, size = 32, 128
+    rounds, iters = BATCH_PLAN[(n, size)]
+    store = store_factory((rounds + 2) * iters * _record_size(n, size), warm=False)
+    benchmark.group = "put batch 32 x 128 B"
+    r = benchmark.pedantic(
+        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert r.is_ok()
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
+    record("put_batch_32x128_prebuilt_cold", n, n * size)
+
+
+def test_put_batch_32x128_prebuilt_timed_flush(benchmark, store_factory, record):
+    n, size = 32, 128
+    rounds, iters = BATCH_PLAN[(n, size)]
+    store = store_factory((rounds + 2) * iters * _record_size(n, size), flush_commit_log_timed=True)
+    benchmark.group = "put batch 32 x 128 B"
+    r = benchmark.pedantic(
+        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert r.is_ok()
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
+    record("put_batch_32x128_prebuilt_timed_flush", n, n * size)
+
+
+def test_put_batch_32x128_construct(benchmark, store_factory, record):
+    n, size = 32, 128
+    rounds, iters = 100, 50
+    store = store_factory((rounds + 2) * iters * _record_size(n, size))
+    bodies = BATCH_BODIES[(n, size)]
+    put = store.put_messages
+
+    def put_new() -> object:
+        return put(MessageBatch([Message(TOPIC, b) for b in bodies]))
+
+    benchmark.group = "put batch 32 x 128 B"
+    r = benchmark.pedantic(put_new, rounds=rounds, iterations=iters, warmup_rounds=1)
+    assert r.is_ok() and r.append_message_result.msg_num == n
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls * n, bodies[-1], at_least=n)
+    record("put_batch_32x128_construct", n, n * size)
+
+
+# -----------------------------------------------------------------------------------------------------------
+# durable puts, SYNC_FLUSH (group commit)
+# -----------------------------------------------------------------------------------------------------------
+
+
+def _sync_commitlog_files(store: object) -> None:
+    """fdatasync every commit-log file: writes back the zeros the warm-up left dirty and turns the files'
+    unwritten extents into written ones, so later flushes carry data only (no extent conversion)."""
+    folder = os.path.join(store.root, "commitlog")
+    for name in os.listdir(folder):
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("zeros_synced", [False, True], ids=["default", "zeros-synced"])
+def test_put_sync_batch_32x128(benchmark, store_factory, record, zeros_synced):
+    """SYNC_FLUSH ``put_messages`` of 32 x 128 B from one thread: each put returns once its batch is on disk.
+    ``zeros-synced`` (diagnostic, not a pystore setting): the pre-faulted files are written back first."""
+    n, size = 32, 128
+    rounds, iters = 50, 20
+    store = store_factory((rounds + 2) * iters * _record_size(n, size), flush_disk_type=SYNC_FLUSH)
+    if zeros_synced:
+        _sync_commitlog_files(store)
+    benchmark.group = "durable 32 x 128 B"
+    r = benchmark.pedantic(
+        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert r.is_ok() and r.status == API["PutMessageStatus"].PUT_OK  # not FLUSH_DISK_TIMEOUT
+    assert store._commitlog.queue.flushed_where >= r.next_offset  # durable when it returned
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
+    record("put_sync_batch_32x128" + ("_zeros_synced" if zeros_synced else ""), n, n * size)
+
+
+def test_floor_write_fdatasync_32x128(benchmark, tmp_root, record):
+    """Machine floor for durable batches: a plain file, one ``write`` of 32 length-prefixed 128 B records,
+    then ``os.fdatasync``."""
+    bodies = BATCH_BODIES[(32, 128)]
+    chunk = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    fd = os.open(os.path.join(tmp_root, "floor"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+
+        def write_sync() -> int:
+            w = os.write(fd, chunk)
+            os.fdatasync(fd)
+            return w
+
+        benchmark.group = "durable 32 x 128 B"
+        w = benchmark.pedantic(write_sync, rounds=50, iterations=20, warmup_rounds=1)
+        assert w == len(chunk)
+        calls = pedantic_calls(benchmark, 50, 20, 1)
+        if calls is not None:
+            assert os.fstat(fd).st_size == calls * len(chunk)
+    finally:
+        os.close(fd)
+    record("floor_write_fdatasync_32x128", 32, 32 * 128)
+
+
+def _run_threads(put, msg, threads: int, per: int) -> list[object]:
+    """``threads`` threads each put ``msg`` ``per`` times (started together); the failed results."""
+    failures: list[object] = []
+    ok = API["PutMessageStatus"].PUT_OK
+    barrier = threading.Barrier(threads)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(per):
+            r = put(msg)
+            if r.status != ok:
+                failures.append(r)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return failures
+
+
+@pytest.mark.parametrize("threads", [1, 4, 16])
+def test_group_commit_put_message(benchmark, store_factory, record, threads):
+    """SYNC_FLUSH single puts from 1, 4 or 16 threads: one operation is 1024 durable puts spread over the
+    threads; concurrent puts share one flush (group commit)."""
+    total, rounds = 1024, 5
+    per = total // threads
+    store = store_factory((rounds + 2) * total * RECORD, flush_disk_type=SYNC_FLUSH)
+    failures: list[object] = []
+
+    def run() -> int:
+        failures.extend(_run_threads(store.put_message, MSG128, threads, per))
+        return threads * per
+
+    benchmark.group = "group commit"
+    done = benchmark.pedantic(run, rounds=rounds, warmup_rounds=1)
+    assert done == total and not failures, failures[:3]
+    calls = pedantic_calls(benchmark, rounds, 1, 1)
+    check_store(store, None if calls is None else calls * total, BODY128)
+    record("group_commit_%d_threads" % threads, total, total * 128, threads=threads)
+
+
+def test_group_commit_async_put_message(benchmark, store_factory, record):
+    """SYNC_FLUSH ``async_put_message`` from one thread, 16 futures in flight: one operation is 1024 durable
+    puts submitted 16 at a time, each window awaited; the in-flight puts can share one flush."""
+    total, window, rounds = 1024, 16, 5
+    store = store_factory((rounds + 2) * total * RECORD, flush_disk_type=SYNC_FLUSH)
+    aput = store.async_put_message
+    ok = API["PutMessageStatus"].PUT_OK
+
+    def run() -> int:
+        done = 0
+        for _ in range(total // window):
+            futures = [aput(MSG128) for _ in range(window)]
+            for f in futures:
+                r = f.result()
+                if r.status != ok:
+                    raise AssertionError("async put: %r" % (r,))
+                done += 1
+        return done
+
+    benchmark.group = "group commit"
+    assert benchmark.pedantic(run, rounds=rounds, warmup_rounds=1) == total
+    calls = pedantic_calls(benchmark, rounds, 1, 1)
+    check_store(store, None if calls is None else calls * total, BODY128)
+    record("group_commit_async_16_in_flight", total, total * 128)
+
+
+# -----------------------------------------------------------------------------------------------------------
+# paired ratios: this VM's fsync latency drifts by 2x within minutes, so a ratio of two benchmarks run a
+# minute apart is noise. These benchmarks time their reference in the untimed ``setup`` of every round, so
+# each round yields a ratio of two measurements taken back to back; the median over rounds is reported.
+# -----------------------------------------------------------------------------------------------------------
+
+
+def _paired(benchmark, reference, rounds: int):
+    """``benchmark.pedantic`` kwargs whose ``setup`` times ``reference()`` before every round; the list of
+    reference durations (seconds) fills as the rounds run."""
+    ref: list[float] = []
+
+    def setup() -> None:
+        t0 = time.perf_counter()
+        reference()
+        ref.append(time.perf_counter() - t0)
+
+    return {"setup": setup, "rounds": rounds, "warmup_rounds": 1}, ref
+
+
+def _record_paired(benchmark, record, label: str, msgs: int, ref: list[float], ref_msgs: int) -> None:
+    """Record the benchmark with ``paired_ratio``: the median over rounds of (its rate / the reference's
+    rate in the setup just before)."""
+    stats = getattr(getattr(benchmark, "stats", None), "stats", None)
+    mine = list(stats.data) if stats is not None else []
+    ref = ref[-len(mine) :] if mine else []
+    ratios = sorted((msgs / m) / (ref_msgs / r) for m, r in zip(mine, ref, strict=True))
+    med = ratios[len(ratios) // 2] if ratios else None
+    ref_rate = ref_msgs / sorted(ref)[len(ref) // 2] if ref else None
+    record(label, msgs, msgs * 128, paired_ratio=med, paired_ratios=ratios, reference_msgs_per_s=ref_rate)
+
+
+def test_durable_vs_floor_paired(benchmark, store_factory, record):
+    """One operation: 100 SYNC_FLUSH ``put_messages`` of 32 x 128 B; before each round, untimed, the floor:
+    100 x (one ``write`` of the same 32 records + ``os.fdatasync``) on a plain file in the same folder."""
+    n, size, k, rounds = 32, 128, 100, 11
+    store = store_factory((rounds + 2) * k * _record_size(n, size), flush_disk_type=SYNC_FLUSH)
+    batch = BATCHES[(n, size)]
+    chunk = b"".join(len(b).to_bytes(4, "big") + b for b in BATCH_BODIES[(n, size)])
+    fd = os.open(os.path.join(store.root, "floor"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    put = store.put_messages
+
+    def floor() -> None:
+        for _ in range(k):
+            os.write(fd, chunk)
+            os.fdatasync(fd)
+
+    def durable() -> object:
+        r = None
+        for _ in range(k):
+            r = put(batch)
+        return r
+
+    try:
+        kw, ref = _paired(benchmark, floor, rounds)
+        benchmark.group = "durable 32 x 128 B"
+        r = benchmark.pedantic(durable, **kw)
+        assert r.status == API["PutMessageStatus"].PUT_OK
+        assert store._commitlog.queue.flushed_where >= r.next_offset
+    finally:
+        os.close(fd)
+    calls = pedantic_calls(benchmark, rounds, 1, 1)
+    check_store(store, None if calls is None else calls * k * n, BATCH_BODIES[(n, size)][-1], at_least=n)
+    _record_paired(benchmark, record, "durable_vs_floor_paired", k * n, ref, k * n)
+
+
+def test_group_commit_scaling_paired(benchmark, store_factory, record):
+    """One operation: 1024 SYNC_FLUSH ``put_message`` from 16 threads (64 each); before each round, untimed,
+    the same 1024 puts from one thread."""
+    total, threads, rounds = 1024, 16, 5
+    store = store_factory((2 * rounds + 4) * total * RECORD, flush_disk_type=SYNC_FLUSH)
+    failures: list[object] = []
+
+    def one() -> None:
+        failures.extend(_run_threads(store.put_message, MSG128, 1, total))
+
+    def many() -> int:
+        failures.extend(_run_threads(store.put_message, MSG128, threads, total // threads))
+        return total
+
+    kw, ref = _paired(benchmark, one, rounds)
+    benchmark.group = "group commit"
+    assert benchmark.pedantic(many, **kw) == total and not failures, failures[:3]
+    calls = pedantic_calls(benchmark, rounds, 1, 1)
+    check_store(store, None if calls is None else 2 * calls * total, BODY128)
+    _record_paired(benchmark, record, "group_commit_16_vs_1_paired", total, ref, total)
+
+
+# -----------------------------------------------------------------------------------------------------------
+# the afternoon baseline: mmap + struct, same payloads, same shapes
+# -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def appender(tmp_root):
+    apps = []
+
+    def make(nbytes: int) -> benchlib.MmapAppender:
+        os.sync()
+        a = benchlib.MmapAppender(
+            os.path.join(tmp_root, "mmap-%d" % len(apps)), benchlib.file_size_for(nbytes)
+        )
+        apps.append(a)
+        return a
+
+    yield make
+    for a in apps:
+        a.close()
+
+
+def _check_appender(app: benchlib.MmapAppender, expected: int | None, last_body: bytes) -> None:
+    n = 0
+    last = None
+    for body in app.iter_records(verify=True):
+        n += 1
+        last = body
+    if expected is not None:
+        assert n == expected
+    assert last == last_body
+
+
+def test_baseline_single_128(benchmark, appender, record):
+    rounds, iters = 200, 1000
+    app = appender((rounds + 1) * iters * 144 + PCT_CALLS * 144)
+    benchmark.group = "put single 128 B"
+    pos = benchmark.pedantic(app.append, args=(BODY128,), rounds=rounds, iterations=iters, warmup_rounds=1)
+    assert app.read(pos) == BODY128
+    lat = benchlib.time_each(app.append, [BODY128] * PCT_CALLS)
+    p = benchlib.percentiles(lat)
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    _check_appender(app, None if calls is None else calls + len(lat), BODY128)
+    record("baseline_single_128", 1, 128, p50_ns=p["p50"], p99_ns=p["p99"], **{"p99.9_ns": p["p99.9"]})
+
+
+@pytest.mark.parametrize("n,size", list(BATCH_PLAN), ids=["32x128B", "128x128B", "32x1KiB", "128x1KiB"])
+def test_baseline_batch(benchmark, appender, record, n, size):
+    rounds, iters = BATCH_PLAN[(n, size)]
+    bodies = BATCH_BODIES[(n, size)]
+    app = appender((rounds + 2) * iters * n * (size + 16))
+    benchmark.group = "put batch %d x %d B" % (n, size)
+    first = benchmark.pedantic(
+        app.append_batch, args=(bodies,), rounds=rounds, iterations=iters, warmup_rounds=1
+    )
+    assert app.read(first) == bodies[0]
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    _check_appender(app, None if calls is None else calls * n, bodies[-1])
+    record("baseline_batch_%dx%d" % (n, size), n, n * size)

@@ -1,0 +1,251 @@
+"""Reads: ``look_message_by_offset`` (random and sequential), ``tools.iter_commitlog``, and the consume-queue
+and index reads of API.md (``get_message``, ``get_offset_in_queue_by_time``, ``query_message``), against the
+same run's ``mmap`` + ``struct`` reader.
+
+One module-level store holds ``N`` messages of 128 B, each with a key ``k%07d`` (so ``query_message`` has
+something to find), put before any timing. A benchmark whose API is not on this branch yet is skipped with
+the reason, never faked: ``git merge main`` brings it in.
+
+Each benchmark's operation reads many messages (a page of 32 for ``get_message``, 1000 random offsets for
+``look_message_by_offset`` ...) and returns what it read; the last operation's output is checked against the
+bodies that were put (count and an order-sensitive CRC of the bodies), so a fast wrong read fails.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import random
+import tempfile
+import time
+from types import SimpleNamespace
+
+import benchlib
+import pytest
+from benchlib import TOPIC
+
+API = benchlib.store_api()
+MessageStore = API["MessageStore"]
+Message = API["Message"]
+MessageBatch = API["MessageBatch"]
+
+N = 200_000                     # messages in the read store
+SIZE = 128
+LOOKUPS = 1000                  # random reads per timed operation
+PCT_CALLS = 200_000             # individually timed calls for p50/p99
+GROUP = "bench-group"
+
+
+def _needs(name: str) -> None:
+    if not hasattr(MessageStore, name):
+        pytest.skip("MessageStore.%s is not on this branch yet (consume-queue/index layer); "
+                    "`git merge main` brings it in" % name)
+
+
+def _wait_dispatched(store: object, timeout: float = 60) -> None:
+    """When dispatch is asynchronous, wait until the consume queues and index caught up with the log."""
+    behind = getattr(store, "dispatch_behind_bytes", None)
+    if behind is None:
+        return
+    deadline = time.monotonic() + timeout
+    while behind() > 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("dispatch still %d bytes behind after %.0f s" % (behind(), timeout))
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """The read store and what was put into it (offsets, bodies, keys, store timestamps)."""
+    bodies = benchlib.payloads(N, SIZE)
+    keys = ["k%07d" % i for i in range(N)]
+    msgs = [Message(TOPIC, b, keys=k) for b, k in zip(bodies, keys, strict=True)]
+    rec = API["record_length"](msgs[0])
+    with tempfile.TemporaryDirectory(prefix="pystore-bench-read-") as d:
+        store = benchlib.open_warm_store(os.path.join(d, "store"), benchlib.file_size_for(N * rec))
+        try:
+            offsets = []
+            for i in range(0, N, 128):
+                r = store.put_messages(MessageBatch(msgs[i:i + 128]))
+                assert r.is_ok()
+                a = r.append_message_result
+                offsets.extend(a.wrote_offset + j * rec for j in range(a.msg_num))
+            assert len(offsets) == N and store.get_max_phy_offset() == offsets[-1] + rec
+            _wait_dispatched(store)
+            ts = [store.look_message_by_offset(o).store_timestamp for o in offsets]
+            app = benchlib.MmapAppender(os.path.join(d, "mmap"), benchlib.file_size_for(N * (SIZE + 16)))
+            positions = [app.append(b) for b in bodies]
+            rng = random.Random(7)
+            yield SimpleNamespace(store=store, offsets=offsets, bodies=bodies, keys=keys, ts=ts, rec=rec,
+                                  app=app, positions=positions, rng=rng)
+            app.close()
+        finally:
+            store.destroy()
+
+
+def _random_indices(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(N) for _ in range(n)]
+
+
+# -----------------------------------------------------------------------------------------------------------
+# look_message_by_offset
+# -----------------------------------------------------------------------------------------------------------
+
+
+def test_look_message_by_offset_random(benchmark, data, record):
+    """One operation: 1000 ``look_message_by_offset`` at random offsets, each message's body taken."""
+    idx = _random_indices(data.rng, LOOKUPS)
+    offs = [data.offsets[i] for i in idx]
+    look = data.store.look_message_by_offset
+
+    def read(offs: list[int] = offs) -> list[bytes]:
+        return [look(o).body for o in offs]
+
+    benchmark.group = "random read"
+    got = benchmark.pedantic(read, rounds=50, warmup_rounds=2)
+    assert len(got) == LOOKUPS
+    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies[i] for i in idx)
+
+    pidx = _random_indices(data.rng, PCT_CALLS)
+    poffs = [data.offsets[i] for i in pidx]
+    lat = benchlib.time_each(look, poffs, check=lambda e: e is not None)
+    for i in pidx[:: max(1, PCT_CALLS // 1000)]:
+        assert look(data.offsets[i]).body == data.bodies[i]
+    p = benchlib.percentiles(lat)
+    record("look_message_by_offset_random", LOOKUPS, LOOKUPS * SIZE, p50_ns=p["p50"], p99_ns=p["p99"],
+           **{"p99.9_ns": p["p99.9"], "timer_overhead_ns": benchlib.timer_overhead_ns()})
+
+
+def test_baseline_read_random(benchmark, data, record):
+    """The same random reads through the ``mmap`` + ``struct`` appender (header unpack + slice)."""
+    idx = _random_indices(data.rng, LOOKUPS)
+    pos = [data.positions[i] for i in idx]
+    read_one = data.app.read
+
+    def read(pos: list[int] = pos) -> list[bytes]:
+        return [read_one(p) for p in pos]
+
+    benchmark.group = "random read"
+    got = benchmark.pedantic(read, rounds=50, warmup_rounds=2)
+    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies[i] for i in idx)
+    pidx = _random_indices(data.rng, PCT_CALLS)
+    lat = benchlib.time_each(read_one, [data.positions[i] for i in pidx])
+    p = benchlib.percentiles(lat)
+    record("baseline_read_random", LOOKUPS, LOOKUPS * SIZE, p50_ns=p["p50"], p99_ns=p["p99"])
+
+
+def test_look_message_by_offset_sequential(benchmark, data, record):
+    """One operation: every message in offset order through ``look_message_by_offset`` (offset += size)."""
+    look = data.store.look_message_by_offset
+    start = data.offsets[0]
+    end = data.offsets[-1] + data.rec
+
+    def read() -> list[bytes]:
+        out = []
+        add = out.append
+        o = start
+        while o < end:
+            m = look(o)
+            add(m.body)
+            o += m.store_size
+        return out
+
+    benchmark.group = "sequential read"
+    got = benchmark.pedantic(read, rounds=3, warmup_rounds=1)
+    assert len(got) == N and benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    record("look_message_by_offset_sequential", N, N * SIZE)
+
+
+def test_iter_commitlog_sequential(benchmark, data, record):
+    """One operation: ``pystore.tools.iter_commitlog`` over the whole log (CRC verified), bodies taken."""
+    from pystore.tools import iter_commitlog
+
+    folder = os.path.join(data.store.root, "commitlog")
+
+    def read() -> list[bytes]:
+        return [m.body for m in iter_commitlog(folder, verify_crc=True) if m.topic == TOPIC]
+
+    benchmark.group = "sequential read"
+    got = benchmark.pedantic(read, rounds=3, warmup_rounds=1)
+    assert len(got) == N and benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    record("iter_commitlog_sequential", N, N * SIZE)
+
+
+def test_baseline_read_sequential(benchmark, data, record):
+    app = data.app
+
+    def read() -> list[bytes]:
+        return list(app.iter_records())
+
+    benchmark.group = "sequential read"
+    got = benchmark.pedantic(read, rounds=3, warmup_rounds=1)
+    assert len(got) == N and benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    record("baseline_read_sequential", N, N * SIZE)
+
+
+# -----------------------------------------------------------------------------------------------------------
+# consume queue and index (API.md signatures; skipped until they exist)
+# -----------------------------------------------------------------------------------------------------------
+
+
+def test_get_message_sequential(benchmark, data, record):
+    """One operation: the whole queue through ``get_message`` in pages of 32, bodies taken."""
+    _needs("get_message")
+    from pystore import GetMessageStatus
+
+    get = data.store.get_message
+    found = GetMessageStatus.FOUND
+
+    def read() -> list[bytes]:
+        out: list[bytes] = []
+        off = 0
+        while off < N:
+            r = get(GROUP, TOPIC, 0, off, 32)
+            if r.status != found:
+                raise AssertionError("get_message at %d: %r" % (off, r.status))
+            out += [m.body for m in r.messages]
+            off = r.next_begin_offset
+        return out
+
+    benchmark.group = "sequential read"
+    got = benchmark.pedantic(read, rounds=5, warmup_rounds=1)
+    assert len(got) == N and benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    record("get_message_sequential", N, N * SIZE)
+
+
+def test_get_offset_in_queue_by_time(benchmark, data, record):
+    """One operation: 1000 ``get_offset_in_queue_by_time`` lookups of random store times (``lower``: the
+    first offset stored at or after the time), each checked against the times that were stored."""
+    _needs("get_offset_in_queue_by_time")
+    lo, hi = data.ts[0], data.ts[-1]
+    times = [data.rng.randint(lo, hi) for _ in range(LOOKUPS)]
+    find = data.store.get_offset_in_queue_by_time
+
+    def run(times: list[int] = times) -> list[int]:
+        return [find(TOPIC, 0, t) for t in times]
+
+    benchmark.group = "queue by time"
+    got = benchmark.pedantic(run, rounds=20, warmup_rounds=1)
+    expected = [bisect.bisect_left(data.ts, t) for t in times]
+    assert got == expected
+    record("get_offset_in_queue_by_time", LOOKUPS)
+
+
+def test_query_message(benchmark, data, record):
+    """One operation: 1000 ``query_message`` by random key, each returning the message with that key."""
+    _needs("query_message")
+    idx = _random_indices(data.rng, LOOKUPS)
+    keys = [data.keys[i] for i in idx]
+    query = data.store.query_message
+
+    def run(keys: list[str] = keys) -> list[bytes]:
+        out = []
+        for k in keys:
+            msgs = query(TOPIC, k, 32).messages
+            out.append(msgs[0].body if len(msgs) == 1 else b"<%d messages>" % len(msgs))
+        return out
+
+    benchmark.group = "query by key"
+    got = benchmark.pedantic(run, rounds=10, warmup_rounds=1)
+    assert got == [data.bodies[i] for i in idx]
+    record("query_message", LOOKUPS, LOOKUPS * SIZE)
