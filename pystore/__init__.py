@@ -13,7 +13,22 @@ except ImportError as exc:  # pragma: no cover - a broken install
         "pure-Python fallback." % exc
     ) from exc
 
+from pystore._mapped_file import SelectMappedBufferResult
+from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.errors import ConfigError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
+from pystore.message import MessageConst, MessageFilter, SysFlag, TagFilter
+from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
+from pystore.store import MessageStore
+
+from pystore import tools  # noqa: E402  (a module of the public API)
+
+__all__ = [
+    "AppendMessageResult", "AppendMessageStatus", "BrokerRole", "ConfigError", "FlushDiskType",
+    "GetMessageResult", "GetMessageStatus", "Message", "MessageBatch", "MessageConst", "MessageExt",
+    "MessageFilter", "MessageStore", "PutMessageResult", "PutMessageStatus", "QueryMessageResult",
+    "SelectMappedBufferResult", "StoreClosedError", "StoreConfig", "StoreCorruptedError", "StoreError",
+    "StoreLockedError", "SysFlag", "TagFilter", "tools",
+]
 
 __version__ = "0.1.0"
