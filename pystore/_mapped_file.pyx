@@ -14,6 +14,8 @@ Readers see ``read_position``: ``wrote`` without a pool, ``committed`` with one.
 
 New files are created at their full size with ``posix_fallocate``, so a full disk fails the creation
 (``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a later write into the mapping.
+``preallocate=False`` makes a sparse file instead (the index: 420 MB by default, mostly never written, as
+RocketMQ's own index files are sparse); its owner checks the free space before creating it.
 
 Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and
 ``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file
@@ -55,6 +57,7 @@ cdef extern from "<unistd.h>" nogil:
 
 cdef extern from "<unistd.h>" nogil:
     int fdatasync(int fd)
+    int ftruncate(int fd, long length)
     long sysconf(int name)
     int _SC_PAGESIZE
 
@@ -104,7 +107,7 @@ cdef class MappedFile:
         self.available = True
 
     def __init__(self, str path, long long file_size=-1, bint read_only=False, bint create=False,
-                 from_offset=None):
+                 from_offset=None, bint preallocate=True):
         cdef struct_stat st
         cdef int flags
         cdef bytes bpath = os.fsencode(path)
@@ -124,7 +127,10 @@ cdef class MappedFile:
         elif st.st_size != file_size:
             if st.st_size == 0 and create and not read_only:
                 with nogil:
-                    rc = posix_fallocate(self.fd, 0, file_size)
+                    if preallocate:
+                        rc = posix_fallocate(self.fd, 0, file_size)
+                    else:
+                        rc = 0 if ftruncate(self.fd, file_size) == 0 else errno
                 if rc != 0:
                     self._close_fd()
                     try:

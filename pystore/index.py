@@ -12,8 +12,10 @@ Thread-safety: one writer (dispatch); ``query_offset`` may run concurrently (it 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -106,7 +108,12 @@ class IndexService:
                 now += 1
                 p = os.path.join(self.path, _file_name(now))
             try:
-                mf = MappedFile(p, self.file_size, create=True, from_offset=0)
+                # Sparse like RocketMQ's index files; the free-space check stands in for fallocate's
+                # guarantee that writes into the mapping cannot hit a full disk (SIGBUS).
+                free = shutil.disk_usage(self.path).free
+                if free < self.file_size:
+                    raise OSError(errno.ENOSPC, "%d bytes free, an index file needs %d" % (free, self.file_size), p)
+                mf = MappedFile(p, self.file_size, create=True, from_offset=0, preallocate=False)
             except OSError:
                 log.exception("cannot create index file %s", p)
                 return None

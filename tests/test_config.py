@@ -83,6 +83,7 @@ EXTRA_DEFAULTS = [
     ("put_message_timeout", 8_000),
     ("slave_timeout", 3_000),
     ("read_only", False),
+    ("recover_truncate_corrupted", False),
 ]
 
 

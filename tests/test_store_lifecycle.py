@@ -122,7 +122,7 @@ def test_shutdown_writes_the_checkpoint_and_keeps_the_lock_file(store_factory):
         last = s.put_message(make_message(i)).append_message_result
     s.shutdown()
     root = s.root
-    assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "lock"]
+    assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "consumequeue", "index", "lock"]
     with open(os.path.join(root, "checkpoint"), "rb") as fh:
         cp = fh.read()
     assert len(cp) == 4096
