@@ -46,6 +46,7 @@ from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC, MessageFilter, TagFilter
 from pystore.recovery import RecoveryResult, recover_store
 from pystore.results import GetMessageResult, QueryMessageResult
+from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
 from pystore.running_flags import RunningFlags
 from pystore.service import real_clock
 from pystore.status import GetMessageStatus, PutMessageStatus
@@ -91,6 +92,7 @@ class MessageStore:
         self._allocate: AllocateMappedFileService | None = None
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._services: list[Any] = []
+        self._clean: CleanService | None = None
         self._refresh_lock = threading.Lock()
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
@@ -236,6 +238,8 @@ class MessageStore:
             cl.dispatcher = self._dispatcher
             self._inline_dispatch = True
         self._services.append(self._flush_service)
+        self._clean = CleanService(self, clock=self.clock)
+        self._services.append(self._clean)
         self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
                                                        self._checkpoint, clock=self.clock))
         for s in self._services:
@@ -665,6 +669,34 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # operating
     # ------------------------------------------------------------------------------------------
+
+    def execute_delete_files_manually(self) -> None:
+        """Make the next cleaning passes (20, as RocketMQ) delete expired commit-log files at any hour."""
+        self._check_writable_service().commit_log.execute_delete_files_manually()
+
+    def clean_files(self) -> tuple[int, int]:
+        """Run one cleaning pass now (pystore addition; the service runs one every
+        ``clean_resource_interval``). Returns (commit-log files deleted, consume-queue and index files deleted)."""
+        return self._check_writable_service().run_once()
+
+    def clean_expired_consumer_queue(self) -> list[tuple[str, int]]:
+        """Destroy the consume queues whose messages are all below the commit log's min offset; returns the
+        (topic, queue id)s removed."""
+        self._check_writable_service()
+        return clean_expired_consumer_queue(self)
+
+    def clean_unused_topic(self, keep: set[str]) -> list[tuple[str, int]]:
+        """Destroy the consume queues of every topic not in ``keep`` (system topics stay); returns the
+        (topic, queue id)s removed. The commit log is untouched."""
+        self._check_writable_service()
+        return clean_unused_topic(self, keep)
+
+    def _check_writable_service(self) -> CleanService:
+        if self.read_only:
+            raise StoreError("%s is open read-only: cleaning writes" % self.root)
+        if self._state != _STARTED or self._clean is None:
+            raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
+        return self._clean
 
     def is_os_page_cache_busy(self) -> bool:
         cl = self._commitlog

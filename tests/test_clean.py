@@ -1,0 +1,214 @@
+"""Cleaning: expired and disk-pressure deletion of commit-log files and what follows it in the consume queues
+and the index; the manual queue operations (FORMAT.md §9, RocketMQ's DefaultMessageStoreCleanFilesTest)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from conftest import SMALL_FILE, make_message
+from pystore import GetMessageStatus, PutMessageStatus, StoreError
+from pystore.tools import iter_consume_queue
+
+HOUR = 3_600_000
+CQ_FILE = 20 * 64            # 64 units a consume-queue file
+
+
+def _fill(store, n, topic="TopicTest", body_size=1000):
+    for i in range(n):
+        assert store.put_message(make_message(i, topic=topic, body_size=body_size)).status == PutMessageStatus.PUT_OK
+    store.flush()
+
+
+def _age_files(folder, ms_ago, now_ms):
+    for name in os.listdir(folder):
+        t = (now_ms - ms_ago) / 1000
+        os.utime(os.path.join(folder, name), (t, t))
+
+
+def _files(store, *parts):
+    names = sorted(os.listdir(os.path.join(store.root, *parts)))
+    if parts == ("commitlog",):
+        # the file the allocate service made ahead is not in the queue yet (as in RocketMQ)
+        names = [n for n in names if int(n) < store.get_max_phy_offset()]
+    return names
+
+
+def _open(store_factory, fake_clock, **kw):
+    kw.setdefault("mapped_file_size_consume_queue", CQ_FILE)
+    kw.setdefault("delete_when", "%02d" % ((time.localtime(fake_clock() / 1000).tm_hour + 12) % 24))
+    kw.setdefault("delete_commit_log_files_interval", 0)
+    kw.setdefault("delete_consume_queue_files_interval", 0)
+    kw.setdefault("clean_resource_interval", 3_600_000)    # passes run only when the test asks
+    kw.setdefault("disk_usage", lambda path: 0.10)           # the machine's own disk must not decide
+    return store_factory(clock=fake_clock, **kw)
+
+
+def test_manual_deletion_removes_expired_files_oldest_first_never_the_last(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock)
+    store_factory.skip_check()
+    _fill(s, 400)                                   # ~6 commit-log files of 64 KiB
+    logs = _files(s, "commitlog")
+    assert len(logs) >= 5
+    _age_files(os.path.join(s.root, "commitlog"), 73 * HOUR, fake_clock())
+    assert s.clean_files() == (0, 0)                # not the hour, not manual, disk fine: nothing happens
+    s.execute_delete_files_manually()
+    deleted, follow = s.clean_files()
+    assert deleted == len(logs) - 1                 # every file but the last
+    assert _files(s, "commitlog") == logs[-1:]
+    assert s.get_min_phy_offset() == int(logs[-1])
+    # the consume queue dropped the files that only pointed below the new min, and corrected its min offset
+    assert follow > 0
+    cq_min = s.get_min_offset_in_queue("TopicTest", 0)
+    assert cq_min > 0
+    assert s.get_commit_log_offset_in_queue("TopicTest", 0, cq_min) >= int(logs[-1])
+    assert s.get_commit_log_offset_in_queue("TopicTest", 0, cq_min - 1) < int(logs[-1]) or cq_min % 64 == 0
+    r = s.get_message("g", "TopicTest", 0, 0)
+    assert r.status == GetMessageStatus.OFFSET_TOO_SMALL and r.next_begin_offset == cq_min
+    r = s.get_message("g", "TopicTest", 0, cq_min)
+    assert r.status == GetMessageStatus.FOUND and r.messages[0].queue_offset == cq_min
+    assert s.get_max_offset_in_queue("TopicTest", 0) == 400
+
+
+def test_files_younger_than_the_reserved_time_stay(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock)
+    _fill(s, 300)
+    logs = _files(s, "commitlog")
+    _age_files(os.path.join(s.root, "commitlog"), 71 * HOUR, fake_clock())
+    s.execute_delete_files_manually()
+    assert s.clean_files() == (0, 0)
+    assert _files(s, "commitlog") == logs
+    store_factory.expect_messages(300)
+
+
+def test_batch_limit_and_the_delete_hour(store_factory, fake_clock):
+    hour = time.localtime(fake_clock() / 1000).tm_hour
+    s = _open(store_factory, fake_clock, delete_when="%d;%d" % ((hour + 5) % 24, hour), delete_file_batch_max=2)
+    store_factory.skip_check()
+    _fill(s, 400)
+    logs = _files(s, "commitlog")
+    _age_files(os.path.join(s.root, "commitlog"), 100 * HOUR, fake_clock())
+    assert s.clean_files()[0] == 2                  # the hour is in delete_when; two files a pass
+    assert _files(s, "commitlog") == logs[2:]
+    assert s.clean_files()[0] == 2
+    assert _files(s, "commitlog") == logs[4:]
+
+
+def test_disk_pressure_marks_the_disk_full_and_deletes_unexpired_files(store_factory, fake_clock):
+    usage = {"ratio": 0.5}
+    s = _open(store_factory, fake_clock, disk_usage=lambda path: usage["ratio"])
+    store_factory.skip_check()
+    _fill(s, 400)
+    logs = _files(s, "commitlog")
+    assert s.clean_files() == (0, 0)
+    assert not s.running_flags.is_disk_full()
+
+    usage["ratio"] = 0.95                            # over the warning level (0.90)
+    deleted, _ = s.clean_files()
+    assert s.running_flags.is_disk_full()
+    assert s.running_flags.get_flag_bits() & (1 << 4)
+    assert deleted == len(logs) - 1                  # cleanImmediately ignores the expiry
+    r = s.put_message(make_message(1))
+    assert r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+    usage["ratio"] = 0.80                            # over disk_max_used_space_ratio (75 %), not critical
+    s.clean_files()
+    assert not s.running_flags.is_disk_full()
+    assert s.put_message(make_message(2)).status == PutMessageStatus.PUT_OK
+
+
+def test_forcibly_ratio_without_clean_file_forcibly_keeps_unexpired_files(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock, disk_usage=lambda path: 0.87, clean_file_forcibly_enable=False)
+    _fill(s, 300)
+    logs = _files(s, "commitlog")
+    assert s.clean_files() == (0, 0)                 # space says delete, but only expired files may go
+    assert _files(s, "commitlog") == logs
+    assert not s.running_flags.is_disk_full()        # 0.87 is under the warning level
+    store_factory.expect_messages(300)
+
+
+def test_index_files_below_the_min_offset_are_deleted(store_factory, fake_clock):
+    # a tiny index so that it rolls: 8 slots, 40 entries a file
+    s = _open(store_factory, fake_clock, max_hash_slot_num=8, max_index_num=40)
+    store_factory.skip_check()
+    for i in range(400):
+        fake_clock.advance(1)
+        s.put_message(make_message(i, body_size=1000))
+    s.flush()
+    before = _files(s, "index")
+    assert len(before) > 3
+    _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
+    s.execute_delete_files_manually()
+    s.clean_files()
+    after = _files(s, "index")
+    assert after and len(after) < len(before) and after[-1] == before[-1]
+    # what is left still answers for the messages that are left
+    last = s.look_message_by_offset(s.get_commit_log_offset_in_queue("TopicTest", 0, 399))
+    found = s.query_message("TopicTest", last.keys[0])
+    assert [m.commit_log_offset for m in found.messages] == [last.commit_log_offset]
+
+
+def test_clean_expired_consumer_queue_drops_queues_below_the_min_offset(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock)
+    store_factory.skip_check()
+    _fill(s, 100, topic="Old")
+    _fill(s, 300, topic="New")
+    _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
+    s.execute_delete_files_manually()
+    s.clean_files()
+    assert s.get_min_phy_offset() > s.get_commit_log_offset_in_queue("Old", 0, 99)
+    assert s.clean_expired_consumer_queue() == [("Old", 0)]
+    assert ("Old", 0) not in s.get_topic_queue_table()
+    assert not os.path.exists(os.path.join(s.root, "consumequeue", "Old", "0"))
+    assert s.get_message("g", "Old", 0, 0).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
+    assert s.get_max_offset_in_queue("New", 0) == 300
+    assert s.clean_expired_consumer_queue() == []
+
+
+def test_clean_unused_topic_keeps_listed_and_system_topics(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock)
+    for t in ("A", "B", "C"):
+        _fill(s, 5, topic=t, body_size=10)
+    removed = s.clean_unused_topic({"B"})
+    assert sorted(removed) == [("A", 0), ("C", 0)]
+    assert sorted(s.get_topic_queue_table()) == [("B", 0)]
+    assert _files(s, "consumequeue") == ["B"]
+    # the commit log is untouched and a new put to a removed topic starts a fresh queue
+    assert s.get_max_phy_offset() > 0
+    r = s.put_message(make_message(0, topic="A", body_size=10))
+    assert r.append_message_result.logics_offset == 0
+    s.flush()
+    units = list(iter_consume_queue(os.path.join(s.root, "consumequeue", "A", "0")))
+    assert len(units) == 1 and units[0][0] == r.append_message_result.wrote_offset
+    with pytest.raises(TypeError):
+        s.clean_unused_topic("B")
+    store_factory.expect_messages(16)
+
+
+def test_cleaning_needs_a_started_writable_store(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock)
+    _fill(s, 3, body_size=10)
+    ro = store_factory(read_only=True)
+    with pytest.raises(StoreError):
+        ro.execute_delete_files_manually()
+    with pytest.raises(StoreError):
+        ro.clean_unused_topic(set())
+    s.shutdown()
+    with pytest.raises(StoreError):
+        s.clean_expired_consumer_queue()
+
+
+def test_the_service_runs_passes_on_its_own(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock, clean_resource_interval=20)
+    store_factory.skip_check()
+    _fill(s, 300)
+    logs = _files(s, "commitlog")
+    _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
+    s.execute_delete_files_manually()
+    deadline = time.monotonic() + 10
+    while _files(s, "commitlog") != logs[-1:] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _files(s, "commitlog") == logs[-1:]
+    assert SMALL_FILE * (len(logs) - 1) == s.get_min_phy_offset()
