@@ -88,7 +88,11 @@ class AllocateMappedFileService(ServiceThread):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         mf = MappedFile(path, size, create=True)
         if self.pool is not None:
-            self.pool.attach(mf)  # type: ignore[attr-defined]
+            try:
+                self.pool.attach(mf)  # type: ignore[attr-defined]
+            except OSError:
+                mf.destroy(0)         # no half-made file left behind for the next load
+                raise
         if self.warm:
             mf.warm()
         return mf

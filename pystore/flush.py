@@ -157,9 +157,10 @@ class CommitRealTimeService(ServiceThread):
     """Transient store pool: copy appended bytes from pool buffers into the files."""
 
     def __init__(self, commitlog: Any, config: Any, flush_service: ServiceThread,
-                 clock: Callable[[], int] | None = None) -> None:
+                 after_commit: Callable[[int], Any] | None = None, clock: Callable[[], int] | None = None) -> None:
         super().__init__("CommitRealTimeService", clock)
         self.commitlog = commitlog
+        self.after_commit = after_commit
         self.config = config
         self.flush_service = flush_service
         self.last_commit_timestamp = 0
@@ -184,10 +185,16 @@ class CommitRealTimeService(ServiceThread):
 
     def _commit(self, least: int) -> bool:
         try:
-            return bool(self.commitlog.queue.commit(least))
+            unchanged = bool(self.commitlog.queue.commit(least))
         except OSError:
             log.exception("committing the transient pool failed")
             return True
+        if not unchanged and self.after_commit is not None:
+            try:
+                self.after_commit(self.commitlog.queue.committed_where)
+            except Exception:
+                log.exception("dispatch after commit failed")
+        return unchanged
 
 
 class FlushConsumeQueueService(ServiceThread):

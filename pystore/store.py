@@ -40,13 +40,20 @@ from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.crashpoint import crashpoint
 from pystore.dispatch import ReputService
 from pystore.errors import StoreClosedError, StoreError
-from pystore.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitRequest, GroupCommitService
+from pystore.flush import (
+    CommitRealTimeService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitRequest,
+    GroupCommitService,
+)
 from pystore.index import IndexService
 from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC, MessageFilter, TagFilter
 from pystore.recovery import RecoveryResult, recover_store
 from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
+from pystore.pool import TransientStorePool
 from pystore.running_flags import RunningFlags
 from pystore.service import real_clock
 from pystore.status import GetMessageStatus, PutMessageStatus
@@ -93,6 +100,7 @@ class MessageStore:
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._services: list[Any] = []
         self._clean: CleanService | None = None
+        self._pool: TransientStorePool | None = None
         self._refresh_lock = threading.Lock()
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
@@ -217,11 +225,16 @@ class MessageStore:
         cl = self._commitlog
         self._lock.acquire()
         self._abort.create()
+        if self.transient_store_pool_enabled():
+            self._pool = TransientStorePool(cfg.transient_store_pool_size, cfg.mapped_file_size_commit_log,
+                                            cfg.fast_fail_if_no_buffer_in_store_pool)
+            self._pool.init()
         self._allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable,
-                                                   clock=self.clock)
+                                                   pool=self._pool, clock=self.clock)
         cl.queue.allocate = self._allocate
         self._services = [self._allocate]
         assert self._reput is not None and self._cq_store is not None
+        commit: CommitRealTimeService | None = None
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             # consume queues follow the flushed offset: nobody reads what a crash could take back
             gc = GroupCommitService(cl, self._checkpoint, after_flush=self._reput.dispatch_until, clock=self.clock)
@@ -234,10 +247,20 @@ class MessageStore:
             fs = FlushRealTimeService(cl, cfg, self._checkpoint, clock=self.clock)
             self._flush_service = fs
             cl.after_put = None
-            cl.flush_wakeup = None if cfg.flush_commit_log_timed else fs.wakeup
-            cl.dispatcher = self._dispatcher
-            self._inline_dispatch = True
+            if self._pool is not None:
+                # puts land in pool buffers; queues follow what the commit service copied into the files
+                commit = CommitRealTimeService(cl, cfg, fs, after_commit=self._reput.dispatch_until,
+                                               clock=self.clock)
+                cl.flush_wakeup = None if cfg.flush_commit_log_timed else commit.wakeup
+                cl.dispatcher = None
+                self._inline_dispatch = False
+            else:
+                cl.flush_wakeup = None if cfg.flush_commit_log_timed else fs.wakeup
+                cl.dispatcher = self._dispatcher
+                self._inline_dispatch = True
         self._services.append(self._flush_service)
+        if commit is not None:
+            self._services.append(commit)        # stops before the flush service: its last commit gets flushed
         self._clean = CleanService(self, clock=self.clock)
         self._services.append(self._clean)
         self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
@@ -276,7 +299,7 @@ class MessageStore:
                 log.exception("%s: final flush failed; the abort file stays", self.root)
                 clean = False
             if was_started and self._reput is not None and not self._inline_dispatch:
-                self._reput.dispatch_until(cl.queue.flushed_where)
+                self._reput.dispatch_until(self._dispatch_end())
             if self._cq_store is not None:
                 self._cq_store.flush(0)
             if self._index is not None:
@@ -293,6 +316,9 @@ class MessageStore:
             if was_started and clean and self.running_flags.is_writeable() and self.dispatch_behind_bytes(True) == 0:
                 self._abort.remove()
         self._close_files()
+        if self._pool is not None:
+            self._pool.destroy()
+            self._pool = None
         self._lock.release()
         log.info("store %s shut down", self.root)
 
@@ -424,7 +450,22 @@ class MessageStore:
         self._check_readable()
         if self.read_only:
             return self.get_max_phy_offset()
-        return self._flush_all()
+        flushed = self._flush_all()
+        if self._state == _STARTED and self._reput is not None and not self._inline_dispatch:
+            self._reput.dispatch_until(self._dispatch_end())
+        return flushed
+
+    def transient_store_pool_enabled(self) -> bool:
+        """RocketMQ 4.8's ``isTransientStorePoolEnable``: the pool is used with ASYNC_FLUSH on a master only."""
+        cfg = self.config
+        return (cfg.transient_store_pool_enable and cfg.flush_disk_type == FlushDiskType.ASYNC_FLUSH
+                and cfg.broker_role != BrokerRole.SLAVE and not self.read_only)
+
+    def _dispatch_end(self) -> int:
+        """Where dispatch may go: the flushed offset with SYNC_FLUSH, the committed end with the pool."""
+        assert self._commitlog is not None
+        q = self._commitlog.queue
+        return q.committed_where if self._pool is not None else q.flushed_where
 
     def _flush_all(self) -> int:
         cl = self._commitlog
@@ -494,7 +535,7 @@ class MessageStore:
         cl, reput = self._commitlog, self._reput
         if cl is None or reput is None or self._inline_dispatch or self.read_only:
             return 0
-        return max(0, cl.queue.flushed_where - reput.reput_from)
+        return max(0, self._dispatch_end() - reput.reput_from)
 
     # ------------------------------------------------------------------------------------------
     # reading by queue
