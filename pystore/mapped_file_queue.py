@@ -65,6 +65,8 @@ class MappedFileQueue:
         self._lock = threading.RLock()
         self.flushed_where = 0
         self.committed_where = 0
+        self._flush_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
         self.store_timestamp = 0
 
     # -- the file list ----------------------------------------------------------------------------
@@ -262,26 +264,30 @@ class MappedFileQueue:
     # -- flushing ---------------------------------------------------------------------------------
 
     def flush(self, least_pages: int) -> bool:
-        """Flush the file holding ``flushed_where``; True iff nothing moved (RocketMQ's convention)."""
-        mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
-        if mf is None:
-            return True
-        ts = mf.store_timestamp
-        where = mf.file_from_offset + mf.flush(least_pages)
-        result = where == self.flushed_where
-        self.flushed_where = where
-        if least_pages == 0:
-            self.store_timestamp = ts
-        return result
+        """Flush the file holding ``flushed_where``; True iff nothing moved (RocketMQ's convention).
+        Serialised: the flush service and a user's ``flush()`` must not move ``flushed_where`` backwards."""
+        with self._flush_lock:
+            mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+            if mf is None:
+                return True
+            ts = mf.store_timestamp
+            where = mf.file_from_offset + mf.flush(least_pages)
+            result = where == self.flushed_where
+            self.flushed_where = where
+            if least_pages == 0:
+                self.store_timestamp = ts
+            return result
 
     def commit(self, least_pages: int) -> bool:
-        mf = self.find_mapped_file_by_offset(self.committed_where, self.committed_where == 0)
-        if mf is None:
-            return True
-        where = mf.file_from_offset + mf.commit(least_pages)
-        result = where == self.committed_where
-        self.committed_where = where
-        return result
+        """Copy pooled writes of the file holding ``committed_where`` into it; True iff nothing moved."""
+        with self._commit_lock:
+            mf = self.find_mapped_file_by_offset(self.committed_where, self.committed_where == 0)
+            if mf is None:
+                return True
+            where = mf.file_from_offset + mf.commit(least_pages)
+            result = where == self.committed_where
+            self.committed_where = where
+            return result
 
     # -- truncating and deleting ------------------------------------------------------------------
 

@@ -118,13 +118,15 @@ def test_the_pool_is_only_for_an_async_master(store_factory, why):
 
 
 def test_fast_fail_without_buffers_refuses_the_new_file(store_factory):
-    s = _pool_store(store_factory, transient_store_pool_size=1, fast_fail_if_no_buffer_in_store_pool=True)
+    # flush_commit_log_timed: puts do not wake the commit service, which sleeps for an hour
+    s = _pool_store(store_factory, transient_store_pool_size=1, fast_fail_if_no_buffer_in_store_pool=True,
+                    flush_commit_log_timed=True)
     statuses = set()
     for i in range(300):
         statuses.add(s.put_message(make_message(i, body_size=500)).status)
         if PutMessageStatus.CREATE_MAPPED_FILE_FAILED in statuses:
             break
-    # one buffer: a file that is not committed whole yet keeps it, so a roll finds none
+    # one buffer, held by the first file until it is committed whole: the roll finds none
     assert PutMessageStatus.CREATE_MAPPED_FILE_FAILED in statuses
     names = sorted(os.listdir(os.path.join(s.root, "commitlog")))
     known = sorted(os.path.basename(f.file_name) for f in s._commitlog.queue.files)
