@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py
 	@command -v gcc >/dev/null || command -v cc >/dev/null || { echo "pystore needs a C compiler (gcc)"; exit 1; }
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q "setuptools>=68" wheel "Cython>=3.0,<4"
+	$(VPY) -m pip install -q "setuptools>=77" wheel "Cython>=3.0,<4"
 	$(VPY) -m pip install -q --no-build-isolation -e ".[test,bench,spark,dev]"
 	touch $(STAMP)
 
