@@ -31,10 +31,55 @@ def index_geometry(file_size: int) -> tuple[int, int] | None:
     return slots, slots * 4
 
 
+def _first_size(folder: str) -> int | None:
+    try:
+        names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+    except OSError:
+        return None
+    for n in names:
+        try:
+            size = os.path.getsize(os.path.join(folder, n))
+        except OSError:
+            continue
+        if size > 0:
+            return size
+    return None
+
+
+def _cq_file_size(folder: str) -> int | None:
+    try:
+        topics = os.listdir(folder)
+    except OSError:
+        return None
+    for t in topics:
+        try:
+            queues = os.listdir(os.path.join(folder, t))
+        except OSError:
+            continue
+        for q in queues:
+            size = _first_size(os.path.join(folder, t, q))
+            if size:
+                return size
+    return None
+
+
 def detect_overrides(root: str | os.PathLike[str]) -> dict[str, Any]:
-    """StoreConfig overrides that make a store opened at ``root`` use the geometry of its existing files
-    (today: the index's). Empty for a new store or when nothing can be told."""
-    folder = os.path.join(os.fspath(root), "index")
+    """StoreConfig overrides that make a store opened at ``root`` use the geometry of its existing files:
+    the commit-log and consume-queue file sizes (which the store would keep anyway, with a warning) and
+    the index's. Empty for a new store or when nothing can be told."""
+    root = os.fspath(root)
+    out: dict[str, Any] = {}
+    size = _first_size(os.path.join(root, "commitlog"))
+    if size:
+        out["mapped_file_size_commit_log"] = size
+    size = _cq_file_size(os.path.join(root, "consumequeue"))
+    if size and size % 20 == 0:
+        out["mapped_file_size_consume_queue"] = size
+    out.update(_index_overrides(os.path.join(root, "index")))
+    return out
+
+
+def _index_overrides(folder: str) -> dict[str, Any]:
     try:
         names = [n for n in os.listdir(folder) if n.isdigit()]
     except OSError:

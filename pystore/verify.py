@@ -44,6 +44,7 @@ Progress = Callable[[str, int, int], None]
 _ROLLBACK = 0xC
 _PREPARED = 0x4
 _UNIT = 20
+_QUERY_MAX = 64          # the store answers at most max_msgs_num_batch (64) messages a query
 
 
 @dataclass
@@ -77,8 +78,10 @@ class VerifyReport:
     units_expired: int = 0          # below the commit log's first record (cleaned files)
     units_beyond: int = 0           # past the end the walk saw (a live writer)
     records_without_queue: int = 0  # records of topics/queues that have no consume-queue folder
+    keys_sampled: int = 0
     keys_checked: int = 0
-    keys_total: int = 0             # messages with keys (the sample is drawn from them)
+    keys_total: int = 0             # keys of indexed messages (the sample is drawn from them)
+    keys_too_common: int = 0        # sampled keys the index answer was too full to decide
     index_present: bool = False
     unclean: bool = False           # the abort file exists
     seconds: float = 0.0
@@ -248,6 +251,7 @@ def _check_queues(root: str, records: dict[int, tuple[str, int, int, int, int]],
     low = report.min_offset if report.min_offset >= 0 else report.end_offset
     end = report.end_offset
     seen: set[int] = set()
+    damaged = {p.offset for p in report.problems if p.kind == "commitlog"}
     first_phy: dict[tuple[str, int], int] = {}
     done = 0
     for topic, qid, qdir in folders:
@@ -272,8 +276,11 @@ def _check_queues(root: str, records: dict[int, tuple[str, int, int, int, int]],
             rec = records.get(phy)
             report.units_checked += 1
             if rec is None:
-                out.add("consumequeue", qdir, phy, "unit (size %d) does not point at the start of a message that "
-                        "enters a queue" % size)
+                if phy in damaged:
+                    out.add("consumequeue", qdir, phy, "unit points at the damaged record")
+                else:
+                    out.add("consumequeue", qdir, phy, "unit (size %d) does not point at the start of a message "
+                            "that enters a queue" % size)
                 prev_qoff = None
                 continue
             seen.add(phy)
@@ -328,6 +335,7 @@ def _check_index(root: str, picks: list[tuple[str, str, int, int]], report: Veri
         report.notes.append("index not checked (sample 0)")
         return
     picks.sort(key=lambda k: k[2])
+    report.keys_sampled = len(picks)
     over = detect_overrides(root)
     over.update(overrides)
     try:
@@ -340,9 +348,13 @@ def _check_index(root: str, picks: list[tuple[str, str, int, int]], report: Veri
             if phy < store.get_min_phy_offset():
                 continue
             # the index keeps times in whole seconds from its file's start: a window of +-1 s
-            res = store.query_message(topic, key, max_num=64, begin=ts - 1000, end=ts + 1000)
-            report.keys_checked += 1
-            if not any(m.commit_log_offset == phy for m in res.messages):
+            res = store.query_message(topic, key, max_num=_QUERY_MAX, begin=ts - 1000, end=ts + 1000)
+            if any(m.commit_log_offset == phy for m in res.messages):
+                report.keys_checked += 1
+            elif len(res.messages) >= _QUERY_MAX:
+                report.keys_too_common += 1          # a full answer without it: cannot tell
+            else:
+                report.keys_checked += 1
                 out.add("index", index_dir, phy, "key %r of %s does not find its message" % (key, topic))
             if progress is not None and (i & 63) == 0:
                 progress("index", i, len(picks))
@@ -350,3 +362,7 @@ def _check_index(root: str, picks: list[tuple[str, str, int, int]], report: Veri
         store.shutdown()
     if progress is not None:
         progress("index", len(picks), len(picks))
+    if report.keys_too_common:
+        report.notes.append("%d sampled key(s) not decided: more than %d messages share the key within a second "
+                            "of theirs (one query returns at most %d)" % (report.keys_too_common, _QUERY_MAX,
+                                                                          _QUERY_MAX))
