@@ -85,17 +85,28 @@ def handle_store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def store_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--config broker.conf`` and ``-o key=value`` for verbs that open a store."""
-    fn = click.option("-o", "--set", "sets", multiple=True, metavar="KEY=VALUE",
-                      help="a StoreConfig field (snake_case) or broker.conf key; repeatable")(fn)
-    fn = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-                      help="a RocketMQ broker.conf with store settings")(fn)
+    fn = click.option(
+        "-o",
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="a StoreConfig field (snake_case) or broker.conf key; repeatable",
+    )(fn)
+    fn = click.option(
+        "--config",
+        "config_file",
+        type=click.Path(exists=True, dir_okay=False),
+        help="a RocketMQ broker.conf with store settings",
+    )(fn)
     return fn
 
 
-def build_config(root: str, config_file: str | None, sets: tuple[str, ...], read_only: bool,
-                 **defaults: Any) -> Any:
-    """The StoreConfig for ``root``: ``--config`` < the verb's own settings (``defaults``, e.g. ``--sync``) and
-    the geometry of existing files < ``-o``."""
+def build_config(
+    root: str, config_file: str | None, sets: tuple[str, ...], read_only: bool, **defaults: Any
+) -> Any:
+    """The StoreConfig for ``root``: ``--config`` < the verb's own settings (``defaults``, e.g.
+    ``--sync``) and the geometry of existing files < ``-o``."""
     from pystore.config import StoreConfig, UnknownConfigKeyWarning, _field_for_key
     from pystore.errors import ConfigError
     from pystore.geometry import detect_overrides
@@ -127,8 +138,13 @@ def build_config(root: str, config_file: str | None, sets: tuple[str, ...], read
 
 
 @contextmanager
-def open_store(root: str, config_file: str | None = None, sets: tuple[str, ...] = (), read_only: bool = True,
-               **defaults: Any) -> Iterator[Any]:
+def open_store(
+    root: str,
+    config_file: str | None = None,
+    sets: tuple[str, ...] = (),
+    read_only: bool = True,
+    **defaults: Any,
+) -> Iterator[Any]:
     """A loaded and started store (shut down at the end of the block)."""
     from pystore.errors import StoreError
     from pystore.store import MessageStore
@@ -191,12 +207,24 @@ def message_dict(m: Any) -> dict[str, Any]:
     import base64
 
     d: dict[str, Any] = {
-        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-        "commit_log_offset": m.commit_log_offset, "store_size": m.store_size, "tags": m.tags, "keys": m.keys,
-        "properties": m.properties, "flag": m.flag, "sys_flag": m.sys_flag, "born_timestamp": m.born_timestamp,
-        "store_timestamp": m.store_timestamp, "born_host": "%s:%d" % m.born_host,
-        "store_host": "%s:%d" % m.store_host, "reconsume_times": m.reconsume_times,
-        "prepared_transaction_offset": m.prepared_transaction_offset, "body_crc": m.body_crc, "msg_id": m.msg_id,
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commit_log_offset": m.commit_log_offset,
+        "store_size": m.store_size,
+        "tags": m.tags,
+        "keys": m.keys,
+        "properties": m.properties,
+        "flag": m.flag,
+        "sys_flag": m.sys_flag,
+        "born_timestamp": m.born_timestamp,
+        "store_timestamp": m.store_timestamp,
+        "born_host": "%s:%d" % m.born_host,
+        "store_host": "%s:%d" % m.store_host,
+        "reconsume_times": m.reconsume_times,
+        "prepared_transaction_offset": m.prepared_transaction_offset,
+        "body_crc": m.body_crc,
+        "msg_id": m.msg_id,
     }
     body = m.body
     try:
@@ -208,12 +236,28 @@ def message_dict(m: Any) -> dict[str, Any]:
 
 def messages_table(messages: list[Any], title: str | None = None) -> Table:
     t = Table(title=title, title_justify="left")
-    for col, just in (("queue", "right"), ("queue off", "right"), ("commit-log off", "right"), ("tags", "left"), ("keys", "left"),
-                      ("store time (UTC)", "left"), ("size", "right"), ("body", "left")):
+    for col, just in (
+        ("queue", "right"),
+        ("queue off", "right"),
+        ("commit-log off", "right"),
+        ("tags", "left"),
+        ("keys", "left"),
+        ("store time (UTC)", "left"),
+        ("size", "right"),
+        ("body", "left"),
+    ):
         t.add_column(col, justify=just, overflow="fold" if col == "keys" else "ellipsis")
     for m in messages:
-        t.add_row(str(m.queue_id), str(m.queue_offset), str(m.commit_log_offset), Text(m.tags or ""), Text(" ".join(m.keys)),
-                  iso(m.store_timestamp), str(m.store_size), Text(preview(m.body)))
+        t.add_row(
+            str(m.queue_id),
+            str(m.queue_offset),
+            str(m.commit_log_offset),
+            Text(m.tags or ""),
+            Text(" ".join(m.keys)),
+            iso(m.store_timestamp),
+            str(m.store_size),
+            Text(preview(m.body)),
+        )
     return t
 
 
@@ -263,11 +307,20 @@ def main(argv: list[str] | None = None) -> None:
 @cli.command()
 @click.argument("root", default="./pystore-demo", type=click.Path(file_okay=False))
 @click.option("--fresh", is_flag=True, help="wipe the demo store first (else the demo appends to it)")
-@click.option("--spark/--no-spark", default=None,
-              help="run the Spark part (default: when pystore.spark, pyspark and Java are there, unless "
-                   "PYSTORE_DEMO_SPARK=0)")
-@click.option("--messages", "-n", default=5000, show_default=True, type=click.IntRange(100, 1_000_000),
-              help="single puts (batches add as many again)")
+@click.option(
+    "--spark/--no-spark",
+    default=None,
+    help="run the Spark part (default: when pystore.spark, pyspark and Java are there, unless "
+    "PYSTORE_DEMO_SPARK=0)",
+)
+@click.option(
+    "--messages",
+    "-n",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(100, 1_000_000),
+    help="single puts (batches add as many again)",
+)
 @handle_store_errors
 def demo(root: str, fresh: bool, spark: bool | None, messages: int) -> None:
     """Put, read, query, restart and show what survived, in a store at ROOT (default ./pystore-demo)."""
@@ -296,16 +349,30 @@ def _split_keys(keys: tuple[str, ...]) -> list[str]:
 @click.option("--tags", help="tags (one string, as RocketMQ)")
 @click.option("--keys", "-k", multiple=True, help="keys, space- or comma-separated; repeatable")
 @click.option("--queue-id", "-q", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1))
-@click.option("--property", "-p", "props", multiple=True, metavar="KEY=VALUE", help="a user property; repeatable")
+@click.option(
+    "--property", "-p", "props", multiple=True, metavar="KEY=VALUE", help="a user property; repeatable"
+)
 @click.option("--file", "-f", "file_", type=click.File("rb"), help="the body is this file")
 @click.option("--stdin", "from_stdin", is_flag=True, help="one message per line of stdin")
 @click.option("--sync", is_flag=True, help="SYNC_FLUSH: each put returns once on disk")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
 @handle_store_errors
-def put(root: str, body: str | None, topic: str, tags: str | None, keys: tuple[str, ...], queue_id: int,
-        props: tuple[str, ...], file_: Any, from_stdin: bool, sync: bool, as_json: bool, config_file: str | None,
-        sets: tuple[str, ...]) -> None:
+def put(
+    root: str,
+    body: str | None,
+    topic: str,
+    tags: str | None,
+    keys: tuple[str, ...],
+    queue_id: int,
+    props: tuple[str, ...],
+    file_: Any,
+    from_stdin: bool,
+    sync: bool,
+    as_json: bool,
+    config_file: str | None,
+    sets: tuple[str, ...],
+) -> None:
     """Store messages in TOPIC: BODY, or --file F, or --stdin (one message per line)."""
     from pystore import Message
 
@@ -323,7 +390,7 @@ def put(root: str, body: str | None, topic: str, tags: str | None, keys: tuple[s
     elif file_ is not None:
         bodies = [file_.read()]
     else:
-        stream = click.get_binary_stream("stdin")
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
         bodies = (line.rstrip(b"\r\n") for line in stream)
     key_list = _split_keys(keys) or None
     defaults = {"flush_disk_type": "SYNC_FLUSH"} if sync else {}
@@ -331,14 +398,21 @@ def put(root: str, body: str | None, topic: str, tags: str | None, keys: tuple[s
     bad = 0
     with open_store(root, config_file, sets, read_only=False, **defaults) as store:
         for b in bodies:
-            r = store.put_message(Message(topic, b, tags=tags, keys=key_list, queue_id=queue_id,
-                                          properties=properties or None))
+            r = store.put_message(
+                Message(topic, b, tags=tags, keys=key_list, queue_id=queue_id, properties=properties or None)
+            )
             a = r.append_message_result
             ok = r.is_ok()
             bad += not ok
-            rows.append({"status": r.status.name, "commit_log_offset": a.wrote_offset if a is not None and ok else None,
-                         "queue_offset": a.logics_offset if a is not None and ok else None,
-                         "msg_id": a.msg_id if a is not None and ok else None, "size": len(b)})
+            rows.append(
+                {
+                    "status": r.status.name,
+                    "commit_log_offset": a.wrote_offset if a is not None and ok else None,
+                    "queue_offset": a.logics_offset if a is not None and ok else None,
+                    "msg_id": a.msg_id if a is not None and ok else None,
+                    "size": len(b),
+                }
+            )
     if not rows:
         _fail("nothing to put (empty input)")
     if as_json:
@@ -350,10 +424,14 @@ def put(root: str, body: str | None, topic: str, tags: str | None, keys: tuple[s
         shown = rows if len(rows) <= 20 else rows[:10] + rows[-10:]
         for i, row in enumerate(shown):
             n = i if len(rows) <= 20 or i < 10 else len(rows) - 20 + i
-            t.add_row(str(n), Text(row["status"], style="green" if row["status"] == "PUT_OK" else "red"),
-                      str(row["commit_log_offset"] if row["commit_log_offset"] is not None else "-"),
-                      str(row["queue_offset"] if row["queue_offset"] is not None else "-"),
-                      row["msg_id"] or "-", str(row["size"]))
+            t.add_row(
+                str(n),
+                Text(row["status"], style="green" if row["status"] == "PUT_OK" else "red"),
+                str(row["commit_log_offset"] if row["commit_log_offset"] is not None else "-"),
+                str(row["queue_offset"] if row["queue_offset"] is not None else "-"),
+                row["msg_id"] or "-",
+                str(row["size"]),
+            )
         console.print(t)
         if len(rows) > 20:
             console.print("(%d messages; first and last 10 shown)" % len(rows))
@@ -370,15 +448,32 @@ _GET_END_OK = {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_OVERFLOW_ONE"}
 @click.argument("topic")
 @click.argument("queue_id", type=click.IntRange(0, 2**31 - 1))
 @click.argument("offset", type=click.IntRange(0, None))
-@click.option("--max", "-n", "max_n", default=32, show_default=True, type=click.IntRange(1, 100_000),
-              help="messages to read (several get_message calls past 32)")
+@click.option(
+    "--max",
+    "-n",
+    "max_n",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="messages to read (several get_message calls past 32)",
+)
 @click.option("--tags", help='tag filter, RocketMQ style: "TagA || TagB"')
 @click.option("--group", default="pystore-cli", show_default=True, help="consumer group name")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
 @handle_store_errors
-def get(root: str, topic: str, queue_id: int, offset: int, max_n: int, tags: str | None, group: str,
-        as_json: bool, config_file: str | None, sets: tuple[str, ...]) -> None:
+def get(
+    root: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_n: int,
+    tags: str | None,
+    group: str,
+    as_json: bool,
+    config_file: str | None,
+    sets: tuple[str, ...],
+) -> None:
     """Read messages of TOPIC/QUEUE_ID from queue offset OFFSET (get_message)."""
     from pystore import TagFilter
 
@@ -387,11 +482,14 @@ def get(root: str, topic: str, queue_id: int, offset: int, max_n: int, tags: str
     with open_store(root, config_file, sets) as store:
         nxt = offset
         calls = 0
+        statuses: list[str] = []
         while True:
             r = store.get_message(group, topic, queue_id, nxt, min(32, max_n - len(got)), flt)
             calls += 1
             if r is None:
                 _fail("the store is not readable")
+            if not statuses or statuses[-1] != r.status.name:
+                statuses.append(r.status.name)
             got.extend(r.messages)
             moved = r.next_begin_offset != nxt
             nxt = r.next_begin_offset
@@ -399,15 +497,40 @@ def get(root: str, topic: str, queue_id: int, offset: int, max_n: int, tags: str
                 break
         status = r.status.name
         if as_json:
-            print_json({"status": status, "next_begin_offset": nxt, "min_offset": r.min_offset,
-                        "max_offset": r.max_offset, "messages": [message_dict(m) for m in got]})
+            print_json(
+                {
+                    "status": status,
+                    "statuses": statuses,
+                    "next_begin_offset": nxt,
+                    "min_offset": r.min_offset,
+                    "max_offset": r.max_offset,
+                    "messages": [message_dict(m) for m in got],
+                }
+            )
         else:
             if got:
-                console.print(messages_table(got, "%s/%d from offset %d%s" % (
-                    topic, queue_id, offset, " (tags %s)" % flt.expression if flt else "")))
+                console.print(
+                    messages_table(
+                        got,
+                        "%s/%d from offset %d%s"
+                        % (topic, queue_id, offset, " (tags %s)" % flt.expression if flt else ""),
+                    )
+                )
             style = "green" if status in _GET_END_OK else "yellow"
-            console.print("status [%s]%s[/%s]  messages %d  next offset %d  queue min %d max %d  (%d call%s)" % (
-                style, status, style, len(got), nxt, r.min_offset, r.max_offset, calls, "" if calls == 1 else "s"))
+            console.print(
+                "status [%s]%s[/%s]  messages %d  next offset %d  queue min %d max %d  (%d call%s)"
+                % (
+                    style,
+                    " -> ".join(statuses),
+                    style,
+                    len(got),
+                    nxt,
+                    r.min_offset,
+                    r.max_offset,
+                    calls,
+                    "" if calls == 1 else "s",
+                )
+            )
     sys.exit(OK if got or status in _GET_END_OK else PROBLEM)
 
 
@@ -422,8 +545,18 @@ def get(root: str, topic: str, queue_id: int, offset: int, max_n: int, tags: str
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
 @handle_store_errors
-def query(root: str, topic: str | None, key: str | None, msg_id: str | None, max_n: int, begin: str | None,
-          end: str | None, as_json: bool, config_file: str | None, sets: tuple[str, ...]) -> None:
+def query(
+    root: str,
+    topic: str | None,
+    key: str | None,
+    msg_id: str | None,
+    max_n: int,
+    begin: str | None,
+    end: str | None,
+    as_json: bool,
+    config_file: str | None,
+    sets: tuple[str, ...],
+) -> None:
     """Find messages of TOPIC by KEY (keys or UNIQ_KEY, through the index), or one by --msg-id."""
     if msg_id is not None:
         if topic is not None or key is not None:
@@ -445,8 +578,10 @@ def query(root: str, topic: str | None, key: str | None, msg_id: str | None, max
             r = store.query_message(topic, key, max_n, 0 if b is None else b, 2**63 - 1 if e is None else e)
             found = r.messages
             title = "%s key %r" % (topic, key)
-            extra = {"index_last_update_timestamp": r.index_last_update_timestamp,
-                     "index_last_update_phyoffset": r.index_last_update_phyoffset}
+            extra = {
+                "index_last_update_timestamp": r.index_last_update_timestamp,
+                "index_last_update_phyoffset": r.index_last_update_phyoffset,
+            }
     if as_json:
         print_json(dict(extra, messages=[message_dict(m) for m in found]))
     elif found:
@@ -454,8 +589,10 @@ def query(root: str, topic: str | None, key: str | None, msg_id: str | None, max
         console.print(t)
         if msg_id is not None:
             m = found[0]
-            console.print("topic %s  queue %d  store host %s:%d  born host %s:%d" % (
-                m.topic, m.queue_id, m.store_host[0], m.store_host[1], m.born_host[0], m.born_host[1]))
+            console.print(
+                "topic %s  queue %d  store host %s:%d  born host %s:%d"
+                % (m.topic, m.queue_id, m.store_host[0], m.store_host[1], m.born_host[0], m.born_host[1])
+            )
     else:
         console.print("[yellow]no message found[/yellow] (%s)" % _esc(title))
     sys.exit(OK if found else PROBLEM)
@@ -478,9 +615,17 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
     cfg = build_config(root, config_file, sets, True)
     if not any(os.path.isdir(p) for p in cfg.commit_log_paths()):
         _fail("no store at %s (no commit log folder %s)" % (root, cfg.commit_log_paths()[0]))
-    over = {k: getattr(cfg, k) for k in ("max_hash_slot_num", "max_index_num", "mapped_file_size_commit_log",
-                                         "mapped_file_size_consume_queue", "store_path_commit_log",
-                                         "message_index_enable")}
+    over = {
+        k: getattr(cfg, k)
+        for k in (
+            "max_hash_slot_num",
+            "max_index_num",
+            "mapped_file_size_commit_log",
+            "mapped_file_size_consume_queue",
+            "store_path_commit_log",
+            "message_index_enable",
+        )
+    }
     info = store_info(root, **over)
     if as_json:
         print_json(info)
@@ -488,38 +633,88 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
     cl = info["commit_log"]
     cp = info["checkpoint"]
     disk = info["disk"]
-    state = ("[yellow]a writer is running (pid %s)[/yellow]" % info["abort"]["pid"] if info["writer_running"]
-             else "[red]unclean shutdown (abort file present): the next writer runs abnormal recovery[/red]"
-             if info["unclean_shutdown"] else "[green]clean shutdown[/green]")
+    state = (
+        "[yellow]a writer is running (pid %s)[/yellow]" % info["abort"]["pid"]
+        if info["writer_running"]
+        else "[red]unclean shutdown (abort file present): the next writer runs abnormal recovery[/red]"
+        if info["unclean_shutdown"]
+        else "[green]clean shutdown[/green]"
+    )
     s = Table(title="store %s" % _esc(info["root"]), title_justify="left", show_header=False)
     s.add_column("what", style="bold")
     s.add_column("value")
     s.add_row("state", state)
-    s.add_row("commit log", "offsets %d .. %d (%s), %d file(s) of %s" % (
-        cl["min_offset"], cl["max_offset"], human_bytes(max(0, cl["max_offset"] - max(cl["min_offset"], 0))),
-        len(cl["files"]), human_bytes(cl["file_size"])))
+    s.add_row(
+        "commit log",
+        "offsets %d .. %d (%s), %d file(s) of %s"
+        % (
+            cl["min_offset"],
+            cl["max_offset"],
+            human_bytes(max(0, cl["max_offset"] - max(cl["min_offset"], 0))),
+            len(cl["files"]),
+            human_bytes(cl["file_size"]),
+        ),
+    )
     s.add_row("earliest message", iso(_ts(cl["earliest_message_time"])))
-    s.add_row("topics", "%d topic(s), %d queue(s), %d message(s) in queues" % (
-        len(info["topics"]), len(info["queues"]), sum(q["messages"] for q in info["queues"])))
-    s.add_row("disk", "commit log %s, consume queues %s, index %s" % tuple(
-        human_bytes(disk["bytes"][k]) for k in ("commitlog", "consumequeue", "index")))
+    s.add_row(
+        "topics",
+        "%d topic(s), %d queue(s), %d message(s) in queues"
+        % (len(info["topics"]), len(info["queues"]), sum(q["messages"] for q in info["queues"])),
+    )
+    s.add_row(
+        "disk",
+        "commit log %s, consume queues %s, index %s"
+        % tuple(human_bytes(disk["bytes"][k]) for k in ("commitlog", "consumequeue", "index")),
+    )
     ratio = disk["commit_log_disk_ratio"]
-    s.add_row("disk used ratio", "%.1f%% of the partition (clean above %d%%, forced %.0f%%, full %.0f%%)" % (
-        ratio * 100, disk["disk_max_used_space_ratio"], disk["disk_space_clean_forcibly_ratio"] * 100,
-        disk["disk_space_warning_level_ratio"] * 100))
+    s.add_row(
+        "disk used ratio",
+        "%.1f%% of the partition (clean above %d%%, forced %.0f%%, full %.0f%%)"
+        % (
+            ratio * 100,
+            disk["disk_max_used_space_ratio"],
+            disk["disk_space_clean_forcibly_ratio"] * 100,
+            disk["disk_space_warning_level_ratio"] * 100,
+        ),
+    )
     s.add_row("dispatch behind", human_bytes(info["dispatch_behind_bytes"]))
-    s.add_row("checkpoint", "physic %s, logics %s, index %s%s" % (
-        iso(cp["physic_msg_timestamp"]), iso(cp["logics_msg_timestamp"]), iso(cp["index_msg_timestamp"]),
-        "" if cp["exists"] else " (no checkpoint file)") + ("" if cp["trusted"] else " [red](not trusted)[/red]"))
+    s.add_row(
+        "checkpoint",
+        "physic %s, logics %s, index %s%s"
+        % (
+            iso(cp["physic_msg_timestamp"]),
+            iso(cp["logics_msg_timestamp"]),
+            iso(cp["index_msg_timestamp"]),
+            "" if cp["exists"] else " (no checkpoint file)",
+        )
+        + ("" if cp["trusted"] else " [red](not trusted)[/red]"),
+    )
     if info["read_only_view"]["damage"]:
         s.add_row("damage", "[red]%s[/red] (run `pystore verify`)" % _esc(info["read_only_view"]["damage"]))
     console.print(s)
     q = Table(title="queues", title_justify="left")
-    for col in ("topic", "queue", "min offset", "max offset", "messages", "first store time", "last store time"):
-        q.add_column(col, justify="right" if col in ("queue", "min offset", "max offset", "messages") else "left")
+    for col in (
+        "topic",
+        "queue",
+        "min offset",
+        "max offset",
+        "messages",
+        "first store time",
+        "last store time",
+    ):
+        q.add_column(
+            col, justify="right" if col in ("queue", "min offset", "max offset", "messages") else "left"
+        )
     for row in info["queues"]:
-        q.add_row(Text(row["topic"]), str(row["queue_id"]), str(row["min_offset"]), str(row["max_offset"]),
-                  str(row["messages"]), iso(_ts(row["first_store_time"])), iso(_ts(row["last_store_time"])))
+        q.add_row(
+            Text(row["topic"]),
+            str(row["queue_id"]),
+            str(row["min_offset"]),
+            str(row["max_offset"]),
+            str(row["messages"]),
+            iso(_ts(row["first_store_time"])),
+            iso(_ts(row["last_store_time"])),
+        )
     console.print(q)
     f = Table(title="commit-log files", title_justify="left")
     for col in ("file", "size", "first store time"):
@@ -528,8 +723,10 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         f.add_row(row["name"], human_bytes(row["size"]), iso(row["first_store_timestamp"]))
     console.print(f)
     if info["index_files"]:
-        console.print("index files: " + ", ".join("%s (%s)" % (x["name"], human_bytes(x["size"]))
-                                                  for x in info["index_files"]))
+        console.print(
+            "index files: "
+            + ", ".join("%s (%s)" % (x["name"], human_bytes(x["size"])) for x in info["index_files"])
+        )
 
 
 def _ts(iso_text: str | None) -> int | None:
@@ -540,14 +737,25 @@ def _ts(iso_text: str | None) -> int | None:
 
 @cli.command()
 @click.argument("root", type=click.Path(file_okay=False))
-@click.option("--index-sample", default=1000, show_default=True, type=click.IntRange(0, None),
-              help="keys checked against the index (a uniform sample; 0 skips the index)")
+@click.option(
+    "--index-sample",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(0, None),
+    help="keys checked against the index (a uniform sample; 0 skips the index)",
+)
 @click.option("--max-problems", default=100, show_default=True, type=click.IntRange(1, None))
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @store_options
 @handle_store_errors
-def verify(root: str, index_sample: int, max_problems: int, as_json: bool, config_file: str | None,
-           sets: tuple[str, ...]) -> None:
+def verify(
+    root: str,
+    index_sample: int,
+    max_problems: int,
+    as_json: bool,
+    config_file: str | None,
+    sets: tuple[str, ...],
+) -> None:
     """Check CRCs of the commit log, every consume-queue unit against it, and the index (read-only)."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
@@ -557,8 +765,14 @@ def verify(root: str, index_sample: int, max_problems: int, as_json: bool, confi
     if not os.path.isdir(os.path.join(root, "commitlog")):
         _fail("no store at %s (no commitlog folder)" % root)
     over = {k: getattr(cfg, k) for k in ("max_hash_slot_num", "max_index_num", "message_index_enable")}
-    progress = Progress(TextColumn("{task.description:<15}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                        console=err_console if as_json else console, transient=as_json)
+    progress = Progress(
+        TextColumn("{task.description:<15}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=err_console if as_json else console,
+        transient=as_json,
+    )
     tasks: dict[str, Any] = {}
 
     def on_progress(phase: str, done: int, total: int) -> None:
@@ -567,36 +781,61 @@ def verify(root: str, index_sample: int, max_problems: int, as_json: bool, confi
         progress.update(tasks[phase], completed=done, total=max(total, 1))
 
     with progress:
-        report = verify_store(root, progress=on_progress, index_sample=index_sample, max_problems=max_problems,
-                              **over)
+        report = verify_store(
+            root, progress=on_progress, index_sample=index_sample, max_problems=max_problems, **over
+        )
     if as_json:
         print_json(report.as_dict())
         sys.exit(OK if report.ok else PROBLEM)
     t = Table(title="verify %s" % _esc(os.path.abspath(root)), title_justify="left", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("result")
-    t.add_row("commit log", "%d message(s), %s in %d file(s), offsets %d .. %d, CRC checked" % (
-        report.records, human_bytes(report.record_bytes), report.commit_log_files, max(report.min_offset, 0),
-        report.end_offset))
-    t.add_row("consume queues", "%d queue(s), %d unit(s): %d checked, %d below the commit log (cleaned), %d beyond "
-              "its end" % (report.queues, report.units, report.units_checked, report.units_expired,
-                           report.units_beyond))
-    t.add_row("index", ("%d key(s) sampled of %d, %d decided by a lookup" % (
-        report.keys_sampled, report.keys_total, report.keys_checked)) if report.index_present else "no index files")
+    t.add_row(
+        "commit log",
+        "%d message(s), %s in %d file(s), offsets %d .. %d, CRC checked"
+        % (
+            report.records,
+            human_bytes(report.record_bytes),
+            report.commit_log_files,
+            max(report.min_offset, 0),
+            report.end_offset,
+        ),
+    )
+    t.add_row(
+        "consume queues",
+        "%d queue(s), %d unit(s): %d checked, %d below the commit log (cleaned), %d beyond "
+        "its end"
+        % (report.queues, report.units, report.units_checked, report.units_expired, report.units_beyond),
+    )
+    t.add_row(
+        "index",
+        (
+            "%d key(s) sampled of %d, %d decided by a lookup"
+            % (report.keys_sampled, report.keys_total, report.keys_checked)
+        )
+        if report.index_present
+        else "no index files",
+    )
     if report.unclean:
         t.add_row("abort file", "[yellow]present: a writer is running or did not shut down cleanly[/yellow]")
     for n in report.notes:
         t.add_row("note", _esc(n))
     t.add_row("time", "%.2f s" % report.seconds)
-    t.add_row("result", "[green]OK[/green]" if report.ok else "[red]%d problem(s)[/red]" % (
-        len(report.problems) + report.problems_dropped))
+    t.add_row(
+        "result",
+        "[green]OK[/green]"
+        if report.ok
+        else "[red]%d problem(s)[/red]" % (len(report.problems) + report.problems_dropped),
+    )
     console.print(t)
     if not report.ok:
         p = Table(title="problems", title_justify="left")
         for col in ("kind", "file", "offset", "what"):
             p.add_column(col, justify="right" if col == "offset" else "left", overflow="fold")
         for pr in report.problems:
-            p.add_row(pr.kind, Text(pr.path or "-"), "-" if pr.offset is None else str(pr.offset), Text(pr.detail))
+            p.add_row(
+                pr.kind, Text(pr.path or "-"), "-" if pr.offset is None else str(pr.offset), Text(pr.detail)
+            )
         console.print(p)
         if report.problems_dropped:
             console.print("... and %d more" % report.problems_dropped)
@@ -625,8 +864,11 @@ def _first_cl_file(cfg: Any) -> str | None:
 
 @cli.command()
 @click.argument("root", type=click.Path(file_okay=False))
-@click.option("--truncate", is_flag=True,
-              help="cut the commit log at damage even when valid, flushed messages follow it (they are lost)")
+@click.option(
+    "--truncate",
+    is_flag=True,
+    help="cut the commit log at damage even when valid, flushed messages follow it (they are lost)",
+)
 @store_options
 @handle_store_errors
 def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str, ...]) -> None:
@@ -647,28 +889,41 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
             min_phy = store.get_min_phy_offset()
     except StoreCorruptedError as e:
         err_console.print("[red]the store is corrupted and was not changed:[/red] %s" % _esc(e))
-        err_console.print("`pystore recover --truncate %s` cuts the commit log at offset %d; every message after "
-                          "it is lost. `pystore verify %s` lists all the damage first." % (_esc(root), e.offset,
-                                                                                        _esc(root)))
+        err_console.print(
+            "`pystore recover --truncate %s` cuts the commit log at offset %d; every message after "
+            "it is lost. `pystore verify %s` lists all the damage first." % (_esc(root), e.offset, _esc(root))
+        )
         sys.exit(PROBLEM)
     after = _cl_listing(cfg)
     t = Table(title="recover %s" % _esc(os.path.abspath(root)), title_justify="left", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
-    t.add_row("last shutdown", "[yellow]unclean (abort file): abnormal recovery[/yellow]" if abort
-              else "clean: normal recovery")
+    t.add_row(
+        "last shutdown",
+        "[yellow]unclean (abort file): abnormal recovery[/yellow]" if abort else "clean: normal recovery",
+    )
     if rec is not None:
-        t.add_row("walk", "from %s: %d message(s), %s in %.3f s" % (
-            os.path.basename(rec.start_file) if rec.start_file else "-", rec.records, human_bytes(rec.bytes_scanned),
-            rec.seconds))
+        t.add_row(
+            "walk",
+            "from %s: %d message(s), %s in %.3f s"
+            % (
+                os.path.basename(rec.start_file) if rec.start_file else "-",
+                rec.records,
+                human_bytes(rec.bytes_scanned),
+                rec.seconds,
+            ),
+        )
         t.add_row("valid end", str(rec.process_offset))
         t.add_row("queues rebuilt from", str(rec.dispatch_from) if abort else "- (queues were current)")
         t.add_row("damage", "[red]%s (cut)[/red]" % _esc(rec.damage) if rec.damage else "none")
         first = _first_cl_file(cfg)
         if rec.start_file and first and os.path.basename(rec.start_file) != first:
-            t.add_row("note", "recovery walked from %s on (RocketMQ's rule: the last three files after a clean "
-                      "shutdown, the checkpoint's after a crash); `pystore verify` checks the whole log"
-                      % os.path.basename(rec.start_file))
+            t.add_row(
+                "note",
+                "recovery walked from %s on (RocketMQ's rule: the last three files after a clean "
+                "shutdown, the checkpoint's after a crash); `pystore verify` checks the whole log"
+                % os.path.basename(rec.start_file),
+            )
     t.add_row("commit log now", "offsets %d .. %d, %d file(s)" % (min_phy, max_phy, len(after)))
     t.add_row("queues", "%d queue(s), %d message(s)" % (len(table), sum(table.values())))
     gone = sorted(set(before) - set(after))
@@ -677,20 +932,29 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
     shrunk = [n for n in after if n in before and after[n] != before[n]]
     if shrunk:
         t.add_row("files resized", ", ".join(shrunk))
-    t.add_row("shutdown", "clean (abort file removed)" if not os.path.exists(cfg.abort_path())
-              else "[red]the abort file stayed (see the log)[/red]")
+    t.add_row(
+        "shutdown",
+        "clean (abort file removed)"
+        if not os.path.exists(cfg.abort_path())
+        else "[red]the abort file stayed (see the log)[/red]",
+    )
     console.print(t)
     sys.exit(PROBLEM if os.path.exists(cfg.abort_path()) else OK)
 
 
 @cli.command()
 @click.argument("root", type=click.Path(file_okay=False))
-@click.option("--expired", is_flag=True,
-              help="delete expired commit-log files now, whatever the hour (execute_delete_files_manually)")
+@click.option(
+    "--expired",
+    is_flag=True,
+    help="delete expired commit-log files now, whatever the hour (execute_delete_files_manually)",
+)
 @click.option("--topic-keep", metavar="T1,T2", help="remove the consume queues of every other topic")
 @store_options
 @handle_store_errors
-def clean(root: str, expired: bool, topic_keep: str | None, config_file: str | None, sets: tuple[str, ...]) -> None:
+def clean(
+    root: str, expired: bool, topic_keep: str | None, config_file: str | None, sets: tuple[str, ...]
+) -> None:
     """A cleaning pass: expired commit-log files (--expired), then the files and queues left pointing below
     the commit log, and the queues of unused topics (--topic-keep)."""
     cfg = build_config(root, config_file, sets, False)
@@ -718,8 +982,13 @@ def clean(root: str, expired: bool, topic_keep: str | None, config_file: str | N
                 rows.append(("commit-log files deleted", str(cl_n)))
                 rows.append(("consume-queue and index files deleted", str(other_n)))
             elif expired:
-                rows.append(("commit-log files", "deletion requested; the clean service runs it within %d ms"
-                             % store.config.clean_resource_interval))
+                rows.append(
+                    (
+                        "commit-log files",
+                        "deletion requested; the clean service runs it within %d ms"
+                        % store.config.clean_resource_interval,
+                    )
+                )
             removed = store.clean_expired_consumer_queue()
             rows.append(("expired queues removed", _queues_text(removed)))
             if keep is not None:
@@ -755,8 +1024,12 @@ def _queues_text(removed: Any) -> str:
 @click.argument("root", type=click.Path(file_okay=False))
 @click.argument("out", type=click.Path(dir_okay=True))
 @click.option("--topic", "-t", "topics", multiple=True, help="only this topic; repeatable")
-@click.option("--spark", "use_spark", is_flag=True, help="go through Spark (pystore.spark) instead of pyarrow; "
-              "OUT is then a Parquet folder")
+@click.option(
+    "--spark",
+    "use_spark",
+    is_flag=True,
+    help="go through Spark (pystore.spark) instead of pyarrow; OUT is then a Parquet folder",
+)
 @click.option("--no-verify-crc", is_flag=True, help="export records with a bad body CRC as stored")
 @handle_store_errors
 def export(root: str, out: str, topics: tuple[str, ...], use_spark: bool, no_verify_crc: bool) -> None:
@@ -774,15 +1047,30 @@ def export(root: str, out: str, topics: tuple[str, ...], use_spark: bool, no_ver
         _fail(ex.MISSING_PYARROW)
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("export"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), console=console,
-                  transient=True) as progress:
+    with Progress(
+        TextColumn("export"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("export", total=None)
-        res = ex.export_parquet(root, out, topics=topics or None, verify_crc=not no_verify_crc,
-                                progress=lambda done, total: progress.update(task, completed=done, total=total))
-    console.print("wrote %d message(s) (%s of records) to %s in %.2f s" % (
-        res.rows, human_bytes(res.bytes_in), _esc(res.path), res.seconds))
+        res = ex.export_parquet(
+            root,
+            out,
+            topics=topics or None,
+            verify_crc=not no_verify_crc,
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    console.print(
+        "wrote %d message(s) (%s of records) to %s in %.2f s"
+        % (res.rows, human_bytes(res.bytes_in), _esc(res.path), res.seconds)
+    )
     if res.rows == 0:
-        console.print("[yellow]no messages%s[/yellow]" % (" in topic(s) %s" % ", ".join(topics) if topics else ""))
+        console.print(
+            "[yellow]no messages%s[/yellow]" % (" in topic(s) %s" % ", ".join(topics) if topics else "")
+        )
 
 
 def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool) -> None:
@@ -794,8 +1082,12 @@ def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool
         _fail("pystore.spark has no register(spark) in this version")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("pystore-export")
-             .config("spark.ui.enabled", "false").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("pystore-export")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
     try:
         ps.register(spark)
         reader = spark.read.format("pystore").option("verify_crc", str(verify_crc).lower())
@@ -805,7 +1097,9 @@ def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool
         t0 = time.perf_counter()
         df.write.mode("overwrite").parquet(out)
         n = spark.read.parquet(out).count()
-        console.print("wrote %d message(s) through Spark to %s in %.1f s" % (n, _esc(out), time.perf_counter() - t0))
+        console.print(
+            "wrote %d message(s) through Spark to %s in %.1f s" % (n, _esc(out), time.perf_counter() - t0)
+        )
     finally:
         spark.stop()
 
@@ -825,21 +1119,28 @@ def _bench_dir() -> str | None:
 
 
 @cli.command()
-@click.option("--peers", is_flag=True, help="pystore next to lmdb, sqlite3, persist-queue ... (bench/peers.py)")
+@click.option(
+    "--peers", is_flag=True, help="pystore next to lmdb, sqlite3, persist-queue ... (bench/peers.py)"
+)
 @click.option("--quick", is_flag=True, help="small counts: a smoke run")
 def bench(peers: bool, quick: bool) -> None:
     """Run the benchmarks: the pytest-benchmark suite (bench/), or the peers comparison (--peers)."""
     folder = _bench_dir()
     if folder is None:
-        _fail("no bench folder: the benchmarks ship with the source tree, not the installed package "
-              "(run from a checkout, or set PYSTORE_BENCH_DIR)")
+        _fail(
+            "no bench folder: the benchmarks ship with the source tree, not the installed package "
+            "(run from a checkout, or set PYSTORE_BENCH_DIR)"
+        )
     if peers:
         cmd = [sys.executable, os.path.join(folder, "peers.py")] + (["--quick"] if quick else [])
         rc = _run_peers(cmd, folder)
     else:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", folder]
-        cmd += ["--benchmark-disable"] if quick else ["--benchmark-only",
-                                                     "--benchmark-columns=min,median,mean,ops,rounds"]
+        cmd += (
+            ["--benchmark-disable"]
+            if quick
+            else ["--benchmark-only", "--benchmark-columns=min,median,mean,ops,rounds"]
+        )
         console.print("running: %s" % " ".join(cmd))
         rc = subprocess.call(cmd, cwd=os.path.dirname(folder))
     sys.exit(OK if rc == 0 else PROBLEM)
@@ -863,11 +1164,23 @@ def _run_peers(cmd: list[str], folder: str) -> int:
             sys.path.pop(0)
     rep = re.compile(r"^\s*rep (\d+)/(\d+)\s+(\S+)")
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS=str(max(console.width, 160)))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
-                            cwd=os.path.dirname(folder))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        env=env,
+        cwd=os.path.dirname(folder),
+    )
     assert proc.stdout is not None
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         task = progress.add_task("peers", total=total)
         for line in proc.stdout:
             m = rep.match(line)

@@ -55,19 +55,31 @@ def _rate(n: int, seconds: float) -> str:
     if seconds <= 0:
         return "-"
     r = n / seconds
-    return "%.2f M msgs/s" % (r / 1e6) if r >= 1e6 else "%.0f k msgs/s" % (r / 1e3) if r >= 1e4 else "%.0f msgs/s" % r
+    return (
+        "%.2f M msgs/s" % (r / 1e6)
+        if r >= 1e6
+        else "%.0f k msgs/s" % (r / 1e3)
+        if r >= 1e4
+        else "%.0f msgs/s" % r
+    )
 
 
 def _order_body(run: int, i: int) -> bytes:
-    body = json.dumps({"run": run, "order": i, "item": "sku-%05d" % (i * 7919 % 100_000),
-                       "amount": round((i * 37 % 10_000) / 100, 2)}).encode()
+    body = json.dumps(
+        {
+            "run": run,
+            "order": i,
+            "item": "sku-%05d" % (i * 7919 % 100_000),
+            "amount": round((i * 37 % 10_000) / 100, 2),
+        }
+    ).encode()
     return body + b" " * max(0, 160 - len(body))
 
 
 def _wipe(root: str, console: Console) -> None:
     if not os.path.isdir(root):
         return
-    MessageStore(StoreConfig(store_path_root_dir=root, **DEMO_CONFIG)).destroy()   # takes the lock first
+    MessageStore(StoreConfig(store_path_root_dir=root, **DEMO_CONFIG)).destroy()  # takes the lock first
     if os.path.isdir(root) and not os.listdir(root):
         os.rmdir(root)
     console.print("wiped %s" % root)
@@ -85,8 +97,9 @@ def _check_folder(root: str) -> str | None:
     return None
 
 
-def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | None = None,
-             messages: int = 5000) -> bool:
+def run_demo(
+    root: str, console: Console, *, fresh: bool = False, spark: bool | None = None, messages: int = 5000
+) -> bool:
     """Run the demo in ``root``; True when every check passed (the figures table says what was measured)."""
     root = os.fspath(root)
     problem = _check_folder(root)
@@ -106,46 +119,87 @@ def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | 
         dt = clock.lap()
         run = store.get_max_offset_in_queue(RUNS, 0)
         rec = store.recovery
-        console.print("[bold]pystore demo[/bold] in %s — run %d%s; opened in %.3f s (%s recovery)" % (
-            os.path.abspath(root), run + 1, "" if run == 0 else " (appending to the existing store)", dt,
-            "abnormal" if rec is not None and rec.abnormal else "normal"))
+        console.print(
+            "[bold]pystore demo[/bold] in %s — run %d%s; opened in %.3f s (%s recovery)"
+            % (
+                os.path.abspath(root),
+                run + 1,
+                "" if run == 0 else " (appending to the existing store)",
+                dt,
+                "abnormal" if rec is not None and rec.abnormal else "normal",
+            )
+        )
         start = {(ORDERS, q): store.get_max_offset_in_queue(ORDERS, q) for q in range(ORDER_QUEUES)}
-        start.update({(PAYMENTS, q): store.get_max_offset_in_queue(PAYMENTS, q) for q in range(PAYMENT_QUEUES)})
+        start.update(
+            {(PAYMENTS, q): store.get_max_offset_in_queue(PAYMENTS, q) for q in range(PAYMENT_QUEUES)}
+        )
         start[(RUNS, 0)] = run
 
-        # -- single puts --------------------------------------------------------------------------------------
+        # -- single puts -------------------------------------------------------------------------------------
         bodies = [_order_body(run, i) for i in range(messages)]
-        msgs = [Message(ORDERS, bodies[i], tags=ORDER_TAGS[i % 3], keys=["order-%d-%d" % (run, i)],
-                        queue_id=i % ORDER_QUEUES, properties={"run": str(run)}) for i in range(messages)]
+        msgs = [
+            Message(
+                ORDERS,
+                bodies[i],
+                tags=ORDER_TAGS[i % 3],
+                keys=["order-%d-%d" % (run, i)],
+                queue_id=i % ORDER_QUEUES,
+                properties={"run": str(run)},
+            )
+            for i in range(messages)
+        ]
         clock.lap()
         results = [store.put_message(m) for m in msgs]
         dt = clock.lap()
         ok_puts = sum(r.is_ok() for r in results)
-        figures.append(("put_message, %d B bodies" % len(bodies[0]), "%s (%d in %.3f s)" % (
-            _rate(messages, dt), messages, dt)))
+        figures.append(
+            (
+                "put_message, %d B bodies" % len(bodies[0]),
+                "%s (%d in %.3f s)" % (_rate(messages, dt), messages, dt),
+            )
+        )
         checks.append(("single puts", ok_puts == messages, "%d/%d PUT_OK" % (ok_puts, messages)))
-        console.print("  put %d orders one by one into %s (%d queues, tags %s, a key each): %.3f s" % (
-            messages, ORDERS, ORDER_QUEUES, "/".join(ORDER_TAGS), dt))
+        console.print(
+            "  put %d orders one by one into %s (%d queues, tags %s, a key each): %.3f s"
+            % (messages, ORDERS, ORDER_QUEUES, "/".join(ORDER_TAGS), dt)
+        )
 
-        # -- batches ------------------------------------------------------------------------------------------
+        # -- batches -----------------------------------------------------------------------------------------
         n_batches = max(1, messages // BATCH)
         batches = []
         for b in range(n_batches):
             q = b % PAYMENT_QUEUES
-            batches.append(MessageBatch([
-                Message(PAYMENTS, b"payment %d of batch %d, run %d" % (j, b, run), tags="Paid" if j % 8 else "Refund",
-                        keys=["pay-%d-%d" % (run, b * BATCH + j)], queue_id=q) for j in range(BATCH)]))
+            batches.append(
+                MessageBatch(
+                    [
+                        Message(
+                            PAYMENTS,
+                            b"payment %d of batch %d, run %d" % (j, b, run),
+                            tags="Paid" if j % 8 else "Refund",
+                            keys=["pay-%d-%d" % (run, b * BATCH + j)],
+                            queue_id=q,
+                        )
+                        for j in range(BATCH)
+                    ]
+                )
+            )
         clock.lap()
         bresults = [store.put_messages(bt) for bt in batches]
         dt = clock.lap()
         ok_b = sum(r.is_ok() for r in bresults)
-        figures.append(("put_messages, batches of %d" % BATCH, "%s (%d in %.3f s)" % (
-            _rate(n_batches * BATCH, dt), n_batches * BATCH, dt)))
+        figures.append(
+            (
+                "put_messages, batches of %d" % BATCH,
+                "%s (%d in %.3f s)" % (_rate(n_batches * BATCH, dt), n_batches * BATCH, dt),
+            )
+        )
         checks.append(("batch puts", ok_b == n_batches, "%d/%d batches PUT_OK" % (ok_b, n_batches)))
-        console.print("  put %d batches of %d payments into %s (%d queues): %.3f s" % (
-            n_batches, BATCH, PAYMENTS, PAYMENT_QUEUES, dt))
+        console.print(
+            "  put %d batches of %d payments into %s (%d queues): %.3f s"
+            % (n_batches, BATCH, PAYMENTS, PAYMENT_QUEUES, dt)
+        )
 
-        # -- read back by queue -------------------------------------------------------------------------------
+        # -- read back by queue ------------------------------------------------------------------------------
         clock.lap()
         read = 0
         calls = 0
@@ -162,13 +216,19 @@ def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | 
                 read += len(r.messages)
                 off = r.next_begin_offset
         dt = clock.lap()
-        figures.append(("get_message, pages of 32", "%s (%d in %.3f s, %d calls)" % (_rate(read, dt), read, dt,
-                                                                                    calls)))
-        checks.append(("read back by queue", read == messages and first_body == bodies[0],
-                       "%d/%d messages, bodies as put" % (read, messages)))
+        figures.append(
+            ("get_message, pages of 32", "%s (%d in %.3f s, %d calls)" % (_rate(read, dt), read, dt, calls))
+        )
+        checks.append(
+            (
+                "read back by queue",
+                read == messages and first_body == bodies[0],
+                "%d/%d messages, bodies as put" % (read, messages),
+            )
+        )
         console.print("  read the %d orders back with get_message, pages of 32: %.3f s" % (read, dt))
 
-        # -- tag filter ---------------------------------------------------------------------------------------
+        # -- tag filter --------------------------------------------------------------------------------------
         flt = TagFilter("TagA || TagC")
         matched = 0
         off = start[(ORDERS, 0)]
@@ -179,12 +239,19 @@ def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | 
                 break
             off = r.next_begin_offset
         expected = sum(1 for i in range(messages) if i % ORDER_QUEUES == 0 and i % 3 in (0, 2))
-        checks.append(("TagFilter(\"TagA || TagC\") on queue 0", matched == expected,
-                       "%d messages, %d expected" % (matched, expected)))
-        console.print("  TagFilter(\"TagA || TagC\") on %s queue 0: %d of its %d new messages" % (
-            ORDERS, matched, len(range(0, messages, ORDER_QUEUES))))
+        checks.append(
+            (
+                'TagFilter("TagA || TagC") on queue 0',
+                matched == expected,
+                "%d messages, %d expected" % (matched, expected),
+            )
+        )
+        console.print(
+            '  TagFilter("TagA || TagC") on %s queue 0: %d of its %d new messages'
+            % (ORDERS, matched, len(range(0, messages, ORDER_QUEUES)))
+        )
 
-        # -- by key -------------------------------------------------------------------------------------------
+        # -- by key ------------------------------------------------------------------------------------------
         picks = sorted({0, messages // 2, messages - 1, 7 % messages})
         clock.lap()
         found = 0
@@ -194,26 +261,44 @@ def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | 
         dt = clock.lap()
         pay_key = "pay-%d-%d" % (run, BATCH + 3)
         pay = store.query_message(PAYMENTS, pay_key)
-        checks.append(("query_message by key", found == len(picks) and len(pay.messages) == 1,
-                       "%d/%d order keys, payment key %s: %d" % (found, len(picks), pay_key, len(pay.messages))))
+        checks.append(
+            (
+                "query_message by key",
+                found == len(picks) and len(pay.messages) == 1,
+                "%d/%d order keys, payment key %s: %d" % (found, len(picks), pay_key, len(pay.messages)),
+            )
+        )
         figures.append(("query_message by key", "%.2f ms per lookup" % (dt / len(picks) * 1000)))
-        console.print("  query_message found %d of %d order keys and payment %s" % (found, len(picks), pay_key))
+        console.print(
+            "  query_message found %d of %d order keys and payment %s" % (found, len(picks), pay_key)
+        )
 
-        # -- by time ------------------------------------------------------------------------------------------
+        # -- by time -----------------------------------------------------------------------------------------
         mid = results[messages // 2]
         ts = mid.append_message_result.store_timestamp
         q_mid = (messages // 2) % ORDER_QUEUES
         by_time = store.get_offset_in_queue_by_time(ORDERS, q_mid, ts)
         want = mid.append_message_result.logics_offset
         stamp = store.get_message_store_timestamp(ORDERS, q_mid, by_time)
-        checks.append(("get_offset_in_queue_by_time", by_time <= want and stamp >= ts,
-                       "queue %d at %d ms -> offset %d (the message put then: %d)" % (q_mid, ts, by_time, want)))
-        console.print("  get_offset_in_queue_by_time(%s, %d, %d) = %d (the message put at that ms has offset %d)"
-                      % (ORDERS, q_mid, ts, by_time, want))
+        checks.append(
+            (
+                "get_offset_in_queue_by_time",
+                by_time <= want and stamp >= ts,
+                "queue %d at %d ms -> offset %d (the message put then: %d)" % (q_mid, ts, by_time, want),
+            )
+        )
+        console.print(
+            "  get_offset_in_queue_by_time(%s, %d, %d) = %d (the message put at that ms has offset %d)"
+            % (ORDERS, q_mid, ts, by_time, want)
+        )
 
-        # -- the run marker -----------------------------------------------------------------------------------
-        marker = {"run": run + 1, "orders": messages, "payments": n_batches * BATCH,
-                  "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        # -- the run marker ----------------------------------------------------------------------------------
+        marker = {
+            "run": run + 1,
+            "orders": messages,
+            "payments": n_batches * BATCH,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
         store.put_message(Message(RUNS, json.dumps(marker).encode(), tags="run", keys=["run-%d" % run]))
         before = dict(sorted(store.get_topic_queue_table().items()))
         max_phy = store.get_max_phy_offset()
@@ -231,10 +316,24 @@ def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | 
         rec = store.recovery
         after = dict(sorted(store.get_topic_queue_table().items()))
         same = after == before and store.get_max_phy_offset() == max_phy
-        figures.append(("reopen (recovery)", "%.3f s, %s, %d records walked" % (
-            dt, "abnormal" if rec is not None and rec.abnormal else "normal", rec.records if rec else 0)))
-        checks.append(("everything survived the restart", same,
-                       "%d queues, commit log end %d" % (len(after), store.get_max_phy_offset())))
+        figures.append(
+            (
+                "reopen (recovery)",
+                "%.3f s, %s, %d records walked"
+                % (
+                    dt,
+                    "abnormal" if rec is not None and rec.abnormal else "normal",
+                    rec.records if rec else 0,
+                ),
+            )
+        )
+        checks.append(
+            (
+                "everything survived the restart",
+                same,
+                "%d queues, commit log end %d" % (len(after), store.get_max_phy_offset()),
+            )
+        )
         survivors = []
         off = 0
         while True:
@@ -244,11 +343,25 @@ def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | 
                 break
             off = r.next_begin_offset
         again = store.query_message(ORDERS, "order-%d-%d" % (run, messages - 1))
-        checks.append(("a key of this run after the restart", len(again.messages) == 1,
-                       "%d message(s)" % len(again.messages)))
+        checks.append(
+            (
+                "a key of this run after the restart",
+                len(again.messages) == 1,
+                "%d message(s)" % len(again.messages),
+            )
+        )
         total_msgs = sum(after[k] - store.get_min_offset_in_queue(*k) for k in after)
-        figures.append(("store now", "%d messages in %d queues, %s of commit log" % (
-            total_msgs, len(after), _mib(store.get_max_phy_offset() - max(store.get_min_phy_offset(), 0)))))
+        figures.append(
+            (
+                "store now",
+                "%d messages in %d queues, %s of commit log"
+                % (
+                    total_msgs,
+                    len(after),
+                    _mib(store.get_max_phy_offset() - max(store.get_min_phy_offset(), 0)),
+                ),
+            )
+        )
     finally:
         store.shutdown()
 
@@ -280,9 +393,16 @@ def run_demo(root: str, console: Console, *, fresh: bool = False, spark: bool | 
 
     ok = all(x[1] for x in checks)
     spark_ok = _spark_part(root, console, spark)
-    console.print("demo %s in %.1f s; the store stays in %s (`pystore inspect %s`, `pystore verify %s`)" % (
-        "[green]passed[/green]" if ok and spark_ok else "[red]FAILED[/red]", time.perf_counter() - t_all, root,
-        root, root))
+    console.print(
+        "demo %s in %.1f s; the store stays in %s (`pystore inspect %s`, `pystore verify %s`)"
+        % (
+            "[green]passed[/green]" if ok and spark_ok else "[red]FAILED[/red]",
+            time.perf_counter() - t_all,
+            root,
+            root,
+            root,
+        )
+    )
     return ok and spark_ok
 
 

@@ -23,11 +23,25 @@ __all__ = ["COLUMNS", "ExportResult", "arrow_schema", "export_parquet", "format_
 
 #: Column names and Spark SQL types, in order (API.md).
 COLUMNS: list[tuple[str, str]] = [
-    ("topic", "string"), ("queue_id", "int"), ("queue_offset", "long"), ("commit_log_offset", "long"),
-    ("store_size", "int"), ("body", "binary"), ("tags", "string"), ("keys", "array<string>"),
-    ("properties", "map<string,string>"), ("flag", "int"), ("sys_flag", "int"), ("born_timestamp", "timestamp"),
-    ("store_timestamp", "timestamp"), ("born_host", "string"), ("store_host", "string"),
-    ("reconsume_times", "int"), ("prepared_transaction_offset", "long"), ("body_crc", "int"), ("msg_id", "string"),
+    ("topic", "string"),
+    ("queue_id", "int"),
+    ("queue_offset", "long"),
+    ("commit_log_offset", "long"),
+    ("store_size", "int"),
+    ("body", "binary"),
+    ("tags", "string"),
+    ("keys", "array<string>"),
+    ("properties", "map<string,string>"),
+    ("flag", "int"),
+    ("sys_flag", "int"),
+    ("born_timestamp", "timestamp"),
+    ("store_timestamp", "timestamp"),
+    ("born_host", "string"),
+    ("store_host", "string"),
+    ("reconsume_times", "int"),
+    ("prepared_transaction_offset", "long"),
+    ("body_crc", "int"),
+    ("msg_id", "string"),
 ]
 
 MISSING_PYARROW = "pyarrow is not installed: install pystore-mq[spark] (or `pip install pyarrow`)"
@@ -46,8 +60,12 @@ def arrow_schema() -> Any:
     """The Arrow schema of :data:`COLUMNS`."""
     pa = _pa()
     types = {
-        "string": pa.string(), "int": pa.int32(), "long": pa.int64(), "binary": pa.binary(),
-        "array<string>": pa.list_(pa.string()), "map<string,string>": pa.map_(pa.string(), pa.string()),
+        "string": pa.string(),
+        "int": pa.int32(),
+        "long": pa.int64(),
+        "binary": pa.binary(),
+        "array<string>": pa.list_(pa.string()),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
         "timestamp": pa.timestamp("ms", tz="UTC"),
     }
     return pa.schema([pa.field(name, types[t]) for name, t in COLUMNS])
@@ -63,14 +81,21 @@ def format_host(host: tuple[str, int]) -> str:
 class ExportResult:
     path: str
     rows: int
-    bytes_in: int        # store bytes of the exported records
+    bytes_in: int  # store bytes of the exported records
     batches: int
     seconds: float
 
 
-def export_parquet(root: str | os.PathLike[str], out: str | os.PathLike[str], *, topics: Iterable[str] | None = None,
-                   verify_crc: bool = True, batch_rows: int = 8192, compression: str = "zstd",
-                   progress: Callable[[int, int], None] | None = None) -> ExportResult:
+def export_parquet(
+    root: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    topics: Iterable[str] | None = None,
+    verify_crc: bool = True,
+    batch_rows: int = 8192,
+    compression: str = "zstd",
+    progress: Callable[[int, int], None] | None = None,
+) -> ExportResult:
     """Write every message of the store at ``root`` (or of ``topics``) to the Parquet file ``out``.
 
     ``progress(done_bytes, total_bytes)`` follows the commit log. With ``verify_crc`` a damaged record stops

@@ -92,8 +92,11 @@ def _index_overrides(folder: str) -> dict[str, Any]:
             continue
     if len(sizes) != 1:
         if len(sizes) > 1:
-            log.warning("%s holds index files of several sizes %s; the configured geometry applies", folder,
-                        sorted(sizes))
+            log.warning(
+                "%s holds index files of several sizes %s; the configured geometry applies",
+                folder,
+                sorted(sizes),
+            )
         return {}
     geo = index_geometry(sizes.pop())
     if geo is None:

@@ -82,8 +82,15 @@ def _commit_log_files(store: MessageStore) -> list[dict[str, Any]]:
                     ts = first_store_timestamp(mf)
                 finally:
                     mf.close()
-            out.append({"name": name, "path": path, "size": size, "first_store_time": iso_ms(ts),
-                        "first_store_timestamp": ts})
+            out.append(
+                {
+                    "name": name,
+                    "path": path,
+                    "size": size,
+                    "first_store_time": iso_ms(ts),
+                    "first_store_timestamp": ts,
+                }
+            )
     return out
 
 
@@ -107,11 +114,19 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
                 m = store.look_message_by_offset(phy) if hi > lo else None
                 if m is not None:
                     ends.append(phy + m.store_size)
-            queues.append({
-                "topic": topic, "queue_id": qid, "min_offset": lo, "max_offset": hi, "messages": hi - lo,
-                "first_store_time": iso_ms(store.get_earliest_message_time(topic, qid)) if hi > lo else None,
-                "last_store_time": iso_ms(last_ts),
-            })
+            queues.append(
+                {
+                    "topic": topic,
+                    "queue_id": qid,
+                    "min_offset": lo,
+                    "max_offset": hi,
+                    "messages": hi - lo,
+                    "first_store_time": iso_ms(store.get_earliest_message_time(topic, qid))
+                    if hi > lo
+                    else None,
+                    "last_store_time": iso_ms(last_ts),
+                }
+            )
         min_phy, max_phy = store.get_min_phy_offset(), store.get_max_phy_offset()
         runtime = store.get_runtime_info()
         cl_files = _commit_log_files(store)
@@ -119,8 +134,9 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
         if os.path.isdir(cfg.index_path()):
             for name in sorted(os.listdir(cfg.index_path())):
                 if name.isdigit():
-                    index_files.append({"name": name,
-                                        "size": os.path.getsize(os.path.join(cfg.index_path(), name))})
+                    index_files.append(
+                        {"name": name, "size": os.path.getsize(os.path.join(cfg.index_path(), name))}
+                    )
         usage = {
             "commitlog": sum(f["size"] for f in cl_files),
             "consumequeue": _du(cfg.consume_queue_path())[1],
@@ -161,8 +177,9 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
                 "disk_space_clean_forcibly_ratio": cfg.disk_space_clean_forcibly_ratio,
                 "disk_space_warning_level_ratio": cfg.disk_space_warning_level_ratio,
             },
-            "dispatch_behind_bytes": max(0, max_phy - max(ends)) if ends else (max_phy - max(min_phy, 0)
-                                                                              if max_phy > 0 else 0),
+            "dispatch_behind_bytes": max(0, max_phy - max(ends))
+            if ends
+            else (max_phy - max(min_phy, 0) if max_phy > 0 else 0),
             "read_only_view": {
                 "valid_end": recovery.process_offset if recovery else None,
                 "damage": recovery.damage if recovery else None,

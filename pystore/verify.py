@@ -44,7 +44,7 @@ Progress = Callable[[str, int, int], None]
 _ROLLBACK = 0xC
 _PREPARED = 0x4
 _UNIT = 20
-_QUERY_MAX = 64          # the store answers at most max_msgs_num_batch (64) messages a query
+_QUERY_MAX = 64  # the store answers at most max_msgs_num_batch (64) messages a query
 
 
 @dataclass
@@ -70,23 +70,23 @@ class VerifyReport:
     commit_log_files: int = 0
     records: int = 0
     record_bytes: int = 0
-    min_offset: int = -1            # first record seen
-    end_offset: int = 0             # end of the last record seen
+    min_offset: int = -1  # first record seen
+    end_offset: int = 0  # end of the last record seen
     queues: int = 0
     units: int = 0
     units_checked: int = 0
-    units_expired: int = 0          # below the commit log's first record (cleaned files)
-    units_beyond: int = 0           # past the end the walk saw (a live writer)
+    units_expired: int = 0  # below the commit log's first record (cleaned files)
+    units_beyond: int = 0  # past the end the walk saw (a live writer)
     records_without_queue: int = 0  # records of topics/queues that have no consume-queue folder
     keys_sampled: int = 0
     keys_checked: int = 0
-    keys_total: int = 0             # keys of indexed messages (the sample is drawn from them)
-    keys_too_common: int = 0        # sampled keys the index answer was too full to decide
+    keys_total: int = 0  # keys of indexed messages (the sample is drawn from them)
+    keys_too_common: int = 0  # sampled keys the index answer was too full to decide
     index_present: bool = False
-    unclean: bool = False           # the abort file exists
+    unclean: bool = False  # the abort file exists
     seconds: float = 0.0
     problems: list[Problem] = field(default_factory=list)
-    problems_dropped: int = 0       # beyond max_problems
+    problems_dropped: int = 0  # beyond max_problems
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -112,8 +112,15 @@ class _Collector:
             self.report.problems_dropped += 1
 
 
-def verify_store(root: str | os.PathLike[str], *, progress: Progress | None = None, index_sample: int = 1000,
-                 max_problems: int = 100, seed: int = 0, **config_overrides: Any) -> VerifyReport:
+def verify_store(
+    root: str | os.PathLike[str],
+    *,
+    progress: Progress | None = None,
+    index_sample: int = 1000,
+    max_problems: int = 100,
+    seed: int = 0,
+    **config_overrides: Any,
+) -> VerifyReport:
     """Check the store at ``root`` (see the module docstring); ``config_overrides`` go to the read-only
     store the index pass opens. Raises ``FileNotFoundError`` if there is no commit log at ``root``."""
     root = os.fspath(root)
@@ -126,7 +133,9 @@ def verify_store(root: str | os.PathLike[str], *, progress: Progress | None = No
     report.unclean = os.path.exists(os.path.join(root, "abort"))
     files = commit_log_files(cl_folder)
     report.commit_log_files = len(files)
-    records, keyed = _scan_commit_log(cl_folder, files, report, out, progress, index_sample, random.Random(seed))
+    records, keyed = _scan_commit_log(
+        cl_folder, files, report, out, progress, index_sample, random.Random(seed)
+    )
     _check_queues(root, records, report, out, progress)
     _check_index(root, keyed, report, out, progress, index_sample, config_overrides)
     report.seconds = time.perf_counter() - t0
@@ -136,10 +145,15 @@ def verify_store(root: str | os.PathLike[str], *, progress: Progress | None = No
 # -- pass 1 ---------------------------------------------------------------------------------------------
 
 
-def _scan_commit_log(folder: str, files: list[str], report: VerifyReport, out: _Collector,
-                     progress: Progress | None, sample: int,
-                     rng: random.Random) -> tuple[dict[int, tuple[str, int, int, int, int]],
-                                                  list[tuple[str, str, int, int]]]:
+def _scan_commit_log(
+    folder: str,
+    files: list[str],
+    report: VerifyReport,
+    out: _Collector,
+    progress: Progress | None,
+    sample: int,
+    rng: random.Random,
+) -> tuple[dict[int, tuple[str, int, int, int, int]], list[tuple[str, str, int, int]]]:
     """Walk every record; ``{phy: (topic, queue_id, queue_offset, size, tags_code)}`` of the records that
     enter a consume queue, and a uniform sample of ``sample`` keys ``(topic, key, phy, store_ts)`` of the
     indexed messages."""
@@ -165,7 +179,7 @@ def _scan_commit_log(folder: str, files: list[str], report: VerifyReport, out: _
                 report.end_offset = phy + size
                 sys_flag = m.sys_flag
                 tx = sys_flag & _ROLLBACK
-                if tx == 0 or tx == 0x8:                         # not transactional, or committed
+                if tx == 0 or tx == 0x8:  # not transactional, or committed
                     records[phy] = (m.topic, m.queue_id, m.queue_offset, size, m.tags_code)
                 if tx != _ROLLBACK:
                     keys = m.keys
@@ -192,7 +206,9 @@ def _scan_commit_log(folder: str, files: list[str], report: VerifyReport, out: _
             resume = _resume_after(files, sizes, e.offset)
             if resume is None:
                 break
-            report.notes.append("the walk skipped from offset %d to the next valid record at %d" % (e.offset, resume))
+            report.notes.append(
+                "the walk skipped from offset %d to the next valid record at %d" % (e.offset, resume)
+            )
             start = resume
     if progress is not None:
         progress("commit log", total, total)
@@ -201,7 +217,7 @@ def _scan_commit_log(folder: str, files: list[str], report: VerifyReport, out: _
 
 def _resume_after(files: list[str], sizes: list[int], offset: int) -> int | None:
     """The first valid record after the damage at ``offset``, in its file or a later one; None if none."""
-    for name, size in zip(files, sizes):
+    for name, size in zip(files, sizes, strict=True):
         base = int(os.path.basename(name))
         if base + size <= offset:
             continue
@@ -239,8 +255,13 @@ def _queue_folders(root: str) -> list[tuple[str, int, str]]:
     return out
 
 
-def _check_queues(root: str, records: dict[int, tuple[str, int, int, int, int]], report: VerifyReport,
-                  out: _Collector, progress: Progress | None) -> None:
+def _check_queues(
+    root: str,
+    records: dict[int, tuple[str, int, int, int, int]],
+    report: VerifyReport,
+    out: _Collector,
+    progress: Progress | None,
+) -> None:
     folders = _queue_folders(root)
     report.queues = len(folders)
     total = 0
@@ -279,8 +300,12 @@ def _check_queues(root: str, records: dict[int, tuple[str, int, int, int, int]],
                 if phy in damaged:
                     out.add("consumequeue", qdir, phy, "unit points at the damaged record")
                 else:
-                    out.add("consumequeue", qdir, phy, "unit (size %d) does not point at the start of a message "
-                            "that enters a queue" % size)
+                    out.add(
+                        "consumequeue",
+                        qdir,
+                        phy,
+                        "unit (size %d) does not point at the start of a message that enters a queue" % size,
+                    )
                 prev_qoff = None
                 continue
             seen.add(phy)
@@ -290,7 +315,12 @@ def _check_queues(root: str, records: dict[int, tuple[str, int, int, int, int]],
             if r_size != size:
                 out.add("consumequeue", qdir, phy, "unit size %d, the message is %d bytes" % (size, r_size))
             if topic != SCHEDULE_TOPIC and r_tags != tags:
-                out.add("consumequeue", qdir, phy, "unit tags code %d, the message's tags hash to %d" % (tags, r_tags))
+                out.add(
+                    "consumequeue",
+                    qdir,
+                    phy,
+                    "unit tags code %d, the message's tags hash to %d" % (tags, r_tags),
+                )
             if prev_qoff is not None and r_qoff != prev_qoff + 1:
                 out.add("consumequeue", qdir, phy, "queue offset %d follows %d" % (r_qoff, prev_qoff))
             prev_qoff = r_qoff
@@ -307,19 +337,32 @@ def _check_queues(root: str, records: dict[int, tuple[str, int, int, int, int]],
         if phy >= first_phy.get((topic, qid), end):
             missing.setdefault((topic, qid), []).append(phy)
     for (topic, qid), phys in sorted(missing.items()):
-        out.add("consumequeue", os.path.join(root, "consumequeue", topic, str(qid)), min(phys),
-                "%d message(s) of %s/%d are not in the queue (first at commit-log offset %d)"
-                % (len(phys), topic, qid, min(phys)))
+        out.add(
+            "consumequeue",
+            os.path.join(root, "consumequeue", topic, str(qid)),
+            min(phys),
+            "%d message(s) of %s/%d are not in the queue (first at commit-log offset %d)"
+            % (len(phys), topic, qid, min(phys)),
+        )
     if report.records_without_queue:
-        report.notes.append("%d message(s) belong to queues without a consume-queue folder (dispatch behind, or "
-                            "their topic was cleaned)" % report.records_without_queue)
+        report.notes.append(
+            "%d message(s) belong to queues without a consume-queue folder (dispatch behind, or "
+            "their topic was cleaned)" % report.records_without_queue
+        )
 
 
 # -- pass 3 ---------------------------------------------------------------------------------------------
 
 
-def _check_index(root: str, picks: list[tuple[str, str, int, int]], report: VerifyReport, out: _Collector,
-                 progress: Progress | None, sample: int, overrides: dict[str, Any]) -> None:
+def _check_index(
+    root: str,
+    picks: list[tuple[str, str, int, int]],
+    report: VerifyReport,
+    out: _Collector,
+    progress: Progress | None,
+    sample: int,
+    overrides: dict[str, Any],
+) -> None:
     from pystore.geometry import detect_overrides
     from pystore.store import MessageStore
 
@@ -328,8 +371,9 @@ def _check_index(root: str, picks: list[tuple[str, str, int, int]], report: Veri
     if not report.keys_total:
         return
     if not report.index_present:
-        report.notes.append("no index files: %d key(s) not checked (message_index_enable off, or cleaned)"
-                            % report.keys_total)
+        report.notes.append(
+            "no index files: %d key(s) not checked (message_index_enable off, or cleaned)" % report.keys_total
+        )
         return
     if sample <= 0:
         report.notes.append("index not checked (sample 0)")
@@ -352,7 +396,7 @@ def _check_index(root: str, picks: list[tuple[str, str, int, int]], report: Veri
             if any(m.commit_log_offset == phy for m in res.messages):
                 report.keys_checked += 1
             elif len(res.messages) >= _QUERY_MAX:
-                report.keys_too_common += 1          # a full answer without it: cannot tell
+                report.keys_too_common += 1  # a full answer without it: cannot tell
             else:
                 report.keys_checked += 1
                 out.add("index", index_dir, phy, "key %r of %s does not find its message" % (key, topic))
@@ -363,6 +407,7 @@ def _check_index(root: str, picks: list[tuple[str, str, int, int]], report: Veri
     if progress is not None:
         progress("index", len(picks), len(picks))
     if report.keys_too_common:
-        report.notes.append("%d sampled key(s) not decided: more than %d messages share the key within a second "
-                            "of theirs (one query returns at most %d)" % (report.keys_too_common, _QUERY_MAX,
-                                                                          _QUERY_MAX))
+        report.notes.append(
+            "%d sampled key(s) not decided: more than %d messages share the key within a second "
+            "of theirs (one query returns at most %d)" % (report.keys_too_common, _QUERY_MAX, _QUERY_MAX)
+        )
