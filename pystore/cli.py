@@ -79,6 +79,8 @@ def handle_store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             _fail(str(e))
         except FileNotFoundError as e:
             _fail("not found: %s" % (e.filename or e))
+        except OSError as e:
+            _fail("%s%s" % (e.strerror or e, ": %s" % e.filename if e.filename else ""))
 
     return wrapper
 
@@ -304,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(short_help="put, read, query, restart: a tour in a demo store")
 @click.argument("root", default="./pystore-demo", type=click.Path(file_okay=False))
 @click.option("--fresh", is_flag=True, help="wipe the demo store first (else the demo appends to it)")
 @click.option(
@@ -342,7 +344,7 @@ def _split_keys(keys: tuple[str, ...]) -> list[str]:
     return out
 
 
-@cli.command()
+@cli.command(short_help="store messages (BODY, --file or --stdin)")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.argument("body", required=False)
 @click.option("--topic", "-t", required=True, help="topic")
@@ -443,7 +445,7 @@ def put(
 _GET_END_OK = {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_OVERFLOW_ONE"}
 
 
-@cli.command()
+@cli.command(short_help="read a queue from an offset (get_message)")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.argument("topic")
 @click.argument("queue_id", type=click.IntRange(0, 2**31 - 1))
@@ -534,7 +536,7 @@ def get(
     sys.exit(OK if got or status in _GET_END_OK else PROBLEM)
 
 
-@cli.command()
+@cli.command(short_help="find messages by key, or one by --msg-id")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.argument("topic", required=False)
 @click.argument("key", required=False)
@@ -603,7 +605,7 @@ def query(
 # ---------------------------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(short_help="topics, queues, offsets, files, disk ratio, checkpoint")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
@@ -735,7 +737,7 @@ def _ts(iso_text: str | None) -> int | None:
     return int(datetime.datetime.fromisoformat(iso_text).timestamp() * 1000)
 
 
-@cli.command()
+@cli.command(short_help="CRC of the commit log, queues and index cross-checked")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.option(
     "--index-sample",
@@ -862,7 +864,7 @@ def _first_cl_file(cfg: Any) -> str | None:
     return names[0] if names else None
 
 
-@cli.command()
+@cli.command(short_help="open for writing (recovery), report what was cut")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.option(
     "--truncate",
@@ -942,7 +944,7 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
     sys.exit(PROBLEM if os.path.exists(cfg.abort_path()) else OK)
 
 
-@cli.command()
+@cli.command(short_help="delete expired files, expired and unused queues")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.option(
     "--expired",
@@ -1020,7 +1022,7 @@ def _queues_text(removed: Any) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(short_help="messages to Parquet (pyarrow, or Spark with --spark)")
 @click.argument("root", type=click.Path(file_okay=False))
 @click.argument("out", type=click.Path(dir_okay=True))
 @click.option("--topic", "-t", "topics", multiple=True, help="only this topic; repeatable")
@@ -1118,7 +1120,7 @@ def _bench_dir() -> str | None:
     return cand if os.path.isfile(os.path.join(cand, "peers.py")) else None
 
 
-@cli.command()
+@cli.command(short_help="run the benchmarks (pytest-benchmark suite, or --peers)")
 @click.option(
     "--peers", is_flag=True, help="pystore next to lmdb, sqlite3, persist-queue ... (bench/peers.py)"
 )

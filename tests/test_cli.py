@@ -430,3 +430,15 @@ def test_bench_peers_streams_with_a_progress_bar(tmp_path):
     assert r.exit_code == 0, r.output
     assert "pystore peers run" in r.output and "quick" in r.output and "2/2" in r.output
     assert "rep 1/1" not in r.output  # those lines drive the bar
+
+
+def test_bench_runs_the_pytest_suite(tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "peers.py").write_text("")
+    (bench / "test_fake.py").write_text("def test_ok(benchmark):\n    benchmark(sum, [1, 2])\n")
+    r = run("bench", "--quick", env={"PYSTORE_BENCH_DIR": str(bench)})
+    assert r.exit_code == 0, r.output
+    (bench / "test_fake.py").write_text("def test_bad():\n    assert False\n")
+    assert run("bench", "--quick", env={"PYSTORE_BENCH_DIR": str(bench)}).exit_code == 1
