@@ -1,0 +1,190 @@
+"""What a store folder holds, as plain data (``pystore inspect``): files, offsets, queues, checkpoint, abort.
+
+:func:`store_info` opens the store read-only (no lock, no writes: safe on a live store) and returns a
+JSON-serialisable ``dict``. Figures come from the public ``MessageStore`` API where it has them; file lists
+and sizes come from the folder. ``dispatch_behind_bytes`` is measured from the files: the commit log's end
+minus the end of the newest record any consume queue points at (a read-only store has no dispatcher of its
+own to ask).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+from pystore._commitlog import first_store_timestamp
+from pystore._mapped_file import MappedFile
+from pystore.checkpoint import StoreCheckpoint
+from pystore.geometry import detect_overrides
+from pystore.store import MessageStore
+
+__all__ = ["store_info", "iso_ms"]
+
+
+def iso_ms(ms: int) -> str | None:
+    """An epoch-ms time as ISO-8601 UTC with milliseconds; None for 0 or negative ones."""
+    if ms is None or ms <= 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _du(path: str) -> tuple[int, int]:
+    """(files, bytes) under ``path``."""
+    n = size = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            try:
+                size += os.path.getsize(os.path.join(folder, name))
+                n += 1
+            except OSError:
+                pass
+    return n, size
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _abort_state(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        return {"exists": False, "pid": None, "writer_alive": False}
+    pid = None
+    try:
+        with open(path, "rb") as f:
+            text = f.read(32).decode("ascii", "replace").strip()
+        pid = int(text) if text.isdigit() else None
+    except OSError:
+        pass
+    return {"exists": True, "pid": pid, "writer_alive": bool(pid and _pid_alive(pid))}
+
+
+def _commit_log_files(store: MessageStore) -> list[dict[str, Any]]:
+    out = []
+    for folder in store.config.commit_log_paths():
+        try:
+            names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            size = os.path.getsize(path)
+            ts = 0
+            if size:
+                mf = MappedFile(path, -1, read_only=True)
+                try:
+                    ts = first_store_timestamp(mf)
+                finally:
+                    mf.close()
+            out.append(
+                {
+                    "name": name,
+                    "path": path,
+                    "size": size,
+                    "first_store_time": iso_ms(ts),
+                    "first_store_timestamp": ts,
+                }
+            )
+    return out
+
+
+def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[str, Any]:
+    """Everything ``pystore inspect`` shows about the store at ``root`` (see the module docstring)."""
+    root = os.fspath(root)
+    over = detect_overrides(root)
+    over.update(config_overrides)
+    abort = _abort_state(os.path.join(root, "abort"))
+    store = MessageStore.open(root, read_only=True, **over)
+    try:
+        cfg = store.config
+        cp = StoreCheckpoint(cfg.checkpoint_path(), read_only=True)
+        queues = []
+        ends = []
+        for (topic, qid), _next in sorted(store.get_topic_queue_table().items()):
+            lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
+            last_ts = store.get_message_store_timestamp(topic, qid, hi - 1) if hi > lo else -1
+            if hi > 0:
+                phy = store.get_commit_log_offset_in_queue(topic, qid, hi - 1)
+                m = store.look_message_by_offset(phy) if hi > lo else None
+                if m is not None:
+                    ends.append(phy + m.store_size)
+            queues.append(
+                {
+                    "topic": topic,
+                    "queue_id": qid,
+                    "min_offset": lo,
+                    "max_offset": hi,
+                    "messages": hi - lo,
+                    "first_store_time": iso_ms(store.get_earliest_message_time(topic, qid))
+                    if hi > lo
+                    else None,
+                    "last_store_time": iso_ms(last_ts),
+                }
+            )
+        min_phy, max_phy = store.get_min_phy_offset(), store.get_max_phy_offset()
+        runtime = store.get_runtime_info()
+        cl_files = _commit_log_files(store)
+        index_files = []
+        if os.path.isdir(cfg.index_path()):
+            for name in sorted(os.listdir(cfg.index_path())):
+                if name.isdigit():
+                    index_files.append(
+                        {"name": name, "size": os.path.getsize(os.path.join(cfg.index_path(), name))}
+                    )
+        usage = {
+            "commitlog": sum(f["size"] for f in cl_files),
+            "consumequeue": _du(cfg.consume_queue_path())[1],
+            "index": sum(f["size"] for f in index_files),
+        }
+        recovery = store.recovery
+        info: dict[str, Any] = {
+            "root": os.path.abspath(root),
+            "abort": abort,
+            "unclean_shutdown": abort["exists"] and not abort["writer_alive"],
+            "writer_running": abort["writer_alive"],
+            "checkpoint": {
+                "exists": os.path.exists(cfg.checkpoint_path()),
+                "trusted": cp.trusted,
+                "physic_msg_timestamp": cp.physic_msg_timestamp,
+                "physic_msg_time": iso_ms(cp.physic_msg_timestamp),
+                "logics_msg_timestamp": cp.logics_msg_timestamp,
+                "logics_msg_time": iso_ms(cp.logics_msg_timestamp),
+                "index_msg_timestamp": cp.index_msg_timestamp,
+                "index_msg_time": iso_ms(cp.index_msg_timestamp),
+                "master_flushed_offset": cp.master_flushed_offset,
+                "confirm_phy_offset": cp.confirm_phy_offset,
+            },
+            "commit_log": {
+                "min_offset": min_phy,
+                "max_offset": max_phy,
+                "file_size": max((f["size"] for f in cl_files), default=cfg.mapped_file_size_commit_log),
+                "files": cl_files,
+                "earliest_message_time": iso_ms(store.get_earliest_message_time()),
+            },
+            "queues": queues,
+            "topics": sorted({q["topic"] for q in queues}),
+            "index_files": index_files,
+            "disk": {
+                "bytes": usage,
+                "commit_log_disk_ratio": float(runtime.get("commitLogDiskRatio", "-1")),
+                "disk_max_used_space_ratio": cfg.disk_max_used_space_ratio,
+                "disk_space_clean_forcibly_ratio": cfg.disk_space_clean_forcibly_ratio,
+                "disk_space_warning_level_ratio": cfg.disk_space_warning_level_ratio,
+            },
+            "dispatch_behind_bytes": max(0, max_phy - max(ends))
+            if ends
+            else (max_phy - max(min_phy, 0) if max_phy > 0 else 0),
+            "read_only_view": {
+                "valid_end": recovery.process_offset if recovery else None,
+                "damage": recovery.damage if recovery else None,
+            },
+        }
+        return info
+    finally:
+        store.shutdown()

@@ -1,0 +1,444 @@
+"""The ``pystore`` command line: every verb through ``click.testing.CliRunner`` (exit codes and what is
+printed), plus real subprocess runs of ``python -m pystore --help`` and ``demo``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from pystore import Message, MessageStore
+from pystore.cli import cli
+from pystore.tools import iter_commitlog
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = {
+    "mapped_file_size_commit_log": 64 * 1024,
+    "mapped_file_size_consume_queue": 1000 * 20,
+    "max_hash_slot_num": 1000,
+    "max_index_num": 4000,
+}
+SMALL_OPTS = [x for k, v in SMALL.items() for x in ("-o", "%s=%d" % (k, v))]
+VERBS = ("demo", "bench", "put", "get", "query", "inspect", "verify", "recover", "clean", "export")
+
+
+def run(*args: str, input: str | None = None, env: dict[str, str] | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env, catch_exceptions=False)
+
+
+def make_store(root, n: int = 300, topics=("T0", "T1"), queues: int = 2) -> list:
+    """A closed store of ``n`` messages (keys ``key<i>``, tags ``Tag<i%3>``); the put results."""
+    results = []
+    with MessageStore.open(root, **SMALL) as s:
+        for i in range(n):
+            m = Message(
+                topics[i % len(topics)],
+                b"body %d " % i * 20,
+                tags="Tag%d" % (i % 3),
+                keys=["key%d" % i],
+                queue_id=i % queues,
+            )
+            r = s.put_message(m)
+            assert r.is_ok()
+            results.append(r)
+    return results
+
+
+def flip_body_byte(root, index: int) -> tuple[str, int]:
+    """Flip a byte in the body of the index-th record; (file, record offset)."""
+    m = list(iter_commitlog(root))[index]
+    size = SMALL["mapped_file_size_commit_log"]
+    base = m.commit_log_offset // size * size
+    path = os.path.join(str(root), "commitlog", "%020d" % base)
+    pos = m.commit_log_offset - base + m.raw.find(m.body) + 3
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0x40]))
+    return path, m.commit_log_offset
+
+
+# -- the group --------------------------------------------------------------------------------------------
+
+
+def test_help_lists_every_verb():
+    r = run("--help")
+    assert r.exit_code == 0
+    for verb in VERBS:
+        assert "\n  %s " % verb in r.output
+    assert run("nosuchverb").exit_code == 2
+    assert run("--version").output.startswith("pystore ")
+
+
+def test_python_m_pystore_help_subprocess():
+    env = dict(os.environ, PYTHONPATH=REPO)
+    p = subprocess.run(
+        [sys.executable, "-m", "pystore", "--help"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    for verb in VERBS:
+        assert verb in p.stdout
+
+
+def test_demo_subprocess_twice(tmp_path):
+    """`make demo` runs this: it must pass without Spark, well within 30 s, and again on the same store."""
+    env = dict(os.environ, PYTHONPATH=REPO, PYSTORE_DEMO_SPARK="0")
+    root = tmp_path / "demo"
+    outs = []
+    for _ in range(2):
+        p = subprocess.run(
+            [sys.executable, "-m", "pystore", "demo", str(root)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+        outs.append(p.stdout)
+    assert "run 1" in outs[0] and "demo passed" in outs[0]
+    assert "run 2 (appending" in outs[1] and "FAILED" not in outs[1]
+    assert "msgs/s" in outs[1] and "spark: skipped (PYSTORE_DEMO_SPARK=0)" in outs[1]
+    assert "runs in this store: #1" in outs[1]
+    r = run("demo", root, "--fresh", "--no-spark", "-n", "200")
+    assert r.exit_code == 0 and "run 1;" in r.output
+    assert run("verify", root).exit_code == 0
+
+
+def test_demo_refuses_a_folder_that_is_not_a_store(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    r = run("demo", tmp_path, "--no-spark")
+    assert r.exit_code == 1 and "holds no store" in r.output
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+
+# -- put / get / query ------------------------------------------------------------------------------------
+
+
+def test_put_get_query_round_trip(tmp_path):
+    root = tmp_path / "s"
+    r = run(
+        "put",
+        root,
+        "-t",
+        "Orders",
+        "--tags",
+        "TagA",
+        "-k",
+        "k1 k2",
+        "-p",
+        "color=red",
+        *SMALL_OPTS,
+        "hello [bold]world",
+    )
+    assert r.exit_code == 0, r.output
+    assert "PUT_OK" in r.output and "7F00000100002A9F0000000000000000" in r.output
+    r = run("put", root, "-t", "Orders", "--stdin", "-q", "1", "--json", input="one\ntwo\nthree\n")
+    assert r.exit_code == 0
+    rows = json.loads(r.stdout)
+    assert [x["queue_offset"] for x in rows] == [0, 1, 2] and all(x["status"] == "PUT_OK" for x in rows)
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"\xff\xfebinary")
+    assert run("put", root, "-t", "Orders", "-f", body, "-q", "1").exit_code == 0
+
+    r = run("get", root, "Orders", "0", "0")
+    assert r.exit_code == 0
+    assert "hello [bold]world" in r.output and "TagA" in r.output and "k1 k2" in r.output
+    r = run("get", root, "Orders", "1", "0", "--json")
+    data = json.loads(r.stdout)
+    assert [m["body"] for m in data["messages"][:3]] == ["one", "two", "three"]
+    assert data["messages"][3]["body_base64"] and data["next_begin_offset"] == 4
+    assert data["status"] == "OFFSET_OVERFLOW_ONE"
+    r = run("get", root, "Orders", "0", "0", "--tags", "TagB || TagC")
+    assert r.exit_code == 0 and "NO_MATCHED_MESSAGE" in r.output
+
+    r = run("query", root, "Orders", "k2", "--json")
+    assert r.exit_code == 0
+    (m,) = json.loads(r.stdout)["messages"]
+    assert m["body"] == "hello [bold]world" and m["properties"]["color"] == "red"
+    r = run("query", root, "--msg-id", m["msg_id"])
+    assert r.exit_code == 0 and "hello [bold]world" in r.output
+    assert run("query", root, "Orders", "nokey").exit_code == 1
+    assert (
+        run("query", root, "Orders", "k1", "--begin", "2000-01-01T00:00", "--end", "2000-01-02").exit_code
+        == 1
+    )
+    assert run("query", root, "--msg-id", "7F00000100002A9F00000000000FFFFF").exit_code == 1
+
+
+def test_usage_errors_exit_2(tmp_path):
+    root = tmp_path / "s"
+    assert run("put", root, "-t", "T").exit_code == 2  # no body
+    assert run("put", root, "-t", "T", "x", "--stdin").exit_code == 2  # two bodies
+    assert run("put", root, "x").exit_code == 2  # no topic
+    r = run("put", root, "-t", "T", "x", "-o", "nosuch=1")
+    assert r.exit_code == 2 and "nosuch" in r.output
+    assert run("put", root, "-t", "T", "x", "-o", "mapped_file_size_commit_log=big").exit_code == 2
+    assert run("get", root, "T", "zero", "0").exit_code == 2
+    assert run("query", root, "T").exit_code == 2
+    assert run("query", root, "T", "k", "--msg-id", "AB").exit_code == 2
+    assert run("query", root, "T", "k", "--begin", "yesterday").exit_code == 2
+    assert not os.path.exists(root)
+
+
+def test_get_refusals_exit_1(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 10)
+    r = run("get", root, "Nope", "0", "0")
+    assert r.exit_code == 1 and "NO_MESSAGE_IN_QUEUE" in r.output
+    r = run("get", root, "T0", "0", "99")
+    assert r.exit_code == 1 and "OFFSET_OVERFLOW_BADLY" in r.output
+    r = run("get", root, "T0", "0", "0", "-n", "2")
+    assert r.exit_code == 0 and "next offset 2" in r.output
+    assert run("get", tmp_path / "absent", "T0", "0", "0").exit_code == 1
+
+
+def test_put_into_a_locked_store_exits_1_and_reads_still_work(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 5)
+    with MessageStore.open(root, **SMALL):
+        r = run("put", root, "-t", "T0", "x")
+        assert r.exit_code == 1 and "locked" in r.output
+        assert run("get", root, "T0", "0", "0").exit_code == 0  # read-only next to the writer
+        info = json.loads(run("inspect", root, "--json").stdout)
+        assert info["writer_running"] and not info["unclean_shutdown"]
+
+
+# -- inspect / verify --------------------------------------------------------------------------------------
+
+
+def test_inspect(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 300)
+    r = run("inspect", root, "--json")
+    assert r.exit_code == 0
+    info = json.loads(r.stdout)
+    assert info["topics"] == ["T0", "T1"]
+    assert sum(q["messages"] for q in info["queues"]) == 300
+    assert {(q["topic"], q["queue_id"]) for q in info["queues"]} == {("T0", 0), ("T1", 1)}
+    assert not info["abort"]["exists"] and not info["unclean_shutdown"]
+    assert info["commit_log"]["min_offset"] == 0 and len(info["commit_log"]["files"]) >= 2
+    assert info["commit_log"]["file_size"] == SMALL["mapped_file_size_commit_log"]
+    assert info["checkpoint"]["physic_msg_timestamp"] > 0
+    assert 0 <= info["disk"]["commit_log_disk_ratio"] <= 1 and info["dispatch_behind_bytes"] == 0
+    r = run("inspect", root)
+    assert r.exit_code == 0
+    for word in (
+        "clean shutdown",
+        "T1",
+        "commit-log files",
+        "00000000000000065536",
+        "disk used ratio",
+        "checkpoint",
+    ):
+        assert word in r.output
+    (tmp_path / "s" / "abort").write_text("999999999")
+    assert "unclean shutdown" in run("inspect", root).output
+    assert run("inspect", tmp_path / "absent").exit_code == 1
+    assert run("inspect", tmp_path).exit_code == 1  # a folder, not a store
+
+
+def test_verify_ok(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 300)
+    r = run("verify", root)
+    assert r.exit_code == 0, r.output
+    assert "300 message(s)" in r.output and "OK" in r.output
+    rep = json.loads(run("verify", root, "--json").stdout)
+    assert rep["ok"] and rep["units_checked"] == 300 and rep["keys_checked"] == 300 and not rep["problems"]
+
+
+def test_verify_finds_a_flipped_body_byte(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 300)
+    path, offset = flip_body_byte(root, 150)
+    r = run("verify", root)
+    assert r.exit_code == 1
+    text = " ".join(r.output.split())
+    assert "body CRC mismatch" in text and str(offset) in text and os.path.basename(path) in text
+    rep = json.loads(run("verify", root, "--json").stdout)
+    assert not rep["ok"]
+    first = rep["problems"][0]
+    assert (first["kind"], first["path"], first["offset"]) == ("commitlog", path, offset)
+    assert rep["records"] == 299  # the walk went on after the damage
+    assert any(p["kind"] == "consumequeue" and p["offset"] == offset for p in rep["problems"])
+
+
+def test_verify_finds_a_consume_queue_unit_that_lies(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 40)
+    cq = tmp_path / "s" / "consumequeue" / "T1" / "1" / ("%020d" % 0)
+    with open(cq, "r+b") as f:  # unit 3: tags code
+        f.seek(3 * 20 + 12)
+        f.write((12345).to_bytes(8, "big"))
+    rep = json.loads(run("verify", root, "--json").stdout)
+    (p,) = rep["problems"]
+    assert p["kind"] == "consumequeue" and "tags code 12345" in p["detail"] and p["path"].endswith("T1/1")
+
+
+def test_verify_without_a_store(tmp_path):
+    assert run("verify", tmp_path).exit_code == 1
+
+
+# -- recover / clean ---------------------------------------------------------------------------------------
+
+
+def test_recover_refuses_durable_damage_then_truncates(tmp_path):
+    root = tmp_path / "s"
+    results = make_store(root, 300)
+    last_file = max(r.append_message_result.wrote_offset for r in results) // 65536 * 65536
+    index = next(i for i, r in enumerate(results) if r.append_message_result.wrote_offset > last_file + 2000)
+    _, offset = flip_body_byte(root, index)
+    r = run("recover", root)
+    assert r.exit_code == 1
+    text = " ".join(r.output.split())
+    assert "corrupted" in text and str(offset) in text and "--truncate" in text
+    assert len(list(iter_commitlog(root, verify_crc=False))) == 300  # nothing was changed
+    r = run("recover", root, "--truncate")
+    assert r.exit_code == 0, r.output
+    assert "damage" in r.output and str(offset) in " ".join(r.output.split())
+    assert run("verify", root).exit_code == 0
+    info = json.loads(run("inspect", root, "--json").stdout)
+    assert info["commit_log"]["max_offset"] == offset
+    assert sum(q["messages"] for q in info["queues"]) == index
+
+
+def test_recover_a_clean_store(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 50)
+    r = run("recover", root)
+    assert r.exit_code == 0 and "normal recovery" in r.output and "damage" in r.output
+    (tmp_path / "s" / "abort").write_text("1")
+    r = run("recover", root)
+    assert r.exit_code == 0 and "abnormal recovery" in r.output
+    assert not (tmp_path / "s" / "abort").exists()
+    assert run("recover", tmp_path / "absent").exit_code == 1
+
+
+HAS_CLEAN = hasattr(MessageStore, "execute_delete_files_manually")
+
+
+@pytest.mark.skipif(not HAS_CLEAN, reason="MessageStore has no cleaning API yet")
+def test_clean(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 600)
+    files = sorted(os.listdir(tmp_path / "s" / "commitlog"))
+    assert len(files) >= 3
+    old = os.path.getmtime(tmp_path / "s" / "commitlog" / files[0]) - 7200
+    for name in files:  # two hours old: expired with file_reserved_time=1
+        os.utime(tmp_path / "s" / "commitlog" / name, (old, old))
+    r = run(
+        "clean", root, "--expired", "-o", "file_reserved_time=1", "-o", "delete_commit_log_files_interval=0"
+    )
+    assert r.exit_code == 0, r.output
+    assert "commit-log files deleted" in r.output
+    assert len(os.listdir(tmp_path / "s" / "commitlog")) < len(files)
+    r = run("clean", root, "--topic-keep", "T0")
+    assert r.exit_code == 0, r.output
+    assert "T1/1" in r.output
+    info = json.loads(run("inspect", root, "--json").stdout)
+    assert {q["topic"] for q in info["queues"]} <= {"T0"}
+
+
+@pytest.mark.skipif(HAS_CLEAN, reason="the cleaning API exists")
+def test_clean_without_the_cleaning_api_exits_1(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 10)
+    r = run("clean", root, "--expired")
+    assert r.exit_code == 1 and "not available" in r.output
+
+
+def test_clean_usage(tmp_path):
+    assert run("clean", tmp_path / "absent").exit_code == 1
+    make_store(tmp_path / "s", 5)
+    assert run("clean", tmp_path / "s", "--topic-keep", " , ").exit_code == 2
+
+
+# -- export ------------------------------------------------------------------------------------------------
+
+
+def test_export_parquet(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    from pystore.export import COLUMNS
+
+    root = tmp_path / "s"
+    results = make_store(root, 300)
+    out = tmp_path / "all.parquet"
+    r = run("export", root, out)
+    assert r.exit_code == 0, r.output
+    assert "300 message(s)" in r.output
+    t = pq.read_table(out)
+    assert t.column_names == [c for c, _ in COLUMNS] and t.num_rows == 300
+    row = t.slice(7, 1).to_pylist()[0]
+    assert row["commit_log_offset"] == results[7].append_message_result.wrote_offset
+    assert row["body"] == b"body 7 " * 20 and row["keys"] == ["key7"] and row["tags"] == "Tag1"
+    assert row["store_host"] == "127.0.0.1:10911" and dict(row["properties"])["KEYS"] == "key7"
+    assert row["msg_id"] == results[7].append_message_result.msg_id
+    assert row["store_timestamp"].timestamp() * 1000 == results[7].append_message_result.store_timestamp
+    r = run("export", root, tmp_path / "t1.parquet", "--topic", "T1")
+    assert r.exit_code == 0
+    assert set(pq.read_table(tmp_path / "t1.parquet").column("topic").to_pylist()) == {"T1"}
+    flip_body_byte(root, 10)
+    r = run("export", root, tmp_path / "bad.parquet")
+    assert r.exit_code == 1 and "corrupted" in r.output and not (tmp_path / "bad.parquet").exists()
+    assert run("export", root, tmp_path / "raw.parquet", "--no-verify-crc").exit_code == 0
+
+
+def test_export_without_pyarrow(tmp_path, monkeypatch):
+    import pystore.export as ex
+
+    def no_pyarrow():
+        raise ImportError(ex.MISSING_PYARROW)
+
+    monkeypatch.setattr(ex, "_pa", no_pyarrow)
+    make_store(tmp_path / "s", 5)
+    r = run("export", tmp_path / "s", tmp_path / "o.parquet")
+    assert r.exit_code == 1 and "pystore-mq[spark]" in r.output
+
+
+# -- bench -------------------------------------------------------------------------------------------------
+
+
+def test_bench_without_the_bench_folder(tmp_path):
+    r = run("bench", env={"PYSTORE_BENCH_DIR": str(tmp_path / "nope")})
+    assert r.exit_code == 1 and "bench folder" in r.output
+
+
+def test_bench_peers_streams_with_a_progress_bar(tmp_path):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "peers.py").write_text(
+        textwrap.dedent("""
+        import sys
+        CONTENDERS = [1, 2]
+        QUICK = FULL = {"reps": 1}
+        if __name__ == "__main__":
+            print("pystore peers run")
+            print("  rep 1/1  pystore   0.1 s")
+            print("  rep 1/1  lmdb      0.1 s")
+            print("quick" if "--quick" in sys.argv else "full")
+            sys.exit(3 if "--fail" in sys.argv else 0)
+    """)
+    )
+    r = run("bench", "--peers", "--quick", env={"PYSTORE_BENCH_DIR": str(bench)})
+    assert r.exit_code == 0, r.output
+    assert "pystore peers run" in r.output and "quick" in r.output and "2/2" in r.output
+    assert "rep 1/1" not in r.output  # those lines drive the bar
+
+
+def test_bench_runs_the_pytest_suite(tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "peers.py").write_text("")
+    (bench / "test_fake.py").write_text("def test_ok(benchmark):\n    benchmark(sum, [1, 2])\n")
+    r = run("bench", "--quick", env={"PYSTORE_BENCH_DIR": str(bench)})
+    assert r.exit_code == 0, r.output
+    (bench / "test_fake.py").write_text("def test_bad():\n    assert False\n")
+    assert run("bench", "--quick", env={"PYSTORE_BENCH_DIR": str(bench)}).exit_code == 1
