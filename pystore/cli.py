@@ -966,38 +966,18 @@ def clean(
     if topic_keep is not None and not keep:
         raise click.BadParameter("name at least one topic to keep", param_hint="--topic-keep")
     with open_store(root, config_file, sets, read_only=False) as store:
-        needed = ["clean_expired_consumer_queue"]
-        if expired:
-            needed.append("execute_delete_files_manually")
-        if keep is not None:
-            needed.append("clean_unused_topic")
-        missing = [n for n in needed if not hasattr(store, n)]
-        if missing:
-            _fail("this pystore has no %s: cleaning is not available in this version" % ", ".join(missing))
         min_before = store.get_min_phy_offset()
         rows: list[tuple[str, str]] = []
-        try:
-            if expired:
-                store.execute_delete_files_manually()
-            if hasattr(store, "clean_files"):
-                cl_n, other_n = store.clean_files()
-                rows.append(("commit-log files deleted", str(cl_n)))
-                rows.append(("consume-queue and index files deleted", str(other_n)))
-            elif expired:
-                rows.append(
-                    (
-                        "commit-log files",
-                        "deletion requested; the clean service runs it within %d ms"
-                        % store.config.clean_resource_interval,
-                    )
-                )
-            removed = store.clean_expired_consumer_queue()
-            rows.append(("expired queues removed", _queues_text(removed)))
-            if keep is not None:
-                removed = store.clean_unused_topic(keep)
-                rows.append(("queues of unused topics removed", _queues_text(removed)))
-        except AttributeError as e:
-            _fail("cleaning is not available in this version of pystore (%s)" % e)
+        if expired:
+            store.execute_delete_files_manually()
+        cl_n, other_n = store.clean_files()
+        rows.append(("commit-log files deleted", str(cl_n)))
+        rows.append(("consume-queue and index files deleted", str(other_n)))
+        removed = store.clean_expired_consumer_queue()
+        rows.append(("expired queues removed", _queues_text(removed)))
+        if keep is not None:
+            removed = store.clean_unused_topic(keep)
+            rows.append(("queues of unused topics removed", _queues_text(removed)))
         rows.append(("commit log min offset", "%d -> %d" % (min_before, store.get_min_phy_offset())))
     t = Table(title="clean %s" % _esc(os.path.abspath(root)), title_justify="left", show_header=False)
     t.add_column("what", style="bold")

@@ -23,6 +23,7 @@ from typing import Any
 
 from pystore._index import IndexFileCore, index_file_size
 from pystore._mapped_file import MappedFile
+from pystore.geometry import index_geometry
 
 __all__ = ["IndexService", "QueryOffsetResult"]
 
@@ -73,8 +74,17 @@ class IndexService:
                 continue
             size = os.path.getsize(p)
             if size != self.file_size:
-                log.warning("%s is %d bytes, not %d: not an index of this geometry; ignored", p, size, self.file_size)
-                continue
+                geometry = index_geometry(size) if not files else None
+                if geometry is None:
+                    log.warning("%s is %d bytes, not %d: not an index of this geometry; ignored", p, size,
+                                self.file_size)
+                    continue
+                # an existing store keeps its geometry (as its commit log and queues do); the file size
+                # tells it under RocketMQ's ratio of four entries per slot
+                log.warning("%s is %d bytes: the index keeps its geometry (%d slots, %d entries), not the "
+                            "configured one", p, size, *geometry)
+                self.hash_slot_num, self.index_num = geometry
+                self.file_size = size
             mf = MappedFile(p, size, read_only=self.read_only, from_offset=0)
             f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
             if not last_exit_ok and not self.read_only and f.end_timestamp > self.checkpoint.index_msg_timestamp:

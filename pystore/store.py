@@ -790,8 +790,10 @@ class MessageStore:
             st = os.statvfs(path)
         except OSError:
             return -1.0
+        # RocketMQ's getDiskPartitionSpaceUsedPercent: (total - File.getFreeSpace()) / total, where the free
+        # space counts the blocks reserved for root too (f_bfree, not f_bavail)
         total = st.f_blocks * st.f_frsize
-        return (total - st.f_bavail * st.f_frsize) / total if total else -1.0
+        return (total - st.f_bfree * st.f_frsize) / total if total else -1.0
 
     def __repr__(self) -> str:
         return "MessageStore(%r, %s%s)" % (self.root, self._state, ", read-only" if self.read_only else "")

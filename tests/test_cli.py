@@ -321,10 +321,8 @@ def test_recover_a_clean_store(tmp_path):
     assert run("recover", tmp_path / "absent").exit_code == 1
 
 
-HAS_CLEAN = hasattr(MessageStore, "execute_delete_files_manually")
 
 
-@pytest.mark.skipif(not HAS_CLEAN, reason="MessageStore has no cleaning API yet")
 def test_clean(tmp_path):
     root = tmp_path / "s"
     make_store(root, 600)
@@ -344,14 +342,6 @@ def test_clean(tmp_path):
     assert "T1/1" in r.output
     info = json.loads(run("inspect", root, "--json").stdout)
     assert {q["topic"] for q in info["queues"]} <= {"T0"}
-
-
-@pytest.mark.skipif(HAS_CLEAN, reason="the cleaning API exists")
-def test_clean_without_the_cleaning_api_exits_1(tmp_path):
-    root = tmp_path / "s"
-    make_store(root, 10)
-    r = run("clean", root, "--expired")
-    assert r.exit_code == 1 and "not available" in r.output
 
 
 def test_clean_usage(tmp_path):

@@ -497,3 +497,21 @@ def test_multi_folder_store_reopens(store_factory, tmp_path):
     for i in (0, 20, 49):
         assert s2.look_message_by_offset(results[i].wrote_offset).body == make_message(i, body_size=4000).body
     store_factory.expect_messages(50)
+
+
+def test_existing_index_keeps_its_geometry(store_factory):
+    s = store_factory(max_hash_slot_num=100, max_index_num=400)
+    for i in range(50):
+        s.put_message(make_message(i))
+    s.shutdown()
+    names = os.listdir(os.path.join(s.root, "index"))
+    size = os.path.getsize(os.path.join(s.root, "index", names[0]))
+    assert size == 40 + 100 * 4 + 400 * 20
+    s2 = store_factory()                        # the defaults would make 420 MB index files
+    assert [m.body for m in s2.query_message("TopicTest", "key7").messages] == [make_message(7).body]
+    s2.put_message(make_message(50))
+    assert [m.body for m in s2.query_message("TopicTest", "key50").messages] == [make_message(50).body]
+    s2.shutdown()
+    assert {os.path.getsize(os.path.join(s.root, "index", n)) for n in os.listdir(os.path.join(s.root, "index"))} \
+        == {size}
+    store_factory.expect_messages(51)
