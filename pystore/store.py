@@ -55,6 +55,7 @@ from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
 from pystore.pool import TransientStorePool
 from pystore.running_flags import RunningFlags
+from pystore.schedule import ScheduleMessageService
 from pystore.service import real_clock
 from pystore.status import GetMessageStatus, PutMessageStatus
 
@@ -100,6 +101,7 @@ class MessageStore:
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._services: list[Any] = []
         self._clean: CleanService | None = None
+        self.schedule_message_service: ScheduleMessageService | None = None
         self._pool: TransientStorePool | None = None
         self._refresh_lock = threading.Lock()
         self.last_exit_ok = True
@@ -265,6 +267,11 @@ class MessageStore:
         self._services.append(self._clean)
         self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
                                                        self._checkpoint, clock=self.clock))
+        if cfg.broker_role != BrokerRole.SLAVE:      # delay levels: a writable master only (FORMAT.md §10)
+            self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
+            self.schedule_message_service.load()     # before any thread starts: a bad delayOffset.json fails start()
+            cl.delay_rewrite = self.schedule_message_service.rewrite
+            self._services.append(self.schedule_message_service)   # stops first, then persists its offsets
         for s in self._services:
             s.start()
         self._state = _STARTED
