@@ -1,4 +1,4 @@
-"""Delay (schedule) messages: ``SCHEDULE_TOPIC_XXXX`` → the real topic at the due time (FORMAT.md §10;
+r"""Delay (schedule) messages: ``SCHEDULE_TOPIC_XXXX`` → the real topic at the due time (FORMAT.md §10;
 RocketMQ ``ScheduleMessageService``, 4.8 store-side design with 5.x's persist-on-shutdown and load-time
 offset correction).
 
@@ -37,8 +37,8 @@ levels a task has moved, like RocketMQ)::
     \t}
     }
 
-and ``{\\n\\t"offsetTable":{}\\n}`` while empty. Reading also accepts quoted keys (standard JSON) and 5.x's extra
-``dataVersion``. Writes go through ``delayOffset.json.tmp``, the previous file is kept as
+and ``{\n\t"offsetTable":{}\n}`` while empty. Reading also accepts quoted keys (standard JSON) and
+5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp``, the previous file is kept as
 ``delayOffset.json.bak`` (RocketMQ ``MixAll.string2File``); a missing or empty file is read from the
 ``.bak``; a file that does not parse stops ``start()`` with ``StoreError`` (RocketMQ's ``load`` fails too).
 

@@ -225,6 +225,10 @@ class MessageStore:
         cfg = self.config
         assert self._commitlog is not None and self._checkpoint is not None
         cl = self._commitlog
+        if cfg.broker_role != BrokerRole.SLAVE:      # delay levels: a writable master only (FORMAT.md §10)
+            self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
+            self.schedule_message_service.load()     # first: a bad delayOffset.json fails start() cleanly
+            cl.delay_rewrite = self.schedule_message_service.rewrite
         self._lock.acquire()
         self._abort.create()
         if self.transient_store_pool_enabled():
@@ -267,10 +271,7 @@ class MessageStore:
         self._services.append(self._clean)
         self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
                                                        self._checkpoint, clock=self.clock))
-        if cfg.broker_role != BrokerRole.SLAVE:      # delay levels: a writable master only (FORMAT.md §10)
-            self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
-            self.schedule_message_service.load()     # before any thread starts: a bad delayOffset.json fails start()
-            cl.delay_rewrite = self.schedule_message_service.rewrite
+        if self.schedule_message_service is not None:
             self._services.append(self.schedule_message_service)   # stops first, then persists its offsets
         for s in self._services:
             s.start()
