@@ -39,8 +39,9 @@ levels a task has moved, like RocketMQ)::
 
 and ``{\n\t"offsetTable":{}\n}`` while empty. Reading also accepts quoted keys (standard JSON) and
 5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp``, the previous file is kept as
-``delayOffset.json.bak`` (RocketMQ ``MixAll.string2File``); a missing or empty file is read from the
-``.bak``; a file that does not parse stops ``start()`` with ``StoreError`` (RocketMQ's ``load`` fails too).
+``delayOffset.json.bak`` (4.8 ``MixAll.string2File``). Loading is RocketMQ's ``ConfigManager.load``:
+a missing, empty or unparsable file is read from the ``.bak``; no ``.bak`` (or an empty one) means an
+empty table; a ``.bak`` that does not parse either stops ``start()`` with ``StoreError``.
 
 Offsets are persisted at shutdown as in 5.x (4.8's ``shutdown`` only cancels the timer, so a 4.8 broker may
 redeliver up to 10 s of delay messages after a clean restart; pystore does not). After a crash, messages
@@ -188,26 +189,29 @@ class ScheduleMessageService(ServiceThread):
     def load(self) -> None:
         """Read ``config/delayOffset.json`` (or its ``.bak``), then move each level's offset into its queue's
         [min, max] (5.x ``correctDelayOffset``)."""
-        table = self._read(self.path)
+        try:
+            table = self._read(self.path)
+        except (OSError, ValueError) as e:
+            log.error("%s: cannot load (%s); trying %s.bak", self.path, e, DELAY_OFFSET_FILE)
+            table = None
         if table is None:
-            table = self._read(self.path + ".bak") or {}
-        self.offset_table = table
+            try:
+                table = self._read(self.path + ".bak")
+            except (OSError, ValueError) as e:
+                raise StoreError("%s and its .bak cannot be loaded: %s" % (self.path, e)) from e
+        self.offset_table = table or {}
         self.correct_delay_offset()
 
     def _read(self, path: str) -> dict[int, int] | None:
+        """The table in ``path``; None if the file is missing or empty."""
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
         except FileNotFoundError:
             return None
-        except OSError as e:
-            raise StoreError("cannot read %s: %s" % (path, e)) from e
         if not text:
             return None
-        try:
-            table = decode_delay_offsets(text)
-        except ValueError as e:
-            raise StoreError("%s is not a delay-offset table: %s" % (path, e)) from e
+        table = decode_delay_offsets(text)
         log.info("%s: delay offsets loaded %s", path, table)
         return table
 

@@ -249,20 +249,31 @@ def test_saved_offset_outside_the_queue_is_corrected_at_load(store_factory, fake
     assert again.schedule_message_service.offset_table == {1: 1, 2: 0}   # 5.x correctDelayOffset
 
 
-def test_empty_offsets_file_falls_back_to_bak_and_garbage_fails_start(store_factory, fake_clock):
+@pytest.mark.parametrize("primary", ["", "{not json", '{"offsetTable":{1:"x"}}'])
+def test_unusable_offsets_file_falls_back_to_bak(store_factory, fake_clock, primary):
     store = store_factory(clock=fake_clock)
     store.shutdown()
     config = os.path.join(store.root, "config")
     with open(os.path.join(config, "delayOffset.json.bak"), "w") as f:
         f.write('{"offsetTable":{1:0}}')
-    open(os.path.join(config, "delayOffset.json"), "w").close()
+    with open(os.path.join(config, "delayOffset.json"), "w") as f:
+        f.write(primary)
     again = store_factory(clock=fake_clock)
     assert again.schedule_message_service.offset_table == {1: 0}
-    again.shutdown()
-    with open(os.path.join(config, "delayOffset.json"), "w") as f:
-        f.write("{not json")
+
+
+def test_unusable_offsets_file_and_bak_fail_start(store_factory, fake_clock):
+    store = store_factory(clock=fake_clock)
+    store.shutdown()
+    config = os.path.join(store.root, "config")
+    for name in ("delayOffset.json", "delayOffset.json.bak"):
+        with open(os.path.join(config, name), "w") as f:
+            f.write("{not json")
     with pytest.raises(StoreError, match="delayOffset.json"):
         MessageStore.open(store.root, clock=fake_clock, mapped_file_size_commit_log=64 * 1024)
+    os.unlink(os.path.join(config, "delayOffset.json.bak"))       # no .bak: an empty table, as RocketMQ
+    again = store_factory(clock=fake_clock)
+    assert again.schedule_message_service.offset_table == {}
 
 
 def test_delayed_message_can_be_put_twice(store, fake_clock):
