@@ -30,7 +30,7 @@ by identity: the rewrite hook lets the one message being re-put pass unchanged.
 
 ``config/delayOffset.json`` is written as RocketMQ writes it (fastjson, ``PrettyFormat``: tabs, integer map
 keys unquoted, levels ascending as a ``ConcurrentHashMap(32)`` iterates them, no trailing newline; only the
-levels a task has moved, like RocketMQ)::
+levels a task has moved, like RocketMQ; ``\t`` is one tab character)::
 
     {
     \t"offsetTable":{1:3,2:0,3:12
@@ -38,10 +38,10 @@ levels a task has moved, like RocketMQ)::
     }
 
 and ``{\n\t"offsetTable":{}\n}`` while empty. Reading also accepts quoted keys (standard JSON) and
-5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp``, the previous file is kept as
-``delayOffset.json.bak`` (4.8 ``MixAll.string2File``). Loading is RocketMQ's ``ConfigManager.load``:
-a missing, empty or unparsable file is read from the ``.bak``; no ``.bak`` (or an empty one) means an
-empty table; a ``.bak`` that does not parse either stops ``start()`` with ``StoreError``.
+5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp`` (fsynced: pystore's addition), the
+previous file is kept as ``delayOffset.json.bak`` (4.8 ``MixAll.string2File``). Loading is RocketMQ's
+``ConfigManager.load``: a missing, empty or unparsable file is read from the ``.bak``; no ``.bak`` (or an
+empty one) means an empty table; a ``.bak`` that does not parse either stops ``start()`` with ``StoreError``.
 
 Offsets are persisted at shutdown as in 5.x (4.8's ``shutdown`` only cancels the timer, so a 4.8 broker may
 redeliver up to 10 s of delay messages after a clean restart; pystore does not). After a crash, messages
