@@ -55,6 +55,7 @@ from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
 from pystore.pool import TransientStorePool
 from pystore.running_flags import RunningFlags
+from pystore.schedule import ScheduleMessageService
 from pystore.service import real_clock
 from pystore.status import GetMessageStatus, PutMessageStatus
 
@@ -100,6 +101,7 @@ class MessageStore:
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._services: list[Any] = []
         self._clean: CleanService | None = None
+        self.schedule_message_service: ScheduleMessageService | None = None
         self._pool: TransientStorePool | None = None
         self._refresh_lock = threading.Lock()
         self.last_exit_ok = True
@@ -223,6 +225,10 @@ class MessageStore:
         cfg = self.config
         assert self._commitlog is not None and self._checkpoint is not None
         cl = self._commitlog
+        if cfg.broker_role != BrokerRole.SLAVE:      # delay levels: a writable master only (FORMAT.md §10)
+            self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
+            self.schedule_message_service.load()     # first: a bad delayOffset.json fails start() cleanly
+            cl.delay_rewrite = self.schedule_message_service.rewrite
         self._lock.acquire()
         self._abort.create()
         if self.transient_store_pool_enabled():
@@ -265,6 +271,8 @@ class MessageStore:
         self._services.append(self._clean)
         self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
                                                        self._checkpoint, clock=self.clock))
+        if self.schedule_message_service is not None:
+            self._services.append(self.schedule_message_service)   # stops first, then persists its offsets
         for s in self._services:
             s.start()
         self._state = _STARTED

@@ -122,7 +122,8 @@ def test_shutdown_writes_the_checkpoint_and_keeps_the_lock_file(store_factory):
         last = s.put_message(make_message(i)).append_message_result
     s.shutdown()
     root = s.root
-    assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "consumequeue", "index", "lock"]
+    # config/ holds delayOffset.json, persisted at shutdown (FORMAT.md §4.4, §10)
+    assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "config", "consumequeue", "index", "lock"]
     with open(os.path.join(root, "checkpoint"), "rb") as fh:
         cp = fh.read()
     assert len(cp) == 4096
