@@ -28,17 +28,17 @@ not wait for a flush or a slave, and ``WAIT`` is not in the record); tags code f
 ``Message`` keeps one property map that is also its string, so the "DELAY cleared in the map" half is carried
 by identity: the rewrite hook lets the one message being re-put pass unchanged.
 
-``config/delayOffset.json`` is written as RocketMQ writes it (fastjson, ``PrettyFormat``: tabs, integer map
-keys unquoted, levels ascending as a ``ConcurrentHashMap(32)`` iterates them, no trailing newline; only the
-levels a task has moved, like RocketMQ; ``\t`` is one tab character)::
+``config/delayOffset.json`` is written as standard JSON (FORMAT.md's choice: fastjson writes integer map keys
+unquoted, which is not JSON; quoted keys are read by RocketMQ too), in fastjson's pretty layout (tabs, levels
+ascending, no trailing newline; only the levels a task has moved, like RocketMQ; ``\t`` is one tab)::
 
     {
-    \t"offsetTable":{1:3,2:0,3:12
+    \t"offsetTable":{"1":3,"2":0,"3":12
     \t}
     }
 
-and ``{\n\t"offsetTable":{}\n}`` while empty. Reading also accepts quoted keys (standard JSON) and
-5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp`` (fsynced: pystore's addition), the
+and ``{\n\t"offsetTable":{}\n}`` while empty. Reading accepts fastjson's bare integer keys as well as
+quoted ones, and 5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp`` (fsynced: pystore's addition), the
 previous file is kept as ``delayOffset.json.bak`` (4.8 ``MixAll.string2File``). Loading is RocketMQ's
 ``ConfigManager.load``: a missing, empty or unparsable file is read from the ``.bak``; no ``.bak`` (or an
 empty one) means an empty table; a ``.bak`` that does not parse either stops ``start()`` with ``StoreError``.
@@ -104,10 +104,11 @@ def queue_id_to_delay_level(queue_id: int) -> int:
 
 
 def encode_delay_offsets(offset_table: dict[int, int]) -> str:
-    """The text RocketMQ writes for ``DelayOffsetSerializeWrapper`` (fastjson ``toJSONString(obj, true)``)."""
+    """``delayOffset.json`` as standard JSON (FORMAT.md's choice: keys quoted, which RocketMQ's fastjson also
+    reads), laid out like fastjson's pretty form (tab indent, no trailing newline)."""
     if not offset_table:
         return '{\n\t"offsetTable":{}\n}'
-    entries = ",".join("%d:%d" % (level, offset) for level, offset in sorted(offset_table.items()))
+    entries = ",".join('"%d":%d' % (level, offset) for level, offset in sorted(offset_table.items()))
     return '{\n\t"offsetTable":{' + entries + "\n\t}\n}"
 
 

@@ -201,14 +201,14 @@ def test_delay_offset_json_is_fastjson_pretty_format(store, fake_clock):
     fake_clock.advance(LEVEL_MS[3])
     svc.deliver_once()
     svc.persist()
-    assert delay_offsets_text(store) == '{\n\t"offsetTable":{1:1,3:2\n\t}\n}'
+    assert delay_offsets_text(store) == '{\n\t"offsetTable":{"1":1,"3":2\n\t}\n}'
     with open(os.path.join(store.root, "config", "delayOffset.json.bak"), encoding="utf-8") as f:
         assert f.read() == '{\n\t"offsetTable":{}\n}'
 
 
 def test_delay_offset_codec():
     assert encode_delay_offsets({}) == '{\n\t"offsetTable":{}\n}'
-    assert encode_delay_offsets({10: 5, 2: 0}) == '{\n\t"offsetTable":{2:0,10:5\n\t}\n}'
+    assert encode_delay_offsets({10: 5, 2: 0}) == '{\n\t"offsetTable":{"2":0,"10":5\n\t}\n}'
     assert decode_delay_offsets('{\n\t"offsetTable":{2:0,10:5\n\t}\n}') == {2: 0, 10: 5}
     assert decode_delay_offsets('{"offsetTable":{"2":0,"10":5}}') == {2: 0, 10: 5}
     five = ('{\n\t"dataVersion":{\n\t\t"counter":3,\n\t\t"timestamp":1700000000000\n\t},'
@@ -226,7 +226,7 @@ def test_restart_resumes_from_saved_offsets(store_factory, fake_clock):
     store.schedule_message_service.deliver_once()
     assert len(delivered(store, queue_id=0)) == 3
     store.shutdown()                                               # persists (5.x)
-    assert delay_offsets_text(store) == '{\n\t"offsetTable":{1:3\n\t}\n}'
+    assert delay_offsets_text(store) == '{\n\t"offsetTable":{"1":3\n\t}\n}'
 
     again = store_factory(clock=fake_clock)
     svc = again.schedule_message_service
