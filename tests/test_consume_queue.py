@@ -16,9 +16,9 @@ import os
 import struct
 
 import pytest
-
 import reference_codec as ref
 from conftest import BORN_HOST, make_message
+
 from pystore import GetMessageStatus, MessageStore
 from pystore.consume_queue import ConsumeQueue
 from pystore.tools import iter_commitlog, iter_consume_queue
@@ -27,6 +27,30 @@ UNIT = struct.Struct(">qiq")
 FILLER = (0, 0x7FFFFFFF, 0)
 TOPIC = "TopicTest"
 GROUP = "G"
+
+#: Index geometry for these tests: RocketMQ's default index file is 420 MB, created with posix_fallocate, so
+#: every store of a session would hold that much disk until pytest drops its temp folders.
+SMALL_INDEX = {"max_hash_slot_num": 1000, "max_index_num": 4000}
+
+
+class _SmallIndexFactory:
+    def __init__(self, factory):
+        self._factory = factory
+
+    def __call__(self, name="store", read_only=False, **overrides):
+        for k, v in SMALL_INDEX.items():
+            overrides.setdefault(k, v)
+        return self._factory(name, read_only, **overrides)
+
+    def __getattr__(self, name):
+        return getattr(self._factory, name)
+
+
+@pytest.fixture
+def store_factory(store_factory):
+    """conftest's factory, with a small index unless the test sets one."""
+    return _SmallIndexFactory(store_factory)
+
 
 
 def cq_dir(root, topic=TOPIC, qid=0):
@@ -50,7 +74,8 @@ def tags_code(tags):
 # units written by pystore
 # ------------------------------------------------------------------------------------------------------
 
-TAGS = ["TagA", "TagB", None, "polygenelubricants", "hello world!", "标签", "\U0001F600", "Aa", "BB", "a" * 200, "TagA||TagB"]
+TAGS = ["TagA", "TagB", None, "polygenelubricants", "hello world!", "标签", "\U0001F600", "Aa", "BB", "a" * 200,
+        "TagA||TagB"]
 
 
 def test_units_on_disk_equal_hand_computed_bytes(store_factory):
@@ -298,7 +323,8 @@ def build_foreign_store(root, plan):
             rec = ref.encode(phy_offset=file_start, **args)
         files[file_start][pos:pos + len(rec)] = rec
         next_qoff[(topic, qid)] = qoff + 1
-        msgs.append(dict(topic=topic, queue_id=qid, queue_offset=qoff, phy=file_start + pos, size=len(rec), body=body,
+        msgs.append(dict(topic=topic, queue_id=qid, queue_offset=qoff, phy=file_start + pos, size=len(rec),
+                         body=body,
                          tags=tags, store_ts=store_ts, keys=["fk%d" % i], flag=i, uniq="U%04d" % i))
         pos += len(rec)
     for start, data in files.items():
@@ -349,7 +375,7 @@ def _check_foreign_reads(store, msgs):
             got += r.messages
             off = r.next_begin_offset
         assert len(got) == len(ms)
-        for g, m in zip(got, ms):
+        for g, m in zip(got, ms, strict=True):
             assert (g.topic, g.queue_id, g.queue_offset, g.commit_log_offset, g.store_size) == (
                 topic, qid, m["queue_offset"], m["phy"], m["size"])
             assert (g.body, g.tags, g.keys, g.store_timestamp, g.flag, g.uniq_key) == (
@@ -372,7 +398,8 @@ def test_foreign_consume_queues_are_read(foreign):
     root, msgs = foreign
     for name in sorted(os.listdir(cq_dir(root, "TopicX", 0))):
         assert os.path.getsize(os.path.join(cq_dir(root, "TopicX", 0), name)) == FOREIGN_CQ
-    with MessageStore.open(root) as store:                 # configured geometry differs: the files' wins
+    # the configured geometry (1 GiB / 6 MB files) differs from the folder's: the files' wins
+    with MessageStore.open(root, **SMALL_INDEX) as store:
         _check_foreign_reads(store, msgs)
     assert os.listdir(os.path.join(root, "commitlog")) and not os.path.exists(os.path.join(root, "abort"))
 
@@ -381,15 +408,17 @@ def test_foreign_consume_queues_read_only(foreign):
     root, msgs = foreign
     before = {n: read_file(os.path.join(cq_dir(root, "TopicX", 0), n))
               for n in os.listdir(cq_dir(root, "TopicX", 0))}
-    with MessageStore.open(root, read_only=True) as store:
+    with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
         _check_foreign_reads(store, msgs)
-    after = {n: read_file(os.path.join(cq_dir(root, "TopicX", 0), n)) for n in os.listdir(cq_dir(root, "TopicX", 0))}
+    after = {n: read_file(os.path.join(cq_dir(root, "TopicX", 0), n))
+             for n in os.listdir(cq_dir(root, "TopicX", 0))}
     assert before == after
 
 
 def test_iter_consume_queue_of_a_foreign_queue(foreign):
     root, msgs = foreign
-    want = [(m["phy"], m["size"], tags_code(m["tags"])) for m in msgs if (m["topic"], m["queue_id"]) == ("TopicX", 0)]
+    want = [(m["phy"], m["size"], tags_code(m["tags"]))
+            for m in msgs if (m["topic"], m["queue_id"]) == ("TopicX", 0)]
     assert list(iter_consume_queue(cq_dir(root, "TopicX", 0))) == want
     assert list(iter_consume_queue(cq_dir(root, "TopicY", 0))) == [
         (m["phy"], m["size"], 0) for m in msgs if m["topic"] == "TopicY"]
@@ -398,7 +427,7 @@ def test_iter_consume_queue_of_a_foreign_queue(foreign):
 def test_writing_continues_in_the_foreign_geometry(foreign):
     root, msgs = foreign
     n0 = sum(1 for m in msgs if (m["topic"], m["queue_id"]) == ("TopicX", 0))
-    with MessageStore.open(root) as store:
+    with MessageStore.open(root, **SMALL_INDEX) as store:
         rs = [store.put_message(make_message(i, topic="TopicX", tags="TagZ")) for i in range(12)]
         assert [r.append_message_result.logics_offset for r in rs] == list(range(n0, n0 + 12))
         r = store.get_message(GROUP, "TopicX", 0, n0, 32, "TagZ")
@@ -427,7 +456,7 @@ def test_foreign_queue_whose_head_files_were_deleted(tmp_path):
         last_unit = UNIT.unpack_from(read_file(os.path.join(d, name)), FOREIGN_CQ - 20)
         if last_unit[0] < second and last_unit[1] > 0:
             os.unlink(os.path.join(d, name))          # what RocketMQ's CleanConsumeQueueService removes
-    with MessageStore.open(root) as store:
+    with MessageStore.open(root, **SMALL_INDEX) as store:
         low = alive[0]["queue_offset"]
         assert store.get_min_offset_in_queue("TopicX", 0) == low
         assert store.get_max_offset_in_queue("TopicX", 0) == 150
@@ -452,7 +481,7 @@ def test_foreign_queue_with_filler_units(tmp_path):
         with open(os.path.join(d, "%020d" % start), "wb") as f:
             f.write(raw[start:start + FOREIGN_CQ].ljust(FOREIGN_CQ, b"\0"))
     # the queue offsets inside the records say 0..5; the units sit at 4..9: a reader goes by the unit
-    with MessageStore.open(root, read_only=True) as store:
+    with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
         assert store.get_min_offset_in_queue("TopicX", 0) == 4
         assert store.get_max_offset_in_queue("TopicX", 0) == 10
         r = store.get_message(GROUP, "TopicX", 0, 0)

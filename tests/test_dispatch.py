@@ -17,15 +17,39 @@ import struct
 import time
 
 import pytest
-
 from conftest import SMALL_FILE, make_message
+from reference_codec import java_hash
+
 from pystore import FlushDiskType, GetMessageStatus, Message, MessageBatch, PutMessageStatus
 from pystore.message import SCHEDULE_TOPIC, SysFlag
 from pystore.tools import iter_commitlog, iter_consume_queue
-from reference_codec import java_hash
 
 TOPIC = "TopicTest"
 GROUP = "G"
+
+#: Index geometry for these tests: RocketMQ's default index file is 420 MB, created with posix_fallocate, so
+#: every store of a session would hold that much disk until pytest drops its temp folders.
+SMALL_INDEX = {"max_hash_slot_num": 1000, "max_index_num": 4000}
+
+
+class _SmallIndexFactory:
+    def __init__(self, factory):
+        self._factory = factory
+
+    def __call__(self, name="store", read_only=False, **overrides):
+        for k, v in SMALL_INDEX.items():
+            overrides.setdefault(k, v)
+        return self._factory(name, read_only, **overrides)
+
+    def __getattr__(self, name):
+        return getattr(self._factory, name)
+
+
+@pytest.fixture
+def store_factory(store_factory):
+    """conftest's factory, with a small index unless the test sets one."""
+    return _SmallIndexFactory(store_factory)
+
 
 
 def cq_files(root):
@@ -103,7 +127,8 @@ def test_sync_flush_dispatches_nothing_unflushed(store_factory, monkeypatch):
     rs = [store.put_message(make_message(i, wait_store_msg_ok=False)) for i in range(10)]
     assert all(r.status is PutMessageStatus.PUT_OK for r in rs)
     time.sleep(0.05)                                       # the group commit runs every 10 ms
-    assert store.get_max_phy_offset() == rs[-1].append_message_result.wrote_offset + rs[-1].append_message_result.wrote_bytes
+    last = rs[-1].append_message_result
+    assert store.get_max_phy_offset() == last.wrote_offset + last.wrote_bytes
     assert store.get_max_offset_in_queue(TOPIC, 0) == 0
     assert store.get_message(GROUP, TOPIC, 0, 0).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
     assert store.get_topic_queue_table() == {(TOPIC, 0): 10}

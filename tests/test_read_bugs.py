@@ -4,6 +4,7 @@ is fixed. Docstrings say what is expected, what happens, and the suspected line.
 from __future__ import annotations
 
 from conftest import make_message
+
 from pystore.message import SysFlag
 
 TOPIC = "TopicTest"
