@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message
-from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, scan_for_messages, search_offset_by_time
+from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, read_queue, search_offset_by_time
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
@@ -55,6 +55,14 @@ __all__ = ["MessageStore"]
 log = logging.getLogger(__name__)
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
+
+#: ``_cq.read_queue`` codes (SCAN_* then GM_*) -> GetMessageStatus
+_GET_STATUS = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
+               GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_TOO_SMALL,
+               GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+               GetMessageStatus.OFFSET_FOUND_NULL)
+_NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
+_SLAVE = BrokerRole.SLAVE
 
 
 def _not_available(msg: object) -> PutMessageResult:
@@ -540,57 +548,32 @@ class MessageStore:
             log.warning("%s: get_message while the store is not readable", self.root)
             return None
         tag_codes = tag_names = filt = None
-        if isinstance(message_filter, str):
-            message_filter = TagFilter(message_filter)
-        if isinstance(message_filter, TagFilter):
-            if not message_filter.match_all:
-                tag_codes, tag_names = message_filter.codes, message_filter.tags
-        elif message_filter is not None:
-            if not (hasattr(message_filter, "is_matched_by_consume_queue")
-                    and hasattr(message_filter, "is_matched_by_commit_log")):
+        if message_filter is not None:
+            if isinstance(message_filter, str):
+                message_filter = TagFilter(message_filter)
+            if isinstance(message_filter, TagFilter):
+                if not message_filter.match_all:
+                    tag_codes, tag_names = message_filter.codes, message_filter.tags
+            elif not (hasattr(message_filter, "is_matched_by_consume_queue")
+                      and hasattr(message_filter, "is_matched_by_commit_log")):
                 raise TypeError("message_filter must be None, a TagFilter, or have is_matched_by_consume_queue "
                                 "and is_matched_by_commit_log")
-            filt = message_filter
+            else:
+                filt = message_filter
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), 0, 0)
-        min_o, max_o = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        if max_o == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), min_o, max_o)
-        if offset < min_o:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, self._next(offset, min_o), min_o, max_o)
-        if offset == max_o:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, self._next(offset, offset), min_o, max_o)
-        if offset > max_o:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, self._next(offset, max_o), min_o, max_o)
-        buf = cq.get_index_buffer(offset)
-        if buf is None:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, self._next(offset, cq.roll_next_file(offset)),
-                                    min_o, max_o)
-        mf, pos, end = buf
-        cl = self._commitlog
-        assert cl is not None and self._limits is not None
-        cl_max = cl.get_max_offset()
-        if not mf.hold():
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, self._next(offset, cq.roll_next_file(offset)),
-                                    min_o, max_o)
-        try:
-            code, consumed, messages, total, last_phy = scan_for_messages(
-                mf, pos, end, cl.queue.files, cl.queue.mapped_file_size, cl_max, max(max_msg_nums, 1),
-                self._limits, tag_codes, tag_names, filt)
-            if consumed == 0 and self.read_only:
-                # the unit is there but its record is past this reader's view of the commit log (another
-                # thread refreshed the queue meanwhile): catch the commit log up and look again
-                self._refresh_queue(topic, queue_id)
-                cl_max = cl.get_max_offset()
-                code, consumed, messages, total, last_phy = scan_for_messages(
-                    mf, pos, end, cl.queue.files, cl.queue.mapped_file_size, cl_max, max(max_msg_nums, 1),
-                    self._limits, tag_codes, tag_names, filt)
-        finally:
-            mf.release()
-        status = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
-                  GetMessageStatus.MESSAGE_WAS_REMOVING)[code]
-        suggest = last_phy >= 0 and cl_max - last_phy > self._limits.memory_window
-        return GetMessageResult(status, self._next(offset, offset + consumed), min_o, max_o, messages, total, suggest)
+        queue = self._commitlog.queue                       # type: ignore[union-attr]
+        slave = self.config.broker_role is _SLAVE
+        # the decision table, the scan and the result, in C (_cq.read_queue)
+        r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
+                       tag_names, filt, _GET_STATUS, slave)
+        if self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
+            # the unit is there but its record is past this reader's view of the commit log (another
+            # thread refreshed the queue meanwhile): catch the commit log up and look again
+            self._refresh_queue(topic, queue_id)
+            r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
+                           tag_names, filt, _GET_STATUS, slave)
+        return r
 
     def _next(self, old: int, new: int) -> int:
         """RocketMQ ``nextOffsetCorrection``: a slave keeps the requested offset."""
