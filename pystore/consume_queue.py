@@ -56,6 +56,7 @@ class ConsumeQueue(ConsumeQueueCore):
 
     def recover(self) -> None:
         """Find the end of valid units (from the third-last file), cut the rest (FORMAT.md §8.1)."""
+        self.forget_time_samples()
         files = self.queue.files
         if not files:
             self.last_file = None
@@ -87,6 +88,7 @@ class ConsumeQueue(ConsumeQueueCore):
         """Drop units whose message starts at or after ``phy_offset`` (FORMAT.md §8.4): whole files from the end
         while their first unit is beyond it, then the tail of the file that straddles it."""
         self.max_physic_offset = phy_offset
+        self.forget_time_samples()
         while True:
             last = self.queue.last()
             if last is None:
@@ -202,6 +204,7 @@ class ConsumeQueue(ConsumeQueueCore):
         self.last_file = None
 
     def destroy(self) -> None:
+        self.forget_time_samples()
         self.queue.destroy()
         self.last_file = None
         self.max_physic_offset = 0

@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message
-from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, read_queue, search_offset_by_time
+from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
@@ -602,11 +602,8 @@ class MessageStore:
         cq = self._queue(topic, queue_id, fresh=True)
         if cq is None:
             return 0
-        cl = self._commitlog
-        assert cl is not None
-        return search_offset_by_time(cq.queue.files, cq.queue.mapped_file_size, cq.get_min_offset_in_queue(),
-                                     cq.get_max_offset_in_queue(), cl.queue.files, cl.queue.mapped_file_size,
-                                     timestamp, boundary == "lower")
+        queue = self._commitlog.queue                       # type: ignore[union-attr]
+        return queue_offset_by_time(cq, queue.files, queue.mapped_file_size, timestamp, boundary == "lower")
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
         """Store time of the commit log's first message, or (with a topic and queue) of the queue's first

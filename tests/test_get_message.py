@@ -625,3 +625,69 @@ def test_reads_of_a_closed_store_raise(store_factory):
                  lambda: store.dispatch_behind_bytes()):
         with pytest.raises(StoreClosedError):
             call()
+
+
+def _brute_by_time(ts, low, t, lower):
+    """FORMAT.md §2.6 (5.x) over the store times ``ts`` of offsets ``low..``: LOWER the first offset stored at
+    or after ``t`` (the end when none is), UPPER the last stored at or before it (0 when none is)."""
+    import bisect
+    if lower:
+        return low + bisect.bisect_left(ts[low:], t)
+    k = low + bisect.bisect_right(ts[low:], t)
+    return k - 1 if k > low else 0
+
+
+def test_offset_by_time_on_a_long_queue_matches_a_brute_force(store_factory, fake_clock):
+    """Thousands of units (the search goes through the queue's time samples): every boundary, duplicated
+    times across sample windows, times between, before and after, equal to a brute force."""
+    import random
+
+    store = store_factory(clock=fake_clock, mapped_file_size_commit_log=1 << 20)
+    rng = random.Random(5)
+    ts = []
+    i = 0
+    while i < 6000:
+        fake_clock.advance(rng.choice([1, 1, 2, 7, 100]))
+        k = rng.choice([1, 3, 40, 300])
+        r = store.put_messages(MessageBatch([make_message(j) for j in range(i, i + k)]))
+        assert r.is_ok()
+        ts += [r.append_message_result.store_timestamp] * k
+        i += k
+    probes = sorted(set(ts)) + [t + d for t in rng.sample(ts, 300) for d in (-1, 1)]
+    probes += [ts[0] - 99, ts[-1] + 99]
+    for t in probes:
+        for lower, b in ((True, "lower"), (False, "upper")):
+            got = store.get_offset_in_queue_by_time(TOPIC, 0, t, b)
+            assert got == _brute_by_time(ts, 0, t, lower), (t, b)
+    # more messages: the samples extend; results still agree
+    for j in range(700):
+        fake_clock.advance(1)
+        ts.append(store.put_message(make_message(i + j)).append_message_result.store_timestamp)
+    for t in ts[::97] + [ts[-1], ts[-1] + 1]:
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, t) == _brute_by_time(ts, 0, t, True)
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, t, "upper") == _brute_by_time(ts, 0, t, False)
+
+
+def test_offset_by_time_on_a_long_queue_with_the_head_gone(store_factory, fake_clock):
+    """Samples taken before the commit log's head was deleted: gone records count as oldest (before the
+    min offset is corrected), then the min offset bounds the search (after)."""
+    store = store_factory(clock=fake_clock, mapped_file_size_consume_queue=20 * 100_000)
+    ts = []
+    for i in range(3000):
+        fake_clock.advance(3)
+        ts.append(store.put_message(make_message(i)).append_message_result.store_timestamp)
+    assert store.get_offset_in_queue_by_time(TOPIC, 0, ts[1500]) == 1500      # samples taken
+    n0 = store.get_message(GROUP, TOPIC, 0, 0, 32).messages[-1].queue_offset  # (reads still fine)
+    assert n0 == 31
+    first_file = sum(1 for i in range(3000) if store.get_commit_log_offset_in_queue(TOPIC, 0, i) < SMALL_FILE)
+    _drop_commit_log_head(store)
+    store_factory.skip_check()
+    for t in (ts[0] - 1, ts[0], ts[first_file - 1], ts[first_file], ts[2000], ts[-1] + 1):
+        want_low = max(_brute_by_time(ts, 0, t, True), first_file)
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, t) == want_low, t
+    store._cq_store.find(TOPIC, 0).correct_min_offset(store.get_min_phy_offset())
+    assert store.get_min_offset_in_queue(TOPIC, 0) == first_file
+    for t in (ts[0], ts[first_file], ts[2500], ts[-1] + 1):
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, t) == _brute_by_time(ts, first_file, t, True)
+        got = store.get_offset_in_queue_by_time(TOPIC, 0, t, "upper")
+        assert got == _brute_by_time(ts, first_file, t, False)
