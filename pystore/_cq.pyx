@@ -23,6 +23,7 @@ commit, a store whose queues are missing); and the read-side scans behind ``get_
 """
 
 cimport cython
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT64_MIN, int32_t, int64_t
 
@@ -32,7 +33,7 @@ from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, TRANSACTION_COMMIT_TYP
                              tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, java_hash_utf8
+from pystore._message cimport Message, MessageExt, java_hash_utf8
 
 import logging
 
@@ -127,6 +128,10 @@ cdef class ConsumeQueueCore:
     def get_max_offset_in_queue(self):
         return self.queue.get_max_offset() // CQ_STORE_UNIT_SIZE
 
+    def forget_time_samples(self):
+        """Drop the time-search samples (units were cut or rewritten: recovery, truncation, destroy)."""
+        self.ts_samples = None
+
     def get_min_offset_in_queue(self):
         return self.min_logic_offset // CQ_STORE_UNIT_SIZE
 
@@ -195,41 +200,52 @@ def first_unit_at_or_above(MappedFile mf, long long low_pos, long long high_pos,
 @cython.final
 cdef class UnitIterator:
     """Units of one consume-queue file from ``start``, as tuples; fillers skipped; stops at the first
-    empty or invalid unit (``ended`` tells whether it stopped before the file's end)."""
+    empty or invalid unit (``ended`` tells whether it stopped before the file's end). With ``mark_end``,
+    a stop before the file's end yields one ``None`` first (``iter_units``)."""
     cdef MappedFile mf
     cdef int64_t pos
     cdef readonly bint ended
+    cdef bint mark_end
 
-    def __init__(self, MappedFile mf not None, long long start=0):
+    def __init__(self, MappedFile mf not None, long long start=0, bint mark_end=False):
         mf.check_mapped()
         self.mf = mf
         self.pos = start
+        self.mark_end = mark_end
 
     def __iter__(self):
         return self
 
     def __next__(self):
         cdef const unsigned char *p
+        cdef const unsigned char *base = self.mf.base
+        cdef int64_t pos = self.pos, limit = self.mf.file_size - CQ_STORE_UNIT_SIZE
         cdef int32_t size
-        while self.pos + CQ_STORE_UNIT_SIZE <= self.mf.file_size:
-            p = self.mf.base + self.pos
+        if base == NULL:
+            self.mf.check_mapped()
+        while pos <= limit:
+            p = base + pos
             if not unit_valid(p):
+                self.pos = limit + CQ_STORE_UNIT_SIZE
+                if self.ended:
+                    raise StopIteration
                 self.ended = True
+                if self.mark_end:
+                    return None
                 raise StopIteration
-            self.pos += CQ_STORE_UNIT_SIZE
+            pos += CQ_STORE_UNIT_SIZE
             size = get_i32(p + 8)
             if size == FILLER and get_i64(p) == 0:
                 continue
+            self.pos = pos
             return (get_i64(p), size, get_i64(p + 12))
+        self.pos = pos
         raise StopIteration
 
 
 def iter_units(MappedFile mf):
     """Yield the units of a file, then ``None`` if the queue ends inside it."""
-    it = UnitIterator(mf)
-    yield from it
-    if it.ended:
-        yield None
+    return UnitIterator(mf, 0, True)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -298,21 +314,136 @@ def search_offset_by_time(list cq_files, long long cq_file_size, long long min_i
     """5.x ``getOffsetInQueueByTime`` over queue offsets ``[min_index, max_index)``: LOWER = the first offset
     stored at or after ``timestamp`` (``max_index`` when none is); UPPER = the last offset stored at or before
     it (0 when none is). Units whose record is gone count as older than anything."""
-    cdef int64_t lo = min_index, hi = max_index, mid, t
-    cdef const unsigned char *p
+    return _search_by_time(cq_files, cq_file_size, min_index, max_index, cl_files, cl_file_size, timestamp, lower)
+
+
+cdef int64_t _search_by_time(list cq_files, int64_t cq_file_size, int64_t min_index, int64_t max_index,
+                             list cl_files, int64_t cl_file_size, int64_t timestamp, bint lower):
+    cdef int64_t lo
     if max_index <= min_index:
         return 0
+    lo = _first_matching(cq_files, cq_file_size, min_index, max_index, cl_files, cl_file_size, timestamp, lower)
+    return _by_time_result(lo, min_index, lower)
+
+
+cdef inline int64_t _by_time_result(int64_t first, int64_t min_index, bint lower) noexcept:
+    if lower:
+        return first
+    return first - 1 if first > min_index else 0
+
+
+cdef inline bint _matches(int64_t t, int64_t timestamp, bint lower) noexcept:
+    return (t >= timestamp) if lower else (t > timestamp)
+
+
+cdef int64_t _first_matching(list cq_files, int64_t cq_file_size, int64_t lo, int64_t hi, list cl_files,
+                             int64_t cl_file_size, int64_t timestamp, bint lower):
+    """Binary search: the first unit in ``[lo, hi)`` stored at or after (lower) / after (upper) ``timestamp``,
+    or ``hi``. Store times never decrease along a queue; units whose record is gone count as oldest."""
+    cdef int64_t mid, t
+    cdef const unsigned char *p
     while lo < hi:
         mid = (lo + hi) >> 1
         p = _unit_ptr(cq_files, cq_file_size, mid)
         t = INT64_MIN if p == NULL else _store_ts_at(cl_files, cl_file_size, get_i64(p), get_i32(p + 8))
-        if (t >= timestamp) if lower else (t > timestamp):
+        if _matches(t, timestamp, lower):
             hi = mid
         else:
             lo = mid + 1
-    if lower:
-        return lo
-    return lo - 1 if lo > min_index else 0
+    return lo
+
+
+# Time-search samples: the store time of every SAMPLE_UNITS-th unit, kept per queue, so that a search over
+# millions of units binary-searches a small in-memory array first and probes the mapped files (a cache
+# and TLB miss per probe in the queue and one in the commit log) only inside one window. A sample holds
+# the unit's commit-log offset too: a record deleted since it was taken counts as gone, as a live probe
+# would see it. Units never change once written, except when recovery cuts a queue (forget_time_samples).
+DEF SAMPLE_SHIFT = 8
+DEF SAMPLE_UNITS = 256
+
+
+cdef int64_t _extend_samples(ConsumeQueueCore cq, list cq_files, int64_t cq_file_size, int64_t upto,
+                             int64_t min_index, list cl_files, int64_t cl_file_size):
+    """Sample units up to index ``upto`` (inclusive) where readable; returns the number of samples."""
+    cdef bytearray buf = cq.ts_samples
+    cdef int64_t n, j, unit, ts, phy
+    cdef const unsigned char *p
+    cdef unsigned char rec[16]
+    if buf is None:
+        buf = bytearray()
+        cq.ts_samples = buf
+    n = len(buf) // 16
+    j = n
+    while (j << SAMPLE_SHIFT) <= upto:
+        unit = j << SAMPLE_SHIFT
+        p = _unit_ptr(cq_files, cq_file_size, unit)
+        if p == NULL or not unit_valid(p):
+            break
+        phy = get_i64(p)
+        ts = _store_ts_at(cl_files, cl_file_size, phy, get_i32(p + 8))
+        if ts == INT64_MIN and unit >= min_index:
+            break                                 # not readable yet (a reader behind the writer): no sample
+        put_i64(rec, phy)
+        put_i64(rec + 8, ts)
+        buf.extend((<char *>rec)[:16])
+        j += 1
+    return j
+
+
+cdef inline int64_t _sample_ts(const unsigned char *samples, int64_t j, list cl_files, int64_t cl_file_size):
+    cdef int64_t phy = get_i64(samples + j * 16)
+    cdef MappedFile f = _cl_file(cl_files, cl_file_size, phy)
+    if f is None or f.base == NULL or not f.available:
+        return INT64_MIN
+    return get_i64(samples + j * 16 + 8)
+
+
+def queue_offset_by_time(ConsumeQueueCore cq, list cl_files, long long cl_file_size, long long timestamp,
+                         bint lower):
+    """``get_offset_in_queue_by_time`` on one consume queue in one call (5.x LOWER/UPPER, as
+    ``search_offset_by_time``), through the queue's time samples."""
+    cdef list files = cq.queue.files
+    cdef int64_t cq_size = cq.queue.mapped_file_size
+    cdef Py_ssize_t n = PyList_GET_SIZE(files)
+    cdef MappedFile last
+    cdef int64_t min_o, max_o = 0, js, je, lo_j, hi_j, mid, first, nsamples
+    cdef const unsigned char *samples
+    if n > 0:
+        last = <MappedFile>PyList_GET_ITEM(files, n - 1)
+        max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
+    min_o = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
+    if max_o <= min_o:
+        return 0
+    js = (min_o + SAMPLE_UNITS - 1) >> SAMPLE_SHIFT
+    je = (max_o - 1) >> SAMPLE_SHIFT
+    if je - js < 4:
+        first = _first_matching(files, cq_size, min_o, max_o, cl_files, cl_file_size, timestamp, lower)
+        return _by_time_result(first, min_o, lower)
+    nsamples = _extend_samples(cq, files, cq_size, max_o - 1, min_o, cl_files, cl_file_size)
+    if nsamples - 1 < je:
+        je = nsamples - 1
+    if je < js:
+        first = _first_matching(files, cq_size, min_o, max_o, cl_files, cl_file_size, timestamp, lower)
+        return _by_time_result(first, min_o, lower)
+    samples = <const unsigned char *>PyByteArray_AS_STRING(cq.ts_samples)
+    lo_j, hi_j = js, je + 1
+    while lo_j < hi_j:
+        mid = (lo_j + hi_j) >> 1
+        if _matches(_sample_ts(samples, mid, cl_files, cl_file_size), timestamp, lower):
+            hi_j = mid
+        else:
+            lo_j = mid + 1
+    # the first matching unit lies after the last non-matching sample and at or before the first matching one
+    if lo_j == js:
+        first = _first_matching(files, cq_size, min_o, js << SAMPLE_SHIFT, cl_files, cl_file_size, timestamp,
+                                lower)
+    elif lo_j > je:
+        first = _first_matching(files, cq_size, (je << SAMPLE_SHIFT) + 1, max_o, cl_files, cl_file_size,
+                                timestamp, lower)
+    else:
+        first = _first_matching(files, cq_size, ((lo_j - 1) << SAMPLE_SHIFT) + 1, lo_j << SAMPLE_SHIFT, cl_files,
+                                cl_file_size, timestamp, lower)
+    return _by_time_result(first, min_o, lower)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -354,14 +485,28 @@ def scan_for_messages(MappedFile cqf, long long start_pos, long long end_pos, li
     """Walk units of one consume-queue file from ``start_pos`` (RocketMQ 4.8 ``getMessage`` loop). Filters:
     ``tag_codes``/``tag_names`` (a TagFilter's hash codes and names) or ``filt`` (any object with the two
     filter methods). Returns ``(scan_status, units_consumed, messages, total_bytes, last_phy)``."""
-    cdef int64_t pos = start_pos, max_filter = max_msg_nums * CQ_STORE_UNIT_SIZE
-    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos, limit
+    cdef list out = []
+    cdef int64_t consumed = 0, total = 0, last_phy = -1
+    cdef int status
+    cqf.check_mapped()
+    status = _scan(cqf, start_pos, end_pos, cl_files, cl_file_size, cl_max_offset, max_msg_nums, lim, tag_codes,
+                   tag_names, filt, out, &consumed, &total, &last_phy)
+    return (status, consumed, out, total, last_phy)
+
+
+cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files, int64_t cl_file_size,
+               int64_t cl_max_offset, int32_t max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
+               object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out) except -1:
+    """The scan behind ``get_message``; the caller holds ``cqf``. Each commit-log file is held while its
+    records are read (a filter's Python code may let a cleaner run meanwhile)."""
+    cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
+    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit
     cdef int32_t size, count = 0, r
     cdef int status = SCAN_NO_MATCHED
     cdef const unsigned char *p
-    cdef MappedFile f
+    cdef MappedFile f, held = None
     cdef RecordView v
-    cdef list out = []
+    cdef MessageExt msg
     cdef int64_t codes[16]
     cdef int ncodes = 0, k
     cdef bint code_ok, in_disk
@@ -373,68 +518,188 @@ def scan_for_messages(MappedFile cqf, long long start_pos, long long end_pos, li
             if ncodes < 16:
                 codes[ncodes] = c
             ncodes += 1
-    cqf.check_mapped()
-    while pos + CQ_STORE_UNIT_SIZE <= limit:
-        p = cqf.base + pos
-        if not unit_valid(p):
-            break
-        phy = get_i64(p)
-        size = get_i32(p + 8)
-        tags = get_i64(p + 12)
-        if size == FILLER and phy == 0:
-            pos += CQ_STORE_UNIT_SIZE
-            continue
-        if phy < next_phy_file_start:
-            pos += CQ_STORE_UNIT_SIZE
-            continue
-        in_disk = (cl_max_offset - phy) > lim.memory_window
-        if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
-            break
-        if tag_codes is not None:
-            if ncodes <= 16:
-                code_ok = False
-                for k in range(ncodes):
-                    if codes[k] == tags:
-                        code_ok = True
-                        break
-            else:
-                code_ok = tags in tag_codes
-            if not code_ok:
+    try:
+        while pos + CQ_STORE_UNIT_SIZE <= limit:
+            p = cqf.base + pos
+            if not unit_valid(p):
+                break
+            phy = get_i64(p)
+            size = get_i32(p + 8)
+            tags = get_i64(p + 12)
+            if size == FILLER and phy == 0:
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-        elif filt is not None and not filt.is_matched_by_consume_queue(tags):
-            pos += CQ_STORE_UNIT_SIZE
-            continue
-        f = _cl_file(cl_files, cl_file_size, phy)
-        r = 0
-        if f is not None and f.base != NULL and f.available:
-            rpos = phy - f.file_from_offset
-            rp = f.read_position()
-            if rpos + size > rp:
-                break                                   # not readable yet (a reader behind the writer)
-            r = check_record(f.base + rpos, rp - rpos, False, &v)
-        if r <= 0 or v.total_size != size:
-            if count == 0:
-                status = SCAN_WAS_REMOVING
-            next_phy_file_start = phy - phy % cl_file_size + cl_file_size
-            pos += CQ_STORE_UNIT_SIZE
-            continue
-        msg = make_ext(f.base + rpos, &v)
-        if tag_names is not None:
-            if msg.tags not in tag_names:
+            if phy < next_phy_file_start:
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-        elif filt is not None and not filt.is_matched_by_commit_log(msg):
+            in_disk = (cl_max_offset - phy) > lim.memory_window
+            if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
+                break
+            if tag_codes is not None:
+                if ncodes <= 16:
+                    code_ok = False
+                    for k in range(ncodes):
+                        if codes[k] == tags:
+                            code_ok = True
+                            break
+                else:
+                    code_ok = tags in tag_codes
+                if not code_ok:
+                    pos += CQ_STORE_UNIT_SIZE
+                    continue
+            elif filt is not None and not filt.is_matched_by_consume_queue(tags):
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            f = _cl_file(cl_files, cl_file_size, phy)
+            if f is not held:
+                if held is not None:
+                    held.c_release()
+                    held = None
+                if f is not None and f.c_hold():
+                    held = f
+            r = 0
+            if held is not None and f.base != NULL:
+                rpos = phy - f.file_from_offset
+                rp = f.read_position()
+                if rpos + size > rp:
+                    break                                   # not readable yet (a reader behind the writer)
+                r = check_record(f.base + rpos, rp - rpos, False, &v)
+            if r <= 0 or v.total_size != size:
+                if count == 0:
+                    status = SCAN_WAS_REMOVING
+                next_phy_file_start = phy - phy % cl_file_size + cl_file_size
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            msg = make_ext(f.base + rpos, &v)
+            if tag_names is not None:
+                if msg.tags not in tag_names:
+                    pos += CQ_STORE_UNIT_SIZE
+                    continue
+            elif filt is not None and not filt.is_matched_by_commit_log(msg):
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            out.append(msg)
+            total += size
+            count += 1
+            last_phy = phy
+            status = SCAN_FOUND
+            next_phy_file_start = INT64_MIN
             pos += CQ_STORE_UNIT_SIZE
-            continue
-        out.append(msg)
-        total += size
-        count += 1
-        last_phy = phy
-        status = SCAN_FOUND
-        next_phy_file_start = INT64_MIN
-        pos += CQ_STORE_UNIT_SIZE
-    return (status, (pos - start_pos) // CQ_STORE_UNIT_SIZE, out, total, last_phy)
+    finally:
+        if held is not None:
+            held.c_release()
+    consumed[0] = (pos - start_pos) // CQ_STORE_UNIT_SIZE
+    total_out[0] = total
+    last_phy_out[0] = last_phy
+    return status
+
+
+@cython.final
+cdef class GetMessageResult:
+    """What ``get_message`` returns (API.md "Reading"): ``status, next_begin_offset, min_offset, max_offset,
+    messages, message_count, buffer_total_size`` and ``suggest_pulling_from_slave`` (RocketMQ: the pull is
+    far behind, in data no longer in memory). Compiled because every pull makes one; re-exported by
+    ``pystore.results``."""
+    cdef public object status
+    cdef public object next_begin_offset
+    cdef public object min_offset
+    cdef public object max_offset
+    cdef public list messages
+    cdef public object buffer_total_size
+    cdef public bint suggest_pulling_from_slave
+
+    def __init__(self, status, next_begin_offset, min_offset, max_offset, messages=None, buffer_total_size=0,
+                 suggest_pulling_from_slave=False):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.messages = messages if messages is not None else []
+        self.buffer_total_size = buffer_total_size
+        self.suggest_pulling_from_slave = suggest_pulling_from_slave
+
+    @property
+    def message_count(self):
+        return len(self.messages)
+
+    def __repr__(self):
+        return ("GetMessageResult(status=%s, next_begin_offset=%d, min_offset=%d, max_offset=%d, message_count=%d, "
+                "buffer_total_size=%d)" % (self.status.name, self.next_begin_offset, self.min_offset,
+                                           self.max_offset, len(self.messages), self.buffer_total_size))
+
+
+cdef inline GetMessageResult _result(object status, int64_t next_offset, int64_t min_o, int64_t max_o, list msgs,
+                                     int64_t total, bint suggest):
+    cdef GetMessageResult r = GetMessageResult.__new__(GetMessageResult)
+    r.status = status
+    r.next_begin_offset = next_offset
+    r.min_offset = min_o
+    r.max_offset = max_o
+    r.messages = msgs
+    r.buffer_total_size = total
+    r.suggest_pulling_from_slave = suggest
+    return r
+
+
+# get_message outcomes decided before any scan (FORMAT.md §11.1); the scan's own are SCAN_*
+GM_NO_MESSAGE_IN_QUEUE = 3
+GM_OFFSET_TOO_SMALL = 4
+GM_OFFSET_OVERFLOW_ONE = 5
+GM_OFFSET_OVERFLOW_BADLY = 6
+GM_OFFSET_FOUND_NULL = 7
+
+
+def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, list cl_files,
+               long long cl_file_size, ReadLimits lim, object tag_codes, object tag_names, object filt,
+               tuple statuses, bint keep_offset):
+    """``get_message`` on one consume queue: RocketMQ's decision table (FORMAT.md §11.1; empty queue, offset
+    too small, one past the end, far past it, no unit buffer) then the scan, in one call, as a
+    ``GetMessageResult``. ``statuses`` maps the SCAN_*/GM_* codes to ``GetMessageStatus``; ``keep_offset``
+    is the slave's next-offset rule (``nextOffsetCorrection``)."""
+    cdef list files = cq.queue.files
+    cdef int64_t cq_size = cq.queue.mapped_file_size
+    cdef int64_t units = cq_size // CQ_STORE_UNIT_SIZE
+    cdef Py_ssize_t n = PyList_GET_SIZE(files), ncl = PyList_GET_SIZE(cl_files)
+    cdef int64_t min_o = cq.min_logic_offset // CQ_STORE_UNIT_SIZE, max_o = 0, pos, end, cl_max = 0
+    cdef int64_t consumed = 0, total = 0, last_phy = -1
+    cdef int32_t nums = 1 if max_msg_nums < 1 else (0x7FFFFFFF if max_msg_nums > 0x7FFFFFFF else max_msg_nums)
+    cdef MappedFile last, mf
+    cdef list out
+    cdef int code
+    if n > 0:
+        last = <MappedFile>PyList_GET_ITEM(files, n - 1)
+        max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
+    if max_o == 0:
+        return _result(statuses[GM_NO_MESSAGE_IN_QUEUE], offset if keep_offset else 0, min_o, max_o, [], 0, False)
+    if offset < min_o:
+        return _result(statuses[GM_OFFSET_TOO_SMALL], offset if keep_offset else min_o, min_o, max_o, [], 0, False)
+    if offset == max_o:
+        return _result(statuses[GM_OFFSET_OVERFLOW_ONE], offset, min_o, max_o, [], 0, False)
+    if offset > max_o:
+        return _result(statuses[GM_OFFSET_OVERFLOW_BADLY], offset if keep_offset else max_o, min_o, max_o, [], 0,
+                       False)
+    mf = _cl_file(files, cq_size, offset * CQ_STORE_UNIT_SIZE)
+    if mf is not None and mf.base != NULL:
+        pos = offset * CQ_STORE_UNIT_SIZE - mf.file_from_offset
+        end = mf.read_position()
+        if pos >= end or not mf.c_hold():
+            mf = None
+    else:
+        mf = None
+    if mf is None:
+        return _result(statuses[GM_OFFSET_FOUND_NULL], offset if keep_offset else offset + units - offset % units,
+                       min_o, max_o, [], 0, False)
+    if ncl > 0:
+        last = <MappedFile>PyList_GET_ITEM(cl_files, ncl - 1)
+        cl_max = last.file_from_offset + last.read_position()
+    out = []
+    try:
+        code = _scan(mf, pos, end, cl_files, cl_file_size, cl_max, nums, lim, tag_codes, tag_names, filt, out,
+                     &consumed, &total, &last_phy)
+    finally:
+        mf.c_release()
+    return _result(statuses[code], offset if keep_offset else offset + consumed, min_o, max_o, out, total,
+                   last_phy >= 0 and cl_max - last_phy > lim.memory_window)
 
 
 # ----------------------------------------------------------------------------------------------------

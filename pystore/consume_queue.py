@@ -56,6 +56,7 @@ class ConsumeQueue(ConsumeQueueCore):
 
     def recover(self) -> None:
         """Find the end of valid units (from the third-last file), cut the rest (FORMAT.md §8.1)."""
+        self.forget_time_samples()
         files = self.queue.files
         if not files:
             self.last_file = None
@@ -87,6 +88,7 @@ class ConsumeQueue(ConsumeQueueCore):
         """Drop units whose message starts at or after ``phy_offset`` (FORMAT.md §8.4): whole files from the end
         while their first unit is beyond it, then the tail of the file that straddles it."""
         self.max_physic_offset = phy_offset
+        self.forget_time_samples()
         while True:
             last = self.queue.last()
             if last is None:
@@ -176,10 +178,17 @@ class ConsumeQueue(ConsumeQueueCore):
         self.correct_min_offset(min_commit_log_offset)
         return n
 
-    def refresh_read_only(self) -> None:
+    def refresh_read_only(self, min_commit_log_offset: int = -1) -> None:
+        """Read-only: map files the writer created, drop ones it deleted, and move the end to the last whole
+        unit. Units are append-only, so a file is scanned from where the last refresh stopped; files seen full
+        are not scanned again. With ``min_commit_log_offset``, the min offset follows the commit log's head."""
+        known = {mf.file_name: mf.read_position for mf in self.queue.files}
         files = self.queue.refresh()
         for mf in files:
-            pos, mx = recover_units(mf, 0)
+            start = known.get(mf.file_name, 0)
+            if start >= mf.file_size:
+                continue
+            pos, mx = recover_units(mf, start)
             mf.set_positions(pos)
             if mx >= 0:
                 self.max_physic_offset = mx
@@ -187,12 +196,15 @@ class ConsumeQueue(ConsumeQueueCore):
         if first is not None and self.min_logic_offset < first.file_from_offset:
             self.min_logic_offset = first.file_from_offset
         self.last_file = self.queue.last()
+        if min_commit_log_offset >= 0:
+            self.correct_min_offset(min_commit_log_offset)
 
     def close(self) -> None:
         self.queue.close()
         self.last_file = None
 
     def destroy(self) -> None:
+        self.forget_time_samples()
         self.queue.destroy()
         self.last_file = None
         self.max_physic_offset = 0
@@ -302,10 +314,23 @@ class ConsumeQueueStore:
             for cq in self._queues.values():
                 cq.close()
 
-    def refresh_read_only(self) -> None:
+    def refresh_read_only(self, min_commit_log_offset: int = -1) -> None:
         self.load_new()
         for cq in self.queues():
-            cq.refresh_read_only()
+            cq.refresh_read_only(min_commit_log_offset)
+
+    def refresh_queue_read_only(self, topic: str, queue_id: int,
+                                min_commit_log_offset: int = -1) -> ConsumeQueue | None:
+        """Read-only: follow one queue (mapping it if the writer created it since)."""
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            if not os.path.isdir(os.path.join(self.store_path, topic, str(queue_id))):
+                return None
+            cq = self.find_or_create(topic, queue_id)
+            if cq.load():
+                cq.recover()
+        cq.refresh_read_only(min_commit_log_offset)
+        return cq
 
     def load_new(self) -> None:
         """Read-only: map queues created since load."""
@@ -318,5 +343,5 @@ class ConsumeQueueStore:
             for qname in os.listdir(tdir):
                 if qname.isdigit() and (topic, int(qname)) not in self._queues:
                     cq = self.find_or_create(topic, int(qname))
-                    cq.load()
-
+                    if cq.load():
+                        cq.recover()

@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message
-from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, scan_for_messages, search_offset_by_time
+from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
@@ -64,6 +64,14 @@ __all__ = ["MessageStore"]
 log = logging.getLogger(__name__)
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
+
+#: ``_cq.read_queue`` codes (SCAN_* then GM_*) -> GetMessageStatus
+_GET_STATUS = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
+               GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_TOO_SMALL,
+               GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+               GetMessageStatus.OFFSET_FOUND_NULL)
+_NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
+_SLAVE = BrokerRole.SLAVE
 
 
 def _not_available(msg: object) -> PutMessageResult:
@@ -532,8 +540,11 @@ class MessageStore:
         return mf.select_mapped_buffer(offset - mf.file_from_offset)
 
     def get_topic_queue_table(self) -> dict[tuple[str, int], int]:
-        """``{(topic, queue_id): next queue offset}``."""
-        return self._check_readable().get_topic_queue_table()
+        """``{(topic, queue_id): next queue offset}`` (a read-only store follows the writer first)."""
+        cl = self._check_readable()
+        if self.read_only:
+            self.refresh()
+        return cl.get_topic_queue_table()
 
     def dispatch_behind_bytes(self, _internal: bool = False) -> int:
         """How far the consume queues lag the commit log, in bytes: 0 with inline dispatch (ASYNC_FLUSH);
@@ -549,9 +560,10 @@ class MessageStore:
     # reading by queue
     # ------------------------------------------------------------------------------------------
 
-    def _queue(self, topic: str, queue_id: int, need: int = -1) -> ConsumeQueue | None:
-        """The consume queue of (topic, queue_id); a read-only store first looks for new data if the queue is
-        unknown or ``need`` lies beyond what it has seen."""
+    def _queue(self, topic: str, queue_id: int, need: int = -1, fresh: bool = False) -> ConsumeQueue | None:
+        """The consume queue of (topic, queue_id); a read-only store first follows the writer (that queue and
+        the commit log) if the queue is unknown, ``fresh`` is asked for, or ``need`` lies beyond what it has
+        seen."""
         self._check_readable()
         if not isinstance(topic, str):
             raise TypeError("topic must be str, got %s" % type(topic).__name__)
@@ -559,9 +571,23 @@ class MessageStore:
             raise TypeError("queue_id must be int, got %s" % type(queue_id).__name__)
         assert self._cq_store is not None
         cq = self._cq_store.find(topic, queue_id)
-        if self.read_only and (cq is None or need >= cq.get_max_offset_in_queue()):
-            self.refresh()
-            cq = self._cq_store.find(topic, queue_id)
+        if self.read_only and (cq is None or fresh or need >= cq.get_max_offset_in_queue()):
+            cq = self._refresh_queue(topic, queue_id)
+        return cq
+
+    def _refresh_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """Read-only: the queue first, then the commit log. The writer publishes a unit only after its record
+        (and every record before it) is whole, so the commit log scanned afterwards covers every unit seen;
+        the other order lets units written between the two scans point past the commit log in view."""
+        cl, cqs = self._commitlog, self._cq_store
+        assert cl is not None and cqs is not None
+        with self._refresh_lock:
+            cq = cqs.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
+            cl.refresh_read_only()
+            if cq is not None:
+                cell = cl.get_cell(topic, queue_id)
+                cell.consume_queue = cq
+                cell.next_offset = cq.get_max_offset_in_queue()
         return cq
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
@@ -575,49 +601,32 @@ class MessageStore:
             log.warning("%s: get_message while the store is not readable", self.root)
             return None
         tag_codes = tag_names = filt = None
-        if isinstance(message_filter, str):
-            message_filter = TagFilter(message_filter)
-        if isinstance(message_filter, TagFilter):
-            if not message_filter.match_all:
-                tag_codes, tag_names = message_filter.codes, message_filter.tags
-        elif message_filter is not None:
-            if not (hasattr(message_filter, "is_matched_by_consume_queue")
-                    and hasattr(message_filter, "is_matched_by_commit_log")):
+        if message_filter is not None:
+            if isinstance(message_filter, str):
+                message_filter = TagFilter(message_filter)
+            if isinstance(message_filter, TagFilter):
+                if not message_filter.match_all:
+                    tag_codes, tag_names = message_filter.codes, message_filter.tags
+            elif not (hasattr(message_filter, "is_matched_by_consume_queue")
+                      and hasattr(message_filter, "is_matched_by_commit_log")):
                 raise TypeError("message_filter must be None, a TagFilter, or have is_matched_by_consume_queue "
                                 "and is_matched_by_commit_log")
-            filt = message_filter
+            else:
+                filt = message_filter
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), 0, 0)
-        min_o, max_o = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        if max_o == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), min_o, max_o)
-        if offset < min_o:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, self._next(offset, min_o), min_o, max_o)
-        if offset == max_o:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, self._next(offset, offset), min_o, max_o)
-        if offset > max_o:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, self._next(offset, max_o), min_o, max_o)
-        buf = cq.get_index_buffer(offset)
-        if buf is None:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, self._next(offset, cq.roll_next_file(offset)),
-                                    min_o, max_o)
-        mf, pos, end = buf
-        cl = self._commitlog
-        assert cl is not None and self._limits is not None
-        cl_max = cl.get_max_offset()
-        if not mf.hold():
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, self._next(offset, cq.roll_next_file(offset)),
-                                    min_o, max_o)
-        try:
-            code, consumed, messages, total, last_phy = scan_for_messages(
-                mf, pos, end, cl.queue.files, cl.queue.mapped_file_size, cl_max, max(max_msg_nums, 1),
-                self._limits, tag_codes, tag_names, filt)
-        finally:
-            mf.release()
-        status = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
-                  GetMessageStatus.MESSAGE_WAS_REMOVING)[code]
-        suggest = last_phy >= 0 and cl_max - last_phy > self._limits.memory_window
-        return GetMessageResult(status, self._next(offset, offset + consumed), min_o, max_o, messages, total, suggest)
+        queue = self._commitlog.queue                       # type: ignore[union-attr]
+        slave = self.config.broker_role is _SLAVE
+        # the decision table, the scan and the result, in C (_cq.read_queue)
+        r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
+                       tag_names, filt, _GET_STATUS, slave)
+        if self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
+            # the unit is there but its record is past this reader's view of the commit log (another
+            # thread refreshed the queue meanwhile): catch the commit log up and look again
+            self._refresh_queue(topic, queue_id)
+            r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
+                           tag_names, filt, _GET_STATUS, slave)
+        return r
 
     def _next(self, old: int, new: int) -> int:
         """RocketMQ ``nextOffsetCorrection``: a slave keeps the requested offset."""
@@ -625,11 +634,11 @@ class MessageStore:
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""
-        cq = self._queue(topic, queue_id)
+        cq = self._queue(topic, queue_id, fresh=True)
         return 0 if cq is None else cq.get_max_offset_in_queue()
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._queue(topic, queue_id)
+        cq = self._queue(topic, queue_id, fresh=True)
         return 0 if cq is None else cq.get_min_offset_in_queue()
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
@@ -643,14 +652,11 @@ class MessageStore:
         ``"upper"`` the last offset stored at or before it (0 if none is). 0 for an unknown queue."""
         if boundary not in ("lower", "upper"):
             raise ValueError("boundary must be 'lower' or 'upper', got %r" % (boundary,))
-        cq = self._queue(topic, queue_id)
+        cq = self._queue(topic, queue_id, fresh=True)
         if cq is None:
             return 0
-        cl = self._commitlog
-        assert cl is not None
-        return search_offset_by_time(cq.queue.files, cq.queue.mapped_file_size, cq.get_min_offset_in_queue(),
-                                     cq.get_max_offset_in_queue(), cl.queue.files, cl.queue.mapped_file_size,
-                                     timestamp, boundary == "lower")
+        queue = self._commitlog.queue                       # type: ignore[union-attr]
+        return queue_offset_by_time(cq, queue.files, queue.mapped_file_size, timestamp, boundary == "lower")
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
         """Store time of the commit log's first message, or (with a topic and queue) of the queue's first
@@ -661,7 +667,7 @@ class MessageStore:
             return -1 if low < 0 else cl.pickup_store_timestamp(low)
         if queue_id is None:
             raise TypeError("get_earliest_message_time needs a queue_id with a topic")
-        cq = self._queue(topic, queue_id)
+        cq = self._queue(topic, queue_id, fresh=True)
         if cq is None:
             return -1
         return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
@@ -679,7 +685,7 @@ class MessageStore:
         return int(pickup_store_timestamp(cl.queue.files, cl.queue.mapped_file_size, u[0], u[1]))
 
     def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._queue(topic, queue_id)
+        cq = self._queue(topic, queue_id, fresh=True)
         return 0 if cq is None else cq.get_max_offset_in_queue() - cq.get_min_offset_in_queue()
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
@@ -756,15 +762,18 @@ class MessageStore:
         if not self.read_only or self._commitlog is None:
             return
         with self._refresh_lock:
+            # queues before the commit log, the index before the commit log: every unit and index entry seen
+            # then points at a record in view (see _refresh_queue)
+            if self._cq_store is not None:
+                self._cq_store.refresh_read_only(self._commitlog.get_min_offset())
+            if self._index is not None:
+                self._index.refresh_read_only()
             self._commitlog.refresh_read_only()
             if self._cq_store is not None:
-                self._cq_store.refresh_read_only()
                 for cq in self._cq_store.queues():
                     cell = self._commitlog.get_cell(cq.topic, cq.queue_id)
                     cell.consume_queue = cq
                     cell.next_offset = cq.get_max_offset_in_queue()
-            if self._index is not None:
-                self._index.refresh_read_only()
 
     def get_runtime_info(self) -> dict[str, str]:
         """Runtime figures under RocketMQ's key names where they apply."""
