@@ -328,8 +328,8 @@ cdef class CommitLogCore:
                     mf.store_timestamp = ts
                     if enters:
                         cell.next_offset = qoff + 1
-                        if self.dispatcher is not None:
-                            self.dispatcher.dispatch(cell, msg, phy, total, ts, qoff)
+                    if self.dispatcher is not None:     # PREPARED records are indexed, not queued
+                        self.dispatcher.dispatch(cell, msg, phy, total, ts, qoff)
         finally:
             self.begin_time_in_lock = 0
             self.put_lock.unlock()

@@ -753,13 +753,15 @@ cdef class QueueDispatcher(Dispatcher):
                       int64_t queue_offset) except -1:
         cdef object cq = cell.consume_queue
         cdef int64_t tags = msg._tags_code
-        if cq is None:
-            cq = self.create_queue(cell.topic, cell.queue_id)
-            cell.consume_queue = cq
-        if msg._delay_level > 0 and cell.topic == self.schedule_topic:
-            tags = self._deliver_time(msg._delay_level, store_ts)
-        (<ConsumeQueueCore>cq).put_unit(phy_offset, size, tags, queue_offset)
-        (<ConsumeQueueCore>cq).last_store_ts = store_ts
+        # every record reaches here (the index takes PREPARED ones too); only NOT/COMMIT enter a queue
+        if _enters_queue(msg._sys_flag):
+            if cq is None:
+                cq = self.create_queue(cell.topic, cell.queue_id)
+                cell.consume_queue = cq
+            if msg._delay_level > 0 and cell.topic == self.schedule_topic:
+                tags = self._deliver_time(msg._delay_level, store_ts)
+            (<ConsumeQueueCore>cq).put_unit(phy_offset, size, tags, queue_offset)
+            (<ConsumeQueueCore>cq).last_store_ts = store_ts
         self.last_store_ts = store_ts
         if self.index is not None:
             keys = msg._props.get("KEYS")

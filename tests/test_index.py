@@ -260,3 +260,13 @@ def test_look_message_by_offset_not_at_a_record(store_factory):
     assert store.look_message_by_offset(a.wrote_offset + 3) is None
     assert store.look_message_by_offset(-1) is None
     assert store.look_message_by_offset(10**15) is None
+
+
+def test_inline_dispatch_indexes_prepared_messages(store_factory):
+    """FORMAT.md §3.3 / §7.2: the index takes NOT, PREPARED and COMMIT records (only ROLLBACK is skipped); only
+    the consume queue is limited to NOT and COMMIT. Inline dispatch (ASYNC_FLUSH) indexes PREPARED at once."""
+    store = store_factory()
+    store.put_message(make_message(0, keys="prep", sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE))
+    store.put_message(make_message(1, keys="rollback", sys_flag=SysFlag.TRANSACTION_ROLLBACK_TYPE))
+    assert [m.body for m in store.query_message(TOPIC, "prep").messages] == [b"Hello RocketMQ 0"]
+    assert store.query_message(TOPIC, "rollback").messages == []
