@@ -151,10 +151,30 @@ SIZES = {
 }
 
 
+#: Small consume-queue and index files for every store the crash tests open (the defaults, 6 MB per queue
+#: and a 420 MB index file, would make each test store hundreds of megabytes). The queue files hold 256
+#: units, so queues roll and their recovery walks several files.
+SMALL_FILES = {
+    "mapped_file_size_consume_queue": 256 * 20,
+    "max_hash_slot_num": 512,
+    "max_index_num": 2048,
+}
+
+
+def open_store(root, file_size: int, **kw):
+    """``MessageStore.open`` with the crash tests' small files (commit log of ``file_size`` bytes)."""
+    from pystore.store import MessageStore
+
+    opts = dict(SMALL_FILES, mapped_file_size_commit_log=file_size)
+    opts.update(kw)
+    return MessageStore.open(str(root), **opts)
+
+
 def _store_options(args) -> dict:
     from pystore.config import FlushDiskType
 
     return {
+        **SMALL_FILES,
         "mapped_file_size_commit_log": args.file_size,
         "flush_disk_type": FlushDiskType.SYNC_FLUSH if args.mode == "sync" else FlushDiskType.ASYNC_FLUSH,
         "flush_interval_commit_log": args.flush_interval,
@@ -280,9 +300,7 @@ def cmd_write(args) -> int:
 
 
 def cmd_open(args) -> int:
-    from pystore.store import MessageStore
-
-    store = MessageStore.open(args.root, mapped_file_size_commit_log=args.file_size)
+    store = open_store(args.root, args.file_size)
     print("OPENED %d" % store.get_max_phy_offset(), flush=True)
     store.shutdown()
     return 0
@@ -455,10 +473,9 @@ def verify_recovered(root: str, acks: list[Ack], file_size: int, reopen: int = 2
     """Open the store (recovering it), check it against the raw walk and the ack log, then reopen it
     ``reopen`` more times: recovery is idempotent (same max offset, the same bytes on disk). Returns a
     summary."""
-    from pystore.store import MessageStore
     from pystore.tools import iter_commitlog
 
-    store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
+    store = open_store(root, file_size)
     try:
         summary: dict = {"abnormal": not store.last_exit_ok}
         max_off = store.get_max_phy_offset()
@@ -479,7 +496,7 @@ def verify_recovered(root: str, acks: list[Ack], file_size: int, reopen: int = 2
         store.shutdown()
     digest = log_digest(root)
     for _ in range(reopen):
-        store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
+        store = open_store(root, file_size)
         try:
             again = store.get_max_phy_offset()
         finally:

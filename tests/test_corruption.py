@@ -53,9 +53,7 @@ def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_
     four queues); returns the walk of its files."""
     rng = random.Random(seed)
     idx = 0
-    with MessageStore.open(
-        str(root), mapped_file_size_commit_log=file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH
-    ) as store:
+    with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:
         while idx < messages:
             topic = cw.TOPICS[rng.randrange(3)]
             qid = rng.randrange(cw.QUEUES)
@@ -125,8 +123,7 @@ def make_abnormal(root) -> None:
 
 
 def open_store(root, **kw) -> MessageStore:
-    kw.setdefault("mapped_file_size_commit_log", FILE_SIZE)
-    return MessageStore.open(str(root), **kw)
+    return cw.open_store(root, kw.pop("mapped_file_size_commit_log", FILE_SIZE), **kw)
 
 
 def check_recovered(root, expect: list[cw.RawRecord], touched: int = -1, **kw) -> int:

@@ -227,7 +227,7 @@ def check_read_only(root, acks: list[cw.Ack], file_size: int) -> None:
         # while the allocate service was creating a file leaves it empty, and a read-only open then fails.
         return
     before = cw.log_digest(str(root))
-    store = MessageStore.open(str(root), read_only=True, mapped_file_size_commit_log=file_size)
+    store = cw.open_store(root, file_size, read_only=True)
     try:
         for a in acks:
             m = store.look_message_by_offset(a.offset)
@@ -453,7 +453,7 @@ def test_crashpoint_commitlog_roll(procs, tmp_path, mode, nth, file_size):
     assert len(w.records) == len(acks), "one thread: every stored message was acknowledged before the kill"
     summary = cw.verify_recovered(str(root), acks, file_size)
     assert summary["abnormal"] and summary["max_offset"] == (nth - 1) * file_size
-    with MessageStore.open(str(root), mapped_file_size_commit_log=file_size) as store:
+    with cw.open_store(root, file_size) as store:
         from pystore import Message
 
         r = store.put_message(Message("AfterRoll", b"x" * 100))
@@ -521,7 +521,7 @@ def test_crashpoint_shutdown(procs, tmp_path, point, mode):
 
         cp = StoreCheckpoint(str(checkpoint), read_only=True)
         last = cw.walk_log(str(root)).records[-1]
-        with MessageStore.open(str(root), read_only=True, mapped_file_size_commit_log=file_size) as ro:
+        with cw.open_store(root, file_size, read_only=True) as ro:
             last_ts = ro.look_message_by_offset(last.offset).store_timestamp
         assert cp.trusted and cp.physic_msg_timestamp == last_ts, (cp, last_ts)
     else:
@@ -541,9 +541,7 @@ def _store_needing_truncation(root, file_size: int, abort: bool) -> list[cw.RawR
     from pystore import Message
     from pystore.config import FlushDiskType
 
-    with MessageStore.open(
-        str(root), mapped_file_size_commit_log=file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH
-    ) as store:
+    with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:
         for i in range(120):
             store.put_message(
                 Message("Torn", cw.make_body(i, "Torn", 0, 40 + (i * 37) % 300), keys="k%d" % i)
@@ -578,7 +576,7 @@ def test_crashpoint_recovery(procs, tmp_path, point, abort):
     records = _store_needing_truncation(root, file_size, abort)
     damaged = cw.log_digest(str(root))
     shutil.copytree(root, ref)
-    with MessageStore.open(str(ref), mapped_file_size_commit_log=file_size) as store:  # uninterrupted
+    with cw.open_store(ref, file_size) as store:  # uninterrupted
         ref_max = store.get_max_phy_offset()
     assert ref_max == records[-1].offset + records[-1].size
     p = procs.start("open", str(root), "--file-size", str(file_size), crashpoint=point)
@@ -629,7 +627,7 @@ def _open_read_only_retrying(root, file_size: int) -> MessageStore:
 
     for _ in range(500):
         try:
-            return MessageStore.open(str(root), read_only=True, mapped_file_size_commit_log=file_size)
+            return cw.open_store(root, file_size, read_only=True)
         except StoreError:
             # KNOWN BUG (test_crash_bugs.py::test_read_only_open_with_empty_last_file): a read-only open fails
             # while the writer's allocate service is creating a file

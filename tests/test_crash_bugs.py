@@ -75,7 +75,7 @@ def test_single_truncated_file_is_not_taken_as_the_geometry(tmp_path):
     3000-byte files: a put of a 5000-byte message returns MESSAGE_ILLEGAL and new files are named on a
     3000-byte grid that RocketMQ cannot read."""
     root = tmp_path / "store"
-    with MessageStore.open(str(root), mapped_file_size_commit_log=FS) as store:
+    with cw.open_store(root, FS) as store:
         for i in range(20):
             assert store.put_message(Message("T", cw.make_body(i, "T", 0, 200), keys="k%d" % i)).is_ok()
     only = os.path.join(cw.commitlog_dir(str(root)), "%020d" % 0)
@@ -124,9 +124,7 @@ def test_read_only_max_offset_of_a_live_writer(tmp_path):
     has written. Actual: the reader claims N is full (max offset = N+1's start); looking at an offset
     between the real end and that max returns None, indistinguishable from a blank."""
     root = tmp_path / "store"
-    writer = MessageStore.open(
-        str(root), mapped_file_size_commit_log=FS, flush_disk_type=FlushDiskType.ASYNC_FLUSH
-    )
+    writer = cw.open_store(root, FS, flush_disk_type=FlushDiskType.ASYNC_FLUSH)
     try:
         for i in range(10):
             assert writer.put_message(Message("T", cw.make_body(i, "T", 0, 300), keys="k%d" % i)).is_ok()
