@@ -96,6 +96,8 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
                             scanned, seconds)
     if stop is not None:
         _judge_damage(stop, files, i, checkpoint, config, result, read_only)
+        if read_only and result.damage is not None:
+            commitlog.damage_fence = offset      # a reader's later refreshes stay before the damage
     log.info("commit log %s recovery from %s: %d messages, valid end at %d (%.1f MB/s)",
              "abnormal" if abnormal else "normal", result.start_file, records, offset,
              result.scan_rate / 1e6)
@@ -142,11 +144,18 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
 
 def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, config: Any, abnormal: bool,
                   read_only: bool = False) -> RecoveryResult:
-    """RocketMQ ``recover``: consume queues first (their valid ends), then the commit log, then cut units
+    """RocketMQ ``recover``: the commit log's valid end, then the consume queues' (their valid ends), cut units
     pointing past the log's end, re-dispatch what the queues miss, and rebuild the topic-queue table
-    (``recoverTopicQueueTable``: next offsets from the queues, min offsets corrected)."""
-    max_cq_phy = cq_store.recover()
+    (``recoverTopicQueueTable``: next offsets from the queues, min offsets corrected).
+
+    The commit log is judged first: when it refuses to open (:class:`StoreCorruptedError`) nothing has been
+    written, neither in the log nor in the queues or the index. ``reput`` is the ``ReputService``, or a
+    callable that makes it once the log is judged (the store loads the index there: an abnormal recovery
+    drops index files newer than the checkpoint, which must not happen for an open that is refused)."""
     result = recover_commit_log(commitlog, checkpoint, config, abnormal, read_only)
+    if callable(reput) and not hasattr(reput, "dispatch_until"):
+        reput = reput()
+    cq_store.recover()
     queue = commitlog.queue
     if not read_only:
         if not queue.files:
