@@ -55,6 +55,8 @@ __all__ = ["MessageStore"]
 log = logging.getLogger(__name__)
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
+#: A writer's checkpoint reaches the file at most this often, when a flush service moved a time (5.x: 1 s).
+_CHECKPOINT_FLUSH_MS = 1000
 
 
 def _not_available(msg: object) -> PutMessageResult:
@@ -205,6 +207,8 @@ class MessageStore:
         self.recovery = recover_store(self._commitlog, self._cq_store, make_reput, self._checkpoint, cfg, abnormal,
                                       self.read_only)
         self._commitlog.attach_last()
+        if not self.read_only:
+            self._checkpoint.auto_flush_ms = _CHECKPOINT_FLUSH_MS
         self._state = _LOADED
         return True
 

@@ -139,6 +139,8 @@ def check_recovered(root, expect: list[cw.RawRecord], touched: int = -1, **kw) -
             if not r.offset <= touched < r.offset + r.size:
                 cw.check_message(m, r.idx)
         assert store.look_message_by_offset(max_off) is None
+        w = cw.walk_log(str(root))
+        table = cw.check_queues(store, w)
     w = cw.walk_log(str(root))
     cw.check_chain(w)
     assert [(r.offset, r.body) for r in w.records] == [(r.offset, r.body) for r in expect]
@@ -146,6 +148,7 @@ def check_recovered(root, expect: list[cw.RawRecord], touched: int = -1, **kw) -
     digest = cw.log_digest(str(root))
     with open_store(root, **kw) as store:
         assert store.get_max_phy_offset() == max_off
+        assert {k: v for k, v in store.get_topic_queue_table().items() if v > 0} == table
     assert cw.log_digest(str(root)) == digest
     got = [(m.commit_log_offset, m.store_size) for m in iter_commitlog(str(root), verify_crc=True)]
     assert got == [(r.offset, r.size) for r in expect]

@@ -515,17 +515,18 @@ def test_crashpoint_shutdown(procs, tmp_path, point, mode):
     assert len(w.records) == len(acks) > 250, "every put returned before the shutdown: all are acknowledged"
     assert w.end == acks[-1].offset + acks[-1].size
     assert os.path.exists(root / "abort"), "the abort file must survive a shutdown that did not finish"
-    checkpoint = root / "checkpoint"
-    if point == "shutdown.checkpoint":
-        from pystore.checkpoint import StoreCheckpoint
+    from pystore.checkpoint import StoreCheckpoint
 
-        cp = StoreCheckpoint(str(checkpoint), read_only=True)
-        last = cw.walk_log(str(root)).records[-1]
-        with cw.open_store(root, file_size, read_only=True) as ro:
-            last_ts = ro.look_message_by_offset(last.offset).store_timestamp
+    cp = StoreCheckpoint(str(root / "checkpoint"), read_only=True)
+    last = cw.walk_log(str(root)).records[-1]
+    with cw.open_store(root, file_size, read_only=True) as ro:
+        last_ts = ro.look_message_by_offset(last.offset).store_timestamp
+    if point == "shutdown.checkpoint":
         assert cp.trusted and cp.physic_msg_timestamp == last_ts, (cp, last_ts)
     else:
-        assert not checkpoint.exists(), "no checkpoint is written before the final flush"
+        # the flush services may have written it already (once a second); it never claims more than the
+        # log holds
+        assert cp.trusted and cp.physic_msg_timestamp <= last_ts, (cp, last_ts)
     summary = cw.verify_recovered(str(root), acks, file_size)
     assert summary["abnormal"] and summary["records"] == len(acks)
     assert summary["max_offset"] == w.end
