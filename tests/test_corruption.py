@@ -7,10 +7,9 @@ Stores are built in this process with SYNC_FLUSH and small files (16 KiB) so the
 down cleanly (the checkpoint then says every message is flushed), damaged with plain file writes at
 offsets taken from an independent ``struct`` walk of the files (``crash_writer.walk_log``), and reopened.
 
-TODO when consume queues land (``git merge main``): after each recovery the consume queues must hold
-exactly the recovered messages (``get_message`` in queue order, no unit pointing past the cut), a
-missing ``consumequeue`` folder must be rebuilt from the commit log, and the topic-queue table must
-continue from the recovered units.
+After each recovery the consume queues must hold exactly the recovered messages
+(``crash_writer.check_queues``: every unit points at its whole record, queue offsets gap-free from 0,
+``get_message`` in queue order, the topic-queue table the same after a reopen).
 """
 
 from __future__ import annotations
@@ -173,9 +172,8 @@ def victim_in_file(w: cw.Walk, file_start: int, rng: random.Random) -> cw.RawRec
 
 @pytest.mark.parametrize("which", ["last", "middle"])
 def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
-    """A commit-log file shorter than the store's file size: the store refuses to load (RocketMQ's rule),
-    names the file in its log, and touches nothing. (That the exception itself does not name the file is
-    reported in test_crash_bugs.py.)"""
+    """A commit-log file shorter than the store's file size: the store refuses to load (RocketMQ's rule) with
+    StoreCorruptedError naming the file and where it ends, logs it, and touches nothing."""
     root = tmp_path / "store"
     w = build_store(root)
     names = cw.log_files(str(root))
@@ -186,13 +184,16 @@ def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
     os.truncate(victim, straddled.offset - start + 50)  # the file now ends inside a record
     before = tree_digest(root)
     with caplog.at_level(logging.ERROR, logger="pystore"):
-        with pytest.raises(StoreError) as ei:
+        with pytest.raises(StoreCorruptedError) as ei:
             open_store(root)
-    assert str(root) in str(ei.value)
+    cut = straddled.offset + 50  # where the file now ends
+    assert (ei.value.path, ei.value.offset) == (victim, cut), ei.value
+    assert victim in str(ei.value) and str(cut) in str(ei.value)
     assert any(victim in rec.getMessage() for rec in caplog.records), [r.getMessage() for r in caplog.records]
     assert tree_digest(root) == before
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreCorruptedError) as ei:
         open_store(root, read_only=True)
+    assert ei.value.path == victim
     assert tree_digest(root) == before
     # the offline reader names the file too, at the record the file ends inside
     got = []
@@ -201,6 +202,59 @@ def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
             got.append(m.commit_log_offset)
     assert (ei2.value.path, ei2.value.offset) == (victim, straddled.offset)
     assert got == [r.offset for r in w.records if r.offset < straddled.offset]
+
+
+def test_single_cut_short_file_is_not_taken_as_the_geometry(tmp_path):
+    """The only commit-log file, cut to 3000 bytes (inside a record). The store does not mistake its size
+    for the store's file size (it would then put on a 3000-byte grid RocketMQ cannot read): it refuses,
+    naming the file."""
+    root = tmp_path / "store"
+    with open_store(root) as store:
+        for i in range(20):
+            assert store.put_message(Message("T", cw.make_body(i, "T", 0, 200), keys="k%d" % i)).is_ok()
+    only = file_of(root, 0)
+    os.truncate(only, 3000)
+    before = tree_digest(root)
+    with pytest.raises(StoreCorruptedError) as ei:
+        open_store(root)
+    assert (ei.value.path, ei.value.offset) == (only, 3000)
+    assert tree_digest(root) == before
+
+
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_missing_middle_file(tmp_path, abnormal):
+    """A commit-log file in the middle of the log is missing (deleted by hand, lost by the file system):
+    opening, for writing or reading, raises StoreCorruptedError naming the missing file and its offset, and
+    touches nothing; its messages are gone, and nothing may quietly skip them."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300)
+    names = cw.log_files(str(root))
+    gone = os.path.join(cw.commitlog_dir(str(root)), names[-2])
+    os.unlink(gone)
+    if abnormal:
+        make_abnormal(root)
+    assert [r for r in w.records if int(names[-2]) <= r.offset < int(names[-2]) + FILE_SIZE]
+    before = tree_digest(root)
+    for read_only in (False, True):
+        with pytest.raises(StoreCorruptedError) as ei:
+            open_store(root, read_only=read_only).shutdown()
+        assert (ei.value.path, ei.value.offset) == (gone, int(names[-2]))
+    assert tree_digest(root) == before
+
+
+def test_read_only_open_with_empty_last_file(tmp_path):
+    """A writer killed while the allocate service was creating a file leaves it empty (so does a live writer,
+    for a moment, at every file creation): a read-only open ignores it, deletes nothing, and sees every
+    message."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=100)
+    empty = os.path.join(cw.commitlog_dir(str(root)), "%020d" % (int(cw.log_files(str(root))[-1]) + FILE_SIZE))
+    open(empty, "wb").close()
+    with open_store(root, read_only=True) as ro:
+        assert ro.get_max_phy_offset() == w.end
+        for r in w.records:
+            cw.check_message(ro.look_message_by_offset(r.offset), r.idx)
+    assert os.path.exists(empty)
 
 
 def test_empty_last_file_is_deleted(tmp_path):
@@ -405,10 +459,14 @@ def test_middle_damage_raises_store_corrupted(tmp_path, kind, abnormal):
 
     kept = [r for r in w.records if r.offset + r.size <= where]
     with open_store(root, read_only=True) as ro:
-        # (that a later refresh widens the view past the damage again is in test_crash_bugs.py)
         assert ro.recovery.process_offset == where
         for r in kept[-20:]:
             cw.check_message(ro.look_message_by_offset(r.offset), r.idx)
+        # later refreshes (a look at or past the end re-reads the folder) never widen the view past the damage
+        assert ro.get_max_phy_offset() == where
+        assert ro.look_message_by_offset(where) is None
+        assert ro.look_message_by_offset(w.records[-1].offset) is None
+        assert ro.get_max_phy_offset() == where
     assert tree_digest(root) == before, "a read-only open changed files"
 
     max_off = check_recovered(root, kept, recover_truncate_corrupted=True)
@@ -549,9 +607,27 @@ def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
 
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_missing_consume_queue_folder(tmp_path, abnormal):
+    """The ``consumequeue`` folder is gone (FORMAT.md §8.6): the queues are rebuilt from the commit log,
+    every unit pointing at its record, and the topic-queue table continues from them."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=13)
+    table = {k: len(v) for k, v in cw.queues_of(w).items()}
+    shutil.rmtree(root / "consumequeue")
+    if abnormal:
+        make_abnormal(root)
+    check_recovered(root, w.records)
+    with open_store(root) as store:
+        assert {k: v for k, v in store.get_topic_queue_table().items() if v > 0} == table
+        topic, qid = cw.TOPICS[0], 0
+        r = store.put_message(Message(topic, cw.make_body(10**6, topic, qid, 10), keys="k%d" % 10**6, queue_id=qid))
+        assert r.is_ok() and r.append_message_result.logics_offset == table[(topic, qid)]
+
+
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
 def test_oldest_files_gone(tmp_path, abnormal):
     """The oldest files are gone, as cleanup leaves a store: it opens with the first file left as its min
-    offset and every record from there on. (A file missing in the middle is in test_crash_bugs.py.)"""
+    offset and every record from there on. (A file missing in the middle: test_missing_middle_file.)"""
     root = tmp_path / "store"
     w = build_store(root, messages=300)
     names = cw.log_files(str(root))
