@@ -474,6 +474,27 @@ def test_middle_damage_raises_store_corrupted(tmp_path, kind, abnormal):
     assert all(int(n) <= where for n in cw.log_files(str(root)))
 
 
+def test_check_crc_on_recover_is_honoured(tmp_path):
+    """``check_crc_on_recover=False`` (RocketMQ ``checkCRCOnRecover``): recovery does not compute body CRCs,
+    so a record whose body has a flipped bit is kept, as is everything after it, and the log is not cut;
+    with the default (True) the same store is refused at that record."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=14)
+    v = victim_in_file(w, files_with_records(w)[-2], random.Random(14))
+    flip_bit(root, body_offset(v) + len(v.body) // 2, 2)
+    for abnormal in (False, True):
+        if abnormal:
+            make_abnormal(root)
+        with open_store(root, check_crc_on_recover=False) as store:
+            assert store.recovery.process_offset == w.end and store.get_max_phy_offset() == w.end
+            assert store.look_message_by_offset(v.offset).body != v.body
+            cw.check_message(store.look_message_by_offset(w.records[-1].offset), w.records[-1].idx)
+    make_abnormal(root)
+    with pytest.raises(StoreCorruptedError) as ei:
+        open_store(root)
+    assert (ei.value.path, ei.value.offset) == (file_of(root, v.offset), v.offset)
+
+
 def test_damage_before_normal_recovery_window(tmp_path):
     """Normal recovery walks only the last three files (RocketMQ), so damage in an older file is not seen
     by a clean open: the store opens with everything. The offline reader with CRC checks, and an abnormal

@@ -760,3 +760,55 @@ def test_corruption_guard_after_a_crash(procs, tmp_path):
         cw.open_store(root, fs)
     assert (ei.value.path, ei.value.offset) == (tc.file_of(root, v.offset), v.offset)
     assert tc.tree_digest(root) == before
+
+
+# ----------------------------------------------------------------------------------------------
+# SYNC_FLUSH: the put waits for the group commit, consumers only see flushed data
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
+    """With the group commit held back, a SYNC_FLUSH put returns FLUSH_DISK_TIMEOUT after
+    ``sync_flush_timeout`` (the message is in the log: ``is_ok()``), so does an ``async_put_message``
+    future, and no consumer sees the message (FORMAT.md §7.2: dispatch follows the flushed offset); once the
+    group commit runs, the queue serves it and later puts return PUT_OK."""
+    import threading
+
+    from pystore import Message
+    from pystore.config import FlushDiskType
+    from pystore.status import GetMessageStatus, PutMessageStatus
+
+    store = cw.open_store(tmp_path / "store", 16384, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=200)
+    gc = store._flush_service  # white-box: hold the group commit back
+    gate = threading.Event()
+    real = gc.do_commit
+
+    def held() -> None:
+        gate.wait(10)
+        real()
+
+    try:
+        assert store.put_message(Message("Sync", b"first", tags="A")).status == PutMessageStatus.PUT_OK
+        gc.do_commit = held
+        time.sleep(0.05)  # the service thread is now waiting at the gate
+        t0 = time.monotonic()
+        r = store.put_message(Message("Sync", b"second", tags="A"))
+        waited = time.monotonic() - t0
+        assert r.status == PutMessageStatus.FLUSH_DISK_TIMEOUT and r.is_ok(), r
+        assert 0.15 <= waited < 5, waited
+        fut = store.async_put_message(Message("Sync", b"third", tags="A"))
+        assert fut.result(5).status == PutMessageStatus.FLUSH_DISK_TIMEOUT
+        assert store.look_message_by_offset(r.append_message_result.wrote_offset).body == b"second"
+        res = store.get_message("g", "Sync", 0, 1, 32)
+        assert res.status != GetMessageStatus.FOUND and store.get_max_offset_in_queue("Sync", 0) == 1, res
+        gate.set()
+        gc.do_commit = real
+        deadline = time.monotonic() + 5
+        while store.get_max_offset_in_queue("Sync", 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        res = store.get_message("g", "Sync", 0, 0, 32)
+        assert [m.body for m in res.messages] == [b"first", b"second", b"third"]
+        assert store.put_message(Message("Sync", b"fourth", tags="A")).status == PutMessageStatus.PUT_OK
+    finally:
+        gate.set()
+        store.shutdown()
