@@ -313,6 +313,13 @@ cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limi
     cdef int32_t r
     while True:
         r = check_record(base + pos, limit - pos, check_crc, &v)
+        if r > 0 and check_crc and base[pos + (v.props_pos + v.props_len if v.props_len > 0
+                                               else v.topic_pos + v.topic_len) - 1] == 0:
+            # The last byte of the properties (0x02 as written) or, without properties, of the topic is
+            # never zero: zeros there are a lost page (a power cut before the flush) with the header and the
+            # body intact, which neither the sizes nor the body CRC can see. The record is torn.
+            reason[0] = REC_SHORT
+            return pos
         if r > 0:
             pos += r
             count[0] += 1

@@ -114,7 +114,8 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
     """The walk stopped at ``stop`` (file, position, reason). Is anything valid beyond it, and may we drop it?"""
     mf, pos, reason = stop
     where = mf.file_from_offset + pos
-    follow_file, follow_pos = mf, find_valid_record_after(mf, pos)
+    # from pos + 1: the record at pos may pass the per-record checks yet be torn (it ends in zeros)
+    follow_file, follow_pos = mf, find_valid_record_after(mf, pos + 1)
     if follow_pos < 0:
         for later in files[index + 1:]:
             p = find_valid_record_after(later, 0)

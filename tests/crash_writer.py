@@ -395,6 +395,10 @@ def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes, str, int, int, 
         return "bad properties length"
     if blen and zlib.crc32(body) & 0x7FFFFFFF != crc:
         return "bad crc"
+    if (rec[-1] if plen else (topic[-1] if topic else 1)) == 0:
+        # the properties' last byte (0x02), or without properties the topic's last character, is never
+        # zero: a page lost after the body
+        return "torn (ends in zeros)"
     return total, phy, body, topic.decode("utf-8", "replace"), qid, qoff, rec[p + 2 :]
 
 

@@ -307,6 +307,24 @@ def test_torn_last_record_is_cut(tmp_path, kind, abnormal):
     assert max_off == (end if expect is w.records else last.offset)
 
 
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_lost_last_page_inside_the_properties(tmp_path, abnormal):
+    """A power cut lost the page holding the end of the last record, after its body: the header, the body
+    (CRC intact) and the length fields all look right, only the properties (or the topic) read as zeros. A
+    record never ends in a zero byte, so recovery sees the tear and cuts the record."""
+    root = tmp_path / "store"
+    w = build_store(root, seed=3)
+    file_end = files_with_records(w)[-1] + FILE_SIZE
+    last = w.records[-1]
+    body_end = body_offset(last) + len(last.body)
+    page = body_end + (last.offset + last.size - body_end) // 2  # where the lost page began: after the body
+    patch(root, page, bytes(file_end - page))
+    if abnormal:
+        make_abnormal(root)
+    kept = [r for r in w.records if r.offset < last.offset]
+    assert check_recovered(root, kept) == last.offset
+
+
 # ----------------------------------------------------------------------------------------------
 # RocketMQ DefaultMessageStoreTest.testRecover
 # ----------------------------------------------------------------------------------------------
