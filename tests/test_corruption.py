@@ -689,6 +689,26 @@ def test_oldest_files_gone(tmp_path, abnormal):
 
 
 # ----------------------------------------------------------------------------------------------
+# the CRC recovery computes
+# ----------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@given(data=st.binary(max_size=3000), skip=st.integers(0, 15))
+@example(data=bytes(64), skip=0)
+@example(data=b"\xff" * 4096, skip=3)
+def test_recovery_crc_is_zlibs(data, skip):
+    """Recovery checks body CRCs with a carry-less-multiplication CRC where the CPU has it: it is zlib's
+    CRC-32 (masked to 31 bits) for every length and alignment."""
+    import zlib
+
+    from pystore._codec import fast_body_crc
+
+    view = memoryview(bytes(skip) + data)[skip:]
+    assert fast_body_crc(view) == zlib.crc32(data) & 0x7FFFFFFF
+
+
+# ----------------------------------------------------------------------------------------------
 # any single byte
 # ----------------------------------------------------------------------------------------------
 
