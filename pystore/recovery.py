@@ -171,6 +171,13 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             start = low if max_cq_phy < 0 else max(low, max_cq_phy)
             if abnormal:
                 start = min(start, result.dispatch_from)
+                # the index dropped its files newer than the checkpoint's index time (their content may be
+                # torn): rebuild it from where the files it kept end, or messages between that point and
+                # the queues' start would stay unfindable by key (RocketMQ only does this with
+                # messageIndexSafe; the cost is re-reading at most one index file's worth of the log)
+                index = getattr(getattr(reput, "dispatcher", None), "index", None)
+                if index is not None:
+                    start = min(start, max(low, index.last_end_phy_offset()))
             reput.reput_from = start
             reached = reput.dispatch_until(result.process_offset)
             if reached < result.process_offset:
