@@ -47,6 +47,7 @@ class RecoveryResult:
     bytes_scanned: int = 0
     seconds: float = 0.0
     damage: str | None = None    # what stopped the walk, when it was not a clean end
+    follows: int = -1            # offset of the first valid record after the damage (-1: a torn tail)
 
     @property
     def scan_rate(self) -> float:
@@ -96,8 +97,10 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
                             scanned, seconds)
     if stop is not None:
         _judge_damage(stop, files, i, checkpoint, config, result, read_only)
-        if read_only and result.damage is not None:
-            commitlog.damage_fence = offset      # a reader's later refreshes stay before the damage
+        if read_only and result.follows >= 0:
+            # damage with valid records after it: a reader's later refreshes stay before it (a torn tail is
+            # no fence: a writer's recovery zeroes it and appends there)
+            commitlog.damage_fence = offset
     log.info("commit log %s recovery from %s: %d messages, valid end at %d (%.1f MB/s)",
              "abnormal" if abnormal else "normal", result.start_file, records, offset,
              result.scan_rate / 1e6)
@@ -130,6 +133,7 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
         return
     follower = read_message(follow_file, follow_pos)
     follow_offset = follow_file.file_from_offset + follow_pos
+    result.follows = follow_offset
     what = REASONS.get(reason, "invalid record") if reason != RECORD_END else "zeroed region"
     durable = follower is not None and checkpoint.trusted and follower.store_timestamp <= checkpoint.physic_msg_timestamp
     if durable and not config.recover_truncate_corrupted and not read_only:

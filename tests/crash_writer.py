@@ -493,7 +493,13 @@ def check_queues(store, w: Walk) -> dict[tuple[str, int], int]:
         for i, r in enumerate(recs):
             unit = cq.unit(i)
             want = (r.offset, r.size, java_hash(r.tags) if r.tags else 0)
-            assert unit == want, "queue %s/%d offset %d: unit %s, the record is %s" % (topic, qid, i, unit, want)
+            assert unit == want, "queue %s/%d offset %d: unit %s, the record is %s" % (
+                topic,
+                qid,
+                i,
+                unit,
+                want,
+            )
         offset = 0
         while offset < len(recs):
             res = store.get_message("crash-check", topic, qid, offset, 32)
@@ -520,7 +526,9 @@ def check_index(store, w: Walk, sample: int = 25, touched: int = -1) -> None:
     recs = [r for r in w.records if not r.offset <= touched < r.offset + r.size]
     if not recs:
         return
-    picks = {0, len(recs) - 1} | set(random.Random(len(recs)).sample(range(len(recs)), min(sample, len(recs))))
+    picks = {0, len(recs) - 1} | set(
+        random.Random(len(recs)).sample(range(len(recs)), min(sample, len(recs)))
+    )
     for i in sorted(picks):
         r = recs[i]
         found = store.query_message(r.topic, "k%d" % r.idx, 32)
@@ -609,7 +617,10 @@ def verify_recovered(root: str, acks: list[Ack], file_size: int, reopen: int = 2
         finally:
             store.shutdown()
         assert again == max_off, "recovery is not idempotent: max offset %d, then %d" % (max_off, again)
-        assert again_table == table, "the topic-queue table changed on reopen: %s, then %s" % (table, again_table)
+        assert again_table == table, "the topic-queue table changed on reopen: %s, then %s" % (
+            table,
+            again_table,
+        )
         assert log_digest(root) == digest, "reopening changed the commit-log files"
     seen = [(m.commit_log_offset, m.store_size) for m in iter_commitlog(root, verify_crc=True)]
     assert seen == [(r.offset, r.size) for r in w.records], "iter_commitlog disagrees with the raw log"

@@ -249,7 +249,9 @@ def test_read_only_open_with_empty_last_file(tmp_path):
     message."""
     root = tmp_path / "store"
     w = build_store(root, messages=100)
-    empty = os.path.join(cw.commitlog_dir(str(root)), "%020d" % (int(cw.log_files(str(root))[-1]) + FILE_SIZE))
+    empty = os.path.join(
+        cw.commitlog_dir(str(root)), "%020d" % (int(cw.log_files(str(root))[-1]) + FILE_SIZE)
+    )
     open(empty, "wb").close()
     with open_store(root, read_only=True) as ro:
         assert ro.get_max_phy_offset() == w.end
@@ -678,7 +680,9 @@ def test_missing_consume_queue_folder(tmp_path, abnormal):
     with open_store(root) as store:
         assert {k: v for k, v in store.get_topic_queue_table().items() if v > 0} == table
         topic, qid = cw.TOPICS[0], 0
-        r = store.put_message(Message(topic, cw.make_body(10**6, topic, qid, 10), keys="k%d" % 10**6, queue_id=qid))
+        r = store.put_message(
+            Message(topic, cw.make_body(10**6, topic, qid, 10), keys="k%d" % 10**6, queue_id=qid)
+        )
         assert r.is_ok() and r.append_message_result.logics_offset == table[(topic, qid)]
 
 

@@ -779,7 +779,9 @@ def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
     from pystore.config import FlushDiskType
     from pystore.status import GetMessageStatus, PutMessageStatus
 
-    store = cw.open_store(tmp_path / "store", 16384, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=200)
+    store = cw.open_store(
+        tmp_path / "store", 16384, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=200
+    )
     gc = store._flush_service  # white-box: hold the group commit back
     gate = threading.Event()
     real = gc.do_commit
@@ -813,3 +815,30 @@ def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
     finally:
         gate.set()
         store.shutdown()
+
+
+def test_reader_of_a_torn_tail_follows_the_next_writer(tmp_path):
+    """A reader opens a crashed store whose last record is torn: it sees the whole records before it. A
+    writer then recovers the store (cutting the torn record) and appends: the reader's next look finds the
+    new messages where the torn record was (a torn tail is not a fence; damage with records after it is:
+    test_corruption.py::test_middle_damage_raises_store_corrupted)."""
+    from pystore import Message
+
+    file_size = 16384
+    root = tmp_path / "store"
+    records = _store_needing_truncation(root, file_size, abort=True)
+    end = records[-1].offset + records[-1].size
+    with cw.open_store(root, file_size, read_only=True) as ro:
+        assert ro.get_max_phy_offset() == end
+        assert ro.look_message_by_offset(end) is None
+        with cw.open_store(root, file_size) as writer:
+            assert writer.get_max_phy_offset() == end
+            rs = [
+                writer.put_message(Message("After", cw.make_body(i, "After", 0, 50), keys="k%d" % i))
+                for i in range(5)
+            ]
+            assert rs[0].wrote_offset == end and all(r.is_ok() for r in rs)
+            last = writer.get_max_phy_offset()
+        assert ro.get_max_phy_offset() == last
+        for i, r in enumerate(rs):
+            cw.check_message(ro.look_message_by_offset(r.wrote_offset), i)
