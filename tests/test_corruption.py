@@ -569,6 +569,36 @@ def test_garbage_to_end_of_last_file(tmp_path, seed):
     assert max_off == max(kept[-1].offset + kept[-1].size, last_file)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_garbage_from_a_middle_file_on(tmp_path, seed):
+    """Random bytes from a random offset in an older file through every later file (a disk that returned
+    garbage from some point on): the store keeps every whole record before that point, deletes the files
+    after it and zeroes the rest of its file."""
+    rng = random.Random(100 + seed)
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=seed)
+    names = cw.log_files(str(root))
+    first_bad = int(names[-3])
+    g = rng.randrange(first_bad, first_bad + FILE_SIZE - 8)
+    for n in names:
+        start = int(n)
+        if start + FILE_SIZE <= g:
+            continue
+        lo = max(g, start)
+        patch(root, lo, rng.randbytes(start + FILE_SIZE - lo))
+    if seed == 0:
+        make_abnormal(root)
+    # the record the garbage starts in survives if only its properties were hit (nothing checks them)
+    kept = cw.walk_log(str(root)).records
+    before = [r.offset for r in w.records if r.offset + r.size <= g]
+    offsets = [r.offset for r in kept]
+    assert offsets == before or (
+        offsets[:-1] == before and kept[-1].offset < g < kept[-1].offset + kept[-1].size
+    )
+    max_off = check_recovered(root, kept, touched=g)
+    assert max_off <= g + FILE_SIZE and all(int(n) <= max_off for n in cw.log_files(str(root)))
+
+
 # ----------------------------------------------------------------------------------------------
 # the checkpoint
 # ----------------------------------------------------------------------------------------------
