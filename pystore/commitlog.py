@@ -34,6 +34,8 @@ class CommitLog(CommitLogCore):
         self.queue = queue
         self.clock = clock
         self.roll_file = self._roll_file
+        #: read-only: where recovery found damage (-1: none); a refresh never reads past it
+        self.damage_fence = -1
 
     def _roll_file(self, next_offset: int) -> MappedFile | None:
         crashpoint("commitlog.roll")
@@ -90,14 +92,19 @@ class CommitLog(CommitLogCore):
 
     def refresh_read_only(self) -> None:
         """Map files the writer created, drop deleted ones, and move each file's read position to the end
-        of its whole records (a reader never sees a half-written record)."""
-        files = self.queue.refresh()
+        of its whole records (a reader never sees a half-written record). Every file not known to end with
+        its blank is scanned from where its whole records were seen to end: new files (mapped with nothing
+        readable) as well as the last one, and any the writer rolled past since. After a read-only recovery
+        stopped at damage (``damage_fence``) the view never widens past it."""
+        fence = self.damage_fence
+        files = self.queue.refresh(fence)
         if not files:
             return
         for mf in files:
             if mf.read_position == mf.file_size and mf is not files[-1]:
                 continue
             start = 0 if mf.read_position == mf.file_size else mf.read_position
-            end, reason, _, _ = scan_file(mf, start, False)
-            mf.set_positions(mf.file_size if reason == RECORD_BLANK else end)
+            limit = fence - mf.file_from_offset if 0 <= fence - mf.file_from_offset < mf.file_size else -1
+            end, reason, _, _ = scan_file(mf, start, False, limit)
+            mf.set_positions(mf.file_size if reason == RECORD_BLANK and limit < 0 else end)
         self.queue.trim_unused_tail()

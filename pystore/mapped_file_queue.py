@@ -68,6 +68,8 @@ class MappedFileQueue:
         self._flush_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self.store_timestamp = 0
+        #: why the last ``load`` refused the files: ``(path, absolute offset, reason)``, else None
+        self.load_error: tuple[str, int, str] | None = None
 
     # -- the file list ----------------------------------------------------------------------------
 
@@ -118,6 +120,7 @@ class MappedFileQueue:
         (a crash while creating it) is deleted. Loaded files start with every position at their end;
         recovery truncates. False (and nothing mapped) if a file has the wrong size."""
         paths = self.list_file_paths()
+        self.load_error = None
         files: list[MappedFile] = []
         for i, path in enumerate(paths):
             size = os.path.getsize(path)
@@ -129,6 +132,8 @@ class MappedFileQueue:
                     continue
                 log.error("%s is %d bytes, expected %d: the store cannot be loaded", path, size,
                           self.mapped_file_size)
+                self.load_error = (path, int(os.path.basename(path)) + min(size, self.mapped_file_size),
+                                   "the file is %d bytes, every file of this log is %d" % (size, self.mapped_file_size))
                 for f in files:
                     f.close()
                 return False
@@ -146,13 +151,30 @@ class MappedFileQueue:
             if b.file_from_offset - a.file_from_offset != self.mapped_file_size:
                 log.error("files %s and %s are not %d bytes apart", a.file_name, b.file_name, self.mapped_file_size)
 
-    def refresh(self) -> list[MappedFile]:
-        """Read-only: map files another process created since ``load``, drop ones it deleted."""
+    def first_gap(self) -> int:
+        """The offset of the first file missing between the first and the last file (a hole in the log),
+        or -1. Cleaning only ever deletes from the front, so a hole means lost data."""
+        files = self._files
+        for a, b in zip(files, files[1:]):
+            if b.file_from_offset != a.file_from_offset + self.mapped_file_size:
+                return a.file_from_offset + self.mapped_file_size
+        return -1
+
+    def path_for(self, offset: int) -> str:
+        """Where the file starting at ``offset`` lives (or would live)."""
+        return self._path_for(offset)
+
+    def refresh(self, limit: int = -1) -> list[MappedFile]:
+        """Read-only: map files another process created since ``load``, drop ones it deleted. A newly mapped
+        file has nothing readable yet (positions 0): the caller scans it. With ``limit`` >= 0, files that
+        start at or after it are left out (a reader that found damage never looks past it)."""
         paths = self.list_file_paths()
         with self._lock:
             by_name = {f.file_name: f for f in self._files}
             files: list[MappedFile] = []
             for p in paths:
+                if limit >= 0 and int(os.path.basename(p)) >= limit:
+                    continue
                 f = by_name.get(p)
                 if f is None:
                     try:
@@ -162,7 +184,7 @@ class MappedFileQueue:
                         f = MappedFile(p, self.mapped_file_size, read_only=True)
                     except (OSError, ValueError):
                         continue
-                    f.set_positions(self.mapped_file_size)
+                    f.set_positions(0)
                 files.append(f)
             self._files = files
             return files

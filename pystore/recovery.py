@@ -47,6 +47,7 @@ class RecoveryResult:
     bytes_scanned: int = 0
     seconds: float = 0.0
     damage: str | None = None    # what stopped the walk, when it was not a clean end
+    follows: int = -1            # offset of the first valid record after the damage (-1: a torn tail)
 
     @property
     def scan_rate(self) -> float:
@@ -96,6 +97,10 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
                             scanned, seconds)
     if stop is not None:
         _judge_damage(stop, files, i, checkpoint, config, result, read_only)
+        if read_only and result.follows >= 0:
+            # damage with valid records after it: a reader's later refreshes stay before it (a torn tail is
+            # no fence: a writer's recovery zeroes it and appends there)
+            commitlog.damage_fence = offset
     log.info("commit log %s recovery from %s: %d messages, valid end at %d (%.1f MB/s)",
              "abnormal" if abnormal else "normal", result.start_file, records, offset,
              result.scan_rate / 1e6)
@@ -112,7 +117,8 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
     """The walk stopped at ``stop`` (file, position, reason). Is anything valid beyond it, and may we drop it?"""
     mf, pos, reason = stop
     where = mf.file_from_offset + pos
-    follow_file, follow_pos = mf, find_valid_record_after(mf, pos)
+    # from pos + 1: the record at pos may pass the per-record checks yet be torn (it ends in zeros)
+    follow_file, follow_pos = mf, find_valid_record_after(mf, pos + 1)
     if follow_pos < 0:
         for later in files[index + 1:]:
             p = find_valid_record_after(later, 0)
@@ -127,6 +133,7 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
         return
     follower = read_message(follow_file, follow_pos)
     follow_offset = follow_file.file_from_offset + follow_pos
+    result.follows = follow_offset
     what = REASONS.get(reason, "invalid record") if reason != RECORD_END else "zeroed region"
     durable = follower is not None and checkpoint.trusted and follower.store_timestamp <= checkpoint.physic_msg_timestamp
     if durable and not config.recover_truncate_corrupted and not read_only:
@@ -142,11 +149,18 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
 
 def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, config: Any, abnormal: bool,
                   read_only: bool = False) -> RecoveryResult:
-    """RocketMQ ``recover``: consume queues first (their valid ends), then the commit log, then cut units
+    """RocketMQ ``recover``: the commit log's valid end, then the consume queues' (their valid ends), cut units
     pointing past the log's end, re-dispatch what the queues miss, and rebuild the topic-queue table
-    (``recoverTopicQueueTable``: next offsets from the queues, min offsets corrected)."""
-    max_cq_phy = cq_store.recover()
+    (``recoverTopicQueueTable``: next offsets from the queues, min offsets corrected).
+
+    The commit log is judged first: when it refuses to open (:class:`StoreCorruptedError`) nothing has been
+    written, neither in the log nor in the queues or the index. ``reput`` is the ``ReputService``, or a
+    callable that makes it once the log is judged (the store loads the index there: an abnormal recovery
+    drops index files newer than the checkpoint, which must not happen for an open that is refused)."""
     result = recover_commit_log(commitlog, checkpoint, config, abnormal, read_only)
+    if callable(reput) and not hasattr(reput, "dispatch_until"):
+        reput = reput()
+    cq_store.recover()
     queue = commitlog.queue
     if not read_only:
         if not queue.files:
@@ -161,6 +175,13 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             start = low if max_cq_phy < 0 else max(low, max_cq_phy)
             if abnormal:
                 start = min(start, result.dispatch_from)
+                # the index dropped its files newer than the checkpoint's index time (their content may be
+                # torn): rebuild it from where the files it kept end, or messages between that point and
+                # the queues' start would stay unfindable by key (RocketMQ only does this with
+                # messageIndexSafe; the cost is re-reading at most one index file's worth of the log)
+                index = getattr(getattr(reput, "dispatcher", None), "index", None)
+                if index is not None:
+                    start = min(start, max(low, index.last_end_phy_offset()))
             reput.reput_from = start
             reached = reput.dispatch_until(result.process_offset)
             if reached < result.process_offset:

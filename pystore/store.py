@@ -39,7 +39,7 @@ from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.crashpoint import crashpoint
 from pystore.dispatch import ReputService
-from pystore.errors import StoreClosedError, StoreError
+from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
 from pystore.flush import (
     CommitRealTimeService,
     FlushConsumeQueueService,
@@ -64,6 +64,8 @@ __all__ = ["MessageStore"]
 log = logging.getLogger(__name__)
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
+#: A writer's checkpoint reaches the file at most this often, when a flush service moved a time (5.x: 1 s).
+_CHECKPOINT_FLUSH_MS = 1000
 
 #: ``_cq.read_queue`` codes (SCAN_* then GM_*) -> GetMessageStatus
 _GET_STATUS = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
@@ -114,6 +116,8 @@ class MessageStore:
         self._refresh_lock = threading.Lock()
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
+        #: why ``load()`` returned False, when a file is at fault (``MessageStore.open`` raises it)
+        self.load_error: StoreCorruptedError | None = None
         self.boot_timestamp = self.clock()
 
     # ------------------------------------------------------------------------------------------
@@ -129,6 +133,8 @@ class MessageStore:
         store = cls(config, clock=clock, disk_usage=disk_usage)
         try:
             if not store.load():
+                if store.load_error is not None:
+                    raise store.load_error
                 raise StoreError("the store at %s cannot be loaded (see the log for the file at fault)" % root)
             store.start()
         except BaseException:
@@ -176,11 +182,21 @@ class MessageStore:
                                 clock=self.clock)
         existing = queue.detect_file_size()
         if existing is not None and existing != cfg.mapped_file_size_commit_log:
-            (log.info if self.read_only else log.warning)(
-                "%s: commit-log files are %d bytes, not the configured %d; the store keeps its geometry",
-                        cfg.store_path_root_dir, existing, cfg.mapped_file_size_commit_log)
-            queue.mapped_file_size = existing
+            if _plausible_geometry(queue, existing):
+                (log.info if self.read_only else log.warning)(
+                    "%s: commit-log files are %d bytes, not the configured %d; the store keeps its geometry",
+                    cfg.store_path_root_dir, existing, cfg.mapped_file_size_commit_log)
+                queue.mapped_file_size = existing
         if not queue.load():
+            if queue.load_error is not None:
+                self.load_error = StoreCorruptedError(*queue.load_error)
+            return False
+        gap = queue.first_gap()
+        if gap >= 0:
+            queue.close()
+            self.load_error = StoreCorruptedError(queue.path_for(gap), gap, "commit-log file missing: the log has "
+                                                  "a hole from offset %d" % gap)
+            log.error("%s", self.load_error)
             return False
         self._checkpoint = StoreCheckpoint(cfg.checkpoint_path(), read_only=self.read_only)
         self._commitlog = CommitLog(cfg, queue, clock=self._injected_clock)
@@ -188,13 +204,6 @@ class MessageStore:
                                            self.read_only, on_error=self._on_queue_error)
         if not self._cq_store.load():
             return False
-        if cfg.message_index_enable:
-            self._index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num, self._checkpoint,
-                                       self.read_only, self.clock, cfg.max_msgs_num_batch)
-            self._index.load(self.last_exit_ok)
-        self._dispatcher = QueueDispatcher(self._cell_for, self._cq_store.find_or_create, cfg.delay_level_table(),
-                                           self._index, SCHEDULE_TOPIC)
-        self._reput = ReputService(self._dispatcher, self._commitlog)
         self._limits = ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
                                   cfg.max_transfer_count_on_message_in_memory,
                                   cfg.max_transfer_bytes_on_message_in_disk, cfg.max_transfer_count_on_message_in_disk,
@@ -202,9 +211,24 @@ class MessageStore:
         abnormal = not self.last_exit_ok and not self.read_only
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
-        self.recovery = recover_store(self._commitlog, self._cq_store, self._reput, self._checkpoint, cfg, abnormal,
+
+        def make_reput() -> ReputService:
+            # only once the commit log is judged: a refused open must leave the index as it was
+            assert self._commitlog is not None and self._cq_store is not None
+            if cfg.message_index_enable:
+                self._index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num,
+                                           self._checkpoint, self.read_only, self.clock, cfg.max_msgs_num_batch)
+                self._index.load(self.last_exit_ok)
+            self._dispatcher = QueueDispatcher(self._cell_for, self._cq_store.find_or_create,
+                                               cfg.delay_level_table(), self._index, SCHEDULE_TOPIC)
+            self._reput = ReputService(self._dispatcher, self._commitlog)
+            return self._reput
+
+        self.recovery = recover_store(self._commitlog, self._cq_store, make_reput, self._checkpoint, cfg, abnormal,
                                       self.read_only)
         self._commitlog.attach_last()
+        if not self.read_only:
+            self._checkpoint.auto_flush_ms = _CHECKPOINT_FLUSH_MS
         self._state = _LOADED
         return True
 
@@ -814,6 +838,15 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return "MessageStore(%r, %s%s)" % (self.root, self._state, ", read-only" if self.read_only else "")
+
+
+def _plausible_geometry(queue: MappedFileQueue, size: int) -> bool:
+    """May the size the existing commit-log files share be the store's file size? It must be whole pages and
+    put every file name on its grid; a single file must not be mistaken for the geometry when it was cut
+    short (it is then refused, naming the file)."""
+    if size % 4096:
+        return False
+    return all(int(os.path.basename(p)) % size == 0 for p in queue.list_file_paths())
 
 
 def _physical_memory() -> int:

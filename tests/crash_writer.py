@@ -21,7 +21,8 @@ Indexes are unique across runs on one root: ``run * 10**8 + thread * 10**6 + n``
 ``--async-window N`` puts with ``async_put_message(s)`` instead, keeping N futures outstanding, and acks
 each message once its future completed with ``PUT_OK``. ``--max-puts N`` stops after N puts per thread;
 with ``--shutdown`` the store is then shut down cleanly (crash points in the shutdown path fire there) and
-the writer prints ``DONE``. ``--max-seconds`` bounds a writer nobody kills.
+the writer prints ``DONE``; without it, ``--linger T`` keeps the open store (and its services) running T
+seconds after ``DONE`` for the test to kill it. ``--max-seconds`` bounds a writer nobody kills.
 
 ``python tests/crash_writer.py open ROOT [--file-size BYTES]`` only opens (recovers) and shuts down:
 the tests use it to crash recovery itself with ``PYSTORE_CRASHPOINT=recovery.*``.
@@ -151,10 +152,30 @@ SIZES = {
 }
 
 
+#: Small consume-queue and index files for every store the crash tests open (the defaults, 6 MB per queue
+#: and a 420 MB index file, would make each test store hundreds of megabytes). The queue files hold 256
+#: units, so queues roll and their recovery walks several files.
+SMALL_FILES = {
+    "mapped_file_size_consume_queue": 256 * 20,
+    "max_hash_slot_num": 512,
+    "max_index_num": 2048,
+}
+
+
+def open_store(root, file_size: int, **kw):
+    """``MessageStore.open`` with the crash tests' small files (commit log of ``file_size`` bytes)."""
+    from pystore.store import MessageStore
+
+    opts = dict(SMALL_FILES, mapped_file_size_commit_log=file_size)
+    opts.update(kw)
+    return MessageStore.open(str(root), **opts)
+
+
 def _store_options(args) -> dict:
     from pystore.config import FlushDiskType
 
     return {
+        **SMALL_FILES,
         "mapped_file_size_commit_log": args.file_size,
         "flush_disk_type": FlushDiskType.SYNC_FLUSH if args.mode == "sync" else FlushDiskType.ASYNC_FLUSH,
         "flush_interval_commit_log": args.flush_interval,
@@ -273,6 +294,8 @@ def cmd_write(args) -> int:
     if args.shutdown:
         store.shutdown()
     print("DONE %s" % json.dumps({"puts": w.puts, "failures": w.failures}), flush=True)
+    if args.linger > 0 and not args.shutdown:
+        time.sleep(args.linger)  # the store's services keep running: the test kills the writer meanwhile
     os.close(w.fd)
     if not args.shutdown:
         os._exit(0)  # like a crash, but at a known point: no shutdown, abort file stays
@@ -280,9 +303,7 @@ def cmd_write(args) -> int:
 
 
 def cmd_open(args) -> int:
-    from pystore.store import MessageStore
-
-    store = MessageStore.open(args.root, mapped_file_size_commit_log=args.file_size)
+    store = open_store(args.root, args.file_size)
     print("OPENED %d" % store.get_max_phy_offset(), flush=True)
     store.shutdown()
     return 0
@@ -299,6 +320,10 @@ class RawRecord:
     size: int
     phy: int  # what its PHYSICALOFFSET field says
     body: bytes
+    topic: str = ""
+    queue_id: int = -1
+    queue_offset: int = -1  # what its QUEUEOFFSET field says
+    tags: str | None = None
     _idx: int | None = None
 
     @property
@@ -331,8 +356,9 @@ def log_files(root: str) -> list[str]:
     return sorted(n for n in os.listdir(d) if len(n) == 20 and n.isdigit())
 
 
-def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes] | str:
-    """``(size, phy, body)`` of a whole valid record at ``pos`` (CRC checked), or why not."""
+def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes, str, int, int, bytes] | str:
+    """``(size, phy, body, topic, queue_id, queue_offset, properties)`` of a whole valid record at ``pos``
+    (CRC checked), or why not."""
     if pos + 8 > len(buf):
         return "end"
     total, magic = _HEAD.unpack_from(buf, pos)
@@ -345,7 +371,8 @@ def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes] | str:
     if total < 91 or pos + total > len(buf):
         return "bad size"
     rec = buf[pos : pos + total]
-    (crc,) = struct.unpack_from(">i", rec, 8)
+    (crc, qid) = struct.unpack_from(">ii", rec, 8)
+    (qoff,) = struct.unpack_from(">q", rec, 20)
     phy, sysflag = struct.unpack_from(">qi", rec, 28)
     p = 48 + (20 if sysflag & 0x10 else 8) + 8 + (20 if sysflag & 0x20 else 8) + 4 + 8
     (blen,) = struct.unpack_from(">i", rec, p)
@@ -359,6 +386,7 @@ def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes] | str:
     else:
         tlen = rec[p]
         p += 1
+    topic = rec[p : p + tlen]
     p += tlen
     if p + 2 > total:
         return "bad topic length"
@@ -367,7 +395,11 @@ def parse_record(buf: bytes, pos: int) -> tuple[int, int, bytes] | str:
         return "bad properties length"
     if blen and zlib.crc32(body) & 0x7FFFFFFF != crc:
         return "bad crc"
-    return total, phy, body
+    if (rec[-1] if plen else (topic[-1] if topic else 1)) == 0:
+        # the properties' last byte (0x02), or without properties the topic's last character, is never
+        # zero: a page lost after the body
+        return "torn (ends in zeros)"
+    return total, phy, body, topic.decode("utf-8", "replace"), qid, qoff, rec[p + 2 :]
 
 
 def walk_log(root: str) -> Walk:
@@ -405,11 +437,109 @@ def walk_log(root: str) -> Walk:
                 if r == "end" and buf.count(0, pos) != len(buf) - pos:
                     w.stop = "zero TOTALSIZE followed by data"
                 break
-            size, phy, body = r
-            w.records.append(RawRecord(start + pos, size, phy, body))
+            size, phy, body, topic, qid, qoff, props = r
+            w.records.append(RawRecord(start + pos, size, phy, body, topic, qid, qoff, _tags(props)))
             pos += size
             w.end = start + pos
     return w
+
+
+def _tags(props: bytes) -> str | None:
+    """The ``TAGS`` property (RocketMQ 5.x decoding: items split on 0x02, name and value on the first 0x01)."""
+    tags = None
+    for item in props.split(b"\x02"):
+        name, sep, value = item.partition(b"\x01")
+        if sep and name == b"TAGS" and value:
+            tags = value.decode("utf-8", "replace")
+    return tags
+
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int: a consume queue's tags code."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def queues_of(w: Walk) -> dict[tuple[str, int], list[RawRecord]]:
+    """The log's records by (topic, queue id), in log order."""
+    out: dict[tuple[str, int], list[RawRecord]] = {}
+    for r in w.records:
+        out.setdefault((r.topic, r.queue_id), []).append(r)
+    return out
+
+
+def check_queues(store, w: Walk) -> dict[tuple[str, int], int]:
+    """The consume queues of an open (recovered) store agree with the commit log ``w``: in every queue the
+    records' QUEUEOFFSET fields run 0, 1, 2 ... without a gap; the topic-queue table gives each queue's
+    next offset (the number of its records); and reading each queue from 0 returns exactly its records, in
+    order, unit by unit (each unit points at a whole record of that topic and queue, with its size and the
+    tags code of its TAGS). Returns the table."""
+    from pystore.status import GetMessageStatus
+
+    by_queue = queues_of(w)
+    expect = {k: len(v) for k, v in by_queue.items()}
+    for k, recs in by_queue.items():
+        got = [r.queue_offset for r in recs]
+        assert got == list(range(len(recs))), "queue %s: the records' queue offsets are %s" % (k, got[:50])
+    table = {k: v for k, v in store.get_topic_queue_table().items() if v > 0}
+    assert table == expect, "topic-queue table %s, the commit log holds %s" % (table, expect)
+    for (topic, qid), recs in by_queue.items():
+        assert store.get_min_offset_in_queue(topic, qid) == 0
+        assert store.get_max_offset_in_queue(topic, qid) == len(recs), (topic, qid)
+        cq = store._cq_store.find(topic, qid)  # white-box: the units themselves
+        for i, r in enumerate(recs):
+            unit = cq.unit(i)
+            want = (r.offset, r.size, java_hash(r.tags) if r.tags else 0)
+            assert unit == want, "queue %s/%d offset %d: unit %s, the record is %s" % (
+                topic,
+                qid,
+                i,
+                unit,
+                want,
+            )
+        offset = 0
+        while offset < len(recs):
+            res = store.get_message("crash-check", topic, qid, offset, 32)
+            assert res.status == GetMessageStatus.FOUND and res.messages, (topic, qid, offset, res)
+            for m in res.messages:
+                r = recs[offset]
+                assert (m.commit_log_offset, m.queue_offset, m.topic, m.queue_id) == (
+                    r.offset,
+                    offset,
+                    topic,
+                    qid,
+                ), "queue %s/%d offset %d" % (topic, qid, offset)
+                offset += 1
+            assert res.next_begin_offset == offset
+        res = store.get_message("crash-check", topic, qid, len(recs), 32)
+        assert not res.messages and res.max_offset == len(recs)
+    return table
+
+
+def check_index(store, w: Walk, sample: int = 25, touched: int = -1) -> None:
+    """The key index of an open (recovered) store finds a sample of the log's messages (the first, the last
+    and some between) by their key, at their offsets; nothing past the log's end is found. A record holding
+    offset ``touched`` may have damaged properties (keys), which nothing checks: it is left out."""
+    recs = [r for r in w.records if not r.offset <= touched < r.offset + r.size]
+    if not recs:
+        return
+    picks = {0, len(recs) - 1} | set(
+        random.Random(len(recs)).sample(range(len(recs)), min(sample, len(recs)))
+    )
+    for i in sorted(picks):
+        r = recs[i]
+        found = store.query_message(r.topic, "k%d" % r.idx, 32)
+        offsets = [m.commit_log_offset for m in found.messages]
+        assert r.offset in offsets, "the index does not find message %d (key k%d) at %d: %s" % (
+            r.idx,
+            r.idx,
+            r.offset,
+            offsets,
+        )
+        assert all(o < w.end for o in offsets)
 
 
 def check_chain(w: Walk, allow_torn_tail: bool = False) -> None:
@@ -455,10 +585,9 @@ def verify_recovered(root: str, acks: list[Ack], file_size: int, reopen: int = 2
     """Open the store (recovering it), check it against the raw walk and the ack log, then reopen it
     ``reopen`` more times: recovery is idempotent (same max offset, the same bytes on disk). Returns a
     summary."""
-    from pystore.store import MessageStore
     from pystore.tools import iter_commitlog
 
-    store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
+    store = open_store(root, file_size)
     try:
         summary: dict = {"abnormal": not store.last_exit_ok}
         max_off = store.get_max_phy_offset()
@@ -475,16 +604,23 @@ def verify_recovered(root: str, acks: list[Ack], file_size: int, reopen: int = 2
             check_message(m, r.idx)
         assert store.look_message_by_offset(max_off) is None
         _check_zero_tail(root, max_off, file_size)
+        table = check_queues(store, w)
+        check_index(store, w)
     finally:
         store.shutdown()
     digest = log_digest(root)
     for _ in range(reopen):
-        store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
+        store = open_store(root, file_size)
         try:
             again = store.get_max_phy_offset()
+            again_table = {k: v for k, v in store.get_topic_queue_table().items() if v > 0}
         finally:
             store.shutdown()
         assert again == max_off, "recovery is not idempotent: max offset %d, then %d" % (max_off, again)
+        assert again_table == table, "the topic-queue table changed on reopen: %s, then %s" % (
+            table,
+            again_table,
+        )
         assert log_digest(root) == digest, "reopening changed the commit-log files"
     seen = [(m.commit_log_offset, m.store_size) for m in iter_commitlog(root, verify_crc=True)]
     assert seen == [(r.offset, r.size) for r in w.records], "iter_commitlog disagrees with the raw log"
@@ -548,6 +684,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--max-puts", type=int, default=-1)
     w.add_argument("--shutdown", action="store_true")
     w.add_argument("--max-seconds", type=float, default=30.0)
+    w.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        help="after the puts (and DONE), keep the store open this many seconds before exiting",
+    )
     w.add_argument(
         "--async-window",
         type=int,

@@ -7,10 +7,9 @@ Stores are built in this process with SYNC_FLUSH and small files (16 KiB) so the
 down cleanly (the checkpoint then says every message is flushed), damaged with plain file writes at
 offsets taken from an independent ``struct`` walk of the files (``crash_writer.walk_log``), and reopened.
 
-TODO when consume queues land (``git merge main``): after each recovery the consume queues must hold
-exactly the recovered messages (``get_message`` in queue order, no unit pointing past the cut), a
-missing ``consumequeue`` folder must be rebuilt from the commit log, and the topic-queue table must
-continue from the recovered units.
+After each recovery the consume queues must hold exactly the recovered messages
+(``crash_writer.check_queues``: every unit points at its whole record, queue offsets gap-free from 0,
+``get_message`` in queue order, the topic-queue table the same after a reopen).
 """
 
 from __future__ import annotations
@@ -53,9 +52,7 @@ def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_
     four queues); returns the walk of its files."""
     rng = random.Random(seed)
     idx = 0
-    with MessageStore.open(
-        str(root), mapped_file_size_commit_log=file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH
-    ) as store:
+    with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:
         while idx < messages:
             topic = cw.TOPICS[rng.randrange(3)]
             qid = rng.randrange(cw.QUEUES)
@@ -125,8 +122,7 @@ def make_abnormal(root) -> None:
 
 
 def open_store(root, **kw) -> MessageStore:
-    kw.setdefault("mapped_file_size_commit_log", FILE_SIZE)
-    return MessageStore.open(str(root), **kw)
+    return cw.open_store(root, kw.pop("mapped_file_size_commit_log", FILE_SIZE), **kw)
 
 
 def check_recovered(root, expect: list[cw.RawRecord], touched: int = -1, **kw) -> int:
@@ -142,6 +138,9 @@ def check_recovered(root, expect: list[cw.RawRecord], touched: int = -1, **kw) -
             if not r.offset <= touched < r.offset + r.size:
                 cw.check_message(m, r.idx)
         assert store.look_message_by_offset(max_off) is None
+        w = cw.walk_log(str(root))
+        table = cw.check_queues(store, w)
+        cw.check_index(store, w, touched=touched)
     w = cw.walk_log(str(root))
     cw.check_chain(w)
     assert [(r.offset, r.body) for r in w.records] == [(r.offset, r.body) for r in expect]
@@ -149,6 +148,7 @@ def check_recovered(root, expect: list[cw.RawRecord], touched: int = -1, **kw) -
     digest = cw.log_digest(str(root))
     with open_store(root, **kw) as store:
         assert store.get_max_phy_offset() == max_off
+        assert {k: v for k, v in store.get_topic_queue_table().items() if v > 0} == table
     assert cw.log_digest(str(root)) == digest
     got = [(m.commit_log_offset, m.store_size) for m in iter_commitlog(str(root), verify_crc=True)]
     assert got == [(r.offset, r.size) for r in expect]
@@ -173,9 +173,8 @@ def victim_in_file(w: cw.Walk, file_start: int, rng: random.Random) -> cw.RawRec
 
 @pytest.mark.parametrize("which", ["last", "middle"])
 def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
-    """A commit-log file shorter than the store's file size: the store refuses to load (RocketMQ's rule),
-    names the file in its log, and touches nothing. (That the exception itself does not name the file is
-    reported in test_crash_bugs.py.)"""
+    """A commit-log file shorter than the store's file size: the store refuses to load (RocketMQ's rule) with
+    StoreCorruptedError naming the file and where it ends, logs it, and touches nothing."""
     root = tmp_path / "store"
     w = build_store(root)
     names = cw.log_files(str(root))
@@ -186,13 +185,16 @@ def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
     os.truncate(victim, straddled.offset - start + 50)  # the file now ends inside a record
     before = tree_digest(root)
     with caplog.at_level(logging.ERROR, logger="pystore"):
-        with pytest.raises(StoreError) as ei:
+        with pytest.raises(StoreCorruptedError) as ei:
             open_store(root)
-    assert str(root) in str(ei.value)
+    cut = straddled.offset + 50  # where the file now ends
+    assert (ei.value.path, ei.value.offset) == (victim, cut), ei.value
+    assert victim in str(ei.value) and str(cut) in str(ei.value)
     assert any(victim in rec.getMessage() for rec in caplog.records), [r.getMessage() for r in caplog.records]
     assert tree_digest(root) == before
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreCorruptedError) as ei:
         open_store(root, read_only=True)
+    assert ei.value.path == victim
     assert tree_digest(root) == before
     # the offline reader names the file too, at the record the file ends inside
     got = []
@@ -201,6 +203,61 @@ def test_truncated_file_refuses_to_load(tmp_path, caplog, which):
             got.append(m.commit_log_offset)
     assert (ei2.value.path, ei2.value.offset) == (victim, straddled.offset)
     assert got == [r.offset for r in w.records if r.offset < straddled.offset]
+
+
+def test_single_cut_short_file_is_not_taken_as_the_geometry(tmp_path):
+    """The only commit-log file, cut to 3000 bytes (inside a record). The store does not mistake its size
+    for the store's file size (it would then put on a 3000-byte grid RocketMQ cannot read): it refuses,
+    naming the file."""
+    root = tmp_path / "store"
+    with open_store(root) as store:
+        for i in range(20):
+            assert store.put_message(Message("T", cw.make_body(i, "T", 0, 200), keys="k%d" % i)).is_ok()
+    only = file_of(root, 0)
+    os.truncate(only, 3000)
+    before = tree_digest(root)
+    with pytest.raises(StoreCorruptedError) as ei:
+        open_store(root)
+    assert (ei.value.path, ei.value.offset) == (only, 3000)
+    assert tree_digest(root) == before
+
+
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_missing_middle_file(tmp_path, abnormal):
+    """A commit-log file in the middle of the log is missing (deleted by hand, lost by the file system):
+    opening, for writing or reading, raises StoreCorruptedError naming the missing file and its offset, and
+    touches nothing; its messages are gone, and nothing may quietly skip them."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300)
+    names = cw.log_files(str(root))
+    gone = os.path.join(cw.commitlog_dir(str(root)), names[-2])
+    os.unlink(gone)
+    if abnormal:
+        make_abnormal(root)
+    assert [r for r in w.records if int(names[-2]) <= r.offset < int(names[-2]) + FILE_SIZE]
+    before = tree_digest(root)
+    for read_only in (False, True):
+        with pytest.raises(StoreCorruptedError) as ei:
+            open_store(root, read_only=read_only).shutdown()
+        assert (ei.value.path, ei.value.offset) == (gone, int(names[-2]))
+    assert tree_digest(root) == before
+
+
+def test_read_only_open_with_empty_last_file(tmp_path):
+    """A writer killed while the allocate service was creating a file leaves it empty (so does a live writer,
+    for a moment, at every file creation): a read-only open ignores it, deletes nothing, and sees every
+    message."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=100)
+    empty = os.path.join(
+        cw.commitlog_dir(str(root)), "%020d" % (int(cw.log_files(str(root))[-1]) + FILE_SIZE)
+    )
+    open(empty, "wb").close()
+    with open_store(root, read_only=True) as ro:
+        assert ro.get_max_phy_offset() == w.end
+        for r in w.records:
+            cw.check_message(ro.look_message_by_offset(r.offset), r.idx)
+    assert os.path.exists(empty)
 
 
 def test_empty_last_file_is_deleted(tmp_path):
@@ -251,6 +308,24 @@ def test_torn_last_record_is_cut(tmp_path, kind, abnormal):
         make_abnormal(root)
     max_off = check_recovered(root, expect)
     assert max_off == (end if expect is w.records else last.offset)
+
+
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_lost_last_page_inside_the_properties(tmp_path, abnormal):
+    """A power cut lost the page holding the end of the last record, after its body: the header, the body
+    (CRC intact) and the length fields all look right, only the properties (or the topic) read as zeros. A
+    record never ends in a zero byte, so recovery sees the tear and cuts the record."""
+    root = tmp_path / "store"
+    w = build_store(root, seed=3)
+    file_end = files_with_records(w)[-1] + FILE_SIZE
+    last = w.records[-1]
+    body_end = body_offset(last) + len(last.body)
+    page = body_end + (last.offset + last.size - body_end) // 2  # where the lost page began: after the body
+    patch(root, page, bytes(file_end - page))
+    if abnormal:
+        make_abnormal(root)
+    kept = [r for r in w.records if r.offset < last.offset]
+    assert check_recovered(root, kept) == last.offset
 
 
 # ----------------------------------------------------------------------------------------------
@@ -405,15 +480,40 @@ def test_middle_damage_raises_store_corrupted(tmp_path, kind, abnormal):
 
     kept = [r for r in w.records if r.offset + r.size <= where]
     with open_store(root, read_only=True) as ro:
-        # (that a later refresh widens the view past the damage again is in test_crash_bugs.py)
         assert ro.recovery.process_offset == where
         for r in kept[-20:]:
             cw.check_message(ro.look_message_by_offset(r.offset), r.idx)
+        # later refreshes (a look at or past the end re-reads the folder) never widen the view past the damage
+        assert ro.get_max_phy_offset() == where
+        assert ro.look_message_by_offset(where) is None
+        assert ro.look_message_by_offset(w.records[-1].offset) is None
+        assert ro.get_max_phy_offset() == where
     assert tree_digest(root) == before, "a read-only open changed files"
 
     max_off = check_recovered(root, kept, recover_truncate_corrupted=True)
     assert max_off == where
     assert all(int(n) <= where for n in cw.log_files(str(root)))
+
+
+def test_check_crc_on_recover_is_honoured(tmp_path):
+    """``check_crc_on_recover=False`` (RocketMQ ``checkCRCOnRecover``): recovery does not compute body CRCs,
+    so a record whose body has a flipped bit is kept, as is everything after it, and the log is not cut;
+    with the default (True) the same store is refused at that record."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=14)
+    v = victim_in_file(w, files_with_records(w)[-2], random.Random(14))
+    flip_bit(root, body_offset(v) + len(v.body) // 2, 2)
+    for abnormal in (False, True):
+        if abnormal:
+            make_abnormal(root)
+        with open_store(root, check_crc_on_recover=False) as store:
+            assert store.recovery.process_offset == w.end and store.get_max_phy_offset() == w.end
+            assert store.look_message_by_offset(v.offset).body != v.body
+            cw.check_message(store.look_message_by_offset(w.records[-1].offset), w.records[-1].idx)
+    make_abnormal(root)
+    with pytest.raises(StoreCorruptedError) as ei:
+        open_store(root)
+    assert (ei.value.path, ei.value.offset) == (file_of(root, v.offset), v.offset)
 
 
 def test_damage_before_normal_recovery_window(tmp_path):
@@ -469,6 +569,36 @@ def test_garbage_to_end_of_last_file(tmp_path, seed):
     assert max_off == max(kept[-1].offset + kept[-1].size, last_file)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_garbage_from_a_middle_file_on(tmp_path, seed):
+    """Random bytes from a random offset in an older file through every later file (a disk that returned
+    garbage from some point on): the store keeps every whole record before that point, deletes the files
+    after it and zeroes the rest of its file."""
+    rng = random.Random(100 + seed)
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=seed)
+    names = cw.log_files(str(root))
+    first_bad = int(names[-3])
+    g = rng.randrange(first_bad, first_bad + FILE_SIZE - 8)
+    for n in names:
+        start = int(n)
+        if start + FILE_SIZE <= g:
+            continue
+        lo = max(g, start)
+        patch(root, lo, rng.randbytes(start + FILE_SIZE - lo))
+    if seed == 0:
+        make_abnormal(root)
+    # the record the garbage starts in survives if only its properties were hit (nothing checks them)
+    kept = cw.walk_log(str(root)).records
+    before = [r.offset for r in w.records if r.offset + r.size <= g]
+    offsets = [r.offset for r in kept]
+    assert offsets == before or (
+        offsets[:-1] == before and kept[-1].offset < g < kept[-1].offset + kept[-1].size
+    )
+    max_off = check_recovered(root, kept, touched=g)
+    assert max_off <= g + FILE_SIZE and all(int(n) <= max_off for n in cw.log_files(str(root)))
+
+
 # ----------------------------------------------------------------------------------------------
 # the checkpoint
 # ----------------------------------------------------------------------------------------------
@@ -513,6 +643,24 @@ def test_garbage_checkpoint_keeps_every_message(tmp_path, kind, abnormal):
     assert cp.trusted and os.path.getsize(root / "checkpoint") == 4096
 
 
+def test_abnormal_recovery_rebuilds_the_index(tmp_path):
+    """An abnormal restart whose checkpoint says the commit log and the queues were flushed to the end while
+    no index file was ever full (index time 0): the index drops its file (its content may be torn) and,
+    although the queues are only re-dispatched from the last file, the index is rebuilt from the start:
+    every message is found by its key."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=15)
+    last_ts = read_at(root, w.records[-1].offset + 56, 8)
+    ts = struct.unpack(">q", last_ts)[0] + 10_000
+    with open(root / "checkpoint", "wb") as f:
+        f.write(struct.pack(">qqqqq", ts, ts, 0, 0, 0) + bytes(4056))
+    make_abnormal(root)
+    with open_store(root) as store:
+        assert store.recovery.start_file == file_of(root, files_with_records(w)[-1])
+        cw.check_index(store, w, sample=len(w.records))
+    check_recovered(root, w.records)
+
+
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
 def test_garbage_checkpoint_and_torn_tail(tmp_path, abnormal):
     """An untrusted checkpoint does not stop recovery from cutting a torn tail."""
@@ -549,9 +697,29 @@ def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
 
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_missing_consume_queue_folder(tmp_path, abnormal):
+    """The ``consumequeue`` folder is gone (FORMAT.md §8.6): the queues are rebuilt from the commit log,
+    every unit pointing at its record, and the topic-queue table continues from them."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=13)
+    table = {k: len(v) for k, v in cw.queues_of(w).items()}
+    shutil.rmtree(root / "consumequeue")
+    if abnormal:
+        make_abnormal(root)
+    check_recovered(root, w.records)
+    with open_store(root) as store:
+        assert {k: v for k, v in store.get_topic_queue_table().items() if v > 0} == table
+        topic, qid = cw.TOPICS[0], 0
+        r = store.put_message(
+            Message(topic, cw.make_body(10**6, topic, qid, 10), keys="k%d" % 10**6, queue_id=qid)
+        )
+        assert r.is_ok() and r.append_message_result.logics_offset == table[(topic, qid)]
+
+
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
 def test_oldest_files_gone(tmp_path, abnormal):
     """The oldest files are gone, as cleanup leaves a store: it opens with the first file left as its min
-    offset and every record from there on. (A file missing in the middle is in test_crash_bugs.py.)"""
+    offset and every record from there on. (A file missing in the middle: test_missing_middle_file.)"""
     root = tmp_path / "store"
     w = build_store(root, messages=300)
     names = cw.log_files(str(root))
@@ -571,6 +739,26 @@ def test_oldest_files_gone(tmp_path, abnormal):
     assert [m.commit_log_offset for m in iter_commitlog(str(root), verify_crc=True)] == [
         r.offset for r in kept
     ]
+
+
+# ----------------------------------------------------------------------------------------------
+# the CRC recovery computes
+# ----------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@given(data=st.binary(max_size=3000), skip=st.integers(0, 15))
+@example(data=bytes(64), skip=0)
+@example(data=b"\xff" * 4096, skip=3)
+def test_recovery_crc_is_zlibs(data, skip):
+    """Recovery checks body CRCs with a carry-less-multiplication CRC where the CPU has it: it is zlib's
+    CRC-32 (masked to 31 bits) for every length and alignment."""
+    import zlib
+
+    from pystore._codec import fast_body_crc
+
+    view = memoryview(bytes(skip) + data)[skip:]
+    assert fast_body_crc(view) == zlib.crc32(data) & 0x7FFFFFFF
 
 
 # ----------------------------------------------------------------------------------------------
