@@ -404,6 +404,18 @@ cdef MessageExt make_ext(const unsigned char *p, RecordView *v):
     return e
 
 
+cdef inline bint _topic_bytes_ok(const unsigned char *t, int32_t n) noexcept nogil:
+    # A stored topic passed the put rules ([%|a-zA-Z0-9_-]); a NUL or a path separator in it is damage the
+    # body CRC cannot see, and would otherwise become a consume-queue folder name.
+    cdef int32_t i
+    if n <= 0:
+        return False
+    for i in range(n):
+        if t[i] == 0 or t[i] == 0x2F:
+            return False
+    return True
+
+
 cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limit, bint check_crc,
                           int32_t *reason, int64_t *count, int64_t *last_store_ts) noexcept nogil:
     """Walk whole records from ``start``; return the end of the last valid one. ``reason`` tells why the
@@ -413,8 +425,9 @@ cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limi
     cdef int32_t r
     while True:
         r = check_record(base + pos, limit - pos, check_crc, &v)
-        if r > 0 and check_crc and base[pos + (v.props_pos + v.props_len if v.props_len > 0
-                                               else v.topic_pos + v.topic_len) - 1] == 0:
+        if r > 0 and check_crc and (base[pos + (v.props_pos + v.props_len if v.props_len > 0
+                                                else v.topic_pos + v.topic_len) - 1] == 0
+                                    or not _topic_bytes_ok(base + pos + v.topic_pos, v.topic_len)):
             # The last byte of the properties (0x02 as written) or, without properties, of the topic is
             # never zero: zeros there are a lost page (a power cut before the flush) with the header and the
             # body intact, which neither the sizes nor the body CRC can see. The record is torn.

@@ -246,6 +246,10 @@ class ConsumeQueueStore:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
+                    if topic in ("", ".", "..") or "/" in topic or "\0" in topic:
+                        # only a damaged record can carry such a topic (puts refuse it); never let it name a
+                        # folder outside consumequeue/
+                        raise ValueError("topic %r cannot name a consume-queue folder" % topic)
                     cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size, self.read_only)
                     cq.on_error = self.on_error
                     self._queues[key] = cq

@@ -229,7 +229,7 @@ class MappedFileQueue:
                 else:
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     mf = MappedFile(path, self.mapped_file_size, create=True)
-            except OSError:
+            except (OSError, ValueError):       # ValueError: a path the OS cannot take (a NUL byte)
                 log.exception("cannot create %s", path)
                 return None
             if mf is None:

@@ -848,3 +848,27 @@ def test_any_single_byte_corruption(tmp_path_factory, small_store, where, value,
         if not r.offset <= pos < r.offset + r.size:
             assert read_at(root, r.offset, r.size) == read_at(base, r.offset, r.size)
     shutil.rmtree(root.parent)
+
+
+@pytest.mark.parametrize("bad", [0, ord("/")])
+def test_a_nul_or_slash_in_the_last_topic_is_a_torn_record(tmp_path, bad):
+    """A zeroed byte inside the topic of the last record (the body CRC cannot see it) must not become a
+    consume-queue folder name (``os.makedirs`` refuses NUL; '/' would leave ``consumequeue/``): recovery
+    cuts that record and keeps the ones before."""
+    root = str(tmp_path / "store")
+    with MessageStore.open(root, **cw.SMALL_FILES) as s:
+        results = [s.put_message(Message("TopicTest", b"body%d" % i)) for i in range(5)]
+    last = results[-1].append_message_result
+    body_len = len(b"body4")
+    topic_at = last.wrote_offset + 88 + body_len + 1          # V1, IPv4 hosts: body at 88, then topic length
+    path = os.path.join(root, "commitlog", "%020d" % 0)
+    with open(path, "r+b") as fh:
+        fh.seek(topic_at + 2)
+        assert fh.read(1) == b"p"
+        fh.seek(topic_at + 2)
+        fh.write(bytes([bad]))
+    open(os.path.join(root, "abort"), "wb").close()          # as if the writer had been killed
+    with MessageStore.open(root, **cw.SMALL_FILES) as s:
+        assert s.get_max_phy_offset() == last.wrote_offset
+        assert s.get_max_offset_in_queue("TopicTest", 0) == 4
+        assert sorted(os.listdir(os.path.join(root, "consumequeue"))) == ["TopicTest"]
