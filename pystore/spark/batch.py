@@ -136,6 +136,8 @@ def read_slice(part: InputPartition, filters: Filters, schema: pa.Schema,
             mf.close()
         return
     if not isinstance(part, QueueSlice):
+        if getattr(part, "value", 0) is None:   # Spark's stand-in when partitions() planned none
+            return
         raise TypeError("not a pystore partition: %r" % (part,))
     qr = QueueReader(part.topic, part.queue_id, layout.queue_files(part.root, part.topic, part.queue_id),
                      layout.commit_log_files(part.root))

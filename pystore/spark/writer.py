@@ -118,6 +118,11 @@ def _row_sums(lists: pa.Array, values: pa.Array) -> pa.Array:
     return pc.subtract(pc.take(prefix, offsets[1:]), pc.take(prefix, offsets[:-1]))
 
 
+def _compact(arr: pa.Array) -> pa.Array:
+    """``arr`` with offset 0, so its offsets index its (flattened) children directly."""
+    return pa.concat_arrays([arr]) if arr.offset else arr
+
+
 def _has_separators(arr: pa.Array) -> pa.Array:
     return pc.match_substring_regex(arr, "[\x01\x02]")
 
@@ -135,7 +140,7 @@ def normalize_batch(batch: pa.RecordBatch, partition: int, row_base: int, max_me
     i = _first(pc.is_null(topic))
     if i is not None:
         fail(i, "topic is null (topic is required)")
-    bad = pc.invert(pc.match_substring_regex(topic, "^[%|a-zA-Z0-9_-]{1,%d}$" % MAX_TOPIC_BYTES))
+    bad = pc.invert(pc.match_substring_regex(topic, "^[%|a-zA-Z0-9_-]{1," + str(MAX_TOPIC_BYTES) + "}$"))
     i = _first(bad)
     if i is not None:
         fail(i, "topic %r is empty, longer than %d bytes or has characters outside [%%|a-zA-Z0-9_-]"
@@ -168,8 +173,8 @@ def normalize_batch(batch: pa.RecordBatch, partition: int, row_base: int, max_me
         keys = pa.nulls(n, pa.list_(pa.string()))
     elif pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
         keys = pc.split_pattern(keys.cast(pa.string()), " ")
-    keys = keys.cast(pa.list_(pa.string()))
-    flat = pc.fill_null(keys.flatten(), "")
+    keys = _compact(keys.cast(pa.list_(pa.string())))
+    flat = pc.fill_null(keys.values, "")
     i = _first(_has_separators(flat))
     if i is not None:
         owner = int(pc.list_parent_indices(keys)[i].as_py())
@@ -189,14 +194,15 @@ def normalize_batch(batch: pa.RecordBatch, partition: int, row_base: int, max_me
     props = cols.get("properties")
     if props is None:
         props = pa.nulls(n, pa.map_(pa.string(), pa.string()))
-    props = props.cast(pa.map_(pa.string(), pa.string()))
+    props = _compact(props.cast(pa.map_(pa.string(), pa.string())))
     pk, pv = props.keys, props.items
+    as_list = pa.ListArray.from_arrays(props.offsets, pk)   # list_parent_indices does not take maps
     i = _first(pc.or_(pc.or_(_has_separators(pk), _has_separators(pc.fill_null(pv, ""))),
                       pc.equal(pc.binary_length(pk), 0)))
     if i is not None:
-        owner = int(pc.list_parent_indices(props)[i].as_py())
+        owner = int(pc.list_parent_indices(as_list)[i].as_py())
         fail(owner, "a property name is empty, or a name or value contains \\x01 or \\x02")
-    plen = _row_sums(props, pc.add(pc.add(pc.binary_length(pk), pc.fill_null(pc.binary_length(pv), 0)), 2))
+    plen = _row_sums(as_list, pc.add(pc.add(pc.binary_length(pk), pc.fill_null(pc.binary_length(pv), 0)), 2))
     props_size = pc.add(props_size, plen)
     i = _first(pc.greater(props_size, MAX_PROPERTIES_BYTES))
     if i is not None:
