@@ -1,13 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Commit-log records straight into Arrow columns (the Spark data source's decoder, API.md "Spark").
 
-A :class:`BatchBuilder` collects pointers to whole records (from a commit-log file range, or through a
-consume queue's units), then builds one ``pyarrow.RecordBatch`` in two C passes:
-
-1. sizing: each accepted record adds its byte counts (topic, body, tags, keys, properties, hosts, id);
-2. filling: every column's buffers (validity where needed, int32 offsets and data for strings and
-   binaries, list/map offsets, fixed-width values) are allocated once with ``pyarrow.allocate_buffer``
-   and written in C loops; arrays are then wrapped with ``pyarrow.Array.from_buffers``.
+A :class:`BatchBuilder` decodes whole records (from a commit-log file range, or through a consume
+queue's units) in one C pass straight into the column buffers of a ``pyarrow.RecordBatch``: validity
+where needed, int32 offsets and data for strings and binaries, list/map offsets, fixed-width values.
+The buffers are plain ``malloc`` blocks that grow by doubling; at the end of a batch each is handed to
+Arrow without a copy (``pyarrow.foreign_buffer``, freed when Arrow releases it) and the arrays are
+wrapped with ``pyarrow.Array.from_buffers``.
 
 No Python object is made per row. Strings are UTF-8 with invalid sequences replaced by U+FFFD (maximal
 subparts, as Java and Python do), so Arrow always gets valid UTF-8. The properties map follows RocketMQ
@@ -64,7 +63,16 @@ cdef Py_ssize_t utf8_fix(const unsigned char *p, Py_ssize_t n, unsigned char *ds
     cdef Py_ssize_t i = 0, o = 0, s
     cdef unsigned char c, lo, hi
     cdef int need, k
+    cdef uint64_t w
     while i < n:
+        if i + 8 <= n:                   # eight ASCII bytes at a time
+            memcpy(&w, p + i, 8)
+            if (w & 0x8080808080808080ULL) == 0:
+                if dst != NULL:
+                    memcpy(dst + o, p + i, 8)
+                i += 8
+                o += 8
+                continue
         c = p[i]
         if c < 0x80:
             if dst != NULL:
@@ -270,8 +278,28 @@ cdef inline int64_t ms_to_us(int64_t ms) noexcept nogil:
     return ms * 1000
 
 
-cdef inline unsigned char *buf_ptr(object buf):
-    return <unsigned char *><uintptr_t>buf.address
+# ----------------------------------------------------------------------------------------------------
+# Growable column buffers from Arrow's memory pool
+# ----------------------------------------------------------------------------------------------------
+
+cdef struct Buf:
+    unsigned char *p
+    int64_t n
+    int64_t cap
+
+
+cdef struct HostCache:
+    unsigned char raw[20]
+    int32_t raw_len
+    char text[64]
+    int text_len
+
+
+# column buffers
+cdef enum:
+    B_TOPIC_O, B_TOPIC, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_BODY, B_TAGS_V, B_TAGS_O, B_TAGS,
+    B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV, B_FLAG, B_SYS, B_BORN, B_STORE,
+    B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -280,14 +308,17 @@ cdef inline unsigned char *buf_ptr(object buf):
 
 @cython.final
 cdef class BatchBuilder:
-    """Accepts records (pointers into mapped files the caller keeps open) and builds RecordBatches.
+    """Decodes accepted records (pointers into mapped files the caller keeps open) into column buffers
+    and hands them to Arrow as RecordBatches.
 
     ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
-    max_rows=65536, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the
+    max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the
     data source's, with Spark's field types); the filters keep records of one of ``topics`` (a list of
-    str), of ``queue_id`` (>= 0), stored in ``[start_ms, end_ms)``.
+    str), of ``queue_id`` (>= 0), stored in ``[start_ms, end_ms)``. A batch is full at ``max_rows`` rows
+    or ``max_bytes`` bytes of variable-length data.
     """
     cdef object schema
+    cdef list types
     cdef readonly bint verify_crc
     cdef int32_t queue_id
     cdef int64_t start_ms, end_ms
@@ -296,27 +327,29 @@ cdef class BatchBuilder:
     cdef const unsigned char **topic_ptr
     cdef int32_t *topic_len
     cdef readonly int64_t max_rows, max_bytes
-    # pass-1 state
-    cdef const unsigned char **recs
-    cdef int64_t cap
+    cdef Buf bufs[N_BUFS]
+    cdef list pybufs                    # the pyarrow ResizableBuffer behind each Buf
     cdef readonly int64_t rows
-    cdef int64_t topic_b, body_b, tags_b, tags_nulls, n_keys, keys_b, n_items, pk_b, pv_b, bh_b, sh_b, id_b
-    cdef int64_t var_b
+    cdef int64_t tags_nulls, n_keys, n_items
     cdef int32_t *items
+    cdef HostCache born_cache, store_cache
     cdef readonly int64_t rows_total
 
     def __cinit__(self):
-        self.recs = NULL
         self.items = NULL
         self.topic_ptr = NULL
         self.topic_len = NULL
+        memset(self.bufs, 0, sizeof(self.bufs))
+        memset(&self.born_cache, 0, sizeof(HostCache))
+        memset(&self.store_cache, 0, sizeof(HostCache))
 
     def __init__(self, schema, bint verify_crc=True, topics=None, int queue_id=-1, start_ms=None, end_ms=None,
-                 long long max_rows=65536, long long max_bytes=64 << 20):
+                 long long max_rows=32768, long long max_bytes=64 << 20):
         cdef int i
         if list(schema.names) != list(COLUMNS):
             raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
         self.schema = schema
+        self.types = [f.type for f in schema]
         self.verify_crc = verify_crc
         self.queue_id = queue_id
         self.start_ms = INT64_MIN if start_ms is None else start_ms
@@ -331,29 +364,93 @@ cdef class BatchBuilder:
             for i in range(self.n_topics):
                 self.topic_ptr[i] = <const unsigned char *><bytes>self.topics[i]
                 self.topic_len[i] = len(<bytes>self.topics[i])
-        self.max_rows = max(1, max_rows)
-        self.max_bytes = max(1, max_bytes)
-        self.cap = 1024
-        self.recs = <const unsigned char **>malloc(self.cap * sizeof(void *))
+        self.max_rows = max(1, min(max_rows, 1 << 24))
+        self.max_bytes = max(1, min(max_bytes, 1 << 30))
         self.items = <int32_t *>malloc(4 * MAX_ITEMS * sizeof(int32_t))
-        if self.recs == NULL or self.items == NULL:
+        if self.items == NULL:
             raise MemoryError()
-        self._reset()
+        self.pybufs = [None] * N_BUFS
+        self._start()
+
+    cdef int _grow(self, int i, int64_t need) except -1:
+        """Room for ``need`` bytes in buffer ``i`` (doubling; a pool allocation, so freed batches' memory
+        is reused instead of faulting fresh pages in)."""
+        cdef Buf *b = &self.bufs[i]
+        cdef int64_t cap = b.cap * 2 if b.cap else 4096
+        while cap < need:
+            cap *= 2
+        buf = self.pybufs[i]
+        if buf is None:
+            buf = pa.allocate_buffer(cap, resizable=True)
+            self.pybufs[i] = buf
+        else:
+            buf.resize(cap)
+        b.p = <unsigned char *><uintptr_t>buf.address
+        b.cap = cap
+        return 0
+
+    cdef inline int res(self, int i, int64_t extra) except -1:
+        if self.bufs[i].n + extra > self.bufs[i].cap:
+            self._grow(i, self.bufs[i].n + extra)
+        return 0
+
+    cdef inline int put_utf8(self, int i, const unsigned char *p, int32_t n) except -1:
+        """Append ``p[:n]`` to buffer ``i`` as valid UTF-8 (valid text is copied as is)."""
+        cdef Buf *b = &self.bufs[i]
+        if b.n + 3 * <int64_t>n > b.cap:
+            self._grow(i, b.n + 3 * <int64_t>n)
+        b.n += utf8_fix(p, n, b.p + b.n)
+        return 0
+
+    cdef int put_host(self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
+        """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
+        cdef Buf *b = &self.bufs[i]
+        if hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
+            c.text_len = fmt_host(h, hlen, c.text)
+            memcpy(c.raw, h, hlen)
+            c.raw_len = hlen
+        if b.n + c.text_len > b.cap:
+            self._grow(i, b.n + c.text_len)
+        memcpy(b.p + b.n, c.text, c.text_len)
+        b.n += c.text_len
+        return 0
 
     def __dealloc__(self):
-        free(self.recs)
         free(self.items)
         free(self.topic_ptr)
         free(self.topic_len)
 
-    cdef void _reset(self) noexcept:
+    cdef int _start(self) except -1:
+        """Fresh buffers for the next batch: fixed-width columns sized for ``max_rows`` at once."""
+        cdef int64_t r = self.max_rows
+        cdef int i
         self.rows = 0
-        self.topic_b = self.body_b = self.tags_b = self.tags_nulls = 0
-        self.n_keys = self.keys_b = self.n_items = self.pk_b = self.pv_b = 0
-        self.bh_b = self.sh_b = self.id_b = self.var_b = 0
+        self.tags_nulls = self.n_keys = self.n_items = 0
+        for i in range(N_BUFS):
+            self.pybufs[i] = None
+            self.bufs[i].p = NULL
+            self.bufs[i].n = 0
+            self.bufs[i].cap = 0
+        for i in (B_TOPIC, B_BODY, B_TAGS, B_KEYS, B_PK, B_PV, B_BH, B_SH, B_ID):
+            self._grow(i, 64)
+        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
+            self._grow(i, 4 * r)
+        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
+            self._grow(i, 8 * r)
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O, B_KEYS_O, B_PK_O,
+                  B_PV_O):
+            self._grow(i, 4 * (r + 1))
+            (<int32_t *>self.bufs[i].p)[0] = 0
+            self.bufs[i].n = 4
+        self._grow(B_TAGS_V, (r + 7) // 8)
+        memset(self.bufs[B_TAGS_V].p, 0, (r + 7) // 8)
+        self.bufs[B_TAGS_V].n = (r + 7) // 8
+        return 0
 
     cdef inline bint full(self) noexcept:
-        return self.rows >= self.max_rows or self.var_b >= self.max_bytes
+        cdef int64_t var = (self.bufs[B_BODY].n + self.bufs[B_PK].n + self.bufs[B_PV].n + self.bufs[B_KEYS].n
+                            + self.bufs[B_TAGS].n + self.bufs[B_TOPIC].n)
+        return self.rows >= self.max_rows or var >= self.max_bytes
 
     cdef inline bint wanted(self, const unsigned char *p, RecordView *v) noexcept nogil:
         cdef int i
@@ -368,220 +465,135 @@ cdef class BatchBuilder:
             return False
         return True
 
-    cdef int add(self, const unsigned char *p, RecordView *v) except -1:
-        """Size one accepted record (pass 1)."""
-        cdef int32_t cnt, i, t, s, e
-        cdef int64_t before = self.topic_b + self.body_b + self.tags_b + self.keys_b + self.pk_b + self.pv_b
-        cdef const unsigned char *props = p + v.props_pos
-        cdef char tmp[64]
-        cdef const unsigned char **grown
-        if self.rows == self.cap:
-            grown = <const unsigned char **>realloc(self.recs, 2 * self.cap * sizeof(void *))
-            if grown == NULL:
-                raise MemoryError()
-            self.recs = grown
-            self.cap *= 2
-        self.recs[self.rows] = p
-        self.rows += 1
-        self.topic_b += utf8_fix(p + v.topic_pos, v.topic_len, NULL)
-        self.body_b += v.body_len
-        cnt = parse_props(props, v.props_len, self.items)
-        self.n_items += cnt
-        for i in range(cnt):
-            self.pk_b += utf8_fix(props + self.items[4 * i], self.items[4 * i + 1], NULL)
-            self.pv_b += utf8_fix(props + self.items[4 * i + 2], self.items[4 * i + 3], NULL)
-        i = find_item(props, self.items, cnt, "TAGS", 4)
-        if i >= 0:
-            self.tags_b += utf8_fix(props + self.items[4 * i + 2], self.items[4 * i + 3], NULL)
-        else:
-            self.tags_nulls += 1
-        i = find_item(props, self.items, cnt, "KEYS", 4)
-        if i >= 0:
-            s = self.items[4 * i + 2]
-            e = s + self.items[4 * i + 3]
-            t = s
-            while t <= e:
-                if t == e or props[t] == 32:
-                    if t > s:
-                        self.n_keys += 1
-                        self.keys_b += utf8_fix(props + s, t - s, NULL)
-                    s = t + 1
-                t += 1
-        self.bh_b += fmt_host(p + v.born_host_pos, v.born_host_len, tmp)
-        self.sh_b += fmt_host(p + v.store_host_pos, v.store_host_len, tmp)
-        self.id_b += 2 * (v.store_host_len + 8)
-        self.var_b += (self.topic_b + self.body_b + self.tags_b + self.keys_b + self.pk_b + self.pv_b) - before + 128
-        return 0
-
     cdef int check_crc(self, const unsigned char *p, RecordView *v, str path, int64_t offset) except -1:
         if self.verify_crc and v.body_len > 0 and body_crc32(p + v.body_pos, v.body_len) != v.body_crc:
             raise StoreCorruptedError(path, offset, REASONS.get(REC_BAD_CRC))
         return 0
 
+    cdef int add(self, const unsigned char *p, RecordView *v) except -1:
+        """Append one accepted record to every column."""
+        cdef Buf *b = self.bufs
+        cdef int64_t r = self.rows
+        cdef const unsigned char *props = p + v.props_pos
+        cdef int32_t *items = self.items
+        cdef int32_t cnt, i, t, s, e
+        # fixed-width columns (room for max_rows reserved in _start)
+        (<int32_t *>b[B_QID].p)[r] = v.queue_id
+        (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
+        (<int64_t *>b[B_CLO].p)[r] = v.phy_offset
+        (<int32_t *>b[B_SIZE].p)[r] = v.total_size
+        (<int32_t *>b[B_FLAG].p)[r] = v.flag
+        (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
+        (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
+        (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
+        (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
+        (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
+        (<int32_t *>b[B_CRC].p)[r] = v.body_crc
+        # topic, body
+        self.put_utf8(B_TOPIC, p + v.topic_pos, v.topic_len)
+        (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
+        self.res(B_BODY, v.body_len)
+        memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
+        b[B_BODY].n += v.body_len
+        (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
+        # properties map, then TAGS and KEYS from it
+        cnt = parse_props(props, v.props_len, items)
+        self.res(B_PK_O, 4 * cnt)
+        self.res(B_PV_O, 4 * cnt)
+        for i in range(cnt):
+            self.put_utf8(B_PK, props + items[4 * i], items[4 * i + 1])
+            self.put_utf8(B_PV, props + items[4 * i + 2], items[4 * i + 3])
+            self.n_items += 1
+            (<int32_t *>b[B_PK_O].p)[self.n_items] = <int32_t>b[B_PK].n
+            (<int32_t *>b[B_PV_O].p)[self.n_items] = <int32_t>b[B_PV].n
+        b[B_PK_O].n += 4 * cnt
+        b[B_PV_O].n += 4 * cnt
+        (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
+        i = find_item(props, items, cnt, "TAGS", 4)
+        if i >= 0:
+            self.put_utf8(B_TAGS, props + items[4 * i + 2], items[4 * i + 3])
+            b[B_TAGS_V].p[r >> 3] |= <unsigned char>(1 << (r & 7))
+        else:
+            self.tags_nulls += 1
+        (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+        i = find_item(props, items, cnt, "KEYS", 4)
+        if i >= 0:
+            s = items[4 * i + 2]
+            e = s + items[4 * i + 3]
+            t = s
+            while t <= e:
+                if t == e or props[t] == 32:
+                    if t > s:
+                        self.put_utf8(B_KEYS, props + s, t - s)
+                        self.res(B_KEYS_O, 4)
+                        self.n_keys += 1
+                        (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
+                        b[B_KEYS_O].n += 4
+                    s = t + 1
+                t += 1
+        (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
+        # hosts and the offset message id
+        self.put_host(&self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+        self.put_host(&self.store_cache, B_SH, p + v.store_host_pos, v.store_host_len)
+        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
+        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
+        self.res(B_ID, 2 * (v.store_host_len + 8))
+        fmt_id(b[B_ID].p + b[B_ID].n, p + v.store_host_pos, v.store_host_len, v.phy_offset)
+        b[B_ID].n += 2 * (v.store_host_len + 8)
+        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
+        self.rows = r + 1
+        return 0
+
     def build(self):
-        """The RecordBatch of the records added since the last build (pass 2); None when there are none."""
-        cdef int64_t n = self.rows, r
-        cdef RecordView v
-        cdef const unsigned char *p
-        cdef const unsigned char *props
-        cdef int32_t cnt, i, t, s, e, k
-        cdef char tmp[64]
+        """The RecordBatch of the records added since the last build; None when there are none."""
+        cdef int64_t n = self.rows
+        cdef int i
+        cdef Buf *b = self.bufs
         if n == 0:
             return None
-        alloc = pa.allocate_buffer
-        b_topic_o = alloc(4 * (n + 1)); b_topic = alloc(self.topic_b)
-        b_qid = alloc(4 * n); b_qoff = alloc(8 * n); b_clo = alloc(8 * n); b_size = alloc(4 * n)
-        b_body_o = alloc(4 * (n + 1)); b_body = alloc(self.body_b)
-        b_tags_v = alloc((n + 7) // 8) if self.tags_nulls else None
-        b_tags_o = alloc(4 * (n + 1)); b_tags = alloc(self.tags_b)
-        b_keys_lo = alloc(4 * (n + 1)); b_keys_o = alloc(4 * (self.n_keys + 1)); b_keys = alloc(self.keys_b)
-        b_map_o = alloc(4 * (n + 1))
-        b_pk_o = alloc(4 * (self.n_items + 1)); b_pk = alloc(self.pk_b)
-        b_pv_o = alloc(4 * (self.n_items + 1)); b_pv = alloc(self.pv_b)
-        b_flag = alloc(4 * n); b_sys = alloc(4 * n); b_born = alloc(8 * n); b_store = alloc(8 * n)
-        b_bh_o = alloc(4 * (n + 1)); b_bh = alloc(self.bh_b)
-        b_sh_o = alloc(4 * (n + 1)); b_sh = alloc(self.sh_b)
-        b_rc = alloc(4 * n); b_prep = alloc(8 * n); b_crc = alloc(4 * n)
-        b_id_o = alloc(4 * (n + 1)); b_id = alloc(self.id_b)
-
-        cdef int32_t *topic_o = <int32_t *>buf_ptr(b_topic_o)
-        cdef unsigned char *topic_d = buf_ptr(b_topic)
-        cdef int32_t *qid = <int32_t *>buf_ptr(b_qid)
-        cdef int64_t *qoff = <int64_t *>buf_ptr(b_qoff)
-        cdef int64_t *clo = <int64_t *>buf_ptr(b_clo)
-        cdef int32_t *size = <int32_t *>buf_ptr(b_size)
-        cdef int32_t *body_o = <int32_t *>buf_ptr(b_body_o)
-        cdef unsigned char *body_d = buf_ptr(b_body)
-        cdef uint8_t *tags_v = <uint8_t *>buf_ptr(b_tags_v) if b_tags_v is not None else NULL
-        cdef int32_t *tags_o = <int32_t *>buf_ptr(b_tags_o)
-        cdef unsigned char *tags_d = buf_ptr(b_tags)
-        cdef int32_t *keys_lo = <int32_t *>buf_ptr(b_keys_lo)
-        cdef int32_t *keys_o = <int32_t *>buf_ptr(b_keys_o)
-        cdef unsigned char *keys_d = buf_ptr(b_keys)
-        cdef int32_t *map_o = <int32_t *>buf_ptr(b_map_o)
-        cdef int32_t *pk_o = <int32_t *>buf_ptr(b_pk_o)
-        cdef unsigned char *pk_d = buf_ptr(b_pk)
-        cdef int32_t *pv_o = <int32_t *>buf_ptr(b_pv_o)
-        cdef unsigned char *pv_d = buf_ptr(b_pv)
-        cdef int32_t *flag = <int32_t *>buf_ptr(b_flag)
-        cdef int32_t *sysf = <int32_t *>buf_ptr(b_sys)
-        cdef int64_t *born = <int64_t *>buf_ptr(b_born)
-        cdef int64_t *store = <int64_t *>buf_ptr(b_store)
-        cdef int32_t *bh_o = <int32_t *>buf_ptr(b_bh_o)
-        cdef unsigned char *bh_d = buf_ptr(b_bh)
-        cdef int32_t *sh_o = <int32_t *>buf_ptr(b_sh_o)
-        cdef unsigned char *sh_d = buf_ptr(b_sh)
-        cdef int32_t *rc = <int32_t *>buf_ptr(b_rc)
-        cdef int64_t *prep = <int64_t *>buf_ptr(b_prep)
-        cdef int32_t *crc = <int32_t *>buf_ptr(b_crc)
-        cdef int32_t *id_o = <int32_t *>buf_ptr(b_id_o)
-        cdef unsigned char *id_d = buf_ptr(b_id)
-        cdef int32_t o_topic = 0, o_body = 0, o_tags = 0, o_keys = 0, o_kd = 0, o_items = 0, o_pk = 0, o_pv = 0
-        cdef int32_t o_bh = 0, o_sh = 0, o_id = 0
-        cdef int32_t *items = self.items
-
-        if tags_v != NULL:
-            memset(tags_v, 0, (n + 7) // 8)
-        topic_o[0] = body_o[0] = tags_o[0] = keys_lo[0] = keys_o[0] = map_o[0] = 0
-        pk_o[0] = pv_o[0] = bh_o[0] = sh_o[0] = id_o[0] = 0
-        with nogil:
-            for r in range(n):
-                p = self.recs[r]
-                check_record(p, load_i32_acquire(p), False, &v)
-                props = p + v.props_pos
-                o_topic += utf8_fix(p + v.topic_pos, v.topic_len, topic_d + o_topic)
-                topic_o[r + 1] = o_topic
-                qid[r] = v.queue_id
-                qoff[r] = v.queue_offset
-                clo[r] = v.phy_offset
-                size[r] = v.total_size
-                memcpy(body_d + o_body, p + v.body_pos, v.body_len)
-                o_body += v.body_len
-                body_o[r + 1] = o_body
-                cnt = parse_props(props, v.props_len, items)
-                for i in range(cnt):
-                    o_pk += utf8_fix(props + items[4 * i], items[4 * i + 1], pk_d + o_pk)
-                    pk_o[o_items + 1] = o_pk
-                    o_pv += utf8_fix(props + items[4 * i + 2], items[4 * i + 3], pv_d + o_pv)
-                    pv_o[o_items + 1] = o_pv
-                    o_items += 1
-                map_o[r + 1] = o_items
-                i = find_item(props, items, cnt, "TAGS", 4)
-                if i >= 0:
-                    o_tags += utf8_fix(props + items[4 * i + 2], items[4 * i + 3], tags_d + o_tags)
-                    if tags_v != NULL:
-                        tags_v[r >> 3] |= <uint8_t>(1 << (r & 7))
-                tags_o[r + 1] = o_tags
-                i = find_item(props, items, cnt, "KEYS", 4)
-                if i >= 0:
-                    s = items[4 * i + 2]
-                    e = s + items[4 * i + 3]
-                    t = s
-                    while t <= e:
-                        if t == e or props[t] == 32:
-                            if t > s:
-                                o_kd += utf8_fix(props + s, t - s, keys_d + o_kd)
-                                o_keys += 1
-                                keys_o[o_keys] = o_kd
-                            s = t + 1
-                        t += 1
-                keys_lo[r + 1] = o_keys
-                flag[r] = v.flag
-                sysf[r] = v.sys_flag
-                born[r] = ms_to_us(v.born_ts)
-                store[r] = ms_to_us(v.store_ts)
-                k = fmt_host(p + v.born_host_pos, v.born_host_len, tmp)
-                memcpy(bh_d + o_bh, tmp, k)
-                o_bh += k
-                bh_o[r + 1] = o_bh
-                k = fmt_host(p + v.store_host_pos, v.store_host_len, tmp)
-                memcpy(sh_d + o_sh, tmp, k)
-                o_sh += k
-                sh_o[r + 1] = o_sh
-                rc[r] = v.reconsume_times
-                prep[r] = v.prepared_tx_offset
-                crc[r] = v.body_crc
-                fmt_id(id_d + o_id, p + v.store_host_pos, v.store_host_len, v.phy_offset)
-                o_id += 2 * (v.store_host_len + 8)
-                id_o[r + 1] = o_id
-
+        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
+            b[i].n = 4 * n
+        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
+            b[i].n = 8 * n
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
+            b[i].n = 4 * (n + 1)
+        b[B_TAGS_V].n = (n + 7) // 8
         nulls = self.tags_nulls
         items_n = self.n_items
         keys_n = self.n_keys
-        self._reset()
+        bufs = [(<object>self.pybufs[i]).slice(0, b[i].n) for i in range(N_BUFS)]
         self.rows_total += n
-        sch = self.schema
+        self._start()
         fa = pa.Array.from_buffers
-        ty = [f.type for f in sch]
+        ty = self.types
         kt = ty[7]
         mt = ty[8]
-        keys_child = fa(kt.value_type, keys_n, [None, b_keys_o, b_keys])
-        entries_t = mt.key_field, mt.item_field
-        pk = fa(mt.key_type, items_n, [None, b_pk_o, b_pk])
-        pv = fa(mt.item_type, items_n, [None, b_pv_o, b_pv])
-        entries = pa.StructArray.from_arrays([pk, pv], fields=list(entries_t))
+        keys_child = fa(kt.value_type, keys_n, [None, bufs[B_KEYS_O], bufs[B_KEYS]])
+        pk = fa(mt.key_type, items_n, [None, bufs[B_PK_O], bufs[B_PK]])
+        pv = fa(mt.item_type, items_n, [None, bufs[B_PV_O], bufs[B_PV]])
+        entries = pa.StructArray.from_arrays([pk, pv], fields=[mt.key_field, mt.item_field])
         cols = [
-            fa(ty[0], n, [None, b_topic_o, b_topic]),
-            fa(ty[1], n, [None, b_qid]),
-            fa(ty[2], n, [None, b_qoff]),
-            fa(ty[3], n, [None, b_clo]),
-            fa(ty[4], n, [None, b_size]),
-            fa(ty[5], n, [None, b_body_o, b_body]),
-            fa(ty[6], n, [b_tags_v, b_tags_o, b_tags], null_count=nulls),
-            fa(kt, n, [None, b_keys_lo], children=[keys_child]),
-            fa(mt, n, [None, b_map_o], children=[entries]),
-            fa(ty[9], n, [None, b_flag]),
-            fa(ty[10], n, [None, b_sys]),
-            fa(ty[11], n, [None, b_born]),
-            fa(ty[12], n, [None, b_store]),
-            fa(ty[13], n, [None, b_bh_o, b_bh]),
-            fa(ty[14], n, [None, b_sh_o, b_sh]),
-            fa(ty[15], n, [None, b_rc]),
-            fa(ty[16], n, [None, b_prep]),
-            fa(ty[17], n, [None, b_crc]),
-            fa(ty[18], n, [None, b_id_o, b_id]),
+            fa(ty[0], n, [None, bufs[B_TOPIC_O], bufs[B_TOPIC]]),
+            fa(ty[1], n, [None, bufs[B_QID]]),
+            fa(ty[2], n, [None, bufs[B_QOFF]]),
+            fa(ty[3], n, [None, bufs[B_CLO]]),
+            fa(ty[4], n, [None, bufs[B_SIZE]]),
+            fa(ty[5], n, [None, bufs[B_BODY_O], bufs[B_BODY]]),
+            fa(ty[6], n, [bufs[B_TAGS_V] if nulls else None, bufs[B_TAGS_O], bufs[B_TAGS]], null_count=nulls),
+            fa(kt, n, [None, bufs[B_KEYS_LO]], children=[keys_child]),
+            fa(mt, n, [None, bufs[B_MAP_O]], children=[entries]),
+            fa(ty[9], n, [None, bufs[B_FLAG]]),
+            fa(ty[10], n, [None, bufs[B_SYS]]),
+            fa(ty[11], n, [None, bufs[B_BORN]]),
+            fa(ty[12], n, [None, bufs[B_STORE]]),
+            fa(ty[13], n, [None, bufs[B_BH_O], bufs[B_BH]]),
+            fa(ty[14], n, [None, bufs[B_SH_O], bufs[B_SH]]),
+            fa(ty[15], n, [None, bufs[B_RC]]),
+            fa(ty[16], n, [None, bufs[B_PREP]]),
+            fa(ty[17], n, [None, bufs[B_CRC]]),
+            fa(ty[18], n, [None, bufs[B_ID_O], bufs[B_ID]]),
         ]
-        return pa.RecordBatch.from_arrays(cols, schema=sch)
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
 
 # ----------------------------------------------------------------------------------------------------

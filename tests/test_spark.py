@@ -508,3 +508,30 @@ def test_reference_struct_layout_matches_format_doc():
     rec = ref.encode("TopicTest", b"Hello RocketMQ 0", b"a\x011\x02", 0, 0, 0, 0, 0, 0x18BCFE56800,
                      ("127.0.0.1", 50000), 0x18BCFE56864, ("192.168.0.1", 10911), 0, 0)
     assert struct.unpack_from(">iI", rec) == (len(rec), ref.MAGIC_V1)
+
+
+# -----------------------------------------------------------------------------------------------------
+# the decoder alone (no Spark): small batches, growing buffers
+# -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows_per_batch", [1, 7, 1000])
+def test_decoder_batches_of_any_size(main_store, rocketmq_store, rows_per_batch):
+    import pyarrow as pa
+
+    from pystore.spark.batch import Filters, plan_commit_log_slices, read_slice
+    from pystore.spark.schema import arrow_schema
+
+    schema = arrow_schema()
+    for store in (main_store, rocketmq_store):
+        batches = []
+        for part in plan_commit_log_slices(store["root"], 1 << 30):
+            batches.extend(read_slice(part, Filters([], -1, None, None, True), schema, rows_per_batch))
+        assert all(b.num_rows <= rows_per_batch for b in batches)
+        for b in batches:
+            b.validate(full=True)                    # valid UTF-8, offsets, children
+        got = pa.Table.from_batches(batches, schema).to_pylist()
+        for r in got:
+            r["properties"] = dict(r["properties"])
+            for c in ("born_timestamp", "store_timestamp"):
+                r[c] = (r[c] - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+        assert got == store["rows"]
