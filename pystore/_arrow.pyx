@@ -790,43 +790,53 @@ cdef class QueueReader:
 def queue_bounds(list cq_paths, long long cl_min):
     """``(min_offset, max_offset)`` of a consume queue from its files (sorted by name): max is the number
     of units ever written, min the first unit whose message is at or above commit-log offset ``cl_min``
-    (fillers skipped); ``(0, 0)`` without files. Binary searches; units are written in order."""
-    cdef list files = []
-    cdef MappedFile mf, last
-    cdef int64_t lo, hi, mid, max_off, min_off, n_units, k, last_units
+    (fillers skipped); ``(0, 0)`` without files. Binary searches; units are written in order. Only the
+    last file and the first files up to the min are mapped (Spark polls this for every queue)."""
+    cdef MappedFile mf, last = None
+    cdef int64_t lo, hi, mid, max_off, min_off, n_units, last_units = 0
+    cdef Py_ssize_t k, n = len(cq_paths)
     cdef const unsigned char *p
-    for path in cq_paths:
-        mf = MappedFile(path, -1, read_only=True)
-        if mf.file_size >= UNIT:
-            files.append(mf)
-    if not files:
-        return (0, 0)
-    last = <MappedFile>files[len(files) - 1]
-    lo = 0
-    hi = last.file_size // UNIT
-    while lo < hi:                           # first empty unit of the last file
-        mid = (lo + hi) >> 1
-        p = last.base + mid * UNIT
-        if load_i32_acquire(p + 8) != 0:
-            lo = mid + 1
-        else:
-            hi = mid
-    last_units = lo
-    max_off = (last.file_from_offset + lo * UNIT) // UNIT
-    min_off = max_off
-    for k in range(len(files)):
-        mf = <MappedFile>files[k]
-        n_units = mf.file_size // UNIT if k < len(files) - 1 else last_units
-        lo = 0
-        hi = n_units
-        while lo < hi:                       # first real unit pointing at or above cl_min
-            mid = (lo + hi) >> 1
-            p = mf.base + mid * UNIT
-            if get_i32(p + 8) != FILLER and get_i32(p + 8) != 0 and get_i64(p) >= cl_min:
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo < n_units:
-            min_off = (mf.file_from_offset + lo * UNIT) // UNIT
+    while n > 0:                             # the last non-empty file
+        last = MappedFile(cq_paths[n - 1], -1, read_only=True)
+        if last.file_size >= UNIT:
             break
-    return (min_off, max_off)
+        last.close()
+        last = None
+        n -= 1
+    if last is None:
+        return (0, 0)
+    try:
+        lo = 0
+        hi = last.file_size // UNIT
+        while lo < hi:                       # first empty unit of the last file
+            mid = (lo + hi) >> 1
+            p = last.base + mid * UNIT
+            if load_i32_acquire(p + 8) != 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        last_units = lo
+        max_off = (last.file_from_offset + lo * UNIT) // UNIT
+        min_off = max_off
+        for k in range(n):
+            mf = last if k == n - 1 else MappedFile(cq_paths[k], -1, read_only=True)
+            try:
+                n_units = mf.file_size // UNIT if k < n - 1 else last_units
+                lo = 0
+                hi = n_units
+                while lo < hi:               # first real unit pointing at or above cl_min
+                    mid = (lo + hi) >> 1
+                    p = mf.base + mid * UNIT
+                    if get_i32(p + 8) != FILLER and get_i32(p + 8) != 0 and get_i64(p) >= cl_min:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                if lo < n_units:
+                    min_off = (mf.file_from_offset + lo * UNIT) // UNIT
+                    break
+            finally:
+                if mf is not last:
+                    mf.close()
+        return (min_off, max_off)
+    finally:
+        last.close()
