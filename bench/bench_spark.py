@@ -23,7 +23,7 @@ import struct
 import sys
 import zlib
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import benchlib
@@ -46,7 +46,7 @@ QUEUES = 4
 # the pure-Python baseline source
 # ---------------------------------------------------------------------------------------------------------
 
-_UTC = timezone.utc
+_UTC = UTC
 _MAGICS = (0xDAA320A7 - (1 << 32), 0xDAA320AB - (1 << 32))
 _BLANK = 0xCBD43194 - (1 << 32)
 
@@ -75,16 +75,16 @@ def py_records(path: str, start: int, end: int) -> Iterator[tuple[Any, ...]]:
             crc, qid, flag, qoff, phy, sysf, born = unpack(">iiiqqiq", mm, pos + 8)
             p = pos + 48
             bl = 20 if sysf & 0x10 else 8
-            born_host = _host(mm[p:p + bl])
+            born_host = _host(mm[p : p + bl])
             p += bl
             (store_ts,) = unpack(">q", mm, p)
             p += 8
             sl = 20 if sysf & 0x20 else 8
-            sh_raw = mm[p:p + sl]
+            sh_raw = mm[p : p + sl]
             p += sl
             rc, prep, blen = unpack(">iqi", mm, p)
             p += 16
-            body = mm[p:p + blen]
+            body = mm[p : p + blen]
             p += blen
             if magic == _MAGICS[1]:
                 (tl,) = unpack(">h", mm, p)
@@ -92,18 +92,36 @@ def py_records(path: str, start: int, end: int) -> Iterator[tuple[Any, ...]]:
             else:
                 tl = mm[p]
                 p += 1
-            topic = mm[p:p + tl].decode("utf-8", "replace")
+            topic = mm[p : p + tl].decode("utf-8", "replace")
             p += tl
             (pl,) = unpack(">h", mm, p)
             props: dict[str, str] = {}
-            for item in mm[p + 2:p + 2 + pl].decode("utf-8", "replace").split("\x02"):
+            for item in mm[p + 2 : p + 2 + pl].decode("utf-8", "replace").split("\x02"):
                 k, sep, v = item.partition("\x01")
                 if k and sep and v:
                     props[k] = v
             keys = [k for k in props.get("KEYS", "").split(" ") if k]
-            yield (topic, qid, qoff, phy, total, body, props.get("TAGS"), keys, props, flag, sysf,
-                   datetime.fromtimestamp(born / 1000, _UTC), datetime.fromtimestamp(store_ts / 1000, _UTC),
-                   born_host, _host(sh_raw), rc, prep, crc, (sh_raw + struct.pack(">q", phy)).hex().upper())
+            yield (
+                topic,
+                qid,
+                qoff,
+                phy,
+                total,
+                body,
+                props.get("TAGS"),
+                keys,
+                props,
+                flag,
+                sysf,
+                datetime.fromtimestamp(born / 1000, _UTC),
+                datetime.fromtimestamp(store_ts / 1000, _UTC),
+                born_host,
+                _host(sh_raw),
+                rc,
+                prep,
+                crc,
+                (sh_raw + struct.pack(">q", phy)).hex().upper(),
+            )
             pos += total
     finally:
         mm.close()
@@ -116,7 +134,7 @@ class PyTupleReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from pystore.spark.batch import DEFAULT_BYTES_PER_PARTITION, plan_commit_log_slices
 
-        return list(plan_commit_log_slices(self.root, DEFAULT_BYTES_PER_PARTITION))   # the same partitions
+        return list(plan_commit_log_slices(self.root, DEFAULT_BYTES_PER_PARTITION))  # the same partitions
 
     def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
         yield from py_records(partition.path, partition.start, partition.end)
@@ -148,10 +166,14 @@ def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     session = (
-        SparkSession.builder.master("local[2]").appName("pystore-bench")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+        SparkSession.builder.master("local[2]")
+        .appName("pystore-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.memory", "2g")
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
         .config("spark.sql.session.timeZone", "UTC")
@@ -175,13 +197,18 @@ def data(spark, tmp_path_factory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("bench-spark")
     root = str(base / "store")
     bodies = benchlib.payloads(N, SIZE)
-    with api["MessageStore"].open(root, mapped_file_size_commit_log=256 << 20,
-                                  message_index_enable=False) as store:
+    with api["MessageStore"].open(
+        root, mapped_file_size_commit_log=256 << 20, message_index_enable=False
+    ) as store:
         for q in range(QUEUES):
             idx = range(q, N, QUEUES)
             for s in range(0, len(idx), 64):
-                batch = MessageBatch([Message(benchlib.TOPIC, bodies[i], tags="TagA", keys=["k%07d" % i],
-                                              queue_id=q) for i in idx[s:s + 64]])
+                batch = MessageBatch(
+                    [
+                        Message(benchlib.TOPIC, bodies[i], tags="TagA", keys=["k%07d" % i], queue_id=q)
+                        for i in idx[s : s + 64]
+                    ]
+                )
                 r = store.put_messages(batch)
                 assert r.status.name == "PUT_OK", r
     crc_sum = sum(zlib.crc32(b) for b in bodies)
@@ -195,8 +222,11 @@ def _query(df: Any) -> tuple[int, int, int]:
     from pyspark.sql import functions as F
 
     flat = [c for c in df.columns if c != "properties"]
-    r = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.crc32("body")).alias("crc"),
-               F.sum(F.xxhash64(*flat) % 1000003 + F.size("properties")).alias("h")).first()
+    r = df.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.crc32("body")).alias("crc"),
+        F.sum(F.xxhash64(*flat) % 1000003 + F.size("properties")).alias("h"),
+    ).first()
     return int(r.n), int(r.crc), int(r.h)
 
 
@@ -221,8 +251,13 @@ def _run(benchmark: Any, record: Any, label: str, make_df: Any, data: dict[str, 
 
 
 def test_spark_read_pystore(benchmark, record, spark, data):
-    m = _run(benchmark, record, "spark_read_pystore_1m_128", lambda: spark.read.format("pystore").load(data["root"]),
-             data)
+    m = _run(
+        benchmark,
+        record,
+        "spark_read_pystore_1m_128",
+        lambda: spark.read.format("pystore").load(data["root"]),
+        data,
+    )
     assert m.get("msgs_per_s")
 
 
@@ -231,8 +266,13 @@ def test_spark_read_parquet(benchmark, record, spark, data):
 
 
 def test_spark_read_pure_python_source(benchmark, record, spark, data):
-    _run(benchmark, record, "spark_read_pytuple_1m_128", lambda: spark.read.format("pytuple").load(data["root"]),
-         data)
+    _run(
+        benchmark,
+        record,
+        "spark_read_pytuple_1m_128",
+        lambda: spark.read.format("pytuple").load(data["root"]),
+        data,
+    )
     ours = RESULTS["spark_read_pystore_1m_128"]
     for other, target in (("spark_read_parquet_1m_128", 0.5), ("spark_read_pytuple_1m_128", 3.0)):
         theirs = RESULTS.get(other)
@@ -241,5 +281,9 @@ def test_spark_read_pure_python_source(benchmark, record, spark, data):
         ratio = ours["msgs_per_s"] / theirs["msgs_per_s"]
         ratio_med = ours["msgs_per_s_median"] / theirs["msgs_per_s_median"]
         RESULTS["ratio " + other] = ratio
-        record("pystore vs %s (target >= %.1fx)" % (other.split("_")[2], target), msgs_per_op=0,
-               paired_ratio=ratio, paired_ratios=sorted([ratio, ratio_med]))
+        record(
+            "pystore vs %s (target >= %.1fx)" % (other.split("_")[2], target),
+            msgs_per_op=0,
+            paired_ratio=ratio,
+            paired_ratios=sorted([ratio, ratio_med]),
+        )

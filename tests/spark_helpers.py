@@ -28,8 +28,13 @@ class RocketMQStoreWriter:
     """Writes a RocketMQ-format store at ``root`` (commit-log files of ``cl_size`` bytes, consume-queue
     files of ``cq_units`` units) with :meth:`put`, then :meth:`close` writes the files."""
 
-    def __init__(self, root: str, cl_size: int = 4096, cq_units: int = 8,
-                 store_host: tuple[str, int] = ("192.168.0.1", 10911)) -> None:
+    def __init__(
+        self,
+        root: str,
+        cl_size: int = 4096,
+        cq_units: int = 8,
+        store_host: tuple[str, int] = ("192.168.0.1", 10911),
+    ) -> None:
         self.root = root
         self.cl_size = cl_size
         self.cq_size = cq_units * UNIT
@@ -46,26 +51,70 @@ class RocketMQStoreWriter:
         self.queue_start[(topic, queue_id)] = offset
         self.next_offset[(topic, queue_id)] = offset
 
-    def put(self, topic: str, body: bytes, props: bytes, queue_id: int = 0, *, born_host=("10.0.0.1", 40000),
-            born_ts: int = 1_700_000_000_000, store_ts: int = 1_700_000_000_500, flag: int = 0,
-            sys_flag: int = 0, reconsume_times: int = 0, prepared_tx_offset: int = 0,
-            version: int | None = None) -> int:
+    def put(
+        self,
+        topic: str,
+        body: bytes,
+        props: bytes,
+        queue_id: int = 0,
+        *,
+        born_host=("10.0.0.1", 40000),
+        born_ts: int = 1_700_000_000_000,
+        store_ts: int = 1_700_000_000_500,
+        flag: int = 0,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        prepared_tx_offset: int = 0,
+        version: int | None = None,
+    ) -> int:
         """Append one record; returns its commit-log offset."""
         key = (topic, queue_id)
         tx = sys_flag & 0xC
         in_queue = tx in (0x0, 0x8)
         qoff = self.next_offset.get(key, 0) if in_queue else 0
-        size = len(ref.encode(topic, body, props, queue_id, flag, 0, 0, sys_flag, born_ts, born_host, store_ts,
-                              self.store_host, reconsume_times, prepared_tx_offset, version))
+        size = len(
+            ref.encode(
+                topic,
+                body,
+                props,
+                queue_id,
+                flag,
+                0,
+                0,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                self.store_host,
+                reconsume_times,
+                prepared_tx_offset,
+                version,
+            )
+        )
         if self.pos + size + 8 > self.cl_size:
             blank = ref.encode_blank(self.cl_size - self.pos)
-            self.files[-1][self.pos:self.pos + 8] = blank
+            self.files[-1][self.pos : self.pos + 8] = blank
             self.files.append(bytearray(self.cl_size))
             self.pos = 0
         phy = (len(self.files) - 1) * self.cl_size + self.pos
-        rec = ref.encode(topic, body, props, queue_id, flag, qoff, phy, sys_flag, born_ts, born_host, store_ts,
-                         self.store_host, reconsume_times, prepared_tx_offset, version)
-        self.files[-1][self.pos:self.pos + size] = rec
+        rec = ref.encode(
+            topic,
+            body,
+            props,
+            queue_id,
+            flag,
+            qoff,
+            phy,
+            sys_flag,
+            born_ts,
+            born_host,
+            store_ts,
+            self.store_host,
+            reconsume_times,
+            prepared_tx_offset,
+            version,
+        )
+        self.files[-1][self.pos : self.pos + size] = rec
         self.pos += size
         if in_queue:
             tags = ref.parse_properties(props.decode("utf-8", "replace")).get("TAGS")
@@ -92,14 +141,15 @@ class RocketMQStoreWriter:
                 raw += struct.pack(">qiq", *u)
             off = 0
             while off < len(raw):
-                chunk = raw[off:off + self.cq_size]
+                chunk = raw[off : off + self.cq_size]
                 with open(os.path.join(qdir, name(first_file + off)), "wb") as f:
                     f.write(chunk + bytes(self.cq_size - len(chunk)))
                 off += self.cq_size
 
 
 def scan_commit_log(root: str) -> list[dict[str, Any]]:
-    """Every record of ``root``'s commit log, decoded by the reference codec (blank and zero size end a file)."""
+    """Every record of ``root``'s commit log, decoded by the reference codec (a blank or a zero size ends
+    a file)."""
     folder = os.path.join(root, "commitlog")
     out = []
     for n in sorted(os.listdir(folder)):
@@ -123,13 +173,25 @@ def host_text(host: tuple[str, int]) -> str:
 def ref_row(d: dict[str, Any]) -> dict[str, Any]:
     """A reference-decoded record as the row the source must produce (timestamps as epoch microseconds)."""
     return {
-        "topic": d["topic"], "queue_id": d["queue_id"], "queue_offset": d["queue_offset"],
-        "commit_log_offset": d["phy_offset"], "store_size": d["total_size"], "body": bytes(d["body"]),
-        "tags": d["tags"], "keys": d["keys"], "properties": d["properties"], "flag": d["flag"],
-        "sys_flag": d["sys_flag"], "born_timestamp": d["born_timestamp"] * 1000,
-        "store_timestamp": d["store_timestamp"] * 1000, "born_host": host_text(d["born_host"]),
-        "store_host": host_text(d["store_host"]), "reconsume_times": d["reconsume_times"],
-        "prepared_transaction_offset": d["prepared_tx_offset"], "body_crc": d["body_crc"], "msg_id": d["msg_id"],
+        "topic": d["topic"],
+        "queue_id": d["queue_id"],
+        "queue_offset": d["queue_offset"],
+        "commit_log_offset": d["phy_offset"],
+        "store_size": d["total_size"],
+        "body": bytes(d["body"]),
+        "tags": d["tags"],
+        "keys": d["keys"],
+        "properties": d["properties"],
+        "flag": d["flag"],
+        "sys_flag": d["sys_flag"],
+        "born_timestamp": d["born_timestamp"] * 1000,
+        "store_timestamp": d["store_timestamp"] * 1000,
+        "born_host": host_text(d["born_host"]),
+        "store_host": host_text(d["store_host"]),
+        "reconsume_times": d["reconsume_times"],
+        "prepared_transaction_offset": d["prepared_tx_offset"],
+        "body_crc": d["body_crc"],
+        "msg_id": d["msg_id"],
     }
 
 

@@ -23,8 +23,12 @@ __all__ = ["append_staged"]
 
 log = logging.getLogger(__name__)
 
-_APPENDED = (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT, PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
-             PutMessageStatus.SLAVE_NOT_AVAILABLE)
+_APPENDED = (
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+)
 MAX_BATCH = 1024
 
 
@@ -54,11 +58,17 @@ def append_staged(root: str, paths: list[str], config: dict[str, Any]) -> int:
             nonlocal total, pending, pending_bytes
             if not pending:
                 return
-            r = store.put_message(pending[0]) if len(pending) == 1 else store.put_messages(MessageBatch(pending))
+            r = (
+                store.put_message(pending[0])
+                if len(pending) == 1
+                else store.put_messages(MessageBatch(pending))
+            )
             if r.status not in _APPENDED:
-                raise RuntimeError("pystore write to %s: the store refused %d message(s) of %s/%d with %s after %d "
-                                   "were appended" % (root, len(pending), pending[0].topic, pending[0].queue_id,
-                                                      r.status.name, total))
+                raise RuntimeError(
+                    "pystore write to %s: the store refused %d message(s) of %s/%d with %s after %d "
+                    "were appended"
+                    % (root, len(pending), pending[0].topic, pending[0].queue_id, r.status.name, total)
+                )
             if r.status != PutMessageStatus.PUT_OK:
                 log.warning("%s: put returned %s (appended)", root, r.status.name)
             total += len(pending)
@@ -71,13 +81,20 @@ def append_staged(root: str, paths: list[str], config: dict[str, Any]) -> int:
                 for bi in range(reader.num_record_batches):
                     b = reader.get_batch(bi)
                     cols = [b.column(i).to_pylist() for i in range(6)]
-                    for topic, body, tags, keys, qid, props in zip(*cols):
-                        m = Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None,
-                                    queue_id=qid)
+                    for topic, body, tags, keys, qid, props in zip(*cols, strict=True):
+                        m = Message(
+                            topic,
+                            body,
+                            tags=tags,
+                            keys=keys,
+                            properties=dict(props) if props else None,
+                            queue_id=qid,
+                        )
                         size = record_length(m)
                         key = (topic, qid)
-                        if pending and (key != pending_key or pending_bytes + size > limit
-                                        or len(pending) >= MAX_BATCH):
+                        if pending and (
+                            key != pending_key or pending_bytes + size > limit or len(pending) >= MAX_BATCH
+                        ):
                             flush()
                         pending.append(m)
                         pending_key = key

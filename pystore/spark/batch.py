@@ -30,8 +30,16 @@ from pystore.spark import layout
 from pystore.spark.options import parse_bool, parse_int, parse_list, parse_time, roots
 from pystore.spark.schema import arrow_schema, check_read_schema
 
-__all__ = ["CommitLogSlice", "QueueSlice", "Filters", "DataLossError", "PystoreBatchReader", "read_slice",
-           "plan_queue_slices", "queue_ranges"]
+__all__ = [
+    "CommitLogSlice",
+    "QueueSlice",
+    "Filters",
+    "DataLossError",
+    "PystoreBatchReader",
+    "read_slice",
+    "plan_queue_slices",
+    "queue_ranges",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +91,7 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int) -> list[CommitLo
                 if data_end == 0:
                     continue
                 ends = starts[1:] + [-1]
-                out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends))
+                out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
             else:
                 starts, data_end, _code = split_points(mf, 0)
                 if data_end > 0:
@@ -93,8 +101,9 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int) -> list[CommitLo
     return out
 
 
-def plan_queue_slices(root: str, ranges: Mapping[tuple[str, int], tuple[int, int]],
-                      messages_per_partition: int) -> list[QueueSlice]:
+def plan_queue_slices(
+    root: str, ranges: Mapping[tuple[str, int], tuple[int, int]], messages_per_partition: int
+) -> list[QueueSlice]:
     out = []
     for (topic, qid), (lo, hi) in sorted(ranges.items()):
         s = lo
@@ -105,7 +114,9 @@ def plan_queue_slices(root: str, ranges: Mapping[tuple[str, int], tuple[int, int
     return out
 
 
-def queue_ranges(root: str, topics: list[str] | None, queue_id: int) -> dict[tuple[str, int], tuple[int, int]]:
+def queue_ranges(
+    root: str, topics: list[str] | None, queue_id: int
+) -> dict[tuple[str, int], tuple[int, int]]:
     """``{(topic, queue_id): (min_offset, max_offset)}`` of the matching consume queues of ``root``."""
     cl_min = layout.commit_log_min(layout.commit_log_files(root))
     out = {}
@@ -114,11 +125,19 @@ def queue_ranges(root: str, topics: list[str] | None, queue_id: int) -> dict[tup
     return out
 
 
-def read_slice(part: InputPartition, filters: Filters, schema: pa.Schema,
-               rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[pa.RecordBatch]:
+def read_slice(
+    part: InputPartition, filters: Filters, schema: pa.Schema, rows_per_batch: int = ROWS_PER_BATCH
+) -> Iterator[pa.RecordBatch]:
     """The record batches of one partition."""
-    b = BatchBuilder(schema, filters.verify_crc, filters.topics or None, filters.queue_id, filters.start_ms,
-                     filters.end_ms, rows_per_batch)
+    b = BatchBuilder(
+        schema,
+        filters.verify_crc,
+        filters.topics or None,
+        filters.queue_id,
+        filters.start_ms,
+        filters.end_ms,
+        rows_per_batch,
+    )
     if isinstance(part, CommitLogSlice):
         try:
             mf = MappedFile(part.path, -1, read_only=True)
@@ -136,25 +155,35 @@ def read_slice(part: InputPartition, filters: Filters, schema: pa.Schema,
             mf.close()
         return
     if not isinstance(part, QueueSlice):
-        if getattr(part, "value", 0) is None:   # Spark's stand-in when partitions() planned none
+        if getattr(part, "value", 0) is None:  # Spark's stand-in when partitions() planned none
             return
         raise TypeError("not a pystore partition: %r" % (part,))
-    qr = QueueReader(part.topic, part.queue_id, layout.queue_files(part.root, part.topic, part.queue_id),
-                     layout.commit_log_files(part.root))
+    qr = QueueReader(
+        part.topic,
+        part.queue_id,
+        layout.queue_files(part.root, part.topic, part.queue_id),
+        layout.commit_log_files(part.root),
+    )
     i, done = part.start, False
     while not done:
         i, done = qr.scan(b, i, part.end)
         if qr.lost and filters.fail_on_data_loss:
             raise DataLossError(
                 "%s: %d message(s) of %s/%d in offsets [%d, %d) were deleted before they could be read "
-                "(set failOnDataLoss=false to skip them)" % (part.root, qr.lost, part.topic, part.queue_id,
-                                                           part.start, part.end))
+                "(set failOnDataLoss=false to skip them)"
+                % (part.root, qr.lost, part.topic, part.queue_id, part.start, part.end)
+            )
         rb = b.build()
         if rb is not None:
             yield rb
     if qr.lost:
-        log.warning("%s: %d message(s) of %s/%d were deleted before they could be read; skipped", part.root,
-                    qr.lost, part.topic, part.queue_id)
+        log.warning(
+            "%s: %d message(s) of %s/%d were deleted before they could be read; skipped",
+            part.root,
+            qr.lost,
+            part.topic,
+            part.queue_id,
+        )
 
 
 class DataLossError(RuntimeError):
@@ -174,8 +203,9 @@ class PystoreBatchReader(DataSourceReader):
         self.end_ms = parse_time("end_time", options.get("end_time"))
         self.verify_crc = parse_bool(options, "verify_crc", True)
         self.bytes_per_partition = parse_int(options, "bytes_per_partition", DEFAULT_BYTES_PER_PARTITION, 1)
-        self.messages_per_partition = parse_int(options, "messages_per_partition",
-                                                DEFAULT_MESSAGES_PER_PARTITION, 1)
+        self.messages_per_partition = parse_int(
+            options, "messages_per_partition", DEFAULT_MESSAGES_PER_PARTITION, 1
+        )
         for r in self.roots:
             if not os.path.isdir(r):
                 raise FileNotFoundError("no store at %s" % r)
@@ -188,8 +218,13 @@ class PystoreBatchReader(DataSourceReader):
         by_queue = bool(self.topics) or self.queue_id >= 0
         for root in self.roots:
             if by_queue and layout.consume_queue_dir(root) is not None:
-                parts.extend(plan_queue_slices(root, queue_ranges(root, self.topics or None, self.queue_id),
-                                               self.messages_per_partition))
+                parts.extend(
+                    plan_queue_slices(
+                        root,
+                        queue_ranges(root, self.topics or None, self.queue_id),
+                        self.messages_per_partition,
+                    )
+                )
             else:
                 parts.extend(plan_commit_log_slices(root, self.bytes_per_partition))
         log.info("pystore read of %s: %d partition(s)", ",".join(self.roots), len(parts))
@@ -197,4 +232,3 @@ class PystoreBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_slice(partition, self._filters(), arrow_schema(self.schema))
-

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["commit_log_dir", "commit_log_files", "commit_log_min", "consume_queue_dir", "list_queues",
-           "queue_files", "data_files"]
+__all__ = [
+    "commit_log_dir",
+    "commit_log_files",
+    "commit_log_min",
+    "consume_queue_dir",
+    "list_queues",
+    "queue_files",
+    "data_files",
+]
 
 
 def data_files(folder: str) -> list[str]:
@@ -52,7 +59,8 @@ def consume_queue_dir(root: str) -> str | None:
 
 
 def list_queues(root: str, topics: list[str] | None = None, queue_id: int = -1) -> list[tuple[str, int]]:
-    """``(topic, queue_id)`` of every consume queue folder (of ``topics``, of ``queue_id`` when >= 0), sorted."""
+    """``(topic, queue_id)`` of every consume-queue folder (of ``topics``; of ``queue_id`` when >= 0),
+    sorted."""
     base = consume_queue_dir(root)
     if base is None:
         return []

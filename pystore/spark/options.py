@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 __all__ = ["roots", "parse_time", "parse_bool", "parse_int", "parse_list", "store_config_overrides"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -28,7 +28,9 @@ def roots(options: Mapping[str, str]) -> list[str]:
     if raw is None:
         paths = _get(options, "paths")
         if paths is None:
-            raise ValueError("no store root: use .load('/path/to/store') (or a comma-separated list of roots)")
+            raise ValueError(
+                "no store root: use .load('/path/to/store') (or a comma-separated list of roots)"
+            )
         items = json.loads(paths)
     else:
         items = raw.split(",")
@@ -48,9 +50,11 @@ def parse_time(name: str, raw: str | None) -> int | None:
     try:
         dt = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
     except ValueError:
-        raise ValueError("option %s: %r is neither epoch milliseconds nor an ISO-8601 time" % (name, raw)) from None
+        raise ValueError(
+            "option %s: %r is neither epoch milliseconds nor an ISO-8601 time" % (name, raw)
+        ) from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return (dt - _EPOCH) // timedelta(milliseconds=1)
 
 
@@ -66,7 +70,9 @@ def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError("option %s: expected true or false, got %r" % (name, raw))
 
 
-def parse_int(options: Mapping[str, str], name: str, default: int | None, lowest: int | None = None) -> int | None:
+def parse_int(
+    options: Mapping[str, str], name: str, default: int | None, lowest: int | None = None
+) -> int | None:
     raw = _get(options, name)
     if raw is None or raw.strip() == "":
         return default

@@ -7,8 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
-                               StructType, TimestampType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from pystore._arrow import COLUMNS as _COLUMNS
 
@@ -29,12 +38,27 @@ COLUMNS: tuple[str, ...] = _COLUMNS
 def spark_schema() -> StructType:
     """The read schema as a Spark ``StructType`` (every field nullable; only ``tags`` holds nulls). Built
     field by field: ``StructType.fromDDL`` needs a running session, and executors have none."""
-    s, i, l, b, ts = StringType(), IntegerType(), LongType(), BinaryType(), TimestampType()
+    s, i, lg, b, ts = StringType(), IntegerType(), LongType(), BinaryType(), TimestampType()
     types = {
-        "topic": s, "queue_id": i, "queue_offset": l, "commit_log_offset": l, "store_size": i, "body": b,
-        "tags": s, "keys": ArrayType(s, True), "properties": MapType(s, s, True), "flag": i, "sys_flag": i,
-        "born_timestamp": ts, "store_timestamp": ts, "born_host": s, "store_host": s, "reconsume_times": i,
-        "prepared_transaction_offset": l, "body_crc": i, "msg_id": s,
+        "topic": s,
+        "queue_id": i,
+        "queue_offset": lg,
+        "commit_log_offset": lg,
+        "store_size": i,
+        "body": b,
+        "tags": s,
+        "keys": ArrayType(s, True),
+        "properties": MapType(s, s, True),
+        "flag": i,
+        "sys_flag": i,
+        "born_timestamp": ts,
+        "store_timestamp": ts,
+        "born_host": s,
+        "store_host": s,
+        "reconsume_times": i,
+        "prepared_transaction_offset": lg,
+        "body_crc": i,
+        "msg_id": s,
     }
     return StructType([StructField(name, types[name], True) for name in COLUMNS])
 

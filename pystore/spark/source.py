@@ -13,7 +13,8 @@ __all__ = ["PystoreDataSource"]
 
 
 class PystoreDataSource(DataSource):
-    """``spark.read/readStream.format("pystore").load(root)`` and ``df.write.format("pystore").save(root)``."""
+    """``spark.read/readStream.format("pystore").load(root)`` and
+    ``df.write.format("pystore").mode("append").save(root)``."""
 
     @classmethod
     def name(cls) -> str:
@@ -36,5 +37,5 @@ class PystoreDataSource(DataSource):
         from pystore.spark.writer import PystoreWriter, WriteError
 
         if overwrite:
-            raise WriteError("a message store only appends: use .mode(\"append\")")
+            raise WriteError('a message store only appends: use .mode("append")')
         return PystoreWriter(self.options, schema)

@@ -3,7 +3,8 @@
 Offsets are consume-queue offsets, one per queue: ``{"topic/queue_id": next_offset}`` (JSON, as Spark
 checkpoints them). ``latestOffset`` reads each queue's max offset from its files (binary search, cheap
 enough for Spark's continuous polling), so queues created after the query started join it at their min
-offset without a restart. A micro-batch ``(start, end]`` is planned into :class:`~pystore.spark.batch.QueueSlice`
+offset without a restart. A micro-batch ``(start, end]`` is planned into
+:class:`~pystore.spark.batch.QueueSlice`
 partitions and decoded like a batch read; a restarted query replans the checkpointed batch from the same
 offsets, so nothing is lost or read twice.
 
@@ -26,8 +27,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from pystore.spark.batch import (DEFAULT_MESSAGES_PER_PARTITION, DataLossError, Filters, plan_queue_slices,
-                                 queue_ranges, read_slice)
+from pystore.spark.batch import (
+    DEFAULT_MESSAGES_PER_PARTITION,
+    DataLossError,
+    Filters,
+    plan_queue_slices,
+    queue_ranges,
+    read_slice,
+)
 from pystore.spark.options import parse_bool, parse_int, parse_list, roots
 from pystore.spark.schema import arrow_schema, check_read_schema
 
@@ -54,7 +61,7 @@ def queue_key(topic: str, queue_id: int) -> str:
 def parse_key(key: str) -> tuple[str, int]:
     topic, sep, q = key.rpartition("/")
     if not sep or not topic or not q.isdigit():
-        raise ValueError("bad offset key %r: expected \"topic/queue_id\"" % key)
+        raise ValueError('bad offset key %r: expected "topic/queue_id"' % key)
     return topic, int(q)
 
 
@@ -84,18 +91,23 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = check_read_schema(schema)
         rs = roots(options)
         if len(rs) != 1:
-            raise ValueError("a pystore stream reads one store (offsets are per topic/queue); got %d roots: "
-                             "start one query per root and union them" % len(rs))
+            raise ValueError(
+                "a pystore stream reads one store (offsets are per topic/queue); got %d roots: "
+                "start one query per root and union them" % len(rs)
+            )
         self.root = rs[0]
         self.topics = parse_list(options, "topics")
         if not self.topics:
             raise ValueError('option "topics" is required for a pystore stream (comma-separated topic names)')
-        self.starting = (options.get("startingoffsets") or options.get("startingOffsets") or "earliest").strip()
+        self.starting = (
+            options.get("startingoffsets") or options.get("startingOffsets") or "earliest"
+        ).strip()
         self.max_per_trigger = parse_int(options, "maxmessagespertrigger", None, lowest=1)
         self.fail_on_data_loss = parse_bool(options, "failondataloss", True)
         self.verify_crc = parse_bool(options, "verify_crc", True)
-        self.messages_per_partition = parse_int(options, "messages_per_partition",
-                                                DEFAULT_MESSAGES_PER_PARTITION, 1)
+        self.messages_per_partition = parse_int(
+            options, "messages_per_partition", DEFAULT_MESSAGES_PER_PARTITION, 1
+        )
         self._target: Offsets | None = None
         if self.starting.lower() not in ("earliest", "latest"):
             self._parse_starting()  # fail at query start on bad JSON
@@ -109,17 +121,23 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             given = json.loads(self.starting)
         except json.JSONDecodeError as exc:
-            raise ValueError("startingOffsets: expected earliest, latest or JSON {\"topic/queue_id\": offset}, "
-                             "got %r (%s)" % (self.starting, exc)) from None
+            raise ValueError(
+                'startingOffsets: expected earliest, latest or JSON {"topic/queue_id": offset}, '
+                "got %r (%s)" % (self.starting, exc)
+            ) from None
         if not isinstance(given, dict):
-            raise ValueError("startingOffsets JSON must be an object {\"topic/queue_id\": offset}")
+            raise ValueError('startingOffsets JSON must be an object {"topic/queue_id": offset}')
         out = {}
         for k, v in given.items():
             topic, _ = parse_key(k)
             if topic not in self.topics:
-                raise ValueError("startingOffsets names %r, whose topic is not in topics=%s" % (k, self.topics))
+                raise ValueError(
+                    "startingOffsets names %r, whose topic is not in topics=%s" % (k, self.topics)
+                )
             if not isinstance(v, int) or isinstance(v, bool) or v < -2:
-                raise ValueError("startingOffsets[%r] must be an offset >= 0, -2 (earliest) or -1 (latest)" % k)
+                raise ValueError(
+                    "startingOffsets[%r] must be an offset >= 0, -2 (earliest) or -1 (latest)" % k
+                )
             out[k] = v
         return out
 
@@ -150,20 +168,22 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
         ranges = self._ranges()
         latest = {k: hi for k, (_, hi) in ranges.items()}
-        if self._target is not None:      # AvailableNow: never past what existed when the query started
+        if self._target is not None:  # AvailableNow: never past what existed when the query started
             latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
-        if start is None:                 # PySpark 4.0/4.1 call latestOffset() without arguments
+        if start is None:  # PySpark 4.0/4.1 call latestOffset() without arguments
             return latest
         begin = dict(start)
-        for k, v in latest.items():
+        for k in latest:
             if k not in begin:
-                begin[k] = ranges[k][0]   # a new queue joins at its min offset
+                begin[k] = ranges[k][0]  # a new queue joins at its min offset
         for k, s in begin.items():
             if k not in latest:
-                latest[k] = s             # a queue that vanished (or is outside the AvailableNow target)
+                latest[k] = s  # a queue that vanished (or is outside the AvailableNow target)
             elif latest[k] < s:
-                msg = ("%s: queue %s ends at offset %d, behind the query's offset %d (was the store "
-                       "replaced or truncated?)" % (self.root, k, latest[k], s))
+                msg = (
+                    "%s: queue %s ends at offset %d, behind the query's offset %d (was the store "
+                    "replaced or truncated?)" % (self.root, k, latest[k], s)
+                )
                 if self.fail_on_data_loss:
                     raise DataLossError(msg + "; set failOnDataLoss=false to wait for new messages instead")
                 log.warning("%s; waiting", msg)
@@ -182,10 +202,12 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lo_now = ranges.get(k, (0, 0))[0]
             s = start.get(k)
             if s is None:
-                s = lo_now                # joined in this batch
+                s = lo_now  # joined in this batch
             elif s < lo_now:
-                msg = ("%s: offsets [%d, %d) of %s were deleted by the store's cleaning before they were read "
-                       "(its min offset is now %d)" % (self.root, s, min(e, lo_now), k, lo_now))
+                msg = (
+                    "%s: offsets [%d, %d) of %s were deleted by the store's cleaning before they were read "
+                    "(its min offset is now %d)" % (self.root, s, min(e, lo_now), k, lo_now)
+                )
                 if self.fail_on_data_loss:
                     raise DataLossError(msg + "; set failOnDataLoss=false to skip ahead")
                 log.warning("%s; skipping ahead", msg)

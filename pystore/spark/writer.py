@@ -33,8 +33,17 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import (ArrayType, BinaryType, ByteType, IntegerType, LongType, MapType, ShortType,
-                               StringType, StructType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from pystore.spark.options import roots, store_config_overrides
 from pystore.spark.schema import COLUMNS
@@ -48,14 +57,16 @@ MAX_PROPERTIES_BYTES = 32767
 MAX_TOPIC_BYTES = 255
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
-STAGING_SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("body", pa.binary()),
-    ("tags", pa.string()),
-    ("keys", pa.list_(pa.string())),
-    ("queue_id", pa.int32()),
-    ("properties", pa.map_(pa.string(), pa.string())),
-])
+STAGING_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("body", pa.binary()),
+        ("tags", pa.string()),
+        ("keys", pa.list_(pa.string())),
+        ("queue_id", pa.int32()),
+        ("properties", pa.map_(pa.string(), pa.string())),
+    ]
+)
 
 _INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
 
@@ -84,12 +95,22 @@ def check_write_schema(schema: StructType) -> None:
         "topic": (lambda t: isinstance(t, StringType), "string"),
         "body": (lambda t: isinstance(t, (BinaryType, StringType)), "binary or string"),
         "tags": (lambda t: isinstance(t, StringType), "string"),
-        "keys": (lambda t: isinstance(t, StringType) or (isinstance(t, ArrayType)
-                                                         and isinstance(t.elementType, StringType)),
-                 "array<string> or string"),
+        "keys": (
+            lambda t: (
+                isinstance(t, StringType)
+                or (isinstance(t, ArrayType) and isinstance(t.elementType, StringType))
+            ),
+            "array<string> or string",
+        ),
         "queue_id": (lambda t: isinstance(t, _INTEGER_TYPES), "an integer type"),
-        "properties": (lambda t: isinstance(t, MapType) and isinstance(t.keyType, StringType)
-                       and isinstance(t.valueType, StringType), "map<string,string>"),
+        "properties": (
+            lambda t: (
+                isinstance(t, MapType)
+                and isinstance(t.keyType, StringType)
+                and isinstance(t.valueType, StringType)
+            ),
+            "map<string,string>",
+        ),
     }
     for name, dtype in fields.items():
         if name in expect:
@@ -97,8 +118,10 @@ def check_write_schema(schema: StructType) -> None:
             if not ok(dtype):
                 problems.append("column %r is %s, expected %s" % (name, dtype.simpleString(), what))
         elif name not in COLUMNS:
-            problems.append("column %r is not a message field (expected topic, body, tags, keys, queue_id, "
-                            "properties)" % name)
+            problems.append(
+                "column %r is not a message field (expected topic, body, tags, keys, queue_id, "
+                "properties)" % name
+            )
     if problems:
         raise WriteError("cannot write this DataFrame to pystore: " + "; ".join(problems))
 
@@ -127,7 +150,9 @@ def _has_separators(arr: pa.Array) -> pa.Array:
     return pc.match_substring_regex(arr, "[\x01\x02]")
 
 
-def normalize_batch(batch: pa.RecordBatch, partition: int, row_base: int, max_message_size: int) -> pa.RecordBatch:
+def normalize_batch(
+    batch: pa.RecordBatch, partition: int, row_base: int, max_message_size: int
+) -> pa.RecordBatch:
     """Check the rows of one incoming batch and return them in :data:`STAGING_SCHEMA`; raise
     :class:`WriteError` naming the first bad row (partition, row number in the partition)."""
     n = batch.num_rows
@@ -143,8 +168,11 @@ def normalize_batch(batch: pa.RecordBatch, partition: int, row_base: int, max_me
     bad = pc.invert(pc.match_substring_regex(topic, "^[%|a-zA-Z0-9_-]{1," + str(MAX_TOPIC_BYTES) + "}$"))
     i = _first(bad)
     if i is not None:
-        fail(i, "topic %r is empty, longer than %d bytes or has characters outside [%%|a-zA-Z0-9_-]"
-             % (topic[i].as_py(), MAX_TOPIC_BYTES))
+        fail(
+            i,
+            "topic %r is empty, longer than %d bytes or has characters outside [%%|a-zA-Z0-9_-]"
+            % (topic[i].as_py(), MAX_TOPIC_BYTES),
+        )
 
     body = cols["body"]
     if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
@@ -196,9 +224,13 @@ def normalize_batch(batch: pa.RecordBatch, partition: int, row_base: int, max_me
         props = pa.nulls(n, pa.map_(pa.string(), pa.string()))
     props = _compact(props.cast(pa.map_(pa.string(), pa.string())))
     pk, pv = props.keys, props.items
-    as_list = pa.ListArray.from_arrays(props.offsets, pk)   # list_parent_indices does not take maps
-    i = _first(pc.or_(pc.or_(_has_separators(pk), _has_separators(pc.fill_null(pv, ""))),
-                      pc.equal(pc.binary_length(pk), 0)))
+    as_list = pa.ListArray.from_arrays(props.offsets, pk)  # list_parent_indices does not take maps
+    i = _first(
+        pc.or_(
+            pc.or_(_has_separators(pk), _has_separators(pc.fill_null(pv, ""))),
+            pc.equal(pc.binary_length(pk), 0),
+        )
+    )
     if i is not None:
         owner = int(pc.list_parent_indices(as_list)[i].as_py())
         fail(owner, "a property name is empty, or a name or value contains \\x01 or \\x02")
@@ -206,8 +238,11 @@ def normalize_batch(batch: pa.RecordBatch, partition: int, row_base: int, max_me
     props_size = pc.add(props_size, plen)
     i = _first(pc.greater(props_size, MAX_PROPERTIES_BYTES))
     if i is not None:
-        fail(i, "properties (tags and keys included) take about %d bytes, more than the record format's %d"
-             % (props_size[i].as_py(), MAX_PROPERTIES_BYTES))
+        fail(
+            i,
+            "properties (tags and keys included) take about %d bytes, more than the record format's %d"
+            % (props_size[i].as_py(), MAX_PROPERTIES_BYTES),
+        )
     return pa.RecordBatch.from_arrays([topic, body, tags, keys, qid, props], schema=STAGING_SCHEMA)
 
 
@@ -257,11 +292,17 @@ class PystoreWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from pystore.spark.append import append_staged
 
-        parts = sorted((m for m in messages if isinstance(m, StagedPart) and m.path), key=lambda m: m.partition)
+        parts = sorted(
+            (m for m in messages if isinstance(m, StagedPart) and m.path), key=lambda m: m.partition
+        )
         try:
             total = append_staged(self.root, [p.path for p in parts if p.path], self.config)
-            log.info("pystore write to %s: %d message(s) appended from %d partition(s)", self.root, total,
-                     len(parts))
+            log.info(
+                "pystore write to %s: %d message(s) appended from %d partition(s)",
+                self.root,
+                total,
+                len(parts),
+            )
         finally:
             self._clean()
 
