@@ -1,0 +1,289 @@
+"""Spark batch read of a store (issue 7): ``spark.read.format("pystore")`` on 1 M messages of 128 B, against
+
+* ``spark.read.parquet`` of the same rows (the same 19 columns, written by Spark from a pystore read):
+  target >= 0.5x its rows/s;
+* a pure-Python data source an afternoon would produce (``struct.unpack_from`` over an ``mmap``, one tuple
+  per row, the same schema and the same partitions): target >= 3x its rows/s.
+
+Every timed query reads every column of every row (a sum of ``xxhash64`` over all columns but the map,
+plus the map's size) and returns the row count and the sum of ``crc32(body)``; both are checked against
+what was put, so a fast wrong read fails. One ``local[2]`` session serves the module (PySpark + Java
+needed, else the module is skipped).
+
+Run: ``cd bench && PYTHONPATH=.. python -m pytest bench_spark.py --benchmark-only -s``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import socket
+import struct
+import sys
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import benchlib
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installed")
+if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+    pytest.skip("Spark needs Java", allow_module_level=True)
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+
+N = int(os.environ.get("PYSTORE_BENCH_SPARK_N", 1_000_000))
+SIZE = 128
+ROUNDS = 3
+QUEUES = 4
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the pure-Python baseline source
+# ---------------------------------------------------------------------------------------------------------
+
+_UTC = UTC
+_MAGICS = (0xDAA320A7 - (1 << 32), 0xDAA320AB - (1 << 32))
+_BLANK = 0xCBD43194 - (1 << 32)
+
+
+def _host(raw: bytes) -> str:
+    if len(raw) == 8:
+        return "%s:%d" % (socket.inet_ntop(socket.AF_INET, raw[:4]), struct.unpack(">i", raw[4:])[0])
+    return "[%s]:%d" % (socket.inet_ntop(socket.AF_INET6, raw[:16]), struct.unpack(">i", raw[16:])[0])
+
+
+def py_records(path: str, start: int, end: int) -> Iterator[tuple[Any, ...]]:
+    """The rows of one commit-log file range, decoded with ``struct`` (what a user would write)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    try:
+        pos = start
+        end = size if end < 0 else end
+        unpack = struct.unpack_from
+        while pos + 8 <= end:
+            total, magic = unpack(">ii", mm, pos)
+            if total == 0 or magic == _BLANK:
+                break
+            if magic not in _MAGICS:
+                raise ValueError("bad magic at %d of %s" % (pos, path))
+            crc, qid, flag, qoff, phy, sysf, born = unpack(">iiiqqiq", mm, pos + 8)
+            p = pos + 48
+            bl = 20 if sysf & 0x10 else 8
+            born_host = _host(mm[p : p + bl])
+            p += bl
+            (store_ts,) = unpack(">q", mm, p)
+            p += 8
+            sl = 20 if sysf & 0x20 else 8
+            sh_raw = mm[p : p + sl]
+            p += sl
+            rc, prep, blen = unpack(">iqi", mm, p)
+            p += 16
+            body = mm[p : p + blen]
+            p += blen
+            if magic == _MAGICS[1]:
+                (tl,) = unpack(">h", mm, p)
+                p += 2
+            else:
+                tl = mm[p]
+                p += 1
+            topic = mm[p : p + tl].decode("utf-8", "replace")
+            p += tl
+            (pl,) = unpack(">h", mm, p)
+            props: dict[str, str] = {}
+            for item in mm[p + 2 : p + 2 + pl].decode("utf-8", "replace").split("\x02"):
+                k, sep, v = item.partition("\x01")
+                if k and sep and v:
+                    props[k] = v
+            keys = [k for k in props.get("KEYS", "").split(" ") if k]
+            yield (
+                topic,
+                qid,
+                qoff,
+                phy,
+                total,
+                body,
+                props.get("TAGS"),
+                keys,
+                props,
+                flag,
+                sysf,
+                datetime.fromtimestamp(born / 1000, _UTC),
+                datetime.fromtimestamp(store_ts / 1000, _UTC),
+                born_host,
+                _host(sh_raw),
+                rc,
+                prep,
+                crc,
+                (sh_raw + struct.pack(">q", phy)).hex().upper(),
+            )
+            pos += total
+    finally:
+        mm.close()
+
+
+class PyTupleReader(DataSourceReader):
+    def __init__(self, options: Any) -> None:
+        self.root = options["path"]
+
+    def partitions(self) -> list[InputPartition]:
+        from pystore.spark.batch import DEFAULT_BYTES_PER_PARTITION, plan_commit_log_slices
+
+        return list(plan_commit_log_slices(self.root, DEFAULT_BYTES_PER_PARTITION))  # the same partitions
+
+    def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
+        yield from py_records(partition.path, partition.start, partition.end)
+
+
+class PyTupleSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "pytuple"
+
+    def schema(self) -> Any:
+        from pystore.spark import spark_schema
+
+        return spark_schema()
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return PyTupleReader(self.options)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fixtures
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pystore-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    import pystore.spark
+
+    pystore.spark.register(session)
+    session.dataSource.register(PyTupleSource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def data(spark, tmp_path_factory) -> dict[str, Any]:
+    """The store (N messages of SIZE bytes, QUEUES queues, a tag and a key each), its Parquet copy, and the
+    expected count and body checksum."""
+    api = benchlib.store_api()
+    Message, MessageBatch = api["Message"], api["MessageBatch"]
+    base = tmp_path_factory.mktemp("bench-spark")
+    root = str(base / "store")
+    bodies = benchlib.payloads(N, SIZE)
+    with api["MessageStore"].open(
+        root, mapped_file_size_commit_log=256 << 20, message_index_enable=False
+    ) as store:
+        for q in range(QUEUES):
+            idx = range(q, N, QUEUES)
+            for s in range(0, len(idx), 64):
+                batch = MessageBatch(
+                    [
+                        Message(benchlib.TOPIC, bodies[i], tags="TagA", keys=["k%07d" % i], queue_id=q)
+                        for i in idx[s : s + 64]
+                    ]
+                )
+                r = store.put_messages(batch)
+                assert r.status.name == "PUT_OK", r
+    crc_sum = sum(zlib.crc32(b) for b in bodies)
+    parquet = str(base / "parquet")
+    spark.read.format("pystore").load(root).write.parquet(parquet)
+    yield {"root": root, "parquet": parquet, "count": N, "crc_sum": crc_sum}
+    shutil.rmtree(str(base), ignore_errors=True)
+
+
+def _query(df: Any) -> tuple[int, int, int]:
+    from pyspark.sql import functions as F
+
+    flat = [c for c in df.columns if c != "properties"]
+    r = df.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.crc32("body")).alias("crc"),
+        F.sum(F.xxhash64(*flat) % 1000003 + F.size("properties")).alias("h"),
+    ).first()
+    return int(r.n), int(r.crc), int(r.h)
+
+
+RESULTS: dict[str, Any] = {}
+
+
+def _run(benchmark: Any, record: Any, label: str, make_df: Any, data: dict[str, Any]) -> dict[str, Any]:
+    out = benchmark.pedantic(lambda: _query(make_df()), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    n, crc, h = out
+    assert n == data["count"], "%s read %d rows, %d were put" % (label, n, data["count"])
+    assert crc == data["crc_sum"], "%s: the bodies' CRC sum differs from what was put" % label
+    RESULTS.setdefault("hash", h)
+    assert h == RESULTS["hash"], "%s: the rows differ from the other readers' (hash of every column)" % label
+    m = record(label, msgs_per_op=n, payload_per_op=n * SIZE)
+    RESULTS[label] = m
+    return m
+
+
+# ---------------------------------------------------------------------------------------------------------
+# benchmarks (run in this order: pystore, parquet, pure Python)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_spark_read_pystore(benchmark, record, spark, data):
+    m = _run(
+        benchmark,
+        record,
+        "spark_read_pystore_1m_128",
+        lambda: spark.read.format("pystore").load(data["root"]),
+        data,
+    )
+    assert m.get("msgs_per_s")
+
+
+def test_spark_read_parquet(benchmark, record, spark, data):
+    _run(benchmark, record, "spark_read_parquet_1m_128", lambda: spark.read.parquet(data["parquet"]), data)
+
+
+def test_spark_read_pure_python_source(benchmark, record, spark, data):
+    _run(
+        benchmark,
+        record,
+        "spark_read_pytuple_1m_128",
+        lambda: spark.read.format("pytuple").load(data["root"]),
+        data,
+    )
+    ours = RESULTS["spark_read_pystore_1m_128"]
+    for other, target in (("spark_read_parquet_1m_128", 0.5), ("spark_read_pytuple_1m_128", 3.0)):
+        theirs = RESULTS.get(other)
+        if not theirs:
+            continue
+        ratio = ours["msgs_per_s"] / theirs["msgs_per_s"]
+        ratio_med = ours["msgs_per_s_median"] / theirs["msgs_per_s_median"]
+        RESULTS["ratio " + other] = ratio
+        record(
+            "pystore vs %s (target >= %.1fx)" % (other.split("_")[2], target),
+            msgs_per_op=0,
+            paired_ratio=ratio,
+            paired_ratios=sorted([ratio, ratio_med]),
+        )

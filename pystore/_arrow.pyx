@@ -1,0 +1,842 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Commit-log records straight into Arrow columns (the Spark data source's decoder, API.md "Spark").
+
+A :class:`BatchBuilder` decodes whole records (from a commit-log file range, or through a consume
+queue's units) in one C pass straight into the column buffers of a ``pyarrow.RecordBatch``: validity
+where needed, int32 offsets and data for strings and binaries, list/map offsets, fixed-width values.
+The buffers are plain ``malloc`` blocks that grow by doubling; at the end of a batch each is handed to
+Arrow without a copy (``pyarrow.foreign_buffer``, freed when Arrow releases it) and the arrays are
+wrapped with ``pyarrow.Array.from_buffers``.
+
+No Python object is made per row. Strings are UTF-8 with invalid sequences replaced by U+FFFD (maximal
+subparts, as Java and Python do), so Arrow always gets valid UTF-8. The properties map follows RocketMQ
+5.x's decoder (an item needs a name and a value; the last duplicate wins); ``keys`` is the ``KEYS``
+property split on spaces (empty tokens dropped); ``tags`` is null without a ``TAGS`` property. Hosts are
+``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``); ``msg_id`` is the offset
+message id (FORMAT.md §1.8); timestamps are microseconds since the epoch, UTC.
+
+Also here, for the driver: :func:`split_points` (record boundaries of a commit-log file, from the record
+headers, without CRC and without decoding) and :func:`queue_bounds` (a consume queue's min and max
+offsets from its files, by binary search).
+
+Everything reads read-only mappings and holds no lock: safe on a live store (a record's size is published
+last, so a non-zero size means a whole record).
+"""
+
+cimport cython
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint16_t, uint64_t, uintptr_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memset
+
+from pystore._bytes cimport body_crc32, get_i32, get_i64, load_i32_acquire
+from pystore._codec cimport (REC_BLANK, REC_END, REC_BAD_CRC, STOREHOSTADDRESS_V6_FLAG, RecordView,
+                             check_record)
+from pystore._mapped_file cimport MappedFile
+
+import logging
+import os
+
+import pyarrow as pa
+
+from pystore._codec import REASONS
+from pystore.errors import StoreCorruptedError
+
+log = logging.getLogger(__name__)
+
+cdef int32_t FILLER = 0x7FFFFFFF
+cdef int32_t UNIT = 20
+cdef int32_t MAX_ITEMS = 16384          # properties of <= 32767 bytes hold at most ~8192 items
+
+#: Column order of the data source (API.md "Spark").
+COLUMNS = ("topic", "queue_id", "queue_offset", "commit_log_offset", "store_size", "body", "tags", "keys",
+           "properties", "flag", "sys_flag", "born_timestamp", "store_timestamp", "born_host", "store_host",
+           "reconsume_times", "prepared_transaction_offset", "body_crc", "msg_id")
+
+
+# ----------------------------------------------------------------------------------------------------
+# UTF-8 with replacement, hosts, ids
+# ----------------------------------------------------------------------------------------------------
+
+cdef Py_ssize_t utf8_fix(const unsigned char *p, Py_ssize_t n, unsigned char *dst) noexcept nogil:
+    """Copy ``p[:n]`` to ``dst`` (when not NULL) with every invalid sequence replaced by U+FFFD (maximal
+    subparts); return the output length (``n`` for valid input)."""
+    cdef Py_ssize_t i = 0, o = 0, s
+    cdef unsigned char c, lo, hi
+    cdef int need, k
+    cdef uint64_t w
+    while i < n:
+        if i + 8 <= n:                   # eight ASCII bytes at a time
+            memcpy(&w, p + i, 8)
+            if (w & 0x8080808080808080ULL) == 0:
+                if dst != NULL:
+                    memcpy(dst + o, p + i, 8)
+                i += 8
+                o += 8
+                continue
+        c = p[i]
+        if c < 0x80:
+            if dst != NULL:
+                dst[o] = c
+            o += 1
+            i += 1
+            continue
+        lo = 0x80
+        hi = 0xBF
+        if 0xC2 <= c <= 0xDF:
+            need = 1
+        elif 0xE0 <= c <= 0xEF:
+            need = 2
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif 0xF0 <= c <= 0xF4:
+            need = 3
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            need = -1
+        s = i
+        i += 1
+        k = 0
+        if need > 0:
+            while k < need:
+                if i >= n or p[i] < lo or p[i] > hi:
+                    break
+                lo = 0x80
+                hi = 0xBF
+                i += 1
+                k += 1
+        if need > 0 and k == need:
+            if dst != NULL:
+                memcpy(dst + o, p + s, i - s)
+            o += i - s
+        else:
+            if dst != NULL:
+                dst[o] = 0xEF
+                dst[o + 1] = 0xBF
+                dst[o + 2] = 0xBD
+            o += 3
+    return o
+
+
+cdef inline int fmt_int(char *out, int64_t v) noexcept nogil:
+    """Decimal text of ``v``; returns its length."""
+    cdef char tmp[24]
+    cdef int n = 0, o = 0
+    cdef uint64_t u
+    if v < 0:
+        out[0] = b'-'
+        o = 1
+        u = <uint64_t>(-(v + 1)) + 1
+    else:
+        u = <uint64_t>v
+    while True:
+        tmp[n] = <char>(48 + u % 10)
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    while n > 0:
+        n -= 1
+        out[o] = tmp[n]
+        o += 1
+    return o
+
+
+cdef inline int fmt_hex16(char *out, uint16_t v) noexcept nogil:
+    """Lower-case hex of ``v`` without leading zeros (``ipaddress`` style)."""
+    cdef const char *digits = b"0123456789abcdef"
+    cdef int o = 0, shift = 12
+    cdef bint started = False
+    cdef int d
+    while shift >= 0:
+        d = (v >> shift) & 0xF
+        if d != 0 or started or shift == 0:
+            out[o] = digits[d]
+            o += 1
+            started = True
+        shift -= 4
+    return o
+
+
+cdef int fmt_host(const unsigned char *h, int32_t hlen, char *out) noexcept nogil:
+    """``a.b.c.d:port`` or ``[v6]:port`` (``out`` holds >= 64 bytes); returns the length."""
+    cdef int o = 0, i, best = -1, best_len = 0, cur = -1, cur_len = 0
+    cdef uint16_t hx[8]
+    if hlen == 8:
+        for i in range(4):
+            o += fmt_int(out + o, h[i])
+            out[o] = b'.' if i < 3 else b':'
+            o += 1
+        o += fmt_int(out + o, get_i32(h + 4))
+        return o
+    for i in range(8):
+        hx[i] = <uint16_t>((h[2 * i] << 8) | h[2 * i + 1])
+        if hx[i] == 0:
+            if cur < 0:
+                cur = i
+                cur_len = 0
+            cur_len += 1
+            if cur_len > best_len:
+                best = cur
+                best_len = cur_len
+        else:
+            cur = -1
+    if best_len < 2:
+        best = -1
+        best_len = 0
+    out[0] = b'['
+    o = 1
+    i = 0
+    while i < 8:
+        if i == best:
+            out[o] = b':'
+            out[o + 1] = b':'
+            o += 2
+            i += best_len
+            continue
+        if i > 0 and not (best >= 0 and i == best + best_len):
+            out[o] = b':'
+            o += 1
+        o += fmt_hex16(out + o, hx[i])
+        i += 1
+    out[o] = b']'
+    out[o + 1] = b':'
+    o += 2
+    o += fmt_int(out + o, get_i32(h + 16))
+    return o
+
+
+cdef inline void fmt_id(unsigned char *out, const unsigned char *host, int32_t hlen, int64_t phy) noexcept nogil:
+    """Offset message id: upper-case hex of the store host bytes then the commit-log offset."""
+    cdef const char *digits = b"0123456789ABCDEF"
+    cdef int i
+    cdef uint64_t u = <uint64_t>phy
+    for i in range(hlen):
+        out[2 * i] = digits[host[i] >> 4]
+        out[2 * i + 1] = digits[host[i] & 0xF]
+    out += 2 * hlen
+    for i in range(8):
+        out[2 * (7 - i)] = digits[(u >> 4) & 0xF]
+        out[2 * (7 - i) + 1] = digits[u & 0xF]
+        u >>= 8
+
+
+cdef int32_t parse_props(const unsigned char *p, int32_t n, int32_t *items) noexcept nogil:
+    """Split a properties string into ``(name_pos, name_len, value_pos, value_len)`` items (RocketMQ 5.x:
+    kept iff the name and the value are non-empty; the last duplicate of a name wins)."""
+    cdef int32_t cnt = 0, start = 0, end, sep, i, j, k
+    cdef bint dup
+    while start < n:
+        end = start
+        while end < n and p[end] != 2:
+            end += 1
+        sep = start
+        while sep < end and p[sep] != 1:
+            sep += 1
+        if sep > start and sep < end - 1 and cnt < MAX_ITEMS:
+            items[4 * cnt] = start
+            items[4 * cnt + 1] = sep - start
+            items[4 * cnt + 2] = sep + 1
+            items[4 * cnt + 3] = end - sep - 1
+            cnt += 1
+        start = end + 1
+    if cnt > 1:
+        k = 0
+        for i in range(cnt):
+            dup = False
+            for j in range(i + 1, cnt):
+                if items[4 * i + 1] == items[4 * j + 1] and \
+                        memcmp(p + items[4 * i], p + items[4 * j], items[4 * i + 1]) == 0:
+                    dup = True
+                    break
+            if not dup:
+                if k != i:
+                    memcpy(items + 4 * k, items + 4 * i, 4 * sizeof(int32_t))
+                k += 1
+        cnt = k
+    return cnt
+
+
+cdef inline int32_t find_item(const unsigned char *p, const int32_t *items, int32_t cnt, const char *name,
+                              int32_t name_len) noexcept nogil:
+    cdef int32_t i
+    for i in range(cnt):
+        if items[4 * i + 1] == name_len and memcmp(p + items[4 * i], name, name_len) == 0:
+            return i
+    return -1
+
+
+cdef inline int64_t ms_to_us(int64_t ms) noexcept nogil:
+    if ms > INT64_MAX // 1000:
+        return INT64_MAX
+    if ms < INT64_MIN // 1000:
+        return INT64_MIN
+    return ms * 1000
+
+
+# ----------------------------------------------------------------------------------------------------
+# Growable column buffers from Arrow's memory pool
+# ----------------------------------------------------------------------------------------------------
+
+cdef struct Buf:
+    unsigned char *p
+    int64_t n
+    int64_t cap
+
+
+cdef struct HostCache:
+    unsigned char raw[20]
+    int32_t raw_len
+    char text[64]
+    int text_len
+
+
+# column buffers
+cdef enum:
+    B_TOPIC_O, B_TOPIC, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_BODY, B_TAGS_V, B_TAGS_O, B_TAGS,
+    B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV, B_FLAG, B_SYS, B_BORN, B_STORE,
+    B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
+
+
+# ----------------------------------------------------------------------------------------------------
+# The batch builder
+# ----------------------------------------------------------------------------------------------------
+
+@cython.final
+cdef class BatchBuilder:
+    """Decodes accepted records (pointers into mapped files the caller keeps open) into column buffers
+    and hands them to Arrow as RecordBatches.
+
+    ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
+    max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the
+    data source's, with Spark's field types); the filters keep records of one of ``topics`` (a list of
+    str), of ``queue_id`` (>= 0), stored in ``[start_ms, end_ms)``. A batch is full at ``max_rows`` rows
+    or ``max_bytes`` bytes of variable-length data.
+    """
+    cdef object schema
+    cdef list types
+    cdef readonly bint verify_crc
+    cdef int32_t queue_id
+    cdef int64_t start_ms, end_ms
+    cdef list topics
+    cdef int n_topics
+    cdef const unsigned char **topic_ptr
+    cdef int32_t *topic_len
+    cdef readonly int64_t max_rows, max_bytes
+    cdef Buf bufs[N_BUFS]
+    cdef list pybufs                    # the pyarrow ResizableBuffer behind each Buf
+    cdef readonly int64_t rows
+    cdef int64_t tags_nulls, n_keys, n_items
+    cdef int32_t *items
+    cdef HostCache born_cache, store_cache
+    cdef readonly int64_t rows_total
+
+    def __cinit__(self):
+        self.items = NULL
+        self.topic_ptr = NULL
+        self.topic_len = NULL
+        memset(self.bufs, 0, sizeof(self.bufs))
+        memset(&self.born_cache, 0, sizeof(HostCache))
+        memset(&self.store_cache, 0, sizeof(HostCache))
+
+    def __init__(self, schema, bint verify_crc=True, topics=None, int queue_id=-1, start_ms=None, end_ms=None,
+                 long long max_rows=32768, long long max_bytes=64 << 20):
+        cdef int i
+        if list(schema.names) != list(COLUMNS):
+            raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
+        self.schema = schema
+        self.types = [f.type for f in schema]
+        self.verify_crc = verify_crc
+        self.queue_id = queue_id
+        self.start_ms = INT64_MIN if start_ms is None else start_ms
+        self.end_ms = INT64_MAX if end_ms is None else end_ms
+        self.topics = [t.encode("utf-8") for t in topics] if topics else []
+        self.n_topics = len(self.topics)
+        if self.n_topics:
+            self.topic_ptr = <const unsigned char **>malloc(self.n_topics * sizeof(void *))
+            self.topic_len = <int32_t *>malloc(self.n_topics * sizeof(int32_t))
+            if self.topic_ptr == NULL or self.topic_len == NULL:
+                raise MemoryError()
+            for i in range(self.n_topics):
+                self.topic_ptr[i] = <const unsigned char *><bytes>self.topics[i]
+                self.topic_len[i] = len(<bytes>self.topics[i])
+        self.max_rows = max(1, min(max_rows, 1 << 24))
+        self.max_bytes = max(1, min(max_bytes, 1 << 30))
+        self.items = <int32_t *>malloc(4 * MAX_ITEMS * sizeof(int32_t))
+        if self.items == NULL:
+            raise MemoryError()
+        self.pybufs = [None] * N_BUFS
+        self._start()
+
+    cdef int _grow(self, int i, int64_t need) except -1:
+        """Room for ``need`` bytes in buffer ``i`` (doubling; a pool allocation, so freed batches' memory
+        is reused instead of faulting fresh pages in)."""
+        cdef Buf *b = &self.bufs[i]
+        cdef int64_t cap = b.cap * 2 if b.cap else 4096
+        while cap < need:
+            cap *= 2
+        buf = self.pybufs[i]
+        if buf is None:
+            buf = pa.allocate_buffer(cap, resizable=True)
+            self.pybufs[i] = buf
+        else:
+            buf.resize(cap)
+        b.p = <unsigned char *><uintptr_t>buf.address
+        b.cap = cap
+        return 0
+
+    cdef inline int res(self, int i, int64_t extra) except -1:
+        if self.bufs[i].n + extra > self.bufs[i].cap:
+            self._grow(i, self.bufs[i].n + extra)
+        return 0
+
+    cdef inline int put_utf8(self, int i, const unsigned char *p, int32_t n) except -1:
+        """Append ``p[:n]`` to buffer ``i`` as valid UTF-8 (valid text is copied as is)."""
+        cdef Buf *b = &self.bufs[i]
+        if b.n + 3 * <int64_t>n > b.cap:
+            self._grow(i, b.n + 3 * <int64_t>n)
+        b.n += utf8_fix(p, n, b.p + b.n)
+        return 0
+
+    cdef int put_host(self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
+        """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
+        cdef Buf *b = &self.bufs[i]
+        if hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
+            c.text_len = fmt_host(h, hlen, c.text)
+            memcpy(c.raw, h, hlen)
+            c.raw_len = hlen
+        if b.n + c.text_len > b.cap:
+            self._grow(i, b.n + c.text_len)
+        memcpy(b.p + b.n, c.text, c.text_len)
+        b.n += c.text_len
+        return 0
+
+    def __dealloc__(self):
+        free(self.items)
+        free(self.topic_ptr)
+        free(self.topic_len)
+
+    cdef int _start(self) except -1:
+        """Fresh buffers for the next batch: fixed-width columns sized for ``max_rows`` at once."""
+        cdef int64_t r = self.max_rows
+        cdef int i
+        self.rows = 0
+        self.tags_nulls = self.n_keys = self.n_items = 0
+        for i in range(N_BUFS):
+            self.pybufs[i] = None
+            self.bufs[i].p = NULL
+            self.bufs[i].n = 0
+            self.bufs[i].cap = 0
+        for i in (B_TOPIC, B_BODY, B_TAGS, B_KEYS, B_PK, B_PV, B_BH, B_SH, B_ID):
+            self._grow(i, 64)
+        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
+            self._grow(i, 4 * r)
+        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
+            self._grow(i, 8 * r)
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O, B_KEYS_O, B_PK_O,
+                  B_PV_O):
+            self._grow(i, 4 * (r + 1))
+            (<int32_t *>self.bufs[i].p)[0] = 0
+            self.bufs[i].n = 4
+        self._grow(B_TAGS_V, (r + 7) // 8)
+        memset(self.bufs[B_TAGS_V].p, 0, (r + 7) // 8)
+        self.bufs[B_TAGS_V].n = (r + 7) // 8
+        return 0
+
+    cdef inline bint full(self) noexcept:
+        cdef int64_t var = (self.bufs[B_BODY].n + self.bufs[B_PK].n + self.bufs[B_PV].n + self.bufs[B_KEYS].n
+                            + self.bufs[B_TAGS].n + self.bufs[B_TOPIC].n)
+        return self.rows >= self.max_rows or var >= self.max_bytes
+
+    cdef inline bint wanted(self, const unsigned char *p, RecordView *v) noexcept nogil:
+        cdef int i
+        if self.queue_id >= 0 and v.queue_id != self.queue_id:
+            return False
+        if v.store_ts < self.start_ms or v.store_ts >= self.end_ms:
+            return False
+        if self.n_topics:
+            for i in range(self.n_topics):
+                if self.topic_len[i] == v.topic_len and memcmp(self.topic_ptr[i], p + v.topic_pos, v.topic_len) == 0:
+                    return True
+            return False
+        return True
+
+    cdef int check_crc(self, const unsigned char *p, RecordView *v, str path, int64_t offset) except -1:
+        if self.verify_crc and v.body_len > 0 and body_crc32(p + v.body_pos, v.body_len) != v.body_crc:
+            raise StoreCorruptedError(path, offset, REASONS.get(REC_BAD_CRC))
+        return 0
+
+    cdef int add(self, const unsigned char *p, RecordView *v) except -1:
+        """Append one accepted record to every column."""
+        cdef Buf *b = self.bufs
+        cdef int64_t r = self.rows
+        cdef const unsigned char *props = p + v.props_pos
+        cdef int32_t *items = self.items
+        cdef int32_t cnt, i, t, s, e
+        # fixed-width columns (room for max_rows reserved in _start)
+        (<int32_t *>b[B_QID].p)[r] = v.queue_id
+        (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
+        (<int64_t *>b[B_CLO].p)[r] = v.phy_offset
+        (<int32_t *>b[B_SIZE].p)[r] = v.total_size
+        (<int32_t *>b[B_FLAG].p)[r] = v.flag
+        (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
+        (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
+        (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
+        (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
+        (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
+        (<int32_t *>b[B_CRC].p)[r] = v.body_crc
+        # topic, body
+        self.put_utf8(B_TOPIC, p + v.topic_pos, v.topic_len)
+        (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
+        self.res(B_BODY, v.body_len)
+        memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
+        b[B_BODY].n += v.body_len
+        (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
+        # properties map, then TAGS and KEYS from it
+        cnt = parse_props(props, v.props_len, items)
+        self.res(B_PK_O, 4 * cnt)
+        self.res(B_PV_O, 4 * cnt)
+        for i in range(cnt):
+            self.put_utf8(B_PK, props + items[4 * i], items[4 * i + 1])
+            self.put_utf8(B_PV, props + items[4 * i + 2], items[4 * i + 3])
+            self.n_items += 1
+            (<int32_t *>b[B_PK_O].p)[self.n_items] = <int32_t>b[B_PK].n
+            (<int32_t *>b[B_PV_O].p)[self.n_items] = <int32_t>b[B_PV].n
+        b[B_PK_O].n += 4 * cnt
+        b[B_PV_O].n += 4 * cnt
+        (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
+        i = find_item(props, items, cnt, "TAGS", 4)
+        if i >= 0:
+            self.put_utf8(B_TAGS, props + items[4 * i + 2], items[4 * i + 3])
+            b[B_TAGS_V].p[r >> 3] |= <unsigned char>(1 << (r & 7))
+        else:
+            self.tags_nulls += 1
+        (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+        i = find_item(props, items, cnt, "KEYS", 4)
+        if i >= 0:
+            s = items[4 * i + 2]
+            e = s + items[4 * i + 3]
+            t = s
+            while t <= e:
+                if t == e or props[t] == 32:
+                    if t > s:
+                        self.put_utf8(B_KEYS, props + s, t - s)
+                        self.res(B_KEYS_O, 4)
+                        self.n_keys += 1
+                        (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
+                        b[B_KEYS_O].n += 4
+                    s = t + 1
+                t += 1
+        (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
+        # hosts and the offset message id
+        self.put_host(&self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+        self.put_host(&self.store_cache, B_SH, p + v.store_host_pos, v.store_host_len)
+        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
+        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
+        self.res(B_ID, 2 * (v.store_host_len + 8))
+        fmt_id(b[B_ID].p + b[B_ID].n, p + v.store_host_pos, v.store_host_len, v.phy_offset)
+        b[B_ID].n += 2 * (v.store_host_len + 8)
+        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
+        self.rows = r + 1
+        return 0
+
+    def build(self):
+        """The RecordBatch of the records added since the last build; None when there are none."""
+        cdef int64_t n = self.rows
+        cdef int i
+        cdef Buf *b = self.bufs
+        if n == 0:
+            return None
+        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
+            b[i].n = 4 * n
+        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
+            b[i].n = 8 * n
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
+            b[i].n = 4 * (n + 1)
+        b[B_TAGS_V].n = (n + 7) // 8
+        nulls = self.tags_nulls
+        items_n = self.n_items
+        keys_n = self.n_keys
+        bufs = [(<object>self.pybufs[i]).slice(0, b[i].n) for i in range(N_BUFS)]
+        self.rows_total += n
+        self._start()
+        fa = pa.Array.from_buffers
+        ty = self.types
+        kt = ty[7]
+        mt = ty[8]
+        keys_child = fa(kt.value_type, keys_n, [None, bufs[B_KEYS_O], bufs[B_KEYS]])
+        pk = fa(mt.key_type, items_n, [None, bufs[B_PK_O], bufs[B_PK]])
+        pv = fa(mt.item_type, items_n, [None, bufs[B_PV_O], bufs[B_PV]])
+        entries = pa.StructArray.from_arrays([pk, pv], fields=[mt.key_field, mt.item_field])
+        cols = [
+            fa(ty[0], n, [None, bufs[B_TOPIC_O], bufs[B_TOPIC]]),
+            fa(ty[1], n, [None, bufs[B_QID]]),
+            fa(ty[2], n, [None, bufs[B_QOFF]]),
+            fa(ty[3], n, [None, bufs[B_CLO]]),
+            fa(ty[4], n, [None, bufs[B_SIZE]]),
+            fa(ty[5], n, [None, bufs[B_BODY_O], bufs[B_BODY]]),
+            fa(ty[6], n, [bufs[B_TAGS_V] if nulls else None, bufs[B_TAGS_O], bufs[B_TAGS]], null_count=nulls),
+            fa(kt, n, [None, bufs[B_KEYS_LO]], children=[keys_child]),
+            fa(mt, n, [None, bufs[B_MAP_O]], children=[entries]),
+            fa(ty[9], n, [None, bufs[B_FLAG]]),
+            fa(ty[10], n, [None, bufs[B_SYS]]),
+            fa(ty[11], n, [None, bufs[B_BORN]]),
+            fa(ty[12], n, [None, bufs[B_STORE]]),
+            fa(ty[13], n, [None, bufs[B_BH_O], bufs[B_BH]]),
+            fa(ty[14], n, [None, bufs[B_SH_O], bufs[B_SH]]),
+            fa(ty[15], n, [None, bufs[B_RC]]),
+            fa(ty[16], n, [None, bufs[B_PREP]]),
+            fa(ty[17], n, [None, bufs[B_CRC]]),
+            fa(ty[18], n, [None, bufs[B_ID_O], bufs[B_ID]]),
+        ]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sources: a commit-log file range, a consume queue's offset range
+# ----------------------------------------------------------------------------------------------------
+
+def scan_file(BatchBuilder b, MappedFile mf, long long pos, long long end=-1):
+    """Add the records of ``mf`` from ``pos`` (a record boundary) until ``end`` (a record boundary; -1:
+    the end-of-file blank or the end of written data), until ``b`` is full.
+
+    Returns ``(next_pos, done)``. A damaged record, or (with ``verify_crc``) a wrong body CRC, raises
+    ``StoreCorruptedError`` naming the file and the record's absolute offset."""
+    cdef RecordView v
+    cdef int32_t r
+    cdef int64_t limit = mf.file_size
+    cdef const unsigned char *base = mf.base
+    cdef const unsigned char *p
+    mf.check_mapped()
+    if end < 0 or end > limit:
+        end = limit
+    while pos < end:
+        if b.full():
+            return (pos, False)
+        p = base + pos
+        r = check_record(p, limit - pos, False, &v)
+        if r <= 0:
+            if r == REC_BLANK or r == REC_END:
+                return (pos, True)
+            raise StoreCorruptedError(mf.file_name, mf.file_from_offset + pos, REASONS.get(r, "damaged record"))
+        if b.wanted(p, &v):
+            b.check_crc(p, &v, mf.file_name, mf.file_from_offset + pos)
+            b.add(p, &v)
+        pos += r
+    return (pos, True)
+
+
+def split_points(MappedFile mf, long long chunk):
+    """Record boundaries of a commit-log file about every ``chunk`` bytes, found by walking record headers
+    (no CRC, nothing decoded): ``(starts, data_end, stop_code)``. ``starts`` begins with 0; ``data_end`` is
+    where the walk stopped (the blank, the end of written data, or a damaged record: ``stop_code``)."""
+    cdef RecordView v
+    cdef int32_t r = REC_END
+    cdef int64_t pos = 0, last = 0, limit = mf.file_size
+    cdef list starts = [0]
+    mf.check_mapped()
+    if chunk <= 0:
+        chunk = limit + 1
+    while pos < limit:
+        r = check_record(mf.base + pos, limit - pos, False, &v)
+        if r <= 0:
+            break
+        pos += r
+        if pos - last >= chunk and pos < limit:
+            starts.append(pos)
+            last = pos
+    if pos >= limit:
+        r = REC_END
+    if len(starts) > 1 and starts[len(starts) - 1] == pos:
+        starts.pop()
+    return (starts, pos, r)
+
+
+cdef inline const unsigned char *_unit(list files, int64_t fsize, int64_t first_from, int64_t index,
+                                       int *state):
+    """The unit of queue offset ``index``: state 0 found, 1 below the first file (deleted), 2 past the last."""
+    cdef int64_t byte = index * UNIT
+    cdef Py_ssize_t fi
+    cdef MappedFile mf
+    if byte < first_from:
+        state[0] = 1
+        return NULL
+    fi = (byte - first_from) // fsize
+    if fi >= len(files):
+        state[0] = 2
+        return NULL
+    mf = <MappedFile>files[fi]
+    if mf.base == NULL or (byte - first_from) - fi * fsize + UNIT > mf.file_size:
+        state[0] = 2
+        return NULL
+    state[0] = 0
+    return mf.base + (byte - first_from - fi * fsize)
+
+
+@cython.final
+cdef class QueueReader:
+    """One consume queue and the commit log it points into, both mapped read-only:
+    ``QueueReader(topic, queue_id, cq_paths, cl_paths)`` (paths sorted by their 20-digit names)."""
+    cdef readonly str topic
+    cdef bytes topic_b
+    cdef readonly int queue_id
+    cdef list cq
+    cdef int64_t cq_size, cq_first
+    cdef list cl
+    cdef int64_t *cl_from
+    cdef int64_t *cl_size
+    cdef Py_ssize_t n_cl
+    cdef readonly int64_t lost
+
+    def __cinit__(self):
+        self.cl_from = NULL
+        self.cl_size = NULL
+
+    def __init__(self, str topic, int queue_id, list cq_paths, list cl_paths):
+        cdef Py_ssize_t i
+        cdef MappedFile mf
+        self.topic = topic
+        self.topic_b = topic.encode("utf-8")
+        self.queue_id = queue_id
+        self.cq = [MappedFile(p, -1, read_only=True) for p in cq_paths]
+        self.cq = [m for m in self.cq if (<MappedFile>m).file_size > 0]
+        self.cq_size = (<MappedFile>self.cq[0]).file_size if self.cq else 1
+        self.cq_first = (<MappedFile>self.cq[0]).file_from_offset if self.cq else 0
+        self.cl = [MappedFile(p, -1, read_only=True) for p in cl_paths]
+        self.n_cl = len(self.cl)
+        self.cl_from = <int64_t *>malloc((self.n_cl + 1) * sizeof(int64_t))
+        self.cl_size = <int64_t *>malloc((self.n_cl + 1) * sizeof(int64_t))
+        if self.cl_from == NULL or self.cl_size == NULL:
+            raise MemoryError()
+        for i in range(self.n_cl):
+            mf = <MappedFile>self.cl[i]
+            self.cl_from[i] = mf.file_from_offset
+            self.cl_size[i] = mf.file_size
+
+    def __dealloc__(self):
+        free(self.cl_from)
+        free(self.cl_size)
+
+    cdef Py_ssize_t _cl_index(self, int64_t phy) noexcept:
+        cdef Py_ssize_t lo = 0, hi = self.n_cl - 1, mid
+        if self.n_cl == 0 or phy < self.cl_from[0]:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if self.cl_from[mid] <= phy:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def scan(self, BatchBuilder b, long long start, long long end):
+        """Add the messages of queue offsets ``[start, end)`` until ``b`` is full: ``(next_offset, done)``.
+
+        ``done`` is also set when the queue ends before ``end``. Units whose message was deleted (the
+        consume-queue file, or the commit-log file, is gone) are counted in ``lost`` and skipped."""
+        cdef int64_t i = start, phy, rel
+        cdef int32_t usize, r
+        cdef int state = 0
+        cdef const unsigned char *u
+        cdef const unsigned char *p
+        cdef Py_ssize_t ci
+        cdef MappedFile mf
+        cdef RecordView v
+        while i < end:
+            if b.full():
+                return (i, False)
+            u = _unit(self.cq, self.cq_size, self.cq_first, i, &state)
+            if state == 1:
+                self.lost += min(end, self.cq_first // UNIT) - i
+                i = min(end, self.cq_first // UNIT)
+                continue
+            if state == 2:
+                return (i, True)
+            usize = load_i32_acquire(u + 8)
+            phy = get_i64(u)
+            if usize == 0 or phy < 0:
+                return (i, True)            # the end of written units
+            i += 1
+            if usize == FILLER:
+                continue
+            ci = self._cl_index(phy)
+            if ci < 0:
+                self.lost += 1
+                continue
+            mf = <MappedFile>self.cl[ci]
+            rel = phy - self.cl_from[ci]
+            if rel + usize > mf.file_size or mf.base == NULL:
+                raise StoreCorruptedError(mf.file_name, phy, "consume queue %s/%d unit %d points past the "
+                                          "commit log's end" % (self.topic, self.queue_id, i - 1))
+            p = mf.base + rel
+            r = check_record(p, mf.file_size - rel, False, &v)
+            if r <= 0:
+                raise StoreCorruptedError(mf.file_name, phy, REASONS.get(r, "damaged record"))
+            if r != usize or v.phy_offset != phy or v.queue_id != self.queue_id or \
+                    v.topic_len != len(self.topic_b) or \
+                    memcmp(p + v.topic_pos, <const char *>self.topic_b, v.topic_len) != 0:
+                raise StoreCorruptedError(mf.file_name, phy, "consume queue %s/%d unit %d does not match the "
+                                          "record it points at" % (self.topic, self.queue_id, i - 1))
+            if b.wanted(p, &v):
+                b.check_crc(p, &v, mf.file_name, phy)
+                b.add(p, &v)
+        return (i, True)
+
+
+def queue_bounds(list cq_paths, long long cl_min):
+    """``(min_offset, max_offset)`` of a consume queue from its files (sorted by name): max is the number
+    of units ever written, min the first unit whose message is at or above commit-log offset ``cl_min``
+    (fillers skipped); ``(0, 0)`` without files. Binary searches; units are written in order. Only the
+    last file and the first files up to the min are mapped (Spark polls this for every queue)."""
+    cdef MappedFile mf, last = None
+    cdef int64_t lo, hi, mid, max_off, min_off, n_units, last_units = 0
+    cdef Py_ssize_t k, n = len(cq_paths)
+    cdef const unsigned char *p
+    while n > 0:                             # the last non-empty file
+        last = MappedFile(cq_paths[n - 1], -1, read_only=True)
+        if last.file_size >= UNIT:
+            break
+        last.close()
+        last = None
+        n -= 1
+    if last is None:
+        return (0, 0)
+    try:
+        lo = 0
+        hi = last.file_size // UNIT
+        while lo < hi:                       # first empty unit of the last file
+            mid = (lo + hi) >> 1
+            p = last.base + mid * UNIT
+            if load_i32_acquire(p + 8) != 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        last_units = lo
+        max_off = (last.file_from_offset + lo * UNIT) // UNIT
+        min_off = max_off
+        for k in range(n):
+            mf = last if k == n - 1 else MappedFile(cq_paths[k], -1, read_only=True)
+            try:
+                n_units = mf.file_size // UNIT if k < n - 1 else last_units
+                lo = 0
+                hi = n_units
+                while lo < hi:               # first real unit pointing at or above cl_min
+                    mid = (lo + hi) >> 1
+                    p = mf.base + mid * UNIT
+                    if get_i32(p + 8) != FILLER and get_i32(p + 8) != 0 and get_i64(p) >= cl_min:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                if lo < n_units:
+                    min_off = (mf.file_from_offset + lo * UNIT) // UNIT
+                    break
+            finally:
+                if mf is not last:
+                    mf.close()
+        return (min_off, max_off)
+    finally:
+        last.close()

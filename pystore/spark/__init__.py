@@ -1,0 +1,38 @@
+"""PySpark data source for pystore stores (API.md "Spark — pystore.spark").
+
+``pystore.spark.register(spark)`` registers the source ``"pystore"``; then:
+
+* ``spark.read.format("pystore").load(root)`` — one row per message (:mod:`pystore.spark.batch`);
+* ``spark.readStream.format("pystore").option("topics", "T1,T2").load(root)`` — a streaming source with
+  consume-queue offsets (:mod:`pystore.spark.stream`);
+* ``df.write.format("pystore").mode("append").save(root)`` — appends rows as messages
+  (:mod:`pystore.spark.writer`).
+
+Records are decoded in C straight into Arrow buffers (``pystore._arrow``). The source does not push
+filters down (PySpark reuses a DataFrame's pushed filters across later queries of the same DataFrame,
+see docs/spark.md): use the ``topic``/``queue_id``/``start_time``/``end_time`` options to read less.
+Needs the ``spark`` extra: ``pip install pystore-mq[spark]`` (PySpark >= 4.0, PyArrow).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+    from pyspark.sql.datasource import DataSource  # noqa: F401  (PySpark >= 4.0)
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pystore.spark needs PySpark >= 4.0 and PyArrow (%s): install pystore-mq[spark]" % exc
+    ) from exc
+
+from pystore.spark.schema import DDL, arrow_schema, spark_schema
+from pystore.spark.source import PystoreDataSource
+
+__all__ = ["register", "PystoreDataSource", "DDL", "spark_schema", "arrow_schema"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``"pystore"`` data source on ``spark`` (a ``SparkSession``)."""
+    spark.dataSource.register(PystoreDataSource)

@@ -1,0 +1,104 @@
+"""The driver half of a write: append staged Arrow IPC files to a store through its put path.
+
+Runs in the driver's commit step (one process): opens the store with ``MessageStore.open(root,
+**config)`` (a writer: it takes the store lock, creates a new store, keeps an existing store's geometry),
+turns each staged row into a ``Message`` and puts consecutive rows of one topic and queue as a
+``MessageBatch`` (at most 1024 messages and a quarter of a commit-log file), in the order of the staged
+files. Rows were checked by the tasks, so a refusal here means the store itself failed (disk full ...):
+it raises, naming how many messages were already appended.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from pystore import Message, MessageBatch, MessageStore, PutMessageStatus
+from pystore._codec import record_length
+
+__all__ = ["append_staged"]
+
+log = logging.getLogger(__name__)
+
+_APPENDED = (
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+)
+MAX_BATCH = 1024
+
+
+def _file_size(store: MessageStore) -> int:
+    folder = store.config.commit_log_paths()[0]
+    try:
+        names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+    except FileNotFoundError:
+        names = []
+    for n in names:
+        size = os.path.getsize(os.path.join(folder, n))
+        if size > 0:
+            return size
+    return int(store.config.mapped_file_size_commit_log)
+
+
+def append_staged(root: str, paths: list[str], config: dict[str, Any]) -> int:
+    """Append every row of the staged files at ``paths`` to the store at ``root``; the number appended."""
+    total = 0
+    with MessageStore.open(root, **config) as store:
+        limit = max(1, min(1 << 20, _file_size(store) // 4))
+        pending: list[Message] = []
+        pending_key: tuple[str, int] | None = None
+        pending_bytes = 0
+
+        def flush() -> None:
+            nonlocal total, pending, pending_bytes
+            if not pending:
+                return
+            r = (
+                store.put_message(pending[0])
+                if len(pending) == 1
+                else store.put_messages(MessageBatch(pending))
+            )
+            if r.status not in _APPENDED:
+                raise RuntimeError(
+                    "pystore write to %s: the store refused %d message(s) of %s/%d with %s after %d "
+                    "were appended"
+                    % (root, len(pending), pending[0].topic, pending[0].queue_id, r.status.name, total)
+                )
+            if r.status != PutMessageStatus.PUT_OK:
+                log.warning("%s: put returned %s (appended)", root, r.status.name)
+            total += len(pending)
+            pending = []
+            pending_bytes = 0
+
+        for path in paths:
+            with pa.memory_map(path) as src:
+                reader = pa.ipc.open_file(src)
+                for bi in range(reader.num_record_batches):
+                    b = reader.get_batch(bi)
+                    cols = [b.column(i).to_pylist() for i in range(6)]
+                    for topic, body, tags, keys, qid, props in zip(*cols, strict=True):
+                        m = Message(
+                            topic,
+                            body,
+                            tags=tags,
+                            keys=keys,
+                            properties=dict(props) if props else None,
+                            queue_id=qid,
+                        )
+                        size = record_length(m)
+                        key = (topic, qid)
+                        if pending and (
+                            key != pending_key or pending_bytes + size > limit or len(pending) >= MAX_BATCH
+                        ):
+                            flush()
+                        pending.append(m)
+                        pending_key = key
+                        pending_bytes += size
+            flush()
+        flush()
+    return total

@@ -1,0 +1,234 @@
+"""Batch reads: ``spark.read.format("pystore").load(root)``.
+
+Partitions are planned on the driver without reading a body:
+
+* with ``topic`` and/or ``queue_id``, from the consume queues: one :class:`QueueSlice` per
+  (topic, queue, range of at most ``messages_per_partition`` queue offsets), bounds found by binary search
+  in the queue files; rows are the messages consumers of those queues see;
+* otherwise from the commit log: one :class:`CommitLogSlice` per (root, commit-log file), cut every
+  ``bytes_per_partition`` bytes at record boundaries found by walking the record headers.
+
+Each partition decodes its records with ``pystore._arrow`` (C loops into Arrow buffers) and yields
+``pyarrow.RecordBatch``es of the exact schema. Time bounds (``start_time`` inclusive, ``end_time``
+exclusive, on the store timestamp) and the topic/queue filters run inside the decoder loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from pystore._arrow import BatchBuilder, QueueReader, queue_bounds, scan_file, split_points
+from pystore._mapped_file import MappedFile
+from pystore.spark import layout
+from pystore.spark.options import parse_bool, parse_int, parse_list, parse_time, roots
+from pystore.spark.schema import arrow_schema, check_read_schema
+
+__all__ = [
+    "CommitLogSlice",
+    "QueueSlice",
+    "Filters",
+    "DataLossError",
+    "PystoreBatchReader",
+    "read_slice",
+    "plan_queue_slices",
+    "queue_ranges",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BYTES_PER_PARTITION = 64 << 20
+DEFAULT_MESSAGES_PER_PARTITION = 500_000
+ROWS_PER_BATCH = 32_768
+
+
+@dataclass
+class CommitLogSlice(InputPartition):
+    """Records of one commit-log file from ``start`` (a record boundary) to ``end`` (-1: the file's end)."""
+
+    root: str
+    path: str
+    start: int
+    end: int
+
+
+@dataclass
+class QueueSlice(InputPartition):
+    """Messages of queue offsets ``[start, end)`` of one consume queue."""
+
+    root: str
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+
+@dataclass
+class Filters:
+    """What a partition keeps: record filters (run in C) and how strictly it reads."""
+
+    topics: list[str]
+    queue_id: int
+    start_ms: int | None
+    end_ms: int | None
+    verify_crc: bool
+    fail_on_data_loss: bool = False
+
+
+def plan_commit_log_slices(root: str, bytes_per_partition: int) -> list[CommitLogSlice]:
+    out = []
+    for path in layout.commit_log_files(root):
+        mf = MappedFile(path, -1, read_only=True)
+        try:
+            if mf.file_size > bytes_per_partition:
+                starts, data_end, _code = split_points(mf, bytes_per_partition)
+                if data_end == 0:
+                    continue
+                ends = starts[1:] + [-1]
+                out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
+            else:
+                starts, data_end, _code = split_points(mf, 0)
+                if data_end > 0:
+                    out.append(CommitLogSlice(root, path, 0, -1))
+        finally:
+            mf.close()
+    return out
+
+
+def plan_queue_slices(
+    root: str, ranges: Mapping[tuple[str, int], tuple[int, int]], messages_per_partition: int
+) -> list[QueueSlice]:
+    out = []
+    for (topic, qid), (lo, hi) in sorted(ranges.items()):
+        s = lo
+        while s < hi:
+            e = min(hi, s + messages_per_partition)
+            out.append(QueueSlice(root, topic, qid, s, e))
+            s = e
+    return out
+
+
+def queue_ranges(
+    root: str, topics: list[str] | None, queue_id: int
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """``{(topic, queue_id): (min_offset, max_offset)}`` of the matching consume queues of ``root``."""
+    cl_min = layout.commit_log_min(layout.commit_log_files(root))
+    out = {}
+    for topic, qid in layout.list_queues(root, topics, queue_id):
+        out[(topic, qid)] = queue_bounds(layout.queue_files(root, topic, qid), cl_min)
+    return out
+
+
+def read_slice(
+    part: InputPartition, filters: Filters, schema: pa.Schema, rows_per_batch: int = ROWS_PER_BATCH
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of one partition."""
+    b = BatchBuilder(
+        schema,
+        filters.verify_crc,
+        filters.topics or None,
+        filters.queue_id,
+        filters.start_ms,
+        filters.end_ms,
+        rows_per_batch,
+    )
+    if isinstance(part, CommitLogSlice):
+        try:
+            mf = MappedFile(part.path, -1, read_only=True)
+        except FileNotFoundError:
+            log.warning("%s was deleted before it could be read (store cleaning); skipped", part.path)
+            return
+        try:
+            pos, done = part.start, False
+            while not done:
+                pos, done = scan_file(b, mf, pos, part.end)
+                rb = b.build()
+                if rb is not None:
+                    yield rb
+        finally:
+            mf.close()
+        return
+    if not isinstance(part, QueueSlice):
+        if getattr(part, "value", 0) is None:  # Spark's stand-in when partitions() planned none
+            return
+        raise TypeError("not a pystore partition: %r" % (part,))
+    qr = QueueReader(
+        part.topic,
+        part.queue_id,
+        layout.queue_files(part.root, part.topic, part.queue_id),
+        layout.commit_log_files(part.root),
+    )
+    i, done = part.start, False
+    while not done:
+        i, done = qr.scan(b, i, part.end)
+        if qr.lost and filters.fail_on_data_loss:
+            raise DataLossError(
+                "%s: %d message(s) of %s/%d in offsets [%d, %d) were deleted before they could be read "
+                "(set failOnDataLoss=false to skip them)"
+                % (part.root, qr.lost, part.topic, part.queue_id, part.start, part.end)
+            )
+        rb = b.build()
+        if rb is not None:
+            yield rb
+    if qr.lost:
+        log.warning(
+            "%s: %d message(s) of %s/%d were deleted before they could be read; skipped",
+            part.root,
+            qr.lost,
+            part.topic,
+            part.queue_id,
+        )
+
+
+class DataLossError(RuntimeError):
+    """Messages a query needs are gone (the store deleted them), and ``failOnDataLoss`` is set."""
+
+
+class PystoreBatchReader(DataSourceReader):
+    """The batch reader: options ``topic`` (one or a comma-separated list), ``queue_id``, ``start_time``,
+    ``end_time``, ``verify_crc`` (default true), ``bytes_per_partition``, ``messages_per_partition``."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None) -> None:
+        self.schema = check_read_schema(schema)
+        self.roots = roots(options)
+        self.topics = parse_list(options, "topic")
+        self.queue_id = parse_int(options, "queue_id", -1, lowest=0)
+        self.start_ms = parse_time("start_time", options.get("start_time"))
+        self.end_ms = parse_time("end_time", options.get("end_time"))
+        self.verify_crc = parse_bool(options, "verify_crc", True)
+        self.bytes_per_partition = parse_int(options, "bytes_per_partition", DEFAULT_BYTES_PER_PARTITION, 1)
+        self.messages_per_partition = parse_int(
+            options, "messages_per_partition", DEFAULT_MESSAGES_PER_PARTITION, 1
+        )
+        for r in self.roots:
+            if not os.path.isdir(r):
+                raise FileNotFoundError("no store at %s" % r)
+
+    def _filters(self) -> Filters:
+        return Filters(self.topics, self.queue_id, self.start_ms, self.end_ms, self.verify_crc)
+
+    def partitions(self) -> list[InputPartition]:
+        parts: list[InputPartition] = []
+        by_queue = bool(self.topics) or self.queue_id >= 0
+        for root in self.roots:
+            if by_queue and layout.consume_queue_dir(root) is not None:
+                parts.extend(
+                    plan_queue_slices(
+                        root,
+                        queue_ranges(root, self.topics or None, self.queue_id),
+                        self.messages_per_partition,
+                    )
+                )
+            else:
+                parts.extend(plan_commit_log_slices(root, self.bytes_per_partition))
+        log.info("pystore read of %s: %d partition(s)", ",".join(self.roots), len(parts))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_slice(partition, self._filters(), arrow_schema(self.schema))

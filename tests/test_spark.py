@@ -1,0 +1,707 @@
+"""The PySpark data source ``pystore`` (API.md "Spark — pystore.spark"), with a real local Spark session.
+
+One ``local[2]`` session serves the whole module (startup costs 7-14 s on two cores); every DataFrame is
+built afresh per query. What a read returns is checked against ``reference_codec`` (the tests' own
+FORMAT.md decoder, with ``struct``), never against pystore's decoder. The module skips when PySpark or
+Java is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installed")
+if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+    pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
+
+import reference_codec as ref  # noqa: E402
+from spark_helpers import RocketMQStoreWriter, ref_row, scan_commit_log, sort_rows, spark_rows  # noqa: E402
+
+from pystore import Message, MessageStore  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+BASE = 1_700_000_000_000
+TOPICS = ("T0", "T1", "T2")
+N_MAIN = 1200
+
+
+class StepClock:
+    """Store time under the test's control: ``now`` milliseconds, moved by the test."""
+
+    def __init__(self, now: int = BASE) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # workers import pystore + helpers
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pystore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    import pystore.spark
+
+    pystore.spark.register(session)
+    yield session
+    session.stop()
+
+
+def message(
+    i: int, topic: str | None = None, queue_id: int | None = None, body: bytes | None = None
+) -> Message:
+    """Message ``i`` of the main store: varied bodies (empty, binary, up to ~300 B), tags, keys, properties
+    (non-ASCII too) and born hosts (IPv4 and IPv6)."""
+    if body is None:
+        body = b"" if i % 97 == 0 else (b"m%d-" % i + bytes(range(256)))[: 5 + (i * 37) % 300]
+    props = {"seq": str(i), "ключ": "значение %d" % i} if i % 4 else None
+    return Message(
+        topic or TOPICS[i % 3],
+        body,
+        tags=("tag%d" % (i % 5)) if i % 3 else None,
+        keys=["k%d" % i, "grp%d" % (i % 7)] if i % 2 else None,
+        properties=props,
+        queue_id=(i % 4) if queue_id is None else queue_id,
+        flag=i % 3,
+        born_timestamp=BASE - 1000 + i,
+        born_host=("2001:db8::%x" % (i + 1), 30000 + i)
+        if i % 11 == 0
+        else ("10.1.%d.%d" % (i // 250, i % 250), 40000),
+    )
+
+
+#: Small files for every store of this module (a default index file alone preallocates 420 MB).
+SMALL = {
+    "mapped_file_size_commit_log": 64 * 1024,
+    "mapped_file_size_consume_queue": 64 * 20,
+    "max_hash_slot_num": 1024,
+    "max_index_num": 4096,
+}
+
+
+def put_all(root: str, msgs: list[Message], clock: StepClock | None = None, **config: Any) -> None:
+    for k, v in SMALL.items():
+        config.setdefault(k, v)
+    if clock is not None:
+        config["clock"] = clock
+    with MessageStore.open(root, **config) as store:
+        for m in msgs:
+            if clock is not None:
+                clock.now += 1
+            r = store.put_message(m)
+            assert r.status.name == "PUT_OK", r
+
+
+@pytest.fixture(scope="module")
+def main_store(tmp_path_factory) -> dict[str, Any]:
+    """The main store (64 KiB commit-log files, 64-unit consume-queue files) and its reference rows."""
+    root = str(tmp_path_factory.mktemp("spark") / "main")
+    msgs = [message(i) for i in range(N_MAIN)]
+    put_all(root, msgs, StepClock())
+    rows = [ref_row(d) for d in scan_commit_log(root)]
+    assert len(rows) == N_MAIN
+    return {"root": root, "msgs": msgs, "rows": rows}
+
+
+def read(spark, root: str, **options: Any):
+    r = spark.read.format("pystore")
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load(root)
+
+
+# -----------------------------------------------------------------------------------------------------
+# batch read
+# -----------------------------------------------------------------------------------------------------
+
+
+def test_schema_is_exact(spark, main_store):
+    from pystore.spark import DDL, spark_schema
+
+    df = read(spark, main_store["root"])
+    assert df.schema == spark_schema()
+    assert df.columns == [
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "commit_log_offset",
+        "store_size",
+        "body",
+        "tags",
+        "keys",
+        "properties",
+        "flag",
+        "sys_flag",
+        "born_timestamp",
+        "store_timestamp",
+        "born_host",
+        "store_host",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "body_crc",
+        "msg_id",
+    ]
+    want = ("struct<" + ",".join(part.replace(" ", ":", 1) for part in DDL.split(", ")) + ">").lower()
+    assert df.schema.simpleString().lower() == want
+
+
+def test_every_message_reads_back_exactly(spark, main_store):
+    got = spark_rows(read(spark, main_store["root"]))
+    assert got == sort_rows(main_store["rows"])
+    # and every body equals what was put, in put order
+    assert [r["body"] for r in got] == [m.body for m in main_store["msgs"]]
+    assert [r["keys"] for r in got] == [m.keys for m in main_store["msgs"]]
+
+
+def test_timestamps_are_instants(spark, main_store):
+    """The same instant whatever the session time zone."""
+    from pyspark.sql import functions as F
+
+    first = main_store["rows"][0]
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        r = (
+            read(spark, main_store["root"])
+            .where("commit_log_offset = 0")
+            .select(
+                F.unix_micros("store_timestamp").alias("us"),
+                F.col("store_timestamp").cast("string").alias("s"),
+            )
+            .first()
+        )
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    assert r.us == first["store_timestamp"]
+    ny = datetime.fromtimestamp(first["store_timestamp"] / 1e6, UTC) - timedelta(hours=5)
+    assert r.s.startswith(ny.strftime("%Y-%m-%d %H:%M"))
+
+
+@pytest.mark.parametrize(
+    "options, keep",
+    [
+        ({"topic": "T1"}, lambda r: r["topic"] == "T1"),
+        ({"topic": "T0,T2"}, lambda r: r["topic"] in ("T0", "T2")),
+        ({"queue_id": 2}, lambda r: r["queue_id"] == 2),
+        ({"topic": "T2", "queue_id": 1}, lambda r: r["topic"] == "T2" and r["queue_id"] == 1),
+        ({"topic": "nope"}, lambda r: False),
+        (
+            {"start_time": BASE + 301, "end_time": BASE + 700},
+            lambda r: (BASE + 301) * 1000 <= r["store_timestamp"] < (BASE + 700) * 1000,
+        ),
+        (
+            {"start_time": "2023-11-14T22:13:20.301", "end_time": "2023-11-14T23:13:20.700+01:00"},
+            lambda r: (BASE + 301) * 1000 <= r["store_timestamp"] < (BASE + 700) * 1000,
+        ),
+        (
+            {"topic": "T1", "start_time": "2023-11-14T22:13:21Z"},
+            lambda r: r["topic"] == "T1" and r["store_timestamp"] >= (BASE + 1000) * 1000,
+        ),
+    ],
+)
+def test_options_filter(spark, main_store, options, keep):
+    assert datetime.fromtimestamp(BASE / 1000, UTC).isoformat() == "2023-11-14T22:13:20+00:00"
+    got = spark_rows(read(spark, main_store["root"], **options))
+    want = sort_rows([r for r in main_store["rows"] if keep(r)])
+    assert got == want
+    assert options.get("topic") == "nope" or got
+
+
+def test_bad_options_are_named(spark, main_store):
+    with pytest.raises(Exception, match="start_time"):
+        read(spark, main_store["root"], start_time="yesterday").count()
+    with pytest.raises(Exception, match="no store at"):
+        read(spark, main_store["root"] + "-missing").count()
+
+
+def test_partitioned_read_equals_single_partition(spark, main_store):
+    root = main_store["root"]
+    one = read(spark, root, bytes_per_partition=1 << 30)
+    many = read(spark, root, bytes_per_partition=12_000)
+    n_files = len(os.listdir(os.path.join(root, "commitlog")))
+    assert one.rdd.getNumPartitions() == n_files
+    assert many.rdd.getNumPartitions() > 3 * n_files
+    assert spark_rows(many) == spark_rows(one) == sort_rows(main_store["rows"])
+    by_queue = read(spark, root, topic="T0,T1,T2", messages_per_partition=60)
+    assert by_queue.rdd.getNumPartitions() == 12 * 2  # 12 queues of 100 messages
+    assert spark_rows(by_queue) == spark_rows(one)
+
+
+def test_several_roots_read_as_one(spark, main_store, tmp_path):
+    other = str(tmp_path / "other")
+    put_all(
+        other,
+        [message(i, topic="T9") for i in range(150)],
+        StepClock(BASE + 50_000),
+        store_host=("2001:db8::42", 10911),
+    )
+    want = sort_rows(main_store["rows"] + [ref_row(d) for d in scan_commit_log(other)])
+    got = spark_rows(read(spark, main_store["root"] + "," + other))
+    assert got == want
+    assert any(r["store_host"] == "[2001:db8::42]:10911" and len(r["msg_id"]) == 56 for r in got)
+    agg = {
+        r.topic: r["count"]
+        for r in read(spark, main_store["root"] + "," + other).groupBy("topic").count().collect()
+    }
+    assert agg == {"T0": 400, "T1": 400, "T2": 400, "T9": 150}
+
+
+def test_bad_crc_fails_naming_file_and_offset(spark, main_store, tmp_path):
+    root = str(tmp_path / "bad")
+    shutil.copytree(main_store["root"], root)
+    victim = main_store["rows"][5]
+    assert victim["body"]
+    files = sorted(os.listdir(os.path.join(root, "commitlog")))
+    path = os.path.join(root, "commitlog", files[0])
+    rec = ref.decode(open(path, "rb").read(), victim["commit_log_offset"])
+    body_pos = victim["commit_log_offset"] + rec["body_len_pos"] + 4
+    with open(path, "r+b") as f:
+        f.seek(body_pos)
+        b = f.read(1)
+        f.seek(body_pos)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with pytest.raises(Exception) as exc:
+        read(spark, root).count()
+    text = str(exc.value)
+    assert "CRC" in text and path in text and "offset %d" % victim["commit_log_offset"] in text
+    with pytest.raises(Exception, match="CRC"):  # through the consume queue too
+        read(spark, root, topic=victim["topic"]).count()
+    rows = spark_rows(read(spark, root, verify_crc="false"))
+    assert len(rows) == N_MAIN
+    bad = [r for r in rows if r["commit_log_offset"] == victim["commit_log_offset"]][0]
+    assert bad["body"] != victim["body"] and len(bad["body"]) == len(victim["body"])
+
+
+def test_live_store_read_only(spark, tmp_path):
+    """A store with a running writer: a read sees every message put before it."""
+    root = str(tmp_path / "live")
+    with MessageStore.open(root, **SMALL) as store:
+        for i in range(300):
+            assert store.put_message(message(i)).status.name == "PUT_OK"
+        assert read(spark, root).count() == 300
+        for i in range(300, 400):
+            store.put_message(message(i))
+        assert read(spark, root).count() == 400
+        assert read(spark, root, topic="T1").count() == len([i for i in range(400) if i % 3 == 1])
+
+
+# -----------------------------------------------------------------------------------------------------
+# a store written in RocketMQ's own format (by the reference codec)
+# -----------------------------------------------------------------------------------------------------
+
+LONG_TOPIC = "L" * 140  # > 127 characters: a V2 record
+
+
+@pytest.fixture(scope="module")
+def rocketmq_store(tmp_path_factory) -> dict[str, Any]:
+    root = str(tmp_path_factory.mktemp("rmq") / "store")
+    w = RocketMQStoreWriter(root, cl_size=4096, cq_units=8, store_host=("2001:db8:0:0:1::1", 10911))
+    w.start_queue_at("TopicTest", 1, 5)
+    v6 = ["::1", "::", "1::", "1:0:0:2:0:0:0:3", "fe80::1:0:0:1", "2001:db8::ff00:42:8329", "1:2:3:4:5:6:7:8"]
+    for i in range(90):
+        # properties in a Java HashMap order, UNIQ_KEY and CLUSTER as a broker adds them
+        props = (
+            "KEYS\x01key%d other\x02UNIQ_KEY\x01UNIQ%04d\x02CLUSTER\x01DefaultCluster\x02TAGS\x01Tag%d\x02"
+            % (i, i, i % 3)
+        ).encode()
+        if i % 10 == 3:
+            props += "bad\x01va\udcffl\x02".encode("utf-8", "surrogateescape")  # invalid UTF-8 in a value
+        if i % 10 == 4:
+            props += b"dup\x01first\x02dup\x01second\x02\x01novalue\x02noname\x01\x02"
+        born = (v6[i % len(v6)], 50000 + i) if i % 5 == 0 else ("127.0.0.1", 50000 + i)
+        topic = LONG_TOPIC if i % 15 == 7 else "TopicTest"
+        w.put(
+            topic,
+            b"Hello RocketMQ %d" % i * (1 + i % 4),
+            props,
+            queue_id=i % 3,
+            born_host=born,
+            born_ts=BASE + i,
+            store_ts=BASE + 500 + i,
+            flag=i,
+            reconsume_times=i % 2,
+            sys_flag=0x4 if i == 40 else 0,
+        )  # record 40: a prepared transaction (no consume-queue unit)
+    w.close()
+    return {"root": root, "writer": w, "rows": [ref_row(d) for d in w.records]}
+
+
+def test_rocketmq_store_reads_like_the_reference(spark, rocketmq_store):
+    root = rocketmq_store["root"]
+    assert len(os.listdir(os.path.join(root, "commitlog"))) > 3
+    got = spark_rows(read(spark, root))
+    want = sort_rows(rocketmq_store["rows"])
+    assert got == want
+    assert {len(r["msg_id"]) for r in got} == {56}
+    assert any(r["topic"] == LONG_TOPIC for r in got)
+    weird = [r for r in got if "bad" in r["properties"]]
+    assert weird and all(r["properties"]["bad"] == "va\ufffdl" for r in weird)
+    dup = [r for r in got if "dup" in r["properties"]]
+    assert dup and all(r["properties"]["dup"] == "second" and "" not in r["properties"] for r in dup)
+    hosts = {r["born_host"] for r in got}
+    for a in ["::1", "::", "1::", "1:0:0:2::3", "fe80::1:0:0:1", "2001:db8::ff00:42:8329", "1:2:3:4:5:6:7:8"]:
+        assert "[%s]:" % a in "".join(hosts), a
+
+
+def test_rocketmq_store_through_consume_queues(spark, rocketmq_store):
+    root = rocketmq_store["root"]
+    got = spark_rows(read(spark, root, topic="TopicTest"))
+    want = sort_rows(
+        [r for r in rocketmq_store["rows"] if r["topic"] == "TopicTest" and r["sys_flag"] & 0xC == 0]
+    )
+    assert got == want
+    q1 = spark_rows(read(spark, root, topic="TopicTest", queue_id=1))
+    assert [r["queue_offset"] for r in q1] == list(range(5, 5 + len(q1)))  # the queue starts at 5 (fillers)
+    assert spark_rows(read(spark, root, topic=LONG_TOPIC)) == sort_rows(
+        [r for r in rocketmq_store["rows"] if r["topic"] == LONG_TOPIC]
+    )
+
+
+# -----------------------------------------------------------------------------------------------------
+# streaming read
+# -----------------------------------------------------------------------------------------------------
+
+
+def _run_stream(spark, root: str, out: str, ckpt: str, **options: Any) -> int:
+    """One availableNow run into a Parquet sink; the number of micro-batches it made."""
+    r = spark.readStream.format("pystore").option("topics", "S1,S2")
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    q = (
+        r.load(root)
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(120)
+    if q.exception() is not None:
+        raise q.exception()
+    return len([p for p in q.recentProgress if p["numInputRows"] > 0])
+
+
+def test_stream_two_runs_on_one_checkpoint_read_each_message_once(spark, tmp_path):
+    import pyspark
+
+    root, out, ckpt = str(tmp_path / "s"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    clock = StepClock()
+    put_all(root, [message(i, topic=("S1", "S2", "S3")[i % 3], queue_id=i % 2) for i in range(240)], clock)
+    batches = _run_stream(spark, root, out, ckpt, maxMessagesPerTrigger=70)
+    first = spark.read.parquet(out).count()
+    assert first == 160  # S1 and S2 only, S3 is not subscribed
+    if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2):
+        assert batches >= 3  # 160 messages, at most 70 per micro-batch
+    # more messages, and two new queues (S1/5, S2/7), while the store keeps running
+    with MessageStore.open(root, clock=clock, **SMALL) as store:
+        for i in range(240, 420):
+            clock.now += 1
+            m = message(
+                i, topic=("S1", "S2", "S3")[i % 3], queue_id=(i % 2) if i < 400 else (5 if i % 2 else 7)
+            )
+            assert store.put_message(m).status.name == "PUT_OK"
+        _run_stream(spark, root, out, ckpt, maxMessagesPerTrigger=70)
+    got = spark_rows(spark.read.parquet(out))
+    want = sort_rows([ref_row(d) for d in scan_commit_log(root) if d["topic"] in ("S1", "S2")])
+    assert len(want) == 280
+    assert got == want  # exactly once: no loss, no duplicate
+    offsets = sorted((n for n in os.listdir(os.path.join(ckpt, "offsets")) if n.isdigit()), key=int)
+    last = json.loads(open(os.path.join(ckpt, "offsets", offsets[-1])).read().splitlines()[-1])
+    assert sum(last.values()) == 280 and {"S1/0", "S1/1", "S2/0", "S2/1"} < set(last)
+    assert {k for k in last if k.endswith(("/5", "/7"))}  # the queues that appeared later
+
+
+def test_stream_starting_offsets_and_data_loss(spark, tmp_path):
+    root = str(tmp_path / "loss")
+    put_all(root, [message(i, topic="S1", queue_id=0, body=b"x" * 200) for i in range(700)], StepClock())
+    files = sorted(os.listdir(os.path.join(root, "commitlog")))
+    assert len(files) >= 3
+    os.unlink(os.path.join(root, "commitlog", files[0]))  # the store's cleaning deleted the oldest file
+    kept = [d for d in scan_commit_log(root)]
+    lo = kept[0]["queue_offset"]
+    assert lo > 0
+
+    def run(name: str, **options: Any) -> list[Any]:
+        r = spark.readStream.format("pystore").option("topics", "S1")
+        for k, v in options.items():
+            r = r.option(k, str(v))
+        q = (
+            r.load(root)
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / ("ck-" + name)))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(120)
+        if q.exception() is not None:
+            raise q.exception()
+        return spark.sql("select queue_offset from %s" % name).collect()
+
+    assert sorted(r.queue_offset for r in run("earliest")) == list(range(lo, 700))
+    assert run("latest", startingOffsets="latest") == []
+    assert sorted(r.queue_offset for r in run("json", startingOffsets=json.dumps({"S1/0": 690}))) == list(
+        range(690, 700)
+    )
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        run("lossy", startingOffsets=json.dumps({"S1/0": 0}))
+    got = run("skip", startingOffsets=json.dumps({"S1/0": 0}), failOnDataLoss="false")
+    assert sorted(r.queue_offset for r in got) == list(range(lo, 700))
+    with pytest.raises(Exception, match='"topics" is required'):
+        q = (
+            spark.readStream.format("pystore")
+            .load(root)
+            .writeStream.format("memory")
+            .queryName("nope")
+            .option("checkpointLocation", str(tmp_path / "ck-nope"))
+            .start()
+        )
+        try:
+            q.awaitTermination(60)
+        finally:
+            q.stop()
+
+
+def test_share_limit_is_fair_and_exact():
+    from pystore.spark.stream import share_limit
+
+    start = {"a/0": 0, "a/1": 10, "b/0": 5}
+    latest = {"a/0": 100, "a/1": 11, "b/0": 5}
+    end = share_limit(start, latest, 50)
+    assert sum(end[k] - start[k] for k in end) == 50 and end["b/0"] == 5 and end["a/1"] <= 11
+    assert share_limit(start, latest, 1000) == latest
+    assert sum(v - start[k] for k, v in share_limit(start, {"a/0": 3, "a/1": 13, "b/0": 8}, 1).items()) == 1
+
+
+# -----------------------------------------------------------------------------------------------------
+# write
+# -----------------------------------------------------------------------------------------------------
+
+WRITE_SCHEMA = (
+    "topic string, body binary, tags string, keys array<string>, queue_id int, properties map<string,string>"
+)
+
+
+def test_write_round_trip_new_store(spark, tmp_path):
+    from pystore.tools import iter_commitlog
+
+    root = str(tmp_path / "w")
+    rows = [
+        (
+            "W%d" % (i % 2),
+            b"payload-%d" % i,
+            "t%d" % i if i % 2 else None,
+            ["a%d" % i, "b"] if i % 3 else None,
+            i % 3,
+            {"p": str(i), "ü": "ß"} if i % 4 else None,
+        )
+        for i in range(500)
+    ]
+    df = spark.createDataFrame(rows, WRITE_SCHEMA).repartition(3)
+    (
+        df.write.format("pystore")
+        .mode("append")
+        .option("mapped_file_size_commit_log", 1 << 20)
+        .option("max_hash_slot_num", 1024)
+        .option("max_index_num", 4096)
+        .save(root)
+    )
+    assert os.path.getsize(os.path.join(root, "commitlog", "%020d" % 0)) == 1 << 20  # a new store's option
+    assert (
+        not os.listdir(os.path.join(root, ".spark-staging"))
+        if os.path.exists(os.path.join(root, ".spark-staging"))
+        else True
+    )
+    stored = list(iter_commitlog(root))
+    assert len(stored) == 500
+    got = sorted((m.topic, m.body, m.tags, m.keys, m.queue_id, m.properties) for m in stored)
+    want = []
+    for t, body, tags, keys, q, props in rows:
+        p = {}
+        if tags:
+            p["TAGS"] = tags
+        if keys:
+            p["KEYS"] = " ".join(keys)
+        p.update(props or {})
+        want.append((t, body, tags, keys or [], q, p))
+    assert got == sorted(want)
+    # queue offsets are dense per queue, as the put path assigns them
+    for t, q in {(m.topic, m.queue_id) for m in stored}:
+        offs = sorted(m.queue_offset for m in stored if (m.topic, m.queue_id) == (t, q))
+        assert offs == list(range(len(offs)))
+    # keys as one string, body as string, queue_id as long, extra read-only columns ignored: append
+    df2 = spark.createDataFrame(
+        [("W0", "text body", "k1 k2  k3", 1, 123)],
+        "topic string, body string, keys string, queue_id long, queue_offset long",
+    )
+    (
+        df2.write.format("pystore")
+        .mode("append")
+        .option("mapped_file_size_commit_log", 4096)
+        .option("max_hash_slot_num", 1024)
+        .option("max_index_num", 4096)
+        .save(root)
+    )
+    last = list(iter_commitlog(root))[-1]
+    assert (last.body, last.keys, last.queue_id) == (b"text body", ["k1", "k2", "k3"], 1)
+    assert (
+        os.path.getsize(os.path.join(root, "commitlog", "%020d" % 0)) == 1 << 20
+    )  # the store keeps its geometry
+
+
+def test_write_what_was_read(spark, main_store, tmp_path):
+    """A pystore read written back to another store: the same messages (topic, body, tags, keys, props)."""
+    root = str(tmp_path / "copy")
+    (
+        read(spark, main_store["root"], topic="T2")
+        .write.format("pystore")
+        .mode("append")
+        .option("message_index_enable", "false")
+        .save(root)
+    )
+    got = spark_rows(read(spark, root))
+    want = [r for r in main_store["rows"] if r["topic"] == "T2"]
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (
+            r["queue_id"],
+            r["body"],
+            r["tags"],
+            tuple(r["keys"]),
+            tuple(sorted(r["properties"].items())),
+        )
+
+    assert sorted(map(key, got)) == sorted(map(key, want))
+
+
+@pytest.mark.parametrize(
+    "rows, schema, options, problem",
+    [
+        ([("W", b"x"), (None, b"y")], "topic string, body binary", {}, "row 1: topic is null"),
+        ([("W", b"x"), ("bad topic!", b"y")], "topic string, body binary", {}, "'bad topic!' is empty"),
+        ([("W", None)], "topic string, body binary", {}, "row 0: body is null"),
+        (
+            [("W", b"x" * 300)],
+            "topic string, body binary",
+            {"max_message_size": 200},
+            "body of 300 bytes is larger than max_message_size (200)",
+        ),
+        ([("W", 5)], "topic string, body int", {}, "column 'body' is int, expected binary or string"),
+        ([(b"x",)], "body binary", {}, "column 'topic' is missing"),
+        (
+            [("W", b"x", "t")],
+            "topic string, body binary, tag string",
+            {},
+            "column 'tag' is not a message field",
+        ),
+        (
+            [("W", b"x", {"k": "v\x01"})],
+            "topic string, body binary, properties map<string,string>",
+            {},
+            "contains \\x01 or \\x02",
+        ),
+        ([("W", b"x", -1)], "topic string, body binary, queue_id int", {}, "queue_id -1 is out of range"),
+        (
+            [("W", b"x", {"k": "v" * 40000})],
+            "topic string, body binary, properties map<string,string>",
+            {},
+            "more than the record format's 32767",
+        ),
+    ],
+)
+def test_write_refuses_bad_rows(spark, tmp_path, rows, schema, options, problem):
+    root = str(tmp_path / "w")
+    put_all(root, [Message("W", b"before")])
+    df = spark.createDataFrame(rows, schema).coalesce(1)
+    w = df.write.format("pystore").mode("append")
+    for k, v in options.items():
+        w = w.option(k, str(v))
+    with pytest.raises(Exception) as exc:
+        w.save(root)
+    assert problem in str(exc.value)
+    from pystore.tools import iter_commitlog
+
+    assert [m.body for m in iter_commitlog(root)] == [b"before"]  # nothing became visible
+    staging = os.path.join(root, ".spark-staging")
+    assert not os.path.exists(staging) or not os.listdir(staging)
+
+
+def test_write_needs_append_mode(spark, tmp_path):
+    df = spark.createDataFrame([("W", b"x")], "topic string, body binary")
+    with pytest.raises(Exception, match="(?i)append"):
+        df.write.format("pystore").save(str(tmp_path / "w"))
+    with pytest.raises(Exception, match="only appends"):
+        df.write.format("pystore").mode("overwrite").save(str(tmp_path / "w"))
+
+
+def test_reference_struct_layout_matches_format_doc():
+    """The test writer itself: a record the reference codec encodes is what FORMAT.md's hexdump shows."""
+    rec = ref.encode(
+        "TopicTest",
+        b"Hello RocketMQ 0",
+        b"a\x011\x02",
+        0,
+        0,
+        0,
+        0,
+        0,
+        0x18BCFE56800,
+        ("127.0.0.1", 50000),
+        0x18BCFE56864,
+        ("192.168.0.1", 10911),
+        0,
+        0,
+    )
+    assert struct.unpack_from(">iI", rec) == (len(rec), ref.MAGIC_V1)
+
+
+# -----------------------------------------------------------------------------------------------------
+# the decoder alone (no Spark): small batches, growing buffers
+# -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows_per_batch", [1, 7, 1000])
+def test_decoder_batches_of_any_size(main_store, rocketmq_store, rows_per_batch):
+    import pyarrow as pa
+
+    from pystore.spark.batch import Filters, plan_commit_log_slices, read_slice
+    from pystore.spark.schema import arrow_schema
+
+    schema = arrow_schema()
+    for store in (main_store, rocketmq_store):
+        batches = []
+        for part in plan_commit_log_slices(store["root"], 1 << 30):
+            batches.extend(read_slice(part, Filters([], -1, None, None, True), schema, rows_per_batch))
+        assert all(b.num_rows <= rows_per_batch for b in batches)
+        for b in batches:
+            b.validate(full=True)  # valid UTF-8, offsets, children
+        got = pa.Table.from_batches(batches, schema).to_pylist()
+        for r in got:
+            r["properties"] = dict(r["properties"])
+            for c in ("born_timestamp", "store_timestamp"):
+                r[c] = (r[c] - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        assert got == store["rows"]
