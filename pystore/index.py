@@ -81,8 +81,9 @@ class IndexService:
                     continue
                 # an existing store keeps its geometry (as its commit log and queues do); the file size
                 # tells it under RocketMQ's ratio of four entries per slot
-                log.warning("%s is %d bytes: the index keeps its geometry (%d slots, %d entries), not the "
-                            "configured one", p, size, *geometry)
+                log.log(logging.INFO if self.read_only else logging.WARNING,
+                        "%s is %d bytes: the index keeps its geometry (%d slots, %d entries), not the "
+                        "configured one", p, size, *geometry)
                 self.hash_slot_num, self.index_num = geometry
                 self.file_size = size
             mf = MappedFile(p, size, read_only=self.read_only, from_offset=0)

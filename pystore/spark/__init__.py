@@ -30,9 +30,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from pystore.spark.schema import DDL, arrow_schema, spark_schema
 from pystore.spark.source import PystoreDataSource
 
-__all__ = ["register", "PystoreDataSource", "DDL", "spark_schema", "arrow_schema"]
+__all__ = ["register", "demo_pipeline", "PystoreDataSource", "DDL", "spark_schema", "arrow_schema"]
 
 
 def register(spark: Any) -> None:
     """Register the ``"pystore"`` data source on ``spark`` (a ``SparkSession``)."""
     spark.dataSource.register(PystoreDataSource)
+
+
+def demo_pipeline(root: str, console: Any) -> None:
+    """The Spark part of ``pystore demo`` (see ``pystore.spark.demo``)."""
+    from pystore.spark.demo import demo_pipeline as run
+
+    run(root, console)
