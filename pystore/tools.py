@@ -54,11 +54,21 @@ def iter_commitlog(path: str | os.PathLike[str], start_offset: int = 0, verify_c
     is set, and skipped otherwise.
     """
     files = commit_log_files(path)
+    expected_next = -1
     for idx, name in enumerate(files):
         mf = MappedFile(name, -1, read_only=True)
         try:
             if mf.file_size == 0:
                 continue
+            if expected_next >= 0 and mf.file_from_offset != expected_next:
+                # a file is missing between two others: the log has a hole (the store's open refuses it)
+                if verify_crc:
+                    raise StoreCorruptedError(os.path.join(os.path.dirname(name), "%020d" % expected_next),
+                                              expected_next, "this commit-log file is missing: the log has a "
+                                              "hole up to %d" % mf.file_from_offset)
+                log.warning("commit-log files from %d to %d are missing; continuing at %s", expected_next,
+                            mf.file_from_offset, name)
+            expected_next = mf.file_from_offset + mf.file_size
             mf.set_positions(mf.file_size)
             end = mf.file_from_offset + mf.file_size
             if end <= start_offset:

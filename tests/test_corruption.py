@@ -872,3 +872,16 @@ def test_a_nul_or_slash_in_the_last_topic_is_a_torn_record(tmp_path, bad):
         assert s.get_max_phy_offset() == last.wrote_offset
         assert s.get_max_offset_in_queue("TopicTest", 0) == 4
         assert sorted(os.listdir(os.path.join(root, "consumequeue"))) == ["TopicTest"]
+
+
+def test_iter_commitlog_reports_a_missing_middle_file(tmp_path):
+    """A commit-log file in the middle of the log is missing: ``iter_commitlog(verify_crc=True)`` raises
+    StoreCorruptedError at the missing file's offset, as the store's open does."""
+    root = tmp_path / "store"
+    tc.build_store(root, messages=300)
+    names = cw.log_files(str(root))
+    os.unlink(os.path.join(cw.commitlog_dir(str(root)), names[-2]))
+    with pytest.raises(StoreCorruptedError) as ei:
+        for _ in iter_commitlog(str(root), verify_crc=True):
+            pass
+    assert ei.value.offset == int(names[-2])

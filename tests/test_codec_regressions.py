@@ -1,4 +1,4 @@
-"""Failing tests for bugs found in pystore's codec and message code (kept out of the committed suite).
+"""Regression tests for bugs once found in pystore's codec and message code (all fixed).
 
 Each test states the input, what FORMAT.md / API.md lead one to expect, and the line suspected."""
 

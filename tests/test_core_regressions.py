@@ -1,4 +1,4 @@
-"""Failing tests for bugs found in pystore's core (kept uncommitted; see the core-tests report).
+"""Regression tests for bugs once found in pystore's core (all fixed).
 
 Crashing cases run in a subprocess so that a segfault fails one test instead of the whole run.
 """
