@@ -878,7 +878,7 @@ def test_iter_commitlog_reports_a_missing_middle_file(tmp_path):
     """A commit-log file in the middle of the log is missing: ``iter_commitlog(verify_crc=True)`` raises
     StoreCorruptedError at the missing file's offset, as the store's open does."""
     root = tmp_path / "store"
-    tc.build_store(root, messages=300)
+    build_store(root, messages=300)
     names = cw.log_files(str(root))
     os.unlink(os.path.join(cw.commitlog_dir(str(root)), names[-2]))
     with pytest.raises(StoreCorruptedError) as ei:
