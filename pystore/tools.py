@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from pystore._codec import RECORD_END, decode_record
 from pystore._commitlog import RecordIterator, find_valid_record_after
@@ -33,8 +33,12 @@ def _data_files(folder: str) -> list[str]:
     return [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
 
 
-def commit_log_files(path: str | os.PathLike[str]) -> list[str]:
-    """The commit-log files at ``path``: a single file, a ``commitlog`` folder, or a store root."""
+def commit_log_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The commit-log files at ``path``: a single file, a ``commitlog`` folder, or a store root; or a list of
+    folders (a multi-disk commit log, ``store_path_commit_log="a;b"``), merged in offset order."""
+    if isinstance(path, (list, tuple)):
+        merged = [f for one in path for f in commit_log_files(one)]
+        return sorted(merged, key=os.path.basename)
     p = os.fspath(path)
     if os.path.isfile(p):
         return [p]
@@ -46,9 +50,11 @@ def commit_log_files(path: str | os.PathLike[str]) -> list[str]:
     return _data_files(p)
 
 
-def iter_commitlog(path: str | os.PathLike[str], start_offset: int = 0, verify_crc: bool = True) -> Iterator[MessageExt]:
+def iter_commitlog(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], start_offset: int = 0, verify_crc: bool = True) -> Iterator[MessageExt]:
     """Every message stored at or after commit-log offset ``start_offset``, in offset order.
 
+    ``path`` is a file, a commit-log folder, a store root, or a list of the folders of a multi-disk commit
+    log. A file missing between two others is a hole: ``StoreCorruptedError`` with ``verify_crc``.
     ``start_offset`` must be a record boundary inside the log (or before its first file). A file that ends
     without its end-of-file blank while later files hold data is reported as corrupted when ``verify_crc``
     is set, and skipped otherwise.

@@ -413,3 +413,16 @@ def test_iter_commitlog_writes_nothing(store_factory):
             after[os.path.join(folder, n)] = (st.st_size, st.st_mtime_ns)
     assert after == state
     store_factory.expect_messages(30)
+
+
+def test_iter_over_a_multi_folder_commit_log(store_factory, tmp_path):
+    a, b = tmp_path / "d1", tmp_path / "d2"
+    s = store_factory(store_path_commit_log="%s;%s" % (a, b))
+    bodies = [make_message(i, body_size=4000).body for i in range(40)]
+    for i in range(40):
+        s.put_message(make_message(i, body_size=4000))
+    s.shutdown()
+    assert [m.body for m in iter_commitlog([a, b])] == bodies      # both folders, merged in offset order
+    with pytest.raises(StoreCorruptedError):                       # one folder alone has holes
+        list(iter_commitlog(a))
+    store_factory.expect_messages(40)
