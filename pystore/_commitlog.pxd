@@ -48,6 +48,7 @@ cdef class CommitLogCore:
     cdef public object delay_rewrite
     cdef public object flush_wakeup
     cdef int flush_notified
+    cdef public long long wake_bytes
     cdef public Dispatcher dispatcher
     cdef public object clock
     cdef readonly int64_t put_times_total

@@ -82,6 +82,9 @@ def _not_available(msg: object) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
 
+_PAGE = 4096      # OS page, the unit of flush_commit_log_least_pages (RocketMQ's OS_PAGE_SIZE)
+
+
 class MessageStore:
     """An embedded RocketMQ-format message store in one folder (see the module docstring)."""
 
@@ -290,10 +293,12 @@ class MessageStore:
                 commit = CommitRealTimeService(cl, cfg, fs, after_commit=self._reput.dispatch_until,
                                                clock=self.clock)
                 cl.flush_wakeup = None if cfg.flush_commit_log_timed else commit.wakeup
+                cl.wake_bytes = cfg.commit_commit_log_least_pages * _PAGE
                 cl.dispatcher = None
                 self._inline_dispatch = False
             else:
                 cl.flush_wakeup = None if cfg.flush_commit_log_timed else fs.wakeup
+                cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
                 cl.dispatcher = self._dispatcher
                 self._inline_dispatch = True
         self._services.append(self._flush_service)
