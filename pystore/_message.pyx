@@ -237,6 +237,46 @@ cdef object _NO = object()
 
 
 @cython.final
+# Per-topic work of a Message (UTF-8 bytes, record version, the topic verdict, the topic-queue keys of the
+# first queue ids) done once per topic instead of once per message; bounded, cleared when full.
+cdef dict _TOPIC_CACHE = {}
+cdef int _TOPIC_CACHE_MAX = 4096
+cdef int _TQ_KEYS = 16
+
+
+cdef tuple _topic_entry(str topic):
+    cdef tuple entry = _TOPIC_CACHE.get(topic)
+    cdef bytes t
+    cdef Py_ssize_t i, n
+    cdef const unsigned char *tp
+    cdef const unsigned char *ok
+    cdef bint illegal = False
+    cdef int version
+    if entry is not None:
+        return entry
+    t = topic.encode("utf-8", "replace")
+    n = PyBytes_GET_SIZE(t)
+    tp = <const unsigned char *>PyBytes_AS_STRING(t)
+    ok = <const unsigned char *>PyBytes_AS_STRING(_TOPIC_OK)
+    # 5.x switches on String.length(): UTF-16 code units (never more than the UTF-8 bytes)
+    if n <= MAX_V1_TOPIC_CHARS:
+        version = 1
+    else:
+        version = 2 if len(topic.encode("utf-16-le", "surrogatepass")) // 2 > MAX_V1_TOPIC_CHARS else 1
+    if n == 0 or n > MAX_TOPIC_BYTES:
+        illegal = True
+    else:
+        for i in range(n):
+            if not ok[tp[i]]:
+                illegal = True
+                break
+    entry = (t, version, illegal, ["%s-%d" % (topic, i) for i in range(_TQ_KEYS)])
+    if len(_TOPIC_CACHE) >= _TOPIC_CACHE_MAX:
+        _TOPIC_CACHE.clear()
+    _TOPIC_CACHE[topic] = entry
+    return entry
+
+
 cdef class Message:
     """A message to put: ``Message(topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
     delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None, born_host=("127.0.0.1", 0), sys_flag=0,
@@ -325,27 +365,20 @@ cdef class Message:
     cdef int _refresh(self) except -1:
         """Recompute what the encoder copies and the verdict of the put checks."""
         cdef bint v6 = False
-        cdef bytes t = self._topic.encode("utf-8", "replace")
-        cdef Py_ssize_t i, n = PyBytes_GET_SIZE(t)
-        cdef const unsigned char *tp = <const unsigned char *>PyBytes_AS_STRING(t)
-        cdef const unsigned char *ok = <const unsigned char *>PyBytes_AS_STRING(_TOPIC_OK)
-        self._topic_b = t
+        cdef tuple entry = _topic_entry(self._topic)
+        cdef list keys = <list>entry[3]
+        self._topic_b = <bytes>entry[0]
+        self._version = <int>entry[1]
         self._born_host_b = encode_host(self._born_host, &v6)
         if v6:
             self._sys_flag |= BORNHOST_V6_FLAG
         else:
             self._sys_flag &= ~BORNHOST_V6_FLAG
-        self._tq_key = "%s-%d" % (self._topic, self._queue_id)
-        # 5.x switches on String.length(): UTF-16 code units
-        self._version = 2 if len(self._topic.encode("utf-16-le", "surrogatepass")) // 2 > MAX_V1_TOPIC_CHARS else 1
-        self._illegal = 0
-        if n == 0 or n > MAX_TOPIC_BYTES or self._queue_id < 0:
-            self._illegal = 1
+        if 0 <= self._queue_id < len(keys):
+            self._tq_key = <str>keys[self._queue_id]
         else:
-            for i in range(n):
-                if not ok[tp[i]]:
-                    self._illegal = 1
-                    break
+            self._tq_key = "%s-%d" % (self._topic, self._queue_id)
+        self._illegal = 1 if (<bint>entry[2] or self._queue_id < 0) else 0
         for k, v in self._props.items():
             if not k or "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
                 self._illegal = 1
