@@ -13,6 +13,7 @@ except ImportError as exc:  # pragma: no cover - a broken install
         "pure-Python fallback." % exc
     ) from exc
 
+from pystore import tools  # noqa: E402  (a module of the public API)
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.errors import ConfigError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
@@ -20,8 +21,6 @@ from pystore.message import MessageConst, MessageFilter, SysFlag, TagFilter
 from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
 from pystore.store import MessageStore
-
-from pystore import tools  # noqa: E402  (a module of the public API)
 
 __all__ = [
     "AppendMessageResult", "AppendMessageStatus", "BrokerRole", "ConfigError", "FlushDiskType",

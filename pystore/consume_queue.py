@@ -21,8 +21,16 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 
-from pystore._cq import (FILLER_SIZE, UNIT_SIZE, ConsumeQueueCore, first_unit_at_or_above, read_unit, recover_units,
-                         unit_at, units_below)
+from pystore._cq import (
+    FILLER_SIZE,
+    UNIT_SIZE,
+    ConsumeQueueCore,
+    first_unit_at_or_above,
+    read_unit,
+    recover_units,
+    unit_at,
+    units_below,
+)
 from pystore._mapped_file import MappedFile
 from pystore.mapped_file_queue import MappedFileQueue
 

@@ -34,6 +34,7 @@ from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
 from pystore.allocate import AllocateMappedFileService
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
+from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
@@ -50,10 +51,9 @@ from pystore.flush import (
 from pystore.index import IndexService
 from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC, MessageFilter, TagFilter
+from pystore.pool import TransientStorePool
 from pystore.recovery import RecoveryResult, recover_store
 from pystore.results import GetMessageResult, QueryMessageResult
-from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
-from pystore.pool import TransientStorePool
 from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
 from pystore.service import real_clock

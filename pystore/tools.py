@@ -50,7 +50,9 @@ def commit_log_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[s
     return _data_files(p)
 
 
-def iter_commitlog(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], start_offset: int = 0, verify_crc: bool = True) -> Iterator[MessageExt]:
+def iter_commitlog(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], start_offset: int = 0, verify_crc: bool = True
+) -> Iterator[MessageExt]:
     """Every message stored at or after commit-log offset ``start_offset``, in offset order.
 
     ``path`` is a file, a commit-log folder, a store root, or a list of the folders of a multi-disk commit

@@ -7,8 +7,8 @@ import os
 import time
 
 import pytest
-
 from conftest import SMALL_FILE, make_message
+
 from pystore import GetMessageStatus, PutMessageStatus, StoreError
 from pystore.tools import iter_consume_queue
 

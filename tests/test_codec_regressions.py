@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import reference_codec as ref
+from pystore._codec import check_record_at, decode_record, encode_record
+from pystore._message import java_string_hash
 from test_codec import run_guarded
 
 from pystore import Message
-from pystore._codec import check_record_at, decode_record, encode_record
-from pystore._message import java_string_hash
 
 
 def test_bug1_check_record_reads_fixed_fields_past_the_buffer_for_ipv6_flags():

@@ -10,8 +10,8 @@ import time
 import zlib
 
 import pytest
-
 from conftest import BORN_BASE, BORN_HOST, SMALL_FILE, make_message
+
 from pystore import Message, MessageBatch, PutMessageStatus
 from pystore.errors import StoreClosedError
 from pystore.status import AppendMessageStatus

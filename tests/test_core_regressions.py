@@ -11,8 +11,8 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import SMALL_FILE, make_message
+
 from pystore import Message, MessageBatch
 from pystore.config import StoreConfig
 from pystore.store import MessageStore

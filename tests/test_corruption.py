@@ -34,7 +34,7 @@ import crash_writer as cw  # noqa: E402
 from pystore import Message, MessageBatch  # noqa: E402
 from pystore.checkpoint import StoreCheckpoint  # noqa: E402
 from pystore.config import FlushDiskType  # noqa: E402
-from pystore.errors import StoreCorruptedError, StoreError  # noqa: E402
+from pystore.errors import StoreCorruptedError  # noqa: E402
 from pystore.store import MessageStore  # noqa: E402
 from pystore.tools import iter_commitlog  # noqa: E402
 

@@ -39,7 +39,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import crash_writer as cw  # noqa: E402
 
-from pystore.store import MessageStore  # noqa: E402
 from pystore.tools import iter_commitlog  # noqa: E402
 
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_writer.py")
@@ -729,9 +728,9 @@ def test_corruption_guard_after_a_crash(procs, tmp_path):
 
     (Damage to records flushed within the last second before a crash, which the checkpoint on disk does not
     cover yet, cannot be told from a torn tail: recovery then cuts there, as RocketMQ does.)"""
-    from pystore.errors import StoreCorruptedError
-
     import test_corruption as tc
+
+    from pystore.errors import StoreCorruptedError
 
     root, ack = tmp_path / "store", tmp_path / "ack.log"
     fs = tc.FILE_SIZE

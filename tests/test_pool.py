@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from conftest import SMALL_FILE, make_message
+
 from pystore import FlushDiskType, GetMessageStatus, PutMessageStatus
 from pystore.pool import TransientStorePool
 from pystore.tools import iter_commitlog

@@ -10,8 +10,8 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import SMALL_FILE, make_message
+
 from pystore import MessageBatch, PutMessageStatus
 from pystore.config import StoreConfig
 from pystore.errors import StoreClosedError, StoreError, StoreLockedError

@@ -9,8 +9,8 @@ import struct
 import zlib
 
 import pytest
-
 from conftest import SMALL_FILE, make_message
+
 from pystore.errors import StoreCorruptedError, StoreError
 from pystore.tools import iter_commitlog
 
