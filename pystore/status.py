@@ -11,7 +11,17 @@ import enum
 __all__ = ["PutMessageStatus", "AppendMessageStatus", "GetMessageStatus"]
 
 
-class PutMessageStatus(enum.IntEnum):
+class _Named(enum.IntEnum):
+    """Prints as its name (``PUT_OK``), not as the private number IntEnum would show since Python 3.11."""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return format(self.name, spec) if not spec or spec[-1] not in "dxXobn" else int.__format__(self, spec)
+
+
+class PutMessageStatus(_Named):
     PUT_OK = 0
     FLUSH_DISK_TIMEOUT = 1
     FLUSH_SLAVE_TIMEOUT = 2
@@ -24,7 +34,7 @@ class PutMessageStatus(enum.IntEnum):
     UNKNOWN_ERROR = 9
 
 
-class AppendMessageStatus(enum.IntEnum):
+class AppendMessageStatus(_Named):
     PUT_OK = 0
     END_OF_FILE = 1
     MESSAGE_SIZE_EXCEEDED = 2
@@ -32,7 +42,7 @@ class AppendMessageStatus(enum.IntEnum):
     UNKNOWN_ERROR = 4
 
 
-class GetMessageStatus(enum.IntEnum):
+class GetMessageStatus(_Named):
     FOUND = 0
     NO_MATCHED_MESSAGE = 1
     MESSAGE_WAS_REMOVING = 2
