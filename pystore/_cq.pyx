@@ -272,6 +272,23 @@ cdef inline MappedFile _cl_file(list files, int64_t file_size, int64_t phy):
     return None
 
 
+def find_file(list files not None, long long file_size, long long offset):
+    """The file of ``files`` (in offset order, ``file_size`` bytes each) holding ``offset``, or None: the
+    lookup behind ``MappedFileQueue.find_mapped_file_by_offset``, in one C call."""
+    cdef MappedFile f
+    cdef Py_ssize_t i
+    if file_size <= 0:
+        raise ValueError("file_size must be positive")
+    f = _cl_file(files, file_size, offset)
+    if f is None:
+        for i in range(PyList_GET_SIZE(files)):        # a list with a gap: scan it
+            f = <MappedFile>PyList_GET_ITEM(files, i)
+            if f.file_from_offset <= offset < f.file_from_offset + file_size:
+                return f
+        return None
+    return f
+
+
 cdef int64_t _store_ts_at(list files, int64_t file_size, int64_t phy, int32_t size) noexcept:
     """Store time of the record at ``phy``, or INT64_MIN when it is not (or no longer) readable."""
     cdef MappedFile f = _cl_file(files, file_size, phy)

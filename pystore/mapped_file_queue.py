@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from pystore._cq import find_file
 from pystore._mapped_file import MappedFile, offset_to_file_name
 from pystore.service import real_clock
 
@@ -245,6 +246,8 @@ class MappedFileQueue:
         files = self._files
         if not files:
             return None
+        if not return_first_on_not_found:
+            return find_file(files, self.mapped_file_size, offset)     # the same rules, in C
         first, last = files[0], files[-1]
         size = self.mapped_file_size
         if offset < first.file_from_offset or offset >= last.file_from_offset + size:
