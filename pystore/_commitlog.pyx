@@ -245,6 +245,32 @@ cdef class CommitLogCore:
         self.last = <MappedFile>mf
         return self.last
 
+    cdef MappedFile _file_with_room(self, int64_t total):
+        """Under the put lock: the file the next ``total`` bytes go into (FORMAT.md §1.4). A full or missing
+        last file rolls; when the rest of the file cannot hold them plus the blank, an 8-byte blank fills it
+        (END_OF_FILE) and the next file is taken. None when a file cannot be created."""
+        cdef MappedFile mf = self.last
+        cdef int64_t pos
+        if mf is None or mf.wrote >= mf.file_size:
+            mf = self._roll(0 if mf is None else mf.file_from_offset + mf.file_size)
+            if mf is None:
+                return None
+        pos = mf.wrote
+        if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
+            write_blank(mf.write_base + pos, <int32_t>(mf.file_size - pos))
+            mf.wrote = mf.file_size
+            mf = self._roll(mf.file_from_offset + mf.file_size)
+        return mf
+
+    cdef void _wake_flush(self, MappedFile mf) except *:
+        # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
+        # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
+        # putting thread the GIL (RocketMQ's Java service wakes for free).
+        if (not self.flush_notified and self.flush_wakeup is not None
+                and mf.wrote - mf.flushed >= self.wake_bytes):
+            self.flush_notified = 1
+            self.flush_wakeup()
+
     cdef int64_t _now(self):
         return now_ms() if self.clock is None else <int64_t>self.clock()
 
@@ -265,7 +291,7 @@ cdef class CommitLogCore:
         return self._put_batch(batch, False)
 
     cdef object _put(self, Message msg, bint run_after):
-        cdef int32_t total, bl
+        cdef int32_t total
         cdef int64_t ts = 0, qoff = 0, phy = 0, pos, t0
         cdef QueueCell cell
         cdef MappedFile mf
@@ -303,33 +329,20 @@ cdef class CommitLogCore:
             cell = self.cell_for(msg)
             if enters:
                 qoff = cell.next_offset
-            mf = self.last
-            if mf is None or mf.wrote >= mf.file_size:
-                mf = self._roll(0 if mf is None else mf.file_from_offset + mf.file_size)
+            mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
             else:
                 pos = mf.wrote
-                if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
-                    # END_OF_FILE: an 8-byte blank fills the file, the message goes to the next one
-                    bl = <int32_t>(mf.file_size - pos)
-                    write_blank(mf.write_base + pos, bl)
-                    mf.wrote = mf.file_size
-                    mf = self._roll(mf.file_from_offset + mf.file_size)
-                    if mf is None:
-                        status = ST_CREATE_MAPPED_FILE_FAILED
-                    else:
-                        pos = mf.wrote
-                if mf is not None:
-                    phy = mf.file_from_offset + pos
-                    encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
-                                   PyBytes_AS_STRING(self.store_host_b), self.store_flag)
-                    mf.wrote = pos + total
-                    mf.store_timestamp = ts
-                    if enters:
-                        cell.next_offset = qoff + 1
-                    if self.dispatcher is not None:     # PREPARED records are indexed, not queued
-                        self.dispatcher.dispatch(cell, msg, phy, total, ts, qoff)
+                phy = mf.file_from_offset + pos
+                encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
+                               PyBytes_AS_STRING(self.store_host_b), self.store_flag)
+                mf.wrote = pos + total
+                mf.store_timestamp = ts
+                if enters:
+                    cell.next_offset = qoff + 1
+                if self.dispatcher is not None:     # PREPARED records are indexed, not queued
+                    self.dispatcher.dispatch(cell, msg, phy, total, ts, qoff)
         finally:
             self.begin_time_in_lock = 0
             self.put_lock.unlock()
@@ -338,13 +351,7 @@ cdef class CommitLogCore:
             return put_failed(status)
         self._account(t0, total)
         result = put_ok(phy, total, ts, qoff, 1, self.store_host_b, self.store_flag, None)
-        # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
-        # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
-        # putting thread the GIL (RocketMQ's Java service wakes for free).
-        if (not self.flush_notified and self.flush_wakeup is not None
-                and mf.wrote - mf.flushed >= self.wake_bytes):
-            self.flush_notified = 1
-            self.flush_wakeup()
+        self._wake_flush(mf)
         if run_after and self.after_put is not None:
             return self.after_put(result, msg)
         return result
@@ -371,7 +378,7 @@ cdef class CommitLogCore:
         cdef list ms = batch._messages
         cdef Py_ssize_t i, n = len(ms)
         cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
-        cdef int32_t size, bl
+        cdef int32_t size
         cdef Message m
         cdef QueueCell cell
         cdef MappedFile mf
@@ -410,43 +417,31 @@ cdef class CommitLogCore:
             self.begin_time_in_lock = now_ms()
             cell = self.cell_for(<Message>ms[0])
             qoff = cell.next_offset
-            mf = self.last
-            if mf is None or mf.wrote >= mf.file_size:
-                mf = self._roll(0 if mf is None else mf.file_from_offset + mf.file_size)
+            mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
             else:
                 pos = mf.wrote
-                if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
-                    bl = <int32_t>(mf.file_size - pos)
-                    write_blank(mf.write_base + pos, bl)
-                    mf.wrote = mf.file_size
-                    mf = self._roll(mf.file_from_offset + mf.file_size)
-                    if mf is None:
-                        status = ST_CREATE_MAPPED_FILE_FAILED
-                    else:
-                        pos = mf.wrote
-                if mf is not None:
-                    first_phy = mf.file_from_offset + pos
+                first_phy = mf.file_from_offset + pos
+                for i in range(n):
+                    m = <Message>ms[i]
+                    size = size_arr[i]
+                    phy = mf.file_from_offset + pos
+                    encode_message(mf.write_base + pos, m, size, qoff + i, phy, ts,
+                                   <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                   self.store_flag)
+                    pos += size
+                    # publish record by record, so a concurrent reader sees a growing prefix
+                    mf.wrote = pos
+                mf.store_timestamp = ts
+                cell.next_offset = qoff + n
+                if self.dispatcher is not None:
+                    phy = first_phy
                     for i in range(n):
                         m = <Message>ms[i]
                         size = size_arr[i]
-                        phy = mf.file_from_offset + pos
-                        encode_message(mf.write_base + pos, m, size, qoff + i, phy, ts,
-                                       <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                       self.store_flag)
-                        pos += size
-                        # publish record by record, so a concurrent reader sees a growing prefix
-                        mf.wrote = pos
-                    mf.store_timestamp = ts
-                    cell.next_offset = qoff + n
-                    if self.dispatcher is not None:
-                        phy = first_phy
-                        for i in range(n):
-                            m = <Message>ms[i]
-                            size = size_arr[i]
-                            self.dispatcher.dispatch(cell, m, phy, size, ts, qoff + i)
-                            phy += size
+                        self.dispatcher.dispatch(cell, m, phy, size, ts, qoff + i)
+                        phy += size
         finally:
             self.begin_time_in_lock = 0
             self.put_lock.unlock()
@@ -455,13 +450,7 @@ cdef class CommitLogCore:
             return put_failed(status)
         self._account(t0, total)
         result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, sizes)
-        # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
-        # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
-        # putting thread the GIL (RocketMQ's Java service wakes for free).
-        if (not self.flush_notified and self.flush_wakeup is not None
-                and mf.wrote - mf.flushed >= self.wake_bytes):
-            self.flush_notified = 1
-            self.flush_wakeup()
+        self._wake_flush(mf)
         if run_after and self.after_put is not None:
             return self.after_put(result, batch)
         return result
