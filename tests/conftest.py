@@ -33,6 +33,9 @@ from pystore.tools import iter_commitlog
 
 #: Commit-log file size the fixtures use: small, so rolling and recovery are fast.
 SMALL_FILE = 64 * 1024
+#: Index geometry the factory opens stores with unless a test sets one: RocketMQ's default (5 M slots, 20 M
+#: entries) maps 420 MB a store, small ones keep index rolling and queries cheap.
+SMALL_INDEX = {"max_hash_slot_num": 1000, "max_index_num": 4000}
 #: Born timestamp of message 0 built by make_message (message i is born i ms later).
 BORN_BASE = 1_700_000_000_000
 BORN_HOST = ("127.0.0.1", 50000)
@@ -109,6 +112,8 @@ class StoreFactory:
 
     def __call__(self, name: str = "store", read_only: bool = False, **overrides: Any) -> MessageStore:
         overrides.setdefault("mapped_file_size_commit_log", SMALL_FILE)
+        for key, value in SMALL_INDEX.items():
+            overrides.setdefault(key, value)
         root = str(self.path(name))
         if not read_only:
             self.roots[root] = StoreConfig(store_path_root_dir=root, **{

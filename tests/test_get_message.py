@@ -20,28 +20,6 @@ GROUP = "GROUP_A"
 CQ_UNITS = 16                      # small consume-queue files: 16 units each
 CQ_FILE = CQ_UNITS * 20
 
-#: Index geometry for these tests: RocketMQ's default index file is 420 MB, created with posix_fallocate, so
-#: every store of a session would hold that much disk until pytest drops its temp folders.
-SMALL_INDEX = {"max_hash_slot_num": 1000, "max_index_num": 4000}
-
-
-class _SmallIndexFactory:
-    def __init__(self, factory):
-        self._factory = factory
-
-    def __call__(self, name="store", read_only=False, **overrides):
-        for k, v in SMALL_INDEX.items():
-            overrides.setdefault(k, v)
-        return self._factory(name, read_only, **overrides)
-
-    def __getattr__(self, name):
-        return getattr(self._factory, name)
-
-
-@pytest.fixture
-def store_factory(store_factory):
-    """conftest's factory, with a small index unless the test sets one."""
-    return _SmallIndexFactory(store_factory)
 
 
 

@@ -20,6 +20,7 @@ import threading
 import zlib
 
 import pytest
+from conftest import SMALL_INDEX  # the writer's index geometry; a reader is told the same
 
 from pystore import GetMessageStatus, MessageStore
 from pystore.tools import iter_commitlog, iter_consume_queue
@@ -29,8 +30,6 @@ TOPIC = "LiveTopic"
 GROUP = "G"
 CL_FILE = 256 * 1024
 CQ_UNITS = 100
-#: the writer's index geometry (RocketMQ's default file is 420 MB); a reader must be told the same
-SMALL_INDEX = {"max_hash_slot_num": 1000, "max_index_num": 4000}
 
 WRITER = textwrap.dedent('''
     import sys

@@ -508,7 +508,7 @@ def test_existing_index_keeps_its_geometry(store_factory):
     names = os.listdir(os.path.join(s.root, "index"))
     size = os.path.getsize(os.path.join(s.root, "index", names[0]))
     assert size == 40 + 100 * 4 + 400 * 20
-    s2 = store_factory()                        # the defaults would make 420 MB index files
+    s2 = store_factory()                        # opened with the factory's own, different index geometry
     assert [m.body for m in s2.query_message("TopicTest", "key7").messages] == [make_message(7).body]
     s2.put_message(make_message(50))
     assert [m.body for m in s2.query_message("TopicTest", "key50").messages] == [make_message(50).body]
