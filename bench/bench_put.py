@@ -134,47 +134,32 @@ def test_put_single_128_construct(benchmark, store_factory, record):
 # -----------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n,size", list(BATCH_PLAN), ids=["32x128B", "128x128B", "32x1KiB", "128x1KiB"])
-def test_put_batch_prebuilt(benchmark, store_factory, record, n, size):
+def _bench_prebuilt_batch(benchmark, store_factory, record, n: int, size: int, label: str, **store_opts) -> None:
+    """``put_messages`` of the prebuilt batch of ``n`` x ``size`` B, checked on disk, recorded as ``label``."""
     rounds, iters = BATCH_PLAN[(n, size)]
-    store = store_factory((rounds + 2) * iters * _record_size(n, size))
-    batch = BATCHES[(n, size)]
+    store = store_factory((rounds + 2) * iters * _record_size(n, size), **store_opts)
     benchmark.group = "put batch %d x %d B" % (n, size)
     r = benchmark.pedantic(
-        store.put_messages, args=(batch,), rounds=rounds, iterations=iters, warmup_rounds=1
+        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
     )
     assert r.is_ok() and r.append_message_result.msg_num == n
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
-    record("put_batch_%dx%d_prebuilt" % (n, size), n, n * size)
+    record(label, n, n * size)
+
+
+@pytest.mark.parametrize("n,size", list(BATCH_PLAN), ids=["32x128B", "128x128B", "32x1KiB", "128x1KiB"])
+def test_put_batch_prebuilt(benchmark, store_factory, record, n, size):
+    _bench_prebuilt_batch(benchmark, store_factory, record, n, size, "put_batch_%dx%d_prebuilt" % (n, size))
 
 
 def test_put_batch_32x128_prebuilt_cold(benchmark, store_factory, record):
-    n, size = 32, 128
-    rounds, iters = BATCH_PLAN[(n, size)]
-    store = store_factory((rounds + 2) * iters * _record_size(n, size), warm=False)
-    benchmark.group = "put batch 32 x 128 B"
-    r = benchmark.pedantic(
-        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
-    )
-    assert r.is_ok()
-    calls = pedantic_calls(benchmark, rounds, iters, 1)
-    check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
-    record("put_batch_32x128_prebuilt_cold", n, n * size)
+    _bench_prebuilt_batch(benchmark, store_factory, record, 32, 128, "put_batch_32x128_prebuilt_cold", warm=False)
 
 
 def test_put_batch_32x128_prebuilt_timed_flush(benchmark, store_factory, record):
-    n, size = 32, 128
-    rounds, iters = BATCH_PLAN[(n, size)]
-    store = store_factory((rounds + 2) * iters * _record_size(n, size), flush_commit_log_timed=True)
-    benchmark.group = "put batch 32 x 128 B"
-    r = benchmark.pedantic(
-        store.put_messages, args=(BATCHES[(n, size)],), rounds=rounds, iterations=iters, warmup_rounds=1
-    )
-    assert r.is_ok()
-    calls = pedantic_calls(benchmark, rounds, iters, 1)
-    check_store(store, None if calls is None else calls * n, BATCH_BODIES[(n, size)][-1], at_least=n)
-    record("put_batch_32x128_prebuilt_timed_flush", n, n * size)
+    _bench_prebuilt_batch(benchmark, store_factory, record, 32, 128, "put_batch_32x128_prebuilt_timed_flush",
+                          flush_commit_log_timed=True)
 
 
 def test_put_batch_32x128_construct(benchmark, store_factory, record):
