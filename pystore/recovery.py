@@ -97,9 +97,11 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
                             scanned, seconds)
     if stop is not None:
         _judge_damage(stop, files, i, checkpoint, config, result, read_only)
-        if read_only and result.follows >= 0:
+        if read_only and result.follows >= 0 and scan_file(stop[0], stop[1], check_crc)[0] == stop[1]:
             # damage with valid records after it: a reader's later refreshes stay before it (a torn tail is
-            # no fence: a writer's recovery zeroes it and appends there)
+            # no fence: a writer's recovery zeroes it and appends there). Judged again once followers were
+            # found: on a live store the record at the stop was being written, and the writer appends in
+            # order, so by now it is whole unless it really is damaged.
             commitlog.damage_fence = offset
     log.info("commit log %s recovery from %s: %d messages, valid end at %d (%.1f MB/s)",
              "abnormal" if abnormal else "normal", result.start_file, records, offset,
