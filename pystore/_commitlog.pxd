@@ -62,6 +62,6 @@ cdef class CommitLogCore:
     cdef void _account(self, int64_t t0, int64_t size) noexcept
     cdef MappedFile _roll(self, int64_t next_offset)
     cdef MappedFile _file_with_room(self, int64_t total)
-    cdef void _wake_flush(self, MappedFile mf) except *
+    cdef void _after_append(self, MappedFile mf) except *
     cdef object _put(self, Message msg, bint run_after)
     cdef object _put_batch(self, object batch, bint run_after)

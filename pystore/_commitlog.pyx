@@ -22,7 +22,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t
 
-from pystore._bytes cimport mono_ns, now_ms
+from pystore._bytes cimport mono_coarse_ns, now_ms
 from pystore._codec cimport (BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, encode_message, make_ext,
@@ -73,6 +73,9 @@ cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_F
 cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 
 # RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
+# how far ahead of the writer a commit-log file not warmed whole is pre-faulted (MappedFile.prefault_ahead)
+cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
+
 cdef int64_t[12] _BUCKET_MS = [1, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000]
 BUCKET_NAMES = ("<=0ms", "0~10ms", "10~50ms", "50~100ms", "100~200ms", "200~500ms", "500ms~1s", "1~2s", "2~3s",
                 "3~4s", "4~5s", "5~10s", "10s~")
@@ -252,6 +255,8 @@ cdef class CommitLogCore:
         cdef MappedFile mf = self.last
         cdef int64_t pos
         if mf is None or mf.wrote >= mf.file_size:
+            if mf is not None:
+                mf.settle()
             mf = self._roll(0 if mf is None else mf.file_from_offset + mf.file_size)
             if mf is None:
                 return None
@@ -259,10 +264,15 @@ cdef class CommitLogCore:
         if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
             write_blank(mf.write_base + pos, <int32_t>(mf.file_size - pos))
             mf.wrote = mf.file_size
+            mf.settle()
             mf = self._roll(mf.file_from_offset + mf.file_size)
         return mf
 
-    cdef void _wake_flush(self, MappedFile mf) except *:
+    cdef void _after_append(self, MappedFile mf) except *:
+        # Keep pages ahead of the writer pre-faulted by the prefault worker (a no-op for files the allocate
+        # service warmed whole, and for transient-pool buffers).
+        if mf.wrote + CL_PREFAULT_LEAD > mf.warmed:
+            mf.prefault_ahead(mf.wrote, CL_PREFAULT_LEAD)
         # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
         # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
         # putting thread the GIL (RocketMQ's Java service wakes for free).
@@ -321,11 +331,12 @@ cdef class CommitLogCore:
             return put_failed(ST_MESSAGE_ILLEGAL)
         msg.body_crc()
         enters = _enters_queue(msg._sys_flag)
-        t0 = mono_ns()
+        t0 = mono_coarse_ns()
         self.put_lock.lock()
         try:
             ts = self._now()
-            self.begin_time_in_lock = now_ms()
+            # one clock read per put: the lock time is the store time unless a test clock drives the latter
+            self.begin_time_in_lock = ts if self.clock is None else now_ms()
             cell = self.cell_for(msg)
             if enters:
                 qoff = cell.next_offset
@@ -351,13 +362,14 @@ cdef class CommitLogCore:
             return put_failed(status)
         self._account(t0, total)
         result = put_ok(phy, total, ts, qoff, 1, self.store_host_b, self.store_flag, None)
-        self._wake_flush(mf)
+        self._after_append(mf)
         if run_after and self.after_put is not None:
             return self.after_put(result, msg)
         return result
 
     cdef void _account(self, int64_t t0, int64_t size) noexcept:
-        cdef int64_t dt = mono_ns() - t0
+        # coarse clock (tick resolution): the statistics are RocketMQ's, in milliseconds
+        cdef int64_t dt = mono_coarse_ns() - t0
         cdef int64_t ms = dt // 1000000
         cdef int i
         self.put_times_total += 1
@@ -410,11 +422,12 @@ cdef class CommitLogCore:
         if self.begin_time_in_lock != 0 and self.is_os_page_cache_busy():
             self.put_failed_times += 1
             return put_failed(ST_OS_PAGE_CACHE_BUSY)
-        t0 = mono_ns()
+        t0 = mono_coarse_ns()
         self.put_lock.lock()
         try:
             ts = self._now()
-            self.begin_time_in_lock = now_ms()
+            # one clock read per put: the lock time is the store time unless a test clock drives the latter
+            self.begin_time_in_lock = ts if self.clock is None else now_ms()
             cell = self.cell_for(<Message>ms[0])
             qoff = cell.next_offset
             mf = self._file_with_room(total)
@@ -450,7 +463,7 @@ cdef class CommitLogCore:
             return put_failed(status)
         self._account(t0, total)
         result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, sizes)
-        self._wake_flush(mf)
+        self._after_append(mf)
         if run_after and self.after_put is not None:
             return self.after_put(result, batch)
         return result

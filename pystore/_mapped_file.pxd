@@ -22,6 +22,8 @@ cdef class MappedFile:
     cdef int64_t first_shutdown_ms
     cdef public int64_t store_timestamp
     cdef public bint first_create_in_queue
+    cdef bint fresh                     # created by this writer, read-ahead off until settle()
+    cdef int64_t warmed                 # [0, warmed) pre-faulted, or asked of the prefault worker
     cdef object pool_buffer             # the transient-pool buffer object while attached
     cdef object pool                    # where it goes back
 
@@ -29,6 +31,8 @@ cdef class MappedFile:
         return self.wrote if self.write_base == self.base else self.committed
 
     cdef int check_mapped(self) except -1
+    cdef void settle(self) noexcept
+    cdef void prefault_ahead(self, int64_t pos, int64_t lead) noexcept
     cdef void _close_fd(self) noexcept
     cdef int _check_pos(self, int64_t v) except -1
     cdef bint _able_to_flush(self, int least_pages) noexcept

@@ -73,6 +73,98 @@ cdef extern from *:
     """
     int MADV_POPULATE_WRITE
     int MADV_WILLNEED
+    int MADV_RANDOM
+    int MADV_NORMAL
+
+cdef extern from *:
+    """
+    /* The prefault worker: one detached C thread per process that runs MADV_POPULATE_WRITE over ranges a
+       writer is about to reach, so the writer's thread takes no page faults there. It never takes the GIL
+       and never touches a Python object, so it cannot be held up by, or hold up, the interpreter.
+
+       A request is only an address range. Populating never changes what a page holds, so a range whose
+       file was unmapped meanwhile is harmless: the call fails (unmapped, or not writable) or faults in
+       pages of whatever is mapped there now. Requests that do not fit in the ring are dropped (the writer
+       then faults lazily, as without the worker). */
+    #include <pthread.h>
+    #include <errno.h>
+    #define PS_PF_RING 256
+    typedef struct { void *addr; size_t len; } ps_pf_req;
+    static pthread_mutex_t ps_pf_mu = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t ps_pf_cv = PTHREAD_COND_INITIALIZER;
+    static ps_pf_req ps_pf_ring[PS_PF_RING];
+    static unsigned long ps_pf_head, ps_pf_tail;
+    static int ps_pf_started, ps_pf_atfork_set;
+    static volatile int ps_pf_unsupported;
+    static unsigned long long ps_pf_done_bytes, ps_pf_dropped, ps_pf_failed;
+
+    static void *ps_pf_main(void *arg) {
+        (void)arg;
+        for (;;) {
+            ps_pf_req r;
+            pthread_mutex_lock(&ps_pf_mu);
+            while (ps_pf_head == ps_pf_tail)
+                pthread_cond_wait(&ps_pf_cv, &ps_pf_mu);
+            r = ps_pf_ring[ps_pf_head % PS_PF_RING];
+            ps_pf_head++;
+            pthread_mutex_unlock(&ps_pf_mu);
+            if (madvise(r.addr, r.len, MADV_POPULATE_WRITE) != 0) {
+                if (errno == EINVAL) ps_pf_unsupported = 1;     /* kernel < 5.14 */
+                __atomic_add_fetch(&ps_pf_failed, 1, __ATOMIC_RELAXED);
+            } else {
+                __atomic_add_fetch(&ps_pf_done_bytes, r.len, __ATOMIC_RELAXED);
+            }
+        }
+        return NULL;
+    }
+
+    /* a forked child has no worker thread: start afresh there */
+    static void ps_pf_atfork_child(void) {
+        pthread_mutex_init(&ps_pf_mu, NULL);
+        pthread_cond_init(&ps_pf_cv, NULL);
+        ps_pf_started = 0;
+        ps_pf_head = ps_pf_tail = 0;
+    }
+
+    static int ps_pf_request(void *addr, size_t len) {
+        int queued = 0;
+        if (ps_pf_unsupported || len == 0) return 0;
+        pthread_mutex_lock(&ps_pf_mu);
+        if (!ps_pf_started) {
+            pthread_t t;
+            pthread_attr_t a;
+            if (!ps_pf_atfork_set) { pthread_atfork(NULL, NULL, ps_pf_atfork_child); ps_pf_atfork_set = 1; }
+            pthread_attr_init(&a);
+            pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+            pthread_attr_setstacksize(&a, 65536);
+            if (pthread_create(&t, &a, ps_pf_main, NULL) != 0) ps_pf_unsupported = 1;
+            else ps_pf_started = 1;
+            pthread_attr_destroy(&a);
+        }
+        if (ps_pf_started) {
+            if (ps_pf_tail - ps_pf_head < PS_PF_RING) {
+                ps_pf_ring[ps_pf_tail % PS_PF_RING].addr = addr;
+                ps_pf_ring[ps_pf_tail % PS_PF_RING].len = len;
+                ps_pf_tail++;
+                pthread_cond_signal(&ps_pf_cv);
+                queued = 1;
+            } else {
+                ps_pf_dropped++;
+            }
+        }
+        pthread_mutex_unlock(&ps_pf_mu);
+        return queued;
+    }
+    """
+    int prefault_request "ps_pf_request"(void *addr, size_t length) noexcept nogil
+    unsigned long long ps_pf_done_bytes, ps_pf_dropped, ps_pf_failed
+    int ps_pf_unsupported
+
+
+def prefault_stats():
+    """What the prefault worker did in this process: ``{"bytes", "dropped", "failed", "supported"}``."""
+    return {"bytes": ps_pf_done_bytes, "dropped": ps_pf_dropped, "failed": ps_pf_failed,
+            "supported": not ps_pf_unsupported}
 
 OS_PAGE_SIZE = 4096
 cdef int64_t PAGE = 4096
@@ -107,12 +199,13 @@ cdef class MappedFile:
         self.available = True
 
     def __init__(self, str path, long long file_size=-1, bint read_only=False, bint create=False,
-                 from_offset=None, bint preallocate=True):
+                 from_offset=None, bint preallocate=True, bint fresh_random=False):
         cdef struct_stat st
         cdef int flags
         cdef bytes bpath = os.fsencode(path)
         cdef int rc
         cdef void *m
+        cdef bint fresh = False
         self.file_name = path
         self.read_only = read_only
         self.file_from_offset = _name_offset(os.path.basename(path)) if from_offset is None else from_offset
@@ -126,6 +219,7 @@ cdef class MappedFile:
             file_size = st.st_size
         elif st.st_size != file_size:
             if st.st_size == 0 and create and not read_only:
+                fresh = fresh_random
                 with nogil:
                     if preallocate:
                         rc = posix_fallocate(self.fd, 0, file_size)
@@ -148,6 +242,13 @@ cdef class MappedFile:
                 self._close_fd()
                 raise OSError(errno, "mmap failed: %s" % os.strerror(errno), path)
             self.base = <unsigned char *>m
+            if fresh:
+                # Nothing in a new file is worth reading ahead, and a fault's read-ahead would zero a large
+                # window of it at once on the writer's thread (milliseconds for a new consume queue's first
+                # unit). Faults take one page each until the file is full (settle()). Only for files written
+                # slowly relative to their pages (consume queues): a commit log's writer wants the window.
+                madvise(self.base, file_size, MADV_RANDOM)
+                self.fresh = True
         self.write_base = self.base
         self.wrote = self.committed = self.flushed = 0
 
@@ -473,6 +574,34 @@ cdef class MappedFile:
                 while i < self.file_size:
                     (<volatile unsigned char *>self.base)[i] = (<volatile unsigned char *>self.base)[i]
                     i += PAGE
+        self.warmed = self.file_size
+
+    cdef void settle(self) noexcept:
+        """The writer is done with a file it created: back to normal read-ahead for its readers."""
+        if self.fresh:
+            self.fresh = False
+            if self.base != NULL:
+                madvise(self.base, self.file_size, MADV_NORMAL)
+
+    cdef void prefault_ahead(self, int64_t pos, int64_t lead) noexcept:
+        """Ask the prefault worker for ``[warmed, pos + 2 * lead)`` once the writer at ``pos`` is within
+        ``lead`` bytes of what was asked for before (callers test ``pos + lead > warmed`` inline first).
+
+        A file written a little at a time through its mapping (the commit log without
+        ``warm_mapped_file_enable``; consume queues, 20 bytes a unit) otherwise takes two page faults per
+        page on the writer's thread: the read fault that maps the page and the write fault that dirties it.
+        The worker takes them on another core, in bulk. Nothing here waits: a page the worker has not
+        reached yet faults as it did without it."""
+        cdef int64_t start = self.warmed if self.warmed > pos else pos, end
+        if self.base == NULL or self.read_only or self.write_base != self.base or start >= self.file_size:
+            return
+        start = start // PAGE * PAGE
+        end = (pos + 2 * lead + PAGE - 1) // PAGE * PAGE
+        if end > self.file_size:
+            end = self.file_size
+        if end > start:
+            prefault_request(self.base + start, <size_t>(end - start))
+        self.warmed = end
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ cdef class Message:
     cdef int _version                 # 1 or 2 (topic longer than 127 characters)
     cdef int64_t _tags_code
     cdef int32_t _delay_level
+    cdef bint _has_keys               # KEYS or UNIQ_KEY present: the index wants it
 
     cdef int _refresh(self) except -1
     cdef int _set_body(self, object body) except -1

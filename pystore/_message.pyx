@@ -392,6 +392,7 @@ cdef class Message:
             self._tags_code = java_hash_utf8(<const unsigned char *>PyBytes_AS_STRING(tb), PyBytes_GET_SIZE(tb))
         else:
             self._tags_code = 0
+        self._has_keys = "KEYS" in self._props or "UNIQ_KEY" in self._props
         d = self._props.get("DELAY")
         self._delay_level = 0
         if d is not None:

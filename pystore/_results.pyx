@@ -25,6 +25,7 @@ def _offset_msg_id(bytes store_host, long long offset):
 
 
 @cython.final
+@cython.no_gc           # holds only enums, bytes and str: it can never be part of a reference cycle
 @cython.freelist(32)
 cdef class AppendMessageResult:
     """``status, wrote_offset, wrote_bytes, msg_id, store_timestamp, logics_offset`` (the queue offset),
@@ -66,6 +67,7 @@ cdef class AppendMessageResult:
 
 
 @cython.final
+@cython.no_gc           # the same, plus its AppendMessageResult: no cycle, so no GC tracking per put
 @cython.freelist(64)
 cdef class PutMessageResult:
     """``status`` (a ``PutMessageStatus``) and ``append_message_result`` (``None`` when nothing was

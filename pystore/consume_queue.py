@@ -42,7 +42,9 @@ log = logging.getLogger(__name__)
 class ConsumeQueue(ConsumeQueueCore):
     def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False) -> None:
         folder = os.path.join(store_path, topic, str(queue_id))
-        super().__init__(topic, queue_id, file_size, MappedFileQueue(folder, file_size, read_only=read_only))
+        queue = MappedFileQueue(folder, file_size, read_only=read_only)
+        queue.fresh_random = True
+        super().__init__(topic, queue_id, file_size, queue)
         self.folder = folder
         self.read_only = read_only
 

@@ -69,6 +69,9 @@ class MappedFileQueue:
         self._flush_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self.store_timestamp = 0
+        #: new files are mapped without read-ahead until full (``MappedFile(fresh_random=True)``): for files
+        #: written a few bytes at a time, such as consume queues
+        self.fresh_random = False
         #: why the last ``load`` refused the files: ``(path, absolute offset, reason)``, else None
         self.load_error: tuple[str, int, str] | None = None
 
@@ -229,7 +232,7 @@ class MappedFileQueue:
                     mf = self.allocate(path, next_path, self.mapped_file_size)
                 else:
                     os.makedirs(os.path.dirname(path), exist_ok=True)
-                    mf = MappedFile(path, self.mapped_file_size, create=True)
+                    mf = MappedFile(path, self.mapped_file_size, create=True, fresh_random=self.fresh_random)
             except (OSError, ValueError):       # ValueError: a path the OS cannot take (a NUL byte)
                 log.exception("cannot create %s", path)
                 return None

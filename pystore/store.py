@@ -203,6 +203,7 @@ class MessageStore:
             return False
         self._checkpoint = StoreCheckpoint(cfg.checkpoint_path(), read_only=self.read_only)
         self._commitlog = CommitLog(cfg, queue, clock=self._injected_clock)
+        self._bind_put_fast_path()
         self._cq_store = ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
                                            self.read_only, on_error=self._on_queue_error)
         if not self._cq_store.load():
@@ -425,6 +426,18 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # writing
     # ------------------------------------------------------------------------------------------
+
+    def _bind_put_fast_path(self) -> None:
+        """From now on the commit log answers every put itself (it refuses with SERVICE_NOT_AVAILABLE while
+        the store is not started, read-only or shut down), so the instance's ``put_message`` and
+        ``put_messages`` become its compiled methods: a put then costs one C call instead of a Python frame
+        and a C call. A subclass that overrides them keeps its overrides."""
+        cl = self._commitlog
+        assert cl is not None
+        if type(self).put_message is MessageStore.put_message:
+            self.put_message = cl.put_message  # type: ignore[method-assign]
+        if type(self).put_messages is MessageStore.put_messages:
+            self.put_messages = cl.put_messages  # type: ignore[method-assign]
 
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``)."""
