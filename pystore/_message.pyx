@@ -18,7 +18,8 @@ another thread puts it is not safe. ``MessageExt`` is immutable.
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint32_t
 
 from pystore._bytes cimport body_crc32, get_i32, now_ms
@@ -646,10 +647,15 @@ cdef class MessageBatch:
 # ----------------------------------------------------------------------------------------------
 
 cdef inline str _utf8(bytes raw, int32_t pos, int32_t n):
-    return raw[pos:pos + n].decode("utf-8", "replace")
+    return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(raw) + pos, n, "replace")
+
+
+cdef inline bytes _sub(bytes raw, int32_t pos, int32_t n):
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + pos, n)
 
 
 @cython.final
+@cython.no_gc           # holds bytes, str, tuples and a dict of str: it can never be part of a cycle
 @cython.freelist(64)
 cdef class MessageExt:
     """A stored message, as reads return it. Every field is read-only; the object owns a copy of the
@@ -672,7 +678,7 @@ cdef class MessageExt:
     @property
     def body(self):
         if self._body is None:
-            self._body = self._raw[self._body_pos:self._body_pos + self._body_len]
+            self._body = _sub(self._raw, self._body_pos, self._body_len)
         return self._body
 
     @property

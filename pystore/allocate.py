@@ -3,7 +3,9 @@
 When the put path needs file *N*, it asks for *N* and *N+1*: *N* is usually ready already (it was the
 previous request's *N+1*), so a roll costs a dictionary lookup, not an ``fallocate`` and page faults under
 the put lock. The service thread creates files at full size (``posix_fallocate``), pre-faults them when
-``warm_mapped_file_enable`` is set, and attaches a transient-pool buffer when the pool is on. A put waits at
+``warm_mapped_file_enable`` is set (with SYNC_FLUSH, like RocketMQ's ``warmMappedFile``, it also writes
+the zeros to disk every ``flush_least_pages_when_warm_mapped_file`` pages, so a durable put's flush carries
+data only, never block allocation), and attaches a transient-pool buffer when the pool is on. A put waits at
 most ``allocate_wait_timeout`` ms for its file (then ``CREATE_MAPPED_FILE_FAILED``). Pre-created files that
 were never used are deleted at shutdown; after a crash one may remain, empty, and recovery keeps or trims
 it like any other file.
@@ -44,11 +46,14 @@ class AllocateMappedFileService(ServiceThread):
         wait_timeout_ms: int = 5000,
         warm: bool = False,
         pool: object | None = None,
+        sync_warm_every: int = 0,
         clock: Callable[[], int] | None = None,
     ) -> None:
         super().__init__("AllocateMappedFileService", clock)
         self.wait_timeout_ms = wait_timeout_ms
         self.warm = warm
+        #: with SYNC_FLUSH, warming also writes the zeros to disk every this many bytes (RocketMQ)
+        self.sync_warm_every = sync_warm_every
         self.pool = pool
         self._lock = threading.Lock()
         self._requests: dict[str, _Request] = {}
@@ -94,7 +99,7 @@ class AllocateMappedFileService(ServiceThread):
                 mf.destroy(0)         # no half-made file left behind for the next load
                 raise
         if self.warm:
-            mf.warm()
+            mf.warm(True, self.sync_warm_every if self.pool is None else 0)
         return mf
 
     def run(self) -> None:

@@ -271,8 +271,10 @@ class MessageStore:
             self._pool = TransientStorePool(cfg.transient_store_pool_size, cfg.mapped_file_size_commit_log,
                                             cfg.fast_fail_if_no_buffer_in_store_pool)
             self._pool.init()
+        sync_warm = (cfg.flush_least_pages_when_warm_mapped_file * _PAGE
+                     if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH else 0)
         self._allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable,
-                                                   pool=self._pool, clock=self.clock)
+                                                   pool=self._pool, clock=self.clock, sync_warm_every=sync_warm)
         cl.queue.allocate = self._allocate
         self._services = [self._allocate]
         assert self._reput is not None and self._cq_store is not None
@@ -494,6 +496,8 @@ class MessageStore:
         assert isinstance(gc, GroupCommitService)
         if not _waits(msg):
             gc.wakeup()
+            return result
+        if gc.flush_inline(result.next_offset):
             return result
         req = GroupCommitRequest(result.next_offset)
         gc.put_request(req)
