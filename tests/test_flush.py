@@ -1,0 +1,91 @@
+"""Flush services (``pystore.flush``): the leader/follower group commit and the SYNC_FLUSH warm."""
+
+from __future__ import annotations
+
+import threading
+
+from pystore import Message, MessageStore
+from pystore.config import FlushDiskType
+from pystore.status import GetMessageStatus, PutMessageStatus
+
+
+def _sync_store(store_factory, **overrides) -> MessageStore:
+    return store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, **overrides)
+
+
+def test_a_lone_sync_put_flushes_on_its_own_thread(store_factory):
+    """With the service thread's flush disabled, a durable put still returns PUT_OK because it finds no
+    flush under way and flushes itself; the data is flushed and dispatched when the put returns."""
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    gc.do_commit = lambda: None  # white-box: the service thread would never flush
+    for i in range(20):
+        r = store.put_message(Message("Lead", b"m%d" % i))
+        assert r.status == PutMessageStatus.PUT_OK
+        assert store._commitlog.queue.flushed_where >= r.next_offset
+    got = store.get_message("g", "Lead", 0, 0, 32)
+    assert got.status == GetMessageStatus.FOUND
+    assert [m.body for m in got.messages] == [b"m%d" % i for i in range(20)]
+    store_factory.expect_messages(20)
+
+
+def test_flush_inline_completes_requests_it_covers(store_factory):
+    """A request handed to the service that the leader's flush covers is completed by the leader."""
+    from pystore.flush import GroupCommitRequest
+
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    gc.do_commit = lambda: None
+    gc.on_wait_end = lambda: None  # the service never takes the request over
+    r1 = store._commitlog.append_message(Message("Cover", b"one"))
+    req = GroupCommitRequest(r1.next_offset)
+    with gc._lock:
+        gc._write.append(req)
+    r2 = store._commitlog.append_message(Message("Cover", b"two"))
+    assert gc.flush_inline(r2.next_offset) is True
+    assert req.event.is_set() and req.ok
+    store_factory.expect_messages(2)
+
+
+def test_flush_inline_steps_aside_while_a_flush_is_under_way(store_factory):
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    with gc._leader:
+        assert gc.flush_inline(1) is None
+
+
+def test_concurrent_sync_puts_all_complete(store_factory):
+    """Leaders and followers: 8 threads of durable puts all return PUT_OK and every message is readable."""
+    store = _sync_store(store_factory, mapped_file_size_commit_log=1 << 20)
+    errors: list[object] = []
+
+    def writer(t: int) -> None:
+        for i in range(100):
+            r = store.put_message(Message("Many", b"%d-%d" % (t, i), queue_id=t))
+            if r.status != PutMessageStatus.PUT_OK:
+                errors.append(r)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors
+    assert store._commitlog.queue.flushed_where == store.get_max_phy_offset()
+    for t in range(8):
+        assert store.get_max_offset_in_queue("Many", t) == 100
+    store_factory.expect_messages(800)
+
+
+def test_sync_warm_writes_the_zeros_and_the_store_works(store_factory):
+    """``warm_mapped_file_enable`` with SYNC_FLUSH warms files with the zeros written to disk every
+    ``flush_least_pages_when_warm_mapped_file`` pages (RocketMQ); the files stay zero and puts work."""
+    store = _sync_store(store_factory, warm_mapped_file_enable=True, flush_least_pages_when_warm_mapped_file=2)
+    assert store._allocate.sync_warm_every == 2 * 4096
+    r = store.put_message(Message("Warm", b"x" * 100))
+    assert r.status == PutMessageStatus.PUT_OK
+    mf = store._commitlog.last_file
+    tail = mf.read_any(r.next_offset, mf.file_size - r.next_offset)
+    assert tail == bytes(len(tail))
+    assert store.look_message_by_offset(r.wrote_offset).body == b"x" * 100
+    store_factory.expect_messages(1)
