@@ -5,14 +5,21 @@ files mapped without read-ahead until full. Behaviour only: nothing here measure
 from __future__ import annotations
 
 import gc
+import os
+import sys
+import time
+import traceback
 
 import pytest
 from conftest import SMALL_FILE, SMALL_INDEX, make_message
+from pystore._mapped_file import prefault_stats
 
 from pystore import AppendMessageResult, AppendMessageStatus, Message, MessageBatch, PutMessageResult, PutMessageStatus
 from pystore.store import MessageStore
+from pystore.tools import iter_consume_queue
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
+CQ_UNIT = 20
 
 
 def batch(first: int, n: int, **kwargs) -> MessageBatch:
@@ -29,6 +36,22 @@ def read_queue(store: MessageStore, topic: str, queue_id: int = 0) -> list:
         out.extend(r.messages)
         offset = r.next_begin_offset
     return out
+
+
+def check_contents(store: MessageStore, topic: str, results: list, bodies: list[bytes], queue_id: int = 0) -> None:
+    """Queue offsets 0..n-1, each unit pointing at its put's record, which holds the right body."""
+    msgs = read_queue(store, topic, queue_id)
+    assert [m.queue_offset for m in msgs] == list(range(len(bodies)))
+    assert [m.body for m in msgs] == bodies
+    assert [m.commit_log_offset for m in msgs] == [r.append_message_result.wrote_offset for r in results]
+    for i, r in enumerate(results):
+        amr = r.append_message_result
+        assert store.get_commit_log_offset_in_queue(topic, queue_id, i) == amr.wrote_offset
+        m = store.look_message_by_offset(amr.wrote_offset)
+        assert (m.topic, m.queue_id, m.queue_offset, m.body) == (topic, queue_id, i, bodies[i])
+    units = iter_consume_queue(os.path.join(store.config.consume_queue_path(), topic, str(queue_id)))
+    assert [u[:2] for u in units] == [(r.append_message_result.wrote_offset, r.append_message_result.wrote_bytes)
+                                      for r in results]
 
 
 # -- 1. put_message / put_messages bound to the commit log ------------------------------------------------
@@ -182,3 +205,120 @@ def test_keys_set_after_construction_are_indexed(store_factory):
     assert store.put_messages(MessageBatch(late)).is_ok()
     assert found(store, "bk1") == [b"b1"] and found(store, "bshared") == [b"b0", b"b1", b"b2"]
     store_factory.expect_messages(14)
+
+
+# -- 4. the prefault worker -------------------------------------------------------------------------------
+
+
+def wait_for_prefault(before: dict, grow: int = 1) -> dict:
+    """Stats once ``bytes`` grew by ``grow`` (or the worker failed): it is asynchronous, so it gets time to
+    report (a liveness bound, not a timing assertion)."""
+    deadline = time.monotonic() + 20
+    while True:
+        stats = prefault_stats()
+        if (stats["bytes"] >= before["bytes"] + grow or stats["failed"] > before["failed"]
+                or not stats["supported"] or time.monotonic() > deadline):
+            return stats
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["default", "warmed-commit-log"])
+def test_prefault_worker_keeps_contents_exact(store_factory, warm):
+    stats = prefault_stats()
+    assert set(stats) == {"bytes", "dropped", "failed", "supported"}
+    n = 4000                                               # 80,000 bytes of units: past the 64 KiB lead
+    store = store_factory(warm_mapped_file_enable=warm)    # warmed: only the consume queue asks the worker
+    assert store.config.mapped_file_size_consume_queue > n * CQ_UNIT
+    bodies = [b"prefault %d " % i * (1 + i % 7) for i in range(n)]
+    results = [store.put_message(make_message(i, topic="PF", body=bodies[i], keys=None)) for i in range(n)]
+    assert all(r.is_ok() for r in results)
+    # warmed commit log: only the consume queue asks, 2 * 64 KiB at its first unit, more once past 64 KiB
+    grow = 2 * 65536 + 1 if warm else 1
+    after = wait_for_prefault(stats, grow)
+    if after["supported"]:
+        assert after["bytes"] >= stats["bytes"] + grow, after
+    check_contents(store, "PF", results, bodies)
+    store.shutdown()
+    check_contents(store_factory(), "PF", results, bodies)
+    store_factory.expect_messages(n)
+
+
+CHILD_N = 10_000
+
+
+def child_main(root: str) -> int:
+    before = prefault_stats()
+    store = MessageStore.open(root, mapped_file_size_commit_log=SMALL_FILE, **SMALL_INDEX)
+    try:
+        bodies = [b"child %d" % i for i in range(CHILD_N)]
+        results = [store.put_message(Message("Fork", b, keys="c%d" % i)) for i, b in enumerate(bodies)]
+        assert all(r.is_ok() for r in results)
+        check_contents(store, "Fork", results, bodies)     # an assertion failing here: exit code 2
+        assert [m.body for m in store.query_message("Fork", "c9999").messages] == [b"child 9999"]
+        after = wait_for_prefault(before)
+        if after["supported"] and after["bytes"] <= before["bytes"]:
+            return 3                                       # no worker in the child: requests pile up
+    finally:
+        store.shutdown()
+    return 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_forked_child_can_open_and_fill_a_store(store_factory):
+    parent = store_factory()                               # start the worker in the parent first
+    for i in range(200):
+        parent.put_message(make_message(i))
+    wait_for_prefault({"bytes": 0, "failed": 0})
+    parent.shutdown()
+    store_factory.expect_messages(200)
+    root = str(store_factory.path("child"))
+    pid = os.fork()
+    if pid == 0:                                           # the child: never return into pytest
+        code = 2
+        try:
+            code = child_main(root)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + 120                      # a hang guard, not a timing assertion
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    status = done[1]
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(list(iter_consume_queue(os.path.join(root, "consumequeue", "Fork", "0")))) == CHILD_N
+
+
+# -- 5. consume-queue files created without read-ahead, settled when full ----------------------------------
+
+
+def test_small_consume_queue_files_roll_and_read_back(store_factory):
+    units = 150
+    geometry = {"mapped_file_size_consume_queue": units * CQ_UNIT}
+    store = store_factory(**geometry)
+    n = units * 6 + 37                                     # six full files and part of a seventh per queue
+    bodies = {q: [b"q%d-%d" % (q, i) for i in range(n)] for q in (0, 1)}
+    results: dict[int, list] = {0: [], 1: []}
+    for i in range(n):
+        for q in (0, 1):
+            results[q].append(store.put_message(make_message(i, topic="Roll", queue_id=q, body=bodies[q][i])))
+    folder = os.path.join(store.config.consume_queue_path(), "Roll")
+    assert len(os.listdir(os.path.join(folder, "0"))) == 7
+    for q in (0, 1):
+        check_contents(store, "Roll", results[q], bodies[q], q)
+    store.shutdown()
+    reopened = store_factory(**geometry)
+    for q in (0, 1):
+        check_contents(reopened, "Roll", results[q], bodies[q], q)
+        more = [b"more %d" % i for i in range(units)]     # go on writing past the reopened last file
+        results[q] += [reopened.put_message(make_message(i, topic="Roll", queue_id=q, body=b)) for i, b in
+                       enumerate(more)]
+        bodies[q] += more
+        check_contents(reopened, "Roll", results[q], bodies[q], q)
+    assert len(os.listdir(os.path.join(folder, "1"))) == 8
+    store_factory.expect_messages(2 * (n + units))
