@@ -1,0 +1,324 @@
+"""The put fast path of e0c1142: ``put_message``/``put_messages`` bound to the commit log's compiled methods,
+untracked put results, index lookups only for messages with keys, the prefault worker, and new consume-queue
+files mapped without read-ahead until full. Behaviour only: nothing here measures time."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+import traceback
+
+import pytest
+from conftest import SMALL_FILE, SMALL_INDEX, make_message
+from pystore._mapped_file import prefault_stats
+
+from pystore import AppendMessageResult, AppendMessageStatus, Message, MessageBatch, PutMessageResult, PutMessageStatus
+from pystore.store import MessageStore
+from pystore.tools import iter_consume_queue
+
+SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
+CQ_UNIT = 20
+
+
+def batch(first: int, n: int, **kwargs) -> MessageBatch:
+    return MessageBatch([make_message(i, **kwargs) for i in range(first, first + n)])
+
+
+def read_queue(store: MessageStore, topic: str, queue_id: int = 0) -> list:
+    """Every message of a queue through get_message, 32 at a time."""
+    out: list = []
+    offset = store.get_min_offset_in_queue(topic, queue_id)
+    while offset < store.get_max_offset_in_queue(topic, queue_id):
+        r = store.get_message("g", topic, queue_id, offset, 32)
+        assert r.messages, (offset, r.status)
+        out.extend(r.messages)
+        offset = r.next_begin_offset
+    return out
+
+
+def check_contents(store: MessageStore, topic: str, results: list, bodies: list[bytes], queue_id: int = 0) -> None:
+    """Queue offsets 0..n-1, each unit pointing at its put's record, which holds the right body."""
+    msgs = read_queue(store, topic, queue_id)
+    assert [m.queue_offset for m in msgs] == list(range(len(bodies)))
+    assert [m.body for m in msgs] == bodies
+    assert [m.commit_log_offset for m in msgs] == [r.append_message_result.wrote_offset for r in results]
+    for i, r in enumerate(results):
+        amr = r.append_message_result
+        assert store.get_commit_log_offset_in_queue(topic, queue_id, i) == amr.wrote_offset
+        m = store.look_message_by_offset(amr.wrote_offset)
+        assert (m.topic, m.queue_id, m.queue_offset, m.body) == (topic, queue_id, i, bodies[i])
+    units = iter_consume_queue(os.path.join(store.config.consume_queue_path(), topic, str(queue_id)))
+    assert [u[:2] for u in units] == [(r.append_message_result.wrote_offset, r.append_message_result.wrote_bytes)
+                                      for r in results]
+
+
+# -- 1. put_message / put_messages bound to the commit log ------------------------------------------------
+
+
+def test_put_before_load_and_before_start_is_refused(store_factory):
+    store = store_factory.track(MessageStore(store_factory.config(**SMALL_INDEX)))
+    assert "put_message" not in vars(store)                # nothing loaded: the Python method answers
+    for state in ("new", "loaded"):
+        r = store.put_message(make_message(0))
+        assert r.status is SNA and not r.is_ok() and r.append_message_result is None, state
+        assert store.put_messages(batch(0, 3)).status is SNA, state
+        with pytest.raises(TypeError):
+            store.put_message("not a message")
+        with pytest.raises(TypeError):
+            store.put_messages(None)
+        assert state == "loaded" or store.load()
+    assert store.put_message == store._commitlog.put_message
+    assert store.put_messages == store._commitlog.put_messages
+    store.start()
+    assert store.put_message(make_message(0)).append_message_result.logics_offset == 0
+    store_factory.expect_messages(1)
+
+
+def test_put_through_an_old_reference_after_shutdown(store_factory):
+    store = store_factory()
+    put, puts = store.put_message, store.put_messages
+    assert put(make_message(0)).is_ok() and puts(batch(1, 2)).is_ok()
+    store.shutdown()
+    for _ in range(3):
+        assert put(make_message(3)).status is SNA
+        assert puts(batch(3, 2)).status is SNA
+        assert store.put_message(make_message(3)).status is SNA
+        with pytest.raises(TypeError):
+            put("not a message")
+    store_factory.expect_messages(3)
+    reader = store_factory(read_only=True)                 # started, but read-only: refused the same way
+    assert reader.get_max_offset_in_queue("TopicTest", 0) == 3
+    assert reader.put_message(make_message(3)).status is SNA and reader.put_messages(batch(3, 2)).status is SNA
+
+
+def test_wrong_types_raise_and_take_no_offset(store_factory):
+    store = store_factory()
+    for bad in ("a str", b"bytes", None, 42, batch(0, 2)):
+        with pytest.raises(TypeError):
+            store.put_message(bad)
+    for bad in ("a str", None, make_message(0), [make_message(0)]):
+        with pytest.raises(TypeError):
+            store.put_messages(bad)
+    r = store.put_message(make_message(0))
+    assert r.is_ok() and r.append_message_result.logics_offset == 0
+    store_factory.expect_messages(1)
+
+
+class RecordingStore(MessageStore):
+    seen: list
+
+    def put_message(self, msg):
+        self.seen.append(msg)
+        return super().put_message(msg)
+
+
+def test_subclass_overrides_survive_open(store_factory):
+    store = store_factory.track(RecordingStore.open(store_factory.path("a"), mapped_file_size_commit_log=SMALL_FILE,
+                                                    **SMALL_INDEX))
+    store.seen = []
+    assert "put_message" not in vars(store)
+    m = make_message(0)
+    assert store.put_message(m).is_ok() and store.seen == [m]
+    assert store.put_messages(batch(1, 2)).is_ok()            # not overridden: the compiled method
+    assert store.put_messages == store._commitlog.put_messages and store.seen == [m]
+    store.shutdown()
+    assert store.put_message(make_message(3)).status is SNA and len(store.seen) == 2
+    store_factory.expect_messages(3, "a")
+
+
+def test_put_messages_gives_consecutive_queue_offsets(store_factory):
+    store = store_factory()
+    first = store.put_messages(batch(0, 10))
+    single = store.put_message(make_message(10))
+    second = store.put_messages(batch(11, 5))
+    amrs = [r.append_message_result for r in (first, single, second)]
+    assert [(a.logics_offset, a.msg_num) for a in amrs] == [(0, 10), (10, 1), (11, 5)]
+    assert amrs[0].wrote_offset + amrs[0].wrote_bytes == amrs[1].wrote_offset
+    msgs = read_queue(store, "TopicTest")
+    assert [m.queue_offset for m in msgs] == list(range(16))
+    assert [m.body for m in msgs] == [b"Hello RocketMQ %d" % i for i in range(16)]
+    assert amrs[0].msg_id.split(",") == [m.msg_id for m in msgs[:10]]
+    store_factory.expect_messages(16)
+
+
+# -- 2. put results are not tracked by the GC -------------------------------------------------------------
+
+
+def test_put_results_are_untracked_and_with_status_works(store_factory):
+    store = store_factory()
+    results = [store.put_message(make_message(0)), store.put_messages(batch(1, 3)),
+               PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(AppendMessageStatus.PUT_OK, 5, 7))]
+    for r in results:
+        assert not gc.is_tracked(r) and not gc.is_tracked(r.append_message_result)
+    r = results[0]
+    timed_out = r.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+    assert timed_out.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and r.status is PutMessageStatus.PUT_OK
+    assert repr(timed_out.append_message_result) == repr(r.append_message_result) and not gc.is_tracked(timed_out)
+    store.shutdown()
+    refused = store.put_message(make_message(9))
+    assert refused.status is SNA and not gc.is_tracked(refused)
+    store_factory.expect_messages(4)
+
+
+# -- 3. index keys set after construction -----------------------------------------------------------------
+
+
+def found(store: MessageStore, key: str, topic: str = "KeyTopic") -> list[bytes]:
+    return [m.body for m in store.query_message(topic, key, 32, 0, 2**63 - 1).messages]
+
+
+def test_keys_set_after_construction_are_indexed(store_factory):
+    store = store_factory()
+
+    def put(body: bytes, change) -> None:
+        m = Message("KeyTopic", body)
+        change(m)
+        assert store.put_message(m).is_ok()
+
+    put(b"keys-setter", lambda m: setattr(m, "keys", ["ka", "kb"]))
+    put(b"put-property", lambda m: m.put_property("KEYS", "kc"))
+    put(b"properties", lambda m: setattr(m, "properties", {"KEYS": "kd", "x": "y"}))
+    put(b"uniq-only", lambda m: m.put_property("UNIQ_KEY", "u1"))
+    put(b"uniq-dict", lambda m: setattr(m, "properties", {"UNIQ_KEY": "u2"}))
+    put(b"cleared", lambda m: (m.put_property("KEYS", "gone"), m.clear_property("KEYS")))
+    put(b"keys-none", lambda m: (setattr(m, "keys", ["gone2"]), setattr(m, "keys", None)))
+    put(b"replaced", lambda m: (m.put_property("KEYS", "gone3"), setattr(m, "properties", {"a": "b"})))
+    expected = {"ka": b"keys-setter", "kb": b"keys-setter", "kc": b"put-property", "kd": b"properties",
+                "u1": b"uniq-only", "u2": b"uniq-dict", "gone": None, "gone2": None, "gone3": None}
+    for key, body in expected.items():
+        assert found(store, key) == ([] if body is None else [body]), key
+
+    reused = Message("KeyTopic", b"reused")           # put without keys, then with, then without again
+    assert store.put_message(reused).is_ok()
+    reused.keys = "again"
+    assert store.put_message(reused).is_ok()
+    reused.clear_property("KEYS")
+    reused.put_property("UNIQ_KEY", "u3")
+    assert store.put_message(reused).is_ok()
+    assert len(found(store, "again")) == 1 and len(found(store, "u3")) == 1
+
+    late = [Message("KeyTopic", b"b%d" % i) for i in range(3)]
+    for i, m in enumerate(late):                      # keys set after the batch's messages were built
+        m.keys = ["bk%d" % i, "bshared"]
+    assert store.put_messages(MessageBatch(late)).is_ok()
+    assert found(store, "bk1") == [b"b1"] and found(store, "bshared") == [b"b0", b"b1", b"b2"]
+    store_factory.expect_messages(14)
+
+
+# -- 4. the prefault worker -------------------------------------------------------------------------------
+
+
+def wait_for_prefault(before: dict, grow: int = 1) -> dict:
+    """Stats once ``bytes`` grew by ``grow`` (or the worker failed): it is asynchronous, so it gets time to
+    report (a liveness bound, not a timing assertion)."""
+    deadline = time.monotonic() + 20
+    while True:
+        stats = prefault_stats()
+        if (stats["bytes"] >= before["bytes"] + grow or stats["failed"] > before["failed"]
+                or not stats["supported"] or time.monotonic() > deadline):
+            return stats
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["default", "warmed-commit-log"])
+def test_prefault_worker_keeps_contents_exact(store_factory, warm):
+    stats = prefault_stats()
+    assert set(stats) == {"bytes", "dropped", "failed", "supported"}
+    n = 4000                                               # 80,000 bytes of units: past the 64 KiB lead
+    store = store_factory(warm_mapped_file_enable=warm)    # warmed: only the consume queue asks the worker
+    assert store.config.mapped_file_size_consume_queue > n * CQ_UNIT
+    bodies = [b"prefault %d " % i * (1 + i % 7) for i in range(n)]
+    results = [store.put_message(make_message(i, topic="PF", body=bodies[i], keys=None)) for i in range(n)]
+    assert all(r.is_ok() for r in results)
+    # warmed commit log: only the consume queue asks, 2 * 64 KiB at its first unit, more once past 64 KiB
+    grow = 2 * 65536 + 1 if warm else 1
+    after = wait_for_prefault(stats, grow)
+    if after["supported"]:
+        assert after["bytes"] >= stats["bytes"] + grow, after
+    check_contents(store, "PF", results, bodies)
+    store.shutdown()
+    check_contents(store_factory(), "PF", results, bodies)
+    store_factory.expect_messages(n)
+
+
+CHILD_N = 10_000
+
+
+def child_main(root: str) -> int:
+    before = prefault_stats()
+    store = MessageStore.open(root, mapped_file_size_commit_log=SMALL_FILE, **SMALL_INDEX)
+    try:
+        bodies = [b"child %d" % i for i in range(CHILD_N)]
+        results = [store.put_message(Message("Fork", b, keys="c%d" % i)) for i, b in enumerate(bodies)]
+        assert all(r.is_ok() for r in results)
+        check_contents(store, "Fork", results, bodies)     # an assertion failing here: exit code 2
+        assert [m.body for m in store.query_message("Fork", "c9999").messages] == [b"child 9999"]
+        after = wait_for_prefault(before)
+        if after["supported"] and after["bytes"] <= before["bytes"]:
+            return 3                                       # no worker in the child: requests pile up
+    finally:
+        store.shutdown()
+    return 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_forked_child_can_open_and_fill_a_store(store_factory):
+    parent = store_factory()                               # start the worker in the parent first
+    for i in range(200):
+        parent.put_message(make_message(i))
+    wait_for_prefault({"bytes": 0, "failed": 0})
+    parent.shutdown()
+    store_factory.expect_messages(200)
+    root = str(store_factory.path("child"))
+    pid = os.fork()
+    if pid == 0:                                           # the child: never return into pytest
+        code = 2
+        try:
+            code = child_main(root)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + 120                      # a hang guard, not a timing assertion
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    status = done[1]
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(list(iter_consume_queue(os.path.join(root, "consumequeue", "Fork", "0")))) == CHILD_N
+
+
+# -- 5. consume-queue files created without read-ahead, settled when full ----------------------------------
+
+
+def test_small_consume_queue_files_roll_and_read_back(store_factory):
+    units = 150
+    geometry = {"mapped_file_size_consume_queue": units * CQ_UNIT}
+    store = store_factory(**geometry)
+    n = units * 6 + 37                                     # six full files and part of a seventh per queue
+    bodies = {q: [b"q%d-%d" % (q, i) for i in range(n)] for q in (0, 1)}
+    results: dict[int, list] = {0: [], 1: []}
+    for i in range(n):
+        for q in (0, 1):
+            results[q].append(store.put_message(make_message(i, topic="Roll", queue_id=q, body=bodies[q][i])))
+    folder = os.path.join(store.config.consume_queue_path(), "Roll")
+    assert len(os.listdir(os.path.join(folder, "0"))) == 7
+    for q in (0, 1):
+        check_contents(store, "Roll", results[q], bodies[q], q)
+    store.shutdown()
+    reopened = store_factory(**geometry)
+    for q in (0, 1):
+        check_contents(reopened, "Roll", results[q], bodies[q], q)
+        more = [b"more %d" % i for i in range(units)]     # go on writing past the reopened last file
+        results[q] += [reopened.put_message(make_message(i, topic="Roll", queue_id=q, body=b)) for i, b in
+                       enumerate(more)]
+        bodies[q] += more
+        check_contents(reopened, "Roll", results[q], bodies[q], q)
+    assert len(os.listdir(os.path.join(folder, "1"))) == 8
+    store_factory.expect_messages(2 * (n + units))
