@@ -709,9 +709,11 @@ cdef class MessageExt:
     def delay_time_level(self):
         d = self._props().get("DELAY")
         try:
-            return int(d) if d is not None else 0
+            lvl = int(d) if d is not None else 0
         except ValueError:
             return 0
+        # the same reading as Message's: negative is none, beyond an int is the largest level
+        return 0 if lvl < 0 else (lvl if lvl < 0x7FFFFFFF else 0x7FFFFFFF)
 
     @property
     def wait_store_msg_ok(self):

@@ -112,3 +112,16 @@ def test_bug7_v2_switch_counts_code_points_not_java_chars():
                              0, 0)
     assert check_record_at(rec) == len(rec)
     assert decode_record(rec).topic == topic
+
+
+def test_stored_delay_level_beyond_int_reads_as_the_message_reads_it():
+    """A DELAY property above 2^31-1 is clamped the same way by Message and by the decoded MessageExt
+    (found by hypothesis: 2200000000 decoded unclamped); a negative one reads as no delay."""
+    from pystore._codec import decode_record, encode_record
+
+    from pystore import Message
+
+    for text, level in (("2200000000", 0x7FFFFFFF), ("-3", 0), ("7", 7)):
+        m = Message("T", b"", properties={"DELAY": text})
+        assert m.delay_time_level == level
+        assert decode_record(encode_record(m)).delay_time_level == level
