@@ -72,10 +72,10 @@ cdef object ST_OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
 cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
 cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 
-# RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
 # how far ahead of the writer a commit-log file not warmed whole is pre-faulted (MappedFile.prefault_ahead)
 cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
 
+# RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
 cdef int64_t[12] _BUCKET_MS = [1, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000]
 BUCKET_NAMES = ("<=0ms", "0~10ms", "10~50ms", "50~100ms", "100~200ms", "200~500ms", "500ms~1s", "1~2s", "2~3s",
                 "3~4s", "4~5s", "5~10s", "10s~")
@@ -271,8 +271,7 @@ cdef class CommitLogCore:
     cdef void _after_append(self, MappedFile mf) except *:
         # Keep pages ahead of the writer pre-faulted by the prefault worker (a no-op for files the allocate
         # service warmed whole, and for transient-pool buffers).
-        if mf.wrote + CL_PREFAULT_LEAD > mf.warmed:
-            mf.prefault_ahead(mf.wrote, CL_PREFAULT_LEAD)
+        mf.prefault_ahead(mf.wrote, CL_PREFAULT_LEAD)
         # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
         # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
         # putting thread the GIL (RocketMQ's Java service wakes for free).

@@ -121,8 +121,7 @@ cdef class ConsumeQueueCore:
         if expect > cur:
             log.warning("[BUG] consume queue %s/%d: unit for offset %d lands at %d (a gap)", self.topic,
                         self.queue_id, cq_offset, cur // CQ_STORE_UNIT_SIZE)
-        if mf.wrote + CQ_PREFAULT_LEAD > mf.warmed:
-            mf.prefault_ahead(mf.wrote, CQ_PREFAULT_LEAD)
+        mf.prefault_ahead(mf.wrote, CQ_PREFAULT_LEAD)
         write_unit(mf.write_base + mf.wrote, phy, size, tags_code)
         mf.wrote += CQ_STORE_UNIT_SIZE
         self.max_physic_offset = phy + size

@@ -32,7 +32,12 @@ cdef class MappedFile:
 
     cdef int check_mapped(self) except -1
     cdef void settle(self) noexcept
-    cdef void prefault_ahead(self, int64_t pos, int64_t lead) noexcept
+    cdef void _prefault(self, int64_t pos, int64_t lead) noexcept
+
+    cdef inline void prefault_ahead(self, int64_t pos, int64_t lead) noexcept:
+        """Writers call this after each append; it asks for more only within ``lead`` of what was asked."""
+        if pos + lead > self.warmed:
+            self._prefault(pos, lead)
     cdef void _close_fd(self) noexcept
     cdef int _check_pos(self, int64_t v) except -1
     cdef bint _able_to_flush(self, int least_pages) noexcept

@@ -568,6 +568,7 @@ cdef class MappedFile:
         durable put, whose flushes then carry data only (no unwritten-extent conversion in the journal)."""
         cdef int rc = 0
         cdef int64_t i, pos = 0, step, end
+        cdef int64_t first_touch = self.wrote - self.wrote % PAGE + PAGE   # fallback: past the written page
         self.check_mapped()
         if self.read_only or self.base == NULL:
             return
@@ -578,7 +579,7 @@ cdef class MappedFile:
                 end = pos + step if pos + step < self.file_size else self.file_size
                 rc = madvise(self.base + pos, end - pos, MADV_POPULATE_WRITE)
                 if rc != 0:
-                    i = pos if pos > self.wrote - self.wrote % PAGE + PAGE else self.wrote - self.wrote % PAGE + PAGE
+                    i = pos if pos > first_touch else first_touch
                     while i < end:
                         (<volatile unsigned char *>self.base)[i] = (<volatile unsigned char *>self.base)[i]
                         i += PAGE
@@ -594,9 +595,9 @@ cdef class MappedFile:
             if self.base != NULL:
                 madvise(self.base, self.file_size, MADV_NORMAL)
 
-    cdef void prefault_ahead(self, int64_t pos, int64_t lead) noexcept:
-        """Ask the prefault worker for ``[warmed, pos + 2 * lead)`` once the writer at ``pos`` is within
-        ``lead`` bytes of what was asked for before (callers test ``pos + lead > warmed`` inline first).
+    cdef void _prefault(self, int64_t pos, int64_t lead) noexcept:
+        """Ask the prefault worker for ``[warmed, pos + 2 * lead)`` (``prefault_ahead``, inline in the .pxd,
+        calls this once the writer at ``pos`` is within ``lead`` bytes of what was asked for before).
 
         A file written a little at a time through its mapping (the commit log without
         ``warm_mapped_file_enable``; consume queues, 20 bytes a unit) otherwise takes two page faults per

@@ -278,6 +278,19 @@ cdef tuple _topic_entry(str topic):
     return entry
 
 
+cdef int32_t _delay_level_of(object d):
+    """The DELAY property as a level: missing, unparsable or negative is none (0), beyond an int the largest
+    level (Message and MessageExt read it alike)."""
+    cdef object lvl
+    if d is None:
+        return 0
+    try:
+        lvl = int(d)
+    except ValueError:
+        return 0
+    return 0 if lvl < 0 else (lvl if lvl < 0x7FFFFFFF else 0x7FFFFFFF)
+
+
 cdef class Message:
     """A message to put: ``Message(topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
     delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None, born_host=("127.0.0.1", 0), sys_flag=0,
@@ -394,14 +407,7 @@ cdef class Message:
         else:
             self._tags_code = 0
         self._has_keys = "KEYS" in self._props or "UNIQ_KEY" in self._props
-        d = self._props.get("DELAY")
-        self._delay_level = 0
-        if d is not None:
-            try:
-                lvl = int(d)
-            except ValueError:
-                lvl = 0
-            self._delay_level = 0 if lvl < 0 else (lvl if lvl < 0x7FFFFFFF else 0x7FFFFFFF)
+        self._delay_level = _delay_level_of(self._props.get("DELAY"))
         return 0
 
     cdef int32_t body_crc(self) noexcept:
@@ -707,13 +713,7 @@ cdef class MessageExt:
 
     @property
     def delay_time_level(self):
-        d = self._props().get("DELAY")
-        try:
-            lvl = int(d) if d is not None else 0
-        except ValueError:
-            return 0
-        # the same reading as Message's: negative is none, beyond an int is the largest level
-        return 0 if lvl < 0 else (lvl if lvl < 0x7FFFFFFF else 0x7FFFFFFF)
+        return _delay_level_of(self._props().get("DELAY"))
 
     @property
     def wait_store_msg_ok(self):
