@@ -63,6 +63,7 @@ cdef bint find_property(const unsigned char *props, int32_t n, const char *name,
                         int32_t *vpos, int32_t *vlen) noexcept nogil
 cdef int64_t tags_code_of(const unsigned char *rec, RecordView *v) noexcept nogil
 cdef MessageExt make_ext(const unsigned char *p, RecordView *v)
+cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v)
 cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t limit,
                               int64_t file_from) noexcept nogil
 cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limit, bint check_crc,

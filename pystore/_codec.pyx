@@ -377,8 +377,16 @@ cdef int64_t tags_code_of(const unsigned char *rec, RecordView *v) noexcept nogi
 
 
 cdef MessageExt make_ext(const unsigned char *p, RecordView *v):
+    """A ``MessageExt`` with its own copy of the checked record at ``p``."""
+    return make_ext_shared(PyBytes_FromStringAndSize(<const char *>p, v.total_size), 0, v)
+
+
+cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v):
+    """A ``MessageExt`` of the checked record that starts ``base`` bytes into ``buf`` (a copy it may share
+    with the records next to it)."""
     cdef MessageExt e = MessageExt.__new__(MessageExt)
-    e._raw = PyBytes_FromStringAndSize(<const char *>p, v.total_size)
+    e._raw = buf
+    e._base = base
     e.store_size = v.total_size
     e.magic_code = v.magic
     e.body_crc = v.body_crc
@@ -391,15 +399,15 @@ cdef MessageExt make_ext(const unsigned char *p, RecordView *v):
     e.store_timestamp = v.store_ts
     e.reconsume_times = v.reconsume_times
     e.prepared_transaction_offset = v.prepared_tx_offset
-    e._born_host_pos = v.born_host_pos
+    e._born_host_pos = base + v.born_host_pos
     e._born_host_len = v.born_host_len
-    e._store_host_pos = v.store_host_pos
+    e._store_host_pos = base + v.store_host_pos
     e._store_host_len = v.store_host_len
-    e._body_pos = v.body_pos
+    e._body_pos = base + v.body_pos
     e._body_len = v.body_len
-    e._topic_pos = v.topic_pos
+    e._topic_pos = base + v.topic_pos
     e._topic_len = v.topic_len
-    e._props_pos = v.props_pos
+    e._props_pos = base + v.props_pos
     e._props_len = v.props_len
     return e
 

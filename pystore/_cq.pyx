@@ -24,13 +24,14 @@ commit, a store whose queues are missing); and the read-side scans behind ``get_
 
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT64_MIN, int32_t, int64_t
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire, put_i64, store_i32_release
 from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, find_property, make_ext,
-                             tags_code_of)
+                             make_ext_shared, tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageExt, java_hash_utf8
@@ -517,6 +518,23 @@ def scan_for_messages(MappedFile cqf, long long start_pos, long long end_pos, li
     return (status, consumed, out, total, last_phy)
 
 
+# the messages of one page that lie next to each other in a commit-log file share one copy, of at most this
+# many records and bytes (a larger record gets its own): one allocation per run instead of one per message,
+# and a kept message keeps at most this much of its neighbours alive
+cdef enum:
+    RUN_RECORDS = 64
+    RUN_BYTES = 65536
+
+
+cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, int64_t *starts, int n,
+                   list out) except -1:
+    cdef bytes buf = PyBytes_FromStringAndSize(<const char *>f.base + start, end - start)
+    cdef int i
+    for i in range(n):
+        out.append(make_ext_shared(buf, <int32_t>(starts[i] - start), &views[i]))
+    return 0
+
+
 cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files, int64_t cl_file_size,
                int64_t cl_max_offset, int32_t max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
                object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out) except -1:
@@ -533,6 +551,12 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef int64_t codes[16]
     cdef int ncodes = 0, k
     cdef bint code_ok, in_disk
+    # a page without commit-log filters builds its messages a run at a time (_emit_run)
+    cdef bint shared = tag_names is None and filt is None
+    cdef RecordView run_views[RUN_RECORDS]
+    cdef int64_t run_pos[RUN_RECORDS]
+    cdef int64_t run_start = 0, run_end = 0
+    cdef int nrun = 0
     if max_filter < 16000:
         max_filter = 16000
     limit = min(end_pos, start_pos + max_filter)
@@ -573,8 +597,14 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             elif filt is not None and not filt.is_matched_by_consume_queue(tags):
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-            f = _cl_file(cl_files, cl_file_size, phy)
+            if held is not None and held.file_from_offset <= phy < held.file_from_offset + cl_file_size:
+                f = held                                    # the usual case: no division to find the file
+            else:
+                f = _cl_file(cl_files, cl_file_size, phy)
             if f is not held:
+                if nrun > 0:
+                    _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                    nrun = 0
                 if held is not None:
                     held.c_release()
                     held = None
@@ -593,21 +623,34 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 next_phy_file_start = phy - phy % cl_file_size + cl_file_size
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-            msg = make_ext(f.base + rpos, &v)
-            if tag_names is not None:
-                if msg.tags not in tag_names:
+            if shared:
+                if nrun > 0 and (nrun == RUN_RECORDS or rpos != run_end or run_end - run_start + size > RUN_BYTES):
+                    _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                    nrun = 0
+                if nrun == 0:
+                    run_start = rpos
+                run_views[nrun] = v
+                run_pos[nrun] = rpos
+                nrun += 1
+                run_end = rpos + size
+            else:
+                msg = make_ext(f.base + rpos, &v)
+                if tag_names is not None:
+                    if msg.tags not in tag_names:
+                        pos += CQ_STORE_UNIT_SIZE
+                        continue
+                elif filt is not None and not filt.is_matched_by_commit_log(msg):
                     pos += CQ_STORE_UNIT_SIZE
                     continue
-            elif filt is not None and not filt.is_matched_by_commit_log(msg):
-                pos += CQ_STORE_UNIT_SIZE
-                continue
-            out.append(msg)
+                out.append(msg)
             total += size
             count += 1
             last_phy = phy
             status = SCAN_FOUND
             next_phy_file_start = INT64_MIN
             pos += CQ_STORE_UNIT_SIZE
+        if nrun > 0:
+            _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
     finally:
         if held is not None:
             held.c_release()
@@ -618,6 +661,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
 
 
 @cython.final
+@cython.no_gc
 cdef class GetMessageResult:
     """What ``get_message`` returns (API.md "Reading"): ``status, next_begin_offset, min_offset, max_offset,
     messages, message_count, buffer_total_size`` and ``suggest_pulling_from_slave`` (RocketMQ: the pull is
@@ -679,6 +723,13 @@ def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, li
     too small, one past the end, far past it, no unit buffer) then the scan, in one call, as a
     ``GetMessageResult``. ``statuses`` maps the SCAN_*/GM_* codes to ``GetMessageStatus``; ``keep_offset``
     is the slave's next-offset rule (``nextOffsetCorrection``)."""
+    return _read_queue(cq, offset, max_msg_nums, cl_files, cl_file_size, lim, tag_codes, tag_names, filt, statuses,
+                       keep_offset)
+
+
+cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums, list cl_files,
+                                  int64_t cl_file_size, ReadLimits lim, object tag_codes, object tag_names,
+                                  object filt, tuple statuses, bint keep_offset):
     cdef list files = cq.queue.files
     cdef int64_t cq_size = cq.queue.mapped_file_size
     cdef int64_t units = cq_size // CQ_STORE_UNIT_SIZE
@@ -868,3 +919,52 @@ cdef class QueueDispatcher(Dispatcher):
     def forget_cells(self):
         self._last_cell = None
         self._last_topic = None
+
+
+@cython.final
+cdef class QueueReader:
+    """``MessageStore.get_message`` without a Python frame, for the common call: a writable store that is
+    loaded, a plain ``(group, topic, queue_id, offset, max_msg_nums)`` with no filter, a queue that exists.
+    Anything else (a filter, arguments of other types, an unknown queue, a store not readable or shut down,
+    a slave) goes to ``slow``, the store's own method, so there is one reading of every rule. The store
+    keeps ``open`` in step with its state."""
+    cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
+    cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
+    cdef ReadLimits lim
+    cdef tuple statuses
+    cdef object flags                    # RunningFlags
+    cdef long not_readable_bit
+    cdef object config
+    cdef object slave_role
+    cdef object slow                     # the store's class get_message (unbound)
+    cdef object store
+    cdef public bint open
+
+    def __init__(self, dict queues, cl_queue, ReadLimits lim, tuple statuses, flags, long not_readable_bit,
+                 config, slave_role, slow, store):
+        self.queues = queues
+        self.cl_queue = cl_queue
+        self.lim = lim
+        self.statuses = statuses
+        self.flags = flags
+        self.not_readable_bit = not_readable_bit
+        self.config = config
+        self.slave_role = slave_role
+        self.slow = slow
+        self.store = store
+        self.open = False
+
+    def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None):
+        cdef object cq = None
+        cdef object q
+        if (message_filter is None and self.open and type(topic) is str and type(queue_id) is int
+                and type(offset) is int and type(max_msg_nums) is int):
+            cq = self.queues.get((topic, queue_id))
+            if cq is not None and (self.flags._flag & self.not_readable_bit
+                                   or self.config.broker_role is self.slave_role):
+                cq = None
+        if cq is None:
+            return self.slow(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
+        q = self.cl_queue
+        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
+                           None, None, self.statuses, False)

@@ -46,7 +46,8 @@ cdef class MessageBatch:
 
 
 cdef class MessageExt:
-    cdef bytes _raw                   # a private copy of the whole record
+    cdef bytes _raw                   # a private copy of the record, or of a run of records it shares
+    cdef int32_t _base                # where the record starts in _raw; every _*_pos below is absolute in _raw
     cdef readonly int32_t store_size
     cdef readonly int32_t body_crc
     cdef readonly int32_t queue_id
@@ -64,3 +65,4 @@ cdef class MessageExt:
     cdef object _topic, _body, _properties, _born_host, _store_host
 
     cdef dict _props(self)
+    cdef _detach(self)

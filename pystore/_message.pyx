@@ -664,8 +664,10 @@ cdef inline bytes _sub(bytes raw, int32_t pos, int32_t n):
 @cython.no_gc           # holds bytes, str, tuples and a dict of str: it can never be part of a cycle
 @cython.freelist(64)
 cdef class MessageExt:
-    """A stored message, as reads return it. Every field is read-only; the object owns a copy of the
-    record (``raw``), so it stays valid after the file it came from is deleted."""
+    """A stored message, as reads return it. Every field is read-only; the object holds a private copy of
+    the record (``raw``), so it stays valid after the file it came from is deleted. The messages of one
+    ``get_message`` page that lie next to each other in the commit log share one copy (at most 64 KiB of
+    records, a record larger than that has its own): one allocation per run instead of one per message."""
 
     def __init__(self, *args, **kwargs):
         raise TypeError("MessageExt objects come from reads; use pystore.tools.decode_record(bytes)")
@@ -673,7 +675,20 @@ cdef class MessageExt:
     @property
     def raw(self):
         """The stored record's bytes."""
+        if self._base != 0 or PyBytes_GET_SIZE(self._raw) != self.store_size:
+            self._detach()
         return self._raw
+
+    cdef _detach(self):
+        """Take this record's own copy out of a shared run (positions move with it)."""
+        cdef int32_t b = self._base
+        self._raw = PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._raw) + b, self.store_size)
+        self._base = 0
+        self._born_host_pos -= b
+        self._store_host_pos -= b
+        self._body_pos -= b
+        self._topic_pos -= b
+        self._props_pos -= b
 
     @property
     def topic(self):
@@ -763,7 +778,7 @@ cdef class MessageExt:
 
     def __reduce__(self):
         from pystore._codec import decode_record
-        return (decode_record, (self._raw,))
+        return (decode_record, (self.raw,))
 
     def __repr__(self):
         return ("MessageExt(topic=%r, queue_id=%d, queue_offset=%d, commit_log_offset=%d, store_size=%d, "

@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message
-from pystore._cq import QueueDispatcher, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
+from pystore._cq import QueueDispatcher, QueueReader, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
@@ -99,6 +99,7 @@ class MessageStore:
         self.read_only = self.config.read_only
         self.running_flags = RunningFlags()
         self.running_flags.add_listener(self._update_writeable)
+        self._reader: QueueReader | None = None
         self._state = _NEW
         self._lock = StoreLock(self.config.lock_path())
         self._abort = AbortFile(self.config.abort_path())
@@ -233,8 +234,33 @@ class MessageStore:
         self._commitlog.attach_last()
         if not self.read_only:
             self._checkpoint.auto_flush_ms = _CHECKPOINT_FLUSH_MS
+            self._bind_get_fast_path()
         self._state = _LOADED
         return True
+
+    @property
+    def _state(self) -> str:
+        return self.__state
+
+    @_state.setter
+    def _state(self, state: str) -> None:
+        self.__state = state
+        if self._reader is not None:
+            # the compiled get_message serves only a readable store; the rest goes to the Python method
+            self._reader.open = state in (_LOADED, _STARTED)
+
+    def _bind_get_fast_path(self) -> None:
+        """``get_message`` without a Python frame for its common call (no filter, a known queue, a readable
+        master): the instance's ``get_message`` becomes a ``_cq.QueueReader``'s, which hands every other call
+        back to this class's method. Not for a read-only store (it refreshes its view first) nor for a
+        subclass that overrides ``get_message``."""
+        if type(self).get_message is not MessageStore.get_message:
+            return
+        assert self._commitlog is not None and self._cq_store is not None
+        self._reader = QueueReader(self._cq_store._queues, self._commitlog.queue, self._limits, _GET_STATUS,
+                                   self.running_flags, RunningFlags.NOT_READABLE_BIT, self.config, _SLAVE,
+                                   MessageStore.get_message, self)
+        self.get_message = self._reader.get_message  # type: ignore[method-assign]
 
     def _cell_for(self, topic: str, queue_id: int) -> QueueCell:
         """The topic-queue cell with its consume queue (dispatch's factory)."""
