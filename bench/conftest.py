@@ -127,6 +127,11 @@ RATIOS: list[tuple[str, ...]] = [
         "baseline_read_random",
     ),
     ("recovery scan (CRC) vs Python struct scan", "scan_file_1gib_crc", "baseline_scan_python_crc"),
+    (
+        "get_message bodies retained vs slicing them (floor)",
+        "get_message_sequential_retained",
+        "floor_bytes_retained",
+    ),
 ]
 
 # (source, what, label, metric, "ge"/"le", threshold, unit)
