@@ -17,6 +17,7 @@ last record reads back with the body that was put.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -178,6 +179,34 @@ def test_put_batch_32x128_construct(benchmark, store_factory, record):
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls * n, bodies[-1], at_least=n)
     record("put_batch_32x128_construct", n, n * size)
+
+
+FROM_BODIES_POOL = 10_000      # distinct batches of 32 x 128 B (320 k bodies, 41 MB): no batch is hot in cache
+
+
+def test_put_batch_32x128_from_bodies(benchmark, store_factory, record):
+    """``put_messages(MessageBatch.from_bodies(TOPIC, bodies))`` over 10 000 distinct batches of fresh
+    bodies, cycled: what a caller holding ``bytes`` gets, cache misses on its bodies included (the prebuilt
+    figure puts one hot batch again and again)."""
+    n, size = 32, 128
+    rounds, iters = 100, 100
+    store = store_factory((rounds + 2) * iters * _record_size(n, size))
+    bodies = benchlib.payloads(FROM_BODIES_POOL * n, size)
+    pool = [bodies[i:i + n] for i in range(0, len(bodies), n)]
+    nxt = itertools.cycle(pool).__next__
+    put = store.put_messages
+    from_bodies = MessageBatch.from_bodies
+
+    def put_fresh() -> object:
+        return put(from_bodies(TOPIC, nxt()))
+
+    benchmark.group = "put batch 32 x 128 B"
+    r = benchmark.pedantic(put_fresh, rounds=rounds, iterations=iters, warmup_rounds=1)
+    assert r.is_ok() and r.append_message_result.msg_num == n
+    calls = pedantic_calls(benchmark, rounds, iters, 1)
+    last = pool[(calls - 1) % len(pool)][-1] if calls is not None else pool[0][-1]
+    check_store(store, None if calls is None else calls * n, last, at_least=n)
+    record("put_batch_32x128_from_bodies", n, n * size)
 
 
 # -----------------------------------------------------------------------------------------------------------

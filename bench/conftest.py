@@ -102,6 +102,7 @@ RATIOS: list[tuple[str, ...]] = [
     ("single put 128 B, Message built per put", "put_single_128_construct", "baseline_single_128"),
     ("batch 32 x 128 B, prebuilt", "put_batch_32x128_prebuilt", "baseline_batch_32x128"),
     ("batch 32 x 128 B, built per put", "put_batch_32x128_construct", "baseline_batch_32x128"),
+    ("batch 32 x 128 B, from_bodies of fresh bytes", "put_batch_32x128_from_bodies", "baseline_batch_32x128"),
     ("batch 128 x 128 B, prebuilt", "put_batch_128x128_prebuilt", "baseline_batch_128x128"),
     ("batch 32 x 1 KiB, prebuilt", "put_batch_32x1024_prebuilt", "baseline_batch_32x1024"),
     ("batch 128 x 1 KiB, prebuilt", "put_batch_128x1024_prebuilt", "baseline_batch_128x1024"),

@@ -20,14 +20,14 @@ big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM
 from libc.stdint cimport int32_t, int64_t
 
-from pystore._bytes cimport mono_coarse_ns, now_ms
+from pystore._bytes cimport body_crc32, mono_coarse_ns, now_ms
 from pystore._codec cimport (BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
-                             TRANSACTION_TYPE_MASK, RecordView, check_record, encode_message, make_ext,
-                             message_length, scan_records, write_blank,
-                             find_next_record)
+                             TRANSACTION_TYPE_MASK, RecordView, check_record, encode_message, encode_with_body,
+                             find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageBatch, encode_host
 from pystore._results cimport PutMessageResult, put_failed, put_ok
@@ -387,34 +387,60 @@ cdef class CommitLogCore:
     cdef object _put_batch(self, object batch_obj, bint run_after):
         cdef MessageBatch batch = <MessageBatch>batch_obj
         cdef list ms = batch._messages
-        cdef Py_ssize_t i, n = len(ms)
+        cdef list bodies = batch._bodies
+        cdef Message tmpl = batch._template
+        cdef Py_ssize_t i, n
         cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
-        cdef int32_t size
+        cdef int32_t size, base_len = 0
         cdef Message m
+        cdef bytes b
         cdef QueueCell cell
         cdef MappedFile mf
         cdef object status = None
         cdef PutMessageResult result
-        cdef bytes sizes
+        cdef bytes sizes, crcs = None
         cdef int32_t *size_arr
+        cdef int32_t *crc_arr = NULL
         if not self.writeable:
             self.put_failed_times += 1
             return put_failed(ST_SERVICE_NOT_AVAILABLE)
+        n = len(ms) if bodies is None else len(bodies)
         sizes = PyBytes_FromStringAndSize(NULL, n * 4)
         size_arr = <int32_t *>PyBytes_AS_STRING(sizes)
-        for i in range(n):
-            m = <Message>ms[i]
+        if bodies is None:
+            for i in range(n):
+                m = <Message>ms[i]
+                if m._illegal:
+                    self.put_failed_times += 1
+                    return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if m._illegal == 2 else ST_MESSAGE_ILLEGAL)
+                if (PyBytes_GET_SIZE(m._body) > self.max_message_size or m._delay_level > 0
+                        or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
+                        or m._tq_key != batch._tq_key):
+                    self.put_failed_times += 1
+                    return put_failed(ST_MESSAGE_ILLEGAL)
+                size_arr[i] = message_length(m, self.store_flag)
+                total += size_arr[i]
+                m.body_crc()
+        else:
+            # from_bodies: one template's checks, then each body's length and CRC (no Message per body)
+            m = tmpl
             if m._illegal:
                 self.put_failed_times += 1
                 return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if m._illegal == 2 else ST_MESSAGE_ILLEGAL)
-            if (PyBytes_GET_SIZE(m._body) > self.max_message_size or m._delay_level > 0
-                    or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
-                    or m._tq_key != batch._tq_key):
+            if m._delay_level > 0 or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE:
                 self.put_failed_times += 1
                 return put_failed(ST_MESSAGE_ILLEGAL)
-            size_arr[i] = message_length(m, self.store_flag)
-            total += size_arr[i]
-            m.body_crc()
+            base_len = message_length(m, self.store_flag) - <int32_t>PyBytes_GET_SIZE(m._body)
+            crcs = PyBytes_FromStringAndSize(NULL, n * 4)
+            crc_arr = <int32_t *>PyBytes_AS_STRING(crcs)
+            for i in range(n):
+                b = <bytes>PyList_GET_ITEM(bodies, i)
+                if PyBytes_GET_SIZE(b) > self.max_message_size:
+                    self.put_failed_times += 1
+                    return put_failed(ST_MESSAGE_ILLEGAL)
+                size_arr[i] = base_len + <int32_t>PyBytes_GET_SIZE(b)
+                total += size_arr[i]
+                crc_arr[i] = body_crc32(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             self.put_failed_times += 1
             return put_failed(ST_MESSAGE_ILLEGAL)
@@ -427,7 +453,7 @@ cdef class CommitLogCore:
             ts = self._now()
             # one clock read per put: the lock time is the store time unless a test clock drives the latter
             self.begin_time_in_lock = ts if self.clock is None else now_ms()
-            cell = self.cell_for(<Message>ms[0])
+            cell = self.cell_for(<Message>ms[0] if bodies is None else tmpl)
             qoff = cell.next_offset
             mf = self._file_with_room(total)
             if mf is None:
@@ -436,12 +462,18 @@ cdef class CommitLogCore:
                 pos = mf.wrote
                 first_phy = mf.file_from_offset + pos
                 for i in range(n):
-                    m = <Message>ms[i]
                     size = size_arr[i]
                     phy = mf.file_from_offset + pos
-                    encode_message(mf.write_base + pos, m, size, qoff + i, phy, ts,
-                                   <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                   self.store_flag)
+                    if bodies is None:
+                        encode_message(mf.write_base + pos, <Message>ms[i], size, qoff + i, phy, ts,
+                                       <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                       self.store_flag)
+                    else:
+                        b = <bytes>PyList_GET_ITEM(bodies, i)
+                        encode_with_body(mf.write_base + pos, tmpl, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b),
+                                         crc_arr[i], size, qoff + i, phy, ts,
+                                         <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                         self.store_flag)
                     pos += size
                     # publish record by record, so a concurrent reader sees a growing prefix
                     mf.wrote = pos
@@ -450,9 +482,10 @@ cdef class CommitLogCore:
                 if self.dispatcher is not None:
                     phy = first_phy
                     for i in range(n):
-                        m = <Message>ms[i]
                         size = size_arr[i]
-                        self.dispatcher.dispatch(cell, m, phy, size, ts, qoff + i)
+                        # the dispatcher reads what every message of a from_bodies batch shares
+                        self.dispatcher.dispatch(cell, <Message>ms[i] if bodies is None else tmpl, phy, size, ts,
+                                                 qoff + i)
                         phy += size
         finally:
             self.begin_time_in_lock = 0

@@ -39,10 +39,14 @@ cdef class Message:
 
 
 cdef class MessageBatch:
-    cdef list _messages
+    cdef list _messages               # the messages; None for a batch built from bodies
+    cdef list _bodies                 # from_bodies: the bodies (bytes), sharing everything else ...
+    cdef Message _template            # ... with this message (its own body empty)
     cdef str _topic
     cdef int32_t _queue_id
     cdef str _tq_key
+
+    cdef list _materialize(self)
 
 
 cdef class MessageExt:

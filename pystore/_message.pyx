@@ -622,9 +622,54 @@ cdef class MessageBatch:
         self._queue_id = first._queue_id
         self._tq_key = first._tq_key
 
+    @staticmethod
+    def from_bodies(topic, bodies, tags=None, keys=None, int flag=0, properties=None, int queue_id=0,
+                    born_timestamp=None, born_host=("127.0.0.1", 0)):
+        """A batch of ``bodies`` (bytes or buffers) that share everything else: topic, queue, tags, keys,
+        flag, properties, born time and host, as ``Message`` takes them. Stored exactly as the same batch of
+        ``Message`` objects would be, but no ``Message`` is made per body: the put encodes each record
+        straight from its body (the way to append many payloads one holds as ``bytes``)."""
+        # positional: Cython parses them without a keyword dict
+        cdef Message t = Message(topic, b"", tags, keys, flag, properties, queue_id, 0, True, born_timestamp,
+                                 born_host)
+        cdef list bs = list(bodies)
+        cdef Py_ssize_t i
+        cdef MessageBatch batch
+        if not bs:
+            raise ValueError("a MessageBatch needs at least one message")
+        for i in range(len(bs)):
+            b = bs[i]
+            if type(b) is not bytes:
+                if isinstance(b, str) or b is None:
+                    raise TypeError("body must be bytes or a buffer, got %s" % type(b).__name__)
+                try:
+                    bs[i] = bytes(memoryview(b).cast("B"))
+                except TypeError:
+                    raise TypeError("body must be bytes or a buffer, got %s" % type(b).__name__) from None
+        batch = MessageBatch.__new__(MessageBatch)
+        batch._bodies = bs
+        batch._template = t
+        batch._topic = t._topic
+        batch._queue_id = t._queue_id
+        batch._tq_key = t._tq_key
+        return batch
+
+    cdef list _materialize(self):
+        """The batch's messages (made from the template and bodies for a batch built from bodies)."""
+        cdef Message t = self._template
+        if self._bodies is None:
+            return self._messages
+        return [Message(t._topic, b, flag=t._flag, properties=t._props, queue_id=t._queue_id,
+                        born_timestamp=t._born_timestamp, born_host=t._born_host) for b in self._bodies]
+
     @property
     def messages(self):
-        return list(self._messages)
+        return list(self._materialize())
+
+    @property
+    def wait_store_msg_ok(self):
+        """The batch's (its first message's): RocketMQ waits for a batch unless that says ``WAIT=false``."""
+        return (self._template if self._bodies is not None else <Message>self._messages[0]).wait_store_msg_ok
 
     @property
     def topic(self):
@@ -635,17 +680,16 @@ cdef class MessageBatch:
         return self._queue_id
 
     def __len__(self):
-        return len(self._messages)
+        return len(self._messages if self._bodies is None else self._bodies)
 
     def __iter__(self):
-        return iter(self._messages)
+        return iter(self._materialize())
 
     def __reduce__(self):
-        return (MessageBatch, (self._messages,))
+        return (MessageBatch, (self._materialize(),))
 
     def __repr__(self):
-        return "MessageBatch(topic=%r, queue_id=%d, %d messages)" % (self._topic, self._queue_id,
-                                                                     len(self._messages))
+        return "MessageBatch(topic=%r, queue_id=%d, %d messages)" % (self._topic, self._queue_id, len(self))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -912,7 +912,5 @@ def _done(result: PutMessageResult) -> Future[PutMessageResult]:
 
 def _waits(msg: Message | MessageBatch) -> bool:
     """RocketMQ ``isWaitStoreMsgOK``: a batch waits unless its first message says ``WAIT=false``."""
-    if isinstance(msg, MessageBatch):
-        return bool(msg.messages[0].wait_store_msg_ok)
     return bool(msg.wait_store_msg_ok)
 

@@ -1,0 +1,154 @@
+"""``MessageBatch.from_bodies``: a batch of bodies sharing one template message, encoded without a
+``Message`` per body. What it stores must be byte for byte what the same batch of ``Message`` objects
+stores; it must refuse what a ``Message`` batch refuses, and read, index, filter, pickle and flush the same."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+from conftest import BORN_BASE, BORN_HOST, FakeClock
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pystore import FlushDiskType, GetMessageStatus, Message, MessageBatch, PutMessageStatus, TagFilter
+from pystore.store import MessageStore
+from pystore.tools import iter_commitlog
+
+TOPIC = "TopicTest"
+FIELDS = dict(tags="TagA", keys=["k1", "k2"], flag=7, properties={"a": "b"}, queue_id=2,
+              born_timestamp=BORN_BASE, born_host=BORN_HOST)
+
+
+def as_messages(bodies, **kw) -> MessageBatch:
+    return MessageBatch([Message(TOPIC, b, **kw) for b in bodies])
+
+
+def commit_log_bytes(store: MessageStore) -> bytes:
+    store.flush()
+    files = sorted(os.listdir(os.path.join(store.root, "commitlog")))
+    end = store.get_max_phy_offset()
+    data = b"".join(open(os.path.join(store.root, "commitlog", f), "rb").read() for f in files)
+    return data[:end]
+
+
+# -- the object ---------------------------------------------------------------------------------------------
+
+
+def test_batch_of_bodies_behaves_like_the_messages_it_stands_for():
+    bodies = [b"a", bytearray(b"bb"), memoryview(b"ccc"), b""]
+    fb = MessageBatch.from_bodies(TOPIC, bodies, **FIELDS)
+    ref = as_messages([bytes(b) for b in bodies], **FIELDS)
+    assert len(fb) == 4 and fb.topic == TOPIC and fb.queue_id == 2
+    assert "4 messages" in repr(fb)
+    got = fb.messages
+    assert [m.body for m in got] == [b"a", b"bb", b"ccc", b""]
+    for a, b in zip(got, ref.messages, strict=True):
+        assert (a.topic, a.body, a.properties, a.flag, a.queue_id, a.born_timestamp, a.born_host) == \
+            (b.topic, b.body, b.properties, b.flag, b.queue_id, b.born_timestamp, b.born_host)
+    assert [m.body for m in fb] == [m.body for m in got]
+    back = pickle.loads(pickle.dumps(fb))
+    assert [m.body for m in back] == [m.body for m in got] and back.topic == TOPIC
+    assert fb.wait_store_msg_ok and not MessageBatch.from_bodies(TOPIC, [b"x"], properties={"WAIT": "false"}
+                                                                 ).wait_store_msg_ok
+    bodies.append(b"later")                          # the batch took its own list
+    assert len(fb) == 4
+
+
+@pytest.mark.parametrize("bodies,exc", [([], ValueError), (["text"], TypeError), ([None], TypeError),
+                                        ([b"ok", 5], TypeError), (None, TypeError)])
+def test_bad_bodies(bodies, exc):
+    with pytest.raises(exc):
+        MessageBatch.from_bodies(TOPIC, bodies)
+
+
+def test_bad_template_arguments():
+    with pytest.raises(TypeError):
+        MessageBatch.from_bodies(5, [b"x"])
+    with pytest.raises(TypeError):
+        MessageBatch.from_bodies(TOPIC, [b"x"], tags=3)
+    with pytest.raises(TypeError):
+        MessageBatch.from_bodies(TOPIC, [b"x"], properties={"a": 1})
+
+
+# -- stored bytes --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=40),
+       tags=st.sampled_from([None, "", "TagA", "标签"]),
+       keys=st.sampled_from([None, "one", ["a", "b c"]]),
+       long_topic=st.booleans(), v6=st.booleans())
+def test_stored_bytes_equal_a_message_batch(tmp_path_factory, bodies, tags, keys, long_topic, v6):
+    topic = "T" * 200 if long_topic else TOPIC        # a topic over 127 characters makes version-2 records
+    kw = dict(tags=tags, keys=keys, flag=3, queue_id=1, born_timestamp=BORN_BASE,
+              born_host=("::1", 9) if v6 else BORN_HOST)
+    roots = tmp_path_factory.mktemp("same")
+    out = []
+    for name, batch in (("a", MessageBatch.from_bodies(topic, bodies, **kw)),
+                        ("b", MessageBatch([Message(topic, b, **kw) for b in bodies]))):
+        store = MessageStore.open(str(roots / name), clock=FakeClock(), mapped_file_size_commit_log=1 << 20)
+        try:
+            r = store.put_messages(batch)
+            assert r.is_ok(), r
+            a = r.append_message_result
+            out.append((commit_log_bytes(store), a.wrote_offset, a.wrote_bytes, a.msg_num, a.logics_offset,
+                        a.msg_id, [m.body for m in store.get_message("g", topic, 1, 0, 64).messages]))
+        finally:
+            store.destroy()
+    assert out[0] == out[1]
+    assert out[0][6] == bodies
+
+
+def test_reads_index_and_filters_like_messages(store_factory):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    r1 = store.put_messages(MessageBatch.from_bodies(TOPIC, [b"x%d" % i for i in range(10)], tags="TagA",
+                                                     keys="shared"))
+    r2 = store.put_messages(MessageBatch.from_bodies(TOPIC, [b"y%d" % i for i in range(5)], tags="TagB"))
+    assert r1.is_ok() and r2.is_ok()
+    assert r2.append_message_result.logics_offset == 10
+    got = store.get_message("g", TOPIC, 0, 0, 32, TagFilter("TagB"))
+    assert [m.body for m in got.messages] == [b"y%d" % i for i in range(5)]
+    assert [m.queue_offset for m in got.messages] == list(range(10, 15))
+    found = store.query_message(TOPIC, "shared", 32)
+    assert sorted(m.body for m in found.messages) == sorted(b"x%d" % i for i in range(10))
+    for m in store.get_message("g", TOPIC, 0, 0, 32).messages:
+        assert m.body_crc == store.look_message_by_offset(m.commit_log_offset).body_crc
+    store_factory.expect_messages(15)
+
+
+def test_refused_like_a_message_batch(store_factory):
+    store = store_factory(max_message_size=100)
+    ok = MessageBatch.from_bodies(TOPIC, [b"a" * 100])
+    assert store.put_messages(ok).is_ok()
+    too_big = MessageBatch.from_bodies(TOPIC, [b"a", b"b" * 101])
+    assert store.put_messages(too_big).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_messages(MessageBatch.from_bodies("bad topic!", [b"a"])).status is \
+        PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_messages(MessageBatch.from_bodies(TOPIC, [b"a"], properties={"DELAY": "3"})).status is \
+        PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_messages(MessageBatch.from_bodies(TOPIC, [b"a"], properties={"k": "v" * 40000})).status is \
+        PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    assert store.put_messages(MessageBatch.from_bodies(TOPIC, [b"a"], queue_id=-1)).status is \
+        PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.get_max_offset_in_queue(TOPIC, 0) == 1
+    store_factory.expect_messages(1)
+
+
+def test_sync_flush_and_async_put(store_factory):
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    r = store.put_messages(MessageBatch.from_bodies(TOPIC, [b"d%d" % i for i in range(8)]))
+    assert r.status is PutMessageStatus.PUT_OK
+    f = store.async_put_messages(MessageBatch.from_bodies(TOPIC, [b"e"]))
+    assert f.result(timeout=10).status is PutMessageStatus.PUT_OK
+    got = store.get_message("g", TOPIC, 0, 0, 32)
+    assert got.status is GetMessageStatus.FOUND
+    assert [m.body for m in got.messages] == [b"d%d" % i for i in range(8)] + [b"e"]
+    # WAIT=false: acknowledged without waiting for the flush (consume queues follow the flush later)
+    r = store.put_messages(MessageBatch.from_bodies(TOPIC, [b"w"], properties={"WAIT": "false"}))
+    assert r.status is PutMessageStatus.PUT_OK
+    store.flush()
+    assert [m.body for m in iter_commitlog(os.path.join(store.root, "commitlog"), verify_crc=True)] == \
+        [b"d%d" % i for i in range(8)] + [b"e", b"w"]
+    store_factory.expect_messages(10)
