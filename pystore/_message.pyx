@@ -135,9 +135,19 @@ cdef dict _host_cache = {}
 cdef dict _host_text_cache = {}
 
 
+cdef tuple _last_host = (None, None)          # (host tuple, its encoding): one entry, replaced as a whole
+
+
 cdef bytes encode_host(object host, bint *is_v6):
     """Encode ``(address, port)``: 4 or 16 address bytes, then the port as a big-endian int."""
+    global _last_host
     cdef bytes out
+    cdef tuple last = _last_host
+    if last[0] is host:
+        # the same tuple object again (the default born host, a caller's constant): no hashing
+        out = <bytes>last[1]
+        is_v6[0] = PyBytes_GET_SIZE(out) == 20
+        return out
     if (type(host) is not tuple or len(<tuple>host) != 2 or type((<tuple>host)[0]) is not str
             or type((<tuple>host)[1]) is not int):
         out = None           # checked (and refused) by the slow path; never looked up: (a, True) == (a, 1)
@@ -147,6 +157,8 @@ cdef bytes encode_host(object host, bint *is_v6):
         out = _encode_host_slow(host)
         if len(_host_cache) < 4096:
             _host_cache[host] = out
+    if type(host) is tuple:
+        _last_host = (host, out)
     is_v6[0] = PyBytes_GET_SIZE(out) == 20
     return out
 
@@ -393,6 +405,13 @@ cdef class Message:
         else:
             self._tq_key = "%s-%d" % (self._topic, self._queue_id)
         self._illegal = 1 if (<bint>entry[2] or self._queue_id < 0) else 0
+        if not self._props:
+            # the common message without tags, keys or properties: nothing to look up or encode
+            self._props_b = b""
+            self._tags_code = 0
+            self._has_keys = False
+            self._delay_level = 0
+            return 0
         for k, v in self._props.items():
             if not k or "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
                 self._illegal = 1
