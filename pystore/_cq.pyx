@@ -38,6 +38,8 @@ from pystore._message cimport Message, MessageExt, java_hash_utf8
 
 import logging
 
+from pystore._commitlog import read_message
+
 log = logging.getLogger(__name__)
 
 UNIT_SIZE = CQ_STORE_UNIT_SIZE
@@ -923,11 +925,12 @@ cdef class QueueDispatcher(Dispatcher):
 
 @cython.final
 cdef class QueueReader:
-    """``MessageStore.get_message`` without a Python frame, for the common call: a writable store that is
-    loaded, a plain ``(group, topic, queue_id, offset, max_msg_nums)`` with no filter, a queue that exists.
-    Anything else (a filter, arguments of other types, an unknown queue, a store not readable or shut down,
-    a slave) goes to ``slow``, the store's own method, so there is one reading of every rule. The store
-    keeps ``open`` in step with its state."""
+    """``MessageStore.get_message`` and ``look_message_by_offset`` without a Python frame, for the common
+    call on a writable store that is loaded: ``get_message`` with a plain ``(group, topic, queue_id, offset,
+    max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an int. Anything else (a
+    filter, arguments of other types, an unknown queue, a store not readable or shut down, a slave) goes to
+    the store class's own method, so there is one reading of every rule. The store keeps ``open`` in step
+    with its state."""
     cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
     cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
     cdef ReadLimits lim
@@ -936,12 +939,12 @@ cdef class QueueReader:
     cdef long not_readable_bit
     cdef object config
     cdef object slave_role
-    cdef object slow                     # the store's class get_message (unbound)
+    cdef object cls                      # the store's class: its methods are the slow paths
     cdef object store
     cdef public bint open
 
     def __init__(self, dict queues, cl_queue, ReadLimits lim, tuple statuses, flags, long not_readable_bit,
-                 config, slave_role, slow, store):
+                 config, slave_role, cls, store):
         self.queues = queues
         self.cl_queue = cl_queue
         self.lim = lim
@@ -950,7 +953,7 @@ cdef class QueueReader:
         self.not_readable_bit = not_readable_bit
         self.config = config
         self.slave_role = slave_role
-        self.slow = slow
+        self.cls = cls
         self.store = store
         self.open = False
 
@@ -964,7 +967,18 @@ cdef class QueueReader:
                                    or self.config.broker_role is self.slave_role):
                 cq = None
         if cq is None:
-            return self.slow(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
+            return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
         q = self.cl_queue
         return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
                            None, None, self.statuses, False)
+
+    def look_message_by_offset(self, commit_log_offset):
+        cdef object q
+        cdef MappedFile mf
+        if not self.open or type(commit_log_offset) is not int:
+            return self.cls.look_message_by_offset(self.store, commit_log_offset)
+        q = self.cl_queue
+        mf = _cl_file(q.files, q.mapped_file_size, commit_log_offset)
+        if mf is None:
+            return None
+        return read_message(mf, commit_log_offset - mf.file_from_offset)

@@ -1,8 +1,9 @@
-"""The read fast path: ``get_message`` bound to a compiled ``_cq.QueueReader`` (the common call without a
-Python frame, every other call handed to ``MessageStore.get_message``), and the messages of one page sharing
-one copy of their contiguous records. Behaviour only: the compiled answer must equal the Python method's
-for every call, a message must stay whole after its neighbours, its page and its files are gone, and the
-store's state (closed, not readable) must be honoured through an old reference."""
+"""The read fast path: ``get_message`` and ``look_message_by_offset`` bound to a compiled
+``_cq.QueueReader`` (the common call without a Python frame, every other call handed to the ``MessageStore``
+method), and the messages of one page sharing one copy of their contiguous records. Behaviour only: the
+compiled answer must equal the Python method's for every call, a message must stay whole after its
+neighbours, its page and its files are gone, and the store's state (closed, not readable) must be honoured
+through an old reference."""
 
 from __future__ import annotations
 
@@ -75,9 +76,38 @@ class FilteringStore(MessageStore):
 def test_subclass_override_survives_open(store_factory):
     store = store_factory.track(FilteringStore.open(store_factory.path("a"), mapped_file_size_commit_log=SMALL_FILE))
     assert store.put_message(make_message(0)).is_ok()
-    assert "get_message" not in vars(store) and store._reader is None
+    assert "get_message" not in vars(store)
     assert store.get_message(GROUP, TOPIC, 0, 0).status is GetMessageStatus.FOUND and FilteringStore.calls == 1
+    # what it does not override is still bound
+    assert store.look_message_by_offset == store._reader.look_message_by_offset
     store_factory.expect_messages(1, "a")
+
+
+def test_look_message_by_offset_agrees_with_the_python_method(store_factory):
+    store = store_factory(mapped_file_size_commit_log=4096)
+    results = [store.put_message(make_message(i, body_size=300 + i)) for i in range(40)]
+    assert store.look_message_by_offset == store._reader.look_message_by_offset
+    offsets = [r.append_message_result.wrote_offset for r in results]
+    probes = offsets + [o + 1 for o in offsets[:5]] + [-1, 0, 4095, 4096, store.get_max_phy_offset(),
+                                                       store.get_max_phy_offset() + 10**6, True, 10**9]
+    for off in probes:
+        fast = store.look_message_by_offset(off)
+        slow_m = MessageStore.look_message_by_offset(store, off)
+        assert (fast is None) == (slow_m is None), off
+        if fast is not None:
+            assert (fast.raw, fast.commit_log_offset) == (slow_m.raw, slow_m.commit_log_offset)
+    assert [store.look_message_by_offset(o).body for o in offsets] == [r.body for r in
+                                                                       (make_message(i, body_size=300 + i)
+                                                                        for i in range(40))]
+    with pytest.raises(TypeError):
+        store.look_message_by_offset("0")
+    with pytest.raises(OverflowError):
+        store.look_message_by_offset(1 << 70)
+    get = store.look_message_by_offset
+    store.shutdown()
+    with pytest.raises(StoreClosedError):
+        get(offsets[0])
+    store_factory.expect_messages(40)
 
 
 def test_old_reference_after_shutdown(tmp_path):
