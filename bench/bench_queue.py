@@ -67,6 +67,9 @@ def data():
                 a = r.append_message_result
                 offsets.extend(a.wrote_offset + j * rec for j in range(a.msg_num))
             del msgs
+            # write back what the puts left dirty now, not during the timed reads
+            store.flush()
+            os.sync()
             assert store.get_max_offset_in_queue(TOPIC, 0) == N
             folder = os.path.join(store.root, "consumequeue", TOPIC, "0")
             yield SimpleNamespace(store=store, bodies=bodies, offsets=offsets, rec=rec, folder=folder,

@@ -72,6 +72,9 @@ def data():
                 offsets.extend(a.wrote_offset + j * rec for j in range(a.msg_num))
             assert len(offsets) == N and store.get_max_phy_offset() == offsets[-1] + rec
             _wait_dispatched(store)
+            # write back what the puts left dirty (log, queue, index) now, not during the timed reads
+            store.flush()
+            os.sync()
             ts = [store.look_message_by_offset(o).store_timestamp for o in offsets]
             app = benchlib.MmapAppender(os.path.join(d, "mmap"), benchlib.file_size_for(N * (SIZE + 16)))
             positions = [app.append(b) for b in bodies]
