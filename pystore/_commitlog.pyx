@@ -151,6 +151,26 @@ cdef inline bint _enters_queue(int32_t sys_flag) noexcept:
     return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT_TYPE
 
 
+# A put reserves room for a record before it takes the lock and, under it, may wait (for the lock, for a new
+# file) with the GIL released. Another thread that changes the message meanwhile (its body, properties,
+# topic) would make the record longer than its room: the put is refused instead (MESSAGE_ILLEGAL).
+cdef inline bint _unchanged(Message m, int32_t total, str tq_key, bint enters, int32_t store_flag) noexcept:
+    return (message_length(m, store_flag) == total and _enters_queue(m._sys_flag) == enters
+            and (m._tq_key is tq_key or m._tq_key == tq_key))
+
+
+cdef bint _batch_unchanged(list ms, int32_t *sizes, str tq_key, int32_t store_flag) noexcept:
+    cdef Py_ssize_t i
+    cdef Message m
+    for i in range(len(ms)):
+        m = <Message>ms[i]
+        if (message_length(m, store_flag) != sizes[i] or m._delay_level > 0
+                or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
+                or not (m._tq_key is tq_key or m._tq_key == tq_key)):
+            return False
+    return True
+
+
 cdef class CommitLogCore:
     """The compiled half of the commit log (``commitlog.CommitLog`` is the Python half)."""
 
@@ -301,6 +321,7 @@ cdef class CommitLogCore:
 
     cdef object _put(self, Message msg, bint run_after):
         cdef int32_t total
+        cdef str tq_key
         cdef int64_t ts = 0, qoff = 0, phy = 0, pos, t0
         cdef QueueCell cell
         cdef MappedFile mf
@@ -330,6 +351,7 @@ cdef class CommitLogCore:
             return put_failed(ST_MESSAGE_ILLEGAL)
         msg.body_crc()
         enters = _enters_queue(msg._sys_flag)
+        tq_key = msg._tq_key
         t0 = mono_coarse_ns()
         self.put_lock.lock()
         try:
@@ -342,6 +364,8 @@ cdef class CommitLogCore:
             mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
+            elif not _unchanged(msg, total, tq_key, enters, self.store_flag):
+                status = ST_MESSAGE_ILLEGAL
             else:
                 pos = mf.wrote
                 phy = mf.file_from_offset + pos
@@ -458,6 +482,8 @@ cdef class CommitLogCore:
             mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
+            elif bodies is None and not _batch_unchanged(ms, size_arr, batch._tq_key, self.store_flag):
+                status = ST_MESSAGE_ILLEGAL
             else:
                 pos = mf.wrote
                 first_phy = mf.file_from_offset + pos

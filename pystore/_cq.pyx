@@ -284,10 +284,14 @@ cdef inline MappedFile _cl_file(list files, int64_t file_size, int64_t phy):
 def find_file(list files not None, long long file_size, long long offset):
     """The file of ``files`` (in offset order, ``file_size`` bytes each) holding ``offset``, or None: the
     lookup behind ``MappedFileQueue.find_mapped_file_by_offset``, in one C call."""
-    cdef MappedFile f
-    cdef Py_ssize_t i
     if file_size <= 0:
         raise ValueError("file_size must be positive")
+    return _find_file(files, file_size, offset)
+
+
+cdef MappedFile _find_file(list files, int64_t file_size, int64_t offset):
+    cdef MappedFile f
+    cdef Py_ssize_t i
     f = _cl_file(files, file_size, offset)
     if f is None:
         for i in range(PyList_GET_SIZE(files)):        # a list with a gap: scan it
@@ -663,7 +667,6 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
 
 
 @cython.final
-@cython.no_gc
 cdef class GetMessageResult:
     """What ``get_message`` returns (API.md "Reading"): ``status, next_begin_offset, min_offset, max_offset,
     messages, message_count, buffer_total_size`` and ``suggest_pulling_from_slave`` (RocketMQ: the pull is
@@ -958,6 +961,9 @@ cdef class QueueReader:
         self.open = False
 
     def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None):
+        """``MessageStore.get_message(group, topic, queue_id, offset, max_msg_nums=32, message_filter=None)``:
+        up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
+        statuses and next-offset rules (FORMAT.md §11.1); None when the store is not readable."""
         cdef object cq = None
         cdef object q
         if (message_filter is None and self.open and type(topic) is str and type(queue_id) is int
@@ -973,12 +979,14 @@ cdef class QueueReader:
                            None, None, self.statuses, False)
 
     def look_message_by_offset(self, commit_log_offset):
+        """``MessageStore.look_message_by_offset(commit_log_offset)``: the message stored at that commit-log
+        offset, or None if no message starts there."""
         cdef object q
         cdef MappedFile mf
         if not self.open or type(commit_log_offset) is not int:
             return self.cls.look_message_by_offset(self.store, commit_log_offset)
         q = self.cl_queue
-        mf = _cl_file(q.files, q.mapped_file_size, commit_log_offset)
+        mf = _find_file(q.files, q.mapped_file_size, commit_log_offset)
         if mf is None:
             return None
         return read_message(mf, commit_log_offset - mf.file_from_offset)

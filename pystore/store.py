@@ -252,16 +252,17 @@ class MessageStore:
     def _bind_get_fast_path(self) -> None:
         """``get_message`` and ``look_message_by_offset`` without a Python frame for their common calls (no
         filter, a known queue, a readable master; an int offset): the instance's methods become a
-        ``_cq.QueueReader``'s, which hands every other call back to this class's. Not for a read-only store
-        (it refreshes its view first); a subclass that overrides either keeps its override."""
+        ``_cq.QueueReader``'s, which hands every other call back to this class's. Only for a writable
+        ``MessageStore`` itself: a read-only store refreshes its view first, and a subclass may change any
+        helper these methods use, so it keeps the Python methods."""
+        if type(self) is not MessageStore:
+            return
         assert self._commitlog is not None and self._cq_store is not None
         self._reader = QueueReader(self._cq_store._queues, self._commitlog.queue, self._limits, _GET_STATUS,
                                    self.running_flags, RunningFlags.NOT_READABLE_BIT, self.config, _SLAVE,
                                    MessageStore, self)
-        if type(self).get_message is MessageStore.get_message:
-            self.get_message = self._reader.get_message  # type: ignore[method-assign]
-        if type(self).look_message_by_offset is MessageStore.look_message_by_offset:
-            self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
+        self.get_message = self._reader.get_message  # type: ignore[method-assign]
+        self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
 
     def _cell_for(self, topic: str, queue_id: int) -> QueueCell:
         """The topic-queue cell with its consume queue (dispatch's factory)."""

@@ -322,3 +322,36 @@ def test_small_consume_queue_files_roll_and_read_back(store_factory):
         check_contents(reopened, "Roll", results[q], bodies[q], q)
     assert len(os.listdir(os.path.join(folder, "1"))) == 8
     store_factory.expect_messages(2 * (n + units))
+
+
+# -- a message changed by another thread while its put waits for the lock -----------------------------------
+
+
+@pytest.mark.parametrize("as_batch", [False, True], ids=["put_message", "put_messages"])
+def test_message_changed_while_the_put_waits_is_refused_not_overrun(store_factory, as_batch):
+    """The put reserves room for the record before the lock; a body made longer meanwhile must not be
+    written past that room (MESSAGE_ILLEGAL instead), and the log stays whole."""
+    import threading
+
+    store = store_factory()
+    assert store.put_message(make_message(0)).is_ok()
+    msg = make_message(1, body=b"short")
+    target = MessageBatch([make_message(2), msg]) if as_batch else msg
+    put = store.put_messages if as_batch else store.put_message
+    out: list = []
+    lock = store._commitlog.put_lock
+    lock.acquire()
+    try:
+        t = threading.Thread(target=lambda: out.append(put(target)))
+        t.start()
+        time.sleep(0.3)                      # the put has sized its record and waits for the lock
+        msg.body = b"x" * 5000
+    finally:
+        lock.release()
+    t.join(10)
+    assert out and out[0].status is PutMessageStatus.MESSAGE_ILLEGAL
+    r = put(target)                          # the changed message, sized again, goes in whole
+    assert r.is_ok()
+    got = read_queue(store, "TopicTest")
+    assert [m.body for m in got][-1] == b"x" * 5000
+    store_factory.expect_messages(1 + (2 if as_batch else 1))
