@@ -159,14 +159,25 @@ cdef inline bint _unchanged(Message m, int32_t total, str tq_key, bint enters, i
             and (m._tq_key is tq_key or m._tq_key == tq_key))
 
 
-cdef bint _batch_unchanged(list ms, int32_t *sizes, str tq_key, int32_t store_flag) noexcept:
+cdef object _batch_refusal(Message m, str tq_key, int64_t max_size):
+    """The status a batch refuses this message of it with (or its template, for ``from_bodies``), None if
+    it may go in: properties and topic legal, body within ``max_size``, no delay, not transactional, and
+    the batch's topic and queue."""
+    if m._illegal:
+        return ST_PROPERTIES_SIZE_EXCEEDED if m._illegal == 2 else ST_MESSAGE_ILLEGAL
+    if (PyBytes_GET_SIZE(m._body) > max_size or m._delay_level > 0
+            or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
+            or not (m._tq_key is tq_key or m._tq_key == tq_key)):
+        return ST_MESSAGE_ILLEGAL
+    return None
+
+
+cdef bint _batch_unchanged(list ms, int32_t *sizes, str tq_key, int64_t max_size, int32_t store_flag) except -1:
     cdef Py_ssize_t i
     cdef Message m
     for i in range(len(ms)):
         m = <Message>ms[i]
-        if (message_length(m, store_flag) != sizes[i] or m._delay_level > 0
-                or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
-                or not (m._tq_key is tq_key or m._tq_key == tq_key)):
+        if message_length(m, store_flag) != sizes[i] or _batch_refusal(m, tq_key, max_size) is not None:
             return False
     return True
 
@@ -434,27 +445,20 @@ cdef class CommitLogCore:
         if bodies is None:
             for i in range(n):
                 m = <Message>ms[i]
-                if m._illegal:
+                status = _batch_refusal(m, batch._tq_key, self.max_message_size)
+                if status is not None:
                     self.put_failed_times += 1
-                    return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if m._illegal == 2 else ST_MESSAGE_ILLEGAL)
-                if (PyBytes_GET_SIZE(m._body) > self.max_message_size or m._delay_level > 0
-                        or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
-                        or m._tq_key != batch._tq_key):
-                    self.put_failed_times += 1
-                    return put_failed(ST_MESSAGE_ILLEGAL)
+                    return put_failed(status)
                 size_arr[i] = message_length(m, self.store_flag)
                 total += size_arr[i]
                 m.body_crc()
         else:
-            # from_bodies: one template's checks, then each body's length and CRC (no Message per body)
-            m = tmpl
-            if m._illegal:
+            # from_bodies: the template's checks once, then each body's length and CRC (no Message per body)
+            status = _batch_refusal(tmpl, batch._tq_key, self.max_message_size)
+            if status is not None:
                 self.put_failed_times += 1
-                return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if m._illegal == 2 else ST_MESSAGE_ILLEGAL)
-            if m._delay_level > 0 or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE:
-                self.put_failed_times += 1
-                return put_failed(ST_MESSAGE_ILLEGAL)
-            base_len = message_length(m, self.store_flag) - <int32_t>PyBytes_GET_SIZE(m._body)
+                return put_failed(status)
+            base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
             crcs = PyBytes_FromStringAndSize(NULL, n * 4)
             crc_arr = <int32_t *>PyBytes_AS_STRING(crcs)
             for i in range(n):
@@ -482,7 +486,8 @@ cdef class CommitLogCore:
             mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
-            elif bodies is None and not _batch_unchanged(ms, size_arr, batch._tq_key, self.store_flag):
+            elif bodies is None and not _batch_unchanged(ms, size_arr, batch._tq_key, self.max_message_size,
+                                                         self.store_flag):
                 status = ST_MESSAGE_ILLEGAL
             else:
                 pos = mf.wrote

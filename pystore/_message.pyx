@@ -303,6 +303,18 @@ cdef int32_t _delay_level_of(object d):
     return 0 if lvl < 0 else (lvl if lvl < 0x7FFFFFFF else 0x7FFFFFFF)
 
 
+cdef bytes _as_body(object body):
+    """A message body as ``bytes``: bytes as they are, any other buffer copied; str and None refused."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str) or body is None:
+        raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__)
+    try:
+        return bytes(memoryview(body).cast("B"))
+    except TypeError:
+        raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__) from None
+
+
 cdef class Message:
     """A message to put: ``Message(topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
     delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None, born_host=("127.0.0.1", 0), sys_flag=0,
@@ -338,15 +350,7 @@ cdef class Message:
         self._refresh()
 
     cdef int _set_body(self, object body) except -1:
-        if isinstance(body, bytes):
-            self._body = body
-        elif isinstance(body, str) or body is None:
-            raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__)
-        else:
-            try:
-                self._body = bytes(memoryview(body).cast("B"))
-            except TypeError:
-                raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__) from None
+        self._body = _as_body(body)
         self._crc_known = False
         return 0
 
@@ -657,14 +661,7 @@ cdef class MessageBatch:
         if not bs:
             raise ValueError("a MessageBatch needs at least one message")
         for i in range(len(bs)):
-            b = bs[i]
-            if type(b) is not bytes:
-                if isinstance(b, str) or b is None:
-                    raise TypeError("body must be bytes or a buffer, got %s" % type(b).__name__)
-                try:
-                    bs[i] = bytes(memoryview(b).cast("B"))
-                except TypeError:
-                    raise TypeError("body must be bytes or a buffer, got %s" % type(b).__name__) from None
+            bs[i] = _as_body(bs[i])
         batch = MessageBatch.__new__(MessageBatch)
         batch._bodies = bs
         batch._template = t

@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,19 @@ def make_message(
     kwargs.setdefault("born_timestamp", BORN_BASE + i)
     kwargs.setdefault("born_host", BORN_HOST)
     return Message(topic, body, queue_id=queue_id, **kwargs)
+
+
+def drop_commit_log_head(store: MessageStore) -> None:
+    """The cleaner's first step (the head commit-log file destroyed), without the consume queues' min offset
+    correction that follows it."""
+    cl = store._commitlog.queue
+    head = cl.first()
+    for _ in range(100):            # a service may hold it for a moment; the second call forces
+        if head.destroy(0):
+            break
+        time.sleep(0.01)
+    assert head.is_cleanup_over()
+    cl._remove([head])
 
 
 class FakeClock:

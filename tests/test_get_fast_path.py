@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import gc
 import pickle
-import time
 
 import pytest
-from conftest import SMALL_FILE, make_message
+from conftest import SMALL_FILE, drop_commit_log_head, make_message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pystore._cq import QueueReader
@@ -250,13 +249,7 @@ def test_fast_and_python_get_message_agree(tmp_path_factory, puts, reads, drop_h
             assert r.is_ok(), r
         if drop_head and store.get_max_phy_offset() > (64 << 10):
             # the first commit-log file gone under the queues: MESSAGE_WAS_REMOVING / OFFSET_TOO_SMALL paths
-            q = store._commitlog.queue
-            head = q.first()
-            for _ in range(100):            # a service may hold it for a moment; the second call forces
-                if head.destroy(0):
-                    break
-                time.sleep(0.01)
-            q._remove([head])
+            drop_commit_log_head(store)
         for qid, off, nums in reads:
             assert summary(store.get_message(GROUP, TOPIC, qid, off, nums)) == \
                 summary(slow(store, GROUP, TOPIC, qid, off, nums))

@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from conftest import BORN_BASE, SMALL_FILE, make_message
+from conftest import BORN_BASE, SMALL_FILE, drop_commit_log_head, make_message
 from reference_codec import java_hash
 
 from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
@@ -226,19 +226,6 @@ def test_status_offset_too_small_after_the_commit_log_head_was_deleted(store_fac
     assert store.get_min_phy_offset() == SMALL_FILE
 
 
-def _drop_commit_log_head(store):
-    """The cleaner's first step (the head commit-log file destroyed), without the consume queues' min offset
-    correction that follows it."""
-    cl = store._commitlog.queue
-    head = cl.first()
-    for _ in range(100):            # a service may hold it for a moment; the second call forces
-        if head.destroy(0):
-            break
-        time.sleep(0.01)
-    assert head.is_cleanup_over()
-    cl._remove([head])
-
-
 def test_status_message_was_removing(store_factory):
     """Units whose commit-log file is gone while the queue's min offset is not corrected yet: nothing found
     in the scanned units ⇒ MESSAGE_WAS_REMOVING, the units are consumed."""
@@ -246,7 +233,7 @@ def test_status_message_was_removing(store_factory):
     results = put_n(store, 800)
     n0 = sum(1 for r in results if r.append_message_result.wrote_offset < SMALL_FILE)
     assert n0 > 2 * CQ_UNITS
-    _drop_commit_log_head(store)
+    drop_commit_log_head(store)
     store_factory.skip_check()
     r = store.get_message(GROUP, TOPIC, 0, 0, 32)
     assert r.status is GetMessageStatus.MESSAGE_WAS_REMOVING
@@ -262,7 +249,7 @@ def test_message_was_removing_then_found_in_one_scan(store_factory):
     store = store_factory(mapped_file_size_consume_queue=CQ_FILE * 100)
     results = put_n(store, 800)
     n0 = sum(1 for r in results if r.append_message_result.wrote_offset < SMALL_FILE)
-    _drop_commit_log_head(store)
+    drop_commit_log_head(store)
     store_factory.skip_check()
     r = store.get_message(GROUP, TOPIC, 0, n0 - 2, 5)
     assert r.status is GetMessageStatus.FOUND
@@ -658,7 +645,7 @@ def test_offset_by_time_on_a_long_queue_with_the_head_gone(store_factory, fake_c
     n0 = store.get_message(GROUP, TOPIC, 0, 0, 32).messages[-1].queue_offset  # (reads still fine)
     assert n0 == 31
     first_file = sum(1 for i in range(3000) if store.get_commit_log_offset_in_queue(TOPIC, 0, i) < SMALL_FILE)
-    _drop_commit_log_head(store)
+    drop_commit_log_head(store)
     store_factory.skip_check()
     for t in (ts[0] - 1, ts[0], ts[first_file - 1], ts[first_file], ts[2000], ts[-1] + 1):
         want_low = max(_brute_by_time(ts, 0, t, True), first_file)
