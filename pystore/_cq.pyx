@@ -777,7 +777,8 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
                      &consumed, &total, &last_phy)
     finally:
         mf.c_release()
-    return _result(statuses[code], offset if keep_offset else offset + consumed, min_o, max_o, out, total,
+    # the scan's next offset is never corrected, on a slave either (RocketMQ: offset + units visited)
+    return _result(statuses[code], offset + consumed, min_o, max_o, out, total,
                    last_phy >= 0 and cl_max - last_phy > lim.memory_window)
 
 
@@ -899,6 +900,9 @@ cdef class QueueDispatcher(Dispatcher):
                     if level > 0:
                         tags = self._deliver_time(level, v.store_ts)
                 cq.put_unit(off, r, tags, v.queue_offset)
+                if cell.next_offset <= v.queue_offset:
+                    # a slave's queues grow by reput only (a master assigned these offsets at put time)
+                    cell.next_offset = v.queue_offset + 1
                 cq.last_store_ts = v.store_ts
                 self.last_store_ts = v.store_ts
             if self.index is not None and (v.sys_flag & TRANSACTION_TYPE_MASK) != 0xC:

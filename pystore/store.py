@@ -48,6 +48,7 @@ from pystore.flush import (
     GroupCommitRequest,
     GroupCommitService,
 )
+from pystore.ha import HAClient, HAService
 from pystore.index import IndexService
 from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC, MessageFilter, TagFilter
@@ -117,6 +118,9 @@ class MessageStore:
         self._clean: CleanService | None = None
         self.schedule_message_service: ScheduleMessageService | None = None
         self._pool: TransientStorePool | None = None
+        #: master: the HA listener (``ha_listen_port``); slave: the client following ``ha_master_address``
+        self._ha: HAService | None = None
+        self._ha_client: HAClient | None = None
         self._refresh_lock = threading.Lock()
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
@@ -289,10 +293,23 @@ class MessageStore:
         cfg = self.config
         assert self._commitlog is not None and self._checkpoint is not None
         cl = self._commitlog
+        slave = cfg.broker_role == BrokerRole.SLAVE
         if cfg.broker_role != BrokerRole.SLAVE:      # delay levels: a writable master only (FORMAT.md §10)
             self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
             self.schedule_message_service.load()     # first: a bad delayOffset.json fails start() cleanly
             cl.delay_rewrite = self.schedule_message_service.rewrite
+        if not slave and cfg.ha_listen_port is not None:
+            # bound first: a port in use fails start() before any service runs
+            self._ha = HAService(self, cfg)
+            try:
+                self._ha.bind()
+            except OSError as e:
+                self._ha = None
+                raise StoreError("the HA listener cannot bind %s:%d: %s" % (cfg.ha_listen_address,
+                                                                           cfg.ha_listen_port, e)) from e
+        elif cfg.broker_role == BrokerRole.SYNC_MASTER:
+            log.warning("%s: SYNC_MASTER without ha_listen_port: no slave can connect, so every put that waits "
+                        "reports SLAVE_NOT_AVAILABLE", self.root)
         self._lock.acquire()
         self._abort.create()
         if self.transient_store_pool_enabled():
@@ -332,6 +349,12 @@ class MessageStore:
                 cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
                 cl.dispatcher = self._dispatcher
                 self._inline_dispatch = True
+        if cfg.broker_role == BrokerRole.SYNC_MASTER:
+            cl.after_put = self._after_put_replicated
+        if slave:
+            # a slave's log grows by transfers, never by puts: queues are built by walking what arrived
+            cl.dispatcher = None
+            self._inline_dispatch = False
         self._services.append(self._flush_service)
         if commit is not None:
             self._services.append(commit)        # stops before the flush service: its last commit gets flushed
@@ -341,6 +364,11 @@ class MessageStore:
                                                        self._checkpoint, clock=self.clock))
         if self.schedule_message_service is not None:
             self._services.append(self.schedule_message_service)   # stops first, then persists its offsets
+        if slave:
+            self._ha_client = HAClient(cfg, cl.get_max_offset, self._append_replicated, clock=self.clock)
+            self._services.append(self._ha_client)                # stops first: nothing arrives after
+        elif self._ha is not None:
+            self._services.append(self._ha)
         for s in self._services:
             s.start()
         self._state = _STARTED
@@ -368,6 +396,8 @@ class MessageStore:
             s.shutdown()
         self._services = []
         if cl is not None and not self.read_only:
+            if was_started and self._ha_client is not None:
+                self._trim_torn_tail()
             clean = True
             try:
                 self._flush_all()
@@ -408,6 +438,9 @@ class MessageStore:
             self._index.close()
 
     def _release_after_failure(self) -> None:
+        if self._ha is not None:
+            self._ha.shutdown()
+            self._ha = None
         self._close_files()
         self._lock.release()
         self._state = _SHUTDOWN
@@ -498,6 +531,27 @@ class MessageStore:
         return self._complete_async(cl.append_messages(batch), batch)
 
     def _complete_async(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
+        fut = self._flushed_async(result, msg)
+        if (self.config.broker_role is not BrokerRole.SYNC_MASTER or result.status is not PutMessageStatus.PUT_OK
+                or not _waits(msg)):
+            return fut
+        out: Future[PutMessageResult] = Future()
+
+        def replicate(flushed: Future[PutMessageResult]) -> None:
+            r = flushed.result()
+            ha = self._ha
+            if r.status is not PutMessageStatus.PUT_OK:
+                out.set_result(r)
+            elif ha is None or not ha.is_slave_ok(r.next_offset):
+                out.set_result(r.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE))
+            else:
+                ha.request(r.next_offset, r, self.config.slave_timeout / 1000).add_done_callback(
+                    lambda done: out.set_result(done.result()))
+
+        fut.add_done_callback(replicate)
+        return out
+
+    def _flushed_async(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
         gc = self._flush_service
         if (result.status is not PutMessageStatus.PUT_OK or not isinstance(gc, GroupCommitService)
                 or not _waits(msg)):
@@ -535,6 +589,67 @@ class MessageStore:
             return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
         return result
 
+    def _after_put_replicated(self, result: PutMessageResult, msg: Message | MessageBatch) -> PutMessageResult:
+        """SYNC_MASTER (RocketMQ ``handleHA``): after the flush (SYNC_FLUSH), wait for a slave to hold the
+        record; the message stays stored whatever the wait says."""
+        if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            result = self._after_put_sync(result, msg)
+            if result.status is not PutMessageStatus.PUT_OK:
+                return result
+        if not _waits(msg):
+            return result
+        ha = self._ha
+        if ha is None or not ha.is_slave_ok(result.next_offset):
+            return result.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        if not ha.wait_for_slave(result.next_offset, self.config.slave_timeout / 1000):
+            log.warning("%s: no slave acknowledged offset %d within %d ms", self.root, result.next_offset,
+                        self.config.slave_timeout)
+            return result.with_status(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        return result
+
+    @property
+    def ha_port(self) -> int | None:
+        """The port the HA listener is bound to (with ``ha_listen_port=0``, the one the OS chose); None
+        when the store does not listen (no ``ha_listen_port``, a slave, or not started)."""
+        ha = self._ha
+        return ha.port if ha is not None and self._state == _STARTED else None
+
+    def _append_replicated(self, offset: int, data: memoryview) -> bool:
+        """Slave: RocketMQ ``appendToCommitLog``: put a transfer's bytes at ``offset``, the end of this
+        commit log (a new file where the last is full, or where the log is empty), then build the queues and
+        index of the whole records that arrived (under SYNC_FLUSH, the group commit does that after it flushed).
+        False if the bytes do not belong at the end of this log or do not fit its file."""
+        cl = self._commitlog
+        if cl is None or self._state == _SHUTDOWN:
+            return False
+        queue = cl.queue
+        mf = queue.get_last_mapped_file(offset, True)
+        if mf is None:
+            return False
+        if mf.file_from_offset + mf.wrote_position != offset or not mf.append_message(data):
+            log.error("%s: a transfer of %d bytes at offset %d does not fit the end of %s (%d bytes written)",
+                      self.root, len(data), offset, mf.file_name, mf.wrote_position)
+            return False
+        if self.config.flush_disk_type != FlushDiskType.SYNC_FLUSH and self._reput is not None:
+            self._reput.dispatch_until(offset + len(data))
+            ts = self._dispatcher.last_store_ts if self._dispatcher is not None else 0
+            if ts > mf.store_timestamp:
+                mf.store_timestamp = ts      # the checkpoint's physicMsgTimestamp, as a master's puts set it
+        return True
+
+    def _trim_torn_tail(self) -> None:
+        """Slave shutdown: a transfer may have ended inside a record; cut the log at the end of its whole
+        records so it ends where a master's would (the master sends the rest on the next connection)."""
+        cl, reput = self._commitlog, self._reput
+        if cl is None or reput is None:
+            return
+        end = cl.get_max_offset()
+        reached = reput.dispatch_until(end)
+        if reached < end:
+            log.info("%s: cutting the %d bytes of a partly received record at offset %d", self.root,
+                     end - reached, reached)
+            cl.queue.truncate_dirty_files(reached)
+
     def flush(self) -> int:
         """Force everything written to disk; returns the flushed commit-log offset."""
         self._check_readable()
@@ -555,6 +670,8 @@ class MessageStore:
         """Where dispatch may go: the flushed offset with SYNC_FLUSH, the committed end with the pool."""
         assert self._commitlog is not None
         q = self._commitlog.queue
+        if self._ha_client is not None and self.config.flush_disk_type != FlushDiskType.SYNC_FLUSH:
+            return q.get_max_offset()        # an ASYNC_FLUSH slave dispatches what arrived, as a master does
         return q.committed_where if self._pool is not None else q.flushed_where
 
     def _flush_all(self) -> int:

@@ -24,6 +24,13 @@ with ``--shutdown`` the store is then shut down cleanly (crash points in the shu
 the writer prints ``DONE``; without it, ``--linger T`` keeps the open store (and its services) running T
 seconds after ``DONE`` for the test to kill it. ``--max-seconds`` bounds a writer nobody kills.
 
+``--sync-master`` makes the writer a SYNC_MASTER listening for slaves on a free port (``READY <max offset>
+<port>``): a put is acknowledged only once a slave holds it, so the ack log is what a slave must hold after
+the master is killed.
+
+``python tests/crash_writer.py follow ROOT --master HOST:PORT [--file-size BYTES]`` opens a slave of that
+master and prints ``READY <max offset>``, then follows it until killed (or ``--max-seconds``).
+
 ``python tests/crash_writer.py open ROOT [--file-size BYTES]`` only opens (recovers) and shuts down:
 the tests use it to crash recovery itself with ``PYSTORE_CRASHPOINT=recovery.*``.
 
@@ -172,14 +179,16 @@ def open_store(root, file_size: int, **kw):
 
 
 def _store_options(args) -> dict:
-    from pystore.config import FlushDiskType
+    from pystore.config import BrokerRole, FlushDiskType
 
+    ha = {"broker_role": BrokerRole.SYNC_MASTER, "ha_listen_port": 0} if args.sync_master else {}
     return {
         **SMALL_FILES,
         "mapped_file_size_commit_log": args.file_size,
         "flush_disk_type": FlushDiskType.SYNC_FLUSH if args.mode == "sync" else FlushDiskType.ASYNC_FLUSH,
         "flush_interval_commit_log": args.flush_interval,
         "flush_commit_log_least_pages": 1,
+        **ha,
     }
 
 
@@ -282,7 +291,13 @@ def cmd_write(args) -> int:
     from pystore.store import MessageStore
 
     store = MessageStore.open(args.root, **_store_options(args))
-    print("READY %d" % store.get_max_phy_offset(), flush=True)
+    if args.sync_master:
+        print("READY %d %d" % (store.get_max_phy_offset(), store.ha_port), flush=True)
+        deadline = time.monotonic() + args.max_seconds
+        while store._ha.connection_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)  # puts start once a slave is connected, so it holds the log from offset 0
+    else:
+        print("READY %d" % store.get_max_phy_offset(), flush=True)
     w = _Writer(store, args)
     threads = [
         threading.Thread(target=w.run_thread, args=(t,), name="writer-%d" % t) for t in range(args.threads)
@@ -299,6 +314,16 @@ def cmd_write(args) -> int:
     os.close(w.fd)
     if not args.shutdown:
         os._exit(0)  # like a crash, but at a known point: no shutdown, abort file stays
+    return 0
+
+
+def cmd_follow(args) -> int:
+    from pystore.config import BrokerRole
+
+    store = open_store(args.root, args.file_size, broker_role=BrokerRole.SLAVE, ha_master_address=args.master)
+    print("READY %d" % store.get_max_phy_offset(), flush=True)
+    time.sleep(args.max_seconds)
+    store.shutdown()
     return 0
 
 
@@ -696,6 +721,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="put with async_put_message(s), keeping this many futures outstanding",
     )
+    w.add_argument("--sync-master", action="store_true", help="a SYNC_MASTER with an HA port (READY says it)")
+    f = sub.add_parser("follow")
+    f.add_argument("root")
+    f.add_argument("--master", required=True)
+    f.add_argument("--file-size", type=int, default=32768)
+    f.add_argument("--max-seconds", type=float, default=60.0)
     o = sub.add_parser("open")
     o.add_argument("root")
     o.add_argument("--file-size", type=int, default=32768)
@@ -704,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("ack")
     v.add_argument("--file-size", type=int, default=32768)
     args = p.parse_args(argv)
-    return {"write": cmd_write, "open": cmd_open, "verify": cmd_verify}[args.cmd](args)
+    return {"write": cmd_write, "follow": cmd_follow, "open": cmd_open, "verify": cmd_verify}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,575 @@
+"""Master→slave replication of the commit log (RocketMQ's classic HA: ``HAService``, ``HAConnection``,
+``HAClient``; FORMAT.md names the settings, this module the behaviour).
+
+One TCP connection per slave; the slave speaks first and the master never waits for an answer::
+
+    slave -> master   every report, 8 bytes:   [ maxPhyOffset : int64 big-endian ]
+                      the end of the slave's commit log: where it wants data from, and what it holds
+    master -> slave   every transfer, 12 + n:  [ phyOffset : int64 ][ n : int32 ][ n bytes of commit log ]
+                      n = 0 is a heartbeat
+
+* **Master** (``HAService``, started when ``ha_listen_port`` is not None and the store is not a slave): a
+  listener thread accepts slaves; each ``HAConnection`` has a reader thread (the slave's reports) and a writer
+  thread (transfers). The slave's first report says where to start: 0 means "from the first byte of the
+  master's last commit-log file" (a fresh slave does not copy history), any other offset is used as is. A
+  transfer carries at most ``ha_transfer_batch_size`` bytes and never crosses a commit-log file: it is the
+  bytes ``get_commit_log_data`` returns. With nothing to send, the writer sends a heartbeat every
+  ``ha_send_heartbeat_interval`` ms. A connection whose slave has not reported for
+  ``ha_housekeeping_interval`` ms is closed.
+* **SYNC_MASTER**: a put that waits (``wait_store_msg_ok``) returns ``SLAVE_NOT_AVAILABLE`` when no slave is
+  connected or the best slave acknowledged less than ``end - ha_slave_fallbehind_max``; otherwise it waits up
+  to ``slave_timeout`` ms (RocketMQ 5.x's ``slaveTimeout``; 4.x used ``syncFlushTimeout``) for a slave to
+  report an offset at or past the end of its record, else ``FLUSH_SLAVE_TIMEOUT``. In every case the message
+  is stored: these statuses count as ok. With SYNC_FLUSH the disk flush comes first; a flush timeout is
+  reported as such, without waiting for a slave.
+* **Slave** (``HAClient``, started when ``broker_role`` is SLAVE): connects to ``ha_master_address``, reports
+  its commit log's end at once, after each transfer it applied and every heartbeat interval; appends each
+  transfer's bytes to its commit log where they belong (``appendToCommitLog``), then builds its consume queues
+  and index from the whole records (the reput path). A slave refuses puts (``SERVICE_NOT_AVAILABLE``).
+
+Where this differs from RocketMQ, and why:
+
+* A slave checks that a transfer starts at its own end once it holds data, and a master closes the
+  connection of a slave that reports an offset past the master's end (RocketMQ 4.9, #3015). Both log the two
+  offsets and drop the connection; the slave reconnects. Nothing ever truncates what a slave holds: a slave
+  whose master lost data stays stopped until an operator deals with it, as in RocketMQ.
+* RocketMQ's slave makes its first report at its first heartbeat (up to 5 s after connecting); pystore's
+  reports at once, so a slave starts receiving as soon as it is connected.
+* RocketMQ 5.x drops ``SLAVE_NOT_AVAILABLE`` and waits for ``inSyncReplicas``; pystore keeps 4.x's rule
+  (FORMAT.md, API.md) with 5.x's ``slave_timeout`` setting.
+* A transfer may end inside a record. A slave that shuts down cleanly cuts such a torn tail off (the next
+  connection asks for it again), so its commit log, like a master's, always ends at a record boundary; after
+  a crash, recovery cuts it as it cuts any torn tail.
+* The master's writer is woken by every put that waits for a slave; an ASYNC_MASTER's puts do not wake it
+  (that would put Python on the put path), so it polls every few milliseconds while connected.
+* The slave retries a failed connection every second (RocketMQ: every 5 s).
+
+Thread-safety: ``HAService`` is called from put threads (``wait_for_slave``, ``is_slave_ok``) and its own
+threads; its shared state is under one condition. ``HAClient`` is the only writer of a slave's commit log.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from pystore.service import ServiceThread
+
+__all__ = ["HAService", "HAConnection", "HAClient", "parse_address"]
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">qi")
+_REPORT = struct.Struct(">q")
+#: how often an idle ASYNC_MASTER writer looks for new data (s); a waiting put wakes it at once
+_POLL_S = 0.005
+#: a slave's pause before it tries a failed connection again (s)
+_RECONNECT_S = 1.0
+_CONNECT_TIMEOUT_S = 3.0
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[ipv6]:port"`` -> ``(host, port)``."""
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError("expected 'host:port', got %r" % address)
+    return host.strip("[]"), int(port)
+
+
+def _send_all(sock: socket.socket, header: bytes, body: memoryview | None = None) -> None:
+    """Header and body in one system call where the kernel takes them whole."""
+    if body is None or len(body) == 0:
+        sock.sendall(header)
+        return
+    sent = sock.sendmsg([header, body])
+    if sent < len(header):
+        sock.sendall(header[sent:])
+        sock.sendall(body)
+    elif sent < len(header) + len(body):
+        sock.sendall(body[sent - len(header):])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# master
+# ----------------------------------------------------------------------------------------------------------
+
+
+class _SlaveRequest:
+    """One put (or async put) waiting for a slave to acknowledge ``next_offset``."""
+
+    __slots__ = ("next_offset", "future", "result")
+
+    def __init__(self, next_offset: int, future: Future[Any], result: Any) -> None:
+        self.next_offset = next_offset
+        self.future = future
+        self.result = result
+
+
+class HAService:
+    """The master's side: the listener, its connections, and the acknowledged offset puts wait for."""
+
+    def __init__(self, store: Any, config: Any) -> None:
+        self.store = store
+        self.config = config
+        #: the highest offset any slave acknowledged (RocketMQ ``push2SlaveMaxOffset``)
+        self.push2slave_max_offset = 0
+        self._cond = threading.Condition()
+        self._connections: list[HAConnection] = []
+        self._pending: list[_SlaveRequest] = []
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._stopped = False
+        self.port: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Open the listening socket (``ha_listen_port`` 0: any free port; ``port`` tells which)."""
+        cfg = self.config
+        family = socket.AF_INET6 if ":" in cfg.ha_listen_address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((cfg.ha_listen_address, cfg.ha_listen_port))
+            sock.listen(16)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = sock
+        self.port = sock.getsockname()[1]
+
+    def start(self) -> None:
+        """Accept slaves (binds first if ``bind`` was not called)."""
+        if self._listener is None:
+            self.bind()
+        self._stopped = False
+        self._accept_thread = threading.Thread(target=self._accept_loop, name="pystore-HAAcceptService",
+                                               daemon=True)
+        self._accept_thread.start()
+        log.info("HA listening on %s:%d", self.config.ha_listen_address, self.port)
+
+    def shutdown(self) -> None:
+        """Close the listener and every connection; puts still waiting for a slave time out now."""
+        self._stopped = True
+        sock, self._listener = self._listener, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        if self._accept_thread is not None:
+            self._accept_thread.join(10)
+        with self._cond:
+            conns = list(self._connections)
+        for c in conns:
+            c.close()
+        for c in conns:
+            c.join(10)
+        with self._cond:
+            pending, self._pending = self._pending, []
+            self._cond.notify_all()
+        for r in pending:
+            _finish(r, False)
+
+    def _accept_loop(self) -> None:
+        while not self._stopped:
+            sock = self._listener
+            if sock is None:
+                return
+            try:
+                conn, addr = sock.accept()
+            except OSError:
+                if not self._stopped:
+                    log.exception("HA accept failed")
+                    time.sleep(0.1)
+                continue
+            if self._stopped:
+                conn.close()
+                return
+            log.info("HA: slave connected from %s", addr)
+            c = HAConnection(self, conn, addr)
+            with self._cond:
+                self._connections.append(c)
+            c.start()
+
+    def _remove(self, conn: HAConnection) -> None:
+        with self._cond:
+            if conn in self._connections:
+                self._connections.remove(conn)
+
+    # -- what puts ask --------------------------------------------------------------------------------
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        """RocketMQ ``isSlaveOK``: a slave is connected and the best one is less than
+        ``ha_slave_fallbehind_max`` bytes behind ``master_put_where``."""
+        return (len(self._connections) > 0
+                and master_put_where - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max)
+
+    def notify_transfer_some(self, offset: int) -> None:
+        """A slave acknowledged ``offset``: release the puts it covers."""
+        done: list[_SlaveRequest] = []
+        with self._cond:
+            if offset <= self.push2slave_max_offset:
+                return
+            self.push2slave_max_offset = offset
+            if self._pending:
+                done = [r for r in self._pending if r.next_offset <= offset]
+                if done:
+                    self._pending = [r for r in self._pending if r.next_offset > offset]
+            self._cond.notify_all()
+        for r in done:
+            _finish(r, True)
+
+    def wakeup_all(self) -> None:
+        """New data: every connection's writer looks for it now."""
+        for c in self._connections:
+            c.wakeup()
+
+    def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool:
+        """Block until a slave acknowledged ``next_offset`` (True) or ``timeout_s`` passed (False)."""
+        self.wakeup_all()
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self.push2slave_max_offset < next_offset:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopped:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def request(self, next_offset: int, result: Any, timeout_s: float) -> Future[Any]:
+        """A future of ``result`` completed once a slave acknowledged ``next_offset``, or with
+        ``FLUSH_SLAVE_TIMEOUT`` after ``timeout_s``."""
+        fut: Future[Any] = Future()
+        req = _SlaveRequest(next_offset, fut, result)
+        with self._cond:
+            if self.push2slave_max_offset >= next_offset:
+                fut.set_result(result)
+                return fut
+            if self._stopped:
+                _finish(req, False)
+                return fut
+            self._pending.append(req)
+        self.wakeup_all()
+
+        def expire() -> None:
+            with self._cond:
+                if req not in self._pending:
+                    return
+                self._pending.remove(req)
+            _finish(req, False)
+
+        t = threading.Timer(timeout_s, expire)
+        t.daemon = True
+        t.start()
+        fut.add_done_callback(lambda _f: t.cancel())
+        return fut
+
+
+def _finish(req: _SlaveRequest, ok: bool) -> None:
+    from pystore.status import PutMessageStatus
+    if not req.future.done():
+        req.future.set_result(req.result if ok else req.result.with_status(PutMessageStatus.FLUSH_SLAVE_TIMEOUT))
+
+
+class HAConnection:
+    """One slave's connection on the master: a reader thread for its reports, a writer for transfers."""
+
+    def __init__(self, service: HAService, sock: socket.socket, address: Any) -> None:
+        self.service = service
+        self.sock = sock
+        self.address = address
+        #: where the slave asked to start (its first report), -1 until it reported
+        self.slave_request_offset = -1
+        #: the last offset the slave reported holding
+        self.slave_ack_offset = -1
+        #: the offset the next transfer starts at (-1 until the first report fixed it)
+        self.next_transfer_from = -1
+        self._closed = False
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+    def start(self) -> None:
+        for target, name in ((self._read_loop, "ReadSocketService"), (self._write_loop, "WriteSocketService")):
+            t = threading.Thread(target=target, name="pystore-HA" + name, daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.service._remove(self)
+        log.info("HA: connection of slave %s closed", self.address)
+
+    def join(self, timeout_s: float) -> None:
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout_s)
+
+    # -- the slave's reports ------------------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        cfg = self.service.config
+        self.sock.settimeout(cfg.ha_housekeeping_interval / 1000)
+        buf = b""
+        try:
+            while not self._closed:
+                try:
+                    data = self.sock.recv(4096)
+                except TimeoutError:
+                    log.warning("HA: slave %s sent nothing for %d ms; closing its connection", self.address,
+                                cfg.ha_housekeeping_interval)
+                    return
+                if not data:
+                    return
+                buf += data
+                whole = len(buf) - len(buf) % 8
+                if whole == 0:
+                    continue
+                # only the newest report counts (RocketMQ reads the last whole 8 bytes)
+                (offset,) = _REPORT.unpack_from(buf, whole - 8)
+                buf = buf[whole:]
+                if offset < 0:
+                    log.error("HA: slave %s reported a negative offset %d; closing", self.address, offset)
+                    return
+                master = self.service.store.get_max_phy_offset()
+                if offset > master:
+                    # RocketMQ 4.9 (#3015): a slave ahead of its master holds data the master never had
+                    log.error("HA: slave %s reports offset %d, past this master's end %d; closing", self.address,
+                              offset, master)
+                    return
+                self.slave_ack_offset = offset
+                if self.slave_request_offset < 0:
+                    self.slave_request_offset = offset
+                    log.info("HA: slave %s asks for data from offset %d", self.address, offset)
+                    self._wake.set()
+                self.service.notify_transfer_some(offset)
+        except OSError:
+            if not self._closed:
+                log.info("HA: reading from slave %s failed", self.address, exc_info=True)
+        finally:
+            self.close()
+
+    # -- transfers -----------------------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        svc = self.service
+        cfg = svc.config
+        store = svc.store
+        batch = cfg.ha_transfer_batch_size
+        heartbeat_s = cfg.ha_send_heartbeat_interval / 1000
+        last_write = time.monotonic()
+        warned_low = False
+        try:
+            while not self._closed:
+                if self.slave_request_offset < 0:
+                    self._wake.wait(0.01)
+                    self._wake.clear()
+                    continue
+                if self.next_transfer_from < 0:
+                    self.next_transfer_from = self._first_offset(store)
+                    log.info("HA: transfers to slave %s start at offset %d", self.address, self.next_transfer_from)
+                offset = self.next_transfer_from
+                buf = store.get_commit_log_data(offset)
+                if buf is not None:
+                    with buf, memoryview(buf) as whole:
+                        size = min(len(whole), batch)
+                        _send_all(self.sock, _HEADER.pack(offset, size), whole[:size])
+                    self.next_transfer_from = offset + size
+                    last_write = time.monotonic()
+                    continue
+                if not warned_low:
+                    low = store.get_min_phy_offset()
+                    if 0 <= offset < low:
+                        warned_low = True
+                        log.error("HA: slave %s wants offset %d, but the master's commit log starts at %d: "
+                                  "nothing can be sent to it", self.address, offset, low)
+                if time.monotonic() - last_write >= heartbeat_s:
+                    _send_all(self.sock, _HEADER.pack(offset, 0))
+                    last_write = time.monotonic()
+                self._wake.wait(_POLL_S)
+                self._wake.clear()
+        except OSError:
+            if not self._closed:
+                log.info("HA: writing to slave %s failed", self.address, exc_info=True)
+        except Exception:
+            if not self._closed:
+                log.exception("HA: transfer to slave %s stopped", self.address)
+        finally:
+            self.close()
+
+    def _first_offset(self, store: Any) -> int:
+        if self.slave_request_offset != 0:
+            return self.slave_request_offset
+        # a slave with nothing starts at the master's last file: history stays with the master
+        master = store.get_max_phy_offset()
+        size = store.config.mapped_file_size_commit_log
+        queue = getattr(getattr(store, "_commitlog", None), "queue", None)
+        if queue is not None:
+            size = queue.mapped_file_size
+        return max(0, master - master % size)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# slave
+# ----------------------------------------------------------------------------------------------------------
+
+
+class HAClient(ServiceThread):
+    """The slave's side: one connection to its master, transfers appended to the commit log."""
+
+    def __init__(self, config: Any, max_offset: Callable[[], int], append: Callable[[int, memoryview], bool],
+                 clock: Callable[[], int] | None = None) -> None:
+        super().__init__("HAClient", clock)
+        self.config = config
+        self.max_offset = max_offset
+        self.append = append
+        self.sock: socket.socket | None = None
+        self.connected = threading.Event()
+        #: the offset last reported to the master
+        self.current_reported_offset = -1
+        #: transfers applied and heartbeats received, since start
+        self.transfers = 0
+        self.heartbeats = 0
+
+    def shutdown(self, join: bool = True) -> None:
+        self._stopped = True
+        self._close()
+        super().shutdown(join)
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            address = self.config.ha_master_address
+            if not address:
+                self.wait_for_running(_RECONNECT_S * 1000)
+                continue
+            try:
+                self._connect(address)
+            except OSError as e:
+                log.info("HA: cannot connect to master %s: %s", address, e)
+                self.wait_for_running(_RECONNECT_S * 1000)
+                continue
+            try:
+                self._follow()
+            except OSError as e:
+                if not self.is_stopped():
+                    log.warning("HA: connection to master %s lost: %s", address, e)
+            except Exception:
+                log.exception("HA: following master %s failed", address)
+            finally:
+                self._close()
+            if not self.is_stopped():
+                self.wait_for_running(_RECONNECT_S * 1000)
+
+    def _connect(self, address: str) -> None:
+        host, port = parse_address(address)
+        sock = socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self.connected.set()
+        log.info("HA: connected to master %s", address)
+
+    def _close(self) -> None:
+        sock, self.sock = self.sock, None
+        self.connected.clear()
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _report(self, sock: socket.socket, offset: int) -> None:
+        sock.sendall(_REPORT.pack(offset))
+        self.current_reported_offset = offset
+
+    def _follow(self) -> None:
+        sock = self.sock
+        assert sock is not None
+        cfg = self.config
+        heartbeat_s = cfg.ha_send_heartbeat_interval / 1000
+        expire_s = cfg.ha_housekeeping_interval / 1000
+        self._report(sock, self.max_offset())
+        last_report = last_read = time.monotonic()
+        buf = bytearray()
+        sock.settimeout(min(heartbeat_s, 1.0))
+        while not self.is_stopped():
+            now = time.monotonic()
+            if now - last_report >= heartbeat_s:
+                self._report(sock, self.max_offset())
+                last_report = now
+            try:
+                data = sock.recv(1 << 20)
+            except TimeoutError:
+                if time.monotonic() - last_read > expire_s:
+                    log.warning("HA: master sent nothing for %d ms; reconnecting", cfg.ha_housekeeping_interval)
+                    return
+                continue
+            if not data:
+                log.info("HA: the master closed the connection")
+                return
+            last_read = time.monotonic()
+            buf += data
+            applied = self._apply(buf)
+            if applied is None:
+                return
+            if applied:
+                self._report(sock, self.max_offset())
+                last_report = time.monotonic()
+
+    def _apply(self, buf: bytearray) -> bool | None:
+        """Apply every whole transfer at the front of ``buf`` (consumed from it): True if data was
+        appended, None when the connection must be dropped."""
+        pos = 0
+        appended = False
+        n = len(buf)
+        with memoryview(buf) as view:
+            while n - pos >= _HEADER.size:
+                offset, size = _HEADER.unpack_from(view, pos)
+                if size < 0:
+                    log.error("HA: the master sent a negative transfer size %d", size)
+                    return None
+                end = pos + _HEADER.size + size
+                if end > n:
+                    break
+                pos = end
+                if size == 0:
+                    self.heartbeats += 1
+                    continue
+                mine = self.max_offset()
+                if mine != 0 and mine != offset:
+                    log.error("HA: the master sent offset %d but this slave's commit log ends at %d; "
+                              "reconnecting", offset, mine)
+                    return None
+                if not self.append(offset, view[end - size:end]):
+                    log.error("HA: cannot append %d bytes at offset %d to the commit log", size, offset)
+                    return None
+                self.transfers += 1
+                appended = True
+        del buf[:pos]
+        return appended

@@ -1,0 +1,449 @@
+"""Master→slave replication (``pystore.ha``): the wire protocol against hand-made peers, a slave holding the
+master's bytes and serving reads, SYNC_MASTER statuses, restarts, and SIGKILL of either side.
+
+Peers talk over loopback TCP with real sockets. Waits poll a condition with a generous deadline (a loaded
+CI machine is slow), never a fixed sleep followed by an assertion."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+import time
+
+import pytest
+from conftest import make_message
+
+from pystore import BrokerRole, FlushDiskType, GetMessageStatus, Message, MessageBatch, PutMessageStatus
+from pystore.errors import StoreError
+from pystore.store import MessageStore
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crash_writer as cw  # noqa: E402
+from test_crash import kill, procs, read_line  # noqa: E402,F401  (procs is a fixture)
+
+TOPIC = "HATopic"
+F = 16384            # commit-log files: small, so a few hundred messages roll several
+HEADER = struct.Struct(">qi")
+REPORT = struct.Struct(">q")
+DEADLINE = 60.0
+
+
+def small(store_factory, name: str, **overrides) -> MessageStore:
+    """A store of the factory with ``F``-byte commit-log files."""
+    overrides.setdefault("mapped_file_size_commit_log", F)
+    return store_factory(name, **overrides)
+
+
+def wait_until(cond, timeout: float = DEADLINE, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("%s not reached within %ss" % (what, timeout))
+        time.sleep(0.005)
+
+
+def log_bytes(store: MessageStore, start: int, end: int) -> bytes:
+    """The commit log's bytes in ``[start, end)``, read from its files."""
+    size = store.config.mapped_file_size_commit_log
+    folder = store.config.commit_log_paths()[0]
+    out = bytearray()
+    pos = start
+    while pos < end:
+        base = pos - pos % size
+        with open(os.path.join(folder, "%020d" % base), "rb") as f:
+            f.seek(pos - base)
+            chunk = f.read(min(end, base + size) - pos)
+        out += chunk
+        pos += len(chunk)
+    return bytes(out)
+
+
+def queue_view(store: MessageStore, topic: str, queue_id: int) -> list[tuple[int, int, bytes]]:
+    """Every message of a queue as (queue offset, commit-log offset, body), page after page from its min
+    offset (a slave keeps the offset asked for on OFFSET_TOO_SMALL: it does not correct it)."""
+    out = []
+    offset = store.get_min_offset_in_queue(topic, queue_id)
+    while True:
+        got = store.get_message("g", topic, queue_id, offset, 32)
+        if got.status is not GetMessageStatus.FOUND:
+            return out
+        out += [(m.queue_offset, m.commit_log_offset, m.body) for m in got.messages]
+        # a found page moves the offset on, on a slave too (only corrections keep it there)
+        assert got.next_begin_offset == offset + len(got.messages), (offset, got)
+        offset = got.next_begin_offset
+
+
+def caught_up(master: MessageStore, slave: MessageStore) -> bool:
+    return slave.get_max_phy_offset() == master.get_max_phy_offset()
+
+
+def master_and_slave(store_factory, role=BrokerRole.ASYNC_MASTER, flush=FlushDiskType.ASYNC_FLUSH, **kw):
+    master = small(store_factory, "master", broker_role=role, ha_listen_port=0, flush_disk_type=flush, **kw)
+    slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, flush_disk_type=flush,
+                          ha_master_address="127.0.0.1:%d" % master.ha_port, **kw)
+    wait_until(lambda: master._ha.connection_count == 1, what="the slave's connection")
+    return master, slave
+
+
+def put_mix(store: MessageStore, n: int, start: int = 0) -> int:
+    """At least ``n`` messages numbered from ``start``: single puts with keys and tags, and batches of five,
+    over three queues; record sizes vary. Returns the next number (a batch may overshoot ``n``)."""
+    results = []
+    i = start
+    while i < start + n:
+        if i % 7 == 3:
+            batch = MessageBatch([Message(TOPIC, b"batch-%d-%d" % (i, j) * (1 + j), tags="TagB", queue_id=2)
+                                  for j in range(5)])
+            results.append(store.put_messages(batch))
+            i += 5
+        else:
+            results.append(store.put_message(make_message(i, TOPIC, i % 2, body=b"m%d" % i * (1 + i % 120),
+                                                          tags="Tag%d" % (i % 3))))
+            i += 1
+    assert all(r.is_ok() for r in results), [r for r in results if not r.is_ok()][:3]
+    return i
+
+
+# -- a slave holds the master's bytes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+def test_slave_holds_the_masters_bytes_and_serves_reads(store_factory, flush):
+    master, slave = master_and_slave(store_factory, flush=flush)
+    n = put_mix(master, 600)
+    assert master.get_max_phy_offset() > 3 * F          # several files, rolled with blanks
+    wait_until(lambda: caught_up(master, slave), what="the slave catching up")
+    end = master.get_max_phy_offset()
+    assert slave.get_min_phy_offset() == 0
+    assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+    # queues and index are built on the slave (under SYNC_FLUSH after its own flush)
+    wait_until(lambda: slave.get_topic_queue_table() == master.get_topic_queue_table(), what="the slave's queues")
+    for qid in range(3):
+        assert queue_view(slave, TOPIC, qid) == queue_view(master, TOPIC, qid)
+    found = slave.query_message(TOPIC, "key100", 32)
+    assert [m.body for m in found.messages] == [b"m100" * 101]
+    # a slave refuses puts
+    r = slave.put_message(Message(TOPIC, b"x"))
+    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and not r.is_ok()
+    assert slave.ha_port is None
+    store_factory.expect_messages(n, "master")
+    store_factory.expect_messages(n, "slave")
+
+
+def test_a_fresh_slave_starts_at_the_masters_last_file(store_factory):
+    master = small(store_factory, "master", ha_listen_port=0)
+    n = put_mix(master, 500)
+    last_start = master.get_max_phy_offset() - master.get_max_phy_offset() % F
+    assert last_start >= 2 * F
+    slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:%d" % master.ha_port)
+    wait_until(lambda: caught_up(master, slave), what="the slave catching up")
+    put_mix(master, 100, start=n)
+    wait_until(lambda: caught_up(master, slave), what="the slave catching up again")
+    end = master.get_max_phy_offset()
+    assert slave.get_min_phy_offset() == last_start
+    assert log_bytes(slave, last_start, end) == log_bytes(master, last_start, end)
+    # the messages it holds read back by queue on the slave, at the master's queue offsets
+    wait_until(lambda: slave.get_max_offset_in_queue(TOPIC, 0) == master.get_max_offset_in_queue(TOPIC, 0))
+    tail = [u for u in queue_view(master, TOPIC, 0) if u[1] >= last_start]
+    assert tail and queue_view(slave, TOPIC, 0) == tail
+
+
+def test_a_restarted_slave_resumes_where_it_stopped(store_factory):
+    master, slave = master_and_slave(store_factory)
+    n = put_mix(master, 200)
+    wait_until(lambda: caught_up(master, slave))
+    slave.shutdown()
+    wait_until(lambda: master._ha.connection_count == 0, what="the master noticing the slave left")
+    n = put_mix(master, 300, start=n)
+    slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:%d" % master.ha_port)
+    assert slave.last_exit_ok
+    wait_until(lambda: caught_up(master, slave))
+    end = master.get_max_phy_offset()
+    assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+    wait_until(lambda: slave.get_topic_queue_table() == master.get_topic_queue_table())
+    assert queue_view(slave, TOPIC, 1) == queue_view(master, TOPIC, 1)
+    store_factory.expect_messages(n, "slave")
+
+
+# -- SYNC_MASTER -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+def test_sync_master_put_returns_once_the_slave_holds_it(store_factory, flush):
+    master, slave = master_and_slave(store_factory, role=BrokerRole.SYNC_MASTER, flush=flush)
+    for i in range(200):
+        r = master.put_message(Message(TOPIC, b"sync%d" % i * 10, queue_id=i % 2))
+        assert r.status is PutMessageStatus.PUT_OK, r
+        assert slave.get_max_phy_offset() >= r.next_offset
+    r = master.put_messages(MessageBatch([Message(TOPIC, b"b%d" % i) for i in range(20)]))
+    assert r.status is PutMessageStatus.PUT_OK
+    assert slave.get_max_phy_offset() >= r.next_offset
+    fut = master.async_put_message(Message(TOPIC, b"async"))
+    r = fut.result(DEADLINE)
+    assert r.status is PutMessageStatus.PUT_OK
+    assert slave.get_max_phy_offset() >= r.next_offset
+    store_factory.expect_messages(221, "master")
+
+
+def test_sync_master_without_a_slave(store_factory):
+    master = small(store_factory, "master", broker_role=BrokerRole.SYNC_MASTER, ha_listen_port=0)
+    r = master.put_message(Message(TOPIC, b"alone"))
+    assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    assert r.is_ok()                                             # stored all the same
+    assert master.look_message_by_offset(r.wrote_offset).body == b"alone"
+    assert master.async_put_message(Message(TOPIC, b"a2")).result(DEADLINE).status is \
+        PutMessageStatus.SLAVE_NOT_AVAILABLE
+    r = master.put_message(Message(TOPIC, b"no-wait", wait_store_msg_ok=False))
+    assert r.status is PutMessageStatus.PUT_OK                   # a put that does not wait, does not wait
+    # a SYNC_MASTER that does not listen can never have a slave
+    lone = small(store_factory, "lone", broker_role=BrokerRole.SYNC_MASTER)
+    assert lone.ha_port is None
+    assert lone.put_message(Message(TOPIC, b"x")).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    store_factory.expect_messages(3, "master")
+
+
+def fake_slave(port: int, report: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+    sock.sendall(REPORT.pack(report))
+    return sock
+
+
+def test_a_silent_slave_times_a_put_out_and_a_lagging_one_is_not_available(store_factory):
+    master = small(store_factory, "master", broker_role=BrokerRole.SYNC_MASTER, ha_listen_port=0, slave_timeout=200,
+                           ha_slave_fallbehind_max=1000)
+    with fake_slave(master.ha_port, 0):                           # connected, never acknowledges
+        wait_until(lambda: master._ha.connection_count == 1)
+        r = master.put_message(Message(TOPIC, b"x" * 10))
+        assert r.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and r.is_ok()
+        r = master.async_put_message(Message(TOPIC, b"y" * 10)).result(DEADLINE)
+        assert r.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        master.put_message(Message(TOPIC, b"z" * 1000))          # now more than 1000 bytes behind the slave
+        r = master.put_message(Message(TOPIC, b"w"))
+        assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    assert master.get_max_offset_in_queue(TOPIC, 0) == 4
+    store_factory.expect_messages(4, "master")
+
+
+# -- the wire protocol, against hand-made peers --------------------------------------------------------------
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "the peer closed the connection"
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_transfer(sock: socket.socket) -> tuple[int, bytes]:
+    offset, size = HEADER.unpack(recv_exact(sock, HEADER.size))
+    return offset, recv_exact(sock, size)
+
+
+def test_master_wire_protocol(store_factory):
+    master = small(store_factory, "master", ha_listen_port=0, ha_transfer_batch_size=1000, ha_send_heartbeat_interval=100)
+    put_mix(master, 300)
+    end = master.get_max_phy_offset()
+    assert end > F
+    # a slave with data asks for its offset: transfers run from there, contiguous, capped, within one file
+    start = master.look_message_by_offset(0).store_size           # a record boundary
+    with fake_slave(master.ha_port, start) as sock:
+        got = bytearray()
+        pos = start
+        while pos < end:
+            offset, body = recv_transfer(sock)
+            assert offset == pos
+            if not body:
+                continue                                         # a heartbeat while the writer catches up
+            assert len(body) <= 1000
+            assert offset // F == (offset + len(body) - 1) // F   # never across a file
+            got += body
+            pos += len(body)
+        assert bytes(got) == log_bytes(master, start, end)
+        # caught up: heartbeats, carrying the next offset
+        assert recv_transfer(sock) == (end, b"")
+        # the reports move the acknowledged offset
+        sock.sendall(REPORT.pack(end))
+        wait_until(lambda: master._ha.push2slave_max_offset == end)
+    # a slave with nothing starts at the master's last file
+    with fake_slave(master.ha_port, 0) as sock:
+        offset, body = recv_transfer(sock)
+        assert offset == end - end % F and body == log_bytes(master, offset, offset + len(body))
+    # a slave that claims more than the master has is dropped
+    with fake_slave(master.ha_port, end + 100) as sock:
+        sock.settimeout(DEADLINE)
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+
+
+def test_master_drops_a_slave_that_stops_reporting(store_factory):
+    master = small(store_factory, "master", ha_listen_port=0, ha_housekeeping_interval=300)
+    with fake_slave(master.ha_port, 0) as sock:
+        wait_until(lambda: master._ha.connection_count == 1)
+        sock.settimeout(DEADLINE)
+        t0 = time.monotonic()
+        while sock.recv(65536):
+            pass
+        assert time.monotonic() - t0 >= 0.25
+        wait_until(lambda: master._ha.connection_count == 0)
+
+
+class FakeMaster:
+    """A listening socket a slave connects to; the test plays the master."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.listener.settimeout(DEADLINE)
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.sock: socket.socket | None = None
+
+    def accept(self) -> socket.socket:
+        self.sock, _ = self.listener.accept()
+        self.sock.settimeout(DEADLINE)
+        return self.sock
+
+    def report(self) -> int:
+        assert self.sock is not None
+        return REPORT.unpack(recv_exact(self.sock, 8))[0]
+
+    def report_reaching(self, offset: int) -> int:
+        while True:
+            got = self.report()
+            if got >= offset:
+                return got
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.listener.close()
+
+
+def test_slave_wire_protocol_torn_records_and_a_wrong_offset(store_factory):
+    source = small(store_factory, "source")
+    n = put_mix(source, 80)
+    end = source.get_max_phy_offset()
+    assert end < F                                      # one transfer: within one file
+    data = log_bytes(source, 0, end)
+    cut = source.look_message_by_offset(0).store_size * 3 + 17   # inside the fourth record
+    fake = FakeMaster()
+    try:
+        slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address=fake.address)
+        sock = fake.accept()
+        assert fake.report() == 0                               # an empty slave asks for the start
+        # one transfer sent in pieces, then a heartbeat
+        frame = HEADER.pack(0, cut) + data[:cut]
+        for i in range(0, len(frame), 7):
+            sock.sendall(frame[i:i + 7])
+        assert fake.report_reaching(cut) == cut                 # it acknowledges what it holds
+        sock.sendall(HEADER.pack(cut, 0))
+        # only whole records are readable by queue
+        whole = [m for m in source.get_message("g", TOPIC, 0, 0, 32).messages if m.commit_log_offset + m.store_size
+                 <= cut]
+        wait_until(lambda: len(queue_view(slave, TOPIC, 0)) == len(whole))
+        assert [u[2] for u in queue_view(slave, TOPIC, 0)] == [m.body for m in whole]
+        # a transfer that does not start at the slave's end drops the connection
+        sock.sendall(HEADER.pack(cut + 1, 4) + b"abcd")
+        while sock.recv(65536):
+            pass
+        assert slave.get_max_phy_offset() == cut
+        # it reconnects and asks again from its end; the rest arrives
+        sock = fake.accept()
+        assert fake.report() == cut
+        sock.sendall(HEADER.pack(cut, end - cut) + data[cut:])
+        assert fake.report_reaching(end) == end
+        wait_until(lambda: slave.get_topic_queue_table() == source.get_topic_queue_table())
+        assert log_bytes(slave, 0, end) == data
+    finally:
+        fake.close()
+    store_factory.expect_messages(n, "slave")
+
+
+def test_a_slave_shut_down_inside_a_record_ends_at_a_record_boundary(store_factory):
+    source = small(store_factory, "source")
+    put_mix(source, 20)
+    data = log_bytes(source, 0, source.get_max_phy_offset())
+    first = source.look_message_by_offset(0).store_size
+    second = source.look_message_by_offset(first).store_size
+    fake = FakeMaster()
+    try:
+        slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address=fake.address)
+        sock = fake.accept()
+        assert fake.report() == 0
+        cut = first + second // 2
+        sock.sendall(HEADER.pack(0, cut) + data[:cut])
+        assert fake.report_reaching(cut) == cut
+        slave.shutdown()
+    finally:
+        fake.close()
+    reopened = small(store_factory, "slave", broker_role=BrokerRole.SLAVE)
+    assert reopened.last_exit_ok and reopened.recovery.damage is None
+    assert reopened.get_max_phy_offset() == first
+    assert log_bytes(reopened, 0, first) == data[:first]
+    assert [u[2] for u in queue_view(reopened, TOPIC, 0)] == [source.look_message_by_offset(0).body]
+    store_factory.expect_messages(1, "slave")
+
+
+def test_ha_port_in_use_fails_start_and_leaves_the_store_closed(store_factory):
+    master = small(store_factory, "master", ha_listen_port=0)
+    with pytest.raises(StoreError, match="HA listener"):
+        MessageStore.open(str(store_factory.path("other")), mapped_file_size_commit_log=F,
+                          ha_listen_port=master.ha_port)
+    again = small(store_factory, "other")                              # the folder was released
+    assert again.put_message(Message(TOPIC, b"x")).is_ok()
+    store_factory.expect_messages(1, "other")
+
+
+# -- SIGKILL ---------------------------------------------------------------------------------------------
+
+
+FILE = 32768
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_killed_sync_master_every_acknowledged_message_is_on_the_slave(tmp_path, procs, mode):  # noqa: F811
+    master_root, slave_root, ack = tmp_path / "master", tmp_path / "slave", str(tmp_path / "acks")
+    p = procs.start("write", str(master_root), "--ack", ack, "--mode", mode, "--threads", "2", "--sync-master",
+                    "--file-size", str(FILE), "--max-seconds", "60")
+    port = int(read_line(p, "READY").split()[2])
+    slave = cw.open_store(slave_root, FILE, broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:%d" % port)
+    try:
+        wait_until(lambda: len(cw.read_acks(ack)) >= 400, what="400 acknowledged messages")
+        kill(p)
+        acks = cw.read_acks(ack)
+    finally:
+        slave.shutdown()
+    assert acks
+    summary = cw.verify_recovered(str(slave_root), acks, FILE)
+    assert summary["records"] >= len(acks) and not summary["abnormal"]
+
+
+def test_killed_slave_recovers_and_catches_up(store_factory, procs):  # noqa: F811
+    master = store_factory("master", ha_listen_port=0, mapped_file_size_commit_log=FILE, **cw.SMALL_FILES)
+    slave_root = store_factory.path("slave")
+    p = procs.start("follow", str(slave_root), "--master", "127.0.0.1:%d" % master.ha_port, "--file-size", str(FILE))
+    read_line(p, "READY")
+    wait_until(lambda: master._ha.connection_count == 1, what="the slave's connection")
+    i = put_mix(master, 300)
+    wait_until(lambda: master._ha.push2slave_max_offset > 0, what="the slave's first acknowledgement")
+    stop = time.monotonic() + 0.3
+    while time.monotonic() < stop:                                # the slave is killed while data flows
+        i = put_mix(master, 20, start=i)
+    kill(p)
+    i = put_mix(master, 50, start=i)
+    slave = store_factory("slave", broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:%d" % master.ha_port,
+                          mapped_file_size_commit_log=FILE, **cw.SMALL_FILES)
+    assert not slave.last_exit_ok                                 # recovered from the kill
+    wait_until(lambda: caught_up(master, slave))
+    end = master.get_max_phy_offset()
+    assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+    wait_until(lambda: slave.get_topic_queue_table() == master.get_topic_queue_table())
+    for qid in range(3):
+        assert queue_view(slave, TOPIC, qid) == queue_view(master, TOPIC, qid)
+    store_factory.expect_messages(i, "slave")
