@@ -59,6 +59,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from pystore.errors import StoreClosedError
 from pystore.service import ServiceThread
 
 __all__ = ["HAService", "HAConnection", "HAClient", "parse_address"]
@@ -372,6 +373,8 @@ class HAConnection:
         except OSError:
             if not self._closed:
                 log.info("HA: reading from slave %s failed", self.address, exc_info=True)
+        except StoreClosedError:
+            pass
         finally:
             self.close()
 
@@ -417,6 +420,8 @@ class HAConnection:
         except OSError:
             if not self._closed:
                 log.info("HA: writing to slave %s failed", self.address, exc_info=True)
+        except StoreClosedError:
+            pass                  # the store shuts down before its services stop: this connection ends
         except Exception:
             if not self._closed:
                 log.exception("HA: transfer to slave %s stopped", self.address)
