@@ -43,6 +43,15 @@ Where this differs from RocketMQ, and why:
 * The master's writer is woken by every put that waits for a slave; an ASYNC_MASTER's puts do not wake it
   (that would put Python on the put path), so it polls every few milliseconds while connected.
 * The slave retries a failed connection every second (RocketMQ: every 5 s).
+* With SYNC_FLUSH and SYNC_MASTER, the slave is asked even when the flush timed out, and its verdict
+  (``SLAVE_NOT_AVAILABLE``, ``FLUSH_SLAVE_TIMEOUT``) replaces ``FLUSH_DISK_TIMEOUT``, as in 4.x ``handleHA``.
+* Async puts waiting for a slave are completed (or timed out) by one ``GroupTransferService`` thread, never
+  by a connection's reader, so callbacks on their futures cannot hold up acknowledgements.
+
+Limits, as in RocketMQ: master and slave must have the same ``mapped_file_size_commit_log`` (the protocol
+does not carry it; a slave with other files misplaces the master's end-of-file blanks). With the transient
+store pool, a master ships only what its commit service has committed, so a SYNC_MASTER put waits for the
+next commit (up to ``commit_interval_commit_log`` or the thorough interval).
 
 Thread-safety: ``HAService`` is called from put threads (``wait_for_slave``, ``is_slave_ok``) and its own
 threads; its shared state is under one condition. ``HAClient`` is the only writer of a slave's commit log.
@@ -102,14 +111,15 @@ def _send_all(sock: socket.socket, header: bytes, body: memoryview | None = None
 
 
 class _SlaveRequest:
-    """One put (or async put) waiting for a slave to acknowledge ``next_offset``."""
+    """One async put waiting for a slave to acknowledge ``next_offset`` until ``deadline`` (monotonic s)."""
 
-    __slots__ = ("next_offset", "future", "result")
+    __slots__ = ("next_offset", "future", "result", "deadline")
 
-    def __init__(self, next_offset: int, future: Future[Any], result: Any) -> None:
+    def __init__(self, next_offset: int, future: Future[Any], result: Any, deadline: float) -> None:
         self.next_offset = next_offset
         self.future = future
         self.result = result
+        self.deadline = deadline
 
 
 class HAService:
@@ -125,6 +135,7 @@ class HAService:
         self._pending: list[_SlaveRequest] = []
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
+        self._transfer_thread: threading.Thread | None = None
         self._stopped = False
         self.port: int | None = None
 
@@ -153,11 +164,16 @@ class HAService:
         self._accept_thread = threading.Thread(target=self._accept_loop, name="pystore-HAAcceptService",
                                                daemon=True)
         self._accept_thread.start()
+        self._transfer_thread = threading.Thread(target=self._transfer_loop, name="pystore-GroupTransferService",
+                                                 daemon=True)
+        self._transfer_thread.start()
         log.info("HA listening on %s:%d", self.config.ha_listen_address, self.port)
 
     def shutdown(self) -> None:
         """Close the listener and every connection; puts still waiting for a slave time out now."""
-        self._stopped = True
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
         sock, self._listener = self._listener, None
         if sock is not None:
             try:
@@ -173,11 +189,40 @@ class HAService:
             c.close()
         for c in conns:
             c.join(10)
+        if self._transfer_thread is not None:
+            self._transfer_thread.join(10)     # it times out every request still pending as it ends
         with self._cond:
             pending, self._pending = self._pending, []
-            self._cond.notify_all()
         for r in pending:
             _finish(r, False)
+
+    def _transfer_loop(self) -> None:
+        """RocketMQ ``GroupTransferService``: complete the async puts a slave's acknowledgement covers and time
+        out those past their deadline, here rather than on a connection's reader thread, so a future's
+        callbacks (user code, perhaps a put that itself waits for a slave) never hold up acknowledgements."""
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    pending = self._pending
+                    if self._stopped or any(r.next_offset <= self.push2slave_max_offset or r.deadline <= now
+                                            for r in pending):
+                        break
+                    # deadlines only grow (one timeout for all), so the first pending one is the nearest
+                    self._cond.wait(min(pending[0].deadline - now, 1.0) if pending else 1.0)
+                acked = self.push2slave_max_offset
+                done = [r for r in pending if r.next_offset <= acked]
+                late = [r for r in pending if r.next_offset > acked and (r.deadline <= now or self._stopped)]
+                if done or late:
+                    self._pending = [r for r in pending if r.next_offset > acked and not (r.deadline <= now
+                                                                                           or self._stopped)]
+                stopped = self._stopped
+            for r in done:
+                _finish(r, True)
+            for r in late:
+                _finish(r, False)
+            if stopped:
+                return
 
     def _accept_loop(self) -> None:
         while not self._stopped:
@@ -205,6 +250,10 @@ class HAService:
             if conn in self._connections:
                 self._connections.remove(conn)
 
+    @property
+    def started(self) -> bool:
+        return self._accept_thread is not None
+
     # -- what puts ask --------------------------------------------------------------------------------
 
     @property
@@ -218,19 +267,12 @@ class HAService:
                 and master_put_where - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max)
 
     def notify_transfer_some(self, offset: int) -> None:
-        """A slave acknowledged ``offset``: release the puts it covers."""
-        done: list[_SlaveRequest] = []
+        """A slave acknowledged ``offset``: wake the puts it may cover."""
         with self._cond:
             if offset <= self.push2slave_max_offset:
                 return
             self.push2slave_max_offset = offset
-            if self._pending:
-                done = [r for r in self._pending if r.next_offset <= offset]
-                if done:
-                    self._pending = [r for r in self._pending if r.next_offset > offset]
             self._cond.notify_all()
-        for r in done:
-            _finish(r, True)
 
     def wakeup_all(self) -> None:
         """New data: every connection's writer looks for it now."""
@@ -253,28 +295,18 @@ class HAService:
         """A future of ``result`` completed once a slave acknowledged ``next_offset``, or with
         ``FLUSH_SLAVE_TIMEOUT`` after ``timeout_s``."""
         fut: Future[Any] = Future()
-        req = _SlaveRequest(next_offset, fut, result)
+        req = _SlaveRequest(next_offset, fut, result, time.monotonic() + timeout_s)
         with self._cond:
-            if self.push2slave_max_offset >= next_offset:
-                fut.set_result(result)
-                return fut
-            if self._stopped:
-                _finish(req, False)
-                return fut
-            self._pending.append(req)
-        self.wakeup_all()
-
-        def expire() -> None:
-            with self._cond:
-                if req not in self._pending:
-                    return
-                self._pending.remove(req)
+            acked = self.push2slave_max_offset >= next_offset
+            if not acked and not self._stopped:
+                self._pending.append(req)
+                self._cond.notify_all()
+        if acked:
+            fut.set_result(result)
+        elif self._stopped:
             _finish(req, False)
-
-        t = threading.Timer(timeout_s, expire)
-        t.daemon = True
-        t.start()
-        fut.add_done_callback(lambda _f: t.cancel())
+        else:
+            self.wakeup_all()
         return fut
 
 
@@ -481,6 +513,8 @@ class HAClient(ServiceThread):
                 continue
             try:
                 self._follow()
+            except StoreClosedError:
+                return                # the store is shutting down: it stops this client next
             except OSError as e:
                 if not self.is_stopped():
                     log.warning("HA: connection to master %s lost: %s", address, e)

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message
+from pystore._codec import REASONS, RECORD_SHORT
+from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message, scan_file
 from pystore._cq import QueueDispatcher, QueueReader, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
@@ -290,6 +291,16 @@ class MessageStore:
         if self.read_only:
             self._state = _STARTED
             return
+        try:
+            self._start_writer()
+        except BaseException:
+            ha = self._ha
+            if ha is not None and not ha.started:          # bound, but not started: no shutdown will close it
+                ha.shutdown()
+                self._ha = None
+            raise
+
+    def _start_writer(self) -> None:
         cfg = self.config
         assert self._commitlog is not None and self._checkpoint is not None
         cl = self._commitlog
@@ -326,7 +337,8 @@ class MessageStore:
         commit: CommitRealTimeService | None = None
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             # consume queues follow the flushed offset: nobody reads what a crash could take back
-            gc = GroupCommitService(cl, self._checkpoint, after_flush=self._reput.dispatch_until, clock=self.clock)
+            gc = GroupCommitService(cl, self._checkpoint, clock=self.clock,
+                                    after_flush=self._slave_dispatch if slave else self._reput.dispatch_until)
             self._flush_service = gc
             cl.after_put = self._after_put_sync
             cl.flush_wakeup = None
@@ -532,21 +544,24 @@ class MessageStore:
 
     def _complete_async(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
         fut = self._flushed_async(result, msg)
-        if (self.config.broker_role is not BrokerRole.SYNC_MASTER or result.status is not PutMessageStatus.PUT_OK
-                or not _waits(msg)):
+        if (self.config.broker_role is not BrokerRole.SYNC_MASTER or not result.is_ok() or not _waits(msg)):
             return fut
         out: Future[PutMessageResult] = Future()
 
         def replicate(flushed: Future[PutMessageResult]) -> None:
+            # RocketMQ 4.x handleHA: the replica's verdict replaces a flush timeout, success keeps it
             r = flushed.result()
-            ha = self._ha
-            if r.status is not PutMessageStatus.PUT_OK:
-                out.set_result(r)
-            elif ha is None or not ha.is_slave_ok(r.next_offset):
-                out.set_result(r.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE))
-            else:
-                ha.request(r.next_offset, r, self.config.slave_timeout / 1000).add_done_callback(
-                    lambda done: out.set_result(done.result()))
+            try:
+                ha = self._ha
+                if ha is None or not ha.is_slave_ok(r.next_offset):
+                    out.set_result(r.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE))
+                else:
+                    ha.request(r.next_offset, r, self.config.slave_timeout / 1000).add_done_callback(
+                        lambda done: out.set_result(done.result()))
+            except Exception:
+                log.exception("%s: waiting for a slave failed", self.root)
+                if not out.done():
+                    out.set_result(r.with_status(PutMessageStatus.FLUSH_SLAVE_TIMEOUT))
 
         fut.add_done_callback(replicate)
         return out
@@ -593,9 +608,8 @@ class MessageStore:
         """SYNC_MASTER (RocketMQ ``handleHA``): after the flush (SYNC_FLUSH), wait for a slave to hold the
         record; the message stays stored whatever the wait says."""
         if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            # then the slave, whatever the flush said: its verdict replaces a flush timeout (4.x handleHA)
             result = self._after_put_sync(result, msg)
-            if result.status is not PutMessageStatus.PUT_OK:
-                return result
         if not _waits(msg):
             return result
         ha = self._ha
@@ -621,8 +635,20 @@ class MessageStore:
         False if the bytes do not belong at the end of this log or do not fit its file."""
         cl = self._commitlog
         if cl is None or self._state == _SHUTDOWN:
-            return False
+            raise StoreClosedError("the store at %s is %s" % (self.root, self._state))
         queue = cl.queue
+        size = queue.mapped_file_size
+        files = queue.files
+        if not any(f.wrote_position for f in files):
+            # an empty log (perhaps a lone file a trim emptied) starts wherever its master's data does, at a file
+            # boundary: the master sends an empty slave its last file
+            if offset % size:
+                log.error("%s: an empty slave cannot start at offset %d, inside a commit-log file of %d bytes",
+                          self.root, offset, size)
+                return False
+            while files and files[-1].file_from_offset != offset:
+                queue.delete_last_file()
+                files = queue.files
         mf = queue.get_last_mapped_file(offset, True)
         if mf is None:
             return False
@@ -637,18 +663,40 @@ class MessageStore:
                 mf.store_timestamp = ts      # the checkpoint's physicMsgTimestamp, as a master's puts set it
         return True
 
+    def _slave_dispatch(self, flushed: int) -> int:
+        """A SYNC_FLUSH slave's group commit, after each flush: queues and index follow the flushed records,
+        and the checkpoint's physicMsgTimestamp their store time (a master's puts set it; a slave has none)."""
+        assert self._reput is not None and self._checkpoint is not None
+        reached = self._reput.dispatch_until(flushed)
+        ts = self._dispatcher.last_store_ts if self._dispatcher is not None else 0
+        if ts > self._checkpoint.physic_msg_timestamp:
+            self._checkpoint.physic_msg_timestamp = ts
+        return reached
+
     def _trim_torn_tail(self) -> None:
-        """Slave shutdown: a transfer may have ended inside a record; cut the log at the end of its whole
-        records so it ends where a master's would (the master sends the rest on the next connection)."""
+        """Slave shutdown: a transfer may have ended inside a record; cut that record off so the log ends where
+        a master's would (the master sends it again on the next connection). Only a record that runs past the
+        end of the last file's data is cut: anything else that stops the walk is left for recovery to judge."""
         cl, reput = self._commitlog, self._reput
         if cl is None or reput is None:
             return
         end = cl.get_max_offset()
         reached = reput.dispatch_until(end)
-        if reached < end:
+        last = cl.queue.last()
+        if reached >= end or last is None or reached < last.file_from_offset:
+            if reached < end:
+                log.error("%s: the slave's records stop being readable at offset %d (its log ends at %d); left "
+                          "for recovery", self.root, reached, end)
+            return
+        pos = reached - last.file_from_offset
+        stop, reason, _, _ = scan_file(last, pos, False, last.wrote_position)
+        if stop == pos and reason == RECORD_SHORT:
             log.info("%s: cutting the %d bytes of a partly received record at offset %d", self.root,
                      end - reached, reached)
             cl.queue.truncate_dirty_files(reached)
+        else:
+            log.error("%s: the record at offset %d is damaged (%s); left for recovery", self.root, reached,
+                      REASONS.get(reason, reason))
 
     def flush(self) -> int:
         """Force everything written to disk; returns the flushed commit-log offset."""

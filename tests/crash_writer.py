@@ -294,8 +294,10 @@ def cmd_write(args) -> int:
     if args.sync_master:
         print("READY %d %d" % (store.get_max_phy_offset(), store.ha_port), flush=True)
         deadline = time.monotonic() + args.max_seconds
-        while store._ha.connection_count == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)  # puts start once a slave is connected, so it holds the log from offset 0
+        conns = store._ha._connections
+        while not (conns and conns[0].next_transfer_from >= 0) and time.monotonic() < deadline:
+            time.sleep(0.005)  # puts start once a slave's stream starts, so it holds the log from offset 0
+            conns = store._ha._connections
     else:
         print("READY %d" % store.get_max_phy_offset(), flush=True)
     w = _Writer(store, args)

@@ -79,11 +79,18 @@ def caught_up(master: MessageStore, slave: MessageStore) -> bool:
     return slave.get_max_phy_offset() == master.get_max_phy_offset()
 
 
+def wait_streaming(master: MessageStore, slaves: int = 1) -> None:
+    """Until ``slaves`` slaves are connected and the master fixed where each one's transfers start (an empty
+    slave starts at the master's last file *as it is then*: data put before that moment may be skipped)."""
+    wait_until(lambda: len(master._ha._connections) == slaves
+               and all(c.next_transfer_from >= 0 for c in master._ha._connections), what="the slave's stream")
+
+
 def master_and_slave(store_factory, role=BrokerRole.ASYNC_MASTER, flush=FlushDiskType.ASYNC_FLUSH, **kw):
     master = small(store_factory, "master", broker_role=role, ha_listen_port=0, flush_disk_type=flush, **kw)
     slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, flush_disk_type=flush,
                           ha_master_address="127.0.0.1:%d" % master.ha_port, **kw)
-    wait_until(lambda: master._ha.connection_count == 1, what="the slave's connection")
+    wait_streaming(master)
     return master, slave
 
 
@@ -172,7 +179,7 @@ def test_a_restarted_slave_resumes_where_it_stopped(store_factory):
 
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
 def test_sync_master_put_returns_once_the_slave_holds_it(store_factory, flush):
-    master, slave = master_and_slave(store_factory, role=BrokerRole.SYNC_MASTER, flush=flush)
+    master, slave = master_and_slave(store_factory, role=BrokerRole.SYNC_MASTER, flush=flush, slave_timeout=60_000)
     for i in range(200):
         r = master.put_message(Message(TOPIC, b"sync%d" % i * 10, queue_id=i % 2))
         assert r.status is PutMessageStatus.PUT_OK, r
@@ -283,13 +290,13 @@ def test_master_wire_protocol(store_factory):
 
 def test_master_drops_a_slave_that_stops_reporting(store_factory):
     master = small(store_factory, "master", ha_listen_port=0, ha_housekeeping_interval=300)
+    t0 = time.monotonic()                                         # before the master's clock starts
     with fake_slave(master.ha_port, 0) as sock:
         wait_until(lambda: master._ha.connection_count == 1)
         sock.settimeout(DEADLINE)
-        t0 = time.monotonic()
         while sock.recv(65536):
             pass
-        assert time.monotonic() - t0 >= 0.25
+        assert time.monotonic() - t0 >= 0.29
         wait_until(lambda: master._ha.connection_count == 0)
 
 
@@ -400,6 +407,101 @@ def test_ha_port_in_use_fails_start_and_leaves_the_store_closed(store_factory):
     store_factory.expect_messages(1, "other")
 
 
+def test_a_slave_emptied_by_a_trim_follows_a_master_that_starts_later(store_factory):
+    """A first transfer that ends inside the first record leaves, after the shutdown trim, a lone empty file at
+    0; the slave reports 0, and its next master sends its last file, which starts later: the slave must
+    start its log there instead of refusing every transfer."""
+    source = small(store_factory, "source")
+    put_mix(source, 5)
+    head = log_bytes(source, 0, source.look_message_by_offset(0).store_size)
+    fake = FakeMaster()
+    try:
+        slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address=fake.address)
+        sock = fake.accept()
+        assert fake.report() == 0
+        sock.sendall(HEADER.pack(0, 50) + head[:50])
+        assert fake.report_reaching(50) == 50
+        slave.shutdown()
+    finally:
+        fake.close()
+    assert os.path.getsize(os.path.join(slave.config.commit_log_paths()[0], "%020d" % 0)) == F   # the lone file
+    master = small(store_factory, "master", ha_listen_port=0)
+    put_mix(master, 300)
+    last_start = master.get_max_phy_offset() - master.get_max_phy_offset() % F
+    assert last_start > 0
+    slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:%d" % master.ha_port)
+    assert slave.get_max_phy_offset() == 0
+    wait_until(lambda: caught_up(master, slave), what="the emptied slave following")
+    end = master.get_max_phy_offset()
+    assert slave.get_min_phy_offset() == last_start
+    assert log_bytes(slave, last_start, end) == log_bytes(master, last_start, end)
+
+
+def test_a_damaged_record_is_left_for_recovery_not_trimmed(store_factory):
+    """Only a record cut by the end of the data is trimmed at shutdown: damage followed by data stays."""
+    source = small(store_factory, "source")
+    put_mix(source, 30)
+    end = source.get_max_phy_offset()
+    data = bytearray(log_bytes(source, 0, end))
+    third = source.look_message_by_offset(0).store_size + source.look_message_by_offset(
+        source.look_message_by_offset(0).store_size).store_size
+    data[third + 4:third + 8] = b"\x00\x00\x00\x01"                  # the third record's magic code
+    fake = FakeMaster()
+    try:
+        slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address=fake.address)
+        sock = fake.accept()
+        assert fake.report() == 0
+        sock.sendall(HEADER.pack(0, end) + bytes(data))
+        assert fake.report_reaching(end) == end
+        wait_until(lambda: len(queue_view(slave, TOPIC, 0)) == 1)    # dispatch stops at the damage
+        slave.shutdown()
+    finally:
+        fake.close()
+    folder = slave.config.commit_log_paths()[0]
+    with open(os.path.join(folder, "%020d" % 0), "rb") as f:
+        assert f.read(end) == bytes(data)                          # nothing was cut
+    assert os.path.exists(slave.config.abort_path())               # recovery will judge it on the next open
+    store_factory.skip_check("slave")
+
+
+def test_sync_flush_slave_records_its_store_time_in_the_checkpoint(store_factory):
+    from pystore.checkpoint import StoreCheckpoint
+
+    master, slave = master_and_slave(store_factory, flush=FlushDiskType.SYNC_FLUSH)
+    put_mix(master, 50)
+    wait_until(lambda: slave.get_topic_queue_table() == master.get_topic_queue_table())
+    last = master.look_message_by_offset(master.get_commit_log_offset_in_queue(
+        TOPIC, 1, master.get_max_offset_in_queue(TOPIC, 1) - 1))
+    slave.shutdown()
+    cp = StoreCheckpoint(slave.config.checkpoint_path(), read_only=True)
+    assert cp.physic_msg_timestamp >= last.store_timestamp > 0
+    assert cp.logics_msg_timestamp > 0
+
+
+def test_shutdown_releases_puts_waiting_for_a_slave(store_factory):
+    import threading
+
+    master = small(store_factory, "master", broker_role=BrokerRole.SYNC_MASTER, ha_listen_port=0,
+                   slave_timeout=600_000)
+    got = []
+    with fake_slave(master.ha_port, 0):                           # connected, never acknowledges
+        wait_until(lambda: master._ha.connection_count == 1)
+        waiter = threading.Thread(target=lambda: got.append(master.put_message(Message(TOPIC, b"sync"))))
+        waiter.start()
+        fut = master.async_put_message(Message(TOPIC, b"async"))
+        threads = []
+        fut.add_done_callback(lambda _f: threads.append(threading.current_thread().name))
+        wait_until(lambda: master._ha._pending and master.get_max_offset_in_queue(TOPIC, 0) == 2)
+        t0 = time.monotonic()
+        master.shutdown()
+        waiter.join(DEADLINE)
+        assert not waiter.is_alive() and time.monotonic() - t0 < 30
+    assert got[0].status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    assert fut.result(0).status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    assert threads and "ReadSocket" not in threads[0]              # never on a connection's reader thread
+    store_factory.expect_messages(2, "master")
+
+
 # -- SIGKILL ---------------------------------------------------------------------------------------------
 
 
@@ -429,7 +531,7 @@ def test_killed_slave_recovers_and_catches_up(store_factory, procs):  # noqa: F8
     slave_root = store_factory.path("slave")
     p = procs.start("follow", str(slave_root), "--master", "127.0.0.1:%d" % master.ha_port, "--file-size", str(FILE))
     read_line(p, "READY")
-    wait_until(lambda: master._ha.connection_count == 1, what="the slave's connection")
+    wait_streaming(master)
     i = put_mix(master, 300)
     wait_until(lambda: master._ha.push2slave_max_offset > 0, what="the slave's first acknowledgement")
     stop = time.monotonic() + 0.3
