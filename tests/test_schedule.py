@@ -177,7 +177,7 @@ def test_sync_flush_store_delivers_from_reput(store_factory, fake_clock):
 def test_service_thread_delivers(store_factory):
     store = store_factory(message_delay_level="1s 2s")
     assert store.put_message(make_message(0, delay_time_level=1)).is_ok()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while not delivered(store, queue_id=0) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [m.body for m in delivered(store, queue_id=0)] == [b"Hello RocketMQ 0"]
