@@ -106,7 +106,7 @@ def stderr_of(p) -> str:
         return ""
 
 
-def read_line(p, prefix: str, timeout: float = 60.0) -> str:
+def read_line(p, prefix: str, timeout: float = 300.0) -> str:
     """The next stdout line of ``p``, which must start with ``prefix``."""
     ready, _, _ = select.select([p.stdout], [], [], timeout)
     assert ready, "no %s from the writer within %ss; stderr:\n%s" % (prefix, timeout, stderr_of(p))
@@ -125,7 +125,7 @@ def kill(p) -> None:
     )
 
 
-def wait_killed_by_crashpoint(p, timeout: float = 90.0) -> None:
+def wait_killed_by_crashpoint(p, timeout: float = 300.0) -> None:
     """Wait for a writer to reach its crash point and SIGKILL itself."""
     try:
         p.wait(timeout)
@@ -175,7 +175,7 @@ def write_args(
         "--max-puts",
         str(max_puts),
         "--max-seconds",
-        "60",
+        "240",
         "--async-window",
         str(async_window),
     ]
@@ -236,7 +236,7 @@ def check_read_only(root, acks: list[cw.Ack], file_size: int) -> None:
 
 def verify_in_new_process(procs: Procs, root, ack, file_size: int) -> None:
     p = procs.start("verify", str(root), str(ack), "--file-size", str(file_size))
-    out, _ = p.communicate(timeout=120)
+    out, _ = p.communicate(timeout=300)
     assert p.returncode == 0, "verification in a new process failed:\n%s" % stderr_of(p)
     assert out.decode().startswith("{")
 
