@@ -374,7 +374,11 @@ def test_async_flush_lost_unflushed_tail(procs, tmp_path):
     p = procs.start(*write_args(root, ack, mode="async", file_size=file_size, seed=41))
     try:
         read_line(p, "READY")
-        time.sleep(0.4)
+        time.sleep(0.4)  # thousands of puts here; a loaded machine may not have run the writer much yet
+        deadline = time.monotonic() + 60
+        while len(cw.read_acks(str(ack))) <= 20:
+            assert p.poll() is None and time.monotonic() < deadline, stderr_of(p)
+            time.sleep(0.01)
     finally:
         kill(p)
     acks = cw.read_acks(str(ack))
