@@ -790,7 +790,7 @@ def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
     real = gc.do_commit
 
     def held() -> None:
-        gate.wait(10)
+        gate.wait(60)  # the test opens the gate (in its finally at the latest): 60 s is only a guard
         real()
 
     try:
