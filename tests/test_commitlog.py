@@ -70,7 +70,7 @@ def snapshot(store: MessageStore) -> tuple[int, dict, list[bytes]]:
     return end, store.get_topic_queue_table(), bodies
 
 
-def settles(predicate, timeout=10.0) -> bool:
+def settles(predicate, timeout=60.0) -> bool:
     """True once ``predicate()`` holds (background services may hold a file for a moment)."""
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import crash_writer as cw  # noqa: E402
+from conftest import FakeClock  # noqa: E402
 
 from pystore import Message, MessageBatch  # noqa: E402
 from pystore.checkpoint import StoreCheckpoint  # noqa: E402
@@ -49,11 +50,19 @@ POS_BODY_LENGTH = 84  # FORMAT.md §1.2, IPv4 born and store hosts
 
 def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_SIZE) -> cw.Walk:
     """A cleanly shut down store of ``messages`` crash-writer messages (singles and batches, three topics,
-    four queues); returns the walk of its files."""
+    four queues); returns the walk of its files.
+
+    Its store times are 1 ms apart (a clock that moves only here), whatever the machine's speed: an abnormal
+    recovery starts from the newest file whose first message is at least 3 s older than the checkpoint
+    (FORMAT.md §8), so with the real clock where it starts depended on how long the build took. Each put is
+    a SYNC_FLUSH put, a disk flush: with 10 ms a flush (a slow CI disk) 500 messages span more than 3 s, and
+    test_damage_before_normal_recovery_window's abnormal open started past the damage it must report."""
     rng = random.Random(seed)
+    clock = FakeClock(int(time.time() * 1000))
     idx = 0
-    with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:
+    with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH, clock=clock) as store:
         while idx < messages:
+            clock.advance(1)
             topic = cw.TOPICS[rng.randrange(3)]
             qid = rng.randrange(cw.QUEUES)
             n = min(rng.choice((1, 1, 1, 3)), messages - idx)

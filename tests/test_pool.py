@@ -55,7 +55,7 @@ def test_the_commit_service_publishes_on_its_own(store_factory):
     s = _pool_store(store_factory, commit_interval_commit_log=10, commit_commit_log_thorough_interval=50)
     for i in range(300):
         assert s.put_message(make_message(i, body_size=500)).is_ok()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while s.get_max_offset_in_queue("TopicTest", 0) < 300 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert s.get_max_offset_in_queue("TopicTest", 0) == 300

@@ -213,7 +213,7 @@ def test_keys_set_after_construction_are_indexed(store_factory):
 def wait_for_prefault(before: dict, grow: int = 1) -> dict:
     """Stats once ``bytes`` grew by ``grow`` (or the worker failed): it is asynchronous, so it gets time to
     report (a liveness bound, not a timing assertion)."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while True:
         stats = prefault_stats()
         if (stats["bytes"] >= before["bytes"] + grow or stats["failed"] > before["failed"]
@@ -282,7 +282,7 @@ def test_forked_child_can_open_and_fill_a_store(store_factory):
         finally:
             sys.stderr.flush()
             os._exit(code)
-    deadline = time.monotonic() + 120                      # a hang guard, not a timing assertion
+    deadline = time.monotonic() + 300                      # a hang guard, not a timing assertion
     while not (done := os.waitpid(pid, os.WNOHANG))[0]:
         if time.monotonic() > deadline:
             os.kill(pid, 9)
@@ -327,6 +327,20 @@ def test_small_consume_queue_files_roll_and_read_back(store_factory):
 # -- a message changed by another thread while its put waits for the lock -----------------------------------
 
 
+def wait_spinning_on_the_put_lock(t, started) -> None:
+    """Return once thread ``t``, which set ``started`` right before its put, spins on the put lock (the
+    default lock spins): it has then burnt 50 ms of its own CPU time since, where the put itself, sizing and
+    CRC of a short message, takes microseconds. A fixed sleep is no such proof: a loaded machine may not run
+    the thread for that long, and the put then sizes the message as changed and goes in."""
+    assert started.wait(60), "the putting thread did not start within 60 s"
+    clock = time.pthread_getcpuclockid(t.ident)
+    cpu0 = time.clock_gettime(clock)
+    deadline = time.monotonic() + 60
+    while time.clock_gettime(clock) - cpu0 < 0.05:
+        assert t.is_alive() and time.monotonic() < deadline, "the put did not wait for the lock"
+        time.sleep(0.001)
+
+
 @pytest.mark.parametrize("as_batch", [False, True], ids=["put_message", "put_messages"])
 def test_message_changed_while_the_put_waits_is_refused_not_overrun(store_factory, as_batch):
     """The put reserves room for the record before the lock; a body made longer meanwhile must not be
@@ -339,16 +353,23 @@ def test_message_changed_while_the_put_waits_is_refused_not_overrun(store_factor
     target = MessageBatch([make_message(2), msg]) if as_batch else msg
     put = store.put_messages if as_batch else store.put_message
     out: list = []
+    started = threading.Event()
+
+    def putter():
+        started.set()
+        out.append(put(target))
+
     lock = store._commitlog.put_lock
     lock.acquire()
     try:
-        t = threading.Thread(target=lambda: out.append(put(target)))
+        t = threading.Thread(target=putter)
         t.start()
-        time.sleep(0.3)                      # the put has sized its record and waits for the lock
+        wait_spinning_on_the_put_lock(t, started)   # the put has sized its record and waits for the lock
+        assert not out
         msg.body = b"x" * 5000
     finally:
         lock.release()
-    t.join(10)
+    t.join(60)
     assert out and out[0].status is PutMessageStatus.MESSAGE_ILLEGAL
     r = put(target)                          # the changed message, sized again, goes in whole
     assert r.is_ok()

@@ -112,10 +112,10 @@ class Writer:
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
 
-    def line(self, timeout=60):
+    def line(self, timeout=300):
         return self.lines.get(timeout=timeout)
 
-    def ack(self, timeout=60):
+    def ack(self, timeout=300):
         """The ``ok`` reply: total written and ``{(topic, queue): count}``."""
         parts = self.line(timeout).split()
         assert parts[0] == "ok", parts

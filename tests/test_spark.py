@@ -386,6 +386,20 @@ def test_rocketmq_store_through_consume_queues(spark, rocketmq_store):
 # -----------------------------------------------------------------------------------------------------
 
 
+def await_available_now(q) -> None:
+    """Wait for an availableNow query to finish, and raise what it failed with. ``awaitTermination(t)``
+    returns False when ``t`` passes first, and the query is then still running: going on would check a part
+    of its output (a slow 2-core machine runs Spark many times slower than a workstation)."""
+    try:
+        finished = q.awaitTermination(240)
+    finally:
+        if q.isActive:
+            q.stop()
+    if q.exception() is not None:
+        raise q.exception()
+    assert finished, "the availableNow query did not finish within 240 s"
+
+
 def _run_stream(spark, root: str, out: str, ckpt: str, **options: Any) -> int:
     """One availableNow run into a Parquet sink; the number of micro-batches it made."""
     r = spark.readStream.format("pystore").option("topics", "S1,S2")
@@ -399,9 +413,7 @@ def _run_stream(spark, root: str, out: str, ckpt: str, **options: Any) -> int:
         .trigger(availableNow=True)
         .start()
     )
-    q.awaitTermination(120)
-    if q.exception() is not None:
-        raise q.exception()
+    await_available_now(q)
     return len([p for p in q.recentProgress if p["numInputRows"] > 0])
 
 
@@ -457,9 +469,7 @@ def test_stream_starting_offsets_and_data_loss(spark, tmp_path):
             .trigger(availableNow=True)
             .start()
         )
-        q.awaitTermination(120)
-        if q.exception() is not None:
-            raise q.exception()
+        await_available_now(q)
         return spark.sql("select queue_offset from %s" % name).collect()
 
     assert sorted(r.queue_offset for r in run("earliest")) == list(range(lo, 700))
