@@ -203,9 +203,8 @@ class _Writer:
         self.lock = threading.Lock()
 
     def run_thread(self, tid: int) -> None:
-        from pystore._codec import record_length
-
         from pystore import Message, MessageBatch
+        from pystore._codec import record_length
 
         args = self.args
         rng = random.Random(args.seed * 1000 + args.run * 100 + tid)

@@ -15,6 +15,8 @@ import pytest
 import reference_codec as ref
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+
+from pystore import AppendMessageResult, Message, PutMessageResult
 from pystore._codec import (
     BLANK_CODE,
     MAGIC_CODE_V1,
@@ -47,8 +49,6 @@ from pystore._codec import (
     tags_code,
 )
 from pystore._message import java_string_hash, normalize_host, properties_to_string, string_to_properties
-
-from pystore import AppendMessageResult, Message, PutMessageResult
 from pystore.errors import StoreCorruptedError
 from pystore.status import AppendMessageStatus, PutMessageStatus
 

@@ -537,9 +537,8 @@ def _store_needing_truncation(root, file_size: int, abort: bool) -> list[cw.RawR
     """A store of whole records followed by a torn record (its first 60 bytes, TOTALSIZE and magic included)
     and, after it, an empty pre-created file, as a writer killed mid-append while the next file was being
     prepared would leave. Returns the whole records."""
-    from pystore._codec import encode_record
-
     from pystore import Message
+    from pystore._codec import encode_record
     from pystore.config import FlushDiskType
 
     with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:

@@ -14,9 +14,9 @@ import pytest
 from conftest import SMALL_FILE, drop_commit_log_head, make_message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pystore._cq import QueueReader
 
 from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
+from pystore._cq import QueueReader
 from pystore.errors import StoreClosedError
 from pystore.store import MessageStore
 from pystore.tools import decode_record

@@ -7,8 +7,8 @@ import io
 import os
 
 import pytest
-from pystore._mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 
+from pystore._mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from pystore.errors import StoreClosedError, StoreError
 
 PAGE = OS_PAGE_SIZE

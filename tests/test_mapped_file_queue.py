@@ -6,8 +6,8 @@ import os
 import struct
 
 import pytest
-from pystore._mapped_file import MappedFile
 
+from pystore._mapped_file import MappedFile
 from pystore.mapped_file_queue import MappedFileQueue
 
 FIXED_MSG = b"0123456789abcdef"          # RocketMQ's 16-byte fixedMsg

@@ -12,6 +12,8 @@ import pytest
 import reference_codec as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from pystore import Message, MessageBatch, MessageExt
 from pystore._codec import (
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
@@ -23,8 +25,6 @@ from pystore._codec import (
     record_length,
 )
 from pystore._message import java_string_hash
-
-from pystore import Message, MessageBatch, MessageExt
 
 STORE = ("192.168.0.1", 10911)
 

@@ -12,9 +12,9 @@ import traceback
 
 import pytest
 from conftest import SMALL_FILE, SMALL_INDEX, make_message
-from pystore._mapped_file import prefault_stats
 
 from pystore import AppendMessageResult, AppendMessageStatus, Message, MessageBatch, PutMessageResult, PutMessageStatus
+from pystore._mapped_file import prefault_stats
 from pystore.store import MessageStore
 from pystore.tools import iter_consume_queue
 
