@@ -1,0 +1,53 @@
+"""Types of ``pystore._results`` (compiled): what a put returns.
+
+Kept in step with ``_results.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
+"""
+
+from typing import final
+
+from pystore.status import AppendMessageStatus, PutMessageStatus
+
+@final
+class AppendMessageResult:
+    # status: a member, or its int value (converted with AppendMessageStatus(status))
+    def __init__(
+        self,
+        status: AppendMessageStatus | int,
+        wrote_offset: int = 0,
+        wrote_bytes: int = 0,
+        msg_id: str | None = None,
+        store_timestamp: int = 0,
+        logics_offset: int = 0,
+        msg_num: int = 1,
+    ) -> None: ...
+    @property
+    def status(self) -> AppendMessageStatus: ...
+    @property
+    def wrote_offset(self) -> int: ...
+    @property
+    def wrote_bytes(self) -> int: ...
+    @property
+    def store_timestamp(self) -> int: ...
+    @property
+    def logics_offset(self) -> int: ...
+    @property
+    def msg_num(self) -> int: ...
+    @property
+    def msg_id(self) -> str | None: ...
+    def is_ok(self) -> bool: ...
+
+@final
+class PutMessageResult:
+    def __init__(
+        self, status: PutMessageStatus | int, append_message_result: AppendMessageResult | None = None
+    ) -> None: ...
+    @property
+    def status(self) -> PutMessageStatus: ...
+    @property
+    def append_message_result(self) -> AppendMessageResult | None: ...
+    def is_ok(self) -> bool: ...
+    def with_status(self, status: PutMessageStatus | int) -> PutMessageResult: ...
+    @property
+    def wrote_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
