@@ -70,6 +70,7 @@ from typing import Any
 
 from pystore.errors import StoreClosedError
 from pystore.service import ServiceThread
+from pystore.status import PutMessageStatus
 
 __all__ = ["HAService", "HAConnection", "HAClient", "parse_address"]
 
@@ -90,6 +91,15 @@ def parse_address(address: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise ValueError("expected 'host:port', got %r" % address)
     return host.strip("[]"), int(port)
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """End a connection from this side: wake any thread blocked on it, then release it."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass                  # already disconnected
+    sock.close()
 
 
 def _send_all(sock: socket.socket, header: bytes, body: memoryview | None = None) -> None:
@@ -176,11 +186,7 @@ class HAService:
             self._cond.notify_all()
         sock, self._listener = self._listener, None
         if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+            _hang_up(sock)
         if self._accept_thread is not None:
             self._accept_thread.join(10)
         with self._cond:
@@ -311,7 +317,6 @@ class HAService:
 
 
 def _finish(req: _SlaveRequest, ok: bool) -> None:
-    from pystore.status import PutMessageStatus
     if not req.future.done():
         req.future.set_result(req.result if ok else req.result.with_status(PutMessageStatus.FLUSH_SLAVE_TIMEOUT))
 
@@ -351,11 +356,7 @@ class HAConnection:
             return
         self._closed = True
         self._wake.set()
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        _hang_up(self.sock)
         self.service._remove(self)
         log.info("HA: connection of slave %s closed", self.address)
 
@@ -465,11 +466,8 @@ class HAConnection:
             return self.slave_request_offset
         # a slave with nothing starts at the master's last file: history stays with the master
         master = store.get_max_phy_offset()
-        size = store.config.mapped_file_size_commit_log
-        queue = getattr(getattr(store, "_commitlog", None), "queue", None)
-        if queue is not None:
-            size = queue.mapped_file_size
-        return max(0, master - master % size)
+        size = store._commitlog.queue.mapped_file_size     # the files' own size: a store keeps its geometry
+        return master - master % size
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -537,11 +535,7 @@ class HAClient(ServiceThread):
         sock, self.sock = self.sock, None
         self.connected.clear()
         if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+            _hang_up(sock)
 
     def _report(self, sock: socket.socket, offset: int) -> None:
         sock.sendall(_REPORT.pack(offset))

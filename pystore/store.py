@@ -305,7 +305,7 @@ class MessageStore:
         assert self._commitlog is not None and self._checkpoint is not None
         cl = self._commitlog
         slave = cfg.broker_role == BrokerRole.SLAVE
-        if cfg.broker_role != BrokerRole.SLAVE:      # delay levels: a writable master only (FORMAT.md §10)
+        if not slave:                                # delay levels: a writable master only (FORMAT.md §10)
             self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
             self.schedule_message_service.load()     # first: a bad delayOffset.json fails start() cleanly
             cl.delay_rewrite = self.schedule_message_service.rewrite
@@ -552,8 +552,8 @@ class MessageStore:
             # RocketMQ 4.x handleHA: the replica's verdict replaces a flush timeout, success keeps it
             r = flushed.result()
             try:
-                ha = self._ha
-                if ha is None or not ha.is_slave_ok(r.next_offset):
+                ha = self._slave_ready(r)
+                if ha is None:
                     out.set_result(r.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE))
                 else:
                     ha.request(r.next_offset, r, self.config.slave_timeout / 1000).add_done_callback(
@@ -612,14 +612,20 @@ class MessageStore:
             result = self._after_put_sync(result, msg)
         if not _waits(msg):
             return result
-        ha = self._ha
-        if ha is None or not ha.is_slave_ok(result.next_offset):
+        ha = self._slave_ready(result)
+        if ha is None:
             return result.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE)
         if not ha.wait_for_slave(result.next_offset, self.config.slave_timeout / 1000):
             log.warning("%s: no slave acknowledged offset %d within %d ms", self.root, result.next_offset,
                         self.config.slave_timeout)
             return result.with_status(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
         return result
+
+    def _slave_ready(self, result: PutMessageResult) -> HAService | None:
+        """The HA service when a slave can take ``result``'s record (RocketMQ ``isSlaveOK``: one is connected
+        and less than ``ha_slave_fallbehind_max`` behind); None means ``SLAVE_NOT_AVAILABLE``."""
+        ha = self._ha
+        return ha if ha is not None and ha.is_slave_ok(result.next_offset) else None
 
     @property
     def ha_port(self) -> int | None:
