@@ -392,8 +392,12 @@ def put(
     elif file_ is not None:
         bodies = [file_.read()]
     else:
-        stream = getattr(sys.stdin, "buffer", sys.stdin)
-        bodies = (line.rstrip(b"\r\n") for line in stream)
+        binary = getattr(sys.stdin, "buffer", None)
+        if binary is not None:
+            bodies = (line.rstrip(b"\r\n") for line in binary)
+        else:
+            # a text-only stdin (IDLE, an embedding program's StringIO) yields str: encode as BODY is
+            bodies = (line.rstrip("\r\n").encode("utf-8") for line in sys.stdin)
     key_list = _split_keys(keys) or None
     defaults = {"flush_disk_type": "SYNC_FLUSH"} if sync else {}
     rows = []

@@ -3,6 +3,7 @@ printed), plus real subprocess runs of ``python -m pystore --help`` and ``demo``
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -170,6 +171,19 @@ def test_put_get_query_round_trip(tmp_path):
         == 1
     )
     assert run("query", root, "--msg-id", "7F00000100002A9F00000000000FFFFF").exit_code == 1
+
+
+def test_put_stdin_that_has_no_binary_buffer(tmp_path, monkeypatch):
+    # IDLE's or an embedding program's stdin is text only (no .buffer): its lines are str, not bytes
+    root = tmp_path / "s"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("one\r\ntwo\n\u00e9\n"))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["put", str(root), "-t", "T", "--stdin", *SMALL_OPTS], prog_name="pystore")
+    assert exc.value.code == 0
+    with MessageStore.open(root, read_only=True, **SMALL) as store:
+        r = store.get_message("g", "T", 0, 0, 32)
+        assert r is not None
+        assert [m.body for m in r.messages] == [b"one", b"two", "\u00e9".encode()]
 
 
 def test_usage_errors_exit_2(tmp_path):
