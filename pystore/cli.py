@@ -27,10 +27,10 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import click
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -49,12 +49,12 @@ err_console = Console(stderr=True, highlight=False)
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _fail(message: str, code: int = PROBLEM) -> None:
+def _fail(message: str, code: int = PROBLEM) -> NoReturn:
     err_console.print("[red]error:[/red] " + _esc(message))
     sys.exit(code)
 
 
-def _esc(text: str) -> str:
+def _esc(text: object) -> str:
     from rich.markup import escape
 
     return escape(str(text))
@@ -238,7 +238,7 @@ def message_dict(m: Any) -> dict[str, Any]:
 
 def messages_table(messages: list[Any], title: str | None = None) -> Table:
     t = Table(title=title, title_justify="left")
-    for col, just in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("queue", "right"),
         ("queue off", "right"),
         ("commit-log off", "right"),
@@ -247,7 +247,8 @@ def messages_table(messages: list[Any], title: str | None = None) -> Table:
         ("store time (UTC)", "left"),
         ("size", "right"),
         ("body", "left"),
-    ):
+    )
+    for col, just in columns:
         t.add_column(col, justify=just, overflow="fold" if col == "keys" else "ellipsis")
     for m in messages:
         t.add_row(
