@@ -36,7 +36,7 @@ def _data_files(folder: str) -> list[str]:
 def commit_log_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
     """The commit-log files at ``path``: a single file, a ``commitlog`` folder, or a store root; or a list of
     folders (a multi-disk commit log, ``store_path_commit_log="a;b"``), merged in offset order."""
-    if isinstance(path, (list, tuple)):
+    if not isinstance(path, (str, bytes, os.PathLike)):
         merged = [f for one in path for f in commit_log_files(one)]
         return sorted(merged, key=os.path.basename)
     p = os.fspath(path)

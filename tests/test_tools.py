@@ -3,6 +3,7 @@ commit logs written without pystore (a struct-based writer below, FORMAT.md §1.
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import os
 import struct
@@ -425,4 +426,16 @@ def test_iter_over_a_multi_folder_commit_log(store_factory, tmp_path):
     assert [m.body for m in iter_commitlog([a, b])] == bodies      # both folders, merged in offset order
     with pytest.raises(StoreCorruptedError):                       # one folder alone has holes
         list(iter_commitlog(a))
+    store_factory.expect_messages(40)
+
+
+def test_multi_folder_commit_log_given_as_any_sequence(store_factory, tmp_path):
+    # the signature takes a Sequence of folders: not only a list or a tuple
+    a, b = tmp_path / "d1", tmp_path / "d2"
+    s = store_factory(store_path_commit_log="%s;%s" % (a, b))
+    for i in range(40):
+        s.put_message(make_message(i, body_size=4000))
+    s.shutdown()
+    folders = collections.UserList([a, b])
+    assert [m.body for m in iter_commitlog(folders)] == [make_message(i, body_size=4000).body for i in range(40)]
     store_factory.expect_messages(40)
