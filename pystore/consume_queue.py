@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 
 class ConsumeQueue(ConsumeQueueCore):
+    # declared by the compiled base (cdef public int64_t in _cq.pxd), which the stub leaves untyped
+    min_logic_offset: int
+
     def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False) -> None:
         folder = os.path.join(store_path, topic, str(queue_id))
         queue = MappedFileQueue(folder, file_size, read_only=read_only)

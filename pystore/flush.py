@@ -98,7 +98,7 @@ class GroupCommitRequest:
 
 
 class GroupCommitService(ServiceThread):
-    def __init__(self, commitlog: Any, checkpoint: Any, after_flush: Callable[[int], None] | None = None,
+    def __init__(self, commitlog: Any, checkpoint: Any, after_flush: Callable[[int], object] | None = None,
                  clock: Callable[[], int] | None = None) -> None:
         super().__init__("GroupCommitService", clock)
         self.commitlog = commitlog

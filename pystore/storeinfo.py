@@ -130,7 +130,7 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
         min_phy, max_phy = store.get_min_phy_offset(), store.get_max_phy_offset()
         runtime = store.get_runtime_info()
         cl_files = _commit_log_files(store)
-        index_files = []
+        index_files: list[dict[str, Any]] = []
         if os.path.isdir(cfg.index_path()):
             for name in sorted(os.listdir(cfg.index_path())):
                 if name.isdigit():

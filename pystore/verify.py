@@ -239,7 +239,7 @@ def _resume_after(files: list[str], sizes: list[int], offset: int) -> int | None
 
 def _queue_folders(root: str) -> list[tuple[str, int, str]]:
     base = os.path.join(root, "consumequeue")
-    out = []
+    out: list[tuple[str, int, str]] = []
     try:
         topics = sorted(os.listdir(base))
     except OSError:

@@ -82,7 +82,7 @@ class Filters:
 
 
 def plan_commit_log_slices(root: str, bytes_per_partition: int) -> list[CommitLogSlice]:
-    out = []
+    out: list[CommitLogSlice] = []
     for path in layout.commit_log_files(root):
         mf = MappedFile(path, -1, read_only=True)
         try:
