@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 __all__ = ["roots", "parse_time", "parse_bool", "parse_int", "parse_list", "store_config_overrides"]
 
@@ -70,6 +70,13 @@ def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError("option %s: expected true or false, got %r" % (name, raw))
 
 
+# None comes back only as a None default: an option with a default is always an int
+@overload
+def parse_int(options: Mapping[str, str], name: str, default: int, lowest: int | None = None) -> int: ...
+@overload
+def parse_int(
+    options: Mapping[str, str], name: str, default: int | None, lowest: int | None = None
+) -> int | None: ...
 def parse_int(
     options: Mapping[str, str], name: str, default: int | None, lowest: int | None = None
 ) -> int | None:
