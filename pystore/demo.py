@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import time
+from types import ModuleType
 from typing import Any
 
 from rich.console import Console
@@ -208,6 +209,7 @@ def run_demo(
             off = start[(ORDERS, q)]
             while True:
                 r = store.get_message("demo", ORDERS, q, off, 32)
+                assert r is not None  # None only from a store that is not readable; this one is running
                 calls += 1
                 if not r.messages:
                     break
@@ -234,6 +236,7 @@ def run_demo(
         off = start[(ORDERS, 0)]
         while True:
             r = store.get_message("demo", ORDERS, 0, off, 32, flt)
+            assert r is not None
             matched += sum(m.tags in ("TagA", "TagC") for m in r.messages)
             if r.status.name not in ("FOUND", "NO_MATCHED_MESSAGE") or r.next_begin_offset == off:
                 break
@@ -335,10 +338,11 @@ def run_demo(
                 "%d queues, commit log end %d" % (len(after), store.get_max_phy_offset()),
             )
         )
-        survivors = []
+        survivors: list[dict[str, Any]] = []
         off = 0
         while True:
             r = store.get_message("demo", RUNS, 0, off, 32)
+            assert r is not None
             survivors.extend(json.loads(m.body) for m in r.messages)
             if not r.messages:
                 break
@@ -366,22 +370,22 @@ def run_demo(
     finally:
         store.shutdown()
 
-    q = Table(title="queues after the restart", title_justify="left")
-    q.add_column("topic")
-    q.add_column("queue", justify="right")
-    q.add_column("this run", justify="right")
-    q.add_column("max offset", justify="right")
+    queue_table = Table(title="queues after the restart", title_justify="left")
+    queue_table.add_column("topic")
+    queue_table.add_column("queue", justify="right")
+    queue_table.add_column("this run", justify="right")
+    queue_table.add_column("max offset", justify="right")
     for (topic, qid), nxt in after.items():
-        q.add_row(topic, str(qid), "+%d" % (nxt - start.get((topic, qid), 0)), str(nxt))
-    console.print(q)
+        queue_table.add_row(topic, str(qid), "+%d" % (nxt - start.get((topic, qid), 0)), str(nxt))
+    console.print(queue_table)
     if len(survivors) > 1:
         console.print("runs in this store: " + ", ".join("#%d (%s)" % (s["run"], s["at"]) for s in survivors))
 
     f = Table(title="figures measured in this run", title_justify="left")
     f.add_column("operation")
     f.add_column("result", justify="right")
-    for a, b in figures:
-        f.add_row(a, b)
+    for what, result in figures:
+        f.add_row(what, result)
     console.print(f)
 
     c = Table(title="checks", title_justify="left")
@@ -419,6 +423,7 @@ def _spark_part(root: str, console: Console, spark: bool | None) -> bool:
         console.print("spark: skipped (PYSTORE_DEMO_SPARK=0)")
         return True
     missing = []
+    ps: ModuleType | None
     try:
         import pystore.spark as ps
     except ImportError as e:
@@ -436,6 +441,7 @@ def _spark_part(root: str, console: Console, spark: bool | None) -> bool:
         console.print("spark: skipped, missing " + "; ".join(missing))
         return True
     console.print("[bold]spark[/bold]: pystore.spark.demo_pipeline")
+    assert ps is not None  # else "pystore.spark" is in missing
     try:
         ps.demo_pipeline(root, console)
     except Exception as e:  # noqa: BLE001 - reported, and the demo fails

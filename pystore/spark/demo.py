@@ -99,7 +99,7 @@ def demo_pipeline(root: str, console: Any) -> None:
             return spark.read.parquet(lake).count() - before
 
         first = stream_once()
-        with MessageStore.open(out, **{k: int(v) for k, v in small.items()}) as s:
+        with MessageStore.open(out, read_only=False, **{k: int(v) for k, v in small.items()}) as s:
             from pystore import Message
 
             for i in range(3):
