@@ -248,6 +248,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             rs = r.get("paired_ratios") or []
             tw.write_line("  %-58s %8s  (paired rounds: %s .. %s)" % (
                 label + " (paired)", _fmt(r["paired_ratio"], "x"), _fmt(rs[0], "x"), _fmt(rs[-1], "x")))
+    disk = RESULTS.get("floor_disk_write", {}).get("gb_per_s")
+    if disk:
+        tw.write_line("")
+        tw.write_line("commit-log write rate against the disk's sequential write floor (%.2f GB/s):" % disk)
+        for label, r in RESULTS.items():
+            if label.startswith("put_batch_") and r.get("gb_per_s"):
+                tw.write_line("  %-58s %6.2f GB/s = %5.2fx the disk" % (label, r["gb_per_s"], r["gb_per_s"] / disk))
     tw.write_line("")
     tw.write_line("targets (judged on the sustained figure; the median-round figure beside it):")
     median_key = {"msgs_per_s": "msgs_per_s_median", "ratio": "ratio_median"}
