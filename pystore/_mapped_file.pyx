@@ -84,10 +84,13 @@ cdef extern from *:
 
        A request is only an address range. Populating never changes what a page holds, so a range whose
        file was unmapped meanwhile is harmless: the call fails (unmapped, or not writable) or faults in
-       pages of whatever is mapped there now. Requests that do not fit in the ring are dropped (the writer
-       then faults lazily, as without the worker). */
+       pages of whatever is mapped there now. Requests that do not fit in the ring, or that find the worker
+       taking one, are dropped (the writer then
+       faults lazily, as without the worker). */
     #include <pthread.h>
     #include <errno.h>
+    #include <sched.h>
+    #include <string.h>
     #define PS_PF_RING 256
     typedef struct { void *addr; size_t len; } ps_pf_req;
     static pthread_mutex_t ps_pf_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -100,6 +103,16 @@ cdef extern from *:
 
     static void *ps_pf_main(void *arg) {
         (void)arg;
+    #ifdef SCHED_IDLE
+        /* Lowest class: it runs on a core nobody else wants and never preempts a writer (woken on the
+           writer's core, a normal thread would take it over for the length of its faults: -9 % on a
+           2-core machine). Starved, it only leaves the writer to fault as it would without it. */
+        {
+            struct sched_param sp;
+            memset(&sp, 0, sizeof sp);
+            sched_setscheduler(0, SCHED_IDLE, &sp);
+        }
+    #endif
         for (;;) {
             ps_pf_req r;
             pthread_mutex_lock(&ps_pf_mu);
@@ -129,7 +142,12 @@ cdef extern from *:
     static int ps_pf_request(void *addr, size_t len) {
         int queued = 0;
         if (ps_pf_unsupported || len == 0) return 0;
-        pthread_mutex_lock(&ps_pf_mu);
+        /* never wait for the worker: at idle priority it may be parked holding the lock (for the moment
+           it takes to pop a request); the request is dropped and the writer faults lazily instead */
+        if (pthread_mutex_trylock(&ps_pf_mu) != 0) {
+            __atomic_add_fetch(&ps_pf_dropped, 1, __ATOMIC_RELAXED);
+            return 0;
+        }
         if (!ps_pf_started) {
             pthread_t t;
             pthread_attr_t a;
@@ -149,7 +167,7 @@ cdef extern from *:
                 pthread_cond_signal(&ps_pf_cv);
                 queued = 1;
             } else {
-                ps_pf_dropped++;
+                __atomic_add_fetch(&ps_pf_dropped, 1, __ATOMIC_RELAXED);
             }
         }
         pthread_mutex_unlock(&ps_pf_mu);

@@ -217,7 +217,8 @@ def wait_for_prefault(before: dict, grow: int = 1) -> dict:
     while True:
         stats = prefault_stats()
         if (stats["bytes"] >= before["bytes"] + grow or stats["failed"] > before["failed"]
-                or not stats["supported"] or time.monotonic() > deadline):
+                or stats["dropped"] > before["dropped"] or not stats["supported"]
+                or time.monotonic() > deadline):
             return stats
         time.sleep(0.01)
 
@@ -235,7 +236,7 @@ def test_prefault_worker_keeps_contents_exact(store_factory, warm):
     # warmed commit log: only the consume queue asks, 2 * 64 KiB at its first unit, more once past 64 KiB
     grow = 2 * 65536 + 1 if warm else 1
     after = wait_for_prefault(stats, grow)
-    if after["supported"]:
+    if after["supported"] and after["dropped"] == stats["dropped"]:   # a request may be dropped by design
         assert after["bytes"] >= stats["bytes"] + grow, after
     check_contents(store, "PF", results, bodies)
     store.shutdown()
@@ -256,7 +257,7 @@ def child_main(root: str) -> int:
         check_contents(store, "Fork", results, bodies)     # an assertion failing here: exit code 2
         assert [m.body for m in store.query_message("Fork", "c9999").messages] == [b"child 9999"]
         after = wait_for_prefault(before)
-        if after["supported"] and after["bytes"] <= before["bytes"]:
+        if after["supported"] and after["bytes"] <= before["bytes"] and after["dropped"] == before["dropped"]:
             return 3                                       # no worker in the child: requests pile up
     finally:
         store.shutdown()
