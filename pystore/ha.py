@@ -93,13 +93,14 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _hang_up(sock: socket.socket) -> None:
-    """End a connection from this side: wake any thread blocked on it, then release it."""
+def _wake_up(sock: socket.socket) -> None:
+    """End a connection (or stop a listener) from any thread: a thread blocked on it returns at once. Only
+    the thread that uses the socket closes it, once it is done with it: a descriptor closed under a thread
+    that is about to use it may already be some other file or connection's."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass                  # already disconnected
-    sock.close()
 
 
 def _send_all(sock: socket.socket, header: bytes, body: memoryview | None = None) -> None:
@@ -141,7 +142,10 @@ class HAService:
         #: the highest offset any slave acknowledged (RocketMQ ``push2SlaveMaxOffset``)
         self.push2slave_max_offset = 0
         self._cond = threading.Condition()
+        #: the connections counted as slaves (a connection leaves as soon as it closes)
         self._connections: list[HAConnection] = []
+        #: every connection whose threads may still run: shutdown joins them all
+        self._started: list[HAConnection] = []
         self._pending: list[_SlaveRequest] = []
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
@@ -184,17 +188,22 @@ class HAService:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        sock, self._listener = self._listener, None
+        sock = self._listener
         if sock is not None:
-            _hang_up(sock)
+            _wake_up(sock)
         if self._accept_thread is not None:
             self._accept_thread.join(10)
+        self._listener = None
+        if sock is not None:
+            sock.close()
         with self._cond:
-            conns = list(self._connections)
+            conns, self._started = self._started, []     # closed ones too: their threads may still be running
         for c in conns:
             c.close()
         for c in conns:
             c.join(10)
+            if c.running():
+                log.warning("HA: a thread of the connection of slave %s did not stop within 10 s", c.address)
         if self._transfer_thread is not None:
             self._transfer_thread.join(10)     # it times out every request still pending as it ends
         with self._cond:
@@ -249,6 +258,8 @@ class HAService:
             c = HAConnection(self, conn, addr)
             with self._cond:
                 self._connections.append(c)
+                self._started = [s for s in self._started if s.running()]
+                self._started.append(c)
             c.start()
 
     def _remove(self, conn: HAConnection) -> None:
@@ -337,13 +348,17 @@ class HAConnection:
         self._closed = False
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._running = 0
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
 
     def start(self) -> None:
-        for target, name in ((self._read_loop, "ReadSocketService"), (self._write_loop, "WriteSocketService")):
+        loops = ((self._read_loop, "ReadSocketService"), (self._write_loop, "WriteSocketService"))
+        self._running = len(loops)
+        for target, name in loops:
             t = threading.Thread(target=target, name="pystore-HA" + name, daemon=True)
             self._threads.append(t)
             t.start()
@@ -351,14 +366,29 @@ class HAConnection:
     def wakeup(self) -> None:
         self._wake.set()
 
+    def running(self) -> bool:
+        """Whether one of its threads may still run (closed or not)."""
+        return self._running > 0
+
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        """End the connection from any thread: both loops wake and stop. The socket itself is released by
+        the last of them (``_loop_ended``), so no thread ever uses a descriptor number that was reused."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._wake.set()
-        _hang_up(self.sock)
+        _wake_up(self.sock)
         self.service._remove(self)
         log.info("HA: connection of slave %s closed", self.address)
+
+    def _loop_ended(self) -> None:
+        self.close()
+        with self._lock:
+            self._running -= 1
+            last = self._running == 0
+        if last:
+            self.sock.close()
 
     def join(self, timeout_s: float) -> None:
         for t in self._threads:
@@ -369,9 +399,9 @@ class HAConnection:
 
     def _read_loop(self) -> None:
         cfg = self.service.config
-        self.sock.settimeout(cfg.ha_housekeeping_interval / 1000)
         buf = b""
         try:
+            self.sock.settimeout(cfg.ha_housekeeping_interval / 1000)     # sends too: a slave that never reads
             while not self._closed:
                 try:
                     data = self.sock.recv(4096)
@@ -409,7 +439,7 @@ class HAConnection:
         except StoreClosedError:
             pass
         finally:
-            self.close()
+            self._loop_ended()
 
     # -- transfers -----------------------------------------------------------------------------------------
 
@@ -459,7 +489,7 @@ class HAConnection:
             if not self._closed:
                 log.exception("HA: transfer to slave %s stopped", self.address)
         finally:
-            self.close()
+            self._loop_ended()
 
     def _first_offset(self, store: Any) -> int:
         if self.slave_request_offset != 0:
@@ -494,8 +524,11 @@ class HAClient(ServiceThread):
 
     def shutdown(self, join: bool = True) -> None:
         self._stopped = True
-        self._close()
+        sock = self.sock
+        if sock is not None:
+            _wake_up(sock)           # the client's own thread closes it as it leaves the connection
         super().shutdown(join)
+        self._close()                # in case that thread did not stop in time
 
     def run(self) -> None:
         while not self.is_stopped():
@@ -535,7 +568,8 @@ class HAClient(ServiceThread):
         sock, self.sock = self.sock, None
         self.connected.clear()
         if sock is not None:
-            _hang_up(sock)
+            _wake_up(sock)
+            sock.close()
 
     def _report(self, sock: socket.socket, offset: int) -> None:
         sock.sendall(_REPORT.pack(offset))

@@ -10,6 +10,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 
 import pytest
@@ -549,3 +550,64 @@ def test_killed_slave_recovers_and_catches_up(store_factory, procs):  # noqa: F8
     for qid in range(3):
         assert queue_view(slave, TOPIC, qid) == queue_view(master, TOPIC, qid)
     store_factory.expect_messages(i, "slave")
+
+
+# -- review: lifecycle, framing, divergence ----------------------------------------------------------------
+
+
+def ha_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(("pystore-HA", "pystore-GroupTransfer"))]
+
+
+def test_shutdown_joins_a_connection_that_already_closed_itself(store_factory, monkeypatch):
+    """A connection whose reader hung up leaves the service's list at once, but its writer may still be in a
+    commit-log read: shutdown must wait for it too, or a transfer thread outlives the store."""
+    master = small(store_factory, "master", ha_listen_port=0)
+    put_mix(master, 20)
+    entered, release = threading.Event(), threading.Event()
+    read = master.get_commit_log_data
+
+    def held_read(offset):
+        entered.set()
+        release.wait(DEADLINE)
+        return read(offset)
+
+    monkeypatch.setattr(master, "get_commit_log_data", held_read)
+    sock = fake_slave(master.ha_port, 0)
+    assert entered.wait(DEADLINE)                                  # the writer is inside the read
+    sock.sendall(REPORT.pack(-1))                                  # the reader drops the connection
+    wait_until(lambda: master._ha.connection_count == 0)
+    writers = [t for t in ha_threads() if "Write" in t.name]
+    assert len(writers) == 1
+    alive_after = []
+    stopper = threading.Thread(target=lambda: (master.shutdown(), alive_after.append(writers[0].is_alive())))
+    stopper.start()
+    stopper.join(0.3)                  # a shutdown that does not wait for the writer has returned by now
+    release.set()
+    stopper.join(DEADLINE)
+    sock.close()
+    assert alive_after == [False]
+    assert not ha_threads()
+
+
+def test_shutdown_mid_transfer_leaves_no_thread_and_frees_the_port(store_factory):
+    """Slaves that never read (the master's writers block in send) and one that sent half a report: shutdown
+    is prompt, ends every HA thread, and the port can be bound again at once."""
+    master = small(store_factory, "master", ha_listen_port=0, ha_transfer_batch_size=F)
+    put_mix(master, 1500)
+    port = master.ha_port
+    stuck = [fake_slave(port, 1), fake_slave(port, 2)]             # far behind: more than the socket buffers
+    half = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+    half.sendall(b"\x00\x00\x00")
+    wait_until(lambda: master._ha.connection_count == 3
+               and sum(c.next_transfer_from > 0 for c in master._ha._connections) == 2)
+    wait_until(lambda: all(c.next_transfer_from > F for c in master._ha._connections if c.next_transfer_from > 0),
+               what="the writers blocking in send")
+    t0 = time.monotonic()
+    master.shutdown()
+    assert time.monotonic() - t0 < 10
+    assert not ha_threads()
+    again = small(store_factory, "again", ha_listen_port=port)     # the same port, at once
+    assert again.ha_port == port
+    for s in stuck + [half]:
+        s.close()
