@@ -509,11 +509,17 @@ class HAClient(ServiceThread):
     """The slave's side: one connection to its master, transfers appended to the commit log."""
 
     def __init__(self, config: Any, max_offset: Callable[[], int], append: Callable[[int, memoryview], bool],
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, file_size: int | None = None) -> None:
         super().__init__("HAClient", clock)
         self.config = config
         self.max_offset = max_offset
         self.append = append
+        if file_size is None:
+            # the commit log's own file size (a store keeps the geometry of the files it found), else the config's
+            queue = getattr(getattr(getattr(append, "__self__", None), "_commitlog", None), "queue", None)
+            file_size = getattr(queue, "mapped_file_size", None) or config.mapped_file_size_commit_log
+        #: the size of this slave's commit-log files: no transfer can cross one
+        self.file_size: int = file_size
         self.sock: socket.socket | None = None
         self.connected = threading.Event()
         #: the offset last reported to the master
@@ -618,8 +624,8 @@ class HAClient(ServiceThread):
         with memoryview(buf) as view:
             while n - pos >= _HEADER.size:
                 offset, size = _HEADER.unpack_from(view, pos)
-                if size < 0:
-                    log.error("HA: the master sent a negative transfer size %d", size)
+                # judged on its header: a body that can never be applied is not waited for, nor buffered
+                if not self._header_ok(offset, size):
                     return None
                 end = pos + _HEADER.size + size
                 if end > n:
@@ -628,11 +634,6 @@ class HAClient(ServiceThread):
                 if size == 0:
                     self.heartbeats += 1
                     continue
-                mine = self.max_offset()
-                if mine != 0 and mine != offset:
-                    log.error("HA: the master sent offset %d but this slave's commit log ends at %d; "
-                              "reconnecting", offset, mine)
-                    return None
                 if not self.append(offset, view[end - size:end]):
                     log.error("HA: cannot append %d bytes at offset %d to the commit log", size, offset)
                     return None
@@ -640,3 +641,18 @@ class HAClient(ServiceThread):
                 appended = True
         del buf[:pos]
         return appended
+
+    def _header_ok(self, offset: int, size: int) -> bool:
+        if size == 0:
+            return True                      # a heartbeat: it carries the master's next offset, nothing to apply
+        file_size = self.file_size
+        if size < 0 or offset < 0 or offset % file_size + size > file_size:
+            log.error("HA: the master sent a transfer of %d bytes at offset %d, which no commit-log file of %d "
+                      "bytes can hold; reconnecting", size, offset, file_size)
+            return False
+        mine = self.max_offset()
+        if mine != 0 and mine != offset:
+            log.error("HA: the master sent offset %d but this slave's commit log ends at %d; reconnecting",
+                      offset, mine)
+            return False
+        return True

@@ -611,3 +611,46 @@ def test_shutdown_mid_transfer_leaves_no_thread_and_frees_the_port(store_factory
     assert again.ha_port == port
     for s in stuck + [half]:
         s.close()
+
+
+def closed_by_peer(sock: socket.socket, timeout: float = DEADLINE) -> bool:
+    """Read (and drop: a slave's reports) until the peer closes (True) or ``timeout`` passes with the
+    connection open (False)."""
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            sock.settimeout(left)
+            if not sock.recv(65536):
+                return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True              # reset
+
+
+@pytest.mark.parametrize("case", ["huge", "crosses_a_file", "wrong_offset"])
+def test_slave_drops_a_frame_header_it_could_never_apply(store_factory, case):
+    """A header that promises a body the slave cannot apply (larger than a file, across a file's end, or not
+    at the slave's end) drops the connection at once, before the body: the slave never buffers it."""
+    source = small(store_factory, "source")
+    put_mix(source, 5)
+    first = source.look_message_by_offset(0).store_size
+    data = log_bytes(source, 0, first)
+    fake = FakeMaster()
+    try:
+        slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address=fake.address)
+        sock = fake.accept()
+        assert fake.report() == 0
+        sock.sendall(HEADER.pack(0, first) + data)
+        assert fake.report_reaching(first) == first
+        header = {"huge": HEADER.pack(first, 2**31 - 1), "crosses_a_file": HEADER.pack(first, F - first + 1),
+                  "wrong_offset": HEADER.pack(first + 8, 100)}[case]
+        sock.sendall(header + b"\x00" * 16)                     # the start of a body that never ends
+        assert closed_by_peer(sock, 10), "the slave waits for a body it can never apply"
+        assert slave.get_max_phy_offset() == first
+    finally:
+        fake.close()
+    store_factory.expect_messages(1, "slave")
