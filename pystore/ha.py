@@ -23,7 +23,8 @@ One TCP connection per slave; the slave speaks first and the master never waits 
   is stored: these statuses count as ok. With SYNC_FLUSH the disk flush comes first; a flush timeout is
   reported as such, without waiting for a slave.
 * **Slave** (``HAClient``, started when ``broker_role`` is SLAVE): connects to ``ha_master_address``, reports
-  its commit log's end at once, after each transfer it applied and every heartbeat interval; appends each
+  where it wants data from at once (below), then what it holds after each transfer it applied and every
+  heartbeat interval; appends each
   transfer's bytes to its commit log where they belong (``appendToCommitLog``), then builds its consume queues
   and index from the whole records (the reput path). A slave refuses puts (``SERVICE_NOT_AVAILABLE``).
 
@@ -33,6 +34,16 @@ Where this differs from RocketMQ, and why:
   connection of a slave that reports an offset past the master's end (RocketMQ 4.9, #3015). Both log the two
   offsets and drop the connection; the slave reconnects. Nothing ever truncates what a slave holds: a slave
   whose master lost data stays stopped until an operator deals with it, as in RocketMQ.
+* A slave that holds data does not ask for its log's end but for up to 64 KiB before it, within its last file
+  (never for offset 0: that is an empty slave's report), and compares what arrives with the bytes it holds
+  before it appends anything; until they matched it reports only how far they did. A master that lost data
+  the slave holds and wrote other records at those offsets since (an ASYNC_FLUSH power cut, a restored
+  backup) is refused, and logged, on every connection. RocketMQ ships such a master's bytes after the
+  slave's own as soon as its log has grown past the slave's end, and counts them as replicated: the slave
+  diverges silently. A log that ends exactly at a file's end is not checked (the master may have deleted
+  that file since). The cost is up to 64 KiB sent again per connection.
+* A slave judges a transfer by its 12-byte header: a body it could not apply (larger than a commit-log file,
+  across a file's end, or not at its end) drops the connection before it arrives instead of being buffered.
 * RocketMQ's slave makes its first report at its first heartbeat (up to 5 s after connecting); pystore's
   reports at once, so a slave starts receiving as soon as it is connected.
 * RocketMQ 5.x drops ``SLAVE_NOT_AVAILABLE`` and waits for ``inSyncReplicas``; pystore keeps 4.x's rule
@@ -83,6 +94,9 @@ _POLL_S = 0.005
 #: a slave's pause before it tries a failed connection again (s)
 _RECONNECT_S = 1.0
 _CONNECT_TIMEOUT_S = 3.0
+#: how much of the end of its log a slave that holds data asks its master for again on each connection, to
+#: check that the master still holds those very bytes before it appends anything after them
+_VERIFY_BYTES = 64 * 1024
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -509,17 +523,30 @@ class HAClient(ServiceThread):
     """The slave's side: one connection to its master, transfers appended to the commit log."""
 
     def __init__(self, config: Any, max_offset: Callable[[], int], append: Callable[[int, memoryview], bool],
-                 clock: Callable[[], int] | None = None, file_size: int | None = None) -> None:
+                 clock: Callable[[], int] | None = None, file_size: int | None = None,
+                 read: Callable[[int], Any] | None = None) -> None:
+        """``max_offset()``: the end of this slave's commit log; ``append(offset, data)``: put a transfer
+        there; ``read(offset)``: its own bytes from ``offset`` to the end of that file's data (the store's
+        ``get_commit_log_data``), used to check a master's bytes; ``file_size``: its commit-log files' size.
+        The last two default to those of the store ``append`` is a method of."""
         super().__init__("HAClient", clock)
         self.config = config
         self.max_offset = max_offset
         self.append = append
+        owner = getattr(append, "__self__", None)
         if file_size is None:
             # the commit log's own file size (a store keeps the geometry of the files it found), else the config's
-            queue = getattr(getattr(getattr(append, "__self__", None), "_commitlog", None), "queue", None)
+            queue = getattr(getattr(owner, "_commitlog", None), "queue", None)
             file_size = getattr(queue, "mapped_file_size", None) or config.mapped_file_size_commit_log
         #: the size of this slave's commit-log files: no transfer can cross one
         self.file_size: int = file_size
+        self.read = read if read is not None else getattr(owner, "get_commit_log_data", None)
+        #: on each connection, ``[_verify_at, _verify_end)`` is the part of this slave's log the master has yet to
+        #: send again and match; only past ``_verify_end`` are its bytes appended
+        self._verify_at = self._verify_end = 0
+        #: times a master's bytes differed from those this slave holds, and the offset of the last difference
+        self.divergences = 0
+        self.diverged_at: int | None = None
         self.sock: socket.socket | None = None
         self.connected = threading.Event()
         #: the offset last reported to the master
@@ -587,14 +614,20 @@ class HAClient(ServiceThread):
         cfg = self.config
         heartbeat_s = cfg.ha_send_heartbeat_interval / 1000
         expire_s = cfg.ha_housekeeping_interval / 1000
-        self._report(sock, self.max_offset())
+        end = self.max_offset()
+        start = self._verify_from(end)
+        self._verify_at, self._verify_end = start, end
+        if start < end:
+            log.info("HA: asking the master for offset %d on: it must hold the %d bytes this slave's log has there",
+                     start, end - start)
+        self._report(sock, start)
         last_report = last_read = time.monotonic()
         buf = bytearray()
         sock.settimeout(min(heartbeat_s, 1.0))
         while not self.is_stopped():
             now = time.monotonic()
             if now - last_report >= heartbeat_s:
-                self._report(sock, self.max_offset())
+                self._report(sock, self._held())
                 last_report = now
             try:
                 data = sock.recv(1 << 20)
@@ -612,12 +645,47 @@ class HAClient(ServiceThread):
             if applied is None:
                 return
             if applied:
-                self._report(sock, self.max_offset())
+                self._report(sock, self._held())
                 last_report = time.monotonic()
+
+    def _verify_from(self, end: int) -> int:
+        """Where to ask a master for data, for a log ending at ``end``: up to ``_VERIFY_BYTES`` before it, within
+        its last file (a master that still has ``end`` has that file; an earlier one may be deleted). A log that
+        is empty, or ends at a file's end, starts at ``end``: nothing is checked."""
+        within = end % self.file_size
+        if end <= 0 or within == 0 or self.read is None:
+            return end
+        # never 0: a report of 0 means "an empty slave", which a master answers from its last file
+        start = max(end - min(within, _VERIFY_BYTES), 1)
+        if start >= end:
+            return end
+        held = self.read(start)
+        if held is None:
+            return end
+        with held:
+            return start if held.start_offset + held.size >= end else end
+
+    def _held(self) -> int:
+        """What to report: the end of this slave's log, or while a master is still matching it, how far it
+        matched (a slave never acknowledges bytes a master has not shown it holds too)."""
+        return self._verify_at if self._verify_at < self._verify_end else self.max_offset()
+
+    def _differs(self, offset: int, data: memoryview) -> int:
+        """The first offset from ``offset`` where ``data`` is not what this slave holds, or -1."""
+        assert self.read is not None
+        held = self.read(offset)
+        if held is None:
+            return offset
+        with held, memoryview(held) as mine:
+            n = min(len(mine), len(data))
+            if n == len(data) and mine[:n] == data:
+                return -1
+            a, b = bytes(mine[:n]), bytes(data[:n])
+            return offset + next((i for i in range(n) if a[i] != b[i]), n)
 
     def _apply(self, buf: bytearray) -> bool | None:
         """Apply every whole transfer at the front of ``buf`` (consumed from it): True if data was
-        appended, None when the connection must be dropped."""
+        appended or matched, None when the connection must be dropped."""
         pos = 0
         appended = False
         n = len(buf)
@@ -634,13 +702,38 @@ class HAClient(ServiceThread):
                 if size == 0:
                     self.heartbeats += 1
                     continue
-                if not self.append(offset, view[end - size:end]):
-                    log.error("HA: cannot append %d bytes at offset %d to the commit log", size, offset)
+                took = self._take(offset, view[end - size:end])
+                if took is None:
                     return None
-                self.transfers += 1
-                appended = True
+                appended = appended or took
         del buf[:pos]
         return appended
+
+    def _take(self, offset: int, body: memoryview) -> bool | None:
+        """One whole transfer: match the part a master is to show it holds, append the rest. True if the
+        reportable offset moved, None when the connection must be dropped."""
+        if self._verify_at < self._verify_end:
+            n = min(len(body), self._verify_end - offset)
+            bad = self._differs(offset, body[:n])
+            if bad >= 0:
+                self.divergences += 1
+                self.diverged_at = bad
+                log.error("HA: the master's commit log differs from this slave's at offset %d (this slave holds up "
+                          "to %d): the master lost or rewrote data this slave has. Nothing is appended or "
+                          "acknowledged; rebuild this slave or give it a master that holds its data. Retrying",
+                          bad, self._verify_end)
+                return None
+            self._verify_at += n
+            if self._verify_at == self._verify_end:
+                log.info("HA: the master holds this slave's data up to %d; following it", self._verify_end)
+            if n == len(body):
+                return True
+            offset, body = offset + n, body[n:]
+        if not self.append(offset, body):
+            log.error("HA: cannot append %d bytes at offset %d to the commit log", len(body), offset)
+            return None
+        self.transfers += 1
+        return True
 
     def _header_ok(self, offset: int, size: int) -> bool:
         if size == 0:
@@ -650,6 +743,12 @@ class HAClient(ServiceThread):
             log.error("HA: the master sent a transfer of %d bytes at offset %d, which no commit-log file of %d "
                       "bytes can hold; reconnecting", size, offset, file_size)
             return False
+        if self._verify_at < self._verify_end:
+            if offset != self._verify_at:
+                log.error("HA: the master sent offset %d but this slave asked for %d; reconnecting", offset,
+                          self._verify_at)
+                return False
+            return True
         mine = self.max_offset()
         if mine != 0 and mine != offset:
             log.error("HA: the master sent offset %d but this slave's commit log ends at %d; reconnecting",

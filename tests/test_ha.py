@@ -31,6 +31,14 @@ REPORT = struct.Struct(">q")
 DEADLINE = 60.0
 
 
+@pytest.fixture
+def fast_reconnect(monkeypatch):
+    """A slave tries again after 50 ms instead of a second (tests that make it reconnect)."""
+    import pystore.ha
+
+    monkeypatch.setattr(pystore.ha, "_RECONNECT_S", 0.05)
+
+
 def small(store_factory, name: str, **overrides) -> MessageStore:
     """A store of the factory with ``F``-byte commit-log files."""
     overrides.setdefault("mapped_file_size_commit_log", F)
@@ -333,7 +341,7 @@ class FakeMaster:
         self.listener.close()
 
 
-def test_slave_wire_protocol_torn_records_and_a_wrong_offset(store_factory):
+def test_slave_wire_protocol_torn_records_and_a_wrong_offset(store_factory, fast_reconnect):
     source = small(store_factory, "source")
     n = put_mix(source, 80)
     end = source.get_max_phy_offset()
@@ -361,10 +369,12 @@ def test_slave_wire_protocol_torn_records_and_a_wrong_offset(store_factory):
         while sock.recv(65536):
             pass
         assert slave.get_max_phy_offset() == cut
-        # it reconnects and asks again from its end; the rest arrives
+        # it reconnects and asks again for the end of what it holds (the master must show it holds those bytes
+        # too), never 0 (an empty slave's report); the rest arrives
         sock = fake.accept()
-        assert fake.report() == cut
-        sock.sendall(HEADER.pack(cut, end - cut) + data[cut:])
+        asked = fake.report()
+        assert 0 < asked < cut
+        sock.sendall(HEADER.pack(asked, end - asked) + data[asked:])
         assert fake.report_reaching(end) == end
         wait_until(lambda: slave.get_topic_queue_table() == source.get_topic_queue_table())
         assert log_bytes(slave, 0, end) == data
@@ -654,3 +664,76 @@ def test_slave_drops_a_frame_header_it_could_never_apply(store_factory, case):
     finally:
         fake.close()
     store_factory.expect_messages(1, "slave")
+
+
+def test_a_reconnecting_slave_checks_the_master_still_holds_its_tail(store_factory, fast_reconnect):
+    """On every connection a slave holding data asks again for the last bytes of its log (up to 64 KiB, within
+    its last file) and compares them with what it holds: a master whose log differs there (it lost data the slave
+    holds and wrote other records since) is refused before anything is appended or acknowledged; a master
+    that holds the same bytes goes on where the slave's log ends, even inside a record, without duplicating
+    or skipping a byte."""
+    good = small(store_factory, "good")
+    n = put_mix(good, 80)
+    end = good.get_max_phy_offset()
+    assert end < F
+    data = log_bytes(good, 0, end)
+    other = small(store_factory, "other")
+    put_mix(other, 80, start=1000)                                 # another history of the same offsets
+    lost = log_bytes(other, 0, other.get_max_phy_offset())
+    cut = good.look_message_by_offset(0).store_size * 5 + 21       # inside the sixth record
+    fake = FakeMaster()
+    try:
+        slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address=fake.address)
+        sock = fake.accept()
+        assert fake.report() == 0
+        sock.sendall(HEADER.pack(0, cut) + data[:cut])
+        assert fake.report_reaching(cut) == cut
+        sock.close()                                               # the master goes away
+        # a master with another history: it sends from where the slave asks
+        sock = fake.accept()
+        asked = fake.report()
+        assert asked < cut
+        sock.sendall(HEADER.pack(asked, len(lost) - asked) + lost[asked:])
+        assert closed_by_peer(sock), "the slave took a master whose log differs from its own"
+        assert slave.get_max_phy_offset() == cut and log_bytes(slave, 0, cut) == data[:cut]
+        assert slave._ha_client.current_reported_offset <= asked   # it never acknowledged the other bytes
+        # the right master again: it resends the slave's tail, then the rest
+        sock = fake.accept()
+        asked = fake.report()
+        assert asked < cut
+        sock.sendall(HEADER.pack(asked, end - asked) + data[asked:])
+        assert fake.report_reaching(end) == end
+        assert log_bytes(slave, 0, end) == data
+        wait_until(lambda: slave.get_topic_queue_table() == good.get_topic_queue_table())
+    finally:
+        fake.close()
+    store_factory.expect_messages(n, "slave")
+
+
+def test_a_slave_ahead_of_a_master_that_lost_data_is_not_silently_overwritten(store_factory, fast_reconnect):
+    """The master is replaced by one that holds less (it lost its tail: an ASYNC_FLUSH power cut, a restored
+    backup): RocketMQ drops the slave while its log is longer, then, once the new master's log has grown past
+    it, would ship the new master's bytes after the slave's old ones and count them as replicated. The slave
+    must find out that the logs differ, keep its own, and acknowledge nothing it does not hold."""
+    master, slave = master_and_slave(store_factory)
+    for i in range(60):
+        assert master.put_message(Message(TOPIC, b"old%03d" % i * 10, queue_id=1)).is_ok()
+    wait_until(lambda: caught_up(master, slave))
+    held = slave.get_max_phy_offset()
+    before = log_bytes(slave, 0, held)
+    port = master.ha_port
+    master.shutdown()
+    client = slave._ha_client
+    lost = small(store_factory, "lost", broker_role=BrokerRole.SYNC_MASTER, ha_listen_port=port, slave_timeout=300)
+    for i in range(70):                                            # same sizes: record boundaries line up
+        lost.put_message(Message(TOPIC, b"new%03d" % i * 10, queue_id=1))
+    assert lost.get_max_phy_offset() > held
+    seen = getattr(client, "divergences", 0)
+    wait_until(lambda: slave.get_max_phy_offset() != held or getattr(client, "divergences", 0) > seen + 1,
+               what="the slave following or refusing the new master")
+    assert slave.get_max_phy_offset() == held
+    assert log_bytes(slave, 0, held) == before
+    r = lost.put_message(Message(TOPIC, b"sync", queue_id=1))
+    assert r.status is not PutMessageStatus.PUT_OK               # no slave holds it
+    assert lost._ha.push2slave_max_offset < r.next_offset
+    store_factory.expect_messages(71, "lost")
