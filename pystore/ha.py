@@ -192,9 +192,7 @@ class HAService:
         self._accept_thread = threading.Thread(target=self._accept_loop, name="pystore-HAAcceptService",
                                                daemon=True)
         self._accept_thread.start()
-        self._transfer_thread = threading.Thread(target=self._transfer_loop, name="pystore-GroupTransferService",
-                                                 daemon=True)
-        self._transfer_thread.start()
+        self._start_transfer_thread()
         log.info("HA listening on %s:%d", self.config.ha_listen_address, self.port)
 
     def shutdown(self) -> None:
@@ -225,12 +223,24 @@ class HAService:
         for r in pending:
             _finish(r, False)
 
+    def _start_transfer_thread(self) -> None:
+        """A thread to run ``_transfer_loop``; the one that ran it before (if any) stops once its callbacks
+        return. Called with ``_cond`` held, or before any put can reach the service."""
+        t = threading.Thread(target=self._transfer_loop, name="pystore-GroupTransferService", daemon=True)
+        self._transfer_thread = t
+        t.start()
+
     def _transfer_loop(self) -> None:
         """RocketMQ ``GroupTransferService``: complete the async puts a slave's acknowledgement covers and time
         out those past their deadline, here rather than on a connection's reader thread, so a future's
-        callbacks (user code, perhaps a put that itself waits for a slave) never hold up acknowledgements."""
+        callbacks (user code, perhaps a put that itself waits for a slave) never hold up acknowledgements.
+        Completing a future runs its callbacks on this thread: one that makes an async put waiting for a slave
+        hands this loop to a new thread (``request``), since it may block until that put completes."""
+        me = threading.current_thread()
         while True:
             with self._cond:
+                if self._transfer_thread is not me:
+                    return                     # a callback run here handed the loop over: its batch is done
                 while True:
                     now = time.monotonic()
                     pending = self._pending
@@ -332,6 +342,10 @@ class HAService:
             if not acked and not self._stopped:
                 self._pending.append(req)
                 self._cond.notify_all()
+                if threading.current_thread() is self._transfer_thread:
+                    # a callback of a put this thread completed: if it waits for this put, only another thread
+                    # can complete it
+                    self._start_transfer_thread()
         if acked:
             fut.set_result(result)
         elif self._stopped:

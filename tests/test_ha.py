@@ -737,3 +737,30 @@ def test_a_slave_ahead_of_a_master_that_lost_data_is_not_silently_overwritten(st
     assert r.status is not PutMessageStatus.PUT_OK               # no slave holds it
     assert lost._ha.push2slave_max_offset < r.next_offset
     store_factory.expect_messages(71, "lost")
+
+
+def test_a_callback_that_waits_for_another_async_put_does_not_stall_the_others(store_factory):
+    """An async SYNC_MASTER put's callbacks run on the thread that completes and times out such puts. One that
+    makes another async put and waits for it (``.result()``) must see it time out after ``slave_timeout``
+    like any other, not wait for the very thread it is blocking."""
+    master = small(store_factory, "master", broker_role=BrokerRole.SYNC_MASTER, ha_listen_port=0, slave_timeout=200)
+    got = []
+    with fake_slave(master.ha_port, 0):                            # connected, never acknowledges
+        wait_until(lambda: master._ha.connection_count == 1)
+
+        def chained(_f):
+            t0 = time.monotonic()
+            try:
+                got.append((master.async_put_message(Message(TOPIC, b"inner")).result(10).status,
+                            time.monotonic() - t0))
+            except Exception as e:                                 # reported by the assertion below
+                got.append((e, time.monotonic() - t0))
+
+        first = master.async_put_message(Message(TOPIC, b"outer"))
+        first.add_done_callback(chained)
+        assert first.result(DEADLINE).status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        other = master.async_put_message(Message(TOPIC, b"other"))         # meanwhile, from another thread
+        assert other.result(DEADLINE).status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        wait_until(lambda: got, what="the chained put")
+    assert got[0][0] is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and got[0][1] < 5
+    store_factory.expect_messages(3, "master")
