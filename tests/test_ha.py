@@ -688,7 +688,8 @@ def test_a_reconnecting_slave_checks_the_master_still_holds_its_tail(store_facto
         assert fake.report() == 0
         sock.sendall(HEADER.pack(0, cut) + data[:cut])
         assert fake.report_reaching(cut) == cut
-        sock.close()                                               # the master goes away
+        sock.sendall(HEADER.pack(cut, end - cut) + data[cut:cut + 10])
+        sock.close()                                               # the master goes away in mid-transfer
         # a master with another history: it sends from where the slave asks
         sock = fake.accept()
         asked = fake.report()
@@ -764,3 +765,75 @@ def test_a_callback_that_waits_for_another_async_put_does_not_stall_the_others(s
         wait_until(lambda: got, what="the chained put")
     assert got[0][0] is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and got[0][1] < 5
     store_factory.expect_messages(3, "master")
+
+
+def test_a_slave_follows_its_master_through_a_restart(store_factory, fast_reconnect):
+    """The master restarts (same root, same port) while its slave runs: the slave reconnects by itself, shows
+    the master holds its tail and goes on, byte for byte."""
+    master, slave = master_and_slave(store_factory)
+    n = put_mix(master, 150)
+    wait_until(lambda: caught_up(master, slave))
+    port = master.ha_port
+    master.shutdown()
+    master = small(store_factory, "master", ha_listen_port=port)
+    n = put_mix(master, 150, start=n)
+    wait_until(lambda: caught_up(master, slave), what="the slave following the restarted master")
+    end = master.get_max_phy_offset()
+    assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+    assert slave._ha_client.divergences == 0
+    store_factory.expect_messages(n, "slave")
+
+
+def test_concurrent_sync_puts_never_wait_past_slave_timeout(store_factory):
+    """Threads put to a SYNC_MASTER (sync and async puts) while its slave acknowledges, then while it is silent
+    and disconnects under the waiting puts, then with no slave: every put returns within ``slave_timeout``
+    (plus scheduling) with the status of its phase, and every message is stored."""
+    import concurrent.futures
+
+    timeout_ms = 300
+    master = small(store_factory, "master", broker_role=BrokerRole.SYNC_MASTER, ha_listen_port=0,
+                   slave_timeout=timeout_ms)
+    sock = fake_slave(master.ha_port, 0)
+    wait_until(lambda: master._ha.connection_count == 1)
+    acking = threading.Event()
+    acking.set()
+
+    def slave():                                    # acknowledges what arrives while ``acking`` is set
+        try:
+            while True:
+                offset, body = recv_transfer(sock)
+                if body and acking.is_set():
+                    sock.sendall(REPORT.pack(offset + len(body)))
+        except (AssertionError, OSError):
+            return                                  # the test closed the socket
+
+    follower = threading.Thread(target=slave)
+    follower.start()
+
+    def put(i):
+        t0 = time.monotonic()
+        if i % 2:
+            r = master.put_message(Message(TOPIC, b"s%d" % i))
+        else:
+            r = master.async_put_message(Message(TOPIC, b"a%d" % i)).result(DEADLINE)
+        return r.status, time.monotonic() - t0
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        acked = list(pool.map(put, range(160)))
+        acking.clear()
+        silent = [pool.submit(put, i) for i in range(8)]
+        wait_until(lambda: master.get_max_offset_in_queue(TOPIC, 0) == 168, what="the puts waiting")
+        sock.shutdown(socket.SHUT_RDWR)             # the slave goes away under them
+        silent = [f.result(DEADLINE) for f in silent]
+        follower.join(DEADLINE)
+        sock.close()
+        wait_until(lambda: master._ha.connection_count == 0)
+        alone = list(pool.map(put, range(16)))
+    limit = timeout_ms / 1000 + 2.0
+    assert {st for st, _ in acked} <= {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_SLAVE_TIMEOUT}
+    assert PutMessageStatus.PUT_OK in {st for st, _ in acked}
+    assert {st for st, _ in silent} <= {PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE}
+    assert {st for st, _ in alone} == {PutMessageStatus.SLAVE_NOT_AVAILABLE}
+    assert max(d for _, d in acked + silent + alone) < limit
+    assert master.get_max_offset_in_queue(TOPIC, 0) == 184
+    store_factory.expect_messages(184, "master")
