@@ -600,19 +600,31 @@ def test_shutdown_joins_a_connection_that_already_closed_itself(store_factory, m
     assert not ha_threads()
 
 
+def in_call(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is inside ``function`` now (its stack names it)."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def test_shutdown_mid_transfer_leaves_no_thread_and_frees_the_port(store_factory):
-    """Slaves that never read (the master's writers block in send) and one that sent half a report: shutdown
-    is prompt, ends every HA thread, and the port can be bound again at once."""
-    master = small(store_factory, "master", ha_listen_port=0, ha_transfer_batch_size=F)
-    put_mix(master, 1500)
+    """Slaves that never read, so the master's writers block in send, and one that sent half a report:
+    shutdown is prompt, ends every HA thread, and the port can be bound again at once."""
+    big = 1 << 20
+    master = small(store_factory, "master", ha_listen_port=0, mapped_file_size_commit_log=big,
+                   ha_transfer_batch_size=big)
+    for i in range(24):                                            # more than loopback's socket buffers hold
+        assert master.put_message(Message(TOPIC, bytes([i]) * (big - 4096))).is_ok()
     port = master.ha_port
-    stuck = [fake_slave(port, 1), fake_slave(port, 2)]             # far behind: more than the socket buffers
+    stuck = [fake_slave(port, 1), fake_slave(port, 2)]
     half = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
     half.sendall(b"\x00\x00\x00")
-    wait_until(lambda: master._ha.connection_count == 3
-               and sum(c.next_transfer_from > 0 for c in master._ha._connections) == 2)
-    wait_until(lambda: all(c.next_transfer_from > F for c in master._ha._connections if c.next_transfer_from > 0),
-               what="the writers blocking in send")
+    wait_until(lambda: master._ha.connection_count == 3)
+    writers = [t for t in ha_threads() if "Write" in t.name]
+    wait_until(lambda: sum(in_call(t, "_send_all") for t in writers) == 2, what="two writers blocked in send")
     t0 = time.monotonic()
     master.shutdown()
     assert time.monotonic() - t0 < 10
@@ -621,6 +633,7 @@ def test_shutdown_mid_transfer_leaves_no_thread_and_frees_the_port(store_factory
     assert again.ha_port == port
     for s in stuck + [half]:
         s.close()
+    store_factory.expect_messages(24, "master")
 
 
 def closed_by_peer(sock: socket.socket, timeout: float = DEADLINE) -> bool:
