@@ -622,9 +622,8 @@ def test_shutdown_mid_transfer_leaves_no_thread_and_frees_the_port(store_factory
     stuck = [fake_slave(port, 1), fake_slave(port, 2)]
     half = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
     half.sendall(b"\x00\x00\x00")
-    wait_until(lambda: master._ha.connection_count == 3)
-    writers = [t for t in ha_threads() if "Write" in t.name]
-    wait_until(lambda: sum(in_call(t, "_send_all") for t in writers) == 2, what="two writers blocked in send")
+    wait_until(lambda: sum(in_call(t, "_send_all") for t in ha_threads() if "Write" in t.name) == 2,
+               what="two writers blocked in send")
     t0 = time.monotonic()
     master.shutdown()
     assert time.monotonic() - t0 < 10
@@ -850,3 +849,42 @@ def test_concurrent_sync_puts_never_wait_past_slave_timeout(store_factory):
     assert max(d for _, d in acked + silent + alone) < limit
     assert master.get_max_offset_in_queue(TOPIC, 0) == 184
     store_factory.expect_messages(184, "master")
+
+
+def test_a_slave_that_reports_but_never_reads_is_dropped_and_puts_go_on(store_factory):
+    """A slave whose reports keep coming but which reads nothing: the master buffers no more than the socket
+    does, puts neither block nor wait past ``slave_timeout``, and once a transfer has been stuck for
+    ``ha_housekeeping_interval`` the connection is closed (the slave is then not available)."""
+    big = 1 << 20
+    master = small(store_factory, "master", broker_role=BrokerRole.SYNC_MASTER, ha_listen_port=0, slave_timeout=200,
+                   ha_housekeeping_interval=500, mapped_file_size_commit_log=big, ha_transfer_batch_size=big)
+    for i in range(24):
+        assert master.put_message(Message(TOPIC, bytes([i]) * (big - 4096), wait_store_msg_ok=False)).is_ok()
+    sock = fake_slave(master.ha_port, 1)
+    stop = threading.Event()
+
+    def report():
+        while not stop.wait(0.05):                  # every 50 ms, well within the housekeeping interval
+            try:
+                sock.sendall(REPORT.pack(1))
+            except OSError:
+                return
+
+    reporter = threading.Thread(target=report)
+    reporter.start()
+    try:
+        wait_until(lambda: any(in_call(t, "_send_all") for t in ha_threads() if "Write" in t.name),
+                   what="the writer blocked in send")
+        t0 = time.monotonic()
+        r = master.put_message(Message(TOPIC, b"sync"))
+        assert r.status in (PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        assert master.put_message(Message(TOPIC, b"no-wait", wait_store_msg_ok=False)).status is \
+            PutMessageStatus.PUT_OK
+        assert time.monotonic() - t0 < 2.2
+        wait_until(lambda: master._ha.connection_count == 0, what="the stuck connection closed")
+        assert master.put_message(Message(TOPIC, b"alone")).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    finally:
+        stop.set()
+        reporter.join(DEADLINE)
+        sock.close()
+    store_factory.expect_messages(27, "master")
