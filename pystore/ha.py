@@ -57,7 +57,8 @@ Where this differs from RocketMQ, and why:
 * With SYNC_FLUSH and SYNC_MASTER, the slave is asked even when the flush timed out, and its verdict
   (``SLAVE_NOT_AVAILABLE``, ``FLUSH_SLAVE_TIMEOUT``) replaces ``FLUSH_DISK_TIMEOUT``, as in 4.x ``handleHA``.
 * Async puts waiting for a slave are completed (or timed out) by one ``GroupTransferService`` thread, never
-  by a connection's reader, so callbacks on their futures cannot hold up acknowledgements.
+  by a connection's reader, so callbacks on their futures cannot hold up acknowledgements. A callback that
+  makes such a put itself hands the loop to a new thread, so it may wait for that put's future.
 
 Limits, as in RocketMQ: master and slave must have the same ``mapped_file_size_commit_log`` (the protocol
 does not carry it; a slave with other files misplaces the master's end-of-file blanks). With the transient
@@ -66,6 +67,9 @@ next commit (up to ``commit_interval_commit_log`` or the thorough interval).
 
 Thread-safety: ``HAService`` is called from put threads (``wait_for_slave``, ``is_slave_ok``) and its own
 threads; its shared state is under one condition. ``HAClient`` is the only writer of a slave's commit log.
+A socket is closed only by the thread(s) that use it, once they are done (a connection's last thread, the
+client's thread, the listener's owner after joining its accept thread); anyone else only shuts it down,
+which wakes them. ``shutdown`` joins every thread it started.
 """
 
 from __future__ import annotations
