@@ -888,3 +888,25 @@ def test_a_slave_that_reports_but_never_reads_is_dropped_and_puts_go_on(store_fa
         reporter.join(DEADLINE)
         sock.close()
     store_factory.expect_messages(27, "master")
+
+
+def test_master_takes_split_and_backward_reports_and_cleans_up_a_slave_leaving_mid_frame(store_factory):
+    master = small(store_factory, "master", ha_listen_port=0)
+    put_mix(master, 300)
+    end = master.get_max_phy_offset()
+    sock = socket.create_connection(("127.0.0.1", master.ha_port), timeout=DEADLINE)
+    first = REPORT.pack(1)
+    sock.sendall(first[:3])                                        # a report in two pieces
+    sock.sendall(first[3:])
+    offset, body = recv_transfer(sock)
+    assert offset == 1 and body
+    sock.sendall(REPORT.pack(end))
+    wait_until(lambda: master._ha.push2slave_max_offset == end)
+    sock.sendall(REPORT.pack(100))                                 # backwards: the best acknowledgement stays
+    conn = master._ha._connections[0]
+    wait_until(lambda: conn.slave_ack_offset == 100)
+    assert master._ha.push2slave_max_offset == end and master._ha.connection_count == 1
+    recv_exact(sock, 5)                                            # part of the next header, then gone
+    sock.close()
+    wait_until(lambda: master._ha.connection_count == 0 and not conn.running(), what="the connection's end")
+    assert sorted(t.name for t in ha_threads()) == ["pystore-GroupTransferService", "pystore-HAAcceptService"]
