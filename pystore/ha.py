@@ -168,6 +168,8 @@ class HAService:
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self._transfer_thread: threading.Thread | None = None
+        #: the loop's thread and those that handed it over but still run callbacks: shutdown joins them all
+        self._transfer_threads: list[threading.Thread] = []
         self._stopped = False
         self.port: int | None = None
 
@@ -220,8 +222,9 @@ class HAService:
             c.join(10)
             if c.running():
                 log.warning("HA: a thread of the connection of slave %s did not stop within 10 s", c.address)
-        if self._transfer_thread is not None:
-            self._transfer_thread.join(10)     # it times out every request still pending as it ends
+        for t in list(self._transfer_threads):
+            if t is not threading.current_thread():    # (a callback may shut the store down)
+                t.join(10)                     # the loop's own times out every request still pending as it ends
         with self._cond:
             pending, self._pending = self._pending, []
         for r in pending:
@@ -232,6 +235,7 @@ class HAService:
         return. Called with ``_cond`` held, or before any put can reach the service."""
         t = threading.Thread(target=self._transfer_loop, name="pystore-GroupTransferService", daemon=True)
         self._transfer_thread = t
+        self._transfer_threads = [old for old in self._transfer_threads if old.is_alive()] + [t]
         t.start()
 
     def _transfer_loop(self) -> None:
