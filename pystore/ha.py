@@ -583,7 +583,8 @@ class HAClient(ServiceThread):
         if sock is not None:
             _wake_up(sock)           # the client's own thread closes it as it leaves the connection
         super().shutdown(join)
-        self._close()                # in case that thread did not stop in time
+        if join:
+            self._close()            # in case that thread did not stop in time
 
     def run(self) -> None:
         while not self.is_stopped():
