@@ -545,24 +545,18 @@ class HAClient(ServiceThread):
     """The slave's side: one connection to its master, transfers appended to the commit log."""
 
     def __init__(self, config: Any, max_offset: Callable[[], int], append: Callable[[int, memoryview], bool],
-                 clock: Callable[[], int] | None = None, file_size: int | None = None,
-                 read: Callable[[int], Any] | None = None) -> None:
+                 file_size: int, read: Callable[[int], Any], clock: Callable[[], int] | None = None) -> None:
         """``max_offset()``: the end of this slave's commit log; ``append(offset, data)``: put a transfer
-        there; ``read(offset)``: its own bytes from ``offset`` to the end of that file's data (the store's
-        ``get_commit_log_data``), used to check a master's bytes; ``file_size``: its commit-log files' size.
-        The last two default to those of the store ``append`` is a method of."""
+        there; ``file_size``: its commit-log files' size (the geometry of the files the store found), no
+        transfer may cross one; ``read(offset)``: its own bytes from ``offset`` to the end of that file's data
+        (the store's ``get_commit_log_data``), used to check a master's bytes."""
         super().__init__("HAClient", clock)
         self.config = config
         self.max_offset = max_offset
         self.append = append
-        owner = getattr(append, "__self__", None)
-        if file_size is None:
-            # the commit log's own file size (a store keeps the geometry of the files it found), else the config's
-            queue = getattr(getattr(owner, "_commitlog", None), "queue", None)
-            file_size = getattr(queue, "mapped_file_size", None) or config.mapped_file_size_commit_log
         #: the size of this slave's commit-log files: no transfer can cross one
         self.file_size: int = file_size
-        self.read = read if read is not None else getattr(owner, "get_commit_log_data", None)
+        self.read = read
         #: on each connection, ``[_verify_at, _verify_end)`` is the part of this slave's log the master has yet to
         #: send again and match; only past ``_verify_end`` are its bytes appended
         self._verify_at = self._verify_end = 0
@@ -676,7 +670,7 @@ class HAClient(ServiceThread):
         its last file (a master that still has ``end`` has that file; an earlier one may be deleted). A log that
         is empty, or ends at a file's end, starts at ``end``: nothing is checked."""
         within = end % self.file_size
-        if end <= 0 or within == 0 or self.read is None:
+        if end <= 0 or within == 0:
             return end
         # never 0: a report of 0 means "an empty slave", which a master answers from its last file
         start = max(end - min(within, _VERIFY_BYTES), 1)
@@ -695,7 +689,6 @@ class HAClient(ServiceThread):
 
     def _differs(self, offset: int, data: memoryview) -> int:
         """The first offset from ``offset`` where ``data`` is not what this slave holds, or -1."""
-        assert self.read is not None
         held = self.read(offset)
         if held is None:
             return offset

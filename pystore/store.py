@@ -377,7 +377,8 @@ class MessageStore:
         if self.schedule_message_service is not None:
             self._services.append(self.schedule_message_service)   # stops first, then persists its offsets
         if slave:
-            self._ha_client = HAClient(cfg, cl.get_max_offset, self._append_replicated, clock=self.clock)
+            self._ha_client = HAClient(cfg, cl.get_max_offset, self._append_replicated, cl.queue.mapped_file_size,
+                                       self.get_commit_log_data, clock=self.clock)
             self._services.append(self._ha_client)                # stops first: nothing arrives after
         elif self._ha is not None:
             self._services.append(self._ha)
