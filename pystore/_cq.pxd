@@ -21,6 +21,7 @@ cdef class ConsumeQueueCore:
     cdef public int64_t last_store_ts          # store time of the last message built in
     cdef public object on_error                # called with a message when a unit cannot be written
     cdef bytearray ts_samples                  # (phy i64, store time i64) of units 0, K, 2K ... (time search)
+    cdef int64_t pf_lead                       # how far ahead its file is pre-faulted (grows to 1 MiB)
 
     cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1
     cdef MappedFile _file_for(self, int64_t expect)

@@ -12,6 +12,11 @@ A file is named by the absolute offset of its first byte (20 decimal digits) and
 * ``flushed``: bytes forced to disk by ``msync``/``fdatasync``, which run without the GIL.
 Readers see ``read_position``: ``wrote`` without a pool, ``committed`` with one.
 
+Page faults are kept off the writer's thread: a flush unmaps the whole pages it is about to write back
+(``_unmap_whole_pages``: no per-page TLB shootdown on the writer's core), and a small C thread pre-faults the
+pages just ahead of each writer (``prefault_ahead``), warmed files included, since the kernel write-protects a
+warmed file's zeros when it writes them back.
+
 New files are created at their full size with ``posix_fallocate``, so a full disk fails the creation
 (``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a later write into the mapping.
 ``preallocate=False`` makes a sparse file instead (the index: 420 MB by default, mostly never written, as
@@ -75,6 +80,7 @@ cdef extern from *:
     int MADV_WILLNEED
     int MADV_RANDOM
     int MADV_NORMAL
+    int MADV_DONTNEED
 
 cdef extern from *:
     """
@@ -186,6 +192,21 @@ def prefault_stats():
 
 OS_PAGE_SIZE = 4096
 cdef int64_t PAGE = 4096
+
+
+cdef inline void _unmap_whole_pages(unsigned char *base, int64_t start, int64_t end) noexcept nogil:
+    """Drop this process's page-table entries for the whole pages of ``[start, end)`` before they are written
+    back (``start`` is page-aligned; the page holding ``end`` is kept: a writer may still be filling it).
+
+    Writing back a page that is mapped writable makes the kernel write-protect it, one entry at a time, and
+    each change sends a TLB-shootdown interrupt to every core running this process: the putting thread is
+    interrupted once per 4 KiB flushed. Unmapping the range first costs one batched shootdown, and the
+    write-back then finds nothing mapped to protect. On a shared file mapping this loses nothing: the dirty
+    state moves to the page cache, which the msync that follows writes out, and a later read of these pages
+    maps them again from the page cache (a minor fault). The writer never returns below ``end``."""
+    cdef int64_t stop = end // PAGE * PAGE
+    if stop > start:
+        madvise(base + start, <size_t>(stop - start), MADV_DONTNEED)
 
 
 def offset_to_file_name(long long offset):
@@ -316,6 +337,11 @@ cdef class MappedFile:
     def flushed_position(self, long long v):
         self._check_pos(v)
         self.flushed = v
+
+    @property
+    def prefaulted_position(self):
+        """``[0, prefaulted_position)`` was pre-faulted, or asked of the prefault worker (diagnostics)."""
+        return self.warmed
 
     def set_positions(self, long long pos):
         """Set wrote, committed and flushed to ``pos`` (loading and truncation)."""
@@ -524,6 +550,7 @@ cdef class MappedFile:
                     if use_fd:
                         rc = fdatasync(self.fd)
                     elif value > start:
+                        _unmap_whole_pages(self.base, start, value)
                         rc = msync(self.base + start, value - start, MS_SYNC)
                     if rc != 0:
                         err = errno
@@ -579,7 +606,8 @@ cdef class MappedFile:
 
     def warm(self, bint populate=True, long long sync_every=0):
         """Pre-fault the whole mapping for writing (so the put path takes no page faults), without the GIL.
-        Falls back to touching one byte a page on kernels without MADV_POPULATE_WRITE.
+        Falls back to touching one byte a page on kernels without MADV_POPULATE_WRITE. The writer still asks
+        the prefault worker for the pages ahead of it (see the end of this method).
 
         ``sync_every > 0`` (RocketMQ's warm with SYNC_FLUSH, ``flushLeastPagesWhenWarmMapedFile``): write the
         zeros to disk every that many bytes, so the file's blocks are allocated and written before any
@@ -604,7 +632,10 @@ cdef class MappedFile:
                 if sync_every > 0:
                     msync(self.base + pos, end - pos, MS_SYNC)
                 pos = end
-        self.warmed = self.file_size
+        # ``warmed`` is left where it was: the kernel writes these zeros back once they have been dirty for
+        # its expiry time (30 s by default) and write-protects them on the way, so a file warmed long before
+        # its writer reaches it would fault on every page again. The writer keeps asking the prefault worker
+        # for the pages just ahead of it (a page-table walk while they are still writable).
 
     cdef void settle(self) noexcept:
         """The writer is done with a file it created: back to normal read-ahead for its readers."""

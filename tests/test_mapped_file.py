@@ -232,6 +232,88 @@ def test_flush_least_pages(mf):
     assert mf.flush(1000) == SIZE
 
 
+def _mapping_start(path: str) -> int:
+    """The address this process maps ``path`` at (from /proc/self/maps)."""
+    real = os.path.realpath(path)
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if line.rstrip("\n").endswith(" " + real):
+                return int(line.split("-", 1)[0], 16)
+    raise AssertionError("%s is not mapped" % path)
+
+
+def _pagemap(addr: int) -> int:
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(addr // PAGE * 8)
+        return int.from_bytes(f.read(8), "little")
+
+
+def _mapped(start: int, pages: int) -> list[bool]:
+    """Which of ``pages`` pages from ``start`` have a page-table entry in this process (pagemap bit 63)."""
+    return [bool(_pagemap(start + i * PAGE) >> 63) for i in range(pages)]
+
+
+KPF_DIRTY = 1 << 4
+
+
+def _page_dirty(addr: int) -> bool:
+    """Whether the page cache page mapped at ``addr`` is dirty (/proc/kpageflags; needs CAP_SYS_ADMIN)."""
+    entry = _pagemap(addr)
+    pfn = entry & ((1 << 55) - 1)
+    if not entry >> 63 or pfn == 0:
+        pytest.skip("pagemap shows no frame numbers here (needs CAP_SYS_ADMIN)")
+    try:
+        with open("/proc/kpageflags", "rb") as f:
+            f.seek(pfn * 8)
+            return bool(int.from_bytes(f.read(8), "little") & KPF_DIRTY)
+    except OSError:
+        pytest.skip("/proc/kpageflags is not readable here")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="Linux /proc/self/pagemap")
+def test_flush_unmaps_the_whole_pages_it_writes_back(mf, path):
+    # the flush drops this process's page-table entries for whole written pages before msync (no per-page
+    # TLB shootdown on the writer's core): their bytes stay in the file and the mapping, the last page stays
+    data = bytes(range(256)) * (3 * PAGE // 256) + b"tail" * 100          # three pages and 400 bytes
+    mf.append_message(data)
+    start = _mapping_start(path)
+    assert _mapped(start, 4) == [True, True, True, True]                   # the writes mapped them
+    assert mf.flush(0) == len(data)
+    assert _mapped(start, 4) == [False, False, False, True]               # the page holding the end stays
+    assert mf.read(0, len(data)) == data                                   # maps them again, same bytes
+    with open(path, "rb") as f:
+        assert f.read(len(data)) == data
+    mf.append_message(b"more")                                             # the writer goes on in that page
+    assert mf.flush(0) == len(data) + 4
+    assert _mapped(start, 4)[3]
+    assert mf.read(len(data), 4) == b"more"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/kpageflags"), reason="Linux /proc/kpageflags")
+def test_flush_writes_back_the_pages_it_unmapped(mf, path, tmp_path):
+    # the pages left the page tables dirty; the msync after must still write them out: once flushed, the page
+    # cache holds them clean (a flush that skipped unmapped pages would leave them dirty)
+    import mmap
+
+    control = str(tmp_path / "control")                                    # what this file system does
+    with open(control, "wb") as f:
+        f.truncate(PAGE)
+    with open(control, "r+b") as f, mmap.mmap(f.fileno(), PAGE) as m:
+        m[0:5] = b"dirty"
+        if not _page_dirty(_mapping_start(control)):
+            pytest.skip("pages written through a mapping are not reported dirty here")
+        m.flush()
+        if _page_dirty(_mapping_start(control)):
+            pytest.skip("this file system keeps synced pages dirty (tmpfs)")
+    data = b"x" * (2 * PAGE) + b"y" * 10
+    mf.append_message(data)
+    start = _mapping_start(path)
+    assert _page_dirty(start) and _page_dirty(start + PAGE)
+    assert mf.flush(0) == len(data)
+    assert mf.read(0, len(data)) == data                                   # map them again to look
+    assert not _page_dirty(start) and not _page_dirty(start + PAGE)
+
+
 def test_flush_returns_flushed_position_without_work(mf):
     assert mf.flush(0) == 0
     assert mf.flush(4) == 0

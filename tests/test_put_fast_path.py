@@ -244,6 +244,72 @@ def test_prefault_worker_keeps_contents_exact(store_factory, warm):
     store_factory.expect_messages(n)
 
 
+MIB = 1024 * 1024
+
+
+def test_consume_queue_prefault_lead_grows_only_as_the_queue_uses_it(store_factory):
+    # a queue asks the worker for 2 x 64 KiB at its first unit and doubles its lead (to 1 MiB at most) each
+    # time its writer used the last one up: a quiet queue dirties few zero pages, a busy one gets far ahead
+    store = store_factory(mapped_file_size_commit_log=64 * MIB)
+    assert store.config.mapped_file_size_consume_queue == 300_000 * CQ_UNIT
+    for i in range(50):
+        assert store.put_message(make_message(i, topic="Quiet", keys=None)).is_ok()
+    quiet = store._cq_store.find("Quiet", 0).last_file
+    assert quiet.prefaulted_position == 2 * 65536
+    n = 80_000                                                # 1.6 MB of units
+    asked: list[int] = []
+    hot = None
+    for i in range(n):
+        assert store.put_message(make_message(i, topic="Hot", body=b"h", keys=None)).is_ok()
+        hot = hot or store._cq_store.find("Hot", 0).last_file
+        if not asked or hot.prefaulted_position != asked[-1]:
+            asked.append(hot.prefaulted_position)
+            assert hot.prefaulted_position - hot.wrote_position <= 2 * MIB + 4096   # rounded up to a page
+    assert hot.wrote_position == n * CQ_UNIT
+    assert asked[0] == 2 * 65536
+    assert len(asked) <= 6, asked                             # 128 K, 320 K, 704 K, 1.4 M, 2.9 M
+    assert asked[-1] - hot.wrote_position >= MIB
+    assert len(list(iter_consume_queue(os.path.join(store.config.consume_queue_path(), "Hot", "0")))) == n
+    store_factory.expect_messages(50 + n)
+
+
+@pytest.mark.skipif(not hasattr(__import__("resource"), "RUSAGE_THREAD"), reason="Linux RUSAGE_THREAD")
+def test_a_warmed_file_written_back_is_prefaulted_again_ahead_of_the_writer(store_factory):
+    # The kernel writes a warmed file's zeros back once they have been dirty for 30 s and write-protects them:
+    # the writer would then take a fault on every page. It keeps asking the worker for the pages ahead
+    # instead (2 MiB ahead, 2 MiB at a time), so where the worker has been it takes none.
+    import resource
+
+    store = store_factory(mapped_file_size_commit_log=8 * MIB, warm_mapped_file_enable=True)
+    msg = Message("Warm", b"w" * 4000)
+
+    def put_until(pos: int) -> None:
+        while mf.wrote_position < pos:
+            assert store.put_message(msg).is_ok()
+
+    assert store.put_message(msg).is_ok()
+    mf = store._commitlog.last_file
+    put_until(2 * MIB - 8192)
+    fd = os.open(mf.file_name, os.O_RDONLY)                   # what the kernel does after 30 s: write the
+    try:                                                      # zeros back, write-protecting every page
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    before = prefault_stats()
+    put_until(2 * MIB + 8192)                                 # past 2 MiB: the writer asks for [4, 6) MiB
+    after = wait_for_prefault(before, 2 * MIB)
+    if not after["supported"] or after["dropped"] > before["dropped"]:
+        pytest.skip("no prefault worker here, or the request was dropped (allowed by design)")
+    assert mf.prefaulted_position >= 6 * MIB
+    put_until(4 * MIB)                                        # [2, 4) MiB was written back after it was asked
+    r0 = resource.getrusage(resource.RUSAGE_THREAD)
+    put_until(6 * MIB - 8192)                                 # ~500 pages the worker made writable again
+    r1 = resource.getrusage(resource.RUSAGE_THREAD)
+    faults = r1.ru_minflt - r0.ru_minflt + r1.ru_majflt - r0.ru_majflt
+    assert faults < 64, "the writer took %d page faults in pages the worker had made writable" % faults
+    store_factory.expect_messages(store.get_topic_queue_table()[("Warm", 0)])
+
+
 CHILD_N = 10_000
 
 
