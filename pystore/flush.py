@@ -52,7 +52,7 @@ class FlushRealTimeService(ServiceThread):
                 self.last_flush_timestamp = now
                 least = 0
             if cfg.flush_commit_log_timed:
-                time.sleep(cfg.flush_interval_commit_log / 1000)
+                self.sleep(cfg.flush_interval_commit_log)      # puts do not wake it; shutdown does
             else:
                 self.wait_for_running(cfg.flush_interval_commit_log)
             self.commitlog.clear_flush_notified()

@@ -2,6 +2,7 @@
 
 A service sleeps in ``wait_for_running(interval)`` until its interval passes or someone calls
 ``wakeup()``; ``on_wait_end`` runs after every wait (the group commit swaps its request lists there).
+``sleep(interval)`` ignores wake-ups (the timed flush) but not ``shutdown()``.
 ``shutdown()`` stops the loop, wakes it and joins it. Time comes from an injected ``clock`` (ms) so tests
 move time instead of sleeping; the sleeping itself always uses real time.
 
@@ -37,6 +38,7 @@ class ServiceThread:
         self.clock = clock or real_clock
         self._stopped = False
         self._notified = threading.Event()
+        self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
 
@@ -47,6 +49,7 @@ class ServiceThread:
             return
         self._started = True
         self._stopped = False
+        self._stop_event.clear()
         self._thread = threading.Thread(target=self._main, name="pystore-" + self.name, daemon=True)
         self._thread.start()
 
@@ -63,6 +66,7 @@ class ServiceThread:
 
     def shutdown(self, join: bool = True) -> None:
         self._stopped = True
+        self._stop_event.set()
         self.wakeup()
         t = self._thread
         if join and t is not None and t is not threading.current_thread():
@@ -82,6 +86,11 @@ class ServiceThread:
 
     def wakeup(self) -> None:
         self._notified.set()
+
+    def sleep(self, interval_ms: float) -> None:
+        """Sleep ``interval_ms``; ``wakeup()`` does not end it, ``shutdown()`` does (RocketMQ sleeps with
+        ``Thread.sleep`` here, so its shutdown waits for the rest of the interval)."""
+        self._stop_event.wait(max(interval_ms, 0) / 1000.0)
 
     def wait_for_running(self, interval_ms: float) -> None:
         if not self._notified.is_set():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from pystore import Message, MessageStore
 from pystore.config import FlushDiskType
@@ -89,3 +90,22 @@ def test_sync_warm_writes_the_zeros_and_the_store_works(store_factory):
     assert tail == bytes(len(tail))
     assert store.look_message_by_offset(r.wrote_offset).body == b"x" * 100
     store_factory.expect_messages(1)
+
+
+def test_timed_flush_service_stops_at_shutdown_without_sleeping_out_its_interval(store_factory):
+    # flush_commit_log_timed: puts do not wake the flush service, it sleeps its interval; shutdown must still
+    # end that sleep at once and flush everything (a 10-minute interval would otherwise hold shutdown up to
+    # the 90 s join limit, and then leave the service running)
+    store = store_factory(flush_commit_log_timed=True, flush_interval_commit_log=600_000)
+    results = [store.put_message(Message("Timed", b"t%d" % i)) for i in range(100)]
+    assert all(r.is_ok() for r in results)
+    service = store._flush_service
+    t0 = time.monotonic()
+    store.shutdown()
+    assert time.monotonic() - t0 < 60, "shutdown waited for the flush service's interval"
+    assert not service._thread.is_alive()
+    assert store._commitlog.queue.flushed_where == results[-1].append_message_result.wrote_offset + \
+        results[-1].append_message_result.wrote_bytes
+    again = store_factory()
+    assert again.look_message_by_offset(results[-1].append_message_result.wrote_offset).body == b"t99"
+    store_factory.expect_messages(100)
