@@ -57,7 +57,7 @@ from benchlib import MIB, TOPIC  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 BATCH = 32
 
-FULL = dict(reps=3, n128=320_000, n1k=64_000, ndur=32_000, none=20_000, nrand=20_000,
+FULL = dict(reps=5, n128=320_000, n1k=64_000, ndur=32_000, none=20_000, nrand=20_000,
             t_append=1.0, t_durable=1.0, t_read=1.0, t_lat=0.5, floor_mb=64)
 QUICK = dict(reps=3, n128=6_400, n1k=3_200, ndur=640, none=2_000, nrand=2_000,
              t_append=0.2, t_durable=0.2, t_read=0.2, t_lat=0.1, floor_mb=8)
@@ -577,6 +577,9 @@ def run_contender(
 ) -> dict[str, Any]:
     """Every measure for one contender, one repetition: ``{measure: value}`` plus notes."""
     out: dict[str, Any] = {}
+    # untimed: write back what earlier contenders left dirty, so the kernel does not write it back (two cores
+    # of CPU, and the disk) while this one is timed; every contender starts from the same clean page cache
+    os.sync()
     a = cls(os.path.join(folder, "main"), durable=False)
     try:
         # append 128 B, no sync
@@ -956,7 +959,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quick", action="store_true", help="small counts (CI smoke test)")
     p.add_argument("--only", default=None, help="comma-separated contender names (floors always run)")
-    p.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions (default 5; 3 with --quick)")
     p.add_argument("--json", default=os.path.join(HERE, "results", "peers.json"), help="JSON output path")
     p.add_argument("--markdown", default=None, help="also write the README table (Markdown) here")
     p.add_argument("--tmpdir", default=None, help="parent of the temporary folder (default: $TMPDIR)")

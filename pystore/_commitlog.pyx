@@ -26,8 +26,8 @@ from libc.stdint cimport int32_t, int64_t
 from pystore._bytes cimport body_crc32, mono_coarse_ns, now_ms
 from pystore._codec cimport (BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
-                             TRANSACTION_TYPE_MASK, RecordView, check_record, encode_message, encode_with_body,
-                             find_next_record, make_ext, message_length, scan_records, write_blank)
+                             TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like, encode_message,
+                             encode_with_body, find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageBatch, encode_host
 from pystore._results cimport PutMessageResult, put_failed, put_ok
@@ -143,6 +143,16 @@ cdef class PutMessageLock:
 cdef class Dispatcher:
     cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
                       int64_t queue_offset) except -1:
+        return 0
+
+    cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
+                          int64_t store_ts, int64_t queue_offset) except -1:
+        """``dispatch`` for ``n`` consecutive records that share ``msg``'s topic, queue and properties (a batch
+        built from bodies): record i is ``sizes[i]`` bytes and takes queue offset ``queue_offset + i``."""
+        cdef Py_ssize_t i
+        for i in range(n):
+            self.dispatch(cell, msg, phy_offset, sizes[i], store_ts, queue_offset + i)
+            phy_offset += sizes[i]
         return 0
 
 
@@ -426,7 +436,8 @@ cdef class CommitLogCore:
         cdef Message tmpl = batch._template
         cdef Py_ssize_t i, n
         cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
-        cdef int32_t size, base_len = 0
+        cdef int32_t size, base_len = 0, body_pos, tail_len, first_body_len
+        cdef unsigned char *first
         cdef Message m
         cdef bytes b
         cdef QueueCell cell
@@ -492,32 +503,46 @@ cdef class CommitLogCore:
             else:
                 pos = mf.wrote
                 first_phy = mf.file_from_offset + pos
-                for i in range(n):
-                    size = size_arr[i]
-                    phy = mf.file_from_offset + pos
-                    if bodies is None:
-                        encode_message(mf.write_base + pos, <Message>ms[i], size, qoff + i, phy, ts,
-                                       <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                if bodies is None:
+                    for i in range(n):
+                        size = size_arr[i]
+                        encode_message(mf.write_base + pos, <Message>ms[i], size, qoff + i, mf.file_from_offset + pos,
+                                       ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
                                        self.store_flag)
-                    else:
-                        b = <bytes>PyList_GET_ITEM(bodies, i)
-                        encode_with_body(mf.write_base + pos, tmpl, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b),
-                                         crc_arr[i], size, qoff + i, phy, ts,
-                                         <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                         self.store_flag)
-                    pos += size
-                    # publish record by record, so a concurrent reader sees a growing prefix
+                        pos += size
+                        # publish record by record, so a concurrent reader sees a growing prefix
+                        mf.wrote = pos
+                else:
+                    # the first record in full, the others copied from it with their own fields patched in
+                    first = mf.write_base + pos
+                    b = <bytes>PyList_GET_ITEM(bodies, 0)
+                    first_body_len = <int32_t>PyBytes_GET_SIZE(b)
+                    encode_with_body(first, tmpl, PyBytes_AS_STRING(b), first_body_len, crc_arr[0], size_arr[0], qoff,
+                                     first_phy, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                     self.store_flag)
+                    pos += size_arr[0]
                     mf.wrote = pos
+                    tail_len = ((2 if tmpl._version == 2 else 1) + <int32_t>PyBytes_GET_SIZE(tmpl._topic_b) + 2
+                                + <int32_t>PyBytes_GET_SIZE(tmpl._props_b))
+                    body_pos = base_len - tail_len
+                    for i in range(1, n):
+                        b = <bytes>PyList_GET_ITEM(bodies, i)
+                        encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, PyBytes_AS_STRING(b),
+                                    PyBytes_GET_SIZE(b), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos)
+                        pos += size_arr[i]
+                        mf.wrote = pos
                 mf.store_timestamp = ts
                 cell.next_offset = qoff + n
                 if self.dispatcher is not None:
-                    phy = first_phy
-                    for i in range(n):
-                        size = size_arr[i]
-                        # the dispatcher reads what every message of a from_bodies batch shares
-                        self.dispatcher.dispatch(cell, <Message>ms[i] if bodies is None else tmpl, phy, size, ts,
-                                                 qoff + i)
-                        phy += size
+                    if bodies is None:
+                        phy = first_phy
+                        for i in range(n):
+                            size = size_arr[i]
+                            self.dispatcher.dispatch(cell, <Message>ms[i], phy, size, ts, qoff + i)
+                            phy += size
+                    else:
+                        # every record of a batch built from bodies shares the template's topic and properties
+                        self.dispatcher.dispatch_run(cell, tmpl, first_phy, size_arr, n, ts, qoff)
         finally:
             self.begin_time_in_lock = 0
             self.put_lock.unlock()

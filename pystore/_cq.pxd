@@ -24,6 +24,8 @@ cdef class ConsumeQueueCore:
     cdef int64_t pf_lead                       # how far ahead its file is pre-faulted (grows to 1 MiB)
 
     cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1
+    cdef int put_units(self, int64_t phy, const int32_t *sizes, Py_ssize_t n, int64_t tags_code,
+                       int64_t cq_offset) except -1
     cdef MappedFile _file_for(self, int64_t expect)
 
 

@@ -72,6 +72,15 @@ cdef inline bint unit_valid(const unsigned char *p) noexcept nogil:
     return get_i64(p) >= 0 and load_i32_acquire(p + 8) > 0
 
 
+cdef inline void _prefault_ahead(ConsumeQueueCore cq, MappedFile mf) noexcept:
+    """Keep the prefault worker ahead of this queue's writer (see CQ_PREFAULT_FIRST_LEAD)."""
+    if mf.wrote + cq.pf_lead > mf.warmed:
+        # the writer used up the last lead: twice as much this time (not on a file's first request)
+        if mf.warmed > 0 and cq.pf_lead < CQ_PREFAULT_MAX_LEAD:
+            cq.pf_lead *= 2
+        mf._prefault(mf.wrote, cq.pf_lead)
+
+
 cdef class ConsumeQueueCore:
     """The compiled half of a consume queue (``consume_queue.ConsumeQueue`` is the Python half)."""
 
@@ -131,14 +140,42 @@ cdef class ConsumeQueueCore:
         if expect > cur:
             log.warning("[BUG] consume queue %s/%d: unit for offset %d lands at %d (a gap)", self.topic,
                         self.queue_id, cq_offset, cur // CQ_STORE_UNIT_SIZE)
-        if mf.wrote + self.pf_lead > mf.warmed:
-            # the writer used up the last lead: twice as much this time (not on a file's first request)
-            if mf.warmed > 0 and self.pf_lead < CQ_PREFAULT_MAX_LEAD:
-                self.pf_lead *= 2
-            mf._prefault(mf.wrote, self.pf_lead)
+        _prefault_ahead(self, mf)
         write_unit(mf.write_base + mf.wrote, phy, size, tags_code)
         mf.wrote += CQ_STORE_UNIT_SIZE
         self.max_physic_offset = phy + size
+        return 0
+
+    cdef int put_units(self, int64_t phy, const int32_t *sizes, Py_ssize_t n, int64_t tags_code,
+                       int64_t cq_offset) except -1:
+        """``put_unit`` for ``n`` records that follow each other in the commit log from ``phy`` (record i is
+        ``sizes[i]`` bytes, queue offset ``cq_offset + i``, all with one tags code). Where the units land right
+        at the end of the open file and none was built before, they are written in one run; anything else
+        (a new or full file, a re-dispatch, a gap) goes unit by unit through ``put_unit``."""
+        cdef Py_ssize_t i = 0, j, k
+        cdef MappedFile mf
+        cdef unsigned char *p
+        while i < n:
+            mf = self.last
+            if (mf is not None and phy >= self.max_physic_offset
+                    and mf.file_from_offset + mf.wrote == (cq_offset + i) * CQ_STORE_UNIT_SIZE):
+                k = (mf.file_size - mf.wrote) // CQ_STORE_UNIT_SIZE
+                if k > n - i:
+                    k = n - i
+                if k > 0:
+                    _prefault_ahead(self, mf)
+                    p = mf.write_base + mf.wrote
+                    for j in range(k):
+                        write_unit(p, phy, sizes[i + j], tags_code)
+                        phy += sizes[i + j]
+                        p += CQ_STORE_UNIT_SIZE
+                    mf.wrote += k * CQ_STORE_UNIT_SIZE
+                    self.max_physic_offset = phy
+                    i += k
+                    continue
+            self.put_unit(phy, sizes[i], tags_code, cq_offset + i)
+            phy += sizes[i]
+            i += 1
         return 0
 
     def put_message_position_info(self, long long phy, int size, long long tags_code, long long cq_offset):
@@ -859,6 +896,30 @@ cdef class QueueDispatcher(Dispatcher):
             uniq = msg._props.get("UNIQ_KEY")
             if keys is not None or uniq is not None:
                 self.index.build_index(cell.topic, keys, uniq, phy_offset, store_ts, msg._sys_flag)
+        return 0
+
+    cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
+                          int64_t store_ts, int64_t queue_offset) except -1:
+        """A batch built from bodies: its records share ``msg``'s topic, queue and properties (no delay and no
+        transaction type: a batch refuses both), so their units go in as one run. Index entries, when the
+        batch has keys, are still one per record, as ``dispatch`` makes them."""
+        cdef object cq = cell.consume_queue
+        cdef Py_ssize_t i
+        if not _enters_queue(msg._sys_flag) or msg._delay_level > 0:
+            return Dispatcher.dispatch_run(self, cell, msg, phy_offset, sizes, n, store_ts, queue_offset)
+        if cq is None:
+            cq = self.create_queue(cell.topic, cell.queue_id)
+            cell.consume_queue = cq
+        (<ConsumeQueueCore>cq).put_units(phy_offset, sizes, n, msg._tags_code, queue_offset)
+        (<ConsumeQueueCore>cq).last_store_ts = store_ts
+        self.last_store_ts = store_ts
+        if self.index is not None and msg._has_keys:
+            keys = msg._props.get("KEYS")
+            uniq = msg._props.get("UNIQ_KEY")
+            if keys is not None or uniq is not None:
+                for i in range(n):
+                    self.index.build_index(cell.topic, keys, uniq, phy_offset, store_ts, msg._sys_flag)
+                    phy_offset += sizes[i]
         return 0
 
     cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v):

@@ -21,6 +21,23 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint32_t
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject
+
+cdef extern from *:
+    """
+    /* Ask for the first lines of a bytes object (its header, which the batch's copy of the list writes when it
+       takes a reference, and up to 192 bytes of its data, which the put's CRC reads): bodies a caller built
+       long ago are not in the cache, and fetched one after another each costs a full memory latency. */
+    static inline void ps_prefetch_object(const void *o) {
+        const char *p = (const char *)o;
+        __builtin_prefetch(p, 1, 3);
+        __builtin_prefetch(p + 64, 0, 3);
+        __builtin_prefetch(p + 128, 0, 3);
+        __builtin_prefetch(p + 192, 0, 3);
+    }
+    """
+    void prefetch_object "ps_prefetch_object"(const void *o) noexcept nogil
 
 from pystore._bytes cimport body_crc32, get_i32, now_ms
 
@@ -655,9 +672,13 @@ cdef class MessageBatch:
         # positional: Cython parses them without a keyword dict
         cdef Message t = Message(topic, b"", tags, keys, flag, properties, queue_id, 0, True, born_timestamp,
                                  born_host)
-        cdef list bs = list(bodies)
+        cdef list bs
         cdef Py_ssize_t i
         cdef MessageBatch batch
+        if type(bodies) is list:
+            for i in range(PyList_GET_SIZE(bodies)):
+                prefetch_object(<const void *>PyList_GET_ITEM(bodies, i))
+        bs = list(bodies)
         if not bs:
             raise ValueError("a MessageBatch needs at least one message")
         for i in range(len(bs)):

@@ -92,9 +92,10 @@ def test_bad_template_arguments():
 @given(bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=40),
        tags=st.sampled_from([None, "", "TagA", "标签"]),
        keys=st.sampled_from([None, "one", ["a", "b c"]]),
-       long_topic=st.booleans(), v6=st.booleans())
-@example(bodies=[b""] * 40, tags=None, keys=None, long_topic=False, v6=False)   # more than one read's 32
-def test_stored_bytes_equal_a_message_batch(tmp_path_factory, bodies, tags, keys, long_topic, v6):
+       long_topic=st.booleans(), v6=st.booleans(), store_v6=st.booleans())
+@example(bodies=[b""] * 40, tags=None, keys=None, long_topic=False, v6=False, store_v6=False)  # > one read's 32
+@example(bodies=[b"a", b"bc" * 300, b""], tags="TagA", keys="one", long_topic=True, v6=True, store_v6=True)
+def test_stored_bytes_equal_a_message_batch(tmp_path_factory, bodies, tags, keys, long_topic, v6, store_v6):
     topic = "T" * 200 if long_topic else TOPIC        # a topic over 127 characters makes version-2 records
     kw = dict(tags=tags, keys=keys, flag=3, queue_id=1, born_timestamp=BORN_BASE,
               born_host=("::1", 9) if v6 else BORN_HOST)
@@ -102,7 +103,8 @@ def test_stored_bytes_equal_a_message_batch(tmp_path_factory, bodies, tags, keys
     out = []
     for name, batch in (("a", MessageBatch.from_bodies(topic, bodies, **kw)),
                         ("b", MessageBatch([Message(topic, b, **kw) for b in bodies]))):
-        store = MessageStore.open(str(roots / name), clock=FakeClock(), mapped_file_size_commit_log=1 << 20)
+        store = MessageStore.open(str(roots / name), clock=FakeClock(), mapped_file_size_commit_log=1 << 20,
+                                  store_host=("fe80::2", 10911) if store_v6 else ("127.0.0.1", 10911))
         try:
             r = store.put_messages(batch)
             assert r.is_ok(), r

@@ -391,6 +391,33 @@ def test_small_consume_queue_files_roll_and_read_back(store_factory):
     store_factory.expect_messages(2 * (n + units))
 
 
+def test_batches_from_bodies_fill_small_consume_queue_files_across_their_ends(store_factory):
+    # a batch's units go in as one run where they fit in the open queue file, unit by unit across its end
+    units = 150                                            # 150 is no multiple of the batch sizes below
+    store = store_factory(mapped_file_size_consume_queue=units * CQ_UNIT)
+    bodies: list[bytes] = []
+    results = []
+    for i, n in enumerate([1, 32, 100, 17, 64, 128, 3, 33] * 3):
+        chunk = [b"run %d-%d " % (i, j) * (1 + j % 3) for j in range(n)]
+        r = store.put_messages(MessageBatch.from_bodies("Runs", chunk))
+        assert r.is_ok() and r.append_message_result.logics_offset == len(bodies)
+        bodies += chunk
+        results.append(r)
+    n = len(bodies)
+    folder = os.path.join(store.config.consume_queue_path(), "Runs", "0")
+    assert len(os.listdir(folder)) == -(-n // units)
+    units_read = list(iter_consume_queue(folder))
+    assert len(units_read) == n
+    msgs = read_queue(store, "Runs")
+    assert [m.body for m in msgs] == bodies
+    assert [m.queue_offset for m in msgs] == list(range(n))
+    assert [(u[0], u[1]) for u in units_read] == [(m.commit_log_offset, m.store_size) for m in msgs]
+    store.shutdown()
+    assert [m.body for m in read_queue(store_factory(mapped_file_size_consume_queue=units * CQ_UNIT), "Runs")] \
+        == bodies
+    store_factory.expect_messages(n)
+
+
 # -- a message changed by another thread while its put waits for the lock -----------------------------------
 
 
