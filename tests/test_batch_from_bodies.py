@@ -85,6 +85,42 @@ def test_bad_template_arguments():
         MessageBatch.from_bodies(TOPIC, [b"x"], properties={"a": 1})
 
 
+def test_plain_batches_share_nothing_but_what_they_should(store_factory):
+    # from_bodies(topic, bodies[, queue_id]) with nothing else given copies a cached template: each batch
+    # still gets its own born time, and a new topic or queue makes a new template
+    import time
+
+    store = store_factory()
+    plan = [("PlainA", 0), ("PlainA", 0), ("PlainB", 0), ("PlainA", 3), ("PlainA", 3), ("PlainA", 0)]
+    for i, (topic, qid) in enumerate(plan):
+        time.sleep(0.002)                                     # a later millisecond than the last batch's
+        before = int(time.time() * 1000)
+        batch = MessageBatch.from_bodies(topic, [b"p%d-%d" % (i, j) for j in range(3)], queue_id=qid)
+        after = int(time.time() * 1000)
+        assert (batch.topic, batch.queue_id, len(batch)) == (topic, qid, 3)
+        ms = batch.messages
+        assert all(before <= m.born_timestamp <= after for m in ms)
+        assert [(m.topic, m.queue_id, m.properties, m.flag, m.born_host) for m in ms] == \
+            [(topic, qid, {}, 0, ("127.0.0.1", 0))] * 3
+        ms[0].properties = {"changed": "yes"}                 # a materialized message is the caller's own
+        assert batch.messages[0].properties == {}
+        assert store.put_messages(batch).is_ok()
+    for topic, qid in sorted(set(plan)):
+        got = read_bodies(store, topic, qid)
+        expect = [b"p%d-%d" % (i, j) for i, tq in enumerate(plan) if tq == (topic, qid) for j in range(3)]
+        assert got == expect
+    # stored like a Message batch of the same bodies and born time
+    plain = MessageBatch.from_bodies("PlainC", [b"x", b"yy"])
+    born = plain.messages[0].born_timestamp
+    same = MessageBatch([Message("PlainC", b, born_timestamp=born) for b in (b"x", b"yy")])
+    a, b = store.put_messages(plain), store.put_messages(same)
+    ra = [store.look_message_by_offset(a.append_message_result.wrote_offset)]
+    rb = [store.look_message_by_offset(b.append_message_result.wrote_offset)]
+    strip = lambda raw: raw[:8] + raw[12:20] + raw[36:56] + raw[64:]    # noqa: E731 - offsets, CRC, store time
+    assert strip(ra[0].raw) == strip(rb[0].raw)
+    store_factory.expect_messages(3 * len(plan) + 4)
+
+
 # -- stored bytes --------------------------------------------------------------------------------------------
 
 
