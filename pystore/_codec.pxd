@@ -61,7 +61,7 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
                            const unsigned char *store_host, int32_t store_flag) noexcept
 cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
                       int32_t tail_len, const char *body, Py_ssize_t body_len, int32_t body_crc, int32_t total,
-                      int64_t queue_offset, int64_t phy_offset) noexcept
+                      int64_t queue_offset, int64_t phy_offset, int64_t born_ts) noexcept
 cdef void write_blank(unsigned char *dst, int32_t max_blank) noexcept nogil
 cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_crc,
                           RecordView *v) noexcept nogil

@@ -174,11 +174,12 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
 
 cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
                       int32_t tail_len, const char *body, Py_ssize_t body_len, int32_t body_crc, int32_t total,
-                      int64_t queue_offset, int64_t phy_offset) noexcept:
-    """A record of a batch built from bodies, copied from the batch's first record ``first`` (just written, so
-    in cache): every field is the same but TOTALSIZE, BODYCRC, QUEUEOFFSET, PHYSICALOFFSET, BODYLENGTH and the
-    body. ``body_pos`` is where bodies start, ``tail_len`` the bytes after them (topic and properties with
-    their lengths). One copy of the header and four patched fields instead of a dozen fields and five copies;
+                      int64_t queue_offset, int64_t phy_offset, int64_t born_ts) noexcept:
+    """A record of a batch copied from the batch's first record ``first`` (just written, so in cache), for a
+    message that shares every field with the first but TOTALSIZE, BODYCRC, QUEUEOFFSET, PHYSICALOFFSET,
+    BORNTIMESTAMP, BODYLENGTH and the body (a batch built from bodies; a batch of messages built alike).
+    ``body_pos`` is where bodies start, ``tail_len`` the bytes after them (topic and properties with their
+    lengths). One copy of the header and five patched fields instead of a dozen fields and five copies;
     TOTALSIZE is not copied but stored last, as ``encode_with_body`` does."""
     if body_pos == 88:
         memcpy(dst + 4, first + 4, 84)          # both hosts IPv4: a constant size, inlined by the compiler
@@ -187,6 +188,7 @@ cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t bo
     put_i32(dst + 8, body_crc)
     put_i64(dst + 20, queue_offset)
     put_i64(dst + 28, phy_offset)
+    put_i64(dst + 40, born_ts)
     put_i32(dst + body_pos - 4, <int32_t>body_len)
     if body_len >= 262144:
         with nogil:                             # a big body: let other threads run while it is copied

@@ -22,6 +22,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM
 from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, mono_coarse_ns, now_ms
 from pystore._codec cimport (BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
@@ -167,6 +168,26 @@ cdef inline bint _enters_queue(int32_t sys_flag) noexcept:
 cdef inline bint _unchanged(Message m, int32_t total, str tq_key, bint enters, int32_t store_flag) noexcept:
     return (message_length(m, store_flag) == total and _enters_queue(m._sys_flag) == enters
             and (m._tq_key is tq_key or m._tq_key == tq_key))
+
+
+cdef inline int32_t _tail_length(Message m) noexcept:
+    """The bytes of ``m``'s record after its body: topic and properties with their lengths."""
+    return ((2 if m._version == 2 else 1) + <int32_t>PyBytes_GET_SIZE(m._topic_b) + 2
+            + <int32_t>PyBytes_GET_SIZE(m._props_b))
+
+
+cdef inline bint _same_bytes(bytes a, bytes b) noexcept:
+    return a is b or (PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b)
+                      and memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), PyBytes_GET_SIZE(a)) == 0)
+
+
+cdef inline bint _built_alike(Message m, Message m0) noexcept:
+    """Whether ``m``'s record equals ``m0``'s but for the fields ``encode_like`` patches (both of one batch:
+    one topic and queue). Messages built by one line of code share their encoded topic, properties and host."""
+    return (m._flag == m0._flag and m._sys_flag == m0._sys_flag and m._reconsume_times == m0._reconsume_times
+            and m._prepared_transaction_offset == m0._prepared_transaction_offset and m._version == m0._version
+            and _same_bytes(m._topic_b, m0._topic_b) and _same_bytes(m._props_b, m0._props_b)
+            and _same_bytes(m._born_host_b, m0._born_host_b))
 
 
 cdef object _batch_refusal(Message m, str tq_key, int64_t max_size):
@@ -438,6 +459,8 @@ cdef class CommitLogCore:
         cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
         cdef int32_t size, base_len = 0, body_pos, tail_len, first_body_len
         cdef unsigned char *first
+        cdef Message m0
+        cdef bint one_run = False
         cdef Message m
         cdef bytes b
         cdef QueueCell cell
@@ -504,12 +527,31 @@ cdef class CommitLogCore:
                 pos = mf.wrote
                 first_phy = mf.file_from_offset + pos
                 if bodies is None:
-                    for i in range(n):
-                        size = size_arr[i]
-                        encode_message(mf.write_base + pos, <Message>ms[i], size, qoff + i, mf.file_from_offset + pos,
-                                       ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                       self.store_flag)
-                        pos += size
+                    # the first record in full; a message built like it (same topic, properties, hosts and
+                    # flags) is copied from it with its own fields patched in, any other encoded in full
+                    m0 = <Message>ms[0]
+                    first = mf.write_base + pos
+                    encode_message(first, m0, size_arr[0], qoff, first_phy, ts,
+                                   <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag)
+                    pos += size_arr[0]
+                    mf.wrote = pos
+                    first_body_len = <int32_t>PyBytes_GET_SIZE(m0._body)
+                    tail_len = _tail_length(m0)
+                    body_pos = size_arr[0] - first_body_len - tail_len
+                    one_run = not m0._has_keys
+                    for i in range(1, n):
+                        m = <Message>ms[i]
+                        if _built_alike(m, m0):
+                            encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len,
+                                        PyBytes_AS_STRING(m._body), PyBytes_GET_SIZE(m._body), m.body_crc(),
+                                        size_arr[i], qoff + i, mf.file_from_offset + pos, m._born_timestamp)
+                        else:
+                            encode_message(mf.write_base + pos, m, size_arr[i], qoff + i, mf.file_from_offset + pos,
+                                           ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                           self.store_flag)
+                        if one_run and (m._has_keys or m._tags_code != m0._tags_code or m._sys_flag != m0._sys_flag):
+                            one_run = False
+                        pos += size_arr[i]
                         # publish record by record, so a concurrent reader sees a growing prefix
                         mf.wrote = pos
                 else:
@@ -522,19 +564,22 @@ cdef class CommitLogCore:
                                      self.store_flag)
                     pos += size_arr[0]
                     mf.wrote = pos
-                    tail_len = ((2 if tmpl._version == 2 else 1) + <int32_t>PyBytes_GET_SIZE(tmpl._topic_b) + 2
-                                + <int32_t>PyBytes_GET_SIZE(tmpl._props_b))
+                    tail_len = _tail_length(tmpl)
                     body_pos = base_len - tail_len
                     for i in range(1, n):
                         b = <bytes>PyList_GET_ITEM(bodies, i)
                         encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, PyBytes_AS_STRING(b),
-                                    PyBytes_GET_SIZE(b), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos)
+                                    PyBytes_GET_SIZE(b), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos,
+                                    tmpl._born_timestamp)
                         pos += size_arr[i]
                         mf.wrote = pos
                 mf.store_timestamp = ts
                 cell.next_offset = qoff + n
                 if self.dispatcher is not None:
-                    if bodies is None:
+                    if bodies is None and one_run:
+                        # no keys, one tags code and type: the units go in as one run
+                        self.dispatcher.dispatch_run(cell, <Message>ms[0], first_phy, size_arr, n, ts, qoff)
+                    elif bodies is None:
                         phy = first_phy
                         for i in range(n):
                             size = size_arr[i]

@@ -11,6 +11,8 @@ import zlib
 
 import pytest
 from conftest import BORN_BASE, BORN_HOST, SMALL_FILE, make_message
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from pystore import Message, MessageBatch, PutMessageStatus
 from pystore.errors import StoreClosedError
@@ -790,3 +792,56 @@ def test_concurrent_puts_get_distinct_offsets(store, store_factory):
     for (a0, a1), (b0, _) in zip(spans, spans[1:]):
         assert a1 <= b0
     store_factory.expect_messages(200)
+
+
+# -- batches of messages built alike or not: every record against the reference encoder --------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=st.lists(st.tuples(st.binary(max_size=300), st.sampled_from([None, "TagA", "TagB"]),
+                                st.sampled_from([None, None, None, "k1"]), st.sampled_from([0, 5]),
+                                st.sampled_from([BORN_HOST, ("::1", 7)]), st.integers(0, 2)),
+                      min_size=1, max_size=40),
+       store_v6=st.booleans())
+@example(specs=[(b"a" * 10, None, None, 0, BORN_HOST, 0)] * 33, store_v6=False)        # all alike: one run
+@example(specs=[(b"x", "TagA", None, 0, BORN_HOST, 0), (b"y", "TagB", None, 0, BORN_HOST, 1),   # no keys,
+                (b"z", None, None, 0, BORN_HOST, 2)], store_v6=False)                          # three tags codes
+@example(specs=[(b"x", "TagA", None, 0, BORN_HOST, 0), (b"yy", "TagB", None, 5, ("::1", 7), 1),
+                (b"", None, "k1", 0, BORN_HOST, 2), (b"zzz", "TagA", None, 0, BORN_HOST, 0)], store_v6=True)
+def test_batch_records_equal_the_reference_encoding(tmp_path_factory, specs, store_v6):
+    # a batch's records are encoded in full or copied from its first (messages built alike) and its units
+    # written as one run (one tags code, no keys) or one by one: whatever the mix, each record is the
+    # reference encoding of its own message and each unit points at it with its own tags code
+    import reference_codec as ref
+    from conftest import FakeClock
+
+    from pystore.tools import iter_consume_queue
+
+    msgs = [Message("RefBatch", body, tags=tags, keys=keys, flag=flag, born_timestamp=BORN_BASE + dt,
+                    born_host=host, queue_id=1) for body, tags, keys, flag, host, dt in specs]
+    store_host = ("fe80::2", 10911) if store_v6 else STORE_HOST
+    root = tmp_path_factory.mktemp("refbatch")
+    store = MessageStore.open(str(root), clock=FakeClock(), mapped_file_size_commit_log=1 << 20,
+                              store_host=store_host)
+    try:
+        assert store.put_message(Message("RefBatch", b"before", queue_id=1)).is_ok()   # queue offset 0
+        r = store.put_messages(MessageBatch(msgs))
+        assert r.is_ok(), r
+        a = r.append_message_result
+        phy, ts = a.wrote_offset, a.store_timestamp
+        expected = b""
+        units = []
+        for i, m in enumerate(msgs):
+            rec = ref.encode("RefBatch", m.body, ref.properties_string(m.properties), 1, m.flag, 1 + i,
+                             phy + len(expected), 0, m.born_timestamp, m.born_host, ts, store_host, 0, 0)
+            units.append((phy + len(expected), len(rec), ref.java_hash(m.tags) if m.tags else 0))
+            expected += rec
+        assert a.wrote_bytes == len(expected)
+        store.flush()
+        with open(os.path.join(str(root), "commitlog", "%020d" % 0), "rb") as f:
+            f.seek(phy)
+            assert f.read(len(expected)) == expected
+        got = list(iter_consume_queue(os.path.join(str(root), "consumequeue", "RefBatch", "1")))
+        assert got[1:] == units
+    finally:
+        store.destroy()
