@@ -15,6 +15,7 @@ cdef enum:
     TRANSACTION_PREPARED_TYPE = 0x4
     TRANSACTION_COMMIT_TYPE = 0x8
     TRANSACTION_ROLLBACK_TYPE = 0xC
+    BIG_BODY = 262144                     # a body this big is copied into the log without the GIL
 
 # check_record results: a positive record size, or one of these.
 cdef enum:
@@ -55,13 +56,14 @@ cdef int32_t cal_msg_length(int version, int32_t sys_flag, int32_t body_len, int
                             int32_t props_len) noexcept nogil
 cdef int32_t message_length(Message m, int32_t store_sys_flag) noexcept
 cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t queue_offset, int64_t phy_offset,
-                         int64_t store_ts, const unsigned char *store_host, int32_t store_flag) noexcept
+                         int64_t store_ts, const unsigned char *store_host, int32_t store_flag,
+                         bint release_gil) noexcept
 cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_ssize_t body_len, int32_t body_crc,
                            int32_t total, int64_t queue_offset, int64_t phy_offset, int64_t store_ts,
-                           const unsigned char *store_host, int32_t store_flag) noexcept
+                           const unsigned char *store_host, int32_t store_flag, bint release_gil) noexcept
 cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
                       int32_t tail_len, const char *body, Py_ssize_t body_len, int32_t body_crc, int32_t total,
-                      int64_t queue_offset, int64_t phy_offset, int64_t born_ts) noexcept
+                      int64_t queue_offset, int64_t phy_offset, int64_t born_ts, bint release_gil) noexcept
 cdef void write_blank(unsigned char *dst, int32_t max_blank) noexcept nogil
 cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_crc,
                           RecordView *v) noexcept nogil

@@ -115,24 +115,34 @@ cdef int32_t message_length(Message m, int32_t store_sys_flag) noexcept:
 
 
 cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t queue_offset, int64_t phy_offset,
-                         int64_t store_ts, const unsigned char *store_host, int32_t store_flag) noexcept:
-    """Write ``m`` as one record at ``dst`` (``total`` bytes, from ``message_length``); TOTALSIZE goes last."""
-    encode_with_body(dst, m, PyBytes_AS_STRING(m._body), PyBytes_GET_SIZE(m._body), m.body_crc(), total,
-                     queue_offset, phy_offset, store_ts, store_host, store_flag)
+                         int64_t store_ts, const unsigned char *store_host, int32_t store_flag,
+                         bint release_gil) noexcept:
+    """Write ``m`` as one record at ``dst`` (``total`` bytes, from ``message_length``); TOTALSIZE goes last.
+    ``release_gil``: see ``encode_with_body``."""
+    cdef bytes body = m._body           # held: another thread may replace m._body while a big body is copied
+    encode_with_body(dst, m, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), m.body_crc(), total,
+                     queue_offset, phy_offset, store_ts, store_host, store_flag, release_gil)
 
 
 cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_ssize_t body_len, int32_t body_crc,
                            int32_t total, int64_t queue_offset, int64_t phy_offset, int64_t store_ts,
-                           const unsigned char *store_host, int32_t store_flag) noexcept:
+                           const unsigned char *store_host, int32_t store_flag, bint release_gil) noexcept:
     """``encode_message`` with every field from ``m`` but the body and its CRC (a batch built from bodies
-    shares one template message; ``total`` counts this body)."""
+    shares one template message; ``total`` counts this body).
+
+    ``release_gil``: copy a body of 256 KiB or more without the GIL, so other threads run meanwhile. Whatever
+    they do to ``m`` then, the record is the message as it was on entry: the encoded topic, properties, host
+    and version are taken (and held) before anything is written. The caller holds ``body`` and must not pass
+    True when a later record's size depends on objects other threads can change (a batch of messages)."""
+    cdef bytes born_host_b = m._born_host_b, topic_b = m._topic_b, props_b = m._props_b
+    cdef int version = m._version
     cdef int32_t sys_flag = m._sys_flag | store_flag
-    cdef int32_t bhl = <int32_t>PyBytes_GET_SIZE(m._born_host_b)
+    cdef int32_t bhl = <int32_t>PyBytes_GET_SIZE(born_host_b)
     cdef int32_t shl = 20 if store_flag else 8
-    cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(m._topic_b)
-    cdef Py_ssize_t props_len = PyBytes_GET_SIZE(m._props_b)
+    cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_b)
+    cdef Py_ssize_t props_len = PyBytes_GET_SIZE(props_b)
     cdef unsigned char *q
-    put_i32(dst + 4, MESSAGE_MAGIC_CODE_V2 if m._version == 2 else MESSAGE_MAGIC_CODE)
+    put_i32(dst + 4, MESSAGE_MAGIC_CODE_V2 if version == 2 else MESSAGE_MAGIC_CODE)
     put_i32(dst + 8, body_crc)
     put_i32(dst + 12, m._queue_id)
     put_i32(dst + 16, m._flag)
@@ -140,7 +150,7 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
     put_i64(dst + 28, phy_offset)
     put_i32(dst + 36, sys_flag)
     put_i64(dst + 40, m._born_timestamp)
-    memcpy(dst + 48, PyBytes_AS_STRING(m._born_host_b), bhl)
+    memcpy(dst + 48, PyBytes_AS_STRING(born_host_b), bhl)
     q = dst + 48 + bhl
     put_i64(q, store_ts)
     q += 8
@@ -152,35 +162,36 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
     q += 8
     put_i32(q, <int32_t>body_len)
     q += 4
-    if body_len >= 262144:
+    if body_len >= BIG_BODY and release_gil:
         with nogil:                 # a big body: let other threads run while it is copied
             memcpy(q, body, body_len)
     else:
         memcpy(q, body, body_len)
     q += body_len
-    if m._version == 2:
+    if version == 2:
         put_i16(q, <short>topic_len)
         q += 2
     else:
         q[0] = <unsigned char>topic_len
         q += 1
-    memcpy(q, PyBytes_AS_STRING(m._topic_b), topic_len)
+    memcpy(q, PyBytes_AS_STRING(topic_b), topic_len)
     q += topic_len
     put_i16(q, <short>props_len)
     q += 2
-    memcpy(q, PyBytes_AS_STRING(m._props_b), props_len)
+    memcpy(q, PyBytes_AS_STRING(props_b), props_len)
     store_i32_release(dst, total)
 
 
 cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
                       int32_t tail_len, const char *body, Py_ssize_t body_len, int32_t body_crc, int32_t total,
-                      int64_t queue_offset, int64_t phy_offset, int64_t born_ts) noexcept:
+                      int64_t queue_offset, int64_t phy_offset, int64_t born_ts, bint release_gil) noexcept:
     """A record of a batch copied from the batch's first record ``first`` (just written, so in cache), for a
     message that shares every field with the first but TOTALSIZE, BODYCRC, QUEUEOFFSET, PHYSICALOFFSET,
     BORNTIMESTAMP, BODYLENGTH and the body (a batch built from bodies; a batch of messages built alike).
     ``body_pos`` is where bodies start, ``tail_len`` the bytes after them (topic and properties with their
     lengths). One copy of the header and five patched fields instead of a dozen fields and five copies;
-    TOTALSIZE is not copied but stored last, as ``encode_with_body`` does."""
+    TOTALSIZE is not copied but stored last, as ``encode_with_body`` does (and ``release_gil`` means what it
+    means there)."""
     if body_pos == 88:
         memcpy(dst + 4, first + 4, 84)          # both hosts IPv4: a constant size, inlined by the compiler
     else:
@@ -190,7 +201,7 @@ cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t bo
     put_i64(dst + 28, phy_offset)
     put_i64(dst + 40, born_ts)
     put_i32(dst + body_pos - 4, <int32_t>body_len)
-    if body_len >= 262144:
+    if body_len >= BIG_BODY and release_gil:
         with nogil:                             # a big body: let other threads run while it is copied
             memcpy(dst + body_pos, body, body_len)
     else:
@@ -454,7 +465,7 @@ def encode_record(Message msg, long long queue_offset=0, long long commit_log_of
                          % (len(msg._topic_b), len(msg._props_b)))
     out = PyBytes_FromStringAndSize(NULL, n)
     encode_message(<unsigned char *>PyBytes_AS_STRING(out), msg, n, queue_offset, commit_log_offset,
-                   store_timestamp, <const unsigned char *>PyBytes_AS_STRING(sh), flag)
+                   store_timestamp, <const unsigned char *>PyBytes_AS_STRING(sh), flag, False)
     return out
 
 

@@ -25,12 +25,12 @@ from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, mono_coarse_ns, now_ms
-from pystore._codec cimport (BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
+from pystore._codec cimport (BIG_BODY, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like, encode_message,
                              encode_with_body, find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, MessageBatch, encode_host
+from pystore._message cimport Message, MessageBatch, copy_message, encode_host
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
@@ -392,6 +392,10 @@ cdef class CommitLogCore:
             self.put_failed_times += 1
             return put_failed(ST_MESSAGE_ILLEGAL)
         msg.body_crc()
+        if PyBytes_GET_SIZE(msg._body) >= BIG_BODY:
+            # its body is copied without the GIL, and other threads may change the message meanwhile: the
+            # record, its unit and its index entries are made from a private copy, all of one state
+            msg = copy_message(msg, True)
         enters = _enters_queue(msg._sys_flag)
         tq_key = msg._tq_key
         t0 = mono_coarse_ns()
@@ -412,7 +416,7 @@ cdef class CommitLogCore:
                 pos = mf.wrote
                 phy = mf.file_from_offset + pos
                 encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
-                               PyBytes_AS_STRING(self.store_host_b), self.store_flag)
+                               PyBytes_AS_STRING(self.store_host_b), self.store_flag, True)
                 mf.wrote = pos + total
                 mf.store_timestamp = ts
                 if enters:
@@ -531,8 +535,10 @@ cdef class CommitLogCore:
                     # flags) is copied from it with its own fields patched in, any other encoded in full
                     m0 = <Message>ms[0]
                     first = mf.write_base + pos
+                    # the GIL is kept throughout (release_gil False): every size was checked before this loop, and
+                    # another thread changing a later message while a big body is copied would make it overrun
                     encode_message(first, m0, size_arr[0], qoff, first_phy, ts,
-                                   <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag)
+                                   <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, False)
                     pos += size_arr[0]
                     mf.wrote = pos
                     first_body_len = <int32_t>PyBytes_GET_SIZE(m0._body)
@@ -544,11 +550,11 @@ cdef class CommitLogCore:
                         if _built_alike(m, m0):
                             encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len,
                                         PyBytes_AS_STRING(m._body), PyBytes_GET_SIZE(m._body), m.body_crc(),
-                                        size_arr[i], qoff + i, mf.file_from_offset + pos, m._born_timestamp)
+                                        size_arr[i], qoff + i, mf.file_from_offset + pos, m._born_timestamp, False)
                         else:
                             encode_message(mf.write_base + pos, m, size_arr[i], qoff + i, mf.file_from_offset + pos,
                                            ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                           self.store_flag)
+                                           self.store_flag, False)
                         if one_run and (m._has_keys or m._tags_code != m0._tags_code or m._sys_flag != m0._sys_flag):
                             one_run = False
                         pos += size_arr[i]
@@ -559,9 +565,10 @@ cdef class CommitLogCore:
                     first = mf.write_base + pos
                     b = <bytes>PyList_GET_ITEM(bodies, 0)
                     first_body_len = <int32_t>PyBytes_GET_SIZE(b)
+                    # the template and the list of bodies are the batch's own: no other thread can change them
                     encode_with_body(first, tmpl, PyBytes_AS_STRING(b), first_body_len, crc_arr[0], size_arr[0], qoff,
                                      first_phy, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                     self.store_flag)
+                                     self.store_flag, True)
                     pos += size_arr[0]
                     mf.wrote = pos
                     tail_len = _tail_length(tmpl)
@@ -570,7 +577,7 @@ cdef class CommitLogCore:
                         b = <bytes>PyList_GET_ITEM(bodies, i)
                         encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, PyBytes_AS_STRING(b),
                                     PyBytes_GET_SIZE(b), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos,
-                                    tmpl._born_timestamp)
+                                    tmpl._born_timestamp, True)
                         pos += size_arr[i]
                         mf.wrote = pos
                 mf.store_timestamp = ts

@@ -70,3 +70,6 @@ cdef class MessageExt:
 
     cdef dict _props(self)
     cdef _detach(self)
+
+
+cdef Message copy_message(Message src, bint own_properties)

@@ -650,28 +650,36 @@ cdef Message _plain_template(str topic, int queue_id):
     if last is None or last._queue_id != queue_id or not (last._topic is topic or last._topic == topic):
         last = Message(topic, b"", None, None, 0, None, queue_id, 0, True, None, _DEFAULT_BORN_HOST)
         _last_plain = last
-    t = Message.__new__(Message)
-    t._topic = last._topic
-    t._body = last._body
-    t._props = last._props
-    t._queue_id = last._queue_id
-    t._flag = last._flag
-    t._sys_flag = last._sys_flag
-    t._reconsume_times = last._reconsume_times
+    t = copy_message(last, False)
     t._born_timestamp = now_ms()
-    t._prepared_transaction_offset = last._prepared_transaction_offset
-    t._born_host = last._born_host
-    t._topic_b = last._topic_b
-    t._props_b = last._props_b
-    t._born_host_b = last._born_host_b
-    t._tq_key = last._tq_key
-    t._body_crc = last._body_crc
-    t._crc_known = last._crc_known
-    t._illegal = last._illegal
-    t._version = last._version
-    t._tags_code = last._tags_code
-    t._delay_level = last._delay_level
-    t._has_keys = last._has_keys
+    return t
+
+
+cdef Message copy_message(Message src, bint own_properties):
+    """A copy of ``src`` with every encoded field as it is now (no re-validation). ``own_properties``: a copy
+    of the properties map too, so that changes to ``src`` made later, in place or not, never reach it."""
+    cdef Message t = Message.__new__(Message)
+    t._topic = src._topic
+    t._body = src._body
+    t._props = dict(src._props) if own_properties else src._props
+    t._queue_id = src._queue_id
+    t._flag = src._flag
+    t._sys_flag = src._sys_flag
+    t._reconsume_times = src._reconsume_times
+    t._born_timestamp = src._born_timestamp
+    t._prepared_transaction_offset = src._prepared_transaction_offset
+    t._born_host = src._born_host
+    t._topic_b = src._topic_b
+    t._props_b = src._props_b
+    t._born_host_b = src._born_host_b
+    t._tq_key = src._tq_key
+    t._body_crc = src._body_crc
+    t._crc_known = src._crc_known
+    t._illegal = src._illegal
+    t._version = src._version
+    t._tags_code = src._tags_code
+    t._delay_level = src._delay_level
+    t._has_keys = src._has_keys
     return t
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -16,7 +17,7 @@ from conftest import SMALL_FILE, SMALL_INDEX, make_message
 from pystore import AppendMessageResult, AppendMessageStatus, Message, MessageBatch, PutMessageResult, PutMessageStatus
 from pystore._mapped_file import prefault_stats
 from pystore.store import MessageStore
-from pystore.tools import iter_consume_queue
+from pystore.tools import iter_commitlog, iter_consume_queue
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
 CQ_UNIT = 20
@@ -470,3 +471,76 @@ def test_message_changed_while_the_put_waits_is_refused_not_overrun(store_factor
     got = read_queue(store, "TopicTest")
     assert [m.body for m in got][-1] == b"x" * 5000
     store_factory.expect_messages(1 + (2 if as_batch else 1))
+
+
+# -- a message changed by another thread while its big body is copied (the GIL is released for it) ---------
+
+BIG_BODY = 300 * 1024                                      # over the 256 KiB the copy releases the GIL for
+
+
+def _mutate_while(stop: threading.Event, change) -> threading.Thread:
+    def run() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            change(i)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("as_batch", [False, True], ids=["put_message", "put_messages"])
+def test_a_message_changed_while_its_big_body_is_copied_is_stored_whole(store_factory, as_batch):
+    # While a body of 256 KiB or more is copied, other threads run. One that replaces a field of a message being
+    # encoded (its topic, properties, body) must not change the record half-way: the record is stored as the
+    # message was when its put took it (sizes and bytes of one state), never with a topic read past its end
+    # or a record longer than the room it was given.
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)                             # hand the GIL over as soon as it is released
+    store = store_factory(mapped_file_size_commit_log=32 * 1024 * 1024)
+    big = [bytes([65 + i]) * BIG_BODY for i in range(2)]
+    topics = ("Race", "R" * 120)
+    msg = Message(topics[0], big[0], tags="t0")
+    small = Message(topics[0], b"s", tags="t0")
+    stop = threading.Event()
+
+    def change(i: int) -> None:
+        if as_batch:                                        # the second message of the batch, mid-put
+            small.body = b"s" if i % 2 else b"tt" * 2000
+            small.tags = "t%d" % (i % 7)
+        else:
+            msg.topic = topics[i % 2]
+            msg.tags = "t%d" % (i % 7)
+            msg.body = big[i % 2]
+
+    t = _mutate_while(stop, change)
+    ok = 0
+    try:
+        for _ in range(150):
+            if as_batch:
+                r = store.put_messages(MessageBatch([Message(topics[0], big[1], tags="t0"), small]))
+            else:
+                r = store.put_message(msg)
+            ok += r.status == PutMessageStatus.PUT_OK
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old_switch)
+    from pystore._codec import tags_code
+
+    stored = list(iter_commitlog(os.path.join(store.root, "commitlog"), verify_crc=True))
+    assert len(stored) == (2 * ok if as_batch else ok) and ok > 0
+    units = {}
+    for topic in topics:
+        folder = os.path.join(store.config.consume_queue_path(), topic, "0")
+        if os.path.isdir(folder):
+            units.update({u[0]: u for u in iter_consume_queue(folder)})
+    for m in stored:                                        # every record one whole state of its message
+        assert m.topic in topics
+        assert m.body in (big[0], big[1], b"s", b"tt" * 2000)
+        assert m.tags in ["t%d" % k for k in range(7)]
+        assert units[m.commit_log_offset][:2] == (m.commit_log_offset, m.store_size)
+        if not as_batch:                                    # a single put's unit is made from that same state
+            assert units[m.commit_log_offset][2] == tags_code(m.raw)
+    store_factory.skip_check()                              # counted above
