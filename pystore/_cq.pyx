@@ -580,6 +580,22 @@ cdef enum:
     RUN_BYTES = 65536
 
 
+cdef extern from *:
+    """
+    /* Ask for the first 256 bytes of a record a few units ahead of the one being read: the commit-log pages a
+       page of messages spans are rarely in the cache, and the hardware prefetchers stop at each 4 KiB page. */
+    static inline void ps_prefetch_record(const unsigned char *p, int n) {
+        int i;
+        for (i = 0; i < n && i < 256; i += 64)
+            __builtin_prefetch(p + i, 0, 3);
+    }
+    """
+    void prefetch_record "ps_prefetch_record"(const unsigned char *p, int n) noexcept nogil
+
+# how many units ahead of the one being read the scan prefetches the record of
+cdef int64_t PREFETCH_UNITS = 4
+
+
 cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, int64_t *starts, int n,
                    list out) except -1:
     cdef bytes buf = PyBytes_FromStringAndSize(<const char *>f.base + start, end - start)
@@ -595,7 +611,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     """The scan behind ``get_message``; the caller holds ``cqf``. Each commit-log file is held while its
     records are read (a filter's Python code may let a cleaner run meanwhile)."""
     cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
-    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit
+    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit, ahead
     cdef int32_t size, count = 0, r
     cdef int status = SCAN_NO_MATCHED
     cdef const unsigned char *p
@@ -670,6 +686,10 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 rp = f.read_position()
                 if rpos + size > rp:
                     break                                   # not readable yet (a reader behind the writer)
+                if pos + (PREFETCH_UNITS + 1) * CQ_STORE_UNIT_SIZE <= limit:
+                    ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - f.file_from_offset
+                    if 0 <= ahead < rp:
+                        prefetch_record(f.base + ahead, <int>min(rp - ahead, 256))
                 r = check_record(f.base + rpos, rp - rpos, False, &v)
             if r <= 0 or v.total_size != size:
                 if count == 0:
