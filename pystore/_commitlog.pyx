@@ -73,7 +73,8 @@ cdef object ST_OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
 cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
 cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 
-# how far ahead of the writer a commit-log file not warmed whole is pre-faulted (MappedFile.prefault_ahead)
+# how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too,
+# as the kernel write-protects a warmed file's zeros when it writes them back
 cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
 
 # RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
@@ -149,7 +150,8 @@ cdef class Dispatcher:
     cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
                           int64_t store_ts, int64_t queue_offset) except -1:
         """``dispatch`` for ``n`` consecutive records that share ``msg``'s topic, queue and properties (a batch
-        built from bodies): record i is ``sizes[i]`` bytes and takes queue offset ``queue_offset + i``."""
+        built from bodies, or a batch of messages with one tags code and type and no keys): record i is
+        ``sizes[i]`` bytes and takes queue offset ``queue_offset + i``."""
         cdef Py_ssize_t i
         for i in range(n):
             self.dispatch(cell, msg, phy_offset, sizes[i], store_ts, queue_offset + i)
@@ -331,8 +333,8 @@ cdef class CommitLogCore:
         return mf
 
     cdef void _after_append(self, MappedFile mf) except *:
-        # Keep pages ahead of the writer pre-faulted by the prefault worker (a no-op for files the allocate
-        # service warmed whole, and for transient-pool buffers).
+        # Keep pages ahead of the writer pre-faulted by the prefault worker (a page-table walk where they are
+        # still writable; a no-op for transient-pool buffers).
         mf.prefault_ahead(mf.wrote, CL_PREFAULT_LEAD)
         # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
         # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
@@ -362,6 +364,7 @@ cdef class CommitLogCore:
         return self._put_batch(batch, False)
 
     cdef object _put(self, Message msg, bint run_after):
+        cdef bint private = False
         cdef int32_t total
         cdef str tq_key
         cdef int64_t ts = 0, qoff = 0, phy = 0, pos, t0
@@ -394,8 +397,11 @@ cdef class CommitLogCore:
         msg.body_crc()
         if PyBytes_GET_SIZE(msg._body) >= BIG_BODY:
             # its body is copied without the GIL, and other threads may change the message meanwhile: the
-            # record, its unit and its index entries are made from a private copy, all of one state
+            # record, its unit and its index entries are made from a private copy, all of one state (only a
+            # private copy is ever copied without the GIL: a body that grows big while the put waits for the
+            # lock is copied with it held)
             msg = copy_message(msg, True)
+            private = True
         enters = _enters_queue(msg._sys_flag)
         tq_key = msg._tq_key
         t0 = mono_coarse_ns()
@@ -416,7 +422,7 @@ cdef class CommitLogCore:
                 pos = mf.wrote
                 phy = mf.file_from_offset + pos
                 encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
-                               PyBytes_AS_STRING(self.store_host_b), self.store_flag, True)
+                               PyBytes_AS_STRING(self.store_host_b), self.store_flag, private)
                 mf.wrote = pos + total
                 mf.store_timestamp = ts
                 if enters:

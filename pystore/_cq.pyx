@@ -50,7 +50,8 @@ cdef int32_t FILLER = 0x7FFFFFFF
 # doubles its lead each time it used the previous one up, to at most 1 MiB. The worker zero-fills a new page
 # of a sparse queue file in ~5 us at idle priority: a 64 KiB lead is used up in half a millisecond at 7 M
 # puts/s, before the worker gets there, and the putting thread took ~1,100 of those faults per 320 k puts
-# (~200 with 1 MiB). A quiet queue keeps the short lead, so few zero pages are dirtied (and later written to
+# (~200 with 1 MiB). The lead grows with the units written, not with their rate: a queue that has written
+# little keeps the short lead, so few zero pages are dirtied (and later written to
 # disk) for it.
 cdef int64_t CQ_PREFAULT_FIRST_LEAD = 65536
 cdef int64_t CQ_PREFAULT_MAX_LEAD = 1024 * 1024
@@ -920,9 +921,10 @@ cdef class QueueDispatcher(Dispatcher):
 
     cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
                           int64_t store_ts, int64_t queue_offset) except -1:
-        """A batch built from bodies: its records share ``msg``'s topic, queue and properties (no delay and no
-        transaction type: a batch refuses both), so their units go in as one run. Index entries, when the
-        batch has keys, are still one per record, as ``dispatch`` makes them."""
+        """A batch whose records share ``msg``'s topic, queue, tags code and type (built from bodies, or
+        messages with one tags code and no keys; no delay and no transaction type: a batch refuses both): their
+        units go in as one run. Index entries, when the batch has keys, are still one per record, as
+        ``dispatch`` makes them."""
         cdef object cq = cell.consume_queue
         cdef Py_ssize_t i
         if not _enters_queue(msg._sys_flag) or msg._delay_level > 0:

@@ -203,7 +203,8 @@ cdef inline void _unmap_whole_pages(unsigned char *base, int64_t start, int64_t 
     interrupted once per 4 KiB flushed. Unmapping the range first costs one batched shootdown, and the
     write-back then finds nothing mapped to protect. On a shared file mapping this loses nothing: the dirty
     state moves to the page cache, which the msync that follows writes out, and a later read of these pages
-    maps them again from the page cache (a minor fault). The writer never returns below ``end``."""
+    maps them again from the page cache (a minor fault). An appending writer never returns below ``end``; one
+    that does (the index writes hash slots anywhere in its file) takes such a minor fault and loses nothing."""
     cdef int64_t stop = end // PAGE * PAGE
     if stop > start:
         madvise(base + start, <size_t>(stop - start), MADV_DONTNEED)
@@ -654,7 +655,10 @@ cdef class MappedFile:
         The worker takes them on another core, in bulk. Nothing here waits: a page the worker has not
         reached yet faults as it did without it."""
         cdef int64_t start = self.warmed if self.warmed > pos else pos, end
-        if self.base == NULL or self.read_only or self.write_base != self.base or start >= self.file_size:
+        if self.base == NULL or self.read_only or self.write_base != self.base:
+            self.warmed = self.file_size        # nothing to pre-fault (a pool buffer takes the writes): ask no more
+            return
+        if start >= self.file_size:
             return
         start = start // PAGE * PAGE
         end = (pos + 2 * lead + PAGE - 1) // PAGE * PAGE

@@ -137,6 +137,7 @@ def test_stored_bytes_equal_a_message_batch(tmp_path_factory, bodies, tags, keys
               born_host=("::1", 9) if v6 else BORN_HOST)
     roots = tmp_path_factory.mktemp("same")
     out = []
+    stamps: list[int] = []
     for name, batch in (("a", MessageBatch.from_bodies(topic, bodies, **kw)),
                         ("b", MessageBatch([Message(topic, b, **kw) for b in bodies]))):
         store = MessageStore.open(str(roots / name), clock=FakeClock(), mapped_file_size_commit_log=1 << 20,
@@ -147,10 +148,22 @@ def test_stored_bytes_equal_a_message_batch(tmp_path_factory, bodies, tags, keys
             a = r.append_message_result
             out.append((commit_log_bytes(store), a.wrote_offset, a.wrote_bytes, a.msg_num, a.logics_offset,
                         a.msg_id, read_bodies(store, topic, 1)))
+            stamps.append(a.store_timestamp)
         finally:
             store.destroy()
     assert out[0] == out[1]
     assert out[0][6] == bodies
+    # and both are what the FORMAT.md reference encoder writes for each message (both batches now share the
+    # copy-from-the-first-record encoder, so their equality alone would not see a fault in it)
+    import reference_codec as ref
+
+    store_host = ("fe80::2", 10911) if store_v6 else ("127.0.0.1", 10911)
+    expected = b""
+    for i, b in enumerate(bodies):
+        m = Message(topic, b, **kw)
+        expected += ref.encode(topic, b, ref.properties_string(m.properties), 1, 3, i, len(expected), 0,
+                               BORN_BASE, kw["born_host"], stamps[0], store_host, 0, 0)
+    assert out[0][0] == expected
 
 
 def test_reads_index_and_filters_like_messages(store_factory):

@@ -33,6 +33,8 @@ def test_uncommitted_puts_are_invisible_until_committed(store_factory):
     assert all(r.status == PutMessageStatus.PUT_OK for r in results)
     first = results[0].append_message_result.wrote_offset
     assert first == base
+    mf = s._commitlog.last_file                              # a pool buffer takes the writes: nothing of the
+    assert mf.has_pool_buffer and mf.prefaulted_position == mf.file_size   # file is pre-faulted, none asked again
     assert s.get_max_phy_offset() == base                    # nothing new committed yet
     assert s.look_message_by_offset(first) is None
     assert s.get_max_offset_in_queue("TopicTest", 0) == 1    # dispatch waits for the commit

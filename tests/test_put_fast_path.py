@@ -475,7 +475,8 @@ def test_message_changed_while_the_put_waits_is_refused_not_overrun(store_factor
 
 # -- a message changed by another thread while its big body is copied (the GIL is released for it) ---------
 
-BIG_BODY = 300 * 1024                                      # over the 256 KiB the copy releases the GIL for
+NOGIL_BODY = 256 * 1024                                    # a body this big is copied without the GIL
+BIG_BODY = 300 * 1024
 
 
 def _mutate_while(stop: threading.Event, change) -> threading.Thread:
@@ -544,3 +545,48 @@ def test_a_message_changed_while_its_big_body_is_copied_is_stored_whole(store_fa
         if not as_batch:                                    # a single put's unit is made from that same state
             assert units[m.commit_log_offset][2] == tags_code(m.raw)
     store_factory.skip_check()                              # counted above
+
+
+def test_a_body_grown_big_while_its_put_waits_keeps_its_unit_and_record_of_one_state(store_factory):
+    # The put decides on its private copy before the lock; a body that grows past 256 KiB while the put waits
+    # for the lock (its properties shrunk by as much, so the size checked under the lock is unchanged) must
+    # not be copied without the GIL from the shared message: another thread changing its tags meanwhile would
+    # give the unit another tags code than the record.
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    store = store_factory(mapped_file_size_commit_log=64 * 1024 * 1024)
+    lock = store._commitlog.put_lock
+    try:
+        for _ in range(20):
+            msg = Message("Grown", b"a" * (NOGIL_BODY - 16), tags="tA", properties={"pad": "x" * 64})
+            lock.acquire()                                  # the put waits for the lock, the GIL released
+            res: list = []
+            started = threading.Event()
+
+            def put(m=msg, started=started, res=res) -> None:
+                started.set()
+                res.append(store.put_message(m))
+
+            putter = threading.Thread(target=put)
+            putter.start()
+            wait_spinning_on_the_put_lock(putter, started)
+            msg.body = b"b" * (NOGIL_BODY + 16)               # now a big body ...
+            msg.put_property("pad", "x" * 32)               # ... and the same size in all
+            stop = threading.Event()
+            flipper = _mutate_while(stop, lambda i, m=msg: setattr(m, "tags", "tB" if i % 2 else "tA"))
+            lock.release()
+            putter.join()
+            stop.set()
+            flipper.join()
+            assert res[0].status == PutMessageStatus.PUT_OK
+    finally:
+        sys.setswitchinterval(old_switch)
+    from pystore._codec import tags_code
+
+    units = {u[0]: u for u in iter_consume_queue(os.path.join(store.config.consume_queue_path(), "Grown", "0"))}
+    stored = list(iter_commitlog(os.path.join(store.root, "commitlog"), verify_crc=True))
+    assert len(stored) == 20
+    for m in stored:
+        assert len(m.body) == NOGIL_BODY + 16
+        assert units[m.commit_log_offset][2] == tags_code(m.raw), "a unit of another state than its record"
+    store_factory.expect_messages(20)
