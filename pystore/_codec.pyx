@@ -114,6 +114,16 @@ cdef int32_t message_length(Message m, int32_t store_sys_flag) noexcept:
                           <int32_t>PyBytes_GET_SIZE(m._topic_b), <int32_t>PyBytes_GET_SIZE(m._props_b))
 
 
+cdef inline void _copy_body(unsigned char *dst, const char *body, Py_ssize_t n, bint release_gil) noexcept:
+    """Copy a record's body; one of ``BIG_BODY`` bytes or more without the GIL when the caller allows it (other
+    threads run meanwhile)."""
+    if n >= BIG_BODY and release_gil:
+        with nogil:
+            memcpy(dst, body, n)
+    else:
+        memcpy(dst, body, n)
+
+
 cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t queue_offset, int64_t phy_offset,
                          int64_t store_ts, const unsigned char *store_host, int32_t store_flag,
                          bint release_gil) noexcept:
@@ -162,11 +172,7 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
     q += 8
     put_i32(q, <int32_t>body_len)
     q += 4
-    if body_len >= BIG_BODY and release_gil:
-        with nogil:                 # a big body: let other threads run while it is copied
-            memcpy(q, body, body_len)
-    else:
-        memcpy(q, body, body_len)
+    _copy_body(q, body, body_len, release_gil)
     q += body_len
     if version == 2:
         put_i16(q, <short>topic_len)
@@ -201,11 +207,7 @@ cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t bo
     put_i64(dst + 28, phy_offset)
     put_i64(dst + 40, born_ts)
     put_i32(dst + body_pos - 4, <int32_t>body_len)
-    if body_len >= BIG_BODY and release_gil:
-        with nogil:                             # a big body: let other threads run while it is copied
-            memcpy(dst + body_pos, body, body_len)
-    else:
-        memcpy(dst + body_pos, body, body_len)
+    _copy_body(dst + body_pos, body, body_len, release_gil)
     memcpy(dst + body_pos + body_len, first + body_pos + first_body_len, tail_len)
     store_i32_release(dst, total)
 

@@ -567,7 +567,10 @@ cdef class CommitLogCore:
                         # publish record by record, so a concurrent reader sees a growing prefix
                         mf.wrote = pos
                 else:
-                    # the first record in full, the others copied from it with their own fields patched in
+                    # the first record in full, the others copied from it with their own fields patched in;
+                    # every record shares the template's topic and properties, so the units go in as one run
+                    m0 = tmpl
+                    one_run = True
                     first = mf.write_base + pos
                     b = <bytes>PyList_GET_ITEM(bodies, 0)
                     first_body_len = <int32_t>PyBytes_GET_SIZE(b)
@@ -589,18 +592,15 @@ cdef class CommitLogCore:
                 mf.store_timestamp = ts
                 cell.next_offset = qoff + n
                 if self.dispatcher is not None:
-                    if bodies is None and one_run:
-                        # no keys, one tags code and type: the units go in as one run
-                        self.dispatcher.dispatch_run(cell, <Message>ms[0], first_phy, size_arr, n, ts, qoff)
-                    elif bodies is None:
+                    if one_run:
+                        # one tags code and type and no keys (or the template's): the units go in as one run
+                        self.dispatcher.dispatch_run(cell, m0, first_phy, size_arr, n, ts, qoff)
+                    else:
                         phy = first_phy
                         for i in range(n):
                             size = size_arr[i]
                             self.dispatcher.dispatch(cell, <Message>ms[i], phy, size, ts, qoff + i)
                             phy += size
-                    else:
-                        # every record of a batch built from bodies shares the template's topic and properties
-                        self.dispatcher.dispatch_run(cell, tmpl, first_phy, size_arr, n, ts, qoff)
         finally:
             self.begin_time_in_lock = 0
             self.put_lock.unlock()

@@ -42,5 +42,7 @@ cdef class QueueDispatcher(Dispatcher):
     cdef object _last_cell
 
     cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept
+    cdef ConsumeQueueCore _queue_of(self, QueueCell cell)
+    cdef int _index(self, QueueCell cell, Message msg, int64_t phy_offset, int64_t store_ts) except -1
     cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v)
     cdef int _index_record(self, const unsigned char *rec, RecordView *v, int64_t off) except -1

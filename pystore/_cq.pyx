@@ -900,18 +900,27 @@ cdef class QueueDispatcher(Dispatcher):
 
     cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
                       int64_t queue_offset) except -1:
-        cdef object cq = cell.consume_queue
+        cdef ConsumeQueueCore cq
         cdef int64_t tags = msg._tags_code
         # every record reaches here (the index takes PREPARED ones too); only NOT/COMMIT enter a queue
         if _enters_queue(msg._sys_flag):
-            if cq is None:
-                cq = self.create_queue(cell.topic, cell.queue_id)
-                cell.consume_queue = cq
+            cq = self._queue_of(cell)
             if msg._delay_level > 0 and cell.topic == self.schedule_topic:
                 tags = self._deliver_time(msg._delay_level, store_ts)
-            (<ConsumeQueueCore>cq).put_unit(phy_offset, size, tags, queue_offset)
-            (<ConsumeQueueCore>cq).last_store_ts = store_ts
+            cq.put_unit(phy_offset, size, tags, queue_offset)
+            cq.last_store_ts = store_ts
         self.last_store_ts = store_ts
+        self._index(cell, msg, phy_offset, store_ts)
+        return 0
+
+    cdef ConsumeQueueCore _queue_of(self, QueueCell cell):
+        """The cell's consume queue, created on its first record."""
+        if cell.consume_queue is None:
+            cell.consume_queue = self.create_queue(cell.topic, cell.queue_id)
+        return <ConsumeQueueCore>cell.consume_queue
+
+    cdef int _index(self, QueueCell cell, Message msg, int64_t phy_offset, int64_t store_ts) except -1:
+        """Index entries for the record of ``msg`` at ``phy_offset``, when it has keys (KEYS or UNIQ_KEY)."""
         if self.index is not None and msg._has_keys:
             keys = msg._props.get("KEYS")
             uniq = msg._props.get("UNIQ_KEY")
@@ -925,23 +934,18 @@ cdef class QueueDispatcher(Dispatcher):
         messages with one tags code and no keys; no delay and no transaction type: a batch refuses both): their
         units go in as one run. Index entries, when the batch has keys, are still one per record, as
         ``dispatch`` makes them."""
-        cdef object cq = cell.consume_queue
+        cdef ConsumeQueueCore cq
         cdef Py_ssize_t i
         if not _enters_queue(msg._sys_flag) or msg._delay_level > 0:
             return Dispatcher.dispatch_run(self, cell, msg, phy_offset, sizes, n, store_ts, queue_offset)
-        if cq is None:
-            cq = self.create_queue(cell.topic, cell.queue_id)
-            cell.consume_queue = cq
-        (<ConsumeQueueCore>cq).put_units(phy_offset, sizes, n, msg._tags_code, queue_offset)
-        (<ConsumeQueueCore>cq).last_store_ts = store_ts
+        cq = self._queue_of(cell)
+        cq.put_units(phy_offset, sizes, n, msg._tags_code, queue_offset)
+        cq.last_store_ts = store_ts
         self.last_store_ts = store_ts
         if self.index is not None and msg._has_keys:
-            keys = msg._props.get("KEYS")
-            uniq = msg._props.get("UNIQ_KEY")
-            if keys is not None or uniq is not None:
-                for i in range(n):
-                    self.index.build_index(cell.topic, keys, uniq, phy_offset, store_ts, msg._sys_flag)
-                    phy_offset += sizes[i]
+            for i in range(n):
+                self._index(cell, msg, phy_offset, store_ts)
+                phy_offset += sizes[i]
         return 0
 
     cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v):
