@@ -114,16 +114,6 @@ cdef int32_t message_length(Message m, int32_t store_sys_flag) noexcept:
                           <int32_t>PyBytes_GET_SIZE(m._topic_b), <int32_t>PyBytes_GET_SIZE(m._props_b))
 
 
-cdef inline void _copy_body(unsigned char *dst, const char *body, Py_ssize_t n, bint release_gil) noexcept:
-    """Copy a record's body; one of ``BIG_BODY`` bytes or more without the GIL when the caller allows it (other
-    threads run meanwhile)."""
-    if n >= BIG_BODY and release_gil:
-        with nogil:
-            memcpy(dst, body, n)
-    else:
-        memcpy(dst, body, n)
-
-
 cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t queue_offset, int64_t phy_offset,
                          int64_t store_ts, const unsigned char *store_host, int32_t store_flag,
                          bint release_gil) noexcept:
@@ -131,14 +121,15 @@ cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t q
     ``release_gil``: see ``encode_with_body``."""
     cdef bytes body = m._body           # held: another thread may replace m._body while a big body is copied
     encode_with_body(dst, m, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), m.body_crc(), total,
-                     queue_offset, phy_offset, store_ts, store_host, store_flag, release_gil)
+                     queue_offset, phy_offset, m._born_timestamp, store_ts, store_host, store_flag, release_gil)
 
 
 cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_ssize_t body_len, int32_t body_crc,
-                           int32_t total, int64_t queue_offset, int64_t phy_offset, int64_t store_ts,
-                           const unsigned char *store_host, int32_t store_flag, bint release_gil) noexcept:
-    """``encode_message`` with every field from ``m`` but the body and its CRC (a batch built from bodies
-    shares one template message; ``total`` counts this body).
+                           int32_t total, int64_t queue_offset, int64_t phy_offset, int64_t born_ts,
+                           int64_t store_ts, const unsigned char *store_host, int32_t store_flag,
+                           bint release_gil) noexcept:
+    """``encode_message`` with every field from ``m`` but the body, its CRC and the born time (a batch built
+    from bodies shares one template message and has its own born time; ``total`` counts this body).
 
     ``release_gil``: copy a body of 256 KiB or more without the GIL, so other threads run meanwhile. Whatever
     they do to ``m`` then, the record is the message as it was on entry: the encoded topic, properties, host
@@ -159,7 +150,7 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
     put_i64(dst + 20, queue_offset)
     put_i64(dst + 28, phy_offset)
     put_i32(dst + 36, sys_flag)
-    put_i64(dst + 40, m._born_timestamp)
+    put_i64(dst + 40, born_ts)
     memcpy(dst + 48, PyBytes_AS_STRING(born_host_b), bhl)
     q = dst + 48 + bhl
     put_i64(q, store_ts)
@@ -185,30 +176,6 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
     put_i16(q, <short>props_len)
     q += 2
     memcpy(q, PyBytes_AS_STRING(props_b), props_len)
-    store_i32_release(dst, total)
-
-
-cdef void encode_like(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
-                      int32_t tail_len, const char *body, Py_ssize_t body_len, int32_t body_crc, int32_t total,
-                      int64_t queue_offset, int64_t phy_offset, int64_t born_ts, bint release_gil) noexcept:
-    """A record of a batch copied from the batch's first record ``first`` (just written, so in cache), for a
-    message that shares every field with the first but TOTALSIZE, BODYCRC, QUEUEOFFSET, PHYSICALOFFSET,
-    BORNTIMESTAMP, BODYLENGTH and the body (a batch built from bodies; a batch of messages built alike).
-    ``body_pos`` is where bodies start, ``tail_len`` the bytes after them (topic and properties with their
-    lengths). One copy of the header and five patched fields instead of a dozen fields and five copies;
-    TOTALSIZE is not copied but stored last, as ``encode_with_body`` does (and ``release_gil`` means what it
-    means there)."""
-    if body_pos == 88:
-        memcpy(dst + 4, first + 4, 84)          # both hosts IPv4: a constant size, inlined by the compiler
-    else:
-        memcpy(dst + 4, first + 4, body_pos - 4)
-    put_i32(dst + 8, body_crc)
-    put_i64(dst + 20, queue_offset)
-    put_i64(dst + 28, phy_offset)
-    put_i64(dst + 40, born_ts)
-    put_i32(dst + body_pos - 4, <int32_t>body_len)
-    _copy_body(dst + body_pos, body, body_len, release_gil)
-    memcpy(dst + body_pos + body_len, first + body_pos + first_body_len, tail_len)
     store_i32_release(dst, total)
 
 

@@ -21,6 +21,7 @@ big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM
+from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
@@ -36,6 +37,11 @@ from pystore._results cimport PutMessageResult, put_failed, put_ok
 import logging
 
 from pystore.errors import StoreCorruptedError
+
+cdef extern from "Python.h":
+    # on a borrowed reference (a body of a batch's own list): no reference counting per body
+    char *_bytes_data "PyBytes_AS_STRING"(PyObject *b) noexcept nogil
+    Py_ssize_t _bytes_size "PyBytes_GET_SIZE"(PyObject *b) noexcept nogil
 from pystore.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -76,6 +82,9 @@ cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 # how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too,
 # as the kernel write-protects a warmed file's zeros when it writes them back
 cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
+
+cdef enum:
+    CRC_STACK = 256     # a batch from bodies of up to this many keeps their CRCs on the stack
 
 # RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
 cdef int64_t[12] _BUCKET_MS = [1, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000]
@@ -472,7 +481,6 @@ cdef class CommitLogCore:
         cdef Message m0
         cdef bint one_run = False
         cdef Message m
-        cdef bytes b
         cdef QueueCell cell
         cdef MappedFile mf
         cdef object status = None
@@ -480,6 +488,8 @@ cdef class CommitLogCore:
         cdef bytes sizes, crcs = None
         cdef int32_t *size_arr
         cdef int32_t *crc_arr = NULL
+        cdef int32_t crc_stack[CRC_STACK]
+        cdef PyObject *bp
         if not self.writeable:
             self.put_failed_times += 1
             return put_failed(ST_SERVICE_NOT_AVAILABLE)
@@ -503,16 +513,20 @@ cdef class CommitLogCore:
                 self.put_failed_times += 1
                 return put_failed(status)
             base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
-            crcs = PyBytes_FromStringAndSize(NULL, n * 4)
-            crc_arr = <int32_t *>PyBytes_AS_STRING(crcs)
+            if n <= CRC_STACK:
+                crc_arr = crc_stack
+            else:
+                crcs = PyBytes_FromStringAndSize(NULL, n * 4)
+                crc_arr = <int32_t *>PyBytes_AS_STRING(crcs)
+            # the bodies are the batch's own list of bytes (from_bodies made it), which keeps them alive
             for i in range(n):
-                b = <bytes>PyList_GET_ITEM(bodies, i)
-                if PyBytes_GET_SIZE(b) > self.max_message_size:
+                bp = PyList_GET_ITEM(bodies, i)
+                if _bytes_size(bp) > self.max_message_size:
                     self.put_failed_times += 1
                     return put_failed(ST_MESSAGE_ILLEGAL)
-                size_arr[i] = base_len + <int32_t>PyBytes_GET_SIZE(b)
+                size_arr[i] = base_len + <int32_t>_bytes_size(bp)
                 total += size_arr[i]
-                crc_arr[i] = body_crc32(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
+                crc_arr[i] = body_crc32(<const unsigned char *>_bytes_data(bp), _bytes_size(bp))
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             self.put_failed_times += 1
             return put_failed(ST_MESSAGE_ILLEGAL)
@@ -572,21 +586,21 @@ cdef class CommitLogCore:
                     m0 = tmpl
                     one_run = True
                     first = mf.write_base + pos
-                    b = <bytes>PyList_GET_ITEM(bodies, 0)
-                    first_body_len = <int32_t>PyBytes_GET_SIZE(b)
+                    bp = PyList_GET_ITEM(bodies, 0)
+                    first_body_len = <int32_t>_bytes_size(bp)
                     # the template and the list of bodies are the batch's own: no other thread can change them
-                    encode_with_body(first, tmpl, PyBytes_AS_STRING(b), first_body_len, crc_arr[0], size_arr[0], qoff,
-                                     first_phy, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                     self.store_flag, True)
+                    encode_with_body(first, tmpl, _bytes_data(bp), first_body_len, crc_arr[0], size_arr[0], qoff,
+                                     first_phy, batch._born_ts, ts,
+                                     <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, True)
                     pos += size_arr[0]
                     mf.wrote = pos
                     tail_len = _tail_length(tmpl)
                     body_pos = base_len - tail_len
                     for i in range(1, n):
-                        b = <bytes>PyList_GET_ITEM(bodies, i)
-                        encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, PyBytes_AS_STRING(b),
-                                    PyBytes_GET_SIZE(b), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos,
-                                    tmpl._born_timestamp, True)
+                        bp = PyList_GET_ITEM(bodies, i)
+                        encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, _bytes_data(bp),
+                                    _bytes_size(bp), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos,
+                                    batch._born_ts, True)
                         pos += size_arr[i]
                         mf.wrote = pos
                 mf.store_timestamp = ts

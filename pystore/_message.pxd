@@ -41,7 +41,8 @@ cdef class Message:
 cdef class MessageBatch:
     cdef list _messages               # the messages; None for a batch built from bodies
     cdef list _bodies                 # from_bodies: the bodies (bytes), sharing everything else ...
-    cdef Message _template            # ... with this message (its own body empty)
+    cdef Message _template            # ... with this message (its own body empty; shared, never changed) ...
+    cdef int64_t _born_ts             # ... but for the born time, the batch's own
     cdef str _topic
     cdef int32_t _queue_id
     cdef str _tq_key

@@ -86,12 +86,16 @@ def test_bad_template_arguments():
 
 
 def test_plain_batches_share_nothing_but_what_they_should(store_factory):
-    # from_bodies(topic, bodies[, queue_id]) with nothing else given copies a cached template: each batch
-    # still gets its own born time, and a new topic or queue makes a new template
+    # from_bodies(topic, bodies[, queue_id]) with nothing else given shares a cached template: each batch
+    # still gets its own born time, in its messages and in its records, and a new topic or queue makes a new
+    # template
     import time
 
     store = store_factory()
     plan = [("PlainA", 0), ("PlainA", 0), ("PlainB", 0), ("PlainA", 3), ("PlainA", 3), ("PlainA", 0)]
+    # made first, put last: a later batch of the same template must not change its born time
+    early = MessageBatch.from_bodies("PlainA", [b"early"])
+    early_born = early.messages[0].born_timestamp
     for i, (topic, qid) in enumerate(plan):
         time.sleep(0.002)                                     # a later millisecond than the last batch's
         before = int(time.time() * 1000)
@@ -104,10 +108,18 @@ def test_plain_batches_share_nothing_but_what_they_should(store_factory):
             [(topic, qid, {}, 0, ("127.0.0.1", 0))] * 3
         ms[0].properties = {"changed": "yes"}                 # a materialized message is the caller's own
         assert batch.messages[0].properties == {}
-        assert store.put_messages(batch).is_ok()
+        r = store.put_messages(batch)
+        assert r.is_ok()
+        stored = store.look_message_by_offset(r.append_message_result.wrote_offset)
+        assert stored.born_timestamp == ms[0].born_timestamp and stored.properties.get("changed") is None
+    r = store.put_messages(early)
+    assert r.is_ok()
+    assert early.messages[0].born_timestamp == early_born < ms[0].born_timestamp
+    assert store.look_message_by_offset(r.append_message_result.wrote_offset).born_timestamp == early_born
     for topic, qid in sorted(set(plan)):
         got = read_bodies(store, topic, qid)
         expect = [b"p%d-%d" % (i, j) for i, tq in enumerate(plan) if tq == (topic, qid) for j in range(3)]
+        expect += [b"early"] if (topic, qid) == ("PlainA", 0) else []
         assert got == expect
     # stored like a Message batch of the same bodies and born time
     plain = MessageBatch.from_bodies("PlainC", [b"x", b"yy"])
@@ -118,7 +130,7 @@ def test_plain_batches_share_nothing_but_what_they_should(store_factory):
     rb = [store.look_message_by_offset(b.append_message_result.wrote_offset)]
     strip = lambda raw: raw[:8] + raw[12:20] + raw[36:56] + raw[64:]    # noqa: E731 - offsets, CRC, store time
     assert strip(ra[0].raw) == strip(rb[0].raw)
-    store_factory.expect_messages(3 * len(plan) + 4)
+    store_factory.expect_messages(3 * len(plan) + 5)
 
 
 # -- stored bytes --------------------------------------------------------------------------------------------
