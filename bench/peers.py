@@ -146,6 +146,7 @@ class PystoreAdapter(Adapter):
             over["flush_disk_type"] = api["FlushDiskType"].SYNC_FLUSH
         self.store = benchlib.open_warm_store(os.path.join(folder, "store"), file_size, **over)
         self.put_messages = self.store.put_messages
+        self.from_bodies = self.MessageBatch.from_bodies
         self.put_message = self.store.put_message
         self.look = self.store.look_message_by_offset
         # each append_batch's result: the read keys (first offset, record size) are taken from them after the
@@ -156,10 +157,11 @@ class PystoreAdapter(Adapter):
             self.read_note = "get_message pages of 32"
 
     def _put_batch(self, batch: Any) -> Any:
-        return self.put_messages(self.MessageBatch.from_bodies(TOPIC, batch))
+        return self.put_messages(self.from_bodies(TOPIC, batch))
 
     def append_batch(self, batch: Any) -> None:
-        self.results.append(self._put_batch(batch))
+        # one frame, as a caller would write it (lmdb's append_batch is one frame too)
+        self.results.append(self.put_messages(self.from_bodies(TOPIC, batch)))
 
     def _batch_start(self, j: int) -> tuple[int, int]:
         a = self.results[j].append_message_result
@@ -212,6 +214,9 @@ class PystoreMessagesAdapter(PystoreAdapter):
         M = self.Message
         return self.put_messages(self.MessageBatch([M(TOPIC, b) for b in batch]))
 
+    def append_batch(self, batch: Any) -> None:
+        self.results.append(self._put_batch(batch))
+
 
 class PystorePrebuiltAdapter(PystoreAdapter):
     name = "pystore-prebuilt"
@@ -226,6 +231,9 @@ class PystorePrebuiltAdapter(PystoreAdapter):
 
     def _put_batch(self, batch: Any) -> Any:
         return self.put_messages(batch)
+
+    def append_batch(self, batch: Any) -> None:
+        self.results.append(self.put_messages(batch))
 
     def put_one(self, item: Any) -> None:
         self.put_message(item)
@@ -280,14 +288,12 @@ class LmdbAdapter(Adapter):
         self.next = 0
         self.rtxn = None
 
-    def _keys(self, n: int) -> list[bytes]:
-        i = self.next
-        self.next = i + n
-        return [k.to_bytes(8, "big") for k in range(i, i + n)]
-
     def append_batch(self, batch: Any) -> None:
+        i = self.next
+        self.next = i + len(batch)
         with self.env.begin(write=True) as txn:
-            txn.cursor().putmulti(zip(self._keys(len(batch)), batch, strict=True), append=True)
+            txn.cursor().putmulti(zip([k.to_bytes(8, "big") for k in range(i, self.next)], batch, strict=True),
+                                  append=True)
 
     append_durable = append_batch
 
