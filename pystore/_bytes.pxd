@@ -111,19 +111,96 @@ cdef extern from *:
         a = _mm_clmulepi64_si128(_mm_and_si128(a, mask32), poly, 0x00);
         return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x1, a), 1);
     }
+    #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10)
+    #define PS_CRC_VCLMUL 1
+    /* The same CRC, len >= 128 and a multiple of 16, with 256-bit carry-less multiplications (VPCLMULQDQ,
+       AVX2): four registers of two lanes fold 128 bytes a round, then fold into one register (by 64, then 32
+       bytes) and its two lanes into one (by 16), then finish as above. 12 multiplications for a 128-byte
+       body instead of 19: the multiplier's throughput bounds a short body's CRC, so that is ~23 % less time
+       (measured in C on the EPYC CI machine). The fold constants are x^(d+32) and x^(d-32) mod P, bit-
+       reflected, for a fold over d bits (d = 1024, 512, 256, 128). */
+    __attribute__((target("vpclmulqdq,avx2,pclmul,sse4.1")))
+    static uint32_t ps_crc32_vclmul(uint32_t crc, const unsigned char *p, size_t len) {
+        const __m256i k1024 = _mm256_set_epi64x(0x014a7fe880LL, 0x01e88ef372LL, 0x014a7fe880LL, 0x01e88ef372LL);
+        const __m256i k512 = _mm256_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL, 0x01c6e41596LL, 0x0154442bd4LL);
+        const __m256i k256 = _mm256_set_epi64x(0x015a546366LL, 0x00f1da05aaLL, 0x015a546366LL, 0x00f1da05aaLL);
+        const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+        const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124LL);
+        const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+        const __m128i mask32 = _mm_setr_epi32(-1, 0, -1, 0);
+        __m256i y0, y1, y2, y3;
+        __m128i x1, a;
+    #define PS_FOLD256(y, k, d) _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(y, k, 0x00), \
+                                                                  _mm256_clmulepi64_epi128(y, k, 0x11)), d)
+        y0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p),
+                              _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)crc)));
+        y1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+        y2 = _mm256_loadu_si256((const __m256i *)(p + 64));
+        y3 = _mm256_loadu_si256((const __m256i *)(p + 96));
+        p += 128; len -= 128;
+        while (len >= 128) {
+            y0 = PS_FOLD256(y0, k1024, _mm256_loadu_si256((const __m256i *)p));
+            y1 = PS_FOLD256(y1, k1024, _mm256_loadu_si256((const __m256i *)(p + 32)));
+            y2 = PS_FOLD256(y2, k1024, _mm256_loadu_si256((const __m256i *)(p + 64)));
+            y3 = PS_FOLD256(y3, k1024, _mm256_loadu_si256((const __m256i *)(p + 96)));
+            p += 128; len -= 128;
+        }
+        y2 = PS_FOLD256(y0, k512, y2);
+        y3 = PS_FOLD256(y1, k512, y3);
+        y3 = PS_FOLD256(y2, k256, y3);
+    #undef PS_FOLD256
+        a = _mm256_castsi256_si128(y3);
+        x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, k3k4, 0x00), _mm_clmulepi64_si128(a, k3k4, 0x11)),
+                           _mm256_extracti128_si256(y3, 1));
+        while (len >= 16) {
+            a = _mm_clmulepi64_si128(x1, k3k4, 0x00); x1 = _mm_clmulepi64_si128(x1, k3k4, 0x11);
+            x1 = _mm_xor_si128(_mm_xor_si128(x1, a), _mm_loadu_si128((const __m128i *)p));
+            p += 16; len -= 16;
+        }
+        a = _mm_clmulepi64_si128(x1, k3k4, 0x10);
+        x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), a);
+        a = _mm_srli_si128(x1, 4);
+        x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, mask32), k5, 0x00), a);
+        a = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), poly, 0x10);
+        a = _mm_clmulepi64_si128(_mm_and_si128(a, mask32), poly, 0x00);
+        return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x1, a), 1);
+    }
+    #endif
     #endif
 
-    /* zlib's crc32 (same value), with the carry-less multiplication path for the bulk of buffers of 64 bytes
-       and more when the CPU has PCLMULQDQ and SSE4.1. */
+    /* Which CRC path runs here: 2 VPCLMULQDQ (bodies of 128 bytes and more), 1 PCLMULQDQ (64 and more),
+       0 zlib only. Decided once: the CPU does not change under a process. */
+    static int ps_crc_level(void) {
+        static int level = -1;
+        if (level < 0) {
+            level = 0;
+    #ifdef PS_CRC_CLMUL
+            if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")) {
+                level = 1;
+    #ifdef PS_CRC_VCLMUL
+                if (__builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2"))
+                    level = 2;
+    #endif
+            }
+    #endif
+        }
+        return level;
+    }
+
+    /* zlib's crc32 (same value), with the carry-less multiplication paths for the bulk of buffers of 64 bytes
+       and more when the CPU has them. */
     static inline uint32_t ps_fast_crc32(const unsigned char *p, size_t n) {
         uint32_t c = 0;
     #ifdef PS_CRC_CLMUL
-        static int have = -1;
-        if (have < 0)
-            have = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-        if (have && n >= 64) {
+        int level = ps_crc_level();
+        if (level && n >= 64) {
             size_t bulk = n & ~(size_t)15;
-            c = ~ps_crc32_clmul(~c, p, bulk);
+    #ifdef PS_CRC_VCLMUL
+            if (level == 2 && bulk >= 128)
+                c = ~ps_crc32_vclmul(~c, p, bulk);
+            else
+    #endif
+                c = ~ps_crc32_clmul(~c, p, bulk);
             p += bulk;
             n -= bulk;
         }
@@ -138,6 +215,7 @@ cdef extern from *:
     }
     """
     uint32_t ps_fast_crc32(const unsigned char *p, size_t n) noexcept nogil
+    int crc_level "ps_crc_level"() noexcept nogil
 
 
 cdef inline int32_t body_crc32(const unsigned char *p, Py_ssize_t n) noexcept nogil:

@@ -39,8 +39,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memchr, memcmp, memcpy
 
-from pystore._bytes cimport (body_crc32, get_i16, get_i32, get_i64, load_i32_acquire, ps_fast_crc32, put_i16, put_i32,
-                             put_i64)
+from pystore._bytes cimport (body_crc32, crc_level, get_i16, get_i32, get_i64, load_i32_acquire, ps_fast_crc32,
+                             put_i16, put_i32, put_i64)
 from pystore._bytes cimport store_i32_release
 from pystore._message cimport Message, MessageExt, encode_host, java_hash_utf8
 
@@ -82,6 +82,10 @@ REASONS = {
 cdef int32_t _MIN_RECORD = 91
 
 
+def crc_implementation():
+    """Which body-CRC path this CPU runs: ``"vpclmulqdq"`` (256-bit carry-less multiplication, bodies of 128
+    bytes and more; 64 to 127 bytes take the next), ``"pclmulqdq"`` or ``"zlib"`` (diagnostics and tests)."""
+    return ("zlib", "pclmulqdq", "vpclmulqdq")[crc_level()]
 
 
 def fast_body_crc(data):

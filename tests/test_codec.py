@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import platform
 import struct
 import subprocess
 import sys
@@ -1042,6 +1043,43 @@ def test_msg_id(store, offset, expected):
 def test_body_crc_is_masked_zlib_crc32(data):
     assert body_crc(data) == zlib.crc32(data) & 0x7FFFFFFF == ref.body_crc(data)
     assert body_crc(bytearray(data)) == body_crc(memoryview(data)) == body_crc(data)
+
+
+def test_body_crc_every_length_and_alignment_is_zlibs():
+    # every path of the CRC: zlib alone (< 64 bytes), 128-bit folds (64-127), 256-bit folds from 128 bytes,
+    # one round or many, with 0-15 bytes left for zlib, at every alignment of the start
+    import random
+
+    from pystore._codec import fast_body_crc
+
+    rng = random.Random(6)
+    data = rng.randbytes(4096 + 64)
+    lengths = list(range(0, 1100)) + [2047, 2048, 2049, 4095, 4096]
+    for n in lengths:
+        for skip in (0, 1, 3, 8, 15, 32):
+            view = memoryview(data)[skip:skip + n]
+            want = zlib.crc32(view) & 0x7FFFFFFF
+            assert body_crc(view) == fast_body_crc(view) == want, (n, skip)
+
+
+def test_crc_implementation_follows_the_cpu():
+    from pystore._codec import crc_implementation
+
+    impl = crc_implementation()
+    assert impl in ("zlib", "pclmulqdq", "vpclmulqdq")
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        flags = None
+    if flags is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("no x86 /proc/cpuinfo flags to compare with")
+    if "vpclmulqdq" in flags and "avx2" in flags:
+        assert impl == "vpclmulqdq"
+    elif "pclmulqdq" in flags and "sse4_1" in flags:
+        assert impl == "pclmulqdq"
+    else:
+        assert impl == "zlib"
 
 
 def test_body_crc_of_empty_is_zero_and_non_negative():
