@@ -111,7 +111,7 @@ cdef extern from *:
         a = _mm_clmulepi64_si128(_mm_and_si128(a, mask32), poly, 0x00);
         return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x1, a), 1);
     }
-    #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10)
+    #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)
     #define PS_CRC_VCLMUL 1
     /* The same CRC, len >= 128 and a multiple of 16, with 256-bit carry-less multiplications (VPCLMULQDQ,
        AVX2): four registers of two lanes fold 128 bytes a round, then fold into one register (by 64, then 32
@@ -132,8 +132,7 @@ cdef extern from *:
         __m128i x1, a;
     #define PS_FOLD256(y, k, d) _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(y, k, 0x00), \
                                                                   _mm256_clmulepi64_epi128(y, k, 0x11)), d)
-        y0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p),
-                              _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)crc)));
+        y0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_setr_epi32((int)crc, 0, 0, 0, 0, 0, 0, 0));
         y1 = _mm256_loadu_si256((const __m256i *)(p + 32));
         y2 = _mm256_loadu_si256((const __m256i *)(p + 64));
         y3 = _mm256_loadu_si256((const __m256i *)(p + 96));
@@ -168,23 +167,47 @@ cdef extern from *:
     #endif
     #endif
 
-    /* Which CRC path runs here: 2 VPCLMULQDQ (bodies of 128 bytes and more), 1 PCLMULQDQ (64 and more),
-       0 zlib only. Decided once: the CPU does not change under a process. */
-    static int ps_crc_level(void) {
-        static int level = -1;
-        if (level < 0) {
-            level = 0;
-    #ifdef PS_CRC_CLMUL
-            if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")) {
-                level = 1;
-    #ifdef PS_CRC_VCLMUL
-                if (__builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2"))
-                    level = 2;
+    /* The CRC paths: 2 VPCLMULQDQ (bulk of 128 bytes and more), 1 PCLMULQDQ (64 and more), 0 zlib only.
+       ps_crc_built: the best this build has; ps_crc_cpu: the best this CPU runs (decided once: the CPU does
+       not change under a process); ps_crc_level: the one in use, the CPU's unless a test lowered it. Each
+       extension module has its own copy of these statics. */
+    static int ps_crc_level_set = -1;
+    static inline int ps_crc_built(void) {
+    #if defined(PS_CRC_VCLMUL)
+        return 2;
+    #elif defined(PS_CRC_CLMUL)
+        return 1;
+    #else
+        return 0;
     #endif
-            }
+    }
+    static inline int ps_crc_cpu(void) {
+        int level = 0;
+    #ifdef PS_CRC_CLMUL
+        if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")) {
+            level = 1;
+    #ifdef PS_CRC_VCLMUL
+            if (__builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2"))
+                level = 2;
     #endif
         }
+    #endif
         return level;
+    }
+    static inline int ps_crc_level(void) {
+        /* threads may race on the first call: each computes the same value and publishes it whole */
+        int level = __atomic_load_n(&ps_crc_level_set, __ATOMIC_RELAXED);
+        if (level < 0) {
+            level = ps_crc_cpu();
+            __atomic_store_n(&ps_crc_level_set, level, __ATOMIC_RELAXED);
+        }
+        return level;
+    }
+    /* Tests: use at most `level` (never more than the CPU runs); returns the level in use before. */
+    static inline int ps_crc_force(int level) {
+        int before = ps_crc_level(), cpu = ps_crc_cpu();
+        __atomic_store_n(&ps_crc_level_set, level < cpu ? level : cpu, __ATOMIC_RELAXED);
+        return before;
     }
 
     /* zlib's crc32 (same value), with the carry-less multiplication paths for the bulk of buffers of 64 bytes
@@ -216,6 +239,8 @@ cdef extern from *:
     """
     uint32_t ps_fast_crc32(const unsigned char *p, size_t n) noexcept nogil
     int crc_level "ps_crc_level"() noexcept nogil
+    int crc_built "ps_crc_built"() noexcept nogil
+    int crc_force "ps_crc_force"(int level) noexcept nogil
 
 
 cdef inline int32_t body_crc32(const unsigned char *p, Py_ssize_t n) noexcept nogil:

@@ -34,13 +34,12 @@ mapping the same file) that sees a non-zero size sees the whole record.
 Thread-safety: every function here works on memory the caller owns or has pinned; none keeps state.
 """
 
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memchr, memcmp, memcpy
 
-from pystore._bytes cimport (body_crc32, crc_level, get_i16, get_i32, get_i64, load_i32_acquire, ps_fast_crc32,
-                             put_i16, put_i32, put_i64)
+from pystore._bytes cimport (body_crc32, crc_built, crc_force, crc_level, get_i16, get_i32, get_i64,
+                             load_i32_acquire, ps_fast_crc32, put_i16, put_i32, put_i64)
 from pystore._bytes cimport store_i32_release
 from pystore._message cimport Message, MessageExt, encode_host, java_hash_utf8
 
@@ -82,10 +81,24 @@ REASONS = {
 cdef int32_t _MIN_RECORD = 91
 
 
+_CRC_PATHS = ("zlib", "pclmulqdq", "vpclmulqdq")
+
+
 def crc_implementation():
     """Which body-CRC path this CPU runs: ``"vpclmulqdq"`` (256-bit carry-less multiplication, bodies of 128
     bytes and more; 64 to 127 bytes take the next), ``"pclmulqdq"`` or ``"zlib"`` (diagnostics and tests)."""
-    return ("zlib", "pclmulqdq", "vpclmulqdq")[crc_level()]
+    return _CRC_PATHS[crc_level()]
+
+
+def crc_implementations_built():
+    """The body-CRC paths this build has, slowest first (which of them runs depends on the CPU)."""
+    return _CRC_PATHS[:crc_built() + 1]
+
+
+def _force_crc_implementation(str name):
+    """Tests only: make this module's CRC (``fast_body_crc``, ``body_crc`` and the record checks) take
+    ``name``'s path or a slower one the CPU runs; returns the name of the path in use before."""
+    return _CRC_PATHS[crc_force(_CRC_PATHS.index(name))]
 
 
 def fast_body_crc(data):

@@ -20,13 +20,13 @@ big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.list cimport PyList_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, mono_coarse_ns, now_ms
-from pystore._codec cimport (BIG_BODY, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, REC_END,
+from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like, encode_message,
                              encode_with_body, find_next_record, make_ext, message_length, scan_records, write_blank)
@@ -472,7 +472,7 @@ cdef class CommitLogCore:
     cdef object _put_batch(self, object batch_obj, bint run_after):
         cdef MessageBatch batch = <MessageBatch>batch_obj
         cdef list ms = batch._messages
-        cdef list bodies = batch._bodies
+        cdef tuple bodies = batch._bodies
         cdef Message tmpl = batch._template
         cdef Py_ssize_t i, n
         cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
@@ -518,9 +518,10 @@ cdef class CommitLogCore:
             else:
                 crcs = PyBytes_FromStringAndSize(NULL, n * 4)
                 crc_arr = <int32_t *>PyBytes_AS_STRING(crcs)
-            # the bodies are the batch's own list of bytes (from_bodies made it), which keeps them alive
+            # the bodies are the batch's own tuple of bytes (from_bodies made it): it keeps them alive, and nothing
+            # can replace one while they are read through borrowed references (some copies run without the GIL)
             for i in range(n):
-                bp = PyList_GET_ITEM(bodies, i)
+                bp = PyTuple_GET_ITEM(bodies, i)
                 if _bytes_size(bp) > self.max_message_size:
                     self.put_failed_times += 1
                     return put_failed(ST_MESSAGE_ILLEGAL)
@@ -586,9 +587,9 @@ cdef class CommitLogCore:
                     m0 = tmpl
                     one_run = True
                     first = mf.write_base + pos
-                    bp = PyList_GET_ITEM(bodies, 0)
+                    bp = PyTuple_GET_ITEM(bodies, 0)
                     first_body_len = <int32_t>_bytes_size(bp)
-                    # the template and the list of bodies are the batch's own: no other thread can change them
+                    # the template is frozen and the tuple of bodies immutable: no other thread can change them
                     encode_with_body(first, tmpl, _bytes_data(bp), first_body_len, crc_arr[0], size_arr[0], qoff,
                                      first_phy, batch._born_ts, ts,
                                      <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, True)
@@ -597,7 +598,7 @@ cdef class CommitLogCore:
                     tail_len = _tail_length(tmpl)
                     body_pos = base_len - tail_len
                     for i in range(1, n):
-                        bp = PyList_GET_ITEM(bodies, i)
+                        bp = PyTuple_GET_ITEM(bodies, i)
                         encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, _bytes_data(bp),
                                     _bytes_size(bp), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos,
                                     batch._born_ts, True)

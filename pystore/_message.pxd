@@ -31,8 +31,10 @@ cdef class Message:
     cdef int64_t _tags_code
     cdef int32_t _delay_level
     cdef bint _has_keys               # KEYS or UNIQ_KEY present: the index wants it
+    cdef bint _frozen                 # a from_bodies template: every setter refuses
 
     cdef int _refresh(self) except -1
+    cdef int _mutable(self) except -1
     cdef int _set_body(self, object body) except -1
     cdef dict _build_props(self, tags, keys, int delay_level, bint wait, properties)
     cdef int32_t body_crc(self) noexcept
@@ -40,7 +42,8 @@ cdef class Message:
 
 cdef class MessageBatch:
     cdef list _messages               # the messages; None for a batch built from bodies
-    cdef list _bodies                 # from_bodies: the bodies (bytes), sharing everything else ...
+    cdef tuple _bodies                # from_bodies: the bodies (bytes; a tuple, so nothing can swap one while a
+                                      # put reads it), sharing everything else ...
     cdef Message _template            # ... with this message (its own body empty; shared, never changed) ...
     cdef int64_t _born_ts             # ... but for the born time, the batch's own
     cdef str _topic

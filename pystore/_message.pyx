@@ -22,6 +22,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM
 
 cdef extern from *:
     """
@@ -458,12 +459,20 @@ cdef class Message:
 
     # -- attributes --------------------------------------------------------------------------
 
+    cdef int _mutable(self) except -1:
+        if self._frozen:
+            # a template shared by batches built from bodies: their sizes were taken from it before the put
+            # lock, and other batches reuse it (reachable only through the gc module)
+            raise AttributeError("this Message is the template of a batch built from bodies and cannot change")
+        return 0
+
     @property
     def topic(self):
         return self._topic
 
     @topic.setter
     def topic(self, value):
+        self._mutable()
         if not isinstance(value, str):
             raise TypeError("topic must be str")
         self._topic = value
@@ -475,6 +484,7 @@ cdef class Message:
 
     @body.setter
     def body(self, value):
+        self._mutable()
         self._set_body(value)
 
     @property
@@ -483,6 +493,7 @@ cdef class Message:
 
     @tags.setter
     def tags(self, value):
+        self._mutable()
         self._put_special("TAGS", value)
 
     @property
@@ -493,6 +504,7 @@ cdef class Message:
 
     @keys.setter
     def keys(self, value):
+        self._mutable()
         self._put_special("KEYS", Message._keys_text(value))
 
     def _put_special(self, name, value):
@@ -511,6 +523,7 @@ cdef class Message:
 
     @properties.setter
     def properties(self, value):
+        self._mutable()
         cdef dict d = {}
         for k, v in dict(value).items():
             _check_prop(k, v)
@@ -519,6 +532,7 @@ cdef class Message:
         self._refresh()
 
     def put_property(self, str name not None, str value not None):
+        self._mutable()
         self._props[name] = value
         self._refresh()
 
@@ -526,6 +540,7 @@ cdef class Message:
         return self._props.get(name, default)
 
     def clear_property(self, str name not None):
+        self._mutable()
         self._props.pop(name, None)
         self._refresh()
 
@@ -535,6 +550,7 @@ cdef class Message:
 
     @flag.setter
     def flag(self, int value):
+        self._mutable()
         self._flag = value
 
     @property
@@ -543,6 +559,7 @@ cdef class Message:
 
     @queue_id.setter
     def queue_id(self, int value):
+        self._mutable()
         self._queue_id = value
         self._refresh()
 
@@ -552,6 +569,7 @@ cdef class Message:
 
     @delay_time_level.setter
     def delay_time_level(self, int value):
+        self._mutable()
         self._put_special("DELAY", str(value) if value > 0 else None)
 
     @property
@@ -560,6 +578,7 @@ cdef class Message:
 
     @wait_store_msg_ok.setter
     def wait_store_msg_ok(self, bint value):
+        self._mutable()
         self._put_special("WAIT", None if value else "false")
 
     @property
@@ -568,6 +587,7 @@ cdef class Message:
 
     @born_timestamp.setter
     def born_timestamp(self, long long value):
+        self._mutable()
         self._born_timestamp = value
 
     @property
@@ -577,6 +597,7 @@ cdef class Message:
 
     @born_host.setter
     def born_host(self, value):
+        self._mutable()
         self._born_host = value if isinstance(value, tuple) else tuple(value)
         self._refresh()
 
@@ -586,6 +607,7 @@ cdef class Message:
 
     @sys_flag.setter
     def sys_flag(self, int value):
+        self._mutable()
         self._sys_flag = value & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
         self._refresh()
 
@@ -595,6 +617,7 @@ cdef class Message:
 
     @reconsume_times.setter
     def reconsume_times(self, int value):
+        self._mutable()
         self._reconsume_times = value
 
     @property
@@ -603,6 +626,7 @@ cdef class Message:
 
     @prepared_transaction_offset.setter
     def prepared_transaction_offset(self, long long value):
+        self._mutable()
         self._prepared_transaction_offset = value
 
     @property
@@ -647,6 +671,7 @@ cdef Message _plain_template(str topic, int queue_id):
     cdef Message last = _last_plain
     if last is None or last._queue_id != queue_id or not (last._topic is topic or last._topic == topic):
         last = Message(topic, b"", None, None, 0, None, queue_id, 0, True, None, _DEFAULT_BORN_HOST)
+        last._frozen = True
         _last_plain = last
     return last
 
@@ -721,19 +746,22 @@ cdef class MessageBatch:
         else:
             # positional: Cython parses them without a keyword dict
             t = Message(topic, b"", tags, keys, flag, properties, queue_id, 0, True, born_timestamp, born_host)
+            t._frozen = True
             born = t._born_timestamp
-        cdef list bs
+        cdef tuple bs
         cdef Py_ssize_t i
         cdef MessageBatch batch
         if type(bodies) is list:
             for i in range(PyList_GET_SIZE(bodies)):
                 prefetch_object(<const void *>PyList_GET_ITEM(bodies, i))
-        bs = list(bodies)
+        # a tuple: the put reads the bodies through borrowed references, some without the GIL
+        bs = tuple(bodies)
         if not bs:
             raise ValueError("a MessageBatch needs at least one message")
         for i in range(len(bs)):
-            if type(<object>PyList_GET_ITEM(bs, i)) is not bytes:
-                bs[i] = _as_body(bs[i])
+            if type(<object>PyTuple_GET_ITEM(bs, i)) is not bytes:
+                bs = tuple([_as_body(b) for b in bs])
+                break
         batch = MessageBatch.__new__(MessageBatch)
         batch._bodies = bs
         batch._template = t

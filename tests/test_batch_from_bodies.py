@@ -46,6 +46,18 @@ def read_bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
         offset = got.next_begin_offset
 
 
+def stored_records(store: MessageStore, result) -> list:
+    """The records one put wrote, read back from the commit log in order."""
+    a = result.append_message_result
+    out, offset = [], a.wrote_offset
+    for _ in range(a.msg_num):
+        m = store.look_message_by_offset(offset)
+        out.append(m)
+        offset += m.store_size
+    assert offset == a.wrote_offset + a.wrote_bytes
+    return out
+
+
 # -- the object ---------------------------------------------------------------------------------------------
 
 
@@ -110,12 +122,14 @@ def test_plain_batches_share_nothing_but_what_they_should(store_factory):
         assert batch.messages[0].properties == {}
         r = store.put_messages(batch)
         assert r.is_ok()
-        stored = store.look_message_by_offset(r.append_message_result.wrote_offset)
-        assert stored.born_timestamp == ms[0].born_timestamp and stored.properties.get("changed") is None
+        stored = stored_records(store, r)
+        assert [m.born_timestamp for m in stored] == [m.born_timestamp for m in ms]     # every record
+        assert [m.body for m in stored] == [m.body for m in ms]
+        assert all(m.properties.get("changed") is None for m in stored)
     r = store.put_messages(early)
     assert r.is_ok()
     assert early.messages[0].born_timestamp == early_born < ms[0].born_timestamp
-    assert store.look_message_by_offset(r.append_message_result.wrote_offset).born_timestamp == early_born
+    assert [m.born_timestamp for m in stored_records(store, r)] == [early_born]
     for topic, qid in sorted(set(plan)):
         got = read_bodies(store, topic, qid)
         expect = [b"p%d-%d" % (i, j) for i, tq in enumerate(plan) if tq == (topic, qid) for j in range(3)]
@@ -131,6 +145,60 @@ def test_plain_batches_share_nothing_but_what_they_should(store_factory):
     strip = lambda raw: raw[:8] + raw[12:20] + raw[36:56] + raw[64:]    # noqa: E731 - offsets, CRC, store time
     assert strip(ra[0].raw) == strip(rb[0].raw)
     store_factory.expect_messages(3 * len(plan) + 5)
+
+
+def test_the_template_and_the_bodies_cannot_change_under_a_put():
+    # the put reads the bodies through borrowed references (big ones without the GIL) and sized the records
+    # from the template before taking the lock: neither may change, even reached through the gc module
+    import gc
+
+    a = MessageBatch.from_bodies("FrozenT", [b"a1", bytearray(b"a2")])
+    referents = gc.get_referents(a)
+    bodies = [r for r in referents if isinstance(r, (list, tuple)) and b"a1" in r]
+    assert bodies and all(type(r) is tuple for r in bodies)
+    assert bodies[0] == (b"a1", b"a2")
+    templates = [r for r in referents if isinstance(r, Message)]
+    assert templates
+    for t in templates:
+        for name, value in [("properties", {"leak": "x"}), ("topic", "Other"), ("body", b"x"), ("tags", "T"),
+                            ("keys", ["k"]), ("flag", 1), ("queue_id", 3), ("born_timestamp", 1),
+                            ("born_host", ("10.0.0.1", 1)), ("sys_flag", 0), ("reconsume_times", 1),
+                            ("prepared_transaction_offset", 1), ("delay_time_level", 2),
+                            ("wait_store_msg_ok", False)]:
+            with pytest.raises(AttributeError, match="template"):
+                setattr(t, name, value)
+        with pytest.raises(AttributeError, match="template"):
+            t.put_property("leak", "x")
+        with pytest.raises(AttributeError, match="template"):
+            t.clear_property("TAGS")
+    b = MessageBatch.from_bodies("FrozenT", [b"b1"])
+    assert [m.properties for m in b.messages] == [{}]
+    # the messages a batch hands out are the caller's own, not frozen
+    m = b.messages[0]
+    m.properties = {"mine": "yes"}
+    assert m.properties == {"mine": "yes"}
+
+
+def test_many_bodies_and_big_bodies(store_factory):
+    # more bodies than the put keeps CRCs for on the stack (256), and bodies big enough to be copied without
+    # the GIL, next to small ones: every record whole, in order, with its CRC and the batch's born time
+    import zlib
+
+    store = store_factory(mapped_file_size_commit_log=8 << 20)
+    many = [bytes([i % 251]) * (i % 97) for i in range(300)]
+    big = [os.urandom(300 << 10), b"small", os.urandom(256 << 10), b""]
+    put = []
+    for bodies in (many, big):
+        batch = MessageBatch.from_bodies("BigT", bodies)
+        r = store.put_messages(batch)
+        assert r.is_ok() and r.append_message_result.msg_num == len(bodies)
+        got = stored_records(store, r)
+        assert [m.body for m in got] == bodies
+        assert [m.body_crc for m in got] == [zlib.crc32(b) & 0x7FFFFFFF for b in bodies]
+        assert {m.born_timestamp for m in got} == {batch.messages[0].born_timestamp}
+        put += bodies
+    assert read_bodies(store, "BigT", 0) == put
+    store_factory.expect_messages(len(put))
 
 
 # -- stored bytes --------------------------------------------------------------------------------------------
