@@ -39,6 +39,8 @@ cdef class CommitLogCore:
     cdef MappedFile last
     cdef readonly int64_t file_size
     cdef dict table
+    cdef str last_key                 # the cell of the last put's topic-queue key, reused while the key repeats
+    cdef QueueCell last_cell
     cdef bytes store_host_b
     cdef int32_t store_flag
     cdef public int64_t max_message_size

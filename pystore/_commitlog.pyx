@@ -262,10 +262,19 @@ cdef class CommitLogCore:
     # -- topic-queue table ---------------------------------------------------------------------
 
     cdef QueueCell cell_for(self, Message m):
-        cdef object c = self.table.get(m._tq_key)
+        # puts mostly repeat a topic and queue: one string compare (the same object when a template or a
+        # message is reused) instead of a dict lookup. Cells are only added when missing or removed
+        # (remove_cell forgets the last one), so the remembered cell is the table's.
+        cdef str key = m._tq_key
+        cdef object c
+        if self.last_cell is not None and (key is self.last_key or key == self.last_key):
+            return self.last_cell
+        c = self.table.get(key)
         if c is None:
             c = QueueCell(m._topic, m._queue_id, 0)
-            self.table[m._tq_key] = c
+            self.table[key] = c
+        self.last_key = key
+        self.last_cell = <QueueCell>c
         return <QueueCell>c
 
     def get_cell(self, str topic, int queue_id, bint create=True):
@@ -280,6 +289,8 @@ cdef class CommitLogCore:
         return list(self.table.values())
 
     def remove_cell(self, str topic, int queue_id):
+        self.last_key = None
+        self.last_cell = None
         return self.table.pop("%s-%d" % (topic, queue_id), None)
 
     def get_topic_queue_table(self):

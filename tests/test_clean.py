@@ -182,9 +182,15 @@ def test_clean_unused_topic_keeps_listed_and_system_topics(store_factory, fake_c
     s.flush()
     units = list(iter_consume_queue(os.path.join(s.root, "consumequeue", "A", "0")))
     assert len(units) == 1 and units[0][0] == r.append_message_result.wrote_offset
+    # the queue the last put went to, removed: the next put to it starts fresh too (the put path remembers
+    # the last put's queue)
+    assert s.clean_unused_topic({"B"}) == [("A", 0)]
+    r = s.put_message(make_message(0, topic="A", body_size=10))
+    assert r.append_message_result.logics_offset == 0
+    assert s.get_topic_queue_table()[("A", 0)] == 1
     with pytest.raises(TypeError):
         s.clean_unused_topic("B")
-    store_factory.expect_messages(16)
+    store_factory.expect_messages(17)
 
 
 def test_cleaning_needs_a_started_writable_store(store_factory, fake_clock):
