@@ -37,12 +37,12 @@ from pystore._results cimport PutMessageResult, put_failed, put_ok
 import logging
 
 from pystore.errors import StoreCorruptedError
+from pystore.status import PutMessageStatus
 
 cdef extern from "Python.h":
-    # on a borrowed reference (a body of a batch's own list): no reference counting per body
+    # on a borrowed reference (a body of a batch's own tuple): no reference counting per body
     char *_bytes_data "PyBytes_AS_STRING"(PyObject *b) noexcept nogil
     Py_ssize_t _bytes_size "PyBytes_GET_SIZE"(PyObject *b) noexcept nogil
-from pystore.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
 
