@@ -22,7 +22,7 @@ cdef class MappedFile:
     cdef int64_t first_shutdown_ms
     cdef public int64_t store_timestamp
     cdef public bint first_create_in_queue
-    cdef bint fresh                     # created by this writer, read-ahead off until settle()
+    cdef bint fresh                     # written page by page (read-ahead off) until settle()
     cdef int64_t warmed                 # [0, warmed) pre-faulted, or asked of the prefault worker
     cdef object pool_buffer             # the transient-pool buffer object while attached
     cdef object pool                    # where it goes back
@@ -39,6 +39,7 @@ cdef class MappedFile:
         if pos + lead > self.warmed:
             self._prefault(pos, lead)
     cdef void _close_fd(self) noexcept
+    cdef void _page_by_page(self, int64_t pos) noexcept
     cdef int _check_pos(self, int64_t v) except -1
     cdef bint _able_to_flush(self, int least_pages) noexcept
     cdef bint c_hold(self) noexcept

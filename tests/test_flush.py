@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+from smaps import mapped_ranges
+
 from pystore import Message, MessageStore
 from pystore.config import FlushDiskType
 from pystore.status import GetMessageStatus, PutMessageStatus
@@ -90,6 +93,57 @@ def test_sync_warm_writes_the_zeros_and_the_store_works(store_factory):
     assert tail == bytes(len(tail))
     assert store.look_message_by_offset(r.wrote_offset).body == b"x" * 100
     store_factory.expect_messages(1)
+
+
+def _commit_log_files(store: MessageStore) -> list:
+    return list(store._commitlog.queue.files)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_sync_flush_writes_the_commit_log_page_by_page(store_factory, warm):
+    """SYNC_FLUSH maps the commit-log file being written without read-ahead (``write_page_by_page``), so
+    no large folio grows around the writer and a put's flush writes what it wrote; once the writer rolls
+    to the next file, the full one has read-ahead again for its readers."""
+    store = _sync_store(store_factory, warm_mapped_file_enable=warm)
+    assert store.put_message(Message("Pages", b"x" * 1000)).status == PutMessageStatus.PUT_OK
+    first = _commit_log_files(store)[0]
+    assert mapped_ranges(first.file_name) == [(0, first.file_size, True)]
+    n = 1
+    while len(_commit_log_files(store)) < 2:
+        assert store.put_message(Message("Pages", b"x" * 1000)).status == PutMessageStatus.PUT_OK
+        n += 1
+    second = _commit_log_files(store)[1]
+    assert all(not rr for _, _, rr in mapped_ranges(first.file_name))
+    assert mapped_ranges(second.file_name) == [(0, second.file_size, True)]
+    store_factory.expect_messages(n)
+
+
+def test_async_flush_keeps_read_ahead_on_the_commit_log(store_factory):
+    """ASYNC_FLUSH leaves the kernel's read-ahead on: its writer gains from large folios (fewer, cheaper
+    faults), and its flushes cover many puts at once."""
+    store = store_factory()
+    assert store.put_message(Message("Pages", b"x" * 1000)).is_ok()
+    mf = _commit_log_files(store)[0]
+    assert mapped_ranges(mf.file_name) == [(0, mf.file_size, False)]
+    store_factory.expect_messages(1)
+
+
+def test_sync_flush_after_a_restart_writes_the_rest_of_the_last_file_page_by_page(store_factory):
+    """The file recovery leaves the writer in: what it holds keeps read-ahead (readers catching up read
+    it from disk), the rest from the page the next record goes to is written page by page."""
+    store = _sync_store(store_factory)
+    for _ in range(9):
+        assert store.put_message(Message("Pages", b"y" * 1000)).status == PutMessageStatus.PUT_OK
+    store.shutdown()
+    store = _sync_store(store_factory)
+    mf = _commit_log_files(store)[-1]
+    end = mf.wrote_position
+    page = end // 4096 * 4096
+    assert 0 < page < mf.file_size
+    assert mapped_ranges(mf.file_name) == [(0, page, False), (page, mf.file_size, True)]
+    r = store.put_message(Message("Pages", b"y" * 1000))
+    assert r.status == PutMessageStatus.PUT_OK and r.wrote_offset == mf.file_from_offset + end
+    store_factory.expect_messages(10)
 
 
 def test_timed_flush_service_stops_at_shutdown_without_sleeping_out_its_interval(store_factory):

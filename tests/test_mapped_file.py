@@ -7,6 +7,7 @@ import io
 import os
 
 import pytest
+from smaps import mapped_ranges, read_ahead_off
 
 from pystore._mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from pystore.errors import StoreClosedError, StoreError
@@ -104,6 +105,51 @@ def test_offset_to_file_name():
     assert offset_to_file_name(2**63 - 1) == "09223372036854775807"
     with pytest.raises(ValueError):
         offset_to_file_name(-1)
+
+
+# -- read-ahead advice (write_page_by_page) --------------------------------------------------------
+
+
+def test_a_fresh_random_file_is_mapped_page_by_page_whole(tmp_path):
+    p = str(tmp_path / "00000000000000000000")
+    f = MappedFile(p, SIZE, create=True, fresh_random=True)
+    try:
+        assert mapped_ranges(p) == [(0, SIZE, True)]
+    finally:
+        f.close()
+
+
+def test_a_file_is_mapped_with_read_ahead_by_default(mf, path):
+    assert mapped_ranges(path) == [(0, SIZE, False)]
+
+
+def test_write_page_by_page_turns_read_ahead_off_from_the_page_holding_pos(mf, path):
+    mf.write_page_by_page(3 * PAGE + 100)
+    assert mapped_ranges(path) == [(0, 3 * PAGE, False), (3 * PAGE, SIZE, True)]
+    # the part before stays as it was; asking again from 0 covers the whole file
+    assert not read_ahead_off(path, 3 * PAGE - 1) and read_ahead_off(path, 3 * PAGE)
+    mf.write_page_by_page()
+    assert mapped_ranges(path) == [(0, SIZE, True)]
+
+
+def test_write_page_by_page_at_or_past_the_end_or_read_only_changes_nothing(mf, path):
+    mf.write_page_by_page(SIZE)
+    mf.write_page_by_page(SIZE + PAGE)
+    assert mapped_ranges(path) == [(0, SIZE, False)]
+    ro = MappedFile(path, SIZE, read_only=True)
+    try:
+        ro.write_page_by_page(0)
+        # two mappings of the file now, neither advised
+        assert mapped_ranges(path) == [(0, SIZE, False), (0, SIZE, False)]
+    finally:
+        ro.close()
+
+
+def test_write_page_by_page_on_a_closed_file_raises(path):
+    f = MappedFile(path, SIZE, create=True)
+    f.close()
+    with pytest.raises(StoreClosedError):
+        f.write_page_by_page(0)
 
 
 # -- appending and positions -----------------------------------------------------------------------

@@ -1,0 +1,39 @@
+"""What this process's memory map says about a file's mappings: ``/proc/self/smaps`` read into the file
+ranges each mapping covers and whether read-ahead is off there (``rr``, ``MADV_RANDOM``)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+_HEADER = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
+
+
+def mapped_ranges(path: str) -> list[tuple[int, int, bool]]:
+    """``(file start, file end, read-ahead off)`` of every mapping of ``path`` in this process, by file offset.
+    A ``madvise`` over part of a mapping splits it, so the ranges show where advice starts and ends."""
+    real = os.path.realpath(path)
+    out: list[tuple[int, int, bool]] = []
+    cur: tuple[int, int] | None = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if _HEADER.match(line):
+                # "start-end perms offset dev inode [path]": every mapping's block ends with its VmFlags line
+                head = line.split(None, 5)
+                cur = None
+                if len(head) == 6 and head[5].rstrip("\n") == real:
+                    lo, hi = (int(x, 16) for x in head[0].split("-"))
+                    start = int(head[2], 16)
+                    cur = (start, start + hi - lo)
+            elif line.startswith("VmFlags:") and cur is not None:
+                out.append((cur[0], cur[1], "rr" in line.split()[1:]))
+                cur = None
+    return sorted(out)
+
+
+def read_ahead_off(path: str, pos: int) -> bool:
+    """Is read-ahead off (``MADV_RANDOM``) at file offset ``pos`` of ``path``'s mapping?"""
+    for lo, hi, rr in mapped_ranges(path):
+        if lo <= pos < hi:
+            return rr
+    raise AssertionError("%s is not mapped at %d in this process" % (path, pos))
