@@ -56,10 +56,11 @@ cdef int32_t FILLER = 0x7FFFFFFF
 cdef int64_t CQ_PREFAULT_FIRST_LEAD = 65536
 cdef int64_t CQ_PREFAULT_MAX_LEAD = 1024 * 1024
 
-# get_message scan outcomes (mapped to GetMessageStatus in Python)
-SCAN_FOUND = 0
-SCAN_NO_MATCHED = 1
-SCAN_WAS_REMOVING = 2
+# get_message scan outcomes (mapped to GetMessageStatus in Python); C constants: the scan sets one per message
+cdef enum:
+    SCAN_FOUND = 0
+    SCAN_NO_MATCHED = 1
+    SCAN_WAS_REMOVING = 2
 
 
 cdef inline void write_unit(unsigned char *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
@@ -586,9 +587,12 @@ cdef extern from *:
     /* Ask for the first 256 bytes of a record a few units ahead of the one being read: the commit-log pages a
        page of messages spans are rarely in the cache, and the hardware prefetchers stop at each 4 KiB page. */
     static inline void ps_prefetch_record(const unsigned char *p, int n) {
-        int i;
-        for (i = 0; i < n && i < 256; i += 64)
-            __builtin_prefetch(p + i, 0, 3);
+        /* straight-line: a loop here cost ~30 instructions a message (callgrind) */
+        if (n <= 0) return;
+        __builtin_prefetch(p, 0, 3);
+        if (n > 64) __builtin_prefetch(p + 64, 0, 3);
+        if (n > 128) __builtin_prefetch(p + 128, 0, 3);
+        if (n > 192) __builtin_prefetch(p + 192, 0, 3);
     }
     """
     void prefetch_record "ps_prefetch_record"(const unsigned char *p, int n) noexcept nogil
@@ -783,11 +787,12 @@ cdef inline GetMessageResult _result(object status, int64_t next_offset, int64_t
 
 
 # get_message outcomes decided before any scan (FORMAT.md §11.1); the scan's own are SCAN_*
-GM_NO_MESSAGE_IN_QUEUE = 3
-GM_OFFSET_TOO_SMALL = 4
-GM_OFFSET_OVERFLOW_ONE = 5
-GM_OFFSET_OVERFLOW_BADLY = 6
-GM_OFFSET_FOUND_NULL = 7
+cdef enum:
+    GM_NO_MESSAGE_IN_QUEUE = 3
+    GM_OFFSET_TOO_SMALL = 4
+    GM_OFFSET_OVERFLOW_ONE = 5
+    GM_OFFSET_OVERFLOW_BADLY = 6
+    GM_OFFSET_FOUND_NULL = 7
 
 
 def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, list cl_files,
