@@ -664,9 +664,10 @@ cdef class MappedFile:
             madvise(self.base + start, <size_t>(self.file_size - start), MADV_RANDOM)
             self.fresh = True
 
-    cdef void settle(self) noexcept:
+    cpdef void settle(self) noexcept:
         """The writer is done with a file it created (or was told to write page by page): back to normal
-        read-ahead for its readers."""
+        read-ahead for its readers. The put path calls it when it leaves a full file; a slave's replication,
+        when a transfer fills one."""
         if self.fresh:
             self.fresh = False
             if self.base != NULL:

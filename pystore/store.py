@@ -334,8 +334,7 @@ class MessageStore:
                                                    page_by_page=durable)
         if durable:
             # a put's flush writes what it wrote, not the large folio around it (MappedFile.write_page_by_page):
-            # new files, and the rest of the file recovery left the writer in
-            cl.queue.fresh_random = True
+            # new files (the allocate service, above), and the rest of the file recovery left the writer in
             last = cl.queue.last()
             if last is not None:
                 last.write_page_by_page(last.wrote_position)
@@ -671,6 +670,8 @@ class MessageStore:
             log.error("%s: a transfer of %d bytes at offset %d does not fit the end of %s (%d bytes written)",
                       self.root, len(data), offset, mf.file_name, mf.wrote_position)
             return False
+        if mf.wrote_position >= mf.file_size:
+            mf.settle()                      # full (its blank came with it): read-ahead back for its readers
         if self.config.flush_disk_type != FlushDiskType.SYNC_FLUSH and self._reput is not None:
             self._reput.dispatch_until(offset + len(data))
             ts = self._dispatcher.last_store_ts if self._dispatcher is not None else 0

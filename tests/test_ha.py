@@ -15,6 +15,7 @@ import time
 
 import pytest
 from conftest import make_message
+from smaps import mapped_ranges, read_ahead_off, requires_visible_advice
 
 from pystore import BrokerRole, FlushDiskType, GetMessageStatus, Message, MessageBatch, PutMessageStatus
 from pystore.errors import StoreError
@@ -487,6 +488,22 @@ def test_sync_flush_slave_records_its_store_time_in_the_checkpoint(store_factory
     cp = StoreCheckpoint(slave.config.checkpoint_path(), read_only=True)
     assert cp.physic_msg_timestamp >= last.store_timestamp > 0
     assert cp.logics_msg_timestamp > 0
+
+
+@requires_visible_advice
+def test_sync_flush_slave_gives_read_ahead_back_to_the_files_it_filled(store_factory):
+    """A SYNC_FLUSH slave writes its commit log page by page as its master does (new files from the allocate
+    service); a file a transfer fills (its blank included) gets read-ahead back for the slave's readers."""
+    master, slave = master_and_slave(store_factory, flush=FlushDiskType.SYNC_FLUSH)
+    put_mix(master, 600)
+    wait_until(lambda: caught_up(master, slave), what="the slave catching up")
+    for store in (master, slave):
+        files = list(store._commitlog.queue.files)
+        assert len(files) >= 3
+        for mf in files[:-1]:
+            assert not any(rr for _, _, rr in mapped_ranges(mf.file_name)), (store.root, mf.file_name)
+        last = files[-1]
+        assert read_ahead_off(last.file_name, last.file_size - 1), (store.root, last.file_name)
 
 
 def test_shutdown_releases_puts_waiting_for_a_slave(store_factory):

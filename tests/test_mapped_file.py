@@ -7,7 +7,7 @@ import io
 import os
 
 import pytest
-from smaps import mapped_ranges, read_ahead_off
+from smaps import mapped_ranges, read_ahead_off, requires_visible_advice
 
 from pystore._mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from pystore.errors import StoreClosedError, StoreError
@@ -110,6 +110,7 @@ def test_offset_to_file_name():
 # -- read-ahead advice (write_page_by_page) --------------------------------------------------------
 
 
+@requires_visible_advice
 def test_a_fresh_random_file_is_mapped_page_by_page_whole(tmp_path):
     p = str(tmp_path / "00000000000000000000")
     f = MappedFile(p, SIZE, create=True, fresh_random=True)
@@ -119,10 +120,12 @@ def test_a_fresh_random_file_is_mapped_page_by_page_whole(tmp_path):
         f.close()
 
 
+@requires_visible_advice
 def test_a_file_is_mapped_with_read_ahead_by_default(mf, path):
     assert mapped_ranges(path) == [(0, SIZE, False)]
 
 
+@requires_visible_advice
 def test_write_page_by_page_turns_read_ahead_off_from_the_page_holding_pos(mf, path):
     mf.write_page_by_page(3 * PAGE + 100)
     assert mapped_ranges(path) == [(0, 3 * PAGE, False), (3 * PAGE, SIZE, True)]
@@ -132,6 +135,7 @@ def test_write_page_by_page_turns_read_ahead_off_from_the_page_holding_pos(mf, p
     assert mapped_ranges(path) == [(0, SIZE, True)]
 
 
+@requires_visible_advice
 def test_write_page_by_page_at_or_past_the_end_or_read_only_changes_nothing(mf, path):
     mf.write_page_by_page(SIZE)
     mf.write_page_by_page(SIZE + PAGE)
