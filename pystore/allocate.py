@@ -5,8 +5,8 @@ previous request's *N+1*), so a roll costs a dictionary lookup, not an ``falloca
 the put lock. The service thread creates files at full size (``posix_fallocate``), pre-faults them when
 ``warm_mapped_file_enable`` is set (with SYNC_FLUSH, like RocketMQ's ``warmMappedFile``, it also writes
 the zeros to disk every ``flush_least_pages_when_warm_mapped_file`` pages, so a durable put's flush carries
-data only, never block allocation), maps them a page at a time with SYNC_FLUSH (``page_by_page``: a flush
-then writes what the puts wrote, not a large folio around it; ``MappedFile.write_page_by_page``), and
+data only, never block allocation), maps them a page at a time (``page_by_page``, which the store sets: a
+flush then writes what the puts wrote, not a large folio around it; ``MappedFile.write_page_by_page``), and
 attaches a transient-pool buffer when the pool is on. A put waits at
 most ``allocate_wait_timeout`` ms for its file (then ``CREATE_MAPPED_FILE_FAILED``). Pre-created files that
 were never used are deleted at shutdown; after a crash one may remain, empty, and recovery keeps or trims
@@ -57,7 +57,7 @@ class AllocateMappedFileService(ServiceThread):
         self.warm = warm
         #: with SYNC_FLUSH, warming also writes the zeros to disk every this many bytes (RocketMQ)
         self.sync_warm_every = sync_warm_every
-        #: new files are mapped without read-ahead until full (SYNC_FLUSH: ``MappedFile.write_page_by_page``)
+        #: new files are mapped without read-ahead until full (``MappedFile.write_page_by_page``)
         self.page_by_page = page_by_page
         self.pool = pool
         self._lock = threading.Lock()

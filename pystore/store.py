@@ -327,17 +327,16 @@ class MessageStore:
             self._pool = TransientStorePool(cfg.transient_store_pool_size, cfg.mapped_file_size_commit_log,
                                             cfg.fast_fail_if_no_buffer_in_store_pool)
             self._pool.init()
-        durable = cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
-        sync_warm = cfg.flush_least_pages_when_warm_mapped_file * _PAGE if durable else 0
+        sync_warm = (cfg.flush_least_pages_when_warm_mapped_file * _PAGE
+                     if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH else 0)
+        # a flush writes what the puts wrote, not the large folio around it (MappedFile.write_page_by_page):
+        # new files (the allocate service), and the rest of the file recovery left the writer in
         self._allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable,
                                                    pool=self._pool, clock=self.clock, sync_warm_every=sync_warm,
-                                                   page_by_page=durable)
-        if durable:
-            # a put's flush writes what it wrote, not the large folio around it (MappedFile.write_page_by_page):
-            # new files (the allocate service, above), and the rest of the file recovery left the writer in
-            last = cl.queue.last()
-            if last is not None:
-                last.write_page_by_page(last.wrote_position)
+                                                   page_by_page=True)
+        last = cl.queue.last()
+        if last is not None:
+            last.write_page_by_page(last.wrote_position)
         cl.queue.allocate = self._allocate
         self._services = [self._allocate]
         assert self._reput is not None and self._cq_store is not None
