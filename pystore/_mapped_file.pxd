@@ -31,7 +31,7 @@ cdef class MappedFile:
         return self.wrote if self.write_base == self.base else self.committed
 
     cdef int check_mapped(self) except -1
-    cpdef void settle(self) noexcept
+    cdef void settle(self) noexcept
     cdef void _prefault(self, int64_t pos, int64_t lead) noexcept
 
     cdef inline void prefault_ahead(self, int64_t pos, int64_t lead) noexcept:

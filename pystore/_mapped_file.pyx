@@ -472,7 +472,7 @@ cdef class MappedFile:
 
     def append_message(self, data):
         """Append raw bytes (consume-queue units, index entries, replicated commit log). False if they
-        do not fit."""
+        do not fit. Bytes that fill the file end its writing: ``settle``."""
         cdef const unsigned char[::1] b = memoryview(data).cast("B")
         cdef Py_ssize_t n = b.shape[0]
         cdef int64_t pos = self.wrote
@@ -484,6 +484,8 @@ cdef class MappedFile:
         if n:
             memcpy(self.write_base + pos, &b[0], n)
         self.wrote = pos + n
+        if self.wrote == self.file_size:
+            self.settle()
         return True
 
     def write_at(self, long long pos, data):
@@ -673,10 +675,10 @@ cdef class MappedFile:
             madvise(self.base + start, <size_t>(self.file_size - start), MADV_RANDOM)
             self.fresh = True
 
-    cpdef void settle(self) noexcept:
+    cdef void settle(self) noexcept:
         """The writer is done with a file it created (or was told to write page by page): back to normal
-        read-ahead for its readers. The put path calls it when it leaves a full file; a slave's replication,
-        when a transfer fills one."""
+        read-ahead for its readers. The put path calls it when it leaves a full file; ``append_message`` (a
+        slave's replication), when the bytes it appends fill one."""
         if self.fresh:
             self.fresh = False
             if self.base != NULL:

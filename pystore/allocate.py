@@ -5,12 +5,11 @@ previous request's *N+1*), so a roll costs a dictionary lookup, not an ``falloca
 the put lock. The service thread creates files at full size (``posix_fallocate``), pre-faults them when
 ``warm_mapped_file_enable`` is set (with SYNC_FLUSH, like RocketMQ's ``warmMappedFile``, it also writes
 the zeros to disk every ``flush_least_pages_when_warm_mapped_file`` pages, so a durable put's flush carries
-data only, never block allocation), maps them a page at a time (``page_by_page``, which the store sets: a
-flush then writes what the puts wrote, not a large folio around it; ``MappedFile.write_page_by_page``), and
-attaches a transient-pool buffer when the pool is on. A put waits at
-most ``allocate_wait_timeout`` ms for its file (then ``CREATE_MAPPED_FILE_FAILED``). Pre-created files that
-were never used are deleted at shutdown; after a crash one may remain, empty, and recovery keeps or trims
-it like any other file.
+data only, never block allocation), maps them a page at a time (a flush then writes what the puts wrote,
+not a large folio around it; ``MappedFile.write_page_by_page``), and attaches a transient-pool buffer when
+the pool is on. A put waits at most ``allocate_wait_timeout`` ms for its file (then
+``CREATE_MAPPED_FILE_FAILED``). Pre-created files that were never used are deleted at shutdown; after a
+crash one may remain, empty, and recovery keeps or trims it like any other file.
 
 Thread-safety: requests come from the put path (under the put lock); one service thread creates.
 """
@@ -50,15 +49,12 @@ class AllocateMappedFileService(ServiceThread):
         pool: object | None = None,
         sync_warm_every: int = 0,
         clock: Callable[[], int] | None = None,
-        page_by_page: bool = False,
     ) -> None:
         super().__init__("AllocateMappedFileService", clock)
         self.wait_timeout_ms = wait_timeout_ms
         self.warm = warm
         #: with SYNC_FLUSH, warming also writes the zeros to disk every this many bytes (RocketMQ)
         self.sync_warm_every = sync_warm_every
-        #: new files are mapped without read-ahead until full (``MappedFile.write_page_by_page``)
-        self.page_by_page = page_by_page
         self.pool = pool
         self._lock = threading.Lock()
         self._requests: dict[str, _Request] = {}
@@ -96,7 +92,8 @@ class AllocateMappedFileService(ServiceThread):
 
     def _create(self, path: str, size: int) -> MappedFile:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        mf = MappedFile(path, size, create=True, fresh_random=self.page_by_page)
+        # without read-ahead until full: a flush then writes what the puts wrote (MappedFile.write_page_by_page)
+        mf = MappedFile(path, size, create=True, fresh_random=True)
         if self.pool is not None:
             try:
                 self.pool.attach(mf)  # type: ignore[attr-defined]

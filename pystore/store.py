@@ -332,8 +332,7 @@ class MessageStore:
         # a flush writes what the puts wrote, not the large folio around it (MappedFile.write_page_by_page):
         # new files (the allocate service), and the rest of the file recovery left the writer in
         self._allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable,
-                                                   pool=self._pool, clock=self.clock, sync_warm_every=sync_warm,
-                                                   page_by_page=True)
+                                                   pool=self._pool, clock=self.clock, sync_warm_every=sync_warm)
         last = cl.queue.last()
         if last is not None:
             last.write_page_by_page(last.wrote_position)
@@ -669,8 +668,6 @@ class MessageStore:
             log.error("%s: a transfer of %d bytes at offset %d does not fit the end of %s (%d bytes written)",
                       self.root, len(data), offset, mf.file_name, mf.wrote_position)
             return False
-        if mf.wrote_position >= mf.file_size:
-            mf.settle()                      # full (its blank came with it): read-ahead back for its readers
         if self.config.flush_disk_type != FlushDiskType.SYNC_FLUSH and self._reput is not None:
             self._reput.dispatch_until(offset + len(data))
             ts = self._dispatcher.last_store_ts if self._dispatcher is not None else 0
