@@ -13,7 +13,8 @@ is the cost of faulting in new page-cache pages. ``--skip-mb`` first puts that m
 ``--rate`` paces the puts (messages a second) and reports, per step, the bytes this process dirtied for the
 disk (``/proc/self/io`` ``write_bytes``, counted as pages or whole folios turn dirty) over the bytes put:
 about 1.5x when a flush writes what was put. Every put is checked (``PUT_OK``), and the count of messages in
-the queue is checked at the end.
+the queue is checked at the end, and the last line says how much of the file the prefault worker populated
+and how much it left to a writer that had got there first.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import benchlib  # noqa: E402
+
+from pystore._mapped_file import prefault_stats  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.skip_mb:
                 store.flush()
             n = 0
+            pf0 = prefault_stats()
             for _ in range(a.chunks):
                 t0, k, o0, w0 = pc(), 0, store.get_max_phy_offset(), _write_bytes()
                 while (pc() - t0 < a.seconds) if a.seconds > 0 else k < 10_000:
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                     store.flush()
                     step += ", dirtied %.1fx the bytes put" % ((_write_bytes() - w0) / (store.get_max_phy_offset() - o0))
                 steps.append(step)
+            pf1 = prefault_stats()
             if benchlib.queue_count(store) != n * 32:
                 raise AssertionError("the queue holds %d messages, %d were put" % (benchlib.queue_count(store), n * 32))
         finally:
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     print("%s, %s file of %d MiB: msg/s by the MiB written at the end of each step" % (
         "SYNC_FLUSH" if a.durable else "ASYNC_FLUSH", "warm" if a.warm else "cold", size >> 20))
     print("  " + " | ".join(steps))
+    print("  prefault worker: %d MiB populated, %d MiB left to a writer that was there first" % (
+        (pf1["bytes"] - pf0["bytes"]) >> 20, (pf1["skipped"] - pf0["skipped"]) >> 20))
     return 0
 
 

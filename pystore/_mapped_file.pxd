@@ -1,5 +1,13 @@
 # cython: language_level=3
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uintptr_t
+
+
+cdef extern from *:
+    """
+    /* the writer's address, for the prefault worker to start past (a relaxed store: it is only a hint) */
+    #define ps_pf_publish(slot, addr) __atomic_store_n((slot), (uintptr_t)(addr), __ATOMIC_RELAXED)
+    """
+    void ps_pf_publish(uintptr_t *slot, void *addr) noexcept nogil
 
 
 cdef class MappedFile:
@@ -24,6 +32,7 @@ cdef class MappedFile:
     cdef public bint first_create_in_queue
     cdef bint fresh                     # written page by page (read-ahead off) until settle()
     cdef int64_t warmed                 # [0, warmed) pre-faulted, or asked of the prefault worker
+    cdef uintptr_t *pf_cursor           # where the writer is, for the prefault worker (ps_pf_publish)
     cdef object pool_buffer             # the transient-pool buffer object while attached
     cdef object pool                    # where it goes back
 
@@ -36,6 +45,7 @@ cdef class MappedFile:
 
     cdef inline void prefault_ahead(self, int64_t pos, int64_t lead) noexcept:
         """Writers call this after each append; it asks for more only within ``lead`` of what was asked."""
+        ps_pf_publish(self.pf_cursor, self.base + pos)
         if pos + lead > self.warmed:
             self._prefault(pos, lead)
     cdef void _close_fd(self) noexcept

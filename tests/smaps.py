@@ -1,5 +1,6 @@
 """What this process's memory map says about a file's mappings: ``/proc/self/smaps`` read into the file
-ranges each mapping covers and whether read-ahead is off there (``rr``, ``MADV_RANDOM``)."""
+ranges each mapping covers and whether read-ahead is off there (``rr``, ``MADV_RANDOM``), and which of a
+mapping's pages are in memory (``mincore``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,40 @@ def mapped_ranges(path: str) -> list[tuple[int, int, bool]]:
                 out.append((cur[0], cur[1], "rr" in line.split()[1:]))
                 cur = None
     return sorted(out)
+
+
+def _mapping_address(path: str) -> tuple[int, int]:
+    """``(address, length)`` of this process's one whole mapping of ``path`` (from file offset 0)."""
+    real = os.path.realpath(path)
+    spans: list[tuple[int, int, int]] = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            head = line.split(None, 5)
+            if len(head) == 6 and head[5].rstrip("\n") == real:
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                spans.append((lo, hi, int(head[2], 16)))
+    spans.sort()
+    if not spans or spans[0][2] != 0:
+        raise AssertionError("%s is not mapped from its start in this process" % path)
+    end = spans[0][1]
+    for lo, hi, _ in spans[1:]:                     # a madvise over part of it splits the mapping
+        if lo == end:
+            end = hi
+    return spans[0][0], end - spans[0][0]
+
+
+def resident_pages(path: str) -> list[bool]:
+    """For each page of this process's mapping of ``path``: is it in memory (``mincore``)? A page of a new,
+    fallocated file is in memory only once something faulted it in."""
+    addr, length = _mapping_address(path)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    pages = (length + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = ctypes.create_string_buffer(pages)
+    if libc.mincore(addr, length, vec) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return [bool(b & 1) for b in vec.raw[:pages]]
 
 
 def read_ahead_off(path: str, pos: int) -> bool:

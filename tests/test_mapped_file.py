@@ -7,7 +7,7 @@ import io
 import os
 
 import pytest
-from smaps import mapped_ranges, read_ahead_off, requires_visible_advice
+from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, resident_pages
 
 from pystore._mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from pystore.errors import StoreClosedError, StoreError
@@ -147,6 +147,82 @@ def test_write_page_by_page_at_or_past_the_end_or_read_only_changes_nothing(mf, 
         assert mapped_ranges(path) == [(0, SIZE, False), (0, SIZE, False)]
     finally:
         ro.close()
+
+
+# -- pre-faulting past the writer (the prefault worker's loop) -------------------------------------------
+
+KIB = 1024
+MIB = 1024 * KIB
+GAP = 64 * KIB          # the worker starts a piece this far past a writer that has come that close
+
+
+def populate_supported() -> bool:
+    """MADV_POPULATE_WRITE is Linux 5.14+."""
+    return os.uname().sysname == "Linux" and tuple(int(x) for x in os.uname().release.split(".")[:2]) >= (5, 14)
+
+
+needs_populate = pytest.mark.skipif(not populate_supported(), reason="MADV_POPULATE_WRITE needs Linux 5.14+")
+
+
+@pytest.fixture
+def cold(tmp_path):
+    """A new 4 MiB file written page by page, none of its pages in memory yet."""
+    p = str(tmp_path / "00000000000000000000")
+    f = MappedFile(p, 4 * MIB, create=True, fresh_random=True)
+    assert not any(resident_pages(p))
+    yield p, f
+    f.close()
+
+
+def resident_bytes(path: str, start: int, end: int) -> int:
+    return PAGE * sum(resident_pages(path)[start // PAGE:end // PAGE])
+
+
+@needs_populate
+def test_the_prefault_loop_starts_past_a_writer_inside_its_range(cold):
+    p, f = cold
+    writer = MIB + 100
+    past = (writer + GAP + PAGE - 1) // PAGE * PAGE          # the page boundary after writer + GAP
+    assert f.populate_past_writer(0, 4 * MIB, writer) == (4 * MIB - past, past)
+    assert resident_bytes(p, 0, past) == 0                    # left to the writer: not faulted by the loop
+    assert resident_bytes(p, past, 4 * MIB) == 4 * MIB - past
+    assert f.read_any(0, 4 * MIB) == bytes(4 * MIB)            # populating never changes a byte
+
+
+@needs_populate
+@pytest.mark.parametrize("writer, populated, skipped", [
+    (-1, 2 * MIB, 0),                   # no writer: all of it
+    (0, 2 * MIB, 0),                    # a writer further back than the gap: all of it
+    (MIB - GAP, 2 * MIB, 0),            # just the gap back
+    (MIB - GAP + 1, 2 * MIB - PAGE, PAGE),
+    (MIB, 2 * MIB - GAP, GAP),          # a writer at the start: from the gap past it
+    (2 * MIB, MIB - GAP, MIB + GAP),    # in the middle
+    (3 * MIB, 0, 2 * MIB),              # a writer already past the range: none of it
+    (4 * MIB - 1, 0, 2 * MIB),
+])
+def test_the_prefault_loop_by_where_the_writer_is(cold, writer, populated, skipped):
+    p, f = cold
+    assert f.populate_past_writer(MIB, 3 * MIB, writer) == (populated, skipped)
+    assert resident_bytes(p, MIB, 3 * MIB) == populated
+    assert resident_bytes(p, 0, MIB) == resident_bytes(p, 3 * MIB, 4 * MIB) == 0
+
+
+@needs_populate
+def test_a_new_file_has_no_writer_published(cold):
+    p, f = cold
+    assert f.populate_past_writer(0, MIB) == (MIB, 0)        # writer_at=None: where its writer said it was
+    assert resident_bytes(p, 0, MIB) == MIB
+
+
+@needs_populate
+def test_the_prefault_loop_refuses_bad_ranges(cold, path):
+    p, f = cold
+    for start, end in [(-PAGE, PAGE), (PAGE, 0), (0, 4 * MIB + PAGE), (100, PAGE)]:
+        with pytest.raises(ValueError):
+            f.populate_past_writer(start, end, -1)
+    f.close()
+    with pytest.raises(StoreClosedError):
+        f.populate_past_writer(0, PAGE, -1)
 
 
 def test_write_page_by_page_on_a_closed_file_raises(path):

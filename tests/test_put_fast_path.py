@@ -227,7 +227,7 @@ def wait_for_prefault(before: dict, grow: int = 1) -> dict:
 @pytest.mark.parametrize("warm", [False, True], ids=["default", "warmed-commit-log"])
 def test_prefault_worker_keeps_contents_exact(store_factory, warm):
     stats = prefault_stats()
-    assert set(stats) == {"bytes", "dropped", "failed", "supported"}
+    assert set(stats) == {"bytes", "skipped", "dropped", "failed", "supported"}
     n = 4000                                               # 80,000 bytes of units: past the 64 KiB lead
     store = store_factory(warm_mapped_file_enable=warm)    # warmed: only the consume queue asks the worker
     assert store.config.mapped_file_size_consume_queue > n * CQ_UNIT
@@ -590,3 +590,21 @@ def test_a_body_grown_big_while_its_put_waits_keeps_its_unit_and_record_of_one_s
         assert len(m.body) == NOGIL_BODY + 16
         assert units[m.commit_log_offset][2] == tags_code(m.raw), "a unit of another state than its record"
     store_factory.expect_messages(20)
+
+
+def test_the_commit_log_writer_tells_the_prefault_worker_where_it_is(store_factory):
+    # A writer that outruns the worker (a cold file) must not meet it on the same pages: it would sleep on
+    # the locks of pages the worker is faulting. The worker starts each piece 64 KiB past the writer's
+    # published position; here the worker's loop runs in this thread on the file being written.
+    store = store_factory(mapped_file_size_commit_log=8 * MIB)
+    for size in (100, 3000, 70_000):
+        assert store.put_message(Message("Cursor", b"c" * size)).is_ok()
+        mf = store._commitlog.last_file
+        past = (mf.wrote_position + 64 * 1024 + 4095) // 4096 * 4096
+        end = past + MIB
+        try:
+            populated, skipped = mf.populate_past_writer(0, end)
+        except OSError as e:      # MADV_POPULATE_WRITE is Linux 5.14+
+            pytest.skip(str(e))
+        assert (populated, skipped) == (end - past, past)
+    store_factory.expect_messages(3)
