@@ -4,6 +4,7 @@
     python bench/profile_put.py --mode batch --batch 32 --size 128   # put_messages of a prebuilt batch
     python bench/profile_put.py --mode construct                     # build a Message per put
     python bench/profile_put.py --mode sync --threads 16             # SYNC_FLUSH put_message from 16 threads
+                                                                     # (and the puts each flush covered)
 
     perf record -F 999 -g -- python bench/profile_put.py --seconds 10
     perf report --no-children --sort symbol
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ops_per_store = int(a.file_size * 0.9) // (rec * per_op)
     total = 0
     stores = 0
+    flushes = 0
     t_end = time.perf_counter() + a.seconds
     busy = 0.0
     with tempfile.TemporaryDirectory(prefix="pystore-profile-", dir=a.dir) as d:
@@ -90,6 +92,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 n = 0
                 lock = threading.Lock()
+                queue = store._commitlog.queue          # count the flushes: how many puts shared each one
+                real_flush = queue.flush
+
+                def counted(least: int, real_flush=real_flush) -> bool:
+                    nonlocal flushes
+                    flushes += 1
+                    return real_flush(least)
+
+                queue.flush = counted
 
                 def worker(store: object = store, lock: threading.Lock = lock) -> None:
                     nonlocal n
@@ -114,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     print("%s: %d messages of %d B in %.2f s of putting: %.3f M msg/s, %.1f ns/msg (%d store%s)" % (
         a.mode, total, a.size, busy, rate / 1e6, 1e9 / rate if rate else 0.0, stores,
         "" if stores == 1 else "s"))
+    if a.mode == "sync" and flushes:
+        print("  %d flushes: %.1f puts a flush, %.0f us a flush" % (flushes, total / flushes, 1e6 * busy / flushes))
     return 0
 
 

@@ -600,13 +600,9 @@ class MessageStore:
         if not _waits(msg):
             gc.wakeup()
             return result
-        if gc.flush_inline(result.next_offset):
-            return result
-        req = GroupCommitRequest(result.next_offset)
-        gc.put_request(req)
-        if not req.wait(self.config.sync_flush_timeout / 1000):
-            log.warning("%s: flush to offset %d did not finish within %d ms", self.root, result.next_offset,
-                        self.config.sync_flush_timeout)
+        if not gc.sync(result.next_offset, self.config.sync_flush_timeout / 1000):
+            log.warning("%s: the flush to offset %d failed or did not finish within %d ms", self.root,
+                        result.next_offset, self.config.sync_flush_timeout)
             return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
         return result
 

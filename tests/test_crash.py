@@ -795,7 +795,8 @@ def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
     try:
         assert store.put_message(Message("Sync", b"first", tags="A")).status == PutMessageStatus.PUT_OK
         gc.do_commit = held
-        gc.flush_inline = lambda next_offset: None  # a put finds the (held) flush under way: it must wait
+        with gc._cond:
+            gc._flushing = True  # a put finds a (held) flush under way: it must wait
         time.sleep(0.05)  # the service thread is now waiting at the gate
         t0 = time.monotonic()
         r = store.put_message(Message("Sync", b"second", tags="A"))
@@ -809,7 +810,9 @@ def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
         assert res.status != GetMessageStatus.FOUND and store.get_max_offset_in_queue("Sync", 0) == 1, res
         gate.set()
         gc.do_commit = real
-        del gc.flush_inline
+        with gc._cond:
+            gc._flushing = False
+            gc._cond.notify_all()
         deadline = time.monotonic() + 60
         while store.get_max_offset_in_queue("Sync", 0) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -33,8 +33,8 @@ def test_a_lone_sync_put_flushes_on_its_own_thread(store_factory):
     store_factory.expect_messages(20)
 
 
-def test_flush_inline_completes_requests_it_covers(store_factory):
-    """A request handed to the service that the leader's flush covers is completed by the leader."""
+def test_a_puts_flush_completes_requests_it_covers(store_factory):
+    """A request handed to the service that a put's flush covers is completed by that put."""
     from pystore.flush import GroupCommitRequest
 
     store = _sync_store(store_factory)
@@ -46,16 +46,116 @@ def test_flush_inline_completes_requests_it_covers(store_factory):
     with gc._lock:
         gc._write.append(req)
     r2 = store._commitlog.append_message(Message("Cover", b"two"))
-    assert gc.flush_inline(r2.next_offset) is True
+    assert gc.sync(r2.next_offset, 5) is True
     assert req.event.is_set() and req.ok
     store_factory.expect_messages(2)
 
 
-def test_flush_inline_steps_aside_while_a_flush_is_under_way(store_factory):
+def _flush_under_way(gc) -> None:
+    """White-box: take the flush as a leader would (``_lead`` ends it)."""
+    with gc._cond:
+        assert not gc._flushing
+        gc._flushing = True
+
+
+def test_a_sync_put_waits_for_the_flush_under_way_and_times_out(store_factory):
     store = _sync_store(store_factory)
     gc = store._flush_service
-    with gc._leader:
-        assert gc.flush_inline(1) is None
+    r = store._commitlog.append_message(Message("Wait", b"one"))
+    _flush_under_way(gc)
+    try:
+        assert gc.sync(r.next_offset, 0.05) is False          # nobody ends that flush: the put times out
+        assert store._commitlog.queue.flushed_where < r.next_offset
+    finally:
+        gc._lead(0, by_put=False)                             # the flush under way ends (and covers it)
+    assert store._commitlog.queue.flushed_where >= r.next_offset
+    assert gc.sync(r.next_offset, 0.05) is True
+    store_factory.expect_messages(1)
+
+
+def test_a_follower_returns_with_the_leaders_flush_without_flushing_itself(store_factory):
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    gc.do_commit = lambda: None
+    r = store._commitlog.append_message(Message("Follow", b"one"))
+    _flush_under_way(gc)
+    got: list[bool] = []
+    follower = threading.Thread(target=lambda: got.append(gc.sync(r.next_offset, 60)))
+    follower.start()
+    deadline = time.monotonic() + 60
+    while gc._followers < 1 and time.monotonic() < deadline:   # it waits for the flush under way
+        time.sleep(0.001)
+    calls: list[int] = []
+    real = store._commitlog.queue.flush
+    store._commitlog.queue.flush = lambda least: calls.append(least) or real(least)
+    try:
+        gc._lead(r.next_offset, by_put=True)                  # the leader's flush ends, covering it
+        follower.join(60)
+        assert got == [True] and len(calls) == 1              # the follower did not flush again
+    finally:
+        del store._commitlog.queue.flush
+    store_factory.expect_messages(1)
+
+
+def test_the_service_does_not_wait_for_a_puts_flush_it_has_no_request_for(store_factory):
+    """Waiting would have the end of every put's flush wake the service thread and hand it the GIL."""
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    _flush_under_way(gc)
+    try:
+        time.sleep(0.1)                       # ten of the service's 10 ms passes, with a flush under way
+        with gc._cond:
+            assert len(gc._cond._waiters) == 0 and gc._flushing
+    finally:
+        gc._lead(0, by_put=False)
+
+
+def test_a_leader_waits_for_the_last_group_to_come_back(store_factory):
+    """After a flush for three puts, the next leader flushes once the other two are back, for all three:
+    one flush, not one each."""
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    gc.do_commit = lambda: None
+    gc.GATHER_MAX_S = 60                                       # only the arrivals end the wait here
+    with gc._cond:
+        gc._expect, gc._last_flush_s = 3, 60.0                 # as after a flush led for 2 followers
+    calls: list[int] = []
+    real = store._commitlog.queue.flush
+    store._commitlog.queue.flush = lambda least: calls.append(least) or real(least)
+    results: list[bool] = []
+
+    def put(body: bytes) -> None:
+        r = store._commitlog.append_message(Message("Gather", body))
+        results.append(gc.sync(r.next_offset, 60))
+
+    try:
+        leader = threading.Thread(target=put, args=(b"leader",))
+        leader.start()
+        deadline = time.monotonic() + 10
+        while not gc._gathering and time.monotonic() < deadline:   # (10 s: only a guard)
+            time.sleep(0.001)
+        assert gc._gathering and not calls                     # the leader waits, nothing flushed yet
+        followers = [threading.Thread(target=put, args=(b"f%d" % i,)) for i in range(2)]
+        for t in followers:
+            t.start()
+        for t in [leader, *followers]:
+            t.join(60)
+        assert results == [True, True, True]
+        assert len(calls) == 1, calls                          # one flush for the three
+        assert store._commitlog.queue.flushed_where == store.get_max_phy_offset()
+    finally:
+        del store._commitlog.queue.flush
+    store_factory.expect_messages(3)
+
+
+def test_a_lone_put_never_waits_to_gather(store_factory):
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    gc.GATHER_MAX_S = 60
+    for i in range(50):
+        assert store.put_message(Message("Lone", b"%d" % i)).status == PutMessageStatus.PUT_OK
+        assert gc._expect <= 1
+    store_factory.expect_messages(50)
 
 
 def test_concurrent_sync_puts_all_complete(store_factory):
