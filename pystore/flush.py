@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -110,18 +111,17 @@ class GroupCommitService(ServiceThread):
         self._write: list[GroupCommitRequest] = []
         self._read: list[GroupCommitRequest] = []
         # One flush at a time, the service's or a put's (``sync``): ``_flushing`` says one is under way, and
-        # ``_cond`` wakes the puts waiting for it (its followers) when it ends. ``_followers`` counts the puts
-        # waiting for the flush to come (``_gen`` numbers the flushes, so a put woken by the end of one is
-        # not counted for the next); ``_expect`` is the size of the last group (its followers and its
-        # leader), which the next leader waits to see back before it flushes (``_gather``).
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)
-        self._gather = threading.Condition(lock)
+        # the threads waiting for it to end each sleep on a lock of their own in ``_waiting``, released when
+        # it ends (outside ``_state``, so a woken put needs nothing but the GIL). ``_followers`` counts the
+        # puts among them; ``_expect`` is the size of the last group (its followers and its leader), which
+        # the next leader waits to see back before it flushes (``_gatherer``: its lock, released by the
+        # last to arrive).
+        self._state = threading.Lock()
         self._flushing = False
-        self._gathering = False
+        self._waiting: list[Any] = []
         self._followers = 0
-        self._gen = 0
         self._expect = 0
+        self._gatherer: Any = None
         self._last_flush_s = 0.0
 
     def put_request(self, req: GroupCommitRequest) -> None:
@@ -147,16 +147,24 @@ class GroupCommitService(ServiceThread):
         reqs = self._read
         target = max((r.next_offset for r in reqs), default=0)
         queue = self.commitlog.queue
-        with self._cond:
-            # A put's flush under way covers what was appended before it: the service waits for it only
-            # for requests it does not cover yet (waiting for every put's flush would have the end of each
-            # wake this thread and hand it the GIL, a third of a lone durable writer's time)
-            while self._flushing and reqs and queue.flushed_where < target:
-                self._cond.wait()
-            lead = not self._flushing
-            if lead:
-                self._flushing = True
-        flushed = self._lead(target, by_put=False) if lead else queue.flushed_where
+        while True:
+            with self._state:
+                if not self._flushing:
+                    self._flushing = True
+                    flushed = -1
+                    break
+                # A put's flush under way covers what was appended before it: the service waits for it
+                # only for requests it does not cover yet (waiting for every put's flush would have the end
+                # of each wake this thread and hand it the GIL, a third of a lone durable writer's time)
+                if not reqs or queue.flushed_where >= target:
+                    flushed = queue.flushed_where
+                    break
+                w = _allocate_lock()
+                w.acquire()
+                self._waiting.append(w)
+            w.acquire()
+        if flushed < 0:
+            flushed = self._lead(target, by_put=False)
         for r in reqs:
             r.complete(flushed >= r.next_offset)
         self._read = []
@@ -179,37 +187,52 @@ class GroupCommitService(ServiceThread):
         still on their way, and the groups stayed small (about 2 puts a flush with 4 threads, 7 with 16).
         A put alone never waits: its group is itself."""
         queue = self.commitlog.queue
-        cond = self._cond
-        with cond:
-            if self._flushing:
-                deadline = time.monotonic() + timeout_s
-                while self._flushing:
-                    if queue.flushed_where >= next_offset:
-                        return True
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    gen = self._gen
-                    self._followers += 1
-                    if self._gathering and self._followers + 1 >= self._expect:
-                        self._gather.notify()
-                    cond.wait(left)
-                    if self._gen == gen:        # not woken by the end of the flush it counted for
+        state = self._state
+        deadline = 0.0
+        while True:
+            with state:
+                if queue.flushed_where >= next_offset:
+                    return True
+                if not self._flushing:
+                    self._flushing = True
+                    gather = None
+                    if self._followers + 1 < self._expect:
+                        gather = self._gatherer = _allocate_lock()
+                        gather.acquire()
+                        wait_s = min(self._last_flush_s, self.GATHER_MAX_S)
+                    break
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + timeout_s
+                left = deadline - now
+                if left <= 0:
+                    return False
+                w = _allocate_lock()
+                w.acquire()
+                self._waiting.append(w)
+                self._followers += 1
+                g = self._gatherer
+                if g is not None and self._followers + 1 >= self._expect:
+                    self._gatherer = None
+                    g.release()
+            if not w.acquire(True, left):
+                with state:
+                    if w in self._waiting:      # not released by a flush's end: no longer waiting
+                        self._waiting.remove(w)
                         self._followers -= 1
-            if queue.flushed_where >= next_offset:
-                return True
-            self._flushing = True
-            if self._followers + 1 < self._expect:
-                self._gathering = True
-                self._gather.wait(min(self._last_flush_s, self.GATHER_MAX_S))
-                self._gathering = False
+        if gather is not None:
+            gather.acquire(True, wait_s)
+            with state:
+                if self._gatherer is gather:
+                    self._gatherer = None
         return self._lead(next_offset, by_put=True) >= next_offset
 
     def _lead(self, target: int, by_put: bool) -> int:
         """With ``_flushing`` taken: flush to ``target``, complete the handed-in requests the flush covers,
-        end the flush and wake the puts waiting for it; the flushed offset."""
+        end the flush and wake the threads waiting for it; the flushed offset."""
         t0 = time.monotonic()
         done: list[GroupCommitRequest] = []
+        waiting: list[Any] = []
         try:
             flushed = self._flush_to(target)
             with self._lock:
@@ -218,13 +241,14 @@ class GroupCommitService(ServiceThread):
                 if done:
                     self._write = [r for r in pending if r.next_offset > flushed]
         finally:
-            with self._cond:
+            with self._state:
                 self._flushing = False
                 self._expect = self._followers + (1 if by_put else 0)
                 self._followers = 0
-                self._gen += 1
                 self._last_flush_s = time.monotonic() - t0
-                self._cond.notify_all()
+                waiting, self._waiting = self._waiting, []
+            for w in waiting:
+                w.release()
         for r in done:
             r.complete(True)
         return flushed

@@ -795,7 +795,7 @@ def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
     try:
         assert store.put_message(Message("Sync", b"first", tags="A")).status == PutMessageStatus.PUT_OK
         gc.do_commit = held
-        with gc._cond:
+        with gc._state:
             gc._flushing = True  # a put finds a (held) flush under way: it must wait
         time.sleep(0.05)  # the service thread is now waiting at the gate
         t0 = time.monotonic()
@@ -810,9 +810,7 @@ def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
         assert res.status != GetMessageStatus.FOUND and store.get_max_offset_in_queue("Sync", 0) == 1, res
         gate.set()
         gc.do_commit = real
-        with gc._cond:
-            gc._flushing = False
-            gc._cond.notify_all()
+        gc._lead(0, by_put=False)  # the held flush ends
         deadline = time.monotonic() + 60
         while store.get_max_offset_in_queue("Sync", 0) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -53,7 +53,7 @@ def test_a_puts_flush_completes_requests_it_covers(store_factory):
 
 def _flush_under_way(gc) -> None:
     """White-box: take the flush as a leader would (``_lead`` ends it)."""
-    with gc._cond:
+    with gc._state:
         assert not gc._flushing
         gc._flushing = True
 
@@ -66,6 +66,8 @@ def test_a_sync_put_waits_for_the_flush_under_way_and_times_out(store_factory):
     try:
         assert gc.sync(r.next_offset, 0.05) is False          # nobody ends that flush: the put times out
         assert store._commitlog.queue.flushed_where < r.next_offset
+        with gc._state:
+            assert not gc._waiting and gc._followers == 0      # and no longer counts as waiting
     finally:
         gc._lead(0, by_put=False)                             # the flush under way ends (and covers it)
     assert store._commitlog.queue.flushed_where >= r.next_offset
@@ -104,8 +106,8 @@ def test_the_service_does_not_wait_for_a_puts_flush_it_has_no_request_for(store_
     _flush_under_way(gc)
     try:
         time.sleep(0.1)                       # ten of the service's 10 ms passes, with a flush under way
-        with gc._cond:
-            assert len(gc._cond._waiters) == 0 and gc._flushing
+        with gc._state:
+            assert not gc._waiting and gc._flushing
     finally:
         gc._lead(0, by_put=False)
 
@@ -117,7 +119,7 @@ def test_a_leader_waits_for_the_last_group_to_come_back(store_factory):
     gc = store._flush_service
     gc.do_commit = lambda: None
     gc.GATHER_MAX_S = 60                                       # only the arrivals end the wait here
-    with gc._cond:
+    with gc._state:
         gc._expect, gc._last_flush_s = 3, 60.0                 # as after a flush led for 2 followers
     calls: list[int] = []
     real = store._commitlog.queue.flush
@@ -132,9 +134,9 @@ def test_a_leader_waits_for_the_last_group_to_come_back(store_factory):
         leader = threading.Thread(target=put, args=(b"leader",))
         leader.start()
         deadline = time.monotonic() + 10
-        while not gc._gathering and time.monotonic() < deadline:   # (10 s: only a guard)
+        while gc._gatherer is None and time.monotonic() < deadline:   # (10 s: only a guard)
             time.sleep(0.001)
-        assert gc._gathering and not calls                     # the leader waits, nothing flushed yet
+        assert gc._gatherer is not None and not calls                    # the leader waits, nothing flushed yet
         followers = [threading.Thread(target=put, args=(b"f%d" % i,)) for i in range(2)]
         for t in followers:
             t.start()
