@@ -20,6 +20,7 @@ class _PrefaultStats(TypedDict):
     skipped: int
     dropped: int
     failed: int
+    pending: int
     supported: bool
 
 def prefault_stats() -> _PrefaultStats: ...

@@ -125,6 +125,16 @@ cdef extern from *:
     static unsigned long ps_pf_head, ps_pf_tail;
     static int ps_pf_started, ps_pf_atfork_set;
     static volatile int ps_pf_unsupported;
+    static int ps_pf_active;        /* the worker is running a request it popped */
+
+    /* requests queued or running (for tests that must not meet a request left by an earlier file) */
+    static unsigned long ps_pf_pending(void) {
+        unsigned long n;
+        pthread_mutex_lock(&ps_pf_mu);
+        n = (ps_pf_tail - ps_pf_head) + (unsigned long)__atomic_load_n(&ps_pf_active, __ATOMIC_ACQUIRE);
+        pthread_mutex_unlock(&ps_pf_mu);
+        return n;
+    }
     static unsigned long long ps_pf_done_bytes, ps_pf_dropped, ps_pf_failed, ps_pf_skipped;
 
     /* a cursor slot for a new file (shared round-robin: see above why sharing is harmless) */
@@ -165,6 +175,17 @@ cdef extern from *:
             sched_setscheduler(0, SCHED_IDLE, &sp);
         }
     #endif
+        /* Does this kernel know MADV_POPULATE_WRITE (5.14+)? Asked once, of a page of our own: a request
+           fails with EINVAL too when its file was unmapped and the range reused by a read-only mapping,
+           which must not turn pre-faulting off for the whole process. */
+        {
+            void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (page != MAP_FAILED) {
+                if (madvise(page, 4096, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+                    ps_pf_unsupported = 1;
+                munmap(page, 4096);
+            }
+        }
         for (;;) {
             ps_pf_req r;
             pthread_mutex_lock(&ps_pf_mu);
@@ -172,11 +193,11 @@ cdef extern from *:
                 pthread_cond_wait(&ps_pf_cv, &ps_pf_mu);
             r = ps_pf_ring[ps_pf_head % PS_PF_RING];
             ps_pf_head++;
+            ps_pf_active = 1;
             pthread_mutex_unlock(&ps_pf_mu);
-            if (ps_pf_populate(&r, &ps_pf_done_bytes, &ps_pf_skipped) != 0) {
-                if (errno == EINVAL) ps_pf_unsupported = 1;     /* kernel < 5.14 */
+            if (ps_pf_populate(&r, &ps_pf_done_bytes, &ps_pf_skipped) != 0)
                 __atomic_add_fetch(&ps_pf_failed, 1, __ATOMIC_RELAXED);
-            }
+            __atomic_store_n(&ps_pf_active, 0, __ATOMIC_RELEASE);
         }
         return NULL;
     }
@@ -231,6 +252,7 @@ cdef extern from *:
     int prefault_request "ps_pf_request"(void *addr, size_t length, void *lo, void *hi,
                                          uintptr_t *cursor) noexcept nogil
     uintptr_t *ps_pf_slot() noexcept nogil
+    unsigned long ps_pf_pending() noexcept nogil
     ctypedef struct ps_pf_req:
         char *addr
         size_t len
@@ -245,10 +267,14 @@ cdef extern from *:
 
 
 def prefault_stats():
-    """What the prefault worker did in this process: ``{"bytes", "skipped", "dropped", "failed", "supported"}``
-    (``skipped``: bytes of requests left to a writer that had reached them first)."""
+    """What the prefault worker did in this process: ``{"bytes", "skipped", "dropped", "failed", "pending",
+    "supported"}`` (``skipped``: bytes of requests left to a writer that had reached them first;
+    ``pending``: requests queued or running now)."""
+    cdef unsigned long pending
+    with nogil:
+        pending = ps_pf_pending()
     return {"bytes": ps_pf_done_bytes, "skipped": ps_pf_skipped, "dropped": ps_pf_dropped,
-            "failed": ps_pf_failed, "supported": not ps_pf_unsupported}
+            "failed": ps_pf_failed, "pending": pending, "supported": not ps_pf_unsupported}
 
 OS_PAGE_SIZE = 4096
 cdef int64_t PAGE = 4096
@@ -777,7 +803,7 @@ cdef class MappedFile:
         cdef uintptr_t cursor = 0
         cdef long long at
         cdef unsigned long long done = 0, skipped = 0
-        cdef int rc
+        cdef int rc, err
         self.check_mapped()
         if self.read_only or self.base == NULL:
             raise ValueError("%s is not mapped for writing" % self.file_name)
@@ -794,10 +820,16 @@ cdef class MappedFile:
         r.lo = <char *>self.base
         r.hi = <char *>self.base + self.file_size
         r.cursor = &cursor
-        with nogil:
-            rc = ps_pf_populate(&r, &done, &skipped)
+        if not self.c_hold():
+            raise StoreClosedError("%s is closed" % self.file_name)
+        try:
+            with nogil:
+                rc = ps_pf_populate(&r, &done, &skipped)
+                err = errno if rc != 0 else 0
+        finally:
+            self.c_release()
         if rc != 0:
-            raise OSError(errno, "madvise(MADV_POPULATE_WRITE): " + os.strerror(errno), self.file_name)
+            raise OSError(err, "madvise(MADV_POPULATE_WRITE): " + os.strerror(err), self.file_name)
         return done, skipped
 
     # -- reading -------------------------------------------------------------------------------

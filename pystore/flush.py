@@ -25,7 +25,7 @@ import threading
 import time
 from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from pystore.crashpoint import crashpoint
@@ -94,7 +94,10 @@ class GroupCommitRequest:
         fut = self.future
         if fut is not None and not fut.done():
             r = self.result
-            fut.set_result(r if ok else r.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT))
+            try:
+                fut.set_result(r if ok else r.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT))
+            except InvalidStateError:
+                pass        # its timer expired it meanwhile (done() then set_result is not atomic)
 
     def wait(self, timeout_s: float) -> bool:
         return self.event.wait(timeout_s) and self.ok
@@ -147,24 +150,27 @@ class GroupCommitService(ServiceThread):
         reqs = self._read
         target = max((r.next_offset for r in reqs), default=0)
         queue = self.commitlog.queue
+        lead = False
         while True:
             with self._state:
+                if reqs and queue.flushed_where >= target:
+                    break                               # a put's flush covered them
                 if not self._flushing:
-                    self._flushing = True
-                    flushed = -1
+                    self._flushing = lead = True
                     break
                 # A put's flush under way covers what was appended before it: the service waits for it
-                # only for requests it does not cover yet (waiting for every put's flush would have the end
-                # of each wake this thread and hand it the GIL, a third of a lone durable writer's time)
-                if not reqs or queue.flushed_where >= target:
-                    flushed = queue.flushed_where
+                # only for requests (waiting for every put's flush would have the end of each wake this
+                # thread and hand it the GIL, a third of a lone durable writer's time)
+                if not reqs:
                     break
                 w = _allocate_lock()
                 w.acquire()
                 self._waiting.append(w)
-            w.acquire()
-        if flushed < 0:
-            flushed = self._lead(target, by_put=False)
+            if not w.acquire(True, 1.0):                # released at the flush's end (1 s: a guard)
+                with self._state:
+                    if w in self._waiting:
+                        self._waiting.remove(w)
+        flushed = self._lead(target, by_put=False) if lead else queue.flushed_where
         for r in reqs:
             r.complete(flushed >= r.next_offset)
         self._read = []
@@ -195,7 +201,7 @@ class GroupCommitService(ServiceThread):
                     return True
                 if not self._flushing:
                     self._flushing = True
-                    gather = None
+                    gather, wait_s = None, 0.0
                     if self._followers + 1 < self._expect:
                         gather = self._gatherer = _allocate_lock()
                         gather.acquire()
@@ -220,20 +226,22 @@ class GroupCommitService(ServiceThread):
                     if w in self._waiting:      # not released by a flush's end: no longer waiting
                         self._waiting.remove(w)
                         self._followers -= 1
-        if gather is not None:
-            gather.acquire(True, wait_s)
-            with state:
-                if self._gatherer is gather:
-                    self._gatherer = None
-        return self._lead(next_offset, by_put=True) >= next_offset
+        return self._lead(next_offset, by_put=True, gather=gather, wait_s=wait_s) >= next_offset
 
-    def _lead(self, target: int, by_put: bool) -> int:
-        """With ``_flushing`` taken: flush to ``target``, complete the handed-in requests the flush covers,
-        end the flush and wake the threads waiting for it; the flushed offset."""
-        t0 = time.monotonic()
+    def _lead(self, target: int, by_put: bool, gather: Any = None, wait_s: float = 0.0) -> int:
+        """With ``_flushing`` taken: wait for the group to gather (``gather``, ``wait_s``), flush to
+        ``target``, complete the handed-in requests the flush covers, end the flush and wake the threads
+        waiting for it, whatever happens meanwhile; the flushed offset."""
         done: list[GroupCommitRequest] = []
         waiting: list[Any] = []
+        t0 = time.monotonic()
         try:
+            if gather is not None:
+                gather.acquire(True, wait_s)
+                with self._state:
+                    if self._gatherer is gather:
+                        self._gatherer = None
+                t0 = time.monotonic()
             flushed = self._flush_to(target)
             with self._lock:
                 pending = self._write
@@ -243,6 +251,7 @@ class GroupCommitService(ServiceThread):
         finally:
             with self._state:
                 self._flushing = False
+                self._gatherer = None
                 self._expect = self._followers + (1 if by_put else 0)
                 self._followers = 0
                 self._last_flush_s = time.monotonic() - t0

@@ -52,17 +52,23 @@ def test_a_puts_flush_completes_requests_it_covers(store_factory):
 
 
 def _flush_under_way(gc) -> None:
-    """White-box: take the flush as a leader would (``_lead`` ends it)."""
-    with gc._state:
-        assert not gc._flushing
-        gc._flushing = True
+    """White-box: take the flush as a leader would (``_lead`` ends it), once the service's pass is over."""
+    deadline = time.monotonic() + 60
+    while True:
+        with gc._state:
+            if not gc._flushing:
+                gc._flushing = True
+                return
+        assert time.monotonic() < deadline, "the flush stayed under way for 60 s"
+        time.sleep(0.001)
 
 
 def test_a_sync_put_waits_for_the_flush_under_way_and_times_out(store_factory):
     store = _sync_store(store_factory)
     gc = store._flush_service
-    r = store._commitlog.append_message(Message("Wait", b"one"))
+    gc.do_commit = lambda: None        # the service's own passes would flush the message
     _flush_under_way(gc)
+    r = store._commitlog.append_message(Message("Wait", b"one"))
     try:
         assert gc.sync(r.next_offset, 0.05) is False          # nobody ends that flush: the put times out
         assert store._commitlog.queue.flushed_where < r.next_offset
@@ -119,7 +125,9 @@ def test_a_leader_waits_for_the_last_group_to_come_back(store_factory):
     gc = store._flush_service
     gc.do_commit = lambda: None
     gc.GATHER_MAX_S = 60                                       # only the arrivals end the wait here
+    _flush_under_way(gc)                                       # (once a pass of the service is over)
     with gc._state:
+        gc._flushing = False
         gc._expect, gc._last_flush_s = 3, 60.0                 # as after a flush led for 2 followers
     calls: list[int] = []
     real = store._commitlog.queue.flush
@@ -150,13 +158,56 @@ def test_a_leader_waits_for_the_last_group_to_come_back(store_factory):
     store_factory.expect_messages(3)
 
 
-def test_a_lone_put_never_waits_to_gather(store_factory):
+def test_a_leader_interrupted_while_gathering_ends_its_flush(store_factory, monkeypatch):
+    """Whatever stops a leader (here an exception while it waits for its group), the flush ends: later
+    puts do not wait for it."""
+    import pystore.flush as flush
+
     store = _sync_store(store_factory)
     gc = store._flush_service
-    gc.GATHER_MAX_S = 60
+    gc.do_commit = lambda: None
+    _flush_under_way(gc)
+    with gc._state:
+        gc._flushing = False
+        gc._expect, gc._last_flush_s = 3, 60.0
+
+    class Interrupted(Exception):
+        pass
+
+    class Gatherer:
+        def acquire(self, *args):
+            if args:                   # the leader's wait for its group
+                raise Interrupted
+            return True
+
+    monkeypatch.setattr(flush, "_allocate_lock", Gatherer)
+    r = store._commitlog.append_message(Message("Stop", b"one"))
+    with pytest.raises(Interrupted):
+        gc.sync(r.next_offset, 5)
+    monkeypatch.undo()
+    with gc._state:
+        assert not gc._flushing and gc._gatherer is None
+    assert store.put_message(Message("Stop", b"two")).status == PutMessageStatus.PUT_OK
+    store_factory.expect_messages(2)
+
+
+def test_a_lone_put_never_waits(store_factory, monkeypatch):
+    """A put alone leads every flush and never sleeps: neither as a follower nor gathering a group (both
+    would take a lock of their own)."""
+    import pystore.flush as flush
+
+    store = _sync_store(store_factory)
+    gc = store._flush_service
+    gc.do_commit = lambda: None        # (the service's passes could make it a follower)
+    _flush_under_way(gc)
+    gc._lead(0, by_put=False)
+    locks: list[object] = []
+    real = flush._allocate_lock
+    monkeypatch.setattr(flush, "_allocate_lock", lambda: locks.append(1) or real())
     for i in range(50):
         assert store.put_message(Message("Lone", b"%d" % i)).status == PutMessageStatus.PUT_OK
-        assert gc._expect <= 1
+        assert store._commitlog.queue.flushed_where == store.get_max_phy_offset()
+    assert locks == [] and gc._expect == 1
     store_factory.expect_messages(50)
 
 
@@ -308,3 +359,21 @@ def test_timed_flush_service_stops_at_shutdown_without_sleeping_out_its_interval
     again = store_factory()
     assert again.look_message_by_offset(results[-1].append_message_result.wrote_offset).body == b"t99"
     store_factory.expect_messages(100)
+
+
+def test_completing_a_request_its_timer_already_expired_is_quiet():
+    """A future's timer and a flush may both see it not done; the second to set it must not raise (it
+    would raise in the thread of whichever put led the flush)."""
+    from concurrent.futures import Future
+
+    from pystore.flush import GroupCommitRequest
+
+    class RacedFuture(Future):
+        def done(self) -> bool:          # as if the timer set it just after this check
+            return False
+
+    fut = RacedFuture()
+    fut.set_result("expired")
+    req = GroupCommitRequest(1, fut, object())
+    req.complete(True)
+    assert req.ok and req.event.is_set() and fut.result(0) == "expired"

@@ -5,11 +5,18 @@ from __future__ import annotations
 import gc
 import io
 import os
+import time
 
 import pytest
 from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, resident_pages
 
-from pystore._mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
+from pystore._mapped_file import (
+    OS_PAGE_SIZE,
+    MappedFile,
+    SelectMappedBufferResult,
+    offset_to_file_name,
+    prefault_stats,
+)
 from pystore.errors import StoreClosedError, StoreError
 
 PAGE = OS_PAGE_SIZE
@@ -167,6 +174,11 @@ needs_populate = pytest.mark.skipif(not populate_supported(), reason="MADV_POPUL
 @pytest.fixture
 def cold(tmp_path):
     """A new 4 MiB file written page by page, none of its pages in memory yet."""
+    # the prefault worker may still hold a request of an earlier test's file, now unmapped: were this file
+    # mapped where that one was, the request would fault its pages in
+    deadline = time.monotonic() + 60
+    while prefault_stats()["pending"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     p = str(tmp_path / "00000000000000000000")
     f = MappedFile(p, 4 * MIB, create=True, fresh_random=True)
     assert not any(resident_pages(p))

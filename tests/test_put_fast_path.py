@@ -227,7 +227,7 @@ def wait_for_prefault(before: dict, grow: int = 1) -> dict:
 @pytest.mark.parametrize("warm", [False, True], ids=["default", "warmed-commit-log"])
 def test_prefault_worker_keeps_contents_exact(store_factory, warm):
     stats = prefault_stats()
-    assert set(stats) == {"bytes", "skipped", "dropped", "failed", "supported"}
+    assert set(stats) == {"bytes", "skipped", "dropped", "failed", "pending", "supported"}
     n = 4000                                               # 80,000 bytes of units: past the 64 KiB lead
     store = store_factory(warm_mapped_file_enable=warm)    # warmed: only the consume queue asks the worker
     assert store.config.mapped_file_size_consume_queue > n * CQ_UNIT
