@@ -8,8 +8,9 @@
   ``msync``. A put waits ``sync_flush_timeout`` ms, then reports ``FLUSH_DISK_TIMEOUT``. A synchronous put
   waits on its own thread instead (``sync``, a leader/follower group commit: the put that finds no flush
   under way flushes for everyone appended before it, the others wait for that flush and the first of them
-  leads the next one; RocketMQ always hands over to the service thread, which costs a Python store two GIL
-  hand-offs per put); what a put's flush covers completes the requests handed to the service too. Futures
+  leads the next one, after waiting at most one flush's time for the rest of the last group to be back;
+  RocketMQ always hands over to the service thread, which costs a Python store two GIL hand-offs per put);
+  what a put's flush covers completes the requests handed to the service too. Futures
   (``async_put_message``) still go through the service.
 * ``CommitRealTimeService`` (transient store pool): copies pooled writes into the files, then wakes the flush.
 
