@@ -746,8 +746,9 @@ cdef class MappedFile:
           checkpoint and the pages pre-faulted ahead included).
 
         The price: a page that is not in the page cache yet is faulted in alone, not in a large folio, which
-        made bursts of puts into a file that was not warmed up to 5x slower on this machine (warmed files
-        take their faults in the allocate service, off the put path). Pages already in the page cache keep
+        made bursts of puts into a file that was not warmed up to 5x slower on this machine (2-3x once the
+        prefault worker started past its writer; warmed files take their faults in the allocate service,
+        off the put path). Pages already in the page cache keep
         their folios (the tail of a file read by recovery, up to one read-ahead window past its last
         record)."""
         self.check_mapped()

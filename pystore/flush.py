@@ -100,9 +100,6 @@ class GroupCommitRequest:
             except InvalidStateError:
                 pass        # its timer expired it meanwhile (done() then set_result is not atomic)
 
-    def wait(self, timeout_s: float) -> bool:
-        return self.event.wait(timeout_s) and self.ok
-
 
 class GroupCommitService(ServiceThread):
     def __init__(self, commitlog: Any, checkpoint: Any, after_flush: Callable[[int], object] | None = None,
@@ -164,13 +161,9 @@ class GroupCommitService(ServiceThread):
                 # thread and hand it the GIL, a third of a lone durable writer's time)
                 if not reqs:
                     break
-                w = _allocate_lock()
-                w.acquire()
-                self._waiting.append(w)
+                w = self._enlist(follower=False)
             if not w.acquire(True, 1.0):                # released at the flush's end (1 s: a guard)
-                with self._state:
-                    if w in self._waiting:
-                        self._waiting.remove(w)
+                self._withdraw(w, follower=False)
         flushed = self._lead(target, by_put=False) if lead else queue.flushed_where
         for r in reqs:
             r.complete(flushed >= r.next_offset)
@@ -214,20 +207,32 @@ class GroupCommitService(ServiceThread):
                 left = deadline - now
                 if left <= 0:
                     return False
-                w = _allocate_lock()
-                w.acquire()
-                self._waiting.append(w)
-                self._followers += 1
+                w = self._enlist(follower=True)
                 g = self._gatherer
                 if g is not None and self._followers + 1 >= self._expect:
                     self._gatherer = None
                     g.release()
             if not w.acquire(True, left):
-                with state:
-                    if w in self._waiting:      # not released by a flush's end: no longer waiting
-                        self._waiting.remove(w)
-                        self._followers -= 1
+                self._withdraw(w, follower=True)
         return self._lead(next_offset, by_put=True, gather=gather, wait_s=wait_s) >= next_offset
+
+    def _enlist(self, follower: bool) -> Any:
+        """Under ``_state``: a lock, held, that the end of the flush under way releases (``_waiting``);
+        a put counts among the flush's followers."""
+        w = _allocate_lock()
+        w.acquire()
+        self._waiting.append(w)
+        if follower:
+            self._followers += 1
+        return w
+
+    def _withdraw(self, w: Any, follower: bool) -> None:
+        """A wait on ``w`` timed out: unless a flush's end took it meanwhile, it no longer waits."""
+        with self._state:
+            if w in self._waiting:
+                self._waiting.remove(w)
+                if follower:
+                    self._followers -= 1
 
     def _lead(self, target: int, by_put: bool, gather: Any = None, wait_s: float = 0.0) -> int:
         """With ``_flushing`` taken: wait for the group to gather (``gather``, ``wait_s``), flush to
