@@ -7,7 +7,14 @@ TOTALSIZE after its other bytes, so a reader in another thread or process that s
 also sees the record it announces (``load_i32_acquire`` is its partner).
 """
 
+from cpython.object cimport PyObject
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
+
+cdef extern from "Python.h":
+    # a bytes object's data and size through a borrowed pointer: no reference counting (a typed attribute
+    # passed as ``object`` costs an incref and a decref per use on the per-message paths)
+    char *bytes_data "PyBytes_AS_STRING"(PyObject *b) noexcept nogil
+    Py_ssize_t bytes_size "PyBytes_GET_SIZE"(PyObject *b) noexcept nogil
 
 cdef extern from *:
     """

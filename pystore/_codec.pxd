@@ -2,9 +2,12 @@
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
 
-from pystore._bytes cimport put_i32, put_i64, store_i32_release
+from cpython.object cimport PyObject
+
+from pystore._bytes cimport bytes_size, put_i32, put_i64, store_i32_release
 
 from pystore._message cimport Message, MessageExt
+from pystore._record cimport RecordView
 
 cdef enum:
     MESSAGE_MAGIC_CODE = -626843481       # 0xDAA320A7, V1: 1-byte topic length
@@ -30,34 +33,6 @@ cdef enum:
     REC_BAD_CRC = -5
 
 
-cdef struct RecordView:
-    int32_t total_size
-    int32_t magic
-    int32_t body_crc
-    int32_t queue_id
-    int32_t flag
-    int64_t queue_offset
-    int64_t phy_offset
-    int32_t sys_flag
-    int64_t born_ts
-    int64_t store_ts
-    int32_t reconsume_times
-    int64_t prepared_tx_offset
-    int32_t born_host_pos
-    int32_t born_host_len
-    int32_t store_host_pos
-    int32_t store_host_len
-    int32_t body_pos
-    int32_t body_len
-    int32_t topic_pos
-    int32_t topic_len
-    int32_t props_pos
-    int32_t props_len
-
-
-cdef int32_t cal_msg_length(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
-                            int32_t props_len) noexcept nogil
-cdef int32_t message_length(Message m, int32_t store_sys_flag) noexcept
 cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t queue_offset, int64_t phy_offset,
                          int64_t store_ts, const unsigned char *store_host, int32_t store_flag,
                          bint release_gil) noexcept
@@ -80,6 +55,29 @@ cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limi
 
 
 # Inline: called once per record of a batch, from the commit log's put loop.
+
+cdef inline int32_t host_len(int32_t sys_flag, int32_t bit) noexcept nogil:
+    return 20 if (sys_flag & bit) else 8
+
+
+cdef inline int32_t cal_msg_length(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
+                                   int32_t props_len) noexcept nogil:
+    """RocketMQ's ``calMsgLength``: the record size for these field sizes."""
+    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+            + host_len(sys_flag, BORNHOST_V6_FLAG)
+            + 8
+            + host_len(sys_flag, STOREHOSTADDRESS_V6_FLAG)
+            + 4 + 8
+            + 4 + body_len
+            + (2 if version == 2 else 1) + topic_len
+            + 2 + props_len)
+
+
+cdef inline int32_t message_length(Message m, int32_t store_sys_flag) noexcept:
+    """The size of ``m``'s record in a store whose host flag is ``store_sys_flag``."""
+    return cal_msg_length(m._version, m._sys_flag | store_sys_flag, <int32_t>bytes_size(<PyObject *>m._body),
+                          <int32_t>bytes_size(<PyObject *>m._topic_b), <int32_t>bytes_size(<PyObject *>m._props_b))
+
 
 cdef inline void _copy_body(unsigned char *dst, const char *body, Py_ssize_t n, bint release_gil) noexcept:
     """Copy a record's body; one of ``BIG_BODY`` bytes or more without the GIL when the caller allows it (other

@@ -109,28 +109,6 @@ def fast_body_crc(data):
     return <int32_t>(ps_fast_crc32(&b[0], b.shape[0]) & 0x7FFFFFFF)
 
 
-cdef inline int32_t _host_len(int32_t sys_flag, int32_t bit) noexcept nogil:
-    return 20 if (sys_flag & bit) else 8
-
-
-cdef int32_t cal_msg_length(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
-                            int32_t props_len) noexcept nogil:
-    """RocketMQ's ``calMsgLength``: the record size for these field sizes."""
-    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
-            + _host_len(sys_flag, BORNHOST_V6_FLAG)
-            + 8
-            + _host_len(sys_flag, STOREHOSTADDRESS_V6_FLAG)
-            + 4 + 8
-            + 4 + body_len
-            + (2 if version == 2 else 1) + topic_len
-            + 2 + props_len)
-
-
-cdef int32_t message_length(Message m, int32_t store_sys_flag) noexcept:
-    return cal_msg_length(m._version, m._sys_flag | store_sys_flag, <int32_t>PyBytes_GET_SIZE(m._body),
-                          <int32_t>PyBytes_GET_SIZE(m._topic_b), <int32_t>PyBytes_GET_SIZE(m._props_b))
-
-
 cdef void encode_message(unsigned char *dst, Message m, int32_t total, int64_t queue_offset, int64_t phy_offset,
                          int64_t store_ts, const unsigned char *store_host, int32_t store_flag,
                          bint release_gil) noexcept:
@@ -229,8 +207,8 @@ cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_
     v.phy_offset = get_i64(p + 28)
     v.sys_flag = get_i32(p + 36)
     v.born_ts = get_i64(p + 40)
-    bhl = _host_len(v.sys_flag, BORNHOST_V6_FLAG)
-    shl = _host_len(v.sys_flag, STOREHOSTADDRESS_V6_FLAG)
+    bhl = host_len(v.sys_flag, BORNHOST_V6_FLAG)
+    shl = host_len(v.sys_flag, STOREHOSTADDRESS_V6_FLAG)
     # fixed part up to and including the body length, then the topic and properties length fields
     if total < 72 + bhl + shl + (2 if magic == MESSAGE_MAGIC_CODE_V2 else 1) + 2:
         return REC_BAD_LENGTH
@@ -329,28 +307,8 @@ cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v):
     cdef MessageExt e = MessageExt.__new__(MessageExt)
     e._raw = buf
     e._base = base
-    e.store_size = v.total_size
-    e.magic_code = v.magic
-    e.body_crc = v.body_crc
-    e.queue_id = v.queue_id
-    e.flag = v.flag
-    e.queue_offset = v.queue_offset
-    e.commit_log_offset = v.phy_offset
-    e.sys_flag = v.sys_flag
-    e.born_timestamp = v.born_ts
-    e.store_timestamp = v.store_ts
-    e.reconsume_times = v.reconsume_times
-    e.prepared_transaction_offset = v.prepared_tx_offset
-    e._born_host_pos = base + v.born_host_pos
-    e._born_host_len = v.born_host_len
-    e._store_host_pos = base + v.store_host_pos
-    e._store_host_len = v.store_host_len
-    e._body_pos = base + v.body_pos
-    e._body_len = v.body_len
-    e._topic_pos = base + v.topic_pos
-    e._topic_len = v.topic_len
-    e._props_pos = base + v.props_pos
-    e._props_len = v.props_len
+    e._v = v[0]
+    e._body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(buf) + base + v.body_pos, v.body_len)
     return e
 
 

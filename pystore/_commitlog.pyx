@@ -20,12 +20,12 @@ big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
-from pystore._bytes cimport body_crc32, mono_coarse_ns, now_ms
+from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms
 from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like, encode_message,
@@ -39,12 +39,16 @@ import logging
 from pystore.errors import StoreCorruptedError
 from pystore.status import PutMessageStatus
 
-cdef extern from "Python.h":
-    # on a borrowed reference (a body of a batch's own tuple): no reference counting per body
-    char *_bytes_data "PyBytes_AS_STRING"(PyObject *b) noexcept nogil
-    Py_ssize_t _bytes_size "PyBytes_GET_SIZE"(PyObject *b) noexcept nogil
-
 log = logging.getLogger(__name__)
+
+cdef extern from "Python.h":
+    # two exact str objects (topic-queue keys): never fails
+    int _unicode_compare "PyUnicode_Compare"(PyObject *a, PyObject *b) noexcept
+
+
+cdef inline bint unicode_equal(PyObject *a, PyObject *b) noexcept:
+    return _unicode_compare(a, b) == 0
+
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutexattr_t:
@@ -183,13 +187,12 @@ cdef inline bint _unchanged(Message m, int32_t total, str tq_key, bint enters, i
 
 cdef inline int32_t _tail_length(Message m) noexcept:
     """The bytes of ``m``'s record after its body: topic and properties with their lengths."""
-    return ((2 if m._version == 2 else 1) + <int32_t>PyBytes_GET_SIZE(m._topic_b) + 2
-            + <int32_t>PyBytes_GET_SIZE(m._props_b))
+    return ((2 if m._version == 2 else 1) + <int32_t>bytes_size(<PyObject *>m._topic_b) + 2
+            + <int32_t>bytes_size(<PyObject *>m._props_b))
 
 
-cdef inline bint _same_bytes(bytes a, bytes b) noexcept:
-    return a is b or (PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b)
-                      and memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), PyBytes_GET_SIZE(a)) == 0)
+cdef inline bint _same_bytes(PyObject *a, PyObject *b) noexcept:
+    return a == b or (bytes_size(a) == bytes_size(b) and memcmp(bytes_data(a), bytes_data(b), bytes_size(a)) == 0)
 
 
 cdef inline bint _built_alike(Message m, Message m0) noexcept:
@@ -197,29 +200,51 @@ cdef inline bint _built_alike(Message m, Message m0) noexcept:
     one topic and queue). Messages built by one line of code share their encoded topic, properties and host."""
     return (m._flag == m0._flag and m._sys_flag == m0._sys_flag and m._reconsume_times == m0._reconsume_times
             and m._prepared_transaction_offset == m0._prepared_transaction_offset and m._version == m0._version
-            and _same_bytes(m._topic_b, m0._topic_b) and _same_bytes(m._props_b, m0._props_b)
-            and _same_bytes(m._born_host_b, m0._born_host_b))
+            and _same_bytes(<PyObject *>m._topic_b, <PyObject *>m0._topic_b)
+            and _same_bytes(<PyObject *>m._props_b, <PyObject *>m0._props_b)
+            and _same_bytes(<PyObject *>m._born_host_b, <PyObject *>m0._born_host_b))
 
 
-cdef object _batch_refusal(Message m, str tq_key, int64_t max_size):
-    """The status a batch refuses this message of it with (or its template, for ``from_bodies``), None if
-    it may go in: properties and topic legal, body within ``max_size``, no delay, not transactional, and
-    the batch's topic and queue."""
+# why a batch refuses a message (_refusal); the statuses are PutMessageStatus members
+cdef enum:
+    REFUSE_NONE = 0
+    REFUSE_ILLEGAL = 1
+    REFUSE_PROPERTIES = 2
+
+
+cdef inline int _refusal(Message m, PyObject *tq_key, int64_t max_size) noexcept:
+    """Why a batch refuses this message of it (or its template, for ``from_bodies``), REFUSE_NONE if it may go
+    in: properties and topic legal, body within ``max_size``, no delay, not transactional, and the batch's
+    topic and queue (keys of one topic and queue are one interned object, so the compare is by identity
+    first)."""
     if m._illegal:
-        return ST_PROPERTIES_SIZE_EXCEEDED if m._illegal == 2 else ST_MESSAGE_ILLEGAL
-    if (PyBytes_GET_SIZE(m._body) > max_size or m._delay_level > 0
+        return REFUSE_PROPERTIES if m._illegal == 2 else REFUSE_ILLEGAL
+    if (bytes_size(<PyObject *>m._body) > max_size or m._delay_level > 0
             or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
-            or not (m._tq_key is tq_key or m._tq_key == tq_key)):
-        return ST_MESSAGE_ILLEGAL
-    return None
+            or not (<PyObject *>m._tq_key == tq_key or unicode_equal(<PyObject *>m._tq_key, tq_key))):
+        return REFUSE_ILLEGAL
+    return REFUSE_NONE
 
 
-cdef bint _batch_unchanged(list ms, int32_t *sizes, str tq_key, int64_t max_size, int32_t store_flag) except -1:
+cdef inline object _refusal_status(int code):
+    return ST_PROPERTIES_SIZE_EXCEEDED if code == REFUSE_PROPERTIES else ST_MESSAGE_ILLEGAL
+
+
+cdef inline int32_t _crc_of(Message m) noexcept:
+    """``m.body_crc()`` without the call when the CRC is known (it always is on the put path: the checks before
+    the lock computed it)."""
+    return m._body_crc if m._crc_known else m.body_crc()
+
+
+cdef bint _batch_unchanged(tuple ms, int32_t *sizes, PyObject *tq_key, int64_t max_size,
+                           int32_t store_flag) noexcept:
+    """Whether every message of the batch still has the size and verdict it was checked with before the lock
+    (another thread may change a message while this one waits for the lock)."""
     cdef Py_ssize_t i
-    cdef Message m
-    for i in range(len(ms)):
-        m = <Message>ms[i]
-        if message_length(m, store_flag) != sizes[i] or _batch_refusal(m, tq_key, max_size) is not None:
+    cdef PyObject *mp
+    for i in range(PyTuple_GET_SIZE(ms)):
+        mp = PyTuple_GET_ITEM(ms, i)
+        if message_length(<Message>mp, store_flag) != sizes[i] or _refusal(<Message>mp, tq_key, max_size):
             return False
     return True
 
@@ -482,7 +507,7 @@ cdef class CommitLogCore:
 
     cdef object _put_batch(self, object batch_obj, bint run_after):
         cdef MessageBatch batch = <MessageBatch>batch_obj
-        cdef list ms = batch._messages
+        cdef tuple ms = batch._messages
         cdef tuple bodies = batch._bodies
         cdef Message tmpl = batch._template
         cdef Py_ssize_t i, n
@@ -491,7 +516,6 @@ cdef class CommitLogCore:
         cdef unsigned char *first
         cdef Message m0
         cdef bint one_run = False
-        cdef Message m
         cdef QueueCell cell
         cdef MappedFile mf
         cdef object status = None
@@ -501,6 +525,9 @@ cdef class CommitLogCore:
         cdef int32_t *crc_arr = NULL
         cdef int32_t crc_stack[CRC_STACK]
         cdef PyObject *bp
+        cdef PyObject *mp
+        cdef PyObject *tq_key = <PyObject *>batch._tq_key
+        cdef int code
         if not self.writeable:
             self.put_failed_times += 1
             return put_failed(ST_SERVICE_NOT_AVAILABLE)
@@ -508,21 +535,22 @@ cdef class CommitLogCore:
         sizes = PyBytes_FromStringAndSize(NULL, n * 4)
         size_arr = <int32_t *>PyBytes_AS_STRING(sizes)
         if bodies is None:
+            # the messages are the batch's own tuple: read through borrowed references (no reference counting)
             for i in range(n):
-                m = <Message>ms[i]
-                status = _batch_refusal(m, batch._tq_key, self.max_message_size)
-                if status is not None:
+                mp = PyTuple_GET_ITEM(ms, i)
+                code = _refusal(<Message>mp, tq_key, self.max_message_size)
+                if code != REFUSE_NONE:
                     self.put_failed_times += 1
-                    return put_failed(status)
-                size_arr[i] = message_length(m, self.store_flag)
+                    return put_failed(_refusal_status(code))
+                size_arr[i] = message_length(<Message>mp, self.store_flag)
                 total += size_arr[i]
-                m.body_crc()
+                (<Message>mp).body_crc()
         else:
             # from_bodies: the template's checks once, then each body's length and CRC (no Message per body)
-            status = _batch_refusal(tmpl, batch._tq_key, self.max_message_size)
-            if status is not None:
+            code = _refusal(tmpl, tq_key, self.max_message_size)
+            if code != REFUSE_NONE:
                 self.put_failed_times += 1
-                return put_failed(status)
+                return put_failed(_refusal_status(code))
             base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
             if n <= CRC_STACK:
                 crc_arr = crc_stack
@@ -533,12 +561,12 @@ cdef class CommitLogCore:
             # can replace one while they are read through borrowed references (some copies run without the GIL)
             for i in range(n):
                 bp = PyTuple_GET_ITEM(bodies, i)
-                if _bytes_size(bp) > self.max_message_size:
+                if bytes_size(bp) > self.max_message_size:
                     self.put_failed_times += 1
                     return put_failed(ST_MESSAGE_ILLEGAL)
-                size_arr[i] = base_len + <int32_t>_bytes_size(bp)
+                size_arr[i] = base_len + <int32_t>bytes_size(bp)
                 total += size_arr[i]
-                crc_arr[i] = body_crc32(<const unsigned char *>_bytes_data(bp), _bytes_size(bp))
+                crc_arr[i] = body_crc32(<const unsigned char *>bytes_data(bp), bytes_size(bp))
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             self.put_failed_times += 1
             return put_failed(ST_MESSAGE_ILLEGAL)
@@ -556,7 +584,7 @@ cdef class CommitLogCore:
             mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
-            elif bodies is None and not _batch_unchanged(ms, size_arr, batch._tq_key, self.max_message_size,
+            elif bodies is None and not _batch_unchanged(ms, size_arr, tq_key, self.max_message_size,
                                                          self.store_flag):
                 status = ST_MESSAGE_ILLEGAL
             else:
@@ -578,16 +606,19 @@ cdef class CommitLogCore:
                     body_pos = size_arr[0] - first_body_len - tail_len
                     one_run = not m0._has_keys
                     for i in range(1, n):
-                        m = <Message>ms[i]
-                        if _built_alike(m, m0):
+                        mp = PyTuple_GET_ITEM(ms, i)
+                        if _built_alike(<Message>mp, m0):
+                            bp = <PyObject *>(<Message>mp)._body
                             encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len,
-                                        PyBytes_AS_STRING(m._body), PyBytes_GET_SIZE(m._body), m.body_crc(),
-                                        size_arr[i], qoff + i, mf.file_from_offset + pos, m._born_timestamp, False)
+                                        bytes_data(bp), bytes_size(bp), _crc_of(<Message>mp), size_arr[i], qoff + i,
+                                        mf.file_from_offset + pos, (<Message>mp)._born_timestamp, False)
                         else:
-                            encode_message(mf.write_base + pos, m, size_arr[i], qoff + i, mf.file_from_offset + pos,
-                                           ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                            encode_message(mf.write_base + pos, <Message>mp, size_arr[i], qoff + i,
+                                           mf.file_from_offset + pos, ts,
+                                           <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
                                            self.store_flag, False)
-                        if one_run and (m._has_keys or m._tags_code != m0._tags_code or m._sys_flag != m0._sys_flag):
+                        if one_run and ((<Message>mp)._has_keys or (<Message>mp)._tags_code != m0._tags_code
+                                        or (<Message>mp)._sys_flag != m0._sys_flag):
                             one_run = False
                         pos += size_arr[i]
                         # publish record by record, so a concurrent reader sees a growing prefix
@@ -599,9 +630,9 @@ cdef class CommitLogCore:
                     one_run = True
                     first = mf.write_base + pos
                     bp = PyTuple_GET_ITEM(bodies, 0)
-                    first_body_len = <int32_t>_bytes_size(bp)
+                    first_body_len = <int32_t>bytes_size(bp)
                     # the template is frozen and the tuple of bodies immutable: no other thread can change them
-                    encode_with_body(first, tmpl, _bytes_data(bp), first_body_len, crc_arr[0], size_arr[0], qoff,
+                    encode_with_body(first, tmpl, bytes_data(bp), first_body_len, crc_arr[0], size_arr[0], qoff,
                                      first_phy, batch._born_ts, ts,
                                      <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, True)
                     pos += size_arr[0]
@@ -610,8 +641,8 @@ cdef class CommitLogCore:
                     body_pos = base_len - tail_len
                     for i in range(1, n):
                         bp = PyTuple_GET_ITEM(bodies, i)
-                        encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, _bytes_data(bp),
-                                    _bytes_size(bp), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos,
+                        encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len, bytes_data(bp),
+                                    bytes_size(bp), crc_arr[i], size_arr[i], qoff + i, mf.file_from_offset + pos,
                                     batch._born_ts, True)
                         pos += size_arr[i]
                         mf.wrote = pos
@@ -625,7 +656,8 @@ cdef class CommitLogCore:
                         phy = first_phy
                         for i in range(n):
                             size = size_arr[i]
-                            self.dispatcher.dispatch(cell, <Message>ms[i], phy, size, ts, qoff + i)
+                            self.dispatcher.dispatch(cell, <Message>PyTuple_GET_ITEM(ms, i), phy, size, ts,
+                                                     qoff + i)
                             phy += size
         finally:
             self.begin_time_in_lock = 0

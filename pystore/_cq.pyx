@@ -628,8 +628,11 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef bint code_ok, in_disk
     # a page without commit-log filters builds its messages a run at a time (_emit_run)
     cdef bint shared = tag_names is None and filt is None
-    cdef RecordView run_views[RUN_RECORDS]
+    # one spare view past the last: a record is checked straight into the slot after the run, and moved to the
+    # first slot when it starts the next run
+    cdef RecordView run_views[RUN_RECORDS + 1]
     cdef int64_t run_pos[RUN_RECORDS]
+    cdef RecordView *vp = &v
     cdef int64_t run_start = 0, run_end = 0
     cdef int nrun = 0
     if max_filter < 16000:
@@ -695,8 +698,9 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                     ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - f.file_from_offset
                     if 0 <= ahead < rp:
                         prefetch_record(f.base + ahead, <int>min(rp - ahead, 256))
-                r = check_record(f.base + rpos, rp - rpos, False, &v)
-            if r <= 0 or v.total_size != size:
+                vp = &run_views[nrun] if shared else &v
+                r = check_record(f.base + rpos, rp - rpos, False, vp)
+            if r <= 0 or vp.total_size != size:
                 if count == 0:
                     status = SCAN_WAS_REMOVING
                 next_phy_file_start = phy - phy % cl_file_size + cl_file_size
@@ -705,10 +709,10 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             if shared:
                 if nrun > 0 and (nrun == RUN_RECORDS or rpos != run_end or run_end - run_start + size > RUN_BYTES):
                     _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                    run_views[0] = run_views[nrun]
                     nrun = 0
                 if nrun == 0:
                     run_start = rpos
-                run_views[nrun] = v
                 run_pos[nrun] = rpos
                 nrun += 1
                 run_end = rpos + size

@@ -1,6 +1,8 @@
 # cython: language_level=3
 from libc.stdint cimport int32_t, int64_t
 
+from pystore._record cimport RecordView
+
 
 cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil
 cdef int32_t java_hash_str(str s) except? -1
@@ -41,7 +43,8 @@ cdef class Message:
 
 
 cdef class MessageBatch:
-    cdef list _messages               # the messages; None for a batch built from bodies
+    cdef tuple _messages              # the messages (a tuple: the put reads them through borrowed references,
+                                      # so nothing may swap one); None for a batch built from bodies
     cdef tuple _bodies                # from_bodies: the bodies (bytes; a tuple, so nothing can swap one while a
                                       # put reads it), sharing everything else ...
     cdef Message _template            # ... with this message (its own body empty; shared, never changed) ...
@@ -55,22 +58,10 @@ cdef class MessageBatch:
 
 cdef class MessageExt:
     cdef bytes _raw                   # a private copy of the record, or of a run of records it shares
-    cdef int32_t _base                # where the record starts in _raw; every _*_pos below is absolute in _raw
-    cdef readonly int32_t store_size
-    cdef readonly int32_t body_crc
-    cdef readonly int32_t queue_id
-    cdef readonly int32_t flag
-    cdef readonly int64_t queue_offset
-    cdef readonly int64_t commit_log_offset
-    cdef readonly int32_t sys_flag
-    cdef readonly int64_t born_timestamp
-    cdef readonly int64_t store_timestamp
-    cdef readonly int32_t reconsume_times
-    cdef readonly int64_t prepared_transaction_offset
-    cdef readonly int32_t magic_code
-    cdef int32_t _born_host_pos, _born_host_len, _store_host_pos, _store_host_len
-    cdef int32_t _body_pos, _body_len, _topic_pos, _topic_len, _props_pos, _props_len
-    cdef object _topic, _body, _properties, _born_host, _store_host
+    cdef int32_t _base                # where the record starts in _raw; the positions in _v are from there
+    cdef RecordView _v                # the record's decoded header (check_record's view of it)
+    cdef object _body                 # the body, copied out when the message is made (a member slot: ``body``)
+    cdef object _topic, _properties, _born_host, _store_host   # decoded on first access
 
     cdef dict _props(self)
     cdef _detach(self)

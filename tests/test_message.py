@@ -507,6 +507,20 @@ def test_message_batch_basics():
     assert len(b) == 3
 
 
+def test_message_batch_holds_its_messages_where_nothing_can_swap_them():
+    # the put reads a batch's messages through borrowed references: the batch keeps its own tuple of them,
+    # which neither the caller's list nor anything reached through the gc module can change
+    import gc
+
+    ms = [Message("T", b"%d" % i) for i in range(3)]
+    b = MessageBatch(ms)
+    ms.append(Message("T", b"x"))
+    ms[0] = Message("T", b"swapped")
+    held = [r for r in gc.get_referents(b) if isinstance(r, (list, tuple))]
+    assert held and all(type(r) is tuple for r in held)
+    assert [m.body for m in b] == [b"0", b"1", b"2"] and len(b) == 3
+
+
 def test_message_batch_keeps_inner_fields():
     ms = [Message("T", b"a", born_timestamp=1, born_host=("1.1.1.1", 1), flag=1, reconsume_times=1),
           Message("T", b"b", born_timestamp=2, born_host=("::2", 2), flag=2, reconsume_times=2)]
@@ -563,6 +577,22 @@ def test_message_ext_is_read_only():
     for attr in ("topic", "body", "queue_offset", "commit_log_offset", "store_size", "msg_id", "born_host"):
         with pytest.raises(AttributeError):
             setattr(e, attr, getattr(e, attr))
+
+
+def test_message_ext_body_is_a_read_only_member_slot():
+    # a member slot, not a property: CPython reads it without calling into the extension (LOAD_ATTR_SLOT);
+    # it must still be read-only, documented, and set on every MessageExt a read makes
+    import types
+
+    descr = MessageExt.__dict__["body"]
+    assert isinstance(descr, types.MemberDescriptorType) and descr.__doc__
+    e = decode_record(enc(base_message()))
+    assert e.body == base_message().body
+    with pytest.raises(AttributeError):
+        e.body = b"other"
+    with pytest.raises(AttributeError):
+        del e.body
+    assert e.body == base_message().body
 
 
 def test_message_ext_properties_is_a_copy():
