@@ -544,7 +544,7 @@ cdef class CommitLogCore:
                     return put_failed(_refusal_status(code))
                 size_arr[i] = message_length(<Message>mp, self.store_flag)
                 total += size_arr[i]
-                (<Message>mp).body_crc()
+                _crc_of(<Message>mp)                  # computed now, outside the lock, and kept by the message
         else:
             # from_bodies: the template's checks once, then each body's length and CRC (no Message per body)
             code = _refusal(tmpl, tq_key, self.max_message_size)
