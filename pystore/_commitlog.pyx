@@ -526,7 +526,9 @@ cdef class CommitLogCore:
         cdef int32_t crc_stack[CRC_STACK]
         cdef PyObject *bp
         cdef PyObject *mp
-        cdef PyObject *tq_key = <PyObject *>batch._tq_key
+        # held: another thread could re-run the batch's __init__ while this put waits for the lock
+        cdef str tq_key_ref = batch._tq_key
+        cdef PyObject *tq_key = <PyObject *>tq_key_ref
         cdef int code
         if not self.writeable:
             self.put_failed_times += 1

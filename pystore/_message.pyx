@@ -276,7 +276,15 @@ cdef int _TOPIC_CACHE_MAX = 4096
 cdef int _TQ_KEYS = 16
 
 
+cdef tuple _last_topic = (None, None)         # (topic str, its entry): one entry, replaced as a whole
+
+
 cdef tuple _topic_entry(str topic):
+    global _last_topic
+    cdef tuple last = _last_topic
+    if <object>PyTuple_GET_ITEM(last, 0) is topic:
+        # the same str object again (a caller's constant): no hashing, no dict lookup
+        return <tuple>PyTuple_GET_ITEM(last, 1)
     cdef tuple entry = _TOPIC_CACHE.get(topic)
     cdef bytes t
     cdef Py_ssize_t i, n
@@ -285,6 +293,7 @@ cdef tuple _topic_entry(str topic):
     cdef bint illegal = False
     cdef int version
     if entry is not None:
+        _last_topic = (topic, entry)
         return entry
     t = topic.encode("utf-8", "replace")
     n = PyBytes_GET_SIZE(t)
@@ -306,6 +315,7 @@ cdef tuple _topic_entry(str topic):
     if len(_TOPIC_CACHE) >= _TOPIC_CACHE_MAX:
         _TOPIC_CACHE.clear()
     _TOPIC_CACHE[topic] = entry
+    _last_topic = (topic, entry)
     return entry
 
 
@@ -334,6 +344,23 @@ cdef bytes _as_body(object body):
         raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__) from None
 
 
+cdef object _keys_text(keys):
+    """The stored KEYS text of ``keys`` (str, or an iterable of str joined by spaces), None for None. A C
+    function, not a static method: a Message is built per put, and the method lookup cost ~300 instructions."""
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        return keys
+    if isinstance(keys, (bytes, bytearray)):
+        raise TypeError("keys must be str or an iterable of str")
+    items = list(keys)
+    for k in items:
+        if not isinstance(k, str):
+            raise TypeError("keys must be str or an iterable of str, got item %r" % (k,))
+    return " ".join(items)
+
+
+@cython.freelist(32)      # built per put by most callers: reuse the memory of the last ones dropped
 cdef class Message:
     """A message to put: ``Message(topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
     delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None, born_host=("127.0.0.1", 0), sys_flag=0,
@@ -349,6 +376,7 @@ cdef class Message:
                  int delay_time_level=0, bint wait_store_msg_ok=True, born_timestamp=None,
                  born_host=("127.0.0.1", 0), int sys_flag=0, int reconsume_times=0,
                  long long prepared_transaction_offset=0):
+        self._mutable()                 # __init__ called again on a shared template would bypass the setters
         if not isinstance(topic, str):
             raise TypeError("topic must be str, got %s" % type(topic).__name__)
         self._topic = topic
@@ -373,20 +401,6 @@ cdef class Message:
         self._crc_known = False
         return 0
 
-    @staticmethod
-    def _keys_text(keys):
-        if keys is None:
-            return None
-        if isinstance(keys, str):
-            return keys
-        if isinstance(keys, (bytes, bytearray)):
-            raise TypeError("keys must be str or an iterable of str")
-        items = list(keys)
-        for k in items:
-            if not isinstance(k, str):
-                raise TypeError("keys must be str or an iterable of str, got item %r" % (k,))
-        return " ".join(items)
-
     cdef dict _build_props(self, tags, keys, int delay_level, bint wait, properties):
         cdef dict out = {}
         # like RocketMQ's Message(topic, tags, keys, ...), empty tags or keys are not set
@@ -395,7 +409,7 @@ cdef class Message:
                 raise TypeError("tags must be str or None, got %s" % type(tags).__name__)
             if tags:
                 out["TAGS"] = tags
-        kt = Message._keys_text(keys)
+        kt = _keys_text(keys)
         if kt:
             out["KEYS"] = kt
         if delay_level > 0:
@@ -507,7 +521,7 @@ cdef class Message:
     @keys.setter
     def keys(self, value):
         self._mutable()
-        self._put_special("KEYS", Message._keys_text(value))
+        self._put_special("KEYS", _keys_text(value))
 
     def _put_special(self, name, value):
         if value is None:

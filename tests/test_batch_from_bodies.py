@@ -171,6 +171,9 @@ def test_the_template_and_the_bodies_cannot_change_under_a_put():
             t.put_property("leak", "x")
         with pytest.raises(AttributeError, match="template"):
             t.clear_property("TAGS")
+        with pytest.raises(AttributeError, match="template"):
+            t.__init__("Other", b"x" * 1000)           # a second __init__ would bypass every setter
+        assert (t.topic, t.body) == ("FrozenT", b"")
     b = MessageBatch.from_bodies("FrozenT", [b"b1"])
     assert [m.properties for m in b.messages] == [{}]
     # the messages a batch hands out are the caller's own, not frozen
