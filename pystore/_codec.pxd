@@ -22,6 +22,7 @@ cdef enum:
     TRANSACTION_COMMIT_TYPE = 0x8
     TRANSACTION_ROLLBACK_TYPE = 0xC
     BIG_BODY = 262144                     # a body this big is copied into the log without the GIL
+    SPLIT_BODY = 4096                     # a MessageExt of a body this big keeps the rest of its record apart
 
 # check_record results: a positive record size, or one of these.
 cdef enum:

@@ -297,8 +297,26 @@ cdef int64_t tags_code_of(const unsigned char *rec, RecordView *v) noexcept nogi
 
 
 cdef MessageExt make_ext(const unsigned char *p, RecordView *v):
-    """A ``MessageExt`` with its own copy of the checked record at ``p``."""
-    return make_ext_shared(PyBytes_FromStringAndSize(<const char *>p, v.total_size), 0, v)
+    """A ``MessageExt`` with its own copy of the checked record at ``p``. A body of ``SPLIT_BODY`` bytes or more
+    is copied once, into the body; the rest of the record goes into ``raw`` (which puts the record together
+    again when asked): a reader that skips big bodies does not pay for copying them twice."""
+    cdef MessageExt e
+    cdef bytes rest
+    cdef int32_t head, tail
+    if v.body_len < SPLIT_BODY:
+        return make_ext_shared(PyBytes_FromStringAndSize(<const char *>p, v.total_size), 0, v)
+    head = v.body_pos
+    tail = v.total_size - v.body_pos - v.body_len
+    rest = PyBytes_FromStringAndSize(NULL, head + tail)
+    memcpy(PyBytes_AS_STRING(rest), p, head)
+    memcpy(PyBytes_AS_STRING(rest) + head, p + head + v.body_len, tail)
+    e = MessageExt.__new__(MessageExt)
+    e._raw = rest
+    e._base = 0
+    e._v = v[0]
+    e._body = PyBytes_FromStringAndSize(<const char *>p + v.body_pos, v.body_len)
+    e._split = True
+    return e
 
 
 cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v):

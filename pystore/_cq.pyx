@@ -26,12 +26,13 @@ cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MIN, int32_t, int64_t
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire, put_i64, store_i32_release
-from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
-                             TRANSACTION_TYPE_MASK, RecordView, check_record, find_property, make_ext,
-                             make_ext_shared, tags_code_of)
+from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, SPLIT_BODY, TRANSACTION_COMMIT_TYPE,
+                             TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, RecordView, check_record, find_property,
+                             make_ext, make_ext_shared, tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageExt, java_hash_utf8
@@ -601,6 +602,15 @@ cdef extern from *:
 cdef int64_t PREFETCH_UNITS = 4
 
 
+cdef object _record_tags(const unsigned char *rec, RecordView *v):
+    """The TAGS property of a checked record, as its ``MessageExt.tags`` would give it (None without one): a
+    TagFilter's names are tested before a message is made."""
+    cdef int32_t vp = 0, vl = 0
+    if v.props_len > 0 and find_property(rec + v.props_pos, v.props_len, "TAGS", 4, &vp, &vl):
+        return PyUnicode_DecodeUTF8(<const char *>rec + v.props_pos + vp, vl, "replace")
+    return None
+
+
 cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, int64_t *starts, int n,
                    list out) except -1:
     cdef bytes buf = PyBytes_FromStringAndSize(<const char *>f.base + start, end - start)
@@ -626,8 +636,9 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef int64_t codes[16]
     cdef int ncodes = 0, k
     cdef bint code_ok, in_disk
-    # a page without commit-log filters builds its messages a run at a time (_emit_run)
-    cdef bint shared = tag_names is None and filt is None
+    # a page without a filter object builds its messages a run at a time (_emit_run); a TagFilter's tag names
+    # are tested on the record itself
+    cdef bint shared = filt is None
     # one spare view past the last: a record is checked straight into the slot after the run, and moved to the
     # first slot when it starts the next run
     cdef RecordView run_views[RUN_RECORDS + 1]
@@ -706,7 +717,10 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 next_phy_file_start = phy - phy % cl_file_size + cl_file_size
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-            if shared:
+            if tag_names is not None and _record_tags(f.base + rpos, vp) not in tag_names:
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            if shared and vp.body_len < SPLIT_BODY:
                 if nrun > 0 and (nrun == RUN_RECORDS or rpos != run_end or run_end - run_start + size > RUN_BYTES):
                     _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
                     run_views[0] = run_views[nrun]
@@ -717,12 +731,12 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 nrun += 1
                 run_end = rpos + size
             else:
-                msg = make_ext(f.base + rpos, &v)
-                if tag_names is not None:
-                    if msg.tags not in tag_names:
-                        pos += CQ_STORE_UNIT_SIZE
-                        continue
-                elif filt is not None and not filt.is_matched_by_commit_log(msg):
+                # a filter object's message, or a big body (copied once: make_ext), after the run before it
+                if nrun > 0:
+                    _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                    nrun = 0
+                msg = make_ext(f.base + rpos, vp)
+                if filt is not None and not filt.is_matched_by_commit_log(msg):
                     pos += CQ_STORE_UNIT_SIZE
                     continue
                 out.append(msg)

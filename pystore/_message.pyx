@@ -23,6 +23,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM
 
@@ -848,9 +849,27 @@ cdef class MessageExt:
     @property
     def raw(self):
         """The stored record's bytes."""
-        if self._base != 0 or PyBytes_GET_SIZE(self._raw) != self._v.total_size:
+        cdef bytes full
+        cdef char *q
+        cdef int32_t head, n
+        if self._split:
+            # put the record together again: the part before the body, the body, the part after it
+            head = self._v.body_pos
+            n = self._v.body_len
+            full = PyBytes_FromStringAndSize(NULL, self._v.total_size)
+            q = PyBytes_AS_STRING(full)
+            memcpy(q, PyBytes_AS_STRING(self._raw), head)
+            memcpy(q + head, PyBytes_AS_STRING(self._body), n)
+            memcpy(q + head + n, PyBytes_AS_STRING(self._raw) + head, self._v.total_size - head - n)
+            self._raw = full
+            self._split = False
+        elif self._base != 0 or PyBytes_GET_SIZE(self._raw) != self._v.total_size:
             self._detach()
         return self._raw
+
+    cdef int32_t _after_body(self) noexcept:
+        """Where the bytes after the body (topic, properties) start in ``_raw``, minus their record position."""
+        return self._base - (self._v.body_len if self._split else 0)
 
     cdef _detach(self):
         """Take this record's own copy out of a shared run (the positions in ``_v`` are the record's own)."""
@@ -909,7 +928,7 @@ cdef class MessageExt:
     @property
     def topic(self):
         if self._topic is None:
-            self._topic = _utf8(self._raw, self._base + self._v.topic_pos, self._v.topic_len)
+            self._topic = _utf8(self._raw, self._after_body() + self._v.topic_pos, self._v.topic_len)
         return self._topic
 
     # ``body`` is a member slot, installed below the class: set when the message is made (make_ext_shared)
@@ -920,7 +939,7 @@ cdef class MessageExt:
 
     cdef dict _props(self):
         if self._properties is None:
-            self._properties = string_to_properties(_utf8(self._raw, self._base + self._v.props_pos,
+            self._properties = string_to_properties(_utf8(self._raw, self._after_body() + self._v.props_pos,
                                                           self._v.props_len))
         return self._properties
 

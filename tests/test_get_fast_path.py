@@ -19,7 +19,7 @@ from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
 from pystore._cq import QueueReader
 from pystore.errors import StoreClosedError
 from pystore.store import MessageStore
-from pystore.tools import decode_record
+from pystore.tools import decode_record, iter_commitlog
 
 TOPIC = "TopicTest"
 GROUP = "g"
@@ -226,6 +226,58 @@ def test_large_interleaved_and_file_crossing_records(store_factory):
     want = [(i % 2, i // 2, bytes([i % 251]) * n) for i, n in enumerate(sizes)]
     assert sorted(got) == sorted(want)
     store_factory.expect_messages(2 * len(sizes))
+
+
+def test_big_bodies_are_copied_once_and_read_whole(store_factory):
+    """A body of 4 KiB or more is copied once, into ``body``, and the rest of its record apart from it (raw puts
+    the record together when asked): every read path gives the record's own bytes and fields, before and after
+    raw is asked for, with and without a filter, and next to small records that share a page's copy."""
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    sizes = [10, 4095, 4096, 4097, 20, 70_000, 0, 5000, 3]
+    for i, n in enumerate(sizes):
+        m = Message(TOPIC, bytes([65 + i]) * n, tags="T%d" % (i % 2), keys=["k%d" % i], properties={"p": "é" * (i + 1)})
+        assert store.put_message(m).is_ok()
+    cl = store.config.commit_log_paths()
+
+    def on_disk(m) -> bytes:
+        with store.get_commit_log_data(m.commit_log_offset) as sel:
+            return bytes(sel.buffer[:m.store_size])
+
+    def check(m, i, raw_first: bool) -> None:
+        if raw_first:
+            assert m.raw == on_disk(m)
+        assert (m.body, m.topic, m.tags, m.keys, m.properties) == \
+            (bytes([65 + i]) * sizes[i], TOPIC, "T%d" % (i % 2), ["k%d" % i], {"TAGS": "T%d" % (i % 2),
+                                                                              "KEYS": "k%d" % i, "p": "é" * (i + 1)})
+        assert m.raw == on_disk(m) and len(m.raw) == m.store_size
+        assert m.body == bytes([65 + i]) * sizes[i] and m.properties["p"] == "é" * (i + 1)   # after raw, too
+        back = pickle.loads(pickle.dumps(m))
+        assert (back.raw, back.body, back.properties) == (m.raw, m.body, m.properties)
+
+    for raw_first in (False, True):
+        page = store.get_message(GROUP, TOPIC, 0, 0, 32)
+        assert [m.queue_offset for m in page.messages] == list(range(len(sizes)))
+        for i, m in enumerate(page.messages):
+            check(m, i, raw_first)
+        tagged = store.get_message(GROUP, TOPIC, 0, 0, 32, TagFilter("T1"))
+        assert [m.queue_offset for m in tagged.messages] == [i for i in range(len(sizes)) if i % 2]
+        for m in tagged.messages:
+            check(m, m.queue_offset, raw_first)
+
+        class Odd:
+            def is_matched_by_consume_queue(self, code):
+                return True
+
+            def is_matched_by_commit_log(self, msg):
+                return msg.queue_offset % 2 == 1
+
+        assert [m.queue_offset for m in store.get_message(GROUP, TOPIC, 0, 0, 32, Odd()).messages] == \
+            [i for i in range(len(sizes)) if i % 2]
+        for i, m in enumerate(m for m in iter_commitlog(cl) if m.topic == TOPIC):
+            check(m, i, raw_first)
+        for m in page.messages:
+            check(store.look_message_by_offset(m.commit_log_offset), m.queue_offset, raw_first)
+    store_factory.expect_messages(len(sizes))
 
 
 # -- the compiled answer is the Python method's ------------------------------------------------------------

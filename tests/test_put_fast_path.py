@@ -473,6 +473,74 @@ def test_message_changed_while_the_put_waits_is_refused_not_overrun(store_factor
     store_factory.expect_messages(1 + (2 if as_batch else 1))
 
 
+_REINIT_WHILE_WAITING = r"""
+import sys, threading, time
+sys.path.insert(0, sys.argv[2])
+from test_put_fast_path import wait_spinning_on_the_put_lock
+from pystore import Message, MessageBatch, PutMessageStatus
+from pystore.store import MessageStore
+
+with MessageStore.open(sys.argv[1], mapped_file_size_commit_log=1 << 20) as store:
+    # queue id 99: past the keys a topic caches, so the batch's topic-queue key is a string of its own
+    ms = [Message("TopicK", b"a", queue_id=99), Message("TopicK", b"b", queue_id=99)]
+    batch, out, started = MessageBatch(ms), [], threading.Event()
+
+    def putter():
+        started.set()
+        out.append(store.put_messages(batch))
+
+    lock = store._commitlog.put_lock
+    lock.acquire()
+    try:
+        t = threading.Thread(target=putter)
+        t.start()
+        wait_spinning_on_the_put_lock(t, started)
+        # drop every other reference to the key the waiting put checks the batch against
+        batch.__init__([Message("Other", b"x")])
+        ms[0].__init__("TopicK", b"a", queue_id=98)
+        del ms
+    finally:
+        lock.release()
+    t.join(60)
+    assert out and out[0].status is PutMessageStatus.MESSAGE_ILLEGAL, out
+print("ok")
+"""
+
+
+def test_a_batch_put_keeps_its_key_when_the_batch_is_reinitialised_while_it_waits(tmp_path):
+    # The put checks each message against the batch's topic-queue key after it got the lock, while another
+    # thread may have run the batch's __init__ again and dropped the key: the put must hold the key itself.
+    # In a child process with Python's debug allocator, which makes a read of freed memory fail every time.
+    import subprocess
+
+    env = dict(os.environ, PYTHONMALLOC="debug")
+    r = subprocess.run([sys.executable, "-c", _REINIT_WHILE_WAITING, str(tmp_path / "s"),
+                        os.path.dirname(os.path.abspath(__file__))],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_message_subclasses_are_built_and_put_alongside_the_free_list(store_factory):
+    # Message keeps a free list of dropped instances; subclasses (heap types) never use it
+    class Sub(Message):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.extra = 1
+
+    class Slots(Message):
+        __slots__ = ()
+
+    store = store_factory()
+    for r in range(200):
+        ms = [(Sub, Slots, Message)[i % 3]("TopicSub", b"%d-%d" % (r, i)) for i in range(9)]
+        assert [type(m) for m in ms[:3]] == [Sub, Slots, Message] and ms[0].extra == 1
+        assert store.put_messages(MessageBatch(ms)).is_ok()
+        del ms
+    got = list(iter_commitlog(store.config.commit_log_paths()))
+    assert [m.body for m in got if m.topic == "TopicSub"] == [b"%d-%d" % (r, i) for r in range(200) for i in range(9)]
+    store_factory.expect_messages(1800)
+
+
 # -- a message changed by another thread while its big body is copied (the GIL is released for it) ---------
 
 NOGIL_BODY = 256 * 1024                                    # a body this big is copied without the GIL
