@@ -378,23 +378,32 @@ cdef class Message:
                  born_host=("127.0.0.1", 0), int sys_flag=0, int reconsume_times=0,
                  long long prepared_transaction_offset=0):
         self._mutable()                 # __init__ called again on a shared template would bypass the setters
+        # everything is checked before anything is set: a second __init__ that raises leaves the message whole
+        cdef bint v6 = False
+        cdef int64_t born
         if not isinstance(topic, str):
             raise TypeError("topic must be str, got %s" % type(topic).__name__)
+        body_b = _as_body(body)
+        if born_timestamp is None:
+            born = now_ms()
+        else:
+            if not isinstance(born_timestamp, int) or isinstance(born_timestamp, bool):
+                raise TypeError("born_timestamp must be int milliseconds, got %r" % (born_timestamp,))
+            born = born_timestamp
+        host = born_host if isinstance(born_host, tuple) else tuple(born_host)
+        encode_host(host, &v6)          # checked here; cached, so _refresh finds it again at no cost
+        props = self._build_props(tags, keys, delay_time_level, wait_store_msg_ok, properties)
         self._topic = topic
-        self._set_body(body)
+        self._body = body_b
+        self._crc_known = False
         self._queue_id = queue_id
         self._flag = flag
         self._sys_flag = sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
         self._reconsume_times = reconsume_times
         self._prepared_transaction_offset = prepared_transaction_offset
-        if born_timestamp is None:
-            self._born_timestamp = now_ms()
-        else:
-            if not isinstance(born_timestamp, int) or isinstance(born_timestamp, bool):
-                raise TypeError("born_timestamp must be int milliseconds, got %r" % (born_timestamp,))
-            self._born_timestamp = born_timestamp
-        self._born_host = born_host if isinstance(born_host, tuple) else tuple(born_host)
-        self._props = self._build_props(tags, keys, delay_time_level, wait_store_msg_ok, properties)
+        self._born_timestamp = born
+        self._born_host = host
+        self._props = props
         self._refresh()
 
     cdef int _set_body(self, object body) except -1:
@@ -614,8 +623,11 @@ cdef class Message:
 
     @born_host.setter
     def born_host(self, value):
+        cdef bint v6 = False
         self._mutable()
-        self._born_host = value if isinstance(value, tuple) else tuple(value)
+        host = value if isinstance(value, tuple) else tuple(value)
+        encode_host(host, &v6)          # a bad host raises before the message changes
+        self._born_host = host
         self._refresh()
 
     @property

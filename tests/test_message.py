@@ -403,6 +403,21 @@ def test_setter_born_host():
     assert decode_record(enc(m)).born_host == ("10.1.1.1", 2)
 
 
+@pytest.mark.parametrize("bad", [dict(tags=5), dict(born_host=("not-an-ip", 1)), dict(born_timestamp="now"),
+                                 dict(properties={"k": 1}), dict(keys=[b"k"])])
+def test_a_failed_second_init_or_host_change_leaves_the_message_whole(bad):
+    # everything is checked before anything is set: the record a put stores is the message's one state
+    m = base_message()
+    before = enc(m)
+    with pytest.raises((TypeError, ValueError)):
+        m.__init__("NewTopic", b"other body", **bad)
+    assert (m.topic, m.body) == (base_message().topic, base_message().body)
+    assert enc(m) == before == expected_record(m)
+    with pytest.raises(ValueError):
+        m.born_host = ("not-an-ip", 1)
+    assert m.born_host == base_message().born_host and enc(m) == before
+
+
 def test_setter_delay_time_level():
     m = base_message()
     m.delay_time_level = 4
