@@ -3,6 +3,7 @@
     python bench/profile_put.py --seconds 10 --mode single           # put_message of a prebuilt 128 B Message
     python bench/profile_put.py --mode batch --batch 32 --size 128   # put_messages of a prebuilt batch
     python bench/profile_put.py --mode construct                     # build a Message per put
+    python bench/profile_put.py --mode bodies                        # from_bodies over 10 000 distinct batches
     python bench/profile_put.py --mode sync --threads 16             # SYNC_FLUSH put_message from 16 threads
                                                                      # (and the puts each flush covered)
 
@@ -33,7 +34,7 @@ import benchlib  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--mode", choices=["single", "batch", "construct", "sync"], default="single")
+    p.add_argument("--mode", choices=["single", "batch", "construct", "bodies", "sync"], default="single")
     p.add_argument("--batch", type=int, default=32, help="messages per batch (--mode batch)")
     p.add_argument("--size", type=int, default=128, help="body bytes")
     p.add_argument("--threads", type=int, default=1, help="putting threads (--mode sync)")
@@ -49,10 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, object] = {"flush_commit_log_timed": a.timed_flush}
     if a.mode == "sync":
         overrides["flush_disk_type"] = api["FlushDiskType"].SYNC_FLUSH
-    per_op = a.batch if a.mode == "batch" else 1
+    per_op = a.batch if a.mode in ("batch", "bodies") else 1
     msg = Message(benchlib.TOPIC, body)
     batch = MessageBatch([Message(benchlib.TOPIC, b) for b in benchlib.payloads(a.batch, a.size)])
     rec = api["record_length"](msg)
+    pool: list[list[bytes]] = []
+    if a.mode == "bodies":
+        flat = benchlib.payloads(10_000 * a.batch, a.size)
+        pool = [flat[i:i + a.batch] for i in range(0, len(flat), a.batch)]
     ops_per_store = int(a.file_size * 0.9) // (rec * per_op)
     total = 0
     stores = 0
@@ -80,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
                         put(Message(benchlib.TOPIC, body))
                     n += 10_000
                     if time.perf_counter() >= t_end:
+                        break
+            elif a.mode == "bodies":
+                # as bench/peers.py appends: the caller's bytes, 10 000 distinct batches built before timing
+                put, n, fb, topic = store.put_messages, 0, MessageBatch.from_bodies, benchlib.TOPIC
+                while True:             # whole passes over the pool, as long as the next one fits in the file
+                    for b in pool:
+                        put(fb(topic, b))
+                    n += len(pool)
+                    if n + len(pool) > ops_per_store or time.perf_counter() >= t_end:
                         break
             elif a.mode == "batch":
                 put, n = store.put_messages, 0
