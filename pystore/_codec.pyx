@@ -296,11 +296,20 @@ cdef int64_t tags_code_of(const unsigned char *rec, RecordView *v) noexcept nogi
     return 0
 
 
+cdef inline MessageExt _new_ext(bytes raw, int32_t base, RecordView *v, bytes body, bint split):
+    cdef MessageExt e = MessageExt.__new__(MessageExt)
+    e._raw = raw
+    e._base = base
+    e._v = v[0]
+    e._body = body
+    e._split = split
+    return e
+
+
 cdef MessageExt make_ext(const unsigned char *p, RecordView *v):
     """A ``MessageExt`` with its own copy of the checked record at ``p``. A body of ``SPLIT_BODY`` bytes or more
     is copied once, into the body; the rest of the record goes into ``raw`` (which puts the record together
     again when asked): a reader that skips big bodies does not pay for copying them twice."""
-    cdef MessageExt e
     cdef bytes rest
     cdef int32_t head, tail
     if v.body_len < SPLIT_BODY:
@@ -310,24 +319,14 @@ cdef MessageExt make_ext(const unsigned char *p, RecordView *v):
     rest = PyBytes_FromStringAndSize(NULL, head + tail)
     memcpy(PyBytes_AS_STRING(rest), p, head)
     memcpy(PyBytes_AS_STRING(rest) + head, p + head + v.body_len, tail)
-    e = MessageExt.__new__(MessageExt)
-    e._raw = rest
-    e._base = 0
-    e._v = v[0]
-    e._body = PyBytes_FromStringAndSize(<const char *>p + v.body_pos, v.body_len)
-    e._split = True
-    return e
+    return _new_ext(rest, 0, v, PyBytes_FromStringAndSize(<const char *>p + v.body_pos, v.body_len), True)
 
 
 cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v):
     """A ``MessageExt`` of the checked record that starts ``base`` bytes into ``buf`` (a copy it may share
     with the records next to it)."""
-    cdef MessageExt e = MessageExt.__new__(MessageExt)
-    e._raw = buf
-    e._base = base
-    e._v = v[0]
-    e._body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(buf) + base + v.body_pos, v.body_len)
-    return e
+    return _new_ext(buf, base, v, PyBytes_FromStringAndSize(PyBytes_AS_STRING(buf) + base + v.body_pos, v.body_len),
+                    False)
 
 
 cdef inline bint _topic_bytes_ok(const unsigned char *t, int32_t n) noexcept nogil:

@@ -41,15 +41,6 @@ from pystore.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
 
-cdef extern from "Python.h":
-    # two exact str objects (topic-queue keys): never fails
-    int _unicode_compare "PyUnicode_Compare"(PyObject *a, PyObject *b) noexcept
-
-
-cdef inline bint unicode_equal(PyObject *a, PyObject *b) noexcept:
-    return _unicode_compare(a, b) == 0
-
-
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutexattr_t:
         pass
@@ -212,7 +203,7 @@ cdef enum:
     REFUSE_PROPERTIES = 2
 
 
-cdef inline int _refusal(Message m, PyObject *tq_key, int64_t max_size) noexcept:
+cdef inline int _refusal(Message m, str tq_key, int64_t max_size) noexcept:
     """Why a batch refuses this message of it (or its template, for ``from_bodies``), REFUSE_NONE if it may go
     in: properties and topic legal, body within ``max_size``, no delay, not transactional, and the batch's
     topic and queue (keys of one topic and queue are one interned object, so the compare is by identity
@@ -221,7 +212,7 @@ cdef inline int _refusal(Message m, PyObject *tq_key, int64_t max_size) noexcept
         return REFUSE_PROPERTIES if m._illegal == 2 else REFUSE_ILLEGAL
     if (bytes_size(<PyObject *>m._body) > max_size or m._delay_level > 0
             or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
-            or not (<PyObject *>m._tq_key == tq_key or unicode_equal(<PyObject *>m._tq_key, tq_key))):
+            or not (m._tq_key is tq_key or m._tq_key == tq_key)):
         return REFUSE_ILLEGAL
     return REFUSE_NONE
 
@@ -236,8 +227,7 @@ cdef inline int32_t _crc_of(Message m) noexcept:
     return m._body_crc if m._crc_known else m.body_crc()
 
 
-cdef bint _batch_unchanged(tuple ms, int32_t *sizes, PyObject *tq_key, int64_t max_size,
-                           int32_t store_flag) noexcept:
+cdef bint _batch_unchanged(tuple ms, int32_t *sizes, str tq_key, int64_t max_size, int32_t store_flag) noexcept:
     """Whether every message of the batch still has the size and verdict it was checked with before the lock
     (another thread may change a message while this one waits for the lock)."""
     cdef Py_ssize_t i
@@ -527,8 +517,7 @@ cdef class CommitLogCore:
         cdef PyObject *bp
         cdef PyObject *mp
         # held: another thread could re-run the batch's __init__ while this put waits for the lock
-        cdef str tq_key_ref = batch._tq_key
-        cdef PyObject *tq_key = <PyObject *>tq_key_ref
+        cdef str tq_key = batch._tq_key
         cdef int code
         if not self.writeable:
             self.put_failed_times += 1

@@ -345,6 +345,15 @@ cdef bytes _as_body(object body):
         raise TypeError("body must be bytes or a buffer, got %s" % type(body).__name__) from None
 
 
+cdef inline tuple _checked_host(object host):
+    """``host`` as the tuple a Message keeps, checked (a bad one raises before the message changes); its encoding
+    is cached, so the ``_refresh`` that follows finds it again at no cost."""
+    cdef bint v6 = False
+    cdef tuple t = host if isinstance(host, tuple) else tuple(host)
+    encode_host(t, &v6)
+    return t
+
+
 cdef object _keys_text(keys):
     """The stored KEYS text of ``keys`` (str, or an iterable of str joined by spaces), None for None. A C
     function, not a static method: a Message is built per put, and the method lookup cost ~300 instructions."""
@@ -379,7 +388,6 @@ cdef class Message:
                  long long prepared_transaction_offset=0):
         self._mutable()                 # __init__ called again on a shared template would bypass the setters
         # everything is checked before anything is set: a second __init__ that raises leaves the message whole
-        cdef bint v6 = False
         cdef int64_t born
         if not isinstance(topic, str):
             raise TypeError("topic must be str, got %s" % type(topic).__name__)
@@ -390,8 +398,7 @@ cdef class Message:
             if not isinstance(born_timestamp, int) or isinstance(born_timestamp, bool):
                 raise TypeError("born_timestamp must be int milliseconds, got %r" % (born_timestamp,))
             born = born_timestamp
-        host = born_host if isinstance(born_host, tuple) else tuple(born_host)
-        encode_host(host, &v6)          # checked here; cached, so _refresh finds it again at no cost
+        host = _checked_host(born_host)
         props = self._build_props(tags, keys, delay_time_level, wait_store_msg_ok, properties)
         self._topic = topic
         self._body = body_b
@@ -623,11 +630,8 @@ cdef class Message:
 
     @born_host.setter
     def born_host(self, value):
-        cdef bint v6 = False
         self._mutable()
-        host = value if isinstance(value, tuple) else tuple(value)
-        encode_host(host, &v6)          # a bad host raises before the message changes
-        self._born_host = host
+        self._born_host = _checked_host(value)
         self._refresh()
 
     @property
