@@ -26,7 +26,7 @@ from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms
-from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_END,
+from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like, encode_message,
                              encode_with_body, find_next_record, make_ext, message_length, scan_records, write_blank)
@@ -673,12 +673,16 @@ cdef class CommitLogCore:
 # Reading records out of mapped files
 # ------------------------------------------------------------------------------------------------------
 
-def read_message(MappedFile mf, long long pos, bint verify_crc=False):
+def read_message(MappedFile mf, long long pos, bint verify_crc=False, bint strict=False):
     """Decode the record at ``pos`` of ``mf`` (a copy), or None when no whole valid record starts there
-    (past the readable end, a blank, not a record boundary, or the file is going away)."""
+    (past the readable end, a blank, not a record boundary, or the file is going away).
+
+    ``strict`` (the read paths of a store): a record must name its own place (PHYSICALOFFSET == the offset
+    asked for), or it is not the message stored there (a misplaced or swapped file): None. A record that
+    names its place but fails its CRC (``verify_crc``) is damage: ``StoreCorruptedError``."""
     cdef RecordView v
     cdef int32_t r
-    cdef int64_t rp
+    cdef int64_t rp, at = mf.file_from_offset + pos
     cdef object e = None
     if mf.base == NULL or not mf.c_hold():
         return None
@@ -686,6 +690,10 @@ def read_message(MappedFile mf, long long pos, bint verify_crc=False):
         rp = mf.read_position()
         if 0 <= pos < rp:
             r = check_record(mf.base + pos, rp - pos, verify_crc, &v)
+            if strict and (r > 0 or r == REC_BAD_CRC) and v.phy_offset != at:
+                return None
+            if r == REC_BAD_CRC and strict:
+                raise StoreCorruptedError(mf.file_name, at, "the body of the record stored here fails its CRC")
             if r > 0:
                 e = make_ext(mf.base + pos, &v)
         return e

@@ -12,6 +12,7 @@ cdef enum:
 
 cdef class ConsumeQueueCore:
     cdef readonly str topic
+    cdef readonly bytes topic_utf8             # the topic as records store it (checked on each read)
     cdef readonly int32_t queue_id
     cdef readonly int64_t file_size
     cdef public object queue                   # MappedFileQueue of this queue's files

@@ -24,13 +24,14 @@ commit, a store whose queues are missing); and the read-side scans behind ``get_
 
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MIN, int32_t, int64_t
+from libc.string cimport memcmp
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire, put_i64, store_i32_release
-from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, SPLIT_BODY, TRANSACTION_COMMIT_TYPE,
+from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, REC_END, SPLIT_BODY, TRANSACTION_COMMIT_TYPE,
                              TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, RecordView, check_record, find_property,
                              make_ext, make_ext_shared, tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
@@ -39,7 +40,9 @@ from pystore._message cimport Message, MessageExt, java_hash_utf8
 
 import logging
 
+from pystore._codec import REASONS as _REASONS
 from pystore._commitlog import read_message
+from pystore.errors import StoreCorruptedError
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,7 @@ cdef class ConsumeQueueCore:
         if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError("consume-queue file size must be a positive multiple of 20, got %d" % file_size)
         self.topic = topic
+        self.topic_utf8 = topic.encode("utf-8", "surrogatepass")
         self.queue_id = queue_id
         self.file_size = file_size
         self.queue = queue
@@ -539,9 +543,11 @@ cdef class ReadLimits:
     cdef public int64_t bytes_in_disk
     cdef public int32_t count_in_disk
     cdef public int64_t memory_window      # commit-log distance from the end still considered in memory
+    cdef public bint check_crc             # check_crc_on_read: each served record's body CRC is checked
 
     def __init__(self, long long bytes_in_memory, int count_in_memory, long long bytes_in_disk, int count_in_disk,
-                 long long memory_window):
+                 long long memory_window, bint check_crc=True):
+        self.check_crc = check_crc
         self.bytes_in_memory = bytes_in_memory
         self.count_in_memory = count_in_memory
         self.bytes_in_disk = bytes_in_disk
@@ -611,6 +617,45 @@ cdef object _record_tags(const unsigned char *rec, RecordView *v):
     return None
 
 
+cdef enum:
+    DAMAGE_NONE = 0
+    DAMAGE_RECORD = 1       # no valid record where the unit points (bad magic, lengths or CRC)
+    DAMAGE_MISMATCH = 2     # a valid record, but not the unit's: another size, place, topic, queue or offset
+
+
+cdef inline int _unit_damage(int32_t r, RecordView *v, const unsigned char *rec, int64_t phy, int32_t size,
+                             ConsumeQueueCore cq, int64_t queue_offset) noexcept:
+    """Is the record at ``rec`` (checked into ``v`` with result ``r``) the one the unit of ``queue_offset``
+    names? A swapped or misplaced file, or a unit written over, shows here rather than as a wrong message."""
+    cdef Py_ssize_t tl
+    if r <= 0:
+        return DAMAGE_RECORD if r != REC_END or size > 0 else DAMAGE_NONE
+    if v.total_size != size or v.phy_offset != phy:
+        return DAMAGE_MISMATCH
+    if cq is not None:
+        tl = PyBytes_GET_SIZE(cq.topic_utf8)
+        if (v.queue_id != cq.queue_id or v.queue_offset != queue_offset or v.topic_len != tl
+                or memcmp(rec + v.topic_pos, PyBytes_AS_STRING(cq.topic_utf8), tl) != 0):
+            return DAMAGE_MISMATCH
+    return DAMAGE_NONE
+
+
+cdef int _raise_damage(int damage, int32_t r, RecordView *v, MappedFile f, int64_t phy, int32_t size,
+                       MappedFile cqf, int64_t pos, ConsumeQueueCore cq) except -1:
+    cdef int64_t unit_at = cqf.file_from_offset + pos
+    if damage == DAMAGE_RECORD:
+        raise StoreCorruptedError(
+            f.file_name, phy, "%s where the consume-queue unit at %d of %s points (%d bytes)"
+            % (_REASONS.get(r, "no valid record"), unit_at, cqf.file_name, size))
+    where = "" if cq is None else " of %s/%d" % (cq.topic, cq.queue_id)
+    raise StoreCorruptedError(
+        cqf.file_name, unit_at,
+        "the consume-queue unit for queue offset %d%s points at commit-log offset %d (%d bytes), where the record "
+        "is %d bytes of queue %d, queue offset %d, stored for offset %d: the queue or the commit log is damaged "
+        "(`pystore recover` rebuilds the queues from the commit log)"
+        % (unit_at // CQ_STORE_UNIT_SIZE, where, phy, size, v.total_size, v.queue_id, v.queue_offset, v.phy_offset))
+
+
 cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, int64_t *starts, int n,
                    list out) except -1:
     cdef bytes buf = PyBytes_FromStringAndSize(<const char *>f.base + start, end - start)
@@ -622,9 +667,14 @@ cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, 
 
 cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files, int64_t cl_file_size,
                int64_t cl_max_offset, int32_t max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
-               object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out) except -1:
+               object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out,
+               ConsumeQueueCore cq=None) except -1:
     """The scan behind ``get_message``; the caller holds ``cqf``. Each commit-log file is held while its
-    records are read (a filter's Python code may let a cleaner run meanwhile)."""
+    records are read (a filter's Python code may let a cleaner run meanwhile).
+
+    Every record served is checked against its unit (``_unit_damage``): size, place, topic, queue id and queue
+    offset, and with ``lim.check_crc`` the body CRC. A mismatch is damage, never a message: the page ends
+    before it, or, when it is the page's first unit, ``StoreCorruptedError`` names the file at fault."""
     cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
     cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit, ahead
     cdef int32_t size, count = 0, r
@@ -634,7 +684,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef RecordView v
     cdef MessageExt msg
     cdef int64_t codes[16]
-    cdef int ncodes = 0, k
+    cdef int ncodes = 0, k, damage
     cdef bint code_ok, in_disk
     # a page without a filter object builds its messages a run at a time (_emit_run); a TagFilter's tag names
     # are tested on the record itself
@@ -668,6 +718,11 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             if phy < next_phy_file_start:
                 pos += CQ_STORE_UNIT_SIZE
                 continue
+            if phy + size > cl_max_offset:
+                # past this call's view of the commit log: its file list was taken before the queue's (a put
+                # that rolled to a new file meanwhile wrote units pointing into it). Not readable yet, never
+                # skipped: the next call sees it.
+                break
             in_disk = (cl_max_offset - phy) > lim.memory_window
             if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
                 break
@@ -710,8 +765,16 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                     if 0 <= ahead < rp:
                         prefetch_record(f.base + ahead, <int>min(rp - ahead, 256))
                 vp = &run_views[nrun] if shared else &v
-                r = check_record(f.base + rpos, rp - rpos, False, vp)
-            if r <= 0 or vp.total_size != size:
+                r = check_record(f.base + rpos, rp - rpos, lim.check_crc, vp)
+                damage = _unit_damage(r, vp, f.base + rpos, phy, size, cq, (cqf.file_from_offset + pos)
+                                      // CQ_STORE_UNIT_SIZE)
+                if damage != DAMAGE_NONE:
+                    if count > 0:
+                        break               # the good messages before it first; the next read starts at it
+                    _raise_damage(damage, r, vp, f, phy, size, cqf, pos, cq)
+            if r <= 0:
+                # the record's file is gone or going (deleted by the cleaner): RocketMQ's MESSAGE_WAS_REMOVING,
+                # and the rest of that file is skipped
                 if count == 0:
                     status = SCAN_WAS_REMOVING
                 next_phy_file_start = phy - phy % cl_file_size + cl_file_size
@@ -866,7 +929,7 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
     out = []
     try:
         code = _scan(mf, pos, end, cl_files, cl_file_size, cl_max, nums, lim, tag_codes, tag_names, filt, out,
-                     &consumed, &total, &last_phy)
+                     &consumed, &total, &last_phy, cq)
     finally:
         mf.c_release()
     # the scan's next offset is never corrected, on a slave either (RocketMQ: offset + units visited)
@@ -1114,4 +1177,4 @@ cdef class QueueReader:
         mf = _find_file(q.files, q.mapped_file_size, commit_log_offset)
         if mf is None:
             return None
-        return read_message(mf, commit_log_offset - mf.file_from_offset)
+        return read_message(mf, commit_log_offset - mf.file_from_offset, self.lim.check_crc, True)

@@ -73,7 +73,7 @@ class CommitLog(CommitLogCore):
         mf = self.queue.find_mapped_file_by_offset(offset)
         if mf is None:
             return None
-        return read_message(mf, offset - mf.file_from_offset)
+        return read_message(mf, offset - mf.file_from_offset, self.config.check_crc_on_read, True)
 
     def pickup_store_timestamp(self, offset: int) -> int:
         """RocketMQ ``pickupStoreTimestamp``: the store time of the record at ``offset``, -1 if none."""

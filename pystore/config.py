@@ -95,6 +95,9 @@ class StoreConfig:
     redelete_hanged_file_interval: int = 120_000
     max_message_size: int = 4 * 1024 * 1024
     check_crc_on_recover: bool = True
+    # pystore: reads check each served record's body CRC and that its header is the one asked for (Kafka's
+    # consumer ``check.crcs``); damage raises StoreCorruptedError instead of serving the record.
+    check_crc_on_read: bool = True
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_hash_slot_num: int = 5_000_000
@@ -289,6 +292,8 @@ _INT_RANGES = {
             "delete_commit_log_files_interval",
             "delete_consume_queue_files_interval",
             "destroy_mapped_file_interval_forcibly",
+            # RocketMQ: 0 hours = every commit-log file but the current one has expired (broker.conf uses it)
+            "file_reserved_time",
         ),
         (0, _JAVA_INT_MAX),
     ),

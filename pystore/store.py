@@ -217,7 +217,8 @@ class MessageStore:
         self._limits = ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
                                   cfg.max_transfer_count_on_message_in_memory,
                                   cfg.max_transfer_bytes_on_message_in_disk, cfg.max_transfer_count_on_message_in_disk,
-                                  _physical_memory() * cfg.access_message_in_memory_max_ratio // 100)
+                                  _physical_memory() * cfg.access_message_in_memory_max_ratio // 100,
+                                  cfg.check_crc_on_read)
         abnormal = not self.last_exit_ok and not self.read_only
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
@@ -754,7 +755,7 @@ class MessageStore:
                 mf = cl.queue.find_mapped_file_by_offset(commit_log_offset)
             if mf is None:
                 return None
-        return read_message(mf, commit_log_offset - mf.file_from_offset)
+        return read_message(mf, commit_log_offset - mf.file_from_offset, self.config.check_crc_on_read, True)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message with this offset message id (store host + port + commit-log offset, hex)."""

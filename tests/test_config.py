@@ -48,6 +48,7 @@ API_DEFAULTS = [
     ("redelete_hanged_file_interval", 120_000),
     ("max_message_size", 4 * 1024 * 1024),
     ("check_crc_on_recover", True),
+    ("check_crc_on_read", True),
     ("message_index_enable", True),
     ("message_index_safe", False),
     ("max_hash_slot_num", 5_000_000),

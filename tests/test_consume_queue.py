@@ -20,6 +20,7 @@ import reference_codec as ref
 from conftest import BORN_HOST, SMALL_INDEX, make_message
 
 from pystore import GetMessageStatus, MessageStore
+from pystore.errors import StoreCorruptedError
 from pystore.consume_queue import ConsumeQueue
 from pystore.tools import iter_commitlog, iter_consume_queue
 
@@ -271,7 +272,7 @@ STORE_HOST = ("192.168.0.1", 10911)
 T0 = 1_700_000_000_000
 
 
-def build_foreign_store(root, plan):
+def build_foreign_store(root, plan, first_queue_offset=0):
     """Write a store folder from FORMAT.md alone: commit-log records (``reference_codec``), an 8-byte blank at
     each file end, consume-queue units with ``struct``, a 5.x checkpoint. ``plan`` is a list of
     ``(topic, queue_id, tags)``; returns one dict per message with what a reader must see."""
@@ -287,7 +288,7 @@ def build_foreign_store(root, plan):
         props["KEYS"] = "fk%d" % i
         props["UNIQ_KEY"] = "U%04d" % i
         body = b"foreign body %d " % i + bytes(range(i % 50))
-        qoff = next_qoff.get((topic, qid), 0)
+        qoff = next_qoff.get((topic, qid), first_queue_offset)
         store_ts = T0 + 1000 * i
         args = dict(topic=topic, body=body, properties_string=ref.properties_string(props), queue_id=qid, flag=i,
                     queue_offset=qoff, sys_flag=0, born_ts=store_ts - 5, born_host=BORN_HOST, store_ts=store_ts,
@@ -449,7 +450,7 @@ def test_foreign_queue_whose_head_files_were_deleted(tmp_path):
 def test_foreign_queue_with_filler_units(tmp_path):
     """A RocketMQ queue created at offset 4 (``fillPreBlank``): fillers are skipped, the min offset is 4."""
     root = str(tmp_path / "foreign")
-    msgs = build_foreign_store(root, [("TopicX", 0, "TagA")] * 6)
+    msgs = build_foreign_store(root, [("TopicX", 0, "TagA")] * 6, first_queue_offset=4)
     d = cq_dir(root, "TopicX", 0)
     units = [UNIT.pack(*FILLER)] * 4 + [UNIT.pack(m["phy"], m["size"], tags_code("TagA")) for m in msgs]
     for name in os.listdir(d):
@@ -458,7 +459,6 @@ def test_foreign_queue_with_filler_units(tmp_path):
     for start in range(0, len(raw), FOREIGN_CQ):
         with open(os.path.join(d, "%020d" % start), "wb") as f:
             f.write(raw[start:start + FOREIGN_CQ].ljust(FOREIGN_CQ, b"\0"))
-    # the queue offsets inside the records say 0..5; the units sit at 4..9: a reader goes by the unit
     with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
         assert store.get_min_offset_in_queue("TopicX", 0) == 4
         assert store.get_max_offset_in_queue("TopicX", 0) == 10
@@ -468,3 +468,23 @@ def test_foreign_queue_with_filler_units(tmp_path):
         assert [m.body for m in r.messages] == [m["body"] for m in msgs]
         assert r.next_begin_offset == 10
     assert list(iter_consume_queue(d)) == [(m["phy"], m["size"], tags_code("TagA")) for m in msgs]
+
+
+def test_unit_whose_record_names_another_queue_offset_is_damage(tmp_path):
+    """Units at queue offsets 4..9 over records that say 0..5: the queue and the log disagree, so a read
+    refuses the unit (naming the consume-queue file and the unit's offset) instead of serving the record."""
+    root = str(tmp_path / "foreign")
+    msgs = build_foreign_store(root, [("TopicX", 0, "TagA")] * 6)
+    d = cq_dir(root, "TopicX", 0)
+    units = [UNIT.pack(*FILLER)] * 4 + [UNIT.pack(m["phy"], m["size"], tags_code("TagA")) for m in msgs]
+    for name in os.listdir(d):
+        os.unlink(os.path.join(d, name))
+    raw = b"".join(units)
+    for start in range(0, len(raw), FOREIGN_CQ):
+        with open(os.path.join(d, "%020d" % start), "wb") as f:
+            f.write(raw[start:start + FOREIGN_CQ].ljust(FOREIGN_CQ, b"\0"))
+    with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
+        with pytest.raises(StoreCorruptedError) as e:
+            store.get_message(GROUP, "TopicX", 0, 4, 32)
+    assert e.value.path == os.path.join(d, "%020d" % 0) and e.value.offset == 4 * 20
+    assert "queue offset 0" in str(e.value)

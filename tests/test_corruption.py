@@ -515,9 +515,15 @@ def test_check_crc_on_recover_is_honoured(tmp_path):
     for abnormal in (False, True):
         if abnormal:
             make_abnormal(root)
-        with open_store(root, check_crc_on_recover=False) as store:
+        with open_store(root, check_crc_on_recover=False, check_crc_on_read=False) as store:
             assert store.recovery.process_offset == w.end and store.get_max_phy_offset() == w.end
             assert store.look_message_by_offset(v.offset).body != v.body
+            cw.check_message(store.look_message_by_offset(w.records[-1].offset), w.records[-1].idx)
+        # reads check the CRC by default (check_crc_on_read): the damaged record is refused, never served
+        with open_store(root, check_crc_on_recover=False) as store:
+            with pytest.raises(StoreCorruptedError) as ei:
+                store.look_message_by_offset(v.offset)
+            assert (ei.value.path, ei.value.offset) == (file_of(root, v.offset), v.offset)
             cw.check_message(store.look_message_by_offset(w.records[-1].offset), w.records[-1].idx)
     make_abnormal(root)
     with pytest.raises(StoreCorruptedError) as ei:
@@ -546,6 +552,79 @@ def test_damage_before_normal_recovery_window(tmp_path):
     with pytest.raises(StoreCorruptedError) as ei:
         open_store(root)
     assert (ei.value.path, ei.value.offset) == (file_of(root, v.offset), v.offset)
+
+
+def test_damaged_body_before_the_recovery_window_is_never_served(tmp_path):
+    """A clean open does not walk old files, so reads check what they serve (``check_crc_on_read``): the
+    messages before the damaged one are served, the damaged one is refused naming its file and offset,
+    by queue and by offset; with the check off it is read as stored (RocketMQ)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=500, seed=6)
+    v = victim_in_file(w, files_with_records(w)[0], random.Random(6))
+    flip_bit(root, body_offset(v) + len(v.body) // 2, 3)
+    before = [r for r in w.records if (r.topic, r.queue_id) == (v.topic, v.queue_id) and r.offset < v.offset]
+    with open_store(root) as store:
+        got = []
+        offset = 0
+        while offset < v.queue_offset:
+            r = store.get_message("g", v.topic, v.queue_id, offset, 32)
+            assert r.status.name == "FOUND" and r.next_begin_offset == offset + len(r.messages)
+            got.extend(r.messages)
+            offset = r.next_begin_offset
+        assert [m.commit_log_offset for m in got] == [r.offset for r in before]
+        with pytest.raises(StoreCorruptedError) as ei:
+            store.get_message("g", v.topic, v.queue_id, v.queue_offset, 32)
+        assert (ei.value.path, ei.value.offset) == (file_of(root, v.offset), v.offset)
+        with pytest.raises(StoreCorruptedError) as ei:
+            store.look_message_by_offset(v.offset)
+        assert (ei.value.path, ei.value.offset) == (file_of(root, v.offset), v.offset)
+    with open_store(root, check_crc_on_read=False) as store:
+        m = store.get_message("g", v.topic, v.queue_id, v.queue_offset, 1).messages[0]
+        assert m.commit_log_offset == v.offset and m.body != v.body
+
+
+def test_unit_pointing_at_another_queues_record_is_refused(tmp_path):
+    """A consume-queue unit rewritten to point at a record of another queue: the read refuses it, naming the
+    consume-queue file and the unit's offset, instead of serving the other queue's message."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=300, seed=7)
+    a = w.records[10]
+    b = next(r for r in w.records if (r.topic, r.queue_id) != (a.topic, a.queue_id))
+    cq_file = os.path.join(root, "consumequeue", a.topic, str(a.queue_id), "%020d" % 0)
+    with open(cq_file, "r+b") as f:
+        f.seek(a.queue_offset * 20)
+        f.write(struct.pack(">qi", b.offset, b.size))
+    with open_store(root) as store:
+        with pytest.raises(StoreCorruptedError) as ei:
+            store.get_message("g", a.topic, a.queue_id, a.queue_offset, 32)
+        assert (ei.value.path, ei.value.offset) == (cq_file, a.queue_offset * 20)
+        if a.queue_offset > 0:          # the page before it is served and stops right before it
+            r = store.get_message("g", a.topic, a.queue_id, 0, 64)
+            assert r.next_begin_offset == a.queue_offset == len(r.messages)
+            assert all((m.topic, m.queue_id) == (a.topic, a.queue_id) for m in r.messages)
+
+
+def test_swapped_commit_log_files_never_serve_a_record_for_another_offset(tmp_path):
+    """Two whole commit-log files exchanged: a look by offset never returns a record stored for another
+    offset (it finds none there), and a read by queue refuses the mismatch."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=500, seed=8)
+    files = files_with_records(w)
+    a, b = files[0], files[1]
+    pa, pb = file_of(root, a), file_of(root, b)
+    da, db = open(pa, "rb").read(), open(pb, "rb").read()
+    with open(pa, "wb") as f:
+        f.write(db)
+    with open(pb, "wb") as f:
+        f.write(da)
+    moved = [r for r in w.records if a <= r.offset < b + FILE_SIZE]
+    with open_store(root) as store:
+        for r in moved:
+            m = store.look_message_by_offset(r.offset)
+            assert m is None or m.commit_log_offset == r.offset
+        r0 = moved[0]
+        with pytest.raises(StoreCorruptedError):
+            store.get_message("g", r0.topic, r0.queue_id, r0.queue_offset, 1)
 
 
 # ----------------------------------------------------------------------------------------------

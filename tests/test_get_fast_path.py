@@ -307,3 +307,37 @@ def test_fast_and_python_get_message_agree(tmp_path_factory, puts, reads, drop_h
                 summary(slow(store, GROUP, TOPIC, qid, off, nums))
     finally:
         store.destroy()
+
+
+def test_a_page_crossing_into_a_commit_log_file_newer_than_the_readers_view(store_factory):
+    """A reader's view of the commit-log files is taken before it reads the queue, and a put may roll to a
+    new file in between (a thread switch): units then point past the files in view. They are not readable
+    yet, never skipped: a FOUND page's next offset is always its offset plus the messages returned. (A live
+    consumer lost up to a queue file's worth of messages at such a moment.)"""
+    from pystore._cq import read_queue
+    from pystore.store import _GET_STATUS
+
+    store = store_factory(mapped_file_size_consume_queue=640)
+    stale = store._commitlog.queue.files              # the view before the roll
+    n = 0
+    while len(store._commitlog.queue.files) < 2 or n % 32 != 20:
+        assert store.put_message(make_message(n, body_size=100)).is_ok()
+        n += 1
+    cl = store._commitlog.queue
+    cq = store._cq_store.find(TOPIC, 0)
+    offset = 0
+    seen = []
+    while offset < n:
+        r = read_queue(cq, offset, 32, stale, cl.mapped_file_size, store._limits, None, None, None, _GET_STATUS,
+                       False)
+        if r.status is GetMessageStatus.FOUND:
+            assert r.next_begin_offset == offset + len(r.messages)
+            seen.extend(m.queue_offset for m in r.messages)
+        if r.next_begin_offset == offset:
+            break                                    # the rest is past this view
+        offset = r.next_begin_offset
+    assert seen == list(range(offset)) and offset < n
+    # with the current view, the rest is there
+    r = store.get_message(GROUP, TOPIC, 0, offset, 64)
+    assert [m.queue_offset for m in r.messages] == list(range(offset, min(n, offset + 32 - offset % 32)))
+    store_factory.expect_messages(n)
