@@ -708,6 +708,11 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
         while pos + CQ_STORE_UNIT_SIZE <= limit:
             p = cqf.base + pos
             if not unit_valid(p):
+                # below the file's readable end every unit was written whole: an invalid one is damage
+                if count == 0 and cq is not None:
+                    raise StoreCorruptedError(cqf.file_name, cqf.file_from_offset + pos,
+                                              "an empty or invalid consume-queue unit below the queue's end "
+                                              "(`pystore recover` rebuilds the queues from the commit log)")
                 break
             phy = get_i64(p)
             size = get_i32(p + 8)
@@ -958,6 +963,15 @@ cdef int64_t _parse_int(const unsigned char *p, int32_t n) noexcept:
     return v
 
 
+cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset) noexcept:
+    """Would the unit of ``queue_offset`` land past the queue's end (units missing before it)? A queue
+    without files counts as behind unless the record is its first message ever (offset 0)."""
+    cdef MappedFile mf = cq.last
+    if mf is None:
+        return queue_offset > 0
+    return queue_offset * CQ_STORE_UNIT_SIZE > mf.file_from_offset + mf.wrote
+
+
 @cython.final
 cdef class QueueDispatcher(Dispatcher):
     """Builds consume-queue units (and index entries) from appended records."""
@@ -967,6 +981,7 @@ cdef class QueueDispatcher(Dispatcher):
         self.cell_factory = cell_factory
         self.create_queue = create_queue
         self.index = index
+        self.gaps = None
         self.schedule_topic = schedule_topic
         self.max_level = 0
         if delay_levels:
@@ -1049,6 +1064,7 @@ cdef class QueueDispatcher(Dispatcher):
         returns the offset reached: ``end_offset``, or where an unreadable record stopped the walk."""
         cdef int64_t off = from_offset, pos, rp, tags, level
         cdef int32_t r, vp = 0, vl = 0
+        cdef bint gap
         cdef MappedFile f
         cdef RecordView v
         cdef QueueCell cell
@@ -1083,7 +1099,14 @@ cdef class QueueDispatcher(Dispatcher):
                     level = _parse_int(rec + v.props_pos + vp, vl)
                     if level > 0:
                         tags = self._deliver_time(level, v.store_ts)
-                cq.put_unit(off, r, tags, v.queue_offset)
+                gap = False
+                if self.gaps is not None and off + r > cq.max_physic_offset and _behind(cq, v.queue_offset):
+                    # the queue lacks units before this record (files lost, or never written before a crash):
+                    # recovery rebuilds it from the log's head; a unit here would sit at the wrong offset
+                    self.gaps.add((cell.topic, cell.queue_id))
+                    gap = cq.last is not None
+                if not gap:
+                    cq.put_unit(off, r, tags, v.queue_offset)
                 if cell.next_offset <= v.queue_offset:
                     # a slave's queues grow by reput only (a master assigned these offsets at put time)
                     cell.next_offset = v.queue_offset + 1

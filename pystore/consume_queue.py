@@ -32,16 +32,46 @@ from pystore._cq import (
     units_below,
 )
 from pystore._mapped_file import MappedFile
+from pystore.errors import StoreCorruptedError
 from pystore.mapped_file_queue import MappedFileQueue
 
-__all__ = ["ConsumeQueue", "ConsumeQueueStore"]
+__all__ = ["ConsumeQueue", "ConsumeQueueStore", "queue_id_of"]
 
 log = logging.getLogger(__name__)
 
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+
+def _common_size(paths: list[str], configured: int) -> int | None:
+    """The size most of a queue's files have (the configured one on a tie): its geometry, so that the one
+    file cut short or grown is the one named as damaged."""
+    counts: dict[int, int] = {}
+    for path in paths:
+        size = os.path.getsize(path)
+        if size:
+            counts[size] = counts.get(size, 0) + 1
+    if not counts:
+        return None
+    return max(counts, key=lambda size: (counts[size], size == configured))
+
+
+def queue_id_of(name: str) -> int | None:
+    """The queue id a ``consumequeue/<topic>/<name>`` folder stands for: a Java int in ASCII digits, else None."""
+    digits = name[1:] if name.startswith("-") else name
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    qid = int(name)
+    return qid if _INT_MIN <= qid <= _INT_MAX else None
+
 
 class ConsumeQueue(ConsumeQueueCore):
-    # declared by the compiled base (cdef public int64_t in _cq.pxd), which the stub leaves untyped
+    # declared by the compiled base (cdef public ... in _cq.pxd), which the stub leaves untyped
     min_logic_offset: int
+    max_physic_offset: int
+    queue: MappedFileQueue
+    last_file: MappedFile | None
+    #: why ``load`` refused the files: ``(path, absolute offset, reason)``
+    damage: tuple[str, int, str] | None = None
 
     def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False) -> None:
         folder = os.path.join(store_path, topic, str(queue_id))
@@ -58,14 +88,58 @@ class ConsumeQueue(ConsumeQueueCore):
     # -- loading and recovery ----------------------------------------------------------------------
 
     def load(self) -> bool:
-        size = self.queue.detect_file_size()
+        """Map the queue's files. False, with ``damage`` set to ``(path, offset, reason)``, when they cannot be
+        trusted as a whole: a file of another size than its neighbours (cut short or grown), a size that is
+        not whole units, a name off the files' grid, or a file missing between two others (a hole). Such a
+        queue is rebuilt from the commit log by a writer (``ConsumeQueueStore.load``), never read as is."""
+        self.damage = None
+        size = _common_size(self.queue.list_file_paths(), self.queue.mapped_file_size)
         if size is not None and size != self.queue.mapped_file_size:
             if size % UNIT_SIZE:
-                log.error("%s: files of %d bytes are not a whole number of units", self.folder, size)
+                path = self.queue.list_file_paths()[0]
+                self.damage = (path, int(os.path.basename(path)) + size - size % UNIT_SIZE,
+                               "files of %d bytes are not a whole number of %d-byte units" % (size, UNIT_SIZE))
                 return False
             log.info("%s: files of %d bytes; the queue keeps its geometry", self.folder, size)
             self.queue.mapped_file_size = size
-        return bool(self.queue.load())
+        if not self.queue.load():
+            self.damage = self.queue.load_error or (self.folder, 0, "the queue's files cannot be mapped")
+            return False
+        size = self.queue.mapped_file_size
+        for mf in self.queue.files:
+            if mf.file_from_offset % size:
+                self.damage = (mf.file_name, mf.file_from_offset,
+                               "a file name off the queue's grid of %d-byte files" % size)
+        for mf in self.queue.files[:-1]:
+            # a full file's first and last units are valid (fillers count): a file zeroed or cut inside shows
+            # here at the cost of two units a file (recovery walks only the last files, as RocketMQ does)
+            for pos in (0, size - UNIT_SIZE):
+                if self.damage is None and not unit_at(self.queue.files, size, (mf.file_from_offset + pos) // UNIT_SIZE):
+                    self.damage = (mf.file_name, mf.file_from_offset + pos, "an empty or invalid unit inside a full "
+                                   "consume-queue file")
+        gap = self.queue.first_gap()
+        if gap >= 0 and self.damage is None:
+            self.damage = (self.queue.path_for(gap), gap, "consume-queue file missing: the queue has a hole from "
+                           "queue offset %d" % (gap // UNIT_SIZE))
+        if self.damage is not None:
+            self.queue.close()
+            return False
+        return True
+
+    def discard_files(self) -> list[str]:
+        """Delete every file of the queue (mapped or not: they may not have loaded); returns their paths. For a
+        queue that is rebuilt from the commit log."""
+        self.queue.close()
+        paths = self.queue.list_file_paths()
+        for path in paths:
+            os.unlink(path)
+        self.queue = MappedFileQueue(self.folder, self.file_size, read_only=self.read_only)
+        self.queue.fresh_random = True
+        self.forget_time_samples()
+        self.last_file = None
+        self.max_physic_offset = 0
+        self.min_logic_offset = 0
+        return paths
 
     def recover(self) -> None:
         """Find the end of valid units (from the third-last file), cut the rest (FORMAT.md §8.1)."""
@@ -269,25 +343,50 @@ class ConsumeQueueStore:
         return cq
 
     def load(self) -> bool:
-        """Map every ``<topic>/<int queue id>`` folder (other names are skipped, as RocketMQ does)."""
+        """Map every ``<topic>/<int queue id>`` folder (other names are skipped, as RocketMQ does).
+
+        A queue whose files cannot be trusted as a whole (``ConsumeQueue.load``: a hole, a file cut short or
+        grown) is not read as it is: a writer deletes its files and lists it in ``rebuilt``, and recovery
+        builds it again from the commit log, the source of truth; a read-only opener cannot rebuild, so the
+        open fails with ``load_error`` (a ``StoreCorruptedError`` naming the file)."""
+        self.rebuilt: list[ConsumeQueue] = []
+        self.load_error: StoreCorruptedError | None = None
+        for topic, qid in self._folders():
+            cq = self.find_or_create(topic, qid)
+            if cq.load():
+                continue
+            assert cq.damage is not None
+            path, offset, reason = cq.damage
+            if self.read_only:
+                self.load_error = StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue "
+                                                      "from the commit log)")
+                log.error("%s", self.load_error)
+                return False
+            gone = cq.discard_files()
+            log.warning("consume queue %s/%d: %s at offset %d; its %d file(s) are deleted and the queue is rebuilt "
+                        "from the commit log", topic, qid, reason, offset, len(gone))
+            self.rebuilt.append(cq)
+        return True
+
+    def _folders(self) -> list[tuple[str, int]]:
+        """``(topic, queue id)`` of every queue folder. A name that is not a Java int (RocketMQ's
+        ``Integer.parseInt`` fails) is skipped with a warning, as RocketMQ skips it."""
+        found: list[tuple[str, int]] = []
         if not os.path.isdir(self.store_path):
-            return True
+            return found
         for topic in sorted(os.listdir(self.store_path)):
             tdir = os.path.join(self.store_path, topic)
             if not os.path.isdir(tdir):
                 continue
             for qname in sorted(os.listdir(tdir)):
-                try:
-                    qid = int(qname)
-                except ValueError:
+                qid = queue_id_of(qname)
+                if qid is None:
+                    if qname.lstrip("-").isdigit():
+                        log.warning("%s: not a queue id (beyond 32 bits); skipped", os.path.join(tdir, qname))
                     continue
-                if not os.path.isdir(os.path.join(tdir, qname)):
-                    continue
-                cq = self.find_or_create(topic, qid)
-                if not cq.load():
-                    log.error("consume queue %s/%d cannot be loaded", topic, qid)
-                    return False
-        return True
+                if os.path.isdir(os.path.join(tdir, qname)):
+                    found.append((topic, qid))
+        return found
 
     def recover(self) -> int:
         """Recover every queue; the highest commit-log offset any of them references (-1 if none)."""
@@ -350,15 +449,9 @@ class ConsumeQueueStore:
         return cq
 
     def load_new(self) -> None:
-        """Read-only: map queues created since load."""
-        if not os.path.isdir(self.store_path):
-            return
-        for topic in os.listdir(self.store_path):
-            tdir = os.path.join(self.store_path, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qname in os.listdir(tdir):
-                if qname.isdigit() and (topic, int(qname)) not in self._queues:
-                    cq = self.find_or_create(topic, int(qname))
-                    if cq.load():
-                        cq.recover()
+        """Read-only: map queues created since load (a queue whose files cannot be trusted stays unmapped)."""
+        for key in self._folders():
+            if key not in self._queues:
+                cq = self.find_or_create(*key)
+                if cq.load():
+                    cq.recover()

@@ -149,6 +149,37 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
                 follow_offset, "not yet flushed when the writer stopped" if not durable else "forced")
 
 
+def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end: int) -> None:
+    """Re-dispatch ``[start, end)``. A record whose queue lacks the units before it (``QueueDispatcher.gaps``:
+    the queue's tail was lost, a file of it deleted, or a queue folder is gone while its records are not at
+    the log's head) means that queue cannot be trusted: its files are deleted and it is rebuilt by a walk
+    from the log's head ``low``, so every acknowledged message stays readable and new puts continue its
+    offsets instead of reusing them."""
+    dispatcher = getattr(reput, "dispatcher", None)
+    if dispatcher is not None:
+        dispatcher.gaps = set()
+    try:
+        reput.reput_from = start
+        reached = reput.dispatch_until(end)
+        gaps = set(dispatcher.gaps) if dispatcher is not None else set()
+        if gaps and start > low and dispatcher is not None:
+            for topic, queue_id in sorted(gaps):
+                cq = cq_store.find(topic, queue_id)
+                if cq is not None:
+                    gone = cq.discard_files()
+                    log.warning("consume queue %s/%d: units missing before commit-log records of it; its %d file(s) "
+                                "are deleted and the queue is rebuilt from the commit log's head", topic, queue_id,
+                                len(gone))
+            dispatcher.gaps = set()
+            reput.reput_from = low
+            reached = reput.dispatch_until(end)
+    finally:
+        if dispatcher is not None:
+            dispatcher.gaps = None
+    if reached < end:
+        log.error("dispatch stopped at %d before the commit log's end %d", reached, end)
+
+
 def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, config: Any, abnormal: bool,
                   read_only: bool = False) -> RecoveryResult:
     """RocketMQ ``recover``: the commit log's valid end, then the consume queues' (their valid ends), cut units
@@ -171,10 +202,15 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             cq_store.destroy_all()
         else:
             cq_store.truncate_dirty(result.process_offset)
-            max_cq_phy = max((cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0),
-                             default=-1)
+            ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
             low = commitlog.get_min_offset()
-            start = low if max_cq_phy < 0 else max(low, max_cq_phy)
+            start = low if not ends else max(low, max(ends))
+            if ends and min(ends) < start:
+                # a queue behind the others (idle, or its tail lost): walk the window recovery scanned too, so
+                # that units lost there are found (a record beyond its queue's end is a gap, see below)
+                start = max(low, min(start, max(min(ends), result.dispatch_from)))
+            if getattr(cq_store, "rebuilt", None):
+                start = low                 # queues whose files could not be trusted: rebuilt from the head
             if abnormal:
                 start = min(start, result.dispatch_from)
                 # the index dropped its files newer than the checkpoint's index time (their content may be
@@ -184,10 +220,7 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
                 index = getattr(getattr(reput, "dispatcher", None), "index", None)
                 if index is not None:
                     start = min(start, max(low, index.last_end_phy_offset()))
-            reput.reput_from = start
-            reached = reput.dispatch_until(result.process_offset)
-            if reached < result.process_offset:
-                log.error("dispatch stopped at %d before the commit log's end %d", reached, result.process_offset)
+            _dispatch_checking_gaps(reput, cq_store, start, low, result.process_offset)
     low = commitlog.get_min_offset()
     for cq in cq_store.queues():
         cell = commitlog.get_cell(cq.topic, cq.queue_id)

@@ -213,6 +213,7 @@ class MessageStore:
         self._cq_store = ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
                                            self.read_only, on_error=self._on_queue_error)
         if not self._cq_store.load():
+            self.load_error = self._cq_store.load_error
             return False
         self._limits = ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
                                   cfg.max_transfer_count_on_message_in_memory,

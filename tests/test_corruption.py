@@ -48,7 +48,7 @@ POS_BODY_LENGTH = 84  # FORMAT.md §1.2, IPv4 born and store hosts
 # ----------------------------------------------------------------------------------------------
 
 
-def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_SIZE) -> cw.Walk:
+def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_SIZE, **kw) -> cw.Walk:
     """A cleanly shut down store of ``messages`` crash-writer messages (singles and batches, three topics,
     four queues); returns the walk of its files.
 
@@ -60,7 +60,7 @@ def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_
     rng = random.Random(seed)
     clock = FakeClock(int(time.time() * 1000))
     idx = 0
-    with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH, clock=clock) as store:
+    with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH, clock=clock, **kw) as store:
         while idx < messages:
             clock.advance(1)
             topic = cw.TOPICS[rng.randrange(3)]
@@ -802,6 +802,93 @@ def test_missing_consume_queue_folder(tmp_path, abnormal):
             Message(topic, cw.make_body(10**6, topic, qid, 10), keys="k%d" % 10**6, queue_id=qid)
         )
         assert r.is_ok() and r.append_message_result.logics_offset == table[(topic, qid)]
+
+
+CQ_UNITS = 8          # consume-queue files of 8 units: every queue spans several files
+
+
+def _queue_files(root, topic: str, qid: int) -> list[str]:
+    d = os.path.join(root, "consumequeue", topic, str(qid))
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def _busiest_queue(w: cw.Walk) -> tuple[str, int]:
+    by_queue = cw.queues_of(w)
+    return max(by_queue, key=lambda k: len(by_queue[k]))
+
+
+@pytest.mark.parametrize(
+    "damage", ["middle_missing", "cut_to_1_byte", "grown", "last_missing", "folder_missing", "zeroed_middle"]
+)
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_damaged_consume_queue_is_rebuilt_from_the_commit_log(tmp_path, damage, abnormal):
+    """A consume queue with a file missing (a hole, or its tail), cut short, grown, or its folder gone: a
+    writer's open rebuilds that queue from the commit log, so every message stays readable by queue and new
+    puts continue its offsets (before, a hole hid the rest of the queue and later puts were never readable)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=21, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    topic, qid = _busiest_queue(w)
+    files = _queue_files(root, topic, qid)
+    assert len(files) >= 4
+    if damage == "middle_missing":
+        os.unlink(files[1])
+    elif damage == "cut_to_1_byte":
+        os.truncate(files[2], 1)
+    elif damage == "grown":
+        with open(files[1], "ab") as f:
+            f.write(b"\x07" * 33)
+    elif damage == "last_missing":
+        os.unlink(files[-1])
+    elif damage == "folder_missing":
+        shutil.rmtree(os.path.dirname(files[0]))
+    elif damage == "zeroed_middle":
+        with open(files[1], "r+b") as f:
+            f.write(bytes(CQ_UNITS * 20))
+    if abnormal:
+        make_abnormal(root)
+    n = len(cw.queues_of(w)[(topic, qid)])
+    check_recovered(root, w.records)
+    with open_store(root) as store:
+        r = store.put_message(Message(topic, cw.make_body(10**6, topic, qid, 10), keys="k%d" % 10**6, queue_id=qid))
+        assert r.is_ok() and r.append_message_result.logics_offset == n
+        got = store.get_message("g", topic, qid, n, 4)
+        assert [m.commit_log_offset for m in got.messages] == [r.append_message_result.wrote_offset]
+
+
+@pytest.mark.parametrize("damage", ["middle_missing", "cut_to_1_byte", "grown"])
+def test_damaged_consume_queue_refuses_a_read_only_open(tmp_path, damage):
+    """A read-only opener cannot rebuild: it refuses the store naming the queue's file at fault (before, a
+    bare StoreError without a file, or a queue that silently ended at the hole)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=22, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    files = _queue_files(root, *_busiest_queue(w))
+    if damage == "middle_missing":
+        os.unlink(files[1])
+        path, offset = files[1], int(os.path.basename(files[1]))
+    elif damage == "cut_to_1_byte":
+        os.truncate(files[2], 1)
+        path, offset = files[2], int(os.path.basename(files[2])) + 1
+    else:
+        with open(files[1], "ab") as f:
+            f.write(b"\x07" * 33)
+        path, offset = files[1], int(os.path.basename(files[1])) + CQ_UNITS * 20
+    with pytest.raises(StoreCorruptedError) as ei:
+        MessageStore.open(str(root), read_only=True)
+    assert (ei.value.path, ei.value.offset) == (path, offset)
+
+
+def test_queue_folder_beyond_32_bits_is_skipped(tmp_path, caplog):
+    """``consumequeue/<topic>/<99999999999999999999999>``: not a queue id (RocketMQ's ``Integer.parseInt``
+    fails and the folder is skipped); the open succeeds and says so (before: OverflowError)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=50, seed=23)
+    os.makedirs(root / "consumequeue" / cw.TOPICS[0] / ("9" * 23))
+    os.makedirs(root / "consumequeue" / cw.TOPICS[0] / str(2**31))
+    with caplog.at_level(logging.WARNING):
+        check_recovered(root, w.records)
+    assert "beyond 32 bits" in caplog.text
+    with MessageStore.open(str(root), read_only=True) as store:
+        assert store.get_max_offset_in_queue(cw.TOPICS[0], 2**31 - 1) == 0
 
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
