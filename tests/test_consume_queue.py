@@ -20,8 +20,8 @@ import reference_codec as ref
 from conftest import BORN_HOST, SMALL_INDEX, make_message
 
 from pystore import GetMessageStatus, MessageStore
-from pystore.errors import StoreCorruptedError
 from pystore.consume_queue import ConsumeQueue
+from pystore.errors import StoreCorruptedError
 from pystore.tools import iter_commitlog, iter_consume_queue
 
 UNIT = struct.Struct(">qiq")
