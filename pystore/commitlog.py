@@ -95,8 +95,13 @@ class CommitLog(CommitLogCore):
         of its whole records (a reader never sees a half-written record). Every file not known to end with
         its blank is scanned from where its whole records were seen to end: new files (mapped with nothing
         readable) as well as the last one, and any the writer rolled past since. After a read-only recovery
-        stopped at damage (``damage_fence``) the view never widens past it."""
+        stopped at damage (``damage_fence``) the view widens past it only once the record there is whole (a
+        live writer's record in flight when the reader opened)."""
         fence = self.damage_fence
+        if fence >= 0:
+            mf = self.queue.find_mapped_file_by_offset(fence)
+            if mf is not None and scan_file(mf, fence - mf.file_from_offset, True, -1)[0] > fence - mf.file_from_offset:
+                self.damage_fence = fence = -1
         files = self.queue.refresh(fence)
         if not files:
             return

@@ -131,7 +131,10 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
         result.damage = "%s at %d in %s" % (REASONS.get(reason, "invalid record"), where, mf.file_name)
     if follow_pos < 0:
         if reason != RECORD_END:
-            log.warning("commit log: %s; nothing valid follows, so it is a torn tail and is cut", result.damage)
+            if read_only:
+                log.info("commit log: %s; nothing valid follows: the writer's tail, read up to it", result.damage)
+            else:
+                log.warning("commit log: %s; nothing valid follows, so it is a torn tail and is cut", result.damage)
         return
     follower = read_message(follow_file, follow_pos)
     follow_offset = follow_file.file_from_offset + follow_pos
@@ -145,6 +148,12 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
             "(set recover_truncate_corrupted or run `pystore recover --truncate` to cut the log here)"
             % (what, follow_offset))
     result.damage = "%s at %d in %s" % (what, where, mf.file_name)
+    if read_only:
+        # a reader drops nothing: a live writer may be appending there (a record not whole yet, records
+        # after it already written); the reader's view ends at it until a refresh finds it whole
+        log.info("commit log: %s with valid records from offset %d after it: this reader's view ends there (a "
+                 "record in flight, or damage a writer's open will judge)", result.damage, follow_offset)
+        return
     log.warning("commit log: %s; valid messages from offset %d are dropped with it (%s)", result.damage,
                 follow_offset, "not yet flushed when the writer stopped" if not durable else "forced")
 
