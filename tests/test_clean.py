@@ -220,3 +220,21 @@ def test_the_service_runs_passes_on_its_own(store_factory, fake_clock):
         time.sleep(0.02)
     assert _files(s, "commitlog") == logs[-1:]
     assert SMALL_FILE * (len(logs) - 1) == s.get_min_phy_offset()
+
+
+def test_file_reserved_time_zero_expires_every_file_but_the_current(store_factory, fake_clock):
+    """``file_reserved_time=0`` (broker.conf ``fileReservedTime=0``) is RocketMQ's "every file but the one being
+    written has expired": accepted (it was refused as out of range) and a manual pass deletes them all at once,
+    with no ageing of the files."""
+    from pystore.config import StoreConfig
+
+    assert StoreConfig.from_properties("fileReservedTime=0").file_reserved_time == 0
+    s = _open(store_factory, fake_clock, file_reserved_time=0)
+    store_factory.skip_check()
+    _fill(s, 400)
+    logs = _files(s, "commitlog")
+    assert len(logs) >= 5
+    s.execute_delete_files_manually()
+    deleted, _ = s.clean_files()
+    assert deleted == len(logs) - 1
+    assert _files(s, "commitlog") == logs[-1:]
