@@ -383,31 +383,6 @@ def test_group_commit_async_put_message(benchmark, store_factory, record):
 # -----------------------------------------------------------------------------------------------------------
 
 
-def _paired(benchmark, reference, rounds: int):
-    """``benchmark.pedantic`` kwargs whose ``setup`` times ``reference()`` before every round; the list of
-    reference durations (seconds) fills as the rounds run."""
-    ref: list[float] = []
-
-    def setup() -> None:
-        t0 = time.perf_counter()
-        reference()
-        ref.append(time.perf_counter() - t0)
-
-    return {"setup": setup, "rounds": rounds, "warmup_rounds": 1}, ref
-
-
-def _record_paired(benchmark, record, label: str, msgs: int, ref: list[float], ref_msgs: int) -> None:
-    """Record the benchmark with ``paired_ratio``: the median over rounds of (its rate / the reference's
-    rate in the setup just before)."""
-    stats = getattr(getattr(benchmark, "stats", None), "stats", None)
-    mine = list(stats.data) if stats is not None else []
-    ref = ref[-len(mine) :] if mine else []
-    ratios = sorted((msgs / m) / (ref_msgs / r) for m, r in zip(mine, ref, strict=True))
-    med = ratios[len(ratios) // 2] if ratios else None
-    ref_rate = ref_msgs / sorted(ref)[len(ref) // 2] if ref else None
-    record(label, msgs, msgs * 128, paired_ratio=med, paired_ratios=ratios, reference_msgs_per_s=ref_rate)
-
-
 DEEP = 48 * 1024 * 1024  # "deep": past the first ~30 MiB of the file, where large page-cache folios used to start
 
 
@@ -445,7 +420,7 @@ def test_durable_vs_floor_paired(benchmark, store_factory, record, depth):
         return r
 
     try:
-        kw, ref = _paired(benchmark, floor, rounds)
+        kw, ref = benchlib.paired(benchmark, floor, rounds)
         benchmark.group = "durable 32 x 128 B"
         r = benchmark.pedantic(durable, **kw)
         assert r.status == API["PutMessageStatus"].PUT_OK
@@ -456,7 +431,7 @@ def test_durable_vs_floor_paired(benchmark, store_factory, record, depth):
     calls = pedantic_calls(benchmark, rounds, 1, 1)
     check_store(store, None if calls is None else filled + calls * k * n, BATCH_BODIES[(n, size)][-1],
                 at_least=filled + n)
-    _record_paired(benchmark, record, "durable_vs_floor_paired" + ("_deep" if depth else ""), k * n, ref, k * n)
+    benchlib.record_paired(benchmark, record, "durable_vs_floor_paired" + ("_deep" if depth else ""), k * n, ref, k * n)
 
 
 def test_group_commit_scaling_paired(benchmark, store_factory, record):
@@ -473,12 +448,12 @@ def test_group_commit_scaling_paired(benchmark, store_factory, record):
         failures.extend(_run_threads(store.put_message, MSG128, threads, total // threads))
         return total
 
-    kw, ref = _paired(benchmark, one, rounds)
+    kw, ref = benchlib.paired(benchmark, one, rounds)
     benchmark.group = "group commit"
     assert benchmark.pedantic(many, **kw) == total and not failures, failures[:3]
     calls = pedantic_calls(benchmark, rounds, 1, 1)
     check_store(store, None if calls is None else 2 * calls * total, BODY128)
-    _record_paired(benchmark, record, "group_commit_16_vs_1_paired", total, ref, total)
+    benchlib.record_paired(benchmark, record, "group_commit_16_vs_1_paired", total, ref, total)
 
 
 # -----------------------------------------------------------------------------------------------------------

@@ -228,6 +228,48 @@ def test_get_message_sequential(benchmark, data, record):
     record("get_message_sequential", N, N * SIZE)
 
 
+def test_get_message_crc_check_paired(benchmark, data, record):
+    """The price of ``check_crc_on_read`` (each served record's body CRC, on by default): the whole queue
+    read as ``get_message_sequential`` reads it with the check on (timed) and, in each round's setup just
+    before, with it off; ``paired_ratio`` is the median of (rate with the check / rate without), the issue's
+    target being >= 0.85. The record-against-unit checks (size, place, topic, queue, offset) run in both."""
+    _needs("get_message")
+    from pystore import GetMessageStatus
+
+    store = data.store
+    limits = getattr(store, "_limits", None)
+    if limits is None or not hasattr(limits, "check_crc"):
+        pytest.skip("check_crc_on_read is not on this branch yet")
+    get = store.get_message
+    found = GetMessageStatus.FOUND
+
+    def read() -> int:
+        count = off = 0
+        while off < N:
+            r = get(GROUP, TOPIC, 0, off, 32)
+            if r.status != found:
+                raise AssertionError("get_message at %d: %r" % (off, r.status))
+            count += len([m.body for m in r.messages])
+            off = r.next_begin_offset
+        return count
+
+    def unchecked() -> int:
+        limits.check_crc = False
+        try:
+            return read()
+        finally:
+            limits.check_crc = True
+
+    def checked() -> int:
+        assert limits.check_crc
+        return read()
+
+    benchmark.group = "sequential read"
+    kw, ref = benchlib.paired(benchmark, unchecked, 7)
+    assert benchmark.pedantic(checked, **kw) == N
+    benchlib.record_paired(benchmark, record, "get_message_crc_check_paired", N, ref, N)
+
+
 def test_get_message_sequential_retained(benchmark, data, record):
     """One operation: the same pages, every body kept in one list (200 k new bytes objects alive at the
     end); checked: the bodies' order-sensitive CRC. Beside it, ``floor_bytes_retained`` is what CPython

@@ -391,3 +391,34 @@ def machine_line(m: dict[str, str]) -> str:
         m["filesystem"],
         m["python"],
     )
+
+
+# paired ratios: this VM's speed drifts by 2x within minutes, so a ratio of two benchmarks run a minute apart
+# is noise. A paired benchmark times its reference in the untimed ``setup`` of every round, so each round
+# yields a ratio of two measurements taken back to back; the median over rounds is reported.
+
+
+def paired(benchmark: Any, reference: Callable[[], Any], rounds: int) -> tuple[dict[str, Any], list[float]]:
+    """``benchmark.pedantic`` kwargs whose ``setup`` times ``reference()`` before every round; the list of
+    reference durations (seconds) fills as the rounds run."""
+    ref: list[float] = []
+
+    def setup() -> None:
+        t0 = time.perf_counter()
+        reference()
+        ref.append(time.perf_counter() - t0)
+
+    return {"setup": setup, "rounds": rounds, "warmup_rounds": 1}, ref
+
+
+def record_paired(benchmark: Any, record: Callable[..., Any], label: str, msgs: int, ref: list[float],
+                  ref_msgs: int) -> None:
+    """Record the benchmark with ``paired_ratio``: the median over rounds of (its rate / the reference's
+    rate in the setup just before)."""
+    stats = getattr(getattr(benchmark, "stats", None), "stats", None)
+    mine = list(stats.data) if stats is not None else []
+    ref = ref[-len(mine) :] if mine else []
+    ratios = sorted((msgs / m) / (ref_msgs / r) for m, r in zip(mine, ref, strict=True))
+    med = ratios[len(ratios) // 2] if ratios else None
+    ref_rate = ref_msgs / sorted(ref)[len(ref) // 2] if ref else None
+    record(label, msgs, msgs * 128, paired_ratio=med, paired_ratios=ratios, reference_msgs_per_s=ref_rate)
