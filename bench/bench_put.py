@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 
 import benchlib
 import pytest
