@@ -158,6 +158,20 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
                 follow_offset, "not yet flushed when the writer stopped" if not durable else "forced")
 
 
+def _maybe_cut_short(cq_store: Any) -> list[int]:
+    """Where the queues end that may have lost files at their end: a queue whose last file is exactly full
+    (the file after it may be gone: a queue rolls to a new file with its next unit, so this is rare), or one
+    left without units (every file gone or empty; its end is unknown: 0)."""
+    found = []
+    for cq in cq_store.queues():
+        last = cq.queue.last()
+        if last is None or cq.get_max_offset_in_queue() == 0:
+            found.append(0)
+        elif last.read_position >= last.file_size:
+            found.append(cq.max_physic_offset)
+    return found
+
+
 def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end: int) -> None:
     """Re-dispatch ``[start, end)``. A record whose queue lacks the units before it (``QueueDispatcher.gaps``:
     the queue's tail was lost, a file of it deleted, or a queue folder is gone while its records are not at
@@ -214,10 +228,11 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
             low = commitlog.get_min_offset()
             start = low if not ends else max(low, max(ends))
-            if ends and min(ends) < start:
-                # a queue behind the others (idle, or its tail lost): walk the window recovery scanned too, so
-                # that units lost there are found (a record beyond its queue's end is a gap, see below)
-                start = max(low, min(start, max(min(ends), result.dispatch_from)))
+            suspects = _maybe_cut_short(cq_store)
+            if suspects:
+                # a queue that may have lost files at its end: walk the window recovery scanned from where it
+                # ends, so that a record beyond its end shows the gap (see _dispatch_checking_gaps)
+                start = max(low, min(start, max(min(suspects), result.dispatch_from)))
             if getattr(cq_store, "rebuilt", None):
                 start = low                 # queues whose files could not be trusted: rebuilt from the head
             if abnormal:
