@@ -171,7 +171,11 @@ class MappedFileQueue:
     def refresh(self, limit: int = -1) -> list[MappedFile]:
         """Read-only: map files another process created since ``load``, drop ones it deleted. A newly mapped
         file has nothing readable yet (positions 0): the caller scans it. With ``limit`` >= 0, files that
-        start at or after it are left out (a reader that found damage never looks past it)."""
+        start at or after it are left out (a reader that found damage never looks past it).
+
+        New files are taken only up to the first one missing after the last: a folder listing made while the
+        writer creates files may show a file and miss the one created before it (readdir is not a snapshot),
+        and a view with a hole would read a whole file of the log as gone."""
         paths = self.list_file_paths()
         with self._lock:
             by_name = {f.file_name: f for f in self._files}
@@ -180,6 +184,8 @@ class MappedFileQueue:
                 if limit >= 0 and int(os.path.basename(p)) >= limit:
                     continue
                 f = by_name.get(p)
+                if f is None and files and int(os.path.basename(p)) != files[-1].file_from_offset + self.mapped_file_size:
+                    break                   # the file before it is not listed yet: the next refresh takes both
                 if f is None:
                     try:
                         size = os.path.getsize(p)

@@ -434,6 +434,26 @@ def test_read_only_load_keeps_an_empty_last_file(tmp_path):
     assert names(folder) == ["%020d" % 0, "%020d" % 1024]     # a reader never deletes
 
 
+def test_read_only_refresh_never_takes_a_file_whose_predecessor_is_not_listed(tmp_path, monkeypatch):
+    """A folder listing made while the writer creates files can show a new file and miss the one created just
+    before it (readdir is no snapshot). A reader's refresh takes new files only up to that hole, and the next
+    refresh takes both: before, the hole made a live consumer skip a whole consume-queue file."""
+    folder = tmp_path / "r"
+    w = MappedFileQueue(str(folder), 1024)
+    fill(w, 64)                                       # one full file
+    r = MappedFileQueue(str(folder), 1024, read_only=True)
+    assert r.load()
+    fill(w, 3 * 64)                                   # the writer adds three files
+    listed = r.list_file_paths()
+    assert len(listed) == 4
+    monkeypatch.setattr(r, "list_file_paths", lambda: [listed[0], listed[2], listed[3]])
+    assert [f.file_from_offset for f in r.refresh()] == [0]
+    monkeypatch.undo()
+    assert [f.file_from_offset for f in r.refresh()] == [0, 1024, 2048, 3072]
+    r.close()
+    w.close()
+
+
 def test_read_only_queue_creates_nothing(tmp_path):
     q = MappedFileQueue(str(tmp_path / "ro"), 1024, read_only=True)
     assert q.get_last_mapped_file(0) is None
