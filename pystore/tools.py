@@ -3,7 +3,7 @@
 
 Everything here maps files read-only, takes no lock and writes nothing, so it is safe on a live store:
 it sees every whole record the writer has published (a record's size is written last) and stops at the
-first zero size. File sizes come from the files themselves, never from a configuration.
+first zero size, or at a record still being written (a torn tail: damage with nothing valid after it). File sizes come from the files themselves, never from a configuration.
 
 * :func:`iter_commitlog` — every message of a commit-log folder (or one file, or a store root), in offset
   order. With ``verify_crc`` (the default) a record whose body CRC is wrong raises
@@ -64,9 +64,11 @@ def iter_commitlog(
 
     A damaged record with nothing valid after it, in its file or a later one, is a torn tail (a record a
     writer or a replication transfer has not finished): the iteration ends there, as recovery cuts it.
-    Damage followed by valid records raises ``StoreCorruptedError`` at the damaged record.
+    Damage followed by valid records raises ``StoreCorruptedError`` at the damaged record, and so does
+    damage in a file shorter than the log's others (a truncated file, not one being written).
     """
     files = commit_log_files(path)
+    full_size = _common_size(files)
     expected_next = -1
     for idx, name in enumerate(files):
         mf = MappedFile(name, -1, read_only=True)
@@ -91,7 +93,8 @@ def iter_commitlog(
                     break
                 except StoreCorruptedError as e:
                     damaged = e.offset - mf.file_from_offset
-                    if not _valid_after(files, idx, mf, damaged):
+                    # a writer's file has its full size from the start: one cut short was truncated
+                    if mf.file_size >= full_size and not _valid_after(files, idx, mf, damaged):
                         log.info("%s: %s at %d with nothing valid after it: a torn tail, the end of the data",
                                  name, e.reason, e.offset)
                         return
@@ -110,6 +113,20 @@ def iter_commitlog(
         finally:
             mf.close()
     return
+
+
+def _common_size(files: list[str]) -> int:
+    """The size most of the log's files have (0 when it cannot tell: fewer than two files)."""
+    if len(files) < 2:
+        return 0
+    sizes: dict[int, int] = {}
+    for f in files:
+        try:
+            n = os.path.getsize(f)
+        except OSError:
+            continue
+        sizes[n] = sizes.get(n, 0) + 1
+    return max(sizes, key=lambda n: (sizes[n], n)) if sizes else 0
 
 
 def _gap(name: str, expected: int, actual: int, verify_crc: bool, previous: str) -> None:

@@ -87,6 +87,8 @@ class VerifyReport:
     keys_checked: int = 0
     keys_total: int = 0  # keys of indexed messages (the sample is drawn from them)
     keys_too_common: int = 0  # sampled keys the index answer was too full to decide
+    keys_before_index: int = 0  # sampled keys of messages older than the index's first entry
+    keys_out_of_window: int = 0  # sampled keys found only with the whole time range
     index_present: bool = False
     unclean: bool = False  # the abort file exists
     seconds: float = 0.0
@@ -384,18 +386,23 @@ def _check_queues(
 # -- pass 3 ---------------------------------------------------------------------------------------------
 
 
-def _check_index_files(index_dir: str, report: VerifyReport, out: _Collector, overrides: dict[str, Any]) -> None:
-    """The structure of every index file: header counts and hash chains (``IndexFileCore.check_chains``)."""
+def _check_index_files(index_dir: str, report: VerifyReport, out: _Collector, overrides: dict[str, Any]) -> int:
+    """The structure of every index file: header counts and hash chains (``IndexFileCore.check_chains``).
+    The commit-log offset of the first indexed message (-1 if none)."""
+    first = -1
     from pystore._index import IndexFileCore, index_file_size
     from pystore.geometry import index_geometry
 
-    configured = (overrides.get("max_hash_slot_num"), overrides.get("max_index_num"))
+    configured: tuple[int, int] | None = None
+    if overrides.get("max_hash_slot_num") and overrides.get("max_index_num"):
+        configured = (int(overrides["max_hash_slot_num"]), int(overrides["max_index_num"]))
     for name in sorted(os.listdir(index_dir)):
         p = os.path.join(index_dir, name)
         if not (name.isdigit() and os.path.isfile(p)):
             continue
         size = os.path.getsize(p)
-        if None not in configured and index_file_size(*configured) == size:
+        geometry: tuple[int, int] | None
+        if configured is not None and index_file_size(*configured) == size:
             geometry = configured
         else:
             geometry = index_geometry(size)
@@ -407,8 +414,11 @@ def _check_index_files(index_dir: str, report: VerifyReport, out: _Collector, ov
             f = IndexFileCore(mf, *geometry)
             for pos, what in f.check_chains(out.max):
                 out.add("index", p, pos, what)
+            if first < 0 and f.index_count > 1:
+                first = f.begin_phy_offset
         finally:
             mf.close()
+    return first
 
 
 def _check_index(
@@ -425,8 +435,9 @@ def _check_index(
 
     index_dir = os.path.join(root, "index")
     report.index_present = os.path.isdir(index_dir) and any(n.isdigit() for n in os.listdir(index_dir))
+    first_indexed = -1
     if report.index_present:
-        _check_index_files(index_dir, report, out, overrides)
+        first_indexed = _check_index_files(index_dir, report, out, overrides)
     if not report.keys_total:
         return
     if not report.index_present:
@@ -452,8 +463,17 @@ def _check_index(
         for i, (topic, key, phy, ts) in enumerate(picks):
             if phy < store.get_min_phy_offset():
                 continue
+            if phy < first_indexed:
+                # written before indexing began (a store written without an index, then opened by pystore)
+                report.keys_before_index += 1
+                continue
             # the index keeps times in whole seconds from its file's start: a window of +-1 s
             res = store.query_message(topic, key, max_num=_QUERY_MAX, begin=ts - 1000, end=ts + 1000)
+            if not any(m.commit_log_offset == phy for m in res.messages) and len(res.messages) < _QUERY_MAX:
+                # a store time before its index file's start (the clock went back) is indexed at the start
+                res = store.query_message(topic, key, max_num=_QUERY_MAX)
+                if any(m.commit_log_offset == phy for m in res.messages):
+                    report.keys_out_of_window += 1
             if any(m.commit_log_offset == phy for m in res.messages):
                 report.keys_checked += 1
             elif len(res.messages) >= _QUERY_MAX:
@@ -467,6 +487,13 @@ def _check_index(
         store.shutdown()
     if progress is not None:
         progress("index", len(picks), len(picks))
+    if report.keys_before_index:
+        report.notes.append("%d sampled key(s) not checked: their messages precede the index's first entry "
+                            "(offset %d)" % (report.keys_before_index, first_indexed))
+    if report.keys_out_of_window:
+        report.notes.append("%d sampled key(s) found only outside a second of their store time (the index "
+                            "keeps times from its file's start; the store clock went back)"
+                            % report.keys_out_of_window)
     if report.keys_too_common:
         report.notes.append(
             "%d sampled key(s) not decided: more than %d messages share the key within a second "

@@ -14,6 +14,7 @@ import pytest
 from conftest import make_message
 
 from pystore import Message, MessageStore
+from pystore.errors import StoreCorruptedError
 from pystore.tools import iter_commitlog
 from pystore.verify import verify_store
 
@@ -211,3 +212,67 @@ def test_verify_of_a_message_without_keys(tmp_path):
     with MessageStore.open(root, **GEOMETRY) as s:
         s.put_message(Message("T", b"no keys"))
     assert verify_store(root).ok
+
+
+# -- the suite's after-test check (tests/conftest.py) -----------------------------------------------------------
+
+
+def test_after_test_check_finds_a_lying_unit_and_leaves_changed_files_alone(tmp_path):
+    from conftest import _StoreWatch
+
+    root = tmp_path / "s"
+    with MessageStore.open(root, **GEOMETRY) as s:
+        for i in range(10):
+            s.put_message(make_message(i))
+    before = _StoreWatch()
+    before.shut_down(s)                                        # the files as the store left them
+    assert before.problems() == []
+    cq = os.path.join(str(root), "consumequeue", "TopicTest", "0", "%020d" % 0)
+    with open(cq, "r+b") as fh:                                # unit 4's tags code
+        fh.seek(4 * 20 + 12)
+        fh.write((777).to_bytes(8, "big"))
+    assert before.problems() == []                             # changed after the shutdown: not checked
+    after = _StoreWatch()
+    after.shut_down(s)                                         # as if the store had written it
+    (found,) = after.problems()
+    assert "tags code 777" in found and str(root) in found
+
+
+def test_store_clock_going_back_is_not_an_index_problem(tmp_path):
+    from conftest import FakeClock
+
+    root = tmp_path / "s"
+    clock = FakeClock()
+    with MessageStore.open(root, clock=clock, **GEOMETRY) as s:
+        s.put_message(make_message(0))
+        clock.advance(-60_000)                                 # stored before its index file's start
+        s.put_message(make_message(1))
+    rep = verify_store(root, **GEOMETRY)
+    assert rep.ok, [str(p) for p in rep.problems]
+    assert rep.keys_out_of_window == 1 and rep.keys_checked == 2
+
+
+def test_messages_older_than_the_index_are_not_index_problems(tmp_path):
+    root = tmp_path / "s"
+    with MessageStore.open(root, **dict(GEOMETRY, message_index_enable=False)) as s:
+        for i in range(5):
+            s.put_message(make_message(i))
+    with MessageStore.open(root, **GEOMETRY) as s:
+        for i in range(5, 8):
+            s.put_message(make_message(i))
+    rep = verify_store(root, **GEOMETRY)
+    assert rep.ok, [str(p) for p in rep.problems]
+    assert rep.keys_before_index == 5 and rep.keys_checked == 3
+
+
+def test_truncated_last_file_is_damage_not_a_torn_tail(tmp_path):
+    root = tmp_path / "s"
+    offsets = make_store(root)
+    last = sorted(os.listdir(os.path.join(str(root), "commitlog")))[-1]
+    path = os.path.join(str(root), "commitlog", last)
+    start = int(last)
+    k = max(i for i, o in enumerate(offsets) if o >= start) - 1
+    os.truncate(path, offsets[k] - start + 50)                # ends inside record k
+    with pytest.raises(StoreCorruptedError) as ei:
+        list(iter_commitlog(root))
+    assert (ei.value.path, ei.value.offset) == (path, offsets[k])
