@@ -10,7 +10,8 @@
   a problem fails the test (bbolt's and diskcache's post-test consistency check). Not checked: tests
   marked ``no_verify`` (damage on purpose), tests in which a ``StoreCorruptedError`` was raised (they
   expect damage), roots a ``store_factory.skip_check`` left out, stores whose commit log is larger than
-  ``VERIFY_MAX_BYTES``, and stores with a commit log or queues outside their root.
+  ``VERIFY_MAX_BYTES``, and stores with a commit log or queues outside their root
+  (``PYSTORE_TEST_NO_VERIFY=1`` turns the check off, to time the suite without it).
 * ``fake_clock`` — a callable returning milliseconds that only moves when the test says so.
 * ``make_message(i, ...)`` — a deterministic ``Message`` numbered ``i``.
 
@@ -271,7 +272,8 @@ KNOWN_INCONSISTENT = {
 
 @pytest.fixture(autouse=True)
 def _verify_stores_after_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    if request.node.get_closest_marker("no_verify") or request.node.nodeid in KNOWN_INCONSISTENT:
+    if (request.node.get_closest_marker("no_verify") or request.node.nodeid in KNOWN_INCONSISTENT
+            or os.environ.get("PYSTORE_TEST_NO_VERIFY")):  # to time the suite without the check
         yield
         return
     global _watch

@@ -779,3 +779,19 @@ def test_decoder_still_refuses_damage_before_valid_records(tmp_path):
     with pytest.raises(StoreCorruptedError) as ei:
         _decode_all(root)
     assert (ei.value.path, ei.value.offset) == (path, offsets[k])
+
+
+def test_decoder_refuses_a_truncated_last_file(tmp_path):
+    from pystore.errors import StoreCorruptedError
+
+    root = tmp_path / "s"
+    offsets = _small_log(root, 400)
+    folder = os.path.join(str(root), "commitlog")
+    last = sorted(os.listdir(folder))[-1]
+    start = int(last)
+    assert start > 0
+    k = max(i for i, o in enumerate(offsets) if o >= start) - 1
+    os.truncate(os.path.join(folder, last), offsets[k] - start + 50)
+    with pytest.raises(StoreCorruptedError) as ei:
+        _decode_all(root)
+    assert (ei.value.path, ei.value.offset) == (os.path.join(folder, last), offsets[k])

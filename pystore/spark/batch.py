@@ -30,7 +30,7 @@ from pystore.errors import StoreCorruptedError
 from pystore.spark import layout
 from pystore.spark.options import parse_bool, parse_int, parse_list, parse_time, roots
 from pystore.spark.schema import arrow_schema, check_read_schema
-from pystore.tools import _valid_after
+from pystore.tools import _common_size, _valid_after
 
 __all__ = [
     "CommitLogSlice",
@@ -199,6 +199,8 @@ def _torn_tail(root: str, path: str, mf: MappedFile, pos: int) -> bool:
     """Is the damage at ``pos`` of ``mf`` a record still being written (nothing valid after it, in its file or
     a later one of ``root``), which recovery would cut as the log's end?"""
     files = layout.commit_log_files(root)
+    if mf.file_size < _common_size(files):
+        return False                            # a truncated file: a writer's files have their full size
     names = [os.path.basename(f) for f in files]
     base = os.path.basename(path)
     idx = names.index(base) if base in names else len(files)
