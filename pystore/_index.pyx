@@ -99,8 +99,8 @@ cdef class IndexFileCore:
             self.index_count = 1
         elif self.index_count > self.index_num:
             # a damaged header: entries past the file's end do not exist; a writer sees the file full
-            log.warning("%s: header indexCount %d exceeds the file's %d entries; using %d", self.mapped_file.file_name,
-                        self.index_count, self.index_num, self.index_num)
+            log.warning("%s: header indexCount %d exceeds the file's %d entries; using %d",
+                        self.mapped_file.file_name, self.index_count, self.index_num, self.index_num)
             self.index_count = <int32_t>self.index_num
 
     def init_header(self, long long begin_ts, long long end_ts, long long begin_phy, long long end_phy):
@@ -175,8 +175,8 @@ cdef class IndexFileCore:
     cdef void _broken(self, int64_t pos, str what):
         if not self.warned:
             self.warned = True
-            log.warning("%s: broken index chain at offset %d (%s); lookups stop there, messages behind it are "
-                        "not found by key", self.mapped_file.file_name, pos, what)
+            log.warning("%s: broken index chain at offset %d (%s); lookups stop there, messages behind "
+                        "it are not found by key", self.mapped_file.file_name, pos, what)
 
     def select_phy_offset(self, list out, str key, int max_num, long long begin, long long end):
         """Append to ``out`` the offsets of entries with ``key``'s hash stored in [begin, end] (newest first)."""
@@ -217,9 +217,9 @@ cdef class IndexFileCore:
     def check_chains(self, long long max_problems=100):
         """Every break in the file's structure: a list of ``(position, what)``, at most ``max_problems``.
 
-        Checks the header's entry count, that every slot's chain links strictly back through written entries of
-        that slot's hashes, that no entry is on two chains, and that every written entry is on one. Reads
-        each slot and entry once (a bitmap of visited entries), so damage cannot make it slow."""
+        Checks the header's entry count, that every slot's chain links strictly back through written
+        entries of that slot's hashes, that no entry is on two chains, and that every written entry is on
+        one. Reads each slot and entry once (a bitmap of visited entries), so damage cannot make it slow."""
         cdef const unsigned char *b = self.mapped_file.base
         cdef int64_t entries = _HEADER + self.hash_slot_num * 4
         cdef int64_t slot, pos, reached = 0
@@ -253,27 +253,30 @@ cdef class IndexFileCore:
             while True:
                 pos = entries + <int64_t>cur * 20
                 if sp[cur]:
-                    problems.append((pos, "entry %d is on two chains (reached again from slot %d)" % (cur, slot)))
+                    problems.append((pos, "entry %d is on two chains (reached again from slot %d)"
+                                     % (cur, slot)))
                     break
                 sp[cur] = 1
                 reached += 1
                 h = get_i32(b + pos)
                 if h < 0 or h % self.hash_slot_num != slot:
-                    problems.append((pos, "entry %d (key hash %d) is on the chain of slot %d" % (cur, h, slot)))
+                    problems.append((pos, "entry %d (key hash %d) is on the chain of slot %d"
+                                     % (cur, h, slot)))
                     break
                 prev = get_i32(b + pos + 16)
                 if prev == 0:
                     break
                 if prev < 0 or prev >= cur:
-                    problems.append((pos + 16, "entry %d links to entry %d: links must go back to an older entry"
-                                     % (cur, prev)))
+                    problems.append((pos + 16, "entry %d links to entry %d: links must go back to an "
+                                     "older entry" % (cur, prev)))
                     break
                 cur = prev
         if reached < count - 1 and not problems:
+            lost = count - 1 - reached
             for cur in range(1, count):
                 if not sp[cur]:
-                    problems.append((entries + <int64_t>cur * 20, "%d written entr%s on no chain, the first %d"
-                                     % (count - 1 - reached, "y is" if count - 1 - reached == 1 else "ies are",
-                                        cur)))
+                    pos = entries + <int64_t>cur * 20
+                    problems.append((pos, "%d written entr%s on no chain, the first %d"
+                                     % (lost, "y is" if lost == 1 else "ies are", cur)))
                     break
         return problems[:max_problems]

@@ -3,7 +3,8 @@
 
 Everything here maps files read-only, takes no lock and writes nothing, so it is safe on a live store:
 it sees every whole record the writer has published (a record's size is written last) and stops at the
-first zero size, or at a record still being written (a torn tail: damage with nothing valid after it). File sizes come from the files themselves, never from a configuration.
+first zero size, or at a record still being written (a torn tail: damage with nothing valid after it).
+File sizes come from the files themselves, never from a configuration.
 
 * :func:`iter_commitlog` — every message of a commit-log folder (or one file, or a store root), in offset
   order. With ``verify_crc`` (the default) a record whose body CRC is wrong raises
