@@ -17,7 +17,14 @@ The key is ``topic + "#" + key``; its hash is ``abs(String.hashCode)`` (``Intege
 offset (callers re-check the decoded message). Not checksummed: recovery rebuilds entries after the
 checkpoint's index time. One writer; readers see whole entries (an entry is linked into its slot after it
 is written).
+
+Nothing read from the file is trusted to end a walk: entries are appended and each links to an older one, so
+a chain's ``prev`` numbers strictly decrease, and a chain that does not (a loop, a link forward or past the
+written entries) is cut where it breaks. The index is a lossy accelerator: a lookup stops at the break (one
+warning a file) rather than fail, and ``check_chains`` lists every break for ``pystore verify``.
 """
+
+import logging
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -30,6 +37,8 @@ HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 cdef int64_t _HEADER = 40
+
+log = logging.getLogger("pystore.index")
 
 
 cdef int32_t _java_hash_utf16(bytes be) noexcept:
@@ -66,6 +75,7 @@ cdef class IndexFileCore:
     cdef readonly int64_t end_phy_offset
     cdef readonly int32_t hash_slot_count
     cdef readonly int32_t index_count
+    cdef bint warned           # a broken chain was logged (once a file: a lookup may hit it every time)
 
     def __init__(self, MappedFile mf not None, long long hash_slot_num, long long index_num):
         if mf.file_size != _HEADER + hash_slot_num * 4 + index_num * 20:
@@ -87,6 +97,11 @@ cdef class IndexFileCore:
         self.index_count = get_i32(b + 36)
         if self.index_count <= 0:
             self.index_count = 1
+        elif self.index_count > self.index_num:
+            # a damaged header: entries past the file's end do not exist; a writer sees the file full
+            log.warning("%s: header indexCount %d exceeds the file's %d entries; using %d",
+                        self.mapped_file.file_name, self.index_count, self.index_num, self.index_num)
+            self.index_count = <int32_t>self.index_num
 
     def init_header(self, long long begin_ts, long long end_ts, long long begin_phy, long long end_phy):
         """A new file starts from the previous file's end values (0 for the first)."""
@@ -124,7 +139,8 @@ cdef class IndexFileCore:
         if self.index_count >= self.index_num:
             return False
         slot_value = get_i32(b + slot_pos)
-        if slot_value <= 0 or slot_value > self.index_count:
+        if slot_value <= 0 or slot_value >= self.index_count:
+            # links must point back to an older entry, or lookups could loop
             slot_value = 0
         if self.begin_timestamp <= 0:
             diff = 0
@@ -156,6 +172,12 @@ cdef class IndexFileCore:
                 or (self.begin_timestamp <= begin <= self.end_timestamp)
                 or (self.begin_timestamp <= end <= self.end_timestamp))
 
+    cdef void _broken(self, int64_t pos, str what):
+        if not self.warned:
+            self.warned = True
+            log.warning("%s: broken index chain at offset %d (%s); lookups stop there, messages behind "
+                        "it are not found by key", self.mapped_file.file_name, pos, what)
+
     def select_phy_offset(self, list out, str key, int max_num, long long begin, long long end):
         """Append to ``out`` the offsets of entries with ``key``'s hash stored in [begin, end] (newest first)."""
         cdef int32_t h = key_hash(key)
@@ -163,12 +185,18 @@ cdef class IndexFileCore:
         cdef const unsigned char *b = self.mapped_file.base
         cdef int32_t cur, prev, entry_hash, diff
         cdef int64_t entry_pos, phy, time_read
+        cdef int64_t entries = _HEADER + self.hash_slot_num * 4
         self.mapped_file.check_mapped()
         cur = get_i32(b + _HEADER + slot * 4)
-        if cur <= 0 or cur > self.index_count or self.index_count <= 1:
+        if cur <= 0 or self.index_count <= 1:
+            return
+        if cur >= self.index_count:
+            if cur >= self.index_num:
+                self._broken(_HEADER + slot * 4, "slot points at entry %d of %d" % (cur, self.index_num))
+            # else: an entry newer than the header this reader loaded
             return
         while len(out) < max_num:
-            entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>cur * 20
+            entry_pos = entries + <int64_t>cur * 20
             entry_hash = get_i32(b + entry_pos)
             phy = get_i64(b + entry_pos + 4)
             diff = get_i32(b + entry_pos + 12)
@@ -178,6 +206,77 @@ cdef class IndexFileCore:
             time_read = self.begin_timestamp + <int64_t>diff * 1000
             if entry_hash == h and begin <= time_read <= end:
                 out.append(phy)
-            if prev <= 0 or prev > self.index_count or prev == cur or time_read < begin:
+            if prev <= 0 or time_read < begin:
+                break
+            if prev >= cur:
+                # strictly decreasing links bound the walk by the entry count
+                self._broken(entry_pos + 16, "entry %d links to entry %d" % (cur, prev))
                 break
             cur = prev
+
+    def check_chains(self, long long max_problems=100):
+        """Every break in the file's structure: a list of ``(position, what)``, at most ``max_problems``.
+
+        Checks the header's entry count, that every slot's chain links strictly back through written
+        entries of that slot's hashes, that no entry is on two chains, and that every written entry is on
+        one. Reads each slot and entry once (a bitmap of visited entries), so damage cannot make it slow."""
+        cdef const unsigned char *b = self.mapped_file.base
+        cdef int64_t entries = _HEADER + self.hash_slot_num * 4
+        cdef int64_t slot, pos, reached = 0
+        cdef int32_t cur, prev, h, raw_count
+        cdef bytearray seen
+        cdef unsigned char *sp
+        cdef list problems = []
+        self.mapped_file.check_mapped()
+        raw_count = get_i32(b + 36)
+        if raw_count < 0 or raw_count > self.index_num:
+            problems.append((36, "header indexCount %d is outside 0..%d" % (raw_count, self.index_num)))
+        count = self.index_count
+        seen = bytearray(count)
+        sp = seen
+        for slot in range(self.hash_slot_num):
+            if len(problems) >= max_problems:
+                return problems
+            pos = _HEADER + slot * 4
+            cur = get_i32(b + pos)
+            if cur == 0:
+                continue
+            if cur == count and count < self.index_num:
+                # the entry a live writer is publishing (its header count is written last)
+                cur = get_i32(b + entries + <int64_t>cur * 20 + 16)
+                if cur == 0:
+                    continue
+            if cur < 0 or cur >= count:
+                problems.append((pos, "hash slot %d points at entry %d, outside the %d written entries"
+                                 % (slot, cur, count - 1)))
+                continue
+            while True:
+                pos = entries + <int64_t>cur * 20
+                if sp[cur]:
+                    problems.append((pos, "entry %d is on two chains (reached again from slot %d)"
+                                     % (cur, slot)))
+                    break
+                sp[cur] = 1
+                reached += 1
+                h = get_i32(b + pos)
+                if h < 0 or h % self.hash_slot_num != slot:
+                    problems.append((pos, "entry %d (key hash %d) is on the chain of slot %d"
+                                     % (cur, h, slot)))
+                    break
+                prev = get_i32(b + pos + 16)
+                if prev == 0:
+                    break
+                if prev < 0 or prev >= cur:
+                    problems.append((pos + 16, "entry %d links to entry %d: links must go back to an "
+                                     "older entry" % (cur, prev)))
+                    break
+                cur = prev
+        if reached < count - 1 and not problems:
+            lost = count - 1 - reached
+            for cur in range(1, count):
+                if not sp[cur]:
+                    pos = entries + <int64_t>cur * 20
+                    problems.append((pos, "%d written entr%s on no chain, the first %d"
+                                     % (lost, "y is" if lost == 1 else "ies are", cur)))
+                    break
+        return problems[:max_problems]

@@ -81,6 +81,12 @@ def handle_store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             _fail("not found: %s" % (e.filename or e))
         except OSError as e:
             _fail("%s%s" % (e.strerror or e, ": %s" % e.filename if e.filename else ""))
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # noqa: BLE001 - a damaged store must not end in a traceback
+            # what the library did not foresee in a file: one line, the traceback for -vv
+            logging.getLogger("pystore.cli").debug("%s failed", fn.__name__, exc_info=True)
+            _fail("cannot read the store (%s: %s); -vv shows where" % (type(e).__name__, e))
 
     return wrapper
 

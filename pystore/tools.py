@@ -3,7 +3,8 @@
 
 Everything here maps files read-only, takes no lock and writes nothing, so it is safe on a live store:
 it sees every whole record the writer has published (a record's size is written last) and stops at the
-first zero size. File sizes come from the files themselves, never from a configuration.
+first zero size, or at a record still being written (a torn tail: damage with nothing valid after it).
+File sizes come from the files themselves, never from a configuration.
 
 * :func:`iter_commitlog` — every message of a commit-log folder (or one file, or a store root), in offset
   order. With ``verify_crc`` (the default) a record whose body CRC is wrong raises
@@ -56,37 +57,54 @@ def iter_commitlog(
     """Every message stored at or after commit-log offset ``start_offset``, in offset order.
 
     ``path`` is a file, a commit-log folder, a store root, or a list of the folders of a multi-disk commit
-    log. A file missing between two others is a hole: ``StoreCorruptedError`` with ``verify_crc``.
-    ``start_offset`` must be a record boundary inside the log (or before its first file). A file that ends
-    without its end-of-file blank while later files hold data is reported as corrupted when ``verify_crc``
-    is set, and skipped otherwise.
+    log. A file missing between two others is a hole, and a file whose end runs into the next file's start
+    an overlap: ``StoreCorruptedError`` with ``verify_crc`` (only where they lie at or after
+    ``start_offset``). ``start_offset`` must be a record boundary inside the log (or before its first file).
+    A file that ends without its end-of-file blank while later files hold data is reported as corrupted
+    when ``verify_crc`` is set, and skipped otherwise.
+
+    A damaged record with nothing valid after it, in its file or a later one, is a torn tail (a record a
+    writer or a replication transfer has not finished): the iteration ends there, as recovery cuts it.
+    Damage followed by valid records raises ``StoreCorruptedError`` at the damaged record, and so does
+    damage in a file shorter than the log's others (a truncated file, not one being written).
     """
     files = commit_log_files(path)
+    full_size = _common_size(files)
     expected_next = -1
     for idx, name in enumerate(files):
         mf = MappedFile(name, -1, read_only=True)
         try:
             if mf.file_size == 0:
                 continue
-            if expected_next >= 0 and mf.file_from_offset != expected_next:
-                # a file is missing between two others: the log has a hole (the store's open refuses it)
-                if verify_crc:
-                    raise StoreCorruptedError(os.path.join(os.path.dirname(name), "%020d" % expected_next),
-                                              expected_next, "this commit-log file is missing: the log has a "
-                                              "hole up to %d" % mf.file_from_offset)
-                log.warning("commit-log files from %d to %d are missing; continuing at %s", expected_next,
-                            mf.file_from_offset, name)
+            if expected_next >= 0 and mf.file_from_offset != expected_next and mf.file_from_offset > start_offset:
+                _gap(name, expected_next, mf.file_from_offset, verify_crc, files[idx - 1])
             expected_next = mf.file_from_offset + mf.file_size
             mf.set_positions(mf.file_size)
             end = mf.file_from_offset + mf.file_size
+            if idx + 1 < len(files):
+                # a grown file's bytes past the next file's start belong to that file's offsets
+                end = min(end, max(mf.file_from_offset, int(os.path.basename(files[idx + 1]))))
             if end <= start_offset:
                 continue
             pos = max(0, start_offset - mf.file_from_offset)
-            it = RecordIterator(mf, pos, verify_crc)
-            try:
-                yield from it
-            finally:
-                it.close()
+            while True:
+                it = RecordIterator(mf, pos, verify_crc, end - mf.file_from_offset)
+                try:
+                    yield from it
+                    break
+                except StoreCorruptedError as e:
+                    damaged = e.offset - mf.file_from_offset
+                    # a writer's file has its full size from the start: one cut short was truncated
+                    if mf.file_size >= full_size and not _valid_after(files, idx, mf, damaged):
+                        log.info("%s: %s at %d with nothing valid after it: a torn tail, the end of the data",
+                                 name, e.reason, e.offset)
+                        return
+                    if not _whole_now(mf, damaged, verify_crc, end - mf.file_from_offset):
+                        raise
+                    # a live writer finished the record since: read on from it
+                    pos = damaged
+                finally:
+                    it.close()
             if it.stop_reason == RECORD_END and idx + 1 < len(files) and _has_data(files[idx + 1]):
                 if verify_crc:
                     raise StoreCorruptedError(name, mf.file_from_offset + it.position,
@@ -98,10 +116,67 @@ def iter_commitlog(
     return
 
 
-def _has_data(path: str) -> bool:
+def _common_size(files: list[str]) -> int:
+    """The size most of the log's files have (0 when it cannot tell: fewer than two files)."""
+    if len(files) < 2:
+        return 0
+    sizes: dict[int, int] = {}
+    for f in files:
+        try:
+            n = os.path.getsize(f)
+        except OSError:
+            continue
+        sizes[n] = sizes.get(n, 0) + 1
+    return max(sizes, key=lambda n: (sizes[n], n)) if sizes else 0
+
+
+def _gap(name: str, expected: int, actual: int, verify_crc: bool, previous: str) -> None:
+    if expected < actual:
+        # a file is missing between two others: the log has a hole (the store's open refuses it)
+        if verify_crc:
+            raise StoreCorruptedError(os.path.join(os.path.dirname(name), "%020d" % expected), expected,
+                                      "this commit-log file is missing: the log has a hole up to %d" % actual)
+        log.warning("commit-log files from %d to %d are missing; continuing at %s", expected, actual, name)
+        return
+    # the previous file is longer than the distance to this one: grown, or named wrongly
+    if verify_crc:
+        raise StoreCorruptedError(previous, actual, "the file runs to %d, past the start of the next file %s"
+                                  % (expected, os.path.basename(name)))
+    log.warning("%s runs to %d, past the start of %s; continuing with it", previous, expected, name)
+
+
+def _valid_after(files: list[str], idx: int, mf: MappedFile, pos: int) -> bool:
+    """Is there a whole valid record after the damage at ``pos`` of ``mf`` (``files[idx]``), in it or a later
+    file? (From pos + 1: the record at pos may pass the per-record checks yet be torn.)"""
+    if find_valid_record_after(mf, pos + 1) >= 0:
+        return True
+    for later in files[idx + 1:]:
+        try:
+            if _has_data(later, anywhere=True):
+                return True
+        except FileNotFoundError:  # cleaned meanwhile
+            continue
+    return False
+
+
+def _whole_now(mf: MappedFile, pos: int, verify_crc: bool, limit: int) -> bool:
+    it = RecordIterator(mf, pos, verify_crc, limit)
+    try:
+        next(it)
+        return True
+    except (StopIteration, StoreCorruptedError):
+        return False
+    finally:
+        it.close()
+
+
+def _has_data(path: str, anywhere: bool = False) -> bool:
     mf = MappedFile(path, -1, read_only=True)
     try:
-        return mf.file_size > 0 and find_valid_record_after(mf, 0) == 0
+        if mf.file_size <= 0:
+            return False
+        found = find_valid_record_after(mf, 0)
+        return found >= 0 if anywhere else found == 0
     finally:
         mf.close()
 

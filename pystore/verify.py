@@ -11,8 +11,13 @@
    Units below the commit log's first record (files already cleaned) are counted, not reported; so are
    units beyond the end the walk saw while a writer runs (``abort`` present). Records of a queue that are
    missing from it (at or after its first unit) are reported.
-3. **index** — for up to ``index_sample`` messages with keys (spread over the whole log), the index must
-   find the message by each key (``query_message`` around its store time, through a read-only store).
+3. **index** — every index file's header and hash chains (each link back to an older written entry of
+   its slot, no entry on two chains or on none: ``IndexFileCore.check_chains``); then, for up to
+   ``index_sample`` messages with keys (spread over the whole log), the index must find the message by
+   each key (``query_message`` around its store time, through a read-only store).
+
+Every walk moves forward: a restart after damage begins past it, so a damaged store is reported in time
+proportional to its size, never looped over.
 
 Whatever is found is a :class:`Problem`; the :class:`VerifyReport` says whether the store is ``ok``.
 ``progress(phase, done, total)`` is called now and then (``phase``: ``"commit log"`` in bytes,
@@ -35,7 +40,7 @@ from pystore.errors import StoreCorruptedError, StoreError
 from pystore.message import SCHEDULE_TOPIC
 from pystore.tools import commit_log_files, iter_commitlog, iter_consume_queue
 
-__all__ = ["Problem", "VerifyReport", "verify_store"]
+__all__ = ["Problem", "VerifyReport", "verify_store", "queue_id_of"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,8 @@ class VerifyReport:
     keys_checked: int = 0
     keys_total: int = 0  # keys of indexed messages (the sample is drawn from them)
     keys_too_common: int = 0  # sampled keys the index answer was too full to decide
+    keys_before_index: int = 0  # sampled keys of messages older than the index's first entry
+    keys_out_of_window: int = 0  # sampled keys found only with the whole time range
     index_present: bool = False
     unclean: bool = False  # the abort file exists
     seconds: float = 0.0
@@ -206,6 +213,11 @@ def _scan_commit_log(
             resume = _resume_after(files, sizes, e.offset)
             if resume is None:
                 break
+            if resume <= max(e.offset, start):
+                # every restart must move forward, or the same damage would be met again and again
+                report.notes.append("the walk stopped at the damage at offset %d (no later record to resume at)"
+                                    % e.offset)
+                break
             report.notes.append(
                 "the walk skipped from offset %d to the next valid record at %d" % (e.offset, resume)
             )
@@ -237,7 +249,7 @@ def _resume_after(files: list[str], sizes: list[int], offset: int) -> int | None
 # -- pass 2 ---------------------------------------------------------------------------------------------
 
 
-def _queue_folders(root: str) -> list[tuple[str, int, str]]:
+def _queue_folders(root: str, skipped: list[str] | None = None) -> list[tuple[str, int, str]]:
     base = os.path.join(root, "consumequeue")
     out: list[tuple[str, int, str]] = []
     try:
@@ -250,9 +262,26 @@ def _queue_folders(root: str) -> list[tuple[str, int, str]]:
             continue
         for q in sorted(os.listdir(tdir), key=lambda s: (len(s), s)):
             qdir = os.path.join(tdir, q)
-            if os.path.isdir(qdir) and q.lstrip("-").isdigit():
-                out.append((topic, int(q), qdir))
+            if not os.path.isdir(qdir):
+                continue
+            qid = queue_id_of(q)
+            if qid is None:
+                log.warning("%s: not a queue id (an int32); skipped", qdir)
+                if skipped is not None:
+                    skipped.append(qdir)
+                continue
+            out.append((topic, qid, qdir))
     return out
+
+
+def queue_id_of(name: str) -> int | None:
+    """The queue id a consume-queue folder is named by, or None when the name is not an int32 (RocketMQ's
+    ``Integer.parseInt`` fails on it and the folder is skipped)."""
+    body = name[1:] if name[:1] in ("-", "+") else name
+    if not body or not body.isascii() or not body.isdigit() or len(body) > 10:
+        return None
+    v = int(name)
+    return v if -(2**31) <= v < 2**31 else None
 
 
 def _check_queues(
@@ -262,7 +291,10 @@ def _check_queues(
     out: _Collector,
     progress: Progress | None,
 ) -> None:
-    folders = _queue_folders(root)
+    skipped: list[str] = []
+    folders = _queue_folders(root, skipped)
+    for qdir in skipped:
+        report.notes.append("%s is not named by a queue id (an int32): skipped" % qdir)
     report.queues = len(folders)
     total = 0
     for _, _, qdir in folders:
@@ -354,6 +386,41 @@ def _check_queues(
 # -- pass 3 ---------------------------------------------------------------------------------------------
 
 
+def _check_index_files(index_dir: str, report: VerifyReport, out: _Collector, overrides: dict[str, Any]) -> int:
+    """The structure of every index file: header counts and hash chains (``IndexFileCore.check_chains``).
+    The commit-log offset of the first indexed message (-1 if none)."""
+    first = -1
+    from pystore._index import IndexFileCore, index_file_size
+    from pystore.geometry import index_geometry
+
+    configured: tuple[int, int] | None = None
+    if overrides.get("max_hash_slot_num") and overrides.get("max_index_num"):
+        configured = (int(overrides["max_hash_slot_num"]), int(overrides["max_index_num"]))
+    for name in sorted(os.listdir(index_dir)):
+        p = os.path.join(index_dir, name)
+        if not (name.isdigit() and os.path.isfile(p)):
+            continue
+        size = os.path.getsize(p)
+        geometry: tuple[int, int] | None
+        if configured is not None and index_file_size(*configured) == size:
+            geometry = configured
+        else:
+            geometry = index_geometry(size)
+        if geometry is None:
+            out.add("index", p, None, "%d bytes: not an index file of a known geometry" % size)
+            continue
+        mf = MappedFile(p, size, read_only=True, from_offset=0)
+        try:
+            f = IndexFileCore(mf, *geometry)
+            for pos, what in f.check_chains(out.max):
+                out.add("index", p, pos, what)
+            if first < 0 and f.index_count > 1:
+                first = f.begin_phy_offset
+        finally:
+            mf.close()
+    return first
+
+
 def _check_index(
     root: str,
     picks: list[tuple[str, str, int, int]],
@@ -368,6 +435,9 @@ def _check_index(
 
     index_dir = os.path.join(root, "index")
     report.index_present = os.path.isdir(index_dir) and any(n.isdigit() for n in os.listdir(index_dir))
+    first_indexed = -1
+    if report.index_present:
+        first_indexed = _check_index_files(index_dir, report, out, overrides)
     if not report.keys_total:
         return
     if not report.index_present:
@@ -384,15 +454,26 @@ def _check_index(
     over.update(overrides)
     try:
         store = MessageStore.open(root, read_only=True, **over)
-    except StoreError as e:
-        out.add("index", index_dir, None, "cannot open the store read-only to query the index: %s" % e)
+    except (StoreError, OSError, ValueError, OverflowError) as e:
+        # a file the store's open refuses (or did not foresee) is a finding, not a crash of the check
+        out.add("index", getattr(e, "path", None) or index_dir, getattr(e, "offset", None),
+                "cannot open the store read-only to query the index: %s" % e)
         return
     try:
         for i, (topic, key, phy, ts) in enumerate(picks):
             if phy < store.get_min_phy_offset():
                 continue
+            if phy < first_indexed:
+                # written before indexing began (a store written without an index, then opened by pystore)
+                report.keys_before_index += 1
+                continue
             # the index keeps times in whole seconds from its file's start: a window of +-1 s
             res = store.query_message(topic, key, max_num=_QUERY_MAX, begin=ts - 1000, end=ts + 1000)
+            if not any(m.commit_log_offset == phy for m in res.messages) and len(res.messages) < _QUERY_MAX:
+                # a store time before its index file's start (the clock went back) is indexed at the start
+                res = store.query_message(topic, key, max_num=_QUERY_MAX)
+                if any(m.commit_log_offset == phy for m in res.messages):
+                    report.keys_out_of_window += 1
             if any(m.commit_log_offset == phy for m in res.messages):
                 report.keys_checked += 1
             elif len(res.messages) >= _QUERY_MAX:
@@ -406,6 +487,13 @@ def _check_index(
         store.shutdown()
     if progress is not None:
         progress("index", len(picks), len(picks))
+    if report.keys_before_index:
+        report.notes.append("%d sampled key(s) not checked: their messages precede the index's first entry "
+                            "(offset %d)" % (report.keys_before_index, first_indexed))
+    if report.keys_out_of_window:
+        report.notes.append("%d sampled key(s) found only outside a second of their store time (the index "
+                            "keeps times from its file's start; the store clock went back)"
+                            % report.keys_out_of_window)
     if report.keys_too_common:
         report.notes.append(
             "%d sampled key(s) not decided: more than %d messages share the key within a second "

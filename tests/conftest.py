@@ -4,6 +4,14 @@
   every one down and re-reads every commit-log file with ``iter_commitlog(verify_crc=True)`` (bbolt's
   post-test check): nothing may be corrupt, and the message count must equal what the test recorded
   with ``store_factory.expect_messages(...)``, if it recorded one.
+* ``_verify_stores_after_test`` (autouse) — after every test, ``pystore.verify.verify_store`` (CRCs, every
+  consume-queue unit against its record, index chains and a sample of keys looked up) on every writable
+  store the test started and shut down cleanly, whose files nothing changed since, and that still exists;
+  a problem fails the test (bbolt's and diskcache's post-test consistency check). Not checked: tests
+  marked ``no_verify`` (damage on purpose), tests in which a ``StoreCorruptedError`` was raised (they
+  expect damage), roots a ``store_factory.skip_check`` left out, stores whose commit log is larger than
+  ``VERIFY_MAX_BYTES``, and stores with a commit log or queues outside their root
+  (``PYSTORE_TEST_NO_VERIFY=1`` turns the check off, to time the suite without it).
 * ``fake_clock`` — a callable returning milliseconds that only moves when the test says so.
 * ``make_message(i, ...)`` — a deterministic ``Message`` numbered ``i``.
 
@@ -27,8 +35,10 @@ from typing import Any
 
 import pytest
 
+import pystore.store as store_module
 from pystore import Message
 from pystore.config import StoreConfig
+from pystore.errors import StoreCorruptedError
 from pystore.store import MessageStore
 from pystore.tools import iter_commitlog
 
@@ -157,6 +167,8 @@ class StoreFactory:
     def skip_check(self, name: str = "store") -> None:
         """Leave ``name`` unchecked (a test that damages files on purpose and leaves them so)."""
         self.unchecked.add(str(self.path(name)))
+        if _watch is not None:
+            _watch.skip.add(os.path.abspath(self.path(name)))
 
     def close_all(self) -> None:
         for store in reversed(self.stores):
@@ -181,3 +193,115 @@ def store_factory(tmp_path: Path) -> Iterator[StoreFactory]:
     finally:
         factory.close_all()
     factory.check()
+
+
+# -- the after-test consistency check ----------------------------------------------------------------------
+
+#: Stores with more commit-log bytes than this are not verified after their test (time: the suite's
+#: stores are a few 64 KiB files; the few big ones check their own data).
+VERIFY_MAX_BYTES = 4 << 20
+#: Keys looked up in the index per store (all of them in most tests' stores).
+VERIFY_INDEX_SAMPLE = 256
+_GEOMETRY = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_hash_slot_num",
+             "max_index_num", "message_index_enable")
+
+
+def _files_state(root: str) -> dict[str, tuple[int, int]]:
+    state = {}
+    for folder, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(folder, n)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            state[p] = (st.st_size, st.st_mtime_ns)
+    return state
+
+
+_watch: _StoreWatch | None = None  # the running test's
+
+
+class _StoreWatch:
+    """The writable stores a test shut down cleanly (root -> (config overrides, its files' state then)),
+    and whether a StoreCorruptedError was raised during the test."""
+
+    def __init__(self) -> None:
+        self.roots: dict[str, tuple[dict[str, Any], dict[str, tuple[int, int]]]] = {}
+        self.corruption_seen = False
+        self.skip: set[str] = set()
+
+    def shut_down(self, store: MessageStore) -> None:
+        root = os.path.abspath(store.root)
+        cfg = store.config
+        inside = (cfg.commit_log_paths() == [os.path.join(store.root, "commitlog")]
+                  and os.path.abspath(cfg.consume_queue_path()) == os.path.join(root, "consumequeue")
+                  and os.path.abspath(cfg.index_path()) == os.path.join(root, "index"))
+        if not inside or os.path.exists(cfg.abort_path()):
+            self.roots.pop(root, None)          # an unclean shutdown, or a layout verify does not read
+            return
+        self.roots[root] = ({k: getattr(cfg, k) for k in _GEOMETRY}, _files_state(root))
+
+    def problems(self) -> list[str]:
+        from pystore.verify import verify_store
+
+        found = []
+        for root, (over, state) in self.roots.items():
+            if root in self.skip or not os.path.isdir(os.path.join(root, "commitlog")):
+                continue
+            if os.path.exists(os.path.join(root, "abort")) or _files_state(root) != state:
+                continue                        # opened again, or its files changed after the shutdown
+            cl = os.path.join(root, "commitlog")
+            if sum(os.path.getsize(os.path.join(cl, n)) for n in os.listdir(cl)) > VERIFY_MAX_BYTES:
+                continue
+            report = verify_store(root, index_sample=VERIFY_INDEX_SAMPLE, max_problems=10, **over)
+            if not report.ok:
+                found.append("%s: %s" % (root, "; ".join(str(p) for p in report.problems)))
+        return found
+
+
+#: Tests whose stores verify finds inconsistent through no fault of the test, left unchecked until the core
+#: is fixed (their files are not ours to mark); node id -> why.
+KNOWN_INCONSISTENT = {
+    # see report: after the commit log is lost, the index keeps the old files, whose end offset is past
+    # the new log's: build_index takes every new message for a re-dispatch and indexes none
+    "tests/test_corruption.py::test_missing_commitlog_folder_with_checkpoint[normal]":
+        "the index is not rebuilt after the commit log is lost",
+}
+
+
+@pytest.fixture(autouse=True)
+def _verify_stores_after_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    if (request.node.get_closest_marker("no_verify") or request.node.nodeid in KNOWN_INCONSISTENT
+            or os.environ.get("PYSTORE_TEST_NO_VERIFY")):  # to time the suite without the check
+        yield
+        return
+    global _watch
+    watch = _watch = _StoreWatch()
+    shutdown = MessageStore.shutdown
+    corrupted_init = StoreCorruptedError.__init__
+
+    def watched_shutdown(self: MessageStore) -> None:
+        started = getattr(self, "_state", None) == store_module._STARTED and not self.read_only
+        shutdown(self)
+        if started:
+            watch.shut_down(self)
+
+    def watched_corruption(self: StoreCorruptedError, *args: Any, **kwargs: Any) -> None:
+        watch.corruption_seen = True
+        corrupted_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(MessageStore, "shutdown", watched_shutdown)
+    monkeypatch.setattr(StoreCorruptedError, "__init__", watched_corruption)
+    try:
+        yield
+    finally:
+        _watch = None
+    # fixtures the test used (store_factory) are torn down by now: their stores are shut down
+    monkeypatch.setattr(MessageStore, "shutdown", shutdown)
+    monkeypatch.setattr(StoreCorruptedError, "__init__", corrupted_init)
+    if watch.corruption_seen or not watch.roots:
+        return
+    found = watch.problems()
+    if found:
+        pytest.fail("verify after the test found problems:\n" + "\n".join(found), pytrace=False)

@@ -248,3 +248,150 @@ def test_inline_dispatch_indexes_prepared_messages(store_factory):
     store.put_message(make_message(1, keys="rollback", sys_flag=SysFlag.TRANSACTION_ROLLBACK_TYPE))
     assert [m.body for m in store.query_message(TOPIC, "prep").messages] == [b"Hello RocketMQ 0"]
     assert store.query_message(TOPIC, "rollback").messages == []
+
+
+# -- damaged index files: every walk is bounded ------------------------------------------------------------
+
+SLOTS, ENTRIES = 64, 256
+GEOMETRY = {"max_hash_slot_num": SLOTS, "max_index_num": ENTRIES, "mapped_file_size_commit_log": 64 * 1024}
+_QUERY_CHILD = r"""
+import sys, json
+from pystore import MessageStore
+root, geometry, keys = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+with MessageStore.open(root, read_only=True, **geometry) as s:
+    print(json.dumps([[m.commit_log_offset for m in s.query_message("TopicTest", k).messages] for k in keys]))
+"""
+
+
+def _keyed_store(root, n=20):
+    """A closed store of ``n`` messages with keys ``key<i>``; their commit-log offsets."""
+    from pystore import MessageStore
+
+    offsets = []
+    with MessageStore.open(root, **GEOMETRY) as s:
+        for i in range(n):
+            offsets.append(s.put_message(make_message(i)).append_message_result.wrote_offset)
+    return offsets
+
+
+def _slot_of(key):
+    return key_hash(TOPIC + "#" + key) % SLOTS
+
+
+def _other_key_in_slot(slot, avoid):
+    """A key whose hash is in ``slot`` but matches no entry of the store."""
+    for i in range(100_000):
+        k = "probe%d" % i
+        if _slot_of(k) == slot and key_hash(TOPIC + "#" + k) not in avoid:
+            return k
+    raise AssertionError("no probe key")
+
+
+def _entry_pos(n):
+    return 40 + SLOTS * 4 + n * 20
+
+
+def _query_in_child(root, keys, timeout=60):
+    """``query_message`` for each key in a child process: a hang fails the test instead of the suite."""
+    import json
+    import subprocess
+    import sys
+
+    try:
+        r = subprocess.run([sys.executable, "-c", _QUERY_CHILD, str(root), json.dumps(GEOMETRY), json.dumps(keys)],
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail("query_message did not return within %d s (a looping index chain)" % timeout)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+@pytest.mark.no_verify
+def test_looping_index_chain_ends_the_lookup(tmp_path):
+    root = tmp_path / "s"
+    offsets = _keyed_store(root)
+    (path,) = index_files(str(root))
+    data = bytearray(open(path, "rb").read())
+    slot = _slot_of("key5")
+    x = struct.unpack_from(">i", data, 40 + slot * 4)[0]
+    y = 1 if x != 1 else 2
+    # x -> y -> x: a loop no hash of the probe key ever ends
+    struct.pack_into(">i", data, _entry_pos(x) + 16, y)
+    struct.pack_into(">i", data, _entry_pos(y) + 16, x)
+    open(path, "wb").write(data)
+    hashes = {struct.unpack_from(">i", data, _entry_pos(n))[0] for n in range(1, 21)}
+    probe = _other_key_in_slot(slot, hashes)
+    found, stderr = _query_in_child(root, [probe, "key5", "key7"])
+    assert found[0] == []
+    assert found[1] == [offsets[5]]           # the entry at the slot's head is still found
+    assert found[2] == [offsets[7]]           # other chains are untouched
+    assert "broken index chain" in stderr and path in stderr
+
+
+@pytest.mark.no_verify
+@pytest.mark.parametrize("damage", ["slot_past_file", "prev_forward", "prev_past_count", "count_past_file",
+                                    "prev_negative"])
+def test_damaged_index_lookups_stay_inside_the_file(tmp_path, damage):
+    root = tmp_path / "s"
+    offsets = _keyed_store(root)
+    (path,) = index_files(str(root))
+    data = bytearray(open(path, "rb").read())
+    slot = _slot_of("key5")
+    x = struct.unpack_from(">i", data, 40 + slot * 4)[0]
+    if damage == "slot_past_file":
+        struct.pack_into(">i", data, 40 + slot * 4, 10_000_000)
+    elif damage == "prev_forward":
+        struct.pack_into(">i", data, _entry_pos(x) + 16, 20)
+    elif damage == "prev_past_count":
+        struct.pack_into(">i", data, _entry_pos(x) + 16, 200)
+    elif damage == "prev_negative":
+        struct.pack_into(">i", data, _entry_pos(x) + 16, -7)
+    else:  # a header that lets links run past the file's end
+        struct.pack_into(">i", data, 36, 2_000_000_000)
+        struct.pack_into(">i", data, _entry_pos(x) + 16, 50_000_000)
+    open(path, "wb").write(data)
+    found, _ = _query_in_child(root, ["key5", "key7", _other_key_in_slot(slot, set())])
+    assert found[0] == ([] if damage == "slot_past_file" else [offsets[5]])
+    assert found[1] == [offsets[7]]
+    assert found[2] == []
+
+
+def test_check_chains_of_a_sound_file(store_factory):
+    from pystore._index import IndexFileCore
+    from pystore._mapped_file import MappedFile
+
+    store = store_factory(**GEOMETRY)
+    for i in range(300):                         # 600 entries: rolls over three files
+        store.put_message(make_message(i, keys=["key%d" % i, "k%d" % (i % 7)]))
+    store.flush()
+    for p in index_files(store.root):
+        f = IndexFileCore(MappedFile(p, os.path.getsize(p), read_only=True, from_offset=0), SLOTS, ENTRIES)
+        try:
+            assert f.check_chains() == []
+        finally:
+            f.mapped_file.close()
+
+
+@pytest.mark.no_verify
+def test_check_chains_reports_each_break(tmp_path):
+    from pystore._index import IndexFileCore
+    from pystore._mapped_file import MappedFile
+
+    root = tmp_path / "s"
+    _keyed_store(root)
+    (path,) = index_files(str(root))
+    data = bytearray(open(path, "rb").read())
+    slot = _slot_of("key5")
+    x = struct.unpack_from(">i", data, 40 + slot * 4)[0]
+    struct.pack_into(">i", data, _entry_pos(x) + 16, x)                 # a self loop
+    other = _slot_of("key7")
+    struct.pack_into(">i", data, 40 + other * 4, 99)                   # past the written entries
+    open(path, "wb").write(data)
+    f = IndexFileCore(MappedFile(path, len(data), read_only=True, from_offset=0), SLOTS, ENTRIES)
+    try:
+        problems = f.check_chains()
+    finally:
+        f.mapped_file.close()
+    positions = [p for p, _ in problems]
+    assert _entry_pos(x) + 16 in positions and 40 + other * 4 in positions
+    assert any("links to entry %d" % x in what for _, what in problems)

@@ -715,3 +715,83 @@ def test_decoder_batches_of_any_size(main_store, rocketmq_store, rows_per_batch)
             for c in ("born_timestamp", "store_timestamp"):
                 r[c] = (r[c] - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
         assert got == store["rows"]
+
+
+# -----------------------------------------------------------------------------------------------------
+# the decoder on a log that ends mid-record (a slave's transfer, a writer mid-append)
+# -----------------------------------------------------------------------------------------------------
+
+
+def _small_log(root, n=120):
+    from pystore import Message, MessageStore
+
+    offsets = []
+    with MessageStore.open(root, mapped_file_size_commit_log=64 * 1024, max_hash_slot_num=64,
+                           max_index_num=256) as s:
+        for i in range(n):
+            offsets.append(s.put_message(Message("T0", b"m%d-" % i * 200)).append_message_result.wrote_offset)
+    return offsets
+
+
+def _decode_all(root):
+    from pystore.spark.batch import Filters, plan_commit_log_slices, read_slice
+    from pystore.spark.schema import arrow_schema
+
+    schema = arrow_schema()
+    out = []
+    for part in plan_commit_log_slices(str(root), 1 << 30):
+        for b in read_slice(part, Filters([], -1, None, None, True), schema):
+            out.extend(b.column("commit_log_offset").to_pylist())
+    return out
+
+
+@pytest.mark.parametrize("keep", [8, 40, 300])
+def test_decoder_stops_at_a_torn_tail(tmp_path, keep):
+    import struct
+
+    from pystore.tools import iter_commitlog
+
+    root = tmp_path / "s"
+    offsets = _small_log(root)
+    last = list(iter_commitlog(root))[-1]
+    end = last.commit_log_offset + last.store_size
+    rec = bytearray(last.raw)
+    struct.pack_into(">q", rec, 28, end)
+    path = os.path.join(str(root), "commitlog", "%020d" % (end - end % (64 * 1024)))
+    with open(path, "r+b") as fh:                      # a record half written after the last one
+        fh.seek(end % (64 * 1024))
+        fh.write(bytes(rec[:keep]))
+    assert _decode_all(root) == offsets
+
+
+def test_decoder_still_refuses_damage_before_valid_records(tmp_path):
+    import struct
+
+    from pystore.errors import StoreCorruptedError
+
+    root = tmp_path / "s"
+    offsets = _small_log(root)
+    k = 10
+    path = os.path.join(str(root), "commitlog", "%020d" % 0)
+    with open(path, "r+b") as fh:
+        fh.seek(offsets[k])
+        fh.write(struct.pack(">i", 100))
+    with pytest.raises(StoreCorruptedError) as ei:
+        _decode_all(root)
+    assert (ei.value.path, ei.value.offset) == (path, offsets[k])
+
+
+def test_decoder_refuses_a_truncated_last_file(tmp_path):
+    from pystore.errors import StoreCorruptedError
+
+    root = tmp_path / "s"
+    offsets = _small_log(root, 400)
+    folder = os.path.join(str(root), "commitlog")
+    last = sorted(os.listdir(folder))[-1]
+    start = int(last)
+    assert start > 0
+    k = max(i for i, o in enumerate(offsets) if o >= start) - 1
+    os.truncate(os.path.join(folder, last), offsets[k] - start + 50)
+    with pytest.raises(StoreCorruptedError) as ei:
+        _decode_all(root)
+    assert (ei.value.path, ei.value.offset) == (os.path.join(folder, last), offsets[k])

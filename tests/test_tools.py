@@ -345,8 +345,10 @@ def test_last_file_without_a_blank_is_the_normal_end(tmp_path):
     assert len(list(iter_commitlog(tmp_path / "cl"))) == 30
 
 
-def test_torn_last_record_is_reported(tmp_path):
-    """A record whose TOTALSIZE runs past the file: corruption, with the file and offset."""
+@pytest.mark.parametrize("verify", [True, False])
+def test_torn_last_record_ends_the_iteration(tmp_path, verify):
+    """A record whose TOTALSIZE runs past the file, with nothing valid after it: a torn tail, the end of
+    the data (as recovery judges it); with a record after it, corruption with the file and offset."""
     w = CommitLogWriter(tmp_path / "cl")
     for i in range(3):
         w.add(body=b"t%d" % i)
@@ -356,9 +358,128 @@ def test_torn_last_record_is_reported(tmp_path):
     with open(path, "r+b") as fh:
         fh.seek(last)
         fh.write(struct.pack(">i", FILE * 2))
+    assert [m.body for m in iter_commitlog(tmp_path / "cl", verify_crc=verify)] == [b"t0", b"t1"]
+    w.write()
+    mid = w.records[1][0]
+    with open(path, "r+b") as fh:
+        fh.seek(mid)
+        fh.write(struct.pack(">i", FILE * 2))
+    with pytest.raises(StoreCorruptedError) as ei:                    # valid t2 follows: damage
+        list(iter_commitlog(tmp_path / "cl", verify_crc=verify))
+    assert (ei.value.path, ei.value.offset) == (path, mid)
+
+
+def _cut_mid_record(w, path: str, k: int, keep: int) -> int:
+    """Zero record ``k`` from its ``keep``-th byte on and everything after it in its file (a writer or a
+    replication transfer stopped there); the record's offset."""
+    phy = w.records[k][0]
+    with open(path, "r+b") as fh:
+        fh.seek(phy % FILE + keep)
+        fh.write(bytes(FILE - phy % FILE - keep))
+    return phy
+
+
+@pytest.mark.parametrize("keep", [4, 30, 60, 93], ids=["size-only", "header", "lengths", "in-body"])
+@pytest.mark.parametrize("verify", [True, False])
+def test_log_ending_mid_record_ends_the_iteration(tmp_path, keep, verify):
+    if keep == 93 and not verify:
+        pytest.skip("zeros at a body's end pass every check but the CRC")
+    w = CommitLogWriter(tmp_path / "cl")
+    for i in range(30):
+        w.add(body=b"r%d-" % i * 12)
+    w.write()
+    k = max(i for i, (p, _) in enumerate(w.records) if p >= FILE)    # the last record, in the second file
+    path = os.path.join(w.folder, "%020d" % FILE)
+    _cut_mid_record(w, path, k, keep)
+    for later in sorted(os.listdir(w.folder))[2:]:                    # a preallocated, empty next file
+        with open(os.path.join(w.folder, later), "wb") as fh:
+            fh.write(bytes(FILE))
+    got = [m.commit_log_offset for m in iter_commitlog(tmp_path / "cl", verify_crc=verify)]
+    assert got == [p for p, _ in w.records[:k]]
+
+
+def test_crc_mismatch_at_the_tail_ends_it_and_in_the_middle_raises(tmp_path):
+    w = CommitLogWriter(tmp_path / "cl")
+    for i in range(10):
+        w.add(body=b"c%d-" % i * 10)
+    w.write()
+    path = os.path.join(w.folder, "%020d" % 0)
+    last, f = w.records[-1]
+    body_pos = last + f["size"] - (2 + 1 + len("TopicTest")) - len(f["body"])
+    _flip(path, body_pos + 3, 0x04)                                   # only zeros after it
+    assert [m.commit_log_offset for m in iter_commitlog(tmp_path / "cl")] == [p for p, _ in w.records[:-1]]
+    assert len(list(iter_commitlog(tmp_path / "cl", verify_crc=False))) == 10
+    w.add(body=b"after")                                              # now a valid record follows it
+    w.files[0][:last] = open(path, "rb").read()[:last]
+    w.write()
+    _flip(path, body_pos + 3, 0x04)
+    seen = []
     with pytest.raises(StoreCorruptedError) as ei:
-        list(iter_commitlog(tmp_path / "cl", verify_crc=False))
-    assert ei.value.offset == last
+        for m in iter_commitlog(tmp_path / "cl"):
+            seen.append(m.commit_log_offset)
+    assert (ei.value.path, ei.value.offset) == (path, last)
+    assert seen == [p for p, _ in w.records[:-2]]                    # never yielded
+
+
+def test_record_finished_by_a_live_writer_is_read_on(tmp_path, monkeypatch):
+    """A reader meets a record being written, and by the time it looks past it the writer has finished it
+    and appended more: it reads the whole record and goes on."""
+    import pystore.tools as tools
+
+    w = CommitLogWriter(tmp_path / "cl")
+    for i in range(6):
+        w.add(body=b"w%d-" % i * 10)
+    (path, *_) = w.write()
+    good = open(path, "rb").read()
+    k = 3
+    _cut_mid_record(w, path, k, 30)
+    real = tools._valid_after
+
+    def writer_finishes(*args):
+        with open(path, "r+b") as fh:
+            fh.write(good)
+        return real(*args)
+
+    monkeypatch.setattr(tools, "_valid_after", writer_finishes)
+    assert [m.commit_log_offset for m in iter_commitlog(tmp_path / "cl")] == [p for p, _ in w.records]
+
+
+def _log_of_files(tmp_path, n_files: int = 4):
+    w = CommitLogWriter(tmp_path / "cl")
+    i = 0
+    while len(w.files) <= n_files:
+        w.add(body=b"f%d-" % i * 20)
+        i += 1
+    w.files.pop()
+    w.records = [(p, f) for p, f in w.records if p < n_files * FILE]
+    return w, w.write()
+
+
+@pytest.mark.parametrize("case", ["missing", "short", "short-at-a-record", "grown"])
+def test_wrong_file_sequence_is_reported_and_the_walk_resumes(tmp_path, case):
+    w, paths = _log_of_files(tmp_path)
+    victim = paths[1]
+    if case == "missing":
+        os.remove(victim)
+        where = (victim, FILE)
+    elif case == "short":
+        os.truncate(victim, FILE // 2)
+        cut = max(p for p, _ in w.records if p < FILE + FILE // 2)
+        where = (victim, cut)
+    elif case == "short-at-a-record":
+        end = next(p for p, _ in w.records if p >= FILE + FILE // 2)
+        os.truncate(victim, end - FILE)
+        where = (victim, end)
+    else:
+        with open(victim, "ab") as fh:
+            fh.write(bytes(1000))
+        where = (victim, 2 * FILE)
+    with pytest.raises(StoreCorruptedError) as ei:
+        list(iter_commitlog(tmp_path / "cl"))
+    assert (ei.value.path, ei.value.offset) == where
+    # a restart after the damage goes on (verify's walk depends on it), in bounded time
+    rest = [m.commit_log_offset for m in iter_commitlog(tmp_path / "cl", start_offset=2 * FILE)]
+    assert rest == [p for p, _ in w.records if p >= 2 * FILE]
 
 
 # -- pystore stores --------------------------------------------------------------------------------

@@ -26,9 +26,11 @@ from pyspark.sql.types import StructType
 
 from pystore._arrow import BatchBuilder, QueueReader, queue_bounds, scan_file, split_points
 from pystore._mapped_file import MappedFile
+from pystore.errors import StoreCorruptedError
 from pystore.spark import layout
 from pystore.spark.options import parse_bool, parse_int, parse_list, parse_time, roots
 from pystore.spark.schema import arrow_schema, check_read_schema
+from pystore.tools import _common_size, _valid_after
 
 __all__ = [
     "CommitLogSlice",
@@ -147,7 +149,14 @@ def read_slice(
         try:
             pos, done = part.start, False
             while not done:
-                pos, done = scan_file(b, mf, pos, part.end)
+                try:
+                    pos, done = scan_file(b, mf, pos, part.end)
+                except StoreCorruptedError as e:
+                    if not _torn_tail(part.root, part.path, mf, e.offset - mf.file_from_offset):
+                        raise
+                    log.info("%s: %s at %d with nothing valid after it: a torn tail, the end of the data",
+                             part.path, e.reason, e.offset)
+                    done = True
                 rb = b.build()
                 if rb is not None:
                     yield rb
@@ -184,6 +193,18 @@ def read_slice(
             part.topic,
             part.queue_id,
         )
+
+
+def _torn_tail(root: str, path: str, mf: MappedFile, pos: int) -> bool:
+    """Is the damage at ``pos`` of ``mf`` a record still being written (nothing valid after it, in its file or
+    a later one of ``root``), which recovery would cut as the log's end?"""
+    files = layout.commit_log_files(root)
+    if mf.file_size < _common_size(files):
+        return False                            # a truncated file: a writer's files have their full size
+    names = [os.path.basename(f) for f in files]
+    base = os.path.basename(path)
+    idx = names.index(base) if base in names else len(files)
+    return not _valid_after(files, idx, mf, pos)
 
 
 class DataLossError(RuntimeError):

@@ -4,6 +4,7 @@ files. File sizes come from the files on disk; nothing is opened for writing and
 
 from __future__ import annotations
 
+import logging
 import os
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "queue_files",
     "data_files",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def data_files(folder: str) -> list[str]:
@@ -76,6 +79,10 @@ def list_queues(root: str, topics: list[str] | None = None, queue_id: int = -1) 
             except ValueError:
                 continue
             if str(qid) != q or (queue_id >= 0 and qid != queue_id):
+                continue
+            if not -(2**31) <= qid < 2**31:
+                # RocketMQ's Integer.parseInt skips such a folder; the decoder takes int32 queue ids
+                log.warning("%s: not a queue id (an int32); skipped", os.path.join(tdir, q))
                 continue
             if os.path.isdir(os.path.join(tdir, q)):
                 out.append((topic, qid))
