@@ -254,7 +254,17 @@ def test_saved_offset_outside_the_queue_is_corrected_at_load(store_factory, fake
     assert again.schedule_message_service.offset_table == {1: 1, 2: 0}   # 5.x correctDelayOffset
 
 
-@pytest.mark.parametrize("primary", ["", "{not json", '{"offsetTable":{1:"x"}}'])
+DEEP_LIST = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"offsetTable":' * 100_000 + "{}" + "}" * 100_000
+
+
+@pytest.mark.parametrize("text", [DEEP_LIST, DEEP_OBJECT])
+def test_deeply_nested_offsets_text_is_a_value_error(text):
+    with pytest.raises(ValueError, match="nested too deeply"):
+        decode_delay_offsets(text)
+
+
+@pytest.mark.parametrize("primary", ["", "{not json", '{"offsetTable":{1:"x"}}', DEEP_LIST, DEEP_OBJECT])
 def test_unusable_offsets_file_falls_back_to_bak(store_factory, fake_clock, primary):
     store = store_factory(clock=fake_clock)
     store.shutdown()
@@ -274,6 +284,11 @@ def test_unusable_offsets_file_and_bak_fail_start(store_factory, fake_clock):
     for name in ("delayOffset.json", "delayOffset.json.bak"):
         with open(os.path.join(config, name), "w") as f:
             f.write("{not json")
+    with pytest.raises(StoreError, match="delayOffset.json"):
+        MessageStore.open(store.root, clock=fake_clock, mapped_file_size_commit_log=64 * 1024)
+    for name in ("delayOffset.json", "delayOffset.json.bak"):
+        with open(os.path.join(config, name), "w") as f:
+            f.write(DEEP_LIST)
     with pytest.raises(StoreError, match="delayOffset.json"):
         MessageStore.open(store.root, clock=fake_clock, mapped_file_size_commit_log=64 * 1024)
     os.unlink(os.path.join(config, "delayOffset.json.bak"))       # no .bak: an empty table, as RocketMQ
