@@ -65,7 +65,7 @@ from pystore._cq import read_unit
 from pystore._message import Message, MessageExt
 from pystore.errors import StoreError
 from pystore.flush import GroupCommitService
-from pystore.message import SCHEDULE_TOPIC, MessageConst
+from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
@@ -382,7 +382,8 @@ class ScheduleMessageService(ServiceThread):
         if real_topic is None or real_qid is None:
             raise ValueError("no %s/%s property" % (MessageConst.REAL_TOPIC, MessageConst.REAL_QID))
         return Message(real_topic, ext.body, flag=ext.flag, properties=props, queue_id=int(real_qid),
-                       born_timestamp=ext.born_timestamp, born_host=ext.born_host, sys_flag=ext.sys_flag,
+                       born_timestamp=ext.born_timestamp, born_host=ext.born_host,
+                       sys_flag=ext.sys_flag & ~(SysFlag.BORNHOST_V6_FLAG | SysFlag.STOREHOSTADDRESS_V6_FLAG),
                        reconsume_times=ext.reconsume_times)
 
     def _put(self, msg: Message) -> Any:

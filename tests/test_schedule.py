@@ -302,3 +302,15 @@ def test_delayed_message_can_be_put_twice(store, fake_clock):
     fake_clock.advance(1000)
     store.schedule_message_service.deliver_once()
     assert [m.topic for m in delivered(store, queue_id=0)] == ["TopicTest", "TopicTest"]
+
+
+def test_delayed_message_of_an_ipv6_store_and_born_host_is_delivered(store_factory, fake_clock):
+    # the record's sys flag has both host bits; the message put again takes its own from its hosts (a Message
+    # refuses the store host's bit, so handing the record's flag over unchanged made every delivery fail)
+    store = store_factory(clock=fake_clock, store_host=("::1", 10911))
+    msg = Message("TopicTest", b"v6", queue_id=3, delay_time_level=1, born_host=("::2", 5), sys_flag=0x1)
+    assert store.put_message(msg).is_ok()
+    fake_clock.advance(1000)
+    assert store.schedule_message_service.deliver_once() == 1
+    [m] = delivered(store, queue_id=3)
+    assert (m.body, m.born_host, m.sys_flag) == (b"v6", ("::2", 5), 0x31)
