@@ -62,7 +62,6 @@ cdef extern from *:
     int PyUnicode_IS_ASCII(object o)
 
 
-
 cdef object _index_slow(object v, str name):
     """``v`` as an ``int`` when it is an integer of another type (an int subclass, numpy's integers: anything
     with ``__index__``); a float, str or bool is refused rather than truncated or read as 0/1."""
@@ -76,8 +75,8 @@ cdef object _index_slow(object v, str name):
 
 cdef extern from *:
     """
-    /* An exact int of one 30-bit digit (CPython 3.11's layout; other versions take the slow path): the integer
-       fields' common case, read without a call. */
+    /* An exact int of one 30-bit digit (CPython 3.11's layout; other versions take the slow path): the
+       integer fields' common case, read without a call. */
     static inline int ps_small_int(PyObject *o, long long *out) {
     #if PY_VERSION_HEX < 0x030C0000 && !defined(PYPY_VERSION)
         if (Py_TYPE(o) == &PyLong_Type) {
@@ -129,7 +128,8 @@ cdef int32_t _sys_flag_arg_slow(object v, tuple host) except? -1:
                              "store host" % f)
         encode_host(host, &v6)
         if not v6:
-            raise ValueError("sys_flag=%#x: bit 0x10 (BORNHOST_V6_FLAG) with the IPv4 born host %r" % (f, host))
+            raise ValueError("sys_flag=%#x: bit 0x10 (BORNHOST_V6_FLAG) with the IPv4 born host %r"
+                             % (f, host))
     return f
 
 # Allowed topic characters: [%|a-zA-Z0-9_-] (RocketMQ TopicValidator).
@@ -345,8 +345,8 @@ cdef int _check_text(str s, str what, object name) except -1:
         try:
             s.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError("%s of property %r cannot be stored in UTF-8 (%s): %r" % (what, name, e.reason, s)) \
-                from None
+            raise ValueError("%s of property %r cannot be stored in UTF-8 (%s): %r"
+                             % (what, name, e.reason, s)) from None
     return 0
 
 
@@ -792,7 +792,8 @@ cdef class Message:
     @prepared_transaction_offset.setter
     def prepared_transaction_offset(self, value):
         self._mutable()
-        self._prepared_transaction_offset = _int_arg(value, "prepared_transaction_offset", INT64_MIN, INT64_MAX)
+        self._prepared_transaction_offset = _int_arg(value, "prepared_transaction_offset", INT64_MIN,
+                                                     INT64_MAX)
 
     @property
     def tags_code(self):

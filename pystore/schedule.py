@@ -40,8 +40,9 @@ ascending, no trailing newline; only the levels a task has moved, like RocketMQ;
 and ``{\n\t"offsetTable":{}\n}`` while empty. Reading accepts fastjson's bare integer keys as well as
 quoted ones, and 5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp`` (fsynced: pystore's addition), the
 previous file is kept as ``delayOffset.json.bak`` (4.8 ``MixAll.string2File``). Loading is RocketMQ's
-``ConfigManager.load``: a missing, empty or unparsable file (nested too deeply for the parser included) is read from the ``.bak``; no ``.bak`` (or an
-empty one) means an empty table; a ``.bak`` that does not parse either stops ``start()`` with ``StoreError``.
+``ConfigManager.load``: a missing, empty or unparsable file (nested too deeply for the parser included) is read
+from the ``.bak``; no ``.bak`` (or an empty one) means an empty table; a ``.bak`` that does not parse either stops
+``start()`` with ``StoreError``.
 
 Offsets are persisted at shutdown as in 5.x (4.8's ``shutdown`` only cancels the timer, so a 4.8 broker may
 redeliver up to 10 s of delay messages after a clean restart; pystore does not). After a crash, messages
