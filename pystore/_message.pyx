@@ -118,6 +118,15 @@ cdef inline int32_t _sys_flag_arg(object v, tuple host) except? -1:
     return _sys_flag_arg_slow(v, host)
 
 
+cdef inline bint _bool_arg(object v) except -1:
+    # a truth test would take "false" or "no" for True
+    if v is True:
+        return True
+    if v is False:
+        return False
+    raise TypeError("wait_store_msg_ok must be a bool, got %s" % type(v).__name__)
+
+
 cdef int32_t _sys_flag_arg_slow(object v, tuple host) except? -1:
     """A user's sys flag: the store derives the host bits, so only values it stores as given pass."""
     cdef bint v6 = False
@@ -482,7 +491,7 @@ cdef class Message:
 
     Every argument is stored as given or refused, here and in every setter: a wrong Python type raises
     ``TypeError`` (integer fields take ``int`` and other integers with ``__index__``, never a float, str or
-    bool), a value the record cannot hold as given raises ``ValueError``: an integer outside its field
+    bool; ``wait_store_msg_ok`` takes a bool only), a value the record cannot hold as given raises ``ValueError``: an integer outside its field
     (``flag``, ``queue_id``, ``reconsume_times``: int32; ``born_timestamp``, ``prepared_transaction_offset``:
     int64; ``delay_time_level``: 0 to 2**31-1), a property name or value (tags and keys included) that is
     empty, contains ``\\x01`` or ``\\x02`` or a lone surrogate, a topic with a lone surrogate.
@@ -495,7 +504,7 @@ cdef class Message:
     """
 
     def __init__(self, topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
-                 delay_time_level=0, bint wait_store_msg_ok=True, born_timestamp=None,
+                 delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None,
                  born_host=("127.0.0.1", 0), sys_flag=0, reconsume_times=0, prepared_transaction_offset=0):
         self._mutable()                 # __init__ called again on a shared template would bypass the setters
         # everything is checked before anything is set: a second __init__ that raises leaves the message whole
@@ -523,7 +532,7 @@ cdef class Message:
             reconsume = <int32_t>_int_arg(reconsume_times, "reconsume_times", INT32_MIN, INT32_MAX)
             prep = _int_arg(prepared_transaction_offset, "prepared_transaction_offset", INT64_MIN, INT64_MAX)
             sys_flag_v = _sys_flag_arg(sys_flag, host)
-        props = self._build_props(tags, keys, delay, wait_store_msg_ok, properties)
+        props = self._build_props(tags, keys, delay, _bool_arg(wait_store_msg_ok), properties)
         self._topic = topic
         self._body = body_b
         self._crc_known = False
@@ -742,9 +751,9 @@ cdef class Message:
         return self._props.get("WAIT") != "false"
 
     @wait_store_msg_ok.setter
-    def wait_store_msg_ok(self, bint value):
+    def wait_store_msg_ok(self, value):
         self._mutable()
-        self._put_special("WAIT", None if value else "false")
+        self._put_special("WAIT", None if _bool_arg(value) else "false")
 
     @property
     def born_timestamp(self):

@@ -377,6 +377,19 @@ def test_the_ends_of_each_field_are_stored_as_given(field, value):
     assert getattr(decode_record(enc(m)), field) == value
 
 
+@pytest.mark.parametrize("value", ["false", "", 0, 1, None, 1.0])
+def test_wait_store_msg_ok_takes_a_bool_only(value):
+    # before: a truth test, so "false" meant wait and 0 meant do not
+    with pytest.raises(TypeError, match="wait_store_msg_ok"):
+        Message("T", b"", wait_store_msg_ok=value)
+    m = base_message()
+    with pytest.raises(TypeError, match="wait_store_msg_ok"):
+        m.wait_store_msg_ok = value
+    assert m.wait_store_msg_ok is True and "WAIT" not in m.properties
+    m.wait_store_msg_ok = False
+    assert m.properties["WAIT"] == "false" and not Message("T", b"", wait_store_msg_ok=False).wait_store_msg_ok
+
+
 @pytest.mark.parametrize("port", [1.0, True, "1", None])
 def test_a_non_integer_port_raises_type_error(port):
     with pytest.raises(TypeError):
