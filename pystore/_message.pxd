@@ -36,6 +36,7 @@ cdef class Message:
     cdef bint _frozen                 # a from_bodies template: every setter refuses
 
     cdef int _refresh(self) except -1
+    cdef int _refresh_with(self, tuple entry) except -1
     cdef int _mutable(self) except -1
     cdef int _set_body(self, object body) except -1
     cdef dict _build_props(self, tags, keys, int delay_level, bint wait, properties)

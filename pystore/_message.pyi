@@ -19,7 +19,10 @@ def string_to_properties(s: str | None) -> dict[str, str]: ...
 @disjoint_base
 class Message:
     # Bodies are bytes or any buffer (copied); str is refused. Hosts are (address, port) tuples; a list
-    # is converted. keys: one str, or an iterable of str stored space-separated. Wrong types raise TypeError.
+    # is converted. keys: one str, or an iterable of str stored space-separated. Wrong types raise TypeError
+    # (integer fields and ports also take integers with __index__, never float, str or bool); values the record
+    # cannot hold as given raise ValueError (the class docstring lists them: field ranges, sys_flag bits,
+    # empty or separator-holding properties, lone surrogates).
     def __init__(
         self,
         topic: str,

@@ -22,7 +22,8 @@ another thread puts it is not safe. ``MessageExt`` is immutable.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -44,6 +45,7 @@ cdef extern from *:
 
 from pystore._bytes cimport body_crc32, get_i32, now_ms
 
+import operator
 import socket
 
 cdef enum:
@@ -55,6 +57,89 @@ cdef enum:
     MAX_TOPIC_BYTES = 255
     MAX_V1_TOPIC_CHARS = 127
     MAX_PROPERTIES_BYTES = 32767
+
+cdef extern from *:
+    int PyUnicode_IS_ASCII(object o)
+
+
+cdef object _index_slow(object v, str name):
+    """``v`` as an ``int`` when it is an integer of another type (an int subclass, numpy's integers: anything
+    with ``__index__``); a float, str or bool is refused rather than truncated or read as 0/1."""
+    if isinstance(v, bool):
+        raise TypeError("%s must be an int, got bool" % name)
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError("%s must be an int, got %s" % (name, type(v).__name__)) from None
+
+
+cdef extern from *:
+    """
+    /* An exact int of one 30-bit digit (CPython 3.11's layout; other versions take the slow path): the
+       integer fields' common case, read without a call. */
+    static inline int ps_small_int(PyObject *o, long long *out) {
+    #if PY_VERSION_HEX < 0x030C0000 && !defined(PYPY_VERSION)
+        if (Py_TYPE(o) == &PyLong_Type) {
+            Py_ssize_t size = Py_SIZE(o);
+            if (size == 0) { *out = 0; return 1; }
+            if (size == 1) { *out = (long long)((PyLongObject *)o)->ob_digit[0]; return 1; }
+            if (size == -1) { *out = -(long long)((PyLongObject *)o)->ob_digit[0]; return 1; }
+        }
+    #endif
+        return 0;
+    }
+    """
+    bint ps_small_int(object o, long long *out) noexcept
+
+
+cdef inline long long _int_arg(object v, str name, long long lo, long long hi) except? -1:
+    """An integer field checked against the range its record field can hold as given."""
+    cdef long long x
+    if ps_small_int(v, &x) and lo <= x <= hi:
+        return x
+    return _int_arg_slow(v, name, lo, hi)
+
+
+cdef long long _int_arg_slow(object v, str name, long long lo, long long hi) except? -1:
+    cdef int overflow = 0
+    cdef long long x
+    if type(v) is not int:
+        v = _index_slow(v, name)
+    x = PyLong_AsLongLongAndOverflow(v, &overflow)
+    if overflow or x < lo or x > hi:
+        raise ValueError("%s=%d is out of range [%d, %d]" % (name, v, lo, hi))
+    return x
+
+
+cdef inline int32_t _sys_flag_arg(object v, tuple host) except? -1:
+    cdef long long x
+    if ps_small_int(v, &x) and 0 <= x and not (x & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)):
+        return <int32_t>x
+    return _sys_flag_arg_slow(v, host)
+
+
+cdef inline bint _bool_arg(object v) except -1:
+    # a truth test would take "false" or "no" for True
+    if v is True:
+        return True
+    if v is False:
+        return False
+    raise TypeError("wait_store_msg_ok must be a bool, got %s" % type(v).__name__)
+
+
+cdef int32_t _sys_flag_arg_slow(object v, tuple host) except? -1:
+    """A user's sys flag: the store derives the host bits, so only values it stores as given pass."""
+    cdef bint v6 = False
+    cdef int32_t f = <int32_t>_int_arg(v, "sys_flag", 0, INT32_MAX)
+    if f & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        if f & STOREHOSTADDRESS_V6_FLAG:
+            raise ValueError("sys_flag=%#x: bit 0x20 (STOREHOSTADDRESS_V6_FLAG) is set by the store from its "
+                             "store host" % f)
+        encode_host(host, &v6)
+        if not v6:
+            raise ValueError("sys_flag=%#x: bit 0x10 (BORNHOST_V6_FLAG) with the IPv4 born host %r"
+                             % (f, host))
+    return f
 
 # Allowed topic characters: [%|a-zA-Z0-9_-] (RocketMQ TopicValidator).
 cdef bytes _TOPIC_OK = bytes(
@@ -187,8 +272,10 @@ cdef bytes _encode_host_slow(object host):
     if not isinstance(host, tuple) or len(host) != 2:
         raise TypeError("a host is an (address: str, port: int) tuple, got %r" % (host,))
     addr, port = host
-    if not isinstance(addr, str) or not isinstance(port, int) or isinstance(port, bool):
+    if not isinstance(addr, str):
         raise TypeError("a host is an (address: str, port: int) tuple, got %r" % (host,))
+    if type(port) is not int:
+        port = _index_slow(port, "the port of host %r" % (host,))
     if not 0 <= port <= 65535:
         raise ValueError("port out of range in host %r" % (host,))
     try:
@@ -256,9 +343,27 @@ def string_to_properties(str s):
     return out
 
 
+cdef int _check_text(str s, str what, object name) except -1:
+    # the decoder (RocketMQ's string2messageProperties) drops an empty name or value and splits on the
+    # separators, and UTF-8 has no encoding for a lone surrogate: such a property would not read back as given
+    if not s:
+        raise ValueError("%s of property %r is empty" % (what, name))
+    if "\x01" in s or "\x02" in s:
+        raise ValueError("%s of property %r contains a separator (\\x01 or \\x02): %r" % (what, name, s))
+    if not PyUnicode_IS_ASCII(s):
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError("%s of property %r cannot be stored in UTF-8 (%s): %r"
+                             % (what, name, e.reason, s)) from None
+    return 0
+
+
 cdef int _check_prop(object k, object v) except -1:
     if not isinstance(k, str) or not isinstance(v, str):
         raise TypeError("message properties are str -> str, got %r: %r" % (k, v))
+    _check_text(<str>k, "the name", k)
+    _check_text(<str>v, "the value", k)
     return 0
 
 
@@ -267,6 +372,7 @@ cdef int _check_prop(object k, object v) except -1:
 # ----------------------------------------------------------------------------------------------
 
 cdef object _NO = object()
+cdef object _ZERO = 0
 
 
 @cython.final
@@ -296,7 +402,10 @@ cdef tuple _topic_entry(str topic):
     if entry is not None:
         _last_topic = (topic, entry)
         return entry
-    t = topic.encode("utf-8", "replace")
+    try:
+        t = topic.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError("topic %r cannot be stored in UTF-8 (%s)" % (topic, e.reason)) from None
     n = PyBytes_GET_SIZE(t)
     tp = <const unsigned char *>PyBytes_AS_STRING(t)
     ok = <const unsigned char *>PyBytes_AS_STRING(_TOPIC_OK)
@@ -377,41 +486,65 @@ cdef class Message:
     reconsume_times=0, prepared_transaction_offset=0)``.
 
     ``tags`` and ``keys`` are stored as the ``TAGS`` / ``KEYS`` properties (several keys space-separated);
-    ``delay_time_level`` as ``DELAY`` and ``wait_store_msg_ok=False`` as ``WAIT=false``. Wrong Python types
-    raise ``TypeError``; a message the store must refuse (bad topic, oversized properties ...) is still
-    built, and ``put_message`` returns its status.
+    ``delay_time_level`` as ``DELAY`` and ``wait_store_msg_ok=False`` as ``WAIT=false``; empty ``tags`` or
+    ``keys`` are not set (as RocketMQ's ``Message``).
+
+    Every argument is stored as given or refused, here and in every setter: a wrong Python type raises
+    ``TypeError`` (integer fields take ``int`` and other integers with ``__index__``, never a float, str or
+    bool; ``wait_store_msg_ok`` takes a bool only), a value the record cannot hold as given raises ``ValueError``: an integer outside its field
+    (``flag``, ``queue_id``, ``reconsume_times``: int32; ``born_timestamp``, ``prepared_transaction_offset``:
+    int64; ``delay_time_level``: 0 to 2**31-1), a property name or value (tags and keys included) that is
+    empty, contains ``\\x01`` or ``\\x02`` or a lone surrogate, a topic with a lone surrogate.
+    ``sys_flag`` is 0 to 2**31-1 without bit 0x20 (``STOREHOSTADDRESS_V6_FLAG``, the store sets it from its
+    store host); bit 0x10 (``BORNHOST_V6_FLAG``) follows ``born_host`` and may be given only with an IPv6
+    born host; every other bit is stored as given.
+    A message the store must refuse by RocketMQ's put checks (a topic with characters outside
+    ``[%|a-zA-Z0-9_-]`` or too long, a negative queue id, oversized properties) is still built, and
+    ``put_message`` returns its status.
     """
 
-    def __init__(self, topic, body, tags=None, keys=None, int flag=0, properties=None, int queue_id=0,
-                 int delay_time_level=0, bint wait_store_msg_ok=True, born_timestamp=None,
-                 born_host=("127.0.0.1", 0), int sys_flag=0, int reconsume_times=0,
-                 long long prepared_transaction_offset=0):
+    def __init__(self, topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
+                 delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None,
+                 born_host=("127.0.0.1", 0), sys_flag=0, reconsume_times=0, prepared_transaction_offset=0):
         self._mutable()                 # __init__ called again on a shared template would bypass the setters
         # everything is checked before anything is set: a second __init__ that raises leaves the message whole
         cdef int64_t born
+        cdef int32_t flag_v, qid, delay, sys_flag_v, reconsume
+        cdef int64_t prep
         if not isinstance(topic, str):
             raise TypeError("topic must be str, got %s" % type(topic).__name__)
+        entry = _topic_entry(<str>topic)    # a topic UTF-8 cannot hold raises here, before anything is set
         body_b = _as_body(body)
         if born_timestamp is None:
             born = now_ms()
         else:
-            if not isinstance(born_timestamp, int) or isinstance(born_timestamp, bool):
-                raise TypeError("born_timestamp must be int milliseconds, got %r" % (born_timestamp,))
-            born = born_timestamp
+            born = _int_arg(born_timestamp, "born_timestamp", INT64_MIN, INT64_MAX)
+        qid = <int32_t>_int_arg(queue_id, "queue_id", INT32_MIN, INT32_MAX)
         host = _checked_host(born_host)
-        props = self._build_props(tags, keys, delay_time_level, wait_store_msg_ok, properties)
+        if (flag is _ZERO and delay_time_level is _ZERO and sys_flag is _ZERO and reconsume_times is _ZERO
+                and prepared_transaction_offset is _ZERO):
+            # the defaults (CPython's one small int 0, which every 0 literal is): nothing to check
+            flag_v = delay = sys_flag_v = reconsume = 0
+            prep = 0
+        else:
+            flag_v = <int32_t>_int_arg(flag, "flag", INT32_MIN, INT32_MAX)
+            delay = <int32_t>_int_arg(delay_time_level, "delay_time_level", 0, INT32_MAX)
+            reconsume = <int32_t>_int_arg(reconsume_times, "reconsume_times", INT32_MIN, INT32_MAX)
+            prep = _int_arg(prepared_transaction_offset, "prepared_transaction_offset", INT64_MIN, INT64_MAX)
+            sys_flag_v = _sys_flag_arg(sys_flag, host)
+        props = self._build_props(tags, keys, delay, _bool_arg(wait_store_msg_ok), properties)
         self._topic = topic
         self._body = body_b
         self._crc_known = False
-        self._queue_id = queue_id
-        self._flag = flag
-        self._sys_flag = sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-        self._reconsume_times = reconsume_times
-        self._prepared_transaction_offset = prepared_transaction_offset
+        self._queue_id = qid
+        self._flag = flag_v
+        self._sys_flag = sys_flag_v & ~BORNHOST_V6_FLAG
+        self._reconsume_times = reconsume
+        self._prepared_transaction_offset = prep
         self._born_timestamp = born
         self._born_host = host
         self._props = props
-        self._refresh()
+        self._refresh_with(entry)
 
     cdef int _set_body(self, object body) except -1:
         self._body = _as_body(body)
@@ -425,9 +558,11 @@ cdef class Message:
             if not isinstance(tags, str):
                 raise TypeError("tags must be str or None, got %s" % type(tags).__name__)
             if tags:
+                _check_text(<str>tags, "the value", "TAGS")
                 out["TAGS"] = tags
         kt = _keys_text(keys)
         if kt:
+            _check_text(<str>kt, "the value", "KEYS")
             out["KEYS"] = kt
         if delay_level > 0:
             out["DELAY"] = str(delay_level)
@@ -444,8 +579,11 @@ cdef class Message:
 
     cdef int _refresh(self) except -1:
         """Recompute what the encoder copies and the verdict of the put checks."""
+        return self._refresh_with(_topic_entry(self._topic))
+
+    cdef int _refresh_with(self, tuple entry) except -1:
+        """``_refresh`` with the topic's cache entry at hand."""
         cdef bint v6 = False
-        cdef tuple entry = _topic_entry(self._topic)
         cdef list keys = <list>entry[3]
         self._topic_b = <bytes>entry[0]
         self._version = <int>entry[1]
@@ -466,16 +604,14 @@ cdef class Message:
             self._has_keys = False
             self._delay_level = 0
             return 0
-        for k, v in self._props.items():
-            if not k or "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
-                self._illegal = 1
+        # every way into _props checked the names and values (_check_prop): non-empty, no separators, UTF-8
         cdef str ps = properties_to_string(self._props)
-        self._props_b = ps.encode("utf-8", "replace")
+        self._props_b = ps.encode("utf-8")
         if self._illegal == 0 and PyBytes_GET_SIZE(self._props_b) > MAX_PROPERTIES_BYTES:
             self._illegal = 2
         tags = self._props.get("TAGS")
         if tags:
-            tb = (<str>tags).encode("utf-8", "replace")
+            tb = (<str>tags).encode("utf-8")
             self._tags_code = java_hash_utf8(<const unsigned char *>PyBytes_AS_STRING(tb), PyBytes_GET_SIZE(tb))
         else:
             self._tags_code = 0
@@ -508,6 +644,7 @@ cdef class Message:
         self._mutable()
         if not isinstance(value, str):
             raise TypeError("topic must be str")
+        _topic_entry(<str>value)
         self._topic = value
         self._refresh()
 
@@ -541,11 +678,13 @@ cdef class Message:
         self._put_special("KEYS", _keys_text(value))
 
     def _put_special(self, name, value):
-        if value is None:
+        # an empty value is "not set", as the constructor takes empty tags or keys
+        if value is None or (type(value) is str and not value):
             self._props.pop(name, None)
         else:
             if not isinstance(value, str):
                 raise TypeError("%s must be str or None" % name.lower())
+            _check_text(<str>value, "the value", name)
             self._props[name] = value
         self._refresh()
 
@@ -566,6 +705,7 @@ cdef class Message:
 
     def put_property(self, str name not None, str value not None):
         self._mutable()
+        _check_prop(name, value)
         self._props[name] = value
         self._refresh()
 
@@ -582,18 +722,18 @@ cdef class Message:
         return self._flag
 
     @flag.setter
-    def flag(self, int value):
+    def flag(self, value):
         self._mutable()
-        self._flag = value
+        self._flag = <int32_t>_int_arg(value, "flag", INT32_MIN, INT32_MAX)
 
     @property
     def queue_id(self):
         return self._queue_id
 
     @queue_id.setter
-    def queue_id(self, int value):
+    def queue_id(self, value):
         self._mutable()
-        self._queue_id = value
+        self._queue_id = <int32_t>_int_arg(value, "queue_id", INT32_MIN, INT32_MAX)
         self._refresh()
 
     @property
@@ -601,27 +741,28 @@ cdef class Message:
         return self._delay_level
 
     @delay_time_level.setter
-    def delay_time_level(self, int value):
+    def delay_time_level(self, value):
         self._mutable()
-        self._put_special("DELAY", str(value) if value > 0 else None)
+        cdef int32_t level = <int32_t>_int_arg(value, "delay_time_level", 0, INT32_MAX)
+        self._put_special("DELAY", str(level) if level > 0 else None)
 
     @property
     def wait_store_msg_ok(self):
         return self._props.get("WAIT") != "false"
 
     @wait_store_msg_ok.setter
-    def wait_store_msg_ok(self, bint value):
+    def wait_store_msg_ok(self, value):
         self._mutable()
-        self._put_special("WAIT", None if value else "false")
+        self._put_special("WAIT", None if _bool_arg(value) else "false")
 
     @property
     def born_timestamp(self):
         return self._born_timestamp
 
     @born_timestamp.setter
-    def born_timestamp(self, long long value):
+    def born_timestamp(self, value):
         self._mutable()
-        self._born_timestamp = value
+        self._born_timestamp = _int_arg(value, "born_timestamp", INT64_MIN, INT64_MAX)
 
     @property
     def born_host(self):
@@ -639,9 +780,9 @@ cdef class Message:
         return self._sys_flag
 
     @sys_flag.setter
-    def sys_flag(self, int value):
+    def sys_flag(self, value):
         self._mutable()
-        self._sys_flag = value & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        self._sys_flag = _sys_flag_arg(value, self._born_host) & ~BORNHOST_V6_FLAG
         self._refresh()
 
     @property
@@ -649,18 +790,19 @@ cdef class Message:
         return self._reconsume_times
 
     @reconsume_times.setter
-    def reconsume_times(self, int value):
+    def reconsume_times(self, value):
         self._mutable()
-        self._reconsume_times = value
+        self._reconsume_times = <int32_t>_int_arg(value, "reconsume_times", INT32_MIN, INT32_MAX)
 
     @property
     def prepared_transaction_offset(self):
         return self._prepared_transaction_offset
 
     @prepared_transaction_offset.setter
-    def prepared_transaction_offset(self, long long value):
+    def prepared_transaction_offset(self, value):
         self._mutable()
-        self._prepared_transaction_offset = value
+        self._prepared_transaction_offset = _int_arg(value, "prepared_transaction_offset", INT64_MIN,
+                                                     INT64_MAX)
 
     @property
     def tags_code(self):
@@ -764,7 +906,7 @@ cdef class MessageBatch:
         self._tq_key = first._tq_key
 
     @staticmethod
-    def from_bodies(topic, bodies, tags=None, keys=None, int flag=0, properties=None, int queue_id=0,
+    def from_bodies(topic, bodies, tags=None, keys=None, flag=0, properties=None, queue_id=0,
                     born_timestamp=None, born_host=_DEFAULT_BORN_HOST):
         """A batch of ``bodies`` (bytes or buffers) that share everything else: topic, queue, tags, keys,
         flag, properties, born time and host, as ``Message`` takes them. Stored exactly as the same batch of
@@ -772,9 +914,9 @@ cdef class MessageBatch:
         straight from its body (the way to append many payloads one holds as ``bytes``)."""
         cdef Message t
         cdef int64_t born
-        if (tags is None and keys is None and flag == 0 and properties is None and born_timestamp is None
-                and born_host is _DEFAULT_BORN_HOST and type(topic) is str):
-            t = _plain_template(<str>topic, queue_id)
+        if (tags is None and keys is None and type(flag) is int and flag == 0 and properties is None
+                and born_timestamp is None and born_host is _DEFAULT_BORN_HOST and type(topic) is str):
+            t = _plain_template(<str>topic, <int32_t>_int_arg(queue_id, "queue_id", INT32_MIN, INT32_MAX))
             born = now_ms()
         else:
             # positional: Cython parses them without a keyword dict
@@ -1016,8 +1158,10 @@ cdef class MessageExt:
 
     def to_message(self):
         """A ``Message`` with this message's topic, body, properties and producer-side fields."""
+        # the host bits are the hosts': the new message's born host sets its own, the store its store host's
         m = Message(self.topic, self._body, flag=self._v.flag, queue_id=self._v.queue_id,
-                    born_timestamp=self._v.born_ts, born_host=self.born_host, sys_flag=self._v.sys_flag,
+                    born_timestamp=self._v.born_ts, born_host=self.born_host,
+                    sys_flag=self._v.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG),
                     reconsume_times=self._v.reconsume_times,
                     prepared_transaction_offset=self._v.prepared_tx_offset)
         m.properties = self._props()

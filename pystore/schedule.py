@@ -40,8 +40,9 @@ ascending, no trailing newline; only the levels a task has moved, like RocketMQ;
 and ``{\n\t"offsetTable":{}\n}`` while empty. Reading accepts fastjson's bare integer keys as well as
 quoted ones, and 5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp`` (fsynced: pystore's addition), the
 previous file is kept as ``delayOffset.json.bak`` (4.8 ``MixAll.string2File``). Loading is RocketMQ's
-``ConfigManager.load``: a missing, empty or unparsable file is read from the ``.bak``; no ``.bak`` (or an
-empty one) means an empty table; a ``.bak`` that does not parse either stops ``start()`` with ``StoreError``.
+``ConfigManager.load``: a missing, empty or unparsable file (nested too deeply for the parser included) is read
+from the ``.bak``; no ``.bak`` (or an empty one) means an empty table; a ``.bak`` that does not parse either stops
+``start()`` with ``StoreError``.
 
 Offsets are persisted at shutdown as in 5.x (4.8's ``shutdown`` only cancels the timer, so a 4.8 broker may
 redeliver up to 10 s of delay messages after a clean restart; pystore does not). After a crash, messages
@@ -65,7 +66,7 @@ from pystore._cq import read_unit
 from pystore._message import Message, MessageExt
 from pystore.errors import StoreError
 from pystore.flush import GroupCommitService
-from pystore.message import SCHEDULE_TOPIC, MessageConst
+from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
@@ -115,7 +116,12 @@ def encode_delay_offsets(offset_table: dict[int, int]) -> str:
 def decode_delay_offsets(text: str) -> dict[int, int]:
     """``offsetTable`` of a ``delayOffset.json`` (fastjson's bare integer keys or quoted ones); ValueError if
     the text is not such a document."""
-    doc = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+    try:
+        doc = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+    except RecursionError:
+        # a damaged file nested deeper than the interpreter's stack: unparsable like any other bad text, so
+        # load() takes the .bak instead of letting the open fail with a RecursionError
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     table = doc.get("offsetTable")
@@ -377,7 +383,8 @@ class ScheduleMessageService(ServiceThread):
         if real_topic is None or real_qid is None:
             raise ValueError("no %s/%s property" % (MessageConst.REAL_TOPIC, MessageConst.REAL_QID))
         return Message(real_topic, ext.body, flag=ext.flag, properties=props, queue_id=int(real_qid),
-                       born_timestamp=ext.born_timestamp, born_host=ext.born_host, sys_flag=ext.sys_flag,
+                       born_timestamp=ext.born_timestamp, born_host=ext.born_host,
+                       sys_flag=ext.sys_flag & ~(SysFlag.BORNHOST_V6_FLAG | SysFlag.STOREHOSTADDRESS_V6_FLAG),
                        reconsume_times=ext.reconsume_times)
 
     def _put(self, msg: Message) -> Any:

@@ -254,7 +254,17 @@ def test_saved_offset_outside_the_queue_is_corrected_at_load(store_factory, fake
     assert again.schedule_message_service.offset_table == {1: 1, 2: 0}   # 5.x correctDelayOffset
 
 
-@pytest.mark.parametrize("primary", ["", "{not json", '{"offsetTable":{1:"x"}}'])
+DEEP_LIST = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"offsetTable":' * 100_000 + "{}" + "}" * 100_000
+
+
+@pytest.mark.parametrize("text", [DEEP_LIST, DEEP_OBJECT])
+def test_deeply_nested_offsets_text_is_a_value_error(text):
+    with pytest.raises(ValueError, match="nested too deeply"):
+        decode_delay_offsets(text)
+
+
+@pytest.mark.parametrize("primary", ["", "{not json", '{"offsetTable":{1:"x"}}', DEEP_LIST, DEEP_OBJECT])
 def test_unusable_offsets_file_falls_back_to_bak(store_factory, fake_clock, primary):
     store = store_factory(clock=fake_clock)
     store.shutdown()
@@ -276,6 +286,11 @@ def test_unusable_offsets_file_and_bak_fail_start(store_factory, fake_clock):
             f.write("{not json")
     with pytest.raises(StoreError, match="delayOffset.json"):
         MessageStore.open(store.root, clock=fake_clock, mapped_file_size_commit_log=64 * 1024)
+    for name in ("delayOffset.json", "delayOffset.json.bak"):
+        with open(os.path.join(config, name), "w") as f:
+            f.write(DEEP_LIST)
+    with pytest.raises(StoreError, match="delayOffset.json"):
+        MessageStore.open(store.root, clock=fake_clock, mapped_file_size_commit_log=64 * 1024)
     os.unlink(os.path.join(config, "delayOffset.json.bak"))       # no .bak: an empty table, as RocketMQ
     again = store_factory(clock=fake_clock)
     assert again.schedule_message_service.offset_table == {}
@@ -287,3 +302,15 @@ def test_delayed_message_can_be_put_twice(store, fake_clock):
     fake_clock.advance(1000)
     store.schedule_message_service.deliver_once()
     assert [m.topic for m in delivered(store, queue_id=0)] == ["TopicTest", "TopicTest"]
+
+
+def test_delayed_message_of_an_ipv6_store_and_born_host_is_delivered(store_factory, fake_clock):
+    # the record's sys flag has both host bits; the message put again takes its own from its hosts (a Message
+    # refuses the store host's bit, so handing the record's flag over unchanged made every delivery fail)
+    store = store_factory(clock=fake_clock, store_host=("::1", 10911))
+    msg = Message("TopicTest", b"v6", queue_id=3, delay_time_level=1, born_host=("::2", 5), sys_flag=0x1)
+    assert store.put_message(msg).is_ok()
+    fake_clock.advance(1000)
+    assert store.schedule_message_service.deliver_once() == 1
+    [m] = delivered(store, queue_id=3)
+    assert (m.body, m.born_host, m.sys_flag) == (b"v6", ("::2", 5), 0x31)
