@@ -223,6 +223,12 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             if len(cq_store):
                 log.warning("no commit log: dropping %d consume queues (FORMAT.md §8.6)", len(cq_store))
             cq_store.destroy_all()
+            index = getattr(getattr(reput, "dispatcher", None), "index", None)
+            if index is not None and index.files:
+                # its entries point into the lost log, and its end offset would make every new message look
+                # already indexed (build_index skips what lies below it): dropped with the queues
+                log.warning("no commit log: dropping %d index files", len(index.files))
+                index.destroy()
         else:
             cq_store.truncate_dirty(result.process_offset)
             ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]

@@ -262,12 +262,7 @@ class _StoreWatch:
 
 #: Tests whose stores verify finds inconsistent through no fault of the test, left unchecked until the core
 #: is fixed (their files are not ours to mark); node id -> why.
-KNOWN_INCONSISTENT = {
-    # see report: after the commit log is lost, the index keeps the old files, whose end offset is past
-    # the new log's: build_index takes every new message for a re-dispatch and indexes none
-    "tests/test_corruption.py::test_missing_commitlog_folder_with_checkpoint[normal]":
-        "the index is not rebuilt after the commit log is lost",
-}
+KNOWN_INCONSISTENT: dict[str, str] = {}
 
 
 @pytest.fixture(autouse=True)

@@ -361,7 +361,7 @@ def message_args(draw):
         wait_store_msg_ok=draw(st.booleans()),
         born_timestamp=draw(int64s),
         born_host=draw(hosts),
-        sys_flag=draw(int32s),
+        sys_flag=draw(st.integers(0, 2**31 - 1)) & ~0x30,
         reconsume_times=draw(int32s),
         prepared_transaction_offset=draw(int64s),
     )
@@ -386,7 +386,7 @@ def expected_properties(a):
 
 CASE_ASTRAL = dict(topic="T" * 128, body=b"\x00", tags="😀é", keys=["ключ", "🂡"], properties={"x": "𝄞"},
                    queue_id=7, flag=-1, delay_time_level=3, wait_store_msg_ok=False, born_timestamp=-1,
-                   born_host=("::ffff:1.2.3.4", 65535), sys_flag=-1, reconsume_times=-(2**31),
+                   born_host=("::ffff:1.2.3.4", 65535), sys_flag=0x7FFFFFFF & ~0x30, reconsume_times=-(2**31),
                    prepared_transaction_offset=2**63 - 1)
 CASE_TAGS_BOTH_WAYS = dict(topic="%RETRY%g", body=b"", tags="a", keys=None,
                            properties={"TAGS": "b", "WAIT": "x"}, queue_id=0, flag=0, delay_time_level=0,

@@ -779,6 +779,9 @@ def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
         assert store.look_message_by_offset(0) is None
         r = store.put_message(Message("AfterLoss", cw.make_body(0, "AfterLoss", 0, 10), keys="k0"))
         assert r.is_ok() and r.wrote_offset == 0
+        # the index went with the log: the new message is found by key (the old index's end offset made
+        # every new message look indexed already)
+        assert [m.commit_log_offset for m in store.query_message("AfterLoss", "k0").messages] == [0]
     w = cw.walk_log(str(root))
     cw.check_chain(w)
     assert [r.offset for r in w.records] == [0]
