@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--mode", choices=["pages", "consume", "retain"], default="consume")
     p.add_argument("--dir", default=None, help="parent folder of the temporary store (default: $TMPDIR)")
+    p.add_argument("--crc", choices=["on", "off", "paired"], default="on",
+                   help="check_crc_on_read: on (the default config), off, or paired: each round read twice, "
+                        "without then with the check, and the ratio of the two rates printed")
     a = p.parse_args(argv)
 
     api = benchlib.store_api()
@@ -73,11 +76,22 @@ def main(argv: list[str] | None = None) -> int:
                     off = r.next_begin_offset
                 return count
 
+            limits = store._limits
+            limits.check_crc = a.crc != "off"
             times = []
+            ratios = []
             for k in range(a.rounds):
+                if a.crc == "paired":
+                    limits.check_crc = False
+                    t0 = time.perf_counter()
+                    one_round([] if a.mode == "retain" else None)
+                    unchecked = time.perf_counter() - t0
+                    limits.check_crc = True
                 t0 = time.perf_counter()
                 count = one_round([] if a.mode == "retain" else None)
                 times.append(time.perf_counter() - t0)
+                if a.crc == "paired":
+                    ratios.append(unchecked / times[-1])
                 if count != n:
                     raise AssertionError("round %d read %d messages, %d were put" % (k, count, n))
             if a.mode != "pages":
@@ -91,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     med = times[len(times) // 2]
     print("%s, pages of %d, %d x %d B: min %.1f ms, median %.1f ms per round -> %.2f M msg/s (median)" % (
         a.mode, page, n, a.size, times[0] * 1e3, med * 1e3, n / med / 1e6))
+    if ratios:
+        ratios.sort()
+        print("check_crc_on_read: rate with the check / without, paired rounds: median %.3f (%.3f .. %.3f)" % (
+            ratios[len(ratios) // 2], ratios[0], ratios[-1]))
     return 0
 
 
