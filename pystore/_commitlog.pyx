@@ -26,7 +26,7 @@ from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms
-from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, REC_END,
+from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, REC_BAD_LENGTH, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like, encode_message,
                              encode_with_body, find_next_record, make_ext, message_length, scan_records, write_blank)
@@ -738,6 +738,13 @@ cdef class RecordIterator:
             self._finish()
             raise StopIteration
         r = check_record(self.mf.base + self.pos, self.limit - self.pos, self.verify_crc, &v)
+        if r > 0 and self.verify_crc and v.phy_offset != self.mf.file_from_offset + self.pos:
+            # a record stored for another offset (a misplaced or swapped file, a damaged header): never
+            # yielded as the message at this offset
+            self._finish()
+            self.stop_reason = REC_BAD_LENGTH
+            raise StoreCorruptedError(self.mf.file_name, self.mf.file_from_offset + self.pos,
+                                      "the record here names offset %d as its own" % v.phy_offset)
         if r > 0:
             e = make_ext(self.mf.base + self.pos, &v)
             self.pos += r

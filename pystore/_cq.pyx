@@ -228,6 +228,20 @@ def recover_units(MappedFile mf, long long start=0):
     return (pos, mx)
 
 
+def next_valid_unit(MappedFile mf, long long start):
+    """Position of the first valid unit at or after ``start`` in ``mf`` (fillers count), or -1: a valid unit
+    after an invalid one is damage, since one writer writes a queue's units in order."""
+    cdef int64_t pos = start, found = -1
+    mf.check_mapped()
+    with nogil:
+        while pos + CQ_STORE_UNIT_SIZE <= mf.file_size:
+            if unit_valid(mf.base + pos):
+                found = pos
+                break
+            pos += CQ_STORE_UNIT_SIZE
+    return found
+
+
 def units_below(MappedFile mf, long long phy_limit):
     """Position after the last valid unit whose commit-log offset is below ``phy_limit`` (the walk stops at
     the first unit at or above it, or an invalid unit): ``(position, max_physic_end)``."""
@@ -656,6 +670,17 @@ cdef int _raise_damage(int damage, int32_t r, RecordView *v, MappedFile f, int64
         % (unit_at // CQ_STORE_UNIT_SIZE, where, phy, size, v.total_size, v.queue_id, v.queue_offset, v.phy_offset))
 
 
+cdef int64_t _written_end(list files):
+    """The end of what was written into the commit log ``files`` (its last file's write position): units
+    pointing beyond it point at nothing."""
+    cdef Py_ssize_t n = PyList_GET_SIZE(files)
+    cdef MappedFile last
+    if n == 0:
+        return 0
+    last = <MappedFile>PyList_GET_ITEM(files, n - 1)
+    return last.file_from_offset + last.wrote
+
+
 cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, int64_t *starts, int n,
                    list out) except -1:
     cdef bytes buf = PyBytes_FromStringAndSize(<const char *>f.base + start, end - start)
@@ -668,7 +693,7 @@ cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, 
 cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files, int64_t cl_file_size,
                int64_t cl_max_offset, int32_t max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
                object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out,
-               ConsumeQueueCore cq=None) except -1:
+               ConsumeQueueCore cq=None, object cl_queue=None) except -1:
     """The scan behind ``get_message``; the caller holds ``cqf``. Each commit-log file is held while its
     records are read (a filter's Python code may let a cleaner run meanwhile).
 
@@ -726,7 +751,14 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             if phy + size > cl_max_offset:
                 # past this call's view of the commit log: its file list was taken before the queue's (a put
                 # that rolled to a new file meanwhile wrote units pointing into it). Not readable yet, never
-                # skipped: the next call sees it.
+                # skipped: the next call sees it. Unless it points past all the log ever written (``cl_queue``
+                # given: its files now): then the unit is damage, and waiting would stall the consumer for good.
+                if count == 0 and cl_queue is not None and phy + size > _written_end(cl_queue.files):
+                    raise StoreCorruptedError(
+                        cqf.file_name, cqf.file_from_offset + pos,
+                        "the consume-queue unit for queue offset %d points at commit-log offset %d (%d bytes), "
+                        "past the end of the commit log (`pystore recover` rebuilds the queues from the commit "
+                        "log)" % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size))
                 break
             in_disk = (cl_max_offset - phy) > lim.memory_window
             if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
@@ -883,18 +915,18 @@ cdef enum:
 
 def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, list cl_files,
                long long cl_file_size, ReadLimits lim, object tag_codes, object tag_names, object filt,
-               tuple statuses, bint keep_offset):
+               tuple statuses, bint keep_offset, object cl_queue=None):
     """``get_message`` on one consume queue: RocketMQ's decision table (FORMAT.md §11.1; empty queue, offset
     too small, one past the end, far past it, no unit buffer) then the scan, in one call, as a
     ``GetMessageResult``. ``statuses`` maps the SCAN_*/GM_* codes to ``GetMessageStatus``; ``keep_offset``
     is the slave's next-offset rule (``nextOffsetCorrection``)."""
     return _read_queue(cq, offset, max_msg_nums, cl_files, cl_file_size, lim, tag_codes, tag_names, filt, statuses,
-                       keep_offset)
+                       keep_offset, cl_queue)
 
 
 cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums, list cl_files,
                                   int64_t cl_file_size, ReadLimits lim, object tag_codes, object tag_names,
-                                  object filt, tuple statuses, bint keep_offset):
+                                  object filt, tuple statuses, bint keep_offset, object cl_queue=None):
     cdef list files = cq.queue.files
     cdef int64_t cq_size = cq.queue.mapped_file_size
     cdef int64_t units = cq_size // CQ_STORE_UNIT_SIZE
@@ -934,7 +966,7 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
     out = []
     try:
         code = _scan(mf, pos, end, cl_files, cl_file_size, cl_max, nums, lim, tag_codes, tag_names, filt, out,
-                     &consumed, &total, &last_phy, cq)
+                     &consumed, &total, &last_phy, cq, cl_queue)
     finally:
         mf.c_release()
     # the scan's next offset is never corrected, on a slave either (RocketMQ: offset + units visited)
@@ -1187,7 +1219,7 @@ cdef class QueueReader:
             return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
         q = self.cl_queue
         return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
-                           None, None, self.statuses, False)
+                           None, None, self.statuses, False, q)
 
     def look_message_by_offset(self, commit_log_offset):
         """``MessageStore.look_message_by_offset(commit_log_offset)``: the message stored at that commit-log

@@ -26,6 +26,7 @@ from pystore._cq import (
     UNIT_SIZE,
     ConsumeQueueCore,
     first_unit_at_or_above,
+    next_valid_unit,
     read_unit,
     recover_units,
     unit_at,
@@ -141,13 +142,16 @@ class ConsumeQueue(ConsumeQueueCore):
         self.min_logic_offset = 0
         return paths
 
-    def recover(self) -> None:
-        """Find the end of valid units (from the third-last file), cut the rest (FORMAT.md §8.1)."""
+    def recover(self) -> bool:
+        """Find the end of valid units (from the third-last file), cut the rest (FORMAT.md §8.1). False, with
+        ``damage`` set and nothing cut, when an invalid unit is not the end of the queue's units: it lies in a
+        file that is not the last, or valid units follow it (one writer writes a queue's units in order, so
+        only damage leaves a hole); such a queue is rebuilt from the commit log (``ConsumeQueueStore``)."""
         self.forget_time_samples()
         files = self.queue.files
         if not files:
             self.last_file = None
-            return
+            return True
         start = max(0, len(files) - 3)
         max_phy = -1
         end = files[start].file_from_offset
@@ -157,6 +161,11 @@ class ConsumeQueue(ConsumeQueueCore):
                 max_phy = mx
             end = mf.file_from_offset + pos
             if pos < mf.file_size:
+                if mf is not files[-1] or next_valid_unit(mf, pos + UNIT_SIZE) >= 0:
+                    self.damage = (mf.file_name, mf.file_from_offset + pos, "an empty or invalid unit with units "
+                                   "after it" if mf is files[-1] else "an empty or invalid unit inside a full "
+                                   "consume-queue file")
+                    return False
                 break
         if max_phy >= 0:
             self.max_physic_offset = max_phy
@@ -170,6 +179,7 @@ class ConsumeQueue(ConsumeQueueCore):
         if first is not None and self.min_logic_offset < first.file_from_offset:
             self.min_logic_offset = first.file_from_offset
         self.last_file = self.queue.last()
+        return True
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
         """Drop units whose message starts at or after ``phy_offset`` (FORMAT.md §8.4): whole files from the end
@@ -276,7 +286,9 @@ class ConsumeQueue(ConsumeQueueCore):
             if start >= mf.file_size:
                 continue
             pos, mx = recover_units(mf, start)
-            mf.set_positions(pos)
+            # a file with a successor was filled before it: all of it is the queue's, and an invalid unit
+            # inside is damage that a read reports (never a quiet end of the file)
+            mf.set_positions(pos if mf is files[-1] else mf.file_size)
             if mx >= 0:
                 self.max_physic_offset = mx
         first = self.queue.first()
@@ -313,6 +325,9 @@ class ConsumeQueueStore:
         self.on_error = on_error
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+        #: queues whose files could not be trusted, deleted to be rebuilt from the commit log (load, recover)
+        self.rebuilt: list[ConsumeQueue] = []
+        self.load_error: StoreCorruptedError | None = None
 
     def __len__(self) -> int:
         return len(self._queues)
@@ -349,8 +364,8 @@ class ConsumeQueueStore:
         grown) is not read as it is: a writer deletes its files and lists it in ``rebuilt``, and recovery
         builds it again from the commit log, the source of truth; a read-only opener cannot rebuild, so the
         open fails with ``load_error`` (a ``StoreCorruptedError`` naming the file)."""
-        self.rebuilt: list[ConsumeQueue] = []
-        self.load_error: StoreCorruptedError | None = None
+        self.rebuilt = []
+        self.load_error = None
         for topic, qid in self._folders():
             cq = self.find_or_create(topic, qid)
             if cq.load():
@@ -389,10 +404,21 @@ class ConsumeQueueStore:
         return found
 
     def recover(self) -> int:
-        """Recover every queue; the highest commit-log offset any of them references (-1 if none)."""
+        """Recover every queue; the highest commit-log offset any of them references (-1 if none). A queue
+        whose units have a hole (``ConsumeQueue.recover``) is rebuilt like one whose files could not be
+        loaded; a read-only opener refuses it (``StoreCorruptedError``)."""
         max_phy = -1
         for cq in self.queues():
-            cq.recover()
+            if not cq.recover():
+                assert cq.damage is not None
+                path, offset, reason = cq.damage
+                if self.read_only:
+                    raise StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from "
+                                              "the commit log)")
+                gone = cq.discard_files()
+                log.warning("consume queue %s/%d: %s at offset %d; its %d file(s) are deleted and the queue is "
+                            "rebuilt from the commit log", cq.topic, cq.queue_id, reason, offset, len(gone))
+                self.rebuilt.append(cq)
             if cq.get_max_offset_in_queue() > 0:
                 max_phy = max(max_phy, cq.max_physic_offset)
         return max_phy

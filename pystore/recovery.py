@@ -17,7 +17,8 @@ data, and truncating would silently drop acknowledged messages. Then recovery ra
 :class:`~pystore.errors.StoreCorruptedError` naming the file and offset, unless
 ``recover_truncate_corrupted`` asks for RocketMQ's behaviour (``pystore recover --truncate``).
 
-A read-only opener runs the same walk but writes nothing: it only narrows its view to the valid end.
+A read-only opener runs the same walk and judges the same way, but writes nothing: a torn tail (or a live
+writer's record in flight) ends its view; damage before durable records is refused as a writer refuses it.
 """
 
 from __future__ import annotations
@@ -141,7 +142,9 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
     result.follows = follow_offset
     what = REASONS.get(reason, "invalid record") if reason != RECORD_END else "zeroed region"
     durable = follower is not None and checkpoint.trusted and follower.store_timestamp <= checkpoint.physic_msg_timestamp
-    if durable and not config.recover_truncate_corrupted and not read_only:
+    if durable and not config.recover_truncate_corrupted:
+        # a reader refuses it too: a view ending at the damage would hide every durable message after it
+        # (a live writer's record in flight is newer than the checkpoint's flush, so it is never "durable")
         raise StoreCorruptedError(
             mf.file_name, where,
             "%s, followed by valid flushed messages from offset %d: refusing to truncate durable data "

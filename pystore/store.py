@@ -122,7 +122,7 @@ class MessageStore:
         #: master: the HA listener (``ha_listen_port``); slave: the client following ``ha_master_address``
         self._ha: HAService | None = None
         self._ha_client: HAClient | None = None
-        self._refresh_lock = threading.Lock()
+        self._refresh_lock = threading.RLock()
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
         #: why ``load()`` returned False, when a file is at fault (``MessageStore.open`` raises it)
@@ -867,14 +867,16 @@ class MessageStore:
         queue = self._commitlog.queue                       # type: ignore[union-attr]
         slave = self.config.broker_role is _SLAVE
         # the decision table, the scan and the result, in C (_cq.read_queue)
+        # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
+        # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
+        # and looks again, under the refresh lock so that no refresh runs between the two
         r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
-                       tag_names, filt, _GET_STATUS, slave)
+                       tag_names, filt, _GET_STATUS, slave, None if self.read_only else queue)
         if self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
-            # the unit is there but its record is past this reader's view of the commit log (another
-            # thread refreshed the queue meanwhile): catch the commit log up and look again
             self._refresh_queue(topic, queue_id)
-            r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
-                           tag_names, filt, _GET_STATUS, slave)
+            with self._refresh_lock:
+                r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits,
+                               tag_codes, tag_names, filt, _GET_STATUS, slave, queue)
         return r
 
     def _next(self, old: int, new: int) -> int:

@@ -466,8 +466,10 @@ def _damage_middle(root, w: cw.Walk, kind: str, rng: random.Random) -> int:
 @pytest.mark.parametrize("kind", MIDDLE_DAMAGE)
 def test_middle_damage_raises_store_corrupted(tmp_path, kind, abnormal):
     """Damage followed by valid, flushed records is not a torn tail: opening raises StoreCorruptedError
-    with the file and the exact absolute offset, and writes nothing. A read-only opener sees the log up
-    to the damage. ``recover_truncate_corrupted=True`` cuts the log there, keeping everything before."""
+    with the file and the exact absolute offset, and writes nothing. A read-only opener refuses it the same way
+    (a view ending at the damage would hide the durable messages after it); with
+    ``recover_truncate_corrupted=True`` it sees the log up to the damage, and a writer cuts the log there,
+    keeping everything before."""
     root = tmp_path / "store"
     w = build_store(root, messages=400, seed=5)
     assert len(files_with_records(w)) >= 4
@@ -487,8 +489,11 @@ def test_middle_damage_raises_store_corrupted(tmp_path, kind, abnormal):
         open_store(root)
     assert (ei.value.path, ei.value.offset) == (e.path, e.offset)
 
+    with pytest.raises(StoreCorruptedError) as ei:
+        open_store(root, read_only=True)
+    assert (ei.value.path, ei.value.offset) == (e.path, e.offset)
     kept = [r for r in w.records if r.offset + r.size <= where]
-    with open_store(root, read_only=True) as ro:
+    with open_store(root, read_only=True, recover_truncate_corrupted=True) as ro:
         assert ro.recovery.process_offset == where
         for r in kept[-20:]:
             cw.check_message(ro.look_message_by_offset(r.offset), r.idx)
