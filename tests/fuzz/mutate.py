@@ -311,6 +311,7 @@ def apply(plan_: dict, root: str) -> dict:
     """Perform the plan's operations on ``root``; the damage, in reference coordinates."""
     ranges: dict[str, list[list[int]]] = {}
     dead: set[str] = set()
+    swapped: set[str] = set()
     touched: set[str] = set()
 
     def hit(file: str, start: int, end: int) -> None:
@@ -378,6 +379,7 @@ def apply(plan_: dict, root: str) -> dict:
                 os.rename(b, a)
                 os.rename(tmp, b)
             dead.update((op["a"], op["b"]))
+            swapped.update((op["a"], op["b"]))
             touched.update((op["a"], op["b"]))
         elif kind == "mkdir":
             d = os.path.join(root, op["dir"])
@@ -387,7 +389,7 @@ def apply(plan_: dict, root: str) -> dict:
             touched.add(op["dir"])
         else:
             raise ValueError(kind)
-    return {"ranges": ranges, "dead": sorted(dead), "checkpoint": "checkpoint" in touched,
+    return {"ranges": ranges, "dead": sorted(dead), "swapped": sorted(swapped), "checkpoint": "checkpoint" in touched,
             "touched": sorted(touched)}
 
 
