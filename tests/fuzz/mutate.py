@@ -269,7 +269,14 @@ class Planner:
         r = self.rng
         f = self.index_file()
         count = max(2, f["count"])
-        if r.random() < 0.6:
+        chains = [c for c in f.get("chains", ()) if len(c) >= 2]
+        if chains and r.random() < 0.4:       # a cycle: an older entry of a chain points back to a newer one
+            c = r.choice(chains)
+            k = r.randrange(1, len(c))
+            e, v = c[k], c[r.randrange(k)]
+            pos = INDEX_HEADER + 4 * HASH_SLOTS + 20 * e + 16
+            self.write(f["file"], pos, struct.pack(">i", v), "entry %d prevIndex -> %d (a cycle in its chain)" % (e, v))
+        elif r.random() < 0.6:
             e = r.randrange(1, count)
             v = r.choice([e, e, e + r.randrange(1, 5), count + 3, 2 ** 31 - 1, -1, -(2 ** 31), e - 1])
             pos = INDEX_HEADER + 4 * HASH_SLOTS + 20 * e + 16
@@ -395,6 +402,7 @@ def apply(plan_: dict, root: str) -> dict:
 
 if __name__ == "__main__":
     import sys
+
     from tests.fuzz.common import load
     lay = load(sys.argv[1])
     for i in range(int(sys.argv[2])):

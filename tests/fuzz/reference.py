@@ -148,9 +148,17 @@ def walk(root: str) -> dict:
             data = f.read()
         count = struct.unpack_from(">i", data, 36)[0]
         slots = [s for s in range(HASH_SLOTS) if struct.unpack_from(">i", data, INDEX_HEADER + 4 * s)[0] != 0]
-        index.append({"file": "index/" + name, "size": len(data), "count": count, "slots": slots})
+        chains = []                 # per used slot, its entries newest first (following prevIndex)
+        for s in slots:
+            e, chain = struct.unpack_from(">i", data, INDEX_HEADER + 4 * s)[0], []
+            while 0 < e < count and e not in chain:
+                chain.append(e)
+                e = struct.unpack_from(">i", data, INDEX_HEADER + 4 * HASH_SLOTS + 20 * e + 16)[0]
+            chains.append(chain)
+        index.append({"file": "index/" + name, "size": len(data), "count": count, "slots": slots,
+                      "chains": chains})
     meta = sorted(os.path.relpath(os.path.join(d, n), root) for d, _, ns in os.walk(root) for n in ns
-                  if not os.path.relpath(d, root).split(os.sep)[0] in ("commitlog", "consumequeue", "index"))
+                  if os.path.relpath(d, root).split(os.sep)[0] not in ("commitlog", "consumequeue", "index"))
     assert all(f["size"] == CQ_FILE for q in cq.values() for f in q)
     return {"cl": cl, "cq": cq, "index": index, "meta": meta}
 

@@ -26,8 +26,10 @@ def build_reference(out: str) -> dict:
 
 
 def run_case(seed: int, i: int, ref: str, layout: dict, work: str, cli: bool, timeout: float = 10.0,
-             cli_timeout: float = 10.0, keep: bool = False) -> dict:
-    plan = mutate.plan(seed, i, layout)
+             cli_timeout: float = 10.0, keep: bool = False, plan: dict | None = None) -> dict:
+    """Case ``seed:i`` (or the given ``plan``) on a fresh copy of the reference at ``ref``."""
+    if plan is None:
+        plan = mutate.plan(seed, i, layout)
     root = os.path.join(work, "case-%d-%d" % (seed, i))
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(os.path.join(ref, plan["variant"]), root)
