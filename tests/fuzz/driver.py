@@ -45,6 +45,8 @@ class Case:
         self.cli_timeout = spec.get("cli_timeout", 10)
         self.manifest: list[dict] = load(os.path.join(self.ref, "manifest.json"))  # type: ignore[assignment]
         self.by_off = {r["off"]: r for r in self.manifest}
+        for r in self.manifest:
+            r["body"] = bytes.fromhex(r["body"])
         self.queues: dict[tuple[str, int], dict[int, dict]] = {}
         for r in self.manifest:
             self.queues.setdefault((r["topic"], r["qid"]), {})[r["qoff"]] = r
@@ -129,9 +131,9 @@ class Case:
                 self.obs("wrong", "%s: offset %d served with queue offset %d, put at %d" % (
                     where, got, m.queue_offset, rec["qoff"]))
                 return False
-        if m.body.hex() != rec["body"]:
+        if m.body != rec["body"]:
             self.obs("wrong", "%s: offset %d served a body of %d bytes that differs from the one put (%d bytes)%s"
-                     % (where, got, len(m.body), len(rec["body"]) // 2,
+                     % (where, got, len(m.body), len(rec["body"]),
                         "" if got not in self.intact else " though its record is intact"))
             return False
         if got in self.intact:
