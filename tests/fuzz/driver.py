@@ -222,6 +222,8 @@ class Case:
     def reads(self, store, mode: str) -> None:
         from pystore import TagFilter
         excused: set[int] = set()       # a read of it raised: reported as corrupt / exception, not as loss
+        self.stops: dict[tuple[str, int], str] = {}     # how each unfiltered queue read ended
+        self.skips: dict[tuple[str, int], str] = {}     # the first page that went past messages it did not serve
         seen_get: set[int] = set()
         seen_look: set[int] = set()
         for (topic, qid), units in sorted(self.queues.items()):
@@ -287,8 +289,12 @@ class Case:
             missing = sorted(self.protected - seen - excused)
             if missing:
                 r = self.by_off[missing[0]]
-                self.obs("loss", "%s %s: %d intact messages not served, first offset %d (%s/%d qoff %d, %s)" % (
-                    mode, kind, len(missing), r["off"], r["topic"], r["qid"], r["qoff"], r["file"][-20:]))
+                how = ""
+                if kind == "get_message":
+                    q = (r["topic"], r["qid"])
+                    how = "; reading %s/%d: %s" % (q + (self.skips.get(q) or self.stops.get(q, "?"),))
+                self.obs("loss", "%s %s: %d intact messages not served, first offset %d (%s/%d qoff %d, file %s)%s"
+                         % (mode, kind, len(missing), r["off"], r["topic"], r["qid"], r["qoff"], r["file"][-20:], how))
 
     def read_queue(self, store, mode: str, topic: str, qid: int, seen: set[int], filt) -> None:
         from pystore import GetMessageStatus
@@ -298,7 +304,11 @@ class Case:
         for _ in range(1000):
             r = store.get_message("fuzz", topic, qid, off, 32, filt)
             if r is None:
+                self.stops[queue] = "get_message(offset %d) returned None" % off
                 return
+            if filt is None:
+                self.stops[queue] = "the last page: offset %d %s next %d (min %d max %d)" % (
+                    off, r.status.name, r.next_begin_offset, r.min_offset, r.max_offset)
             nxt = r.next_begin_offset
             if r.status == GetMessageStatus.FOUND:
                 msgs = r.messages
@@ -325,6 +335,13 @@ class Case:
                                             GetMessageStatus.NO_MESSAGE_IN_QUEUE,
                                             GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
                 return
+            if filt is None and queue not in self.skips:
+                units = self.queues.get(queue, {})
+                served = {m.commit_log_offset for m in r.messages} if r.status == GetMessageStatus.FOUND else set()
+                hidden = [u for u in range(off, min(nxt, off + 100_000)) if u in units and units[u]["off"] not in served]
+                if hidden:
+                    self.skips[queue] = "at offset %d %s with %d messages, next_begin_offset %d (queue offsets %s " \
+                        "not served)" % (off, r.status.name, len(r.messages), nxt, _span(hidden))
             off = nxt
 
     def commit_log_data(self, store, off: int) -> None:
@@ -378,6 +395,11 @@ class Case:
                     g.messages[0].commit_log_offset != off or g.messages[0].body != m.body:
                 self.obs("wrong", "%s: put PUT_OK at %d (%s/%d qoff %d), get_message gives %s" % (
                     mode, off, m.topic, m.queue_id, qoff, g and g.status))
+
+
+def _span(units: list[int]) -> str:
+    return str(units[0]) if len(units) == 1 else "%d..%d" % (units[0], units[-1]) if \
+        units[-1] - units[0] + 1 == len(units) else "%s (%d)" % (",".join(map(str, units[:5])), len(units))
 
 
 def out(line: str) -> None:

@@ -88,7 +88,9 @@ def run(n: int, seed: int, workers: int = 2, cli_every: int = 4, timeout: float 
         results: list[dict] = []
 
         def one(i: int) -> dict:
-            return run_case(seed, i, ref, layout, work, cli=cli_every > 0 and i % cli_every == 0, timeout=timeout)
+            plan = mutate.plan(seed, i, layout)
+            cli = cli_every > 0 and (i % cli_every == 0 or plan["cli"])
+            return run_case(seed, i, ref, layout, work, cli=cli, timeout=timeout, plan=plan)
 
         with ThreadPoolExecutor(workers) as pool:
             for k, res in enumerate(pool.map(one, range(start, start + n)), 1):
