@@ -19,7 +19,7 @@ def main() -> int:
     ap.add_argument("--start", type=int, default=0, help="first case number")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cli-every", type=int, default=4, help="run the CLI on every K-th case and on those that delete, cut, "
-                    "swap or extend a commit-log file or change an index chain (0: never)")
+                    "swap or extend a commit-log file (0: never)")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds a case's reads may take")
     ap.add_argument("--case", help="run one case SEED:I and show everything (keeps its store folder)")
     ap.add_argument("--json", help="also write the results to this file")
