@@ -9,11 +9,15 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
-from tests.fuzz import mutate, runner
-from tests.fuzz.common import BAD
+# the harness is the package tests.fuzz (its children run `python -m tests.fuzz.driver` from the repository root)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.fuzz import mutate, runner  # noqa: E402
+from tests.fuzz.common import BAD  # noqa: E402
 
 SEED = 20261126
 CASES = 300
