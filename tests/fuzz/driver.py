@@ -317,8 +317,10 @@ class Case:
                 units = self.queues.get(queue, {})
                 hidden = [units[u] for u in range(off, nxt) if u in units and units[u]["off"] not in served]
                 if filt is None and skipped > 0 and not all(h["file"] in self.head_gone for h in hidden):
-                    self.obs("wrong", "%s at %d: FOUND %d messages but next_begin_offset is %d (%d units skipped)"
-                             % (where, off, len(msgs), nxt, skipped))
+                    n_intact = sum(h["off"] in self.intact for h in hidden)
+                    self.obs("wrong", "%s at %d: FOUND %d messages but next_begin_offset is %d (%d units skipped: %d "
+                             "intact records, %d damaged or gone)" % (where, off, len(msgs), nxt, skipped, n_intact,
+                                                                      len(hidden) - n_intact))
                 for j, m in enumerate(msgs):
                     unit = off + j if filt is None and skipped == 0 else None
                     if filt is not None and m.tags not in ("TagA", "TagB"):
