@@ -32,7 +32,7 @@ import sys
 import time
 import traceback
 
-from tests.fuzz.common import BASE_MS, CL_FILE, CLI_SETS, CONFIG, SCHEDULE_TOPIC, load
+from tests.fuzz.common import BASE_MS, CL_FILE, CLI_SETS, CONFIG, SCHEDULE_TOPIC, half_full, load
 
 MAX_NOTES = 3
 
@@ -206,7 +206,7 @@ class Case:
         t0 = time.monotonic()
         clock = lambda: BASE_MS + 600_000 + int((time.monotonic() - t0) * 1000)  # noqa: E731
         try:
-            store = MessageStore.open(self.root, read_only=read_only, clock=clock, **CONFIG)
+            store = MessageStore.open(self.root, read_only=read_only, clock=clock, disk_usage=half_full, **CONFIG)
         except Exception as e:          # noqa: BLE001
             self.error("open " + mode, e)
             return

@@ -20,7 +20,7 @@ import shutil
 import struct
 import sys
 
-from tests.fuzz.common import BASE_MS, CL_FILE, CONFIG, CQ_FILE, CQ_UNIT, HASH_SLOTS, INDEX_HEADER, dump
+from tests.fuzz.common import BASE_MS, CL_FILE, CONFIG, CQ_FILE, CQ_UNIT, HASH_SLOTS, INDEX_HEADER, dump, half_full
 
 TOPICS = [("TopicA", 4), ("TopicB", 2), ("TopicC", 1)]
 TAGS = ["TagA", "TagB", "TagC", None]
@@ -55,7 +55,7 @@ def build(out: str, messages: int = 420, seed: int = 20261126) -> None:
         i += 1
         return m
 
-    store = MessageStore.open(clean, clock=clock, **CONFIG)
+    store = MessageStore.open(clean, clock=clock, disk_usage=half_full, **CONFIG)
     try:
         while i < messages:
             clock.now += 10
