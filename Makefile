@@ -6,7 +6,7 @@ STAMP    := $(VENV)/.installed
 PYX      := $(wildcard pystore/*.pyx pystore/*.pxd pystore/*.h)
 BUILT    := pystore/.built
 
-.PHONY: venv build debug annotate lint typecheck test test-fast bench peers demo clean
+.PHONY: venv build debug annotate lint typecheck test test-fast fuzz bench peers demo clean
 
 venv: $(STAMP) $(BUILT)
 
@@ -46,6 +46,13 @@ test: venv
 
 test-fast: venv
 	$(VPY) -m pytest -q -p no:cacheprovider -m "not slow and not spark" tests
+
+# Store-folder mutation fuzzer (tests/fuzz): N damaged copies of a small reference store, every read path on
+# each in a child process with a time limit; a table of outcomes. One case: $(VPY) -m tests.fuzz --case SEED:I
+N        ?= 1000
+SEED     ?= 1
+fuzz: venv
+	$(VPY) -m tests.fuzz -n $(N) --seed $(SEED) --workers 2
 
 bench: venv
 	$(VPY) -m pytest -q -p no:cacheprovider bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds

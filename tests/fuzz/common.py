@@ -1,0 +1,56 @@
+"""What the builder, the mutator, the driver and the runner share: geometry, names, JSON helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+
+#: small geometry: several files of each kind
+CL_FILE = 32 * 1024
+CQ_FILE = 640                       # 32 units a file
+CQ_UNIT = 20
+HASH_SLOTS = 64
+INDEX_NUM = 256
+INDEX_HEADER = 40
+
+CONFIG = {
+    "mapped_file_size_commit_log": CL_FILE,
+    "mapped_file_size_consume_queue": CQ_FILE,
+    "max_hash_slot_num": HASH_SLOTS,
+    "max_index_num": INDEX_NUM,
+}
+
+
+def half_full(path: str) -> float:
+    """The disk-usage probe the stores are opened with: the host's disk never refuses a put or deletes a file
+    (a full /tmp on a shared machine would otherwise turn every put into SERVICE_NOT_AVAILABLE)."""
+    return 0.5
+
+
+#: the same settings for the CLI (``-o key=value``)
+CLI_SETS = [arg for k, v in CONFIG.items() for arg in ("-o", "%s=%s" % (k, v))]
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: store time of the reference's first message (a fake clock moves 10 ms a put)
+BASE_MS = 1_700_000_000_000
+
+#: outcomes, best first; a case is classified by the worst of its observations
+OUTCOMES = ["ok", "corrupt", "exception", "loss", "wrong", "timeout", "signal"]
+BAD = {"exception", "loss", "wrong", "timeout", "signal"}
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def dump(path: str, obj: object) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+def load(path: str) -> object:
+    with open(path) as f:
+        return json.load(f)
+
+
+def worst(kinds: list[str]) -> str:
+    return max(kinds, key=OUTCOMES.index, default="ok")
