@@ -1004,6 +1004,48 @@ cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset) noexcept:
     return queue_offset * CQ_STORE_UNIT_SIZE > mf.file_from_offset + mf.wrote
 
 
+def queues_behind(list cl_files, long long cl_file_size, long long from_offset, long long end_offset,
+                  dict queues):
+    """A reader's gap check (``recovery``), writing nothing: the ``(topic, queue id)``s of ``queues`` (a dict
+    of ``ConsumeQueueCore`` by that key) with a record in ``[from_offset, end_offset)`` that lies past the
+    queue's last unit (``_behind``). Returns ``(gaps, reached)``: the walk stops where a record cannot be
+    read."""
+    cdef int64_t off = from_offset, pos, rp
+    cdef int32_t r
+    cdef MappedFile f
+    cdef RecordView v
+    cdef const unsigned char *rec
+    cdef ConsumeQueueCore cq
+    cdef set gaps = set()
+    while off < end_offset:
+        f = _cl_file(cl_files, cl_file_size, off)
+        if f is None or f.base == NULL:
+            break
+        pos = off - f.file_from_offset
+        rp = f.read_position()
+        if pos >= rp:
+            if rp == f.file_size:
+                off = f.file_from_offset + cl_file_size
+                continue
+            break
+        rec = f.base + pos
+        r = check_record(rec, rp - pos, False, &v)
+        if r == REC_BLANK:
+            off = f.file_from_offset + cl_file_size
+            continue
+        if r <= 0 or off + r > end_offset:
+            break
+        if _enters_queue(v.sys_flag):
+            key = (PyUnicode_DecodeUTF8(<const char *>rec + v.topic_pos, v.topic_len, "replace"), v.queue_id)
+            found = queues.get(key)
+            if found is not None:
+                cq = <ConsumeQueueCore>found
+                if off + r > cq.max_physic_offset and _behind(cq, v.queue_offset):
+                    gaps.add(key)
+        off += r
+    return gaps, off
+
+
 @cython.final
 cdef class QueueDispatcher(Dispatcher):
     """Builds consume-queue units (and index entries) from appended records."""

@@ -24,6 +24,7 @@ writer's record in flight) ends its view; damage before durable records is refus
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -161,18 +162,57 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
                 follow_offset, "not yet flushed when the writer stopped" if not durable else "forced")
 
 
-def _maybe_cut_short(cq_store: Any) -> list[int]:
-    """Where the queues end that may have lost files at their end: a queue whose last file is exactly full
-    (the file after it may be gone: a queue rolls to a new file with its next unit, so this is rare), or one
-    left without units (every file gone or empty; its end is unknown: 0)."""
-    found = []
+def _maybe_cut_short(cq_store: Any, low: int, window: int) -> int:
+    """Where a walk must start to see every record of the queues that may have lost files at their end
+    (-1: none may have). A queue whose last file is exactly full (the file after it may be gone: a queue
+    rolls to a new file with its next unit, so this is rare) is walked from its end, within the window
+    recovery scanned; one left without units (every file gone, cut or zeroed), or whose first file starts
+    past offset 0 in a log that was never cleaned (its first files are gone), from the log's head."""
+    start = -1
     for cq in cq_store.queues():
         last = cq.queue.last()
-        if last is None or cq.get_max_offset_in_queue() == 0:
-            found.append(0)
+        first = cq.queue.first()
+        if last is None or cq.get_max_offset_in_queue() == 0 or last.read_position == 0:
+            at = low
+        elif low == 0 and first is not None and first.file_from_offset > 0 and not _starts_with_filler(first):
+            at = low
         elif last.read_position >= last.file_size:
-            found.append(cq.max_physic_offset)
-    return found
+            at = max(low, min(cq.max_physic_offset, window))
+        else:
+            continue
+        start = at if start < 0 else min(start, at)
+    return start
+
+
+def _starts_with_filler(mf: Any) -> bool:
+    """Does a queue's first file open with filler units (RocketMQ's ``fillPreBlank``: the queue began at that
+    offset, its earlier messages never had units in this store)?"""
+    from pystore._cq import FILLER_SIZE, read_unit
+
+    try:
+        return bool(read_unit(mf, 0)[1] == FILLER_SIZE)
+    except (ValueError, OSError):
+        return False
+
+
+def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult) -> None:
+    """A reader of a store no writer is running (no ``abort`` file) checks, as a writer's recovery does, that
+    no queue lacks units for records of it (lost files at its end or head): it cannot rebuild the queue, so
+    it refuses the store rather than hide those messages."""
+    from pystore._cq import queues_behind
+
+    low = commitlog.get_min_offset()
+    start = _maybe_cut_short(cq_store, low, result.dispatch_from)
+    if start < 0 or low < 0:
+        return
+    queue = commitlog.queue
+    gaps, _ = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
+                            dict(cq_store.items()))
+    for topic, queue_id in sorted(gaps):
+        cq = cq_store.find(topic, queue_id)
+        raise StoreCorruptedError(cq.folder, cq.queue.get_max_offset(),
+                                  "consume queue %s/%d lacks units for records of it in the commit log (files lost): "
+                                  "a writer's open rebuilds it from the commit log" % (topic, queue_id))
 
 
 def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end: int) -> None:
@@ -203,7 +243,13 @@ def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end
         if dispatcher is not None:
             dispatcher.gaps = None
     if reached < end:
-        log.error("dispatch stopped at %d before the commit log's end %d", reached, end)
+        # recovery judged the log whole up to ``end`` from its last files; a record before them that cannot
+        # be read stops the re-dispatch, and the queues would silently end there
+        mf = reput.commitlog.queue.find_mapped_file_by_offset(reached)
+        raise StoreCorruptedError(mf.file_name if mf is not None else reput.commitlog.queue.path_for(reached),
+                                  reached, "a commit-log record the re-dispatch cannot read, before the log's end "
+                                  "%d (set recover_truncate_corrupted or run `pystore recover --truncate` to cut "
+                                  "the log here)" % end)
 
 
 def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, config: Any, abnormal: bool,
@@ -221,6 +267,8 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
         reput = reput()
     cq_store.recover()
     queue = commitlog.queue
+    if read_only and queue.files and not os.path.exists(config.abort_path()):
+        _check_readers_queues(commitlog, cq_store, result)
     if not read_only:
         if not queue.files:
             if len(cq_store):
@@ -237,11 +285,11 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
             low = commitlog.get_min_offset()
             start = low if not ends else max(low, max(ends))
-            suspects = _maybe_cut_short(cq_store)
-            if suspects:
-                # a queue that may have lost files at its end: walk the window recovery scanned from where it
-                # ends, so that a record beyond its end shows the gap (see _dispatch_checking_gaps)
-                start = max(low, min(start, max(min(suspects), result.dispatch_from)))
+            suspect = _maybe_cut_short(cq_store, low, result.dispatch_from)
+            if suspect >= 0:
+                # a queue that may have lost files: walk from where its records may be, so that a record
+                # beyond its end shows the gap (see _dispatch_checking_gaps)
+                start = min(start, suspect)
             if getattr(cq_store, "rebuilt", None):
                 start = low                 # queues whose files could not be trusted: rebuilt from the head
             if abnormal:
