@@ -268,7 +268,9 @@ def first_unit_at_or_above(MappedFile mf, long long low_pos, long long high_pos,
     while lo < hi:
         mid = (lo + hi) >> 1
         p = mf.base + mid * CQ_STORE_UNIT_SIZE
-        if get_i32(p + 8) != FILLER and get_i64(p) >= min_phy:
+        # a filler is (0, FILLER, 0): a unit with FILLER's size elsewhere is a message's (or damage, which a
+        # read then reports), never a reason to move the min offset past it
+        if (get_i32(p + 8) != FILLER or get_i64(p) != 0) and get_i64(p) >= min_phy:
             hi = mid
         else:
             lo = mid + 1
@@ -995,21 +997,31 @@ cdef int64_t _parse_int(const unsigned char *p, int32_t n) noexcept:
     return v
 
 
-cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset) noexcept:
-    """Would the unit of ``queue_offset`` land past the queue's end (units missing before it)? A queue
-    without files counts as behind unless the record is its first message ever (offset 0)."""
+cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset, int64_t record_end):
+    """Does the queue lack the unit of the record of ``queue_offset`` (ending at commit-log ``record_end``)?
+    Past its end: a record beyond the queue's last one whose unit would not land right after it (units
+    missing before it); a queue without files counts so unless the record is its first message ever
+    (offset 0). Before its first file: its first files are gone (callers walk only records still in the
+    log, whose units a cleaner never deletes)."""
     cdef MappedFile mf = cq.last
+    cdef list files
     if mf is None:
         return queue_offset > 0
-    return queue_offset * CQ_STORE_UNIT_SIZE > mf.file_from_offset + mf.wrote
+    files = cq.queue.files
+    if PyList_GET_SIZE(files) > 0 and \
+            queue_offset * CQ_STORE_UNIT_SIZE < (<MappedFile>PyList_GET_ITEM(files, 0)).file_from_offset:
+        return True
+    return record_end > cq.max_physic_offset and \
+        queue_offset * CQ_STORE_UNIT_SIZE > mf.file_from_offset + mf.wrote
 
 
 def queues_behind(list cl_files, long long cl_file_size, long long from_offset, long long end_offset,
-                  dict queues):
+                  dict queues, bint tails=True):
     """A reader's gap check (``recovery``), writing nothing: the ``(topic, queue id)``s of ``queues`` (a dict
     of ``ConsumeQueueCore`` by that key) with a record in ``[from_offset, end_offset)`` that lies past the
     queue's last unit (``_behind``). Returns ``(gaps, reached)``: the walk stops where a record cannot be
-    read."""
+    read. With ``tails`` False only a queue lacking units before its first file counts (a crashed writer's
+    queues may lag its log at their end, never at their head)."""
     cdef int64_t off = from_offset, pos, rp
     cdef int32_t r
     cdef MappedFile f
@@ -1040,7 +1052,9 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
             found = queues.get(key)
             if found is not None:
                 cq = <ConsumeQueueCore>found
-                if off + r > cq.max_physic_offset and _behind(cq, v.queue_offset):
+                if _behind(cq, v.queue_offset, off + r) and (tails or (
+                        cq.last is not None and v.queue_offset * CQ_STORE_UNIT_SIZE
+                        < (<MappedFile>PyList_GET_ITEM(cq.queue.files, 0)).file_from_offset)):
                     gaps.add(key)
         off += r
     return gaps, off
@@ -1174,7 +1188,7 @@ cdef class QueueDispatcher(Dispatcher):
                     if level > 0:
                         tags = self._deliver_time(level, v.store_ts)
                 gap = False
-                if self.gaps is not None and off + r > cq.max_physic_offset and _behind(cq, v.queue_offset):
+                if self.gaps is not None and _behind(cq, v.queue_offset, off + r):
                     # the queue lacks units before this record (files lost, or never written before a crash):
                     # recovery rebuilds it from the log's head; a unit here would sit at the wrong offset
                     self.gaps.add((cell.topic, cell.queue_id))

@@ -215,6 +215,34 @@ class StoreLock:
             self._fd = None
 
 
+def writer_holds_lock(path: str) -> bool | None:
+    """Does a process hold the ``flock`` on the store's ``lock`` file at ``path`` (a writer is running)?
+    Read from ``/proc/locks`` without touching the lock (taking even a shared lock for a moment would make a
+    writer starting at that instant fail with StoreLockedError). None when it cannot tell (no such file, or
+    no ``/proc``)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (a blocked waiter's line has "->" first)
+        if "FLOCK" not in parts or "->" in parts:
+            continue
+        for field in parts:
+            if field.count(":") == 2:
+                try:
+                    inode = int(field.rsplit(":", 1)[1])
+                except ValueError:
+                    break
+                if inode == st.st_ino:
+                    return True
+                break
+    return False
+
+
 def _fsync_dir(path: str) -> None:
     """Make a file's creation or removal durable."""
     try:

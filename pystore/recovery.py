@@ -31,6 +31,7 @@ from typing import Any
 
 from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
 from pystore._commitlog import find_valid_record_after, first_store_timestamp, read_message, scan_file
+from pystore.checkpoint import writer_holds_lock
 from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
 
@@ -195,19 +196,26 @@ def _starts_with_filler(mf: Any) -> bool:
         return False
 
 
-def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult) -> None:
+def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult, tails: bool) -> None:
     """A reader of a store no writer is running (no ``abort`` file) checks, as a writer's recovery does, that
     no queue lacks units for records of it (lost files at its end or head): it cannot rebuild the queue, so
     it refuses the store rather than hide those messages."""
     from pystore._cq import queues_behind
 
     low = commitlog.get_min_offset()
-    start = _maybe_cut_short(cq_store, low, result.dispatch_from)
-    if start < 0 or low < 0:
-        return
     queue = commitlog.queue
+    if low < 0 or not queue.files:
+        return
+    start = _maybe_cut_short(cq_store, low, result.dispatch_from)
+    # a queue's last units lost: records of it after its end, found in the last commit-log file
+    ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
+    if ends:
+        tail = max(low, min(ends), queue.files[-1].file_from_offset)
+        start = tail if start < 0 else min(start, tail)
+    if start < 0:
+        return
     gaps, _ = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
-                            dict(cq_store.items()))
+                            dict(cq_store.items()), tails)
     for topic, queue_id in sorted(gaps):
         cq = cq_store.find(topic, queue_id)
         raise StoreCorruptedError(cq.folder, cq.queue.get_max_offset(),
@@ -228,7 +236,7 @@ def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end
         reput.reput_from = start
         reached = reput.dispatch_until(end)
         gaps = set(dispatcher.gaps) if dispatcher is not None else set()
-        if gaps and start > low and dispatcher is not None:
+        if gaps and dispatcher is not None:
             for topic, queue_id in sorted(gaps):
                 cq = cq_store.find(topic, queue_id)
                 if cq is not None:
@@ -267,8 +275,13 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
         reput = reput()
     cq_store.recover()
     queue = commitlog.queue
-    if read_only and queue.files and not os.path.exists(config.abort_path()):
-        _check_readers_queues(commitlog, cq_store, result)
+    if read_only and queue.files:
+        if not os.path.exists(config.abort_path()):
+            _check_readers_queues(commitlog, cq_store, result, True)      # shut down cleanly: all judged
+        elif writer_holds_lock(config.lock_path()) is False:
+            # the writer crashed: its queues may lag its log at their end (its next open re-dispatches), never
+            # at their head
+            _check_readers_queues(commitlog, cq_store, result, False)
     if not read_only:
         if not queue.files:
             if len(cq_store):
