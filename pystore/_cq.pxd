@@ -38,7 +38,7 @@ cdef class QueueDispatcher(Dispatcher):
     cdef int32_t max_level
     cdef public int64_t last_store_ts
     cdef public str schedule_topic
-    cdef public object gaps                    # recovery: a set collecting (topic, queue id)s the walk found behind
+    cdef public object gaps                    # recovery: (topic, queue id) -> where the walk found it behind
     cdef bytes _last_topic
     cdef int32_t _last_qid
     cdef object _last_cell

@@ -1016,12 +1016,13 @@ cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset, int64_t reco
 
 
 def queues_behind(list cl_files, long long cl_file_size, long long from_offset, long long end_offset,
-                  dict queues, bint tails=True):
+                  dict queues, bint tails=True, long long stored_before=0):
     """A reader's gap check (``recovery``), writing nothing: the ``(topic, queue id)``s of ``queues`` (a dict
     of ``ConsumeQueueCore`` by that key) with a record in ``[from_offset, end_offset)`` that lies past the
     queue's last unit (``_behind``). Returns ``(gaps, reached)``: the walk stops where a record cannot be
-    read. With ``tails`` False only a queue lacking units before its first file counts (a crashed writer's
-    queues may lag its log at their end, never at their head)."""
+    read. A queue of a store shut down cleanly has a unit for each record of it; with ``tails`` False (a
+    crashed writer's queues may lag its log at their end, never at their head) a record past a queue's end
+    counts only when it was stored before ``stored_before`` (the checkpoint's time of the queues' flush)."""
     cdef int64_t off = from_offset, pos, rp
     cdef int32_t r
     cdef MappedFile f
@@ -1052,9 +1053,15 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
             found = queues.get(key)
             if found is not None:
                 cq = <ConsumeQueueCore>found
-                if _behind(cq, v.queue_offset, off + r) and (tails or (
-                        cq.last is not None and v.queue_offset * CQ_STORE_UNIT_SIZE
-                        < (<MappedFile>PyList_GET_ITEM(cq.queue.files, 0)).file_from_offset)):
+                if cq.last is None or PyList_GET_SIZE(cq.queue.files) == 0:
+                    head = False
+                    tail = True
+                else:
+                    head = v.queue_offset * CQ_STORE_UNIT_SIZE < \
+                        (<MappedFile>PyList_GET_ITEM(cq.queue.files, 0)).file_from_offset
+                    tail = off + r > cq.max_physic_offset and \
+                        v.queue_offset * CQ_STORE_UNIT_SIZE >= cq.last.file_from_offset + cq.last.wrote
+                if head or (tail and (tails or v.store_ts < stored_before)):
                     gaps.add(key)
         off += r
     return gaps, off
@@ -1190,9 +1197,12 @@ cdef class QueueDispatcher(Dispatcher):
                 gap = False
                 if self.gaps is not None and _behind(cq, v.queue_offset, off + r):
                     # the queue lacks units before this record (files lost, or never written before a crash):
-                    # recovery rebuilds it from the log's head; a unit here would sit at the wrong offset
-                    self.gaps.add((cell.topic, cell.queue_id))
+                    # recovery rebuilds it from the log's head; a unit here would sit at the wrong offset.
+                    # Kept: where the first record past a queue with units was (-1: only an empty queue's)
                     gap = cq.last is not None
+                    key = (cell.topic, cell.queue_id)
+                    first = self.gaps.get(key, -1)
+                    self.gaps[key] = first if first >= 0 else (off if gap else -1)
                 if not gap:
                     cq.put_unit(off, r, tags, v.queue_offset)
                 if cell.next_offset <= v.queue_offset:

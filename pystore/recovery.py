@@ -196,7 +196,8 @@ def _starts_with_filler(mf: Any) -> bool:
         return False
 
 
-def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult, tails: bool) -> None:
+def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult, tails: bool,
+                          stored_before: int = 0) -> None:
     """A reader of a store no writer is running (no ``abort`` file) checks, as a writer's recovery does, that
     no queue lacks units for records of it (lost files at its end or head): it cannot rebuild the queue, so
     it refuses the store rather than hide those messages."""
@@ -215,7 +216,7 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
     if start < 0:
         return
     gaps, _ = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
-                            dict(cq_store.items()), tails)
+                            dict(cq_store.items()), tails, stored_before)
     for topic, queue_id in sorted(gaps):
         cq = cq_store.find(topic, queue_id)
         raise StoreCorruptedError(cq.folder, cq.queue.get_max_offset(),
@@ -231,11 +232,11 @@ def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end
     offsets instead of reusing them."""
     dispatcher = getattr(reput, "dispatcher", None)
     if dispatcher is not None:
-        dispatcher.gaps = set()
+        dispatcher.gaps = {}
     try:
         reput.reput_from = start
         reached = reput.dispatch_until(end)
-        gaps = set(dispatcher.gaps) if dispatcher is not None else set()
+        gaps = dict(dispatcher.gaps) if dispatcher is not None else {}
         if gaps and dispatcher is not None:
             for topic, queue_id in sorted(gaps):
                 cq = cq_store.find(topic, queue_id)
@@ -244,9 +245,17 @@ def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end
                     log.warning("consume queue %s/%d: units missing before commit-log records of it; its %d file(s) "
                                 "are deleted and the queue is rebuilt from the commit log's head", topic, queue_id,
                                 len(gone))
-            dispatcher.gaps = set()
+            dispatcher.gaps = {}
             reput.reput_from = low
             reached = reput.dispatch_until(end)
+            # walked from the head, a queue's records follow each other; one whose queue offset jumps past
+            # its queue's end is a record with a damaged header (a hole in the queue, or a wrong answer)
+            jumps = sorted(at for at in dispatcher.gaps.values() if at >= 0)
+            if jumps:
+                mf = reput.commitlog.queue.find_mapped_file_by_offset(jumps[0])
+                raise StoreCorruptedError(mf.file_name if mf is not None else reput.commitlog.queue.path_for(jumps[0]),
+                                          jumps[0], "a record whose queue offset does not follow its queue's "
+                                          "(its header is damaged)")
     finally:
         if dispatcher is not None:
             dispatcher.gaps = None
@@ -277,11 +286,12 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
     queue = commitlog.queue
     if read_only and queue.files:
         if not os.path.exists(config.abort_path()):
-            _check_readers_queues(commitlog, cq_store, result, True)      # shut down cleanly: all judged
+            _check_readers_queues(commitlog, cq_store, result, True)       # shut down cleanly: all judged
         elif writer_holds_lock(config.lock_path()) is False:
-            # the writer crashed: its queues may lag its log at their end (its next open re-dispatches), never
-            # at their head
-            _check_readers_queues(commitlog, cq_store, result, False)
+            # the writer crashed: its queues may lag its log at their end (its next open re-dispatches), but
+            # not at their head, nor before the checkpoint's time of their last flush
+            _check_readers_queues(commitlog, cq_store, result, False,
+                                  checkpoint.logics_msg_timestamp if checkpoint.trusted else 0)
     if not read_only:
         if not queue.files:
             if len(cq_store):
