@@ -885,6 +885,29 @@ def test_damaged_consume_queue_refuses_a_read_only_open(tmp_path, damage):
     assert (ei.value.path, ei.value.offset) == (path, offset)
 
 
+@pytest.mark.parametrize("damage", ["first_file_missing", "last_unit_zeroed"])
+def test_queue_that_lost_units_is_rebuilt_and_refused_by_a_reader(tmp_path, damage):
+    """A queue that lost its first file (nothing marks a hole: the queue just starts later) or its last unit
+    (it just ends earlier): a reader of the cleanly shut down store finds records of the queue that no unit
+    covers and refuses the store, naming the queue; a writer rebuilds the queue from the commit log. Before,
+    both opened and hid those messages (OFFSET_TOO_SMALL past them, or a queue that ended early)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=24, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    topic, qid = _busiest_queue(w)
+    files = _queue_files(root, topic, qid)
+    if damage == "first_file_missing":
+        os.unlink(files[0])
+    else:
+        n = len(cw.queues_of(w)[(topic, qid)])
+        with open(files[-1], "r+b") as f:
+            f.seek((n - 1) % CQ_UNITS * 20)
+            f.write(bytes(20))
+    with pytest.raises(StoreCorruptedError) as ei:
+        MessageStore.open(str(root), read_only=True)
+    assert ei.value.path == os.path.dirname(files[0])
+    check_recovered(root, w.records)
+
+
 def test_queue_folder_beyond_32_bits_is_skipped(tmp_path, caplog):
     """``consumequeue/<topic>/<99999999999999999999999>``: not a queue id (RocketMQ's ``Integer.parseInt``
     fails and the folder is skipped); the open succeeds and says so (before: OverflowError)."""

@@ -47,7 +47,6 @@ def test_undamaged_store_is_ok(reference, tmp_path, variant):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason="known defects being fixed: issue integrity")
 def test_fixed_seed_run_has_no_bad_outcome():
     results = runner.run(CASES, SEED, workers=2, cli_every=20, timeout=10.0, progress=False)
     bad = [r for r in results if r["outcome"] in BAD]
