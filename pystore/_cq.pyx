@@ -798,7 +798,16 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 rpos = phy - f.file_from_offset
                 rp = f.read_position()
                 if rpos + size > rp:
-                    break                                   # not readable yet (a reader behind the writer)
+                    # not readable yet (a reader behind the writer), unless the record would cross its file's
+                    # end (records never do) or lie past what was written (``cl_queue``: units follow records)
+                    if count == 0 and (rpos + size > f.file_size or (cl_queue is not None and rpos + size > f.wrote)):
+                        raise StoreCorruptedError(
+                            cqf.file_name, cqf.file_from_offset + pos,
+                            "the consume-queue unit for queue offset %d points at commit-log offset %d (%d bytes), "
+                            "past the end of %s (`pystore recover` rebuilds the queues from the commit log)"
+                            % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size,
+                               "its file" if rpos + size > f.file_size else "what was written"))
+                    break
                 if pos + (PREFETCH_UNITS + 1) * CQ_STORE_UNIT_SIZE <= limit:
                     ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - f.file_from_offset
                     if 0 <= ahead < rp:

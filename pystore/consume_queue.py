@@ -161,7 +161,10 @@ class ConsumeQueue(ConsumeQueueCore):
                 max_phy = mx
             end = mf.file_from_offset + pos
             if pos < mf.file_size:
-                if mf is not files[-1] or next_valid_unit(mf, pos + UNIT_SIZE) >= 0:
+                phy, size, _ = read_unit(mf, pos)
+                # the end of a queue's units is an empty unit, or one torn by a crash (its size, written last,
+                # still 0); a negative offset or size there was written by something else
+                if mf is not files[-1] or phy < 0 or size < 0 or next_valid_unit(mf, pos + UNIT_SIZE) >= 0:
                     self.damage = (mf.file_name, mf.file_from_offset + pos, "an empty or invalid unit with units "
                                    "after it" if mf is files[-1] else "an empty or invalid unit inside a full "
                                    "consume-queue file")
@@ -423,10 +426,15 @@ class ConsumeQueueStore:
                 max_phy = max(max_phy, cq.max_physic_offset)
         return max_phy
 
-    def truncate_dirty(self, phy_offset: int) -> None:
+    def truncate_dirty(self, phy_offset: int) -> list[int]:
+        """Cut units pointing at or past ``phy_offset``; returns where each queue that was cut now ends (its
+        records after that point, if a damaged unit rather than a crash put it there, are re-dispatched)."""
+        cut = []
         for cq in self.queues():
             if cq.max_physic_offset > phy_offset:
                 cq.truncate_dirty_logic_files(phy_offset)
+                cut.append(cq.max_physic_offset)
+        return cut
 
     def correct_min_offsets(self, min_commit_log_offset: int) -> None:
         for cq in self.queues():

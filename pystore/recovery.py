@@ -304,10 +304,12 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
                 log.warning("no commit log: dropping %d index files", len(index.files))
                 index.destroy()
         else:
-            cq_store.truncate_dirty(result.process_offset)
+            cut = cq_store.truncate_dirty(result.process_offset)
             ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
             low = commitlog.get_min_offset()
             start = low if not ends else max(low, max(ends))
+            if cut:
+                start = max(low, min(start, min(cut)))    # a cut queue's records after its new end, if any
             suspect = _maybe_cut_short(cq_store, low, result.dispatch_from)
             if suspect >= 0:
                 # a queue that may have lost files: walk from where its records may be, so that a record
