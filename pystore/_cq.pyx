@@ -268,9 +268,11 @@ def first_unit_at_or_above(MappedFile mf, long long low_pos, long long high_pos,
     while lo < hi:
         mid = (lo + hi) >> 1
         p = mf.base + mid * CQ_STORE_UNIT_SIZE
-        # a filler is (0, FILLER, 0): a unit with FILLER's size elsewhere is a message's (or damage, which a
-        # read then reports), never a reason to move the min offset past it
-        if (get_i32(p + 8) != FILLER or get_i64(p) != 0) and get_i64(p) >= min_phy:
+        # below: a filler (0, FILLER, 0), or a message's unit pointing below ``min_phy``. A unit that is neither
+        # (FILLER's size elsewhere, a negative offset or size) is damage that a read reports: never a reason
+        # to move the min offset past it (nor past the good units before it)
+        if not ((get_i32(p + 8) == FILLER and get_i64(p) == 0)
+                or (0 <= get_i64(p) < min_phy and 0 < get_i32(p + 8) != FILLER)):
             hi = mid
         else:
             lo = mid + 1
@@ -1024,6 +1026,37 @@ cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset, int64_t reco
         queue_offset * CQ_STORE_UNIT_SIZE > mf.file_from_offset + mf.wrote
 
 
+cdef int32_t _next_record(list cl_files, int64_t cl_file_size, int64_t *off, int64_t end_offset, RecordView *v,
+                          const unsigned char **rec):
+    """The walk of the commit log behind dispatch: from ``off[0]``, past file ends and blanks, to the next
+    whole record that ends at or below ``end_offset`` (not wholly flushed yet otherwise). Its size, with
+    ``rec`` and ``v`` filled and ``off[0]`` at it; or 0 when the walk stops there (the end, a file not mapped,
+    or a record that cannot be read)."""
+    cdef MappedFile f
+    cdef int64_t pos, rp
+    cdef int32_t r
+    while off[0] < end_offset:
+        f = _cl_file(cl_files, cl_file_size, off[0])
+        if f is None or f.base == NULL:
+            return 0
+        pos = off[0] - f.file_from_offset
+        rp = f.read_position()
+        if pos >= rp:
+            if rp == f.file_size:
+                off[0] = f.file_from_offset + cl_file_size
+                continue
+            return 0
+        rec[0] = f.base + pos
+        r = check_record(rec[0], rp - pos, False, v)
+        if r == REC_BLANK:
+            off[0] = f.file_from_offset + cl_file_size
+            continue
+        if r <= 0 or off[0] + r > end_offset:
+            return 0
+        return r
+    return 0
+
+
 def queues_behind(list cl_files, long long cl_file_size, long long from_offset, long long end_offset,
                   dict queues, bint tails=True, long long stored_before=0):
     """A reader's gap check (``recovery``), writing nothing: the ``(topic, queue id)``s of ``queues`` (a dict
@@ -1032,30 +1065,15 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
     read. A queue of a store shut down cleanly has a unit for each record of it; with ``tails`` False (a
     crashed writer's queues may lag its log at their end, never at their head) a record past a queue's end
     counts only when it was stored before ``stored_before`` (the checkpoint's time of the queues' flush)."""
-    cdef int64_t off = from_offset, pos, rp
+    cdef int64_t off = from_offset
     cdef int32_t r
-    cdef MappedFile f
     cdef RecordView v
-    cdef const unsigned char *rec
+    cdef const unsigned char *rec = NULL
     cdef ConsumeQueueCore cq
     cdef set gaps = set()
-    while off < end_offset:
-        f = _cl_file(cl_files, cl_file_size, off)
-        if f is None or f.base == NULL:
-            break
-        pos = off - f.file_from_offset
-        rp = f.read_position()
-        if pos >= rp:
-            if rp == f.file_size:
-                off = f.file_from_offset + cl_file_size
-                continue
-            break
-        rec = f.base + pos
-        r = check_record(rec, rp - pos, False, &v)
-        if r == REC_BLANK:
-            off = f.file_from_offset + cl_file_size
-            continue
-        if r <= 0 or off + r > end_offset:
+    while True:
+        r = _next_record(cl_files, cl_file_size, &off, end_offset, &v, &rec)
+        if r <= 0:
             break
         if _enters_queue(v.sys_flag):
             key = (PyUnicode_DecodeUTF8(<const char *>rec + v.topic_pos, v.topic_len, "replace"), v.queue_id)
@@ -1166,34 +1184,17 @@ cdef class QueueDispatcher(Dispatcher):
     def reput(self, list cl_files, long long cl_file_size, long long from_offset, long long end_offset):
         """Dispatch every record in ``[from_offset, end_offset)`` (RocketMQ ``ReputMessageService.doReput``);
         returns the offset reached: ``end_offset``, or where an unreadable record stopped the walk."""
-        cdef int64_t off = from_offset, pos, rp, tags, level
+        cdef int64_t off = from_offset, tags, level
         cdef int32_t r, vp = 0, vl = 0
         cdef bint gap
-        cdef MappedFile f
         cdef RecordView v
         cdef QueueCell cell
         cdef ConsumeQueueCore cq
-        cdef const unsigned char *rec
-        while off < end_offset:
-            f = _cl_file(cl_files, cl_file_size, off)
-            if f is None or f.base == NULL:
-                break
-            pos = off - f.file_from_offset
-            rp = f.read_position()
-            if pos >= rp:
-                if rp == f.file_size:
-                    off = f.file_from_offset + cl_file_size
-                    continue
-                break
-            rec = f.base + pos
-            r = check_record(rec, rp - pos, False, &v)
-            if r == REC_BLANK:
-                off = f.file_from_offset + cl_file_size
-                continue
+        cdef const unsigned char *rec = NULL
+        while True:
+            r = _next_record(cl_files, cl_file_size, &off, end_offset, &v, &rec)
             if r <= 0:
                 break
-            if off + r > end_offset:
-                break                                    # not wholly flushed yet
             if _enters_queue(v.sys_flag):
                 cell = self._cell(rec, &v)
                 cq = <ConsumeQueueCore>cell.consume_queue

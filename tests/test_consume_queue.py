@@ -447,18 +447,23 @@ def test_foreign_queue_whose_head_files_were_deleted(tmp_path):
         assert store.get_earliest_message_time("TopicX", 0) == alive[0]["store_ts"]
 
 
-def test_foreign_queue_with_filler_units(tmp_path):
-    """A RocketMQ queue created at offset 4 (``fillPreBlank``): fillers are skipped, the min offset is 4."""
-    root = str(tmp_path / "foreign")
-    msgs = build_foreign_store(root, [("TopicX", 0, "TagA")] * 6, first_queue_offset=4)
-    d = cq_dir(root, "TopicX", 0)
-    units = [UNIT.pack(*FILLER)] * 4 + [UNIT.pack(m["phy"], m["size"], tags_code("TagA")) for m in msgs]
+def _rewrite_with_fillers(d: str, msgs: list[dict], fillers: int) -> None:
+    """Replace the queue's files by ``fillers`` filler units followed by one unit per message."""
+    units = [UNIT.pack(*FILLER)] * fillers + [UNIT.pack(m["phy"], m["size"], tags_code("TagA")) for m in msgs]
     for name in os.listdir(d):
         os.unlink(os.path.join(d, name))
     raw = b"".join(units)
     for start in range(0, len(raw), FOREIGN_CQ):
         with open(os.path.join(d, "%020d" % start), "wb") as f:
             f.write(raw[start:start + FOREIGN_CQ].ljust(FOREIGN_CQ, b"\0"))
+
+
+def test_foreign_queue_with_filler_units(tmp_path):
+    """A RocketMQ queue created at offset 4 (``fillPreBlank``): fillers are skipped, the min offset is 4."""
+    root = str(tmp_path / "foreign")
+    msgs = build_foreign_store(root, [("TopicX", 0, "TagA")] * 6, first_queue_offset=4)
+    d = cq_dir(root, "TopicX", 0)
+    _rewrite_with_fillers(d, msgs, 4)
     with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
         assert store.get_min_offset_in_queue("TopicX", 0) == 4
         assert store.get_max_offset_in_queue("TopicX", 0) == 10
@@ -476,13 +481,7 @@ def test_unit_whose_record_names_another_queue_offset_is_damage(tmp_path):
     root = str(tmp_path / "foreign")
     msgs = build_foreign_store(root, [("TopicX", 0, "TagA")] * 6)
     d = cq_dir(root, "TopicX", 0)
-    units = [UNIT.pack(*FILLER)] * 4 + [UNIT.pack(m["phy"], m["size"], tags_code("TagA")) for m in msgs]
-    for name in os.listdir(d):
-        os.unlink(os.path.join(d, name))
-    raw = b"".join(units)
-    for start in range(0, len(raw), FOREIGN_CQ):
-        with open(os.path.join(d, "%020d" % start), "wb") as f:
-            f.write(raw[start:start + FOREIGN_CQ].ljust(FOREIGN_CQ, b"\0"))
+    _rewrite_with_fillers(d, msgs, 4)
     with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
         with pytest.raises(StoreCorruptedError) as e:
             store.get_message(GROUP, "TopicX", 0, 4, 32)

@@ -306,14 +306,19 @@ def _query_in_child(root, keys, timeout=60):
     return json.loads(r.stdout), r.stderr
 
 
-@pytest.mark.no_verify
-def test_looping_index_chain_ends_the_lookup(tmp_path):
-    root = tmp_path / "s"
+def _store_with_key5_chain(root):
+    """A keyed store, its one index file, the file's bytes, the slot of ``key5`` and the entry at its head."""
     offsets = _keyed_store(root)
     (path,) = index_files(str(root))
     data = bytearray(open(path, "rb").read())
     slot = _slot_of("key5")
-    x = struct.unpack_from(">i", data, 40 + slot * 4)[0]
+    return offsets, path, data, slot, struct.unpack_from(">i", data, 40 + slot * 4)[0]
+
+
+@pytest.mark.no_verify
+def test_looping_index_chain_ends_the_lookup(tmp_path):
+    root = tmp_path / "s"
+    offsets, path, data, slot, x = _store_with_key5_chain(root)
     y = 1 if x != 1 else 2
     # x -> y -> x: a loop no hash of the probe key ever ends
     struct.pack_into(">i", data, _entry_pos(x) + 16, y)
@@ -333,11 +338,7 @@ def test_looping_index_chain_ends_the_lookup(tmp_path):
                                     "prev_negative"])
 def test_damaged_index_lookups_stay_inside_the_file(tmp_path, damage):
     root = tmp_path / "s"
-    offsets = _keyed_store(root)
-    (path,) = index_files(str(root))
-    data = bytearray(open(path, "rb").read())
-    slot = _slot_of("key5")
-    x = struct.unpack_from(">i", data, 40 + slot * 4)[0]
+    offsets, path, data, slot, x = _store_with_key5_chain(root)
     if damage == "slot_past_file":
         struct.pack_into(">i", data, 40 + slot * 4, 10_000_000)
     elif damage == "prev_forward":
