@@ -243,15 +243,16 @@ def next_valid_unit(MappedFile mf, long long start):
 
 
 def units_below(MappedFile mf, long long phy_limit):
-    """Position after the last valid unit whose commit-log offset is below ``phy_limit`` (the walk stops at
-    the first unit at or above it, or an invalid unit): ``(position, max_physic_end)``."""
+    """Position after the last valid unit whose record ends at or below ``phy_limit`` (the walk stops at the
+    first unit whose record does not: one starting past the log's end, or, damaged, running past it; or at
+    an invalid unit): ``(position, max_physic_end)``."""
     cdef int64_t pos = 0, mx = -1, phy
     cdef int32_t size
     mf.check_mapped()
     while pos + CQ_STORE_UNIT_SIZE <= mf.file_size and unit_valid(mf.base + pos):
         phy = get_i64(mf.base + pos)
         size = get_i32(mf.base + pos + 8)
-        if phy >= phy_limit and size != FILLER:
+        if size != FILLER and (phy >= phy_limit or phy + size > phy_limit):
             break
         if size != FILLER:
             mx = phy + size

@@ -195,11 +195,12 @@ def test_correct_min_offset(cq):
 
 def test_truncate_dirty_logic_files(cq):
     """FORMAT.md §8.4: whole files whose first unit is at or past the offset go, then the straddling file's
-    tail; max physic offset follows."""
+    tail; max physic offset follows. A unit whose record would run past the offset goes too (recovery cuts at
+    a record's end, so only a damaged unit straddles it)."""
     for i in range(25):
         cq.put_message_position_info(i * 100, 100, 0, i)
-    cq.truncate_dirty_logic_files(1550)          # units 0..15 start below 1550
-    assert cq.get_max_offset_in_queue() == 16 and cq.max_physic_offset == 1600
+    cq.truncate_dirty_logic_files(1550)          # units 0..14 end by 1550; unit 15 (1500..1600) runs past it
+    assert cq.get_max_offset_in_queue() == 15 and cq.max_physic_offset == 1500
     assert sorted(os.listdir(cq.folder)) == ["%020d" % 0, "%020d" % 200]
     cq.truncate_dirty_logic_files(1000)
     assert cq.get_max_offset_in_queue() == 10 and cq.max_physic_offset == 1000

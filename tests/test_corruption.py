@@ -908,6 +908,32 @@ def test_queue_that_lost_units_is_rebuilt_and_refused_by_a_reader(tmp_path, dama
     check_recovered(root, w.records)
 
 
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_unit_whose_record_runs_past_the_log_is_cut_and_new_puts_are_readable(tmp_path, abnormal):
+    """A queue's last unit damaged so that its record would run past the log's end (its offset inside the
+    log, its size huge): recovery cuts it like a unit past the end (before, it stayed and its end became the
+    queue's high-water mark, so the next put to that queue was taken as already built: PUT_OK, never
+    readable), and the queue is rebuilt from the record it pointed at."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=25, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    topic, qid = _busiest_queue(w)
+    n = len(cw.queues_of(w)[(topic, qid)])
+    last = _queue_files(root, topic, qid)[-1]
+    with open(last, "r+b") as f:
+        f.seek((n - 1) % CQ_UNITS * 20 + 8)
+        f.write(struct.pack(">i", 131072))
+    if abnormal:
+        make_abnormal(root)
+    with open_store(root) as store:
+        r = store.put_message(Message(topic, cw.make_body(10**6, topic, qid, 10), queue_id=qid))
+        assert r.is_ok() and r.append_message_result.logics_offset == n
+        got = store.get_message("g", topic, qid, n, 4)
+        assert [m.commit_log_offset for m in got.messages] == [r.append_message_result.wrote_offset]
+        got = store.get_message("g", topic, qid, n - 1, 1)
+        assert [(m.queue_offset, m.commit_log_offset) for m in got.messages] == [
+            (n - 1, cw.queues_of(w)[(topic, qid)][-1].offset)]
+
+
 def test_queue_folder_beyond_32_bits_is_skipped(tmp_path, caplog):
     """``consumequeue/<topic>/<99999999999999999999999>``: not a queue id (RocketMQ's ``Integer.parseInt``
     fails and the folder is skipped); the open succeeds and says so (before: OverflowError)."""
