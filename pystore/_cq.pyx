@@ -675,6 +675,15 @@ cdef int _raise_damage(int damage, int32_t r, RecordView *v, MappedFile f, int64
         % (unit_at // CQ_STORE_UNIT_SIZE, where, phy, size, v.total_size, v.queue_id, v.queue_offset, v.phy_offset))
 
 
+cdef int _raise_past(MappedFile cqf, int64_t pos, int64_t phy, int32_t size, str what) except -1:
+    """A unit at ``pos`` of ``cqf`` whose record would lie past ``what`` ends: damage, never a wait."""
+    raise StoreCorruptedError(
+        cqf.file_name, cqf.file_from_offset + pos,
+        "the consume-queue unit for queue offset %d points at commit-log offset %d (%d bytes), past the end of %s "
+        "(`pystore recover` rebuilds the queues from the commit log)"
+        % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size, what))
+
+
 cdef int64_t _written_end(list files):
     """The end of what was written into the commit log ``files`` (its last file's write position): units
     pointing beyond it point at nothing."""
@@ -759,11 +768,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 # skipped: the next call sees it. Unless it points past all the log ever written (``cl_queue``
                 # given: its files now): then the unit is damage, and waiting would stall the consumer for good.
                 if count == 0 and cl_queue is not None and phy + size > _written_end(cl_queue.files):
-                    raise StoreCorruptedError(
-                        cqf.file_name, cqf.file_from_offset + pos,
-                        "the consume-queue unit for queue offset %d points at commit-log offset %d (%d bytes), "
-                        "past the end of the commit log (`pystore recover` rebuilds the queues from the commit "
-                        "log)" % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size))
+                    _raise_past(cqf, pos, phy, size, "the commit log")
                 break
             in_disk = (cl_max_offset - phy) > lim.memory_window
             if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
@@ -804,12 +809,8 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                     # not readable yet (a reader behind the writer), unless the record would cross its file's
                     # end (records never do) or lie past what was written (``cl_queue``: units follow records)
                     if count == 0 and (rpos + size > f.file_size or (cl_queue is not None and rpos + size > f.wrote)):
-                        raise StoreCorruptedError(
-                            cqf.file_name, cqf.file_from_offset + pos,
-                            "the consume-queue unit for queue offset %d points at commit-log offset %d (%d bytes), "
-                            "past the end of %s (`pystore recover` rebuilds the queues from the commit log)"
-                            % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size,
-                               "its file" if rpos + size > f.file_size else "what was written"))
+                        _raise_past(cqf, pos, phy, size,
+                                    "its file" if rpos + size > f.file_size else "what was written")
                     break
                 if pos + (PREFETCH_UNITS + 1) * CQ_STORE_UNIT_SIZE <= limit:
                     ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - f.file_from_offset

@@ -57,12 +57,22 @@ def _common_size(paths: list[str], configured: int) -> int | None:
 
 
 def queue_id_of(name: str) -> int | None:
-    """The queue id a ``consumequeue/<topic>/<name>`` folder stands for: a Java int in ASCII digits, else None."""
+    """The queue id a ``consumequeue/<topic>/<name>`` folder stands for: a Java int written as the store
+    writes it (ASCII decimal, no sign but ``-``, no leading zero: the folder a queue of that id opens), else
+    None (RocketMQ's ``Integer.parseInt`` fails on other names and skips the folder). The one reading of a
+    queue folder's name, for the store, ``verify`` and Spark."""
     digits = name[1:] if name.startswith("-") else name
-    if not digits or not digits.isascii() or not digits.isdigit():
+    if not digits or not digits.isascii() or not digits.isdigit() or len(digits) > 10:
         return None
     qid = int(name)
-    return qid if _INT_MIN <= qid <= _INT_MAX else None
+    return qid if _INT_MIN <= qid <= _INT_MAX and str(qid) == name else None
+
+
+def _file_queue(folder: str, file_size: int, read_only: bool) -> MappedFileQueue:
+    """A queue's files: new ones are mapped without read-ahead (see ``MappedFileQueue.fresh_random``)."""
+    queue = MappedFileQueue(folder, file_size, read_only=read_only)
+    queue.fresh_random = True
+    return queue
 
 
 class ConsumeQueue(ConsumeQueueCore):
@@ -76,9 +86,7 @@ class ConsumeQueue(ConsumeQueueCore):
 
     def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False) -> None:
         folder = os.path.join(store_path, topic, str(queue_id))
-        queue = MappedFileQueue(folder, file_size, read_only=read_only)
-        queue.fresh_random = True
-        super().__init__(topic, queue_id, file_size, queue)
+        super().__init__(topic, queue_id, file_size, _file_queue(folder, file_size, read_only))
         self.folder = folder
         self.read_only = read_only
 
@@ -108,7 +116,7 @@ class ConsumeQueue(ConsumeQueueCore):
             return False
         size = self.queue.mapped_file_size
         for mf in self.queue.files:
-            if mf.file_from_offset % size:
+            if mf.file_from_offset % size and self.damage is None:
                 self.damage = (mf.file_name, mf.file_from_offset,
                                "a file name off the queue's grid of %d-byte files" % size)
         for mf in self.queue.files[:-1]:
@@ -134,8 +142,7 @@ class ConsumeQueue(ConsumeQueueCore):
         paths = self.queue.list_file_paths()
         for path in paths:
             os.unlink(path)
-        self.queue = MappedFileQueue(self.folder, self.file_size, read_only=self.read_only)
-        self.queue.fresh_random = True
+        self.queue = _file_queue(self.folder, self.file_size, self.read_only)
         self.forget_time_samples()
         self.last_file = None
         self.max_physic_offset = 0
@@ -371,20 +378,26 @@ class ConsumeQueueStore:
         self.load_error = None
         for topic, qid in self._folders():
             cq = self.find_or_create(topic, qid)
-            if cq.load():
-                continue
-            assert cq.damage is not None
-            path, offset, reason = cq.damage
-            if self.read_only:
-                self.load_error = StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue "
-                                                      "from the commit log)")
-                log.error("%s", self.load_error)
-                return False
-            gone = cq.discard_files()
-            log.warning("consume queue %s/%d: %s at offset %d; its %d file(s) are deleted and the queue is rebuilt "
-                        "from the commit log", topic, qid, reason, offset, len(gone))
-            self.rebuilt.append(cq)
+            if not cq.load():
+                self.load_error = self._rebuild_or_refuse(cq)
+                if self.load_error is not None:
+                    log.error("%s", self.load_error)
+                    return False
         return True
+
+    def _rebuild_or_refuse(self, cq: ConsumeQueue) -> StoreCorruptedError | None:
+        """A queue whose files cannot be trusted (``cq.damage``): a writer deletes them, to be rebuilt from the
+        commit log (``rebuilt``); a reader cannot rebuild, and gets the error to refuse the store with."""
+        assert cq.damage is not None
+        path, offset, reason = cq.damage
+        if self.read_only:
+            return StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from the "
+                                       "commit log)")
+        gone = cq.discard_files()
+        log.warning("consume queue %s/%d: %s at offset %d; its %d file(s) are deleted and the queue is rebuilt from "
+                    "the commit log", cq.topic, cq.queue_id, reason, offset, len(gone))
+        self.rebuilt.append(cq)
+        return None
 
     def _folders(self) -> list[tuple[str, int]]:
         """``(topic, queue id)`` of every queue folder. A name that is not a Java int (RocketMQ's
@@ -400,7 +413,8 @@ class ConsumeQueueStore:
                 qid = queue_id_of(qname)
                 if qid is None:
                     if qname.lstrip("-").isdigit():
-                        log.warning("%s: not a queue id (beyond 32 bits); skipped", os.path.join(tdir, qname))
+                        log.warning("%s: not a queue id (beyond 32 bits, or not written as a store writes one); skipped",
+                                    os.path.join(tdir, qname))
                     continue
                 if os.path.isdir(os.path.join(tdir, qname)):
                     found.append((topic, qid))
@@ -413,15 +427,9 @@ class ConsumeQueueStore:
         max_phy = -1
         for cq in self.queues():
             if not cq.recover():
-                assert cq.damage is not None
-                path, offset, reason = cq.damage
-                if self.read_only:
-                    raise StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from "
-                                              "the commit log)")
-                gone = cq.discard_files()
-                log.warning("consume queue %s/%d: %s at offset %d; its %d file(s) are deleted and the queue is "
-                            "rebuilt from the commit log", cq.topic, cq.queue_id, reason, offset, len(gone))
-                self.rebuilt.append(cq)
+                error = self._rebuild_or_refuse(cq)
+                if error is not None:
+                    raise error
             if cq.get_max_offset_in_queue() > 0:
                 max_phy = max(max_phy, cq.max_physic_offset)
         return max_phy

@@ -31,6 +31,7 @@ from typing import Any
 
 from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
 from pystore._commitlog import find_valid_record_after, first_store_timestamp, read_message, scan_file
+from pystore._cq import FILLER_SIZE, queues_behind, read_unit
 from pystore.checkpoint import writer_holds_lock
 from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
@@ -188,8 +189,6 @@ def _maybe_cut_short(cq_store: Any, low: int, window: int) -> int:
 def _starts_with_filler(mf: Any) -> bool:
     """Does a queue's first file open with filler units (RocketMQ's ``fillPreBlank``: the queue began at that
     offset, its earlier messages never had units in this store)?"""
-    from pystore._cq import FILLER_SIZE, read_unit
-
     try:
         return bool(read_unit(mf, 0)[1] == FILLER_SIZE)
     except (ValueError, OSError):
@@ -201,8 +200,6 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
     """A reader of a store no writer is running (no ``abort`` file) checks, as a writer's recovery does, that
     no queue lacks units for records of it (lost files at its end or head): it cannot rebuild the queue, so
     it refuses the store rather than hide those messages."""
-    from pystore._cq import queues_behind
-
     low = commitlog.get_min_offset()
     queue = commitlog.queue
     if low < 0 or not queue.files:
@@ -252,21 +249,23 @@ def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end
             # its queue's end is a record with a damaged header (a hole in the queue, or a wrong answer)
             jumps = sorted(at for at in dispatcher.gaps.values() if at >= 0)
             if jumps:
-                mf = reput.commitlog.queue.find_mapped_file_by_offset(jumps[0])
-                raise StoreCorruptedError(mf.file_name if mf is not None else reput.commitlog.queue.path_for(jumps[0]),
-                                          jumps[0], "a record whose queue offset does not follow its queue's "
-                                          "(its header is damaged)")
+                raise _corrupted_at(reput.commitlog.queue, jumps[0], "a record whose queue offset does not follow "
+                                    "its queue's (its header is damaged)")
     finally:
         if dispatcher is not None:
             dispatcher.gaps = None
     if reached < end:
         # recovery judged the log whole up to ``end`` from its last files; a record before them that cannot
         # be read stops the re-dispatch, and the queues would silently end there
-        mf = reput.commitlog.queue.find_mapped_file_by_offset(reached)
-        raise StoreCorruptedError(mf.file_name if mf is not None else reput.commitlog.queue.path_for(reached),
-                                  reached, "a commit-log record the re-dispatch cannot read, before the log's end "
-                                  "%d (set recover_truncate_corrupted or run `pystore recover --truncate` to cut "
-                                  "the log here)" % end)
+        raise _corrupted_at(reput.commitlog.queue, reached, "a commit-log record the re-dispatch cannot read, "
+                            "before the log's end %d (set recover_truncate_corrupted or run `pystore recover "
+                            "--truncate` to cut the log here)" % end)
+
+
+def _corrupted_at(queue: Any, offset: int, reason: str) -> StoreCorruptedError:
+    """The error naming the commit-log file that holds ``offset`` (or would)."""
+    mf = queue.find_mapped_file_by_offset(offset)
+    return StoreCorruptedError(mf.file_name if mf is not None else queue.path_for(offset), offset, reason)
 
 
 def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, config: Any, abnormal: bool,

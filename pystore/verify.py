@@ -36,6 +36,7 @@ from typing import Any
 
 from pystore._commitlog import find_valid_record_after
 from pystore._mapped_file import MappedFile
+from pystore.consume_queue import queue_id_of
 from pystore.errors import StoreCorruptedError, StoreError
 from pystore.message import SCHEDULE_TOPIC
 from pystore.tools import commit_log_files, iter_commitlog, iter_consume_queue
@@ -272,16 +273,6 @@ def _queue_folders(root: str, skipped: list[str] | None = None) -> list[tuple[st
                 continue
             out.append((topic, qid, qdir))
     return out
-
-
-def queue_id_of(name: str) -> int | None:
-    """The queue id a consume-queue folder is named by, or None when the name is not an int32 (RocketMQ's
-    ``Integer.parseInt`` fails on it and the folder is skipped)."""
-    body = name[1:] if name[:1] in ("-", "+") else name
-    if not body or not body.isascii() or not body.isdigit() or len(body) > 10:
-        return None
-    v = int(name)
-    return v if -(2**31) <= v < 2**31 else None
 
 
 def _check_queues(

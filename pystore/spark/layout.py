@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 
+from pystore.consume_queue import queue_id_of
+
 __all__ = [
     "commit_log_dir",
     "commit_log_files",
@@ -74,15 +76,13 @@ def list_queues(root: str, topics: list[str] | None = None, queue_id: int = -1) 
         if not os.path.isdir(tdir):
             continue
         for q in os.listdir(tdir):
-            try:
-                qid = int(q)
-            except ValueError:
+            qid = queue_id_of(q)
+            if qid is None:
+                if q.lstrip("-").isdigit():
+                    # RocketMQ's Integer.parseInt skips such a folder; the decoder takes int32 queue ids
+                    log.warning("%s: not a queue id (an int32); skipped", os.path.join(tdir, q))
                 continue
-            if str(qid) != q or (queue_id >= 0 and qid != queue_id):
-                continue
-            if not -(2**31) <= qid < 2**31:
-                # RocketMQ's Integer.parseInt skips such a folder; the decoder takes int32 queue ids
-                log.warning("%s: not a queue id (an int32); skipped", os.path.join(tdir, q))
+            if queue_id >= 0 and qid != queue_id:
                 continue
             if os.path.isdir(os.path.join(tdir, q)):
                 out.append((topic, qid))
