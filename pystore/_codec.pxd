@@ -1,5 +1,5 @@
 # cython: language_level=3
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.string cimport memcpy
 
 from cpython.object cimport PyObject
@@ -51,8 +51,34 @@ cdef MessageExt make_ext(const unsigned char *p, RecordView *v)
 cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v)
 cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t limit,
                               int64_t file_from) noexcept nogil
+
+
+# What a recovery walk saw of each queue (topic, queue id) in the records it passed: where the first of
+# them lies and the highest queue offset. Open addressing over a fixed table; a topic longer than a slot
+# holds, or a table three-quarters full, sets ``overflow`` (the caller then cannot rely on it).
+cdef enum:
+    TALLY_TOPIC_MAX = 256
+
+cdef struct TallySlot:
+    int64_t first_phy
+    int64_t max_queue_offset
+    uint64_t hash
+    int32_t queue_id
+    int32_t topic_len            # 0: a free slot
+    unsigned char topic[256]
+
+cdef struct QueueTallyC:
+    TallySlot *slots
+    int32_t mask                 # slots - 1 (a power of two)
+    int32_t used
+    int32_t last                 # the slot of the previous record, or -1
+    bint overflow
+    int64_t file_from            # the commit-log offset of byte 0 of the buffer walked
+
+
 cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limit, bint check_crc,
-                          int32_t *reason, int64_t *count, int64_t *last_store_ts) noexcept nogil
+                          int32_t *reason, int64_t *count, int64_t *last_store_ts,
+                          QueueTallyC *tally) noexcept nogil
 
 
 # Inline: called once per record of a batch, from the commit log's put loop.

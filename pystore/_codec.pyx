@@ -35,7 +35,7 @@ Thread-safety: every function here works on memory the caller owns or has pinned
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
 from pystore._bytes cimport (body_crc32, crc_built, crc_force, crc_level, get_i16, get_i32, get_i64,
@@ -341,10 +341,58 @@ cdef inline bint _topic_bytes_ok(const unsigned char *t, int32_t n) noexcept nog
     return True
 
 
+cdef void _tally(QueueTallyC *t, const unsigned char *rec, RecordView *v, int64_t phy) noexcept nogil:
+    """Count the record at commit-log offset ``phy`` for its queue, if it enters one (not a prepared or
+    rolled-back transaction record). Records of one queue come in runs, so the previous slot is tried first."""
+    cdef int32_t ty = v.sys_flag & TRANSACTION_TYPE_MASK
+    cdef const unsigned char *topic = rec + v.topic_pos
+    cdef TallySlot *s
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef int32_t i
+    if (ty != TRANSACTION_NOT_TYPE and ty != TRANSACTION_COMMIT_TYPE) or t.overflow:
+        return
+    if t.last >= 0:
+        s = &t.slots[t.last]
+        if s.queue_id == v.queue_id and s.topic_len == v.topic_len and memcmp(s.topic, topic, v.topic_len) == 0:
+            if v.queue_offset > s.max_queue_offset:
+                s.max_queue_offset = v.queue_offset
+            return
+    if v.topic_len <= 0 or v.topic_len > TALLY_TOPIC_MAX:
+        t.overflow = True
+        return
+    for i in range(v.topic_len):                  # FNV-1a over the topic, then the queue id
+        h = (h ^ topic[i]) * 1099511628211ULL
+    h = (h ^ <uint64_t><uint32_t>v.queue_id) * 1099511628211ULL
+    i = <int32_t>(h & <uint64_t>t.mask)
+    while True:
+        s = &t.slots[i]
+        if s.topic_len == 0:
+            if (t.used + 1) * 4 > (t.mask + 1) * 3:
+                t.overflow = True
+                return
+            t.used += 1
+            s.hash = h
+            s.queue_id = v.queue_id
+            s.topic_len = v.topic_len
+            memcpy(s.topic, topic, v.topic_len)
+            s.first_phy = phy
+            s.max_queue_offset = v.queue_offset
+            break
+        if s.hash == h and s.queue_id == v.queue_id and s.topic_len == v.topic_len \
+                and memcmp(s.topic, topic, v.topic_len) == 0:
+            if v.queue_offset > s.max_queue_offset:
+                s.max_queue_offset = v.queue_offset
+            break
+        i = (i + 1) & t.mask
+    t.last = i
+
+
 cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limit, bint check_crc,
-                          int32_t *reason, int64_t *count, int64_t *last_store_ts) noexcept nogil:
+                          int32_t *reason, int64_t *count, int64_t *last_store_ts,
+                          QueueTallyC *tally) noexcept nogil:
     """Walk whole records from ``start``; return the end of the last valid one. ``reason`` tells why the
-    walk stopped (REC_BLANK at the file's blank, REC_END at clean end, or the corruption found)."""
+    walk stopped (REC_BLANK at the file's blank, REC_END at clean end, or the corruption found). With a
+    ``tally``, each valid record is counted for its queue (see ``QueueTallyC``)."""
     cdef RecordView v
     cdef int64_t pos = start
     cdef int32_t r
@@ -359,6 +407,8 @@ cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limi
             reason[0] = REC_SHORT
             return pos
         if r > 0:
+            if tally != NULL:
+                _tally(tally, base + pos, &v, tally.file_from + pos)
             pos += r
             count[0] += 1
             last_store_ts[0] = v.store_ts
@@ -470,7 +520,7 @@ def scan(data, Py_ssize_t start=0, end=None, bint verify_crc=True):
     if limit == 0:
         return (0, REC_END, 0, -1)
     with nogil:
-        pos = scan_records(&b[0], start, limit, verify_crc, &reason, &count, &last_ts)
+        pos = scan_records(&b[0], start, limit, verify_crc, &reason, &count, &last_ts, NULL)
     return (pos, reason, count, last_ts)
 
 

@@ -23,12 +23,13 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
+from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms
 from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, REC_BAD_LENGTH, REC_END,
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
-                             TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like, encode_message,
+                             TRANSACTION_TYPE_MASK, QueueTallyC, RecordView, TallySlot, check_record, encode_like, encode_message,
                              encode_with_body, find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageBatch, copy_message, encode_host
@@ -790,20 +791,67 @@ def store_timestamp_at(MappedFile mf, long long pos):
     return v.store_ts if r > 0 else -1
 
 
-def scan_file(MappedFile mf, long long start=0, bint check_crc=True, long long limit=-1):
+cdef class QueueTally:
+    """What a recovery walk (``scan_file`` with ``tally=``) saw of each queue: for every (topic, queue id)
+    with records in the walked range, the commit-log offset of its first record there and its highest queue
+    offset. Recovery compares them with each consume queue's end (a queue that lost units at its end has a
+    record at or past that end) without a second walk. ``overflow`` is set when a topic is too long for a
+    slot or more queues were seen than the table holds: then the tally says nothing."""
+    cdef QueueTallyC t
+
+    def __cinit__(self, int slots=8192):
+        cdef int n = 16
+        while n < slots:
+            n <<= 1
+        self.t.slots = <TallySlot *>calloc(n, sizeof(TallySlot))
+        if self.t.slots == NULL:
+            raise MemoryError()
+        self.t.mask = n - 1
+        self.t.used = 0
+        self.t.last = -1
+        self.t.overflow = False
+        self.t.file_from = 0
+
+    def __dealloc__(self):
+        free(self.t.slots)
+
+    @property
+    def overflow(self) -> bool:
+        return self.t.overflow
+
+    def queues(self):
+        """``{(topic, queue_id): (first_record_offset, max_queue_offset)}`` of what was walked."""
+        cdef int32_t i
+        cdef TallySlot *s
+        out = {}
+        for i in range(self.t.mask + 1):
+            s = &self.t.slots[i]
+            if s.topic_len > 0:
+                topic = (<bytes>s.topic[:s.topic_len]).decode("utf-8", "replace")
+                out[(topic, s.queue_id)] = (s.first_phy, s.max_queue_offset)
+        return out
+
+
+def scan_file(MappedFile mf, long long start=0, bint check_crc=True, long long limit=-1, QueueTally tally=None):
     """Walk the records of ``mf`` from ``start`` without the GIL: ``(valid_end, reason, count,
-    last_store_timestamp)``; ``reason`` is RECORD_BLANK, RECORD_END or the corruption found."""
+    last_store_timestamp)``; ``reason`` is RECORD_BLANK, RECORD_END or the corruption found. With a
+    ``tally``, every valid record walked is counted for its queue."""
     cdef int32_t reason = REC_END
     cdef int64_t count = 0, last_ts = -1, end
     cdef int64_t lim = mf.file_size if limit < 0 else min(<int64_t>limit, mf.file_size)
+    cdef QueueTallyC *t = NULL
     mf.check_mapped()
     if mf.base == NULL or start >= lim:
         return (start, REC_END, 0, -1)
+    if tally is not None:
+        t = &tally.t
+        t.file_from = mf.file_from_offset
+        t.last = -1
     if not mf.c_hold():
         return (start, REC_END, 0, -1)
     try:
         with nogil:
-            end = scan_records(mf.base, start, lim, check_crc, &reason, &count, &last_ts)
+            end = scan_records(mf.base, start, lim, check_crc, &reason, &count, &last_ts, t)
     finally:
         mf.c_release()
     return (end, reason, count, last_ts)

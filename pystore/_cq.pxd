@@ -23,11 +23,13 @@ cdef class ConsumeQueueCore:
     cdef public object on_error                # called with a message when a unit cannot be written
     cdef bytearray ts_samples                  # (phy i64, store time i64) of units 0, K, 2K ... (time search)
     cdef int64_t pf_lead                       # how far ahead its file is pre-faulted (grows to 1 MiB)
+    cdef public int64_t repaired               # units recovery's re-dispatch rewrote (repair_unit)
 
     cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1
     cdef int put_units(self, int64_t phy, const int32_t *sizes, Py_ssize_t n, int64_t tags_code,
                        int64_t cq_offset) except -1
     cdef MappedFile _file_for(self, int64_t expect)
+    cdef int repair_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1
 
 
 cdef class QueueDispatcher(Dispatcher):

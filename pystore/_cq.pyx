@@ -185,6 +185,39 @@ cdef class ConsumeQueueCore:
             i += 1
         return 0
 
+    cdef int repair_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1:
+        """Recovery's re-dispatch, for a record whose unit was built before: the unit must say what the
+        record says. A power cut leaves the pages of a queue file that were never flushed as zeros (a whole
+        file of them when the queue ran files ahead of its flusher), or a unit torn across a sector (offset
+        and size kept, tags code lost: a consumer filtering on tags would never get the message); recovery
+        trusts the units below a queue's end, so these would hide acknowledged messages. Such a unit is
+        rewritten from the record, and its page is flushed again (``flushed`` moves back to it). RocketMQ
+        skips every unit below the queue's end (``putMessagePositionInfo``). Returns 1 if it rewrote."""
+        cdef int64_t at = cq_offset * CQ_STORE_UNIT_SIZE
+        cdef int64_t pos
+        cdef MappedFile f
+        cdef unsigned char *p
+        if self.last is None or at >= self.last.file_from_offset + self.last.wrote or at < self.min_logic_offset:
+            return 0
+        f = _cl_file(self.queue.files, self.last.file_size, at)     # the files' size, kept from disk
+        if f is None or f.base == NULL or f.read_only or f.write_base != f.base:
+            return 0
+        pos = at - f.file_from_offset
+        if pos + CQ_STORE_UNIT_SIZE > f.wrote:
+            return 0
+        p = f.base + pos
+        if get_i64(p) == phy and get_i32(p + 8) == size and get_i64(p + 12) == tags_code:
+            return 0
+        if self.repaired == 0:
+            log.warning("consume queue %s/%d: unit %d says (%d, %d, %d), its record (%d, %d, %d): rewritten from the "
+                        "commit log (a page lost or torn by a power cut)", self.topic, self.queue_id, cq_offset,
+                        get_i64(p), get_i32(p + 8), get_i64(p + 12), phy, size, tags_code)
+        write_unit(p, phy, size, tags_code)
+        if f.flushed > pos:
+            f.flushed = pos - pos % 4096
+        self.repaired += 1
+        return 1
+
     def put_message_position_info(self, long long phy, int size, long long tags_code, long long cq_offset):
         """Append one unit (Python face of the dispatch write, for tests and tools)."""
         self.put_unit(phy, size, tags_code, cq_offset)
@@ -1216,6 +1249,8 @@ cdef class QueueDispatcher(Dispatcher):
                     first = self.gaps.get(key, -1)
                     self.gaps[key] = first if first >= 0 else (off if gap else -1)
                 if not gap:
+                    if self.gaps is not None:
+                        cq.repair_unit(off, r, tags, v.queue_offset)
                     cq.put_unit(off, r, tags, v.queue_offset)
                 if cell.next_offset <= v.queue_offset:
                     # a slave's queues grow by reput only (a master assigned these offsets at put time)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
-from pystore._commitlog import find_valid_record_after, first_store_timestamp, read_message, scan_file
+from pystore._commitlog import QueueTally, find_valid_record_after, first_store_timestamp, read_message, scan_file
 from pystore._cq import FILLER_SIZE, queues_behind, read_unit
 from pystore.checkpoint import writer_holds_lock
 from pystore.crashpoint import crashpoint
@@ -52,6 +52,7 @@ class RecoveryResult:
     seconds: float = 0.0
     damage: str | None = None    # what stopped the walk, when it was not a clean end
     follows: int = -1            # offset of the first valid record after the damage (-1: a torn tail)
+    tally: QueueTally | None = None   # per queue: its first record walked and highest queue offset
 
     @property
     def scan_rate(self) -> float:
@@ -84,9 +85,10 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
     i = start
     offset = files[start].file_from_offset
     stop: tuple[Any, int, int] | None = None
+    tally = QueueTally()
     while i < len(files):
         mf = files[i]
-        end, reason, count, _ = scan_file(mf, 0, check_crc)
+        end, reason, count, _ = scan_file(mf, 0, check_crc, -1, tally)
         records += count
         scanned += end
         if reason == RECORD_BLANK:
@@ -98,7 +100,7 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
         break
     seconds = time.perf_counter() - t0
     result = RecoveryResult(offset, files[start].file_from_offset, abnormal, files[start].file_name, records,
-                            scanned, seconds)
+                            scanned, seconds, tally=tally)
     if stop is not None:
         _judge_damage(stop, files, i, checkpoint, config, result, read_only)
         if read_only and result.follows >= 0 and scan_file(stop[0], stop[1], check_crc)[0] == stop[1]:
@@ -186,6 +188,45 @@ def _maybe_cut_short(cq_store: Any, low: int, window: int) -> int:
     return start
 
 
+def _tally_start(cq_store: Any, result: RecoveryResult, low: int) -> int:
+    """Where a walk must start to give units to the records recovery walked whose queue lacks them (-1:
+    none): a queue whose highest queue offset walked is at or past its end lost units at its end (a zeroed
+    or damaged last unit, a cut last file), so its missing records follow its last unit's record; a queue
+    with no units at all, from its first record walked (the dispatch's gap check decides whether that is
+    its first message ever or a queue to rebuild). Read off the recovery walk, so a clean open walks no
+    further than before when every queue is whole."""
+    tally = result.tally
+    if tally is None:
+        return -1
+    if tally.overflow:
+        return max(low, result.dispatch_from)
+    start = -1
+    for (topic, queue_id), (first, top) in tally.queues().items():
+        cq = cq_store.find(topic, queue_id)
+        end = cq.get_max_offset_in_queue() if cq is not None else 0
+        if end == 0:
+            at = first
+        elif top >= end:
+            at = cq.max_physic_offset
+        else:
+            continue
+        at = max(low, at)
+        start = at if start < 0 else min(start, at)
+    return start
+
+
+def _flush_repaired(cq_store: Any) -> None:
+    """Force the queue files whose units the re-dispatch rewrote (``repair_unit``): their pages lie below
+    what the flush service will flush again, and the checkpoint must not claim them before they are on disk."""
+    for cq in cq_store.queues():
+        if cq.repaired:
+            log.warning("consume queue %s/%d: %d unit(s) rewritten from the commit log", cq.topic, cq.queue_id,
+                        cq.repaired)
+            for mf in cq.queue.files:
+                mf.flush(0)
+            cq.repaired = 0
+
+
 def _starts_with_filler(mf: Any) -> bool:
     """Does a queue's first file open with filler units (RocketMQ's ``fillPreBlank``: the queue began at that
     offset, its earlier messages never had units in this store)?"""
@@ -212,8 +253,14 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
         start = tail if start < 0 else min(start, tail)
     if start < 0:
         return
-    gaps, _ = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
-                            dict(cq_store.items()), tails, stored_before)
+    gaps, reached = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
+                                  dict(cq_store.items()), tails, stored_before)
+    if reached < result.process_offset and not gaps:
+        # a record the check cannot pass: the records after it may be a queue's lost units (a writer's
+        # open refuses the same record in its re-dispatch)
+        raise _corrupted_at(queue, reached, "a commit-log record that cannot be read, before the log's end %d "
+                            "(a writer's open refuses it too; `pystore recover --truncate` cuts the log here)"
+                            % result.process_offset)
     for topic, queue_id in sorted(gaps):
         cq = cq_store.find(topic, queue_id)
         raise StoreCorruptedError(cq.folder, cq.queue.get_max_offset(),
@@ -288,9 +335,10 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             _check_readers_queues(commitlog, cq_store, result, True)       # shut down cleanly: all judged
         elif writer_holds_lock(config.lock_path()) is False:
             # the writer crashed: its queues may lag its log at their end (its next open re-dispatches), but
-            # not at their head, nor before the checkpoint's time of their last flush
-            _check_readers_queues(commitlog, cq_store, result, False,
-                                  checkpoint.logics_msg_timestamp if checkpoint.trusted else 0)
+            # not at their head, nor before the checkpoint's time of their last flush. A checkpoint that
+            # cannot be read tells no such time: any lag may be lost units, refused until a writer's open
+            _check_readers_queues(commitlog, cq_store, result, not checkpoint.trusted,
+                                  checkpoint.logics_msg_timestamp)
     if not read_only:
         if not queue.files:
             if len(cq_store):
@@ -314,6 +362,9 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
                 # a queue that may have lost files: walk from where its records may be, so that a record
                 # beyond its end shows the gap (see _dispatch_checking_gaps)
                 start = min(start, suspect)
+            behind = _tally_start(cq_store, result, low)
+            if behind >= 0:
+                start = min(start, behind)
             if getattr(cq_store, "rebuilt", None):
                 start = low                 # queues whose files could not be trusted: rebuilt from the head
             if abnormal:
@@ -326,6 +377,7 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
                 if index is not None:
                     start = min(start, max(low, index.last_end_phy_offset()))
             _dispatch_checking_gaps(reput, cq_store, start, low, result.process_offset)
+            _flush_repaired(cq_store)
     low = commitlog.get_min_offset()
     for cq in cq_store.queues():
         cell = commitlog.get_cell(cq.topic, cq.queue_id)

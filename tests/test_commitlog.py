@@ -847,3 +847,55 @@ def test_batch_records_equal_the_reference_encoding(tmp_path_factory, specs, sto
         assert got[1:] == units
     finally:
         store.destroy()
+
+
+# -- the recovery walk's tally of queues -----------------------------------------------------------------
+
+
+def test_queue_tally_counts_each_queue_its_first_record_and_highest_offset(store_factory):
+    """``scan_file(..., tally=)`` notes, per (topic, queue id) that enters a queue, the commit-log offset of
+    its first record walked and the highest queue offset; prepared transaction records enter no queue."""
+    from pystore._commitlog import QueueTally, scan_file
+    from pystore.message import SysFlag
+
+    store = store_factory()
+    first: dict[tuple[str, int], int] = {}
+    for i in range(30):
+        key = ("T%d" % (i % 3), i % 2)
+        r = store.put_message(make_message(i, topic=key[0], queue_id=key[1]))
+        first.setdefault(key, r.append_message_result.wrote_offset)
+    store.put_message(make_message(99, topic="Prepared", sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE))
+    tally = QueueTally()
+    for mf in store._commitlog.queue.files:
+        scan_file(mf, 0, True, -1, tally)
+    assert not tally.overflow
+    table = store.get_topic_queue_table()
+    assert tally.queues() == {k: (first[k], table[k] - 1) for k in first}
+
+
+def test_queue_tally_overflows_rather_than_guess(tmp_path):
+    """More queues than the table holds, or a topic longer than a slot: ``overflow`` (recovery then walks
+    from the start of its window instead of trusting the tally)."""
+    from pystore._codec import encode_record
+    from pystore._commitlog import QueueTally, scan_file
+    from pystore._mapped_file import MappedFile
+
+    def walk(path, msgs, tally):
+        data = b"".join(encode_record(m, 0, 0, BORN_BASE) for m in msgs)
+        with open(path, "wb") as f:
+            f.write(data + bytes(SMALL_FILE - len(data)))
+        mf = MappedFile(str(path), SMALL_FILE, read_only=True, from_offset=0)
+        try:
+            scan_file(mf, 0, False, -1, tally)
+        finally:
+            mf.close()
+
+    small = QueueTally(16)
+    walk(tmp_path / "a", [make_message(i, queue_id=i) for i in range(13)], small)
+    assert small.overflow
+    big = QueueTally()
+    walk(tmp_path / "b", [make_message(0, topic="t" * 300)], big)
+    assert big.overflow
+    ok = QueueTally(16)
+    walk(tmp_path / "c", [make_message(i, queue_id=i) for i in range(12)], ok)
+    assert not ok.overflow and len(ok.queues()) == 12

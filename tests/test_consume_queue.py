@@ -488,3 +488,19 @@ def test_unit_whose_record_names_another_queue_offset_is_damage(tmp_path):
             store.get_message(GROUP, "TopicX", 0, 4, 32)
     assert e.value.path == os.path.join(d, "%020d" % 0) and e.value.offset == 4 * 20
     assert "queue offset 0" in str(e.value)
+
+
+def test_a_full_flush_reaches_the_end_of_every_queue(store_factory):
+    """``ConsumeQueueStore.flush(0)`` (the thorough flush before the checkpoint claims the queues, and
+    shutdown's) syncs every file of a queue up to its end, not only the file at its flushed position: a
+    queue several files ahead of its flusher otherwise had units the checkpoint claimed but no sync wrote
+    (zeros after a power cut)."""
+    store = store_factory(mapped_file_size_consume_queue=20 * 4, flush_interval_consume_queue=3_600_000,
+                          flush_consume_queue_thorough_interval=3_600_000)
+    for i in range(30):
+        assert store.put_message(make_message(i)).is_ok()
+    cq = store._cq_store.find("TopicTest", 0)
+    assert len(cq.queue.files) >= 8 and cq.queue.flushed_where < cq.queue.get_max_offset()
+    store._cq_store.flush(0)
+    assert cq.queue.flushed_where == cq.queue.get_max_offset() == 30 * 20
+    assert all(mf.flushed_position == mf.wrote_position for mf in cq.queue.files)

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crash_writer as cw  # noqa: E402
 from conftest import FakeClock  # noqa: E402
 
-from pystore import Message, MessageBatch  # noqa: E402
+from pystore import Message, MessageBatch, TagFilter  # noqa: E402
 from pystore.checkpoint import StoreCheckpoint  # noqa: E402
 from pystore.config import FlushDiskType  # noqa: E402
 from pystore.errors import StoreCorruptedError  # noqa: E402
@@ -932,6 +932,108 @@ def test_unit_whose_record_runs_past_the_log_is_cut_and_new_puts_are_readable(tm
         got = store.get_message("g", topic, qid, n - 1, 1)
         assert [(m.queue_offset, m.commit_log_offset) for m in got.messages] == [
             (n - 1, cw.queues_of(w)[(topic, qid)][-1].offset)]
+
+
+def _quietest_queue(w: cw.Walk) -> tuple[str, int]:
+    """The queue whose last record comes first in the log: other queues' units go on past its end."""
+    by_queue = cw.queues_of(w)
+    return min(by_queue, key=lambda k: by_queue[k][-1].offset)
+
+
+@pytest.mark.parametrize("lost", [1, 3])
+def test_queue_that_lost_its_last_units_while_others_went_on_is_rebuilt(tmp_path, lost):
+    """A cleanly shut down store whose queue lost its last units (zeroed, its last file not full) while the
+    other queues' units go on past them: the writer's open gives those records their units again and new
+    puts continue the queue's offsets. Before, recovery re-dispatched only from the furthest queue end, so
+    the lost units stayed lost and the next puts reused their offsets (fuzz cases 2:821 and 2:1799)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=35, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    topic, qid = _quietest_queue(w)
+    n = len(cw.queues_of(w)[(topic, qid)])
+    # no queue's last file is full (recovery would walk from the last files for it, and find the loss anyway)
+    assert all(len(recs) % CQ_UNITS for recs in cw.queues_of(w).values())
+    assert n % CQ_UNITS > lost
+    last = _queue_files(root, topic, qid)[-1]
+    with open(last, "r+b") as f:
+        f.seek((n - lost) % CQ_UNITS * 20)
+        f.write(bytes(lost * 20))
+    check_recovered(root, w.records)
+    with open_store(root) as store:
+        r = store.put_message(Message(topic, cw.make_body(10**6, topic, qid, 10), queue_id=qid))
+        assert r.is_ok() and r.append_message_result.logics_offset == n
+
+
+@pytest.mark.parametrize("damage", ["tags_zeroed", "files_zeroed"])
+def test_power_cut_units_are_rewritten_by_an_abnormal_recovery(tmp_path, damage):
+    """What a power cut leaves in a consume queue, in the range an abnormal recovery re-dispatches: a unit
+    torn across a sector (offset and size kept, tags code lost) or the queue's files ahead of its flusher
+    all zeros. Every unit is rewritten from its record (check_queues compares each unit, tags code
+    included), so a consumer filtering on tags gets every message. Before, a unit below the queue's end was
+    taken as built whatever it said (RocketMQ's rule), and the torn unit hid its message from a tag filter.
+    (The zeroed files were already rebuilt by the load's check of queue files; kept as the power-loss case
+    the tags one stands beside.)"""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=27, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    topic, qid = _busiest_queue(w)
+    files = _queue_files(root, topic, qid)
+    if damage == "tags_zeroed":
+        with open(files[2], "r+b") as f:
+            f.seek(3 * 20 + 12)
+            f.write(bytes(8))
+    else:
+        for path in files[-4:]:
+            with open(path, "r+b") as f:
+                f.write(bytes(os.path.getsize(path)))
+    make_abnormal(root)
+    check_recovered(root, w.records)
+    with open_store(root) as store:
+        served, offset = [], 0
+        while True:
+            got = store.get_message("g", topic, qid, offset, 32, TagFilter("T"))
+            served += [m.commit_log_offset for m in got.messages]
+            if got.next_begin_offset == offset:
+                break
+            offset = got.next_begin_offset
+        assert served == [r.offset for r in cw.queues_of(w)[(topic, qid)]]
+
+
+def test_reader_of_a_crashed_store_with_an_unreadable_checkpoint_refuses_a_queue_that_lost_its_end(tmp_path):
+    """A crashed writer's queues may lag its log at their end; the checkpoint says up to when they were
+    flushed. When it cannot be read, a reader cannot tell lost units from a lag: it refuses the store
+    naming the queue (a writer's open rebuilds it). Before, the reader opened and the queue's last messages
+    were not served (fuzz case 4:2334)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=28, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    topic, qid = _busiest_queue(w)
+    files = _queue_files(root, topic, qid)
+    os.unlink(files[-1])
+    make_abnormal(root)
+    with open(os.path.join(str(root), "checkpoint"), "wb") as f:
+        f.write(b"\xff" * 4096)
+    with pytest.raises(StoreCorruptedError) as ei:
+        MessageStore.open(str(root), read_only=True)
+    assert ei.value.path == os.path.dirname(files[0])
+    check_recovered(root, w.records)
+
+
+def test_reader_of_a_crashed_store_refuses_a_record_its_queue_check_cannot_pass(tmp_path):
+    """A crashed store with a damaged record before the last files (which a reader's recovery walks) and a
+    queue whose only file is gone: the reader's check for queues that lost units stops at the damaged
+    record, so it cannot see the records of that queue after it; it refuses the store at that record, as a
+    writer's open does. Before, the reader opened and that queue looked empty (fuzz case 4:2418)."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=29)
+    assert len(cw.log_files(str(root))) > 3
+    by_queue = cw.queues_of(w)
+    victim = w.records[5]
+    later = next(k for k, recs in by_queue.items() if recs[0].offset > victim.offset)
+    for path in _queue_files(root, *later):
+        os.unlink(path)
+    patch(root, victim.offset, struct.pack(">i", 32768))
+    make_abnormal(root)
+    with pytest.raises(StoreCorruptedError) as ei:
+        MessageStore.open(str(root), read_only=True)
+    assert ei.value.offset == victim.offset
 
 
 def test_queue_folder_beyond_32_bits_is_skipped(tmp_path, caplog):

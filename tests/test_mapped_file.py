@@ -352,6 +352,17 @@ def test_is_able_to_flush(mf, flushed, wrote, least_pages, able):
     assert mf.is_able_to_flush(least_pages) is able
 
 
+def test_flush_of_a_file_being_shut_down_does_not_claim_unsynced_bytes(mf):
+    """A file that can no longer be held (shut down for deletion or close) is not synced, and its flushed
+    position stays where the last sync left it. RocketMQ moves it to the read position anyway, and the
+    checkpoint written after would claim bytes no sync made durable (lost by a power cut)."""
+    mf.append_message(b"a" * 100)
+    assert mf.flush(0) == 100
+    mf.append_message(b"b" * 100)
+    mf.shutdown(0)
+    assert mf.flush(0) == 100 and mf.flushed_position == 100
+
+
 def test_flush_least_pages(mf):
     mf.append_message(b"a" * (3 * PAGE + 100))
     assert mf.flush(4) == 0                          # three dirty pages: not enough
@@ -669,8 +680,9 @@ def test_closed_file_refuses_references(path):
     assert f.select_mapped_buffer(0, 1) is None
     assert not f.available
     assert f.is_cleanup_over()
-    # RocketMQ: a flush that cannot hold the file just records the read position; never touches memory
-    assert f.flush(0) == 3
+    # a flush that cannot hold the file never touches memory, and (unlike RocketMQ, which records the read
+    # position) claims nothing it did not sync
+    assert f.flush(0) == 0
     assert f.commit(0) == 3
     assert os.path.exists(path)                       # close keeps the file
     f.close()                                         # idempotent
