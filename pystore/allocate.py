@@ -11,6 +11,12 @@ the pool is on. A put waits at most ``allocate_wait_timeout`` ms for its file (t
 ``CREATE_MAPPED_FILE_FAILED``). Pre-created files that were never used are deleted at shutdown; after a
 crash one may remain, empty, and recovery keeps or trims it like any other file.
 
+The service also makes each new file's name durable (``pystore.durable``): it creates missing folders
+durably and fsyncs the folder after creating the file, before the put path gets it, so a put never writes
+into a file that a power cut could unname. RocketMQ does not fsync directories; pystore adds it here, in the
+service's thread, once per file (a commit-log file holds 1 GiB by default), never on the put path's account
+unless the service is not running (before start, after shutdown) and the file is created inline.
+
 Thread-safety: requests come from the put path (under the put lock); one service thread creates.
 """
 
@@ -23,6 +29,7 @@ from collections.abc import Callable
 
 from pystore._mapped_file import MappedFile
 from pystore.crashpoint import crashpoint
+from pystore.durable import fsync_dir, make_dirs_durable
 from pystore.service import ServiceThread
 
 __all__ = ["AllocateMappedFileService"]
@@ -91,9 +98,15 @@ class AllocateMappedFileService(ServiceThread):
         return pool is None or getattr(pool, "available_buffer_nums", lambda: 1)() > 1
 
     def _create(self, path: str, size: int) -> MappedFile:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        folder = os.path.dirname(path)
+        make_dirs_durable(folder)
         # without read-ahead until full: a flush then writes what the puts wrote (MappedFile.write_page_by_page)
         mf = MappedFile(path, size, create=True, fresh_random=True)
+        try:
+            fsync_dir(folder)           # the file's name: durable before any put is acknowledged in it
+        except OSError:
+            mf.destroy(0)
+            raise
         if self.pool is not None:
             try:
                 self.pool.attach(mf)  # type: ignore[attr-defined]

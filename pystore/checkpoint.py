@@ -17,6 +17,10 @@ never wrong.
 ``abort`` exists while a writer runs; finding it at load means the last writer did not shut down
 cleanly. ``lock`` carries an exclusive ``flock`` for as long as a writer has the store open; a second
 writer, in this process or another, gets :class:`~pystore.errors.StoreLockedError` before it touches a file.
+
+Names are durable (``pystore.durable``; RocketMQ does not fsync directories): the folder is fsynced after
+``abort`` is created or removed, and after the checkpoint's first write creates the file (once, not at
+every write).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import struct
 import threading
 import time
 
+from pystore.durable import fsync_dir
 from pystore.errors import StoreLockedError
 
 __all__ = ["StoreCheckpoint", "AbortFile", "StoreLock", "CHECKPOINT_FILE_SIZE"]
@@ -87,6 +92,8 @@ class StoreCheckpoint:
         self.master_flushed_offset = 0
         self.confirm_phy_offset = 0
         self.trusted = True
+        #: the file's name is durable (it existed at load, or its directory was fsynced after creating it)
+        self._named = True
         self._load()
         self._dirty = False
         self.auto_flush_ms = auto_flush_ms
@@ -104,6 +111,7 @@ class StoreCheckpoint:
             with open(self.path, "rb") as f:
                 data = f.read(CHECKPOINT_FILE_SIZE)
         except FileNotFoundError:
+            self._named = False
             return
         if len(data) < _LAYOUT.size:
             log.warning("checkpoint %s is %d bytes: ignored, recovery starts from the first file", self.path, len(data))
@@ -145,6 +153,9 @@ class StoreCheckpoint:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
+            if not self._named:
+                fsync_dir(os.path.dirname(self.path))     # once: the first write created the file
+                self._named = True
 
     def __repr__(self) -> str:
         return "StoreCheckpoint(physic=%d, logics=%d, index=%d, master_flushed=%d, confirm=%d)" % (
@@ -169,14 +180,19 @@ class AbortFile:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(os.path.dirname(self.path))
+        fsync_dir(os.path.dirname(self.path))
 
     def remove(self) -> None:
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             return
-        _fsync_dir(os.path.dirname(self.path))
+        try:
+            fsync_dir(os.path.dirname(self.path))
+        except OSError:
+            # the marker may come back after a power cut: the next open then recovers as after a crash (slower,
+            # never wrong), so a clean shutdown is not failed for it
+            log.exception("making the removal of %s durable failed", self.path)
 
 
 class StoreLock:
@@ -242,16 +258,3 @@ def writer_holds_lock(path: str) -> bool | None:
                 break
     return False
 
-
-def _fsync_dir(path: str) -> None:
-    """Make a file's creation or removal durable."""
-    try:
-        fd = os.open(path or ".", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

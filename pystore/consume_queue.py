@@ -9,6 +9,11 @@ commit log's min offset, and following a live writer from a read-only store.
 Queue offsets count units: offset *i* is byte ``i * 20`` of the queue's logical space. ``max offset`` is
 the number of units ever written; ``min offset`` the first one whose message still exists.
 
+A queue's folders and files are created on the put path (inline dispatch, under the put lock); their names
+are made durable by the queue's next flush, before it counts anything as flushed (``MappedFileQueue``,
+``pystore.durable``: RocketMQ does not fsync directories, pystore does). Deleting a queue's files (a
+damaged queue rebuilt, a queue destroyed) fsyncs the folders at once.
+
 Thread-safety: one writer per queue (the put path under the put lock, or the dispatch/recovery thread);
 readers take the copy-on-write file list. ``ConsumeQueueStore`` guards its table with a lock.
 """
@@ -33,6 +38,7 @@ from pystore._cq import (
     units_below,
 )
 from pystore._mapped_file import MappedFile
+from pystore.durable import fsync_dir, sync_dirs
 from pystore.errors import StoreCorruptedError
 from pystore.mapped_file_queue import MappedFileQueue
 
@@ -142,6 +148,10 @@ class ConsumeQueue(ConsumeQueueCore):
         paths = self.queue.list_file_paths()
         for path in paths:
             os.unlink(path)
+        # durable at once: deleted files coming back after a power cut would be the damage again; and the
+        # folders this queue created but did not sync yet, which the new file list would not know about
+        self.queue.pending_dirs.sync()
+        sync_dirs(os.path.dirname(p) for p in paths)
         self.queue = _file_queue(self.folder, self.file_size, self.read_only)
         self.forget_time_samples()
         self.last_file = None
@@ -318,10 +328,12 @@ class ConsumeQueue(ConsumeQueueCore):
         self.last_file = None
         self.max_physic_offset = 0
         self.min_logic_offset = 0
+        topic_folder = os.path.dirname(self.folder)
         try:
-            os.rmdir(os.path.dirname(self.folder))
+            os.rmdir(topic_folder)
         except OSError:
-            pass
+            return
+        fsync_dir(os.path.dirname(topic_folder))
 
 
 class ConsumeQueueStore:
@@ -472,6 +484,7 @@ class ConsumeQueueStore:
             self._queues.clear()
         if not self.read_only:
             shutil.rmtree(self.store_path, ignore_errors=True)
+            fsync_dir(os.path.dirname(os.path.abspath(self.store_path)))
 
     def close(self) -> None:
         with self._lock:

@@ -7,6 +7,11 @@ rolled-back transaction messages are not indexed. A full file is flushed and the
 moves to its end time; after an abnormal exit, files newer than that time are dropped and rebuilt by
 dispatch. ``query_offset`` walks files newest first.
 
+A new file is made on the put path (inline dispatch); its name (and the ``index/`` folder's, the first time)
+is made durable by the next ``flush`` or full-file flush, before the checkpoint's index time can cover it
+(``pystore.durable``: RocketMQ does not fsync directories, pystore does, once per file). Deleted files are
+made durable at once.
+
 Thread-safety: one writer (dispatch); ``query_offset`` may run concurrently (it reads whole entries).
 """
 
@@ -23,6 +28,7 @@ from typing import Any
 
 from pystore._index import IndexFileCore, index_file_size
 from pystore._mapped_file import MappedFile
+from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
 
 __all__ = ["IndexService", "QueryOffsetResult"]
@@ -59,6 +65,8 @@ class IndexService:
         self.max_msgs_num_batch = max_msgs_num_batch
         self._files: list[IndexFileCore] = []
         self._lock = threading.RLock()
+        #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
+        self.pending_dirs = PendingDirs()
 
     @property
     def files(self) -> list[IndexFileCore]:
@@ -68,6 +76,7 @@ class IndexService:
         if not os.path.isdir(self.path):
             return True
         files: list[IndexFileCore] = []
+        dropped = False
         for name in sorted(os.listdir(self.path)):
             p = os.path.join(self.path, name)
             if not (name.isdigit() and os.path.isfile(p)):
@@ -91,9 +100,12 @@ class IndexService:
             if not last_exit_ok and not self.read_only and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                 log.info("dropping %s: newer than the checkpoint's index time; dispatch rebuilds it", p)
                 mf.destroy(0)
+                dropped = True
                 continue
             mf.set_positions(size)
             files.append(f)
+        if dropped:
+            fsync_dir(self.path)
         self._files = files
         return True
 
@@ -112,7 +124,7 @@ class IndexService:
             return None
         with self._lock:
             prev = self._files[-1] if self._files else None
-            os.makedirs(self.path, exist_ok=True)
+            changed = make_dirs(self.path)
             now = self.clock()
             p = os.path.join(self.path, _file_name(now))
             while os.path.exists(p):
@@ -127,7 +139,10 @@ class IndexService:
                 mf = MappedFile(p, self.file_size, create=True, from_offset=0, preallocate=False)
             except OSError:
                 log.exception("cannot create index file %s", p)
+                self.pending_dirs.add(changed)
                 return None
+            # synced by the next flush, off the put lock this runs under (inline dispatch)
+            self.pending_dirs.add(changed + [self.path])
             f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
             if prev is None:
                 f.init_header(0, 0, 0, 0)
@@ -141,6 +156,7 @@ class IndexService:
 
     def _flush_full(self, f: IndexFileCore) -> None:
         try:
+            self.pending_dirs.sync()
             f.mapped_file.flushed_position = 0
             f.mapped_file.flush(0)
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, f.end_timestamp)
@@ -208,11 +224,18 @@ class IndexService:
             with self._lock:
                 ids = {id(f) for f in gone}
                 self._files = [f for f in self._files if id(f) not in ids]
+            try:
+                fsync_dir(self.path)
+            except OSError:
+                log.exception("making the deletion of %d index file(s) durable failed", len(gone))
         return len(gone)
 
     def flush(self) -> None:
+        if self.read_only:
+            return
+        self.pending_dirs.sync()
         files = self._files
-        if not files or self.read_only:
+        if not files:
             return
         last = files[-1]
         last.mapped_file.flushed_position = 0
@@ -249,5 +272,8 @@ class IndexService:
         self._files = []
         try:
             os.rmdir(self.path)
-        except OSError:
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        except FileNotFoundError:
             pass
+        except OSError:
+            fsync_dir(self.path)        # not empty: its files' removal is what changed

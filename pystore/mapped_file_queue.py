@@ -15,6 +15,13 @@ the folders in offset order.
 copied from the transient pool. ``truncate_dirty_files`` cuts the log after recovery; the cut file's tail
 is zeroed so nothing stale can be read as a record later. Only the *last* file is ever written to.
 
+Names are made durable (``pystore.durable``; RocketMQ does not fsync directories, pystore does): a file
+created here (consume queues; the commit log's files come from ``AllocateMappedFileService``, which syncs
+its own) leaves its folder, and any folder ``make_dirs`` created, in ``pending_dirs``, which ``flush`` syncs
+before it moves ``flushed_where``: no directory fsync under the put lock, and nothing counts as flushed
+that a power cut could unname. Removals (recovery's truncation, a damaged queue's files, cleaning) fsync the
+folder right after unlinking, outside the list's lock: a file recovery cut must not come back.
+
 Thread-safety: the file list is copy-on-write (readers take the current list without locking); changes
 (create, truncate, delete) take ``self._lock``.
 """
@@ -29,6 +36,7 @@ from collections.abc import Callable
 
 from pystore._cq import find_file
 from pystore._mapped_file import MappedFile, offset_to_file_name
+from pystore.durable import PendingDirs, make_dirs, sync_dirs
 from pystore.service import real_clock
 
 __all__ = ["MappedFileQueue"]
@@ -72,6 +80,8 @@ class MappedFileQueue:
         #: new files are mapped without read-ahead until full (``MappedFile(fresh_random=True)``): for files
         #: written a few bytes at a time, such as consume queues
         self.fresh_random = False
+        #: folders whose new entries are not durable yet; ``flush`` syncs them first
+        self.pending_dirs = PendingDirs()
         #: why the last ``load`` refused the files: ``(path, absolute offset, reason)``, else None
         self.load_error: tuple[str, int, str] | None = None
 
@@ -133,6 +143,7 @@ class MappedFileQueue:
                     if not self.read_only:
                         log.warning("deleting the empty last file %s (creation interrupted)", path)
                         os.unlink(path)
+                        sync_dirs([os.path.dirname(path)])
                     continue
                 log.error("%s is %d bytes, expected %d: the store cannot be loaded", path, size,
                           self.mapped_file_size)
@@ -237,8 +248,11 @@ class MappedFileQueue:
                 if self.allocate is not None:
                     mf = self.allocate(path, next_path, self.mapped_file_size)
                 else:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    folder = os.path.dirname(path)
+                    changed = make_dirs(folder)
                     mf = MappedFile(path, self.mapped_file_size, create=True, fresh_random=self.fresh_random)
+                    # synced by the next flush, off the put lock (a consume queue's file is made under it)
+                    self.pending_dirs.add(changed + [folder])
             except (OSError, ValueError):       # ValueError: a path the OS cannot take (a NUL byte)
                 log.exception("cannot create %s", path)
                 return None
@@ -301,6 +315,7 @@ class MappedFileQueue:
         """Flush the file holding ``flushed_where``; True iff nothing moved (RocketMQ's convention).
         Serialised: the flush service and a user's ``flush()`` must not move ``flushed_where`` backwards."""
         with self._flush_lock:
+            self.pending_dirs.sync()        # new files' names first: what is flushed must be reachable
             mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
             if mf is None:
                 return True
@@ -326,7 +341,9 @@ class MappedFileQueue:
     # -- truncating and deleting ------------------------------------------------------------------
 
     def truncate_dirty_files(self, offset: int) -> None:
-        """Cut the log at ``offset``: later files are deleted, the file holding it ends there (tail zeroed)."""
+        """Cut the log at ``offset``: later files are deleted (durably), the file holding it ends there (tail
+        zeroed)."""
+        removed: list[str] = []
         with self._lock:
             keep: list[MappedFile] = []
             for f in self._files:
@@ -343,6 +360,7 @@ class MappedFileQueue:
                     else:
                         log.info("deleting %s: it starts after the truncation offset %d", f.file_name, offset)
                         _destroy_now(f)
+                        removed.append(os.path.dirname(f.file_name))
                 else:
                     keep.append(f)
             self._files = keep
@@ -350,6 +368,7 @@ class MappedFileQueue:
                 self.flushed_where = offset
             if self.committed_where > offset:
                 self.committed_where = offset
+        sync_dirs(removed)      # a file recovery cut must not come back after a power cut
 
     def delete_last_file(self) -> None:
         """Delete the last file (consume-queue truncation)."""
@@ -362,6 +381,7 @@ class MappedFileQueue:
             end = self.get_max_offset()
             self.flushed_where = min(self.flushed_where, end)
             self.committed_where = min(self.committed_where, end)
+        sync_dirs([os.path.dirname(last.file_name)])
 
     def reset_offset(self, offset: int) -> bool:
         """Slave-side: drop everything after ``offset`` (refused beyond two files back)."""
@@ -436,6 +456,12 @@ class MappedFileQueue:
         with self._lock:
             ids = {id(f) for f in gone}
             self._files = [f for f in self._files if id(f) not in ids]
+        try:
+            sync_dirs(os.path.dirname(f.file_name) for f in gone)
+        except OSError:
+            # the files are gone; after a power cut one may come back, and is deleted again (it is older
+            # than what the log keeps), so cleaning goes on
+            log.exception("making the deletion of %d file(s) durable failed", len(gone))
 
     def shutdown(self, interval_forcibly: int = 0) -> None:
         for f in self._files:
@@ -455,8 +481,11 @@ class MappedFileQueue:
                 _destroy_now(f)
             self._files = []
             self.flushed_where = self.committed_where = 0
+        changed = []
         for folder in self.store_paths:
             try:
                 os.rmdir(folder)
+                changed.append(os.path.dirname(os.path.abspath(folder)))
             except OSError:
-                pass
+                changed.append(folder)      # still there (not empty): its entries changed
+        sync_dirs(changed)

@@ -38,7 +38,8 @@ ascending, no trailing newline; only the levels a task has moved, like RocketMQ;
     }
 
 and ``{\n\t"offsetTable":{}\n}`` while empty. Reading accepts fastjson's bare integer keys as well as
-quoted ones, and 5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp`` (fsynced: pystore's addition), the
+quoted ones, and 5.x's extra ``dataVersion``. Writes go through ``delayOffset.json.tmp`` (fsynced, and the
+folder fsynced after the rename that replaces the file: pystore's additions, RocketMQ forces neither), the
 previous file is kept as ``delayOffset.json.bak`` (4.8 ``MixAll.string2File``). Loading is RocketMQ's
 ``ConfigManager.load``: a missing, empty or unparsable file (nested too deeply for the parser included) is read
 from the ``.bak``; no ``.bak`` (or an empty one) means an empty table; a ``.bak`` that does not parse either stops
@@ -64,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 from pystore._cq import read_unit
 from pystore._message import Message, MessageExt
+from pystore.durable import fsync_dir, make_dirs_durable
 from pystore.errors import StoreError
 from pystore.flush import GroupCommitService
 from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag
@@ -239,7 +241,8 @@ class ScheduleMessageService(ServiceThread):
         """Write the offset table (RocketMQ ``ConfigManager.persist``: tmp file, old one kept as ``.bak``)."""
         with self._persist_lock:
             text = encode_delay_offsets(dict(self.offset_table))
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            folder = os.path.dirname(self.path)
+            make_dirs_durable(folder)
             tmp = self.path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -254,6 +257,7 @@ class ScheduleMessageService(ServiceThread):
                 with open(self.path + ".bak", "wb") as f:
                     f.write(previous)
             os.replace(tmp, self.path)
+            fsync_dir(folder)       # the rename itself: without it a power cut may bring back the old table
 
     # -- the timer ---------------------------------------------------------------------------------
 

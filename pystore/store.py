@@ -41,6 +41,7 @@ from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.crashpoint import crashpoint
 from pystore.dispatch import ReputService
+from pystore.durable import make_dirs_durable, sync_dirs
 from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
 from pystore.flush import (
     CommitRealTimeService,
@@ -171,7 +172,7 @@ class MessageStore:
             raise StoreError("load() on a store that is %s" % self._state)
         cfg = self.config
         if not self.read_only:
-            os.makedirs(cfg.store_path_root_dir, exist_ok=True)
+            make_dirs_durable(cfg.store_path_root_dir)
             self._lock.acquire()
         elif not os.path.isdir(cfg.store_path_root_dir):
             raise StoreError("no store at %s" % cfg.store_path_root_dir)
@@ -493,13 +494,16 @@ class MessageStore:
 
     def _delete_files(self) -> None:
         cfg = self.config
-        for path in cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]:
+        folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
+        for path in folders:
             shutil.rmtree(path, ignore_errors=True)
         for path in (cfg.checkpoint_path(), cfg.abort_path()):
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        # a destroyed store must not come back, in part, after a power cut
+        sync_dirs(os.path.dirname(os.path.abspath(p)) for p in folders + [cfg.checkpoint_path()])
 
     def _check_readable(self) -> CommitLog:
         if self._state in (_NEW, _SHUTDOWN) or self._commitlog is None:
