@@ -13,10 +13,15 @@ Usage::
         out = fs.crash(mode="drop", seed=1)        # a folder: what a power cut leaves
         assert not (out / "a").exists()            # strict: the directory was never fsynced
         fs.stats()                                 # {"pending_writes": ..., "fsync": ..., ...}
+
+A writer process to be killed should run with ``env=fs.writer_env()``: it preloads ``fallocate_shim.c``, so
+that ``posix_fallocate`` (which pystore creates its files with) is one atomic size change on the mount
+instead of glibc's byte-per-block fallback, which a SIGKILL can interrupt halfway.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -33,6 +38,7 @@ from typing import Any
 log = logging.getLogger("powercut")
 
 SERVER = Path(__file__).with_name("fuse_server.py")
+SHIM_SOURCE = Path(__file__).with_name("fallocate_shim.c")
 MODELS = ("journal", "strict")
 CRASH_MODES = ("drop", "all", "subset", "torn", "subset+torn")
 
@@ -61,6 +67,24 @@ def is_mounted(path: Path) -> bool:
 
 class PowerCutError(RuntimeError):
     """The server refused a request, failed to start, or did not answer in time."""
+
+
+def fallocate_shim() -> Path:
+    """The LD_PRELOAD library of ``fallocate_shim.c`` (posix_fallocate as one ftruncate where fallocate is
+    unsupported, as on this mount), compiled once per source version into the temporary folder."""
+    source = SHIM_SOURCE.read_bytes()
+    lib = Path(tempfile.gettempdir()) / ("pcfs-fallocate-%s.so" % hashlib.sha256(source).hexdigest()[:12])
+    if lib.exists():
+        return lib
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise PowerCutError("no C compiler to build %s" % SHIM_SOURCE.name)
+    tmp = lib.with_name("%s.%d" % (lib.name, os.getpid()))
+    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(SHIM_SOURCE)], capture_output=True, timeout=120)
+    if r.returncode:
+        raise PowerCutError("building %s failed: %s" % (SHIM_SOURCE.name, r.stderr.decode(errors="replace")))
+    os.replace(tmp, lib)  # atomic: a concurrent build by another test process is harmless
+    return lib
 
 
 class PowerCutFS:
@@ -162,6 +186,15 @@ class PowerCutFS:
             self._sockdir = None
         if is_mounted(self.mount):
             raise PowerCutError("%s is still mounted after fusermount3 -u -z" % self.mount)
+
+    def writer_env(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """An environment for a writer process on the mount (a copy of ``env``, default ``os.environ``) with
+        the fallocate shim preloaded: a posix_fallocate the writer is killed in is then all or nothing, as on
+        a disk with fallocate, instead of a file cut at a 4 KiB block (glibc's fallback on this mount)."""
+        out = dict(os.environ if env is None else env)
+        preload = out.get("LD_PRELOAD", "")
+        out["LD_PRELOAD"] = ("%s %s" % (fallocate_shim(), preload)).strip()
+        return out
 
     def server_log(self, tail: int = 4000) -> str:
         try:

@@ -273,6 +273,20 @@ def test_strict_size_change_durable_after_fsync(powercut):
     assert (fs.crash(mode="all") / "f").stat().st_size == 4096
 
 
+def test_posix_fallocate_shim_is_one_size_change(powercut):
+    """With the writer environment's shim, posix_fallocate (pystore's, through ctypes here) is one ftruncate."""
+    fs = powercut("journal")
+    path = make_durable(fs, "f", b"")
+    code = ("import ctypes, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); libc = ctypes.CDLL(None);"
+            "libc.posix_fallocate64.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_long];"
+            "assert libc.posix_fallocate64(fd, 4096, 1 << 20) == 0; os.close(fd)")
+    subprocess.run([sys.executable, "-c", code, str(path)], env=fs.writer_env(), check=True, timeout=60)
+    st = fs.stats()
+    assert path.stat().st_size == 4096 + (1 << 20)
+    assert st["extensions"] == 0 and st["truncates"] == 1 and st["pending_ops"] == 0
+    assert (fs.crash(mode="drop") / "f").stat().st_size == 4096 + (1 << 20)
+
+
 def test_fallocate_zero_range_is_not_supported(powercut):
     """pyfuse3 has no FALLOCATE op: the kernel answers EOPNOTSUPP, and pystore's zero_from falls back to
     writing zeros through its mapping."""
@@ -296,7 +310,7 @@ def test_killed_writer_keeps_acknowledged_synced_records_only(powercut, model):
     fs = powercut(model)
     target = make_durable(fs, "log", b"")
     writer = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ack_writer.py")), str(target), "30", "20"],
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, env=fs.writer_env())
     try:
         acks = []
         for line in writer.stdout:
