@@ -40,7 +40,9 @@ Metadata models (``--model``):
 glibc's ``posix_fallocate`` falls back to writing one zero byte per 4 KiB block past the end of the file.
 Those one-byte zero writes at or past the end of the file are recorded as one ``("x", size)`` extension
 (coalesced), not as thousands of writes: writing zeros past the end changes nothing but the size. In the
-journal model such an extension is durable at once (as a real ``fallocate`` would be).
+journal model such an extension is durable at once (as a real ``fallocate`` would be). A writer killed
+inside glibc's loop leaves a short file, which a real fallocate never does: writer processes preload
+``fallocate_shim.c`` (``PowerCutFS.writer_env``), which turns the fallback into one ``ftruncate``.
 
 Crash (control command ``crash``): the layer freezes (every later request still reaches ``live/`` but
 no longer changes the durable state or the pending lists -- the kernel writes the dead writer's dirty pages
