@@ -6,7 +6,7 @@ STAMP    := $(VENV)/.installed
 PYX      := $(wildcard pystore/*.pyx pystore/*.pxd pystore/*.h)
 BUILT    := pystore/.built
 
-.PHONY: venv build debug annotate lint typecheck test test-fast fuzz bench peers demo clean
+.PHONY: venv build debug annotate lint typecheck test test-fast powerloss-deps fuzz bench peers demo clean
 
 venv: $(STAMP) $(BUILT)
 
@@ -41,11 +41,30 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy pystore
 
-test: venv
+test: venv powerloss-deps
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 test-fast: venv
 	$(VPY) -m pytest -q -p no:cacheprovider -m "not slow and not spark" tests
+
+# The power-cut FUSE layer of tests/powerloss (docs/powerloss.md) needs libfuse3 and pyfuse3. The Debian
+# packages are installed only when missing and only as root with apt-get; otherwise this says why and goes
+# on, and tests/powerloss skip with the reason. pyfuse3 compiles against libfuse3-dev, so it is installed
+# here rather than by `make venv` (the pyproject extra "powerloss" names it for pip users).
+POWERLOSS_DEBS := fuse3 libfuse3-dev pkg-config
+powerloss-deps: $(STAMP)
+	@missing=""; for p in $(POWERLOSS_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "powerloss: apt-get install$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null \
+	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; } \
+	  || echo "powerloss: apt-get install$$missing failed: tests/powerloss will skip"; \
+	else echo "powerloss: missing$$missing (installing needs root and apt-get): tests/powerloss will skip"; fi
+	@$(VPY) -c "import pyfuse3" 2>/dev/null \
+	|| { pkg-config --exists fuse3 2>/dev/null && $(VPY) -m pip install -q "pyfuse3>=3.3,<4"; } \
+	|| echo "powerloss: pyfuse3 not installed (needs libfuse3-dev and pkg-config): tests/powerloss will skip"
 
 # Store-folder mutation fuzzer (tests/fuzz): N damaged copies of a small reference store, every read path on
 # each in a child process with a time limit; a table of outcomes. One case: $(VPY) -m tests.fuzz --case SEED:I
