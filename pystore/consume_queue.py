@@ -460,18 +460,22 @@ class ConsumeQueueStore:
         for cq in self.queues():
             cq.correct_min_offset(min_commit_log_offset)
 
-    def flush(self, least_pages: int) -> None:
+    def flush(self, least_pages: int) -> bool:
         """Flush each queue's file at its flushed position. A full flush (``least_pages`` 0: the thorough
         one, whose checkpoint claims every unit built before it began, and shutdown's) goes on file by file
         to each queue's end: RocketMQ flushes one file a call, so a queue more than a file ahead of its
-        flusher had units the checkpoint claimed that no sync had written."""
+        flusher had units the checkpoint claimed that no sync had written. False when a queue's flush failed
+        (logged): the checkpoint must then not claim the queues."""
+        ok = True
         for cq in self.queues():
             try:
                 for _ in range(len(cq.queue.files) + 1 if least_pages == 0 else 1):
                     if cq.flush(least_pages):
                         break
             except OSError:
+                ok = False
                 log.exception("flushing consume queue %s/%d failed", cq.topic, cq.queue_id)
+        return ok
 
     def remove(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         with self._lock:

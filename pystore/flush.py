@@ -372,13 +372,16 @@ class FlushConsumeQueueService(ServiceThread):
             self.last_flush_timestamp = now
             least = 0
         logics_ts = self.dispatcher.last_store_ts if self.dispatcher is not None else 0
+        synced = True
         for _ in range(retry_times):
-            self.cq_store.flush(least)
+            synced = self.cq_store.flush(least)
         if least == 0:
             try:
                 if self.index is not None:
                     self.index.flush()
-                if logics_ts > 0:
+                if logics_ts > 0 and synced:
+                    # only what the queue flush made durable: after a failed one, recovery must rebuild
+                    # the queues from the older time still recorded
                     self.checkpoint.logics_msg_timestamp = logics_ts
                 self.checkpoint.flush()
             except OSError:

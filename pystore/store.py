@@ -427,8 +427,7 @@ class MessageStore:
                 clean = False
             if was_started and self._reput is not None and not self._inline_dispatch:
                 self._reput.dispatch_until(self._dispatch_end())
-            if self._cq_store is not None:
-                self._cq_store.flush(0)
+            queues_synced = self._cq_store.flush(0) if self._cq_store is not None else True
             if self._index is not None:
                 self._index.flush()
             crashpoint("shutdown.flushed")
@@ -436,11 +435,12 @@ class MessageStore:
                 ts = cl.queue.store_timestamp
                 if ts > 0:
                     self._checkpoint.physic_msg_timestamp = ts
-                if self._dispatcher is not None and self._dispatcher.last_store_ts > 0:
+                if self._dispatcher is not None and self._dispatcher.last_store_ts > 0 and queues_synced:
                     self._checkpoint.logics_msg_timestamp = self._dispatcher.last_store_ts
                 self._checkpoint.flush()
             crashpoint("shutdown.checkpoint")
-            if was_started and clean and self.running_flags.is_writeable() and self.dispatch_behind_bytes(True) == 0:
+            if (was_started and clean and queues_synced and self.running_flags.is_writeable()
+                    and self.dispatch_behind_bytes(True) == 0):
                 self._abort.remove()
         self._close_files()
         if self._pool is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -377,3 +378,26 @@ def test_completing_a_request_its_timer_already_expired_is_quiet():
     req = GroupCommitRequest(1, fut, object())
     req.complete(True)
     assert req.ok and req.event.is_set() and fut.result(0) == "expired"
+
+
+@pytest.mark.no_verify
+def test_a_failed_consume_queue_flush_is_not_claimed_by_the_checkpoint(store_factory, monkeypatch):
+    """When a consume queue's flush fails (logged, the service goes on), neither the thorough flush nor
+    shutdown moves the checkpoint's logics time past it, and shutdown leaves the abort file: the next open
+    rebuilds the queues from the commit log. Before, the time moved on as if the units were on disk."""
+    from pystore.checkpoint import StoreCheckpoint
+    from pystore.consume_queue import ConsumeQueue
+
+    store = store_factory()
+    for i in range(10):
+        assert store.put_message(Message("TopicTest", b"m%d" % i, queue_id=0)).is_ok()
+    before = store._checkpoint.logics_msg_timestamp
+
+    def failing_flush(self, least_pages):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ConsumeQueue, "flush", failing_flush)
+    assert store._cq_store.flush(0) is False
+    store.shutdown()
+    assert StoreCheckpoint(store.config.checkpoint_path(), read_only=True).logics_msg_timestamp == before
+    assert os.path.exists(store.config.abort_path())
