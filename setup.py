@@ -41,6 +41,8 @@ def _ext(name: str) -> Extension:
         f"pystore.{name}",
         [f"pystore/{name}.pyx"],
         libraries=["z"],
+        # C kept in headers (the body CRC, the prefault worker): a change there recompiles every module
+        depends=sorted(f"pystore/{h}" for h in os.listdir("pystore") if h.endswith(".h")),
         extra_compile_args=compile_args,
         define_macros=macros,
     )
