@@ -5,7 +5,8 @@ compiled code: there is no pure-Python fallback, so a build that cannot compile 
 message that says what is missing.
 
 Environment switches:
-  PYSTORE_DEBUG=1     compile with invariant checks (``PYSTORE_DEBUG`` macro) and without -O3
+  PYSTORE_DEBUG=1     compile with -O0 -g and Cython's bounds, wraparound and initialisation checks on
+                      (the hot modules run without them otherwise)
   PYSTORE_ANNOTATE=1  write Cython's HTML annotation next to each .pyx (``make annotate``)
 """
 
@@ -33,7 +34,7 @@ HOT = {"_codec", "_message", "_mapped_file", "_commitlog", "_cq", "_index", "_sc
 MODULES = ["_message", "_codec", "_mapped_file", "_results", "_commitlog", "_cq", "_index", "_arrow"]
 
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-strict-aliasing"]
-macros = [("PYSTORE_DEBUG", "1" if DEBUG else "0"), ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 
 
 def _ext(name: str) -> Extension:

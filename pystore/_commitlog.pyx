@@ -771,16 +771,6 @@ cdef class RecordIterator:
             self.mf.c_release()
 
 
-def record_size_at(MappedFile mf, long long pos):
-    """TOTALSIZE at ``pos`` if a whole valid record is there (without CRC check), else 0."""
-    cdef RecordView v
-    cdef int64_t rp = mf.read_position()
-    if mf.base == NULL or pos < 0 or pos >= rp:
-        return 0
-    r = check_record(mf.base + pos, rp - pos, False, &v)
-    return r if r > 0 else 0
-
-
 def store_timestamp_at(MappedFile mf, long long pos):
     """The STORETIMESTAMP of the record at ``pos`` (RocketMQ ``pickupStoreTimestamp``), -1 if none."""
     cdef RecordView v

@@ -446,14 +446,6 @@ def unit_at(list cq_files, long long cq_file_size, long long index):
     return (get_i64(p), get_i32(p + 8), get_i64(p + 12))
 
 
-def search_offset_by_time(list cq_files, long long cq_file_size, long long min_index, long long max_index,
-                          list cl_files, long long cl_file_size, long long timestamp, bint lower):
-    """5.x ``getOffsetInQueueByTime`` over queue offsets ``[min_index, max_index)``: LOWER = the first offset
-    stored at or after ``timestamp`` (``max_index`` when none is); UPPER = the last offset stored at or before
-    it (0 when none is). Units whose record is gone count as older than anything."""
-    return _search_by_time(cq_files, cq_file_size, min_index, max_index, cl_files, cl_file_size, timestamp, lower)
-
-
 cdef int64_t _search_by_time(list cq_files, int64_t cq_file_size, int64_t min_index, int64_t max_index,
                              list cl_files, int64_t cl_file_size, int64_t timestamp, bint lower):
     cdef int64_t lo
@@ -537,8 +529,10 @@ cdef inline int64_t _sample_ts(const unsigned char *samples, int64_t j, list cl_
 
 def queue_offset_by_time(ConsumeQueueCore cq, list cl_files, long long cl_file_size, long long timestamp,
                          bint lower):
-    """``get_offset_in_queue_by_time`` on one consume queue in one call (5.x LOWER/UPPER, as
-    ``search_offset_by_time``), through the queue's time samples."""
+    """``get_offset_in_queue_by_time`` on one consume queue in one call, through the queue's time samples:
+    5.x ``getOffsetInQueueByTime``, LOWER = the first offset stored at or after ``timestamp`` (the queue's
+    end when none is), UPPER = the last offset stored at or before it (0 when none is); units whose record
+    is gone count as older than anything."""
     cdef list files = cq.queue.files
     cdef int64_t cq_size = cq.queue.mapped_file_size
     cdef Py_ssize_t n = PyList_GET_SIZE(files)
@@ -616,21 +610,6 @@ cdef inline bint _batch_full(ReadLimits lim, int32_t size, int32_t max_msg_nums,
     if in_disk:
         return total + size > lim.bytes_in_disk or count > lim.count_in_disk - 1
     return total + size > lim.bytes_in_memory or count > lim.count_in_memory - 1
-
-
-def scan_for_messages(MappedFile cqf, long long start_pos, long long end_pos, list cl_files, long long cl_file_size,
-                      long long cl_max_offset, int max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
-                      object filt):
-    """Walk units of one consume-queue file from ``start_pos`` (RocketMQ 4.8 ``getMessage`` loop). Filters:
-    ``tag_codes``/``tag_names`` (a TagFilter's hash codes and names) or ``filt`` (any object with the two
-    filter methods). Returns ``(scan_status, units_consumed, messages, total_bytes, last_phy)``."""
-    cdef list out = []
-    cdef int64_t consumed = 0, total = 0, last_phy = -1
-    cdef int status
-    cqf.check_mapped()
-    status = _scan(cqf, start_pos, end_pos, cl_files, cl_file_size, cl_max_offset, max_msg_nums, lim, tag_codes,
-                   tag_names, filt, out, &consumed, &total, &last_phy)
-    return (status, consumed, out, total, last_phy)
 
 
 # the messages of one page that lie next to each other in a commit-log file share one copy, of at most this
@@ -1276,10 +1255,6 @@ cdef class QueueDispatcher(Dispatcher):
         uniq = rec[v.props_pos + up:v.props_pos + up + ul].decode("utf-8", "replace") if has_uniq else None
         self.index.build_index(topic, keys, uniq, off, v.store_ts, v.sys_flag)
         return 0
-
-    def forget_cells(self):
-        self._last_cell = None
-        self._last_topic = None
 
 
 @cython.final

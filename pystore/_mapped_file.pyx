@@ -282,9 +282,6 @@ cdef class MappedFile:
     def read_position(self):
         return self.read_position()
 
-    def get_read_position(self):
-        return self.read_position()
-
     def is_full(self):
         return self.wrote == self.file_size
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pystore._codec import RECORD_BLANK
 from pystore._commitlog import CommitLogCore, read_message, scan_file, store_timestamp_at
-from pystore._mapped_file import MappedFile, SelectMappedBufferResult
+from pystore._mapped_file import MappedFile
 from pystore._message import MessageExt
 from pystore.crashpoint import crashpoint
 from pystore.mapped_file_queue import MappedFileQueue
@@ -81,12 +81,6 @@ class CommitLog(CommitLogCore):
         if mf is None:
             return -1
         return store_timestamp_at(mf, offset - mf.file_from_offset)
-
-    def get_data(self, offset: int, return_first_on_not_found: bool = False) -> SelectMappedBufferResult | None:
-        mf = self.queue.find_mapped_file_by_offset(offset, return_first_on_not_found)
-        if mf is None:
-            return None
-        return mf.select_mapped_buffer(offset % self.queue.mapped_file_size)
 
     # -- following a live writer (read-only) ------------------------------------------------------
 

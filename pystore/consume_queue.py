@@ -456,10 +456,6 @@ class ConsumeQueueStore:
                 cut.append(cq.max_physic_offset)
         return cut
 
-    def correct_min_offsets(self, min_commit_log_offset: int) -> None:
-        for cq in self.queues():
-            cq.correct_min_offset(min_commit_log_offset)
-
     def flush(self, least_pages: int) -> bool:
         """Flush each queue's file at its flushed position. A full flush (``least_pages`` 0: the thorough
         one, whose checkpoint claims every unit built before it began, and shutdown's) goes on file by file

@@ -383,16 +383,6 @@ class MappedFileQueue:
             self.committed_where = min(self.committed_where, end)
         sync_dirs([os.path.dirname(last.file_name)])
 
-    def reset_offset(self, offset: int) -> bool:
-        """Slave-side: drop everything after ``offset`` (refused beyond two files back)."""
-        last = self.last()
-        if last is None:
-            return True
-        if last.file_from_offset + last.wrote_position - offset > 2 * self.mapped_file_size:
-            return False
-        self.truncate_dirty_files(offset)
-        return True
-
     def delete_expired_file_by_time(
         self,
         expired_ms: int,
