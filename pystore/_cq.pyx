@@ -215,6 +215,9 @@ cdef class ConsumeQueueCore:
         write_unit(p, phy, size, tags_code)
         if f.flushed > pos:
             f.flushed = pos - pos % 4096
+        if f is self.last and pos + CQ_STORE_UNIT_SIZE == f.wrote:
+            # the queue's high-water mark came from the unit replaced: later records must not look built
+            self.max_physic_offset = phy + size
         self.repaired += 1
         return 1
 

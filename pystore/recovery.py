@@ -207,12 +207,52 @@ def _tally_start(cq_store: Any, result: RecoveryResult, low: int) -> int:
         if end == 0:
             at = first
         elif top >= end:
-            at = cq.max_physic_offset
+            # from its first record walked, not from its last unit's: a damaged last unit may point past
+            # the records it lacks (the walk is longer only for a queue that lost units)
+            at = min(first, cq.max_physic_offset)
         else:
             continue
         at = max(low, at)
         start = at if start < 0 else min(start, at)
     return start
+
+
+def _queues_past_their_records(cq_store: Any, result: RecoveryResult) -> list[Any]:
+    """Queues whose last unit points into the range recovery walked, yet whose end lies past the highest
+    queue offset of their records there: the units at their end are not theirs (a file of another queue
+    swapped in, a unit's offset rewritten), and a re-dispatch cannot take units away. The last unit's record
+    is in the walk, so it was tallied: a whole queue always has ``top >= end - 1``."""
+    tally = result.tally
+    if tally is None or tally.overflow:
+        return []
+    seen = tally.queues()
+    out = []
+    for cq in cq_store.queues():
+        end = cq.get_max_offset_in_queue()
+        if end == 0 or cq.max_physic_offset <= result.dispatch_from:
+            continue
+        top = seen.get((cq.topic, cq.queue_id), (0, -1))[1]
+        if top < end - 1:
+            out.append(cq)
+    return out
+
+
+def _foreign_units(cq: Any, top: int) -> tuple[str, int, str]:
+    """``cq.damage`` for a queue found by ``_queues_past_their_records``."""
+    last = cq.queue.last()
+    return (last.file_name if last is not None else cq.folder, cq.queue.get_max_offset(),
+            "consume queue %s/%d ends at offset %d but its records in the commit log's last files go up to %d: "
+            "its last units point at records of another queue" % (cq.topic, cq.queue_id,
+                                                                  cq.get_max_offset_in_queue(), top))
+
+
+def _rebuild_foreign(cq_store: Any, result: RecoveryResult) -> None:
+    """A writer rebuilds from the log's head each queue ``_queues_past_their_records`` finds (a reader
+    refuses the store: ``_check_readers_queues``)."""
+    tally = result.tally
+    for cq in _queues_past_their_records(cq_store, result):
+        cq.damage = _foreign_units(cq, tally.queues().get((cq.topic, cq.queue_id), (0, -1))[1])
+        cq_store._rebuild_or_refuse(cq)
 
 
 def _flush_repaired(cq_store: Any) -> None:
@@ -245,6 +285,9 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
     queue = commitlog.queue
     if low < 0 or not queue.files:
         return
+    for cq in _queues_past_their_records(cq_store, result):
+        path, offset, reason = _foreign_units(cq, result.tally.queues().get((cq.topic, cq.queue_id), (0, -1))[1])
+        raise StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from the commit log)")
     start = _maybe_cut_short(cq_store, low, result.dispatch_from)
     # a queue's last units lost: records of it after its end, found in the last commit-log file
     ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
@@ -352,6 +395,7 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
                 index.destroy()
         else:
             cut = cq_store.truncate_dirty(result.process_offset)
+            _rebuild_foreign(cq_store, result)
             ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
             low = commitlog.get_min_offset()
             start = low if not ends else max(low, max(ends))

@@ -997,6 +997,33 @@ def test_power_cut_units_are_rewritten_by_an_abnormal_recovery(tmp_path, damage)
         assert served == [r.offset for r in cw.queues_of(w)[(topic, qid)]]
 
 
+def test_last_files_of_two_queues_swapped(tmp_path):
+    """The last consume-queue files of two queues swapped (each file now holds the other queue's units, under
+    another name): a writer's open gives both queues back their own units (one ends past its records: it is
+    rebuilt from the log's head; the other lost its end: its units are rewritten from its records), and new
+    puts continue each queue's offsets; a reader refuses the store naming the queue whose end lies past its
+    records. (Fuzz case 5:364, on the first version of the unit rewrite: the rewritten units kept the foreign
+    high-water mark, so the queue's next records looked built and were never served.)"""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=30, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    by_queue = cw.queues_of(w)
+    ranked = sorted(by_queue, key=lambda k: len(by_queue[k]))
+    short, long_ = ranked[0], ranked[-1]
+    a, b = _queue_files(root, *short)[-1], _queue_files(root, *long_)[-1]
+    assert os.path.basename(a) != os.path.basename(b)
+    tmp = a + ".swap"
+    os.rename(a, tmp)
+    os.rename(b, os.path.join(os.path.dirname(a), os.path.basename(b)))
+    os.rename(tmp, os.path.join(os.path.dirname(b), os.path.basename(a)))
+    with pytest.raises(StoreCorruptedError):
+        MessageStore.open(str(root), read_only=True)
+    check_recovered(root, w.records)
+    with open_store(root) as store:
+        for topic, qid in (short, long_):
+            r = store.put_message(Message(topic, cw.make_body(10**6 + qid, topic, qid, 10), queue_id=qid))
+            assert r.is_ok() and r.append_message_result.logics_offset == len(by_queue[(topic, qid)])
+
+
 def test_reader_of_a_crashed_store_with_an_unreadable_checkpoint_refuses_a_queue_that_lost_its_end(tmp_path):
     """A crashed writer's queues may lag its log at their end; the checkpoint says up to when they were
     flushed. When it cannot be read, a reader cannot tell lost units from a lag: it refuses the store

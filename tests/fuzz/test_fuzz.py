@@ -52,3 +52,15 @@ def test_fixed_seed_run_has_no_bad_outcome():
     bad = [r for r in results if r["outcome"] in BAD]
     assert not bad, "\n" + runner.table(results, SEED) + "\nreproduce: cd %s && python -m tests.fuzz --case %s" % (
         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), bad[0]["case"])
+
+
+#: Cases of ``make fuzz`` runs that found a defect (SEED:INDEX), kept as regression tests once fixed.
+FOUND = ["2:821", "2:1799", "4:2334", "4:2418", "4:4020", "5:364"]
+
+
+@pytest.mark.parametrize("case", FOUND)
+def test_cases_that_found_defects_stay_fixed(reference, tmp_path, case):
+    seed, index = (int(x) for x in case.split(":"))
+    ref, layout = reference
+    res = runner.run_case(seed, index, ref, layout, str(tmp_path), cli=False)
+    assert res["outcome"] not in BAD, res
