@@ -28,8 +28,9 @@ seconds after ``DONE`` for the test to kill it. ``--max-seconds`` bounds a write
 <port>``): a put is acknowledged only once a slave holds it, so the ack log is what a slave must hold after
 the master is killed.
 
-``python tests/crash_writer.py follow ROOT --master HOST:PORT [--file-size BYTES]`` opens a slave of that
-master and prints ``READY <max offset>``, then follows it until killed (or ``--max-seconds``).
+``python tests/crash_writer.py follow ROOT --master HOST:PORT [--file-size BYTES] [--mode sync|async]`` opens a
+slave (ASYNC_FLUSH unless ``--mode sync``) of that master and prints ``READY <max offset>``, then follows it
+until killed (or ``--max-seconds``).
 
 ``python tests/crash_writer.py open ROOT [--file-size BYTES]`` only opens (recovers) and shuts down:
 the tests use it to crash recovery itself with ``PYSTORE_CRASHPOINT=recovery.*``.
@@ -319,9 +320,11 @@ def cmd_write(args) -> int:
 
 
 def cmd_follow(args) -> int:
-    from pystore.config import BrokerRole
+    from pystore.config import BrokerRole, FlushDiskType
 
-    store = open_store(args.root, args.file_size, broker_role=BrokerRole.SLAVE, ha_master_address=args.master)
+    flush = FlushDiskType.SYNC_FLUSH if args.mode == "sync" else FlushDiskType.ASYNC_FLUSH
+    store = open_store(args.root, args.file_size, broker_role=BrokerRole.SLAVE, ha_master_address=args.master,
+                       flush_disk_type=flush)
     print("READY %d" % store.get_max_phy_offset(), flush=True)
     time.sleep(args.max_seconds)
     store.shutdown()
@@ -728,6 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--master", required=True)
     f.add_argument("--file-size", type=int, default=32768)
     f.add_argument("--max-seconds", type=float, default=60.0)
+    f.add_argument("--mode", choices=("sync", "async"), default="async", help="the slave's flush_disk_type")
     o = sub.add_parser("open")
     o.add_argument("root")
     o.add_argument("--file-size", type=int, default=32768)
