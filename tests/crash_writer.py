@@ -24,6 +24,8 @@ with ``--shutdown`` the store is then shut down cleanly (crash points in the shu
 the writer prints ``DONE``; without it, ``--linger T`` keeps the open store (and its services) running T
 seconds after ``DONE`` for the test to kill it. ``--max-seconds`` bounds a writer nobody kills.
 
+``--pool`` turns ``transient_store_pool_enable`` on (used with ASYNC_FLUSH only, as in RocketMQ 4.8).
+
 ``--sync-master`` makes the writer a SYNC_MASTER listening for slaves on a free port (``READY <max offset>
 <port>``): a put is acknowledged only once a slave holds it, so the ack log is what a slave must hold after
 the master is killed.
@@ -189,6 +191,7 @@ def _store_options(args) -> dict:
         "flush_disk_type": FlushDiskType.SYNC_FLUSH if args.mode == "sync" else FlushDiskType.ASYNC_FLUSH,
         "flush_interval_commit_log": args.flush_interval,
         "flush_commit_log_least_pages": 1,
+        **({"transient_store_pool_enable": True, "transient_store_pool_size": 3} if args.pool else {}),
         **ha,
     }
 
@@ -725,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="put with async_put_message(s), keeping this many futures outstanding",
     )
+    w.add_argument("--pool", action="store_true", help="transient_store_pool_enable (3 buffers)")
     w.add_argument("--sync-master", action="store_true", help="a SYNC_MASTER with an HA port (READY says it)")
     f = sub.add_parser("follow")
     f.add_argument("root")
