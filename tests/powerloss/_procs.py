@@ -35,7 +35,7 @@ class Procs:
         tree on PYTHONPATH; stderr goes to a file named in failures."""
         env = dict(os.environ if env is None else env)
         env.pop("PYSTORE_CRASHPOINT", None)
-        env["PYTHONPATH"] = str(WORKTREE) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = os.pathsep.join([str(WORKTREE), str(TESTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         err_path = self.tmp_path / ("proc-%d.err" % len(self.procs))
         cmd = [sys.executable, "-c", script, *argv] if script is not None else [sys.executable, str(WRITER), *argv]
         with open(err_path, "wb") as err:
