@@ -12,7 +12,7 @@ the pool is on. A put waits at most ``allocate_wait_timeout`` ms for its file (t
 crash one may remain, empty, and recovery keeps or trims it like any other file.
 
 The service also makes each new file's name durable (``pystore.durable``): it creates missing folders
-durably and fsyncs the folder after creating the file, before the put path gets it, so a put never writes
+durably, fsyncs the new file (its size) and then the folder, before the put path gets it, so a put never writes
 into a file that a power cut could unname. RocketMQ does not fsync directories; pystore adds it here, in the
 service's thread, once per file (a commit-log file holds 1 GiB by default), never on the put path's account
 unless the service is not running (before start, after shutdown) and the file is created inline.
@@ -35,6 +35,14 @@ from pystore.service import ServiceThread
 __all__ = ["AllocateMappedFileService"]
 
 log = logging.getLogger(__name__)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class _Request:
@@ -103,6 +111,10 @@ class AllocateMappedFileService(ServiceThread):
         # without read-ahead until full: a flush then writes what the puts wrote (MappedFile.write_page_by_page)
         mf = MappedFile(path, size, create=True, fresh_random=True)
         try:
+            # the file's size first (strict POSIX keeps a size change only with the file's own fsync): else a
+            # power cut can leave the file named but 0 bytes long, and a log holding two such files (a full
+            # file not yet flushed under ASYNC_FLUSH, and the one made ahead) refuses to load
+            _fsync_file(path)
             fsync_dir(folder)           # the file's name: durable before any put is acknowledged in it
         except OSError:
             mf.destroy(0)

@@ -82,6 +82,15 @@ class IndexService:
             if not (name.isdigit() and os.path.isfile(p)):
                 continue
             size = os.path.getsize(p)
+            if size == 0 and not self.read_only:
+                # made (sparse, by ftruncate) but cut before any flush made its size durable: strict POSIX
+                # metadata keeps the name without the size. It held nothing flushed (the checkpoint's index
+                # time moves only after a flush), so dispatch rebuilds its entries, as for a file newer
+                # than the checkpoint; left there it would stay an empty file verify reports forever
+                log.warning("deleting the empty index file %s (creation interrupted)", p)
+                os.unlink(p)
+                dropped = True
+                continue
             if size != self.file_size:
                 geometry = index_geometry(size) if not files else None
                 if geometry is None:

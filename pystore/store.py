@@ -385,8 +385,11 @@ class MessageStore:
         if self.schedule_message_service is not None:
             self._services.append(self.schedule_message_service)   # stops first, then persists its offsets
         if slave:
+            # a SYNC_FLUSH slave acknowledges only what it flushed; an ASYNC_FLUSH one on receipt (RocketMQ)
+            durable_acks = cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
             self._ha_client = HAClient(cfg, cl.get_max_offset, self._append_replicated, cl.queue.mapped_file_size,
-                                       self.get_commit_log_data, clock=self.clock)
+                                       self.get_commit_log_data, clock=self.clock,
+                                       flush=self._flush_replicated if durable_acks else None)
             self._services.append(self._ha_client)                # stops first: nothing arrives after
         elif self._ha is not None:
             self._services.append(self._ha)
@@ -676,6 +679,24 @@ class MessageStore:
             if ts > mf.store_timestamp:
                 mf.store_timestamp = ts      # the checkpoint's physicMsgTimestamp, as a master's puts set it
         return True
+
+    def _flush_replicated(self) -> None:
+        """SYNC_FLUSH slave, before it reports an offset to its master: flush the commit log to its end, so
+        that what it acknowledges survives a power cut (RocketMQ's slave reports on receipt, as an
+        ASYNC_FLUSH slave here does). Raises OSError when the
+        log cannot be flushed, which drops the connection without a report."""
+        cl = self._commitlog
+        if cl is None or self._state == _SHUTDOWN:
+            raise StoreClosedError("the store at %s is %s" % (self.root, self._state))
+        queue = cl.queue
+        end = queue.get_max_offset()
+        # the flush itself, not the group commit's sync: that would also build the queues and index on this
+        # thread before the report (the group commit's next pass dispatches what this flushed)
+        for _ in range(len(queue.files) + 1):
+            if queue.flushed_where >= end or queue.flush(0):
+                break
+        if queue.flushed_where < end:
+            raise OSError("the slave's commit log is flushed to %d, not to its end %d" % (queue.flushed_where, end))
 
     def _slave_dispatch(self, flushed: int) -> int:
         """A SYNC_FLUSH slave's group commit, after each flush: queues and index follow the flushed records,

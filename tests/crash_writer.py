@@ -24,12 +24,15 @@ with ``--shutdown`` the store is then shut down cleanly (crash points in the shu
 the writer prints ``DONE``; without it, ``--linger T`` keeps the open store (and its services) running T
 seconds after ``DONE`` for the test to kill it. ``--max-seconds`` bounds a writer nobody kills.
 
+``--pool`` turns ``transient_store_pool_enable`` on (used with ASYNC_FLUSH only, as in RocketMQ 4.8).
+
 ``--sync-master`` makes the writer a SYNC_MASTER listening for slaves on a free port (``READY <max offset>
 <port>``): a put is acknowledged only once a slave holds it, so the ack log is what a slave must hold after
 the master is killed.
 
-``python tests/crash_writer.py follow ROOT --master HOST:PORT [--file-size BYTES]`` opens a slave of that
-master and prints ``READY <max offset>``, then follows it until killed (or ``--max-seconds``).
+``python tests/crash_writer.py follow ROOT --master HOST:PORT [--file-size BYTES] [--mode sync|async]`` opens a
+slave (ASYNC_FLUSH unless ``--mode sync``) of that master and prints ``READY <max offset>``, then follows it
+until killed (or ``--max-seconds``).
 
 ``python tests/crash_writer.py open ROOT [--file-size BYTES]`` only opens (recovers) and shuts down:
 the tests use it to crash recovery itself with ``PYSTORE_CRASHPOINT=recovery.*``.
@@ -188,6 +191,7 @@ def _store_options(args) -> dict:
         "flush_disk_type": FlushDiskType.SYNC_FLUSH if args.mode == "sync" else FlushDiskType.ASYNC_FLUSH,
         "flush_interval_commit_log": args.flush_interval,
         "flush_commit_log_least_pages": 1,
+        **({"transient_store_pool_enable": True, "transient_store_pool_size": 3} if args.pool else {}),
         **ha,
     }
 
@@ -319,9 +323,11 @@ def cmd_write(args) -> int:
 
 
 def cmd_follow(args) -> int:
-    from pystore.config import BrokerRole
+    from pystore.config import BrokerRole, FlushDiskType
 
-    store = open_store(args.root, args.file_size, broker_role=BrokerRole.SLAVE, ha_master_address=args.master)
+    flush = FlushDiskType.SYNC_FLUSH if args.mode == "sync" else FlushDiskType.ASYNC_FLUSH
+    store = open_store(args.root, args.file_size, broker_role=BrokerRole.SLAVE, ha_master_address=args.master,
+                       flush_disk_type=flush)
     print("READY %d" % store.get_max_phy_offset(), flush=True)
     time.sleep(args.max_seconds)
     store.shutdown()
@@ -722,12 +728,14 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="put with async_put_message(s), keeping this many futures outstanding",
     )
+    w.add_argument("--pool", action="store_true", help="transient_store_pool_enable (3 buffers)")
     w.add_argument("--sync-master", action="store_true", help="a SYNC_MASTER with an HA port (READY says it)")
     f = sub.add_parser("follow")
     f.add_argument("root")
     f.add_argument("--master", required=True)
     f.add_argument("--file-size", type=int, default=32768)
     f.add_argument("--max-seconds", type=float, default=60.0)
+    f.add_argument("--mode", choices=("sync", "async"), default="async", help="the slave's flush_disk_type")
     o = sub.add_parser("open")
     o.add_argument("root")
     o.add_argument("--file-size", type=int, default=32768)
