@@ -9,11 +9,11 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from pystore.cli.common import build_config, console, esc, fail, handle_store_errors, open_store, store_options
+from pystore.cli.common import build_config, console, esc, handle_store_errors, open_store, require_store, store_options
 
 
 @click.command(short_help="delete expired files, expired and unused queues")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.option(
     "--expired",
     is_flag=True,
@@ -28,8 +28,7 @@ def clean(
     """A cleaning pass: expired commit-log files (--expired), then the files and queues left pointing below
     the commit log, and the queues of unused topics (--topic-keep)."""
     cfg = build_config(root, config_file, sets, False)
-    if not any(os.path.isdir(p) for p in cfg.commit_log_paths()):
-        fail("no store at %s (no commit log folder)" % root)
+    require_store(root, cfg)
     keep = {t.strip() for t in topic_keep.split(",") if t.strip()} if topic_keep is not None else None
     if topic_keep is not None and not keep:
         raise click.BadParameter("name at least one topic to keep", param_hint="--topic-keep")

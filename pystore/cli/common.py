@@ -1,5 +1,13 @@
-"""What every verb shares: the consoles, exit codes, error handling, the store options and opening a
-store, and the formatting helpers (times, sizes, message rows, JSON).
+"""What every verb shares: the consoles, exit codes, error handling (a broken pipe included), the store
+options and opening a store, and the formatting helpers (times, sizes, message rows, JSON).
+
+The exit-code rule (docs/cli.md): :data:`OK` when the verb did what was asked, an answer that holds no
+message included; :data:`PROBLEM` when something is wrong (no store at the path, a locked or damaged store,
+damage found) or the store refused a change; :data:`USAGE` for a command line click cannot take. A reader
+that goes away (``| head``) ends the verb quietly with :data:`OK`, as Unix tools do.
+
+Output to a terminal is rich (tables, colour, wrapped to its width); output to a pipe or file is plain:
+no colour and no wrapping, so a path or a line stays whole for ``grep`` and ``cut``.
 
 This package is the one place that prints; the library logs through ``logging``.
 """
@@ -25,8 +33,60 @@ from rich.text import Text
 
 OK, PROBLEM, USAGE = 0, 1, 2
 
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, highlight=False)
+#: the width given to rich when the output is not a terminal: wide enough that nothing wraps
+PLAIN_WIDTH = 100_000
+
+
+class _Console(Console):
+    """A rich console whose broken pipe is a :class:`BrokenPipeError` for :class:`CliGroup` to end quietly
+    (rich's own answer is ``SystemExit(1)``)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or fake stream
+        return False
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console for stdout (or stderr): rich on a terminal, plain lines otherwise (see the module doc)."""
+    if _isatty(sys.stderr if stderr else sys.stdout):
+        return _Console(stderr=stderr, highlight=False)
+    return _Console(stderr=stderr, highlight=False, width=PLAIN_WIDTH, soft_wrap=True)
+
+
+console = make_console()
+err_console = make_console(stderr=True)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe is not an error."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (click's test runner)
+        pass
+
+
+class CliGroup(click.Group):
+    """The ``pystore`` group: a verb whose reader went away ends with exit 0 and nothing on stderr."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            try:
+                return super().invoke(ctx)
+            finally:
+                # a pipe closed early shows here rather than in the interpreter's flush at exit
+                sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            ctx.exit(OK)
 
 
 def fail(message: str, code: int = PROBLEM) -> NoReturn:
@@ -49,8 +109,14 @@ def handle_store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            raise  # the reader went away: CliGroup ends quietly
         except StoreLockedError as e:
-            fail("%s\n(a writer has the store open; read-only verbs work next to it)" % e)
+            fail(
+                "the store at %s is locked: another process has it open for writing (lock file %s). The "
+                "read-only verbs (get, query, inspect, verify, export) work next to it; put, recover and clean "
+                "need it closed first" % (os.path.dirname(e.path) or ".", e.path)
+            )
         except StoreCorruptedError as e:
             fail("store corrupted: %s" % e)
         except ConfigError as e:
@@ -125,21 +191,46 @@ def build_config(
     return cfg.replace(store_path_root_dir=root, read_only=read_only, **changes)
 
 
+def no_store_reason(root: str, cfg: Any = None) -> str | None:
+    """Why ``root`` holds no store (None when it holds one); ``cfg`` places the commit log elsewhere."""
+    if not os.path.exists(root):
+        return "no such folder"
+    if not os.path.isdir(root):
+        return "it is not a folder"
+    folders = cfg.commit_log_paths() if cfg is not None else [os.path.join(root, "commitlog")]
+    if not any(os.path.isdir(p) for p in folders):
+        return "no commit-log folder %s" % folders[0]
+    return None
+
+
+def require_store(root: str, cfg: Any = None, hint: str = "") -> None:
+    """Exit with the one phrase of this error, ``no store at ROOT (why)``, when ``root`` holds no store."""
+    why = no_store_reason(root, cfg)
+    if why is not None:
+        fail("no store at %s (%s)%s" % (root, why, hint))
+
+
 @contextmanager
 def open_store(
     root: str,
     config_file: str | None = None,
     sets: tuple[str, ...] = (),
     read_only: bool = True,
+    create: bool = False,
+    hint: str = "",
     **defaults: Any,
 ) -> Iterator[Any]:
-    """A loaded and started store (shut down at the end of the block)."""
+    """A loaded and started store (shut down at the end of the block). A path that holds no store is an
+    error (``hint`` is added to it) unless ``create`` (a writer's first open makes the store)."""
     from pystore.errors import StoreError
     from pystore.store import MessageStore
 
     cfg = build_config(root, config_file, sets, read_only, **defaults)
-    if read_only and not any(os.path.isdir(p) for p in cfg.commit_log_paths()):
-        fail("no store at %s (no commit log folder %s)" % (root, cfg.commit_log_paths()[0]))
+    if create:
+        if os.path.exists(root) and not os.path.isdir(root):
+            fail("no store at %s (%s)" % (root, no_store_reason(root, cfg)))
+    else:
+        require_store(root, cfg, hint)
     store = MessageStore(cfg)
     try:
         if not store.load():
@@ -222,8 +313,45 @@ def message_dict(m: Any) -> dict[str, Any]:
     return d
 
 
+#: a get of more messages than this prints plain rows as it reads them (:func:`print_rows`), not a table:
+#: rich lays a table out whole, which takes minutes for 100,000 rows and shows nothing meanwhile
+TABLE_ROWS = 100
+
+#: the columns of :func:`print_rows`, tab-separated (the table's, without spaces)
+ROW_HEADER = "\t".join(
+    ("queue", "queue_offset", "commit_log_offset", "tags", "keys", "store_time_utc", "size", "body")
+)
+
+
+def _cell(text: str) -> str:
+    # a tab or line break inside a field would shift the columns of the row
+    return text.replace("\t", " ").replace("\n", " ").replace("\r", " ") or "-"
+
+
+def print_rows(messages: list[Any]) -> None:
+    """Messages as tab-separated rows (:data:`ROW_HEADER`), one write per call."""
+    if not messages:
+        return
+    lines = [
+        "%d\t%d\t%d\t%s\t%s\t%s\t%d\t%s"
+        % (
+            m.queue_id,
+            m.queue_offset,
+            m.commit_log_offset,
+            _cell(m.tags or ""),
+            _cell(" ".join(m.keys)),
+            iso(m.store_timestamp),
+            m.store_size,
+            _cell(preview(m.body)),
+        )
+        for m in messages
+    ]
+    click.echo("\n".join(lines))
+
+
 def messages_table(messages: list[Any], title: str | None = None) -> Table:
-    t = Table(title=title, title_justify="left")
+    """Messages as a rich table; ``title`` is plain text (no markup)."""
+    t = Table(title=Text(title) if title is not None else None, title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("queue", "right"),
         ("queue off", "right"),

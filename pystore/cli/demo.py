@@ -10,7 +10,7 @@ from pystore.cli.common import OK, PROBLEM, console, handle_store_errors
 
 
 @click.command(short_help="put, read, query, restart: a tour in a demo store")
-@click.argument("root", default="./pystore-demo", type=click.Path(file_okay=False))
+@click.argument("root", default="./pystore-demo", type=click.Path())
 @click.option("--fresh", is_flag=True, help="wipe the demo store first (else the demo appends to it)")
 @click.option(
     "--spark/--no-spark",

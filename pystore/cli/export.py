@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import click
 
-from pystore.cli.common import console, esc, fail, handle_store_errors, human_bytes
+from pystore.cli.common import console, err_console, esc, fail, handle_store_errors, human_bytes, require_store
 
 
 @click.command(short_help="messages to Parquet (pyarrow, or Spark with --spark)")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.argument("out", type=click.Path(dir_okay=True))
 @click.option("--topic", "-t", "topics", multiple=True, help="only this topic; repeatable")
 @click.option(
@@ -23,9 +24,9 @@ from pystore.cli.common import console, esc, fail, handle_store_errors, human_by
 @click.option("--no-verify-crc", is_flag=True, help="export records with a bad body CRC as stored")
 @handle_store_errors
 def export(root: str, out: str, topics: tuple[str, ...], use_spark: bool, no_verify_crc: bool) -> None:
-    """Write the messages of ROOT to the Parquet file OUT (API.md's Spark columns)."""
-    if not os.path.isdir(os.path.join(root, "commitlog")) and not os.path.isdir(root):
-        fail("no store at %s" % root)
+    """Write the messages of ROOT to the Parquet file OUT (API.md's Spark columns). Exporting no message
+    (an empty store, a topic that has none) writes an empty file and is not an error."""
+    require_store(root)
     if use_spark:
         _export_spark(root, out, topics, not no_verify_crc)
         return
@@ -35,32 +36,39 @@ def export(root: str, out: str, topics: tuple[str, ...], use_spark: bool, no_ver
         ex._pa()
     except ImportError:
         fail(ex.MISSING_PYARROW)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    # the bar counts the data exported: the commit-log files are allocated at full size before they fill,
+    # so their sizes say nothing of how much is left
     with Progress(
-        TextColumn("export"),
-        BarColumn(),
-        DownloadColumn(),
+        SpinnerColumn(),
+        TextColumn("export: {task.completed:,.0f} message(s), {task.fields[size]} of records"),
         TimeElapsedColumn(),
-        console=console,
+        console=err_console,
         transient=True,
+        disable=not err_console.is_terminal,  # a bar is for a terminal's eyes
     ) as progress:
-        task = progress.add_task("export", total=None)
+        task = progress.add_task("export", total=None, size=human_bytes(0))
+
+        def on_progress(records: int, record_bytes: int) -> None:
+            progress.update(task, completed=records, size=human_bytes(record_bytes))
+
         res = ex.export_parquet(
-            root,
-            out,
-            topics=topics or None,
-            verify_crc=not no_verify_crc,
-            progress=lambda done, total: progress.update(task, completed=done, total=total),
+            root, out, topics=topics or None, verify_crc=not no_verify_crc, progress=on_progress
         )
     console.print(
         "wrote %d message(s) (%s of records) to %s in %.2f s"
         % (res.rows, human_bytes(res.bytes_in), esc(res.path), res.seconds)
     )
     if res.rows == 0:
-        console.print(
-            "[yellow]no messages%s[/yellow]" % (" in topic(s) %s" % ", ".join(topics) if topics else "")
-        )
+        console.print("no messages%s" % (" in topic(s) %s" % esc(", ".join(topics)) if topics else ""))
+
+
+def spark_python_env() -> None:
+    """Make Spark's Python workers (and driver) this interpreter unless the user chose one: without it
+    Spark runs ``python3`` from PATH, which lacks pystore when the venv is not activated."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool) -> None:
@@ -72,6 +80,7 @@ def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool
         fail("pystore.spark has no register(spark) in this version")
     from pyspark.sql import SparkSession
 
+    spark_python_env()
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("pystore-export")

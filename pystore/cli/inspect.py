@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import os
 
 import click
 from rich.table import Table
@@ -13,17 +12,17 @@ from pystore.cli.common import (
     build_config,
     console,
     esc,
-    fail,
     handle_store_errors,
     human_bytes,
     iso,
     print_json,
+    require_store,
     store_options,
 )
 
 
 @click.command(short_help="topics, queues, offsets, files, disk ratio, checkpoint")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
 @handle_store_errors
@@ -32,8 +31,7 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
     from pystore.storeinfo import store_info
 
     cfg = build_config(root, config_file, sets, True)
-    if not any(os.path.isdir(p) for p in cfg.commit_log_paths()):
-        fail("no store at %s (no commit log folder %s)" % (root, cfg.commit_log_paths()[0]))
+    require_store(root, cfg)
     over = {
         k: getattr(cfg, k)
         for k in (

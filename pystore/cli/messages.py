@@ -13,7 +13,10 @@ from rich.text import Text
 from pystore.cli.common import (
     OK,
     PROBLEM,
+    ROW_HEADER,
+    TABLE_ROWS,
     console,
+    err_console,
     esc,
     fail,
     handle_store_errors,
@@ -22,6 +25,7 @@ from pystore.cli.common import (
     open_store,
     parse_time,
     print_json,
+    print_rows,
     store_options,
 )
 
@@ -34,7 +38,7 @@ def _split_keys(keys: tuple[str, ...]) -> list[str]:
 
 
 @click.command(short_help="store messages (BODY, --file or --stdin)")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.argument("body", required=False)
 @click.option("--topic", "-t", required=True, help="topic")
 @click.option("--tags", help="tags (one string, as RocketMQ)")
@@ -46,6 +50,7 @@ def _split_keys(keys: tuple[str, ...]) -> list[str]:
 @click.option("--file", "-f", "file_", type=click.File("rb"), help="the body is this file")
 @click.option("--stdin", "from_stdin", is_flag=True, help="one message per line of stdin")
 @click.option("--sync", is_flag=True, help="SYNC_FLUSH: each put returns once on disk")
+@click.option("--create", is_flag=True, help="make a new store at ROOT when there is none (else an error)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
 @handle_store_errors
@@ -60,12 +65,15 @@ def put(
     file_: Any,
     from_stdin: bool,
     sync: bool,
+    create: bool,
     as_json: bool,
     config_file: str | None,
     sets: tuple[str, ...],
 ) -> None:
-    """Store messages in TOPIC: BODY, or --file F, or --stdin (one message per line)."""
+    """Store messages in TOPIC: BODY, or --file F, or --stdin (one message per line). ROOT must hold a
+    store, unless --create makes one. A refused put says why, and exits 1."""
     from pystore import Message
+    from pystore.refusal import refusal_reason
 
     sources = sum(x is not None and x is not False for x in (body, file_, from_stdin or None))
     if sources != 1:
@@ -91,11 +99,14 @@ def put(
     defaults = {"flush_disk_type": "SYNC_FLUSH"} if sync else {}
     rows = []
     bad = 0
-    with open_store(root, config_file, sets, read_only=False, **defaults) as store:
+    hint = "; `pystore put --create %s ...` makes one" % root
+    with open_store(root, config_file, sets, read_only=False, create=create, hint=hint, **defaults) as store:
         for b in bodies:
-            r = store.put_message(
-                Message(topic, b, tags=tags, keys=key_list, queue_id=queue_id, properties=properties or None)
-            )
+            try:
+                m = Message(topic, b, tags=tags, keys=key_list, queue_id=queue_id, properties=properties or None)
+            except (TypeError, ValueError) as e:  # a separator character in a key, tag or property
+                raise click.BadParameter(str(e)) from None
+            r = store.put_message(m)
             a = r.append_message_result
             ok = r.is_ok()
             bad += not ok
@@ -106,10 +117,17 @@ def put(
                     "queue_offset": a.logics_offset if a is not None and ok else None,
                     "msg_id": a.msg_id if a is not None and ok else None,
                     "size": len(b),
+                    # derived only for a refusal: the accepted put does no extra work
+                    "reason": None if ok else refusal_reason(m, store.config, r.status),
                 }
             )
     if not rows:
-        fail("nothing to put (empty input)")
+        # an empty input is nothing to do, not a failure (as `xargs` with no input)
+        if as_json:
+            print_json([])
+        else:
+            err_console.print("nothing to put (empty input)")
+        sys.exit(OK)
     if as_json:
         print_json(rows if from_stdin else rows[0])
     else:
@@ -132,14 +150,22 @@ def put(
             console.print("(%d messages; first and last 10 shown)" % len(rows))
         if bad:
             console.print("[red]%d of %d puts refused[/red]" % (bad, len(rows)))
+            reasons: dict[tuple[str, str], int] = {}
+            for row in rows:
+                if row["status"] != "PUT_OK":
+                    key = (row["status"], row["reason"] or "no reason known")
+                    reasons[key] = reasons.get(key, 0) + 1
+            for (status, reason), n in reasons.items():
+                console.print("refused (%s%s): %s" % (status, "" if n == 1 else ", %d puts" % n, esc(reason)))
     sys.exit(PROBLEM if bad else OK)
 
 
+# the statuses of a read that went as far as it could (shown green; the others yellow, all exit 0)
 _GET_END_OK = {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_OVERFLOW_ONE"}
 
 
 @click.command(short_help="read a queue from an offset (get_message)")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.argument("topic")
 @click.argument("queue_id", type=click.IntRange(0, 2**31 - 1))
 @click.argument("offset", type=click.IntRange(0, None))
@@ -173,22 +199,35 @@ def get(
     from pystore import TagFilter
 
     flt = TagFilter(tags) if tags else None
-    got: list[Any] = []
+    title = "%s/%d from offset %d%s" % (topic, queue_id, offset, " (tags %s)" % flt.expression if flt else "")
+    held: list[Any] = []  # for the table or the JSON; streamed rows are not held
+    count = 0
+    streaming = False
     with open_store(root, config_file, sets) as store:
         nxt = offset
         calls = 0
         statuses: list[str] = []
         while True:
-            r = store.get_message(group, topic, queue_id, nxt, min(32, max_n - len(got)), flt)
+            r = store.get_message(group, topic, queue_id, nxt, min(32, max_n - count), flt)
             calls += 1
             if r is None:
                 fail("the store is not readable")
             if not statuses or statuses[-1] != r.status.name:
                 statuses.append(r.status.name)
-            got.extend(r.messages)
+            count += len(r.messages)
+            if streaming:
+                print_rows(r.messages)
+            else:
+                held.extend(r.messages)
+                if not as_json and len(held) > TABLE_ROWS:
+                    # too many for a table (rich lays one out whole): plain rows from here, as they are read
+                    streaming = True
+                    click.echo(ROW_HEADER)
+                    print_rows(held)
+                    held = []
             moved = r.next_begin_offset != nxt
             nxt = r.next_begin_offset
-            if len(got) >= max_n or r.status.name not in ("FOUND", "NO_MATCHED_MESSAGE") or not moved:
+            if count >= max_n or r.status.name not in ("FOUND", "NO_MATCHED_MESSAGE") or not moved:
                 break
         status = r.status.name
         if as_json:
@@ -199,38 +238,33 @@ def get(
                     "next_begin_offset": nxt,
                     "min_offset": r.min_offset,
                     "max_offset": r.max_offset,
-                    "messages": [message_dict(m) for m in got],
+                    "messages": [message_dict(m) for m in held],
                 }
             )
-        else:
-            if got:
-                console.print(
-                    messages_table(
-                        got,
-                        "%s/%d from offset %d%s"
-                        % (topic, queue_id, offset, " (tags %s)" % flt.expression if flt else ""),
-                    )
-                )
-            style = "green" if status in _GET_END_OK else "yellow"
-            console.print(
-                "status [%s]%s[/%s]  messages %d  next offset %d  queue min %d max %d  (%d call%s)"
-                % (
-                    style,
-                    " -> ".join(statuses),
-                    style,
-                    len(got),
-                    nxt,
-                    r.min_offset,
-                    r.max_offset,
-                    calls,
-                    "" if calls == 1 else "s",
-                )
+            return
+        if held:
+            console.print(messages_table(held, title))
+        style = "green" if status in _GET_END_OK else "yellow"
+        # every status is the store's answer (exit 0); after streamed rows the line goes to stderr, so
+        # stdout stays rows only
+        (err_console if streaming else console).print(
+            "status [%s]%s[/%s]  messages %d  next offset %d  queue min %d max %d  (%d call%s)"
+            % (
+                style,
+                " -> ".join(statuses),
+                style,
+                count,
+                nxt,
+                r.min_offset,
+                r.max_offset,
+                calls,
+                "" if calls == 1 else "s",
             )
-    sys.exit(OK if got or status in _GET_END_OK else PROBLEM)
+        )
 
 
 @click.command(short_help="find messages by key, or one by --msg-id")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.argument("topic", required=False)
 @click.argument("key", required=False)
 @click.option("--msg-id", help="view the message with this offset message id instead")
@@ -289,5 +323,5 @@ def query(
                 % (m.topic, m.queue_id, m.store_host[0], m.store_host[1], m.born_host[0], m.born_host[1])
             )
     else:
+        # finding nothing is an answer (exit 0), as an empty get or export is
         console.print("[yellow]no message found[/yellow] (%s)" % esc(title))
-    sys.exit(OK if found else PROBLEM)

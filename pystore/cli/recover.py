@@ -16,10 +16,10 @@ from pystore.cli.common import (
     console,
     err_console,
     esc,
-    fail,
     handle_store_errors,
     human_bytes,
     open_store,
+    require_store,
     store_options,
 )
 
@@ -40,7 +40,7 @@ def _first_cl_file(cfg: Any) -> str | None:
 
 
 @click.command(short_help="open for writing (recovery), report what was cut")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.option(
     "--truncate",
     is_flag=True,
@@ -53,8 +53,7 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
     from pystore.errors import StoreCorruptedError
 
     cfg = build_config(root, config_file, sets, False)
-    if not any(os.path.isdir(p) for p in cfg.commit_log_paths()):
-        fail("no store at %s (no commit log folder)" % root)
+    require_store(root, cfg)
     before = _cl_listing(cfg)
     abort = os.path.exists(cfg.abort_path())
     over = {"recover_truncate_corrupted": True} if truncate else {}

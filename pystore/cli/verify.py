@@ -17,16 +17,16 @@ from pystore.cli.common import (
     console,
     err_console,
     esc,
-    fail,
     handle_store_errors,
     human_bytes,
     print_json,
+    require_store,
     store_options,
 )
 
 
 @click.command(short_help="CRC of the commit log, queues and index cross-checked")
-@click.argument("root", type=click.Path(file_okay=False))
+@click.argument("root", type=click.Path())
 @click.option(
     "--index-sample",
     default=1000,
@@ -52,8 +52,7 @@ def verify(
     from pystore.verify import verify_store
 
     cfg = build_config(root, config_file, sets, True)
-    if not os.path.isdir(os.path.join(root, "commitlog")):
-        fail("no store at %s (no commitlog folder)" % root)
+    require_store(root, cfg)
     over = {k: getattr(cfg, k) for k in ("max_hash_slot_num", "max_index_num", "message_index_enable")}
     progress = Progress(
         TextColumn("{task.description:<15}"),
@@ -62,6 +61,7 @@ def verify(
         TimeElapsedColumn(),
         console=err_console if as_json else console,
         transient=as_json,
+        disable=not (err_console if as_json else console).is_terminal,  # a bar is for a terminal's eyes
     )
     tasks: dict[str, Any] = {}
 
