@@ -659,3 +659,27 @@ def test_refusal_reason_is_none_for_a_message_the_store_takes(tmp_path):
     assert "longer than 255 bytes" in refusal_reason(Message("T" * 256, b"x"), cfg)
     reason = refusal_reason(Message("T", b"x" * 70000), cfg.replace(max_message_size=1 << 20))
     assert "does not fit a commit-log file of 65536 bytes" in reason
+
+
+def test_the_spark_writers_append_says_why_with_the_same_words(tmp_path):
+    """The Spark writer's driver half (no Spark needed) explains a refusal with refusal_reason."""
+    pa = pytest.importorskip("pyarrow")
+    from pystore.spark.append import append_staged
+
+    schema = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("body", pa.binary()),
+            ("tags", pa.string()),
+            ("keys", pa.list_(pa.string())),
+            ("queue_id", pa.int32()),
+            ("properties", pa.map_(pa.string(), pa.string())),
+        ]
+    )
+    staged = str(tmp_path / "part.arrow")
+    batch = pa.record_batch([["W"], [b"x" * 300], [None], [[]], [0], [None]], schema=schema)
+    with pa.OSFile(staged, "wb") as f, pa.ipc.new_file(f, schema) as w:
+        w.write_batch(batch)
+    with pytest.raises(RuntimeError) as exc:
+        append_staged(str(tmp_path / "s"), [staged], dict(SMALL, max_message_size=200))
+    assert "MESSAGE_ILLEGAL (body of 300 bytes is larger than max_message_size (200))" in str(exc.value)
