@@ -56,7 +56,7 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
     require_store(root, cfg)
     before = _cl_listing(cfg)
     abort = os.path.exists(cfg.abort_path())
-    over = {"recover_truncate_corrupted": True} if truncate else {}
+    over: dict[str, Any] = {"recover_truncate_corrupted": True} if truncate else {}
     try:
         with open_store(root, config_file, sets, read_only=False, **over) as store:
             rec = store.recovery
