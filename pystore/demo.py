@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pystore import Message, MessageBatch, MessageStore, StoreConfig, TagFilter
@@ -83,7 +84,7 @@ def _wipe(root: str, console: Console) -> None:
     MessageStore(StoreConfig(store_path_root_dir=root, **DEMO_CONFIG)).destroy()  # takes the lock first
     if os.path.isdir(root) and not os.listdir(root):
         os.rmdir(root)
-    console.print("wiped %s" % root)
+    console.print("wiped %s" % escape(root))
 
 
 def _check_folder(root: str) -> str | None:
@@ -105,7 +106,7 @@ def run_demo(
     root = os.fspath(root)
     problem = _check_folder(root)
     if problem:
-        console.print("[red]%s[/red]" % problem)
+        console.print("[red]%s[/red]" % escape(problem))
         return False
     if fresh:
         _wipe(root, console)
@@ -123,7 +124,7 @@ def run_demo(
         console.print(
             "[bold]pystore demo[/bold] in %s — run %d%s; opened in %.3f s (%s recovery)"
             % (
-                os.path.abspath(root),
+                escape(os.path.abspath(root)),
                 run + 1,
                 "" if run == 0 else " (appending to the existing store)",
                 dt,
@@ -403,9 +404,9 @@ def run_demo(
         % (
             "[green]passed[/green]" if ok and spark_ok else "[red]FAILED[/red]",
             time.perf_counter() - t_all,
-            root,
-            root,
-            root,
+            escape(root),
+            escape(root),
+            escape(root),
         )
     )
     return ok and spark_ok
@@ -438,13 +439,14 @@ def _spark_part(root: str, console: Console, spark: bool | None) -> bool:
     if ps is not None and not hasattr(ps, "demo_pipeline"):
         missing.append("pystore.spark.demo_pipeline (not in this version)")
     if missing:
-        console.print("spark: skipped, missing " + "; ".join(missing))
+        # escaped: rich would take the install hint's [spark] for markup and drop it
+        console.print("spark: skipped, missing " + escape("; ".join(missing)))
         return True
     console.print("[bold]spark[/bold]: pystore.spark.demo_pipeline")
     assert ps is not None  # else "pystore.spark" is in missing
     try:
         ps.demo_pipeline(root, console)
     except Exception as e:  # noqa: BLE001 - reported, and the demo fails
-        console.print("[red]spark part failed: %s: %s[/red]" % (type(e).__name__, e))
+        console.print("[red]spark part failed: %s: %s[/red]" % (type(e).__name__, escape(str(e))))
         return False
     return True

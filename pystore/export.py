@@ -98,8 +98,10 @@ def export_parquet(
 ) -> ExportResult:
     """Write every message of the store at ``root`` (or of ``topics``) to the Parquet file ``out``.
 
-    ``progress(done_bytes, total_bytes)`` follows the commit log. With ``verify_crc`` a damaged record stops
-    the export with :class:`~pystore.errors.StoreCorruptedError` and ``out`` is removed.
+    ``progress(records, record_bytes)`` counts what was exported so far (every 1024 records, and once at the
+    end): the data, not the commit-log files, which are allocated at their full size before they fill. With
+    ``verify_crc`` a damaged record stops the export with :class:`~pystore.errors.StoreCorruptedError` and
+    ``out`` is removed.
     """
     import time
 
@@ -110,21 +112,15 @@ def export_parquet(
     root = os.fspath(root)
     out = os.fspath(out)
     wanted = set(topics) if topics else None
-    files = commit_log_files(root)
-    total = sum(os.path.getsize(f) for f in files)
-    first = int(os.path.basename(files[0])) if files else 0
+    commit_log_files(root)  # no commit log: FileNotFoundError before the output is created
     schema = arrow_schema()
     names = [n for n, _ in COLUMNS]
-    rows = nbytes = batches = next_tick = 0
-    step = max(1 << 20, total // 200)
+    rows = nbytes = batches = 0
     tmp = out + ".part"
     writer = pq.ParquetWriter(tmp, schema, compression=compression)
     try:
         cols: dict[str, list[Any]] = {n: [] for n in names}
         for m in iter_commitlog(root, verify_crc=verify_crc):
-            if progress is not None and m.commit_log_offset - first >= next_tick:
-                progress(m.commit_log_offset - first, total)
-                next_tick = m.commit_log_offset - first + step
             if wanted is not None and m.topic not in wanted:
                 continue
             cols["topic"].append(m.topic)
@@ -148,6 +144,8 @@ def export_parquet(
             cols["msg_id"].append(m.msg_id)
             rows += 1
             nbytes += m.store_size
+            if progress is not None and (rows & 1023) == 0:
+                progress(rows, nbytes)
             if len(cols["topic"]) >= batch_rows:
                 writer.write_batch(pa.record_batch([cols[n] for n in names], schema=schema))
                 batches += 1
@@ -165,5 +163,5 @@ def export_parquet(
             pass
         raise
     if progress is not None:
-        progress(total, total)
+        progress(rows, nbytes)
     return ExportResult(out, rows, nbytes, batches, time.perf_counter() - t0)

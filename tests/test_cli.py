@@ -135,6 +135,7 @@ def test_put_get_query_round_trip(tmp_path):
         "k1 k2",
         "-p",
         "color=red",
+        "--create",
         *SMALL_OPTS,
         "hello [bold]world",
     )
@@ -165,12 +166,13 @@ def test_put_get_query_round_trip(tmp_path):
     assert m["body"] == "hello [bold]world" and m["properties"]["color"] == "red"
     r = run("query", root, "--msg-id", m["msg_id"])
     assert r.exit_code == 0 and "hello [bold]world" in r.output
-    assert run("query", root, "Orders", "nokey").exit_code == 1
-    assert (
-        run("query", root, "Orders", "k1", "--begin", "2000-01-01T00:00", "--end", "2000-01-02").exit_code
-        == 1
-    )
-    assert run("query", root, "--msg-id", "7F00000100002A9F00000000000FFFFF").exit_code == 1
+    # finding nothing is an answer: exit 0 (docs/cli.md)
+    r = run("query", root, "Orders", "nokey")
+    assert r.exit_code == 0 and "no message found" in r.output
+    r = run("query", root, "Orders", "k1", "--begin", "2000-01-01T00:00", "--end", "2000-01-02")
+    assert r.exit_code == 0 and "no message found" in r.output
+    r = run("query", root, "--msg-id", "7F00000100002A9F00000000000FFFFF")
+    assert r.exit_code == 0 and "no message found" in r.output
 
 
 def test_put_stdin_that_has_no_binary_buffer(tmp_path, monkeypatch):
@@ -178,7 +180,7 @@ def test_put_stdin_that_has_no_binary_buffer(tmp_path, monkeypatch):
     root = tmp_path / "s"
     monkeypatch.setattr(sys, "stdin", io.StringIO("one\r\ntwo\n\u00e9\n"))
     with pytest.raises(SystemExit) as exc:
-        cli.main(["put", str(root), "-t", "T", "--stdin", *SMALL_OPTS], prog_name="pystore")
+        cli.main(["put", str(root), "-t", "T", "--stdin", "--create", *SMALL_OPTS], prog_name="pystore")
     assert exc.value.code == 0
     with MessageStore.open(root, read_only=True, **SMALL) as store:
         r = store.get_message("g", "T", 0, 0, 32)
@@ -201,13 +203,13 @@ def test_usage_errors_exit_2(tmp_path):
     assert not os.path.exists(root)
 
 
-def test_get_refusals_exit_1(tmp_path):
+def test_get_statuses_are_answers(tmp_path):
     root = tmp_path / "s"
     make_store(root, 10)
     r = run("get", root, "Nope", "0", "0")
-    assert r.exit_code == 1 and "NO_MESSAGE_IN_QUEUE" in r.output
+    assert r.exit_code == 0 and "NO_MESSAGE_IN_QUEUE" in r.output
     r = run("get", root, "T0", "0", "99")
-    assert r.exit_code == 1 and "OFFSET_OVERFLOW_BADLY" in r.output
+    assert r.exit_code == 0 and "OFFSET_OVERFLOW_BADLY" in r.output
     r = run("get", root, "T0", "0", "0", "-n", "2")
     assert r.exit_code == 0 and "next offset 2" in r.output
     assert run("get", tmp_path / "absent", "T0", "0", "0").exit_code == 1
@@ -446,3 +448,238 @@ def test_bench_runs_the_pytest_suite(tmp_path):
     assert r.exit_code == 0, r.output
     (bench / "test_fake.py").write_text("def test_bad():\n    assert False\n")
     assert run("bench", "--quick", env={"PYSTORE_BENCH_DIR": str(bench)}).exit_code == 1
+
+
+# -- a user's first hour: exit codes, pipes, plain output, streaming, wording, --create, refusals --------------
+
+DOC = os.path.join(REPO, "docs", "cli.md")
+STORE_VERBS = ("put", "get", "query", "inspect", "verify", "recover", "clean", "export")
+
+
+def verb_args(verb: str, root, tmp_path) -> list:
+    """The shortest command line of each verb that opens the store at ``root``."""
+    return {
+        "put": ["put", root, "-t", "T0", "x"],
+        "get": ["get", root, "T0", "0", "0"],
+        "query": ["query", root, "T0", "key1"],
+        "inspect": ["inspect", root],
+        "verify": ["verify", root],
+        "recover": ["recover", root],
+        "clean": ["clean", root],
+        "export": ["export", root, tmp_path / "out.parquet"],
+    }[verb]
+
+
+def pystore_subprocess(*args, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    env.pop("COLUMNS", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pystore", *[str(a) for a in args]], env=env, stderr=subprocess.PIPE, **kwargs
+    )
+
+
+def test_exit_code_rule_an_empty_answer_is_0(tmp_path):
+    """docs/cli.md: 0 when the verb answered (also with nothing), 1 a problem or a refusal, 2 a usage error."""
+    root = tmp_path / "s"
+    make_store(root, 10)
+    for args in (
+        ("get", root, "Nope", "0", "0"),  # NO_MESSAGE_IN_QUEUE (was 1)
+        ("get", root, "T0", "0", "0", "--tags", "Nope"),  # NO_MATCHED_MESSAGE (was 0)
+        ("get", root, "T0", "0", "99"),  # OFFSET_OVERFLOW_BADLY (was 1)
+        ("query", root, "T0", "nokey"),  # nothing found (was 1)
+        ("query", root, "--msg-id", "7F00000100002A9F00000000000FFFFF"),
+    ):
+        r = run(*args)
+        assert r.exit_code == 0, (args, r.output)
+    r = run("export", root, tmp_path / "none.parquet", "-t", "Nope")
+    assert r.exit_code == 0 and "no messages" in r.output
+    r = run("put", root, "-t", "T0", "--stdin", input="")
+    assert r.exit_code == 0 and "nothing to put" in r.output
+
+
+def test_exit_code_rule_a_root_without_a_store_is_1_for_every_verb(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for root in (tmp_path / "absent", a_file, empty):
+        for verb in STORE_VERBS:
+            r = run(*verb_args(verb, root, tmp_path))
+            assert r.exit_code == 1, (verb, root, r.output)
+            assert "no store at %s" % root in " ".join(r.output.split()), (verb, r.output)
+    assert sorted(os.listdir(tmp_path)) == ["empty", "file"] and not os.listdir(empty)
+
+
+def test_docs_cli_md_states_the_rule_with_an_example_per_verb():
+    text = open(DOC, encoding="utf-8").read()
+    assert "Exit codes" in text
+    for verb in VERBS:
+        assert "pystore %s" % verb in text, verb
+
+
+@pytest.mark.parametrize("args", [("inspect",), ("get", "T0", "0", "0", "-n", "3000"), ("verify", "--json")])
+def test_a_broken_pipe_ends_quietly_with_exit_0(tmp_path, args):
+    root = tmp_path / "s"
+    make_store(root, 3000, topics=("T0",), queues=1)
+    for _ in range(3):
+        p = pystore_subprocess(args[0], root, *args[1:], stdout=subprocess.PIPE)
+        assert p.stdout is not None
+        p.stdout.close()  # the reader went away before the first line: every write meets EPIPE
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err.decode()
+        assert err == b"", err.decode()
+
+
+def test_output_that_is_not_a_terminal_is_plain(tmp_path):
+    deep = tmp_path / ("a-rather-long-folder-name-[x]-" * 4) / "store"
+    make_store(deep, 10)
+    p = pystore_subprocess("inspect", deep, stdout=subprocess.PIPE)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+    text = out.decode()
+    assert str(deep) in text.splitlines()[0]  # not wrapped at 80 columns, its [x] not eaten as markup
+    assert "\x1b[" not in text
+    p = pystore_subprocess("get", deep / "absent", "T0", "0", "0", stdout=subprocess.PIPE)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and ("no store at %s" % (deep / "absent")) in err.decode().splitlines()[0]
+
+
+def test_demo_install_hint_keeps_its_brackets(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark raises ImportError
+    r = run("demo", tmp_path / "d", "--spark", "-n", "100")
+    assert r.exit_code == 0, r.output
+    assert "pip install pystore-mq[spark]" in r.output
+
+
+def test_get_streams_large_outputs(tmp_path):
+    import time
+
+    root = tmp_path / "s"
+    make_store(root, 5000, topics=("T0",), queues=1)
+    t0 = time.perf_counter()
+    r = run("get", root, "T0", "0", "0", "-n", "5000")
+    seconds = time.perf_counter() - t0
+    assert r.exit_code == 0, r.output[-500:]
+    rows = [line for line in r.stdout.splitlines() if line[:1].isdigit()]
+    assert len(rows) == 5000 and all(len(line.split("\t")) == 8 for line in rows)
+    assert rows[4999].split("\t")[1] == "4999"
+    assert "│" not in r.stdout and "next offset 5000" in r.output
+    assert seconds < 5, seconds
+    r = run("get", root, "T0", "0", "0", "-n", "20")
+    assert "│" in r.stdout  # a small answer is still a table
+
+
+def test_one_wording_per_error_and_the_lock_error_speaks_cli(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 5)
+    with MessageStore.open(root, **SMALL):
+        for verb in ("put", "recover", "clean"):
+            r = run(*verb_args(verb, root, tmp_path))
+            assert r.exit_code == 1 and "locked" in r.output, r.output
+            assert "read_only" not in r.output and "read-only verbs" in r.output, r.output
+
+
+def test_put_creates_a_store_only_with_create(tmp_path):
+    root = tmp_path / "new"
+    r = run("put", root, "-t", "T", "x")
+    assert r.exit_code == 1 and "no store at %s" % root in r.output and "--create" in r.output
+    assert not root.exists()
+    r = run("put", root, "-t", "T", "x", "--create", *SMALL_OPTS)
+    assert r.exit_code == 0, r.output
+    assert run("put", root, "-t", "T", "y").exit_code == 0
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    r = run("put", a_file, "-t", "T", "x", "--create")
+    assert r.exit_code == 1 and "no store at %s" % a_file in r.output
+
+
+def test_export_spark_sets_the_python_of_its_workers(tmp_path, monkeypatch):
+    sql = pytest.importorskip("pyspark.sql")
+    seen = {}
+
+    class Stop(BaseException):  # past handle_store_errors, which turns an Exception into exit 1
+        pass
+
+    class Builder:
+        def __getattr__(self, name):
+            return lambda *a, **k: self
+
+        def getOrCreate(self):
+            seen.update({k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")})
+            raise Stop
+
+    class FakeSession:
+        builder = Builder()
+
+    monkeypatch.setattr(sql, "SparkSession", FakeSession)
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    make_store(tmp_path / "s", 5)
+    with pytest.raises(Stop):
+        CliRunner().invoke(cli, ["export", str(tmp_path / "s"), str(tmp_path / "o"), "--spark"], catch_exceptions=False)
+    assert seen == {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def test_export_progress_counts_records_not_file_sizes(tmp_path):
+    pytest.importorskip("pyarrow")
+    from pystore.export import export_parquet
+
+    root = tmp_path / "s"
+    make_store(root, 300)
+    calls = []
+    res = export_parquet(root, tmp_path / "o.parquet", topics=["T1"], progress=lambda *a: calls.append(a))
+    assert calls[-1] == (150, res.bytes_in)
+    assert all(a[0] <= 150 and a[1] <= res.bytes_in for a in calls)
+
+
+def test_a_refused_put_says_why(tmp_path):
+    root = tmp_path / "s"
+    make_store(root, 5)
+    r = run("put", root, "-t", "bad topic!", "x")
+    assert r.exit_code == 1 and "MESSAGE_ILLEGAL" in r.output
+    assert "topic 'bad topic!' has characters outside [%|a-zA-Z0-9_-]" in " ".join(r.output.split())
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (5 << 20))
+    r = run("put", root, "-t", "T0", "-f", big)
+    assert r.exit_code == 1 and "MESSAGE_ILLEGAL" in r.output
+    assert "body of 5242880 bytes is larger than max_message_size (4194304)" in " ".join(r.output.split())
+    r = run("put", root, "-t", "T0", "-p", "big=" + "v" * 40000, "x")
+    assert r.exit_code == 1 and "PROPERTIES_SIZE_EXCEEDED" in r.output and "32767" in r.output
+    rows = json.loads(run("put", root, "-t", "T0", "-f", big, "--json").stdout)
+    assert rows["reason"].startswith("body of 5242880 bytes")
+
+
+def test_refusal_reason_is_none_for_a_message_the_store_takes(tmp_path):
+    from pystore.config import StoreConfig
+    from pystore.refusal import refusal_reason
+
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path), **SMALL)
+    assert refusal_reason(Message("T", b"x", tags="a", keys=["k"]), cfg) is None
+    assert "empty" in refusal_reason(Message("", b"x"), cfg)
+    assert "longer than 255 bytes" in refusal_reason(Message("T" * 256, b"x"), cfg)
+    reason = refusal_reason(Message("T", b"x" * 70000), cfg.replace(max_message_size=1 << 20))
+    assert "does not fit a commit-log file of 65536 bytes" in reason
+
+
+def test_the_spark_writers_append_says_why_with_the_same_words(tmp_path):
+    """The Spark writer's driver half (no Spark needed) explains a refusal with refusal_reason."""
+    pa = pytest.importorskip("pyarrow")
+    from pystore.spark.append import append_staged
+
+    schema = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("body", pa.binary()),
+            ("tags", pa.string()),
+            ("keys", pa.list_(pa.string())),
+            ("queue_id", pa.int32()),
+            ("properties", pa.map_(pa.string(), pa.string())),
+        ]
+    )
+    staged = str(tmp_path / "part.arrow")
+    batch = pa.record_batch([["W"], [b"x" * 300], [None], [[]], [0], [None]], schema=schema)
+    with pa.OSFile(staged, "wb") as f, pa.ipc.new_file(f, schema) as w:
+        w.write_batch(batch)
+    with pytest.raises(RuntimeError) as exc:
+        append_staged(str(tmp_path / "s"), [staged], dict(SMALL, max_message_size=200))
+    assert "MESSAGE_ILLEGAL (body of 300 bytes is larger than max_message_size (200))" in str(exc.value)

@@ -612,7 +612,12 @@ def test_write_what_was_read(spark, main_store, tmp_path):
     "rows, schema, options, problem",
     [
         ([("W", b"x"), (None, b"y")], "topic string, body binary", {}, "row 1: topic is null"),
-        ([("W", b"x"), ("bad topic!", b"y")], "topic string, body binary", {}, "'bad topic!' is empty"),
+        (
+            [("W", b"x"), ("bad topic!", b"y")],
+            "topic string, body binary",
+            {},
+            "topic 'bad topic!' has characters outside [%|a-zA-Z0-9_-]",
+        ),
         ([("W", None)], "topic string, body binary", {}, "row 0: body is null"),
         (
             [("W", b"x" * 300)],

@@ -4,8 +4,9 @@ Runs in the driver's commit step (one process): opens the store with ``MessageSt
 **config)`` (a writer: it takes the store lock, creates a new store, keeps an existing store's geometry),
 turns each staged row into a ``Message`` and puts consecutive rows of one topic and queue as a
 ``MessageBatch`` (at most 1024 messages and a quarter of a commit-log file), in the order of the staged
-files. Rows were checked by the tasks, so a refusal here means the store itself failed (disk full ...):
-it raises, naming how many messages were already appended.
+files. Rows were checked by the tasks, so a refusal here means the store itself failed (disk full ...) or
+has settings the tasks did not see: it raises, naming how many messages were already appended and why
+the store refused (:func:`pystore.refusal.refusal_reason`, the words ``pystore put`` prints).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pyarrow as pa
 
 from pystore import Message, MessageBatch, MessageStore, PutMessageStatus
 from pystore._codec import record_length
+from pystore.refusal import refusal_reason
 
 __all__ = ["append_staged"]
 
@@ -64,10 +66,20 @@ def append_staged(root: str, paths: list[str], config: dict[str, Any]) -> int:
                 else store.put_messages(MessageBatch(pending))
             )
             if r.status not in _APPENDED:
+                # the first message the put path's checks refuse, else what the status itself means
+                why = next((w for w in (refusal_reason(m, store.config) for m in pending) if w), None)
                 raise RuntimeError(
-                    "pystore write to %s: the store refused %d message(s) of %s/%d with %s after %d "
+                    "pystore write to %s: the store refused %d message(s) of %s/%d with %s (%s) after %d "
                     "were appended"
-                    % (root, len(pending), pending[0].topic, pending[0].queue_id, r.status.name, total)
+                    % (
+                        root,
+                        len(pending),
+                        pending[0].topic,
+                        pending[0].queue_id,
+                        r.status.name,
+                        why or refusal_reason(pending[0], store.config, r.status),
+                        total,
+                    )
                 )
             if r.status != PutMessageStatus.PUT_OK:
                 log.warning("%s: put returned %s (appended)", root, r.status.name)

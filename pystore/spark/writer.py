@@ -45,6 +45,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from pystore.refusal import (  # the put path's limits and words (pystore put says the same)
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    TOPIC_CHARACTERS,
+    body_problem,
+    properties_problem,
+    topic_problem,
+)
 from pystore.spark.options import roots, store_config_overrides
 from pystore.spark.schema import COLUMNS
 
@@ -53,8 +61,6 @@ __all__ = ["PystoreWriter", "StagedPart", "WriteError", "STAGING_DIR", "STAGING_
 log = logging.getLogger(__name__)
 
 STAGING_DIR = ".spark-staging"
-MAX_PROPERTIES_BYTES = 32767
-MAX_TOPIC_BYTES = 255
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 STAGING_SCHEMA = pa.schema(
@@ -158,21 +164,17 @@ def normalize_batch(
     n = batch.num_rows
     cols = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
 
-    def fail(idx: int, problem: str) -> None:
+    def fail(idx: int, problem: str | None) -> None:
         raise WriteError("pystore write: partition %d, row %d: %s" % (partition, row_base + idx, problem))
 
     topic = cols["topic"].cast(pa.string())
     i = _first(pc.is_null(topic))
     if i is not None:
         fail(i, "topic is null (topic is required)")
-    bad = pc.invert(pc.match_substring_regex(topic, "^[%|a-zA-Z0-9_-]{1," + str(MAX_TOPIC_BYTES) + "}$"))
+    bad = pc.invert(pc.match_substring_regex(topic, "^%s{1,%d}$" % (TOPIC_CHARACTERS, MAX_TOPIC_BYTES)))
     i = _first(bad)
     if i is not None:
-        fail(
-            i,
-            "topic %r is empty, longer than %d bytes or has characters outside [%%|a-zA-Z0-9_-]"
-            % (topic[i].as_py(), MAX_TOPIC_BYTES),
-        )
+        fail(i, topic_problem(topic[i].as_py()) or "topic %r is refused" % topic[i].as_py())
 
     body = cols["body"]
     if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
@@ -184,7 +186,7 @@ def normalize_batch(
     blen = pc.binary_length(body)
     i = _first(pc.greater(blen, max_message_size))
     if i is not None:
-        fail(i, "body of %d bytes is larger than max_message_size (%d)" % (blen[i].as_py(), max_message_size))
+        fail(i, body_problem(blen[i].as_py(), max_message_size))
 
     props_size = pa.array([0] * n, pa.int64())
     tags = cols.get("tags")
@@ -238,11 +240,7 @@ def normalize_batch(
     props_size = pc.add(props_size, plen)
     i = _first(pc.greater(props_size, MAX_PROPERTIES_BYTES))
     if i is not None:
-        fail(
-            i,
-            "properties (tags and keys included) take about %d bytes, more than the record format's %d"
-            % (props_size[i].as_py(), MAX_PROPERTIES_BYTES),
-        )
+        fail(i, properties_problem(props_size[i].as_py()))
     return pa.RecordBatch.from_arrays([topic, body, tags, keys, qid, props], schema=STAGING_SCHEMA)
 
 

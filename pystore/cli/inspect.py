@@ -1,0 +1,152 @@
+"""``pystore inspect``: topics, queues, offsets, files, disk usage and checkpoint of a store (read-only)."""
+
+from __future__ import annotations
+
+import datetime
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from pystore.cli.common import (
+    build_config,
+    console,
+    esc,
+    handle_store_errors,
+    human_bytes,
+    iso,
+    print_json,
+    require_store,
+    store_options,
+)
+
+
+@click.command(short_help="topics, queues, offsets, files, disk ratio, checkpoint")
+@click.argument("root", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@store_options
+@handle_store_errors
+def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, ...]) -> None:
+    """Topics, queues, offsets, files, disk usage, checkpoint and shutdown state (read-only)."""
+    from pystore.storeinfo import store_info
+
+    cfg = build_config(root, config_file, sets, True)
+    require_store(root, cfg)
+    over = {
+        k: getattr(cfg, k)
+        for k in (
+            "max_hash_slot_num",
+            "max_index_num",
+            "mapped_file_size_commit_log",
+            "mapped_file_size_consume_queue",
+            "store_path_commit_log",
+            "message_index_enable",
+        )
+    }
+    info = store_info(root, **over)
+    if as_json:
+        print_json(info)
+        return
+    cl = info["commit_log"]
+    cp = info["checkpoint"]
+    disk = info["disk"]
+    state = (
+        "[yellow]a writer is running (pid %s)[/yellow]" % info["abort"]["pid"]
+        if info["writer_running"]
+        else "[red]unclean shutdown (abort file present): the next writer runs abnormal recovery[/red]"
+        if info["unclean_shutdown"]
+        else "[green]clean shutdown[/green]"
+    )
+    s = Table(title="store %s" % esc(info["root"]), title_justify="left", show_header=False)
+    s.add_column("what", style="bold")
+    s.add_column("value")
+    s.add_row("state", state)
+    s.add_row(
+        "commit log",
+        "offsets %d .. %d (%s), %d file(s) of %s"
+        % (
+            cl["min_offset"],
+            cl["max_offset"],
+            human_bytes(max(0, cl["max_offset"] - max(cl["min_offset"], 0))),
+            len(cl["files"]),
+            human_bytes(cl["file_size"]),
+        ),
+    )
+    s.add_row("earliest message", iso(_ts(cl["earliest_message_time"])))
+    s.add_row(
+        "topics",
+        "%d topic(s), %d queue(s), %d message(s) in queues"
+        % (len(info["topics"]), len(info["queues"]), sum(q["messages"] for q in info["queues"])),
+    )
+    s.add_row(
+        "disk",
+        "commit log %s, consume queues %s, index %s"
+        % tuple(human_bytes(disk["bytes"][k]) for k in ("commitlog", "consumequeue", "index")),
+    )
+    ratio = disk["commit_log_disk_ratio"]
+    s.add_row(
+        "disk used ratio",
+        "%.1f%% of the partition (clean above %d%%, forced %.0f%%, full %.0f%%)"
+        % (
+            ratio * 100,
+            disk["disk_max_used_space_ratio"],
+            disk["disk_space_clean_forcibly_ratio"] * 100,
+            disk["disk_space_warning_level_ratio"] * 100,
+        ),
+    )
+    s.add_row("dispatch behind", human_bytes(info["dispatch_behind_bytes"]))
+    s.add_row(
+        "checkpoint",
+        "physic %s, logics %s, index %s%s"
+        % (
+            iso(cp["physic_msg_timestamp"]),
+            iso(cp["logics_msg_timestamp"]),
+            iso(cp["index_msg_timestamp"]),
+            "" if cp["exists"] else " (no checkpoint file)",
+        )
+        + ("" if cp["trusted"] else " [red](not trusted)[/red]"),
+    )
+    if info["read_only_view"]["damage"]:
+        s.add_row("damage", "[red]%s[/red] (run `pystore verify`)" % esc(info["read_only_view"]["damage"]))
+    console.print(s)
+    q = Table(title="queues", title_justify="left")
+    for col in (
+        "topic",
+        "queue",
+        "min offset",
+        "max offset",
+        "messages",
+        "first store time",
+        "last store time",
+    ):
+        q.add_column(
+            col, justify="right" if col in ("queue", "min offset", "max offset", "messages") else "left"
+        )
+    for row in info["queues"]:
+        q.add_row(
+            Text(row["topic"]),
+            str(row["queue_id"]),
+            str(row["min_offset"]),
+            str(row["max_offset"]),
+            str(row["messages"]),
+            iso(_ts(row["first_store_time"])),
+            iso(_ts(row["last_store_time"])),
+        )
+    console.print(q)
+    f = Table(title="commit-log files", title_justify="left")
+    for col in ("file", "size", "first store time"):
+        f.add_column(col, justify="right" if col == "size" else "left")
+    for row in cl["files"]:
+        f.add_row(row["name"], human_bytes(row["size"]), iso(row["first_store_timestamp"]))
+    console.print(f)
+    if info["index_files"]:
+        console.print(
+            "index files: "
+            + ", ".join("%s (%s)" % (x["name"], human_bytes(x["size"])) for x in info["index_files"])
+        )
+
+
+def _ts(iso_text: str | None) -> int | None:
+    if not iso_text:
+        return None
+    return int(datetime.datetime.fromisoformat(iso_text).timestamp() * 1000)
