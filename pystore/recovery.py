@@ -217,11 +217,11 @@ def _tally_start(cq_store: Any, result: RecoveryResult, low: int) -> int:
     return start
 
 
-def _queues_past_their_records(cq_store: Any, result: RecoveryResult) -> list[Any]:
+def _queues_past_their_records(cq_store: Any, result: RecoveryResult) -> list[tuple[Any, int]]:
     """Queues whose last unit points into the range recovery walked, yet whose end lies past the highest
     queue offset of their records there: the units at their end are not theirs (a file of another queue
     swapped in, a unit's offset rewritten), and a re-dispatch cannot take units away. The last unit's record
-    is in the walk, so it was tallied: a whole queue always has ``top >= end - 1``."""
+    is in the walk, so it was tallied: a whole queue always has ``top >= end - 1``. Each with ``top``."""
     tally = result.tally
     if tally is None or tally.overflow:
         return []
@@ -229,11 +229,11 @@ def _queues_past_their_records(cq_store: Any, result: RecoveryResult) -> list[An
     out = []
     for cq in cq_store.queues():
         end = cq.get_max_offset_in_queue()
-        if end == 0 or cq.max_physic_offset <= result.dispatch_from:
-            continue
+        if end == 0 or not result.dispatch_from < cq.max_physic_offset <= result.process_offset:
+            continue                # its last unit's record was not walked (a reader's units past the end)
         top = seen.get((cq.topic, cq.queue_id), (0, -1))[1]
         if top < end - 1:
-            out.append(cq)
+            out.append((cq, top))
     return out
 
 
@@ -249,9 +249,8 @@ def _foreign_units(cq: Any, top: int) -> tuple[str, int, str]:
 def _rebuild_foreign(cq_store: Any, result: RecoveryResult) -> None:
     """A writer rebuilds from the log's head each queue ``_queues_past_their_records`` finds (a reader
     refuses the store: ``_check_readers_queues``)."""
-    tally = result.tally
-    for cq in _queues_past_their_records(cq_store, result):
-        cq.damage = _foreign_units(cq, tally.queues().get((cq.topic, cq.queue_id), (0, -1))[1])
+    for cq, top in _queues_past_their_records(cq_store, result):
+        cq.damage = _foreign_units(cq, top)
         cq_store._rebuild_or_refuse(cq)
 
 
@@ -285,8 +284,8 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
     queue = commitlog.queue
     if low < 0 or not queue.files:
         return
-    for cq in _queues_past_their_records(cq_store, result):
-        path, offset, reason = _foreign_units(cq, result.tally.queues().get((cq.topic, cq.queue_id), (0, -1))[1])
+    for cq, top in _queues_past_their_records(cq_store, result):
+        path, offset, reason = _foreign_units(cq, top)
         raise StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from the commit log)")
     start = _maybe_cut_short(cq_store, low, result.dispatch_from)
     # a queue's last units lost: records of it after its end, found in the last commit-log file

@@ -477,15 +477,24 @@ def test_foreign_queue_with_filler_units(tmp_path):
 
 
 def test_unit_whose_record_names_another_queue_offset_is_damage(tmp_path):
-    """Units at queue offsets 4..9 over records that say 0..5: the queue and the log disagree, so a read
-    refuses the unit (naming the consume-queue file and the unit's offset) instead of serving the record."""
+    """Units at queue offsets 4..9 over records that say 0..5: the queue and the log disagree. The reader's
+    open finds the queue's end past its records' highest queue offset and refuses the store naming the
+    queue's file; the read's own check (the unit against its record, naming the unit) stays behind it, for a
+    live store: with the open's check stepped over, a read refuses the unit instead of serving the record."""
     root = str(tmp_path / "foreign")
     msgs = build_foreign_store(root, [("TopicX", 0, "TagA")] * 6)
     d = cq_dir(root, "TopicX", 0)
     _rewrite_with_fillers(d, msgs, 4)
-    with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
-        with pytest.raises(StoreCorruptedError) as e:
-            store.get_message(GROUP, "TopicX", 0, 4, 32)
+    with pytest.raises(StoreCorruptedError) as e:
+        MessageStore.open(root, read_only=True, **SMALL_INDEX)
+    assert e.value.path == os.path.join(d, "%020d" % 0) and "another queue" in str(e.value)
+    import pystore.recovery as recovery
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recovery, "_queues_past_their_records", lambda cq_store, result: [])
+        with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
+            with pytest.raises(StoreCorruptedError) as e:
+                store.get_message(GROUP, "TopicX", 0, 4, 32)
     assert e.value.path == os.path.join(d, "%020d" % 0) and e.value.offset == 4 * 20
     assert "queue offset 0" in str(e.value)
 
