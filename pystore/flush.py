@@ -22,6 +22,7 @@ dispatch follow the flushed offset, so no reader sees what a crash could take ba
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from _thread import allocate_lock as _allocate_lock
@@ -37,6 +38,14 @@ __all__ = ["FlushRealTimeService", "GroupCommitService", "GroupCommitRequest", "
            "FlushConsumeQueueService"]
 
 log = logging.getLogger(__name__)
+
+#: TEST ONLY, a deliberately broken build: the group commit acknowledges its puts without forcing their bytes
+#: to disk (it moves the flushed offset over them unsynced). The power-cut tests run a writer with it to
+#: prove they catch a missing fsync (tests/powerloss/test_store_powerloss.py). Read once at import, so the
+#: production path pays one constant test per group commit.
+SKIP_GROUP_COMMIT_FSYNC = os.environ.get("PYSTORE_TEST_SKIP_GROUP_COMMIT_FSYNC") == "1"
+if SKIP_GROUP_COMMIT_FSYNC:
+    log.warning("PYSTORE_TEST_SKIP_GROUP_COMMIT_FSYNC=1: SYNC_FLUSH acknowledges puts it never syncs (test only)")
 
 
 class FlushRealTimeService(ServiceThread):
@@ -271,6 +280,8 @@ class GroupCommitService(ServiceThread):
     def _flush_to(self, target: int) -> int:
         """With ``_flushing`` taken: flush until ``target`` is on disk (or a flush fails); the flushed offset."""
         queue = self.commitlog.queue
+        if SKIP_GROUP_COMMIT_FSYNC:
+            return self._claim_unsynced(queue)
         try:
             queue.flush(0)
             # a request may end in the next file, and a flush moves through one file at a time
@@ -292,6 +303,23 @@ class GroupCommitService(ServiceThread):
             except Exception:
                 log.exception("dispatch after flush failed")
         return flushed
+
+
+    def _claim_unsynced(self, queue: Any) -> int:
+        """The broken build's flush (``SKIP_GROUP_COMMIT_FSYNC``): every file's bytes count as flushed, no
+        msync; the rest (checkpoint time, dispatch) as after a real flush."""
+        for mf in queue.files:
+            pos = mf.get_read_position()
+            if pos > mf.flushed_position:
+                mf.flushed_position = pos
+            queue.flushed_where = max(queue.flushed_where, mf.file_from_offset + pos)
+        last = queue.last()
+        ts = queue.store_timestamp = last.store_timestamp if last is not None else 0
+        if ts > 0:
+            self.checkpoint.physic_msg_timestamp = ts
+        if self.after_flush is not None:
+            self.after_flush(queue.flushed_where)
+        return queue.flushed_where
 
 
 class CommitRealTimeService(ServiceThread):

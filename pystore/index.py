@@ -93,6 +93,15 @@ class IndexService:
                 continue
             if size != self.file_size:
                 geometry = index_geometry(size) if not files else None
+                if geometry is None and size < self.file_size and not last_exit_ok and not self.read_only:
+                    # created at its full size, which a flush makes durable: short after a crash, its
+                    # creation never reached the disk (a power cut); dispatch rebuilds what it held. Left
+                    # in place it would stay a file of no geometry for good (``pystore verify`` flags it)
+                    log.warning("%s is %d bytes, not %d: its creation was cut by a crash; deleted", p, size,
+                                self.file_size)
+                    os.unlink(p)
+                    dropped = True
+                    continue
                 if geometry is None:
                     log.warning("%s is %d bytes, not %d: not an index of this geometry; ignored", p, size,
                                 self.file_size)

@@ -129,10 +129,18 @@ class MappedFileQueue:
         sizes.discard(0)
         return sizes.pop() if len(sizes) == 1 else None
 
-    def load(self) -> bool:
+    def load(self, pad_short: bool = False) -> bool:
         """Map every file. Each must be exactly ``mapped_file_size`` bytes, except that an empty last file
-        (a crash while creating it) is deleted. Loaded files start with every position at their end;
-        recovery truncates. False (and nothing mapped) if a file has the wrong size."""
+        (a crash while creating it) is deleted, and with ``pad_short`` (a writer recovering from a crash) a
+        shorter file is extended with zeros to the file size. Loaded files start with every position at
+        their end; recovery truncates. False (and nothing mapped) if a file has the wrong size.
+
+        Why ``pad_short`` is safe: a file is created at its full size (fallocate), and that size is on disk
+        once the file is fsynced, which every flush of it does. A file short of it after a crash was never
+        flushed: a power cut took its size back (a file system that does not journal size changes, e.g.
+        POSIX's minimum, or the strict model of tests/powerloss), while some of its pages may have been
+        written back. Nothing in it was acknowledged as durable, and recovery judges its records like any
+        crashed tail (its guard still refuses valid data the checkpoint says was flushed)."""
         paths = self.list_file_paths()
         self.load_error = None
         files: list[MappedFile] = []
@@ -145,6 +153,18 @@ class MappedFileQueue:
                         os.unlink(path)
                         sync_dirs([os.path.dirname(path)])
                     continue
+                if pad_short and not self.read_only and size < self.mapped_file_size:
+                    log.warning("%s is %d bytes, short of %d: its size never reached the disk (a crash before "
+                                "its first flush); extended with zeros for recovery to judge", path, size,
+                                self.mapped_file_size)
+                    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+                    try:
+                        os.ftruncate(fd, self.mapped_file_size)
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    size = self.mapped_file_size
+            if size != self.mapped_file_size:
                 log.error("%s is %d bytes, expected %d: the store cannot be loaded", path, size,
                           self.mapped_file_size)
                 self.load_error = (path, int(os.path.basename(path)) + min(size, self.mapped_file_size),

@@ -197,7 +197,8 @@ class MessageStore:
                     "%s: commit-log files are %d bytes, not the configured %d; the store keeps its geometry",
                     cfg.store_path_root_dir, existing, cfg.mapped_file_size_commit_log)
                 queue.mapped_file_size = existing
-        if not queue.load():
+        # a crashed writer's last files may be short: a power cut took back a size no flush made durable
+        if not queue.load(pad_short=not self.last_exit_ok and not self.read_only):
             if queue.load_error is not None:
                 self.load_error = StoreCorruptedError(*queue.load_error)
             return False
