@@ -29,7 +29,8 @@ cdef class ConsumeQueueCore:
     cdef int put_units(self, int64_t phy, const int32_t *sizes, Py_ssize_t n, int64_t tags_code,
                        int64_t cq_offset) except -1
     cdef MappedFile _file_for(self, int64_t expect)
-    cdef int repair_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1
+    cdef int repair_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset, list cl_files,
+                         int64_t cl_file_size) except -1
 
 
 cdef class QueueDispatcher(Dispatcher):

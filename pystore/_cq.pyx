@@ -87,6 +87,28 @@ cdef inline void _prefault_ahead(ConsumeQueueCore cq, MappedFile mf) noexcept:
         mf._prefault(mf.wrote, cq.pf_lead)
 
 
+cdef bint _record_claims(ConsumeQueueCore cq, list cl_files, int64_t cl_file_size, int64_t phy, int32_t size,
+                         int64_t queue_offset):
+    """Is there a whole record of ``size`` bytes at commit-log offset ``phy`` that names ``cq``'s topic and
+    queue id and ``queue_offset``?"""
+    cdef MappedFile f
+    cdef RecordView v
+    cdef int64_t pos
+    cdef Py_ssize_t tl = PyBytes_GET_SIZE(cq.topic_utf8)
+    if phy < 0 or size <= 0:
+        return False
+    f = _cl_file(cl_files, cl_file_size, phy)
+    if f is None or f.base == NULL:
+        return False
+    pos = phy - f.file_from_offset
+    if pos + size > f.read_position():
+        return False
+    if check_record(f.base + pos, size, False, &v) != size:
+        return False
+    return (v.queue_id == cq.queue_id and v.queue_offset == queue_offset and v.topic_len == tl
+            and memcmp(f.base + pos + v.topic_pos, PyBytes_AS_STRING(cq.topic_utf8), tl) == 0)
+
+
 cdef class ConsumeQueueCore:
     """The compiled half of a consume queue (``consume_queue.ConsumeQueue`` is the Python half)."""
 
@@ -185,14 +207,18 @@ cdef class ConsumeQueueCore:
             i += 1
         return 0
 
-    cdef int repair_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1:
+    cdef int repair_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset, list cl_files,
+                         int64_t cl_file_size) except -1:
         """Recovery's re-dispatch, for a record whose unit was built before: the unit must say what the
         record says. A power cut leaves the pages of a queue file that were never flushed as zeros (a whole
         file of them when the queue ran files ahead of its flusher), or a unit torn across a sector (offset
         and size kept, tags code lost: a consumer filtering on tags would never get the message); recovery
         trusts the units below a queue's end, so these would hide acknowledged messages. Such a unit is
         rewritten from the record, and its page is flushed again (``flushed`` moves back to it). RocketMQ
-        skips every unit below the queue's end (``putMessagePositionInfo``). Returns 1 if it rewrote."""
+        skips every unit below the queue's end (``putMessagePositionInfo``). A unit that points elsewhere at a
+        whole record claiming this queue and offset is kept: two records claim the place, and the one being
+        dispatched may be the one with a damaged header (its queue id or offset is not covered by the body
+        CRC); the read path checks what it serves. Returns 1 if it rewrote."""
         cdef int64_t at = cq_offset * CQ_STORE_UNIT_SIZE
         cdef int64_t pos
         cdef MappedFile f
@@ -207,6 +233,11 @@ cdef class ConsumeQueueCore:
             return 0
         p = f.base + pos
         if get_i64(p) == phy and get_i32(p + 8) == size and get_i64(p + 12) == tags_code:
+            return 0
+        if get_i64(p) != phy and _record_claims(self, cl_files, cl_file_size, get_i64(p), get_i32(p + 8), cq_offset):
+            log.warning("consume queue %s/%d: queue offset %d is claimed by the records at %d and at %d; the unit "
+                        "keeps the first (a record's header is damaged: `pystore verify` checks the log)", self.topic,
+                        self.queue_id, cq_offset, get_i64(p), phy)
             return 0
         if self.repaired == 0:
             log.warning("consume queue %s/%d: unit %d says (%d, %d, %d), its record (%d, %d, %d): rewritten from the "
@@ -1232,7 +1263,7 @@ cdef class QueueDispatcher(Dispatcher):
                     self.gaps[key] = first if first >= 0 else (off if gap else -1)
                 if not gap:
                     if self.gaps is not None:
-                        cq.repair_unit(off, r, tags, v.queue_offset)
+                        cq.repair_unit(off, r, tags, v.queue_offset, cl_files, cl_file_size)
                     cq.put_unit(off, r, tags, v.queue_offset)
                 if cell.next_offset <= v.queue_offset:
                     # a slave's queues grow by reput only (a master assigned these offsets at put time)

@@ -309,7 +309,7 @@ class GroupCommitService(ServiceThread):
         """The broken build's flush (``SKIP_GROUP_COMMIT_FSYNC``): every file's bytes count as flushed, no
         msync; the rest (checkpoint time, dispatch) as after a real flush."""
         for mf in queue.files:
-            pos = mf.get_read_position()
+            pos = mf.read_position
             if pos > mf.flushed_position:
                 mf.flushed_position = pos
             queue.flushed_where = max(queue.flushed_where, mf.file_from_offset + pos)
