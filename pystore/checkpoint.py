@@ -33,6 +33,7 @@ import struct
 import threading
 import time
 
+from pystore.crashpoint import crashpoint
 from pystore.durable import fsync_dir
 from pystore.errors import StoreLockedError
 
@@ -150,6 +151,7 @@ class StoreCheckpoint:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
                 os.pwrite(fd, data, 0)
+                crashpoint("checkpoint.written")
                 os.fdatasync(fd)
             finally:
                 os.close(fd)

@@ -19,6 +19,7 @@ POINTS = (
     "commitlog.roll",          # the old file ends with its blank, the next one is not created yet
     "allocate.created",        # a new commit-log file exists on disk, not yet handed to the put path
     "groupcommit.flushed",     # data is on disk, the waiting puts are not told yet
+    "checkpoint.written",      # the checkpoint's new bytes are written, not yet synced
     "recovery.scanned",        # the valid end is known, nothing truncated yet
     "recovery.truncated",      # commit log truncated, consume queues not yet
     "shutdown.flushed",        # final flush done, checkpoint not written

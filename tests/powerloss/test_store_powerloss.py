@@ -48,7 +48,7 @@ WRITER = TESTS / "crash_writer.py"
 WORKTREE = TESTS.parent
 FILE_SIZE = 64 * 1024          # commit-log files: a writer rolls several in a second
 CUT_MODES = ("drop", "torn", "subset+torn")
-RANDOM_KILLS = int(os.environ.get("PYSTORE_POWERLOSS_KILLS", "4"))   # per model and flush mode
+RANDOM_KILLS = int(os.environ.get("PYSTORE_POWERLOSS_KILLS", "5"))   # per model and flush mode
 SEED = int(os.environ.get("PYSTORE_POWERLOSS_SEED", str(random.SystemRandom().randrange(1 << 30))))
 BROKEN = os.environ.get("PYSTORE_POWERLOSS_BROKEN") == "1"
 SKIP_FSYNC_ENV = "PYSTORE_TEST_SKIP_GROUP_COMMIT_FSYNC"
@@ -323,11 +323,12 @@ def test_random_kills_then_power_cut(powercut, model, mode):
 @MODELS
 @pytest.mark.parametrize("point,mode", [
     ("commitlog.roll", "sync"), ("allocate.created", "sync"), ("groupcommit.flushed", "sync"),
-    ("commitlog.roll", "async"),
+    ("commitlog.roll", "async"), ("checkpoint.written", "sync"), ("checkpoint.written", "async"),
 ])
 def test_crash_point_then_power_cut(powercut, model, point, mode):
     """The writer kills itself at a named point (a file roll, a new file's creation, between the group
-    commit's msync and its acknowledgements), the n-th time it gets there, n seeded; then the power cut."""
+    commit's msync and its acknowledgements, between the checkpoint's write and its sync), the n-th time it
+    gets there, n seeded; then the power cut."""
     rng = random.Random("%d-%s-%s-%s" % (SEED, model, point, mode))
     nth = rng.randint(1, 4) if point != "groupcommit.flushed" else rng.randint(5, 400)
     fs = powercut(model)
