@@ -11,7 +11,8 @@
   leads the next one, after waiting at most one flush's time for the rest of the last group to be back;
   RocketMQ always hands over to the service thread, which costs a Python store two GIL hand-offs per put);
   what a put's flush covers completes the requests handed to the service too. Futures
-  (``async_put_message``) still go through the service.
+  (``async_put_message``) still go through the service; one expiry thread per service completes those the
+  service has not reached by their deadline (a flush stuck on the disk) with ``FLUSH_DISK_TIMEOUT``.
 * ``CommitRealTimeService`` (transient store pool): copies pooled writes into the files, then wakes the flush.
 
 The msync/fdatasync inside ``MappedFile.flush`` runs without the GIL. Each flush records the store time of
@@ -21,6 +22,7 @@ dispatch follow the flushed offset, so no reader sees what a crash could take ba
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -89,14 +91,17 @@ class FlushRealTimeService(ServiceThread):
 class GroupCommitRequest:
     """One durable put waiting for the flushed offset to reach ``next_offset``."""
 
-    __slots__ = ("next_offset", "event", "ok", "future", "result")
+    __slots__ = ("next_offset", "event", "ok", "future", "result", "deadline")
 
-    def __init__(self, next_offset: int, future: Future[Any] | None = None, result: Any = None) -> None:
+    def __init__(self, next_offset: int, future: Future[Any] | None = None, result: Any = None,
+                 timeout_s: float = 0.0) -> None:
         self.next_offset = next_offset
         self.event = threading.Event()
         self.ok = False
         self.future = future
         self.result = result
+        #: monotonic time after which the service's expiry thread completes it unflushed (0: never)
+        self.deadline = time.monotonic() + timeout_s if timeout_s > 0 else 0.0
 
     def complete(self, ok: bool) -> None:
         self.ok = ok
@@ -107,7 +112,7 @@ class GroupCommitRequest:
             try:
                 fut.set_result(r if ok else r.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT))
             except InvalidStateError:
-                pass        # its timer expired it meanwhile (done() then set_result is not atomic)
+                pass        # the expiry thread completed it meanwhile (done() then set_result is not atomic)
 
 
 class GroupCommitService(ServiceThread):
@@ -133,11 +138,57 @@ class GroupCommitService(ServiceThread):
         self._expect = 0
         self._gatherer: Any = None
         self._last_flush_s = 0.0
+        # Requests with a deadline, in arrival order (one timeout for all: deadlines only grow), watched by
+        # one expiry thread, started with the first of them (a thread per request cost a thread start per
+        # put). The service trims the completed ones off the front after each commit, so the deque holds
+        # only requests not yet handled.
+        self._expiring: collections.deque[GroupCommitRequest] = collections.deque()
+        self._expiry_wake = threading.Condition(self._lock)
+        self._expiry_thread: threading.Thread | None = None
 
     def put_request(self, req: GroupCommitRequest) -> None:
         with self._lock:
             self._write.append(req)
+            if req.deadline:
+                self._expiring.append(req)
+                if len(self._expiring) == 1:
+                    self._expiry_wake.notify()
+                if self._expiry_thread is None:
+                    self._expiry_thread = threading.Thread(target=self._expire_loop, daemon=True,
+                                                           name="GroupCommitExpiry")
+                    self._expiry_thread.start()
         self.wakeup()
+
+    def _expire_loop(self) -> None:
+        """Complete, unflushed, each request still waiting at its deadline (the service is stuck in a
+        flush, or was stopped); ends once the service stopped and nothing waits."""
+        while True:
+            expired: list[GroupCommitRequest] = []
+            with self._lock:
+                q = self._expiring
+                while q and q[0].event.is_set():
+                    q.popleft()
+                if not q:
+                    if self.is_stopped():
+                        self._expiry_thread = None
+                        return
+                    self._expiry_wake.wait(1.0)
+                    continue
+                now = time.monotonic()
+                while q and (q[0].event.is_set() or q[0].deadline <= now):
+                    r = q.popleft()
+                    if not r.event.is_set():
+                        expired.append(r)
+                if not expired:
+                    self._expiry_wake.wait(min(1.0, q[0].deadline - now))
+            for r in expired:
+                r.complete(False)
+
+    def _trim_expiring(self) -> None:
+        with self._lock:
+            q = self._expiring
+            while q and q[0].event.is_set():
+                q.popleft()
 
     def on_wait_end(self) -> None:
         with self._lock:
@@ -177,6 +228,8 @@ class GroupCommitService(ServiceThread):
         for r in reqs:
             r.complete(flushed >= r.next_offset)
         self._read = []
+        if reqs:
+            self._trim_expiring()
 
     #: the longest a leader waits for the last group to come back (capped by the last flush's duration)
     GATHER_MAX_S = 0.001

@@ -590,18 +590,8 @@ class MessageStore:
                 gc.wakeup()
             return _done(result)
         fut: Future[PutMessageResult] = Future()
-        req = GroupCommitRequest(result.next_offset, fut, result)
-        gc.put_request(req)
-        timeout = self.config.sync_flush_timeout / 1000
-
-        def _expire() -> None:
-            if not fut.done():
-                req.complete(False)
-
-        t = threading.Timer(timeout, _expire)
-        t.daemon = True
-        t.start()
-        fut.add_done_callback(lambda _f: t.cancel())
+        # the service completes it, or its expiry thread after sync_flush_timeout (FLUSH_DISK_TIMEOUT)
+        gc.put_request(GroupCommitRequest(result.next_offset, fut, result, self.config.sync_flush_timeout / 1000))
         return fut
 
     def _after_put_sync(self, result: PutMessageResult, msg: Message | MessageBatch) -> PutMessageResult:

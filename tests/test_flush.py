@@ -401,3 +401,29 @@ def test_a_failed_consume_queue_flush_is_not_claimed_by_the_checkpoint(store_fac
     store.shutdown()
     assert StoreCheckpoint(store.config.checkpoint_path(), read_only=True).logics_msg_timestamp == before
     assert os.path.exists(store.config.abort_path())
+
+
+def test_async_sync_flush_puts_start_no_thread_each(store_factory):
+    """``async_put_message`` on a SYNC_FLUSH store hands its request to the group-commit service, whose one
+    expiry thread watches every deadline; before, each put started a ``threading.Timer`` (a thread per put,
+    alive until its future completed)."""
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    gc = store._flush_service
+    gate = threading.Event()
+    real = gc.do_commit
+
+    def held() -> None:
+        gate.wait(30)
+        real()
+
+    gc.do_commit = held
+    try:
+        time.sleep(0.05)        # the service thread waits at the gate: the futures stay pending
+        before = threading.active_count()
+        futs = [store.async_put_message(Message("TopicTest", b"m%d" % i, queue_id=0)) for i in range(200)]
+        assert not any(f.done() for f in futs)
+        assert threading.active_count() - before <= 1
+    finally:
+        gate.set()
+        gc.do_commit = real
+    assert all(f.result(30).status is PutMessageStatus.PUT_OK for f in futs)
