@@ -1106,13 +1106,15 @@ cdef int32_t _next_record(list cl_files, int64_t cl_file_size, int64_t *off, int
 
 
 def queues_behind(list cl_files, long long cl_file_size, long long from_offset, long long end_offset,
-                  dict queues, bint tails=True, long long stored_before=0):
+                  dict queues, bint tails=True, long long stored_before=0, long long dispatched_end=0):
     """A reader's gap check (``recovery``), writing nothing: the ``(topic, queue id)``s of ``queues`` (a dict
     of ``ConsumeQueueCore`` by that key) with a record in ``[from_offset, end_offset)`` that lies past the
     queue's last unit (``_behind``). Returns ``(gaps, reached)``: the walk stops where a record cannot be
     read. A queue of a store shut down cleanly has a unit for each record of it; with ``tails`` False (a
     crashed writer's queues may lag its log at their end, never at their head) a record past a queue's end
-    counts only when it was stored before ``stored_before`` (the checkpoint's time of the queues' flush)."""
+    counts only when it was stored before ``stored_before`` (the checkpoint's time of the queues' flush) or
+    ends at or below ``dispatched_end``: dispatch follows the log in order, so a crashed writer's queues lag
+    it only as a common suffix, and a record before another queue's last unit had its unit built."""
     cdef int64_t off = from_offset
     cdef int32_t r
     cdef RecordView v
@@ -1136,7 +1138,7 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
                         (<MappedFile>PyList_GET_ITEM(cq.queue.files, 0)).file_from_offset
                     tail = off + r > cq.max_physic_offset and \
                         v.queue_offset * CQ_STORE_UNIT_SIZE >= cq.last.file_from_offset + cq.last.wrote
-                if head or (tail and (tails or v.store_ts < stored_before)):
+                if head or (tail and (tails or v.store_ts < stored_before or off + r <= dispatched_end)):
                     gaps.add(key)
         off += r
     return gaps, off

@@ -276,7 +276,7 @@ def _starts_with_filler(mf: Any) -> bool:
 
 
 def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult, tails: bool,
-                          stored_before: int = 0) -> None:
+                          stored_before: int = 0, dispatched_end: int = 0) -> None:
     """A reader of a store no writer is running (no ``abort`` file) checks, as a writer's recovery does, that
     no queue lacks units for records of it (lost files at its end or head): it cannot rebuild the queue, so
     it refuses the store rather than hide those messages."""
@@ -296,7 +296,7 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
     if start < 0:
         return
     gaps, reached = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
-                                  dict(cq_store.items()), tails, stored_before)
+                                  dict(cq_store.items()), tails, stored_before, dispatched_end)
     if reached < result.process_offset and not gaps:
         # a record the check cannot pass: the records after it may be a queue's lost units (a writer's
         # open refuses the same record in its re-dispatch)
@@ -379,8 +379,12 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             # the writer crashed: its queues may lag its log at their end (its next open re-dispatches), but
             # not at their head, nor before the checkpoint's time of their last flush. A checkpoint that
             # cannot be read tells no such time: any lag may be lost units, refused until a writer's open
+            # (nor before the furthest unit any queue holds: dispatch follows the log in order, so a crash
+            # leaves the queues lagging only as a common suffix; a power cut the writer did not recover
+            # from may break that, and the reader then refuses what the writer's open would re-dispatch)
+            ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
             _check_readers_queues(commitlog, cq_store, result, not checkpoint.trusted,
-                                  checkpoint.logics_msg_timestamp)
+                                  checkpoint.logics_msg_timestamp, min(max(ends, default=0), result.process_offset))
     if not read_only:
         if not queue.files:
             if len(cq_store):
