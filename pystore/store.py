@@ -320,7 +320,8 @@ class MessageStore:
         cl = self._commitlog
         slave = cfg.broker_role == BrokerRole.SLAVE
         if not slave:                                # delay levels: a writable master only (FORMAT.md §10)
-            self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
+            assert self._cq_store is not None
+            self.schedule_message_service = ScheduleMessageService(cl, self._cq_store, cfg, clock=self.clock)
             self.schedule_message_service.load()     # first: a bad delayOffset.json fails start() cleanly
             cl.delay_rewrite = self.schedule_message_service.rewrite
         if not slave and cfg.ha_listen_port is not None:
@@ -359,6 +360,9 @@ class MessageStore:
             gc = GroupCommitService(cl, self._checkpoint, clock=self.clock,
                                     after_flush=self._slave_dispatch if slave else self._reput.dispatch_until)
             self._flush_service = gc
+            if self.schedule_message_service is not None:
+                # its deliveries wait for no flush: the group commit is woken to make them durable soon
+                self.schedule_message_service.flush_wakeup = gc.wakeup
             cl.after_put = self._after_put_sync
             cl.flush_wakeup = None
             cl.dispatcher = None
