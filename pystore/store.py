@@ -146,7 +146,8 @@ class MessageStore:
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], read_only: bool = False, **config_overrides: Any) -> MessageStore:
-        """A loaded and started store at ``root``; ``with MessageStore.open(root) as store:`` shuts it down."""
+        """A loaded and started store at ``root``; ``with MessageStore.open(root) as store:`` shuts it down.
+        ``clock=`` and ``disk_usage=`` among the keywords go to the constructor, the rest to ``StoreConfig``."""
         clock = config_overrides.pop("clock", None)
         disk_usage = config_overrides.pop("disk_usage", None)
         config = StoreConfig(store_path_root_dir=os.fspath(root), read_only=read_only, **config_overrides)
