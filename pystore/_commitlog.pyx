@@ -315,14 +315,17 @@ cdef class CommitLogCore:
 
     # -- page-cache busy (FORMAT.md §6.6) --------------------------------------------------------
 
+    # Policy time: a put that has held the lock longer than os_page_cache_busy_timeout by the store's clock
+    # (the C clock when none was injected) makes the others fail fast (pystore.service states the rule).
+
     def is_os_page_cache_busy(self):
         cdef int64_t begin = self.begin_time_in_lock
-        cdef int64_t diff = now_ms() - begin
+        cdef int64_t diff = self._now() - begin
         return diff < 10000000 and diff > self.os_page_cache_busy_timeout
 
     def lock_time_mills(self):
         cdef int64_t begin = self.begin_time_in_lock
-        cdef int64_t diff = now_ms() - begin
+        cdef int64_t diff = self._now() - begin
         return diff if diff < 10000000 else 0
 
     # -- flush wake-up ----------------------------------------------------------------------------
@@ -444,8 +447,9 @@ cdef class CommitLogCore:
         self.put_lock.lock()
         try:
             ts = self._now()
-            # one clock read per put: the lock time is the store time unless a test clock drives the latter
-            self.begin_time_in_lock = ts if self.clock is None else now_ms()
+            # one clock read per put: the lock time is the store time (RocketMQ's beginLockTimestamp), so the
+            # page-cache-busy check runs on the store's clock, a test's fake one included
+            self.begin_time_in_lock = ts
             cell = self.cell_for(msg)
             if enters:
                 qoff = cell.next_offset
@@ -569,8 +573,9 @@ cdef class CommitLogCore:
         self.put_lock.lock()
         try:
             ts = self._now()
-            # one clock read per put: the lock time is the store time unless a test clock drives the latter
-            self.begin_time_in_lock = ts if self.clock is None else now_ms()
+            # one clock read per put: the lock time is the store time (RocketMQ's beginLockTimestamp), so the
+            # page-cache-busy check runs on the store's clock, a test's fake one included
+            self.begin_time_in_lock = ts
             cell = self.cell_for(<Message>ms[0] if bodies is None else tmpl)
             qoff = cell.next_offset
             mf = self._file_with_room(total)

@@ -18,6 +18,10 @@ never wrong.
 cleanly. ``lock`` carries an exclusive ``flock`` for as long as a writer has the store open; a second
 writer, in this process or another, gets :class:`~pystore.errors.StoreLockedError` before it touches a file.
 
+Time is the store's clock (``clock``, epoch ms; ``pystore.service``): it decides when the next automatic write
+is due and how far in the future a time may lie before the file counts as impossible, so a test's fake clock
+drives both.
+
 Names are durable (``pystore.durable``; RocketMQ does not fsync directories): the folder is fsynced after
 ``abort`` is created or removed, and after the checkpoint's first write creates the file (once, not at
 every write).
@@ -31,11 +35,12 @@ import logging
 import os
 import struct
 import threading
-import time
+from collections.abc import Callable
 
 from pystore.crashpoint import crashpoint
 from pystore.durable import fsync_dir
 from pystore.errors import StoreLockedError
+from pystore.service import real_clock
 
 __all__ = ["StoreCheckpoint", "AbortFile", "StoreLock", "CHECKPOINT_FILE_SIZE"]
 
@@ -80,13 +85,16 @@ class StoreCheckpoint:
     logics_msg_timestamp = _field("logics_msg_timestamp")
     index_msg_timestamp = _field("index_msg_timestamp")
 
-    def __init__(self, path: str, read_only: bool = False, auto_flush_ms: int = 0) -> None:
+    def __init__(self, path: str, read_only: bool = False, auto_flush_ms: int = 0,
+                 clock: Callable[[], int] | None = None) -> None:
         self.path = path
         self.read_only = read_only
+        #: epoch ms: when the next automatic write is due, and the horizon of a trusted time
+        self.clock = clock or real_clock
         self._lock = threading.Lock()
         self.auto_flush_ms = 0          # no writes while loading the fields
         self._dirty = False
-        self._last_flush = 0.0
+        self._last_flush = 0            # the clock's ms at the last write (0: never written)
         self._physic_msg_timestamp = 0
         self._logics_msg_timestamp = 0
         self._index_msg_timestamp = 0
@@ -100,7 +108,12 @@ class StoreCheckpoint:
         self.auto_flush_ms = auto_flush_ms
 
     def _maybe_flush(self) -> None:
-        if self.read_only or time.monotonic() - self._last_flush < self.auto_flush_ms / 1000:
+        if self.read_only:
+            return
+        since = self.clock() - self._last_flush
+        # a clock that went back (since < 0) writes now: waiting for it to catch up could leave the file
+        # that much older than the data after a crash, which recovery's damage guard relies on
+        if 0 <= since < self.auto_flush_ms:
             return
         try:
             self.flush()
@@ -119,7 +132,7 @@ class StoreCheckpoint:
             self.trusted = False
             return
         values = _LAYOUT.unpack_from(data)
-        horizon = int(time.time() * 1000) + _ONE_DAY_MS
+        horizon = self.clock() + _ONE_DAY_MS
         if any(v < 0 for v in values) or any(v > horizon for v in values[:3]):
             log.warning("checkpoint %s holds impossible values %r: ignored", self.path, values)
             self.trusted = False
@@ -146,7 +159,7 @@ class StoreCheckpoint:
             return
         with self._lock:
             self._dirty = False
-            self._last_flush = time.monotonic()
+            self._last_flush = self.clock()
             data = self.to_bytes()
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:

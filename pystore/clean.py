@@ -17,9 +17,12 @@ after ``start()``. A pass:
 2. **consume queues and index** — when the commit log's min offset moved: every queue drops the files whose
    last unit points below it and corrects its min offset, then the index drops files that end below it.
 
-The disk ratio is ``used / total`` of the partition holding each path (``os.statvfs``), or what the store's
-``disk_usage`` hook returns (tests inject it). ``clean_expired_consumer_queue`` and ``clean_unused_topic``
-are RocketMQ's manual operations on whole queues; neither is scheduled (as in RocketMQ 4.8).
+Every decision reads injected collaborators, never the machine or the store's insides: the time (expiry,
+the delete hours, the hanged-file retry) is the store's ``clock``, the disk ratio is ``used / total`` of what
+the store's ``disk_usage(path)`` says of the partition holding each path (``shutil.disk_usage`` by default;
+``pystore.service.disk_used_ratio``), and the files come as the commit log, the consume-queue store and the
+index the store hands over. ``clean_expired_consumer_queue`` and ``clean_unused_topic`` are RocketMQ's
+manual operations on whole queues; neither is scheduled (as in RocketMQ 4.8).
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pystore.message import SCHEDULE_TOPIC
-from pystore.service import ServiceThread
+from pystore.service import Clock, DiskUsage, ServiceThread, disk_used_ratio, real_clock
 
 if TYPE_CHECKING:
-    from pystore.store import MessageStore
+    from pystore.commitlog import CommitLog
+    from pystore.config import StoreConfig
+    from pystore.consume_queue import ConsumeQueueStore
+    from pystore.running_flags import RunningFlags
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +51,23 @@ SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_
 class CleanCommitLog:
     """The commit-log half of a pass (FORMAT.md §9.2)."""
 
-    def __init__(self, store: MessageStore, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.store = store
+    def __init__(self, commitlog: CommitLog, config: StoreConfig, running_flags: RunningFlags,
+                 clock: Clock | None = None, disk_usage: DiskUsage | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.commitlog = commitlog
+        self.config = config
+        self.running_flags = running_flags
+        self.clock = clock or real_clock
+        self.disk_usage = disk_usage
         self.sleep = sleep
+        self.root = config.store_path_root_dir
         self.manual_passes = 0
         self.clean_immediately = False
         self.last_redelete = 0
 
     def execute_delete_files_manually(self) -> None:
         self.manual_passes = MANUAL_DELETE_PASSES
-        log.info("%s: manual deletion of expired files for the next %d passes", self.store.root,
-                 MANUAL_DELETE_PASSES)
+        log.info("%s: manual deletion of expired files for the next %d passes", self.root, MANUAL_DELETE_PASSES)
 
     def run_once(self) -> int:
         deleted = self.delete_expired_files()
@@ -63,8 +75,7 @@ class CleanCommitLog:
         return deleted
 
     def delete_expired_files(self) -> int:
-        store = self.store
-        cfg = store.config
+        cfg = self.config
         time_up = self.is_time_to_delete()
         space_full = self.is_space_to_delete()
         manual = self.manual_passes > 0
@@ -73,44 +84,41 @@ class CleanCommitLog:
         if manual:
             self.manual_passes -= 1
         clean_at_once = cfg.clean_file_forcibly_enable and self.clean_immediately
-        cl = store._commitlog
-        if cl is None:
-            return 0
+        cl = self.commitlog
         n = cl.queue.delete_expired_file_by_time(
             cfg.file_reserved_time * 3_600_000, cfg.delete_commit_log_files_interval,
             cfg.destroy_mapped_file_interval_forcibly, clean_at_once, cfg.delete_file_batch_max,
-            now=store.clock(), sleep=self.sleep)
+            now=self.clock(), sleep=self.sleep)
         if n:
             log.info("%s: deleted %d commit-log file(s) (time %s, space %s, manual %s, at once %s); min offset "
-                     "now %d", store.root, n, time_up, space_full, manual, clean_at_once, cl.get_min_offset())
+                     "now %d", self.root, n, time_up, space_full, manual, clean_at_once, cl.get_min_offset())
         elif space_full:
-            log.warning("%s: the disk is full but no commit-log file could be deleted", store.root)
+            log.warning("%s: the disk is full but no commit-log file could be deleted", self.root)
         return n
 
     def redelete_hanged_file(self) -> None:
-        cfg = self.store.config
-        now = self.store.clock()
-        if now - self.last_redelete < cfg.redelete_hanged_file_interval:
+        cfg = self.config
+        now = self.clock()
+        # a clock that went back retries now rather than once it caught up
+        if 0 <= now - self.last_redelete < cfg.redelete_hanged_file_interval:
             return
         self.last_redelete = now
-        cl = self.store._commitlog
-        if cl is not None and cl.queue.retry_delete_first_file(cfg.destroy_mapped_file_interval_forcibly):
-            log.info("%s: deleted a commit-log file that readers held past its destroy", self.store.root)
+        if self.commitlog.queue.retry_delete_first_file(cfg.destroy_mapped_file_interval_forcibly):
+            log.info("%s: deleted a commit-log file that readers held past its destroy", self.root)
 
     def is_time_to_delete(self) -> bool:
-        hour = time.localtime(self.store.clock() / 1000).tm_hour
-        return hour in self.store.config.delete_when_hours()
+        hour = time.localtime(self.clock() / 1000).tm_hour
+        return hour in self.config.delete_when_hours()
 
     def is_space_to_delete(self) -> bool:
         """RocketMQ's ``isSpaceToDelete``: also sets ``clean_immediately`` and the DISK_FULL flag."""
-        store = self.store
-        cfg = store.config
+        cfg = self.config
         ratio = cfg.disk_max_used_space_ratio / 100.0
         self.clean_immediately = False
         over = False
         full = False
         for path in [*cfg.commit_log_paths(), cfg.consume_queue_path()]:
-            used = store._disk_ratio(path)
+            used = disk_used_ratio(self.disk_usage, path)
             if used > cfg.disk_space_warning_level_ratio:
                 full = True
                 self.clean_immediately = True
@@ -118,13 +126,13 @@ class CleanCommitLog:
                 self.clean_immediately = True
             if used < 0 or used > ratio:
                 over = True
-        flags = store.running_flags
+        flags = self.running_flags
         if full:
             if flags.get_and_make_disk_full():
-                log.error("%s: disk usage over %.2f; the store refuses puts until files are deleted", store.root,
+                log.error("%s: disk usage over %.2f; the store refuses puts until files are deleted", self.root,
                           cfg.disk_space_warning_level_ratio)
         elif not flags.get_and_make_disk_ok():
-            log.info("%s: disk usage is back under %.2f; puts are accepted again", store.root,
+            log.info("%s: disk usage is back under %.2f; puts are accepted again", self.root,
                      cfg.disk_space_warning_level_ratio)
         return over
 
@@ -132,21 +140,22 @@ class CleanCommitLog:
 class CleanConsumeQueue:
     """The consume-queue and index half of a pass (FORMAT.md §9.3)."""
 
-    def __init__(self, store: MessageStore, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.store = store
+    def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: Any, config: StoreConfig,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.commitlog = commitlog
+        self.cq_store = cq_store
+        self.index = index
+        self.config = config
         self.sleep = sleep
         self.last_min_offset = 0
 
     def run_once(self) -> int:
-        store = self.store
-        cl, cqs, index = store._commitlog, store._cq_store, store._index
-        if cl is None or cqs is None:
-            return 0
+        cl, cqs, index = self.commitlog, self.cq_store, self.index
         min_offset = cl.get_min_offset()
         if min_offset <= self.last_min_offset:
             return 0
         self.last_min_offset = min_offset
-        interval = store.config.delete_consume_queue_files_interval
+        interval = self.config.delete_consume_queue_files_interval
         deleted = 0
         for cq in cqs.queues():
             n = cq.delete_expired_file(min_offset)
@@ -156,19 +165,24 @@ class CleanConsumeQueue:
         if index is not None:
             deleted += index.delete_expired_file(min_offset)
         if deleted:
-            log.info("%s: deleted %d consume-queue/index file(s) below commit-log offset %d", store.root, deleted,
-                     min_offset)
+            log.info("%s: deleted %d consume-queue/index file(s) below commit-log offset %d",
+                     self.config.store_path_root_dir, deleted, min_offset)
         return deleted
 
 
 class CleanService(ServiceThread):
-    """Runs both halves every ``clean_resource_interval`` ms."""
+    """Runs both halves every ``clean_resource_interval`` ms. The store hands it what it cleans (commit log,
+    consume-queue store, index), what decides (config, clock, ``disk_usage``) and the running flags it sets
+    DISK_FULL in."""
 
-    def __init__(self, store: MessageStore, clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: Any, config: StoreConfig,
+                 running_flags: RunningFlags, clock: Clock | None = None,
+                 disk_usage: DiskUsage | None = None) -> None:
         super().__init__("CleanService", clock)
-        self.store = store
-        self.commit_log = CleanCommitLog(store, sleep=self._sleep)
-        self.consume_queue = CleanConsumeQueue(store, sleep=self._sleep)
+        self.config = config
+        self.commit_log = CleanCommitLog(commitlog, config, running_flags, self.clock, disk_usage,
+                                         sleep=self._sleep)
+        self.consume_queue = CleanConsumeQueue(commitlog, cq_store, index, config, sleep=self._sleep)
 
     def _sleep(self, seconds: float) -> None:
         # deletions pace themselves, but shutdown must not wait for a whole batch
@@ -179,7 +193,7 @@ class CleanService(ServiceThread):
         return self.commit_log.run_once(), self.consume_queue.run_once()
 
     def run(self) -> None:
-        interval = self.store.config.clean_resource_interval
+        interval = self.config.clean_resource_interval
         while not self.is_stopped():
             self.wait_for_running(interval)
             if self.is_stopped():
@@ -187,15 +201,12 @@ class CleanService(ServiceThread):
             try:
                 self.run_once()
             except Exception:
-                log.exception("%s: a cleaning pass failed", self.store.root)
+                log.exception("%s: a cleaning pass failed", self.config.store_path_root_dir)
 
 
-def clean_expired_consumer_queue(store: MessageStore) -> list[tuple[str, int]]:
+def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[tuple[str, int]]:
     """Destroy every queue whose last unit points below the commit log's min offset (RocketMQ's
     ``cleanExpiredConsumerQueue``); the schedule topic is kept. Returns the removed (topic, queue id)s."""
-    cl, cqs = store._commitlog, store._cq_store
-    if cl is None or cqs is None:
-        return []
     min_offset = cl.get_min_offset()
     removed = []
     for cq in cqs.queues():
@@ -207,33 +218,28 @@ def clean_expired_consumer_queue(store: MessageStore) -> list[tuple[str, int]]:
         elif last < min_offset:
             log.info("%s/%d: consume queue destroyed, its last message (%d) is below the commit log's min (%d)",
                      cq.topic, cq.queue_id, last, min_offset)
-            _drop_queue(store, cq)
+            _drop_queue(cl, cqs, cq)
             removed.append((cq.topic, cq.queue_id))
     return removed
 
 
-def clean_unused_topic(store: MessageStore, keep: Any) -> list[tuple[str, int]]:
+def clean_unused_topic(cl: CommitLog, cqs: ConsumeQueueStore, keep: Any) -> list[tuple[str, int]]:
     """Destroy the queues of every topic not in ``keep`` (RocketMQ's ``cleanUnusedTopic``); system topics
     are kept. Returns the removed (topic, queue id)s."""
     if isinstance(keep, str) or not all(isinstance(t, str) for t in keep):
         raise TypeError("keep must be a set of topic names")
     keep = set(keep)
-    cqs = store._cq_store
-    if cqs is None:
-        return []
     removed = []
     for cq in cqs.queues():
         if cq.topic in keep or cq.topic in SYSTEM_TOPICS:
             continue
         log.info("%s/%d: consume queue of an unused topic destroyed", cq.topic, cq.queue_id)
-        _drop_queue(store, cq)
+        _drop_queue(cl, cqs, cq)
         removed.append((cq.topic, cq.queue_id))
     return removed
 
 
-def _drop_queue(store: MessageStore, cq: Any) -> None:
-    cl, cqs = store._commitlog, store._cq_store
-    assert cl is not None and cqs is not None
+def _drop_queue(cl: CommitLog, cqs: ConsumeQueueStore, cq: Any) -> None:
     cl.remove_cell(cq.topic, cq.queue_id)
     cqs.remove(cq.topic, cq.queue_id)
     cq.destroy()

@@ -15,6 +15,11 @@
   service has not reached by their deadline (a flush stuck on the disk) with ``FLUSH_DISK_TIMEOUT``.
 * ``CommitRealTimeService`` (transient store pool): copies pooled writes into the files, then wakes the flush.
 
+Time (``pystore.service``): the intervals that decide a thorough flush or commit (``*_thorough_interval``)
+are policy and read the store's clock; how long a put waits for its flush (``sync_flush_timeout``, the
+requests' deadlines and ``sync``), how long a leader gathers its group and how long the last flush took are
+real waits and measurements, on ``time.monotonic``.
+
 The msync/fdatasync inside ``MappedFile.flush`` runs without the GIL. Each flush records the store time of
 the last flushed message as the checkpoint's ``physicMsgTimestamp``. ``after_flush`` (SYNC_FLUSH) lets
 dispatch follow the flushed offset, so no reader sees what a crash could take back.

@@ -67,6 +67,15 @@ Where this differs from RocketMQ, and why:
   by a connection's reader, so callbacks on their futures cannot hold up acknowledgements. A callback that
   makes such a put itself hands the loop to a new thread, so it may wait for that put's future.
 
+Time (``pystore.service``): whether a heartbeat is due (both sides) and whether the master has been silent too
+long (the slave's ``ha_housekeeping_interval``) are policy, read from the store's clock when the loop wakes
+(every ``_POLL_S`` on the master's writer, at most every second on the slave), so a test moves a fake clock
+to make them happen. How long a put waits for a slave (``slave_timeout``, both ``wait_for_slave`` and the
+async futures' deadlines) is a real wait, measured with ``time.monotonic``: it bounds a caller's blocking, and
+a fake clock nobody advances must not hang it. The master closes a connection whose slave has not reported
+for ``ha_housekeeping_interval`` by a socket timeout, also real: the same timeout bounds a send to a slave
+that stopped reading, which only the real time can measure.
+
 Limits, as in RocketMQ: master and slave must have the same ``mapped_file_size_commit_log`` (the protocol
 does not carry it; a slave with other files misplaces the master's end-of-file blanks). With the transient
 store pool, a master ships only what its commit service has committed, so a SYNC_MASTER put waits for the
@@ -91,7 +100,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore.errors import StoreClosedError
-from pystore.service import ServiceThread
+from pystore.service import Clock, ServiceThread, real_clock
 from pystore.status import PutMessageStatus
 
 __all__ = ["HAService", "HAConnection", "HAClient", "parse_address"]
@@ -108,6 +117,12 @@ _CONNECT_TIMEOUT_S = 3.0
 #: how much of the end of its log a slave that holds data asks its master for again on each connection, to
 #: check that the master still holds those very bytes before it appends anything after them
 _VERIFY_BYTES = 64 * 1024
+
+
+def _due(now: int, last: int, interval_ms: int) -> bool:
+    """Is a periodic send due ``interval_ms`` after ``last`` (clock ms)? Also when the clock went back: one
+    send too many costs 12 bytes, one missing until the clock caught up could cost the connection."""
+    return now - last >= interval_ms or now < last
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -161,9 +176,15 @@ class _SlaveRequest:
 class HAService:
     """The master's side: the listener, its connections, and the acknowledged offset puts wait for."""
 
-    def __init__(self, store: Any, config: Any) -> None:
+    def __init__(self, store: Any, config: Any, clock: Clock | None = None, file_size: int | None = None) -> None:
+        """``store``: what the connections read through its public methods (``get_commit_log_data``,
+        ``get_max_phy_offset``, ``get_min_phy_offset``); ``clock``: the store's (heartbeats);
+        ``file_size``: the size of the commit-log files the store found (where an empty slave starts);
+        ``config.mapped_file_size_commit_log`` when None."""
         self.store = store
         self.config = config
+        self.clock = clock or real_clock
+        self.file_size = file_size or config.mapped_file_size_commit_log
         #: the highest offset any slave acknowledged (RocketMQ ``push2SlaveMaxOffset``)
         self.push2slave_max_offset = 0
         self._cond = threading.Condition()
@@ -491,8 +512,9 @@ class HAConnection:
         cfg = svc.config
         store = svc.store
         batch = cfg.ha_transfer_batch_size
-        heartbeat_s = cfg.ha_send_heartbeat_interval / 1000
-        last_write = time.monotonic()
+        clock = svc.clock
+        heartbeat_ms = cfg.ha_send_heartbeat_interval
+        last_write = clock()
         warned_low = False
         try:
             while not self._closed:
@@ -510,7 +532,7 @@ class HAConnection:
                         size = min(len(whole), batch)
                         _send_all(self.sock, _HEADER.pack(offset, size), whole[:size])
                     self.next_transfer_from = offset + size
-                    last_write = time.monotonic()
+                    last_write = clock()
                     continue
                 if not warned_low:
                     low = store.get_min_phy_offset()
@@ -518,9 +540,9 @@ class HAConnection:
                         warned_low = True
                         log.error("HA: slave %s wants offset %d, but the master's commit log starts at %d: "
                                   "nothing can be sent to it", self.address, offset, low)
-                if time.monotonic() - last_write >= heartbeat_s:
+                if _due(clock(), last_write, heartbeat_ms):
                     _send_all(self.sock, _HEADER.pack(offset, 0))
-                    last_write = time.monotonic()
+                    last_write = clock()
                 self._wake.wait(_POLL_S)
                 self._wake.clear()
         except OSError:
@@ -539,7 +561,7 @@ class HAConnection:
             return self.slave_request_offset
         # a slave with nothing starts at the master's last file: history stays with the master
         master = store.get_max_phy_offset()
-        size = store._commitlog.queue.mapped_file_size     # the files' own size: a store keeps its geometry
+        size = self.service.file_size     # the files' own size: a store keeps its geometry
         return master - master % size
 
 
@@ -640,8 +662,9 @@ class HAClient(ServiceThread):
         sock = self.sock
         assert sock is not None
         cfg = self.config
-        heartbeat_s = cfg.ha_send_heartbeat_interval / 1000
-        expire_s = cfg.ha_housekeeping_interval / 1000
+        clock = self.clock
+        heartbeat_ms = cfg.ha_send_heartbeat_interval
+        expire_ms = cfg.ha_housekeeping_interval
         end = self.max_offset()
         start = self._verify_from(end)
         self._verify_at, self._verify_end = start, end
@@ -653,25 +676,29 @@ class HAClient(ServiceThread):
             # acknowledged once the master matched it, so it is made durable first
             self.flush()
         self._report(sock, start)
-        last_report = last_read = time.monotonic()
+        last_report = last_read = clock()
         buf = bytearray()
-        sock.settimeout(min(heartbeat_s, 1.0))
+        # a real wait, at most a second: the loop wakes to read the clock for the heartbeat and the expiry
+        sock.settimeout(min(heartbeat_ms / 1000, 1.0))
         while not self.is_stopped():
-            now = time.monotonic()
-            if now - last_report >= heartbeat_s:
+            now = clock()
+            if _due(now, last_report, heartbeat_ms):
                 self._report(sock, self._held())
                 last_report = now
             try:
                 data = sock.recv(1 << 20)
             except TimeoutError:
-                if time.monotonic() - last_read > expire_s:
+                now = clock()
+                if now < last_read:
+                    last_read = now          # the clock went back: the silence is counted from now
+                elif now - last_read > expire_ms:
                     log.warning("HA: master sent nothing for %d ms; reconnecting", cfg.ha_housekeeping_interval)
                     return
                 continue
             if not data:
                 log.info("HA: the master closed the connection")
                 return
-            last_read = time.monotonic()
+            last_read = clock()
             buf += data
             applied = self._apply(buf)
             if applied is None:
@@ -680,7 +707,7 @@ class HAClient(ServiceThread):
                 if self.flush is not None:
                     self.flush()        # durable before acknowledged: one flush for all the transfers of a read
                 self._report(sock, self._held())
-                last_report = time.monotonic()
+                last_report = clock()
 
     def _verify_from(self, end: int) -> int:
         """Where to ask a master for data, for a log ending at ``end``: up to ``_VERIFY_BYTES`` before it, within

@@ -67,13 +67,14 @@ from pystore._cq import read_unit
 from pystore._message import Message, MessageExt
 from pystore.durable import fsync_dir, make_dirs_durable
 from pystore.errors import StoreError
-from pystore.flush import GroupCommitService
 from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
 if TYPE_CHECKING:
-    from pystore.store import MessageStore
+    from pystore.commitlog import CommitLog
+    from pystore.config import StoreConfig
+    from pystore.consume_queue import ConsumeQueueStore
 
 __all__ = ["ScheduleMessageService", "delay_level_to_queue_id", "queue_id_to_delay_level",
            "encode_delay_offsets", "decode_delay_offsets"]
@@ -141,16 +142,24 @@ def decode_delay_offsets(text: str) -> dict[int, int]:
 
 class ScheduleMessageService(ServiceThread):
     """Delay levels of one writable master store (see the module docstring). Created by
-    ``MessageStore.start()``: ``load()`` (offsets), then ``start()``; ``shutdown()`` persists."""
+    ``MessageStore.start()``: ``load()`` (offsets), then ``start()``; ``shutdown()`` persists.
 
-    def __init__(self, store: MessageStore, clock: Callable[[], int] | None = None) -> None:
+    The store hands it the commit log it reads and puts into, the consume-queue store holding the schedule
+    topic's queues, its config and clock; ``flush_wakeup`` (the group commit's ``wakeup`` under SYNC_FLUSH,
+    set once that service exists) is called after each delivery, which waits for no flush."""
+
+    def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, config: StoreConfig,
+                 clock: Callable[[], int] | None = None) -> None:
         super().__init__("ScheduleMessageService", clock)
-        self.store = store
-        cfg = store.config
-        self.delay_level_table: dict[int, int] = cfg.delay_level_table()
-        self.max_delay_level: int = cfg.max_delay_level()
-        self.flush_delay_offset_interval: int = cfg.flush_delay_offset_interval
-        self.path = os.path.join(cfg.config_path(), DELAY_OFFSET_FILE)
+        self.commitlog = commitlog
+        self.cq_store = cq_store
+        self.config = config
+        self.root = config.store_path_root_dir
+        self.flush_wakeup: Callable[[], object] | None = None
+        self.delay_level_table: dict[int, int] = config.delay_level_table()
+        self.max_delay_level: int = config.max_delay_level()
+        self.flush_delay_offset_interval: int = config.flush_delay_offset_interval
+        self.path = os.path.join(config.config_path(), DELAY_OFFSET_FILE)
         self.offset_table: dict[int, int] = {}
         # level -> (due ms, offset): the pending timer task of each level
         self._tasks: dict[int, tuple[int, int]] = {}
@@ -225,7 +234,7 @@ class ScheduleMessageService(ServiceThread):
         return table
 
     def correct_delay_offset(self) -> None:
-        cqs = self.store._cq_store
+        cqs = self.cq_store
         for level, offset in list(self.offset_table.items()):
             if level not in self.delay_level_table:
                 continue
@@ -234,7 +243,7 @@ class ScheduleMessageService(ServiceThread):
             corrected = min(max(offset, low), high)
             if corrected != offset:
                 log.error("%s: delay level %d offset %d outside its queue [%d, %d]; corrected to %d",
-                          self.store.root, level, offset, low, high, corrected)
+                          self.root, level, offset, low, high, corrected)
                 self.offset_table[level] = corrected
 
     def persist(self) -> None:
@@ -289,7 +298,7 @@ class ScheduleMessageService(ServiceThread):
             try:
                 self.persist()
             except OSError:
-                log.exception("%s: persisting delay offsets failed", self.store.root)
+                log.exception("%s: persisting delay offsets failed", self.root)
         return min(next_due, self._next_persist) - self.clock()
 
     def deliver_once(self) -> int:
@@ -303,7 +312,7 @@ class ScheduleMessageService(ServiceThread):
         try:
             self.persist()
         except OSError:
-            log.exception("%s: persisting delay offsets at shutdown failed", self.store.root)
+            log.exception("%s: persisting delay offsets at shutdown failed", self.root)
 
     def _schedule(self, level: int, offset: int, delay: int) -> None:
         self._tasks[level] = (self.clock() + delay, offset)
@@ -313,15 +322,13 @@ class ScheduleMessageService(ServiceThread):
         try:
             return self._execute_on_timeup(level, offset)
         except Exception:
-            log.exception("%s: delay level %d failed at offset %d", self.store.root, level, offset)
+            log.exception("%s: delay level %d failed at offset %d", self.root, level, offset)
             self._schedule(level, offset, DELAY_FOR_A_PERIOD)
             return 0
 
     def _execute_on_timeup(self, level: int, offset: int) -> int:
         """One run of a level's task (RocketMQ ``DeliverDelayedMessageTimerTask.executeOnTimeup``)."""
-        store = self.store
-        cl, cqs = store._commitlog, store._cq_store
-        assert cl is not None and cqs is not None
+        cl, cqs = self.commitlog, self.cq_store
         cq = cqs.find(SCHEDULE_TOPIC, delay_level_to_queue_id(level))
         if cq is None:
             self._schedule(level, offset, DELAY_FOR_A_WHILE)
@@ -331,7 +338,7 @@ class ScheduleMessageService(ServiceThread):
             low = cq.get_min_offset_in_queue()
             if offset < low:
                 log.error("%s: delay level %d offset %d below its queue's min %d; moving to it",
-                          store.root, level, offset, low)
+                          self.root, level, offset, low)
                 offset = low
             self._schedule(level, offset, DELAY_FOR_A_WHILE)
             return 0
@@ -359,19 +366,19 @@ class ScheduleMessageService(ServiceThread):
                     inner = self.message_timeup(ext)
                     if inner.topic == RMQ_SYS_TRANS_HALF_TOPIC:
                         log.error("%s: delayed message at %d is a transaction half message; discarded",
-                                  store.root, phy)
+                                  self.root, phy)
                         continue
                     result = self._put(inner)
                     if result.status is PutMessageStatus.PUT_OK:
                         delivered += 1
                         continue
-                    log.error("%s: delivering the delayed message at %d to %s/%d failed: %s", store.root, phy,
+                    log.error("%s: delivering the delayed message at %d to %s/%d failed: %s", self.root, phy,
                               inner.topic, inner.queue_id, result.status.name)
                     self._schedule(level, next_offset, DELAY_FOR_A_PERIOD)
                     self.offset_table[level] = next_offset
                     return delivered
                 except Exception:
-                    log.exception("%s: delayed message at %d cannot be delivered; skipped", store.root, phy)
+                    log.exception("%s: delayed message at %d cannot be delivered; skipped", self.root, phy)
             next_offset = offset + (end - start) // _CQ_STORE_UNIT_SIZE
             self._schedule(level, next_offset, DELAY_FOR_A_WHILE)
             self.offset_table[level] = next_offset
@@ -393,14 +400,13 @@ class ScheduleMessageService(ServiceThread):
 
     def _put(self, msg: Message) -> Any:
         """Append without waiting for a flush or a slave (``waitStoreMsgOK=false``), past the rewrite."""
-        cl = self.store._commitlog
-        assert cl is not None
+        cl = self.commitlog
         self._timeup = msg
         try:
             result = cl.append_message(msg)
         finally:
             self._timeup = None
-        flush = self.store._flush_service
-        if isinstance(flush, GroupCommitService):
-            flush.wakeup()
+        wakeup = self.flush_wakeup
+        if wakeup is not None:
+            wakeup()
         return result

@@ -1,10 +1,26 @@
-"""``ServiceThread``: the loop every background service runs in (RocketMQ ``ServiceThread``).
+"""``ServiceThread``: the loop every background service runs in (RocketMQ ``ServiceThread``), and the two
+things the store injects into every policy: the clock and the disk.
 
 A service sleeps in ``wait_for_running(interval)`` until its interval passes or someone calls
 ``wakeup()``; ``on_wait_end`` runs after every wait (the group commit swaps its request lists there).
 ``sleep(interval)`` ignores wake-ups (the timed flush) but not ``shutdown()``.
-``shutdown()`` stops the loop, wakes it and joins it. Time comes from an injected ``clock`` (ms) so tests
-move time instead of sleeping; the sleeping itself always uses real time.
+``shutdown()`` stops the loop, wakes it and joins it.
+
+**Policy time and real waits.** The store has one clock (``MessageStore(clock=...)``, epoch ms, default
+``real_clock``) and hands it to every component whose *decision* depends on the time: is a file expired, is
+a thorough flush or a heartbeat due, has a slave been silent too long, is the checkpoint's next write due,
+has a put held the lock too long (page cache busy), is a time in the checkpoint impossible. Tests move a
+fake clock instead of sleeping, and a decision then depends on nothing but what the test did. A *wait* that
+bounds how long a thread blocks is real time (``time.monotonic``, ``Event.wait``, socket timeouts): how
+long a put waits for its flush (``sync_flush_timeout``) or its slave (``slave_timeout``), how long the group
+commit gathers a group, how long a service sleeps between passes. A fake clock that nobody advances would
+turn those into hangs, and what they bound is the caller's real patience, not a policy. A policy loop
+therefore sleeps in real time and re-reads the clock when it wakes (at least every second or every
+interval), and a clock that moved back counts as "due now" rather than "due once it catches up".
+
+**The disk.** Decisions on disk usage (cleaning's ratios, the DISK_FULL flag) go through an injected
+``disk_usage(path)`` (``MessageStore(disk_usage=...)``, default ``shutil.disk_usage``);
+``disk_used_ratio`` turns its answer into the used fraction.
 
 Services are daemon threads: a process that exits without ``shutdown()`` behaves like a crash, which is
 what recovery is for. An exception escaping ``run`` is logged, never swallowed silently.
@@ -13,11 +29,19 @@ what recovery is for. An exception escaping ``run`` is logged, never swallowed s
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["ServiceThread", "real_clock"]
+__all__ = ["ServiceThread", "real_clock", "disk_used_ratio", "Clock", "DiskUsage"]
+
+#: epoch milliseconds, RocketMQ's ``SystemClock.now()``
+Clock = Callable[[], int]
+#: ``disk_usage(path)``: a ``shutil.disk_usage`` result (anything with ``total`` and ``used``), or the used
+#: fraction itself as a number in [0, 1] (the store's hook before it took ``shutil.disk_usage``'s shape)
+DiskUsage = Callable[[str], Any]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +49,22 @@ log = logging.getLogger(__name__)
 def real_clock() -> int:
     """Wall-clock milliseconds since the epoch (RocketMQ's ``System.currentTimeMillis``)."""
     return time.time_ns() // 1_000_000
+
+
+def disk_used_ratio(disk_usage: DiskUsage | None, path: str) -> float:
+    """The used fraction of the partition holding ``path`` by ``disk_usage`` (``shutil.disk_usage`` when
+    None); -1.0 when it cannot be read (cleaning then treats the disk as over its limit, as RocketMQ does).
+
+    ``shutil.disk_usage``'s ``used`` is ``total - f_bfree``: the blocks reserved for root count as free, as in
+    RocketMQ's ``getDiskPartitionSpaceUsedPercent`` (``File.getFreeSpace``)."""
+    try:
+        usage = (disk_usage or shutil.disk_usage)(path)
+    except OSError:
+        return -1.0
+    if isinstance(usage, (int, float)):
+        return float(usage)
+    total = usage.total
+    return usage.used / total if total else -1.0
 
 
 class ServiceThread:

@@ -13,6 +13,11 @@ modules) and no service schedules (those are in their services)::
 A read-only store takes no lock, writes nothing and refuses puts (``SERVICE_NOT_AVAILABLE``); it follows a
 live writer by re-reading the folder when asked for data beyond what it has seen.
 
+Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` (both keyword-only and
+optional) hands its clock to every policy that depends on the time and its ``disk_usage`` to every decision on
+disk usage (``pystore.service`` states the rule); the services get these and the parts they work on from the
+store's wiring, not by reading the store.
+
 Thread-safety: puts and reads may come from any number of threads; lifecycle calls (load, start,
 shutdown, destroy) must not race each other.
 """
@@ -59,7 +64,7 @@ from pystore.recovery import RecoveryResult, recover_store
 from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
-from pystore.service import real_clock
+from pystore.service import DiskUsage, disk_used_ratio, real_clock
 from pystore.status import GetMessageStatus, PutMessageStatus
 
 __all__ = ["MessageStore"]
@@ -92,13 +97,18 @@ class MessageStore:
     """An embedded RocketMQ-format message store in one folder (see the module docstring)."""
 
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], int] | None = None,
-                 disk_usage: Callable[[str], float] | None = None) -> None:
+                 disk_usage: DiskUsage | None = None) -> None:
+        """``clock()``: epoch milliseconds, the time of every policy (store timestamps, file expiry, flush and
+        heartbeat intervals, the checkpoint's writes, the page-cache-busy check); default the system clock.
+        ``disk_usage(path)``: what the partition holding ``path`` uses, as ``shutil.disk_usage`` answers (the
+        default) or as the used fraction in [0, 1]; cleaning and the DISK_FULL flag decide by it. Tests
+        inject both to move time and fill the disk without waiting or writing."""
         if config is not None and not isinstance(config, StoreConfig):
             raise TypeError("config must be a StoreConfig, got %s" % type(config).__name__)
         self.config = config if config is not None else StoreConfig()
         self.clock = clock or real_clock
         self._injected_clock = clock
-        self.disk_usage = disk_usage
+        self.disk_usage: DiskUsage = disk_usage or shutil.disk_usage
         self.read_only = self.config.read_only
         self.running_flags = RunningFlags()
         self.running_flags.add_listener(self._update_writeable)
@@ -136,7 +146,8 @@ class MessageStore:
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], read_only: bool = False, **config_overrides: Any) -> MessageStore:
-        """A loaded and started store at ``root``; ``with MessageStore.open(root) as store:`` shuts it down."""
+        """A loaded and started store at ``root``; ``with MessageStore.open(root) as store:`` shuts it down.
+        ``clock=`` and ``disk_usage=`` among the keywords go to the constructor, the rest to ``StoreConfig``."""
         clock = config_overrides.pop("clock", None)
         disk_usage = config_overrides.pop("disk_usage", None)
         config = StoreConfig(store_path_root_dir=os.fspath(root), read_only=read_only, **config_overrides)
@@ -209,7 +220,7 @@ class MessageStore:
                                                   "a hole from offset %d" % gap)
             log.error("%s", self.load_error)
             return False
-        self._checkpoint = StoreCheckpoint(cfg.checkpoint_path(), read_only=self.read_only)
+        self._checkpoint = StoreCheckpoint(cfg.checkpoint_path(), read_only=self.read_only, clock=self.clock)
         self._commitlog = CommitLog(cfg, queue, clock=self._injected_clock)
         self._bind_put_fast_path()
         self._cq_store = ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
@@ -310,12 +321,13 @@ class MessageStore:
         cl = self._commitlog
         slave = cfg.broker_role == BrokerRole.SLAVE
         if not slave:                                # delay levels: a writable master only (FORMAT.md §10)
-            self.schedule_message_service = ScheduleMessageService(self, clock=self.clock)
+            assert self._cq_store is not None
+            self.schedule_message_service = ScheduleMessageService(cl, self._cq_store, cfg, clock=self.clock)
             self.schedule_message_service.load()     # first: a bad delayOffset.json fails start() cleanly
             cl.delay_rewrite = self.schedule_message_service.rewrite
         if not slave and cfg.ha_listen_port is not None:
             # bound first: a port in use fails start() before any service runs
-            self._ha = HAService(self, cfg)
+            self._ha = HAService(self, cfg, clock=self.clock, file_size=cl.queue.mapped_file_size)
             try:
                 self._ha.bind()
             except OSError as e:
@@ -349,6 +361,9 @@ class MessageStore:
             gc = GroupCommitService(cl, self._checkpoint, clock=self.clock,
                                     after_flush=self._slave_dispatch if slave else self._reput.dispatch_until)
             self._flush_service = gc
+            if self.schedule_message_service is not None:
+                # its deliveries wait for no flush: the group commit is woken to make them durable soon
+                self.schedule_message_service.flush_wakeup = gc.wakeup
             cl.after_put = self._after_put_sync
             cl.flush_wakeup = None
             cl.dispatcher = None
@@ -379,7 +394,9 @@ class MessageStore:
         self._services.append(self._flush_service)
         if commit is not None:
             self._services.append(commit)        # stops before the flush service: its last commit gets flushed
-        self._clean = CleanService(self, clock=self.clock)
+        assert self._cq_store is not None
+        self._clean = CleanService(cl, self._cq_store, self._index, cfg, self.running_flags, clock=self.clock,
+                                   disk_usage=self.disk_usage)
         self._services.append(self._clean)
         self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
                                                        self._checkpoint, clock=self.clock))
@@ -1005,13 +1022,15 @@ class MessageStore:
         """Destroy the consume queues whose messages are all below the commit log's min offset; returns the
         (topic, queue id)s removed."""
         self._check_writable_service()
-        return clean_expired_consumer_queue(self)
+        assert self._commitlog is not None and self._cq_store is not None
+        return clean_expired_consumer_queue(self._commitlog, self._cq_store)
 
     def clean_unused_topic(self, keep: set[str]) -> list[tuple[str, int]]:
         """Destroy the consume queues of every topic not in ``keep`` (system topics stay); returns the
         (topic, queue id)s removed. The commit log is untouched."""
         self._check_writable_service()
-        return clean_unused_topic(self, keep)
+        assert self._commitlog is not None and self._cq_store is not None
+        return clean_unused_topic(self._commitlog, self._cq_store, keep)
 
     def _check_writable_service(self) -> CleanService:
         if self.read_only:
@@ -1068,16 +1087,7 @@ class MessageStore:
         return info
 
     def _disk_ratio(self, path: str) -> float:
-        if self.disk_usage is not None:
-            return float(self.disk_usage(path))
-        try:
-            st = os.statvfs(path)
-        except OSError:
-            return -1.0
-        # RocketMQ's getDiskPartitionSpaceUsedPercent: (total - File.getFreeSpace()) / total, where the free
-        # space counts the blocks reserved for root too (f_bfree, not f_bavail)
-        total = st.f_blocks * st.f_frsize
-        return (total - st.f_bfree * st.f_frsize) / total if total else -1.0
+        return disk_used_ratio(self.disk_usage, path)
 
     def __repr__(self) -> str:
         return "MessageStore(%r, %s%s)" % (self.root, self._state, ", read-only" if self.read_only else "")

@@ -260,8 +260,26 @@ def recv_transfer(sock: socket.socket) -> tuple[int, bytes]:
     return offset, recv_exact(sock, size)
 
 
-def test_master_wire_protocol(store_factory):
-    master = small(store_factory, "master", ha_listen_port=0, ha_transfer_batch_size=1000, ha_send_heartbeat_interval=100)
+def after_clock_moves(clock, ms: int, sock: socket.socket, receive):
+    """``receive()`` once the peer sent, moving ``clock`` by ``ms`` until it does: the peer's loop may read the
+    clock for its last send just after the test moved it (a race the test cannot see), so it moves again
+    (each move is a whole interval: what arrives was due)."""
+    sock.settimeout(2.0)
+    try:
+        for _ in range(30):
+            clock.advance(ms)
+            try:
+                return receive()
+            except TimeoutError:
+                continue
+        raise AssertionError("nothing was sent though the clock moved")
+    finally:
+        sock.settimeout(DEADLINE)
+
+
+def test_master_wire_protocol(store_factory, fake_clock):
+    # heartbeats follow the store's clock: the test moves it once the writer caught up (no real 100 ms wait)
+    master = small(store_factory, "master", ha_listen_port=0, ha_transfer_batch_size=1000, clock=fake_clock)
     put_mix(master, 300)
     end = master.get_max_phy_offset()
     assert end > F
@@ -280,8 +298,9 @@ def test_master_wire_protocol(store_factory):
             got += body
             pos += len(body)
         assert bytes(got) == log_bytes(master, start, end)
-        # caught up: heartbeats, carrying the next offset
-        assert recv_transfer(sock) == (end, b"")
+        # caught up: a heartbeat once the interval passed on the clock, carrying the next offset
+        heartbeat = master.config.ha_send_heartbeat_interval
+        assert after_clock_moves(fake_clock, heartbeat, sock, lambda: recv_transfer(sock)) == (end, b"")
         # the reports move the acknowledged offset
         sock.sendall(REPORT.pack(end))
         wait_until(lambda: master._ha.push2slave_max_offset == end)
@@ -930,3 +949,38 @@ def test_master_takes_split_and_backward_reports_and_cleans_up_a_slave_leaving_m
     wait_until(lambda: master._ha.connection_count == 0 and not conn.running(), what="the connection's end")
     # running() turns false in the threads' last lines; they leave threading.enumerate() when they return
     wait_until(lambda: not [t for t in ha_threads() if "Socket" in t.name], what="the connection's threads' end")
+
+
+def test_master_heartbeats_follow_the_stores_clock(store_factory, fake_clock):
+    """An idle connection gets a heartbeat when ``ha_send_heartbeat_interval`` has passed on the store's
+    clock, not before, however long the real wait."""
+    master = small(store_factory, "master", ha_listen_port=0, clock=fake_clock)
+    put_mix(master, 20)
+    end = master.get_max_phy_offset()
+    with fake_slave(master.ha_port, end) as sock:           # holds everything: only heartbeats may come
+        sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):                    # the clock has not moved: nothing is due
+            sock.recv(1)
+        heartbeat = master.config.ha_send_heartbeat_interval
+        assert after_clock_moves(fake_clock, heartbeat, sock, lambda: recv_transfer(sock)) == (end, b"")
+
+
+def test_slave_reports_and_gives_up_on_a_silent_master_by_the_stores_clock(store_factory, fake_clock,
+                                                                          fast_reconnect):
+    """The slave's heartbeat report and its ``ha_housekeeping_interval`` expiry are policy time: a fake clock
+    moved by the test makes them happen (the loop reads the clock at least once a second)."""
+    fake = FakeMaster()
+    try:
+        slave = small(store_factory, "slave", broker_role=BrokerRole.SLAVE, ha_master_address=fake.address,
+                      clock=fake_clock)
+        sock = fake.accept()
+        assert fake.report() == 0                            # at once on connecting
+        assert after_clock_moves(fake_clock, slave.config.ha_send_heartbeat_interval, sock, fake.report) == 0
+        fake_clock.advance(slave.config.ha_housekeeping_interval + 1)
+        while sock.recv(65536):                              # the slave closes the silent connection ...
+            pass
+        sock.close()
+        fake.accept()                                        # ... and connects again
+        assert fake.report() == 0
+    finally:
+        fake.close()

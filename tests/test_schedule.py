@@ -174,11 +174,16 @@ def test_sync_flush_store_delivers_from_reput(store_factory, fake_clock):
     assert [m.body for m in delivered(store, queue_id=0)] == [b"Hello RocketMQ 0"]
 
 
-def test_service_thread_delivers(store_factory):
-    store = store_factory(message_delay_level="1s 2s")
+def test_service_thread_delivers(store_factory, fake_clock):
+    # the due time is the store's clock: the test moves it past the first run and the 1 s delay, and waits
+    # only for the thread's real work (it reads the clock at least once a second)
+    store = store_factory(message_delay_level="1s 2s", clock=fake_clock)
     assert store.put_message(make_message(0, delay_time_level=1)).is_ok()
+    time.sleep(0.05)
+    assert not delivered(store, queue_id=0)          # no time passed on the clock: not due
+    fake_clock.advance(1000)
     deadline = time.monotonic() + 60
-    while not delivered(store, queue_id=0) and time.monotonic() < deadline:
+    while not delivered(store, queue_id=0) and time.monotonic() < deadline:   # a liveness bound
         time.sleep(0.05)
     assert [m.body for m in delivered(store, queue_id=0)] == [b"Hello RocketMQ 0"]
 
