@@ -32,7 +32,7 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT32_MIN, int32_t, int64_t, uint32_t
 
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
-from pystore._codec cimport find_property
+from pystore._codec cimport find_properties
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport java_hash_utf8_from
 
@@ -40,6 +40,8 @@ HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 cdef int64_t _HEADER = 40
+# how far ahead of the writer the prefault worker is asked to have the entries' pages (13,107 entries)
+cdef int64_t _PREFAULT_LEAD = 256 * 1024
 
 log = logging.getLogger("pystore.index")
 
@@ -148,6 +150,15 @@ cdef class IndexFileCore:
             elif diff > 2147483647:
                 diff = 2147483647
         entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
+        if entry_pos + _PREFAULT_LEAD > self.mapped_file.warmed:
+            # a sparse file written through its mapping: without the prefault worker, the writer takes two
+            # page faults on each new page (under the put lock). A new file asks for its whole slot table too,
+            # which random keys touch all over (its pages are written once, zeros, as they would be anyway
+            # after a few tens of thousands of keys)
+            if self.index_count <= 1 and self.mapped_file.warmed == 0:
+                self.mapped_file._prefault(0, (entry_pos + 2 * _PREFAULT_LEAD) // 2)
+            else:
+                self.mapped_file._prefault(entry_pos, _PREFAULT_LEAD)
         put_i32(b + entry_pos, h)
         put_i64(b + entry_pos + 4, phy_offset)
         put_i32(b + entry_pos + 12, <int32_t>diff)
@@ -328,15 +339,17 @@ cdef int index_message(object service, const unsigned char *topic, Py_ssize_t to
     make a file (none yet, or the last one full: ``IndexService._new_file``, which also starts the full
     file's flush)."""
     cdef int32_t kp = 0, kl = 0, up = 0, ul = 0, i, j
+    cdef int found
     cdef bint has_keys, has_uniq
     cdef uint32_t prefix
     cdef IndexFileCore f
     if (sys_flag & _ROLLBACK) == _ROLLBACK or props_len <= 0:
         return 0
-    has_uniq = find_property(props, <int32_t>props_len, "UNIQ_KEY", 8, &up, &ul)
-    has_keys = find_property(props, <int32_t>props_len, "KEYS", 4, &kp, &kl)
-    if not (has_uniq or has_keys):
+    found = find_properties(props, <int32_t>props_len, "KEYS", 4, &kp, &kl, "UNIQ_KEY", 8, &up, &ul)
+    if found == 0:
         return 0
+    has_keys = found & 1
+    has_uniq = found & 2
     f = _writable(service)
     if f is None or phy_offset < f.end_phy_offset:
         return 0
