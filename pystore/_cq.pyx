@@ -35,7 +35,7 @@ from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, REC_END, SPLIT_BODY, T
                              TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, RecordView, check_record, find_property,
                              make_ext, make_ext_shared, tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
-from pystore._index cimport index_message
+from pystore._index cimport IndexFilesBase, index_message
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageExt, java_hash_utf8
 
@@ -1195,9 +1195,10 @@ cdef class QueueDispatcher(Dispatcher):
         """Index entries for the record of ``msg`` at ``phy_offset``, when it has keys (KEYS or UNIQ_KEY): from
         the topic and properties bytes the encoder wrote into it, as ``reput`` indexes a record."""
         if self.index is not None and msg._has_keys:
-            index_message(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._topic_b),
-                          PyBytes_GET_SIZE(msg._topic_b), <const unsigned char *>PyBytes_AS_STRING(msg._props_b),
-                          PyBytes_GET_SIZE(msg._props_b), phy_offset, store_ts, msg._sys_flag)
+            index_message(<IndexFilesBase?>self.index,
+                          <const unsigned char *>PyBytes_AS_STRING(msg._topic_b), PyBytes_GET_SIZE(msg._topic_b),
+                          <const unsigned char *>PyBytes_AS_STRING(msg._props_b), PyBytes_GET_SIZE(msg._props_b),
+                          phy_offset, store_ts, msg._sys_flag)
         return 0
 
     cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
@@ -1272,8 +1273,8 @@ cdef class QueueDispatcher(Dispatcher):
                 cq.last_store_ts = v.store_ts
                 self.last_store_ts = v.store_ts
             if self.index is not None:
-                index_message(self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos, v.props_len, off,
-                              v.store_ts, v.sys_flag)
+                index_message(<IndexFilesBase?>self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos,
+                              v.props_len, off, v.store_ts, v.sys_flag)
             off += r
         return off
 

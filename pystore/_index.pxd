@@ -21,6 +21,10 @@ cdef class IndexFileCore:
     cdef void _broken(self, int64_t pos, str what)
 
 
-cdef int index_message(object service, const unsigned char *topic, Py_ssize_t topic_len,
+cdef class IndexFilesBase:
+    cdef public list _files     # the index files, oldest first (a new list on every change)
+
+
+cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,
                        const unsigned char *props, Py_ssize_t props_len, int64_t phy_offset, int64_t store_ts,
                        int32_t sys_flag) except -1

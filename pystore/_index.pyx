@@ -305,7 +305,15 @@ cdef inline int32_t _abs_hash(uint32_t h) noexcept nogil:
     return -s if s < 0 else s
 
 
-cdef IndexFileCore _writable(object service):
+cdef class IndexFilesBase:
+    """The base of ``IndexService``: its list of files as a C field, which ``index_message`` reads on every
+    message (an attribute of a Python object would be a dictionary lookup)."""
+
+    def __init__(self):
+        self._files = []
+
+
+cdef IndexFileCore _writable(IndexFilesBase service):
     """The newest file if it has room, else a new one (Python: ``IndexService._new_file``; None if none)."""
     cdef list files = service._files
     cdef IndexFileCore f
@@ -316,7 +324,7 @@ cdef IndexFileCore _writable(object service):
     return <IndexFileCore?>service._new_file()
 
 
-cdef IndexFileCore _put(object service, IndexFileCore f, int32_t h, int64_t phy, int64_t ts):
+cdef IndexFileCore _put(IndexFilesBase service, IndexFileCore f, int32_t h, int64_t phy, int64_t ts):
     """Put one entry, into a new file when ``f`` is full; the file it went into, or None (no file)."""
     cdef int attempt
     for attempt in range(3):
@@ -328,7 +336,7 @@ cdef IndexFileCore _put(object service, IndexFileCore f, int32_t h, int64_t phy,
     return f
 
 
-cdef int index_message(object service, const unsigned char *topic, Py_ssize_t topic_len,
+cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,
                        const unsigned char *props, Py_ssize_t props_len, int64_t phy_offset, int64_t store_ts,
                        int32_t sys_flag) except -1:
     """Index the message stored at ``phy_offset`` with these topic and properties bytes (as stored: UTF-8, the
@@ -371,7 +379,8 @@ cdef int index_message(object service, const unsigned char *topic, Py_ssize_t to
     return 0
 
 
-def index_keys(service, bytes topic, bytes props, long long phy_offset, long long store_ts, int sys_flag):
+def index_keys(IndexFilesBase service not None, bytes topic not None, bytes props not None, long long phy_offset,
+               long long store_ts, int sys_flag):
     """``index_message`` from Python: ``topic`` and ``props`` as a record stores them (UTF-8)."""
     index_message(service, <const unsigned char *>PyBytes_AS_STRING(topic), PyBytes_GET_SIZE(topic),
                   <const unsigned char *>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props), phy_offset, store_ts,

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pystore._index import IndexFileCore, index_file_size, index_keys
+from pystore._index import IndexFileCore, IndexFilesBase, index_file_size, index_keys
 from pystore._mapped_file import MappedFile
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
@@ -52,7 +52,7 @@ class QueryOffsetResult:
         self.index_last_update_phyoffset = phy
 
 
-class IndexService:
+class IndexService(IndexFilesBase):
     def __init__(self, path: str, hash_slot_num: int, index_num: int, checkpoint: Any, read_only: bool = False,
                  clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64) -> None:
         self.path = path
@@ -63,7 +63,7 @@ class IndexService:
         self.read_only = read_only
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.max_msgs_num_batch = max_msgs_num_batch
-        self._files: list[IndexFileCore] = []
+        self._files: list[IndexFileCore] = []           # a C field (IndexFilesBase): the compiled writer reads it
         self._lock = threading.RLock()
         #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
         self.pending_dirs = PendingDirs()
