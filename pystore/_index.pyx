@@ -22,6 +22,11 @@ Nothing read from the file is trusted to end a walk: entries are appended and ea
 a chain's ``prev`` numbers strictly decrease, and a chain that does not (a loop, a link forward or past the
 written entries) is cut where it breaks. The index is a lossy accelerator: a lookup stops at the break (one
 warning a file) rather than fail, and ``check_chains`` lists every break for ``pystore verify``.
+
+Also here: ``index_message``, the writer of a message's entries, which dispatch (inline and reput) calls once
+per message with the stored topic and properties bytes; it hashes each key on the bytes (``java_hash_utf8``
+going on over topic, ``#`` and key, each decoded on its own as the stored UTF-8 is, which ``key_hash`` of the
+decoded string equals) and calls Python only to make a file.
 """
 
 import logging
