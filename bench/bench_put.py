@@ -132,22 +132,30 @@ def test_put_single_128_prebuilt_keyed(benchmark, store_factory, record):
     record("put_single_128_prebuilt_keyed", KEYED_CHUNK, KEYED_CHUNK * 128)
 
 
-def test_put_keyed_vs_unkeyed_paired(benchmark, store_factory, record):
+@pytest.mark.parametrize("reference", ["distinct", "same"])
+def test_put_keyed_vs_unkeyed_paired(benchmark, store_factory, record, reference):
     """One operation: 1000 single puts of prebuilt 128 B messages with one key each (200 k different
-    messages in turn); before each round, untimed, 1000 single puts of a prebuilt message without keys into
-    the same store. ``paired_ratio`` is the keyed rate over the unkeyed one."""
+    messages in turn); before each round, untimed, 1000 single puts without keys into the same store:
+    ``distinct``, of 200 k different prebuilt messages in turn as well (the two differ only by the key);
+    ``same``, of one prebuilt message, whose object stays in the CPU caches. ``paired_ratio`` is the keyed
+    rate over the unkeyed one."""
     msgs = _keyed_messages()
     rounds = KEYED_N // KEYED_CHUNK
     store = store_factory((rounds + 2) * KEYED_CHUNK * (RECORD_KEYED + RECORD))
     chunks = itertools.cycle([msgs[i : i + KEYED_CHUNK] for i in range(0, KEYED_N, KEYED_CHUNK)])
-    plain = [MSG128] * KEYED_CHUNK
+    if reference == "same":
+        plain_chunks = itertools.repeat([MSG128] * KEYED_CHUNK)
+    else:
+        plain = [Message(TOPIC, BODY128) for _ in range(KEYED_N)]
+        plain_chunks = itertools.cycle([plain[i : i + KEYED_CHUNK] for i in range(0, KEYED_N, KEYED_CHUNK)])
     put = store.put_message
-    kw, ref = benchlib.paired(benchmark, lambda: _put_each(put, plain), rounds)
+    kw, ref = benchlib.paired(benchmark, lambda: _put_each(put, next(plain_chunks)), rounds)
     benchmark.group = "put single 128 B"
     r = benchmark.pedantic(lambda: _put_each(put, next(chunks)), **kw)
     assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD_KEYED
     _check_keys_found(store, ["k%07d" % i for i in (0, KEYED_N // 2, KEYED_N - 1)])
-    benchlib.record_paired(benchmark, record, "put_keyed_vs_unkeyed_paired", KEYED_CHUNK, ref, KEYED_CHUNK)
+    benchlib.record_paired(benchmark, record, "put_keyed_vs_unkeyed_paired_" + reference, KEYED_CHUNK, ref,
+                           KEYED_CHUNK)
 
 
 def test_put_single_128_prebuilt_timed_flush(benchmark, store_factory, record):
