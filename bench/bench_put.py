@@ -35,6 +35,7 @@ MSG128 = Message(TOPIC, BODY128)  # prebuilt: encoded once, CRC cached after the
 BATCH_BODIES = {(n, size): benchlib.payloads(n, size) for n in (32, 128) for size in (128, 1024)}
 BATCHES = {k: MessageBatch([Message(TOPIC, b) for b in v]) for k, v in BATCH_BODIES.items()}
 RECORD = API["record_length"](MSG128)  # bytes of one stored 128 B message on TOPIC
+RECORD_KEYED = API["record_length"](Message(TOPIC, BODY128, keys="k0000000"))  # the same with one key
 PCT_CALLS = 200_000  # individually timed puts for p50/p99
 # (rounds, iterations) per batch shape: ~200 MB written, a fraction of a second each
 BATCH_PLAN = {(32, 128): (100, 300), (128, 128): (100, 80), (32, 1024): (100, 60), (128, 1024): (50, 30)}
@@ -91,6 +92,70 @@ def test_put_single_128_prebuilt(benchmark, store_factory, record, warm):
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     check_store(store, None if calls is None else calls + pct["pct_calls"], BODY128)
     record("put_single_128_prebuilt" + ("" if warm else "_cold"), 1, 128, **pct)
+
+
+KEYED_N = 200_000  # prebuilt keyed messages: one key each, all different
+KEYED_CHUNK = 1000  # puts per timed operation
+
+
+def _keyed_messages() -> list[object]:
+    return [Message(TOPIC, BODY128, keys="k%07d" % i) for i in range(KEYED_N)]
+
+
+def _put_each(put, msgs: list[object]) -> object:
+    r = None
+    for m in msgs:
+        r = put(m)
+    return r
+
+
+def _check_keys_found(store: object, keys: list[str]) -> None:
+    for k in keys:
+        found = store.query_message(TOPIC, k, 4).messages
+        assert any(m.keys == [k] and m.body == BODY128 for m in found), "key %s not found" % k
+
+
+def test_put_single_128_prebuilt_keyed(benchmark, store_factory, record):
+    """``test_put_single_128_prebuilt`` with 200 k prebuilt messages, each with its own key (``KEYS``), put
+    one by one: every put also writes an index entry under the put lock. One operation: 1000 puts."""
+    msgs = _keyed_messages()
+    rounds = KEYED_N // KEYED_CHUNK
+    store = store_factory((rounds + 2) * KEYED_CHUNK * RECORD_KEYED)
+    chunks = itertools.cycle([msgs[i : i + KEYED_CHUNK] for i in range(0, KEYED_N, KEYED_CHUNK)])
+    put = store.put_message
+    benchmark.group = "put single 128 B"
+    r = benchmark.pedantic(lambda: _put_each(put, next(chunks)), rounds=rounds, iterations=1, warmup_rounds=1)
+    assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD_KEYED
+    calls = pedantic_calls(benchmark, rounds, 1, 1)
+    assert calls is None or benchlib.queue_count(store) == calls * KEYED_CHUNK
+    _check_keys_found(store, ["k%07d" % i for i in (0, 1, KEYED_N // 2, KEYED_N - 1)])
+    record("put_single_128_prebuilt_keyed", KEYED_CHUNK, KEYED_CHUNK * 128)
+
+
+@pytest.mark.parametrize("reference", ["distinct", "same"])
+def test_put_keyed_vs_unkeyed_paired(benchmark, store_factory, record, reference):
+    """One operation: 1000 single puts of prebuilt 128 B messages with one key each (200 k different
+    messages in turn); before each round, untimed, 1000 single puts without keys into the same store:
+    ``distinct``, of 200 k different prebuilt messages in turn as well (the two differ only by the key);
+    ``same``, of one prebuilt message, whose object stays in the CPU caches. ``paired_ratio`` is the keyed
+    rate over the unkeyed one."""
+    msgs = _keyed_messages()
+    rounds = KEYED_N // KEYED_CHUNK
+    store = store_factory((rounds + 2) * KEYED_CHUNK * (RECORD_KEYED + RECORD))
+    chunks = itertools.cycle([msgs[i : i + KEYED_CHUNK] for i in range(0, KEYED_N, KEYED_CHUNK)])
+    if reference == "same":
+        plain_chunks = itertools.repeat([MSG128] * KEYED_CHUNK)
+    else:
+        plain = [Message(TOPIC, BODY128) for _ in range(KEYED_N)]
+        plain_chunks = itertools.cycle([plain[i : i + KEYED_CHUNK] for i in range(0, KEYED_N, KEYED_CHUNK)])
+    put = store.put_message
+    kw, ref = benchlib.paired(benchmark, lambda: _put_each(put, next(plain_chunks)), rounds)
+    benchmark.group = "put single 128 B"
+    r = benchmark.pedantic(lambda: _put_each(put, next(chunks)), **kw)
+    assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD_KEYED
+    _check_keys_found(store, ["k%07d" % i for i in (0, KEYED_N // 2, KEYED_N - 1)])
+    benchlib.record_paired(benchmark, record, "put_keyed_vs_unkeyed_paired_" + reference, KEYED_CHUNK, ref,
+                           KEYED_CHUNK)
 
 
 def test_put_single_128_prebuilt_timed_flush(benchmark, store_factory, record):

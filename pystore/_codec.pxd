@@ -46,6 +46,9 @@ cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_
                           RecordView *v) noexcept nogil
 cdef bint find_property(const unsigned char *props, int32_t n, const char *name, int32_t name_len,
                         int32_t *vpos, int32_t *vlen) noexcept nogil
+cdef int find_properties(const unsigned char *props, int32_t n, const char *name1, int32_t len1,
+                         int32_t *vpos1, int32_t *vlen1, const char *name2, int32_t len2, int32_t *vpos2,
+                         int32_t *vlen2) noexcept nogil
 cdef int64_t tags_code_of(const unsigned char *rec, RecordView *v) noexcept nogil
 cdef MessageExt make_ext(const unsigned char *p, RecordView *v)
 cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v)

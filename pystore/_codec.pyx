@@ -269,8 +269,16 @@ cdef bint find_property(const unsigned char *props, int32_t n, const char *name,
                         int32_t *vpos, int32_t *vlen) noexcept nogil:
     """Find ``name`` in a properties string with RocketMQ 5.x's decoding rules (an item needs a name and
     a non-empty value; the last duplicate wins, as in the Java HashMap it is decoded into)."""
+    return find_properties(props, n, name, name_len, vpos, vlen, NULL, 0, NULL, NULL) & 1
+
+
+cdef int find_properties(const unsigned char *props, int32_t n, const char *name1, int32_t len1,
+                         int32_t *vpos1, int32_t *vlen1, const char *name2, int32_t len2, int32_t *vpos2,
+                         int32_t *vlen2) noexcept nogil:
+    """``find_property`` of two names in one pass (``name2`` NULL: one): bit 0 set when ``name1`` was found,
+    bit 1 when ``name2`` was."""
     cdef int32_t start = 0, end, sep
-    cdef bint found = False
+    cdef int found = 0
     while start < n:
         end = start
         while end < n and props[end] != 2:
@@ -279,11 +287,15 @@ cdef bint find_property(const unsigned char *props, int32_t n, const char *name,
             sep = start
             while sep < end and props[sep] != 1:
                 sep += 1
-            if sep > start and sep < end - 1 and sep - start == name_len \
-                    and memcmp(props + start, name, name_len) == 0:
-                vpos[0] = sep + 1
-                vlen[0] = end - sep - 1
-                found = True
+            if sep > start and sep < end - 1:
+                if sep - start == len1 and memcmp(props + start, name1, len1) == 0:
+                    vpos1[0] = sep + 1
+                    vlen1[0] = end - sep - 1
+                    found |= 1
+                elif name2 != NULL and sep - start == len2 and memcmp(props + start, name2, len2) == 0:
+                    vpos2[0] = sep + 1
+                    vlen2[0] = end - sep - 1
+                    found |= 2
         start = end + 1
     return found
 

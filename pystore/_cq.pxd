@@ -50,4 +50,3 @@ cdef class QueueDispatcher(Dispatcher):
     cdef ConsumeQueueCore _queue_of(self, QueueCell cell)
     cdef int _index(self, QueueCell cell, Message msg, int64_t phy_offset, int64_t store_ts) except -1
     cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v)
-    cdef int _index_record(self, const unsigned char *rec, RecordView *v, int64_t off) except -1

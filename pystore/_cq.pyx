@@ -35,6 +35,7 @@ from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, REC_END, SPLIT_BODY, T
                              TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, RecordView, check_record, find_property,
                              make_ext, make_ext_shared, tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
+from pystore._index cimport IndexFilesBase, index_message
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageExt, java_hash_utf8
 
@@ -1193,12 +1194,13 @@ cdef class QueueDispatcher(Dispatcher):
         return <ConsumeQueueCore>cell.consume_queue
 
     cdef int _index(self, QueueCell cell, Message msg, int64_t phy_offset, int64_t store_ts) except -1:
-        """Index entries for the record of ``msg`` at ``phy_offset``, when it has keys (KEYS or UNIQ_KEY)."""
+        """Index entries for the record of ``msg`` at ``phy_offset``, when it has keys (KEYS or UNIQ_KEY): from
+        the topic and properties bytes the encoder wrote into it, as ``reput`` indexes a record."""
         if self.index is not None and msg._has_keys:
-            keys = msg._props.get("KEYS")
-            uniq = msg._props.get("UNIQ_KEY")
-            if keys is not None or uniq is not None:
-                self.index.build_index(cell.topic, keys, uniq, phy_offset, store_ts, msg._sys_flag)
+            index_message(<IndexFilesBase?>self.index,
+                          <const unsigned char *>PyBytes_AS_STRING(msg._topic_b), PyBytes_GET_SIZE(msg._topic_b),
+                          <const unsigned char *>PyBytes_AS_STRING(msg._props_b), PyBytes_GET_SIZE(msg._props_b),
+                          phy_offset, store_ts, msg._sys_flag)
         return 0
 
     cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
@@ -1272,25 +1274,11 @@ cdef class QueueDispatcher(Dispatcher):
                     cell.next_offset = v.queue_offset + 1
                 cq.last_store_ts = v.store_ts
                 self.last_store_ts = v.store_ts
-            if self.index is not None and (v.sys_flag & TRANSACTION_TYPE_MASK) != 0xC:
-                self._index_record(rec, &v, off)
+            if self.index is not None:
+                index_message(<IndexFilesBase?>self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos,
+                              v.props_len, off, v.store_ts, v.sys_flag)
             off += r
         return off
-
-    cdef int _index_record(self, const unsigned char *rec, RecordView *v, int64_t off) except -1:
-        cdef int32_t kp = 0, kl = 0, up = 0, ul = 0
-        cdef bint has_keys = False, has_uniq = False
-        if v.props_len <= 0:
-            return 0
-        has_keys = find_property(rec + v.props_pos, v.props_len, "KEYS", 4, &kp, &kl)
-        has_uniq = find_property(rec + v.props_pos, v.props_len, "UNIQ_KEY", 8, &up, &ul)
-        if not has_keys and not has_uniq:
-            return 0
-        topic = rec[v.topic_pos:v.topic_pos + v.topic_len].decode("utf-8", "replace")
-        keys = rec[v.props_pos + kp:v.props_pos + kp + kl].decode("utf-8", "replace") if has_keys else None
-        uniq = rec[v.props_pos + up:v.props_pos + up + ul].decode("utf-8", "replace") if has_uniq else None
-        self.index.build_index(topic, keys, uniq, off, v.store_ts, v.sys_flag)
-        return 0
 
 
 @cython.final

@@ -22,21 +22,31 @@ Nothing read from the file is trusted to end a walk: entries are appended and ea
 a chain's ``prev`` numbers strictly decrease, and a chain that does not (a loop, a link forward or past the
 written entries) is cut where it breaks. The index is a lossy accelerator: a lookup stops at the break (one
 warning a file) rather than fail, and ``check_chains`` lists every break for ``pystore verify``.
+
+Also here: ``index_message``, the writer of a message's entries, which dispatch (inline and reput) calls once
+per message with the stored topic and properties bytes; it hashes each key on the bytes (``java_hash_utf8``
+going on over topic, ``#`` and key, each decoded on its own as the stored UTF-8 is, which ``key_hash`` of the
+decoded string equals) and calls Python only to make a file.
 """
 
 import logging
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport INT32_MIN, int32_t, int64_t, uint32_t
 
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
+from pystore._codec cimport find_properties
 from pystore._mapped_file cimport MappedFile
+from pystore._message cimport java_hash_utf8_from
 
 HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 cdef int64_t _HEADER = 40
+# how far ahead of the writer the prefault worker is asked to have the entries' pages (13,107 entries)
+cdef int64_t _PREFAULT_LEAD = 256 * 1024
 
 log = logging.getLogger("pystore.index")
 
@@ -66,16 +76,7 @@ def index_file_size(long long slots, long long num):
 
 @cython.final
 cdef class IndexFileCore:
-    cdef readonly MappedFile mapped_file
-    cdef readonly int64_t hash_slot_num
-    cdef readonly int64_t index_num
-    cdef readonly int64_t begin_timestamp
-    cdef readonly int64_t end_timestamp
-    cdef readonly int64_t begin_phy_offset
-    cdef readonly int64_t end_phy_offset
-    cdef readonly int32_t hash_slot_count
-    cdef readonly int32_t index_count
-    cdef bint warned           # a broken chain was logged (once a file: a lookup may hit it every time)
+    """One index file over its mapping (the attributes are declared in ``_index.pxd``)."""
 
     def __init__(self, MappedFile mf not None, long long hash_slot_num, long long index_num):
         if mf.file_size != _HEADER + hash_slot_num * 4 + index_num * 20:
@@ -129,7 +130,10 @@ cdef class IndexFileCore:
 
     def put_key(self, str key, long long phy_offset, long long store_timestamp):
         """Add one entry; False when the file is full."""
-        cdef int32_t h = key_hash(key)
+        return self._put_hash(key_hash(key), phy_offset, store_timestamp) == 1
+
+    cdef int _put_hash(self, int32_t h, int64_t phy_offset, int64_t store_timestamp) except -1:
+        """Add the entry of a key whose ``key_hash`` is ``h``: 1, or 0 when the file is full."""
         cdef int64_t slot = h % self.hash_slot_num
         cdef unsigned char *b = self.mapped_file.base
         cdef int64_t slot_pos = _HEADER + slot * 4
@@ -137,7 +141,7 @@ cdef class IndexFileCore:
         cdef int64_t diff, entry_pos
         self.mapped_file.check_mapped()
         if self.index_count >= self.index_num:
-            return False
+            return 0
         slot_value = get_i32(b + slot_pos)
         if slot_value <= 0 or slot_value >= self.index_count:
             # links must point back to an older entry, or lookups could loop
@@ -151,6 +155,15 @@ cdef class IndexFileCore:
             elif diff > 2147483647:
                 diff = 2147483647
         entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
+        if entry_pos + _PREFAULT_LEAD > self.mapped_file.warmed:
+            # a sparse file written through its mapping: without the prefault worker, the writer takes two
+            # page faults on each new page (under the put lock). A new file asks for its whole slot table too,
+            # which random keys touch all over (its pages are written once, zeros, as they would be anyway
+            # after a few tens of thousands of keys)
+            if self.index_count <= 1 and self.mapped_file.warmed == 0:
+                self.mapped_file._prefault(0, (entry_pos + 2 * _PREFAULT_LEAD) // 2)
+            else:
+                self.mapped_file._prefault(entry_pos, _PREFAULT_LEAD)
         put_i32(b + entry_pos, h)
         put_i64(b + entry_pos + 4, phy_offset)
         put_i32(b + entry_pos + 12, <int32_t>diff)
@@ -165,7 +178,7 @@ cdef class IndexFileCore:
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         self._store_header()
-        return True
+        return 1
 
     def is_time_matched(self, long long begin, long long end):
         return ((begin < self.begin_timestamp and end > self.end_timestamp)
@@ -280,3 +293,100 @@ cdef class IndexFileCore:
                                      % (lost, "y is" if lost == 1 else "ies are", cur)))
                     break
         return problems[:max_problems]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the index entries of one message, from its stored bytes (dispatch, inline and reput)
+# ----------------------------------------------------------------------------------------------------------
+
+cdef int32_t _ROLLBACK = 0xC        # TRANSACTION_ROLLBACK_TYPE: the type bits all set
+
+
+cdef inline int32_t _abs_hash(uint32_t h) noexcept nogil:
+    """``key_hash`` of a string whose ``String.hashCode`` is ``h``."""
+    cdef int32_t s = <int32_t>h
+    if s == INT32_MIN:
+        return 0
+    return -s if s < 0 else s
+
+
+cdef class IndexFilesBase:
+    """The base of ``IndexService``: its list of files as a C field, which ``index_message`` reads on every
+    message (an attribute of a Python object would be a dictionary lookup)."""
+
+    def __init__(self):
+        self._files = []
+
+
+cdef IndexFileCore _writable(IndexFilesBase service):
+    """The newest file if it has room, else a new one (Python: ``IndexService._new_file``; None if none)."""
+    cdef list files = service._files
+    cdef IndexFileCore f
+    if PyList_GET_SIZE(files) > 0:
+        f = <IndexFileCore>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
+        if f.index_count < f.index_num:
+            return f
+    return <IndexFileCore?>service._new_file()
+
+
+cdef IndexFileCore _put(IndexFilesBase service, IndexFileCore f, int32_t h, int64_t phy, int64_t ts):
+    """Put one entry, into a new file when ``f`` is full; the file it went into, or None (no file)."""
+    cdef int attempt
+    for attempt in range(3):
+        if f._put_hash(h, phy, ts):
+            return f
+        f = <IndexFileCore?>service._new_file()
+        if f is None:
+            return None
+    return f
+
+
+cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,
+                       const unsigned char *props, Py_ssize_t props_len, int64_t phy_offset, int64_t store_ts,
+                       int32_t sys_flag) except -1:
+    """Index the message stored at ``phy_offset`` with these topic and properties bytes (as stored: UTF-8, the
+    properties string of FORMAT.md §1.3) into ``service`` (an ``IndexService``): an entry for its
+    ``UNIQ_KEY``, then one per key of ``KEYS`` (split on single spaces, empty keys skipped), each under the
+    hash of ``topic + "#" + key`` computed on the bytes. Rolled-back transaction messages are not indexed,
+    nor a message below the newest file's end offset (indexed before: a re-dispatch). Python runs only to
+    make a file (none yet, or the last one full: ``IndexService._new_file``, which also starts the full
+    file's flush)."""
+    cdef int32_t kp = 0, kl = 0, up = 0, ul = 0, i, j
+    cdef int found
+    cdef bint has_keys, has_uniq
+    cdef uint32_t prefix
+    cdef IndexFileCore f
+    if (sys_flag & _ROLLBACK) == _ROLLBACK or props_len <= 0:
+        return 0
+    found = find_properties(props, <int32_t>props_len, "KEYS", 4, &kp, &kl, "UNIQ_KEY", 8, &up, &ul)
+    if found == 0:
+        return 0
+    has_keys = found & 1
+    has_uniq = found & 2
+    f = _writable(service)
+    if f is None or phy_offset < f.end_phy_offset:
+        return 0
+    # the topic is decoded on its own, as "#" and each key are: hashing on from its hash is the whole key's
+    prefix = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
+    if has_uniq:
+        f = _put(service, f, _abs_hash(java_hash_utf8_from(prefix, props + up, ul)), phy_offset, store_ts)
+    if has_keys:
+        i = kp
+        kl += kp
+        while i < kl and f is not None:
+            j = i
+            while j < kl and props[j] != 32:
+                j += 1
+            if j > i:
+                f = _put(service, f, _abs_hash(java_hash_utf8_from(prefix, props + i, j - i)), phy_offset,
+                         store_ts)
+            i = j + 1
+    return 0
+
+
+def index_keys(IndexFilesBase service not None, bytes topic not None, bytes props not None, long long phy_offset,
+               long long store_ts, int sys_flag):
+    """``index_message`` from Python: ``topic`` and ``props`` as a record stores them (UTF-8)."""
+    index_message(service, <const unsigned char *>PyBytes_AS_STRING(topic), PyBytes_GET_SIZE(topic),
+                  <const unsigned char *>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props), phy_offset, store_ts,
+                  sys_flag)

@@ -1,10 +1,11 @@
 # cython: language_level=3
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t
 
 from pystore._record cimport RecordView
 
 
 cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil
+cdef uint32_t java_hash_utf8_from(uint32_t h, const unsigned char *p, Py_ssize_t n) noexcept nogil
 cdef int32_t java_hash_str(str s) except? -1
 cdef bytes encode_host(object host, bint *is_v6)
 cdef tuple decode_host(const unsigned char *p, int n)

@@ -158,7 +158,12 @@ cdef inline bint _cont(unsigned char b) noexcept nogil:
 cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil:
     """``String.hashCode`` of the string these UTF-8 bytes decode to (invalid bytes → U+FFFD, maximal
     subparts as Java and Python replace them), sign-extended to 64 bits as the consume queue stores it."""
-    cdef uint32_t h = 0
+    return <int64_t>(<int32_t>java_hash_utf8_from(0, p, n))
+
+
+cdef uint32_t java_hash_utf8_from(uint32_t h, const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """``java_hash_utf8`` going on from the hash ``h`` of a string before these bytes: the hash of the
+    concatenation (``topic + "#" + key`` without building it), each part decoded on its own."""
     cdef Py_ssize_t i = 0
     cdef unsigned char c, lo, hi
     cdef uint32_t cp
@@ -211,7 +216,7 @@ cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil
             h = 31 * h + (0xDC00 + (cp & 0x3FF))
         else:
             h = 31 * h + cp
-    return <int64_t>(<int32_t>h)
+    return h
 
 
 cdef int32_t java_hash_str(str s) except? -1:

@@ -3,9 +3,11 @@
 Index files live in ``<root>/index/``, named by their creation time in local time (``yyyyMMddHHmmssSSS``),
 each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message
 with keys gets an entry ``topic#key`` per key (space-separated ``KEYS``) and one for its ``UNIQ_KEY``;
-rolled-back transaction messages are not indexed. A full file is flushed and the checkpoint's index time
-moves to its end time; after an abnormal exit, files newer than that time are dropped and rebuilt by
-dispatch. ``query_offset`` walks files newest first.
+rolled-back transaction messages are not indexed. Entries are written by compiled code
+(``_index.index_message``, which dispatch calls with the stored topic and properties bytes); Python runs only
+to make a file (``_new_file``: the first one, or the next when the last is full). A full file is flushed and
+the checkpoint's index time moves to its end time; after an abnormal exit, files newer than that time are
+dropped and rebuilt by dispatch. ``query_offset`` walks files newest first.
 
 A new file is made on the put path (inline dispatch); its name (and the ``index/`` folder's, the first time)
 is made durable by the next ``flush`` or full-file flush, before the checkpoint's index time can cover it
@@ -26,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pystore._index import IndexFileCore, index_file_size
+from pystore._index import IndexFileCore, IndexFilesBase, index_file_size, index_keys
 from pystore._mapped_file import MappedFile
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
@@ -34,8 +36,6 @@ from pystore.geometry import index_geometry
 __all__ = ["IndexService", "QueryOffsetResult"]
 
 log = logging.getLogger(__name__)
-
-_ROLLBACK = 0xC
 
 
 def _file_name(ms: int) -> str:
@@ -52,7 +52,7 @@ class QueryOffsetResult:
         self.index_last_update_phyoffset = phy
 
 
-class IndexService:
+class IndexService(IndexFilesBase):
     def __init__(self, path: str, hash_slot_num: int, index_num: int, checkpoint: Any, read_only: bool = False,
                  clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64) -> None:
         self.path = path
@@ -63,7 +63,7 @@ class IndexService:
         self.read_only = read_only
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.max_msgs_num_batch = max_msgs_num_batch
-        self._files: list[IndexFileCore] = []
+        self._files: list[IndexFileCore] = []           # a C field (IndexFilesBase): the compiled writer reads it
         self._lock = threading.RLock()
         #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
         self.pending_dirs = PendingDirs()
@@ -131,12 +131,6 @@ class IndexService:
         files = self._files
         return files[-1].end_phy_offset if files else 0
 
-    def _writable_file(self) -> IndexFileCore | None:
-        files = self._files
-        if files and not files[-1].is_write_full():
-            return files[-1]
-        return self._new_file()
-
     def _new_file(self) -> IndexFileCore | None:
         if self.read_only:
             return None
@@ -184,30 +178,15 @@ class IndexService:
 
     def build_index(self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_ts: int,
                     sys_flag: int) -> None:
-        """Index one message (called by dispatch)."""
-        if (sys_flag & _ROLLBACK) == _ROLLBACK:
-            return
-        f = self._writable_file()
-        if f is None:
-            return
-        if phy_offset < f.end_phy_offset:
-            return                                  # indexed before (re-dispatch)
+        """Index one message given as strings: ``keys`` space-separated, as the ``KEYS`` property stores them.
+        Dispatch does not come here: it hands the stored bytes to ``_index.index_message``, which this calls."""
+        props = []
         if uniq_key:
-            f = self._put(f, topic + "#" + uniq_key, phy_offset, store_ts)
+            props.append("UNIQ_KEY\x01" + uniq_key)
         if keys:
-            for k in keys.split(" "):
-                if k and f is not None:
-                    f = self._put(f, topic + "#" + k, phy_offset, store_ts)
-
-    def _put(self, f: IndexFileCore, key: str, phy: int, ts: int) -> IndexFileCore | None:
-        for _ in range(3):
-            if f.put_key(key, phy, ts):
-                return f
-            nf = self._new_file()
-            if nf is None:
-                return None
-            f = nf
-        return f
+            props.append("KEYS\x01" + keys)
+        index_keys(self, topic.encode("utf-8", "surrogatepass"), "\x02".join(props).encode("utf-8", "surrogatepass"),
+                   phy_offset, store_ts, sys_flag)
 
     def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
         max_num = min(max_num, self.max_msgs_num_batch)

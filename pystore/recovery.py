@@ -393,7 +393,7 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
             index = getattr(getattr(reput, "dispatcher", None), "index", None)
             if index is not None and index.files:
                 # its entries point into the lost log, and its end offset would make every new message look
-                # already indexed (build_index skips what lies below it): dropped with the queues
+                # already indexed (_index.index_message skips what lies below it): dropped with the queues
                 log.warning("no commit log: dropping %d index files", len(index.files))
                 index.destroy()
         else:
