@@ -29,8 +29,8 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 from pystore._bytes cimport body_crc32, get_i32, get_i64, load_i32_acquire
-from pystore._codec cimport (REC_BLANK, REC_END, REC_BAD_CRC, STOREHOSTADDRESS_V6_FLAG, RecordView,
-                             check_record)
+from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC,
+                             STOREHOSTADDRESS_V6_FLAG, RecordView, check_record)
 from pystore._mapped_file cimport MappedFile
 
 import logging
@@ -43,8 +43,8 @@ from pystore.errors import StoreCorruptedError
 
 log = logging.getLogger(__name__)
 
-cdef int32_t FILLER = 0x7FFFFFFF
-cdef int32_t UNIT = 20
+cdef int32_t FILLER = CQ_FILLER_SIZE
+cdef int32_t UNIT = CQ_STORE_UNIT_SIZE
 cdef int32_t MAX_ITEMS = 16384          # properties of <= 32767 bytes hold at most ~8192 items
 
 #: Column order of the data source (API.md "Spark").

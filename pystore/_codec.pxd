@@ -21,6 +21,8 @@ cdef enum:
     TRANSACTION_PREPARED_TYPE = 0x4
     TRANSACTION_COMMIT_TYPE = 0x8
     TRANSACTION_ROLLBACK_TYPE = 0xC
+    CQ_STORE_UNIT_SIZE = 20               # a consume-queue unit: phy offset i64, size i32, tags code i64
+    CQ_FILLER_SIZE = 0x7FFFFFFF           # the size of a filler unit (0, CQ_FILLER_SIZE, 0)
     BIG_BODY = 262144                     # a body this big is copied into the log without the GIL
     SPLIT_BODY = 4096                     # a MessageExt of a body this big keeps the rest of its record apart
 
@@ -82,6 +84,13 @@ cdef struct QueueTallyC:
 cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limit, bint check_crc,
                           int32_t *reason, int64_t *count, int64_t *last_store_ts,
                           QueueTallyC *tally) noexcept nogil
+
+
+cdef inline bint enters_queue(int32_t sys_flag) noexcept nogil:
+    """Does a record of this sys flag get a consume-queue unit? Plain and committed transaction messages
+    do; prepared and rolled-back ones do not (RocketMQ's dispatch rule)."""
+    cdef int32_t t = sys_flag & TRANSACTION_TYPE_MASK
+    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT_TYPE
 
 
 # Inline: called once per record of a batch, from the commit log's put loop.

@@ -356,12 +356,11 @@ cdef inline bint _topic_bytes_ok(const unsigned char *t, int32_t n) noexcept nog
 cdef void _tally(QueueTallyC *t, const unsigned char *rec, RecordView *v, int64_t phy) noexcept nogil:
     """Count the record at commit-log offset ``phy`` for its queue, if it enters one (not a prepared or
     rolled-back transaction record). Records of one queue come in runs, so the previous slot is tried first."""
-    cdef int32_t ty = v.sys_flag & TRANSACTION_TYPE_MASK
     cdef const unsigned char *topic = rec + v.topic_pos
     cdef TallySlot *s
     cdef uint64_t h = 14695981039346656037ULL
     cdef int32_t i
-    if (ty != TRANSACTION_NOT_TYPE and ty != TRANSACTION_COMMIT_TYPE) or t.overflow:
+    if not enters_queue(v.sys_flag) or t.overflow:
         return
     if t.last >= 0:
         s = &t.slots[t.last]

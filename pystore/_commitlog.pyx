@@ -28,9 +28,9 @@ from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms
 from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, REC_BAD_LENGTH, REC_END,
-                             STOREHOSTADDRESS_V6_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
-                             TRANSACTION_TYPE_MASK, QueueTallyC, RecordView, TallySlot, check_record, encode_like, encode_message,
-                             encode_with_body, find_next_record, make_ext, message_length, scan_records, write_blank)
+                             STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, QueueTallyC,
+                             RecordView, TallySlot, check_record, encode_like, encode_message, encode_with_body,
+                             enters_queue, find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message, MessageBatch, copy_message, encode_host
 from pystore._results cimport PutMessageResult, put_failed, put_ok
@@ -164,16 +164,11 @@ cdef class Dispatcher:
         return 0
 
 
-cdef inline bint _enters_queue(int32_t sys_flag) noexcept:
-    cdef int32_t t = sys_flag & TRANSACTION_TYPE_MASK
-    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT_TYPE
-
-
 # A put reserves room for a record before it takes the lock and, under it, may wait (for the lock, for a new
 # file) with the GIL released. Another thread that changes the message meanwhile (its body, properties,
 # topic) would make the record longer than its room: the put is refused instead (MESSAGE_ILLEGAL).
 cdef inline bint _unchanged(Message m, int32_t total, str tq_key, bint enters, int32_t store_flag) noexcept:
-    return (message_length(m, store_flag) == total and _enters_queue(m._sys_flag) == enters
+    return (message_length(m, store_flag) == total and enters_queue(m._sys_flag) == enters
             and (m._tq_key is tq_key or m._tq_key == tq_key))
 
 
@@ -421,7 +416,7 @@ cdef class CommitLogCore:
         if PyBytes_GET_SIZE(msg._body) > self.max_message_size:
             self.put_failed_times += 1
             return put_failed(ST_MESSAGE_ILLEGAL)
-        if msg._delay_level > 0 and self.delay_rewrite is not None and _enters_queue(msg._sys_flag):
+        if msg._delay_level > 0 and self.delay_rewrite is not None and enters_queue(msg._sys_flag):
             msg = self.delay_rewrite(msg)
             if msg._illegal:
                 self.put_failed_times += 1
@@ -441,7 +436,7 @@ cdef class CommitLogCore:
             # lock is copied with it held)
             msg = copy_message(msg, True)
             private = True
-        enters = _enters_queue(msg._sys_flag)
+        enters = enters_queue(msg._sys_flag)
         tq_key = msg._tq_key
         t0 = mono_coarse_ns()
         self.put_lock.lock()

@@ -1,14 +1,10 @@
 # cython: language_level=3
 from libc.stdint cimport int32_t, int64_t
 
-from pystore._codec cimport RecordView
+from pystore._codec cimport CQ_STORE_UNIT_SIZE, RecordView
 from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message
-
-cdef enum:
-    CQ_STORE_UNIT_SIZE = 20
-
 
 cdef class ConsumeQueueCore:
     cdef readonly str topic

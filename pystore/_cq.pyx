@@ -31,9 +31,8 @@ from libc.stdint cimport INT64_MIN, int32_t, int64_t
 from libc.string cimport memcmp
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire, put_i64, store_i32_release
-from pystore._codec cimport (BLANK_MAGIC_CODE, REC_BLANK, REC_END, SPLIT_BODY, TRANSACTION_COMMIT_TYPE,
-                             TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, RecordView, check_record, find_property,
-                             make_ext, make_ext_shared, tags_code_of)
+from pystore._codec cimport (BLANK_MAGIC_CODE, CQ_FILLER_SIZE, REC_BLANK, REC_END, SPLIT_BODY, RecordView,
+                             check_record, enters_queue, find_property, make_ext, make_ext_shared, tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._index cimport IndexFilesBase, index_message
 from pystore._mapped_file cimport MappedFile
@@ -48,8 +47,8 @@ from pystore.errors import StoreCorruptedError
 log = logging.getLogger(__name__)
 
 UNIT_SIZE = CQ_STORE_UNIT_SIZE
-FILLER_SIZE = 0x7FFFFFFF
-cdef int32_t FILLER = 0x7FFFFFFF
+FILLER_SIZE = CQ_FILLER_SIZE
+cdef int32_t FILLER = CQ_FILLER_SIZE
 # How far ahead of its writer a consume-queue file is pre-faulted (MappedFile._prefault asks for up to twice
 # the lead once the writer is within the lead of what was asked): a queue starts at 64 KiB (3,276 units) and
 # doubles its lead each time it used the previous one up, to at most 1 MiB. The worker zero-fills a new page
@@ -1040,11 +1039,6 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
 # Dispatch
 # ----------------------------------------------------------------------------------------------------
 
-cdef inline bint _enters_queue(int32_t sys_flag) noexcept:
-    cdef int32_t t = sys_flag & TRANSACTION_TYPE_MASK
-    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT_TYPE
-
-
 cdef int64_t _parse_int(const unsigned char *p, int32_t n) noexcept:
     cdef int64_t v = 0
     cdef int32_t i
@@ -1126,7 +1120,7 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
         r = _next_record(cl_files, cl_file_size, &off, end_offset, &v, &rec)
         if r <= 0:
             break
-        if _enters_queue(v.sys_flag):
+        if enters_queue(v.sys_flag):
             key = (PyUnicode_DecodeUTF8(<const char *>rec + v.topic_pos, v.topic_len, "replace"), v.queue_id)
             found = queues.get(key)
             if found is not None:
@@ -1177,7 +1171,7 @@ cdef class QueueDispatcher(Dispatcher):
         cdef ConsumeQueueCore cq
         cdef int64_t tags = msg._tags_code
         # every record reaches here (the index takes PREPARED ones too); only NOT/COMMIT enter a queue
-        if _enters_queue(msg._sys_flag):
+        if enters_queue(msg._sys_flag):
             cq = self._queue_of(cell)
             if msg._delay_level > 0 and cell.topic == self.schedule_topic:
                 tags = self._deliver_time(msg._delay_level, store_ts)
@@ -1211,7 +1205,7 @@ cdef class QueueDispatcher(Dispatcher):
         ``dispatch`` makes them."""
         cdef ConsumeQueueCore cq
         cdef Py_ssize_t i
-        if not _enters_queue(msg._sys_flag) or msg._delay_level > 0:
+        if not enters_queue(msg._sys_flag) or msg._delay_level > 0:
             return Dispatcher.dispatch_run(self, cell, msg, phy_offset, sizes, n, store_ts, queue_offset)
         cq = self._queue_of(cell)
         cq.put_units(phy_offset, sizes, n, msg._tags_code, queue_offset)
@@ -1247,7 +1241,7 @@ cdef class QueueDispatcher(Dispatcher):
             r = _next_record(cl_files, cl_file_size, &off, end_offset, &v, &rec)
             if r <= 0:
                 break
-            if _enters_queue(v.sys_flag):
+            if enters_queue(v.sys_flag):
                 cell = self._cell(rec, &v)
                 cq = <ConsumeQueueCore>cell.consume_queue
                 tags = tags_code_of(rec, &v)

@@ -231,7 +231,7 @@ class ConsumeQueue(ConsumeQueueCore):
         if self.min_logic_offset >= max_logic:
             return
         last_unit = self.unit(max_logic // UNIT_SIZE - 1)
-        if last_unit is not None and last_unit[0] < min_commit_log_offset and last_unit[1] != 0x7FFFFFFF:
+        if last_unit is not None and last_unit[0] < min_commit_log_offset and last_unit[1] != FILLER_SIZE:
             self.min_logic_offset = max_logic
             return
         files = self.queue.files

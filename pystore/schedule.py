@@ -63,7 +63,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pystore._cq import read_unit
+from pystore._cq import FILLER_SIZE, UNIT_SIZE, read_unit
 from pystore._message import Message, MessageExt
 from pystore.durable import fsync_dir, make_dirs_durable
 from pystore.errors import StoreError
@@ -93,8 +93,6 @@ FIRST_PERSIST_DELAY = 10_000
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_OFFSET_FILE = "delayOffset.json"
 
-_CQ_STORE_UNIT_SIZE = 20
-_FILLER_SIZE = 0x7FFFFFFF
 # fastjson writes integer map keys bare: {1:3,2:0}; make them strings for json.loads
 _BARE_KEY = re.compile(r"([{,]\s*)(-?[0-9]+)(\s*:)")
 
@@ -348,10 +346,10 @@ class ScheduleMessageService(ServiceThread):
             return 0
         delivered = 0
         try:
-            for pos in range(start, end - _CQ_STORE_UNIT_SIZE + 1, _CQ_STORE_UNIT_SIZE):
+            for pos in range(start, end - UNIT_SIZE + 1, UNIT_SIZE):
                 phy, size, tags_code = read_unit(mf, pos)
-                next_offset = offset + (pos - start) // _CQ_STORE_UNIT_SIZE
-                if size == _FILLER_SIZE:
+                next_offset = offset + (pos - start) // UNIT_SIZE
+                if size == FILLER_SIZE:
                     continue
                 now = self.clock()
                 countdown = self.correct_deliver_timestamp(now, tags_code, level) - now
@@ -379,7 +377,7 @@ class ScheduleMessageService(ServiceThread):
                     return delivered
                 except Exception:
                     log.exception("%s: delayed message at %d cannot be delivered; skipped", self.root, phy)
-            next_offset = offset + (end - start) // _CQ_STORE_UNIT_SIZE
+            next_offset = offset + (end - start) // UNIT_SIZE
             self._schedule(level, next_offset, DELAY_FOR_A_WHILE)
             self.offset_table[level] = next_offset
             return delivered

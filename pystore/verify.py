@@ -38,7 +38,7 @@ from pystore._commitlog import find_valid_record_after
 from pystore._mapped_file import MappedFile
 from pystore.consume_queue import queue_id_of
 from pystore.errors import StoreCorruptedError, StoreError
-from pystore.message import SCHEDULE_TOPIC
+from pystore.message import SCHEDULE_TOPIC, SysFlag
 from pystore.tools import commit_log_files, iter_commitlog, iter_consume_queue
 
 __all__ = ["Problem", "VerifyReport", "verify_store", "queue_id_of"]
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 
-_ROLLBACK = 0xC
 _PREPARED = 0x4
 _UNIT = 20
 _QUERY_MAX = 64  # the store answers at most max_msgs_num_batch (64) messages a query
@@ -186,10 +185,10 @@ def _scan_commit_log(
                 report.record_bytes += size
                 report.end_offset = phy + size
                 sys_flag = m.sys_flag
-                tx = sys_flag & _ROLLBACK
-                if tx == 0 or tx == 0x8:  # not transactional, or committed
+                tx = sys_flag & SysFlag.TRANSACTION_TYPE_MASK
+                if tx in (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE):   # it enters a queue
                     records[phy] = (m.topic, m.queue_id, m.queue_offset, size, m.tags_code)
-                if tx != _ROLLBACK:
+                if tx != SysFlag.TRANSACTION_ROLLBACK_TYPE:
                     keys = m.keys
                     uniq = m.uniq_key
                     if keys or uniq:
