@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from writer_procs import Procs
 
 import pystore.store as store_module
 from pystore import Message
@@ -193,6 +194,16 @@ def store_factory(tmp_path: Path) -> Iterator[StoreFactory]:
     finally:
         factory.close_all()
     factory.check()
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    """Writer processes of a test (``writer_procs.Procs``), every one killed at teardown."""
+    ps = Procs(tmp_path)
+    try:
+        yield ps
+    finally:
+        ps.kill_all()
 
 
 # -- the after-test consistency check ----------------------------------------------------------------------

@@ -26,10 +26,7 @@ from __future__ import annotations
 import math
 import os
 import random
-import select
 import shutil
-import signal
-import subprocess
 import sys
 import time
 
@@ -38,104 +35,16 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import crash_writer as cw  # noqa: E402
+from writer_procs import Procs, kill, read_line, stderr_of, wait_killed_by_crashpoint  # noqa: E402
 
 from pystore.tools import iter_commitlog  # noqa: E402
 
-WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_writer.py")
-WORKTREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_BATCH = 6  # crash_writer batches hold at most this many messages
 
 
 # ----------------------------------------------------------------------------------------------
 # running writers
 # ----------------------------------------------------------------------------------------------
-
-
-class Procs:
-    """Every process a test starts; all are killed at teardown, whatever happened."""
-
-    def __init__(self, tmp_path) -> None:
-        self.tmp_path = tmp_path
-        self.procs: list[subprocess.Popen] = []
-        self.n = 0
-
-    def start(self, *argv: str, crashpoint: str | None = None) -> subprocess.Popen:
-        env = {k: v for k, v in os.environ.items() if k != "PYSTORE_CRASHPOINT"}
-        env["PYTHONPATH"] = WORKTREE + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        if crashpoint:
-            env["PYSTORE_CRASHPOINT"] = crashpoint
-        self.n += 1
-        err = open(self.tmp_path / ("writer-%d.err" % self.n), "wb")
-        try:
-            p = subprocess.Popen(
-                [sys.executable, WRITER, *argv],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=str(self.tmp_path),
-            )
-        finally:
-            err.close()
-        p.err_path = self.tmp_path / ("writer-%d.err" % self.n)  # type: ignore[attr-defined]
-        self.procs.append(p)
-        return p
-
-    def kill_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            if p.stdout is not None:
-                p.stdout.close()
-
-
-@pytest.fixture
-def procs(tmp_path):
-    ps = Procs(tmp_path)
-    try:
-        yield ps
-    finally:
-        ps.kill_all()
-
-
-def stderr_of(p) -> str:
-    try:
-        return p.err_path.read_text(errors="replace")[-3000:]
-    except OSError:
-        return ""
-
-
-def read_line(p, prefix: str, timeout: float = 300.0) -> str:
-    """The next stdout line of ``p``, which must start with ``prefix``."""
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    assert ready, "no %s from the writer within %ss; stderr:\n%s" % (prefix, timeout, stderr_of(p))
-    line = p.stdout.readline().decode()
-    assert line.startswith(prefix), "writer said %r, expected %s; stderr:\n%s" % (line, prefix, stderr_of(p))
-    return line
-
-
-def kill(p) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGKILL)
-    p.wait()
-    assert p.returncode == -signal.SIGKILL, "the writer ended by itself (%s); stderr:\n%s" % (
-        p.returncode,
-        stderr_of(p),
-    )
-
-
-def wait_killed_by_crashpoint(p, timeout: float = 300.0) -> None:
-    """Wait for a writer to reach its crash point and SIGKILL itself."""
-    try:
-        p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(
-            "the writer did not reach its crash point within %ss; stderr:\n%s" % (timeout, stderr_of(p))
-        )
-    assert p.returncode == -signal.SIGKILL, (
-        "the writer was not killed by its crash point (exit %s); stderr:\n%s" % (p.returncode, stderr_of(p))
-    )
 
 
 def write_args(

@@ -23,7 +23,7 @@ from pystore.store import MessageStore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crash_writer as cw  # noqa: E402
-from test_crash import kill, procs, read_line  # noqa: E402,F401  (procs is a fixture)
+from writer_procs import kill, read_line  # noqa: E402
 
 TOPIC = "HATopic"
 F = 16384            # commit-log files: small, so a few hundred messages roll several
@@ -556,7 +556,7 @@ FILE = 32768
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
-def test_killed_sync_master_every_acknowledged_message_is_on_the_slave(tmp_path, procs, mode):  # noqa: F811
+def test_killed_sync_master_every_acknowledged_message_is_on_the_slave(tmp_path, procs, mode):
     master_root, slave_root, ack = tmp_path / "master", tmp_path / "slave", str(tmp_path / "acks")
     p = procs.start("write", str(master_root), "--ack", ack, "--mode", mode, "--threads", "2", "--sync-master",
                     "--file-size", str(FILE), "--max-seconds", "60")
@@ -573,7 +573,7 @@ def test_killed_sync_master_every_acknowledged_message_is_on_the_slave(tmp_path,
     assert summary["records"] >= len(acks) and not summary["abnormal"]
 
 
-def test_killed_slave_recovers_and_catches_up(store_factory, procs):  # noqa: F811
+def test_killed_slave_recovers_and_catches_up(store_factory, procs):
     master = store_factory("master", ha_listen_port=0, mapped_file_size_commit_log=FILE, **cw.SMALL_FILES)
     slave_root = store_factory.path("slave")
     p = procs.start("follow", str(slave_root), "--master", "127.0.0.1:%d" % master.ha_port, "--file-size", str(FILE))

@@ -24,10 +24,9 @@ import random
 import time
 from pathlib import Path
 
-import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py, and _procs for direct imports)
+import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py)
 import pytest
-
-from ._procs import kill, procs, read_line  # noqa: F401  (procs is a fixture)
+from writer_procs import kill, read_line
 
 pytestmark = pytest.mark.powerloss
 
@@ -42,15 +41,15 @@ def wait_acks(ack: str, n: int, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def start_pair(procs, tmp_path: Path, master_root: Path, slave_root: Path, mode: str,  # noqa: F811
+def start_pair(procs, tmp_path: Path, master_root: Path, slave_root: Path, mode: str,
                master_env=None, slave_env=None, slave_mode: str = "async"):
     ack = str(tmp_path / "acks")
-    pm = procs.start(["write", str(master_root), "--ack", ack, "--mode", mode, "--threads", "2", "--sync-master",
-                      "--file-size", str(FILE), "--max-seconds", "60"], env=master_env)
-    port = int(read_line(pm, "READY").split()[2])
-    ps = procs.start(["follow", str(slave_root), "--master", "127.0.0.1:%d" % port, "--file-size", str(FILE),
-                      "--mode", slave_mode], env=slave_env)
-    read_line(ps, "READY")
+    pm = procs.start("write", str(master_root), "--ack", ack, "--mode", mode, "--threads", "2", "--sync-master",
+                      "--file-size", str(FILE), "--max-seconds", "60", env=master_env)
+    port = int(read_line(pm, "READY", 60.0).split()[2])
+    ps = procs.start("follow", str(slave_root), "--master", "127.0.0.1:%d" % port, "--file-size", str(FILE),
+                      "--mode", slave_mode, env=slave_env)
+    read_line(ps, "READY", 60.0)
     return pm, ps, ack
 
 
@@ -62,7 +61,7 @@ def run_until_cut(rng: random.Random, ack: str) -> None:
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("mode", ["async", "sync"])
-def test_master_power_cut_every_ack_is_on_the_slave(powercut, procs, tmp_path, model, mode):  # noqa: F811
+def test_master_power_cut_every_ack_is_on_the_slave(powercut, procs, tmp_path, model, mode):
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = random.Random(seed)
@@ -102,7 +101,7 @@ def test_master_power_cut_every_ack_is_on_the_slave(powercut, procs, tmp_path, m
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("slave_mode", ["sync", "async"])
-def test_slave_power_cut(powercut, procs, tmp_path, model, slave_mode):  # noqa: F811
+def test_slave_power_cut(powercut, procs, tmp_path, model, slave_mode):
     """A SYNC_FLUSH slave flushes before it reports: nothing it acknowledged is lost. An ASYNC_FLUSH slave
     reports on receipt (RocketMQ): the cut loses the acknowledged messages past its last flush, a tail;
     what it keeps is a consistent store holding every acknowledged message below its end."""

@@ -14,8 +14,7 @@ import time
 
 import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py)
 import pytest
-
-from ._procs import kill, procs, read_line  # noqa: F401  (procs is a fixture)
+from writer_procs import kill, read_line
 
 pytestmark = pytest.mark.powerloss
 
@@ -69,7 +68,7 @@ POOL_POINTS = 2
 
 @pytest.mark.parametrize("model", ["journal", "strict"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_transient_store_pool_power_cut(powercut, procs, tmp_path, model, mode):  # noqa: F811
+def test_transient_store_pool_power_cut(powercut, procs, tmp_path, model, mode):
     """``transient_store_pool_enable``: puts land in a pool buffer, the commit service copies them into the
     file, the flush service flushes the file. SYNC_FLUSH (the pool is not used then, as in RocketMQ 4.8):
     every acknowledged message is there, intact. ASYNC_FLUSH: a gap-free prefix without a torn record, holding
@@ -78,9 +77,9 @@ def test_transient_store_pool_power_cut(powercut, procs, tmp_path, model, mode):
     for point in range(POOL_POINTS):
         fs = powercut(model)
         ack = str(tmp_path / ("acks-%d" % point))
-        p = procs.start(["write", str(fs.mount / "store"), "--ack", ack, "--mode", mode, "--pool", "--threads", "2",
-                         "--file-size", str(FILE), "--max-seconds", "60"], env=fs.writer_env())
-        read_line(p, "READY")
+        p = procs.start("write", str(fs.mount / "store"), "--ack", ack, "--mode", mode, "--pool", "--threads", "2",
+                         "--file-size", str(FILE), "--max-seconds", "60", env=fs.writer_env())
+        read_line(p, "READY", 60.0)
         delay = rng.uniform(0.05, 1.0)
         time.sleep(delay)
         kill(p)
@@ -152,14 +151,14 @@ CLEAN_POINTS = 3
 
 
 @pytest.mark.parametrize("model", ["journal", "strict"])
-def test_cleaning_under_a_writer_power_cut(powercut, procs, tmp_path, model):  # noqa: F811
+def test_cleaning_under_a_writer_power_cut(powercut, procs, tmp_path, model):
     rng = _seed()
     for point in range(CLEAN_POINTS):
         fs = powercut(model)
         ack = str(tmp_path / ("acks-%d" % point))
-        p = procs.start([str(fs.mount / "store"), ack, str(rng.randrange(1 << 30))], env=fs.writer_env(),
+        p = procs.start(str(fs.mount / "store"), ack, str(rng.randrange(1 << 30)), env=fs.writer_env(),
                         script=CLEAN_WRITER)
-        read_line(p, "READY")
+        read_line(p, "READY", 60.0)
         delay = rng.uniform(0.3, 1.5)
         time.sleep(delay)
         kill(p)
