@@ -89,12 +89,12 @@ cdef inline void _prefault_ahead(ConsumeQueueCore cq, MappedFile mf) noexcept:
 
 cdef bint _record_claims(ConsumeQueueCore cq, list cl_files, int64_t cl_file_size, int64_t phy, int32_t size,
                          int64_t queue_offset):
-    """Is there a whole record of ``size`` bytes at commit-log offset ``phy`` that names ``cq``'s topic and
-    queue id and ``queue_offset``?"""
+    """Is there a whole record of ``size`` bytes at commit-log offset ``phy`` that is the unit's: stored for
+    that offset, of ``cq``'s topic and queue id, at ``queue_offset`` (the read path's ``_unit_damage``)?"""
     cdef MappedFile f
     cdef RecordView v
     cdef int64_t pos
-    cdef Py_ssize_t tl = PyBytes_GET_SIZE(cq.topic_utf8)
+    cdef const unsigned char *rec
     if phy < 0 or size <= 0:
         return False
     f = _cl_file(cl_files, cl_file_size, phy)
@@ -103,10 +103,8 @@ cdef bint _record_claims(ConsumeQueueCore cq, list cl_files, int64_t cl_file_siz
     pos = phy - f.file_from_offset
     if pos + size > f.read_position():
         return False
-    if check_record(f.base + pos, size, False, &v) != size:
-        return False
-    return (v.queue_id == cq.queue_id and v.queue_offset == queue_offset and v.topic_len == tl
-            and memcmp(f.base + pos + v.topic_pos, PyBytes_AS_STRING(cq.topic_utf8), tl) == 0)
+    rec = f.base + pos
+    return _unit_damage(check_record(rec, size, False, &v), &v, rec, phy, size, cq, queue_offset) == DAMAGE_NONE
 
 
 cdef class ConsumeQueueCore:

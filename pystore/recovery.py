@@ -52,7 +52,9 @@ class RecoveryResult:
     seconds: float = 0.0
     damage: str | None = None    # what stopped the walk, when it was not a clean end
     follows: int = -1            # offset of the first valid record after the damage (-1: a torn tail)
-    tally: QueueTally | None = None   # per queue: its first record walked and highest queue offset
+    #: what the walk saw of each queue: ``{(topic, queue_id): (first record, highest queue offset)}``; None
+    #: when it could not tell (the tally overflowed) or nothing was walked
+    walked: dict[tuple[str, int], tuple[int, int]] | None = None
 
     @property
     def scan_rate(self) -> float:
@@ -100,7 +102,7 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
         break
     seconds = time.perf_counter() - t0
     result = RecoveryResult(offset, files[start].file_from_offset, abnormal, files[start].file_name, records,
-                            scanned, seconds, tally=tally)
+                            scanned, seconds, walked=None if tally.overflow else tally.queues())
     if stop is not None:
         _judge_damage(stop, files, i, checkpoint, config, result, read_only)
         if read_only and result.follows >= 0 and scan_file(stop[0], stop[1], check_crc)[0] == stop[1]:
@@ -195,13 +197,11 @@ def _tally_start(cq_store: Any, result: RecoveryResult, low: int) -> int:
     with no units at all, from its first record walked (the dispatch's gap check decides whether that is
     its first message ever or a queue to rebuild). Read off the recovery walk, so a clean open walks no
     further than before when every queue is whole."""
-    tally = result.tally
-    if tally is None:
-        return -1
-    if tally.overflow:
-        return max(low, result.dispatch_from)
+    walked = result.walked
+    if walked is None:
+        return max(low, result.dispatch_from) if result.start_file is not None else -1
     start = -1
-    for (topic, queue_id), (first, top) in tally.queues().items():
+    for (topic, queue_id), (first, top) in walked.items():
         cq = cq_store.find(topic, queue_id)
         end = cq.get_max_offset_in_queue() if cq is not None else 0
         if end == 0:
@@ -222,10 +222,9 @@ def _queues_past_their_records(cq_store: Any, result: RecoveryResult) -> list[tu
     queue offset of their records there: the units at their end are not theirs (a file of another queue
     swapped in, a unit's offset rewritten), and a re-dispatch cannot take units away. The last unit's record
     is in the walk, so it was tallied: a whole queue always has ``top >= end - 1``. Each with ``top``."""
-    tally = result.tally
-    if tally is None or tally.overflow:
+    seen = result.walked
+    if seen is None:
         return []
-    seen = tally.queues()
     out = []
     for cq in cq_store.queues():
         end = cq.get_max_offset_in_queue()
@@ -276,10 +275,12 @@ def _starts_with_filler(mf: Any) -> bool:
 
 
 def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult, tails: bool,
-                          stored_before: int = 0, dispatched_end: int = 0) -> None:
+                          stored_before: int = 0) -> None:
     """A reader of a store no writer is running (no ``abort`` file) checks, as a writer's recovery does, that
     no queue lacks units for records of it (lost files at its end or head): it cannot rebuild the queue, so
-    it refuses the store rather than hide those messages."""
+    it refuses the store rather than hide those messages. With ``tails`` False (a crashed writer), a record
+    past its queue's end counts when stored before ``stored_before`` or before the furthest unit any queue
+    holds (dispatch follows the log in order: a crash leaves the queues lagging only as a common suffix)."""
     low = commitlog.get_min_offset()
     queue = commitlog.queue
     if low < 0 or not queue.files:
@@ -295,6 +296,7 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
         start = tail if start < 0 else min(start, tail)
     if start < 0:
         return
+    dispatched_end = min(max(ends, default=0), result.process_offset)
     gaps, reached = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
                                   dict(cq_store.items()), tails, stored_before, dispatched_end)
     if reached < result.process_offset and not gaps:
@@ -378,13 +380,11 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
         elif writer_holds_lock(config.lock_path()) is False:
             # the writer crashed: its queues may lag its log at their end (its next open re-dispatches), but
             # not at their head, nor before the checkpoint's time of their last flush. A checkpoint that
-            # cannot be read tells no such time: any lag may be lost units, refused until a writer's open
-            # (nor before the furthest unit any queue holds: dispatch follows the log in order, so a crash
-            # leaves the queues lagging only as a common suffix; a power cut the writer did not recover
-            # from may break that, and the reader then refuses what the writer's open would re-dispatch)
-            ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
+            # cannot be read tells no such time: any lag may be lost units, refused until a writer's open.
+            # Nor before the furthest unit any queue holds; a power cut the writer did not recover from may
+            # break that rule, and the reader then refuses what the writer's open would re-dispatch
             _check_readers_queues(commitlog, cq_store, result, not checkpoint.trusted,
-                                  checkpoint.logics_msg_timestamp, min(max(ends, default=0), result.process_offset))
+                                  checkpoint.logics_msg_timestamp)
     if not read_only:
         if not queue.files:
             if len(cq_store):
