@@ -739,6 +739,40 @@ cdef int64_t _written_end(list files):
     return last.file_from_offset + last.wrote
 
 
+cdef int64_t _prev_unit_phy(ConsumeQueueCore cq, MappedFile cqf, int64_t pos):
+    """The commit-log offset of the message unit just before the one at ``pos`` of ``cqf`` (in the file before,
+    for a file's first unit), or -1 when there is none to read (a filler, an invalid unit, the queue's first)."""
+    cdef const unsigned char *p = NULL
+    cdef MappedFile prev = None
+    cdef list files
+    cdef Py_ssize_t i
+    if pos >= CQ_STORE_UNIT_SIZE:
+        p = cqf.base + pos - CQ_STORE_UNIT_SIZE
+    elif cq is not None:
+        files = cq.queue.files
+        for i in range(1, PyList_GET_SIZE(files)):
+            if <object>PyList_GET_ITEM(files, i) is cqf:
+                prev = <MappedFile>PyList_GET_ITEM(files, i - 1)
+                break
+        # held while read: a cleaner may be removing the queue's old files
+        if prev is None or prev.file_size < CQ_STORE_UNIT_SIZE or not prev.c_hold():
+            return -1
+        try:
+            if prev.base == NULL:
+                return -1
+            p = prev.base + prev.file_size - prev.file_size % CQ_STORE_UNIT_SIZE - CQ_STORE_UNIT_SIZE
+            return _unit_phy(p)
+        finally:
+            prev.c_release()
+    return _unit_phy(p)
+
+
+cdef inline int64_t _unit_phy(const unsigned char *p) noexcept:
+    if p == NULL or not unit_valid(p) or (get_i64(p) == 0 and get_i32(p + 8) == FILLER):
+        return -1
+    return get_i64(p)
+
+
 cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, int64_t *starts, int n,
                    list out) except -1:
     cdef bytes buf = PyBytes_FromStringAndSize(<const char *>f.base + start, end - start)
@@ -870,7 +904,17 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                     _raise_damage(damage, r, vp, f, phy, size, cqf, pos, cq)
             if r <= 0:
                 # the record's file is gone or going (deleted by the cleaner): RocketMQ's MESSAGE_WAS_REMOVING,
-                # and the rest of that file is skipped
+                # and the rest of that file is skipped. A cleaner removes only the log's oldest files, and a
+                # queue's units point ever further into the log, so such units are a prefix of the queue: one
+                # that follows a unit pointing further on is damage, never a message to pass over.
+                if _prev_unit_phy(cq, cqf, pos) > phy:
+                    if count > 0:
+                        break
+                    raise StoreCorruptedError(
+                        cqf.file_name, cqf.file_from_offset + pos,
+                        "the consume-queue unit for queue offset %d points at commit-log offset %d, before the "
+                        "unit ahead of it, into a file no longer there (`pystore recover` rebuilds the queues "
+                        "from the commit log)" % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy))
                 if count == 0:
                     status = SCAN_WAS_REMOVING
                 next_phy_file_start = phy - phy % cl_file_size + cl_file_size

@@ -1141,6 +1141,47 @@ def test_oldest_files_gone(tmp_path, abnormal):
     ]
 
 
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+@pytest.mark.parametrize("where", ["inside", "first-of-file"])
+def test_unit_pointing_into_a_removed_file_after_a_later_unit_is_refused(tmp_path, where, read_only):
+    """The oldest log files are gone and a unit in the middle of a queue points into them (fuzz case 8:582):
+    a cleaner removes only a queue's oldest records, so that unit is damage, not a removed message. Reads stop
+    right before it, and a read starting at it refuses, naming the unit, instead of passing over it and
+    never serving the intact record it stood for. Also when it is its file's first unit (the unit ahead of
+    it is in the queue's file before)."""
+    root = tmp_path / "store"
+    cq_units = 8
+    w = build_store(root, messages=300, seed=3, mapped_file_size_consume_queue=cq_units * 20)
+    names = cw.log_files(str(root))
+    os.unlink(os.path.join(cw.commitlog_dir(str(root)), names[0]))
+    first = int(names[1])
+    by_queue: dict = {}
+    for r in w.records:
+        by_queue.setdefault((r.topic, r.queue_id), []).append(r)
+    want_first = where == "first-of-file"
+    victim = next(
+        r for recs in by_queue.values() for prev, r in zip(recs, recs[1:])
+        if prev.offset >= first and (r.queue_offset % cq_units == 0) == want_first
+    )
+    queue = by_queue[(victim.topic, victim.queue_id)]
+    kept = [r for r in queue if r.offset >= first]
+    cq_dir = os.path.join(root, "consumequeue", victim.topic, str(victim.queue_id))
+    at = victim.queue_offset * 20
+    cq_file = os.path.join(cq_dir, "%020d" % (at - at % (cq_units * 20)))
+    with open(cq_file, "r+b") as f:
+        f.seek(at % (cq_units * 20))
+        f.write(struct.pack(">q", 0))
+    with open_store(root, read_only=read_only, mapped_file_size_consume_queue=cq_units * 20) as store:
+        r = store.get_message("g", victim.topic, victim.queue_id, kept[0].queue_offset, 64)
+        assert r.next_begin_offset == victim.queue_offset
+        assert [m.commit_log_offset for m in r.messages] == [
+            k.offset for k in kept if k.queue_offset < victim.queue_offset
+        ]
+        with pytest.raises(StoreCorruptedError) as ei:
+            store.get_message("g", victim.topic, victim.queue_id, victim.queue_offset, 64)
+        assert (ei.value.path, ei.value.offset) == (cq_file, at)
+
+
 # ----------------------------------------------------------------------------------------------
 # the CRC recovery computes
 # ----------------------------------------------------------------------------------------------
