@@ -67,6 +67,8 @@ class IndexService(IndexFilesBase):
         self._lock = threading.RLock()
         #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
         self.pending_dirs = PendingDirs()
+        #: the threads flushing files that filled up (one each, as RocketMQ); close() joins them
+        self._full_flushes: list[threading.Thread] = []
 
     @property
     def files(self) -> list[IndexFileCore]:
@@ -163,7 +165,10 @@ class IndexService(IndexFilesBase):
             mf.set_positions(self.file_size)
             self._files = self._files + [f]
             if prev is not None and prev.is_write_full():
-                threading.Thread(target=self._flush_full, args=(prev,), daemon=True).start()
+                # off the put lock, as RocketMQ's FlushIndexFileThread; kept so close() can wait for it
+                t = threading.Thread(target=self._flush_full, args=(prev,), name="FlushIndexFileThread", daemon=True)
+                self._full_flushes = [x for x in self._full_flushes if x.is_alive()] + [t]
+                t.start()
             return f
 
     def _flush_full(self, f: IndexFileCore) -> None:
@@ -256,12 +261,20 @@ class IndexService(IndexFilesBase):
         if new:
             self._files = self._files + new
 
+    def _join_full_flushes(self) -> None:
+        """Wait for the flushes of full files still running: their files are about to be closed."""
+        for t in self._full_flushes:
+            t.join()
+        self._full_flushes = []
+
     def close(self) -> None:
+        self._join_full_flushes()
         for f in self._files:
             f.mapped_file.close()
         self._files = []
 
     def destroy(self) -> None:
+        self._join_full_flushes()
         for f in self._files:
             mf = f.mapped_file
             if not mf.destroy(0):
