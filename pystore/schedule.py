@@ -359,6 +359,10 @@ class ScheduleMessageService(ServiceThread):
                     return delivered
                 ext = cl.look_message_by_offset(phy)
                 if ext is None:
+                    # RocketMQ skips it too (a removed file, or a record that does not read as one); said here,
+                    # since the message is lost to its consumers from now on
+                    log.error("%s: delay level %d, queue offset %d: no readable record at commit-log offset %d "
+                              "(%d bytes); skipped", self.root, level, next_offset, phy, size)
                     continue
                 try:
                     inner = self.message_timeup(ext)
