@@ -226,3 +226,28 @@ def test_an_empty_log_recovers_to_zero(tmp_path):
         assert (r.process_offset, r.dispatch_from, r.start_file) == (0, 0, None)
     finally:
         cl.queue.close()
+
+
+def test_damage_before_records_is_refused_when_the_checkpoint_cannot_tell_if_they_were_flushed(log_root):
+    """A garbage checkpoint and damage with valid records after it: nothing tells a crash's unflushed tail
+    from corruption in flushed data, so a writer refuses (cutting could drop every acknowledged message after
+    the damage); `recover_truncate_corrupted` still forces the cut."""
+    w = cw.walk_log(str(log_root))
+    victim = w.records[-3]
+    _zero_record(log_root, victim)
+    set_checkpoint(log_root, -1, -1, -1)
+    before = cw.log_digest(str(log_root))
+    cfg, cl, cp = pieces(log_root)
+    try:
+        assert not cp.trusted
+        with pytest.raises(StoreCorruptedError) as ei:
+            recover_commit_log(cl, cp, cfg, abnormal=True)
+        assert ei.value.offset == victim.offset and "cannot be trusted" in str(ei.value)
+    finally:
+        cl.queue.close()
+    assert cw.log_digest(str(log_root)) == before
+    cfg, cl, cp = pieces(log_root, recover_truncate_corrupted=True)
+    try:
+        assert recover_commit_log(cl, cp, cfg, abnormal=True).process_offset == victim.offset
+    finally:
+        cl.queue.close()
