@@ -7,7 +7,8 @@
   cites (also in its older spelling, before the references were moved into the repository) exists;
 * nothing in README.md or docs/ points at design notes that are not part of the repository
   (:func:`references_outside_repo`);
-* the README's example (the fenced block after ``<!-- readme-example -->``) runs, verbatim, in a temp dir.
+* the README's example (the fenced block after ``<!-- readme-example -->``) runs, verbatim, in a temp dir,
+  and prints what the README's next block says it prints.
 
 ``make docs`` runs this module alone; ``make test`` runs it first.
 """
@@ -247,21 +248,31 @@ def test_references_outside_repo_finds_them(tmp_path):
 # -- the README's example runs -------------------------------------------------------------------------
 
 
-def readme_example() -> str:
+def _block(lines: list[str], start: int) -> tuple[str, int]:
+    """The fenced block opening at ``lines[start]``, and the index of its closing fence."""
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
+    return "\n".join(lines[start + 1:end]) + "\n", end
+
+
+def readme_example() -> tuple[str, str]:
+    """The README's example (the python block after the marker) and what it prints (the next block)."""
     lines = README.read_text().splitlines()
     start = lines.index(EXAMPLE_MARK) + 1
     assert lines[start].startswith("```python"), "the line after %s must open a python block" % EXAMPLE_MARK
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
-    return "\n".join(lines[start + 1:end]) + "\n"
+    code, end = _block(lines, start)
+    output_start = next(i for i in range(end + 1, len(lines)) if lines[i].startswith("```"))
+    output, _ = _block(lines, output_start)
+    return code, output
 
 
 def test_readme_example_runs(tmp_path):
     script = tmp_path / "example.py"
-    script.write_text(readme_example())
+    code, printed = readme_example()
+    script.write_text(code)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert "PUT_OK" in run.stdout and "FOUND" in run.stdout, run.stdout
+    assert run.stdout == printed, "the README says the example prints:\n%s\nit printed:\n%s" % (printed, run.stdout)
 
 
 def test_install_extra_named_in_readme_exists():
