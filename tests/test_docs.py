@@ -204,6 +204,33 @@ def test_relative_links_resolve(doc, target):
             doc.name, target, ", ".join(sorted(anchors(dest))))
 
 
+def _tables(text: str) -> list[list[str]]:
+    """The markdown tables of ``text`` (outside code blocks), each a list of its row lines."""
+    tables: list[list[str]] = []
+    previous = False
+    for line in _prose(text).splitlines():
+        row = line.startswith("|")
+        if row and not previous:
+            tables.append([])
+        if row:
+            tables[-1].append(line)
+        previous = row
+    return tables
+
+
+def _cells(row: str) -> int:
+    return len(re.split(r"(?<!\\)\|", row.strip().strip("|")))
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: p.name)
+def test_tables_have_as_many_cells_as_their_header(doc):
+    """A ``|`` inside a cell (even in `code`) must be written ``\\|``, or the row gets a column too many."""
+    for table in _tables(doc.read_text()):
+        width = _cells(table[0])
+        bad = [row for row in table if _cells(row) != width]
+        assert not bad, "%s: rows with other than %d cells: %s" % (doc.name, width, bad)
+
+
 def test_slug_is_githubs():
     assert slug("8.1 ConsumeQueue.recover") == "81-consumequeuerecover"
     assert slug("Configuration — `StoreConfig`") == "configuration--storeconfig"
