@@ -231,6 +231,12 @@ def test_tables_have_as_many_cells_as_their_header(doc):
         assert not bad, "%s: rows with other than %d cells: %s" % (doc.name, width, bad)
 
 
+def test_readme_links_every_doc():
+    linked = {(README.parent / target.partition("#")[0]).resolve() for doc, target in _links() if doc == README}
+    unlinked = [p.name for p in sorted(DOCS.glob("*.md")) if p.resolve() not in linked]
+    assert not unlinked, "README.md does not link %s" % unlinked
+
+
 def test_slug_is_githubs():
     assert slug("8.1 ConsumeQueue.recover") == "81-consumequeuerecover"
     assert slug("Configuration — `StoreConfig`") == "configuration--storeconfig"
