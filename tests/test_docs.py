@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import os
 import re
 import subprocess
