@@ -52,10 +52,13 @@ def references_outside_repo(paths: Iterable[str | os.PathLike[str]]) -> list[tup
 
     Those are ``../shared``, ``/work/shared`` and the bare names ``API.md``, ``FORMAT.md``, ``DESIGN.md``,
     ``STYLE.md`` (``docs/api.md`` and the like are the repository's own and do not match: lower case).
-    ``paths`` may hold files and folders; folders are walked for text files of the docs and the code.
+    ``paths`` may hold files and folders; folders are walked for text files of the docs and the code. This
+    module is skipped: it names those files to find them.
     """
     found: list[tuple[str, int, str]] = []
     for path in _files(paths):
+        if path.resolve() == Path(__file__).resolve():
+            continue
         try:
             text = Path(path).read_text(encoding="utf-8")
         except UnicodeDecodeError:
@@ -274,7 +277,10 @@ def test_docs_point_only_inside_the_repository():
 def test_references_outside_repo_finds_them(tmp_path):
     f = tmp_path / "x.md"
     f.write_text("see docs/format.md §1\nsee FORMAT.md §1\nsee ../shared/x\n(API.md \"Reading\")\n")
-    assert [n for _, n, _ in references_outside_repo([tmp_path])] == [2, 3, 4]
+    (tmp_path / "y.py").write_text('"""Layout (FORMAT.md §1.2)."""\n# docs/api.md "Reading"\n')
+    assert [(Path(p).name, n) for p, n, _ in references_outside_repo([tmp_path])] == [
+        ("x.md", 2), ("x.md", 3), ("x.md", 4), ("y.py", 1)]
+    assert references_outside_repo([Path(__file__)]) == []
 
 
 # -- the README's example runs -------------------------------------------------------------------------
