@@ -6,7 +6,7 @@ STAMP    := $(VENV)/.installed
 PYX      := $(wildcard pystore/*.pyx pystore/*.pxd pystore/*.h)
 BUILT    := pystore/.built
 
-.PHONY: venv build debug annotate lint typecheck test test-fast powerloss-deps fuzz bench peers demo clean
+.PHONY: venv build debug annotate lint typecheck docs test test-fast powerloss-deps fuzz bench peers demo clean
 
 venv: $(STAMP) $(BUILT)
 
@@ -41,7 +41,11 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy pystore
 
-test: venv powerloss-deps
+# The user docs against the code (tests/test_docs.py): public names, links, cited sections, the README example.
+docs: venv
+	$(VPY) -m pytest -q -p no:cacheprovider tests/test_docs.py
+
+test: venv powerloss-deps docs
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 test-fast: venv
