@@ -980,10 +980,18 @@ class MessageStore:
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
                       end: int = 2**63 - 1) -> QueryMessageResult:
-        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end]."""
+        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end].
+
+        At most ``config.max_msgs_num_batch`` (RocketMQ's ``maxMsgsNumBatch``, 64 by default) whatever
+        ``max_num`` asks: a larger ``max_num`` is cut to it, with a warning logged once per store."""
         cl = self._check_readable()
         if not isinstance(topic, str) or not isinstance(key, str):
             raise TypeError("topic and key must be str")
+        cap = self.config.max_msgs_num_batch
+        if max_num > cap and not getattr(self, "_query_cap_warned", False):
+            self._query_cap_warned = True
+            log.warning("%s: query_message(max_num=%d) returns at most %d messages (max_msgs_num_batch, "
+                        "RocketMQ's maxMsgsNumBatch); raise max_msgs_num_batch for more", self.root, max_num, cap)
         if self._index is None:
             return QueryMessageResult([], 0, 0)
         if self.read_only:
