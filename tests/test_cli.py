@@ -119,6 +119,19 @@ def test_demo_refuses_a_folder_that_is_not_a_store(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
+def test_unknown_config_keys_are_reported_once_subprocess(tmp_path):
+    """A broker.conf's broker-only keys: one line on stderr naming the file and the keys, no Python warning."""
+    make_store(tmp_path / "s", n=3)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-a\nnamesrvAddr=127.0.0.1:9876\nflushDiskType=ASYNC_FLUSH\n")
+    env = dict(os.environ, PYTHONPATH=REPO, COLUMNS="200")
+    p = subprocess.run([sys.executable, "-m", "pystore", "inspect", str(tmp_path / "s"), "--config", str(conf)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stderr.count("namesrvAddr") == 1 and p.stderr.count("brokerName") == 1, p.stderr
+    assert str(conf) in p.stderr and "UnknownConfigKeyWarning" not in p.stderr
+
+
 # -- put / get / query ------------------------------------------------------------------------------------
 
 

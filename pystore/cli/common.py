@@ -186,6 +186,11 @@ def build_config(
             cfg = StoreConfig.from_properties(text + "\n" + "\n".join(lines))
         except ConfigError as e:
             raise click.BadParameter(str(e), param_hint="--config/-o") from None
+    if cfg.unknown_keys:
+        # said once, as a log line (stderr) naming the file rather than a Python warning naming this source line;
+        # -o keys were checked above, so every unknown key is the file's
+        logging.getLogger("pystore.cli").warning("%s: keys that are not store settings were ignored: %s",
+                                                 config_file, ", ".join(cfg.unknown_keys))
     changes = {k: v for k, v in defaults.items() if k not in explicit}
     changes.update({k: v for k, v in detect_overrides(root).items() if k not in explicit})
     return cfg.replace(store_path_root_dir=root, read_only=read_only, **changes)
