@@ -645,6 +645,35 @@ def test_export_progress_counts_records_not_file_sizes(tmp_path):
     assert all(a[0] <= 150 and a[1] <= res.bytes_in for a in calls)
 
 
+def test_ctrl_c_exits_130_with_one_line_and_closes_the_store(tmp_path):
+    """SIGINT while ``put --stdin`` waits for input: exit 130 (not click's 1, the code of a problem), one line
+    on stderr and no traceback; what was put before stays, and the store was shut down cleanly."""
+    import signal
+    import time
+
+    root = tmp_path / "s"
+    make_store(root, 3)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    p = subprocess.Popen([sys.executable, "-m", "pystore", "put", str(root), "-t", "T9", "--stdin"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        p.stdin.write(b"first\nsecond\n")
+        p.stdin.flush()
+        deadline = time.monotonic() + 60
+        while [m.body for m in iter_commitlog(root) if m.topic == "T9"] != [b"first", b"second"]:
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else ""
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert err == b"interrupted\n" and out == b""
+    assert not (root / "abort").exists()                       # shut down, not crashed
+    assert run("verify", root).exit_code == 0
+
+
 def test_a_refused_put_says_why(tmp_path):
     root = tmp_path / "s"
     make_store(root, 5)
