@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("mypy.stubtest", reason="mypy is not installed (the dev extra)")
 
 ROOT = Path(__file__).resolve().parents[1]
-STUBBED = ["pystore._message", "pystore._results", "pystore._mapped_file", "pystore._cq"]
+STUBBED = ["pystore._message", "pystore._results", "pystore._mapped_file", "pystore._cq", "pystore._codec", "pystore._commitlog",
+           "pystore._index", "pystore._arrow"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 
