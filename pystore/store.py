@@ -425,7 +425,9 @@ class MessageStore:
 
     def shutdown(self) -> None:
         """Stop accepting puts, stop the services (they flush what is left), write the checkpoint, remove
-        the abort file, unmap and unlock. Idempotent."""
+        the abort file, unmap and unlock. Idempotent. Afterwards a put answers ``SERVICE_NOT_AVAILABLE`` (a
+        refused put is a status, as in RocketMQ) and every read, ``get_message`` included, raises
+        ``StoreClosedError``."""
         if self._state in (_NEW, _SHUTDOWN):
             self._state = _SHUTDOWN
             self._lock.release()
@@ -873,15 +875,19 @@ class MessageStore:
         return cq
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
-                    message_filter: MessageFilter | TagFilter | str | None = None) -> GetMessageResult | None:
+                    message_filter: MessageFilter | TagFilter | str | None = None) -> GetMessageResult:
         """Up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
-        statuses and next-offset rules (FORMAT.md §11.1). None when the store is not readable."""
+        statuses and next-offset rules (FORMAT.md §11.1).
+
+        Always a ``GetMessageResult`` (RocketMQ's null has no place in API.md's signature): a store that is
+        not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
+        flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
+        instead, because a refused put is a status (API.md)."""
         if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
             raise TypeError("offset and max_msg_nums must be int")
         cq = self._queue(topic, queue_id, offset)
         if not self.running_flags.is_readable():
-            log.warning("%s: get_message while the store is not readable", self.root)
-            return None
+            raise StoreError("the store at %s is not readable (running flags %s)" % (self.root, self.running_flags))
         tag_codes = tag_names = filt = None
         if message_filter is not None:
             if isinstance(message_filter, str):
@@ -974,10 +980,18 @@ class MessageStore:
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
                       end: int = 2**63 - 1) -> QueryMessageResult:
-        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end]."""
+        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end].
+
+        At most ``config.max_msgs_num_batch`` (RocketMQ's ``maxMsgsNumBatch``, 64 by default) whatever
+        ``max_num`` asks: a larger ``max_num`` is cut to it, with a warning logged once per store."""
         cl = self._check_readable()
         if not isinstance(topic, str) or not isinstance(key, str):
             raise TypeError("topic and key must be str")
+        cap = self.config.max_msgs_num_batch
+        if max_num > cap and not getattr(self, "_query_cap_warned", False):
+            self._query_cap_warned = True
+            log.warning("%s: query_message(max_num=%d) returns at most %d messages (max_msgs_num_batch, "
+                        "RocketMQ's maxMsgsNumBatch); raise max_msgs_num_batch for more", self.root, max_num, cap)
         if self._index is None:
             return QueryMessageResult([], 0, 0)
         if self.read_only:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
 from pystore._cq import QueueReader
-from pystore.errors import StoreClosedError
+from pystore.errors import StoreClosedError, StoreError
 from pystore.store import MessageStore
 from pystore.tools import decode_record, iter_commitlog
 
@@ -128,7 +128,8 @@ def test_old_reference_after_shutdown(tmp_path):
     get = store.get_message
     assert get(GROUP, TOPIC, 0, 0).status is GetMessageStatus.FOUND
     store.running_flags.get_and_make_not_readable()
-    assert get(GROUP, TOPIC, 0, 0) is None
+    with pytest.raises(StoreError, match="not readable"):
+        get(GROUP, TOPIC, 0, 0)
     store.running_flags.get_and_make_readable()
     store.shutdown()
     assert not store._reader.open

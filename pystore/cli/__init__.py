@@ -4,7 +4,8 @@ verb group (:mod:`.messages`: put, get, query; :mod:`.inspect`; :mod:`.verify`; 
 
 Every verb but ``bench`` takes the store root as its first argument; ``demo`` defaults to ``./pystore-demo``.
 Exit codes (docs/cli.md): 0 the verb did what was asked (an answer with no message is an answer), 1 a
-problem (no store at the path, a locked or damaged store, damage found) or a refused put, 2 a usage error.
+problem (no store at the path, a locked or damaged store, damage found) or a refused put, 2 a usage error,
+130 stopped by Ctrl-C (one line on stderr, no traceback).
 
 Verbs that only read (``get``, ``query``, ``inspect``, ``verify``, ``export``) open the store read-only: no
 lock, no writes, safe next to a running writer. ``put``, ``recover`` and ``clean`` open it for writing (a
@@ -25,9 +26,9 @@ import click
 
 from pystore import __version__
 from pystore.cli import bench, clean, demo, export, inspect, messages, recover, verify
-from pystore.cli.common import OK, PROBLEM, USAGE, CliGroup, make_console
+from pystore.cli.common import INTERRUPTED, OK, PROBLEM, USAGE, CliGroup, make_console
 
-__all__ = ["OK", "PROBLEM", "USAGE", "cli", "main"]
+__all__ = ["INTERRUPTED", "OK", "PROBLEM", "USAGE", "cli", "main"]
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -37,7 +38,8 @@ def cli(verbose: int) -> None:
     """pystore: an embedded message store with Apache RocketMQ's on-disk format.
 
     Every verb but bench takes the store root (ROOT) first. Exit codes: 0 done (an answer with no message
-    too), 1 a problem (no store, a locked or damaged store, damage found) or a refused put, 2 a usage error.
+    too), 1 a problem (no store, a locked or damaged store, damage found) or a refused put, 2 a usage error,
+    130 stopped by Ctrl-C.
     """
     from rich.logging import RichHandler
 

@@ -18,7 +18,6 @@ from pystore.cli.common import (
     console,
     err_console,
     esc,
-    fail,
     handle_store_errors,
     message_dict,
     messages_table,
@@ -210,8 +209,6 @@ def get(
         while True:
             r = store.get_message(group, topic, queue_id, nxt, min(32, max_n - count), flt)
             calls += 1
-            if r is None:
-                fail("the store is not readable")
             if not statuses or statuses[-1] != r.status.name:
                 statuses.append(r.status.name)
             count += len(r.messages)
