@@ -21,12 +21,13 @@ WARNING, ``-v`` for INFO, ``-vv`` for DEBUG).
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
 from pystore import __version__
 from pystore.cli import bench, clean, demo, export, inspect, messages, recover, verify
-from pystore.cli.common import INTERRUPTED, OK, PROBLEM, USAGE, CliGroup, make_console
+from pystore.cli.common import INTERRUPTED, OK, PROBLEM, USAGE, CliGroup, _isatty, make_console
 
 __all__ = ["INTERRUPTED", "OK", "PROBLEM", "USAGE", "cli", "main"]
 
@@ -48,7 +49,14 @@ def cli(verbose: int) -> None:
     for h in list(root.handlers):
         if getattr(h, "_pystore_cli", False):
             root.removeHandler(h)
-    handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False, markup=False)
+    handler: logging.Handler
+    if _isatty(sys.stderr):
+        handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False, markup=False)
+    else:
+        # off a terminal one plain line a record: rich's handler pads every line to its console's width, which
+        # is as wide as nothing ever wraps there (a 100,000-byte line per warning)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     handler._pystore_cli = True  # type: ignore[attr-defined]
     handler.setLevel(level)
     root.addHandler(handler)
