@@ -1,7 +1,8 @@
 """``MessageStore``: the facade users hold (RocketMQ ``DefaultMessageStore``, API.md "The store").
 
-It owns the lifecycle and wires the pieces; it holds no loops over bytes (those are in the Cython
-modules) and no service schedules (those are in their services)::
+It owns the lifecycle and hands every call to the part that does it; the parts and services are built by
+``pystore.wiring``, a put's waits are ``pystore.put_waits``', replication is ``pystore.ha_master`` and
+``pystore.ha_slave``'s; loops over bytes are in the Cython modules::
 
     MessageStore(config)      nothing touched on disk
       .load()                 lock the folder (writers), map files, recover        -> True/False
@@ -12,6 +13,11 @@ modules) and no service schedules (those are in their services)::
 ``MessageStore.open(root, read_only=False, **overrides)`` does load + start and is a context manager.
 A read-only store takes no lock, writes nothing and refuses puts (``SERVICE_NOT_AVAILABLE``); it follows a
 live writer by re-reading the folder when asked for data beyond what it has seen.
+
+One put and its read, module by module: ``put_message`` is the commit log's compiled ``put_message``
+(``_bind_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
+says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` -> ``_cq.read_queue`` reads the
+consume queue's units and the records they point at.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` (both keyword-only and
 optional) hands its clock to every policy that depends on the time and its ``disk_usage`` to every decision on
@@ -32,48 +38,37 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from pystore._codec import REASONS, RECORD_SHORT
-from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message, scan_file
-from pystore._cq import QueueDispatcher, QueueReader, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
+from pystore._commitlog import BUCKET_NAMES, read_message
+from pystore._cq import QueueReader, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
-from pystore.allocate import AllocateMappedFileService
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
 from pystore.commitlog import CommitLog
-from pystore.config import BrokerRole, FlushDiskType, StoreConfig
+from pystore.config import BrokerRole, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.crashpoint import crashpoint
 from pystore.dispatch import ReputService
 from pystore.durable import make_dirs_durable, sync_dirs
 from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
-from pystore.flush import (
-    CommitRealTimeService,
-    FlushConsumeQueueService,
-    FlushRealTimeService,
-    GroupCommitRequest,
-    GroupCommitService,
-)
-from pystore.ha import HAClient, HAService
+from pystore.flush import flush_all
 from pystore.index import IndexService
-from pystore.mapped_file_queue import MappedFileQueue
-from pystore.message import SCHEDULE_TOPIC, MessageFilter, TagFilter
-from pystore.pool import TransientStorePool
-from pystore.recovery import RecoveryResult, recover_store
+from pystore.message import MessageFilter, TagFilter
+from pystore.put_waits import done
+from pystore.recovery import RecoveryResult
 from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
 from pystore.service import DiskUsage, disk_used_ratio, real_clock
 from pystore.status import GetMessageStatus, PutMessageStatus
+from pystore.wiring import StoreParts, Writer, open_parts, pool_enabled, wire_writer
 
 __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
-#: A writer's checkpoint reaches the file at most this often, when a flush service moved a time (5.x: 1 s).
-_CHECKPOINT_FLUSH_MS = 1000
 
 #: ``_cq.read_queue`` codes (SCAN_* then GM_*) -> GetMessageStatus
 _GET_STATUS = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
@@ -90,7 +85,9 @@ def _not_available(msg: object) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
 
-_PAGE = 4096      # OS page, the unit of flush_commit_log_least_pages (RocketMQ's OS_PAGE_SIZE)
+def _of_writer(name: str) -> property:
+    """A started writer's service, by its ``Writer`` field (None before start): white-box tests reach for them."""
+    return property(lambda self: None if self._writer is None else getattr(self._writer, name))
 
 
 class MessageStore:
@@ -116,29 +113,31 @@ class MessageStore:
         self._state = _NEW
         self._lock = StoreLock(self.config.lock_path())
         self._abort = AbortFile(self.config.abort_path())
+        #: what load() opened; the read path uses its parts through the attributes below
+        self._parts: StoreParts | None = None
         self._checkpoint: StoreCheckpoint | None = None
         self._commitlog: CommitLog | None = None
         self._cq_store: ConsumeQueueStore | None = None
         self._index: IndexService | None = None
-        self._dispatcher: QueueDispatcher | None = None
+        self._dispatcher: Any = None
         self._reput: ReputService | None = None
-        self._inline_dispatch = False
         self._limits: ReadLimits | None = None
-        self._allocate: AllocateMappedFileService | None = None
-        self._flush_service: FlushRealTimeService | GroupCommitService | None = None
+        #: a started writer's services (pystore.wiring.Writer); ``_services`` are those still to stop
+        self._writer: Writer | None = None
         self._services: list[Any] = []
-        self._clean: CleanService | None = None
         self.schedule_message_service: ScheduleMessageService | None = None
-        self._pool: TransientStorePool | None = None
-        #: master: the HA listener (``ha_listen_port``); slave: the client following ``ha_master_address``
-        self._ha: HAService | None = None
-        self._ha_client: HAClient | None = None
         self._refresh_lock = threading.RLock()
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
         #: why ``load()`` returned False, when a file is at fault (``MessageStore.open`` raises it)
         self.load_error: StoreCorruptedError | None = None
         self.boot_timestamp = self.clock()
+
+    _ha = _of_writer("ha")
+    _ha_client = _of_writer("ha_client")
+    _flush_service = _of_writer("flush_service")
+    _allocate = _of_writer("allocate")
+    _pool = _of_writer("pool")
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -197,66 +196,39 @@ class MessageStore:
         return ok
 
     def _load(self) -> bool:
-        cfg = self.config
         self.last_exit_ok = not self._abort.exists()
-        queue = MappedFileQueue(cfg.commit_log_paths(), cfg.mapped_file_size_commit_log, read_only=self.read_only,
-                                clock=self.clock)
-        existing = queue.detect_file_size()
-        if existing is not None and existing != cfg.mapped_file_size_commit_log:
-            if _plausible_geometry(queue, existing):
-                (log.info if self.read_only else log.warning)(
-                    "%s: commit-log files are %d bytes, not the configured %d; the store keeps its geometry",
-                    cfg.store_path_root_dir, existing, cfg.mapped_file_size_commit_log)
-                queue.mapped_file_size = existing
-        # a crashed writer's last files may be short: a power cut took back a size no flush made durable
-        if not queue.load(pad_short=not self.last_exit_ok and not self.read_only):
-            if queue.load_error is not None:
-                self.load_error = StoreCorruptedError(*queue.load_error)
+        parts, self.load_error = open_parts(self.config, last_exit_ok=self.last_exit_ok,
+                                            running_flags=self.running_flags, clock=self.clock,
+                                            injected_clock=self._injected_clock)
+        if parts is None:
             return False
-        gap = queue.first_gap()
-        if gap >= 0:
-            queue.close()
-            self.load_error = StoreCorruptedError(queue.path_for(gap), gap, "commit-log file missing: the log has "
-                                                  "a hole from offset %d" % gap)
-            log.error("%s", self.load_error)
-            return False
-        self._checkpoint = StoreCheckpoint(cfg.checkpoint_path(), read_only=self.read_only, clock=self.clock)
-        self._commitlog = CommitLog(cfg, queue, clock=self._injected_clock)
-        self._bind_put_fast_path()
-        self._cq_store = ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
-                                           self.read_only, on_error=self._on_queue_error)
-        if not self._cq_store.load():
-            self.load_error = self._cq_store.load_error
-            return False
-        self._limits = ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
-                                  cfg.max_transfer_count_on_message_in_memory,
-                                  cfg.max_transfer_bytes_on_message_in_disk, cfg.max_transfer_count_on_message_in_disk,
-                                  _physical_memory() * cfg.access_message_in_memory_max_ratio // 100,
-                                  cfg.check_crc_on_read)
-        abnormal = not self.last_exit_ok and not self.read_only
-        if abnormal:
-            log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
-
-        def make_reput() -> ReputService:
-            # only once the commit log is judged: a refused open must leave the index as it was
-            assert self._commitlog is not None and self._cq_store is not None
-            if cfg.message_index_enable:
-                self._index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num,
-                                           self._checkpoint, self.read_only, self.clock, cfg.max_msgs_num_batch)
-                self._index.load(self.last_exit_ok)
-            self._dispatcher = QueueDispatcher(self._cell_for, self._cq_store.find_or_create,
-                                               cfg.delay_level_table(), self._index, SCHEDULE_TOPIC)
-            self._reput = ReputService(self._dispatcher, self._commitlog)
-            return self._reput
-
-        self.recovery = recover_store(self._commitlog, self._cq_store, make_reput, self._checkpoint, cfg, abnormal,
-                                      self.read_only)
-        self._commitlog.attach_last()
-        if not self.read_only:
-            self._checkpoint.auto_flush_ms = _CHECKPOINT_FLUSH_MS
-            self._bind_get_fast_path()
+        self._parts = parts
+        self._checkpoint, self._commitlog, self._cq_store = parts.checkpoint, parts.commitlog, parts.cq_store
+        self._index, self._dispatcher, self._reput = parts.index, parts.dispatcher, parts.reput
+        self._limits, self.recovery = parts.limits, parts.recovery
+        self._bind_fast_paths()
         self._state = _LOADED
         return True
+
+    def _bind_fast_paths(self) -> None:
+        """The one place where instance attributes replace methods, so that the common calls cost one call
+        into C and no Python frame (a put is measured in hundreds of nanoseconds):
+
+        * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
+          SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
+        * ``get_message``, ``look_message_by_offset`` on a writer: a ``_cq.QueueReader``'s
+          (``_bind_get_fast_path``), which hands every call it does not serve back to this class's methods.
+
+        The methods below are what the bound ones do, and what runs before ``load``, in a read-only store (for
+        reads) and in a subclass that overrides them."""
+        cl = self._commitlog
+        assert cl is not None
+        if type(self).put_message is MessageStore.put_message:
+            self.put_message = cl.put_message  # type: ignore[method-assign]
+        if type(self).put_messages is MessageStore.put_messages:
+            self.put_messages = cl.put_messages  # type: ignore[method-assign]
+        if not self.read_only:
+            self._bind_get_fast_path()
 
     @property
     def _state(self) -> str:
@@ -284,18 +256,6 @@ class MessageStore:
         self.get_message = self._reader.get_message  # type: ignore[method-assign]
         self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
 
-    def _cell_for(self, topic: str, queue_id: int) -> QueueCell:
-        """The topic-queue cell with its consume queue (dispatch's factory)."""
-        assert self._commitlog is not None and self._cq_store is not None
-        cell = self._commitlog.get_cell(topic, queue_id)
-        if cell.consume_queue is None:
-            cell.consume_queue = self._cq_store.find_or_create(topic, queue_id)
-        return cell
-
-    def _on_queue_error(self, message: str) -> None:
-        log.error("%s: %s; the store stops accepting puts", self.root, message)
-        self.running_flags.make_logics_queue_error()
-
     def start(self) -> None:
         """Start the services and accept puts (a read-only store only serves reads)."""
         if self._state == _NEW:
@@ -306,113 +266,15 @@ class MessageStore:
         if self.read_only:
             self._state = _STARTED
             return
-        try:
-            self._start_writer()
-        except BaseException:
-            ha = self._ha
-            if ha is not None and not ha.started:          # bound, but not started: no shutdown will close it
-                ha.shutdown()
-                self._ha = None
-            raise
-
-    def _start_writer(self) -> None:
         cfg = self.config
-        assert self._commitlog is not None and self._checkpoint is not None
-        cl = self._commitlog
-        slave = cfg.broker_role == BrokerRole.SLAVE
-        if not slave:                                # delay levels: a writable master only (FORMAT.md §10)
-            assert self._cq_store is not None
-            self.schedule_message_service = ScheduleMessageService(cl, self._cq_store, cfg, clock=self.clock)
-            self.schedule_message_service.load()     # first: a bad delayOffset.json fails start() cleanly
-            cl.delay_rewrite = self.schedule_message_service.rewrite
-        if not slave and cfg.ha_listen_port is not None:
-            # bound first: a port in use fails start() before any service runs
-            self._ha = HAService(self, cfg, clock=self.clock, file_size=cl.queue.mapped_file_size)
-            try:
-                self._ha.bind()
-            except OSError as e:
-                self._ha = None
-                raise StoreError("the HA listener cannot bind %s:%d: %s" % (cfg.ha_listen_address,
-                                                                           cfg.ha_listen_port, e)) from e
-        elif cfg.broker_role == BrokerRole.SYNC_MASTER:
-            log.warning("%s: SYNC_MASTER without ha_listen_port: no slave can connect, so every put that waits "
-                        "reports SLAVE_NOT_AVAILABLE", self.root)
-        self._lock.acquire()
-        self._abort.create()
-        if self.transient_store_pool_enabled():
-            self._pool = TransientStorePool(cfg.transient_store_pool_size, cfg.mapped_file_size_commit_log,
-                                            cfg.fast_fail_if_no_buffer_in_store_pool)
-            self._pool.init()
-        sync_warm = (cfg.flush_least_pages_when_warm_mapped_file * _PAGE
-                     if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH else 0)
-        # a flush writes what the puts wrote, not the large folio around it (MappedFile.write_page_by_page):
-        # new files (the allocate service), and the rest of the file recovery left the writer in
-        self._allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable,
-                                                   pool=self._pool, clock=self.clock, sync_warm_every=sync_warm)
-        last = cl.queue.last()
-        if last is not None:
-            last.write_page_by_page(last.wrote_position)
-        cl.queue.allocate = self._allocate
-        self._services = [self._allocate]
-        assert self._reput is not None and self._cq_store is not None
-        commit: CommitRealTimeService | None = None
-        if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
-            # consume queues follow the flushed offset: nobody reads what a crash could take back
-            gc = GroupCommitService(cl, self._checkpoint, clock=self.clock,
-                                    after_flush=self._slave_dispatch if slave else self._reput.dispatch_until)
-            self._flush_service = gc
-            if self.schedule_message_service is not None:
-                # its deliveries wait for no flush: the group commit is woken to make them durable soon
-                self.schedule_message_service.flush_wakeup = gc.wakeup
-            cl.after_put = self._after_put_sync
-            cl.flush_wakeup = None
-            cl.dispatcher = None
-            self._inline_dispatch = False
-        else:
-            fs = FlushRealTimeService(cl, cfg, self._checkpoint, clock=self.clock)
-            self._flush_service = fs
-            cl.after_put = None
-            if self._pool is not None:
-                # puts land in pool buffers; queues follow what the commit service copied into the files
-                commit = CommitRealTimeService(cl, cfg, fs, after_commit=self._reput.dispatch_until,
-                                               clock=self.clock)
-                cl.flush_wakeup = None if cfg.flush_commit_log_timed else commit.wakeup
-                cl.wake_bytes = cfg.commit_commit_log_least_pages * _PAGE
-                cl.dispatcher = None
-                self._inline_dispatch = False
-            else:
-                cl.flush_wakeup = None if cfg.flush_commit_log_timed else fs.wakeup
-                cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
-                cl.dispatcher = self._dispatcher
-                self._inline_dispatch = True
-        if cfg.broker_role == BrokerRole.SYNC_MASTER:
-            cl.after_put = self._after_put_replicated
-        if slave:
-            # a slave's log grows by transfers, never by puts: queues are built by walking what arrived
-            cl.dispatcher = None
-            self._inline_dispatch = False
-        self._services.append(self._flush_service)
-        if commit is not None:
-            self._services.append(commit)        # stops before the flush service: its last commit gets flushed
-        assert self._cq_store is not None
-        self._clean = CleanService(cl, self._cq_store, self._index, cfg, self.running_flags, clock=self.clock,
-                                   disk_usage=self.disk_usage)
-        self._services.append(self._clean)
-        self._services.append(FlushConsumeQueueService(self._cq_store, self._index, self._dispatcher, cfg,
-                                                       self._checkpoint, clock=self.clock))
-        if self.schedule_message_service is not None:
-            self._services.append(self.schedule_message_service)   # stops first, then persists its offsets
-        if slave:
-            # a SYNC_FLUSH slave acknowledges only what it flushed; an ASYNC_FLUSH one on receipt (RocketMQ)
-            durable_acks = cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
-            self._ha_client = HAClient(cfg, cl.get_max_offset, self._append_replicated, cl.queue.mapped_file_size,
-                                       self.get_commit_log_data, clock=self.clock,
-                                       flush=self._flush_replicated if durable_acks else None)
-            self._services.append(self._ha_client)                # stops first: nothing arrives after
-        elif self._ha is not None:
-            self._services.append(self._ha)
-        for s in self._services:
-            s.start()
+        assert self._parts is not None
+        w = self._writer = wire_writer(self._parts, cfg, lock=self._lock, abort=self._abort,
+                                       running_flags=self.running_flags, clock=self.clock,
+                                       disk_usage=self.disk_usage, read=self.get_commit_log_data,
+                                       max_offset=self.get_max_phy_offset, min_offset=self.get_min_phy_offset)
+        self.schedule_message_service = w.schedule
+        self._services = list(w.services)
+        w.start()
         self._state = _STARTED
         self._update_writeable()
         log.info("store %s started (%s, %s)", self.root, cfg.flush_disk_type.name, cfg.broker_role.name)
@@ -433,21 +295,23 @@ class MessageStore:
         was_started = self._state == _STARTED
         self._state = _SHUTDOWN
         self._update_writeable()
-        cl = self._commitlog
+        w, cl = self._writer, self._commitlog
+        if w is not None and w.slave_log is not None:
+            w.slave_log.closed = True      # a client thread that outlives its join must not touch the log
         for s in reversed(self._services):
             s.shutdown()
         self._services = []
         if cl is not None and not self.read_only:
-            if was_started and self._ha_client is not None:
-                self._trim_torn_tail()
+            if was_started and w is not None and w.slave_log is not None:
+                w.slave_log.trim_torn_tail()
             clean = True
             try:
-                self._flush_all()
+                flush_all(cl.queue)
             except OSError:
                 log.exception("%s: final flush failed; the abort file stays", self.root)
                 clean = False
-            if was_started and self._reput is not None and not self._inline_dispatch:
-                self._reput.dispatch_until(self._dispatch_end())
+            if was_started:
+                self._catch_up_dispatch()
             queues_synced = self._cq_store.flush(0) if self._cq_store is not None else True
             if self._index is not None:
                 self._index.flush()
@@ -464,25 +328,21 @@ class MessageStore:
                     and self.dispatch_behind_bytes(True) == 0):
                 self._abort.remove()
         self._close_files()
-        if self._pool is not None:
-            self._pool.destroy()
-            self._pool = None
+        if w is not None and w.pool is not None:
+            w.pool.destroy()
+            w.pool = None
         self._lock.release()
         log.info("store %s shut down", self.root)
 
     def _close_files(self) -> None:
-        if self._commitlog is not None:
-            self._commitlog.dispatcher = None
-            self._commitlog.queue.close()
-        if self._cq_store is not None:
-            self._cq_store.close()
-        if self._index is not None:
-            self._index.close()
+        if self._parts is not None:
+            self._parts.close()
 
     def _release_after_failure(self) -> None:
-        if self._ha is not None:
-            self._ha.shutdown()
-            self._ha = None
+        w = self._writer
+        if w is not None and w.ha is not None:
+            w.ha.shutdown()
+            w.ha = None
         self._close_files()
         self._lock.release()
         self._state = _SHUTDOWN
@@ -535,20 +395,9 @@ class MessageStore:
     # writing
     # ------------------------------------------------------------------------------------------
 
-    def _bind_put_fast_path(self) -> None:
-        """From now on the commit log answers every put itself (it refuses with SERVICE_NOT_AVAILABLE while
-        the store is not started, read-only or shut down), so the instance's ``put_message`` and
-        ``put_messages`` become its compiled methods: a put then costs one C call instead of a Python frame
-        and a C call. A subclass that overrides them keeps its overrides."""
-        cl = self._commitlog
-        assert cl is not None
-        if type(self).put_message is MessageStore.put_message:
-            self.put_message = cl.put_message  # type: ignore[method-assign]
-        if type(self).put_messages is MessageStore.put_messages:
-            self.put_messages = cl.put_messages  # type: ignore[method-assign]
-
     def put_message(self, msg: Message) -> PutMessageResult:
-        """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``)."""
+        """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``).
+        Once loaded, the commit log's compiled method answers instead (``_bind_fast_paths``)."""
         cl = self._commitlog
         if cl is None:
             return _not_available(msg)
@@ -566,85 +415,18 @@ class MessageStore:
         disk (the group commit service completes it)."""
         cl = self._commitlog
         if cl is None:
-            return _done(_not_available(msg))
-        return self._complete_async(cl.append_message(msg), msg)
+            return done(_not_available(msg))
+        return self._waited(cl.append_message(msg), msg)
 
     def async_put_messages(self, batch: MessageBatch) -> Future[PutMessageResult]:
         cl = self._commitlog
         if cl is None:
-            return _done(_not_available(batch))
-        return self._complete_async(cl.append_messages(batch), batch)
+            return done(_not_available(batch))
+        return self._waited(cl.append_messages(batch), batch)
 
-    def _complete_async(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
-        fut = self._flushed_async(result, msg)
-        if (self.config.broker_role is not BrokerRole.SYNC_MASTER or not result.is_ok() or not _waits(msg)):
-            return fut
-        out: Future[PutMessageResult] = Future()
-
-        def replicate(flushed: Future[PutMessageResult]) -> None:
-            # RocketMQ 4.x handleHA: the replica's verdict replaces a flush timeout, success keeps it
-            r = flushed.result()
-            try:
-                ha = self._slave_ready(r)
-                if ha is None:
-                    out.set_result(r.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE))
-                else:
-                    ha.request(r.next_offset, r, self.config.slave_timeout / 1000).add_done_callback(
-                        lambda done: out.set_result(done.result()))
-            except Exception:
-                log.exception("%s: waiting for a slave failed", self.root)
-                if not out.done():
-                    out.set_result(r.with_status(PutMessageStatus.FLUSH_SLAVE_TIMEOUT))
-
-        fut.add_done_callback(replicate)
-        return out
-
-    def _flushed_async(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
-        gc = self._flush_service
-        if (result.status is not PutMessageStatus.PUT_OK or not isinstance(gc, GroupCommitService)
-                or not _waits(msg)):
-            if isinstance(gc, GroupCommitService):
-                gc.wakeup()
-            return _done(result)
-        fut: Future[PutMessageResult] = Future()
-        # the service completes it, or its expiry thread after sync_flush_timeout (FLUSH_DISK_TIMEOUT)
-        gc.put_request(GroupCommitRequest(result.next_offset, fut, result, self.config.sync_flush_timeout / 1000))
-        return fut
-
-    def _after_put_sync(self, result: PutMessageResult, msg: Message | MessageBatch) -> PutMessageResult:
-        gc = self._flush_service
-        assert isinstance(gc, GroupCommitService)
-        if not _waits(msg):
-            gc.wakeup()
-            return result
-        if not gc.sync(result.next_offset, self.config.sync_flush_timeout / 1000):
-            log.warning("%s: the flush to offset %d failed or did not finish within %d ms", self.root,
-                        result.next_offset, self.config.sync_flush_timeout)
-            return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
-        return result
-
-    def _after_put_replicated(self, result: PutMessageResult, msg: Message | MessageBatch) -> PutMessageResult:
-        """SYNC_MASTER (RocketMQ ``handleHA``): after the flush (SYNC_FLUSH), wait for a slave to hold the
-        record; the message stays stored whatever the wait says."""
-        if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
-            # then the slave, whatever the flush said: its verdict replaces a flush timeout (4.x handleHA)
-            result = self._after_put_sync(result, msg)
-        if not _waits(msg):
-            return result
-        ha = self._slave_ready(result)
-        if ha is None:
-            return result.with_status(PutMessageStatus.SLAVE_NOT_AVAILABLE)
-        if not ha.wait_for_slave(result.next_offset, self.config.slave_timeout / 1000):
-            log.warning("%s: no slave acknowledged offset %d within %d ms", self.root, result.next_offset,
-                        self.config.slave_timeout)
-            return result.with_status(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
-        return result
-
-    def _slave_ready(self, result: PutMessageResult) -> HAService | None:
-        """The HA service when a slave can take ``result``'s record (RocketMQ ``isSlaveOK``: one is connected
-        and less than ``ha_slave_fallbehind_max`` behind); None means ``SLAVE_NOT_AVAILABLE``."""
-        ha = self._ha
-        return ha if ha is not None and ha.is_slave_ok(result.next_offset) else None
+    def _waited(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
+        w = self._writer
+        return done(result) if w is None else w.put_waits.complete_async(result, msg)
 
     @property
     def ha_port(self) -> int | None:
@@ -653,127 +435,25 @@ class MessageStore:
         ha = self._ha
         return ha.port if ha is not None and self._state == _STARTED else None
 
-    def _append_replicated(self, offset: int, data: memoryview) -> bool:
-        """Slave: RocketMQ ``appendToCommitLog``: put a transfer's bytes at ``offset``, the end of this
-        commit log (a new file where the last is full, or where the log is empty), then build the queues and
-        index of the whole records that arrived (under SYNC_FLUSH, the group commit does that after it flushed).
-        False if the bytes do not belong at the end of this log or do not fit its file."""
-        cl = self._commitlog
-        if cl is None or self._state == _SHUTDOWN:
-            raise StoreClosedError("the store at %s is %s" % (self.root, self._state))
-        queue = cl.queue
-        size = queue.mapped_file_size
-        files = queue.files
-        if not any(f.wrote_position for f in files):
-            # an empty log (perhaps a lone file a trim emptied) starts wherever its master's data does, at a file
-            # boundary: the master sends an empty slave its last file
-            if offset % size:
-                log.error("%s: an empty slave cannot start at offset %d, inside a commit-log file of %d bytes",
-                          self.root, offset, size)
-                return False
-            while files and files[-1].file_from_offset != offset:
-                queue.delete_last_file()
-                files = queue.files
-        mf = queue.get_last_mapped_file(offset, True)
-        if mf is None:
-            return False
-        if mf.file_from_offset + mf.wrote_position != offset or not mf.append_message(data):
-            log.error("%s: a transfer of %d bytes at offset %d does not fit the end of %s (%d bytes written)",
-                      self.root, len(data), offset, mf.file_name, mf.wrote_position)
-            return False
-        if self.config.flush_disk_type != FlushDiskType.SYNC_FLUSH and self._reput is not None:
-            self._reput.dispatch_until(offset + len(data))
-            ts = self._dispatcher.last_store_ts if self._dispatcher is not None else 0
-            if ts > mf.store_timestamp:
-                mf.store_timestamp = ts      # the checkpoint's physicMsgTimestamp, as a master's puts set it
-        return True
-
-    def _flush_replicated(self) -> None:
-        """SYNC_FLUSH slave, before it reports an offset to its master: flush the commit log to its end, so
-        that what it acknowledges survives a power cut (RocketMQ's slave reports on receipt, as an
-        ASYNC_FLUSH slave here does). Raises OSError when the
-        log cannot be flushed, which drops the connection without a report."""
-        cl = self._commitlog
-        if cl is None or self._state == _SHUTDOWN:
-            raise StoreClosedError("the store at %s is %s" % (self.root, self._state))
-        queue = cl.queue
-        end = queue.get_max_offset()
-        # the flush itself, not the group commit's sync: that would also build the queues and index on this
-        # thread before the report (the group commit's next pass dispatches what this flushed)
-        for _ in range(len(queue.files) + 1):
-            if queue.flushed_where >= end or queue.flush(0):
-                break
-        if queue.flushed_where < end:
-            raise OSError("the slave's commit log is flushed to %d, not to its end %d" % (queue.flushed_where, end))
-
-    def _slave_dispatch(self, flushed: int) -> int:
-        """A SYNC_FLUSH slave's group commit, after each flush: queues and index follow the flushed records,
-        and the checkpoint's physicMsgTimestamp their store time (a master's puts set it; a slave has none)."""
-        assert self._reput is not None and self._checkpoint is not None
-        reached = self._reput.dispatch_until(flushed)
-        ts = self._dispatcher.last_store_ts if self._dispatcher is not None else 0
-        if ts > self._checkpoint.physic_msg_timestamp:
-            self._checkpoint.physic_msg_timestamp = ts
-        return reached
-
-    def _trim_torn_tail(self) -> None:
-        """Slave shutdown: a transfer may have ended inside a record; cut that record off so the log ends where
-        a master's would (the master sends it again on the next connection). Only a record that runs past the
-        end of the last file's data is cut: anything else that stops the walk is left for recovery to judge."""
-        cl, reput = self._commitlog, self._reput
-        if cl is None or reput is None:
-            return
-        end = cl.get_max_offset()
-        reached = reput.dispatch_until(end)
-        last = cl.queue.last()
-        if reached >= end or last is None or reached < last.file_from_offset:
-            if reached < end:
-                log.error("%s: the slave's records stop being readable at offset %d (its log ends at %d); left "
-                          "for recovery", self.root, reached, end)
-            return
-        pos = reached - last.file_from_offset
-        stop, reason, _, _ = scan_file(last, pos, False, last.wrote_position)
-        if stop == pos and reason == RECORD_SHORT:
-            log.info("%s: cutting the %d bytes of a partly received record at offset %d", self.root,
-                     end - reached, reached)
-            cl.queue.truncate_dirty_files(reached)
-        else:
-            log.error("%s: the record at offset %d is damaged (%s); left for recovery", self.root, reached,
-                      REASONS.get(reason, reason))
-
     def flush(self) -> int:
         """Force everything written to disk; returns the flushed commit-log offset."""
-        self._check_readable()
+        cl = self._check_readable()
         if self.read_only:
             return self.get_max_phy_offset()
-        flushed = self._flush_all()
-        if self._state == _STARTED and self._reput is not None and not self._inline_dispatch:
-            self._reput.dispatch_until(self._dispatch_end())
+        flushed = flush_all(cl.queue)
+        if self._state == _STARTED:
+            self._catch_up_dispatch()
         return flushed
+
+    def _catch_up_dispatch(self) -> None:
+        """Where a service dispatches behind the puts, dispatch now what it may (``Writer.dispatch_end``)."""
+        w, cl = self._writer, self._commitlog
+        if w is not None and cl is not None and self._reput is not None and not w.inline_dispatch:
+            self._reput.dispatch_until(w.dispatch_end(cl))
 
     def transient_store_pool_enabled(self) -> bool:
         """RocketMQ 4.8's ``isTransientStorePoolEnable``: the pool is used with ASYNC_FLUSH on a master only."""
-        cfg = self.config
-        return (cfg.transient_store_pool_enable and cfg.flush_disk_type == FlushDiskType.ASYNC_FLUSH
-                and cfg.broker_role != BrokerRole.SLAVE and not self.read_only)
-
-    def _dispatch_end(self) -> int:
-        """Where dispatch may go: the flushed offset with SYNC_FLUSH, the committed end with the pool."""
-        assert self._commitlog is not None
-        q = self._commitlog.queue
-        if self._ha_client is not None and self.config.flush_disk_type != FlushDiskType.SYNC_FLUSH:
-            return q.get_max_offset()        # an ASYNC_FLUSH slave dispatches what arrived, as a master does
-        return q.committed_where if self._pool is not None else q.flushed_where
-
-    def _flush_all(self) -> int:
-        cl = self._commitlog
-        assert cl is not None
-        queue = cl.queue
-        for _ in range(len(queue.files) + 2):
-            committed_still = queue.commit(0)
-            if queue.flush(0) and committed_still:
-                break
-        return queue.flushed_where
+        return pool_enabled(self.config)
 
     # ------------------------------------------------------------------------------------------
     # reading the commit log
@@ -833,10 +513,11 @@ class MessageStore:
         with SYNC_FLUSH, the flushed bytes not dispatched yet."""
         if not _internal:
             self._check_readable()
-        cl, reput = self._commitlog, self._reput
-        if cl is None or reput is None or self._inline_dispatch or self.read_only:
+        cl, reput, w = self._commitlog, self._reput, self._writer
+        if cl is None or reput is None or self.read_only or (w is not None and w.inline_dispatch):
             return 0
-        return max(0, self._dispatch_end() - reput.reput_from)
+        end = cl.queue.flushed_where if w is None else w.dispatch_end(cl)
+        return max(0, end - reput.reput_from)
 
     # ------------------------------------------------------------------------------------------
     # reading by queue
@@ -1035,9 +716,9 @@ class MessageStore:
     def _check_writable_service(self) -> CleanService:
         if self.read_only:
             raise StoreError("%s is open read-only: cleaning writes" % self.root)
-        if self._state != _STARTED or self._clean is None:
+        if self._state != _STARTED or self._writer is None:
             raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
-        return self._clean
+        return self._writer.clean
 
     def is_os_page_cache_busy(self) -> bool:
         cl = self._commitlog
@@ -1091,31 +772,3 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return "MessageStore(%r, %s%s)" % (self.root, self._state, ", read-only" if self.read_only else "")
-
-
-def _plausible_geometry(queue: MappedFileQueue, size: int) -> bool:
-    """May the size the existing commit-log files share be the store's file size? It must be whole pages and
-    put every file name on its grid; a single file must not be mistaken for the geometry when it was cut
-    short (it is then refused, naming the file)."""
-    if size % 4096:
-        return False
-    return all(int(os.path.basename(p)) % size == 0 for p in queue.list_file_paths())
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return 24 << 30          # RocketMQ's fallback
-
-
-def _done(result: PutMessageResult) -> Future[PutMessageResult]:
-    f: Future[PutMessageResult] = Future()
-    f.set_result(result)
-    return f
-
-
-def _waits(msg: Message | MessageBatch) -> bool:
-    """RocketMQ ``isWaitStoreMsgOK``: a batch waits unless its first message says ``WAIT=false``."""
-    return bool(msg.wait_store_msg_ok)
-
