@@ -57,11 +57,10 @@ class HAService:
 
     def __init__(self, read: Callable[[int], Any], max_offset: Callable[[], int], min_offset: Callable[[], int],
                  config: Any, clock: Clock | None = None, file_size: int | None = None) -> None:
-        """What the connections read of the master's commit log: ``read(offset)`` its bytes from ``offset`` to
-        the end of that file's data (``MessageStore.get_commit_log_data``), ``max_offset()`` and
-        ``min_offset()`` its ends (all three raise ``StoreClosedError`` once the store shut down, which ends a
-        connection); ``clock``: the store's (heartbeats); ``file_size``: the size of the commit-log files the
-        store found (where an empty slave starts); ``config.mapped_file_size_commit_log`` when None."""
+        """What the connections read of the master's commit log (``CommitLog``'s methods): ``read(offset)`` its
+        bytes from ``offset`` to the end of that file's data, ``max_offset()`` and ``min_offset()`` its ends;
+        ``clock``: the store's (heartbeats); ``file_size``: the size of the commit-log files the store found
+        (where an empty slave starts); ``config.mapped_file_size_commit_log`` when None."""
         self.read = read
         self.max_offset = max_offset
         self.min_offset = min_offset

@@ -147,8 +147,8 @@ class HAClient(ServiceThread):
         """``max_offset()``: the end of this slave's commit log; ``append(offset, data)``: put a transfer
         there; ``file_size``: its commit-log files' size (the geometry of the files the store found), no
         transfer may cross one; ``read(offset)``: its own bytes from ``offset`` to the end of that file's data
-        (the store's ``get_commit_log_data``), used to check a master's bytes; ``flush()``: make the whole log
-        durable (raising OSError if it cannot), called before every report that follows an append."""
+        (``CommitLog.select_data``), used to check a master's bytes; ``flush()``: make the whole log durable
+        (raising OSError if it cannot), called before every report that follows an append."""
         super().__init__("HAClient", clock)
         self.config = config
         self.max_offset = max_offset

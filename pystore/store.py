@@ -19,10 +19,9 @@ One put and its read, module by module: ``put_message`` is the commit log's comp
 says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` -> ``_cq.read_queue`` reads the
 consume queue's units and the records they point at.
 
-Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` (both keyword-only and
-optional) hands its clock to every policy that depends on the time and its ``disk_usage`` to every decision on
-disk usage (``pystore.service`` states the rule); the services get these and the parts they work on from the
-store's wiring, not by reading the store.
+Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
+policy that depends on the time and its ``disk_usage`` to every decision on disk usage (``pystore.service``
+states the rule); the services get these and the parts they work on from ``pystore.wiring``, never the store.
 
 Thread-safety: puts and reads may come from any number of threads; lifecycle calls (load, start,
 shutdown, destroy) must not race each other.
@@ -38,23 +37,19 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from pystore._commitlog import BUCKET_NAMES, read_message
-from pystore._cq import QueueReader, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
+from pystore._cq import QueueReader, ReadLimits, read_queue
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._results import PutMessageResult
-from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
-from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
+from pystore.checkpoint import AbortFile, StoreLock
+from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
-from pystore.crashpoint import crashpoint
-from pystore.dispatch import ReputService
-from pystore.durable import make_dirs_durable, sync_dirs
+from pystore.durable import make_dirs_durable
 from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
 from pystore.flush import flush_all
-from pystore.index import IndexService
-from pystore.message import MessageFilter, TagFilter
+from pystore.message import MessageFilter, TagFilter, offset_of_message_id
 from pystore.put_waits import done
 from pystore.recovery import RecoveryResult
 from pystore.results import GetMessageResult, QueryMessageResult
@@ -62,7 +57,7 @@ from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
 from pystore.service import DiskUsage, disk_used_ratio, real_clock
 from pystore.status import GetMessageStatus, PutMessageStatus
-from pystore.wiring import StoreParts, Writer, open_parts, pool_enabled, wire_writer
+from pystore.wiring import StoreParts, Writer, close_writer, delete_store, open_parts, pool_enabled, wire_writer
 
 __all__ = ["MessageStore"]
 
@@ -85,9 +80,10 @@ def _not_available(msg: object) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
 
-def _of_writer(name: str) -> property:
-    """A started writer's service, by its ``Writer`` field (None before start): white-box tests reach for them."""
-    return property(lambda self: None if self._writer is None else getattr(self._writer, name))
+def _part(holder: str, name: str) -> property:
+    """A part of what load() opened (``_parts``) or of a started writer's services (``_writer``), None before:
+    white-box tests reach for them."""
+    return property(lambda self: getattr(getattr(self, holder), name, None))
 
 
 class MessageStore:
@@ -113,14 +109,10 @@ class MessageStore:
         self._state = _NEW
         self._lock = StoreLock(self.config.lock_path())
         self._abort = AbortFile(self.config.abort_path())
-        #: what load() opened; the read path uses its parts through the attributes below
+        #: what load() opened; the read path reads three of its parts as attributes
         self._parts: StoreParts | None = None
-        self._checkpoint: StoreCheckpoint | None = None
         self._commitlog: CommitLog | None = None
         self._cq_store: ConsumeQueueStore | None = None
-        self._index: IndexService | None = None
-        self._dispatcher: Any = None
-        self._reput: ReputService | None = None
         self._limits: ReadLimits | None = None
         #: a started writer's services (pystore.wiring.Writer); ``_services`` are those still to stop
         self._writer: Writer | None = None
@@ -133,15 +125,11 @@ class MessageStore:
         self.load_error: StoreCorruptedError | None = None
         self.boot_timestamp = self.clock()
 
-    _ha = _of_writer("ha")
-    _ha_client = _of_writer("ha_client")
-    _flush_service = _of_writer("flush_service")
-    _allocate = _of_writer("allocate")
-    _pool = _of_writer("pool")
+    _checkpoint, _index, _dispatcher, _reput = (_part("_parts", n) for n in ("checkpoint", "index", "dispatcher", "reput"))
+    _ha, _ha_client, _flush_service, _allocate, _pool = (
+        _part("_writer", n) for n in ("ha", "ha_client", "flush_service", "allocate", "pool"))
 
-    # ------------------------------------------------------------------------------------------
-    # lifecycle
-    # ------------------------------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------------------------
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], read_only: bool = False, **config_overrides: Any) -> MessageStore:
@@ -187,25 +175,17 @@ class MessageStore:
         elif not os.path.isdir(cfg.store_path_root_dir):
             raise StoreError("no store at %s" % cfg.store_path_root_dir)
         try:
-            ok = self._load()
+            self.last_exit_ok = not self._abort.exists()
+            parts, self.load_error = open_parts(cfg, last_exit_ok=self.last_exit_ok, running_flags=self.running_flags,
+                                                clock=self.clock, injected_clock=self._injected_clock)
         except BaseException:
             self._release_after_failure()
             raise
-        if not ok:
-            self._release_after_failure()
-        return ok
-
-    def _load(self) -> bool:
-        self.last_exit_ok = not self._abort.exists()
-        parts, self.load_error = open_parts(self.config, last_exit_ok=self.last_exit_ok,
-                                            running_flags=self.running_flags, clock=self.clock,
-                                            injected_clock=self._injected_clock)
         if parts is None:
+            self._release_after_failure()
             return False
-        self._parts = parts
-        self._checkpoint, self._commitlog, self._cq_store = parts.checkpoint, parts.commitlog, parts.cq_store
-        self._index, self._dispatcher, self._reput = parts.index, parts.dispatcher, parts.reput
-        self._limits, self.recovery = parts.limits, parts.recovery
+        self._parts, self.recovery = parts, parts.recovery
+        self._commitlog, self._cq_store, self._limits = parts.commitlog, parts.cq_store, parts.limits
         self._bind_fast_paths()
         self._state = _LOADED
         return True
@@ -266,18 +246,16 @@ class MessageStore:
         if self.read_only:
             self._state = _STARTED
             return
-        cfg = self.config
         assert self._parts is not None
-        w = self._writer = wire_writer(self._parts, cfg, lock=self._lock, abort=self._abort,
-                                       running_flags=self.running_flags, clock=self.clock,
-                                       disk_usage=self.disk_usage, read=self.get_commit_log_data,
-                                       max_offset=self.get_max_phy_offset, min_offset=self.get_min_phy_offset)
+        w = self._writer = wire_writer(self._parts, self.config, lock=self._lock, abort=self._abort,
+                                       running_flags=self.running_flags, clock=self.clock, disk_usage=self.disk_usage)
         self.schedule_message_service = w.schedule
         self._services = list(w.services)
         w.start()
         self._state = _STARTED
         self._update_writeable()
-        log.info("store %s started (%s, %s)", self.root, cfg.flush_disk_type.name, cfg.broker_role.name)
+        log.info("store %s started (%s, %s)", self.root, self.config.flush_disk_type.name,
+                 self.config.broker_role.name)
 
     def _update_writeable(self) -> None:
         cl = self._commitlog
@@ -295,41 +273,18 @@ class MessageStore:
         was_started = self._state == _STARTED
         self._state = _SHUTDOWN
         self._update_writeable()
-        w, cl = self._writer, self._commitlog
-        if w is not None and w.slave_log is not None:
-            w.slave_log.closed = True      # a client thread that outlives its join must not touch the log
+        w = self._writer
+        if w is not None:
+            w.stop_appends()
         for s in reversed(self._services):
             s.shutdown()
         self._services = []
-        if cl is not None and not self.read_only:
-            if was_started and w is not None and w.slave_log is not None:
-                w.slave_log.trim_torn_tail()
-            clean = True
-            try:
-                flush_all(cl.queue)
-            except OSError:
-                log.exception("%s: final flush failed; the abort file stays", self.root)
-                clean = False
-            if was_started:
-                self._catch_up_dispatch()
-            queues_synced = self._cq_store.flush(0) if self._cq_store is not None else True
-            if self._index is not None:
-                self._index.flush()
-            crashpoint("shutdown.flushed")
-            if self._checkpoint is not None:
-                ts = cl.queue.store_timestamp
-                if ts > 0:
-                    self._checkpoint.physic_msg_timestamp = ts
-                if self._dispatcher is not None and self._dispatcher.last_store_ts > 0 and queues_synced:
-                    self._checkpoint.logics_msg_timestamp = self._dispatcher.last_store_ts
-                self._checkpoint.flush()
-            crashpoint("shutdown.checkpoint")
-            if (was_started and clean and queues_synced and self.running_flags.is_writeable()
-                    and self.dispatch_behind_bytes(True) == 0):
-                self._abort.remove()
+        if self._parts is not None and not self.read_only:
+            close_writer(self._parts, w if was_started else None, abort=self._abort,
+                         running_flags=self.running_flags)
         self._close_files()
         if w is not None and w.pool is not None:
-            w.pool.destroy()
+            w.pool.destroy()          # after the files: a buffer a file still uses cannot be closed
             w.pool = None
         self._lock.release()
         log.info("store %s shut down", self.root)
@@ -340,9 +295,11 @@ class MessageStore:
 
     def _release_after_failure(self) -> None:
         w = self._writer
-        if w is not None and w.ha is not None:
-            w.ha.shutdown()
-            w.ha = None
+        if w is not None:
+            w.stop_appends()
+            if w.ha is not None:
+                w.ha.shutdown()
+                w.ha = None
         self._close_files()
         self._lock.release()
         self._state = _SHUTDOWN
@@ -353,78 +310,45 @@ class MessageStore:
             raise StoreError("a read-only store cannot destroy files")
         was_new = self._state == _NEW
         self.shutdown()
-        cfg = self.config
-        if not os.path.isdir(cfg.store_path_root_dir):
-            return
-        lock = StoreLock(cfg.lock_path())
-        lock.acquire()         # a store another writer holds is never wiped (StoreLockedError)
-        if was_new:
-            log.info("destroying the unopened store %s", cfg.store_path_root_dir)
-        try:
-            self._delete_files()
-        finally:
-            lock.release()
-        try:
-            os.unlink(cfg.lock_path())
-        except FileNotFoundError:
-            pass
-        try:
-            os.rmdir(cfg.store_path_root_dir)
-        except OSError:
-            pass
-
-    def _delete_files(self) -> None:
-        cfg = self.config
-        folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
-        for path in folders:
-            shutil.rmtree(path, ignore_errors=True)
-        for path in (cfg.checkpoint_path(), cfg.abort_path()):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        # a destroyed store must not come back, in part, after a power cut
-        sync_dirs(os.path.dirname(os.path.abspath(p)) for p in folders + [cfg.checkpoint_path()])
+        delete_store(self.config, was_new)
 
     def _check_readable(self) -> CommitLog:
         if self._state in (_NEW, _SHUTDOWN) or self._commitlog is None:
             raise StoreClosedError("the store at %s is %s" % (self.root, self._state))
         return self._commitlog
 
-    # ------------------------------------------------------------------------------------------
-    # writing
-    # ------------------------------------------------------------------------------------------
+    def _followed(self) -> CommitLog:
+        """The commit log, once a read-only store followed its writer (``refresh``)."""
+        cl = self._check_readable()
+        if self.read_only:
+            self.refresh()
+        return cl
+
+    # -- writing ---------------------------------------------------------------------------------------------
 
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``).
         Once loaded, the commit log's compiled method answers instead (``_bind_fast_paths``)."""
         cl = self._commitlog
-        if cl is None:
-            return _not_available(msg)
-        return cl.put_message(msg)
+        return _not_available(msg) if cl is None else cl.put_message(msg)
 
     def put_messages(self, batch: MessageBatch) -> PutMessageResult:
         """Store a ``MessageBatch``: consecutive queue offsets, one lock hold, never split across files."""
         cl = self._commitlog
-        if cl is None:
-            return _not_available(batch)
-        return cl.put_messages(batch)
+        return _not_available(batch) if cl is None else cl.put_messages(batch)
 
     def async_put_message(self, msg: Message) -> Future[PutMessageResult]:
         """Like ``put_message``, returning a ``Future``; with SYNC_FLUSH it completes once the message is on
         disk (the group commit service completes it)."""
         cl = self._commitlog
-        if cl is None:
-            return done(_not_available(msg))
-        return self._waited(cl.append_message(msg), msg)
+        return done(_not_available(msg)) if cl is None else self._waited(cl.append_message(msg), msg)
 
     def async_put_messages(self, batch: MessageBatch) -> Future[PutMessageResult]:
         cl = self._commitlog
-        if cl is None:
-            return done(_not_available(batch))
-        return self._waited(cl.append_messages(batch), batch)
+        return done(_not_available(batch)) if cl is None else self._waited(cl.append_messages(batch), batch)
 
     def _waited(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
+        """``result`` with what the put waits for (a flush, a slave) once the writer started."""
         w = self._writer
         return done(result) if w is None else w.put_waits.complete_async(result, msg)
 
@@ -441,72 +365,42 @@ class MessageStore:
         if self.read_only:
             return self.get_max_phy_offset()
         flushed = flush_all(cl.queue)
-        if self._state == _STARTED:
-            self._catch_up_dispatch()
+        if self._state == _STARTED and self._writer is not None and self._parts is not None:
+            self._writer.catch_up(self._parts)
         return flushed
-
-    def _catch_up_dispatch(self) -> None:
-        """Where a service dispatches behind the puts, dispatch now what it may (``Writer.dispatch_end``)."""
-        w, cl = self._writer, self._commitlog
-        if w is not None and cl is not None and self._reput is not None and not w.inline_dispatch:
-            self._reput.dispatch_until(w.dispatch_end(cl))
 
     def transient_store_pool_enabled(self) -> bool:
         """RocketMQ 4.8's ``isTransientStorePoolEnable``: the pool is used with ASYNC_FLUSH on a master only."""
         return pool_enabled(self.config)
 
-    # ------------------------------------------------------------------------------------------
-    # reading the commit log
-    # ------------------------------------------------------------------------------------------
+    # -- reading the commit log ------------------------------------------------------------------------------
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         """The message stored at ``commit_log_offset``, or None if no message starts there."""
         cl = self._check_readable()
-        mf = cl.queue.find_mapped_file_by_offset(commit_log_offset)
-        if mf is None or (self.read_only and commit_log_offset >= cl.get_max_offset()):
-            if self.read_only:
-                self.refresh()
-                mf = cl.queue.find_mapped_file_by_offset(commit_log_offset)
-            if mf is None:
-                return None
-        return read_message(mf, commit_log_offset - mf.file_from_offset, self.config.check_crc_on_read, True)
+        if self.read_only and (commit_log_offset >= cl.get_max_offset()
+                               or cl.queue.find_mapped_file_by_offset(commit_log_offset) is None):
+            self.refresh()
+        return cl.look_message_by_offset(commit_log_offset)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message with this offset message id (store host + port + commit-log offset, hex)."""
-        if not isinstance(msg_id, str):
-            raise TypeError("msg_id must be str")
-        if len(msg_id) not in (32, 56):
-            raise ValueError("an offset message id has 32 (IPv4) or 56 (IPv6) hex digits, got %r" % msg_id)
-        try:
-            raw = bytes.fromhex(msg_id)
-        except ValueError:
-            raise ValueError("not a hex message id: %r" % msg_id) from None
-        return self.look_message_by_offset(int.from_bytes(raw[-8:], "big", signed=True))
+        return self.look_message_by_offset(offset_of_message_id(msg_id))
 
     def get_min_phy_offset(self) -> int:
         return self._check_readable().get_min_offset()
 
     def get_max_phy_offset(self) -> int:
-        cl = self._check_readable()
-        if self.read_only:
-            self.refresh()
-        return cl.get_max_offset()
+        return self._followed().get_max_offset()
 
     def get_commit_log_data(self, offset: int) -> SelectMappedBufferResult | None:
         """A read-only view of the commit log from ``offset`` to the end of written data in its file; it
         holds the file until ``release()`` or the end of its ``with`` block."""
-        cl = self._check_readable()
-        mf = cl.queue.find_mapped_file_by_offset(offset, offset == 0)
-        if mf is None or offset - mf.file_from_offset >= mf.read_position:
-            return None
-        return mf.select_mapped_buffer(offset - mf.file_from_offset)
+        return self._check_readable().select_data(offset)
 
     def get_topic_queue_table(self) -> dict[tuple[str, int], int]:
         """``{(topic, queue_id): next queue offset}`` (a read-only store follows the writer first)."""
-        cl = self._check_readable()
-        if self.read_only:
-            self.refresh()
-        return cl.get_topic_queue_table()
+        return self._followed().get_topic_queue_table()
 
     def dispatch_behind_bytes(self, _internal: bool = False) -> int:
         """How far the consume queues lag the commit log, in bytes: 0 with inline dispatch (ASYNC_FLUSH);
@@ -519,9 +413,7 @@ class MessageStore:
         end = cl.queue.flushed_where if w is None else w.dispatch_end(cl)
         return max(0, end - reput.reput_from)
 
-    # ------------------------------------------------------------------------------------------
-    # reading by queue
-    # ------------------------------------------------------------------------------------------
+    # -- reading by queue ------------------------------------------------------------------------------------
 
     def _queue(self, topic: str, queue_id: int, need: int = -1, fresh: bool = False) -> ConsumeQueue | None:
         """The consume queue of (topic, queue_id); a read-only store first follows the writer (that queue and
@@ -618,10 +510,8 @@ class MessageStore:
         if boundary not in ("lower", "upper"):
             raise ValueError("boundary must be 'lower' or 'upper', got %r" % (boundary,))
         cq = self._queue(topic, queue_id, fresh=True)
-        if cq is None:
-            return 0
-        queue = self._commitlog.queue                       # type: ignore[union-attr]
-        return queue_offset_by_time(cq, queue.files, queue.mapped_file_size, timestamp, boundary == "lower")
+        return 0 if cq is None else self._commitlog.queue_offset_by_time(cq, timestamp,  # type: ignore[union-attr]
+                                                                         boundary == "lower")
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
         """Store time of the commit log's first message, or (with a topic and queue) of the queue's first
@@ -643,11 +533,7 @@ class MessageStore:
         if cq is None or consume_queue_offset < cq.get_min_offset_in_queue():
             return -1
         u = cq.unit(consume_queue_offset)
-        if u is None:
-            return -1
-        cl = self._commitlog
-        assert cl is not None
-        return int(pickup_store_timestamp(cl.queue.files, cl.queue.mapped_file_size, u[0], u[1]))
+        return -1 if u is None else self._commitlog.unit_store_timestamp(*u[:2])  # type: ignore[union-attr]
 
     def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._queue(topic, queue_id, fresh=True)
@@ -663,32 +549,9 @@ class MessageStore:
             return QueryMessageResult([], 0, 0)
         if self.read_only:
             self.refresh()
-        found: list[MessageExt] = []
-        seen: set[int] = set()
-        last_ts = last_phy = 0
-        hi = end
-        for _ in range(3):                       # RocketMQ queries up to three rounds
-            r = self._index.query_offset(topic, key, max_num, begin, hi)
-            last_ts, last_phy = r.index_last_update_timestamp, r.index_last_update_phyoffset
-            for off in sorted(r.phy_offsets):
-                if off in seen:
-                    continue
-                seen.add(off)
-                m = cl.look_message_by_offset(off)
-                # the index compares 32-bit hashes only: keep real matches
-                if m is not None and m.topic == topic and (key in m.keys or m.uniq_key == key):
-                    found.append(m)
-            if found or not r.phy_offsets:
-                break
-            hi = min(cl.pickup_store_timestamp(min(r.phy_offsets)), hi) - 1
-            if hi < begin:
-                break
-        found.sort(key=lambda m: m.commit_log_offset)
-        return QueryMessageResult(found[:max_num], last_ts, last_phy)
+        return self._index.query_messages(cl, topic, key, max_num, begin, end)
 
-    # ------------------------------------------------------------------------------------------
-    # operating
-    # ------------------------------------------------------------------------------------------
+    # -- operating -------------------------------------------------------------------------------------------
 
     def execute_delete_files_manually(self) -> None:
         """Make the next cleaning passes (20, as RocketMQ) delete expired commit-log files at any hour."""
@@ -702,16 +565,12 @@ class MessageStore:
     def clean_expired_consumer_queue(self) -> list[tuple[str, int]]:
         """Destroy the consume queues whose messages are all below the commit log's min offset; returns the
         (topic, queue id)s removed."""
-        self._check_writable_service()
-        assert self._commitlog is not None and self._cq_store is not None
-        return clean_expired_consumer_queue(self._commitlog, self._cq_store)
+        return self._check_writable_service().expired_consumer_queues()
 
     def clean_unused_topic(self, keep: set[str]) -> list[tuple[str, int]]:
         """Destroy the consume queues of every topic not in ``keep`` (system topics stay); returns the
         (topic, queue id)s removed. The commit log is untouched."""
-        self._check_writable_service()
-        assert self._commitlog is not None and self._cq_store is not None
-        return clean_unused_topic(self._commitlog, self._cq_store, keep)
+        return self._check_writable_service().unused_topics(keep)
 
     def _check_writable_service(self) -> CleanService:
         if self.read_only:
@@ -726,49 +585,16 @@ class MessageStore:
 
     def refresh(self) -> None:
         """Read-only stores: pick up what the writer appended since (new files, the new end of data)."""
-        if not self.read_only or self._commitlog is None:
-            return
-        with self._refresh_lock:
-            # queues before the commit log, the index before the commit log: every unit and index entry seen
-            # then points at a record in view (see _refresh_queue)
-            if self._cq_store is not None:
-                self._cq_store.refresh_read_only(self._commitlog.get_min_offset())
-            if self._index is not None:
-                self._index.refresh_read_only()
-            self._commitlog.refresh_read_only()
-            if self._cq_store is not None:
-                for cq in self._cq_store.queues():
-                    cell = self._commitlog.get_cell(cq.topic, cq.queue_id)
-                    cell.consume_queue = cq
-                    cell.next_offset = cq.get_max_offset_in_queue()
+        if self.read_only and self._parts is not None:
+            with self._refresh_lock:
+                self._parts.refresh_read_only()
 
     def get_runtime_info(self) -> dict[str, str]:
         """Runtime figures under RocketMQ's key names where they apply."""
         cl = self._check_readable()
-        now = self.clock()
-        up = max(0, now - self.boot_timestamp) // 1000
-        times = max(1, cl.put_times_total)
-        info = {
-            "bootTimestamp": str(self.boot_timestamp),
-            "runtime": "[ %d days, %d hours, %d minutes, %d seconds ]" % (
-                up // 86400, up // 3600 % 24, up // 60 % 60, up % 60),
-            "putMessageTimesTotal": str(times),
-            "putMessageSizeTotal": str(cl.put_size_total),
-            "putMessageAverageSize": "%.1f" % (cl.put_size_total / times),
-            "putMessageEntireTimeMax": str(cl.put_max_ns // 1_000_000),
-            "putMessageFailedTimes": str(cl.put_failed_times),
-            "putMessageDistributeTime": " ".join(
-                "[%s]:%d" % (k, v) for k, v in zip(BUCKET_NAMES, cl.put_latency_buckets().values())),
-            "commitLogMinOffset": str(cl.get_min_offset()),
-            "commitLogMaxOffset": str(cl.get_max_offset()),
-            "commitLogDiskRatio": "%.4f" % self._disk_ratio(self.config.commit_log_paths()[0]),
-            "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
-            "pageCacheLockTimeMills": str(cl.lock_time_mills()),
-        }
-        return info
-
-    def _disk_ratio(self, path: str) -> float:
-        return disk_used_ratio(self.disk_usage, path)
+        return cl.runtime_info(self.boot_timestamp, self.clock(),
+                               disk_used_ratio(self.disk_usage, self.config.commit_log_paths()[0]),
+                               self.dispatch_behind_bytes())
 
     def __repr__(self) -> str:
         return "MessageStore(%r, %s%s)" % (self.root, self._state, ", read-only" if self.read_only else "")

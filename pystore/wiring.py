@@ -1,8 +1,10 @@
-"""How a store is put together: the parts ``MessageStore.load`` opens (``open_parts``: the commit log, the
-consume queues, the index, dispatch, recovered) and the services ``MessageStore.start`` runs for a writer
-(``wire_writer``: allocation, flush, cleaning, delay levels, replication, the put path's waits). Which
-services run, and what each is handed, follows the configuration: flush type, broker role, transient store
-pool. Each part gets the parts it works on, the clock and the disk usage, never the store.
+"""How a store is put together and taken apart: the parts ``MessageStore.load`` opens (``open_parts``: the
+commit log, the consume queues, the index, dispatch, recovered), the services ``MessageStore.start`` runs for
+a writer (``wire_writer``: allocation, flush, cleaning, delay levels, replication, the put path's waits), a
+writer's last flush and checkpoint at shutdown (``close_writer``) and ``destroy``'s deletion
+(``delete_store``). Which services run, and what each is handed, follows the configuration: flush type,
+broker role, transient store pool. Each part gets the parts it works on, the clock and the disk usage,
+never the store.
 
 Dispatch (commit log -> queues and index), by configuration::
 
@@ -12,15 +14,15 @@ Dispatch (commit log -> queues and index), by configuration::
     SLAVE, ASYNC_FLUSH         the HA client's append dispatches what arrived
     SLAVE, SYNC_FLUSH          the group commit dispatches what it flushed
 
-Nothing here runs a service or takes a lock by itself: the store starts the services ``wire_writer``
-returns, in order, and stops them in the reverse order.
+The store keeps the lifecycle's order: it starts the services ``wire_writer`` returns (``Writer.start``),
+stops them in the reverse order, then calls ``close_writer``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +34,17 @@ from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.consume_queue import ConsumeQueueStore
+from pystore.crashpoint import crashpoint
 from pystore.dispatch import ReputService
+from pystore.durable import sync_dirs
 from pystore.errors import StoreCorruptedError, StoreError
-from pystore.flush import CommitRealTimeService, FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from pystore.flush import (
+    CommitRealTimeService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitService,
+    flush_all,
+)
 from pystore.ha_master import HAService, ReplicaWait
 from pystore.ha_slave import HAClient, SlaveLog
 from pystore.index import IndexService
@@ -47,7 +57,7 @@ from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
 from pystore.service import Clock, DiskUsage
 
-__all__ = ["StoreParts", "Writer", "open_parts", "pool_enabled", "wire_writer"]
+__all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "open_parts", "pool_enabled", "wire_writer"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +79,19 @@ class StoreParts:
     dispatcher: QueueDispatcher | None = None
     reput: ReputService | None = None
     recovery: RecoveryResult | None = None
+
+    def refresh_read_only(self) -> None:
+        """A reader: pick up what the writer appended since. The queues and the index before the commit log:
+        every unit and index entry seen then points at a record in view (``MessageStore._refresh_queue``)."""
+        cl = self.commitlog
+        self.cq_store.refresh_read_only(cl.get_min_offset())
+        if self.index is not None:
+            self.index.refresh_read_only()
+        cl.refresh_read_only()
+        for cq in self.cq_store.queues():
+            cell = cl.get_cell(cq.topic, cq.queue_id)
+            cell.consume_queue = cq
+            cell.next_offset = cq.get_max_offset_in_queue()
 
     def close(self) -> None:
         """Unmap every file (nothing is flushed: the store's shutdown did that, or there is nothing to keep)."""
@@ -200,6 +223,11 @@ class Writer:
             self.release_listener()
             raise
 
+    def stop_appends(self) -> None:
+        """The store shuts down: a slave's client thread that outlives its join must not touch the log."""
+        if self.slave_log is not None:
+            self.slave_log.closed = True
+
     def release_listener(self) -> None:
         ha = self.ha
         if ha is not None and not ha.started:
@@ -214,15 +242,87 @@ class Writer:
             return q.get_max_offset()
         return q.committed_where if self.pool is not None else q.flushed_where
 
+    def catch_up(self, parts: StoreParts) -> None:
+        """Where a service dispatches behind the puts, dispatch now what it may (``dispatch_end``)."""
+        if not self.inline_dispatch and parts.reput is not None:
+            parts.reput.dispatch_until(self.dispatch_end(parts.commitlog))
+
+    def behind(self, parts: StoreParts) -> int:
+        """RocketMQ ``dispatchBehindBytes``: what dispatch has yet to reach of what it may (0 when inline)."""
+        if self.inline_dispatch or parts.reput is None:
+            return 0
+        return max(0, self.dispatch_end(parts.commitlog) - parts.reput.reput_from)
+
+
+def close_writer(parts: StoreParts, writer: Writer | None, *, abort: AbortFile, running_flags: RunningFlags) -> None:
+    """A writable store's shutdown once its services stopped (``writer``: None if it never started): cut a
+    slave's torn tail, flush the commit log, dispatch what a service had yet to, flush the queues and index,
+    write the checkpoint, and remove the abort file when all of it is on disk and nothing is left behind."""
+    cl, checkpoint = parts.commitlog, parts.checkpoint
+    name = cl.config.store_path_root_dir
+    if writer is not None and writer.slave_log is not None:
+        writer.slave_log.trim_torn_tail()
+    clean = True
+    try:
+        flush_all(cl.queue)
+    except OSError:
+        log.exception("%s: final flush failed; the abort file stays", name)
+        clean = False
+    if writer is not None:
+        writer.catch_up(parts)
+    queues_synced = parts.cq_store.flush(0)
+    if parts.index is not None:
+        parts.index.flush()
+    crashpoint("shutdown.flushed")
+    ts = cl.queue.store_timestamp
+    if ts > 0:
+        checkpoint.physic_msg_timestamp = ts
+    if parts.dispatcher is not None and parts.dispatcher.last_store_ts > 0 and queues_synced:
+        checkpoint.logics_msg_timestamp = parts.dispatcher.last_store_ts
+    checkpoint.flush()
+    crashpoint("shutdown.checkpoint")
+    if (writer is not None and clean and queues_synced and running_flags.is_writeable()
+            and writer.behind(parts) == 0):
+        abort.remove()
+
+
+def delete_store(cfg: StoreConfig, unopened: bool) -> None:
+    """Delete every file of the store at ``cfg`` and its folder if nothing else is in it, under its lock (a
+    store another writer holds is never wiped: ``StoreLockedError``)."""
+    root = cfg.store_path_root_dir
+    if not os.path.isdir(root):
+        return
+    lock = StoreLock(cfg.lock_path())
+    lock.acquire()
+    if unopened:
+        log.info("destroying the unopened store %s", root)
+    try:
+        folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
+        for path in folders:
+            shutil.rmtree(path, ignore_errors=True)
+        for path in (cfg.checkpoint_path(), cfg.abort_path()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        # a destroyed store must not come back, in part, after a power cut
+        sync_dirs(os.path.dirname(os.path.abspath(p)) for p in folders + [cfg.checkpoint_path()])
+    finally:
+        lock.release()
+    try:
+        os.unlink(cfg.lock_path())
+    except FileNotFoundError:
+        pass
+    try:
+        os.rmdir(root)
+    except OSError:          # it holds something else
+        pass
+
 
 def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: AbortFile,
-                running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage,
-                read: Callable[[int], Any], max_offset: Callable[[], int],
-                min_offset: Callable[[], int]) -> Writer:
+                running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage) -> Writer:
     """Build a writer's services around ``parts`` and hook them into the commit log; the lock is taken and the
-    abort file created once nothing that can refuse (delay offsets, the HA port) is left. ``read``,
-    ``max_offset``, ``min_offset``: the store's ``get_commit_log_data``, ``get_max_phy_offset`` and
-    ``get_min_phy_offset`` (they refuse once it shut down), for replication."""
+    abort file created once nothing that can refuse (delay offsets, the HA port) is left."""
     cl = parts.commitlog
     slave = cfg.broker_role == BrokerRole.SLAVE
     sync_flush = cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
@@ -235,7 +335,8 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     ha = None
     if not slave and cfg.ha_listen_port is not None:
         # bound first: a port in use fails start() before any service runs
-        ha = HAService(read, max_offset, min_offset, cfg, clock=clock, file_size=cl.queue.mapped_file_size)
+        ha = HAService(cl.select_data, cl.get_max_offset, cl.get_min_offset, cfg, clock=clock,
+                       file_size=cl.queue.mapped_file_size)
         try:
             ha.bind()
         except OSError as e:
@@ -247,7 +348,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     try:
         lock.acquire()
         abort.create()
-        return _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, read, slave, sync_flush)
+        return _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, slave, sync_flush)
     except BaseException:
         if ha is not None:
             ha.shutdown()
@@ -256,7 +357,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
 
 def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessageService | None,
                    ha: HAService | None, running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage,
-                   read: Callable[[int], Any], slave: bool, sync_flush: bool) -> Writer:
+                   slave: bool, sync_flush: bool) -> Writer:
     cl, checkpoint, reput = parts.commitlog, parts.checkpoint, parts.reput
     assert reput is not None
     pool = None
@@ -317,7 +418,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     ha_client = None
     if slave_log is not None:
         # a SYNC_FLUSH slave acknowledges only what it flushed; an ASYNC_FLUSH one on receipt (RocketMQ)
-        ha_client = HAClient(cfg, cl.get_max_offset, slave_log.append, cl.queue.mapped_file_size, read,
+        ha_client = HAClient(cfg, cl.get_max_offset, slave_log.append, cl.queue.mapped_file_size, cl.select_data,
                              clock=clock, flush=slave_log.flush if sync_flush else None)
         services.append(ha_client)     # stops first: nothing arrives after
     elif ha is not None:
