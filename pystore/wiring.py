@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pystore._commitlog import QueueCell
@@ -212,7 +212,7 @@ class Writer:
     ha_client: HAClient | None = None
     slave_log: SlaveLog | None = None
     #: the configuration's flush type, for ``dispatch_end``
-    sync_flush: bool = field(default=False)
+    sync_flush: bool = False
 
     def start(self) -> None:
         """Start every service; a listener bound but not started is closed when one fails (no shutdown will)."""
@@ -254,71 +254,6 @@ class Writer:
         return max(0, self.dispatch_end(parts.commitlog) - parts.reput.reput_from)
 
 
-def close_writer(parts: StoreParts, writer: Writer | None, *, abort: AbortFile, running_flags: RunningFlags) -> None:
-    """A writable store's shutdown once its services stopped (``writer``: None if it never started): cut a
-    slave's torn tail, flush the commit log, dispatch what a service had yet to, flush the queues and index,
-    write the checkpoint, and remove the abort file when all of it is on disk and nothing is left behind."""
-    cl, checkpoint = parts.commitlog, parts.checkpoint
-    name = cl.config.store_path_root_dir
-    if writer is not None and writer.slave_log is not None:
-        writer.slave_log.trim_torn_tail()
-    clean = True
-    try:
-        flush_all(cl.queue)
-    except OSError:
-        log.exception("%s: final flush failed; the abort file stays", name)
-        clean = False
-    if writer is not None:
-        writer.catch_up(parts)
-    queues_synced = parts.cq_store.flush(0)
-    if parts.index is not None:
-        parts.index.flush()
-    crashpoint("shutdown.flushed")
-    ts = cl.queue.store_timestamp
-    if ts > 0:
-        checkpoint.physic_msg_timestamp = ts
-    if parts.dispatcher is not None and parts.dispatcher.last_store_ts > 0 and queues_synced:
-        checkpoint.logics_msg_timestamp = parts.dispatcher.last_store_ts
-    checkpoint.flush()
-    crashpoint("shutdown.checkpoint")
-    if (writer is not None and clean and queues_synced and running_flags.is_writeable()
-            and writer.behind(parts) == 0):
-        abort.remove()
-
-
-def delete_store(cfg: StoreConfig, unopened: bool) -> None:
-    """Delete every file of the store at ``cfg`` and its folder if nothing else is in it, under its lock (a
-    store another writer holds is never wiped: ``StoreLockedError``)."""
-    root = cfg.store_path_root_dir
-    if not os.path.isdir(root):
-        return
-    lock = StoreLock(cfg.lock_path())
-    lock.acquire()
-    if unopened:
-        log.info("destroying the unopened store %s", root)
-    try:
-        folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
-        for path in folders:
-            shutil.rmtree(path, ignore_errors=True)
-        for path in (cfg.checkpoint_path(), cfg.abort_path()):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        # a destroyed store must not come back, in part, after a power cut
-        sync_dirs(os.path.dirname(os.path.abspath(p)) for p in folders + [cfg.checkpoint_path()])
-    finally:
-        lock.release()
-    try:
-        os.unlink(cfg.lock_path())
-    except FileNotFoundError:
-        pass
-    try:
-        os.rmdir(root)
-    except OSError:          # it holds something else
-        pass
-
-
 def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: AbortFile,
                 running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage) -> Writer:
     """Build a writer's services around ``parts`` and hook them into the commit log; the lock is taken and the
@@ -358,6 +293,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
 def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessageService | None,
                    ha: HAService | None, running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage,
                    slave: bool, sync_flush: bool) -> Writer:
+    """``wire_writer`` once the lock is held: the services, and the commit log's hooks into them."""
     cl, checkpoint, reput = parts.commitlog, parts.checkpoint, parts.reput
     assert reput is not None
     pool = None
@@ -425,6 +361,71 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         services.append(ha)
     return Writer(services, allocate, flush_service, clean, put_waits, inline, schedule=schedule, pool=pool, ha=ha,
                   ha_client=ha_client, slave_log=slave_log, sync_flush=sync_flush)
+
+
+def close_writer(parts: StoreParts, writer: Writer | None, *, abort: AbortFile, running_flags: RunningFlags) -> None:
+    """A writable store's shutdown once its services stopped (``writer``: None if it never started): cut a
+    slave's torn tail, flush the commit log, dispatch what a service had yet to, flush the queues and index,
+    write the checkpoint, and remove the abort file when all of it is on disk and nothing is left behind."""
+    cl, checkpoint = parts.commitlog, parts.checkpoint
+    name = cl.config.store_path_root_dir
+    if writer is not None and writer.slave_log is not None:
+        writer.slave_log.trim_torn_tail()
+    clean = True
+    try:
+        flush_all(cl.queue)
+    except OSError:
+        log.exception("%s: final flush failed; the abort file stays", name)
+        clean = False
+    if writer is not None:
+        writer.catch_up(parts)
+    queues_synced = parts.cq_store.flush(0)
+    if parts.index is not None:
+        parts.index.flush()
+    crashpoint("shutdown.flushed")
+    ts = cl.queue.store_timestamp
+    if ts > 0:
+        checkpoint.physic_msg_timestamp = ts
+    if parts.dispatcher is not None and parts.dispatcher.last_store_ts > 0 and queues_synced:
+        checkpoint.logics_msg_timestamp = parts.dispatcher.last_store_ts
+    checkpoint.flush()
+    crashpoint("shutdown.checkpoint")
+    if (writer is not None and clean and queues_synced and running_flags.is_writeable()
+            and writer.behind(parts) == 0):
+        abort.remove()
+
+
+def delete_store(cfg: StoreConfig, unopened: bool) -> None:
+    """Delete every file of the store at ``cfg`` and its folder if nothing else is in it, under its lock (a
+    store another writer holds is never wiped: ``StoreLockedError``)."""
+    root = cfg.store_path_root_dir
+    if not os.path.isdir(root):
+        return
+    lock = StoreLock(cfg.lock_path())
+    lock.acquire()
+    if unopened:
+        log.info("destroying the unopened store %s", root)
+    try:
+        folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
+        for path in folders:
+            shutil.rmtree(path, ignore_errors=True)
+        for path in (cfg.checkpoint_path(), cfg.abort_path()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        # a destroyed store must not come back, in part, after a power cut
+        sync_dirs(os.path.dirname(os.path.abspath(p)) for p in folders + [cfg.checkpoint_path()])
+    finally:
+        lock.release()
+    try:
+        os.unlink(cfg.lock_path())
+    except FileNotFoundError:
+        pass
+    try:
+        os.rmdir(root)
+    except OSError:          # it holds something else
+        pass
 
 
 def _plausible_geometry(queue: MappedFileQueue, size: int) -> bool:
