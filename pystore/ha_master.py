@@ -27,7 +27,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore._results import PutMessageResult
-from pystore.errors import StoreClosedError
 from pystore.ha_protocol import HEADER, REPORT, due, send_all, wake_up
 from pystore.service import Clock, real_clock
 from pystore.status import PutMessageStatus
@@ -382,8 +381,6 @@ class HAConnection:
         except OSError:
             if not self._closed:
                 log.info("HA: reading from slave %s failed", self.address, exc_info=True)
-        except StoreClosedError:
-            pass
         finally:
             self._loop_ended()
 
@@ -429,8 +426,6 @@ class HAConnection:
         except OSError:
             if not self._closed:
                 log.info("HA: writing to slave %s failed", self.address, exc_info=True)
-        except StoreClosedError:
-            pass                  # the store shuts down before its services stop: this connection ends
         except Exception:
             if not self._closed:
                 log.exception("HA: transfer to slave %s stopped", self.address)
