@@ -294,12 +294,8 @@ class MessageStore:
             self._parts.close()
 
     def _release_after_failure(self) -> None:
-        w = self._writer
-        if w is not None:
-            w.stop_appends()
-            if w.ha is not None:
-                w.ha.shutdown()
-                w.ha = None
+        if self._writer is not None:
+            self._writer.abandon()
         self._close_files()
         self._lock.release()
         self._state = _SHUTDOWN
@@ -523,9 +519,7 @@ class MessageStore:
         if queue_id is None:
             raise TypeError("get_earliest_message_time needs a queue_id with a topic")
         cq = self._queue(topic, queue_id, fresh=True)
-        if cq is None:
-            return -1
-        return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
+        return -1 if cq is None else self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
         """Store time of the message at that queue offset; -1 if there is none."""

@@ -228,6 +228,14 @@ class Writer:
         if self.slave_log is not None:
             self.slave_log.closed = True
 
+    def abandon(self) -> None:
+        """The store gives up without a shutdown (a failed open, a crash test): nothing may append any more, and
+        the HA port is free again."""
+        self.stop_appends()
+        if self.ha is not None:
+            self.ha.shutdown()
+            self.ha = None
+
     def release_listener(self) -> None:
         ha = self.ha
         if ha is not None and not ha.started:
