@@ -30,8 +30,10 @@ from typing import Any
 
 from pystore._index import IndexFileCore, IndexFilesBase, index_file_size, index_keys
 from pystore._mapped_file import MappedFile
+from pystore._message import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
+from pystore.results import QueryMessageResult
 
 __all__ = ["IndexService", "QueryOffsetResult"]
 
@@ -192,6 +194,33 @@ class IndexService(IndexFilesBase):
             props.append("KEYS\x01" + keys)
         index_keys(self, topic.encode("utf-8", "surrogatepass"), "\x02".join(props).encode("utf-8", "surrogatepass"),
                    phy_offset, store_ts, sys_flag)
+
+    def query_messages(self, commitlog: Any, topic: str, key: str, max_num: int, begin: int,
+                       end: int) -> QueryMessageResult:
+        """``MessageStore.query_message``: the messages of ``topic`` in ``commitlog`` whose keys (or
+        ``UNIQ_KEY``) include ``key``, stored in [begin, end], in offset order."""
+        found: list[MessageExt] = []
+        seen: set[int] = set()
+        last_ts = last_phy = 0
+        hi = end
+        for _ in range(3):                       # RocketMQ queries up to three rounds
+            r = self.query_offset(topic, key, max_num, begin, hi)
+            last_ts, last_phy = r.index_last_update_timestamp, r.index_last_update_phyoffset
+            for off in sorted(r.phy_offsets):
+                if off in seen:
+                    continue
+                seen.add(off)
+                m = commitlog.look_message_by_offset(off)
+                # the index compares 32-bit hashes only: keep real matches
+                if m is not None and m.topic == topic and (key in m.keys or m.uniq_key == key):
+                    found.append(m)
+            if found or not r.phy_offsets:
+                break
+            hi = min(commitlog.pickup_store_timestamp(min(r.phy_offsets)), hi) - 1
+            if hi < begin:
+                break
+        found.sort(key=lambda m: m.commit_log_offset)
+        return QueryMessageResult(found[:max_num], last_ts, last_phy)
 
     def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
         max_num = min(max_num, self.max_msgs_num_batch)

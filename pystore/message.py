@@ -1,4 +1,5 @@
-"""Message-level constants and filters: property names, sys-flag bits, the schedule topic, ``TagFilter``.
+"""Message-level constants and filters: property names, sys-flag bits, the schedule topic, ``TagFilter``, and
+the commit-log offset an offset message id names (``offset_of_message_id``).
 
 Property names and sys-flag values are RocketMQ's (FORMAT.md §1.6, §1.7, §10); filters follow
 RocketMQ's ``MessageFilter``: a cheap test on the consume-queue tags code, then an exact test on the
@@ -12,12 +13,26 @@ from typing import Protocol, runtime_checkable
 
 from pystore._message import java_string_hash
 
-__all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL"]
+__all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL", "offset_of_message_id"]
 
 #: Delay messages wait in this topic, queue ``level - 1`` (FORMAT.md §10).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: RocketMQ's "every tag" subscription expression.
 SUB_ALL = "*"
+
+
+def offset_of_message_id(msg_id: str) -> int:
+    """The commit-log offset an offset message id names (store host + port + offset, in hex: 32 digits for an
+    IPv4 host, 56 for IPv6)."""
+    if not isinstance(msg_id, str):
+        raise TypeError("msg_id must be str")
+    if len(msg_id) not in (32, 56):
+        raise ValueError("an offset message id has 32 (IPv4) or 56 (IPv6) hex digits, got %r" % msg_id)
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError("not a hex message id: %r" % msg_id) from None
+    return int.from_bytes(raw[-8:], "big", signed=True)
 
 
 class MessageConst:
