@@ -350,6 +350,8 @@ class ConsumeQueueStore:
         #: queues whose files could not be trusted, deleted to be rebuilt from the commit log (load, recover)
         self.rebuilt: list[ConsumeQueue] = []
         self.load_error: StoreCorruptedError | None = None
+        #: folders skipped as not a queue id, each warned about once
+        self._skipped: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         return len(self._queues)
@@ -424,7 +426,9 @@ class ConsumeQueueStore:
             for qname in sorted(os.listdir(tdir)):
                 qid = queue_id_of(qname)
                 if qid is None:
-                    if qname.lstrip("-").isdigit():
+                    if qname.lstrip("-").isdigit() and (topic, qname) not in self._skipped:
+                        # once: a reader lists the folders again at every refresh
+                        self._skipped.add((topic, qname))
                         log.warning("%s: not a queue id (beyond 32 bits, or not written as a store writes one); skipped",
                                     os.path.join(tdir, qname))
                     continue
