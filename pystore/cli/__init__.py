@@ -57,7 +57,7 @@ def cli(verbose: int) -> None:
         # is as wide as nothing ever wraps there (a 100,000-byte line per warning)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-    handler._pystore_cli = True  # type: ignore[attr-defined]
+    handler._pystore_cli = True  # type: ignore[attr-defined,union-attr]
     handler.setLevel(level)
     root.addHandler(handler)
     root.setLevel(min(level, root.level) if root.level else level)

@@ -364,9 +364,19 @@ def print_rows(messages: list[Any]) -> None:
     click.echo("\n".join(lines))
 
 
+def table(title: str | Text | None = None, **kw: Any) -> Table:
+    """A table titled on its left: boxed on a terminal; off one, without box lines (columns apart by spaces,
+    no edge), so each row is one line that ``grep`` and ``cut`` take whole."""
+    if not console.is_terminal:
+        kw.setdefault("box", None)
+        kw.setdefault("show_edge", False)
+        kw.setdefault("pad_edge", False)
+    return Table(title=title, title_justify="left", **kw)
+
+
 def messages_table(messages: list[Any], title: str | None = None) -> Table:
     """Messages as a rich table; ``title`` is plain text (no markup)."""
-    t = Table(title=Text(title) if title is not None else None, title_justify="left")
+    t = table(Text(title) if title is not None else None)
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("queue", "right"),
         ("queue off", "right"),

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from pystore.cli.common import (
@@ -26,6 +25,7 @@ from pystore.cli.common import (
     print_json,
     print_rows,
     store_options,
+    table,
 )
 
 
@@ -130,7 +130,7 @@ def put(
     if as_json:
         print_json(rows if from_stdin else rows[0])
     else:
-        t = Table(title="put into %s (queue %d)" % (topic, queue_id), title_justify="left")
+        t = table("put into %s (queue %d)" % (topic, queue_id))
         for col in ("#", "status", "commit-log offset", "queue offset", "msg id", "body bytes"):
             t.add_column(col, justify="left" if col in ("status", "msg id") else "right")
         shown = rows if len(rows) <= 20 else rows[:10] + rows[-10:]
