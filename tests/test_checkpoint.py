@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import FakeClock
+
 from pystore.checkpoint import (
     CHECKPOINT_FILE_SIZE,
     AbortFile,

@@ -13,10 +13,10 @@ import logging
 import os
 import struct
 
-import pytest
-
 import crash_writer as cw
+import pytest
 from conftest import FakeClock
+
 from pystore import Message
 from pystore.checkpoint import StoreCheckpoint
 from pystore.commitlog import CommitLog
