@@ -34,8 +34,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from pystore._cq import find_file
 from pystore._mapped_file import MappedFile, offset_to_file_name
+from pystore._units import find_file
 from pystore.durable import PendingDirs, make_dirs, sync_dirs
 from pystore.service import real_clock
 

@@ -34,10 +34,12 @@ from typing import Any
 
 from pystore._codec import REASONS, RECORD_SHORT
 from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message, scan_file
-from pystore._cq import QueueDispatcher, QueueReader, ReadLimits, pickup_store_timestamp, queue_offset_by_time, read_queue
+from pystore._dispatch import QueueDispatcher
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
+from pystore._read import QueueReader, ReadLimits, read_queue
 from pystore._results import PutMessageResult
+from pystore._timesearch import pickup_store_timestamp, queue_offset_by_time
 from pystore.allocate import AllocateMappedFileService
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.clean import CleanService, clean_expired_consumer_queue, clean_unused_topic
@@ -75,11 +77,6 @@ _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
 #: A writer's checkpoint reaches the file at most this often, when a flush service moved a time (5.x: 1 s).
 _CHECKPOINT_FLUSH_MS = 1000
 
-#: ``_cq.read_queue`` codes (SCAN_* then GM_*) -> GetMessageStatus
-_GET_STATUS = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
-               GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_TOO_SMALL,
-               GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-               GetMessageStatus.OFFSET_FOUND_NULL)
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
 _SLAVE = BrokerRole.SLAVE
 
@@ -272,15 +269,14 @@ class MessageStore:
     def _bind_get_fast_path(self) -> None:
         """``get_message`` and ``look_message_by_offset`` without a Python frame for their common calls (no
         filter, a known queue, a readable master; an int offset): the instance's methods become a
-        ``_cq.QueueReader``'s, which hands every other call back to this class's. Only for a writable
+        ``_read.QueueReader``'s, which hands every other call back to this class's. Only for a writable
         ``MessageStore`` itself: a read-only store refreshes its view first, and a subclass may change any
         helper these methods use, so it keeps the Python methods."""
         if type(self) is not MessageStore:
             return
-        assert self._commitlog is not None and self._cq_store is not None
-        self._reader = QueueReader(self._cq_store._queues, self._commitlog.queue, self._limits, _GET_STATUS,
-                                   self.running_flags, RunningFlags.NOT_READABLE_BIT, self.config, _SLAVE,
-                                   MessageStore, self)
+        assert self._commitlog is not None and self._cq_store is not None and self._limits is not None
+        self._reader = QueueReader(self._cq_store._queues, self._commitlog.queue, self._limits, self.running_flags,
+                                   RunningFlags.NOT_READABLE_BIT, self.config, _SLAVE, MessageStore, self)
         self.get_message = self._reader.get_message  # type: ignore[method-assign]
         self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
 
@@ -895,26 +891,21 @@ class MessageStore:
                                 "and is_matched_by_commit_log")
             else:
                 filt = message_filter
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), 0, 0)
         queue = self._commitlog.queue                       # type: ignore[union-attr]
+        assert self._limits is not None
         slave = self.config.broker_role is _SLAVE
-        # the decision table, the scan and the result, in C (_cq.read_queue)
+        # the decision table (an unknown queue too), the scan and the result, in C (_read.read_queue)
         # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
         r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
-                       tag_names, filt, _GET_STATUS, slave, None if self.read_only else queue)
-        if self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
+                       tag_names, filt, slave, None if self.read_only else queue)
+        if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
             self._refresh_queue(topic, queue_id)
             with self._refresh_lock:
                 r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits,
-                               tag_codes, tag_names, filt, _GET_STATUS, slave, queue)
+                               tag_codes, tag_names, filt, slave, queue)
         return r
-
-    def _next(self, old: int, new: int) -> int:
-        """RocketMQ ``nextOffsetCorrection``: a slave keeps the requested offset."""
-        return old if self.config.broker_role == BrokerRole.SLAVE else new
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""
