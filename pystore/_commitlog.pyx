@@ -32,7 +32,7 @@ from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, R
                              RecordView, TallySlot, check_record, encode_like, encode_message, encode_with_body,
                              enters_queue, find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, MessageBatch, copy_message, encode_host
+from pystore._message cimport Message, MessageBatch, copy_message, encode_host, utf8_text
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
@@ -817,7 +817,7 @@ cdef class QueueTally:
         for i in range(self.t.mask + 1):
             s = &self.t.slots[i]
             if s.topic_len > 0:
-                topic = (<bytes>s.topic[:s.topic_len]).decode("utf-8", "replace")
+                topic = utf8_text(s.topic, s.topic_len)
                 out[(topic, s.queue_id)] = (s.first_phy, s.max_queue_offset)
         return out
 

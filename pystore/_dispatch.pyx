@@ -7,7 +7,6 @@ gap check (``queues_behind``) walks the log the same way (``_next_record``) and 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t
 
 from pystore._codec cimport (CQ_STORE_UNIT_SIZE, REC_BLANK, RecordView, check_record, enters_queue, find_property,
@@ -16,7 +15,7 @@ from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._files cimport find_file
 from pystore._index cimport IndexFilesBase, index_message
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message
+from pystore._message cimport Message, utf8_text
 from pystore._units cimport ConsumeQueueCore
 
 
@@ -102,7 +101,7 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
         if r <= 0:
             break
         if enters_queue(v.sys_flag):
-            key = (PyUnicode_DecodeUTF8(<const char *>rec + v.topic_pos, v.topic_len, "replace"), v.queue_id)
+            key = (utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
             found = queues.get(key)
             if found is not None:
                 cq = <ConsumeQueueCore>found
@@ -213,7 +212,7 @@ cdef class QueueDispatcher(Dispatcher):
         cdef bytes topic = rec[v.topic_pos:v.topic_pos + v.topic_len]
         if self._last_cell is not None and v.queue_id == self._last_qid and topic == self._last_topic:
             return <QueueCell>self._last_cell
-        cell = self.cell_factory(topic.decode("utf-8", "replace"), v.queue_id)
+        cell = self.cell_factory(utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
         self._last_topic = topic
         self._last_qid = v.queue_id
         self._last_cell = cell

@@ -10,7 +10,6 @@ The scan checks each record it serves against its unit (``_units.unit_damage``):
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MIN, int32_t, int64_t
 
 from pystore._bytes cimport get_i32, get_i64
@@ -18,7 +17,7 @@ from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, SPLIT_BODY, Rec
                              find_property, make_ext, make_ext_shared)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport MessageExt
+from pystore._message cimport MessageExt, utf8_text
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS
@@ -109,7 +108,7 @@ cdef object _record_tags(const unsigned char *rec, RecordView *v):
     TagFilter's names are tested before a message is made."""
     cdef int32_t vp = 0, vl = 0
     if v.props_len > 0 and find_property(rec + v.props_pos, v.props_len, "TAGS", 4, &vp, &vl):
-        return PyUnicode_DecodeUTF8(<const char *>rec + v.props_pos + vp, vl, "replace")
+        return utf8_text(rec + v.props_pos + vp, vl)
     return None
 
 
