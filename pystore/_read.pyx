@@ -21,7 +21,7 @@ from pystore._message cimport MessageExt, utf8_text
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS
-from pystore._commitlog import read_message
+from pystore._commitlog import message_at
 from pystore.errors import StoreCorruptedError
 from pystore.status import GetMessageStatus
 
@@ -537,11 +537,7 @@ cdef class QueueReader:
         """``MessageStore.look_message_by_offset(commit_log_offset)``: the message stored at that commit-log
         offset, or None if no message starts there."""
         cdef object q
-        cdef MappedFile mf
         if not self.open or type(commit_log_offset) is not int:
             return self.cls.look_message_by_offset(self.store, commit_log_offset)
         q = self.cl_queue
-        mf = find_file(q.files, q.mapped_file_size, commit_log_offset)
-        if mf is None:
-            return None
-        return read_message(mf, commit_log_offset - mf.file_from_offset, self.lim.check_crc, True)
+        return message_at(q.files, q.mapped_file_size, commit_log_offset, self.lim.check_crc)

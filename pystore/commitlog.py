@@ -15,9 +15,10 @@ import logging
 from typing import Any
 
 from pystore._codec import RECORD_BLANK
-from pystore._commitlog import CommitLogCore, read_message, scan_file, store_timestamp_at
+from pystore._commitlog import CommitLogCore, message_at, scan_file
 from pystore._mapped_file import MappedFile
 from pystore._message import MessageExt
+from pystore._timesearch import pickup_store_timestamp
 from pystore.crashpoint import crashpoint
 from pystore.mapped_file_queue import MappedFileQueue
 
@@ -70,17 +71,11 @@ class CommitLog(CommitLogCore):
     # -- reading -----------------------------------------------------------------------------------
 
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
-        mf = self.queue.find_mapped_file_by_offset(offset)
-        if mf is None:
-            return None
-        return read_message(mf, offset - mf.file_from_offset, self.config.check_crc_on_read, True)
+        return message_at(self.queue.files, self.queue.mapped_file_size, offset, self.config.check_crc_on_read)
 
     def pickup_store_timestamp(self, offset: int) -> int:
         """RocketMQ ``pickupStoreTimestamp``: the store time of the record at ``offset``, -1 if none."""
-        mf = self.queue.find_mapped_file_by_offset(offset)
-        if mf is None:
-            return -1
-        return store_timestamp_at(mf, offset - mf.file_from_offset)
+        return pickup_store_timestamp(self.queue.files, self.queue.mapped_file_size, offset)
 
     # -- following a live writer (read-only) ------------------------------------------------------
 

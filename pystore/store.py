@@ -33,7 +33,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore._codec import REASONS, RECORD_SHORT
-from pystore._commitlog import BUCKET_NAMES, QueueCell, read_message, scan_file
+from pystore._commitlog import BUCKET_NAMES, QueueCell, scan_file
 from pystore._dispatch import QueueDispatcher
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
@@ -778,14 +778,10 @@ class MessageStore:
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         """The message stored at ``commit_log_offset``, or None if no message starts there."""
         cl = self._check_readable()
-        mf = cl.queue.find_mapped_file_by_offset(commit_log_offset)
-        if mf is None or (self.read_only and commit_log_offset >= cl.get_max_offset()):
-            if self.read_only:
-                self.refresh()
-                mf = cl.queue.find_mapped_file_by_offset(commit_log_offset)
-            if mf is None:
-                return None
-        return read_message(mf, commit_log_offset - mf.file_from_offset, self.config.check_crc_on_read, True)
+        if self.read_only and (commit_log_offset >= cl.get_max_offset()
+                               or cl.queue.find_mapped_file_by_offset(commit_log_offset) is None):
+            self.refresh()
+        return cl.look_message_by_offset(commit_log_offset)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message with this offset message id (store host + port + commit-log offset, hex)."""
