@@ -1,4 +1,6 @@
 # cython: language_level=3
+"""What ``_units`` shares with the modules that read and write units (``_read``, ``_timesearch``, ``_dispatch``):
+``ConsumeQueueCore`` and the per-unit tests, inlined because the scans run them on every unit."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
