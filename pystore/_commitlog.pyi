@@ -42,7 +42,7 @@ class PutMessageLock:
 
 @disjoint_base
 class Dispatcher:
-    """Inline dispatch under the put lock; its methods are C only (``_cq.QueueDispatcher`` subclasses it)."""
+    """Inline dispatch under the put lock; its methods are C only (``_dispatch.QueueDispatcher`` subclasses it)."""
 
 @disjoint_base
 class CommitLogCore:
@@ -114,7 +114,7 @@ class RecordIterator:
     def __next__(self) -> MessageExt: ...
     def close(self) -> None: ...
 
-def store_timestamp_at(mf: MappedFile, pos: int) -> int: ...
+def message_at(files: list[MappedFile], file_size: int, offset: int, verify_crc: bool = False) -> MessageExt | None: ...
 
 @disjoint_base
 class QueueTally:

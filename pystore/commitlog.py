@@ -15,10 +15,10 @@ import logging
 from typing import Any
 
 from pystore._codec import RECORD_BLANK
-from pystore._commitlog import BUCKET_NAMES, CommitLogCore, read_message, scan_file, store_timestamp_at
-from pystore._cq import pickup_store_timestamp, queue_offset_by_time
+from pystore._commitlog import BUCKET_NAMES, CommitLogCore, message_at, scan_file
 from pystore._mapped_file import MappedFile, SelectMappedBufferResult
 from pystore._message import MessageExt
+from pystore._timesearch import pickup_store_timestamp, queue_offset_by_time
 from pystore.crashpoint import crashpoint
 from pystore.mapped_file_queue import MappedFileQueue
 
@@ -71,10 +71,7 @@ class CommitLog(CommitLogCore):
     # -- reading -----------------------------------------------------------------------------------
 
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
-        mf = self.queue.find_mapped_file_by_offset(offset)
-        if mf is None:
-            return None
-        return read_message(mf, offset - mf.file_from_offset, self.config.check_crc_on_read, True)
+        return message_at(self.queue.files, self.queue.mapped_file_size, offset, self.config.check_crc_on_read)
 
     def select_data(self, offset: int) -> SelectMappedBufferResult | None:
         """``MessageStore.get_commit_log_data``: a view from ``offset`` to the end of the data in its file."""
@@ -85,10 +82,7 @@ class CommitLog(CommitLogCore):
 
     def pickup_store_timestamp(self, offset: int) -> int:
         """RocketMQ ``pickupStoreTimestamp``: the store time of the record at ``offset``, -1 if none."""
-        mf = self.queue.find_mapped_file_by_offset(offset)
-        if mf is None:
-            return -1
-        return store_timestamp_at(mf, offset - mf.file_from_offset)
+        return pickup_store_timestamp(self.queue.files, self.queue.mapped_file_size, offset)
 
     def unit_store_timestamp(self, offset: int, size: int) -> int:
         """The store time of the record a consume-queue unit (``offset``, ``size``) points at; -1 if none."""

@@ -16,7 +16,7 @@ live writer by re-reading the folder when asked for data beyond what it has seen
 
 One put and its read, module by module: ``put_message`` is the commit log's compiled ``put_message``
 (``_bind_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
-says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` -> ``_cq.read_queue`` reads the
+says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` -> ``_read.read_queue`` reads the
 consume queue's units and the records they point at.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
@@ -37,9 +37,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from pystore._cq import QueueReader, ReadLimits, read_queue
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
+from pystore._read import QueueReader, ReadLimits, read_queue
 from pystore._results import PutMessageResult
 from pystore.checkpoint import AbortFile, StoreLock
 from pystore.clean import CleanService
@@ -65,11 +65,6 @@ log = logging.getLogger(__name__)
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
 
-#: ``_cq.read_queue`` codes (SCAN_* then GM_*) -> GetMessageStatus
-_GET_STATUS = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
-               GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_TOO_SMALL,
-               GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-               GetMessageStatus.OFFSET_FOUND_NULL)
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
 _SLAVE = BrokerRole.SLAVE
 
@@ -196,7 +191,7 @@ class MessageStore:
 
         * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
           SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
-        * ``get_message``, ``look_message_by_offset`` on a writer: a ``_cq.QueueReader``'s
+        * ``get_message``, ``look_message_by_offset`` on a writer: a ``_read.QueueReader``'s
           (``_bind_get_fast_path``), which hands every call it does not serve back to this class's methods.
 
         The methods below are what the bound ones do, and what runs before ``load``, in a read-only store (for
@@ -224,15 +219,14 @@ class MessageStore:
     def _bind_get_fast_path(self) -> None:
         """``get_message`` and ``look_message_by_offset`` without a Python frame for their common calls (no
         filter, a known queue, a readable master; an int offset): the instance's methods become a
-        ``_cq.QueueReader``'s, which hands every other call back to this class's. Only for a writable
+        ``_read.QueueReader``'s, which hands every other call back to this class's. Only for a writable
         ``MessageStore`` itself: a read-only store refreshes its view first, and a subclass may change any
         helper these methods use, so it keeps the Python methods."""
         if type(self) is not MessageStore:
             return
-        assert self._commitlog is not None and self._cq_store is not None
-        self._reader = QueueReader(self._cq_store._queues, self._commitlog.queue, self._limits, _GET_STATUS,
-                                   self.running_flags, RunningFlags.NOT_READABLE_BIT, self.config, _SLAVE,
-                                   MessageStore, self)
+        assert self._commitlog is not None and self._cq_store is not None and self._limits is not None
+        self._reader = QueueReader(self._cq_store._queues, self._commitlog.queue, self._limits, self.running_flags,
+                                   RunningFlags.NOT_READABLE_BIT, self.config, _SLAVE, MessageStore, self)
         self.get_message = self._reader.get_message  # type: ignore[method-assign]
         self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
 
@@ -470,26 +464,21 @@ class MessageStore:
                                 "and is_matched_by_commit_log")
             else:
                 filt = message_filter
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next(offset, 0), 0, 0)
         queue = self._commitlog.queue                       # type: ignore[union-attr]
+        assert self._limits is not None
         slave = self.config.broker_role is _SLAVE
-        # the decision table, the scan and the result, in C (_cq.read_queue)
+        # the decision table (an unknown queue too), the scan and the result, in C (_read.read_queue)
         # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
         r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
-                       tag_names, filt, _GET_STATUS, slave, None if self.read_only else queue)
-        if self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
+                       tag_names, filt, slave, None if self.read_only else queue)
+        if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
             self._refresh_queue(topic, queue_id)
             with self._refresh_lock:
                 r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits,
-                               tag_codes, tag_names, filt, _GET_STATUS, slave, queue)
+                               tag_codes, tag_names, filt, slave, queue)
         return r
-
-    def _next(self, old: int, new: int) -> int:
-        """RocketMQ ``nextOffsetCorrection``: a slave keeps the requested offset."""
-        return old if self.config.broker_role == BrokerRole.SLAVE else new
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pystore._commitlog import QueueCell
-from pystore._cq import QueueDispatcher, ReadLimits
+from pystore._dispatch import QueueDispatcher
+from pystore._read import ReadLimits
 from pystore.allocate import AllocateMappedFileService
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.clean import CleanService
