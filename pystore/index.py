@@ -69,6 +69,7 @@ class IndexService(IndexFilesBase):
         self._lock = threading.RLock()
         #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
         self.pending_dirs = PendingDirs()
+        self._cap_warned = False
         #: the threads flushing files that filled up (one each, as RocketMQ); close() joins them
         self._full_flushes: list[threading.Thread] = []
 
@@ -198,7 +199,13 @@ class IndexService(IndexFilesBase):
     def query_messages(self, commitlog: Any, topic: str, key: str, max_num: int, begin: int,
                        end: int) -> QueryMessageResult:
         """``MessageStore.query_message``: the messages of ``topic`` in ``commitlog`` whose keys (or
-        ``UNIQ_KEY``) include ``key``, stored in [begin, end], in offset order."""
+        ``UNIQ_KEY``) include ``key``, stored in [begin, end], in offset order; at most
+        ``max_msgs_num_batch`` (said once in the log when ``max_num`` asks for more)."""
+        if max_num > self.max_msgs_num_batch and not self._cap_warned:
+            self._cap_warned = True
+            log.warning("%s: query_message(max_num=%d) returns at most %d messages (max_msgs_num_batch, RocketMQ's "
+                        "maxMsgsNumBatch); raise max_msgs_num_batch for more", self.path, max_num,
+                        self.max_msgs_num_batch)
         found: list[MessageExt] = []
         seen: set[int] = set()
         last_ts = last_phy = 0

@@ -9,11 +9,12 @@ decoded message.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pystore._message import java_string_hash
 
-__all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL", "offset_of_message_id"]
+__all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL", "filter_tests",
+           "offset_of_message_id"]
 
 #: Delay messages wait in this topic, queue ``level - 1`` (FORMAT.md §10).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -122,3 +123,21 @@ class TagFilter:
 
     def __repr__(self) -> str:
         return "TagFilter(%r)" % self.expression
+
+
+def filter_tests(message_filter: MessageFilter | TagFilter | str | None) -> tuple[Any, Any, Any]:
+    """What ``get_message``'s scan tests for ``message_filter``: ``(tag codes, tag names, filter object)``.
+    A ``TagFilter`` (or its expression) is tested in C by its codes, then its tag names; another filter's
+    two methods are called; ``None`` or a match-all filter tests nothing."""
+    if message_filter is None:
+        return None, None, None
+    if isinstance(message_filter, str):
+        message_filter = TagFilter(message_filter)
+    if isinstance(message_filter, TagFilter):
+        if message_filter.match_all:
+            return None, None, None
+        return message_filter.codes, message_filter.tags, None
+    if not (hasattr(message_filter, "is_matched_by_consume_queue") and hasattr(message_filter, "is_matched_by_commit_log")):
+        raise TypeError("message_filter must be None, a TagFilter, or have is_matched_by_consume_queue "
+                        "and is_matched_by_commit_log")
+    return None, None, message_filter

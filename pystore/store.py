@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -49,7 +48,7 @@ from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.durable import make_dirs_durable
 from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
 from pystore.flush import flush_all
-from pystore.message import MessageFilter, TagFilter, offset_of_message_id
+from pystore.message import MessageFilter, TagFilter, filter_tests, offset_of_message_id
 from pystore.put_waits import done
 from pystore.recovery import RecoveryResult
 from pystore.results import GetMessageResult, QueryMessageResult
@@ -113,7 +112,6 @@ class MessageStore:
         self._writer: Writer | None = None
         self._services: list[Any] = []
         self.schedule_message_service: ScheduleMessageService | None = None
-        self._refresh_lock = threading.RLock()
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
         #: why ``load()`` returned False, when a file is at fault (``MessageStore.open`` raises it)
@@ -419,22 +417,7 @@ class MessageStore:
         assert self._cq_store is not None
         cq = self._cq_store.find(topic, queue_id)
         if self.read_only and (cq is None or fresh or need >= cq.get_max_offset_in_queue()):
-            cq = self._refresh_queue(topic, queue_id)
-        return cq
-
-    def _refresh_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        """Read-only: the queue first, then the commit log. The writer publishes a unit only after its record
-        (and every record before it) is whole, so the commit log scanned afterwards covers every unit seen;
-        the other order lets units written between the two scans point past the commit log in view."""
-        cl, cqs = self._commitlog, self._cq_store
-        assert cl is not None and cqs is not None
-        with self._refresh_lock:
-            cq = cqs.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
-            cl.refresh_read_only()
-            if cq is not None:
-                cell = cl.get_cell(topic, queue_id)
-                cell.consume_queue = cq
-                cell.next_offset = cq.get_max_offset_in_queue()
+            cq = self._parts.refresh_queue_read_only(topic, queue_id)  # type: ignore[union-attr]
         return cq
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
@@ -451,19 +434,7 @@ class MessageStore:
         cq = self._queue(topic, queue_id, offset)
         if not self.running_flags.is_readable():
             raise StoreError("the store at %s is not readable (running flags %s)" % (self.root, self.running_flags))
-        tag_codes = tag_names = filt = None
-        if message_filter is not None:
-            if isinstance(message_filter, str):
-                message_filter = TagFilter(message_filter)
-            if isinstance(message_filter, TagFilter):
-                if not message_filter.match_all:
-                    tag_codes, tag_names = message_filter.codes, message_filter.tags
-            elif not (hasattr(message_filter, "is_matched_by_consume_queue")
-                      and hasattr(message_filter, "is_matched_by_commit_log")):
-                raise TypeError("message_filter must be None, a TagFilter, or have is_matched_by_consume_queue "
-                                "and is_matched_by_commit_log")
-            else:
-                filt = message_filter
+        tag_codes, tag_names, filt = filter_tests(message_filter)
         queue = self._commitlog.queue                       # type: ignore[union-attr]
         assert self._limits is not None
         slave = self.config.broker_role is _SLAVE
@@ -474,8 +445,10 @@ class MessageStore:
         r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
                        tag_names, filt, slave, None if self.read_only else queue)
         if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
-            self._refresh_queue(topic, queue_id)
-            with self._refresh_lock:
+            parts = self._parts
+            assert parts is not None
+            parts.refresh_queue_read_only(topic, queue_id)
+            with parts.refresh_lock:
                 r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits,
                                tag_codes, tag_names, filt, slave, queue)
         return r
@@ -537,11 +510,6 @@ class MessageStore:
         cl = self._check_readable()
         if not isinstance(topic, str) or not isinstance(key, str):
             raise TypeError("topic and key must be str")
-        cap = self.config.max_msgs_num_batch
-        if max_num > cap and not getattr(self, "_query_cap_warned", False):
-            self._query_cap_warned = True
-            log.warning("%s: query_message(max_num=%d) returns at most %d messages (max_msgs_num_batch, "
-                        "RocketMQ's maxMsgsNumBatch); raise max_msgs_num_batch for more", self.root, max_num, cap)
         if self._index is None:
             return QueryMessageResult([], 0, 0)
         if self.read_only:
@@ -583,8 +551,7 @@ class MessageStore:
     def refresh(self) -> None:
         """Read-only stores: pick up what the writer appended since (new files, the new end of data)."""
         if self.read_only and self._parts is not None:
-            with self._refresh_lock:
-                self._parts.refresh_read_only()
+            self._parts.refresh_read_only()
 
     def get_runtime_info(self) -> dict[str, str]:
         """Runtime figures under RocketMQ's key names where they apply."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from pystore._commitlog import QueueCell
@@ -34,7 +35,7 @@ from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
-from pystore.consume_queue import ConsumeQueueStore
+from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.crashpoint import crashpoint
 from pystore.dispatch import ReputService
 from pystore.durable import sync_dirs
@@ -81,18 +82,38 @@ class StoreParts:
     reput: ReputService | None = None
     recovery: RecoveryResult | None = None
 
+    #: a reader's refreshes, one at a time (``get_message`` reads again under it after following its queue)
+    refresh_lock: threading.RLock = field(default_factory=threading.RLock)
+
     def refresh_read_only(self) -> None:
         """A reader: pick up what the writer appended since. The queues and the index before the commit log:
-        every unit and index entry seen then points at a record in view (``MessageStore._refresh_queue``)."""
+        every unit and index entry seen then points at a record in view (as ``refresh_queue_read_only``)."""
         cl = self.commitlog
-        self.cq_store.refresh_read_only(cl.get_min_offset())
-        if self.index is not None:
-            self.index.refresh_read_only()
-        cl.refresh_read_only()
-        for cq in self.cq_store.queues():
-            cell = cl.get_cell(cq.topic, cq.queue_id)
-            cell.consume_queue = cq
-            cell.next_offset = cq.get_max_offset_in_queue()
+        with self.refresh_lock:
+            self.cq_store.refresh_read_only(cl.get_min_offset())
+            if self.index is not None:
+                self.index.refresh_read_only()
+            cl.refresh_read_only()
+            for cq in self.cq_store.queues():
+                self._attach(cq)
+
+    def refresh_queue_read_only(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """A reader: follow one queue, then the commit log. The writer publishes a unit only after its record
+        (and every record before it) is whole, so the commit log scanned afterwards covers every unit seen;
+        the other order lets units written between the two scans point past the commit log in view."""
+        cl = self.commitlog
+        with self.refresh_lock:
+            cq = self.cq_store.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
+            cl.refresh_read_only()
+            if cq is not None:
+                self._attach(cq)
+        return cq
+
+    def _attach(self, cq: ConsumeQueue) -> None:
+        """The commit log's cell of ``cq``'s queue follows what the reader now sees of it."""
+        cell = self.commitlog.get_cell(cq.topic, cq.queue_id)
+        cell.consume_queue = cq
+        cell.next_offset = cq.get_max_offset_in_queue()
 
     def close(self) -> None:
         """Unmap every file (nothing is flushed: the store's shutdown did that, or there is nothing to keep)."""
