@@ -36,6 +36,7 @@ from pystore._message cimport Message, MessageBatch, copy_message, encode_host
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
+import os
 
 from pystore.errors import StoreCorruptedError
 from pystore.status import PutMessageStatus
@@ -364,6 +365,14 @@ cdef class CommitLogCore:
             mf.wrote = mf.file_size
             mf.settle()
             mf = self._roll(mf.file_from_offset + mf.file_size)
+            if mf is None:
+                return None
+            pos = mf.wrote
+        # the blocks the record (and a blank after it) will take: a write into a hole of a full disk is SIGBUS
+        if mf.reserve(pos, pos + total + END_FILE_MIN_BLANK_LENGTH) != 0:
+            log.error("%s: cannot allocate %d bytes at %d: %s", mf.file_name, total, pos,
+                      os.strerror(mf.reserve_errno))
+            return None
         return mf
 
     cdef void _after_append(self, MappedFile mf) except *:

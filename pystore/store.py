@@ -224,7 +224,7 @@ class MessageStore:
         self._commitlog = CommitLog(cfg, queue, clock=self._injected_clock)
         self._bind_put_fast_path()
         self._cq_store = ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
-                                           self.read_only, on_error=self._on_queue_error)
+                                           self.read_only, self._on_queue_error, cfg.prefault_window_bytes)
         if not self._cq_store.load():
             self.load_error = self._cq_store.load_error
             return False
@@ -348,7 +348,8 @@ class MessageStore:
         # a flush writes what the puts wrote, not the large folio around it (MappedFile.write_page_by_page):
         # new files (the allocate service), and the rest of the file recovery left the writer in
         self._allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable,
-                                                   pool=self._pool, clock=self.clock, sync_warm_every=sync_warm)
+                                                   pool=self._pool, clock=self.clock, sync_warm_every=sync_warm,
+                                                   window=cfg.prefault_window_bytes)
         last = cl.queue.last()
         if last is not None:
             last.write_page_by_page(last.wrote_position)
