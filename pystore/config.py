@@ -106,10 +106,6 @@ class StoreConfig:
     os_page_cache_busy_timeout_mills: int = 1000
     use_reentrant_lock_when_put_message: bool = False
     warm_mapped_file_enable: bool = False
-    # pystore: bytes of disk allocated and of pages pre-faulted ahead of each writer (commit log, consume queue):
-    # a file holds what was written plus this window, not its full size (warm_mapped_file_enable still takes
-    # the whole commit-log file). Smaller saves disk at the cost of more page faults on the put path.
-    prefault_window_bytes: int = 4 * 1024 * 1024
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32
@@ -138,6 +134,10 @@ class StoreConfig:
     # pystore: recovery truncates at damage that valid, already-flushed records follow, instead of raising
     # StoreCorruptedError (RocketMQ always truncates; pystore refuses to drop durable messages silently).
     recover_truncate_corrupted: bool = False
+    # pystore: bytes of disk allocated and of pages pre-faulted ahead of each writer (commit log, consume queue):
+    # a file holds what was written plus this window, not its full size (warm_mapped_file_enable still takes
+    # the whole commit-log file). Smaller saves disk at the cost of more page faults on the put path.
+    prefault_window_bytes: int = 4 * 1024 * 1024
     # What from_properties() could not place; not a setting.
     unknown_keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

@@ -85,6 +85,7 @@ EXTRA_DEFAULTS = [
     ("slave_timeout", 3_000),
     ("read_only", False),
     ("recover_truncate_corrupted", False),
+    ("prefault_window_bytes", 4 * 1024 * 1024),
 ]
 
 
