@@ -49,8 +49,8 @@ cdef class MappedFile:
     cdef int _reserve(self, int64_t pos, int64_t end) noexcept
 
     cdef inline int reserve(self, int64_t pos, int64_t end) noexcept:
-        """Before writing ``[pos, end)`` through the mapping: 0 once its blocks are allocated (then up to the
-        window past ``pos``), else the errno of the failed allocation (a write there could raise SIGBUS)."""
+        """Before writing ``[pos, end)`` through the mapping: 0 once its blocks are allocated, else the errno
+        of the failed allocation (a write there could raise SIGBUS)."""
         if end <= self.reserved:
             return 0
         return self._reserve(pos, end)

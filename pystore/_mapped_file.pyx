@@ -20,14 +20,14 @@ log) is mapped without read-ahead while it is written (``write_page_by_page``), 
 single pages and a flush writes no more than what was written.
 
 Disk blocks: a new file has its full size but, with a ``window`` (the store's ``prefault_window_bytes``),
-only its first ``window`` bytes allocated (``posix_fallocate``); the rest is a hole until the writer comes
-within the window of it. Writers ``reserve`` what they are about to write (the commit log's put path, Python
-writers through ``ensure_reserved``), and each allocation takes the window past the writer with it, so a
-file holds what was written plus at most the window (a page more), and a full disk fails the put (or the
-creation: ``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a write into a hole. ``window=-1``
-allocates the whole file at creation (RocketMQ's way; also what ``warm`` does). ``preallocate=False`` leaves
-a new file a hole (the index: 420 MB by default, mostly never written, as RocketMQ's own index files are
-sparse; its owner checks the free space before creating it).
+only its first page allocated (``posix_fallocate``); the rest is a hole until the writer nears it. Before
+writing, writers ``reserve`` what they write (the commit log's put path; Python writers through
+``ensure_reserved``), and each pre-fault request (``prefault_ahead``, capped at the window) allocates the
+blocks it covers first, so a file holds what was written plus at most the window (a page more), and a full
+disk fails the put (or the creation: ``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a write
+into a hole. ``window=-1`` allocates the whole file at creation (RocketMQ's way; also what ``warm`` does).
+``preallocate=False`` leaves a new file a hole (the index: 420 MB by default, mostly never written, as
+RocketMQ's own index files are sparse; its owner checks the free space before creating it).
 
 Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and
 ``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file
@@ -198,8 +198,8 @@ cdef class MappedFile:
                 with nogil:
                     rc = 0 if ftruncate(self.fd, file_size) == 0 else errno
                     if rc == 0 and preallocate:
-                        # the first window (the whole file without one): a full disk fails the creation
-                        self.reserved = file_size if window < 0 or window >= file_size else _page_up(window)
+                        # the first page (the whole file without a window): a full disk fails the creation
+                        self.reserved = file_size if window < 0 or window >= file_size else PAGE
                         rc = posix_fallocate(self.fd, 0, self.reserved)
                 if rc != 0:
                     self._close_fd()
@@ -652,8 +652,8 @@ cdef class MappedFile:
         The worker takes them on another core, in bulk. Nothing here waits: a page the worker has not
         reached yet faults as it did without it."""
         cdef int64_t start = self.warmed if self.warmed > pos else pos, end
-        if self.base == NULL or self.read_only or self.write_base != self.base:
-            self.warmed = self.file_size        # nothing to pre-fault (a pool buffer takes the writes): ask no more
+        if self.base == NULL or self.read_only:
+            self.warmed = self.file_size        # nothing to pre-fault: ask no more
             return
         if start >= self.file_size:
             return
@@ -667,21 +667,23 @@ cdef class MappedFile:
             # a full disk: populating holes would only fail; asked again at the next append
             if end > self.reserved:
                 end = self.reserved if self.reserved > start else start
+        if self.write_base != self.base:
+            # a pool buffer takes the writes (the commit copies them into the mapping): blocks, no pages
+            if end > self.warmed:
+                self.warmed = end
+            return
         if end > start:
             prefault_request(self.base + start, <size_t>(end - start), self.base, self.base + self.file_size,
                              self.pf_cursor)
             self.warmed = end
 
     cdef int _reserve(self, int64_t pos, int64_t end) noexcept:
-        """``reserve``'s slow path: allocate ``[max(reserved, pos), max(end, pos + window))`` with
-        ``posix_fallocate`` (the whole rest of the file without a window). Below ``pos`` the writer has
-        written already, and a writer that goes back (the index's hash slots) writes into a sparse file."""
+        """``reserve``'s slow path: allocate ``[max(reserved, pos), end)`` with ``posix_fallocate`` (to the end
+        of the file without a window). Below ``pos`` the writer has written already, and a writer that goes
+        back (the index's hash slots) writes into a sparse file."""
         cdef int64_t start = self.reserved if self.reserved > pos else pos
-        cdef int64_t target = pos + self.window if self.window >= 0 else self.file_size
+        cdef int64_t target = _page_up(end) if self.window >= 0 else self.file_size
         cdef int rc
-        if end > target:
-            target = end
-        target = _page_up(target)
         if target > self.file_size:
             target = self.file_size
         start = start // PAGE * PAGE
