@@ -77,7 +77,8 @@ cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_F
 cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 
 # how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too,
-# as the kernel write-protects a warmed file's zeros when it writes them back
+# as the kernel write-protects a warmed file's zeros when it writes them back; a file with a window (the
+# store's prefault_window_bytes) uses half of it instead
 cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
 
 cdef enum:
@@ -378,7 +379,7 @@ cdef class CommitLogCore:
     cdef void _after_append(self, MappedFile mf) except *:
         # Keep pages ahead of the writer pre-faulted by the prefault worker (a page-table walk where they are
         # still writable; a no-op for transient-pool buffers).
-        mf.prefault_ahead(mf.wrote, CL_PREFAULT_LEAD)
+        mf.prefault_ahead(mf.wrote, mf.window // 2 if mf.window >= 0 else CL_PREFAULT_LEAD)
         # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
         # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
         # putting thread the GIL (RocketMQ's Java service wakes for free).

@@ -199,7 +199,7 @@ cdef class MappedFile:
                     rc = 0 if ftruncate(self.fd, file_size) == 0 else errno
                     if rc == 0 and preallocate:
                         # the first page (the whole file without a window): a full disk fails the creation
-                        self.reserved = file_size if window < 0 or window >= file_size else PAGE
+                        self.reserved = file_size if window < 0 or file_size <= PAGE else PAGE
                         rc = posix_fallocate(self.fd, 0, self.reserved)
                 if rc != 0:
                     self._close_fd()

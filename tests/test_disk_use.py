@@ -78,6 +78,15 @@ def test_the_window_is_honoured_ahead_of_each_writer(sparse_tmp):
         assert cl.wrote_position > 4 * window        # the writer went through several windows
 
 
+@pytest.mark.parametrize("window", [256 * 1024, 16 * MiB])
+def test_the_commit_log_keeps_half_its_window_and_more_allocated_ahead(sparse_tmp, window):
+    with MessageStore.open(sparse_tmp / "s", prefault_window_bytes=window, message_index_enable=False) as store:
+        for _ in range(20):
+            _put_small(store, 500)
+            cl = store._commitlog.queue.last()
+            assert window // 2 <= cl.reserved_position - cl.wrote_position <= window + PAGE
+
+
 def test_a_record_bigger_than_the_window_allocates_its_own_bytes(sparse_tmp):
     root = sparse_tmp / "s"
     body = bytes(range(256)) * 1024         # 256 KiB

@@ -780,6 +780,17 @@ def test_a_file_with_a_window_is_created_with_one_page_allocated(sparse_tmp):
         f.close()
 
 
+def test_a_file_smaller_than_a_page_keeps_its_size(tmp_path):
+    p = str(tmp_path / "00000000000000000000")
+    f = MappedFile(p, 100, create=True, window=16 * PAGE)
+    try:
+        assert os.path.getsize(p) == 100 and f.reserved_position == 100
+        assert f.append_message(b"z" * 100) and f.is_full()
+        assert os.path.getsize(p) == 100
+    finally:
+        f.close()
+
+
 def test_without_a_window_the_whole_file_is_allocated(sparse_tmp):
     p = str(sparse_tmp / "00000000000000000000")
     f = MappedFile(p, 256 * PAGE, create=True)
