@@ -33,7 +33,7 @@ cdef class MappedFile:
     cdef bint fresh                     # written page by page (read-ahead off) until settle()
     cdef int64_t warmed                 # [0, warmed) pre-faulted, or asked of the prefault worker
     cdef int64_t reserved               # blocks allocated (fallocate) below this, from where writing resumed
-    cdef public int64_t window          # bytes allocated and pre-faulted ahead of the writer (<0: the whole file)
+    cdef public int64_t window          # bytes allocated and pre-faulted ahead of the writer (<0: whole file)
     cdef int reserve_errno              # why the last allocation failed (0: it did not)
     cdef uintptr_t *pf_cursor           # where the writer is, for the prefault worker (ps_pf_publish)
     cdef object pool_buffer             # the transient-pool buffer object while attached

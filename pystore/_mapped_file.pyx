@@ -451,9 +451,11 @@ cdef class MappedFile:
                 memset(self.base + pos, 0, keep - pos)      # the page holding pos keeps its data before pos
             rc = 0
             if keep < self.file_size:
-                rc = fallocate(self.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, keep, self.file_size - keep)
+                rc = fallocate(self.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, keep,
+                               self.file_size - keep)
                 if rc != 0:
-                    rc = fallocate(self.fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, keep, self.file_size - keep)
+                    rc = fallocate(self.fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, keep,
+                                   self.file_size - keep)
                 if rc != 0:
                     memset(self.base + keep, 0, self.file_size - keep)
         if rc == 0:
@@ -678,9 +680,9 @@ cdef class MappedFile:
             self.warmed = end
 
     cdef int _reserve(self, int64_t pos, int64_t end) noexcept:
-        """``reserve``'s slow path: allocate ``[max(reserved, pos), end)`` with ``posix_fallocate`` (to the end
-        of the file without a window). Below ``pos`` the writer has written already, and a writer that goes
-        back (the index's hash slots) writes into a sparse file."""
+        """``reserve``'s slow path: allocate ``[max(reserved, pos), end)`` with ``posix_fallocate`` (to the
+        end of the file without a window). Below ``pos`` the writer has written already, and a writer that
+        goes back (the index's hash slots) writes into a sparse file."""
         cdef int64_t start = self.reserved if self.reserved > pos else pos
         cdef int64_t target = _page_up(end) if self.window >= 0 else self.file_size
         cdef int rc
