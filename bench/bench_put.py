@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Iterator
 
 import benchlib
 import pytest
@@ -109,6 +110,25 @@ def _put_each(put, msgs: list[object]) -> object:
     return r
 
 
+class _Counted:
+    """The chunks of keyed messages handed out, counted (how many keyed puts a run made)."""
+
+    def __init__(self, chunks: Iterator[list[object]]) -> None:
+        self.chunks, self.count = chunks, 0
+
+    def next(self) -> list[object]:
+        chunk = next(self.chunks)
+        self.count += len(chunk)
+        return chunk
+
+
+def _keys_put(n: int) -> list[str]:
+    """Keys of the first, middle and last of the ``n`` keyed messages put (all of them once ``n`` passes
+    ``KEYED_N``; a smoke run with ``--benchmark-disable`` puts one chunk)."""
+    n = min(n, KEYED_N)
+    return ["k%07d" % i for i in sorted({0, n // 2, n - 1})]
+
+
 def _check_keys_found(store: object, keys: list[str]) -> None:
     for k in keys:
         found = store.query_message(TOPIC, k, 4).messages
@@ -128,7 +148,7 @@ def test_put_single_128_prebuilt_keyed(benchmark, store_factory, record):
     assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD_KEYED
     calls = pedantic_calls(benchmark, rounds, 1, 1)
     assert calls is None or benchlib.queue_count(store) == calls * KEYED_CHUNK
-    _check_keys_found(store, ["k%07d" % i for i in (0, 1, KEYED_N // 2, KEYED_N - 1)])
+    _check_keys_found(store, _keys_put(benchlib.queue_count(store)))
     record("put_single_128_prebuilt_keyed", KEYED_CHUNK, KEYED_CHUNK * 128)
 
 
@@ -151,9 +171,10 @@ def test_put_keyed_vs_unkeyed_paired(benchmark, store_factory, record, reference
     put = store.put_message
     kw, ref = benchlib.paired(benchmark, lambda: _put_each(put, next(plain_chunks)), rounds)
     benchmark.group = "put single 128 B"
-    r = benchmark.pedantic(lambda: _put_each(put, next(chunks)), **kw)
+    keyed = _Counted(chunks)
+    r = benchmark.pedantic(lambda: _put_each(put, keyed.next()), **kw)
     assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD_KEYED
-    _check_keys_found(store, ["k%07d" % i for i in (0, KEYED_N // 2, KEYED_N - 1)])
+    _check_keys_found(store, _keys_put(keyed.count))
     benchlib.record_paired(benchmark, record, "put_keyed_vs_unkeyed_paired_" + reference, KEYED_CHUNK, ref,
                            KEYED_CHUNK)
 

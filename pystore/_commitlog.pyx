@@ -31,8 +31,9 @@ from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, R
                              STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, QueueTallyC,
                              RecordView, TallySlot, check_record, encode_like, encode_message, encode_with_body,
                              enters_queue, find_next_record, make_ext, message_length, scan_records, write_blank)
+from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, MessageBatch, copy_message, encode_host
+from pystore._message cimport Message, MessageBatch, copy_message, encode_host, utf8_text
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
@@ -691,6 +692,10 @@ def read_message(MappedFile mf, long long pos, bint verify_crc=False, bint stric
     ``strict`` (the read paths of a store): a record must name its own place (PHYSICALOFFSET == the offset
     asked for), or it is not the message stored there (a misplaced or swapped file): None. A record that
     names its place but fails its CRC (``verify_crc``) is damage: ``StoreCorruptedError``."""
+    return _read_at(mf, pos, verify_crc, strict)
+
+
+cdef object _read_at(MappedFile mf, int64_t pos, bint verify_crc, bint strict):
     cdef RecordView v
     cdef int32_t r
     cdef int64_t rp, at = mf.file_from_offset + pos
@@ -710,6 +715,19 @@ def read_message(MappedFile mf, long long pos, bint verify_crc=False, bint stric
         return e
     finally:
         mf.c_release()
+
+
+def message_at(list files not None, long long file_size, long long offset, bint verify_crc=False):
+    """The message stored at ``offset`` of the log whose files are ``files`` (in offset order, ``file_size``
+    bytes each), or None if none starts there: ``read_message`` with ``strict`` in the file that holds it.
+    Every read of a message by its commit-log offset comes here (``look_message_by_offset``)."""
+    cdef MappedFile mf
+    if file_size <= 0:
+        raise ValueError("file_size must be positive")
+    mf = find_file(files, file_size, offset)
+    if mf is None:
+        return None
+    return _read_at(mf, offset - mf.file_from_offset, verify_crc, True)
 
 
 @cython.final
@@ -781,16 +799,6 @@ cdef class RecordIterator:
             self.mf.c_release()
 
 
-def store_timestamp_at(MappedFile mf, long long pos):
-    """The STORETIMESTAMP of the record at ``pos`` (RocketMQ ``pickupStoreTimestamp``), -1 if none."""
-    cdef RecordView v
-    cdef int64_t rp = mf.read_position()
-    if mf.base == NULL or pos < 0 or pos >= rp:
-        return -1
-    r = check_record(mf.base + pos, rp - pos, False, &v)
-    return v.store_ts if r > 0 else -1
-
-
 cdef class QueueTally:
     """What a recovery walk (``scan_file`` with ``tally=``) saw of each queue: for every (topic, queue id)
     with records in the walked range, the commit-log offset of its first record there and its highest queue
@@ -827,7 +835,7 @@ cdef class QueueTally:
         for i in range(self.t.mask + 1):
             s = &self.t.slots[i]
             if s.topic_len > 0:
-                topic = (<bytes>s.topic[:s.topic_len]).decode("utf-8", "replace")
+                topic = utf8_text(s.topic, s.topic_len)
                 out[(topic, s.queue_id)] = (s.first_phy, s.max_queue_offset)
         return out
 

@@ -39,7 +39,7 @@ from libc.stdint cimport INT32_MIN, int32_t, int64_t, uint32_t
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
 from pystore._codec cimport find_properties
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport java_hash_utf8_from
+from pystore._message cimport java_hash_str, java_hash_utf8_from
 
 HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -54,23 +54,9 @@ PREFAULT_WINDOW = 2 * _PREFAULT_LEAD
 log = logging.getLogger("pystore.index")
 
 
-cdef int32_t _java_hash_utf16(bytes be) noexcept:
-    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(be)
-    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(be)
-    cdef uint32_t h = 0
-    i = 0
-    while i + 1 < n:
-        h = 31 * h + ((<uint32_t>p[i] << 8) | p[i + 1])
-        i += 2
-    return <int32_t>h
-
-
 def key_hash(str key):
     """RocketMQ ``indexKeyHashMethod``: abs(String.hashCode), with Integer.MIN_VALUE → 0."""
-    cdef int32_t h = _java_hash_utf16(key.encode("utf-16-be", "surrogatepass"))
-    if h == -2147483648:
-        return 0
-    return -h if h < 0 else h
+    return _abs_hash(<uint32_t>java_hash_str(key))
 
 
 def index_file_size(long long slots, long long num):

@@ -21,7 +21,6 @@ another thread puts it is not safe. ``MessageExt`` is immutable.
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
@@ -994,7 +993,7 @@ cdef class MessageBatch:
 # ----------------------------------------------------------------------------------------------
 
 cdef inline str _utf8(bytes raw, int32_t pos, int32_t n):
-    return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(raw) + pos, n, "replace")
+    return utf8_text(<const unsigned char *>PyBytes_AS_STRING(raw) + pos, n)
 
 
 @cython.final

@@ -203,6 +203,16 @@ class CleanService(ServiceThread):
             except Exception:
                 log.exception("%s: a cleaning pass failed", self.config.store_path_root_dir)
 
+    def expired_consumer_queues(self) -> list[tuple[str, int]]:
+        """``MessageStore.clean_expired_consumer_queue``, on the parts this service cleans."""
+        cq = self.consume_queue
+        return clean_expired_consumer_queue(cq.commitlog, cq.cq_store)
+
+    def unused_topics(self, keep: Any) -> list[tuple[str, int]]:
+        """``MessageStore.clean_unused_topic``, on the parts this service cleans."""
+        cq = self.consume_queue
+        return clean_unused_topic(cq.commitlog, cq.cq_store, keep)
+
 
 def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[tuple[str, int]]:
     """Destroy every queue whose last unit points below the commit log's min offset (RocketMQ's

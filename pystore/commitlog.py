@@ -15,9 +15,10 @@ import logging
 from typing import Any
 
 from pystore._codec import RECORD_BLANK
-from pystore._commitlog import CommitLogCore, read_message, scan_file, store_timestamp_at
-from pystore._mapped_file import MappedFile
+from pystore._commitlog import BUCKET_NAMES, CommitLogCore, message_at, scan_file
+from pystore._mapped_file import MappedFile, SelectMappedBufferResult
 from pystore._message import MessageExt
+from pystore._timesearch import pickup_store_timestamp, queue_offset_by_time
 from pystore.crashpoint import crashpoint
 from pystore.mapped_file_queue import MappedFileQueue
 
@@ -74,17 +75,48 @@ class CommitLog(CommitLogCore):
     # -- reading -----------------------------------------------------------------------------------
 
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
-        mf = self.queue.find_mapped_file_by_offset(offset)
-        if mf is None:
+        return message_at(self.queue.files, self.queue.mapped_file_size, offset, self.config.check_crc_on_read)
+
+    def select_data(self, offset: int) -> SelectMappedBufferResult | None:
+        """``MessageStore.get_commit_log_data``: a view from ``offset`` to the end of the data in its file."""
+        mf = self.queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None or offset - mf.file_from_offset >= mf.read_position:
             return None
-        return read_message(mf, offset - mf.file_from_offset, self.config.check_crc_on_read, True)
+        return mf.select_mapped_buffer(offset - mf.file_from_offset)
 
     def pickup_store_timestamp(self, offset: int) -> int:
         """RocketMQ ``pickupStoreTimestamp``: the store time of the record at ``offset``, -1 if none."""
-        mf = self.queue.find_mapped_file_by_offset(offset)
-        if mf is None:
-            return -1
-        return store_timestamp_at(mf, offset - mf.file_from_offset)
+        return pickup_store_timestamp(self.queue.files, self.queue.mapped_file_size, offset)
+
+    def unit_store_timestamp(self, offset: int, size: int) -> int:
+        """The store time of the record a consume-queue unit (``offset``, ``size``) points at; -1 if none."""
+        return int(pickup_store_timestamp(self.queue.files, self.queue.mapped_file_size, offset, size))
+
+    def queue_offset_by_time(self, cq: Any, timestamp: int, lower: bool) -> int:
+        """``MessageStore.get_offset_in_queue_by_time`` on consume queue ``cq``, whose units point here."""
+        return int(queue_offset_by_time(cq, self.queue.files, self.queue.mapped_file_size, timestamp, lower))
+
+    def runtime_info(self, boot_timestamp: int, now: int, disk_ratio: float, dispatch_behind: int) -> dict[str, str]:
+        """``MessageStore.get_runtime_info``: the put figures under RocketMQ's key names, with the store's own."""
+        up = max(0, now - boot_timestamp) // 1000
+        times = max(1, self.put_times_total)
+        return {
+            "bootTimestamp": str(boot_timestamp),
+            "runtime": "[ %d days, %d hours, %d minutes, %d seconds ]" % (
+                up // 86400, up // 3600 % 24, up // 60 % 60, up % 60),
+            "putMessageTimesTotal": str(times),
+            "putMessageSizeTotal": str(self.put_size_total),
+            "putMessageAverageSize": "%.1f" % (self.put_size_total / times),
+            "putMessageEntireTimeMax": str(self.put_max_ns // 1_000_000),
+            "putMessageFailedTimes": str(self.put_failed_times),
+            "putMessageDistributeTime": " ".join(
+                "[%s]:%d" % (k, v) for k, v in zip(BUCKET_NAMES, self.put_latency_buckets().values())),
+            "commitLogMinOffset": str(self.get_min_offset()),
+            "commitLogMaxOffset": str(self.get_max_offset()),
+            "commitLogDiskRatio": "%.4f" % disk_ratio,
+            "dispatchBehindBytes": str(dispatch_behind),
+            "pageCacheLockTimeMills": str(self.lock_time_mills()),
+        }
 
     # -- following a live writer (read-only) ------------------------------------------------------
 

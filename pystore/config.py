@@ -237,9 +237,10 @@ class StoreConfig:
             kwargs["store_host"] = (address, port)
             origin.pop("store_host", None)
         if unknown:
-            message = f"{source}: keys that are not store settings were ignored: {', '.join(unknown)}"
-            log.warning("%s", message)
-            warnings.warn(UnknownConfigKeyWarning(message), stacklevel=2)
+            # one report, a warning rather than a log line: it is the caller's input at fault, and a caller may
+            # filter it by its class (the CLI turns it into one line of its own)
+            warnings.warn(UnknownConfigKeyWarning(f"{source}: keys that are not store settings were ignored: "
+                                                  f"{', '.join(unknown)}"), stacklevel=2)
         kwargs.update(overrides)
         try:
             config = cls(**kwargs)

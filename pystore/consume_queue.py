@@ -1,7 +1,7 @@
 """Consume queues: one ``consumequeue/<topic>/<queue_id>/`` log of 20-byte units per queue (FORMAT.md §2,
 §8.1, §8.4, §8.5; RocketMQ ``ConsumeQueue``), and ``ConsumeQueueStore``, the table of all of them.
 
-Units are written by ``_cq.QueueDispatcher`` (compiled); this module holds the policy: loading the folders,
+Units are written by ``_dispatch.QueueDispatcher`` (compiled); this module holds the policy: loading the folders,
 recovering each queue's valid end, cutting units that point past the commit log's end, moving the min
 offset up after the commit log's head was deleted (``correctMinOffset``), deleting whole files below the
 commit log's min offset, and following a live writer from a read-only store.
@@ -26,7 +26,8 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 
-from pystore._cq import (
+from pystore._mapped_file import MappedFile
+from pystore._units import (
     FILLER_SIZE,
     UNIT_SIZE,
     ConsumeQueueCore,
@@ -37,7 +38,6 @@ from pystore._cq import (
     unit_at,
     units_below,
 )
-from pystore._mapped_file import MappedFile
 from pystore.durable import fsync_dir, sync_dirs
 from pystore.errors import StoreCorruptedError
 from pystore.mapped_file_queue import MappedFileQueue
@@ -84,7 +84,7 @@ def _file_queue(folder: str, file_size: int, read_only: bool, window: int) -> Ma
 
 
 class ConsumeQueue(ConsumeQueueCore):
-    # declared by the compiled base (cdef public ... in _cq.pxd), which the stub leaves untyped
+    # declared by the compiled base (cdef public ... in _units.pxd), which the stub leaves untyped
     min_logic_offset: int
     max_physic_offset: int
     queue: MappedFileQueue
@@ -356,6 +356,8 @@ class ConsumeQueueStore:
         #: queues whose files could not be trusted, deleted to be rebuilt from the commit log (load, recover)
         self.rebuilt: list[ConsumeQueue] = []
         self.load_error: StoreCorruptedError | None = None
+        #: folders skipped as not a queue id, each warned about once
+        self._skipped: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         return len(self._queues)
@@ -430,7 +432,9 @@ class ConsumeQueueStore:
             for qname in sorted(os.listdir(tdir)):
                 qid = queue_id_of(qname)
                 if qid is None:
-                    if qname.lstrip("-").isdigit():
+                    if qname.lstrip("-").isdigit() and (topic, qname) not in self._skipped:
+                        # once: a reader lists the folders again at every refresh
+                        self._skipped.add((topic, qname))
                         log.warning("%s: not a queue id (beyond 32 bits, or not written as a store writes one); skipped",
                                     os.path.join(tdir, qname))
                     continue

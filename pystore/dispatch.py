@@ -2,7 +2,7 @@
 
 Two ways in, one writer of units at a time:
 
-* **inline** (ASYNC_FLUSH): the put path hands each appended record to ``_cq.QueueDispatcher.dispatch``
+* **inline** (ASYNC_FLUSH): the put path hands each appended record to ``_dispatch.QueueDispatcher.dispatch``
   under the put lock, so a message is readable by queue the moment its put returns;
 * **reput** (recovery, SYNC_FLUSH, a store whose queues are missing or behind): ``ReputService`` walks the
   commit log from ``reput_from`` up to an end offset and dispatches every whole record. Under SYNC_FLUSH the
@@ -21,7 +21,7 @@ import logging
 import threading
 from typing import Any
 
-from pystore._cq import QueueDispatcher
+from pystore._dispatch import QueueDispatcher
 
 __all__ = ["ReputService"]
 

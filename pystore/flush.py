@@ -14,6 +14,7 @@
   (``async_put_message``) still go through the service; one expiry thread per service completes those the
   service has not reached by their deadline (a flush stuck on the disk) with ``FLUSH_DISK_TIMEOUT``.
 * ``CommitRealTimeService`` (transient store pool): copies pooled writes into the files, then wakes the flush.
+* ``flush_all``: everything, now (``MessageStore.flush`` and the shutdown's last flush).
 
 Time (``pystore.service``): the intervals that decide a thorough flush or commit (``*_thorough_interval``)
 are policy and read the store's clock; how long a put waits for its flush (``sync_flush_timeout``, the
@@ -42,7 +43,7 @@ from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
 __all__ = ["FlushRealTimeService", "GroupCommitService", "GroupCommitRequest", "CommitRealTimeService",
-           "FlushConsumeQueueService"]
+           "FlushConsumeQueueService", "flush_all"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,15 @@ log = logging.getLogger(__name__)
 SKIP_GROUP_COMMIT_FSYNC = os.environ.get("PYSTORE_TEST_SKIP_GROUP_COMMIT_FSYNC") == "1"
 if SKIP_GROUP_COMMIT_FSYNC:
     log.warning("PYSTORE_TEST_SKIP_GROUP_COMMIT_FSYNC=1: SYNC_FLUSH acknowledges puts it never syncs (test only)")
+
+
+def flush_all(queue: Any) -> int:
+    """Commit and flush the whole commit log ``queue`` (a ``MappedFileQueue``); returns the flushed offset."""
+    for _ in range(len(queue.files) + 2):
+        committed_still = queue.commit(0)
+        if queue.flush(0) and committed_still:
+            break
+    return queue.flushed_where
 
 
 class FlushRealTimeService(ServiceThread):

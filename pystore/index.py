@@ -30,8 +30,10 @@ from typing import Any
 
 from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys
 from pystore._mapped_file import MappedFile
+from pystore._message import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
+from pystore.results import QueryMessageResult
 
 __all__ = ["IndexService", "QueryOffsetResult"]
 
@@ -67,6 +69,9 @@ class IndexService(IndexFilesBase):
         self._lock = threading.RLock()
         #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
         self.pending_dirs = PendingDirs()
+        self._cap_warned = False
+        #: the threads flushing files that filled up (one each, as RocketMQ); close() joins them
+        self._full_flushes: list[threading.Thread] = []
 
     @property
     def files(self) -> list[IndexFileCore]:
@@ -164,7 +169,10 @@ class IndexService(IndexFilesBase):
             mf.set_positions(self.file_size)
             self._files = self._files + [f]
             if prev is not None and prev.is_write_full():
-                threading.Thread(target=self._flush_full, args=(prev,), daemon=True).start()
+                # off the put lock, as RocketMQ's FlushIndexFileThread; kept so close() can wait for it
+                t = threading.Thread(target=self._flush_full, args=(prev,), name="FlushIndexFileThread", daemon=True)
+                self._full_flushes = [x for x in self._full_flushes if x.is_alive()] + [t]
+                t.start()
             return f
 
     def _flush_full(self, f: IndexFileCore) -> None:
@@ -188,6 +196,39 @@ class IndexService(IndexFilesBase):
             props.append("KEYS\x01" + keys)
         index_keys(self, topic.encode("utf-8", "surrogatepass"), "\x02".join(props).encode("utf-8", "surrogatepass"),
                    phy_offset, store_ts, sys_flag)
+
+    def query_messages(self, commitlog: Any, topic: str, key: str, max_num: int, begin: int,
+                       end: int) -> QueryMessageResult:
+        """``MessageStore.query_message``: the messages of ``topic`` in ``commitlog`` whose keys (or
+        ``UNIQ_KEY``) include ``key``, stored in [begin, end], in offset order; at most
+        ``max_msgs_num_batch`` (said once in the log when ``max_num`` asks for more)."""
+        if max_num > self.max_msgs_num_batch and not self._cap_warned:
+            self._cap_warned = True
+            log.warning("%s: query_message(max_num=%d) returns at most %d messages (max_msgs_num_batch, RocketMQ's "
+                        "maxMsgsNumBatch); raise max_msgs_num_batch for more", self.path, max_num,
+                        self.max_msgs_num_batch)
+        found: list[MessageExt] = []
+        seen: set[int] = set()
+        last_ts = last_phy = 0
+        hi = end
+        for _ in range(3):                       # RocketMQ queries up to three rounds
+            r = self.query_offset(topic, key, max_num, begin, hi)
+            last_ts, last_phy = r.index_last_update_timestamp, r.index_last_update_phyoffset
+            for off in sorted(r.phy_offsets):
+                if off in seen:
+                    continue
+                seen.add(off)
+                m = commitlog.look_message_by_offset(off)
+                # the index compares 32-bit hashes only: keep real matches
+                if m is not None and m.topic == topic and (key in m.keys or m.uniq_key == key):
+                    found.append(m)
+            if found or not r.phy_offsets:
+                break
+            hi = min(commitlog.pickup_store_timestamp(min(r.phy_offsets)), hi) - 1
+            if hi < begin:
+                break
+        found.sort(key=lambda m: m.commit_log_offset)
+        return QueryMessageResult(found[:max_num], last_ts, last_phy)
 
     def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
         max_num = min(max_num, self.max_msgs_num_batch)
@@ -257,12 +298,20 @@ class IndexService(IndexFilesBase):
         if new:
             self._files = self._files + new
 
+    def _join_full_flushes(self) -> None:
+        """Wait for the flushes of full files still running: their files are about to be closed."""
+        for t in self._full_flushes:
+            t.join()
+        self._full_flushes = []
+
     def close(self) -> None:
+        self._join_full_flushes()
         for f in self._files:
             f.mapped_file.close()
         self._files = []
 
     def destroy(self) -> None:
+        self._join_full_flushes()
         for f in self._files:
             mf = f.mapped_file
             if not mf.destroy(0):

@@ -34,8 +34,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from pystore._cq import find_file
 from pystore._mapped_file import MappedFile, offset_to_file_name
+from pystore._units import find_file
 from pystore.durable import PendingDirs, make_dirs, sync_dirs
 from pystore.service import real_clock
 
@@ -292,21 +292,8 @@ class MappedFileQueue:
         files = self._files
         if not files:
             return None
-        if not return_first_on_not_found:
-            return find_file(files, self.mapped_file_size, offset)     # the same rules, in C
-        first, last = files[0], files[-1]
-        size = self.mapped_file_size
-        if offset < first.file_from_offset or offset >= last.file_from_offset + size:
-            return first if return_first_on_not_found else None
-        idx = offset // size - first.file_from_offset // size
-        if 0 <= idx < len(files):
-            f = files[idx]
-            if f.file_from_offset <= offset < f.file_from_offset + size:
-                return f
-        for f in files:  # the list has a gap: fall back to a scan
-            if f.file_from_offset <= offset < f.file_from_offset + size:
-                return f
-        return first if return_first_on_not_found else None
+        mf = find_file(files, self.mapped_file_size, offset)       # the compiled readers' lookup (_files.pxd)
+        return files[0] if mf is None and return_first_on_not_found else mf
 
     def get_min_offset(self) -> int:
         first = self.first()

@@ -1,4 +1,5 @@
-"""Message-level constants and filters: property names, sys-flag bits, the schedule topic, ``TagFilter``.
+"""Message-level constants and filters: property names, sys-flag bits, the schedule topic, ``TagFilter``, and
+the commit-log offset an offset message id names (``offset_of_message_id``).
 
 Property names and sys-flag values are RocketMQ's (FORMAT.md §1.6, §1.7, §10); filters follow
 RocketMQ's ``MessageFilter``: a cheap test on the consume-queue tags code, then an exact test on the
@@ -8,16 +9,31 @@ decoded message.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pystore._message import java_string_hash
 
-__all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL"]
+__all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL", "filter_tests",
+           "offset_of_message_id"]
 
 #: Delay messages wait in this topic, queue ``level - 1`` (FORMAT.md §10).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: RocketMQ's "every tag" subscription expression.
 SUB_ALL = "*"
+
+
+def offset_of_message_id(msg_id: str) -> int:
+    """The commit-log offset an offset message id names (store host + port + offset, in hex: 32 digits for an
+    IPv4 host, 56 for IPv6)."""
+    if not isinstance(msg_id, str):
+        raise TypeError("msg_id must be str")
+    if len(msg_id) not in (32, 56):
+        raise ValueError("an offset message id has 32 (IPv4) or 56 (IPv6) hex digits, got %r" % msg_id)
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError("not a hex message id: %r" % msg_id) from None
+    return int.from_bytes(raw[-8:], "big", signed=True)
 
 
 class MessageConst:
@@ -107,3 +123,21 @@ class TagFilter:
 
     def __repr__(self) -> str:
         return "TagFilter(%r)" % self.expression
+
+
+def filter_tests(message_filter: MessageFilter | TagFilter | str | None) -> tuple[Any, Any, Any]:
+    """What ``get_message``'s scan tests for ``message_filter``: ``(tag codes, tag names, filter object)``.
+    A ``TagFilter`` (or its expression) is tested in C by its codes, then its tag names; another filter's
+    two methods are called; ``None`` or a match-all filter tests nothing."""
+    if message_filter is None:
+        return None, None, None
+    if isinstance(message_filter, str):
+        message_filter = TagFilter(message_filter)
+    if isinstance(message_filter, TagFilter):
+        if message_filter.match_all:
+            return None, None, None
+        return message_filter.codes, message_filter.tags, None
+    if not (hasattr(message_filter, "is_matched_by_consume_queue") and hasattr(message_filter, "is_matched_by_commit_log")):
+        raise TypeError("message_filter must be None, a TagFilter, or have is_matched_by_consume_queue "
+                        "and is_matched_by_commit_log")
+    return None, None, message_filter

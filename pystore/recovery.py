@@ -31,7 +31,8 @@ from typing import Any
 
 from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
 from pystore._commitlog import QueueTally, find_valid_record_after, first_store_timestamp, read_message, scan_file
-from pystore._cq import FILLER_SIZE, queues_behind, read_unit
+from pystore._dispatch import queues_behind
+from pystore._units import FILLER_SIZE, read_unit
 from pystore.checkpoint import writer_holds_lock
 from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
@@ -148,15 +149,22 @@ def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, chec
     follow_offset = follow_file.file_from_offset + follow_pos
     result.follows = follow_offset
     what = REASONS.get(reason, "invalid record") if reason != RECORD_END else "zeroed region"
-    durable = follower is not None and checkpoint.trusted and follower.store_timestamp <= checkpoint.physic_msg_timestamp
+    # A writer that cannot trust the checkpoint cannot tell flushed from unflushed followers, so it takes them
+    # as flushed: refusing costs a `recover --truncate` after a rare double fault, cutting could drop every
+    # acknowledged message after the damage. A reader then only ends its view at the damage (it cuts nothing,
+    # and a live writer's record in flight looks the same).
+    unknown = not checkpoint.trusted and not read_only
+    durable = follower is not None and (
+        unknown or (checkpoint.trusted and follower.store_timestamp <= checkpoint.physic_msg_timestamp))
     if durable and not config.recover_truncate_corrupted:
         # a reader refuses it too: a view ending at the damage would hide every durable message after it
         # (a live writer's record in flight is newer than the checkpoint's flush, so it is never "durable")
         raise StoreCorruptedError(
             mf.file_name, where,
-            "%s, followed by valid flushed messages from offset %d: refusing to truncate durable data "
+            "%s, followed by valid %s from offset %d: refusing to truncate durable data "
             "(set recover_truncate_corrupted or run `pystore recover --truncate` to cut the log here)"
-            % (what, follow_offset))
+            % (what, "messages and a checkpoint that cannot be trusted to tell whether they were flushed"
+               if unknown else "flushed messages", follow_offset))
     result.damage = "%s at %d in %s" % (what, where, mf.file_name)
     if read_only:
         # a reader drops nothing: a live writer may be appending there (a record not whole yet, records

@@ -1,13 +1,13 @@
 """What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (API.md "Reading").
 
-``GetMessageResult`` is compiled (``_cq``, where ``get_message`` builds it) because every pull makes one, as
+``GetMessageResult`` is compiled (``_read``, where ``get_message`` builds it) because every pull makes one, as
 the put-side results are (``_results``); ``QueryMessageResult`` is a plain object with slots.
 """
 
 from __future__ import annotations
 
-from pystore._cq import GetMessageResult
 from pystore._message import MessageExt
+from pystore._read import GetMessageResult
 
 __all__ = ["GetMessageResult", "QueryMessageResult"]
 

@@ -9,7 +9,7 @@ The flow::
            n := min(n, max level)                   DELAY rewritten only when capped
            + REAL_TOPIC = msg.topic, REAL_QID = msg.queue_id   (appended, or replaced in place)
            topic := SCHEDULE_TOPIC_XXXX, queue id := n - 1
-      └─ stored; dispatch writes the CQ unit with tagsCode = storeTimestamp + delay(n)  (_cq, §2.2)
+      └─ stored; dispatch writes the CQ unit with tagsCode = storeTimestamp + delay(n)  (_dispatch, §2.2)
 
     ScheduleMessageService thread (one timer task per level, as 4.8's java.util.Timer)
       level n, from offset o (offsetTable[n], else 0), first run 1 000 ms after start:
@@ -63,8 +63,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pystore._cq import FILLER_SIZE, UNIT_SIZE, read_unit
 from pystore._message import Message, MessageExt
+from pystore._units import FILLER_SIZE, UNIT_SIZE, read_unit
 from pystore.durable import fsync_dir, make_dirs_durable
 from pystore.errors import StoreError
 from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag
@@ -359,6 +359,10 @@ class ScheduleMessageService(ServiceThread):
                     return delivered
                 ext = cl.look_message_by_offset(phy)
                 if ext is None:
+                    # RocketMQ skips it too (a removed file, or a record that does not read as one); said here,
+                    # since the message is lost to its consumers from now on
+                    log.error("%s: delay level %d, queue offset %d: no readable record at commit-log offset %d "
+                              "(%d bytes); skipped", self.root, level, next_offset, phy, size)
                     continue
                 try:
                     inner = self.message_timeup(ext)

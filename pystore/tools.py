@@ -185,7 +185,7 @@ def iter_consume_queue(path: str | os.PathLike[str]) -> Iterator[tuple[int, int,
     """The units of one consume queue (its folder ``consumequeue/<topic>/<queue_id>``, or one file):
     ``(commit_log_offset, size, tags_code)``, stopping at the first empty unit. Filler units written before
     a queue's first real unit (size 2**31-1) are skipped."""
-    from pystore._cq import iter_units  # the compiled consume-queue scan
+    from pystore._units import iter_units  # the compiled consume-queue scan
 
     p = os.fspath(path)
     files = [p] if os.path.isfile(p) else _data_files(p)

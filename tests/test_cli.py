@@ -119,6 +119,22 @@ def test_demo_refuses_a_folder_that_is_not_a_store(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
+def test_unknown_config_keys_are_reported_once_subprocess(tmp_path):
+    """A broker.conf's broker-only keys: one line on stderr naming the file and the keys, no Python warning."""
+    make_store(tmp_path / "s", n=3)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-a\nnamesrvAddr=127.0.0.1:9876\nflushDiskType=ASYNC_FLUSH\n")
+    env = dict(os.environ, PYTHONPATH=REPO, COLUMNS="200")
+    p = subprocess.run([sys.executable, "-m", "pystore", "inspect", str(tmp_path / "s"), "--config", str(conf)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stderr.count("namesrvAddr") == 1 and p.stderr.count("brokerName") == 1, p.stderr
+    assert str(conf) in p.stderr and "UnknownConfigKeyWarning" not in p.stderr
+    # off a terminal a log record is one plain line, not padded to rich's no-wrap width
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("WARNING ") and len(lines[0]) < 500, p.stderr[:300]
+
+
 # -- put / get / query ------------------------------------------------------------------------------------
 
 
@@ -595,7 +611,7 @@ def test_get_streams_large_outputs(tmp_path):
     assert "│" not in r.stdout and "next offset 5000" in r.output
     assert seconds < 5, seconds
     r = run("get", root, "T0", "0", "0", "-n", "20")
-    assert "│" in r.stdout  # a small answer is still a table
+    assert "queue off  commit-log off" in r.stdout  # a small answer is still a table (without box lines)
 
 
 def test_one_wording_per_error_and_the_lock_error_speaks_cli(tmp_path):
@@ -661,6 +677,35 @@ def test_export_progress_counts_records_not_file_sizes(tmp_path):
     assert all(a[0] <= 150 and a[1] <= res.bytes_in for a in calls)
 
 
+def test_ctrl_c_exits_130_with_one_line_and_closes_the_store(tmp_path):
+    """SIGINT while ``put --stdin`` waits for input: exit 130 (not click's 1, the code of a problem), one line
+    on stderr and no traceback; what was put before stays, and the store was shut down cleanly."""
+    import signal
+    import time
+
+    root = tmp_path / "s"
+    make_store(root, 3)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    p = subprocess.Popen([sys.executable, "-m", "pystore", "put", str(root), "-t", "T9", "--stdin"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        p.stdin.write(b"first\nsecond\n")
+        p.stdin.flush()
+        deadline = time.monotonic() + 60
+        while [m.body for m in iter_commitlog(root) if m.topic == "T9"] != [b"first", b"second"]:
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else ""
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert err == b"interrupted\n" and out == b""
+    assert not (root / "abort").exists()                       # shut down, not crashed
+    assert run("verify", root).exit_code == 0
+
+
 def test_a_refused_put_says_why(tmp_path):
     root = tmp_path / "s"
     make_store(root, 5)
@@ -712,3 +757,16 @@ def test_the_spark_writers_append_says_why_with_the_same_words(tmp_path):
     with pytest.raises(RuntimeError) as exc:
         append_staged(str(tmp_path / "s"), [staged], dict(SMALL, max_message_size=200))
     assert "MESSAGE_ILLEGAL (body of 300 bytes is larger than max_message_size (200))" in str(exc.value)
+
+
+@pytest.mark.parametrize("verb", [("verify",), ("clean",), ("recover",), ("get", "T0", "0", "0")])
+def test_tables_off_a_terminal_are_plain_rows(tmp_path, verb):
+    """Off a terminal a table has no box lines: every row is one line of space-separated columns that grep
+    and cut take whole (the title stays its own line)."""
+    root = tmp_path / "s"
+    make_store(root, n=20)
+    r = run(verb[0], root, *verb[1:])
+    assert r.exit_code == 0, r.output
+    box = set("│┃┏┓┗┛┡┩┠┨━─┌┐└┘├┤┬┴┼╇╈╋")
+    assert not box & set(r.output), r.output
+    assert str(root) in r.output or verb[0] == "get"

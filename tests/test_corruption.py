@@ -1114,6 +1114,12 @@ def test_queue_folder_beyond_32_bits_is_skipped(tmp_path, caplog):
     assert "beyond 32 bits" in caplog.text
     with MessageStore.open(str(root), read_only=True) as store:
         assert store.get_max_offset_in_queue(cw.TOPICS[0], 2**31 - 1) == 0
+        # a reader lists the folders again at each refresh (every query_message): warned about once each
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            for _ in range(5):
+                store.query_message(cw.TOPICS[0], "k1")
+        assert caplog.text.count("beyond 32 bits") == 0
 
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])

@@ -1,5 +1,5 @@
 """The read fast path: ``get_message`` and ``look_message_by_offset`` bound to a compiled
-``_cq.QueueReader`` (the common call without a Python frame, every other call handed to the ``MessageStore``
+``_read.QueueReader`` (the common call without a Python frame, every other call handed to the ``MessageStore``
 method), and the messages of one page sharing one copy of their contiguous records. Behaviour only: the
 compiled answer must equal the Python method's for every call, a message must stay whole after its
 neighbours, its page and its files are gone, and the store's state (closed, not readable) must be honoured
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
-from pystore._cq import QueueReader
-from pystore.errors import StoreClosedError
+from pystore._read import QueueReader
+from pystore.errors import StoreClosedError, StoreError
 from pystore.store import MessageStore
 from pystore.tools import decode_record, iter_commitlog
 
@@ -128,7 +128,8 @@ def test_old_reference_after_shutdown(tmp_path):
     get = store.get_message
     assert get(GROUP, TOPIC, 0, 0).status is GetMessageStatus.FOUND
     store.running_flags.get_and_make_not_readable()
-    assert get(GROUP, TOPIC, 0, 0) is None
+    with pytest.raises(StoreError, match="not readable"):
+        get(GROUP, TOPIC, 0, 0)
     store.running_flags.get_and_make_readable()
     store.shutdown()
     assert not store._reader.open
@@ -314,8 +315,7 @@ def test_a_page_crossing_into_a_commit_log_file_newer_than_the_readers_view(stor
     new file in between (a thread switch): units then point past the files in view. They are not readable
     yet, never skipped: a FOUND page's next offset is always its offset plus the messages returned. (A live
     consumer lost up to a queue file's worth of messages at such a moment.)"""
-    from pystore._cq import read_queue
-    from pystore.store import _GET_STATUS
+    from pystore._read import read_queue
 
     store = store_factory(mapped_file_size_consume_queue=640)
     stale = store._commitlog.queue.files              # the view before the roll
@@ -328,8 +328,7 @@ def test_a_page_crossing_into_a_commit_log_file_newer_than_the_readers_view(stor
     offset = 0
     seen = []
     while offset < n:
-        r = read_queue(cq, offset, 32, stale, cl.mapped_file_size, store._limits, None, None, None, _GET_STATUS,
-                       False)
+        r = read_queue(cq, offset, 32, stale, cl.mapped_file_size, store._limits, None, None, None, False)
         if r.status is GetMessageStatus.FOUND:
             assert r.next_begin_offset == offset + len(r.messages)
             seen.extend(m.queue_offset for m in r.messages)

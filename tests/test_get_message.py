@@ -13,7 +13,7 @@ from conftest import BORN_BASE, SMALL_FILE, drop_commit_log_head, make_message
 from reference_codec import java_hash
 
 from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
-from pystore.errors import StoreClosedError
+from pystore.errors import StoreClosedError, StoreError
 
 TOPIC = "TopicTest"
 GROUP = "GROUP_A"
@@ -293,11 +293,14 @@ def test_filter_scan_stops_after_16000_bytes_of_units(store_factory):
     assert r.next_begin_offset == 1000
 
 
-def test_not_readable_returns_none_and_closed_store_raises(store_factory):
+def test_not_readable_raises_and_closed_store_raises(store_factory):
+    """Never None (API.md types it GetMessageResult): not readable is a StoreError, shut down StoreClosedError."""
     store = store_factory()
     put_n(store, 2)
     store.running_flags.get_and_make_not_readable()
-    assert store.get_message(GROUP, TOPIC, 0, 0) is None
+    with pytest.raises(StoreError, match="not readable") as ei:
+        store.get_message(GROUP, TOPIC, 0, 0)
+    assert not isinstance(ei.value, StoreClosedError) and store.root in str(ei.value)
     store.running_flags.get_and_make_readable()
     assert store.get_message(GROUP, TOPIC, 0, 0).status is GetMessageStatus.FOUND
     store.shutdown()

@@ -35,9 +35,9 @@ DEADLINE = 60.0
 @pytest.fixture
 def fast_reconnect(monkeypatch):
     """A slave tries again after 50 ms instead of a second (tests that make it reconnect)."""
-    import pystore.ha
+    import pystore.ha_slave
 
-    monkeypatch.setattr(pystore.ha, "_RECONNECT_S", 0.05)
+    monkeypatch.setattr(pystore.ha_slave, "_RECONNECT_S", 0.05)
 
 
 def small(store_factory, name: str, **overrides) -> MessageStore:
@@ -611,14 +611,14 @@ def test_shutdown_joins_a_connection_that_already_closed_itself(store_factory, m
     master = small(store_factory, "master", ha_listen_port=0)
     put_mix(master, 20)
     entered, release = threading.Event(), threading.Event()
-    read = master.get_commit_log_data
+    read = master._ha.read                         # the service's reader of the commit log
 
     def held_read(offset):
         entered.set()
         release.wait(DEADLINE)
         return read(offset)
 
-    monkeypatch.setattr(master, "get_commit_log_data", held_read)
+    monkeypatch.setattr(master._ha, "read", held_read)
     sock = fake_slave(master.ha_port, 0)
     assert entered.wait(DEADLINE)                                  # the writer is inside the read
     sock.sendall(REPORT.pack(-1))                                  # the reader drops the connection
@@ -658,7 +658,7 @@ def test_shutdown_mid_transfer_leaves_no_thread_and_frees_the_port(store_factory
     stuck = [fake_slave(port, 1), fake_slave(port, 2)]
     half = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
     half.sendall(b"\x00\x00\x00")
-    wait_until(lambda: sum(in_call(t, "_send_all") for t in ha_threads() if "Write" in t.name) == 2,
+    wait_until(lambda: sum(in_call(t, "send_all") for t in ha_threads() if "Write" in t.name) == 2,
                what="two writers blocked in send")
     t0 = time.monotonic()
     master.shutdown()
@@ -911,7 +911,7 @@ def test_a_slave_that_reports_but_never_reads_is_dropped_and_puts_go_on(store_fa
     reporter = threading.Thread(target=report)
     reporter.start()
     try:
-        wait_until(lambda: any(in_call(t, "_send_all") for t in ha_threads() if "Write" in t.name),
+        wait_until(lambda: any(in_call(t, "send_all") for t in ha_threads() if "Write" in t.name),
                    what="the writer blocked in send")
         t0 = time.monotonic()
         r = master.put_message(Message(TOPIC, b"sync"))

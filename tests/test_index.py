@@ -5,6 +5,7 @@ rolling to a new file, rebuilding by dispatch; ``view_message_by_id`` and ``look
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import struct
@@ -14,7 +15,7 @@ import pytest
 import reference_codec as ref
 from conftest import make_message
 
-from pystore import Message
+from pystore import Message, MessageBatch
 from pystore.message import SysFlag
 
 TOPIC = "TopicTest"
@@ -73,6 +74,22 @@ def test_query_max_num_and_order(keyed):
     assert len(r.messages) == 5
     # the index walks newest first: the 5 newest, returned in offset order
     assert [m.queue_offset for m in r.messages] == list(range(15, 20))
+
+
+def test_query_max_num_above_max_msgs_num_batch_is_cut_and_says_so_once(store_factory, caplog):
+    """RocketMQ's maxMsgsNumBatch (64) caps every query: max_num=1000 gets 64 messages, and the log says why
+    (once per store, not per call); a store with a larger max_msgs_num_batch returns more."""
+    store = store_factory()
+    store.put_messages(MessageBatch([make_message(i, keys="shared") for i in range(100)]))
+    with caplog.at_level(logging.WARNING, logger="pystore.store"):
+        assert len(store.query_message(TOPIC, "shared", max_num=1000).messages) == 64
+        assert len(store.query_message(TOPIC, "shared", max_num=1000).messages) == 64
+        assert len(store.query_message(TOPIC, "shared", max_num=64).messages) == 64
+    cut = [r for r in caplog.records if "max_msgs_num_batch" in r.getMessage()]
+    assert len(cut) == 1 and "max_num=1000" in cut[0].getMessage() and "64" in cut[0].getMessage()
+    store.shutdown()
+    wide = store_factory(max_msgs_num_batch=128)
+    assert len(wide.query_message(TOPIC, "shared", max_num=1000).messages) == 100
 
 
 def test_query_time_window(keyed):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import threading
+import time
 
 import pytest
 import reference_codec as ref
@@ -197,3 +199,22 @@ def test_redispatch_adds_no_entries(store_factory):
     assert after[:30] == before and after[30:] == before[-3:]
     assert [m.body for m in store.query_message(TOPIC, "both").messages] == [b"m%d" % i for i in range(10)]
     assert [m.body for m in store.query_message(TOPIC, "k9").messages] == [b"m9"]
+
+
+def test_close_waits_for_the_flushes_of_full_files(tmp_path):
+    """Each file that fills up is flushed by a thread of its own (RocketMQ's FlushIndexFileThread); close()
+    joins them, so none outlives the service or flushes a file after it was closed."""
+    class SlowCheckpoint(_Checkpoint):
+        def flush(self) -> None:
+            time.sleep(0.2)
+
+    s = IndexService(str(tmp_path / "index"), 97, 64, SlowCheckpoint(), clock=lambda: T0)
+    keys = " ".join("k%d" % i for i in range(200))
+    before = set(threading.enumerate())
+    index_keys(s, b"T", b"KEYS\x01" + keys.encode(), 5, T0, 0)
+    assert [f.index_count for f in s.files] == [64, 64, 64, 12]
+    running = [t for t in threading.enumerate() if t not in before]
+    assert len(running) == 3 and all(t.is_alive() for t in running)
+    s.close()
+    assert not any(t.is_alive() for t in running)
+    assert s.checkpoint.index_msg_timestamp == T0

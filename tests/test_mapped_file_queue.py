@@ -127,6 +127,8 @@ def test_find_mapped_file_by_iteration_when_files_have_a_gap(tmp_path):
         assert q.find_mapped_file_by_offset(2048 + 10).file_from_offset == 2048
         assert q.find_mapped_file_by_offset(3072 + 1023).file_from_offset == 3072
         assert q.find_mapped_file_by_offset(1024 + 5) is None          # the missing file
+        assert q.find_mapped_file_by_offset(4096) is None               # past the last file
+        assert q.find_mapped_file_by_offset(4096, True).file_from_offset == 0
         assert q.find_mapped_file_by_offset(1024 + 5, True).file_from_offset == 0
     finally:
         q.close()

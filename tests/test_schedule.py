@@ -319,3 +319,23 @@ def test_delayed_message_of_an_ipv6_store_and_born_host_is_delivered(store_facto
     assert store.schedule_message_service.deliver_once() == 1
     [m] = delivered(store, queue_id=3)
     assert (m.body, m.born_host, m.sys_flag) == (b"v6", ("::2", 5), 0x31)
+
+
+def test_a_damaged_delayed_record_is_skipped_with_an_error_and_the_rest_delivered(store, store_factory, fake_clock,
+                                                                                 caplog):
+    """A delayed record that no longer reads as one (its magic code overwritten): RocketMQ's task skips it and
+    goes on; pystore says so in the log, naming the level, queue offset and commit-log offset."""
+    results = [store.put_message(make_message(i, delay_time_level=1)).append_message_result for i in range(3)]
+    store.flush()
+    store_factory.skip_check()
+    bad = results[1].wrote_offset
+    path = os.path.join(store.root, "commitlog", "%020d" % 0)
+    with open(path, "r+b") as f:
+        f.seek(bad + 4)
+        f.write(bytes(4))
+    fake_clock.advance(1000)
+    with caplog.at_level("ERROR", logger="pystore.schedule"):
+        store.schedule_message_service.deliver_once()
+    assert [m.body for m in delivered(store, queue_id=0)] == [b"Hello RocketMQ 0", b"Hello RocketMQ 2"]
+    assert "queue offset 1: no readable record at commit-log offset %d" % bad in caplog.text
+    assert store.schedule_message_service.offset_table == {1: 3}

@@ -800,3 +800,32 @@ def test_decoder_refuses_a_truncated_last_file(tmp_path):
     with pytest.raises(StoreCorruptedError) as ei:
         _decode_all(root)
     assert (ei.value.path, ei.value.offset) == (os.path.join(folder, last), offsets[k])
+
+
+def test_export_timestamps_have_one_type_through_spark_and_pyarrow(tmp_path):
+    """``pystore export`` and ``export --spark`` write the same Parquet timestamp type (UTC milliseconds),
+    holding the same instants: Spark's default (INT96) read back as naive nanoseconds. A subprocess, because
+    the verb owns (and stops) its Spark session."""
+    import subprocess
+
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "s"
+    with MessageStore.open(str(root), mapped_file_size_commit_log=1 << 20) as s:
+        for i in range(20):
+            s.put_message(Message("T", b"m%d" % i, born_timestamp=BASE + 1234 * i))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    outs = {"pyarrow": tmp_path / "a.parquet", "spark": tmp_path / "b"}
+    for how, out in outs.items():
+        p = subprocess.run([sys.executable, "-m", "pystore", "export", str(root), str(out)]
+                           + (["--spark"] if how == "spark" else []),
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+    a = pq.read_table(outs["pyarrow"])
+    b = pads.dataset(outs["spark"], format="parquet").to_table().sort_by("commit_log_offset")
+    for col in ("born_timestamp", "store_timestamp"):
+        assert a.schema.field(col).type == b.schema.field(col).type == pa.timestamp("ms", tz="UTC"), (a.schema, b.schema)
+        assert a.column(col).to_pylist() == b.column(col).to_pylist()
+    assert a.column("born_timestamp").to_pylist()[3] == datetime.fromtimestamp((BASE + 1234 * 3) / 1000, UTC)

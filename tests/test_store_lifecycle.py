@@ -358,6 +358,9 @@ READS = [
     ("flush", ()),
     ("dispatch_behind_bytes", ()),
     ("get_runtime_info", ()),
+    ("get_message", ("g", "TopicTest", 0, 0)),
+    ("get_max_offset_in_queue", ("TopicTest", 0)),
+    ("query_message", ("TopicTest", "k")),
 ]
 
 
@@ -400,6 +403,27 @@ def test_puts_after_shutdown_are_service_not_available(store_factory):
         assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     with pytest.raises(TypeError):
         s.put_message("not a message")
+    store_factory.expect_messages(1)
+
+
+def test_closed_and_unreadable_stores_answer_puts_with_a_status_and_reads_with_an_error(store_factory):
+    """The one rule for a store that cannot serve: a put is refused with SERVICE_NOT_AVAILABLE (API.md: a
+    refused put is a status), a read raises (StoreError; StoreClosedError once shut down), get_message too:
+    it never answers None."""
+    s = store_factory()
+    s.put_message(make_message(0))
+    s.running_flags.get_and_make_not_writeable()
+    s.running_flags.get_and_make_not_readable()
+    assert s.put_message(make_message(1)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(StoreError, match="not readable"):
+        s.get_message("g", "TopicTest", 0, 0)
+    s.running_flags.get_and_make_readable()
+    s.running_flags.get_and_make_writeable()
+    assert s.get_message("g", "TopicTest", 0, 0).message_count == 1
+    s.shutdown()
+    assert s.put_message(make_message(1)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(StoreClosedError):
+        s.get_message("g", "TopicTest", 0, 0)
     store_factory.expect_messages(1)
 
 

@@ -17,7 +17,9 @@ import pytest
 pytest.importorskip("mypy.stubtest", reason="mypy is not installed (the dev extra)")
 
 ROOT = Path(__file__).resolve().parents[1]
-STUBBED = ["pystore._message", "pystore._results", "pystore._mapped_file", "pystore._cq"]
+STUBBED = ["pystore._message", "pystore._results", "pystore._mapped_file", "pystore._units", "pystore._timesearch",
+           "pystore._read", "pystore._dispatch", "pystore._codec", "pystore._commitlog", "pystore._index",
+           "pystore._arrow"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 
@@ -59,8 +61,8 @@ def main(root: str) -> None:
         reveal_type(batch)  # pystore._message.MessageBatch
         reveal_type(store.put_messages(batch).next_offset)  # int
         res = store.get_message("group", "TopicTest", 0, 0)
-        reveal_type(res)  # pystore._cq.GetMessageResult | None
-        assert res is not None and res.message_count == 3
+        reveal_type(res)  # pystore._read.GetMessageResult
+        assert res.message_count == 3
         reveal_type(res.messages)  # list[pystore._message.MessageExt]
         m = res.messages[0]
         reveal_type(m.body)  # bytes
@@ -91,7 +93,7 @@ if __name__ == "__main__":
 
 
 def _outer_names(static: str) -> set[str]:
-    """``pystore._cq.GetMessageResult | None`` -> {"GetMessageResult", "NoneType"}; ``list[str]`` -> {"list"}."""
+    """``pystore._read.GetMessageResult | None`` -> {"GetMessageResult", "NoneType"}; ``list[str]`` -> {"list"}."""
     names = set()
     for member in static.split(" | "):
         name = member.split("[", 1)[0].rsplit(".", 1)[-1]

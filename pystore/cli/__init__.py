@@ -4,7 +4,8 @@ verb group (:mod:`.messages`: put, get, query; :mod:`.inspect`; :mod:`.verify`; 
 
 Every verb but ``bench`` takes the store root as its first argument; ``demo`` defaults to ``./pystore-demo``.
 Exit codes (docs/cli.md): 0 the verb did what was asked (an answer with no message is an answer), 1 a
-problem (no store at the path, a locked or damaged store, damage found) or a refused put, 2 a usage error.
+problem (no store at the path, a locked or damaged store, damage found) or a refused put, 2 a usage error,
+130 stopped by Ctrl-C (one line on stderr, no traceback).
 
 Verbs that only read (``get``, ``query``, ``inspect``, ``verify``, ``export``) open the store read-only: no
 lock, no writes, safe next to a running writer. ``put``, ``recover`` and ``clean`` open it for writing (a
@@ -20,14 +21,15 @@ WARNING, ``-v`` for INFO, ``-vv`` for DEBUG).
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
 from pystore import __version__
 from pystore.cli import bench, clean, demo, export, inspect, messages, recover, verify
-from pystore.cli.common import OK, PROBLEM, USAGE, CliGroup, make_console
+from pystore.cli.common import INTERRUPTED, OK, PROBLEM, USAGE, CliGroup, _isatty, make_console
 
-__all__ = ["OK", "PROBLEM", "USAGE", "cli", "main"]
+__all__ = ["INTERRUPTED", "OK", "PROBLEM", "USAGE", "cli", "main"]
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -37,7 +39,8 @@ def cli(verbose: int) -> None:
     """pystore: an embedded message store with Apache RocketMQ's on-disk format.
 
     Every verb but bench takes the store root (ROOT) first. Exit codes: 0 done (an answer with no message
-    too), 1 a problem (no store, a locked or damaged store, damage found) or a refused put, 2 a usage error.
+    too), 1 a problem (no store, a locked or damaged store, damage found) or a refused put, 2 a usage error,
+    130 stopped by Ctrl-C.
     """
     from rich.logging import RichHandler
 
@@ -46,8 +49,15 @@ def cli(verbose: int) -> None:
     for h in list(root.handlers):
         if getattr(h, "_pystore_cli", False):
             root.removeHandler(h)
-    handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False, markup=False)
-    handler._pystore_cli = True  # type: ignore[attr-defined]
+    handler: logging.Handler
+    if _isatty(sys.stderr):
+        handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False, markup=False)
+    else:
+        # off a terminal one plain line a record: rich's handler pads every line to its console's width, which
+        # is as wide as nothing ever wraps there (a 100,000-byte line per warning)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler._pystore_cli = True  # type: ignore[attr-defined,union-attr]
     handler.setLevel(level)
     root.addHandler(handler)
     root.setLevel(min(level, root.level) if root.level else level)

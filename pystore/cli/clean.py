@@ -6,10 +6,18 @@ import os
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
-from pystore.cli.common import build_config, console, esc, handle_store_errors, open_store, require_store, store_options
+from pystore.cli.common import (
+    build_config,
+    console,
+    esc,
+    handle_store_errors,
+    open_store,
+    require_store,
+    store_options,
+    table,
+)
 
 
 @click.command(short_help="delete expired files, expired and unused queues")
@@ -46,7 +54,7 @@ def clean(
             removed = store.clean_unused_topic(keep)
             rows.append(("queues of unused topics removed", _queues_text(removed)))
         rows.append(("commit log min offset", "%d -> %d" % (min_before, store.get_min_phy_offset())))
-    t = Table(title="clean %s" % esc(os.path.abspath(root)), title_justify="left", show_header=False)
+    t = table("clean %s" % esc(os.path.abspath(root)), show_header=False)
     t.add_column("what", style="bold")
     t.add_column("result")
     for a, b in rows:

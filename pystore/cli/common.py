@@ -3,8 +3,9 @@ options and opening a store, and the formatting helpers (times, sizes, message r
 
 The exit-code rule (docs/cli.md): :data:`OK` when the verb did what was asked, an answer that holds no
 message included; :data:`PROBLEM` when something is wrong (no store at the path, a locked or damaged store,
-damage found) or the store refused a change; :data:`USAGE` for a command line click cannot take. A reader
-that goes away (``| head``) ends the verb quietly with :data:`OK`, as Unix tools do.
+damage found) or the store refused a change; :data:`USAGE` for a command line click cannot take;
+:data:`INTERRUPTED` (130) when Ctrl-C stops the verb. A reader that goes away (``| head``) ends the verb quietly
+with :data:`OK`, as Unix tools do.
 
 Output to a terminal is rich (tables, colour, wrapped to its width); output to a pipe or file is plain:
 no colour and no wrapping, so a path or a line stays whole for ``grep`` and ``cut``.
@@ -32,6 +33,8 @@ from rich.table import Table
 from rich.text import Text
 
 OK, PROBLEM, USAGE = 0, 1, 2
+#: Ctrl-C (SIGINT): 128 + the signal's number, as shells report a command the signal ended
+INTERRUPTED = 130
 
 #: the width given to rich when the output is not a terminal: wide enough that nothing wraps
 PLAIN_WIDTH = 100_000
@@ -75,7 +78,9 @@ def _silence_stdout() -> None:
 
 
 class CliGroup(click.Group):
-    """The ``pystore`` group: a verb whose reader went away ends with exit 0 and nothing on stderr."""
+    """The ``pystore`` group: a verb whose reader went away ends with exit 0 and nothing on stderr; one that
+    Ctrl-C stops ends with :data:`INTERRUPTED` and one line on stderr (click's own answer is exit 1, the code
+    of a problem found, after an empty line and ``Aborted!``)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -87,6 +92,11 @@ class CliGroup(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             ctx.exit(OK)
+        except KeyboardInterrupt:
+            # the verb's `with` blocks have closed the store on the way out (a second Ctrl-C there leaves
+            # it for recovery, as a crash would)
+            err_console.print("interrupted")
+            ctx.exit(INTERRUPTED)
 
 
 def fail(message: str, code: int = PROBLEM) -> NoReturn:
@@ -186,6 +196,11 @@ def build_config(
             cfg = StoreConfig.from_properties(text + "\n" + "\n".join(lines))
         except ConfigError as e:
             raise click.BadParameter(str(e), param_hint="--config/-o") from None
+    if cfg.unknown_keys:
+        # said once, as a log line (stderr) naming the file rather than a Python warning naming this source line;
+        # -o keys were checked above, so every unknown key is the file's
+        logging.getLogger("pystore.cli").warning("%s: keys that are not store settings were ignored: %s",
+                                                 config_file, ", ".join(cfg.unknown_keys))
     changes = {k: v for k, v in defaults.items() if k not in explicit}
     changes.update({k: v for k, v in detect_overrides(root).items() if k not in explicit})
     return cfg.replace(store_path_root_dir=root, read_only=read_only, **changes)
@@ -349,9 +364,19 @@ def print_rows(messages: list[Any]) -> None:
     click.echo("\n".join(lines))
 
 
+def table(title: str | Text | None = None, **kw: Any) -> Table:
+    """A table titled on its left: boxed on a terminal; off one, without box lines (columns apart by spaces,
+    no edge), so each row is one line that ``grep`` and ``cut`` take whole."""
+    if not console.is_terminal:
+        kw.setdefault("box", None)
+        kw.setdefault("show_edge", False)
+        kw.setdefault("pad_edge", False)
+    return Table(title=title, title_justify="left", **kw)
+
+
 def messages_table(messages: list[Any], title: str | None = None) -> Table:
     """Messages as a rich table; ``title`` is plain text (no markup)."""
-    t = Table(title=Text(title) if title is not None else None, title_justify="left")
+    t = table(Text(title) if title is not None else None)
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("queue", "right"),
         ("queue off", "right"),

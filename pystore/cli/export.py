@@ -1,4 +1,5 @@
-"""``pystore export``: the messages of a store to Parquet (pyarrow, or Spark with ``--spark``)."""
+"""``pystore export``: the messages of a store to Parquet (pyarrow, or Spark with ``--spark``); both paths write
+the timestamps as UTC instants in milliseconds (Parquet ``TIMESTAMP(MILLIS, UTC)``)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,9 @@ def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool
         SparkSession.builder.master("local[2]")
         .appName("pystore-export")
         .config("spark.ui.enabled", "false")
+        # Spark's default writes timestamps as INT96, which readers take as naive nanoseconds: UTC
+        # milliseconds instead, the type the pyarrow path writes (pystore.export.arrow_schema)
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
         .getOrCreate()
     )
     try:

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from pystore.cli.common import (
@@ -18,7 +17,6 @@ from pystore.cli.common import (
     console,
     err_console,
     esc,
-    fail,
     handle_store_errors,
     message_dict,
     messages_table,
@@ -27,6 +25,7 @@ from pystore.cli.common import (
     print_json,
     print_rows,
     store_options,
+    table,
 )
 
 
@@ -131,7 +130,7 @@ def put(
     if as_json:
         print_json(rows if from_stdin else rows[0])
     else:
-        t = Table(title="put into %s (queue %d)" % (topic, queue_id), title_justify="left")
+        t = table("put into %s (queue %d)" % (topic, queue_id))
         for col in ("#", "status", "commit-log offset", "queue offset", "msg id", "body bytes"):
             t.add_column(col, justify="left" if col in ("status", "msg id") else "right")
         shown = rows if len(rows) <= 20 else rows[:10] + rows[-10:]
@@ -210,8 +209,6 @@ def get(
         while True:
             r = store.get_message(group, topic, queue_id, nxt, min(32, max_n - count), flt)
             calls += 1
-            if r is None:
-                fail("the store is not readable")
             if not statuses or statuses[-1] != r.status.name:
                 statuses.append(r.status.name)
             count += len(r.messages)

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import click
-from rich.table import Table
 
 from pystore.cli.common import (
     OK,
@@ -21,6 +20,7 @@ from pystore.cli.common import (
     open_store,
     require_store,
     store_options,
+    table,
 )
 
 
@@ -60,7 +60,7 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
     try:
         with open_store(root, config_file, sets, read_only=False, **over) as store:
             rec = store.recovery
-            table = store.get_topic_queue_table()
+            queues = store.get_topic_queue_table()
             max_phy = store.get_max_phy_offset()
             min_phy = store.get_min_phy_offset()
     except StoreCorruptedError as e:
@@ -71,7 +71,7 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
         )
         sys.exit(PROBLEM)
     after = _cl_listing(cfg)
-    t = Table(title="recover %s" % esc(os.path.abspath(root)), title_justify="left", show_header=False)
+    t = table("recover %s" % esc(os.path.abspath(root)), show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
     t.add_row(
@@ -101,7 +101,7 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
                 % os.path.basename(rec.start_file),
             )
     t.add_row("commit log now", "offsets %d .. %d, %d file(s)" % (min_phy, max_phy, len(after)))
-    t.add_row("queues", "%d queue(s), %d message(s)" % (len(table), sum(table.values())))
+    t.add_row("queues", "%d queue(s), %d message(s)" % (len(queues), sum(queues.values())))
     gone = sorted(set(before) - set(after))
     if gone:
         t.add_row("files removed", ", ".join(gone))

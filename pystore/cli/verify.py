@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from pystore.cli.common import (
@@ -22,6 +21,7 @@ from pystore.cli.common import (
     print_json,
     require_store,
     store_options,
+    table,
 )
 
 
@@ -77,7 +77,7 @@ def verify(
     if as_json:
         print_json(report.as_dict())
         sys.exit(OK if report.ok else PROBLEM)
-    t = Table(title="verify %s" % esc(os.path.abspath(root)), title_justify="left", show_header=False)
+    t = table("verify %s" % esc(os.path.abspath(root)), show_header=False)
     t.add_column("what", style="bold")
     t.add_column("result")
     t.add_row(
@@ -119,7 +119,7 @@ def verify(
     )
     console.print(t)
     if not report.ok:
-        p = Table(title="problems", title_justify="left")
+        p = table("problems")
         for col in ("kind", "file", "offset", "what"):
             p.add_column(col, justify="right" if col == "offset" else "left", overflow="fold")
         for pr in report.problems:

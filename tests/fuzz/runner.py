@@ -95,6 +95,10 @@ def run(n: int, seed: int, workers: int = 2, cli_every: int = 4, timeout: float 
         with ThreadPoolExecutor(workers) as pool:
             for k, res in enumerate(pool.map(one, range(start, start + n)), 1):
                 results.append(res)
+                if progress and res["outcome"] in BAD:
+                    # at once, not only in the final table: a long run's first finding can be chased meanwhile
+                    print("  bad: %s %s (%s)" % (res["outcome"], res["case"], res["reason"]), file=sys.stderr,
+                          flush=True)
                 if progress and (k % 50 == 0 or k == n):
                     bad = sum(r["outcome"] in BAD for r in results)
                     print("  %d/%d cases, %d bad" % (k, n, bad), file=sys.stderr, flush=True)

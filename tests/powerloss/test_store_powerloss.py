@@ -41,6 +41,7 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
 import crash_writer as cw  # noqa: E402
+from writer_procs import kill, read_line, stderr_of, wait_killed_by_crashpoint  # noqa: E402
 
 pytestmark = pytest.mark.powerloss
 
@@ -73,6 +74,8 @@ def teardown_module() -> None:
 
 
 def writer_env(fs, crashpoint: str | None = None, broken: bool = BROKEN) -> dict[str, str]:
+    """The environment of a process on the mount: the layer's preload, our tree, a crash point (for
+    ``run_open``; ``procs.start`` sets the writers' own) and the broken build's switch."""
     env = fs.writer_env({k: v for k, v in os.environ.items() if k not in ("PYSTORE_CRASHPOINT", SKIP_FSYNC_ENV)})
     env["PYTHONPATH"] = str(WORKTREE)
     if crashpoint:
@@ -82,37 +85,17 @@ def writer_env(fs, crashpoint: str | None = None, broken: bool = BROKEN) -> dict
     return env
 
 
-def start_writer(fs, mode: str, seed: int, *extra: str, crashpoint: str | None = None, broken: bool = BROKEN,
-                 threads: int = 2) -> tuple[subprocess.Popen, Path]:
-    """A ``crash_writer.py write`` on the mount; returns it once it printed READY, and its ack log (kept
-    outside the mount: the ack log is what the client was told, not part of the disk)."""
+def start_writer(procs, fs, mode: str, seed: int, *extra: str, crashpoint: str | None = None,
+                 broken: bool = BROKEN, threads: int = 2) -> tuple[subprocess.Popen, Path]:
+    """A ``crash_writer.py write`` on the mount (``procs``: the test's writer processes); returns it once it
+    printed READY, and its ack log (kept outside the mount: the ack log is what the client was told, not part
+    of the disk)."""
     ack = fs.base / ("ack-%d" % seed)
-    argv = [sys.executable, str(WRITER), "write", str(fs.mount / "store"), "--ack", str(ack), "--mode", mode,
-            "--threads", str(threads), "--file-size", str(FILE_SIZE), "--seed", str(seed),
-            "--max-seconds", "60", *extra]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=writer_env(fs, crashpoint, broken),
-                         cwd=WORKTREE)
-    line = p.stdout.readline().decode()
-    if not line.startswith("READY"):
-        p.kill()
-        raise AssertionError("writer did not start: %r %s" % (line, p.stderr.read().decode()[-3000:]))
+    p = procs.start("write", str(fs.mount / "store"), "--ack", str(ack), "--mode", mode, "--threads", str(threads),
+                    "--file-size", str(FILE_SIZE), "--seed", str(seed), "--max-seconds", "60", *extra,
+                    env=writer_env(fs, broken=broken), crashpoint=crashpoint)
+    read_line(p, "READY", 60.0)
     return p, ack
-
-
-def kill(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGKILL)
-    p.wait(timeout=60)
-
-
-def wait_crashpoint(p: subprocess.Popen, timeout: float = 60.0) -> None:
-    """The writer must have killed itself at its crash point (not exited, not failed)."""
-    try:
-        rc = p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill(p)
-        raise AssertionError("the crash point was never reached") from None
-    assert rc == -signal.SIGKILL, "writer exited %s: %s" % (rc, p.stderr.read().decode()[-3000:])
 
 
 def run_open(fs, crashpoint: str | None = None) -> int:
@@ -295,7 +278,7 @@ MODELS = pytest.mark.parametrize("model", ["journal", "strict"])
 
 @MODELS
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_random_kills_then_power_cut(powercut, model, mode):
+def test_random_kills_then_power_cut(powercut, procs, model, mode):
     """``RANDOM_KILLS`` writers, each SIGKILLed at a seeded random moment (0.1 to 1 s into its puts), then
     the power cut under drop / torn / subset+torn: nothing promised is lost, the rest is consistent."""
     rng = random.Random("%d-%s-%s" % (SEED, model, mode))
@@ -303,7 +286,7 @@ def test_random_kills_then_power_cut(powercut, model, mode):
     for k in range(RANDOM_KILLS):
         fs = powercut(model, name="r%d-%s-%s" % (k, model, mode))
         seed = rng.randrange(1 << 20)
-        p, ack = start_writer(fs, mode, seed, "--batch-prob", "0.3")
+        p, ack = start_writer(procs, fs, mode, seed, "--batch-prob", "0.3")
         time.sleep(rng.uniform(0.1, 1.0))
         kill(p)
         acks = cw.read_acks(str(ack))
@@ -325,15 +308,15 @@ def test_random_kills_then_power_cut(powercut, model, mode):
     ("commitlog.roll", "sync"), ("allocate.created", "sync"), ("groupcommit.flushed", "sync"),
     ("commitlog.roll", "async"), ("checkpoint.written", "sync"), ("checkpoint.written", "async"),
 ])
-def test_crash_point_then_power_cut(powercut, model, point, mode):
+def test_crash_point_then_power_cut(powercut, procs, model, point, mode):
     """The writer kills itself at a named point (a file roll, a new file's creation, between the group
     commit's msync and its acknowledgements, between the checkpoint's write and its sync), the n-th time it
     gets there, n seeded; then the power cut."""
     rng = random.Random("%d-%s-%s-%s" % (SEED, model, point, mode))
     nth = rng.randint(1, 4) if point != "groupcommit.flushed" else rng.randint(5, 400)
     fs = powercut(model)
-    p, ack = start_writer(fs, mode, rng.randrange(1 << 20), crashpoint="%s:%d" % (point, nth))
-    wait_crashpoint(p)
+    p, ack = start_writer(procs, fs, mode, rng.randrange(1 << 20), crashpoint="%s:%d" % (point, nth))
+    wait_killed_by_crashpoint(p, 60.0)
     acks = cw.read_acks(str(ack))
     TALLY["crash_points"] += 1
     cut_and_verify(fs, acks, mode, nth)
@@ -341,14 +324,14 @@ def test_crash_point_then_power_cut(powercut, model, point, mode):
 
 @MODELS
 @pytest.mark.parametrize("point", ["recovery.scanned", "recovery.truncated"])
-def test_power_cut_during_recovery(powercut, model, point):
+def test_power_cut_during_recovery(powercut, procs, model, point):
     """A SYNC_FLUSH writer is killed; a second process recovers the store on the same (still powered) disk
     and is killed at a recovery point; then the power is cut and the store recovered again. Recovery ran on
     bytes the cut then took back (the killed writer's unsynced tail), so what it wrote for them (consume
     queue units, truncations) must not survive as a claim on data that is gone."""
     rng = random.Random("%d-%s-%s" % (SEED, model, point))
     fs = powercut(model)
-    p, ack = start_writer(fs, "sync", rng.randrange(1 << 20))
+    p, ack = start_writer(procs, fs, "sync", rng.randrange(1 << 20))
     time.sleep(rng.uniform(0.3, 1.2))
     kill(p)
     rc = run_open(fs, crashpoint=point)
@@ -361,21 +344,21 @@ def test_power_cut_during_recovery(powercut, model, point):
 @MODELS
 @pytest.mark.parametrize("point", ["shutdown.flushed", "shutdown.checkpoint", None])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_power_cut_at_shutdown(powercut, model, point, mode):
+def test_power_cut_at_shutdown(powercut, procs, model, point, mode):
     """A writer makes a fixed number of puts and shuts down; it is killed inside the shutdown (after the
     final flush, after the checkpoint write) or the shutdown completes; then the power is cut. A shutdown
     flushes everything, so under both flush modes every acknowledged message must survive (once the
     shutdown's final flush is done), and the checkpoint must not claim what no sync made durable."""
     rng = random.Random("%d-%s-%s-%s" % (SEED, model, point, mode))
     fs = powercut(model)
-    p, ack = start_writer(fs, mode, rng.randrange(1 << 20), "--max-puts", str(rng.randint(100, 400)), "--shutdown",
+    p, ack = start_writer(procs, fs, mode, rng.randrange(1 << 20), "--max-puts", str(rng.randint(100, 400)), "--shutdown",
                           crashpoint=point)
     if point is None:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0 and b"DONE" in out, err.decode()[-3000:]
+        read_line(p, "DONE", 120.0)
+        assert p.wait(timeout=120) == 0, stderr_of(p)
         assert not (fs.mount / "store" / "abort").exists()
     else:
-        wait_crashpoint(p)
+        wait_killed_by_crashpoint(p, 60.0)
     acks = cw.read_acks(str(ack))
     TALLY["crash_points"] += 1
     # every mode's acks count as promised: the shutdown flushed them all before either point
@@ -388,12 +371,12 @@ def test_power_cut_at_shutdown(powercut, model, point, mode):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_broken_group_commit_is_caught(powercut):
+def test_broken_group_commit_is_caught(powercut, procs):
     """With ``PYSTORE_TEST_SKIP_GROUP_COMMIT_FSYNC=1`` the group commit acknowledges without msync: the same
     SYNC_FLUSH scenario must then lose acknowledged messages on the layer (proof that the layer, and so the
     tests above, would catch a missing fsync)."""
     fs = powercut("journal")
-    p, ack = start_writer(fs, "sync", 1, broken=True)
+    p, ack = start_writer(procs, fs, "sync", 1, broken=True)
     time.sleep(1.0)
     kill(p)
     acks = cw.read_acks(str(ack))

@@ -1,0 +1,60 @@
+"""Types of ``pystore._arrow`` (compiled): the Spark data source's decoder — commit-log records straight into
+Arrow record batches (``BatchBuilder``), from a commit-log file range (``scan_file``) or through a consume
+queue (``QueueReader``), and the driver's planning helpers (``split_points``, ``queue_bounds``). Internal to
+pystore; typed so that its own modules type-check.
+
+Kept in step with ``_arrow.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
+"""
+
+from typing import Any, Final, final
+
+from pystore._codec import REASONS as REASONS
+from pystore._mapped_file import MappedFile
+
+# pyarrow ships no type information: its schema and record batch are Any here
+_Schema = Any
+_RecordBatch = Any
+
+#: Column order of the data source (API.md "Spark").
+COLUMNS: Final[tuple[str, ...]]
+
+@final
+class BatchBuilder:
+    @property
+    def verify_crc(self) -> bool: ...
+    @property
+    def max_rows(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def rows_total(self) -> int: ...
+    def __init__(
+        self,
+        schema: _Schema,
+        verify_crc: bool = True,
+        topics: list[str] | None = None,
+        queue_id: int = -1,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        max_rows: int = 32768,
+        max_bytes: int = 67108864,
+    ) -> None: ...
+    def build(self) -> _RecordBatch | None: ...
+
+def scan_file(b: BatchBuilder, mf: MappedFile, pos: int, end: int = -1) -> tuple[int, bool]: ...
+def split_points(mf: MappedFile, chunk: int) -> tuple[list[int], int, int]: ...
+
+@final
+class QueueReader:
+    @property
+    def topic(self) -> str: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def lost(self) -> int: ...
+    def __init__(self, topic: str, queue_id: int, cq_paths: list[str], cl_paths: list[str]) -> None: ...
+    def scan(self, b: BatchBuilder, start: int, end: int) -> tuple[int, bool]: ...
+
+def queue_bounds(cq_paths: list[str], cl_min: int) -> tuple[int, int]: ...

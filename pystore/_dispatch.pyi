@@ -1,0 +1,42 @@
+"""Types of ``pystore._dispatch`` (compiled): records of the commit log turned into consume-queue units and
+index entries.
+
+Internal (typed for pystore's own modules). Kept in step with ``_dispatch.pyx`` by ``tests/test_stubs.py``
+(mypy's stubtest).
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any, final
+
+from pystore._commitlog import Dispatcher
+from pystore._mapped_file import MappedFile
+from pystore._units import ConsumeQueueCore
+
+def queues_behind(
+    cl_files: list[MappedFile],
+    cl_file_size: int,
+    from_offset: int,
+    end_offset: int,
+    queues: dict[tuple[str, int], ConsumeQueueCore],
+    tails: bool = True,
+    stored_before: int = 0,
+    dispatched_end: int = 0,
+) -> tuple[set[tuple[str, int]], int]: ...
+
+@final
+class QueueDispatcher(Dispatcher):
+    cell_factory: Callable[[str, int], Any]
+    create_queue: Callable[[str, int], Any]
+    index: Any
+    last_store_ts: int
+    schedule_topic: str
+    gaps: dict[tuple[str, int], int] | None
+    def __init__(
+        self,
+        cell_factory: Callable[[str, int], Any],
+        create_queue: Callable[[str, int], Any],
+        delay_levels: Mapping[int, int] | None = None,
+        index: Any = None,
+        schedule_topic: str = "SCHEDULE_TOPIC_XXXX",
+    ) -> None: ...
+    def reput(self, cl_files: list[MappedFile], cl_file_size: int, from_offset: int, end_offset: int) -> int: ...

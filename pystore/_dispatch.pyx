@@ -1,0 +1,266 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Dispatch: ``QueueDispatcher`` turns appended records into consume-queue units (and index entries), inline from
+the put path (ASYNC_FLUSH: ``dispatch``/``dispatch_run`` under the put lock), or by walking the commit log
+(``reput``: recovery, SYNC_FLUSH after each group commit, a store whose queues are missing). Recovery's read-only
+gap check (``queues_behind``) walks the log the same way (``_next_record``) and writes nothing."""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport int32_t, int64_t
+
+from pystore._codec cimport (CQ_STORE_UNIT_SIZE, REC_BLANK, RecordView, check_record, enters_queue, find_property,
+                             tags_code_of)
+from pystore._commitlog cimport Dispatcher, QueueCell
+from pystore._files cimport find_file
+from pystore._index cimport IndexFilesBase, index_message
+from pystore._mapped_file cimport MappedFile
+from pystore._message cimport Message, utf8_text
+from pystore._units cimport ConsumeQueueCore
+
+
+cdef int64_t _parse_int(const unsigned char *p, int32_t n) noexcept:
+    cdef int64_t v = 0
+    cdef int32_t i
+    if n <= 0 or n > 9:
+        return -1
+    for i in range(n):
+        if p[i] < 48 or p[i] > 57:
+            return -1
+        v = v * 10 + (p[i] - 48)
+    return v
+
+
+cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset, int64_t record_end):
+    """Does the queue lack the unit of the record of ``queue_offset`` (ending at commit-log ``record_end``)?
+    Past its end: a record beyond the queue's last one whose unit would not land right after it (units
+    missing before it); a queue without files counts so unless the record is its first message ever
+    (offset 0). Before its first file: its first files are gone (callers walk only records still in the
+    log, whose units a cleaner never deletes)."""
+    cdef MappedFile mf = cq.last
+    cdef list files
+    if mf is None:
+        return queue_offset > 0
+    files = cq.queue.files
+    if PyList_GET_SIZE(files) > 0 and \
+            queue_offset * CQ_STORE_UNIT_SIZE < (<MappedFile>PyList_GET_ITEM(files, 0)).file_from_offset:
+        return True
+    return record_end > cq.max_physic_offset and \
+        queue_offset * CQ_STORE_UNIT_SIZE > mf.file_from_offset + mf.wrote
+
+
+cdef int32_t _next_record(list cl_files, int64_t cl_file_size, int64_t *off, int64_t end_offset, RecordView *v,
+                          const unsigned char **rec):
+    """The walk of the commit log behind dispatch: from ``off[0]``, past file ends and blanks, to the next
+    whole record that ends at or below ``end_offset`` (not wholly flushed yet otherwise). Its size, with
+    ``rec`` and ``v`` filled and ``off[0]`` at it; or 0 when the walk stops there (the end, a file not mapped,
+    or a record that cannot be read)."""
+    cdef MappedFile f
+    cdef int64_t pos, rp
+    cdef int32_t r
+    while off[0] < end_offset:
+        f = find_file(cl_files, cl_file_size, off[0])
+        if f is None or f.base == NULL:
+            return 0
+        pos = off[0] - f.file_from_offset
+        rp = f.read_position()
+        if pos >= rp:
+            if rp == f.file_size:
+                off[0] = f.file_from_offset + cl_file_size
+                continue
+            return 0
+        rec[0] = f.base + pos
+        r = check_record(rec[0], rp - pos, False, v)
+        if r == REC_BLANK:
+            off[0] = f.file_from_offset + cl_file_size
+            continue
+        if r <= 0 or off[0] + r > end_offset:
+            return 0
+        return r
+    return 0
+
+
+def queues_behind(list cl_files, long long cl_file_size, long long from_offset, long long end_offset,
+                  dict queues, bint tails=True, long long stored_before=0, long long dispatched_end=0):
+    """A reader's gap check (``recovery``), writing nothing: the ``(topic, queue id)``s of ``queues`` (a dict
+    of ``ConsumeQueueCore`` by that key) with a record in ``[from_offset, end_offset)`` that lies past the
+    queue's last unit (``_behind``). Returns ``(gaps, reached)``: the walk stops where a record cannot be
+    read. A queue of a store shut down cleanly has a unit for each record of it; with ``tails`` False (a
+    crashed writer's queues may lag its log at their end, never at their head) a record past a queue's end
+    counts only when it was stored before ``stored_before`` (the checkpoint's time of the queues' flush) or
+    ends at or below ``dispatched_end``: dispatch follows the log in order, so a crashed writer's queues lag
+    it only as a common suffix, and a record before another queue's last unit had its unit built."""
+    cdef int64_t off = from_offset
+    cdef int32_t r
+    cdef RecordView v
+    cdef const unsigned char *rec = NULL
+    cdef ConsumeQueueCore cq
+    cdef set gaps = set()
+    while True:
+        r = _next_record(cl_files, cl_file_size, &off, end_offset, &v, &rec)
+        if r <= 0:
+            break
+        if enters_queue(v.sys_flag):
+            key = (utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
+            found = queues.get(key)
+            if found is not None:
+                cq = <ConsumeQueueCore>found
+                if cq.last is None or PyList_GET_SIZE(cq.queue.files) == 0:
+                    head = False
+                    tail = True
+                else:
+                    head = v.queue_offset * CQ_STORE_UNIT_SIZE < \
+                        (<MappedFile>PyList_GET_ITEM(cq.queue.files, 0)).file_from_offset
+                    tail = off + r > cq.max_physic_offset and \
+                        v.queue_offset * CQ_STORE_UNIT_SIZE >= cq.last.file_from_offset + cq.last.wrote
+                if head or (tail and (tails or v.store_ts < stored_before or off + r <= dispatched_end)):
+                    gaps.add(key)
+        off += r
+    return gaps, off
+
+
+@cython.final
+cdef class QueueDispatcher(Dispatcher):
+    """Builds consume-queue units (and index entries) from appended records."""
+    cdef public object cell_factory            # (topic, queue_id) -> QueueCell with its consume queue
+    cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
+    cdef public object index                   # IndexService, or None
+    cdef int64_t delay_ms[64]
+    cdef int32_t max_level
+    cdef public int64_t last_store_ts
+    cdef public str schedule_topic
+    cdef public object gaps                    # recovery: (topic, queue id) -> where the walk found it behind
+    cdef bytes _last_topic                     # the last record's topic and queue id, and their cell (reput)
+    cdef int32_t _last_qid
+    cdef object _last_cell
+
+    def __init__(self, cell_factory, create_queue, delay_levels=None, index=None,
+                 str schedule_topic="SCHEDULE_TOPIC_XXXX"):
+        self.cell_factory = cell_factory
+        self.create_queue = create_queue
+        self.index = index
+        self.gaps = None
+        self.schedule_topic = schedule_topic
+        self.max_level = 0
+        if delay_levels:
+            for lvl, ms in delay_levels.items():
+                if 1 <= lvl < 64:
+                    self.delay_ms[lvl] = ms
+                    if lvl > self.max_level:
+                        self.max_level = lvl
+
+    cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept:
+        """FORMAT.md §2.2: the schedule topic's tags code is the time the message is due."""
+        if level > self.max_level:
+            level = self.max_level
+        if level <= 0:
+            return store_ts + 1000
+        return store_ts + self.delay_ms[level]
+
+    cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
+                      int64_t queue_offset) except -1:
+        cdef ConsumeQueueCore cq
+        cdef int64_t tags = msg._tags_code
+        # every record reaches here (the index takes PREPARED ones too); only NOT/COMMIT enter a queue
+        if enters_queue(msg._sys_flag):
+            cq = self._queue_of(cell)
+            if msg._delay_level > 0 and cell.topic == self.schedule_topic:
+                tags = self._deliver_time(msg._delay_level, store_ts)
+            cq.put_unit(phy_offset, size, tags, queue_offset)
+            cq.last_store_ts = store_ts
+        self.last_store_ts = store_ts
+        self._index(cell, msg, phy_offset, store_ts)
+        return 0
+
+    cdef ConsumeQueueCore _queue_of(self, QueueCell cell):
+        """The cell's consume queue, created on its first record."""
+        if cell.consume_queue is None:
+            cell.consume_queue = self.create_queue(cell.topic, cell.queue_id)
+        return <ConsumeQueueCore>cell.consume_queue
+
+    cdef int _index(self, QueueCell cell, Message msg, int64_t phy_offset, int64_t store_ts) except -1:
+        """Index entries for the record of ``msg`` at ``phy_offset``, when it has keys (KEYS or UNIQ_KEY): from
+        the topic and properties bytes the encoder wrote into it, as ``reput`` indexes a record."""
+        if self.index is not None and msg._has_keys:
+            index_message(<IndexFilesBase?>self.index,
+                          <const unsigned char *>PyBytes_AS_STRING(msg._topic_b), PyBytes_GET_SIZE(msg._topic_b),
+                          <const unsigned char *>PyBytes_AS_STRING(msg._props_b), PyBytes_GET_SIZE(msg._props_b),
+                          phy_offset, store_ts, msg._sys_flag)
+        return 0
+
+    cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
+                          int64_t store_ts, int64_t queue_offset) except -1:
+        """A batch whose records share ``msg``'s topic, queue, tags code and type (built from bodies, or
+        messages with one tags code and no keys; no delay and no transaction type: a batch refuses both): their
+        units go in as one run. Index entries, when the batch has keys, are still one per record, as
+        ``dispatch`` makes them."""
+        cdef ConsumeQueueCore cq
+        cdef Py_ssize_t i
+        if not enters_queue(msg._sys_flag) or msg._delay_level > 0:
+            return Dispatcher.dispatch_run(self, cell, msg, phy_offset, sizes, n, store_ts, queue_offset)
+        cq = self._queue_of(cell)
+        cq.put_units(phy_offset, sizes, n, msg._tags_code, queue_offset)
+        cq.last_store_ts = store_ts
+        self.last_store_ts = store_ts
+        if self.index is not None and msg._has_keys:
+            for i in range(n):
+                self._index(cell, msg, phy_offset, store_ts)
+                phy_offset += sizes[i]
+        return 0
+
+    cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v):
+        cdef bytes topic = rec[v.topic_pos:v.topic_pos + v.topic_len]
+        if self._last_cell is not None and v.queue_id == self._last_qid and topic == self._last_topic:
+            return <QueueCell>self._last_cell
+        cell = self.cell_factory(utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
+        self._last_topic = topic
+        self._last_qid = v.queue_id
+        self._last_cell = cell
+        return <QueueCell>cell
+
+    def reput(self, list cl_files, long long cl_file_size, long long from_offset, long long end_offset):
+        """Dispatch every record in ``[from_offset, end_offset)`` (RocketMQ ``ReputMessageService.doReput``);
+        returns the offset reached: ``end_offset``, or where an unreadable record stopped the walk."""
+        cdef int64_t off = from_offset, tags, level
+        cdef int32_t r, vp = 0, vl = 0
+        cdef bint gap
+        cdef RecordView v
+        cdef QueueCell cell
+        cdef ConsumeQueueCore cq
+        cdef const unsigned char *rec = NULL
+        while True:
+            r = _next_record(cl_files, cl_file_size, &off, end_offset, &v, &rec)
+            if r <= 0:
+                break
+            if enters_queue(v.sys_flag):
+                cell = self._cell(rec, &v)
+                cq = <ConsumeQueueCore>cell.consume_queue
+                tags = tags_code_of(rec, &v)
+                if cell.topic == self.schedule_topic and v.props_len > 0 and \
+                        find_property(rec + v.props_pos, v.props_len, "DELAY", 5, &vp, &vl):
+                    level = _parse_int(rec + v.props_pos + vp, vl)
+                    if level > 0:
+                        tags = self._deliver_time(level, v.store_ts)
+                gap = False
+                if self.gaps is not None and _behind(cq, v.queue_offset, off + r):
+                    # the queue lacks units before this record (files lost, or never written before a crash):
+                    # recovery rebuilds it from the log's head; a unit here would sit at the wrong offset.
+                    # Kept: where the first record past a queue with units was (-1: only an empty queue's)
+                    gap = cq.last is not None
+                    key = (cell.topic, cell.queue_id)
+                    first = self.gaps.get(key, -1)
+                    self.gaps[key] = first if first >= 0 else (off if gap else -1)
+                if not gap:
+                    if self.gaps is not None:
+                        cq.repair_unit(off, r, tags, v.queue_offset, cl_files, cl_file_size)
+                    cq.put_unit(off, r, tags, v.queue_offset)
+                if cell.next_offset <= v.queue_offset:
+                    # a slave's queues grow by reput only (a master assigned these offsets at put time)
+                    cell.next_offset = v.queue_offset + 1
+                cq.last_store_ts = v.store_ts
+                self.last_store_ts = v.store_ts
+            if self.index is not None:
+                index_message(<IndexFilesBase?>self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos,
+                              v.props_len, off, v.store_ts, v.sys_flag)
+            off += r
+        return off

@@ -1,0 +1,97 @@
+"""Types of ``pystore._read`` (compiled): ``get_message``'s decision table and scan, and its result.
+
+``GetMessageResult`` is public (the result of ``MessageStore.get_message``, re-exported by ``pystore.results``);
+the rest is internal, typed for pystore's own modules. Kept in step with ``_read.pyx`` by ``tests/test_stubs.py``
+(mypy's stubtest).
+"""
+
+from collections.abc import Collection
+from typing import Any, final
+
+from pystore._mapped_file import MappedFile
+from pystore._message import MessageExt
+from pystore._units import ConsumeQueueCore
+from pystore.status import GetMessageStatus
+
+@final
+class ReadLimits:
+    # Internal: the transfer caps of one get_message.
+    bytes_in_memory: int
+    count_in_memory: int
+    bytes_in_disk: int
+    count_in_disk: int
+    memory_window: int
+    check_crc: bool
+    def __init__(
+        self,
+        bytes_in_memory: int,
+        count_in_memory: int,
+        bytes_in_disk: int,
+        count_in_disk: int,
+        memory_window: int,
+        check_crc: bool = True,
+    ) -> None: ...
+
+@final
+class GetMessageResult:
+    # Every field is writable (cdef public), as RocketMQ's setters allow.
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt]
+    buffer_total_size: int
+    suggest_pulling_from_slave: bool
+    def __init__(
+        self,
+        status: GetMessageStatus,
+        next_begin_offset: int,
+        min_offset: int,
+        max_offset: int,
+        messages: list[MessageExt] | None = None,
+        buffer_total_size: int = 0,
+        suggest_pulling_from_slave: bool = False,
+    ) -> None: ...
+    @property
+    def message_count(self) -> int: ...
+
+def read_queue(
+    cq: ConsumeQueueCore | None,
+    offset: int,
+    max_msg_nums: int,
+    cl_files: list[MappedFile],
+    cl_file_size: int,
+    lim: ReadLimits,
+    tag_codes: Collection[int] | None,
+    tag_names: Collection[str] | None,
+    filt: Any,
+    keep_offset: bool,
+    cl_queue: Any = None,
+) -> GetMessageResult: ...
+
+@final
+class QueueReader:
+    # Internal: MessageStore.get_message and look_message_by_offset without a Python frame (store.py binds them).
+    open: bool
+    def __init__(
+        self,
+        queues: dict[tuple[str, int], Any],
+        cl_queue: Any,
+        lim: ReadLimits,
+        flags: Any,
+        not_readable_bit: int,
+        config: Any,
+        slave_role: Any,
+        cls: type,
+        store: Any,
+    ) -> None: ...
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int = 32,
+        message_filter: Any = None,
+    ) -> GetMessageResult: ...
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None: ...

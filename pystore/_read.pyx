@@ -1,0 +1,544 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""``get_message``, compiled: RocketMQ's decision table (FORMAT.md §11.1) and the scan of one consume queue
+and the commit-log records its units point at, building the ``GetMessageResult`` (``read_queue``). The store's
+Python ``get_message`` (filters, read-only stores, slaves) and its frameless fast path (``QueueReader``) both
+run it, so every status and next-offset rule is read in one place.
+
+The scan checks each record it serves against its unit (``_units.unit_damage``): damage is never a message.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport INT64_MIN, int32_t, int64_t
+
+from pystore._bytes cimport get_i32, get_i64
+from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, SPLIT_BODY, RecordView, check_record,
+                             find_property, make_ext, make_ext_shared)
+from pystore._files cimport find_file
+from pystore._mapped_file cimport MappedFile
+from pystore._message cimport MessageExt, utf8_text
+from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
+
+from pystore._codec import REASONS as _REASONS
+from pystore._commitlog import message_at
+from pystore.errors import StoreCorruptedError
+from pystore.status import GetMessageStatus
+
+cdef int32_t FILLER = CQ_FILLER_SIZE
+
+# get_message's outcomes, as C codes: the scan's (SCAN_*), then those decided before any scan (GM_*) ...
+cdef enum:
+    SCAN_FOUND = 0
+    SCAN_NO_MATCHED = 1
+    SCAN_WAS_REMOVING = 2
+    GM_NO_MESSAGE_IN_QUEUE = 3
+    GM_OFFSET_TOO_SMALL = 4
+    GM_OFFSET_OVERFLOW_ONE = 5
+    GM_OFFSET_OVERFLOW_BADLY = 6
+    GM_OFFSET_FOUND_NULL = 7
+
+# ... and the status each one is, by code
+cdef tuple STATUSES = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
+                       GetMessageStatus.MESSAGE_WAS_REMOVING, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                       GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                       GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.OFFSET_FOUND_NULL)
+
+
+@cython.final
+cdef class ReadLimits:
+    """The transfer caps of one ``get_message`` (FORMAT.md §11.1 ``isTheBatchFull``)."""
+    cdef public int64_t bytes_in_memory
+    cdef public int32_t count_in_memory
+    cdef public int64_t bytes_in_disk
+    cdef public int32_t count_in_disk
+    cdef public int64_t memory_window      # commit-log distance from the end still considered in memory
+    cdef public bint check_crc             # check_crc_on_read: each served record's body CRC is checked
+
+    def __init__(self, long long bytes_in_memory, int count_in_memory, long long bytes_in_disk, int count_in_disk,
+                 long long memory_window, bint check_crc=True):
+        self.check_crc = check_crc
+        self.bytes_in_memory = bytes_in_memory
+        self.count_in_memory = count_in_memory
+        self.bytes_in_disk = bytes_in_disk
+        self.count_in_disk = count_in_disk
+        self.memory_window = memory_window
+
+
+cdef inline bint _batch_full(ReadLimits lim, int32_t size, int32_t max_msg_nums, int64_t total, int32_t count,
+                             bint in_disk) noexcept:
+    if total == 0 or count == 0:
+        return False
+    if max_msg_nums <= count:
+        return True
+    if in_disk:
+        return total + size > lim.bytes_in_disk or count > lim.count_in_disk - 1
+    return total + size > lim.bytes_in_memory or count > lim.count_in_memory - 1
+
+
+# the messages of one page that lie next to each other in a commit-log file share one copy, of at most this
+# many records and bytes (a larger record gets its own): one allocation per run instead of one per message,
+# and a kept message keeps at most this much of its neighbours alive
+cdef enum:
+    RUN_RECORDS = 64
+    RUN_BYTES = 65536
+
+
+cdef extern from *:
+    """
+    /* Ask for the first 256 bytes of a record a few units ahead of the one being read: the commit-log pages a
+       page of messages spans are rarely in the cache, and the hardware prefetchers stop at each 4 KiB page. */
+    static inline void ps_prefetch_record(const unsigned char *p, int n) {
+        /* straight-line: a loop here cost ~30 instructions a message (callgrind) */
+        if (n <= 0) return;
+        __builtin_prefetch(p, 0, 3);
+        if (n > 64) __builtin_prefetch(p + 64, 0, 3);
+        if (n > 128) __builtin_prefetch(p + 128, 0, 3);
+        if (n > 192) __builtin_prefetch(p + 192, 0, 3);
+    }
+    """
+    void prefetch_record "ps_prefetch_record"(const unsigned char *p, int n) noexcept nogil
+
+# how many units ahead of the one being read the scan prefetches the record of
+cdef int64_t PREFETCH_UNITS = 4
+
+
+cdef object _record_tags(const unsigned char *rec, RecordView *v):
+    """The TAGS property of a checked record, as its ``MessageExt.tags`` would give it (None without one): a
+    TagFilter's names are tested before a message is made."""
+    cdef int32_t vp = 0, vl = 0
+    if v.props_len > 0 and find_property(rec + v.props_pos, v.props_len, "TAGS", 4, &vp, &vl):
+        return utf8_text(rec + v.props_pos + vp, vl)
+    return None
+
+
+cdef int _raise_damage(int damage, int32_t r, RecordView *v, MappedFile f, int64_t phy, int32_t size,
+                       MappedFile cqf, int64_t pos, ConsumeQueueCore cq) except -1:
+    cdef int64_t unit_at = cqf.file_from_offset + pos
+    if damage == DAMAGE_RECORD:
+        raise StoreCorruptedError(
+            f.file_name, phy, "%s where the consume-queue unit at %d of %s points (%d bytes)"
+            % (_REASONS.get(r, "no valid record"), unit_at, cqf.file_name, size))
+    where = "" if cq is None else " of %s/%d" % (cq.topic, cq.queue_id)
+    raise StoreCorruptedError(
+        cqf.file_name, unit_at,
+        "the consume-queue unit for queue offset %d%s points at commit-log offset %d (%d bytes), where the record "
+        "is %d bytes of queue %d, queue offset %d, stored for offset %d: the queue or the commit log is damaged "
+        "(`pystore recover` rebuilds the queues from the commit log)"
+        % (unit_at // CQ_STORE_UNIT_SIZE, where, phy, size, v.total_size, v.queue_id, v.queue_offset, v.phy_offset))
+
+
+cdef int _raise_past(MappedFile cqf, int64_t pos, int64_t phy, int32_t size, str what) except -1:
+    """A unit at ``pos`` of ``cqf`` whose record would lie past ``what`` ends: damage, never a wait."""
+    raise StoreCorruptedError(
+        cqf.file_name, cqf.file_from_offset + pos,
+        "the consume-queue unit for queue offset %d points at commit-log offset %d (%d bytes), past the end of %s "
+        "(`pystore recover` rebuilds the queues from the commit log)"
+        % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size, what))
+
+
+cdef int64_t _written_end(list files):
+    """The end of what was written into the commit log ``files`` (its last file's write position): units
+    pointing beyond it point at nothing."""
+    cdef Py_ssize_t n = PyList_GET_SIZE(files)
+    cdef MappedFile last
+    if n == 0:
+        return 0
+    last = <MappedFile>PyList_GET_ITEM(files, n - 1)
+    return last.file_from_offset + last.wrote
+
+
+cdef int64_t _prev_unit_phy(ConsumeQueueCore cq, MappedFile cqf, int64_t pos):
+    """The commit-log offset of the message unit just before the one at ``pos`` of ``cqf`` (in the file before,
+    for a file's first unit), or -1 when there is none to read (a filler, an invalid unit, the queue's first)."""
+    cdef const unsigned char *p = NULL
+    cdef MappedFile prev = None
+    cdef list files
+    cdef Py_ssize_t i
+    if pos >= CQ_STORE_UNIT_SIZE:
+        p = cqf.base + pos - CQ_STORE_UNIT_SIZE
+    elif cq is not None:
+        files = cq.queue.files
+        for i in range(1, PyList_GET_SIZE(files)):
+            if <object>PyList_GET_ITEM(files, i) is cqf:
+                prev = <MappedFile>PyList_GET_ITEM(files, i - 1)
+                break
+        # held while read: a cleaner may be removing the queue's old files
+        if prev is None or prev.file_size < CQ_STORE_UNIT_SIZE or not prev.c_hold():
+            return -1
+        try:
+            if prev.base == NULL:
+                return -1
+            p = prev.base + prev.file_size - prev.file_size % CQ_STORE_UNIT_SIZE - CQ_STORE_UNIT_SIZE
+            return _unit_phy(p)
+        finally:
+            prev.c_release()
+    return _unit_phy(p)
+
+
+cdef inline int64_t _unit_phy(const unsigned char *p) noexcept:
+    if p == NULL or not unit_valid(p) or is_filler(p):
+        return -1
+    return get_i64(p)
+
+
+cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, int64_t *starts, int n,
+                   list out) except -1:
+    cdef bytes buf = PyBytes_FromStringAndSize(<const char *>f.base + start, end - start)
+    cdef int i
+    for i in range(n):
+        out.append(make_ext_shared(buf, <int32_t>(starts[i] - start), &views[i]))
+    return 0
+
+
+cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files, int64_t cl_file_size,
+               int64_t cl_max_offset, int32_t max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
+               object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out,
+               ConsumeQueueCore cq=None, object cl_queue=None) except -1:
+    """The scan behind ``get_message``; the caller holds ``cqf``. Each commit-log file is held while its
+    records are read (a filter's Python code may let a cleaner run meanwhile).
+
+    Every record served is checked against its unit (``unit_damage``): size, place, topic, queue id and queue
+    offset, and with ``lim.check_crc`` the body CRC. A mismatch is damage, never a message: the page ends
+    before it, or, when it is the page's first unit, ``StoreCorruptedError`` names the file at fault."""
+    cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
+    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit, ahead
+    cdef int32_t size, count = 0, r
+    cdef int status = SCAN_NO_MATCHED
+    cdef const unsigned char *p
+    cdef MappedFile f, held = None
+    cdef RecordView v
+    cdef MessageExt msg
+    cdef int64_t codes[16]
+    cdef int ncodes = 0, k, damage
+    cdef bint code_ok, in_disk
+    # a page without a filter object builds its messages a run at a time (_emit_run); a TagFilter's tag names
+    # are tested on the record itself
+    cdef bint shared = filt is None
+    # one spare view past the last: a record is checked straight into the slot after the run, and moved to the
+    # first slot when it starts the next run
+    cdef RecordView run_views[RUN_RECORDS + 1]
+    cdef int64_t run_pos[RUN_RECORDS]
+    cdef RecordView *vp = &v
+    cdef int64_t run_start = 0, run_end = 0
+    cdef int nrun = 0
+    if max_filter < 16000:
+        max_filter = 16000
+    limit = min(end_pos, start_pos + max_filter)
+    if tag_codes is not None:
+        for c in tag_codes:
+            if ncodes < 16:
+                codes[ncodes] = c
+            ncodes += 1
+    try:
+        while pos + CQ_STORE_UNIT_SIZE <= limit:
+            p = cqf.base + pos
+            if not unit_valid(p):
+                # below the file's readable end every unit was written whole: an invalid one is damage
+                if count == 0 and cq is not None:
+                    raise StoreCorruptedError(cqf.file_name, cqf.file_from_offset + pos,
+                                              "an empty or invalid consume-queue unit below the queue's end "
+                                              "(`pystore recover` rebuilds the queues from the commit log)")
+                break
+            phy = get_i64(p)
+            size = get_i32(p + 8)
+            tags = get_i64(p + 12)
+            if size == FILLER and phy == 0:
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            if phy < next_phy_file_start:
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            if phy + size > cl_max_offset:
+                # past this call's view of the commit log: its file list was taken before the queue's (a put
+                # that rolled to a new file meanwhile wrote units pointing into it). Not readable yet, never
+                # skipped: the next call sees it. Unless it points past all the log ever written (``cl_queue``
+                # given: its files now): then the unit is damage, and waiting would stall the consumer for good.
+                if count == 0 and cl_queue is not None and phy + size > _written_end(cl_queue.files):
+                    _raise_past(cqf, pos, phy, size, "the commit log")
+                break
+            in_disk = (cl_max_offset - phy) > lim.memory_window
+            if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
+                break
+            if tag_codes is not None:
+                if ncodes <= 16:
+                    code_ok = False
+                    for k in range(ncodes):
+                        if codes[k] == tags:
+                            code_ok = True
+                            break
+                else:
+                    code_ok = tags in tag_codes
+                if not code_ok:
+                    pos += CQ_STORE_UNIT_SIZE
+                    continue
+            elif filt is not None and not filt.is_matched_by_consume_queue(tags):
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            if held is not None and held.file_from_offset <= phy < held.file_from_offset + cl_file_size:
+                f = held                                    # the usual case: no division to find the file
+            else:
+                f = find_file(cl_files, cl_file_size, phy)
+            if f is not held:
+                if nrun > 0:
+                    _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                    nrun = 0
+                if held is not None:
+                    held.c_release()
+                    held = None
+                if f is not None and f.c_hold():
+                    held = f
+            r = 0
+            if held is not None and f.base != NULL:
+                rpos = phy - f.file_from_offset
+                rp = f.read_position()
+                if rpos + size > rp:
+                    # not readable yet (a reader behind the writer), unless the record would cross its file's
+                    # end (records never do) or lie past what was written (``cl_queue``: units follow records)
+                    if count == 0 and (rpos + size > f.file_size or (cl_queue is not None and rpos + size > f.wrote)):
+                        _raise_past(cqf, pos, phy, size,
+                                    "its file" if rpos + size > f.file_size else "what was written")
+                    break
+                if pos + (PREFETCH_UNITS + 1) * CQ_STORE_UNIT_SIZE <= limit:
+                    ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - f.file_from_offset
+                    if 0 <= ahead < rp:
+                        prefetch_record(f.base + ahead, <int>min(rp - ahead, 256))
+                vp = &run_views[nrun] if shared else &v
+                r = check_record(f.base + rpos, rp - rpos, lim.check_crc, vp)
+                damage = unit_damage(r, vp, f.base + rpos, phy, size, cq, (cqf.file_from_offset + pos)
+                                     // CQ_STORE_UNIT_SIZE)
+                if damage != DAMAGE_NONE:
+                    if count > 0:
+                        break               # the good messages before it first; the next read starts at it
+                    _raise_damage(damage, r, vp, f, phy, size, cqf, pos, cq)
+            if r <= 0:
+                # the record's file is gone or going (deleted by the cleaner): RocketMQ's MESSAGE_WAS_REMOVING,
+                # and the rest of that file is skipped. A cleaner removes only the log's oldest files, and a
+                # queue's units point ever further into the log, so such units are a prefix of the queue: one
+                # that follows a unit pointing further on is damage, never a message to pass over.
+                if _prev_unit_phy(cq, cqf, pos) > phy:
+                    if count > 0:
+                        break
+                    raise StoreCorruptedError(
+                        cqf.file_name, cqf.file_from_offset + pos,
+                        "the consume-queue unit for queue offset %d points at commit-log offset %d, before the "
+                        "unit ahead of it, into a file no longer there (`pystore recover` rebuilds the queues "
+                        "from the commit log)" % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy))
+                if count == 0:
+                    status = SCAN_WAS_REMOVING
+                next_phy_file_start = phy - phy % cl_file_size + cl_file_size
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            if tag_names is not None and _record_tags(f.base + rpos, vp) not in tag_names:
+                pos += CQ_STORE_UNIT_SIZE
+                continue
+            if shared and vp.body_len < SPLIT_BODY:
+                if nrun > 0 and (nrun == RUN_RECORDS or rpos != run_end or run_end - run_start + size > RUN_BYTES):
+                    _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                    run_views[0] = run_views[nrun]
+                    nrun = 0
+                if nrun == 0:
+                    run_start = rpos
+                run_pos[nrun] = rpos
+                nrun += 1
+                run_end = rpos + size
+            else:
+                # a filter object's message, or a big body (copied once: make_ext), after the run before it
+                if nrun > 0:
+                    _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                    nrun = 0
+                msg = make_ext(f.base + rpos, vp)
+                if filt is not None and not filt.is_matched_by_commit_log(msg):
+                    pos += CQ_STORE_UNIT_SIZE
+                    continue
+                out.append(msg)
+            total += size
+            count += 1
+            last_phy = phy
+            status = SCAN_FOUND
+            next_phy_file_start = INT64_MIN
+            pos += CQ_STORE_UNIT_SIZE
+        if nrun > 0:
+            _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+    finally:
+        if held is not None:
+            held.c_release()
+    consumed[0] = (pos - start_pos) // CQ_STORE_UNIT_SIZE
+    total_out[0] = total
+    last_phy_out[0] = last_phy
+    return status
+
+
+@cython.final
+cdef class GetMessageResult:
+    """What ``get_message`` returns (API.md "Reading"): ``status, next_begin_offset, min_offset, max_offset,
+    messages, message_count, buffer_total_size`` and ``suggest_pulling_from_slave`` (RocketMQ: the pull is
+    far behind, in data no longer in memory). Compiled because every pull makes one; re-exported by
+    ``pystore.results``."""
+    cdef public object status
+    cdef public object next_begin_offset
+    cdef public object min_offset
+    cdef public object max_offset
+    cdef public list messages
+    cdef public object buffer_total_size
+    cdef public bint suggest_pulling_from_slave
+
+    def __init__(self, status, next_begin_offset, min_offset, max_offset, messages=None, buffer_total_size=0,
+                 suggest_pulling_from_slave=False):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.messages = messages if messages is not None else []
+        self.buffer_total_size = buffer_total_size
+        self.suggest_pulling_from_slave = suggest_pulling_from_slave
+
+    @property
+    def message_count(self):
+        return len(self.messages)
+
+    def __repr__(self):
+        return ("GetMessageResult(status=%s, next_begin_offset=%d, min_offset=%d, max_offset=%d, message_count=%d, "
+                "buffer_total_size=%d)" % (self.status.name, self.next_begin_offset, self.min_offset,
+                                           self.max_offset, len(self.messages), self.buffer_total_size))
+
+
+cdef inline GetMessageResult _result(object status, int64_t next_offset, int64_t min_o, int64_t max_o, list msgs,
+                                     int64_t total, bint suggest):
+    cdef GetMessageResult r = GetMessageResult.__new__(GetMessageResult)
+    r.status = status
+    r.next_begin_offset = next_offset
+    r.min_offset = min_o
+    r.max_offset = max_o
+    r.messages = msgs
+    r.buffer_total_size = total
+    r.suggest_pulling_from_slave = suggest
+    return r
+
+
+def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, list cl_files not None,
+               long long cl_file_size, ReadLimits lim not None, object tag_codes, object tag_names, object filt,
+               bint keep_offset, object cl_queue=None):
+    """``get_message`` on one consume queue (None: a queue that does not exist): RocketMQ's decision table
+    (FORMAT.md §11.1; empty queue, offset too small, one past the end, far past it, no unit buffer) then the
+    scan, in one call, as a ``GetMessageResult``. ``keep_offset`` is the slave's next-offset rule
+    (``nextOffsetCorrection``); ``cl_queue``, the commit log's ``MappedFileQueue`` of a writer, lets a unit
+    pointing past all the log ever written be reported as damage rather than waited for."""
+    return _read_queue(cq, offset, max_msg_nums, cl_files, cl_file_size, lim, tag_codes, tag_names, filt,
+                       keep_offset, cl_queue)
+
+
+cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums, list cl_files,
+                                  int64_t cl_file_size, ReadLimits lim, object tag_codes, object tag_names,
+                                  object filt, bint keep_offset, object cl_queue=None):
+    cdef list files
+    cdef int64_t cq_size, units, min_o = 0, max_o = 0, pos, end, cl_max = 0
+    cdef Py_ssize_t n, ncl = PyList_GET_SIZE(cl_files)
+    cdef int64_t consumed = 0, total = 0, last_phy = -1
+    cdef int32_t nums = 1 if max_msg_nums < 1 else (0x7FFFFFFF if max_msg_nums > 0x7FFFFFFF else max_msg_nums)
+    cdef MappedFile last, mf
+    cdef list out
+    cdef int code
+    if cq is None:
+        return _result(STATUSES[GM_NO_MESSAGE_IN_QUEUE], offset if keep_offset else 0, 0, 0, [], 0, False)
+    files = cq.queue.files
+    cq_size = cq.queue.mapped_file_size
+    units = cq_size // CQ_STORE_UNIT_SIZE
+    n = PyList_GET_SIZE(files)
+    min_o = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
+    if n > 0:
+        last = <MappedFile>PyList_GET_ITEM(files, n - 1)
+        max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
+    if max_o == 0:
+        return _result(STATUSES[GM_NO_MESSAGE_IN_QUEUE], offset if keep_offset else 0, min_o, max_o, [], 0, False)
+    if offset < min_o:
+        return _result(STATUSES[GM_OFFSET_TOO_SMALL], offset if keep_offset else min_o, min_o, max_o, [], 0, False)
+    if offset == max_o:
+        return _result(STATUSES[GM_OFFSET_OVERFLOW_ONE], offset, min_o, max_o, [], 0, False)
+    if offset > max_o:
+        return _result(STATUSES[GM_OFFSET_OVERFLOW_BADLY], offset if keep_offset else max_o, min_o, max_o, [], 0,
+                       False)
+    mf = find_file(files, cq_size, offset * CQ_STORE_UNIT_SIZE)
+    if mf is not None and mf.base != NULL:
+        pos = offset * CQ_STORE_UNIT_SIZE - mf.file_from_offset
+        end = mf.read_position()
+        if pos >= end or not mf.c_hold():
+            mf = None
+    else:
+        mf = None
+    if mf is None:
+        return _result(STATUSES[GM_OFFSET_FOUND_NULL], offset if keep_offset else offset + units - offset % units,
+                       min_o, max_o, [], 0, False)
+    if ncl > 0:
+        last = <MappedFile>PyList_GET_ITEM(cl_files, ncl - 1)
+        cl_max = last.file_from_offset + last.read_position()
+    out = []
+    try:
+        code = _scan(mf, pos, end, cl_files, cl_file_size, cl_max, nums, lim, tag_codes, tag_names, filt, out,
+                     &consumed, &total, &last_phy, cq, cl_queue)
+    finally:
+        mf.c_release()
+    # the scan's next offset is never corrected, on a slave either (RocketMQ: offset + units visited)
+    return _result(STATUSES[code], offset + consumed, min_o, max_o, out, total,
+                   last_phy >= 0 and cl_max - last_phy > lim.memory_window)
+
+
+@cython.final
+cdef class QueueReader:
+    """``MessageStore.get_message`` and ``look_message_by_offset`` without a Python frame, for the common
+    call on a writable store that is loaded: ``get_message`` with a plain ``(group, topic, queue_id, offset,
+    max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an int. Anything else (a
+    filter, arguments of other types, an unknown queue, a store not readable or shut down, a slave) goes to
+    the store class's own method, so there is one reading of every rule. The store keeps ``open`` in step
+    with its state."""
+    cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
+    cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
+    cdef ReadLimits lim
+    cdef object flags                    # RunningFlags
+    cdef long not_readable_bit
+    cdef object config
+    cdef object slave_role
+    cdef object cls                      # the store's class: its methods are the slow paths
+    cdef object store
+    cdef public bint open
+
+    def __init__(self, dict queues not None, cl_queue, ReadLimits lim not None, flags, long not_readable_bit, config,
+                 slave_role, cls, store):
+        self.queues = queues
+        self.cl_queue = cl_queue
+        self.lim = lim
+        self.flags = flags
+        self.not_readable_bit = not_readable_bit
+        self.config = config
+        self.slave_role = slave_role
+        self.cls = cls
+        self.store = store
+        self.open = False
+
+    def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None):
+        """``MessageStore.get_message(group, topic, queue_id, offset, max_msg_nums=32, message_filter=None)``:
+        up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
+        statuses and next-offset rules (FORMAT.md §11.1). All but the plain case (a filter, an unknown queue, a
+        slave, a store not readable) is the Python method's answer."""
+        cdef object cq = None
+        cdef object q
+        if (message_filter is None and self.open and type(topic) is str and type(queue_id) is int
+                and type(offset) is int and type(max_msg_nums) is int):
+            cq = self.queues.get((topic, queue_id))
+            if cq is not None and (self.flags._flag & self.not_readable_bit
+                                   or self.config.broker_role is self.slave_role):
+                cq = None
+        if cq is None:
+            return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
+        q = self.cl_queue
+        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
+                           None, None, False, q)
+
+    def look_message_by_offset(self, commit_log_offset):
+        """``MessageStore.look_message_by_offset(commit_log_offset)``: the message stored at that commit-log
+        offset, or None if no message starts there."""
+        cdef object q
+        if not self.open or type(commit_log_offset) is not int:
+            return self.cls.look_message_by_offset(self.store, commit_log_offset)
+        q = self.cl_queue
+        return message_at(q.files, q.mapped_file_size, commit_log_offset, self.lim.check_crc)

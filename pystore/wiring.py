@@ -1,0 +1,474 @@
+"""How a store is put together and taken apart: the parts ``MessageStore.load`` opens (``open_parts``: the
+commit log, the consume queues, the index, dispatch, recovered), the services ``MessageStore.start`` runs for
+a writer (``wire_writer``: allocation, flush, cleaning, delay levels, replication, the put path's waits), a
+writer's last flush and checkpoint at shutdown (``close_writer``) and ``destroy``'s deletion
+(``delete_store``). Which services run, and what each is handed, follows the configuration: flush type,
+broker role, transient store pool. Each part gets the parts it works on, the clock and the disk usage,
+never the store.
+
+Dispatch (commit log -> queues and index), by configuration::
+
+    ASYNC_FLUSH, no pool       inline: each put dispatches its record (``CommitLog.dispatcher``)
+    ASYNC_FLUSH, pool          the commit service dispatches what it committed into the files
+    SYNC_FLUSH                 the group commit dispatches what it flushed (nobody reads what a crash takes back)
+    SLAVE, ASYNC_FLUSH         the HA client's append dispatches what arrived
+    SLAVE, SYNC_FLUSH          the group commit dispatches what it flushed
+
+The store keeps the lifecycle's order: it starts the services ``wire_writer`` returns (``Writer.start``),
+stops them in the reverse order, then calls ``close_writer``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from pystore._commitlog import QueueCell
+from pystore._dispatch import QueueDispatcher
+from pystore._read import ReadLimits
+from pystore.allocate import AllocateMappedFileService
+from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
+from pystore.clean import CleanService
+from pystore.commitlog import CommitLog
+from pystore.config import BrokerRole, FlushDiskType, StoreConfig
+from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
+from pystore.crashpoint import crashpoint
+from pystore.dispatch import ReputService
+from pystore.durable import sync_dirs
+from pystore.errors import StoreCorruptedError, StoreError
+from pystore.flush import (
+    CommitRealTimeService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitService,
+    flush_all,
+)
+from pystore.ha_master import HAService, ReplicaWait
+from pystore.ha_slave import HAClient, SlaveLog
+from pystore.index import IndexService
+from pystore.mapped_file_queue import MappedFileQueue
+from pystore.message import SCHEDULE_TOPIC
+from pystore.pool import TransientStorePool
+from pystore.put_waits import PutWaits
+from pystore.recovery import RecoveryResult, recover_store
+from pystore.running_flags import RunningFlags
+from pystore.schedule import ScheduleMessageService
+from pystore.service import Clock, DiskUsage
+
+__all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "open_parts", "pool_enabled", "wire_writer"]
+
+log = logging.getLogger(__name__)
+
+#: A writer's checkpoint reaches the file at most this often, when a flush service moved a time (5.x: 1 s).
+_CHECKPOINT_FLUSH_MS = 1000
+_PAGE = 4096      # OS page, the unit of flush_commit_log_least_pages (RocketMQ's OS_PAGE_SIZE)
+
+
+@dataclass
+class StoreParts:
+    """What a loaded store reads and writes: its files and the dispatch onto the queues and index."""
+
+    checkpoint: StoreCheckpoint
+    commitlog: CommitLog
+    cq_store: ConsumeQueueStore
+    limits: ReadLimits
+    #: None with ``message_index_enable`` off
+    index: IndexService | None = None
+    dispatcher: QueueDispatcher | None = None
+    reput: ReputService | None = None
+    recovery: RecoveryResult | None = None
+
+    #: a reader's refreshes, one at a time (``get_message`` reads again under it after following its queue)
+    refresh_lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def refresh_read_only(self) -> None:
+        """A reader: pick up what the writer appended since. The queues and the index before the commit log:
+        every unit and index entry seen then points at a record in view (as ``refresh_queue_read_only``)."""
+        cl = self.commitlog
+        with self.refresh_lock:
+            self.cq_store.refresh_read_only(cl.get_min_offset())
+            if self.index is not None:
+                self.index.refresh_read_only()
+            cl.refresh_read_only()
+            for cq in self.cq_store.queues():
+                self._attach(cq)
+
+    def refresh_queue_read_only(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """A reader: follow one queue, then the commit log. The writer publishes a unit only after its record
+        (and every record before it) is whole, so the commit log scanned afterwards covers every unit seen;
+        the other order lets units written between the two scans point past the commit log in view."""
+        cl = self.commitlog
+        with self.refresh_lock:
+            cq = self.cq_store.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
+            cl.refresh_read_only()
+            if cq is not None:
+                self._attach(cq)
+        return cq
+
+    def _attach(self, cq: ConsumeQueue) -> None:
+        """The commit log's cell of ``cq``'s queue follows what the reader now sees of it."""
+        cell = self.commitlog.get_cell(cq.topic, cq.queue_id)
+        cell.consume_queue = cq
+        cell.next_offset = cq.get_max_offset_in_queue()
+
+    def close(self) -> None:
+        """Unmap every file (nothing is flushed: the store's shutdown did that, or there is nothing to keep)."""
+        self.commitlog.dispatcher = None
+        self.commitlog.queue.close()
+        self.cq_store.close()
+        if self.index is not None:
+            self.index.close()
+
+
+def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFlags, clock: Clock,
+               injected_clock: Clock | None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
+    """Map the store's files and recover them: the parts, or (None, why) when the files are unusable (why is
+    None when no file is to blame: the log says more). Whatever it opened is closed again when it refuses or
+    raises. ``injected_clock``: the clock the store was given (None: the commit log stamps messages with
+    the system clock from C)."""
+    read_only = cfg.read_only
+    queue = MappedFileQueue(cfg.commit_log_paths(), cfg.mapped_file_size_commit_log, read_only=read_only,
+                            clock=clock)
+    existing = queue.detect_file_size()
+    if existing is not None and existing != cfg.mapped_file_size_commit_log and _plausible_geometry(queue, existing):
+        (log.info if read_only else log.warning)(
+            "%s: commit-log files are %d bytes, not the configured %d; the store keeps its geometry",
+            cfg.store_path_root_dir, existing, cfg.mapped_file_size_commit_log)
+        queue.mapped_file_size = existing
+    # a crashed writer's last files may be short: a power cut took back a size no flush made durable
+    if not queue.load(pad_short=not last_exit_ok and not read_only):
+        return None, None if queue.load_error is None else StoreCorruptedError(*queue.load_error)
+    gap = queue.first_gap()
+    if gap >= 0:
+        queue.close()
+        error = StoreCorruptedError(queue.path_for(gap), gap, "commit-log file missing: the log has a hole from "
+                                    "offset %d" % gap)
+        log.error("%s", error)
+        return None, error
+
+    def on_queue_error(message: str) -> None:
+        log.error("%s: %s; the store stops accepting puts", cfg.store_path_root_dir, message)
+        running_flags.make_logics_queue_error()
+
+    try:
+        commitlog = CommitLog(cfg, queue, clock=injected_clock)
+        parts = StoreParts(StoreCheckpoint(cfg.checkpoint_path(), read_only=read_only, clock=clock), commitlog,
+                           ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
+                                             read_only, on_error=on_queue_error, window=cfg.prefault_window_bytes),
+                           ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
+                                      cfg.max_transfer_count_on_message_in_memory,
+                                      cfg.max_transfer_bytes_on_message_in_disk,
+                                      cfg.max_transfer_count_on_message_in_disk,
+                                      _physical_memory() * cfg.access_message_in_memory_max_ratio // 100,
+                                      cfg.check_crc_on_read))
+    except BaseException:
+        queue.close()
+        raise
+    try:
+        if not parts.cq_store.load():
+            parts.close()
+            return None, parts.cq_store.load_error
+        abnormal = not last_exit_ok and not read_only
+        if abnormal:
+            log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
+        parts.recovery = recover_store(commitlog, parts.cq_store,
+                                       lambda: _make_reput(parts, cfg, last_exit_ok, clock), parts.checkpoint, cfg,
+                                       abnormal, read_only)
+        commitlog.attach_last()
+    except BaseException:
+        parts.close()
+        raise
+    if not read_only:
+        parts.checkpoint.auto_flush_ms = _CHECKPOINT_FLUSH_MS
+    return parts, None
+
+
+def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: Clock) -> ReputService:
+    """The index, the dispatcher and the reput service; recovery calls it once the commit log is judged: a
+    refused open must leave the index as it was."""
+    cl, cq_store = parts.commitlog, parts.cq_store
+    if cfg.message_index_enable:
+        parts.index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num, parts.checkpoint,
+                                   cfg.read_only, clock, cfg.max_msgs_num_batch)
+        parts.index.load(last_exit_ok)
+
+    def cell_for(topic: str, queue_id: int) -> QueueCell:
+        """The topic-queue cell with its consume queue (the dispatcher's factory)."""
+        cell = cl.get_cell(topic, queue_id)
+        if cell.consume_queue is None:
+            cell.consume_queue = cq_store.find_or_create(topic, queue_id)
+        return cell
+
+    parts.dispatcher = QueueDispatcher(cell_for, cq_store.find_or_create, cfg.delay_level_table(), parts.index,
+                                       SCHEDULE_TOPIC)
+    parts.reput = ReputService(parts.dispatcher, cl)
+    return parts.reput
+
+
+def pool_enabled(cfg: StoreConfig) -> bool:
+    """RocketMQ 4.8's ``isTransientStorePoolEnable``: the pool is used with ASYNC_FLUSH on a master only."""
+    return (cfg.transient_store_pool_enable and cfg.flush_disk_type == FlushDiskType.ASYNC_FLUSH
+            and cfg.broker_role != BrokerRole.SLAVE and not cfg.read_only)
+
+
+@dataclass
+class Writer:
+    """The services of a started writer, in the order they start (they stop in the reverse order)."""
+
+    services: list[Any]
+    allocate: AllocateMappedFileService
+    flush_service: FlushRealTimeService | GroupCommitService
+    clean: CleanService
+    put_waits: PutWaits
+    #: whether each put dispatches its own record (else a service walks the log behind ``dispatch_end``)
+    inline_dispatch: bool
+    #: a writable master's delay levels
+    schedule: ScheduleMessageService | None = None
+    pool: TransientStorePool | None = None
+    #: a master's HA listener (``ha_listen_port``), a slave's client and the log it writes
+    ha: HAService | None = None
+    ha_client: HAClient | None = None
+    slave_log: SlaveLog | None = None
+    #: the configuration's flush type, for ``dispatch_end``
+    sync_flush: bool = False
+
+    def start(self) -> None:
+        """Start every service; a listener bound but not started is closed when one fails (no shutdown will)."""
+        try:
+            for s in self.services:
+                s.start()
+        except BaseException:
+            self.release_listener()
+            raise
+
+    def stop_appends(self) -> None:
+        """The store shuts down: a slave's client thread that outlives its join must not touch the log."""
+        if self.slave_log is not None:
+            self.slave_log.closed = True
+
+    def abandon(self) -> None:
+        """The store gives up without a shutdown (a failed open, a crash test): nothing may append any more, and
+        the HA port is free again."""
+        self.stop_appends()
+        if self.ha is not None:
+            self.ha.shutdown()
+            self.ha = None
+
+    def release_listener(self) -> None:
+        ha = self.ha
+        if ha is not None and not ha.started:
+            ha.shutdown()
+            self.ha = None
+
+    def dispatch_end(self, commitlog: CommitLog) -> int:
+        """Where dispatch may go: the flushed offset with SYNC_FLUSH, the committed end with the pool, the end of
+        what arrived on an ASYNC_FLUSH slave (it dispatches on receipt, as a master does)."""
+        q = commitlog.queue
+        if self.ha_client is not None and not self.sync_flush:
+            return q.get_max_offset()
+        return q.committed_where if self.pool is not None else q.flushed_where
+
+    def catch_up(self, parts: StoreParts) -> None:
+        """Where a service dispatches behind the puts, dispatch now what it may (``dispatch_end``)."""
+        if not self.inline_dispatch and parts.reput is not None:
+            parts.reput.dispatch_until(self.dispatch_end(parts.commitlog))
+
+    def behind(self, parts: StoreParts) -> int:
+        """RocketMQ ``dispatchBehindBytes``: what dispatch has yet to reach of what it may (0 when inline)."""
+        if self.inline_dispatch or parts.reput is None:
+            return 0
+        return max(0, self.dispatch_end(parts.commitlog) - parts.reput.reput_from)
+
+
+def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: AbortFile,
+                running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage) -> Writer:
+    """Build a writer's services around ``parts`` and hook them into the commit log; the lock is taken and the
+    abort file created once nothing that can refuse (delay offsets, the HA port) is left."""
+    cl = parts.commitlog
+    slave = cfg.broker_role == BrokerRole.SLAVE
+    sync_flush = cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
+    name = cfg.store_path_root_dir
+    schedule = None
+    if not slave:                                # delay levels: a writable master only (FORMAT.md §10)
+        schedule = ScheduleMessageService(cl, parts.cq_store, cfg, clock=clock)
+        schedule.load()                          # first: a bad delayOffset.json fails start() cleanly
+        cl.delay_rewrite = schedule.rewrite
+    ha = None
+    if not slave and cfg.ha_listen_port is not None:
+        # bound first: a port in use fails start() before any service runs
+        ha = HAService(cl.select_data, cl.get_max_offset, cl.get_min_offset, cfg, clock=clock,
+                       file_size=cl.queue.mapped_file_size)
+        try:
+            ha.bind()
+        except OSError as e:
+            raise StoreError("the HA listener cannot bind %s:%d: %s" % (cfg.ha_listen_address, cfg.ha_listen_port,
+                                                                       e)) from e
+    elif cfg.broker_role == BrokerRole.SYNC_MASTER:
+        log.warning("%s: SYNC_MASTER without ha_listen_port: no slave can connect, so every put that waits "
+                    "reports SLAVE_NOT_AVAILABLE", name)
+    try:
+        lock.acquire()
+        abort.create()
+        return _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, slave, sync_flush)
+    except BaseException:
+        if ha is not None:
+            ha.shutdown()
+        raise
+
+
+def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessageService | None,
+                   ha: HAService | None, running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage,
+                   slave: bool, sync_flush: bool) -> Writer:
+    """``wire_writer`` once the lock is held: the services, and the commit log's hooks into them."""
+    cl, checkpoint, reput = parts.commitlog, parts.checkpoint, parts.reput
+    assert reput is not None
+    pool = None
+    if pool_enabled(cfg):
+        pool = TransientStorePool(cfg.transient_store_pool_size, cfg.mapped_file_size_commit_log,
+                                  cfg.fast_fail_if_no_buffer_in_store_pool)
+        pool.init()
+    # a flush writes what the puts wrote, not the large folio around it (MappedFile.write_page_by_page):
+    # new files (the allocate service), and the rest of the file recovery left the writer in
+    allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable, pool=pool,
+                                         clock=clock, window=cfg.prefault_window_bytes,
+                                         sync_warm_every=cfg.flush_least_pages_when_warm_mapped_file * _PAGE
+                                         if sync_flush else 0)
+    last = cl.queue.last()
+    if last is not None:
+        last.write_page_by_page(last.wrote_position)
+    cl.queue.allocate = allocate
+    slave_log = SlaveLog(cl, reput, parts.dispatcher, checkpoint, cfg) if slave else None
+    commit: CommitRealTimeService | None = None
+    group_commit: GroupCommitService | None = None
+    flush_service: FlushRealTimeService | GroupCommitService
+    inline = False
+    cl.dispatcher = None
+    cl.flush_wakeup = None
+    if sync_flush:
+        # consume queues follow the flushed offset: nobody reads what a crash could take back
+        flush_service = group_commit = GroupCommitService(
+            cl, checkpoint, clock=clock,
+            after_flush=slave_log.dispatch_flushed if slave_log is not None else reput.dispatch_until)
+        if schedule is not None:
+            # its deliveries wait for no flush: the group commit is woken to make them durable soon
+            schedule.flush_wakeup = group_commit.wakeup
+    else:
+        flush_service = FlushRealTimeService(cl, cfg, checkpoint, clock=clock)
+        if pool is not None:
+            # puts land in pool buffers; queues follow what the commit service copied into the files
+            commit = CommitRealTimeService(cl, cfg, flush_service, after_commit=reput.dispatch_until, clock=clock)
+            cl.flush_wakeup = None if cfg.flush_commit_log_timed else commit.wakeup
+            cl.wake_bytes = cfg.commit_commit_log_least_pages * _PAGE
+        else:
+            cl.flush_wakeup = None if cfg.flush_commit_log_timed else flush_service.wakeup
+            cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
+            # a slave's log grows by transfers, never by puts: queues are built by walking what arrived
+            inline = not slave
+            cl.dispatcher = parts.dispatcher if inline else None
+    replicas = ReplicaWait(ha, cfg, cfg.store_path_root_dir) if cfg.broker_role == BrokerRole.SYNC_MASTER else None
+    put_waits = PutWaits(cfg, group_commit, replicas, cfg.store_path_root_dir)
+    cl.after_put = put_waits.after_put if put_waits.blocking else None
+    services: list[Any] = [allocate, flush_service]
+    if commit is not None:
+        services.append(commit)        # stops before the flush service: its last commit gets flushed
+    clean = CleanService(cl, parts.cq_store, parts.index, cfg, running_flags, clock=clock, disk_usage=disk_usage)
+    services.append(clean)
+    services.append(FlushConsumeQueueService(parts.cq_store, parts.index, parts.dispatcher, cfg, checkpoint,
+                                             clock=clock))
+    if schedule is not None:
+        services.append(schedule)      # stops first, then persists its offsets
+    ha_client = None
+    if slave_log is not None:
+        # a SYNC_FLUSH slave acknowledges only what it flushed; an ASYNC_FLUSH one on receipt (RocketMQ)
+        ha_client = HAClient(cfg, cl.get_max_offset, slave_log.append, cl.queue.mapped_file_size, cl.select_data,
+                             clock=clock, flush=slave_log.flush if sync_flush else None)
+        services.append(ha_client)     # stops first: nothing arrives after
+    elif ha is not None:
+        services.append(ha)
+    return Writer(services, allocate, flush_service, clean, put_waits, inline, schedule=schedule, pool=pool, ha=ha,
+                  ha_client=ha_client, slave_log=slave_log, sync_flush=sync_flush)
+
+
+def close_writer(parts: StoreParts, writer: Writer | None, *, abort: AbortFile, running_flags: RunningFlags) -> None:
+    """A writable store's shutdown once its services stopped (``writer``: None if it never started): cut a
+    slave's torn tail, flush the commit log, dispatch what a service had yet to, flush the queues and index,
+    write the checkpoint, and remove the abort file when all of it is on disk and nothing is left behind."""
+    cl, checkpoint = parts.commitlog, parts.checkpoint
+    name = cl.config.store_path_root_dir
+    if writer is not None and writer.slave_log is not None:
+        writer.slave_log.trim_torn_tail()
+    clean = True
+    try:
+        flush_all(cl.queue)
+    except OSError:
+        log.exception("%s: final flush failed; the abort file stays", name)
+        clean = False
+    if writer is not None:
+        writer.catch_up(parts)
+    queues_synced = parts.cq_store.flush(0)
+    if parts.index is not None:
+        parts.index.flush()
+    crashpoint("shutdown.flushed")
+    ts = cl.queue.store_timestamp
+    if ts > 0:
+        checkpoint.physic_msg_timestamp = ts
+    if parts.dispatcher is not None and parts.dispatcher.last_store_ts > 0 and queues_synced:
+        checkpoint.logics_msg_timestamp = parts.dispatcher.last_store_ts
+    checkpoint.flush()
+    crashpoint("shutdown.checkpoint")
+    if (writer is not None and clean and queues_synced and running_flags.is_writeable()
+            and writer.behind(parts) == 0):
+        abort.remove()
+
+
+def delete_store(cfg: StoreConfig, unopened: bool) -> None:
+    """Delete every file of the store at ``cfg`` and its folder if nothing else is in it, under its lock (a
+    store another writer holds is never wiped: ``StoreLockedError``)."""
+    root = cfg.store_path_root_dir
+    if not os.path.isdir(root):
+        return
+    lock = StoreLock(cfg.lock_path())
+    lock.acquire()
+    if unopened:
+        log.info("destroying the unopened store %s", root)
+    try:
+        folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
+        for path in folders:
+            shutil.rmtree(path, ignore_errors=True)
+        for path in (cfg.checkpoint_path(), cfg.abort_path()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        # a destroyed store must not come back, in part, after a power cut
+        sync_dirs(os.path.dirname(os.path.abspath(p)) for p in folders + [cfg.checkpoint_path()])
+    finally:
+        lock.release()
+    try:
+        os.unlink(cfg.lock_path())
+    except FileNotFoundError:
+        pass
+    try:
+        os.rmdir(root)
+    except OSError:          # it holds something else
+        pass
+
+
+def _plausible_geometry(queue: MappedFileQueue, size: int) -> bool:
+    """May the size the existing commit-log files share be the store's file size? It must be whole pages and
+    put every file name on its grid; a single file must not be mistaken for the geometry when it was cut
+    short (it is then refused, naming the file)."""
+    if size % 4096:
+        return False
+    return all(int(os.path.basename(p)) % size == 0 for p in queue.list_file_paths())
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 24 << 30          # RocketMQ's fallback
