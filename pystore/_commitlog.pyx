@@ -37,6 +37,7 @@ from pystore._message cimport Message, MessageBatch, copy_message, encode_host, 
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
+import os
 
 from pystore.errors import StoreCorruptedError
 from pystore.status import PutMessageStatus
@@ -77,7 +78,8 @@ cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_F
 cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 
 # how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too,
-# as the kernel write-protects a warmed file's zeros when it writes them back
+# as the kernel write-protects a warmed file's zeros when it writes them back; a file with a window (the
+# store's prefault_window_bytes) uses half of it instead
 cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
 
 cdef enum:
@@ -365,12 +367,20 @@ cdef class CommitLogCore:
             mf.wrote = mf.file_size
             mf.settle()
             mf = self._roll(mf.file_from_offset + mf.file_size)
+            if mf is None:
+                return None
+            pos = mf.wrote
+        # the blocks the record (and a blank after it) will take: a write into a hole of a full disk is SIGBUS
+        if mf.reserve(pos, pos + total + END_FILE_MIN_BLANK_LENGTH) != 0:
+            log.error("%s: cannot allocate %d bytes at %d: %s", mf.file_name, total, pos,
+                      os.strerror(mf.reserve_errno))
+            return None
         return mf
 
     cdef void _after_append(self, MappedFile mf) except *:
         # Keep pages ahead of the writer pre-faulted by the prefault worker (a page-table walk where they are
         # still writable; a no-op for transient-pool buffers).
-        mf.prefault_ahead(mf.wrote, CL_PREFAULT_LEAD)
+        mf.prefault_ahead(mf.wrote, mf.window // 2 if mf.window >= 0 else CL_PREFAULT_LEAD)
         # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
         # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
         # putting thread the GIL (RocketMQ's Java service wakes for free).

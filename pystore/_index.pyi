@@ -14,6 +14,7 @@ from pystore._mapped_file import MappedFile
 HEADER_SIZE: Final[int]
 HASH_SLOT_SIZE: Final[int]
 INDEX_SIZE: Final[int]
+PREFAULT_WINDOW: Final[int]
 
 def key_hash(key: str) -> int: ...
 def index_file_size(slots: int, num: int) -> int: ...

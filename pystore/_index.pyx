@@ -47,6 +47,9 @@ INDEX_SIZE = 20
 cdef int64_t _HEADER = 40
 # how far ahead of the writer the prefault worker is asked to have the entries' pages (13,107 entries)
 cdef int64_t _PREFAULT_LEAD = 256 * 1024
+#: disk allocated and pre-faulted ahead of an index file's entries (``MappedFile(window=)``): the rest of the
+#: file stays a hole until written
+PREFAULT_WINDOW = 2 * _PREFAULT_LEAD
 
 log = logging.getLogger("pystore.index")
 
@@ -143,13 +146,10 @@ cdef class IndexFileCore:
         entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
         if entry_pos + _PREFAULT_LEAD > self.mapped_file.warmed:
             # a sparse file written through its mapping: without the prefault worker, the writer takes two
-            # page faults on each new page (under the put lock). A new file asks for its whole slot table too,
-            # which random keys touch all over (its pages are written once, zeros, as they would be anyway
-            # after a few tens of thousands of keys)
-            if self.index_count <= 1 and self.mapped_file.warmed == 0:
-                self.mapped_file._prefault(0, (entry_pos + 2 * _PREFAULT_LEAD) // 2)
-            else:
-                self.mapped_file._prefault(entry_pos, _PREFAULT_LEAD)
+            # page faults on each new page (under the put lock). Only the entries, which grow in order: the
+            # hash slots, which random keys touch all over, take their pages (and disk blocks) as they are
+            # written, so a file of a few keys holds a few slot pages, not the whole 20 MB table
+            self.mapped_file._prefault(entry_pos, _PREFAULT_LEAD)
         put_i32(b + entry_pos, h)
         put_i64(b + entry_pos + 4, phy_offset)
         put_i32(b + entry_pos + 12, <int32_t>diff)

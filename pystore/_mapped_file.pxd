@@ -32,6 +32,9 @@ cdef class MappedFile:
     cdef public bint first_create_in_queue
     cdef bint fresh                     # written page by page (read-ahead off) until settle()
     cdef int64_t warmed                 # [0, warmed) pre-faulted, or asked of the prefault worker
+    cdef int64_t reserved               # blocks allocated (fallocate) below this, from where writing resumed
+    cdef public int64_t window          # bytes allocated and pre-faulted ahead of the writer (<0: whole file)
+    cdef int reserve_errno              # why the last allocation failed (0: it did not)
     cdef uintptr_t *pf_cursor           # where the writer is, for the prefault worker (ps_pf_publish)
     cdef object pool_buffer             # the transient-pool buffer object while attached
     cdef object pool                    # where it goes back
@@ -43,9 +46,21 @@ cdef class MappedFile:
     cdef void settle(self) noexcept
     cdef void _prefault(self, int64_t pos, int64_t lead) noexcept
 
+    cdef int _reserve(self, int64_t pos, int64_t end) noexcept
+
+    cdef inline int reserve(self, int64_t pos, int64_t end) noexcept:
+        """Before writing ``[pos, end)`` through the mapping: 0 once its blocks are allocated, else the errno
+        of the failed allocation (a write there could raise SIGBUS)."""
+        if end <= self.reserved:
+            return 0
+        return self._reserve(pos, end)
+
     cdef inline void prefault_ahead(self, int64_t pos, int64_t lead) noexcept:
-        """Writers call this after each append; it asks for more only within ``lead`` of what was asked."""
+        """Writers call this after each append; it asks for more only within ``lead`` of what was asked
+        (``lead`` is capped at half the file's window)."""
         ps_pf_publish(self.pf_cursor, self.base + pos)
+        if self.window >= 0 and 2 * lead > self.window:
+            lead = self.window // 2
         if pos + lead > self.warmed:
             self._prefault(pos, lead)
     cdef void _close_fd(self) noexcept

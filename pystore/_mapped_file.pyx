@@ -19,10 +19,15 @@ warmed file's zeros when it writes them back. A file flushed a few KiB at a time
 log) is mapped without read-ahead while it is written (``write_page_by_page``), so its page cache stays in
 single pages and a flush writes no more than what was written.
 
-New files are created at their full size with ``posix_fallocate``, so a full disk fails the creation
-(``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a later write into the mapping.
-``preallocate=False`` makes a sparse file instead (the index: 420 MB by default, mostly never written, as
-RocketMQ's own index files are sparse); its owner checks the free space before creating it.
+Disk blocks: a new file has its full size but, with a ``window`` (the store's ``prefault_window_bytes``),
+only its first page allocated (``posix_fallocate``); the rest is a hole until the writer nears it. Before
+writing, writers ``reserve`` what they write (the commit log's put path; Python writers through
+``ensure_reserved``), and each pre-fault request (``prefault_ahead``, capped at the window) allocates the
+blocks it covers first, so a file holds what was written plus at most the window (a page more), and a full
+disk fails the put (or the creation: ``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a write
+into a hole. ``window=-1`` allocates the whole file at creation (RocketMQ's way; also what ``warm`` does).
+``preallocate=False`` leaves a new file a hole (the index: 420 MB by default, mostly never written, as
+RocketMQ's own index files are sparse; its owner checks the free space before creating it).
 
 Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and
 ``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file
@@ -56,6 +61,7 @@ cdef extern from "<fcntl.h>" nogil:
     int posix_fallocate(int fd, long offset, long length)
     int fallocate(int fd, int mode, long offset, long length)
     int FALLOC_FL_ZERO_RANGE
+    int FALLOC_FL_PUNCH_HOLE
     int FALLOC_FL_KEEP_SIZE
 
 cdef extern from "<unistd.h>" nogil:
@@ -139,6 +145,10 @@ def offset_to_file_name(long long offset):
     return "%020d" % offset
 
 
+cdef inline int64_t _page_up(int64_t n) noexcept nogil:
+    return (n + PAGE - 1) // PAGE * PAGE
+
+
 cdef int64_t _name_offset(str name):
     if len(name) == 20 and name.isdigit():
         return int(name)
@@ -163,7 +173,7 @@ cdef class MappedFile:
         ps_pf_publish(self.pf_cursor, NULL)     # no writer here yet (the slot may hold an old file's)
 
     def __init__(self, str path, long long file_size=-1, bint read_only=False, bint create=False,
-                 from_offset=None, bint preallocate=True, bint fresh_random=False):
+                 from_offset=None, bint preallocate=True, bint fresh_random=False, long long window=-1):
         cdef struct_stat st
         cdef int flags
         cdef bytes bpath = os.fsencode(path)
@@ -172,6 +182,7 @@ cdef class MappedFile:
         cdef bint fresh = False
         self.file_name = path
         self.read_only = read_only
+        self.window = window
         self.file_from_offset = _name_offset(os.path.basename(path)) if from_offset is None else from_offset
         flags = O_RDONLY if read_only else (O_RDWR | (O_CREAT if create else 0))
         self.fd = c_open(bpath, flags | 0o2000000, 0o644)     # O_CLOEXEC
@@ -185,10 +196,11 @@ cdef class MappedFile:
             if st.st_size == 0 and create and not read_only:
                 fresh = fresh_random
                 with nogil:
-                    if preallocate:
-                        rc = posix_fallocate(self.fd, 0, file_size)
-                    else:
-                        rc = 0 if ftruncate(self.fd, file_size) == 0 else errno
+                    rc = 0 if ftruncate(self.fd, file_size) == 0 else errno
+                    if rc == 0 and preallocate:
+                        # the first page (the whole file without a window): a full disk fails the creation
+                        self.reserved = file_size if window < 0 or file_size <= PAGE else PAGE
+                        rc = posix_fallocate(self.fd, 0, self.reserved)
                 if rc != 0:
                     self._close_fd()
                     try:
@@ -401,6 +413,8 @@ cdef class MappedFile:
         if pos + n > self.file_size:
             return False
         if n:
+            if self.write_base == self.base:
+                self.ensure_reserved(pos, pos + n)
             memcpy(self.write_base + pos, &b[0], n)
         self.wrote = pos + n
         if self.wrote == self.file_size:
@@ -420,18 +434,35 @@ cdef class MappedFile:
             memcpy(self.base + pos, &b[0], n)
 
     def zero_from(self, long long pos):
-        """Zero the file from ``pos`` to its end, so nothing stale follows a truncation point. Uses
-        ``fallocate(FALLOC_FL_ZERO_RANGE)`` (no data written, blocks stay allocated, mapped pages refault as
-        zeros) and falls back to writing zeros through the mapping."""
+        """Zero the file from ``pos`` to its end, so nothing stale follows a truncation point, and give the
+        blocks past ``pos``'s page back (``fallocate(FALLOC_FL_PUNCH_HOLE)``: reads there see zeros, mapped
+        pages refault as zeros; the writer allocates them again through ``reserve``). Falls back to
+        ``FALLOC_FL_ZERO_RANGE``, then to writing zeros through the mapping."""
         cdef int rc
+        cdef int64_t keep = _page_up(pos)
         self.check_mapped()
         if self.read_only or pos >= self.file_size:
             return
         self._check_pos(pos)
+        if keep > self.file_size:
+            keep = self.file_size
         with nogil:
-            rc = fallocate(self.fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, pos, self.file_size - pos)
-            if rc != 0:
-                memset(self.base + pos, 0, self.file_size - pos)
+            if keep > pos:
+                memset(self.base + pos, 0, keep - pos)      # the page holding pos keeps its data before pos
+            rc = 0
+            if keep < self.file_size:
+                rc = fallocate(self.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, keep,
+                               self.file_size - keep)
+                if rc != 0:
+                    rc = fallocate(self.fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, keep,
+                                   self.file_size - keep)
+                if rc != 0:
+                    memset(self.base + keep, 0, self.file_size - keep)
+        if rc == 0:
+            if self.reserved > keep:
+                self.reserved = keep
+            if self.warmed > keep:
+                self.warmed = keep
 
     def next_data_offset(self, long long pos):
         """The first offset >= ``pos`` the file system holds data for (``SEEK_DATA``), or -1 if only
@@ -506,6 +537,11 @@ cdef class MappedFile:
             c = self.committed
             w = self.wrote
             if w > c:
+                try:
+                    self.ensure_reserved(c, w)
+                except OSError:
+                    self.c_release()
+                    raise
                 with nogil:
                     memcpy(self.base + c, self.write_base + c, w - c)
                 self.committed = w
@@ -543,6 +579,8 @@ cdef class MappedFile:
         self.check_mapped()
         if self.read_only or self.base == NULL:
             return
+        # warming touches every page: the whole file's blocks first, or a full disk would raise SIGBUS
+        self.ensure_reserved(0, self.file_size)
         step = sync_every if sync_every > 0 else self.file_size
         step = (step + PAGE - 1) // PAGE * PAGE
         with nogil:
@@ -607,7 +645,8 @@ cdef class MappedFile:
 
     cdef void _prefault(self, int64_t pos, int64_t lead) noexcept:
         """Ask the prefault worker for ``[warmed, pos + 2 * lead)`` (``prefault_ahead``, inline in the .pxd,
-        calls this once the writer at ``pos`` is within ``lead`` bytes of what was asked for before).
+        calls this once the writer at ``pos`` is within ``lead`` bytes of what was asked for before), after
+        allocating the blocks there (``reserve``). ``2 * lead`` is capped at the file's window.
 
         A file written a little at a time through its mapping (the commit log without
         ``warm_mapped_file_enable``; consume queues, 20 bytes a unit) otherwise takes two page faults per
@@ -615,19 +654,64 @@ cdef class MappedFile:
         The worker takes them on another core, in bulk. Nothing here waits: a page the worker has not
         reached yet faults as it did without it."""
         cdef int64_t start = self.warmed if self.warmed > pos else pos, end
-        if self.base == NULL or self.read_only or self.write_base != self.base:
-            self.warmed = self.file_size        # nothing to pre-fault (a pool buffer takes the writes): ask no more
+        if self.base == NULL or self.read_only:
+            self.warmed = self.file_size        # nothing to pre-fault: ask no more
             return
         if start >= self.file_size:
             return
+        if self.window >= 0 and 2 * lead > self.window:
+            lead = self.window // 2
         start = start // PAGE * PAGE
-        end = (pos + 2 * lead + PAGE - 1) // PAGE * PAGE
+        end = _page_up(pos + 2 * lead)
         if end > self.file_size:
             end = self.file_size
+        if self.reserve(pos, end) != 0:
+            # a full disk: populating holes would only fail; asked again at the next append
+            if end > self.reserved:
+                end = self.reserved if self.reserved > start else start
+        if self.write_base != self.base:
+            # a pool buffer takes the writes (the commit copies them into the mapping): blocks, no pages
+            if end > self.warmed:
+                self.warmed = end
+            return
         if end > start:
             prefault_request(self.base + start, <size_t>(end - start), self.base, self.base + self.file_size,
                              self.pf_cursor)
-        self.warmed = end
+            self.warmed = end
+
+    cdef int _reserve(self, int64_t pos, int64_t end) noexcept:
+        """``reserve``'s slow path: allocate ``[max(reserved, pos), end)`` with ``posix_fallocate`` (to the
+        end of the file without a window). Below ``pos`` the writer has written already, and a writer that
+        goes back (the index's hash slots) writes into a sparse file."""
+        cdef int64_t start = self.reserved if self.reserved > pos else pos
+        cdef int64_t target = _page_up(end) if self.window >= 0 else self.file_size
+        cdef int rc
+        if target > self.file_size:
+            target = self.file_size
+        start = start // PAGE * PAGE
+        if self.fd < 0 or self.read_only or target <= start:
+            return 0
+        # with the GIL: a window takes ~10 us on ext4, and the put path runs this under the put lock, where
+        # handing the GIL to another thread could cost it a whole switch interval to get it back
+        rc = posix_fallocate(self.fd, start, target - start)
+        self.reserve_errno = rc
+        if rc == 0:
+            self.reserved = target
+        return rc
+
+    @property
+    def reserved_position(self):
+        """``[0, reserved_position)`` has its blocks allocated, or was written before this mapping existed
+        (diagnostics and tests; a loaded file starts at 0 and allocates from where its writer resumes)."""
+        return self.reserved
+
+    def ensure_reserved(self, long long pos, long long end):
+        """``reserve`` for Python writers: raise ``OSError`` when the blocks of ``[pos, end)`` cannot be
+        allocated (a write through the mapping there could raise SIGBUS on a full disk)."""
+        cdef int rc = self.reserve(pos, end)
+        if rc != 0:
+            raise OSError(rc, "cannot allocate %d bytes at %d: %s" % (end - pos, pos, os.strerror(rc)),
+                          self.file_name)
 
     def populate_past_writer(self, long long start, long long end, writer_at=None):
         """Run the prefault worker's loop over ``[start, end)`` in this thread, without the GIL:

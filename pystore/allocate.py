@@ -2,7 +2,8 @@
 
 When the put path needs file *N*, it asks for *N* and *N+1*: *N* is usually ready already (it was the
 previous request's *N+1*), so a roll costs a dictionary lookup, not an ``fallocate`` and page faults under
-the put lock. The service thread creates files at full size (``posix_fallocate``), pre-faults them when
+the put lock. The service thread creates files at full size with their first ``window`` bytes allocated
+(``posix_fallocate``; the put path allocates the rest a window at a time), pre-faults them when
 ``warm_mapped_file_enable`` is set (with SYNC_FLUSH, like RocketMQ's ``warmMappedFile``, it also writes
 the zeros to disk every ``flush_least_pages_when_warm_mapped_file`` pages, so a durable put's flush carries
 data only, never block allocation), maps them a page at a time (a flush then writes what the puts wrote,
@@ -64,6 +65,7 @@ class AllocateMappedFileService(ServiceThread):
         pool: object | None = None,
         sync_warm_every: int = 0,
         clock: Callable[[], int] | None = None,
+        window: int = -1,
     ) -> None:
         super().__init__("AllocateMappedFileService", clock)
         self.wait_timeout_ms = wait_timeout_ms
@@ -71,6 +73,8 @@ class AllocateMappedFileService(ServiceThread):
         #: with SYNC_FLUSH, warming also writes the zeros to disk every this many bytes (RocketMQ)
         self.sync_warm_every = sync_warm_every
         self.pool = pool
+        #: blocks allocated ahead of the writer (``MappedFile(window=)``); -1: whole files
+        self.window = window
         self._lock = threading.Lock()
         self._requests: dict[str, _Request] = {}
         self._queue: list[_Request] = []
@@ -109,7 +113,7 @@ class AllocateMappedFileService(ServiceThread):
         folder = os.path.dirname(path)
         make_dirs_durable(folder)
         # without read-ahead until full: a flush then writes what the puts wrote (MappedFile.write_page_by_page)
-        mf = MappedFile(path, size, create=True, fresh_random=True)
+        mf = MappedFile(path, size, create=True, fresh_random=True, window=self.window)
         try:
             # the file's size first (strict POSIX keeps a size change only with the file's own fsync): else a
             # power cut can leave the file named but 0 bytes long, and a log holding two such files (a full

@@ -33,6 +33,10 @@ class CommitLog(CommitLogCore):
                          config.use_reentrant_lock_when_put_message, config.os_page_cache_busy_timeout_mills)
         self.config = config
         self.queue = queue
+        # blocks allocated ahead of the writer: in the files loaded, and in those the queue creates inline
+        queue.window = config.prefault_window_bytes
+        for mf in queue.files:
+            mf.window = queue.window
         self.clock = clock
         self.roll_file = self._roll_file
         #: read-only: where recovery found damage (-1: none); a refresh never reads past it

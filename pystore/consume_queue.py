@@ -74,10 +74,12 @@ def queue_id_of(name: str) -> int | None:
     return qid if _INT_MIN <= qid <= _INT_MAX and str(qid) == name else None
 
 
-def _file_queue(folder: str, file_size: int, read_only: bool) -> MappedFileQueue:
-    """A queue's files: new ones are mapped without read-ahead (see ``MappedFileQueue.fresh_random``)."""
+def _file_queue(folder: str, file_size: int, read_only: bool, window: int) -> MappedFileQueue:
+    """A queue's files: new ones are mapped without read-ahead (see ``MappedFileQueue.fresh_random``), with
+    ``window`` bytes allocated ahead of the writer."""
     queue = MappedFileQueue(folder, file_size, read_only=read_only)
     queue.fresh_random = True
+    queue.window = window
     return queue
 
 
@@ -90,11 +92,13 @@ class ConsumeQueue(ConsumeQueueCore):
     #: why ``load`` refused the files: ``(path, absolute offset, reason)``
     damage: tuple[str, int, str] | None = None
 
-    def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False) -> None:
+    def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False,
+                 window: int = -1) -> None:
         folder = os.path.join(store_path, topic, str(queue_id))
-        super().__init__(topic, queue_id, file_size, _file_queue(folder, file_size, read_only))
+        super().__init__(topic, queue_id, file_size, _file_queue(folder, file_size, read_only, window))
         self.folder = folder
         self.read_only = read_only
+        self.window = window
 
     def __repr__(self) -> str:
         return "ConsumeQueue(%r, %d, min=%d, max=%d)" % (self.topic, self.queue_id, self.get_min_offset_in_queue(),
@@ -152,7 +156,7 @@ class ConsumeQueue(ConsumeQueueCore):
         # folders this queue created but did not sync yet, which the new file list would not know about
         self.queue.pending_dirs.sync()
         sync_dirs(os.path.dirname(p) for p in paths)
-        self.queue = _file_queue(self.folder, self.file_size, self.read_only)
+        self.queue = _file_queue(self.folder, self.file_size, self.read_only, self.window)
         self.forget_time_samples()
         self.last_file = None
         self.max_physic_offset = 0
@@ -340,10 +344,12 @@ class ConsumeQueueStore:
     """Every consume queue of a store, keyed by (topic, queue id)."""
 
     def __init__(self, store_path: str, file_size: int, read_only: bool = False,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, window: int = -1) -> None:
         self.store_path = store_path
         self.file_size = file_size
         self.read_only = read_only
+        #: disk blocks allocated ahead of each queue's writer (``MappedFile(window=)``)
+        self.window = window
         self.on_error = on_error
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
@@ -376,7 +382,7 @@ class ConsumeQueueStore:
                         # only a damaged record can carry such a topic (puts refuse it); never let it name a
                         # folder outside consumequeue/
                         raise ValueError("topic %r cannot name a consume-queue folder" % topic)
-                    cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size, self.read_only)
+                    cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size, self.read_only, self.window)
                     cq.on_error = self.on_error
                     self._queues[key] = cq
         return cq

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pystore._index import IndexFileCore, IndexFilesBase, index_file_size, index_keys
+from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys
 from pystore._mapped_file import MappedFile
 from pystore._message import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
@@ -118,7 +118,7 @@ class IndexService(IndexFilesBase):
                         "configured one", p, size, *geometry)
                 self.hash_slot_num, self.index_num = geometry
                 self.file_size = size
-            mf = MappedFile(p, size, read_only=self.read_only, from_offset=0)
+            mf = MappedFile(p, size, read_only=self.read_only, from_offset=0, window=PREFAULT_WINDOW)
             f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
             if not last_exit_ok and not self.read_only and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                 log.info("dropping %s: newer than the checkpoint's index time; dispatch rebuilds it", p)
@@ -153,7 +153,8 @@ class IndexService(IndexFilesBase):
                 free = shutil.disk_usage(self.path).free
                 if free < self.file_size:
                     raise OSError(errno.ENOSPC, "%d bytes free, an index file needs %d" % (free, self.file_size), p)
-                mf = MappedFile(p, self.file_size, create=True, from_offset=0, preallocate=False)
+                mf = MappedFile(p, self.file_size, create=True, from_offset=0, preallocate=False,
+                                window=PREFAULT_WINDOW)
             except OSError:
                 log.exception("cannot create index file %s", p)
                 self.pending_dirs.add(changed)

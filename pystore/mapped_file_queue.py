@@ -80,6 +80,8 @@ class MappedFileQueue:
         #: new files are mapped without read-ahead until full (``MappedFile(fresh_random=True)``): for files
         #: written a few bytes at a time, such as consume queues
         self.fresh_random = False
+        #: disk blocks allocated ahead of a new file's writer (``MappedFile(window=)``); -1: whole files
+        self.window = -1
         #: folders whose new entries are not durable yet; ``flush`` syncs them first
         self.pending_dirs = PendingDirs()
         #: why the last ``load`` refused the files: ``(path, absolute offset, reason)``, else None
@@ -172,7 +174,7 @@ class MappedFileQueue:
                 for f in files:
                     f.close()
                 return False
-            mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only)
+            mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only, window=self.window)
             mf.set_positions(self.mapped_file_size)
             files.append(mf)
         with self._lock:
@@ -270,7 +272,8 @@ class MappedFileQueue:
                 else:
                     folder = os.path.dirname(path)
                     changed = make_dirs(folder)
-                    mf = MappedFile(path, self.mapped_file_size, create=True, fresh_random=self.fresh_random)
+                    mf = MappedFile(path, self.mapped_file_size, create=True, fresh_random=self.fresh_random,
+                                    window=self.window)
                     # synced by the next flush, off the put lock (a consume queue's file is made under it)
                     self.pending_dirs.add(changed + [folder])
             except (OSError, ValueError):       # ValueError: a path the OS cannot take (a NUL byte)

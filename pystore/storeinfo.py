@@ -5,6 +5,12 @@ JSON-serialisable ``dict``. Figures come from the public ``MessageStore`` API wh
 and sizes come from the folder. ``dispatch_behind_bytes`` is measured from the files: the commit log's end
 minus the end of the newest record any consume queue points at (a read-only store has no dispatcher of its
 own to ask).
+
+Every file and folder has two sizes: ``size`` / ``bytes``, the apparent size (``st_size``: what ``ls`` and
+``du --apparent-size`` show), and ``allocated`` / ``allocated_bytes``, the disk it takes (``st_blocks * 512``:
+what ``du`` shows). Store files have their full size from creation but only their written part plus the
+pre-fault window allocated (``prefault_window_bytes``), and an index file's hash slots are allocated as keys
+land in them, so most files are sparse (``"sparse": true``: fewer bytes allocated than their size).
 """
 
 from __future__ import annotations
@@ -29,17 +35,30 @@ def iso_ms(ms: int) -> str | None:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
 
 
-def _du(path: str) -> tuple[int, int]:
-    """(files, bytes) under ``path``."""
-    n = size = 0
+def _sizes(path: str) -> tuple[int, int]:
+    """(apparent size, bytes allocated on disk) of a file."""
+    st = os.stat(path)
+    return st.st_size, st.st_blocks * 512
+
+
+def _file_entry(name: str, path: str) -> dict[str, Any]:
+    size, allocated = _sizes(path)
+    return {"name": name, "size": size, "allocated": allocated, "sparse": allocated < size}
+
+
+def _du(path: str) -> tuple[int, int, int]:
+    """(files, apparent bytes, allocated bytes) under ``path``."""
+    n = size = allocated = 0
     for folder, _, names in os.walk(path):
         for name in names:
             try:
-                size += os.path.getsize(os.path.join(folder, name))
-                n += 1
+                a, b = _sizes(os.path.join(folder, name))
             except OSError:
-                pass
-    return n, size
+                continue
+            n += 1
+            size += a
+            allocated += b
+    return n, size, allocated
 
 
 def _pid_alive(pid: int) -> bool:
@@ -74,23 +93,16 @@ def _commit_log_files(store: MessageStore) -> list[dict[str, Any]]:
             continue
         for name in names:
             path = os.path.join(folder, name)
-            size = os.path.getsize(path)
+            entry = _file_entry(name, path)
             ts = 0
-            if size:
+            if entry["size"]:
                 mf = MappedFile(path, -1, read_only=True)
                 try:
                     ts = first_store_timestamp(mf)
                 finally:
                     mf.close()
-            out.append(
-                {
-                    "name": name,
-                    "path": path,
-                    "size": size,
-                    "first_store_time": iso_ms(ts),
-                    "first_store_timestamp": ts,
-                }
-            )
+            entry.update(path=path, first_store_time=iso_ms(ts), first_store_timestamp=ts)
+            out.append(entry)
     return out
 
 
@@ -134,13 +146,17 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
         if os.path.isdir(cfg.index_path()):
             for name in sorted(os.listdir(cfg.index_path())):
                 if name.isdigit():
-                    index_files.append(
-                        {"name": name, "size": os.path.getsize(os.path.join(cfg.index_path(), name))}
-                    )
+                    index_files.append(_file_entry(name, os.path.join(cfg.index_path(), name)))
+        _, cq_size, cq_allocated = _du(cfg.consume_queue_path())
         usage = {
             "commitlog": sum(f["size"] for f in cl_files),
-            "consumequeue": _du(cfg.consume_queue_path())[1],
+            "consumequeue": cq_size,
             "index": sum(f["size"] for f in index_files),
+        }
+        allocated = {
+            "commitlog": sum(f["allocated"] for f in cl_files),
+            "consumequeue": cq_allocated,
+            "index": sum(f["allocated"] for f in index_files),
         }
         recovery = store.recovery
         info: dict[str, Any] = {
@@ -172,6 +188,8 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
             "index_files": index_files,
             "disk": {
                 "bytes": usage,
+                "allocated_bytes": allocated,
+                "sparse": {kind: allocated[kind] < usage[kind] for kind in usage},
                 "commit_log_disk_ratio": float(runtime.get("commitLogDiskRatio", "-1")),
                 "disk_max_used_space_ratio": cfg.disk_max_used_space_ratio,
                 "disk_space_clean_forcibly_ratio": cfg.disk_space_clean_forcibly_ratio,

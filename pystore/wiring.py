@@ -158,7 +158,7 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         commitlog = CommitLog(cfg, queue, clock=injected_clock)
         parts = StoreParts(StoreCheckpoint(cfg.checkpoint_path(), read_only=read_only, clock=clock), commitlog,
                            ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
-                                             read_only, on_error=on_queue_error),
+                                             read_only, on_error=on_queue_error, window=cfg.prefault_window_bytes),
                            ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
                                       cfg.max_transfer_count_on_message_in_memory,
                                       cfg.max_transfer_bytes_on_message_in_disk,
@@ -334,7 +334,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     # a flush writes what the puts wrote, not the large folio around it (MappedFile.write_page_by_page):
     # new files (the allocate service), and the rest of the file recovery left the writer in
     allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable, pool=pool,
-                                         clock=clock,
+                                         clock=clock, window=cfg.prefault_window_bytes,
                                          sync_warm_every=cfg.flush_least_pages_when_warm_mapped_file * _PAGE
                                          if sync_flush else 0)
     last = cl.queue.last()

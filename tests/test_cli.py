@@ -276,6 +276,35 @@ def test_inspect(tmp_path):
     assert run("inspect", tmp_path).exit_code == 1  # a folder, not a store
 
 
+def test_inspect_reports_allocated_and_apparent_sizes(sparse_tmp):
+    root = sparse_tmp / "s"
+    with MessageStore.open(root) as s:     # default sizes: a 1 GiB commit-log file, a 400 MB index file
+        for i in range(500):
+            assert s.put_message(Message("T0", b"x" * 100, keys=["k%d" % i])).is_ok()
+    info = json.loads(run("inspect", root, "--json").stdout)
+
+    def stat(path):
+        st = os.stat(path)
+        return st.st_size, st.st_blocks * 512
+
+    for f in info["commit_log"]["files"]:
+        assert (f["size"], f["allocated"]) == stat(f["path"])
+        assert f["sparse"] == (f["allocated"] < f["size"]) is True
+    for f in info["index_files"]:
+        assert (f["size"], f["allocated"]) == stat(root / "index" / f["name"])
+        assert f["sparse"] is True
+    cq = [stat(os.path.join(d, n)) for d, _, names in os.walk(root / "consumequeue") for n in names]
+    disk = info["disk"]
+    assert disk["bytes"]["consumequeue"] == sum(size for size, _ in cq)
+    assert disk["allocated_bytes"]["consumequeue"] == sum(allocated for _, allocated in cq)
+    assert disk["allocated_bytes"]["commitlog"] == sum(f["allocated"] for f in info["commit_log"]["files"])
+    assert disk["bytes"]["commitlog"] == 1 << 30
+    assert disk["allocated_bytes"]["commitlog"] < 8 << 20
+    assert disk["sparse"] == {"commitlog": True, "consumequeue": True, "index": True}
+    out = run("inspect", root).output
+    assert "allocated / apparent" in out and "(sparse)" in out and "1.0 GiB" in out
+
+
 def test_verify_ok(tmp_path):
     root = tmp_path / "s"
     make_store(root, 300)

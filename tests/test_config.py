@@ -85,6 +85,7 @@ EXTRA_DEFAULTS = [
     ("slave_timeout", 3_000),
     ("read_only", False),
     ("recover_truncate_corrupted", False),
+    ("prefault_window_bytes", 4 * 1024 * 1024),
 ]
 
 
@@ -169,6 +170,15 @@ def test_known_keys_do_not_warn():
         warnings.simplefilter("error")
         config = StoreConfig.from_properties("storePathRootDir=/x\nmax_message_size=1024\n")
     assert (config.store_path_root_dir, config.max_message_size, config.unknown_keys) == ("/x", 1024, ())
+
+
+def test_prefault_window_bytes_reads_and_writes_its_properties_key():
+    config = StoreConfig.from_properties("prefaultWindowBytes=65536\n")
+    assert config.prefault_window_bytes == 65536 and config.unknown_keys == ()
+    assert "prefaultWindowBytes=65536" in config.to_properties()
+    assert StoreConfig(prefault_window_bytes=0).prefault_window_bytes == 0     # allocate as each put writes
+    with pytest.raises(ConfigError):
+        StoreConfig(prefault_window_bytes=-1)
 
 
 def test_properties_syntax():

@@ -750,3 +750,113 @@ def test_zero_from_unaligned_start(mf):
     mf.zero_from(77)
     assert mf.read_any(0, 77) == bytes(range(77))
     assert mf.read_any(77, SIZE - 77) == bytes(SIZE - 77)
+
+
+# -- disk blocks: allocated a window at a time -----------------------------------------------------
+
+
+def _allocated(path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def _data_end(path) -> int:
+    """Where the first hole of the file starts (its size if it has none): data written, not blocks only
+    allocated (ext4 reports those as a hole)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE)
+    finally:
+        os.close(fd)
+
+
+def test_a_file_with_a_window_is_created_with_one_page_allocated(sparse_tmp):
+    p = str(sparse_tmp / "00000000000000000000")
+    f = MappedFile(p, 256 * PAGE, create=True, window=16 * PAGE)
+    try:
+        assert os.path.getsize(p) == 256 * PAGE            # full size: recovery and readers rely on it
+        assert f.reserved_position == PAGE == _allocated(p)
+        assert f.window == 16 * PAGE
+    finally:
+        f.close()
+
+
+def test_a_file_smaller_than_a_page_keeps_its_size(tmp_path):
+    p = str(tmp_path / "00000000000000000000")
+    f = MappedFile(p, 100, create=True, window=16 * PAGE)
+    try:
+        assert os.path.getsize(p) == 100 and f.reserved_position == 100
+        assert f.append_message(b"z" * 100) and f.is_full()
+        assert os.path.getsize(p) == 100
+    finally:
+        f.close()
+
+
+def test_without_a_window_the_whole_file_is_allocated(sparse_tmp):
+    p = str(sparse_tmp / "00000000000000000000")
+    f = MappedFile(p, 256 * PAGE, create=True)
+    try:
+        assert f.window == -1
+        assert f.reserved_position == 256 * PAGE <= _allocated(p)
+        f.ensure_reserved(PAGE, 2 * PAGE)                   # nothing left to allocate
+        assert f.reserved_position == 256 * PAGE
+    finally:
+        f.close()
+
+
+def test_ensure_reserved_allocates_from_the_writer_to_the_end_asked(sparse_tmp):
+    p = str(sparse_tmp / "00000000000000000000")
+    f = MappedFile(p, 256 * PAGE, create=True, window=16 * PAGE)
+    try:
+        f.ensure_reserved(0, 3 * PAGE + 1)
+        assert f.reserved_position == 4 * PAGE == _allocated(p)
+        f.ensure_reserved(PAGE, 2 * PAGE)                   # already allocated: nothing changes
+        assert f.reserved_position == 4 * PAGE == _allocated(p)
+        # a writer that resumes further on (a loaded file) allocates from where it is, not from 0
+        f.ensure_reserved(100 * PAGE + 10, 101 * PAGE)
+        assert f.reserved_position == 101 * PAGE
+        assert _allocated(p) == 5 * PAGE
+    finally:
+        f.close()
+
+
+def test_append_message_allocates_what_it_writes(sparse_tmp):
+    p = str(sparse_tmp / "00000000000000000000")
+    f = MappedFile(p, 256 * PAGE, create=True, window=16 * PAGE)
+    try:
+        assert f.append_message(b"\x01" * (5 * PAGE + 7))
+        assert f.reserved_position == 6 * PAGE
+        f.flush(0)
+        assert _allocated(p) == 6 * PAGE == _data_end(p)
+        assert f.read(5 * PAGE, 7) == b"\x01" * 7
+    finally:
+        f.close()
+
+
+def test_warm_allocates_the_whole_file(sparse_tmp):
+    p = str(sparse_tmp / "00000000000000000000")
+    f = MappedFile(p, 64 * PAGE, create=True, window=4 * PAGE)
+    try:
+        f.warm()
+        assert f.reserved_position == 64 * PAGE <= _allocated(p)
+    finally:
+        f.close()
+
+
+def test_zero_from_gives_the_blocks_past_its_page_back(sparse_tmp):
+    p = str(sparse_tmp / "00000000000000000000")
+    f = MappedFile(p, 64 * PAGE, create=True, window=4 * PAGE)
+    try:
+        f.append_message(b"\xff" * (64 * PAGE))
+        f.flush(0)
+        assert _allocated(p) >= 64 * PAGE
+        f.zero_from(PAGE + 100)
+        assert f.read_any(0, PAGE + 100) == b"\xff" * (PAGE + 100)
+        assert f.read_any(PAGE + 100, 63 * PAGE - 100) == bytes(63 * PAGE - 100)
+        assert f.reserved_position == 2 * PAGE == _data_end(p)
+        assert _allocated(p) == 2 * PAGE
+        f.set_positions(PAGE + 100)
+        assert f.append_message(b"\x02" * (2 * PAGE))         # allocates again what it writes
+        assert f.reserved_position == 4 * PAGE
+        assert f.read(PAGE + 100, 2 * PAGE) == b"\x02" * (2 * PAGE)
+    finally:
+        f.close()

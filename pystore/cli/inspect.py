@@ -1,4 +1,7 @@
-"""``pystore inspect``: topics, queues, offsets, files, disk usage and checkpoint of a store (read-only)."""
+"""``pystore inspect``: topics, queues, offsets, files, disk usage and checkpoint of a store (read-only).
+
+Sizes are shown as ``allocated / apparent``: the disk a file takes (``st_blocks``, as ``du`` counts) and its
+size (``st_size``, as ``ls`` shows); a file with fewer bytes allocated than its size is marked sparse."""
 
 from __future__ import annotations
 
@@ -79,9 +82,11 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         % (len(info["topics"]), len(info["queues"]), sum(q["messages"] for q in info["queues"])),
     )
     s.add_row(
-        "disk",
-        "commit log %s, consume queues %s, index %s"
-        % tuple(human_bytes(disk["bytes"][k]) for k in ("commitlog", "consumequeue", "index")),
+        "disk (allocated / apparent)",
+        ", ".join(
+            "%s %s" % (what, _sizes(disk["bytes"][k], disk["allocated_bytes"][k]))
+            for what, k in (("commit log", "commitlog"), ("consume queues", "consumequeue"), ("index", "index"))
+        ),
     )
     ratio = disk["commit_log_disk_ratio"]
     s.add_row(
@@ -134,16 +139,23 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         )
     console.print(q)
     f = Table(title="commit-log files", title_justify="left")
-    for col in ("file", "size", "first store time"):
-        f.add_column(col, justify="right" if col == "size" else "left")
+    for col in ("file", "allocated / apparent", "first store time"):
+        f.add_column(col, justify="left" if col == "file" or col == "first store time" else "right")
     for row in cl["files"]:
-        f.add_row(row["name"], human_bytes(row["size"]), iso(row["first_store_timestamp"]))
+        f.add_row(row["name"], _sizes(row["size"], row["allocated"]), iso(row["first_store_timestamp"]))
     console.print(f)
     if info["index_files"]:
         console.print(
-            "index files: "
-            + ", ".join("%s (%s)" % (x["name"], human_bytes(x["size"])) for x in info["index_files"])
+            "index files (allocated / apparent): "
+            + ", ".join("%s (%s)" % (x["name"], _sizes(x["size"], x["allocated"])) for x in info["index_files"])
         )
+
+
+def _sizes(apparent: int, allocated: int) -> str:
+    """Disk taken and apparent size: files keep their full size from creation, but only what was written
+    (plus the pre-fault window) takes disk; the rest is a hole."""
+    text = "%s / %s" % (human_bytes(allocated), human_bytes(apparent))
+    return text + " (sparse)" if allocated < apparent else text
 
 
 def _ts(iso_text: str | None) -> int | None:
