@@ -759,7 +759,7 @@ def test_the_spark_writers_append_says_why_with_the_same_words(tmp_path):
     assert "MESSAGE_ILLEGAL (body of 300 bytes is larger than max_message_size (200))" in str(exc.value)
 
 
-@pytest.mark.parametrize("verb", [("verify",), ("clean",), ("recover",), ("get", "T0", "0", "0")])
+@pytest.mark.parametrize("verb", [("verify",), ("clean",), ("recover",), ("get", "T0", "0", "0"), ("inspect",)])
 def test_tables_off_a_terminal_are_plain_rows(tmp_path, verb):
     """Off a terminal a table has no box lines: every row is one line of space-separated columns that grep
     and cut take whole (the title stays its own line)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from pystore.cli.common import (
@@ -21,6 +20,7 @@ from pystore.cli.common import (
     print_json,
     require_store,
     store_options,
+    table,
 )
 
 
@@ -60,7 +60,7 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         if info["unclean_shutdown"]
         else "[green]clean shutdown[/green]"
     )
-    s = Table(title="store %s" % esc(info["root"]), title_justify="left", show_header=False)
+    s = table("store %s" % esc(info["root"]), show_header=False)
     s.add_column("what", style="bold")
     s.add_column("value")
     s.add_row("state", state)
@@ -114,7 +114,7 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
     if info["read_only_view"]["damage"]:
         s.add_row("damage", "[red]%s[/red] (run `pystore verify`)" % esc(info["read_only_view"]["damage"]))
     console.print(s)
-    q = Table(title="queues", title_justify="left")
+    q = table("queues")
     for col in (
         "topic",
         "queue",
@@ -138,7 +138,7 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
             iso(_ts(row["last_store_time"])),
         )
     console.print(q)
-    f = Table(title="commit-log files", title_justify="left")
+    f = table("commit-log files")
     for col in ("file", "allocated / apparent", "first store time"):
         f.add_column(col, justify="left" if col == "file" or col == "first store time" else "right")
     for row in cl["files"]:
