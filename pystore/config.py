@@ -125,6 +125,7 @@ class StoreConfig:
     flush_least_pages_when_warm_mapped_file: int = 4096
     fast_fail_if_no_buffer_in_store_pool: bool = False
     flush_delay_offset_interval: int = 10_000
+    flush_consumer_offset_interval: int = 5_000  # RocketMQ's BrokerConfig (consumerOffset.json), same broker.conf
     max_msgs_num_batch: int = 64
     default_query_max_num: int = 32
     allocate_wait_timeout: int = 5_000  # pystore: ms a put waits for the next commit-log file
