@@ -113,9 +113,13 @@ class Consumer:
         return out
 
     def _fetch_or_discover(self) -> list[MessageExt]:
+        """A round over the known queues; when they had nothing, the topic's new queues are taken up and read."""
         msgs = self._fetch()
         if not msgs and self._fixed is None:
+            known = len(self._position)
             self._discover()
+            if len(self._position) > known:
+                msgs = self._fetch()
         return msgs
 
     # -- the API --------------------------------------------------------------------------------------------
