@@ -16,7 +16,6 @@ except ImportError as exc:  # pragma: no cover - a broken install
 from pystore import tools  # noqa: E402  (a module of the public API)
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
-from pystore.consumer import Consumer
 from pystore.errors import ConfigError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
 from pystore.message import MessageConst, MessageFilter, SysFlag, TagFilter
 from pystore.results import GetMessageResult, QueryMessageResult
@@ -24,7 +23,7 @@ from pystore.status import AppendMessageStatus, GetMessageStatus, PutMessageStat
 from pystore.store import MessageStore
 
 __all__ = [
-    "AppendMessageResult", "AppendMessageStatus", "BrokerRole", "ConfigError", "Consumer", "FlushDiskType",
+    "AppendMessageResult", "AppendMessageStatus", "BrokerRole", "ConfigError", "FlushDiskType",
     "GetMessageResult", "GetMessageStatus", "Message", "MessageBatch", "MessageConst", "MessageExt",
     "MessageFilter", "MessageStore", "PutMessageResult", "PutMessageStatus", "QueryMessageResult",
     "SelectMappedBufferResult", "StoreClosedError", "StoreConfig", "StoreCorruptedError", "StoreError",

@@ -98,6 +98,8 @@ class StoreConfig:
     # pystore: reads check each served record's body CRC and that its header is the one asked for (Kafka's
     # consumer ``check.crcs``); damage raises StoreCorruptedError instead of serving the record.
     check_crc_on_read: bool = True
+    # RocketMQ's BrokerConfig (a broker.conf key all the same): ms between writes of config/consumerOffset.json
+    flush_consumer_offset_interval: int = 5_000
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_hash_slot_num: int = 5_000_000
@@ -125,7 +127,6 @@ class StoreConfig:
     flush_least_pages_when_warm_mapped_file: int = 4096
     fast_fail_if_no_buffer_in_store_pool: bool = False
     flush_delay_offset_interval: int = 10_000
-    flush_consumer_offset_interval: int = 5_000  # RocketMQ's BrokerConfig (consumerOffset.json), same broker.conf
     max_msgs_num_batch: int = 64
     default_query_max_num: int = 32
     allocate_wait_timeout: int = 5_000  # pystore: ms a put waits for the next commit-log file

@@ -13,8 +13,9 @@ import time
 import pytest
 from writer_procs import WORKTREE
 
-from pystore import Consumer, GetMessageStatus, Message, MessageBatch, StoreError
+from pystore import GetMessageStatus, Message, MessageBatch, StoreError
 from pystore.config import BrokerRole, FlushDiskType
+from pystore.consumer import Consumer
 
 FOUND = GetMessageStatus.FOUND
 
