@@ -104,6 +104,12 @@ class Arrivals:
             except Exception:
                 log.exception("arriving listener %r failed on %s/%d offset %d", fn, topic, queue_id, queue_offset)
 
+    def wake_all(self) -> None:
+        """Wake every waiting get (the store shuts down: their next get raises ``StoreClosedError``)."""
+        with self._cond:
+            self._arrived += 1
+            self._cond.notify_all()
+
     # -- waiting gets -----------------------------------------------------------------------------------------
 
     def wait_for(self, topic: str, timeout_ms: int, get: Callable[[], R], done: Callable[[R], bool]) -> R:

@@ -272,6 +272,8 @@ class MessageStore:
         was_started = self._state == _STARTED
         self._state = _SHUTDOWN
         self._update_writeable()
+        if self._arrivals is not None:
+            self._arrivals.wake_all()
         w = self._writer
         if w is not None:
             w.stop_appends()

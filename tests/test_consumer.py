@@ -13,7 +13,7 @@ import time
 import pytest
 from writer_procs import WORKTREE
 
-from pystore import GetMessageStatus, Message, MessageBatch, StoreError
+from pystore import GetMessageStatus, Message, MessageBatch, StoreClosedError, StoreError
 from pystore.config import BrokerRole, FlushDiskType
 from pystore.consumer import Consumer
 
@@ -145,6 +145,33 @@ def test_long_poll_filter_waits_for_a_match(store_factory) -> None:
     assert r.status is FOUND and [m.body for m in r.messages] == [b"b"]
     r = store.get_message("g", "T", 0, 0, message_filter="C", timeout_ms=200)
     assert r.status is GetMessageStatus.NO_MATCHED_MESSAGE and r.next_begin_offset == 3
+
+
+def test_shutdown_ends_a_waiting_get(store_factory) -> None:
+    store = store_factory()
+    errors = []
+
+    def wait() -> None:
+        try:
+            store.get_message("g", "T", 0, 0, timeout_ms=120_000)
+        except StoreClosedError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.3)
+    store.shutdown()
+    t.join(30)
+    assert not t.is_alive() and len(errors) == 1
+
+
+def test_listener_that_puts_into_another_store(store_factory) -> None:
+    """A listener may put elsewhere (into the same store from its own thread it would deadlock: documented)."""
+    store, other = store_factory("a"), store_factory("b")
+    store.add_arriving_listener(lambda topic, qid, off, *rest: other.put_message(Message("Copy", b"%d" % off)))
+    for i in range(3):
+        store.put_message(Message("T", b"x"))
+    assert [m.body for m in other.get_message("g", "Copy", 0, 0).messages] == [b"0", b"1", b"2"]
 
 
 def test_timeout_zero_and_bad_timeout(store_factory) -> None:
