@@ -13,6 +13,8 @@ Iteration hands out one message at a time and counts it handed out then; with ``
 before each fetch, and ``commit()`` (or the end of the ``with`` block) after a loop that broke out commits up
 to the last message the loop got, never past it.
 
+A read-only store can read committed offsets but not commit: its consumers need ``auto_commit=False``.
+
 Thread-safety: one consumer belongs to one thread; several consumers may share a store.
 """
 
@@ -24,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pystore._message import MessageExt
+from pystore.errors import StoreError
 from pystore.status import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -49,6 +52,9 @@ class Consumer:
             raise TypeError("group and topic must be str")
         if not group or not topic:
             raise ValueError("group and topic must not be empty")
+        if auto_commit and store.read_only:
+            # refused here, not at the first poll: that poll would lose its messages to the failed commit
+            raise StoreError("%s is open read-only: it cannot commit; use auto_commit=False" % store.root)
         self.store = store
         self.group = group
         self.topic = topic

@@ -271,3 +271,18 @@ def test_consumer_starts_at_min_offset_when_never_committed(store_factory) -> No
     store.put_message(Message("T", b"a"))
     c = store.consumer("g", "T")
     assert c.positions == {0: store.get_min_offset_in_queue("T", 0)}
+
+
+def test_consumer_of_a_read_only_store(store_factory) -> None:
+    writer = store_factory()
+    for i in range(3):
+        writer.put_message(Message("T", b"%d" % i))
+    writer.commit_offset("g", "T", 0, 1)
+    writer.shutdown()
+    reader = store_factory(read_only=True)
+    with pytest.raises(StoreError):
+        reader.consumer("g", "T")
+    c = reader.consumer("g", "T", auto_commit=False)
+    assert [m.body for m in c.poll()] == [b"1", b"2"]
+    with pytest.raises(StoreError):
+        c.commit()
