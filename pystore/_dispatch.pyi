@@ -31,6 +31,7 @@ class QueueDispatcher(Dispatcher):
     last_store_ts: int
     schedule_topic: str
     gaps: dict[tuple[str, int], int] | None
+    arriving: Callable[[str, int, int, int, int, bytes], object] | None
     def __init__(
         self,
         cell_factory: Callable[[str, int], Any],

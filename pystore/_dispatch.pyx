@@ -130,6 +130,9 @@ cdef class QueueDispatcher(Dispatcher):
     cdef public int64_t last_store_ts
     cdef public str schedule_topic
     cdef public object gaps                    # recovery: (topic, queue id) -> where the walk found it behind
+    # None, or arriving(topic, queue_id, queue_offset, tags_code, store_ts, properties bytes) after each unit
+    # (pystore.arrival sets it only while a listener or a waiter exists: the put path pays one pointer test)
+    cdef public object arriving
     cdef bytes _last_topic                     # the last record's topic and queue id, and their cell (reput)
     cdef int32_t _last_qid
     cdef object _last_cell
@@ -140,6 +143,7 @@ cdef class QueueDispatcher(Dispatcher):
         self.create_queue = create_queue
         self.index = index
         self.gaps = None
+        self.arriving = None
         self.schedule_topic = schedule_topic
         self.max_level = 0
         if delay_levels:
@@ -168,6 +172,8 @@ cdef class QueueDispatcher(Dispatcher):
                 tags = self._deliver_time(msg._delay_level, store_ts)
             cq.put_unit(phy_offset, size, tags, queue_offset)
             cq.last_store_ts = store_ts
+            if self.arriving is not None:
+                self.arriving(cell.topic, cell.queue_id, queue_offset, tags, store_ts, msg._props_b)
         self.last_store_ts = store_ts
         self._index(cell, msg, phy_offset, store_ts)
         return 0
@@ -202,6 +208,9 @@ cdef class QueueDispatcher(Dispatcher):
         cq.put_units(phy_offset, sizes, n, msg._tags_code, queue_offset)
         cq.last_store_ts = store_ts
         self.last_store_ts = store_ts
+        if self.arriving is not None:
+            for i in range(n):
+                self.arriving(cell.topic, cell.queue_id, queue_offset + i, msg._tags_code, store_ts, msg._props_b)
         if self.index is not None and msg._has_keys:
             for i in range(n):
                 self._index(cell, msg, phy_offset, store_ts)
@@ -254,6 +263,9 @@ cdef class QueueDispatcher(Dispatcher):
                     if self.gaps is not None:
                         cq.repair_unit(off, r, tags, v.queue_offset, cl_files, cl_file_size)
                     cq.put_unit(off, r, tags, v.queue_offset)
+                    if self.arriving is not None:
+                        self.arriving(cell.topic, cell.queue_id, v.queue_offset, tags, v.store_ts,
+                                      rec[v.props_pos:v.props_pos + v.props_len])
                 if cell.next_offset <= v.queue_offset:
                     # a slave's queues grow by reput only (a master assigned these offsets at put time)
                     cell.next_offset = v.queue_offset + 1

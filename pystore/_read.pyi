@@ -93,5 +93,6 @@ class QueueReader:
         offset: int,
         max_msg_nums: int = 32,
         message_filter: Any = None,
+        timeout_ms: int = 0,
     ) -> GetMessageResult: ...
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None: ...

@@ -515,13 +515,16 @@ cdef class QueueReader:
         self.store = store
         self.open = False
 
-    def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None):
-        """``MessageStore.get_message(group, topic, queue_id, offset, max_msg_nums=32, message_filter=None)``:
-        up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
-        statuses and next-offset rules (FORMAT.md §11.1). All but the plain case (a filter, an unknown queue, a
-        slave, a store not readable) is the Python method's answer."""
+    def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None, timeout_ms=0):
+        """``MessageStore.get_message(group, topic, queue_id, offset, max_msg_nums=32, message_filter=None,
+        timeout_ms=0)``: up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with
+        RocketMQ's statuses and next-offset rules (FORMAT.md §11.1). All but the plain case (a filter, an unknown
+        queue, a slave, a store not readable, a wait) is the Python method's answer."""
         cdef object cq = None
         cdef object q
+        if timeout_ms is not 0:
+            return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter,
+                                        timeout_ms)
         if (message_filter is None and self.open and type(topic) is str and type(queue_id) is int
                 and type(offset) is int and type(max_msg_nums) is int):
             cq = self.queues.get((topic, queue_id))

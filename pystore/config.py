@@ -98,6 +98,8 @@ class StoreConfig:
     # pystore: reads check each served record's body CRC and that its header is the one asked for (Kafka's
     # consumer ``check.crcs``); damage raises StoreCorruptedError instead of serving the record.
     check_crc_on_read: bool = True
+    # RocketMQ's BrokerConfig (a broker.conf key all the same): ms between writes of config/consumerOffset.json
+    flush_consumer_offset_interval: int = 5_000
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_hash_slot_num: int = 5_000_000

@@ -55,18 +55,15 @@ service thread or through ``deliver_once`` from a caller (tests), never both at 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pystore._message import Message, MessageExt
 from pystore._units import FILLER_SIZE, UNIT_SIZE, read_unit
-from pystore.durable import fsync_dir, make_dirs_durable
-from pystore.errors import StoreError
+from pystore.config_json import load_config_file, offset_value, persist_config_file, read_offset_table
 from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
@@ -93,10 +90,6 @@ FIRST_PERSIST_DELAY = 10_000
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_OFFSET_FILE = "delayOffset.json"
 
-# fastjson writes integer map keys bare: {1:3,2:0}; make them strings for json.loads
-_BARE_KEY = re.compile(r"([{,]\s*)(-?[0-9]+)(\s*:)")
-
-
 def delay_level_to_queue_id(level: int) -> int:
     return level - 1
 
@@ -117,25 +110,7 @@ def encode_delay_offsets(offset_table: dict[int, int]) -> str:
 def decode_delay_offsets(text: str) -> dict[int, int]:
     """``offsetTable`` of a ``delayOffset.json`` (fastjson's bare integer keys or quoted ones); ValueError if
     the text is not such a document."""
-    try:
-        doc = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
-    except RecursionError:
-        # a damaged file nested deeper than the interpreter's stack: unparsable like any other bad text, so
-        # load() takes the .bak instead of letting the open fail with a RecursionError
-        raise ValueError("JSON nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    table = doc.get("offsetTable")
-    if table is None:
-        return {}
-    if not isinstance(table, dict):
-        raise ValueError("offsetTable is not an object")
-    out: dict[int, int] = {}
-    for key, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("offset of level %s is not an integer: %r" % (key, value))
-        out[int(key)] = value
-    return out
+    return {int(key): offset_value(value, "level %s" % key) for key, value in read_offset_table(text).items()}
 
 
 class ScheduleMessageService(ServiceThread):
@@ -205,31 +180,9 @@ class ScheduleMessageService(ServiceThread):
     def load(self) -> None:
         """Read ``config/delayOffset.json`` (or its ``.bak``), then move each level's offset into its queue's
         [min, max] (5.x ``correctDelayOffset``)."""
-        try:
-            table = self._read(self.path)
-        except (OSError, ValueError) as e:
-            log.error("%s: cannot load (%s); trying %s.bak", self.path, e, DELAY_OFFSET_FILE)
-            table = None
-        if table is None:
-            try:
-                table = self._read(self.path + ".bak")
-            except (OSError, ValueError) as e:
-                raise StoreError("%s and its .bak cannot be loaded: %s" % (self.path, e)) from e
-        self.offset_table = table or {}
+        self.offset_table = load_config_file(self.path, decode_delay_offsets) or {}
+        log.info("%s: delay offsets loaded %s", self.path, self.offset_table)
         self.correct_delay_offset()
-
-    def _read(self, path: str) -> dict[int, int] | None:
-        """The table in ``path``; None if the file is missing or empty."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            return None
-        if not text:
-            return None
-        table = decode_delay_offsets(text)
-        log.info("%s: delay offsets loaded %s", path, table)
-        return table
 
     def correct_delay_offset(self) -> None:
         cqs = self.cq_store
@@ -247,24 +200,7 @@ class ScheduleMessageService(ServiceThread):
     def persist(self) -> None:
         """Write the offset table (RocketMQ ``ConfigManager.persist``: tmp file, old one kept as ``.bak``)."""
         with self._persist_lock:
-            text = encode_delay_offsets(dict(self.offset_table))
-            folder = os.path.dirname(self.path)
-            make_dirs_durable(folder)
-            tmp = self.path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                with open(self.path, "rb") as f:
-                    previous = f.read()
-            except FileNotFoundError:
-                previous = None
-            if previous is not None:
-                with open(self.path + ".bak", "wb") as f:
-                    f.write(previous)
-            os.replace(tmp, self.path)
-            fsync_dir(folder)       # the rename itself: without it a power cut may bring back the old table
+            persist_config_file(self.path, encode_delay_offsets(dict(self.offset_table)))
 
     # -- the timer ---------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -40,11 +40,14 @@ from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._read import QueueReader, ReadLimits, read_queue
 from pystore._results import PutMessageResult
+from pystore.arrival import Arrivals, ArrivingListener, found_something
 from pystore.checkpoint import AbortFile, StoreLock
 from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
+from pystore.consumer import Consumer
+from pystore.consumer_offsets import ConsumerOffsets
 from pystore.durable import make_dirs_durable
 from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
 from pystore.flush import flush_all
@@ -117,6 +120,8 @@ class MessageStore:
         #: why ``load()`` returned False, when a file is at fault (``MessageStore.open`` raises it)
         self.load_error: StoreCorruptedError | None = None
         self.boot_timestamp = self.clock()
+        self._arrivals: Arrivals | None = None
+        self._read_offsets: ConsumerOffsets | None = None
 
     _checkpoint, _index, _dispatcher, _reput = (_part("_parts", n) for n in ("checkpoint", "index", "dispatcher", "reput"))
     _ha, _ha_client, _flush_service, _allocate, _pool = (
@@ -267,6 +272,8 @@ class MessageStore:
         was_started = self._state == _STARTED
         self._state = _SHUTDOWN
         self._update_writeable()
+        if self._arrivals is not None:
+            self._arrivals.wake_all()
         w = self._writer
         if w is not None:
             w.stop_appends()
@@ -421,14 +428,18 @@ class MessageStore:
         return cq
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
-                    message_filter: MessageFilter | TagFilter | str | None = None) -> GetMessageResult:
+                    message_filter: MessageFilter | TagFilter | str | None = None,
+                    timeout_ms: int = 0) -> GetMessageResult:
         """Up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
-        statuses and next-offset rules (FORMAT.md §11.1).
+        statuses and next-offset rules (FORMAT.md §11.1). With ``timeout_ms > 0``, a get that finds nothing at
+        the queue's end waits up to that long for a message to arrive there (``pystore.arrival``).
 
         Always a ``GetMessageResult`` (RocketMQ's null has no place in API.md's signature): a store that is
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
         instead, because a refused put is a status (API.md)."""
+        if timeout_ms:
+            return self._wait_for_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
         if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
             raise TypeError("offset and max_msg_nums must be int")
         cq = self._queue(topic, queue_id, offset)
@@ -452,6 +463,17 @@ class MessageStore:
                 r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits,
                                tag_codes, tag_names, filt, slave, queue)
         return r
+
+    def _wait_for_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                          message_filter: MessageFilter | TagFilter | str | None, timeout_ms: int) -> GetMessageResult:
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+            raise TypeError("timeout_ms must be int, got %s" % type(timeout_ms).__name__)
+        if timeout_ms < 0:
+            raise ValueError("timeout_ms must be >= 0, got %d" % timeout_ms)
+        def get() -> tuple[GetMessageResult, int]:
+            r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter)
+            return r, (self.get_max_offset_in_queue(topic, queue_id) if r.status is _NO_MATCHED else 0)
+        return self._arrivals_of().wait_for(topic, timeout_ms, get, found_something)[0]
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""
@@ -543,6 +565,54 @@ class MessageStore:
         if self._state != _STARTED or self._writer is None:
             raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
         return self._writer.clean
+
+    # -- consumers -------------------------------------------------------------------------------------------
+
+    def _arrivals_of(self) -> Arrivals:
+        self._check_readable()
+        if self._arrivals is None:
+            dispatcher = None if self.read_only else self._dispatcher
+            self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE)
+        return self._arrivals
+
+    def add_arriving_listener(self, fn: ArrivingListener) -> None:
+        """Call ``fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)``
+        after each message is dispatched to its consume queue (not on a slave; see ``pystore.arrival`` for the
+        thread it runs on). A read-only store dispatches nothing: ``StoreError``."""
+        if self.read_only:
+            raise StoreError("%s is open read-only: it dispatches no message to listen to" % self.root)
+        self._arrivals_of().add_listener(fn)
+
+    def remove_arriving_listener(self, fn: ArrivingListener) -> None:
+        """Stop calling ``fn``; ValueError if it was not added."""
+        self._arrivals_of().remove_listener(fn)
+
+    def _consumer_offsets(self) -> ConsumerOffsets:
+        self._check_readable()
+        if self.read_only:
+            if self._read_offsets is None:
+                self._read_offsets = ConsumerOffsets(self.config.config_path(), 0, self.get_min_offset_in_queue,
+                                                     read_only=True)
+            return self._read_offsets
+        if self._writer is None or self._writer.offsets is None or self._state != _STARTED:
+            raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
+        return self._writer.offsets
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next offset it will read);
+        persisted to ``config/consumerOffset.json`` every ``flush_consumer_offset_interval`` ms and at shutdown.
+        ``StoreError`` on a read-only store."""
+        self._consumer_offsets().commit(group, topic, queue_id, offset)
+
+    def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed offset of (topic, queue_id), at least the queue's min offset; -1 if never
+        committed."""
+        return self._consumer_offsets().fetch(group, topic, queue_id)
+
+    def consumer(self, group: str, topic: str, queue_ids: Iterable[int] | None = None,
+                 message_filter: MessageFilter | TagFilter | str | None = None, auto_commit: bool = True) -> Consumer:
+        """A ``Consumer`` of ``topic`` for ``group`` (``pystore.consumer``)."""
+        return Consumer(self, group, topic, queue_ids, message_filter, auto_commit)
 
     def is_os_page_cache_busy(self) -> bool:
         cl = self._commitlog

@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
+from pystore.consumer_offsets import ConsumerOffsets
 from pystore.crashpoint import crashpoint
 from pystore.dispatch import ReputService
 from pystore.durable import sync_dirs
@@ -228,6 +230,8 @@ class Writer:
     inline_dispatch: bool
     #: a writable master's delay levels
     schedule: ScheduleMessageService | None = None
+    #: committed consumer offsets (config/consumerOffset.json)
+    offsets: ConsumerOffsets | None = None
     pool: TransientStorePool | None = None
     #: a master's HA listener (``ha_listen_port``), a slave's client and the log it writes
     ha: HAService | None = None
@@ -297,6 +301,9 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         schedule = ScheduleMessageService(cl, parts.cq_store, cfg, clock=clock)
         schedule.load()                          # first: a bad delayOffset.json fails start() cleanly
         cl.delay_rewrite = schedule.rewrite
+    offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),
+                              read_only=False, clock=clock)
+    offsets.load()                               # before the lock too: a bad consumerOffset.json fails start()
     ha = None
     if not slave and cfg.ha_listen_port is not None:
         # bound first: a port in use fails start() before any service runs
@@ -313,11 +320,21 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     try:
         lock.acquire()
         abort.create()
-        return _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, slave, sync_flush)
+        w = _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, slave, sync_flush)
+        w.offsets = offsets
+        w.services.append(offsets)               # stops first, then writes what changed
+        return w
     except BaseException:
         if ha is not None:
             ha.shutdown()
         raise
+
+
+def _min_offset_of(cq_store: ConsumeQueueStore) -> Callable[[str, int], int]:
+    def min_offset(topic: str, queue_id: int) -> int:
+        cq = cq_store.find(topic, queue_id)
+        return 0 if cq is None else cq.get_min_offset_in_queue()
+    return min_offset
 
 
 def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessageService | None,

@@ -49,6 +49,7 @@ API_DEFAULTS = [
     ("max_message_size", 4 * 1024 * 1024),
     ("check_crc_on_recover", True),
     ("check_crc_on_read", True),
+    ("flush_consumer_offset_interval", 5_000),
     ("message_index_enable", True),
     ("message_index_safe", False),
     ("max_hash_slot_num", 5_000_000),

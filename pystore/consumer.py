@@ -1,0 +1,183 @@
+"""``Consumer``: a group's reader of one topic over a store (``MessageStore.consumer``), on top of
+``get_message``, the long-polling wait and the committed offsets.
+
+It reads the topic's queues (the ``queue_ids`` given, or all of them, including queues created later) from
+each queue's committed offset, or the queue's min offset when the group never committed. ``poll`` hands out
+what is there (waiting up to its timeout when nothing is); iterating blocks for new messages. What was handed
+out is committed by ``commit()``, after each ``poll`` (``auto_commit``, the default) and when the ``with``
+block ends. A consumer that dies between a poll and its commit gets those messages again once restarted, and
+nothing else twice (at-least-once: the committed offset is always the offset after the last message
+committed, never beyond what was handed out).
+
+Iteration hands out one message at a time and counts it handed out then; with ``auto_commit`` it commits
+before each fetch, and ``commit()`` (or the end of the ``with`` block) after a loop that broke out commits up
+to the last message the loop got, never past it.
+
+A read-only store can read committed offsets but not commit: its consumers need ``auto_commit=False``.
+
+Thread-safety: one consumer belongs to one thread; several consumers may share a store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from pystore._message import MessageExt
+from pystore.errors import StoreError
+from pystore.status import GetMessageStatus
+
+if TYPE_CHECKING:
+    from pystore.store import MessageStore
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger(__name__)
+
+#: messages one queue hands out per get (RocketMQ's default ``pullBatchSize``)
+PULL_BATCH = 32
+_FOUND = GetMessageStatus.FOUND
+#: the statuses whose next offset is where the queue's data is; they move the position on
+_STAY = (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE)
+
+
+class Consumer:
+    """``group``'s consumer of ``topic`` (see the module docstring)."""
+
+    def __init__(self, store: MessageStore, group: str, topic: str, queue_ids: Iterable[int] | None = None,
+                 message_filter: Any = None, auto_commit: bool = True) -> None:
+        if not isinstance(group, str) or not isinstance(topic, str):
+            raise TypeError("group and topic must be str")
+        if not group or not topic:
+            raise ValueError("group and topic must not be empty")
+        if auto_commit and store.read_only:
+            # refused here, not at the first poll: that poll would lose its messages to the failed commit
+            raise StoreError("%s is open read-only: it cannot commit; use auto_commit=False" % store.root)
+        self.store = store
+        self.group = group
+        self.topic = topic
+        self.message_filter = message_filter
+        self.auto_commit = auto_commit
+        self._fixed: list[int] | None = None
+        if queue_ids is not None:
+            self._fixed = sorted(set(queue_ids))
+            for qid in self._fixed:
+                if isinstance(qid, bool) or not isinstance(qid, int) or qid < 0:
+                    raise ValueError("queue ids must be ints >= 0, got %r" % (qid,))
+        #: queue id -> the offset of the next get
+        self._position: dict[int, int] = {}
+        #: queue id -> the offset after the last message handed out, not committed yet
+        self._handed: dict[int, int] = {}
+        #: queue id -> where the gets went (past messages filtered out too), handed over with the last message
+        self._reached: dict[int, int] = {}
+        self._next_queue = 0
+        self._buffer: deque[MessageExt] = deque()
+        self._discover()
+
+    # -- queues and positions ----------------------------------------------------------------------------------
+
+    def _discover(self) -> None:
+        """Take up the queues not read yet, each from its committed (or min) offset."""
+        if self._fixed is not None:
+            qids: Iterable[int] = self._fixed
+        else:
+            qids = sorted(qid for topic, qid in self.store.get_topic_queue_table() if topic == self.topic)
+        for qid in qids:
+            if qid not in self._position:
+                start = self.store.fetch_offset(self.group, self.topic, qid)
+                if start < 0:
+                    start = self.store.get_min_offset_in_queue(self.topic, qid)
+                self._position[qid] = start
+
+    @property
+    def positions(self) -> dict[int, int]:
+        """Queue id -> the offset the next get of that queue starts at."""
+        return dict(self._position)
+
+    def _fetch(self) -> list[MessageExt]:
+        """One round over the queues, starting after the queue the last round started at: what they have."""
+        out: list[MessageExt] = []
+        qids = sorted(self._position)
+        if not qids:
+            return out
+        start = self._next_queue % len(qids)
+        self._next_queue += 1
+        for qid in qids[start:] + qids[:start]:
+            offset = self._position[qid]
+            r = self.store.get_message(self.group, self.topic, qid, offset, PULL_BATCH, self.message_filter)
+            if r.status in _STAY:
+                continue
+            if r.status is _FOUND:
+                out.extend(r.messages)
+            elif r.next_begin_offset != offset:
+                # filtered out, removed by cleanup, or an offset out of range: the queue says where to go on
+                log.debug("%s@%s/%d: %s at %d, going on at %d", self.topic, self.group, qid, r.status.name,
+                          offset, r.next_begin_offset)
+            self._position[qid] = self._reached[qid] = r.next_begin_offset
+        return out
+
+    def _fetch_or_discover(self) -> list[MessageExt]:
+        """A round over the known queues; when they had nothing, the topic's new queues are taken up and read."""
+        msgs = self._fetch()
+        if not msgs and self._fixed is None:
+            known = len(self._position)
+            self._discover()
+            if len(self._position) > known:
+                msgs = self._fetch()
+        return msgs
+
+    # -- the API --------------------------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0) -> list[MessageExt]:
+        """The messages there now, in queue order within each queue; when there are none, waits up to
+        ``timeout_ms`` for some. Commits them when ``auto_commit``."""
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
+            raise ValueError("timeout_ms must be an int >= 0, got %r" % (timeout_ms,))
+        if self._buffer:
+            msgs = list(self._buffer)
+            self._buffer.clear()
+        elif timeout_ms:
+            msgs = self.store._arrivals_of().wait_for(self.topic, timeout_ms, self._fetch_or_discover, bool)
+        else:
+            msgs = self._fetch_or_discover()
+        self._all_handed()
+        if self.auto_commit:
+            self.commit()
+        return msgs
+
+    def _all_handed(self) -> None:
+        """Every message fetched is handed out: each queue is consumed up to where its gets went."""
+        self._handed.update(self._reached)
+        self._reached.clear()
+
+    def commit(self) -> None:
+        """Commit, for every queue, the offset after the last message handed out."""
+        for qid, offset in list(self._handed.items()):
+            self.store.commit_offset(self.group, self.topic, qid, offset)
+            del self._handed[qid]
+
+    def __iter__(self) -> Iterator[MessageExt]:
+        return self
+
+    def __next__(self) -> MessageExt:
+        """The next message, waiting for one as long as it takes."""
+        while not self._buffer:
+            self._all_handed()
+            if self.auto_commit:
+                self.commit()
+            self._buffer.extend(self.store._arrivals_of().wait_for(self.topic, 1000, self._fetch_or_discover,
+                                                                   bool))
+        msg = self._buffer.popleft()
+        self._handed[msg.queue_id] = msg.queue_offset + 1
+        return msg
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.commit()
+
+    def __repr__(self) -> str:
+        return "Consumer(%r, %r, queues %s)" % (self.group, self.topic, sorted(self._position))
