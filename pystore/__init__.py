@@ -18,14 +18,15 @@ from pystore._mapped_file import SelectMappedBufferResult
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.errors import ConfigError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
 from pystore.message import MessageConst, MessageFilter, SysFlag, TagFilter
-from pystore.results import GetMessageResult, QueryMessageResult
+from pystore.results import GetMessageResult, PutColumnsResult, QueryMessageResult
 from pystore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
 from pystore.store import MessageStore
 
 __all__ = [
     "AppendMessageResult", "AppendMessageStatus", "BrokerRole", "ConfigError", "FlushDiskType",
     "GetMessageResult", "GetMessageStatus", "Message", "MessageBatch", "MessageConst", "MessageExt",
-    "MessageFilter", "MessageStore", "PutMessageResult", "PutMessageStatus", "QueryMessageResult",
+    "MessageFilter", "MessageStore", "PutColumnsResult", "PutMessageResult", "PutMessageStatus",
+    "QueryMessageResult",
     "SelectMappedBufferResult", "StoreClosedError", "StoreConfig", "StoreCorruptedError", "StoreError",
     "StoreLockedError", "SysFlag", "TagFilter", "tools",
 ]

@@ -13,13 +13,14 @@ module works without it, calling :func:`export_parquet` raises ``ImportError`` s
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pystore._message import MessageExt
 from pystore.tools import commit_log_files, iter_commitlog
 
-__all__ = ["COLUMNS", "ExportResult", "arrow_schema", "export_parquet", "format_host"]
+__all__ = ["COLUMNS", "ExportResult", "arrow_schema", "export_parquet", "format_host", "record_batch"]
 
 #: Column names and Spark SQL types, in order (API.md).
 COLUMNS: list[tuple[str, str]] = [
@@ -71,6 +72,34 @@ def arrow_schema() -> Any:
     return pa.schema([pa.field(name, types[t]) for name, t in COLUMNS])
 
 
+def record_batch(messages: Sequence[MessageExt], schema: Any = None) -> Any:
+    """The messages as one Arrow record batch of :data:`COLUMNS` (``schema``: :func:`arrow_schema`'s, made
+    when not given); ``get_columns`` and the export share it."""
+    pa = _pa()
+    cols: dict[str, list[Any]] = {n: [] for n, _ in COLUMNS}
+    for m in messages:
+        cols["topic"].append(m.topic)
+        cols["queue_id"].append(m.queue_id)
+        cols["queue_offset"].append(m.queue_offset)
+        cols["commit_log_offset"].append(m.commit_log_offset)
+        cols["store_size"].append(m.store_size)
+        cols["body"].append(m.body)
+        cols["tags"].append(m.tags)
+        cols["keys"].append(m.keys)
+        cols["properties"].append(list(m.properties.items()))
+        cols["flag"].append(m.flag)
+        cols["sys_flag"].append(m.sys_flag)
+        cols["born_timestamp"].append(m.born_timestamp)
+        cols["store_timestamp"].append(m.store_timestamp)
+        cols["born_host"].append(format_host(m.born_host))
+        cols["store_host"].append(format_host(m.store_host))
+        cols["reconsume_times"].append(m.reconsume_times)
+        cols["prepared_transaction_offset"].append(m.prepared_transaction_offset)
+        cols["body_crc"].append(m.body_crc)
+        cols["msg_id"].append(m.msg_id)
+    return pa.record_batch([cols[n] for n, _ in COLUMNS], schema=schema if schema is not None else arrow_schema())
+
+
 def format_host(host: tuple[str, int]) -> str:
     """``"address:port"``; IPv6 as ``"[address]:port"``."""
     addr, port = host
@@ -105,7 +134,7 @@ def export_parquet(
     """
     import time
 
-    pa = _pa()
+    _pa()
     import pyarrow.parquet as pq
 
     t0 = time.perf_counter()
@@ -114,44 +143,25 @@ def export_parquet(
     wanted = set(topics) if topics else None
     commit_log_files(root)  # no commit log: FileNotFoundError before the output is created
     schema = arrow_schema()
-    names = [n for n, _ in COLUMNS]
     rows = nbytes = batches = 0
     tmp = out + ".part"
     writer = pq.ParquetWriter(tmp, schema, compression=compression)
     try:
-        cols: dict[str, list[Any]] = {n: [] for n in names}
+        pending: list[MessageExt] = []
         for m in iter_commitlog(root, verify_crc=verify_crc):
             if wanted is not None and m.topic not in wanted:
                 continue
-            cols["topic"].append(m.topic)
-            cols["queue_id"].append(m.queue_id)
-            cols["queue_offset"].append(m.queue_offset)
-            cols["commit_log_offset"].append(m.commit_log_offset)
-            cols["store_size"].append(m.store_size)
-            cols["body"].append(m.body)
-            cols["tags"].append(m.tags)
-            cols["keys"].append(m.keys)
-            cols["properties"].append(list(m.properties.items()))
-            cols["flag"].append(m.flag)
-            cols["sys_flag"].append(m.sys_flag)
-            cols["born_timestamp"].append(m.born_timestamp)
-            cols["store_timestamp"].append(m.store_timestamp)
-            cols["born_host"].append(format_host(m.born_host))
-            cols["store_host"].append(format_host(m.store_host))
-            cols["reconsume_times"].append(m.reconsume_times)
-            cols["prepared_transaction_offset"].append(m.prepared_transaction_offset)
-            cols["body_crc"].append(m.body_crc)
-            cols["msg_id"].append(m.msg_id)
+            pending.append(m)
             rows += 1
             nbytes += m.store_size
             if progress is not None and (rows & 1023) == 0:
                 progress(rows, nbytes)
-            if len(cols["topic"]) >= batch_rows:
-                writer.write_batch(pa.record_batch([cols[n] for n in names], schema=schema))
+            if len(pending) >= batch_rows:
+                writer.write_batch(record_batch(pending, schema))
                 batches += 1
-                cols = {n: [] for n in names}
-        if cols["topic"]:
-            writer.write_batch(pa.record_batch([cols[n] for n in names], schema=schema))
+                pending = []
+        if pending:
+            writer.write_batch(record_batch(pending, schema))
             batches += 1
         writer.close()
         os.replace(tmp, out)

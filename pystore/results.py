@@ -1,4 +1,5 @@
-"""What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (API.md "Reading").
+"""What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (API.md "Reading"); and
+``PutColumnsResult``, what ``put_columns`` returns (defined with the column API, ``pystore.columns``).
 
 ``GetMessageResult`` is compiled (``_read``, where ``get_message`` builds it) because every pull makes one, as
 the put-side results are (``_results``); ``QueryMessageResult`` is a plain object with slots.
@@ -8,8 +9,9 @@ from __future__ import annotations
 
 from pystore._message import MessageExt
 from pystore._read import GetMessageResult
+from pystore.columns import PutColumnsResult
 
-__all__ = ["GetMessageResult", "QueryMessageResult"]
+__all__ = ["GetMessageResult", "PutColumnsResult", "QueryMessageResult"]
 
 
 class QueryMessageResult:

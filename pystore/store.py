@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from pystore import columns
 from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message, MessageBatch, MessageExt
 from pystore._read import QueueReader, ReadLimits, read_queue
@@ -43,6 +44,7 @@ from pystore._results import PutMessageResult
 from pystore.arrival import Arrivals, ArrivingListener, found_something
 from pystore.checkpoint import AbortFile, StoreLock
 from pystore.clean import CleanService
+from pystore.columns import PutColumnsResult
 from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, StoreConfig
 from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
@@ -438,8 +440,15 @@ class MessageStore:
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
         instead, because a refused put is a status (API.md)."""
+        return self._get(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+
+    def _get(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+             message_filter: MessageFilter | TagFilter | str | None, timeout_ms: int,
+             limits_of: Callable[[ReadLimits], ReadLimits] | None = None) -> GetMessageResult:
+        """``get_message``, with the transfer caps ``limits_of(config's)`` (``get_columns`` lifts some)."""
         if timeout_ms:
-            return self._wait_for_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+            return self._wait_for_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms,
+                                          limits_of)
         if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
             raise TypeError("offset and max_msg_nums must be int")
         cq = self._queue(topic, queue_id, offset)
@@ -448,32 +457,53 @@ class MessageStore:
         tag_codes, tag_names, filt = filter_tests(message_filter)
         queue = self._commitlog.queue                       # type: ignore[union-attr]
         assert self._limits is not None
+        limits = self._limits if limits_of is None else limits_of(self._limits)
         slave = self.config.broker_role is _SLAVE
         # the decision table (an unknown queue too), the scan and the result, in C (_read.read_queue)
         # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
-        r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits, tag_codes,
+        r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits, tag_codes,
                        tag_names, filt, slave, None if self.read_only else queue)
         if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
             parts = self._parts
             assert parts is not None
             parts.refresh_queue_read_only(topic, queue_id)
             with parts.refresh_lock:
-                r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, self._limits,
+                r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
                                tag_codes, tag_names, filt, slave, queue)
         return r
 
     def _wait_for_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                          message_filter: MessageFilter | TagFilter | str | None, timeout_ms: int) -> GetMessageResult:
+                          message_filter: MessageFilter | TagFilter | str | None, timeout_ms: int,
+                          limits_of: Callable[[ReadLimits], ReadLimits] | None) -> GetMessageResult:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
             raise TypeError("timeout_ms must be int, got %s" % type(timeout_ms).__name__)
         if timeout_ms < 0:
             raise ValueError("timeout_ms must be >= 0, got %d" % timeout_ms)
         def get() -> tuple[GetMessageResult, int]:
-            r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter)
+            r = self._get(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of)
             return r, (self.get_max_offset_in_queue(topic, queue_id) if r.status is _NO_MATCHED else 0)
         return self._arrivals_of().wait_for(topic, timeout_ms, get, found_something)[0]
+
+    # -- columns (pystore.columns) ---------------------------------------------------------------------------
+
+    def put_columns(self, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None, tags: Any = None,
+                    properties: Any = None, batch: bool = False) -> PutColumnsResult:
+        """Store one message per body, exactly as ``put_message`` (or, ``batch=True``, ``put_messages``) would,
+        up to the first refusal (``pystore.columns``)."""
+        return columns.put_columns(self, topic, bodies, queue_id, keys, tags, properties, batch)
+
+    def get_columns(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
+                    message_filter: MessageFilter | TagFilter | str | None = None,
+                    timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
+        """``(status, next_begin_offset, pyarrow.RecordBatch)``: ``get_message`` without its in-memory transfer
+        caps, as columns (``pystore.columns``)."""
+        return columns.get_columns(self, group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+
+    def queue_units(self, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
+        """A read-only numpy view of the consume-queue units from ``start`` (``pystore.columns``)."""
+        return columns.queue_units(self, topic, queue_id, start, count)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""

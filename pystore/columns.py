@@ -1,0 +1,267 @@
+"""The column API (API.md "Columns"): many messages in one call, as arrays.
+
+* ``put_columns`` turns columns (bodies, keys, tags, properties) into ``Message``s and stores them through the
+  store's own put path, one by one or as ``MessageBatch``es, so that the bytes on disk are exactly those of
+  the same messages put by hand; the result gathers the stored messages' offsets and times into numpy arrays.
+* ``get_columns`` is ``get_message`` with its in-memory transfer caps lifted, its messages as one Arrow
+  record batch with the export's columns (``pystore.export.record_batch``).
+* ``queue_units`` is a zero-copy numpy view of a consume-queue file's 20-byte units.
+
+numpy and pyarrow are the ``columns`` extra (``pip install pystore-mq[columns]``): this module imports without
+them and a call that needs one raises ``ImportError`` naming the extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pystore._codec import record_length
+from pystore._message import Message, MessageBatch
+from pystore._read import ReadLimits
+from pystore._results import PutMessageResult
+from pystore._units import UNIT_SIZE
+from pystore.status import GetMessageStatus, PutMessageStatus
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pystore.message import MessageFilter, TagFilter
+    from pystore.store import MessageStore
+
+__all__ = ["UNIT_DTYPE", "PutColumnsResult", "get_columns", "put_columns", "queue_units"]
+
+MISSING = "the column API needs numpy and pyarrow: install pystore-mq[columns] (%s)"
+
+#: One consume-queue unit as stored (FORMAT.md §2): big-endian commit-log offset, size, tags code.
+UNIT_DTYPE = [("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
+
+#: A commit-log file keeps this much room after its last record for the END_OF_FILE blank (RocketMQ's
+#: END_FILE_MIN_BLANK_LENGTH): a batch larger than the file less this is refused by the put path.
+_END_BLANK = 8
+
+
+def _np() -> Any:
+    try:
+        import numpy
+    except ImportError as e:
+        raise ImportError(MISSING % e) from e
+    return numpy
+
+
+def _pa() -> Any:
+    try:
+        import pyarrow
+    except ImportError as e:
+        raise ImportError(MISSING % e) from e
+    return pyarrow
+
+
+class PutColumnsResult:
+    """What ``put_columns`` stored: ``status`` (the first refusal, or PUT_OK), ``count`` messages stored, and
+    for each of them (numpy int64 arrays, in input order) its queue offset, commit-log offset and store time."""
+
+    __slots__ = ("status", "count", "queue_offsets", "commit_log_offsets", "store_timestamps")
+
+    def __init__(self, status: PutMessageStatus, queue_offsets: np.ndarray, commit_log_offsets: np.ndarray,
+                 store_timestamps: np.ndarray) -> None:
+        self.status = status
+        self.count = len(queue_offsets)
+        self.queue_offsets = queue_offsets
+        self.commit_log_offsets = commit_log_offsets
+        self.store_timestamps = store_timestamps
+
+    def is_ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    def __repr__(self) -> str:
+        return "PutColumnsResult(%s, count=%d)" % (self.status.name, self.count)
+
+
+# -- put_columns ------------------------------------------------------------------------------------------
+
+
+def _bodies(bodies: Any) -> Sequence[Any]:
+    """The bodies as a sequence of bytes-like objects (slices of the caller's buffers, not copies)."""
+    if isinstance(bodies, tuple) and len(bodies) == 2 and all(hasattr(b, "dtype") for b in bodies):
+        return _sliced(*bodies)
+    if type(bodies).__module__.startswith("pyarrow"):
+        pa = _pa()
+        if isinstance(bodies, pa.ChunkedArray):
+            bodies = bodies.combine_chunks()
+        if not (pa.types.is_binary(bodies.type) or pa.types.is_large_binary(bodies.type)):
+            raise TypeError("bodies must be a pyarrow binary or large_binary array, got %s" % bodies.type)
+        if bodies.null_count:
+            raise ValueError("bodies must not hold nulls (%d found)" % bodies.null_count)
+        np = _np()
+        _, offsets_buf, values_buf = bodies.buffers()
+        otype = np.int32 if pa.types.is_binary(bodies.type) else np.int64
+        offsets = np.frombuffer(offsets_buf, dtype=otype)[bodies.offset:bodies.offset + len(bodies) + 1]
+        values = np.frombuffer(values_buf, dtype=np.uint8) if values_buf is not None else np.empty(0, np.uint8)
+        return _sliced(values, offsets)
+    if isinstance(bodies, (str, bytes, bytearray, memoryview)):
+        raise TypeError("bodies must be a sequence of bodies, not one %s" % type(bodies).__name__)
+    return list(bodies)
+
+
+def _sliced(values: Any, offsets: Any) -> list[memoryview]:
+    np = _np()
+    values, offsets = np.asarray(values), np.asarray(offsets)
+    if values.dtype != np.uint8 or values.ndim != 1:
+        raise TypeError("bodies' values must be a 1-d uint8 array, got %s" % values.dtype)
+    if offsets.dtype not in (np.int32, np.int64) or offsets.ndim != 1 or len(offsets) < 1:
+        raise TypeError("bodies' offsets must be a 1-d int32 or int64 array of length n+1")
+    if np.any(offsets[1:] < offsets[:-1]) or offsets[0] < 0 or offsets[-1] > len(values):
+        raise ValueError("bodies' offsets must rise and stay within the values (%d bytes)" % len(values))
+    view = memoryview(values)
+    bounds = offsets.tolist()
+    return [view[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+
+
+def _column(name: str, col: Any, n: int) -> list[Any]:
+    """A keys/tags/properties column as a list of n entries (None: n Nones)."""
+    if col is None:
+        return [None] * n
+    if isinstance(col, str):
+        raise TypeError("%s must be a sequence of one entry per message, not a str" % name)
+    values = col.to_pylist() if hasattr(col, "to_pylist") else list(col)
+    if len(values) != n:
+        raise ValueError("%s holds %d entries for %d bodies" % (name, len(values), n))
+    return values
+
+
+def _properties(properties: Any, n: int) -> list[Any]:
+    """One dict (shared by every message), or one mapping, list of pairs (a pyarrow map) or None per message."""
+    if isinstance(properties, Mapping):
+        return [properties] * n
+    return [p if p is None or isinstance(p, Mapping) else dict(p) for p in _column("properties", properties, n)]
+
+
+def _messages(store: MessageStore, topic: str, bodies: Any, queue_id: int, keys: Any, tags: Any,
+              properties: Any) -> list[Message]:
+    bs = _bodies(bodies)
+    n = len(bs)
+    ks, ts, ps = _column("keys", keys, n), _column("tags", tags, n), _properties(properties, n)
+    # one born time for the call, from the store's clock (a test's fake one included)
+    born = store.clock()
+    return [Message(topic, bs[i], ts[i], ks[i], 0, ps[i], queue_id, born_timestamp=born) for i in range(n)]
+
+
+def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
+    """The batches ``batch=True`` stores: consecutive messages whose records add up to at most the max
+    message size (RocketMQ's cap on a batch) and fit a commit-log file; a message that cannot go in a batch
+    (a body over the max size) goes alone, so that its refusal stops the put exactly there."""
+    cfg = store.config
+    cap = min(cfg.max_message_size, cfg.mapped_file_size_commit_log - _END_BLANK)
+    out: list[list[Message]] = []
+    cur: list[Message] = []
+    total = 0
+    for m in msgs:
+        size = record_length(m, cfg.store_host)
+        if cur and (total + size > cap or len(m.body) > cfg.max_message_size):
+            out.append(cur)
+            cur, total = [], 0
+        cur.append(m)
+        total += size
+        if len(m.body) > cfg.max_message_size:
+            out.append(cur)
+            cur, total = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None,
+                tags: Any = None, properties: Any = None, batch: bool = False) -> PutColumnsResult:
+    """``MessageStore.put_columns`` (API.md): the messages put one by one (``batch=False``) or as batches
+    (``_chunks``), stopping at the first refusal."""
+    np = _np()
+    msgs = _messages(store, topic, bodies, queue_id, keys, tags, properties)
+    qoffs: list[int] = []
+    phys: list[int] = []
+    times: list[int] = []
+    status = PutMessageStatus.PUT_OK
+
+    def stored(r: PutMessageResult, group: list[Message]) -> bool:
+        a = r.append_message_result
+        if not r.is_ok() or a is None:
+            return False
+        phy = a.wrote_offset
+        for i, m in enumerate(group):
+            qoffs.append(a.logics_offset + i)
+            phys.append(phy)
+            times.append(a.store_timestamp)
+            phy += record_length(m, store.config.store_host) if len(group) > 1 else 0
+        return True
+
+    if batch:
+        for group in _chunks(store, msgs):
+            r = store.put_messages(MessageBatch(group))
+            if stored(r, group):
+                continue
+            # a refused batch stored nothing: its messages alone find the one refused, the ones before it stay
+            if len(group) > 1:
+                for m in group:
+                    r = store.put_messages(MessageBatch([m]))
+                    if not stored(r, [m]):
+                        break
+            status = r.status
+            break
+    else:
+        for m in msgs:
+            r = store.put_message(m)
+            if not stored(r, [m]):
+                status = r.status
+                break
+    return PutColumnsResult(status, np.array(qoffs, dtype=np.int64), np.array(phys, dtype=np.int64),
+                            np.array(times, dtype=np.int64))
+
+
+# -- get_columns ------------------------------------------------------------------------------------------
+
+
+def lifted(limits: ReadLimits) -> ReadLimits:
+    """``limits`` without the in-memory transfer caps (``max_transfer_*_on_message_in_memory``)."""
+    return ReadLimits(2**62, 2**31 - 1, limits.bytes_in_disk, limits.count_in_disk, limits.memory_window,
+                      limits.check_crc)
+
+
+def get_columns(store: MessageStore, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
+                message_filter: MessageFilter | TagFilter | str | None = None,
+                timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
+    """``MessageStore.get_columns`` (API.md)."""
+    from pystore.export import record_batch  # pyarrow only when asked for
+
+    _pa()
+    r = store._get(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted)
+    return r.status, r.next_begin_offset, record_batch(r.messages)
+
+
+# -- queue_units ------------------------------------------------------------------------------------------
+
+
+def queue_units(store: MessageStore, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
+    """``MessageStore.queue_units`` (API.md): a read-only numpy view of the units from ``start`` to ``count``
+    or the end of the file holding ``start``. The array's base holds the file (a ``SelectMappedBufferResult``)
+    and pins its mapping, so it stays readable after the store cleaned the file or closed."""
+    np = _np()
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError("start must be an int >= 0, got %r" % (start,))
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise ValueError("count must be None or an int >= 0, got %r" % (count,))
+    empty = np.empty(0, dtype=UNIT_DTYPE)
+    cq = store._queue(topic, queue_id, start)
+    if cq is None or count == 0:
+        return empty
+    low, high = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+    if start < low:
+        raise ValueError("queue offset %d of %s/%d is below its min offset %d" % (start, topic, queue_id, low))
+    found = cq.get_index_buffer(start) if start < high else None
+    if found is None:
+        return empty
+    mf, pos, end = found
+    n = min((end - pos) // UNIT_SIZE, high - start, count if count is not None else high)
+    view = mf.select_mapped_buffer(pos, n * UNIT_SIZE) if n > 0 else None
+    if view is None:
+        return empty
+    return np.frombuffer(view, dtype=UNIT_DTYPE, count=n)
