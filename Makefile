@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q "setuptools>=77" wheel "Cython>=3.0,<4"
-	$(VPY) -m pip install -q --no-build-isolation -e ".[test,bench,spark,dev]"
+	$(VPY) -m pip install -q --no-build-isolation -e ".[test,bench,spark,columns,dev]"
 	touch $(STAMP)
 
 # Compile the extensions in place (the editable install imports them from pystore/).
