@@ -486,23 +486,21 @@ class MessageStore:
             return r, (self.get_max_offset_in_queue(topic, queue_id) if r.status is _NO_MATCHED else 0)
         return self._arrivals_of().wait_for(topic, timeout_ms, get, found_something)[0]
 
-    # -- columns (pystore.columns) ---------------------------------------------------------------------------
+    # -- columns: the work is pystore.columns' ---------------------------------------------------------------
 
     def put_columns(self, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None, tags: Any = None,
                     properties: Any = None, batch: bool = False) -> PutColumnsResult:
-        """Store one message per body, exactly as ``put_message`` (or, ``batch=True``, ``put_messages``) would,
-        up to the first refusal (``pystore.columns``)."""
+        """One message per body, stored as ``put_message`` (``batch``: ``put_messages``) would, to a refusal."""
         return columns.put_columns(self, topic, bodies, queue_id, keys, tags, properties, batch)
 
     def get_columns(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                     message_filter: MessageFilter | TagFilter | str | None = None,
                     timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
-        """``(status, next_begin_offset, pyarrow.RecordBatch)``: ``get_message`` without its in-memory transfer
-        caps, as columns (``pystore.columns``)."""
+        """``get_message`` without its in-memory caps: ``(status, next_begin_offset, pyarrow.RecordBatch)``."""
         return columns.get_columns(self, group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
 
     def queue_units(self, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
-        """A read-only numpy view of the consume-queue units from ``start`` (``pystore.columns``)."""
+        """A read-only numpy view of the consume-queue units from ``start``, to a file's end or ``count``."""
         return columns.queue_units(self, topic, queue_id, start, count)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
