@@ -205,8 +205,9 @@ def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0,
                     r = store.put_messages(MessageBatch([m]))
                     if not stored(r, [m]):
                         break
-            status = r.status
-            break
+            if not r.is_ok():
+                status = r.status
+                break
     else:
         for m in msgs:
             r = store.put_message(m)

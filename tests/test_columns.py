@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import FakeClock
+from conftest import FakeClock, drop_commit_log_head
 
-from pystore import Message, MessageBatch, PutColumnsResult, TagFilter
+from pystore import Message, MessageBatch, PutColumnsResult, PutMessageResult, TagFilter
 from pystore._codec import record_length
 from pystore.columns import _chunks
 from pystore.export import format_host
@@ -327,3 +327,38 @@ def test_without_numpy_the_error_names_the_extra(store_factory, monkeypatch):
         store.queue_units(T, 0)
     with pytest.raises(ImportError, match=r"pystore-mq\[columns\]"):
         store.put_columns(T, [b"x"])
+
+
+def test_a_refused_batch_is_retried_message_by_message(store_factory, monkeypatch):
+    """A batch refused as a whole (here once, as a busy page cache would) is put again one message at a time:
+    the put goes on past it when each is accepted."""
+    store = store_factory()
+    put = store.put_messages
+    calls = []
+
+    def refuse_first(batch):
+        calls.append(len(batch))
+        if len(calls) == 1:
+            return PutMessageResult(PutMessageStatus.OS_PAGE_CACHE_BUSY)
+        return put(batch)
+
+    monkeypatch.setattr(store, "put_messages", refuse_first)
+    r = store.put_columns(T, _bodies(5, 20_000), batch=True)    # two batches: 3 records fill a 64 KiB file
+    assert calls == [3, 1, 1, 1, 2]
+    assert r.status is PutMessageStatus.PUT_OK and r.count == 5 and r.queue_offsets.tolist() == list(range(5))
+    assert len({int(x) for x in r.commit_log_offsets}) == 5
+
+
+def test_queue_units_below_the_min_offset_are_refused(store_factory):
+    store = store_factory()
+    store.put_columns(T, _bodies(400, 300))         # about two commit-log files
+    drop_commit_log_head(store)
+    cq = store._cq_store.find(T, 0)
+    cq.correct_min_offset(store.get_min_phy_offset())
+    low = store.get_min_offset_in_queue(T, 0)
+    assert 0 < low < 400
+    with pytest.raises(ValueError, match="min offset %d" % low):
+        store.queue_units(T, 0, 0)
+    u = store.queue_units(T, 0, low)
+    assert len(u) > 0 and int(u["offset"][0]) >= store.get_min_phy_offset()
+    store_factory.skip_check()                      # the head file was dropped on purpose
