@@ -1,4 +1,4 @@
-"""The column API (API.md "Columns"): many messages in one call, as arrays.
+"""The column API (docs/api.md, "Columns"): many messages in one call, as arrays.
 
 * ``put_columns`` turns columns (bodies, keys, tags, properties) into ``Message``s and stores them through the
   store's own put path, one by one or as ``MessageBatch``es, so that the bytes on disk are exactly those of
@@ -33,7 +33,7 @@ __all__ = ["UNIT_DTYPE", "PutColumnsResult", "get_columns", "put_columns", "queu
 
 MISSING = "the column API needs numpy and pyarrow: install pystore-mq[columns] (%s)"
 
-#: One consume-queue unit as stored (FORMAT.md §2): big-endian commit-log offset, size, tags code.
+#: One consume-queue unit as stored (docs/format.md): big-endian commit-log offset, size, tags code.
 UNIT_DTYPE = [("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 
 #: A commit-log file keeps this much room after its last record for the END_OF_FILE blank (RocketMQ's
@@ -173,7 +173,7 @@ def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
 
 def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None,
                 tags: Any = None, properties: Any = None, batch: bool = False) -> PutColumnsResult:
-    """``MessageStore.put_columns`` (API.md): the messages put one by one (``batch=False``) or as batches
+    """``MessageStore.put_columns`` (docs/api.md): the messages put one by one (``batch=False``) or as batches
     (``_chunks``), stopping at the first refusal."""
     np = _np()
     msgs = _messages(store, topic, bodies, queue_id, keys, tags, properties)
@@ -230,7 +230,7 @@ def lifted(limits: ReadLimits) -> ReadLimits:
 def get_columns(store: MessageStore, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                 message_filter: MessageFilter | TagFilter | str | None = None,
                 timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
-    """``MessageStore.get_columns`` (API.md)."""
+    """``MessageStore.get_columns`` (docs/api.md)."""
     from pystore.export import record_batch  # pyarrow only when asked for
 
     _pa()
@@ -242,7 +242,7 @@ def get_columns(store: MessageStore, group: str, topic: str, queue_id: int, offs
 
 
 def queue_units(store: MessageStore, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
-    """``MessageStore.queue_units`` (API.md): a read-only numpy view of the units from ``start`` to ``count``
+    """``MessageStore.queue_units`` (docs/api.md): a read-only numpy view of the units from ``start`` to ``count``
     or the end of the file holding ``start``. The array's base holds the file (a ``SelectMappedBufferResult``)
     and pins its mapping, so it stays readable after the store cleaned the file or closed."""
     np = _np()
