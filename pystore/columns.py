@@ -58,8 +58,9 @@ def _pa() -> Any:
 
 
 class PutColumnsResult:
-    """What ``put_columns`` stored: ``status`` (the first refusal, or PUT_OK), ``count`` messages stored, and
-    for each of them (numpy int64 arrays, in input order) its queue offset, commit-log offset and store time."""
+    """What ``put_columns`` stored: ``status`` (the first refusal; else the first failed wait of a stored
+    message, such as FLUSH_DISK_TIMEOUT; else PUT_OK), ``count`` messages stored, and for each of them (numpy
+    int64 arrays, in input order) its queue offset, commit-log offset and store time."""
 
     __slots__ = ("status", "count", "queue_offsets", "commit_log_offsets", "store_timestamps")
 
@@ -70,9 +71,6 @@ class PutColumnsResult:
         self.queue_offsets = queue_offsets
         self.commit_log_offsets = commit_log_offsets
         self.store_timestamps = store_timestamps
-
-    def is_ok(self) -> bool:
-        return self.status is PutMessageStatus.PUT_OK
 
     def __repr__(self) -> str:
         return "PutColumnsResult(%s, count=%d)" % (self.status.name, self.count)
@@ -181,11 +179,16 @@ def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0,
     phys: list[int] = []
     times: list[int] = []
     status = PutMessageStatus.PUT_OK
+    # a stored message whose wait failed (FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE ...) is no refusal: the put
+    # goes on, and the result says so unless a refusal comes later
+    waited = [PutMessageStatus.PUT_OK]
 
     def stored(r: PutMessageResult, group: list[Message]) -> bool:
         a = r.append_message_result
         if not r.is_ok() or a is None:
             return False
+        if r.status is not PutMessageStatus.PUT_OK and waited[0] is PutMessageStatus.PUT_OK:
+            waited[0] = r.status
         phy = a.wrote_offset
         for i, m in enumerate(group):
             qoffs.append(a.logics_offset + i)
@@ -214,6 +217,8 @@ def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0,
             if not stored(r, [m]):
                 status = r.status
                 break
+    if status is PutMessageStatus.PUT_OK:
+        status = waited[0]
     return PutColumnsResult(status, np.array(qoffs, dtype=np.int64), np.array(phys, dtype=np.int64),
                             np.array(times, dtype=np.int64))
 

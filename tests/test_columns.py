@@ -362,3 +362,19 @@ def test_queue_units_below_the_min_offset_are_refused(store_factory):
     u = store.queue_units(T, 0, low)
     assert len(u) > 0 and int(u["offset"][0]) >= store.get_min_phy_offset()
     store_factory.skip_check()                      # the head file was dropped on purpose
+
+
+def test_a_failed_wait_is_reported_but_does_not_stop_the_put(store_factory, monkeypatch):
+    store = store_factory()
+    put = store.put_message
+    seen = []
+
+    def flush_timeout_on_second(msg):
+        seen.append(msg)
+        r = put(msg)
+        return r.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT) if len(seen) == 2 else r
+
+    monkeypatch.setattr(store, "put_message", flush_timeout_on_second)
+    r = store.put_columns(T, _bodies(4, 10))
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and r.count == 4
+    assert r.queue_offsets.tolist() == [0, 1, 2, 3]
