@@ -105,6 +105,18 @@ cdef class PutMessageResult:
             return self._amr.status is _APPEND_OK
         return True
 
+    @property
+    def reason(self):
+        """Why the put did not fully succeed, in words (``None`` for ``PUT_OK``): for a refused message, the
+        check it failed (bad topic, body over ``max_message_size``, properties too long, a record larger than a
+        commit-log file ...), in the put path's order; otherwise what the status means. The same words as
+        ``pystore put`` and the Spark writer give (``pystore.refusal``)."""
+        if self.status is _PUT_OK:
+            return None
+        from pystore.refusal import refusal_reason_of
+        what, config = self._refused if self._refused is not None else (None, None)
+        return refusal_reason_of(what, config, self.status)
+
     def with_status(self, status):
         """The same append with another put status (a flush or replication outcome)."""
         cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
