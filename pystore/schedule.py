@@ -63,7 +63,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pystore._message import Message, MessageExt
+from pystore._message import Message
+from pystore._message_ext import MessageExt
 from pystore._units import FILLER_SIZE, UNIT_SIZE, read_unit
 from pystore.durable import fsync_dir, make_dirs_durable
 from pystore.errors import StoreError
