@@ -28,8 +28,8 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
 from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
-from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC,
-                             STOREHOSTADDRESS_V6_FLAG, RecordView, check_record)
+from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
+                             check_record)
 from pystore._mapped_file cimport MappedFile
 from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, fmt_id, ms_to_us, parse_props, utf8_fix
 

@@ -3,4 +3,5 @@
 Kept in step with ``_hosts.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
 
+
 def normalize_host(host: tuple[str, int] | list[str | int]) -> tuple[str, int]: ...

@@ -3,4 +3,5 @@
 Kept in step with ``_jstring.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
 
+
 def java_string_hash(s: str) -> int: ...

@@ -122,7 +122,6 @@ cdef tuple _topic_entry(str topic):
     return entry
 
 
-
 cdef bytes as_body(object body):
     """A message body as ``bytes``: bytes as they are, any other buffer copied; str and None refused."""
     if isinstance(body, bytes):
@@ -483,7 +482,7 @@ cdef class Message:
     def prepared_transaction_offset(self, value):
         self._mutable()
         self._prepared_transaction_offset = int_arg(value, "prepared_transaction_offset", INT64_MIN,
-                                                     INT64_MAX)
+                                                    INT64_MAX)
 
     @property
     def tags_code(self):

@@ -47,8 +47,6 @@ cdef Message _plain_template(str topic, int queue_id):
     return last
 
 
-
-
 @cython.final
 cdef class MessageBatch:
     """Several messages of one topic and queue, stored as one RocketMQ batch: consecutive queue offsets,
