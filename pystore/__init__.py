@@ -4,7 +4,9 @@ The public names are API.md's; everything else is internal.
 """
 
 try:
-    from pystore._message import Message, MessageBatch, MessageExt
+    from pystore._message import Message
+    from pystore._message_batch import MessageBatch
+    from pystore._message_ext import MessageExt
     from pystore._results import AppendMessageResult, PutMessageResult
 except ImportError as exc:  # pragma: no cover - a broken install
     raise ImportError(

@@ -9,7 +9,8 @@ from typing import Final
 
 from typing_extensions import Buffer
 
-from pystore._message import Message, MessageExt
+from pystore._message import Message
+from pystore._message_ext import MessageExt
 
 MAGIC_CODE_V1: Final[int]
 MAGIC_CODE_V2: Final[int]

@@ -33,7 +33,10 @@ from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, R
                              enters_queue, find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, MessageBatch, copy_message, encode_host, utf8_text
+from pystore._hosts cimport encode_host
+from pystore._jstring cimport utf8_text
+from pystore._message cimport Message, copy_message
+from pystore._message_batch cimport MessageBatch
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging

@@ -15,7 +15,8 @@ from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._files cimport find_file
 from pystore._index cimport IndexFilesBase, index_message
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, utf8_text
+from pystore._jstring cimport utf8_text
+from pystore._message cimport Message
 from pystore._units cimport ConsumeQueueCore
 
 

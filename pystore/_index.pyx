@@ -39,7 +39,7 @@ from libc.stdint cimport INT32_MIN, int32_t, int64_t, uint32_t
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
 from pystore._codec cimport find_properties
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport java_hash_str, java_hash_utf8_from
+from pystore._jstring cimport java_hash_str, java_hash_utf8_from
 
 HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4

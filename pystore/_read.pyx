@@ -17,7 +17,8 @@ from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, SPLIT_BODY, Rec
                              find_property, make_ext, make_ext_shared)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport MessageExt, utf8_text
+from pystore._jstring cimport utf8_text
+from pystore._message_ext cimport MessageExt
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS

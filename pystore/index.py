@@ -30,7 +30,7 @@ from typing import Any
 
 from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys
 from pystore._mapped_file import MappedFile
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
 from pystore.results import QueryMessageResult

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from pystore._message import java_string_hash
+from pystore._jstring import java_string_hash
 
 __all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL", "filter_tests",
            "offset_of_message_id"]

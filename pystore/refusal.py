@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from pystore._codec import record_length
-from pystore._message import Message, MessageBatch, properties_to_string
+from pystore._message import Message
+from pystore._message_batch import MessageBatch
+from pystore._props import properties_to_string
 from pystore.status import PutMessageStatus
 
 __all__ = [

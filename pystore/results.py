@@ -6,7 +6,7 @@ the put-side results are (``_results``); ``QueryMessageResult`` is a plain objec
 
 from __future__ import annotations
 
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore._read import GetMessageResult
 
 __all__ = ["GetMessageResult", "QueryMessageResult"]

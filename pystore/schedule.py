@@ -61,7 +61,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pystore._message import Message, MessageExt
+from pystore._message import Message
+from pystore._message_ext import MessageExt
 from pystore._units import FILLER_SIZE, UNIT_SIZE, read_unit
 from pystore.config_json import load_config_file, offset_value, persist_config_file, read_offset_table
 from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag

@@ -37,7 +37,9 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore._mapped_file import SelectMappedBufferResult
-from pystore._message import Message, MessageBatch, MessageExt
+from pystore._message import Message
+from pystore._message_batch import MessageBatch
+from pystore._message_ext import MessageExt
 from pystore._read import QueueReader, ReadLimits, read_queue
 from pystore._results import PutMessageResult
 from pystore.arrival import Arrivals, ArrivingListener, found_something

@@ -49,7 +49,9 @@ from pystore._codec import (
     scan,
     tags_code,
 )
-from pystore._message import java_string_hash, normalize_host, properties_to_string, string_to_properties
+from pystore._hosts import normalize_host
+from pystore._jstring import java_string_hash
+from pystore._props import properties_to_string, string_to_properties
 from pystore.errors import StoreCorruptedError
 from pystore.status import AppendMessageStatus, PutMessageStatus
 

@@ -10,7 +10,7 @@ from test_codec import run_guarded
 
 from pystore import Message
 from pystore._codec import check_record_at, decode_record, encode_record
-from pystore._message import java_string_hash
+from pystore._jstring import java_string_hash
 
 
 def test_bug1_check_record_reads_fixed_fields_past_the_buffer_for_ipv6_flags():
@@ -51,7 +51,7 @@ def test_bug2_tags_code_negative_offset_reads_before_the_buffer():
 def test_bug3_host_cache_accepts_a_non_int_port_after_a_hit(bad_port):
     """``("10.9.8.7", True)`` raises TypeError on a fresh address, but after ``("10.9.8.7", 1)`` was used once
     it is accepted (True == 1 and 1.0 == 1 hash and compare equal to the cached tuple).
-    Suspect: _message.pyx ``encode_host``: ``_host_cache.get(host)`` runs before the type checks of
+    Suspect: _hosts.pyx ``encode_host``: ``_host_cache.get(host)`` runs before the type checks of
     ``_encode_host_slow``."""
     Message("T", b"", born_host=("10.9.8.7", 1))
     with pytest.raises(TypeError):
@@ -61,7 +61,7 @@ def test_bug3_host_cache_accepts_a_non_int_port_after_a_hit(bad_port):
 def test_bug4_java_string_hash_of_a_lone_surrogate():
     """Java hashes every UTF-16 code unit, a lone surrogate included: "\\ud800".hashCode() == 0xD800 == 55296.
     java_string_hash returns 63 (the hash of "?"), because it hashes ``s.encode("utf-8", "replace")``.
-    Suspect: _message.pyx ``java_hash_str``. (Stored records cannot hold a lone surrogate, so tags codes of
+    Suspect: _jstring.pyx ``java_hash_str``. (Stored records cannot hold a lone surrogate, so tags codes of
     records are not affected; only the public function's claim "Java's String.hashCode of s".)"""
     assert java_string_hash("\ud800") == 0xD800
     assert java_string_hash("a\udc00") == 97 * 31 + 0xDC00

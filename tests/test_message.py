@@ -24,7 +24,7 @@ from pystore._codec import (
     encode_record,
     record_length,
 )
-from pystore._message import java_string_hash
+from pystore._jstring import java_string_hash
 
 STORE = ("192.168.0.1", 10911)
 
