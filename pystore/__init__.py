@@ -1,6 +1,6 @@
 """pystore: an embedded message store with Apache RocketMQ's on-disk format.
 
-The public names are API.md's; everything else is internal.
+The public names are docs/api.md's; everything else is internal.
 """
 
 try:

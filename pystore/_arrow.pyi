@@ -14,7 +14,7 @@ from pystore._mapped_file import MappedFile
 _Schema = Any
 _RecordBatch = Any
 
-#: Column order of the data source (API.md "Spark").
+#: Column order of the data source (docs/api.md "Spark").
 COLUMNS: Final[tuple[str, ...]]
 
 @final

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Commit-log records straight into Arrow columns (the Spark data source's decoder, API.md "Spark").
+"""Commit-log records straight into Arrow columns (the Spark data source's decoder, docs/api.md "Spark").
 
 A :class:`BatchBuilder` decodes whole records (from a commit-log file range, or through a consume
 queue's units) in one C pass straight into the column buffers of a ``pyarrow.RecordBatch``: validity
@@ -13,7 +13,7 @@ subparts, as Java and Python do), so Arrow always gets valid UTF-8. The properti
 5.x's decoder (an item needs a name and a value; the last duplicate wins); ``keys`` is the ``KEYS``
 property split on spaces (empty tokens dropped); ``tags`` is null without a ``TAGS`` property. Hosts are
 ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``); ``msg_id`` is the offset
-message id (FORMAT.md §1.8); timestamps are microseconds since the epoch, UTC.
+message id (docs/format.md §1.8); timestamps are microseconds since the epoch, UTC.
 
 The driver's planning helpers (where to split a file, a queue's bounds) are ``_arrow_plan``; the text
 formatting of fields (UTF-8 repair, hosts, ids, numbers, properties items) is ``_textfmt.pxd``.
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 cdef int32_t FILLER = CQ_FILLER_SIZE
 cdef int32_t UNIT = CQ_STORE_UNIT_SIZE
 
-#: Column order of the data source (API.md "Spark").
+#: Column order of the data source (docs/api.md "Spark").
 COLUMNS = ("topic", "queue_id", "queue_offset", "commit_log_offset", "store_size", "body", "tags", "keys",
            "properties", "flag", "sys_flag", "born_timestamp", "store_timestamp", "born_host", "store_host",
            "reconsume_times", "prepared_transaction_offset", "body_crc", "msg_id")

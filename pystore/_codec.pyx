@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The commit-log record: encode in place, check, decode, scan (FORMAT.md §1).
+"""The commit-log record: encode in place, check, decode, scan (docs/format.md §1).
 
 Layout (big-endian; offsets for an IPv4 born host, add 12 after field 10 for IPv6, 12 more after
 field 12 for an IPv6 store host)::

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The put path: checks, the put lock, queue offsets, encode into the last commit-log file, roll.
 
-One call per message (``put_message``) or per batch (``put_messages``) does everything in C (FORMAT.md
+One call per message (``put_message``) or per batch (``put_messages``) does everything in C (docs/format.md
 §1.11, 4.x order): refuse what must be refused with a status; take the put lock; stamp the store time
 (the lock time); take the queue offset from the topic-queue table (so a failed append never burns one);
 encode straight into the mapped file; if the record and an 8-byte blank do not fit, write the blank
@@ -323,7 +323,7 @@ cdef class CommitLogCore:
         """``{(topic, queue_id): next queue offset}``."""
         return {(c.topic, c.queue_id): c.next_offset for c in self.table.values()}
 
-    # -- page-cache busy (FORMAT.md §6.6) --------------------------------------------------------
+    # -- page-cache busy (docs/format.md §6.6) --------------------------------------------------------
 
     # Policy time: a put that has held the lock longer than os_page_cache_busy_timeout by the store's clock
     # (the C clock when none was injected) makes the others fail fast (pystore.service states the rule).
@@ -362,7 +362,7 @@ cdef class CommitLogCore:
         return self.last
 
     cdef MappedFile _file_with_room(self, int64_t total):
-        """Under the put lock: the file the next ``total`` bytes go into (FORMAT.md §1.4). A full or missing
+        """Under the put lock: the file the next ``total`` bytes go into (docs/format.md §1.4). A full or missing
         last file rolls; when the rest of the file cannot hold them plus the blank, an 8-byte blank fills it
         (END_OF_FILE) and the next file is taken. None when a file cannot be created."""
         cdef MappedFile mf = self.last

@@ -155,7 +155,7 @@ cdef class QueueDispatcher(Dispatcher):
                         self.max_level = lvl
 
     cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept:
-        """FORMAT.md §2.2: the schedule topic's tags code is the time the message is due."""
+        """docs/format.md §2.2: the schedule topic's tags code is the time the message is due."""
         if level > self.max_level:
             level = self.max_level
         if level <= 0:

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Hosts: ``(address, port)`` <-> the 8 (IPv4) or 20 (IPv6) bytes a record stores (FORMAT.md §1.2 fields 10
+"""Hosts: ``(address, port)`` <-> the 8 (IPv4) or 20 (IPv6) bytes a record stores (docs/format.md §1.2 fields 10
 and 12): 4 or 16 address bytes, then the port as a big-endian int. Both directions keep a bounded cache: a
 store sees few distinct hosts, and every put encodes one, every read of a host decodes one.
 """

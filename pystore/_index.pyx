@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""One index file: hash slots and linked entries (FORMAT.md §3.1, §3.2, §3.4; RocketMQ ``IndexFile``).
+"""One index file: hash slots and linked entries (docs/format.md §3.1, §3.2, §3.4; RocketMQ ``IndexFile``).
 
 ::
 
@@ -331,7 +331,7 @@ cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ss
                        const unsigned char *props, Py_ssize_t props_len, int64_t phy_offset, int64_t store_ts,
                        int32_t sys_flag) except -1:
     """Index the message stored at ``phy_offset`` with these topic and properties bytes (as stored: UTF-8, the
-    properties string of FORMAT.md §1.3) into ``service`` (an ``IndexService``): an entry for its
+    properties string of docs/format.md §1.3) into ``service`` (an ``IndexService``): an entry for its
     ``UNIQ_KEY``, then one per key of ``KEYS`` (split on single spaces, empty keys skipped), each under the
     hash of ``topic + "#" + key`` computed on the bytes. Rolled-back transaction messages are not indexed,
     nor a message below the newest file's end offset (indexed before: a re-dispatch). Python runs only to

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Strings as Java sees them: ``String.hashCode`` over UTF-16 code units, of a ``str`` or straight
-from stored UTF-8 bytes (FORMAT.md §2.2, §14), and (in ``_jstring.pxd``) the replacing UTF-8 decoder
+from stored UTF-8 bytes (docs/format.md §2.2, §14), and (in ``_jstring.pxd``) the replacing UTF-8 decoder
 every stored string is read with. The consume queue's tags codes and the hash index's slots are these
 hashes: one definition here.
 """

@@ -2,7 +2,7 @@
 """Messages to put: ``Message`` and ``MessageBatch`` (what reads return, ``MessageExt``, is ``_message_ext``).
 
 A ``Message`` prepares, once, everything the record encoder copies: the UTF-8 topic, the stored
-properties string (FORMAT.md §1.7, in the order API.md settles: ``TAGS``, ``KEYS``, ``DELAY``,
+properties string (docs/format.md §1.7, in the order docs/api.md settles: ``TAGS``, ``KEYS``, ``DELAY``,
 ``WAIT=false``, then the message's own properties in insertion order), the born host bytes, the
 tags hash code and the verdict of the put checks (topic rules, property characters and size). The
 body CRC is computed on first use and kept: the body is an immutable ``bytes``. So putting a prebuilt
@@ -25,11 +25,11 @@ from pystore._jstring cimport java_hash_utf8
 from pystore._props cimport check_prop, check_text, delay_level_of, properties_to_string
 
 cdef enum:
-    # Sys-flag bits (FORMAT.md §1.6).
+    # Sys-flag bits (docs/format.md §1.6).
     TRANSACTION_TYPE_MASK = 0xC
     BORNHOST_V6_FLAG = 0x10
     STOREHOSTADDRESS_V6_FLAG = 0x20
-    # Put checks (FORMAT.md "pystore's choices": size limits).
+    # Put checks (docs/format.md "pystore's choices": size limits).
     MAX_TOPIC_BYTES = 255
     MAX_V1_TOPIC_CHARS = 127
     MAX_PROPERTIES_BYTES = 32767

@@ -20,7 +20,7 @@ from pystore._message cimport Message
 from pystore._props cimport delay_level_of, string_to_properties
 
 cdef enum:
-    # Sys-flag bits (FORMAT.md §1.6).
+    # Sys-flag bits (docs/format.md §1.6).
     TRANSACTION_TYPE_MASK = 0xC
     BORNHOST_V6_FLAG = 0x10
     STOREHOSTADDRESS_V6_FLAG = 0x20

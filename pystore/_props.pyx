@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The properties string of a record (FORMAT.md §1.7): ``name \\x01 value \\x02`` per item, written as
+"""The properties string of a record (docs/format.md §1.7): ``name \\x01 value \\x02`` per item, written as
 RocketMQ's ``messageProperties2String`` writes it and read as 5.x's decoder reads it; the checks that make a
 property read back as given; the ``DELAY`` property as a level.
 """

@@ -1,9 +1,9 @@
 # cython: language_level=3
-"""What a put returns: ``PutMessageResult`` and ``AppendMessageResult`` (FORMAT.md §6.5).
+"""What a put returns: ``PutMessageResult`` and ``AppendMessageResult`` (docs/format.md §6.5).
 
 ``PutMessageResult.is_ok()`` follows RocketMQ: true iff an append happened with status ``PUT_OK``,
 whatever the put status says afterwards (a ``FLUSH_DISK_TIMEOUT`` message *is* in the commit log).
-The offset message id (FORMAT.md §1.8) is formatted only when asked for; a batch's ids are its
+The offset message id (docs/format.md §1.8) is formatted only when asked for; a batch's ids are its
 messages' ids joined by commas.
 
 Both classes are immutable and thread-safe.

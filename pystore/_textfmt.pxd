@@ -2,7 +2,7 @@
 # Text of record fields written straight into Arrow buffers, in C without the GIL: UTF-8 with invalid
 # sequences replaced by U+FFFD (maximal subparts, as Java and Python replace them), decimal and hex numbers,
 # hosts as ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``), the offset message id
-# (FORMAT.md §1.8), the items of a properties string (RocketMQ 5.x's decoder), milliseconds as microseconds.
+# (docs/format.md §1.8), the items of a properties string (RocketMQ 5.x's decoder), milliseconds as microseconds.
 # Inline: each is called per record (or per field) by the Arrow decoder's loop.
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint16_t, uint64_t
 from libc.string cimport memcmp, memcpy

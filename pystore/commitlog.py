@@ -1,5 +1,5 @@
 """The commit log: every message of every topic, in arrival order, in one ``MappedFileQueue``
-(FORMAT.md §1, §5; RocketMQ ``CommitLog``).
+(docs/format.md §1, §5; RocketMQ ``CommitLog``).
 
 ``CommitLog`` is the Python half of ``_commitlog.CommitLogCore``: the compiled half appends (checks, put
 lock, queue offsets, encode, roll); this half decides policy: where the next file comes from (the queue,

@@ -1,4 +1,4 @@
-"""The key index: find messages by key or ``UNIQ_KEY`` (FORMAT.md §3; RocketMQ ``IndexService``).
+"""The key index: find messages by key or ``UNIQ_KEY`` (docs/format.md §3; RocketMQ ``IndexService``).
 
 Index files live in ``<root>/index/``, named by their creation time in local time (``yyyyMMddHHmmssSSS``),
 each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message

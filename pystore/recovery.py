@@ -1,5 +1,5 @@
 """Recovery: find where the commit log's valid data ends, cut it there, say where dispatch resumes
-(FORMAT.md §8; cf. Kafka's ``LogLoader``).
+(docs/format.md §8; cf. Kafka's ``LogLoader``).
 
 * **normal** (no ``abort`` file: the last writer shut down cleanly): walk from the third-last file.
 * **abnormal** (``abort`` present): walk from the newest file whose first message is not newer than the
@@ -424,7 +424,7 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
     if not read_only:
         if not queue.files:
             if len(cq_store):
-                log.warning("no commit log: dropping %d consume queues (FORMAT.md §8.6)", len(cq_store))
+                log.warning("no commit log: dropping %d consume queues (docs/format.md §8.6)", len(cq_store))
             cq_store.destroy_all()
             index = getattr(getattr(reput, "dispatcher", None), "index", None)
             if index is not None and index.files:

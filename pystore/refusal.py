@@ -28,7 +28,7 @@ __all__ = [
     "topic_problem",
 ]
 
-#: the put checks' limits (FORMAT.md "pystore's choices"; ``_message.pyx`` holds the same numbers)
+#: the put checks' limits (docs/format.md "pystore's choices"; ``_message.pyx`` holds the same numbers)
 MAX_TOPIC_BYTES = 255
 MAX_PROPERTIES_BYTES = 32767
 TOPIC_CHARACTERS = "[%|a-zA-Z0-9_-]"

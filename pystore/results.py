@@ -1,4 +1,4 @@
-"""What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (API.md "Reading").
+"""What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (docs/api.md "Reading").
 
 ``GetMessageResult`` is compiled (``_read``, where ``get_message`` builds it) because every pull makes one, as
 the put-side results are (``_results``); ``QueryMessageResult`` is a plain object with slots.

@@ -1,4 +1,4 @@
-"""``MessageStore``: the facade users hold (RocketMQ ``DefaultMessageStore``, API.md "The store").
+"""``MessageStore``: the facade users hold (RocketMQ ``DefaultMessageStore``, docs/api.md "The store").
 
 It owns the lifecycle and hands every call to the part that does it; the parts and services are built by
 ``pystore.wiring``, a put's waits are ``pystore.put_waits``', replication is ``pystore.ha_master`` and
@@ -433,13 +433,13 @@ class MessageStore:
                     message_filter: MessageFilter | TagFilter | str | None = None,
                     timeout_ms: int = 0) -> GetMessageResult:
         """Up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
-        statuses and next-offset rules (FORMAT.md §11.1). With ``timeout_ms > 0``, a get that finds nothing at
+        statuses and next-offset rules (docs/format.md §11.1). With ``timeout_ms > 0``, a get that finds nothing at
         the queue's end waits up to that long for a message to arrive there (``pystore.arrival``).
 
-        Always a ``GetMessageResult`` (RocketMQ's null has no place in API.md's signature): a store that is
+        Always a ``GetMessageResult`` (RocketMQ's null has no place in docs/api.md's signature): a store that is
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
-        instead, because a refused put is a status (API.md)."""
+        instead, because a refused put is a status (docs/api.md)."""
         if timeout_ms:
             return self._wait_for_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
         if not isinstance(offset, int) or not isinstance(max_msg_nums, int):

@@ -1,4 +1,4 @@
-"""Offline reading of store folders: pystore's, or a RocketMQ broker's own ``store/`` (API.md
+"""Offline reading of store folders: pystore's, or a RocketMQ broker's own ``store/`` (docs/api.md
 "Offline reading").
 
 Everything here maps files read-only, takes no lock and writes nothing, so it is safe on a live store:

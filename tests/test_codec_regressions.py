@@ -1,6 +1,6 @@
 """Regression tests for bugs once found in pystore's codec and message code (all fixed).
 
-Each test states the input, what FORMAT.md / API.md lead one to expect, and the line suspected."""
+Each test states the input, what docs/format.md / docs/api.md lead one to expect, and the line suspected."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_bug6_put_property_with_none_corrupts_the_message(name, value):
 
 
 def test_bug7_v2_switch_counts_code_points_not_java_chars():
-    """FORMAT.md §1.3: V2 iff ``topic.length() > 127`` in Java chars (UTF-16 units). A topic of 64 U+1F600
+    """docs/format.md §1.3: V2 iff ``topic.length() > 127`` in Java chars (UTF-16 units). A topic of 64 U+1F600
     is 128 Java chars (V2) and 256 UTF-8 bytes; pystore counts 64 code points, writes V1 and its 1-byte topic
     length wraps to 0, so the record it encodes does not decode. (Such a topic is refused by the put checks,
     so only encode_record/record_length are affected.) Suspect: _message.pyx ``_refresh``:

@@ -1,7 +1,7 @@
 """Corruption tests: damaged store files either recover to the last whole record or raise
 ``StoreCorruptedError`` naming the file and the absolute offset; never a crash, and nothing before the
-damage is lost (DESIGN.md "What the store promises", FORMAT.md §1, §4, §8, §12 ``testRecover``;
-``pystore/recovery.py`` for the guard against truncating durable data; STYLE.md "Tests": corruption).
+damage is lost (docs/architecture.md "What the store promises", docs/format.md §1, §4, §8, §12 ``testRecover``;
+``pystore/recovery.py`` for the guard against truncating durable data).
 
 Stores are built in this process with SYNC_FLUSH and small files (16 KiB) so the log rolls often, shut
 down cleanly (the checkpoint then says every message is flushed), damaged with plain file writes at
@@ -40,7 +40,7 @@ from pystore.store import MessageStore  # noqa: E402
 from pystore.tools import iter_commitlog  # noqa: E402
 
 FILE_SIZE = 16384
-POS_BODY_LENGTH = 84  # FORMAT.md §1.2, IPv4 born and store hosts
+POS_BODY_LENGTH = 84  # docs/format.md §1.2, IPv4 born and store hosts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_
 
     Its store times are 1 ms apart (a clock that moves only here), whatever the machine's speed: an abnormal
     recovery starts from the newest file whose first message is at least 3 s older than the checkpoint
-    (FORMAT.md §8), so with the real clock where it starts depended on how long the build took. Each put is
+    (docs/format.md §8), so with the real clock where it starts depended on how long the build took. Each put is
     a SYNC_FLUSH put, a disk flush: with 10 ms a flush (a slow CI disk) 500 messages span more than 3 s, and
     test_damage_before_normal_recovery_window's abnormal open started past the damage it must report."""
     rng = random.Random(seed)
@@ -399,7 +399,7 @@ def _damage_last(root, second_last_max: int) -> None:
 
 
 def test_rocketmq_test_recover(tmp_path):
-    """FORMAT.md §12 ``testRecover``: a restart keeps the max offset; zeroing 16 bytes at the topic-length
+    """docs/format.md §12 ``testRecover``: a restart keeps the max offset; zeroing 16 bytes at the topic-length
     position of the last record then a normal, or an abnormal (abort file), restart truncates exactly that
     record; writing goes on after it and survives restarts."""
     root = tmp_path / "store"
@@ -810,7 +810,7 @@ def test_garbage_checkpoint_and_torn_tail(tmp_path, abnormal):
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
 def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
-    """No commit log at all, a checkpoint present (FORMAT.md §8.6): the store opens empty and the next
+    """No commit log at all, a checkpoint present (docs/format.md §8.6): the store opens empty and the next
     put starts at offset 0."""
     root = tmp_path / "store"
     build_store(root, messages=50)
@@ -833,7 +833,7 @@ def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
 def test_missing_consume_queue_folder(tmp_path, abnormal):
-    """The ``consumequeue`` folder is gone (FORMAT.md §8.6): the queues are rebuilt from the commit log,
+    """The ``consumequeue`` folder is gone (docs/format.md §8.6): the queues are rebuilt from the commit log,
     every unit pointing at its record, and the topic-queue table continues from them."""
     root = tmp_path / "store"
     w = build_store(root, messages=300, seed=13)
