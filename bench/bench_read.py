@@ -1,5 +1,5 @@
 """Reads: ``look_message_by_offset`` (random and sequential), ``tools.iter_commitlog``, and the consume-queue
-and index reads of API.md (``get_message``, ``get_offset_in_queue_by_time``, ``query_message``), against the
+and index reads of docs/api.md (``get_message``, ``get_offset_in_queue_by_time``, ``query_message``), against the
 same run's ``mmap`` + ``struct`` reader.
 
 One module-level store holds ``N`` messages of 128 B, each with a key ``k%07d`` (so ``query_message`` has
@@ -187,7 +187,7 @@ def test_baseline_read_sequential(benchmark, data, record):
 
 
 # -----------------------------------------------------------------------------------------------------------
-# consume queue and index (API.md signatures; skipped until they exist)
+# consume queue and index (docs/api.md signatures; skipped until they exist)
 # -----------------------------------------------------------------------------------------------------------
 
 

@@ -1,10 +1,12 @@
 """pystore: an embedded message store with Apache RocketMQ's on-disk format.
 
-The public names are API.md's; everything else is internal.
+The public names are docs/api.md's; everything else is internal.
 """
 
 try:
-    from pystore._message import Message, MessageBatch, MessageExt
+    from pystore._message import Message
+    from pystore._message_batch import MessageBatch
+    from pystore._message_ext import MessageExt
     from pystore._results import AppendMessageResult, PutMessageResult
 except ImportError as exc:  # pragma: no cover - a broken install
     raise ImportError(

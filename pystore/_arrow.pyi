@@ -1,7 +1,6 @@
 """Types of ``pystore._arrow`` (compiled): the Spark data source's decoder — commit-log records straight into
 Arrow record batches (``BatchBuilder``), from a commit-log file range (``scan_file``) or through a consume
-queue (``QueueReader``), and the driver's planning helpers (``split_points``, ``queue_bounds``). Internal to
-pystore; typed so that its own modules type-check.
+queue (``QueueReader``). Internal to pystore; typed so that its own modules type-check.
 
 Kept in step with ``_arrow.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
@@ -15,7 +14,7 @@ from pystore._mapped_file import MappedFile
 _Schema = Any
 _RecordBatch = Any
 
-#: Column order of the data source (API.md "Spark").
+#: Column order of the data source (docs/api.md "Spark").
 COLUMNS: Final[tuple[str, ...]]
 
 @final
@@ -44,7 +43,6 @@ class BatchBuilder:
     def build(self) -> _RecordBatch | None: ...
 
 def scan_file(b: BatchBuilder, mf: MappedFile, pos: int, end: int = -1) -> tuple[int, bool]: ...
-def split_points(mf: MappedFile, chunk: int) -> tuple[list[int], int, int]: ...
 
 @final
 class QueueReader:
@@ -56,5 +54,3 @@ class QueueReader:
     def lost(self) -> int: ...
     def __init__(self, topic: str, queue_id: int, cq_paths: list[str], cl_paths: list[str]) -> None: ...
     def scan(self, b: BatchBuilder, start: int, end: int) -> tuple[int, bool]: ...
-
-def queue_bounds(cq_paths: list[str], cl_min: int) -> tuple[int, int]: ...

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Commit-log records straight into Arrow columns (the Spark data source's decoder, API.md "Spark").
+"""Commit-log records straight into Arrow columns (the Spark data source's decoder, docs/api.md "Spark").
 
 A :class:`BatchBuilder` decodes whole records (from a commit-log file range, or through a consume
 queue's units) in one C pass straight into the column buffers of a ``pyarrow.RecordBatch``: validity
@@ -13,28 +13,27 @@ subparts, as Java and Python do), so Arrow always gets valid UTF-8. The properti
 5.x's decoder (an item needs a name and a value; the last duplicate wins); ``keys`` is the ``KEYS``
 property split on spaces (empty tokens dropped); ``tags`` is null without a ``TAGS`` property. Hosts are
 ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``); ``msg_id`` is the offset
-message id (FORMAT.md §1.8); timestamps are microseconds since the epoch, UTC.
+message id (docs/format.md §1.8); timestamps are microseconds since the epoch, UTC.
 
-Also here, for the driver: :func:`split_points` (record boundaries of a commit-log file, from the record
-headers, without CRC and without decoding) and :func:`queue_bounds` (a consume queue's min and max
-offsets from its files, by binary search).
+The driver's planning helpers (where to split a file, a queue's bounds) are ``_arrow_plan``; the text
+formatting of fields (UTF-8 repair, hosts, ids, numbers, properties items) is ``_textfmt.pxd``.
 
 Everything reads read-only mappings and holds no lock: safe on a live store (a record's size is published
 last, so a non-zero size means a whole record).
 """
 
 cimport cython
-from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint16_t, uint64_t, uintptr_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-from pystore._bytes cimport body_crc32, get_i32, get_i64, load_i32_acquire
-from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC,
-                             STOREHOSTADDRESS_V6_FLAG, RecordView, check_record)
+from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
+from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
+                             check_record)
 from pystore._mapped_file cimport MappedFile
+from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, fmt_id, ms_to_us, parse_props, utf8_fix
 
 import logging
-import os
 
 import pyarrow as pa
 
@@ -45,237 +44,11 @@ log = logging.getLogger(__name__)
 
 cdef int32_t FILLER = CQ_FILLER_SIZE
 cdef int32_t UNIT = CQ_STORE_UNIT_SIZE
-cdef int32_t MAX_ITEMS = 16384          # properties of <= 32767 bytes hold at most ~8192 items
 
-#: Column order of the data source (API.md "Spark").
+#: Column order of the data source (docs/api.md "Spark").
 COLUMNS = ("topic", "queue_id", "queue_offset", "commit_log_offset", "store_size", "body", "tags", "keys",
            "properties", "flag", "sys_flag", "born_timestamp", "store_timestamp", "born_host", "store_host",
            "reconsume_times", "prepared_transaction_offset", "body_crc", "msg_id")
-
-
-# ----------------------------------------------------------------------------------------------------
-# UTF-8 with replacement, hosts, ids
-# ----------------------------------------------------------------------------------------------------
-
-cdef Py_ssize_t utf8_fix(const unsigned char *p, Py_ssize_t n, unsigned char *dst) noexcept nogil:
-    """Copy ``p[:n]`` to ``dst`` (when not NULL) with every invalid sequence replaced by U+FFFD (maximal
-    subparts); return the output length (``n`` for valid input)."""
-    cdef Py_ssize_t i = 0, o = 0, s
-    cdef unsigned char c, lo, hi
-    cdef int need, k
-    cdef uint64_t w
-    while i < n:
-        if i + 8 <= n:                   # eight ASCII bytes at a time
-            memcpy(&w, p + i, 8)
-            if (w & 0x8080808080808080ULL) == 0:
-                if dst != NULL:
-                    memcpy(dst + o, p + i, 8)
-                i += 8
-                o += 8
-                continue
-        c = p[i]
-        if c < 0x80:
-            if dst != NULL:
-                dst[o] = c
-            o += 1
-            i += 1
-            continue
-        lo = 0x80
-        hi = 0xBF
-        if 0xC2 <= c <= 0xDF:
-            need = 1
-        elif 0xE0 <= c <= 0xEF:
-            need = 2
-            if c == 0xE0:
-                lo = 0xA0
-            elif c == 0xED:
-                hi = 0x9F
-        elif 0xF0 <= c <= 0xF4:
-            need = 3
-            if c == 0xF0:
-                lo = 0x90
-            elif c == 0xF4:
-                hi = 0x8F
-        else:
-            need = -1
-        s = i
-        i += 1
-        k = 0
-        if need > 0:
-            while k < need:
-                if i >= n or p[i] < lo or p[i] > hi:
-                    break
-                lo = 0x80
-                hi = 0xBF
-                i += 1
-                k += 1
-        if need > 0 and k == need:
-            if dst != NULL:
-                memcpy(dst + o, p + s, i - s)
-            o += i - s
-        else:
-            if dst != NULL:
-                dst[o] = 0xEF
-                dst[o + 1] = 0xBF
-                dst[o + 2] = 0xBD
-            o += 3
-    return o
-
-
-cdef inline int fmt_int(char *out, int64_t v) noexcept nogil:
-    """Decimal text of ``v``; returns its length."""
-    cdef char tmp[24]
-    cdef int n = 0, o = 0
-    cdef uint64_t u
-    if v < 0:
-        out[0] = b'-'
-        o = 1
-        u = <uint64_t>(-(v + 1)) + 1
-    else:
-        u = <uint64_t>v
-    while True:
-        tmp[n] = <char>(48 + u % 10)
-        n += 1
-        u //= 10
-        if u == 0:
-            break
-    while n > 0:
-        n -= 1
-        out[o] = tmp[n]
-        o += 1
-    return o
-
-
-cdef inline int fmt_hex16(char *out, uint16_t v) noexcept nogil:
-    """Lower-case hex of ``v`` without leading zeros (``ipaddress`` style)."""
-    cdef const char *digits = b"0123456789abcdef"
-    cdef int o = 0, shift = 12
-    cdef bint started = False
-    cdef int d
-    while shift >= 0:
-        d = (v >> shift) & 0xF
-        if d != 0 or started or shift == 0:
-            out[o] = digits[d]
-            o += 1
-            started = True
-        shift -= 4
-    return o
-
-
-cdef int fmt_host(const unsigned char *h, int32_t hlen, char *out) noexcept nogil:
-    """``a.b.c.d:port`` or ``[v6]:port`` (``out`` holds >= 64 bytes); returns the length."""
-    cdef int o = 0, i, best = -1, best_len = 0, cur = -1, cur_len = 0
-    cdef uint16_t hx[8]
-    if hlen == 8:
-        for i in range(4):
-            o += fmt_int(out + o, h[i])
-            out[o] = b'.' if i < 3 else b':'
-            o += 1
-        o += fmt_int(out + o, get_i32(h + 4))
-        return o
-    for i in range(8):
-        hx[i] = <uint16_t>((h[2 * i] << 8) | h[2 * i + 1])
-        if hx[i] == 0:
-            if cur < 0:
-                cur = i
-                cur_len = 0
-            cur_len += 1
-            if cur_len > best_len:
-                best = cur
-                best_len = cur_len
-        else:
-            cur = -1
-    if best_len < 2:
-        best = -1
-        best_len = 0
-    out[0] = b'['
-    o = 1
-    i = 0
-    while i < 8:
-        if i == best:
-            out[o] = b':'
-            out[o + 1] = b':'
-            o += 2
-            i += best_len
-            continue
-        if i > 0 and not (best >= 0 and i == best + best_len):
-            out[o] = b':'
-            o += 1
-        o += fmt_hex16(out + o, hx[i])
-        i += 1
-    out[o] = b']'
-    out[o + 1] = b':'
-    o += 2
-    o += fmt_int(out + o, get_i32(h + 16))
-    return o
-
-
-cdef inline void fmt_id(unsigned char *out, const unsigned char *host, int32_t hlen, int64_t phy) noexcept nogil:
-    """Offset message id: upper-case hex of the store host bytes then the commit-log offset."""
-    cdef const char *digits = b"0123456789ABCDEF"
-    cdef int i
-    cdef uint64_t u = <uint64_t>phy
-    for i in range(hlen):
-        out[2 * i] = digits[host[i] >> 4]
-        out[2 * i + 1] = digits[host[i] & 0xF]
-    out += 2 * hlen
-    for i in range(8):
-        out[2 * (7 - i)] = digits[(u >> 4) & 0xF]
-        out[2 * (7 - i) + 1] = digits[u & 0xF]
-        u >>= 8
-
-
-cdef int32_t parse_props(const unsigned char *p, int32_t n, int32_t *items) noexcept nogil:
-    """Split a properties string into ``(name_pos, name_len, value_pos, value_len)`` items (RocketMQ 5.x:
-    kept iff the name and the value are non-empty; the last duplicate of a name wins)."""
-    cdef int32_t cnt = 0, start = 0, end, sep, i, j, k
-    cdef bint dup
-    while start < n:
-        end = start
-        while end < n and p[end] != 2:
-            end += 1
-        sep = start
-        while sep < end and p[sep] != 1:
-            sep += 1
-        if sep > start and sep < end - 1 and cnt < MAX_ITEMS:
-            items[4 * cnt] = start
-            items[4 * cnt + 1] = sep - start
-            items[4 * cnt + 2] = sep + 1
-            items[4 * cnt + 3] = end - sep - 1
-            cnt += 1
-        start = end + 1
-    if cnt > 1:
-        k = 0
-        for i in range(cnt):
-            dup = False
-            for j in range(i + 1, cnt):
-                if items[4 * i + 1] == items[4 * j + 1] and \
-                        memcmp(p + items[4 * i], p + items[4 * j], items[4 * i + 1]) == 0:
-                    dup = True
-                    break
-            if not dup:
-                if k != i:
-                    memcpy(items + 4 * k, items + 4 * i, 4 * sizeof(int32_t))
-                k += 1
-        cnt = k
-    return cnt
-
-
-cdef inline int32_t find_item(const unsigned char *p, const int32_t *items, int32_t cnt, const char *name,
-                              int32_t name_len) noexcept nogil:
-    cdef int32_t i
-    for i in range(cnt):
-        if items[4 * i + 1] == name_len and memcmp(p + items[4 * i], name, name_len) == 0:
-            return i
-    return -1
-
-
-cdef inline int64_t ms_to_us(int64_t ms) noexcept nogil:
-    if ms > INT64_MAX // 1000:
-        return INT64_MAX
-    if ms < INT64_MIN // 1000:
-        return INT64_MIN
-    return ms * 1000
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -630,32 +403,6 @@ def scan_file(BatchBuilder b, MappedFile mf, long long pos, long long end=-1):
     return (pos, True)
 
 
-def split_points(MappedFile mf, long long chunk):
-    """Record boundaries of a commit-log file about every ``chunk`` bytes, found by walking record headers
-    (no CRC, nothing decoded): ``(starts, data_end, stop_code)``. ``starts`` begins with 0; ``data_end`` is
-    where the walk stopped (the blank, the end of written data, or a damaged record: ``stop_code``)."""
-    cdef RecordView v
-    cdef int32_t r = REC_END
-    cdef int64_t pos = 0, last = 0, limit = mf.file_size
-    cdef list starts = [0]
-    mf.check_mapped()
-    if chunk <= 0:
-        chunk = limit + 1
-    while pos < limit:
-        r = check_record(mf.base + pos, limit - pos, False, &v)
-        if r <= 0:
-            break
-        pos += r
-        if pos - last >= chunk and pos < limit:
-            starts.append(pos)
-            last = pos
-    if pos >= limit:
-        r = REC_END
-    if len(starts) > 1 and starts[len(starts) - 1] == pos:
-        starts.pop()
-    return (starts, pos, r)
-
-
 cdef inline const unsigned char *_unit(list files, int64_t fsize, int64_t first_from, int64_t index,
                                        int *state):
     """The unit of queue offset ``index``: state 0 found, 1 below the first file (deleted), 2 past the last."""
@@ -785,58 +532,3 @@ cdef class QueueReader:
                 b.check_crc(p, &v, mf.file_name, phy)
                 b.add(p, &v)
         return (i, True)
-
-
-def queue_bounds(list cq_paths, long long cl_min):
-    """``(min_offset, max_offset)`` of a consume queue from its files (sorted by name): max is the number
-    of units ever written, min the first unit whose message is at or above commit-log offset ``cl_min``
-    (fillers skipped); ``(0, 0)`` without files. Binary searches; units are written in order. Only the
-    last file and the first files up to the min are mapped (Spark polls this for every queue)."""
-    cdef MappedFile mf, last = None
-    cdef int64_t lo, hi, mid, max_off, min_off, n_units, last_units = 0
-    cdef Py_ssize_t k, n = len(cq_paths)
-    cdef const unsigned char *p
-    while n > 0:                             # the last non-empty file
-        last = MappedFile(cq_paths[n - 1], -1, read_only=True)
-        if last.file_size >= UNIT:
-            break
-        last.close()
-        last = None
-        n -= 1
-    if last is None:
-        return (0, 0)
-    try:
-        lo = 0
-        hi = last.file_size // UNIT
-        while lo < hi:                       # first empty unit of the last file
-            mid = (lo + hi) >> 1
-            p = last.base + mid * UNIT
-            if load_i32_acquire(p + 8) != 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        last_units = lo
-        max_off = (last.file_from_offset + lo * UNIT) // UNIT
-        min_off = max_off
-        for k in range(n):
-            mf = last if k == n - 1 else MappedFile(cq_paths[k], -1, read_only=True)
-            try:
-                n_units = mf.file_size // UNIT if k < n - 1 else last_units
-                lo = 0
-                hi = n_units
-                while lo < hi:               # first real unit pointing at or above cl_min
-                    mid = (lo + hi) >> 1
-                    p = mf.base + mid * UNIT
-                    if get_i32(p + 8) != FILLER and get_i32(p + 8) != 0 and get_i64(p) >= cl_min:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                if lo < n_units:
-                    min_off = (mf.file_from_offset + lo * UNIT) // UNIT
-                    break
-            finally:
-                if mf is not last:
-                    mf.close()
-        return (min_off, max_off)
-    finally:
-        last.close()

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Big-endian loads and stores on raw pointers (cf. py-pgproto's hton.pxd).
 
-Every integer in every RocketMQ file is big-endian (FORMAT.md §0). These helpers are header-only and
+Every integer in every RocketMQ file is big-endian (docs/format.md §0). These helpers are header-only and
 inlined; they never fail and never touch Python objects. ``store_i32_release`` publishes a record's
 TOTALSIZE after its other bytes, so a reader in another thread or process that sees a non-zero size
 also sees the record it announces (``load_i32_acquire`` is its partner).
@@ -67,7 +67,7 @@ cdef extern from "crc32.h":
 
 
 cdef inline int32_t body_crc32(const unsigned char *p, Py_ssize_t n) noexcept nogil:
-    """RocketMQ's body CRC: CRC-32/IEEE (zlib's polynomial) masked to 31 bits (FORMAT.md §1.5)."""
+    """RocketMQ's body CRC: CRC-32/IEEE (zlib's polynomial) masked to 31 bits (docs/format.md §1.5)."""
     return <int32_t>(ps_fast_crc32(p, <size_t>n) & 0x7FFFFFFF)
 
 

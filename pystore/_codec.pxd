@@ -6,7 +6,8 @@ from cpython.object cimport PyObject
 
 from pystore._bytes cimport bytes_size, put_i32, put_i64, store_i32_release
 
-from pystore._message cimport Message, MessageExt
+from pystore._message cimport Message
+from pystore._message_ext cimport MessageExt
 from pystore._record cimport RecordView
 
 cdef enum:

@@ -1,4 +1,4 @@
-"""Types of ``pystore._codec`` (compiled): the commit-log record (FORMAT.md §1) — its field positions, the
+"""Types of ``pystore._codec`` (compiled): the commit-log record (docs/format.md §1) — its field positions, the
 check results, and encode, check, decode and scan over a buffer. Internal to pystore (the store and tools use
 it); typed so that pystore's own modules and tests type-check against it.
 
@@ -9,7 +9,8 @@ from typing import Final
 
 from typing_extensions import Buffer
 
-from pystore._message import Message, MessageExt
+from pystore._message import Message
+from pystore._message_ext import MessageExt
 
 MAGIC_CODE_V1: Final[int]
 MAGIC_CODE_V2: Final[int]

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The commit-log record: encode in place, check, decode, scan (FORMAT.md §1).
+"""The commit-log record: encode in place, check, decode, scan (docs/format.md §1).
 
 Layout (big-endian; offsets for an IPv4 born host, add 12 after field 10 for IPv6, 12 more after
 field 12 for an IPv6 store host)::
@@ -41,7 +41,10 @@ from libc.string cimport memchr, memcmp, memcpy
 from pystore._bytes cimport (body_crc32, crc_built, crc_force, crc_level, get_i16, get_i32, get_i64,
                              load_i32_acquire, ps_fast_crc32, put_i16, put_i32, put_i64)
 from pystore._bytes cimport store_i32_release
-from pystore._message cimport Message, MessageExt, encode_host, java_hash_utf8
+from pystore._hosts cimport encode_host
+from pystore._jstring cimport java_hash_utf8
+from pystore._message cimport Message
+from pystore._message_ext cimport MessageExt
 
 from pystore.errors import StoreCorruptedError
 

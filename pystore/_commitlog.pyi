@@ -13,7 +13,9 @@ from typing import Any, Final, Literal, Self, final, overload
 from typing_extensions import disjoint_base
 
 from pystore._mapped_file import MappedFile
-from pystore._message import Message, MessageBatch, MessageExt
+from pystore._message import Message
+from pystore._message_batch import MessageBatch
+from pystore._message_ext import MessageExt
 from pystore._results import PutMessageResult
 
 BUCKET_NAMES: Final[tuple[str, ...]]

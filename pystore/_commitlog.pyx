@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The put path: checks, the put lock, queue offsets, encode into the last commit-log file, roll.
 
-One call per message (``put_message``) or per batch (``put_messages``) does everything in C (FORMAT.md
+One call per message (``put_message``) or per batch (``put_messages``) does everything in C (docs/format.md
 §1.11, 4.x order): refuse what must be refused with a status; take the put lock; stamp the store time
 (the lock time); take the queue offset from the topic-queue table (so a failed append never burns one);
 encode straight into the mapped file; if the record and an 8-byte blank do not fit, write the blank
@@ -33,7 +33,10 @@ from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, R
                              enters_queue, find_next_record, make_ext, message_length, scan_records, write_blank)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, MessageBatch, copy_message, encode_host, utf8_text
+from pystore._hosts cimport encode_host
+from pystore._jstring cimport utf8_text
+from pystore._message cimport Message, copy_message
+from pystore._message_batch cimport MessageBatch
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
@@ -238,6 +241,15 @@ cdef bint _batch_unchanged(tuple ms, int32_t *sizes, str tq_key, int64_t max_siz
     return True
 
 
+
+cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
+    """A refused put's result, which keeps what was refused and the store's configuration so that its
+    ``reason`` can say why in words (computed only if asked: the refusal path makes no text)."""
+    cdef PutMessageResult r = put_failed(status)
+    r._refused = (what, getattr(cl, "config", None))
+    return r
+
+
 cdef class CommitLogCore:
     """The compiled half of the commit log (``commitlog.CommitLog`` is the Python half)."""
 
@@ -311,7 +323,7 @@ cdef class CommitLogCore:
         """``{(topic, queue_id): next queue offset}``."""
         return {(c.topic, c.queue_id): c.next_offset for c in self.table.values()}
 
-    # -- page-cache busy (FORMAT.md §6.6) --------------------------------------------------------
+    # -- page-cache busy (docs/format.md §6.6) --------------------------------------------------------
 
     # Policy time: a put that has held the lock longer than os_page_cache_busy_timeout by the store's clock
     # (the C clock when none was injected) makes the others fail fast (pystore.service states the rule).
@@ -350,7 +362,7 @@ cdef class CommitLogCore:
         return self.last
 
     cdef MappedFile _file_with_room(self, int64_t total):
-        """Under the put lock: the file the next ``total`` bytes go into (FORMAT.md §1.4). A full or missing
+        """Under the put lock: the file the next ``total`` bytes go into (docs/format.md §1.4). A full or missing
         last file rolls; when the rest of the file cannot hold them plus the blank, an 8-byte blank fills it
         (END_OF_FILE) and the next file is taken. None when a file cannot be created."""
         cdef MappedFile mf = self.last
@@ -420,25 +432,25 @@ cdef class CommitLogCore:
         cdef PutMessageResult result
         if not self.writeable:
             self.put_failed_times += 1
-            return put_failed(ST_SERVICE_NOT_AVAILABLE)
+            return _refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
         if msg._illegal:
             self.put_failed_times += 1
-            return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
+            return _refused(self, msg, ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
         if PyBytes_GET_SIZE(msg._body) > self.max_message_size:
             self.put_failed_times += 1
-            return put_failed(ST_MESSAGE_ILLEGAL)
+            return _refused(self, msg, ST_MESSAGE_ILLEGAL)
         if msg._delay_level > 0 and self.delay_rewrite is not None and enters_queue(msg._sys_flag):
             msg = self.delay_rewrite(msg)
             if msg._illegal:
                 self.put_failed_times += 1
-                return put_failed(ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
+                return _refused(self, msg, ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
         if self.begin_time_in_lock != 0 and self.is_os_page_cache_busy():
             self.put_failed_times += 1
-            return put_failed(ST_OS_PAGE_CACHE_BUSY)
+            return _refused(self, msg, ST_OS_PAGE_CACHE_BUSY)
         total = message_length(msg, self.store_flag)
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             self.put_failed_times += 1
-            return put_failed(ST_MESSAGE_ILLEGAL)
+            return _refused(self, msg, ST_MESSAGE_ILLEGAL)
         msg.body_crc()
         if PyBytes_GET_SIZE(msg._body) >= BIG_BODY:
             # its body is copied without the GIL, and other threads may change the message meanwhile: the
@@ -480,7 +492,7 @@ cdef class CommitLogCore:
             self.put_lock.unlock()
         if status is not None:
             self.put_failed_times += 1
-            return put_failed(status)
+            return _refused(self, msg, status)
         self._account(t0, total)
         result = put_ok(phy, total, ts, qoff, 1, self.store_host_b, self.store_flag, None)
         self._after_append(mf)
@@ -532,7 +544,7 @@ cdef class CommitLogCore:
         cdef int code
         if not self.writeable:
             self.put_failed_times += 1
-            return put_failed(ST_SERVICE_NOT_AVAILABLE)
+            return _refused(self, batch, ST_SERVICE_NOT_AVAILABLE)
         n = len(ms) if bodies is None else len(bodies)
         sizes = PyBytes_FromStringAndSize(NULL, n * 4)
         size_arr = <int32_t *>PyBytes_AS_STRING(sizes)
@@ -543,7 +555,7 @@ cdef class CommitLogCore:
                 code = _refusal(<Message>mp, tq_key, self.max_message_size)
                 if code != REFUSE_NONE:
                     self.put_failed_times += 1
-                    return put_failed(_refusal_status(code))
+                    return _refused(self, batch, _refusal_status(code))
                 size_arr[i] = message_length(<Message>mp, self.store_flag)
                 total += size_arr[i]
                 _crc_of(<Message>mp)                  # computed now, outside the lock, and kept by the message
@@ -552,7 +564,7 @@ cdef class CommitLogCore:
             code = _refusal(tmpl, tq_key, self.max_message_size)
             if code != REFUSE_NONE:
                 self.put_failed_times += 1
-                return put_failed(_refusal_status(code))
+                return _refused(self, batch, _refusal_status(code))
             base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
             if n <= CRC_STACK:
                 crc_arr = crc_stack
@@ -565,16 +577,16 @@ cdef class CommitLogCore:
                 bp = PyTuple_GET_ITEM(bodies, i)
                 if bytes_size(bp) > self.max_message_size:
                     self.put_failed_times += 1
-                    return put_failed(ST_MESSAGE_ILLEGAL)
+                    return _refused(self, batch, ST_MESSAGE_ILLEGAL)
                 size_arr[i] = base_len + <int32_t>bytes_size(bp)
                 total += size_arr[i]
                 crc_arr[i] = body_crc32(<const unsigned char *>bytes_data(bp), bytes_size(bp))
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             self.put_failed_times += 1
-            return put_failed(ST_MESSAGE_ILLEGAL)
+            return _refused(self, batch, ST_MESSAGE_ILLEGAL)
         if self.begin_time_in_lock != 0 and self.is_os_page_cache_busy():
             self.put_failed_times += 1
-            return put_failed(ST_OS_PAGE_CACHE_BUSY)
+            return _refused(self, batch, ST_OS_PAGE_CACHE_BUSY)
         t0 = mono_coarse_ns()
         self.put_lock.lock()
         try:
@@ -667,7 +679,7 @@ cdef class CommitLogCore:
             self.put_lock.unlock()
         if status is not None:
             self.put_failed_times += 1
-            return put_failed(status)
+            return _refused(self, batch, status)
         self._account(t0, total)
         result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, sizes)
         self._after_append(mf)

@@ -15,7 +15,8 @@ from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._files cimport find_file
 from pystore._index cimport IndexFilesBase, index_message
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message, utf8_text
+from pystore._jstring cimport utf8_text
+from pystore._message cimport Message
 from pystore._units cimport ConsumeQueueCore
 
 
@@ -154,7 +155,7 @@ cdef class QueueDispatcher(Dispatcher):
                         self.max_level = lvl
 
     cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept:
-        """FORMAT.md §2.2: the schedule topic's tags code is the time the message is due."""
+        """docs/format.md §2.2: the schedule topic's tags code is the time the message is due."""
         if level > self.max_level:
             level = self.max_level
         if level <= 0:

@@ -1,4 +1,4 @@
-"""Types of ``pystore._index`` (compiled): the hash index files (FORMAT.md §3) — one file's header, slots and
+"""Types of ``pystore._index`` (compiled): the hash index files (docs/format.md §3) — one file's header, slots and
 entry chains (``IndexFileCore``), and the per-message indexing that ``IndexService`` (``pystore.index``, a
 subclass of ``IndexFilesBase``) runs. Internal to pystore; typed so that its own modules type-check.
 

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""One index file: hash slots and linked entries (FORMAT.md §3.1, §3.2, §3.4; RocketMQ ``IndexFile``).
+"""One index file: hash slots and linked entries (docs/format.md §3.1, §3.2, §3.4; RocketMQ ``IndexFile``).
 
 ::
 
@@ -39,7 +39,7 @@ from libc.stdint cimport INT32_MIN, int32_t, int64_t, uint32_t
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
 from pystore._codec cimport find_properties
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport java_hash_str, java_hash_utf8_from
+from pystore._jstring cimport java_hash_str, java_hash_utf8_from
 
 HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -331,7 +331,7 @@ cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ss
                        const unsigned char *props, Py_ssize_t props_len, int64_t phy_offset, int64_t store_ts,
                        int32_t sys_flag) except -1:
     """Index the message stored at ``phy_offset`` with these topic and properties bytes (as stored: UTF-8, the
-    properties string of FORMAT.md §1.3) into ``service`` (an ``IndexService``): an entry for its
+    properties string of docs/format.md §1.3) into ``service`` (an ``IndexService``): an entry for its
     ``UNIQ_KEY``, then one per key of ``KEYS`` (split on single spaces, empty keys skipped), each under the
     hash of ``topic + "#" + key`` computed on the bytes. Rolled-back transaction messages are not indexed,
     nor a message below the newest file's end offset (indexed before: a re-dispatch). Python runs only to

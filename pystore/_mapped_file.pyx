@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""One memory-mapped store file with RocketMQ's positions and reference counting (FORMAT.md §5.1, §5.2).
+"""One memory-mapped store file with RocketMQ's positions and reference counting (docs/format.md §5.1, §5.2).
 
 A file is named by the absolute offset of its first byte (20 decimal digits) and mapped whole::
 

@@ -9,7 +9,7 @@ from collections.abc import Collection
 from typing import Any, final
 
 from pystore._mapped_file import MappedFile
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore._units import ConsumeQueueCore
 from pystore.status import GetMessageStatus
 

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""``get_message``, compiled: RocketMQ's decision table (FORMAT.md §11.1) and the scan of one consume queue
+"""``get_message``, compiled: RocketMQ's decision table (docs/format.md §11.1) and the scan of one consume queue
 and the commit-log records its units point at, building the ``GetMessageResult`` (``read_queue``). The store's
 Python ``get_message`` (filters, read-only stores, slaves) and its frameless fast path (``QueueReader``) both
 run it, so every status and next-offset rule is read in one place.
@@ -17,7 +17,8 @@ from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, SPLIT_BODY, Rec
                              find_property, make_ext, make_ext_shared)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport MessageExt, utf8_text
+from pystore._jstring cimport utf8_text
+from pystore._message_ext cimport MessageExt
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS
@@ -47,7 +48,7 @@ cdef tuple STATUSES = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSA
 
 @cython.final
 cdef class ReadLimits:
-    """The transfer caps of one ``get_message`` (FORMAT.md §11.1 ``isTheBatchFull``)."""
+    """The transfer caps of one ``get_message`` (docs/format.md §11.1 ``isTheBatchFull``)."""
     cdef public int64_t bytes_in_memory
     cdef public int32_t count_in_memory
     cdef public int64_t bytes_in_disk
@@ -371,7 +372,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
 
 @cython.final
 cdef class GetMessageResult:
-    """What ``get_message`` returns (API.md "Reading"): ``status, next_begin_offset, min_offset, max_offset,
+    """What ``get_message`` returns (docs/api.md "Reading"): ``status, next_begin_offset, min_offset, max_offset,
     messages, message_count, buffer_total_size`` and ``suggest_pulling_from_slave`` (RocketMQ: the pull is
     far behind, in data no longer in memory). Compiled because every pull makes one; re-exported by
     ``pystore.results``."""
@@ -420,7 +421,7 @@ def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, li
                long long cl_file_size, ReadLimits lim not None, object tag_codes, object tag_names, object filt,
                bint keep_offset, object cl_queue=None):
     """``get_message`` on one consume queue (None: a queue that does not exist): RocketMQ's decision table
-    (FORMAT.md §11.1; empty queue, offset too small, one past the end, far past it, no unit buffer) then the
+    (docs/format.md §11.1; empty queue, offset too small, one past the end, far past it, no unit buffer) then the
     scan, in one call, as a ``GetMessageResult``. ``keep_offset`` is the slave's next-offset rule
     (``nextOffsetCorrection``); ``cl_queue``, the commit log's ``MappedFileQueue`` of a writer, lets a unit
     pointing past all the log ever written be reported as damage rather than waited for."""
@@ -518,7 +519,7 @@ cdef class QueueReader:
     def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None, timeout_ms=0):
         """``MessageStore.get_message(group, topic, queue_id, offset, max_msg_nums=32, message_filter=None,
         timeout_ms=0)``: up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with
-        RocketMQ's statuses and next-offset rules (FORMAT.md §11.1). All but the plain case (a filter, an unknown
+        RocketMQ's statuses and next-offset rules (docs/format.md §11.1). All but the plain case (a filter, an unknown
         queue, a slave, a store not readable, a wait) is the Python method's answer."""
         cdef object cq = None
         cdef object q

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The decoded header of one commit-log record (FORMAT.md §1): what ``_codec.check_record`` fills and a
+"""The decoded header of one commit-log record (docs/format.md §1): what ``_codec.check_record`` fills and a
 ``MessageExt`` keeps. Positions are relative to the record's first byte. Declarations only, no module."""
 from libc.stdint cimport int32_t, int64_t
 

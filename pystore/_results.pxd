@@ -29,6 +29,8 @@ cdef class PutMessageResult:
     cdef bytes _store_host
     cdef object _batch
     cdef int32_t _store_flag
+    # a refused put: (the message or batch, the store's config), for ``reason``
+    cdef public object _refused
 
 
 cdef PutMessageResult put_failed(object status)

@@ -1,9 +1,9 @@
 # cython: language_level=3
-"""What a put returns: ``PutMessageResult`` and ``AppendMessageResult`` (FORMAT.md §6.5).
+"""What a put returns: ``PutMessageResult`` and ``AppendMessageResult`` (docs/format.md §6.5).
 
 ``PutMessageResult.is_ok()`` follows RocketMQ: true iff an append happened with status ``PUT_OK``,
 whatever the put status says afterwards (a ``FLUSH_DISK_TIMEOUT`` message *is* in the commit log).
-The offset message id (FORMAT.md §1.8) is formatted only when asked for; a batch's ids are its
+The offset message id (docs/format.md §1.8) is formatted only when asked for; a batch's ids are its
 messages' ids joined by commas.
 
 Both classes are immutable and thread-safe.
@@ -104,6 +104,18 @@ cdef class PutMessageResult:
         if self._amr is not None:
             return self._amr.status is _APPEND_OK
         return True
+
+    @property
+    def reason(self):
+        """Why the put did not fully succeed, in words (``None`` for ``PUT_OK``): for a refused message, the
+        check it failed (bad topic, body over ``max_message_size``, properties too long, a record larger than a
+        commit-log file ...), in the put path's order; otherwise what the status means. The same words as
+        ``pystore put`` and the Spark writer give (``pystore.refusal``)."""
+        if self.status is _PUT_OK:
+            return None
+        from pystore.refusal import refusal_reason_of
+        what, config = self._refused if self._refused is not None else (None, None)
+        return refusal_reason_of(what, config, self.status)
 
     def with_status(self, status):
         """The same append with another put status (a flush or replication outcome)."""

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Consume-queue units (FORMAT.md §2): the compiled half of a consume queue (``ConsumeQueueCore``: write a
+"""Consume-queue units (docs/format.md §2): the compiled half of a consume queue (``ConsumeQueueCore``: write a
 unit, a run of units, recovery's repair of one), and the scans of a queue file that loading, recovery,
 cleanup and the tools run.
 

@@ -1,4 +1,4 @@
-"""Creates commit-log files before they are needed (RocketMQ ``AllocateMappedFileService``, FORMAT.md §5.5).
+"""Creates commit-log files before they are needed (RocketMQ ``AllocateMappedFileService``, docs/format.md §5.5).
 
 When the put path needs file *N*, it asks for *N* and *N+1*: *N* is usually ready already (it was the
 previous request's *N+1*), so a roll costs a dictionary lookup, not an ``fallocate`` and page faults under

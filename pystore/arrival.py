@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pystore._message import string_to_properties
+from pystore._props import string_to_properties
 from pystore.results import GetMessageResult
 from pystore.status import GetMessageStatus
 

@@ -1,4 +1,4 @@
-"""The store folder's small files: ``checkpoint``, ``abort`` and ``lock`` (FORMAT.md §4).
+"""The store folder's small files: ``checkpoint``, ``abort`` and ``lock`` (docs/format.md §4).
 
 ``checkpoint`` (4096 bytes, big-endian, the 5.x layout)::
 

@@ -1,5 +1,5 @@
 """Cleanup: expired and disk-pressure deletion of commit-log files, then the consume-queue and index files
-that only point below the commit log's new minimum (FORMAT.md §9, RocketMQ's ``CleanCommitLogService`` and
+that only point below the commit log's new minimum (docs/format.md §9, RocketMQ's ``CleanCommitLogService`` and
 ``CleanConsumeQueueService``).
 
 One ``CleanService`` thread runs a pass every ``clean_resource_interval`` ms; the first pass comes one interval
@@ -49,7 +49,7 @@ SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_
 
 
 class CleanCommitLog:
-    """The commit-log half of a pass (FORMAT.md §9.2)."""
+    """The commit-log half of a pass (docs/format.md §9.2)."""
 
     def __init__(self, commitlog: CommitLog, config: StoreConfig, running_flags: RunningFlags,
                  clock: Clock | None = None, disk_usage: DiskUsage | None = None,
@@ -138,7 +138,7 @@ class CleanCommitLog:
 
 
 class CleanConsumeQueue:
-    """The consume-queue and index half of a pass (FORMAT.md §9.3)."""
+    """The consume-queue and index half of a pass (docs/format.md §9.3)."""
 
     def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: Any, config: StoreConfig,
                  sleep: Callable[[float], None] = time.sleep) -> None:

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pystore._codec import record_length
-from pystore._message import Message, MessageBatch
+from pystore._message import Message
+from pystore._message_batch import MessageBatch
 from pystore._read import ReadLimits
 from pystore._results import PutMessageResult
 from pystore._units import UNIT_SIZE

@@ -1,5 +1,5 @@
 """The commit log: every message of every topic, in arrival order, in one ``MappedFileQueue``
-(FORMAT.md §1, §5; RocketMQ ``CommitLog``).
+(docs/format.md §1, §5; RocketMQ ``CommitLog``).
 
 ``CommitLog`` is the Python half of ``_commitlog.CommitLogCore``: the compiled half appends (checks, put
 lock, queue offsets, encode, roll); this half decides policy: where the next file comes from (the queue,
@@ -17,7 +17,7 @@ from typing import Any
 from pystore._codec import RECORD_BLANK
 from pystore._commitlog import BUCKET_NAMES, CommitLogCore, message_at, scan_file
 from pystore._mapped_file import MappedFile, SelectMappedBufferResult
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore._timesearch import pickup_store_timestamp, queue_offset_by_time
 from pystore.crashpoint import crashpoint
 from pystore.mapped_file_queue import MappedFileQueue

@@ -1,13 +1,13 @@
 """Store configuration: :class:`StoreConfig`, and reading/writing a RocketMQ ``broker.conf``.
 
 Every field keeps the name (in snake_case) and the default of RocketMQ's ``MessageStoreConfig``
-(FORMAT.md §6.1, §9), so a broker's ``broker.conf`` configures a pystore store the same way.
+(docs/format.md §6.1, §9), so a broker's ``broker.conf`` configures a pystore store the same way.
 pystore deviates where an embedded store needs it, or where RocketMQ versions disagree:
 
 * ``store_path_root_dir`` is ``"./store"`` (RocketMQ: ``${user.home}/store``), and
   ``store_path_commit_log=None`` means ``<root>/commitlog`` (5.x; in 4.8 it ignored the root).
 * ``flush_commit_log_timed`` and ``use_reentrant_lock_when_put_message`` are ``False``: the 4.8
-  defaults (4.9.1+ and 5.x switched both to ``True``); see FORMAT.md "pystore's choices".
+  defaults (4.9.1+ and 5.x switched both to ``True``); see docs/format.md "pystore's choices".
 * ``disk_space_clean_forcibly_ratio`` / ``disk_space_warning_level_ratio`` are fractions (0.85 / 0.90,
   4.8's system properties). 5.x writes them as percent integers (85 / 90): a value above 1 is read as a
   percent, and :meth:`StoreConfig.to_properties` writes the percent form whenever it is exact.
@@ -119,7 +119,7 @@ class StoreConfig:
     ha_housekeeping_interval: int = 20_000
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
-    # Beyond API.md's table: RocketMQ's names and defaults, except the pystore-only ones noted.
+    # Beyond docs/api.md's table: RocketMQ's names and defaults, except the pystore-only ones noted.
     max_transfer_bytes_on_message_in_disk: int = 64 * 1024
     max_transfer_count_on_message_in_disk: int = 8
     access_message_in_memory_max_ratio: int = 40
@@ -162,7 +162,7 @@ class StoreConfig:
         """A validated copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
 
-    # -- derived paths (FORMAT.md §4.4) -------------------------------------------------------------
+    # -- derived paths (docs/format.md §4.4) -------------------------------------------------------------
 
     def commit_log_paths(self) -> list[str]:
         """The commit-log folders; several only for a multi-disk store (5.x MultiPathMappedFileQueue)."""
@@ -191,7 +191,7 @@ class StoreConfig:
     # -- derived values ----------------------------------------------------------------------------
 
     def delay_level_table(self) -> dict[int, int]:
-        """Delay level (1-based, as in a message's ``DELAY`` property) → delay in ms (FORMAT.md §10)."""
+        """Delay level (1-based, as in a message's ``DELAY`` property) → delay in ms (docs/format.md §10)."""
         return {
             level: int(token[:-1]) * _DELAY_UNITS[token[-1]]
             for level, token in enumerate(self.message_delay_level.split(), start=1)
@@ -201,7 +201,7 @@ class StoreConfig:
         return len(self.message_delay_level.split())
 
     def delete_when_hours(self) -> frozenset[int]:
-        """Local hours at which expired files are deleted (FORMAT.md §9.2)."""
+        """Local hours at which expired files are deleted (docs/format.md §9.2)."""
         return frozenset(int(hour) for hour in self.delete_when.split(";"))
 
     # -- broker.conf -------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ _INT_RANGES = {
         (0, _JAVA_INT_MAX),
     ),
 }
-_CQ_STORE_UNIT_SIZE = 20  # FORMAT.md §2.1
+_CQ_STORE_UNIT_SIZE = 20  # docs/format.md §2.1
 _DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DELAY_TOKEN = re.compile(r"[0-9]+[smhd]")
 _HOUR = re.compile(r"[0-9]{1,2}")

@@ -1,4 +1,4 @@
-"""Consume queues: one ``consumequeue/<topic>/<queue_id>/`` log of 20-byte units per queue (FORMAT.md §2,
+"""Consume queues: one ``consumequeue/<topic>/<queue_id>/`` log of 20-byte units per queue (docs/format.md §2,
 §8.1, §8.4, §8.5; RocketMQ ``ConsumeQueue``), and ``ConsumeQueueStore``, the table of all of them.
 
 Units are written by ``_dispatch.QueueDispatcher`` (compiled); this module holds the policy: loading the folders,
@@ -164,7 +164,7 @@ class ConsumeQueue(ConsumeQueueCore):
         return paths
 
     def recover(self) -> bool:
-        """Find the end of valid units (from the third-last file), cut the rest (FORMAT.md §8.1). False, with
+        """Find the end of valid units (from the third-last file), cut the rest (docs/format.md §8.1). False, with
         ``damage`` set and nothing cut, when an invalid unit is not the end of the queue's units: it lies in a
         file that is not the last, or valid units follow it (one writer writes a queue's units in order, so
         only damage leaves a hole); such a queue is rebuilt from the commit log (``ConsumeQueueStore``)."""
@@ -206,7 +206,7 @@ class ConsumeQueue(ConsumeQueueCore):
         return True
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
-        """Drop units whose message starts at or after ``phy_offset`` (FORMAT.md §8.4): whole files from the end
+        """Drop units whose message starts at or after ``phy_offset`` (docs/format.md §8.4): whole files from the end
         while their first unit is beyond it, then the tail of the file that straddles it."""
         self.max_physic_offset = phy_offset
         self.forget_time_samples()

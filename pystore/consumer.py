@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore.errors import StoreError
 from pystore.status import GetMessageStatus
 

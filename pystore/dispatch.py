@@ -1,4 +1,4 @@
-"""Dispatch: the commit log → consume queues and index (FORMAT.md §7; RocketMQ ``ReputMessageService``).
+"""Dispatch: the commit log → consume queues and index (docs/format.md §7; RocketMQ ``ReputMessageService``).
 
 Two ways in, one writer of units at a time:
 

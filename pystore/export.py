@@ -2,7 +2,7 @@
 
 :func:`export_parquet` streams the commit log (:func:`pystore.tools.iter_commitlog`: no lock, no writes, a
 live store too) into Arrow record batches and writes them with ``pyarrow.parquet.ParquetWriter``, one row
-per message, with the columns of the Spark data source (API.md "Spark", :data:`COLUMNS`):
+per message, with the columns of the Spark data source (docs/api.md "Spark", :data:`COLUMNS`):
 ``born_timestamp``/``store_timestamp`` are UTC instants (millisecond precision), hosts are
 ``"address:port"`` (IPv6 as ``"[address]:port"``). Memory stays bounded by ``batch_rows``.
 
@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore.tools import commit_log_files, iter_commitlog
 
 __all__ = ["COLUMNS", "ExportResult", "arrow_schema", "export_parquet", "format_host", "record_batch"]
 
-#: Column names and Spark SQL types, in order (API.md).
+#: Column names and Spark SQL types, in order (docs/api.md).
 COLUMNS: list[tuple[str, str]] = [
     ("topic", "string"),
     ("queue_id", "int"),

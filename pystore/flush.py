@@ -1,4 +1,4 @@
-"""Flush services: when the commit log reaches disk (FORMAT.md §6.2, §6.3).
+"""Flush services: when the commit log reaches disk (docs/format.md §6.2, §6.3).
 
 * ``FlushRealTimeService`` (ASYNC_FLUSH): every ``flush_interval_commit_log`` ms, or when a put wakes it
   (unless ``flush_commit_log_timed``), flushes if at least ``flush_commit_log_least_pages`` pages are dirty;
@@ -435,7 +435,7 @@ class CommitRealTimeService(ServiceThread):
 
 
 class FlushConsumeQueueService(ServiceThread):
-    """Flushes the consume queues (FORMAT.md §6.4): every ``flush_interval_consume_queue`` ms when at least
+    """Flushes the consume queues (docs/format.md §6.4): every ``flush_interval_consume_queue`` ms when at least
     ``flush_consume_queue_least_pages`` pages are dirty; every ``flush_consume_queue_thorough_interval`` ms
     (and at shutdown) everything, then the index and the checkpoint, whose ``logicsMsgTimestamp`` is the store
     time of the last message built into a queue *before* that flush began."""

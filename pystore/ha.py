@@ -60,7 +60,7 @@ Where this differs from RocketMQ, and why:
 * RocketMQ's slave makes its first report at its first heartbeat (up to 5 s after connecting); pystore's
   reports at once, so a slave starts receiving as soon as it is connected.
 * RocketMQ 5.x drops ``SLAVE_NOT_AVAILABLE`` and waits for ``inSyncReplicas``; pystore keeps 4.x's rule
-  (FORMAT.md, API.md) with 5.x's ``slave_timeout`` setting.
+  (docs/format.md, docs/api.md) with 5.x's ``slave_timeout`` setting.
 * A transfer may end inside a record. A slave that shuts down cleanly cuts such a torn tail off (the next
   connection asks for it again), so its commit log, like a master's, always ends at a record boundary; after
   a crash, recovery cuts it as it cuts any torn tail.

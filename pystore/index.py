@@ -1,4 +1,4 @@
-"""The key index: find messages by key or ``UNIQ_KEY`` (FORMAT.md §3; RocketMQ ``IndexService``).
+"""The key index: find messages by key or ``UNIQ_KEY`` (docs/format.md §3; RocketMQ ``IndexService``).
 
 Index files live in ``<root>/index/``, named by their creation time in local time (``yyyyMMddHHmmssSSS``),
 each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message
@@ -30,7 +30,7 @@ from typing import Any
 
 from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys
 from pystore._mapped_file import MappedFile
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
 from pystore.results import QueryMessageResult

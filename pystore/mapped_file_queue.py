@@ -1,5 +1,5 @@
 """A log made of equal-size mapped files named by their start offset (RocketMQ ``MappedFileQueue``,
-FORMAT.md §5.3; cf. Kafka's ``LogSegments``).
+docs/format.md §5.3; cf. Kafka's ``LogSegments``).
 
 ::
 

@@ -1,7 +1,7 @@
 """Message-level constants and filters: property names, sys-flag bits, the schedule topic, ``TagFilter``, and
 the commit-log offset an offset message id names (``offset_of_message_id``).
 
-Property names and sys-flag values are RocketMQ's (FORMAT.md §1.6, §1.7, §10); filters follow
+Property names and sys-flag values are RocketMQ's (docs/format.md §1.6, §1.7, §10); filters follow
 RocketMQ's ``MessageFilter``: a cheap test on the consume-queue tags code, then an exact test on the
 decoded message.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from pystore._message import java_string_hash
+from pystore._jstring import java_string_hash
 
 __all__ = ["MessageConst", "SysFlag", "TagFilter", "MessageFilter", "SCHEDULE_TOPIC", "SUB_ALL", "filter_tests",
            "offset_of_message_id"]
 
-#: Delay messages wait in this topic, queue ``level - 1`` (FORMAT.md §10).
+#: Delay messages wait in this topic, queue ``level - 1`` (docs/format.md §10).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: RocketMQ's "every tag" subscription expression.
 SUB_ALL = "*"
@@ -61,7 +61,7 @@ class MessageConst:
 
 
 class SysFlag:
-    """Bits of the record's SYSFLAG field (FORMAT.md §1.6)."""
+    """Bits of the record's SYSFLAG field (docs/format.md §1.6)."""
 
     COMPRESSED_FLAG = 0x1
     MULTI_TAGS_FLAG = 0x2

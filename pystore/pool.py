@@ -1,4 +1,4 @@
-"""The transient store pool (FORMAT.md §5.4, RocketMQ's ``TransientStorePool``).
+"""The transient store pool (docs/format.md §5.4, RocketMQ's ``TransientStorePool``).
 
 ``transient_store_pool_size`` page-aligned anonymous buffers of the commit-log file size, locked in memory
 when the OS allows (``mlock``; a refusal, e.g. a low ``RLIMIT_MEMLOCK``, is logged and the buffers stay

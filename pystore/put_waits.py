@@ -16,7 +16,8 @@ import logging
 from concurrent.futures import Future
 from typing import Any
 
-from pystore._message import Message, MessageBatch
+from pystore._message import Message
+from pystore._message_batch import MessageBatch
 from pystore._results import PutMessageResult
 from pystore.flush import GroupCommitRequest, GroupCommitService
 from pystore.ha_master import ReplicaWait

@@ -1,5 +1,5 @@
 """Recovery: find where the commit log's valid data ends, cut it there, say where dispatch resumes
-(FORMAT.md §8; cf. Kafka's ``LogLoader``).
+(docs/format.md §8; cf. Kafka's ``LogLoader``).
 
 * **normal** (no ``abort`` file: the last writer shut down cleanly): walk from the third-last file.
 * **abnormal** (``abort`` present): walk from the newest file whose first message is not newer than the
@@ -32,7 +32,7 @@ from typing import Any
 from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
 from pystore._commitlog import QueueTally, find_valid_record_after, first_store_timestamp, read_message, scan_file
 from pystore._dispatch import queues_behind
-from pystore._units import FILLER_SIZE, UNIT_SIZE, read_unit
+from pystore._units import FILLER_SIZE, read_unit
 from pystore.checkpoint import writer_holds_lock
 from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
@@ -296,8 +296,6 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
     for cq, top in _queues_past_their_records(cq_store, result):
         path, offset, reason = _foreign_units(cq, top)
         raise StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from the commit log)")
-    if not tails:
-        _refuse_a_torn_queue_end(cq_store)
     start = _maybe_cut_short(cq_store, low, result.dispatch_from)
     # a queue's last units lost: records of it after its end, found in the last commit-log file
     ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
@@ -327,25 +325,6 @@ def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult,
                     "reader serves each queue up to its last unit, a writer's open (`pystore recover`) "
                     "dispatches the rest", os.path.dirname(queue.files[0].file_name),
                     result.process_offset - dispatched_end, dispatched_end)
-
-
-def _refuse_a_torn_queue_end(cq_store: Any) -> None:
-    """A crashed store's reader: where each queue's next unit would go there must be zeros. Bytes there that
-    are no unit (damage, or a unit a power cut tore) hide that message's record behind the queue's end, and
-    nothing tells its unit is merely late, as a unit never written is: a writer's open rewrites it from the
-    commit log, a reader cannot."""
-    for cq in cq_store.queues():
-        files = cq.queue.files
-        if not files:
-            continue
-        mf = files[-1]
-        pos = cq.get_max_offset_in_queue() * UNIT_SIZE - mf.file_from_offset
-        if 0 <= pos <= mf.file_size - UNIT_SIZE and mf.read_any(pos, UNIT_SIZE).count(0) != UNIT_SIZE:
-            raise StoreCorruptedError(
-                mf.file_name, mf.file_from_offset + pos,
-                "bytes that are no unit where the next unit of consume queue %s/%d would go (a damaged or torn "
-                "unit hides its message): a writer's open rebuilds the queue from the commit log"
-                % (cq.topic, cq.queue_id))
 
 
 def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end: int) -> None:
@@ -424,7 +403,7 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
     if not read_only:
         if not queue.files:
             if len(cq_store):
-                log.warning("no commit log: dropping %d consume queues (FORMAT.md §8.6)", len(cq_store))
+                log.warning("no commit log: dropping %d consume queues (docs/format.md §8.6)", len(cq_store))
             cq_store.destroy_all()
             index = getattr(getattr(reput, "dispatcher", None), "index", None)
             if index is not None and index.files:

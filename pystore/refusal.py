@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from pystore._codec import record_length
-from pystore._message import Message, properties_to_string
+from pystore._message import Message
+from pystore._message_batch import MessageBatch
+from pystore._props import properties_to_string
 from pystore.status import PutMessageStatus
 
 __all__ = [
@@ -22,10 +24,11 @@ __all__ = [
     "body_problem",
     "properties_problem",
     "refusal_reason",
+    "refusal_reason_of",
     "topic_problem",
 ]
 
-#: the put checks' limits (FORMAT.md "pystore's choices"; ``_message.pyx`` holds the same numbers)
+#: the put checks' limits (docs/format.md "pystore's choices"; ``_message.pyx`` holds the same numbers)
 MAX_TOPIC_BYTES = 255
 MAX_PROPERTIES_BYTES = 32767
 TOPIC_CHARACTERS = "[%|a-zA-Z0-9_-]"
@@ -107,3 +110,33 @@ def refusal_reason(msg: Message, config: Any, status: PutMessageStatus | None = 
         # MESSAGE_ILLEGAL for a message that passes every check: another thread changed it during the put
         why = "the message changed while it was being stored (another thread modified it)"
     return why
+
+
+_GENERIC = {
+    PutMessageStatus.MESSAGE_ILLEGAL: "the message is not one the store takes: a bad topic, a body over "
+    "max_message_size, or a record larger than a commit-log file",
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: "properties (tags and keys included) take more than the record "
+    "format's %d bytes" % MAX_PROPERTIES_BYTES,
+}
+
+
+def refusal_reason_of(what: Message | MessageBatch | None, config: Any, status: PutMessageStatus) -> str | None:
+    """``PutMessageResult.reason``: why a put of ``what`` (a message, a batch, or None when the result does not
+    say) into a store with ``config`` ended with ``status``. For a batch, the first of its messages that is
+    refused on its own, else what holds for the batch as a whole."""
+    if status is PutMessageStatus.PUT_OK:
+        return None
+    if status in _STATUS_TEXT or config is None:
+        return _STATUS_TEXT.get(status) or _GENERIC.get(status) or status.name
+    if isinstance(what, MessageBatch):
+        for m in what.messages:
+            why = refusal_reason(m, config)
+            if why is not None:
+                return why
+        if status is PutMessageStatus.MESSAGE_ILLEGAL:
+            return ("the batch's records do not fit a commit-log file of %d bytes (a batch never spans files)"
+                    % int(config.mapped_file_size_commit_log))
+        return _GENERIC.get(status) or status.name
+    if isinstance(what, Message):
+        return refusal_reason(what, config, status)
+    return _GENERIC.get(status) or status.name

@@ -1,4 +1,4 @@
-"""What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (API.md "Reading"); and
+"""What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (docs/api.md "Reading"); and
 ``PutColumnsResult``, what ``put_columns`` returns (defined with the column API, ``pystore.columns``).
 
 ``GetMessageResult`` is compiled (``_read``, where ``get_message`` builds it) because every pull makes one, as
@@ -7,7 +7,7 @@ the put-side results are (``_results``); ``QueryMessageResult`` is a plain objec
 
 from __future__ import annotations
 
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore._read import GetMessageResult
 from pystore.columns import PutColumnsResult
 

@@ -1,4 +1,4 @@
-"""The store's running flags (RocketMQ ``RunningFlags``, FORMAT.md §9.4).
+"""The store's running flags (RocketMQ ``RunningFlags``, docs/format.md §9.4).
 
 A bit set saying whether the store may be read and written and why not. ``is_writeable()`` is false
 when any of NOT_WRITEABLE, WRITE_LOGICS_QUEUE_ERROR, WRITE_INDEX_FILE_ERROR, DISK_FULL is set;

@@ -1,4 +1,4 @@
-r"""Delay (schedule) messages: ``SCHEDULE_TOPIC_XXXX`` → the real topic at the due time (FORMAT.md §10;
+r"""Delay (schedule) messages: ``SCHEDULE_TOPIC_XXXX`` → the real topic at the due time (docs/format.md §10;
 RocketMQ ``ScheduleMessageService``, 4.8 store-side design with 5.x's persist-on-shutdown and load-time
 offset correction).
 
@@ -28,7 +28,7 @@ not wait for a flush or a slave, and ``WAIT`` is not in the record); tags code f
 ``Message`` keeps one property map that is also its string, so the "DELAY cleared in the map" half is carried
 by identity: the rewrite hook lets the one message being re-put pass unchanged.
 
-``config/delayOffset.json`` is written as standard JSON (FORMAT.md's choice: fastjson writes integer map keys
+``config/delayOffset.json`` is written as standard JSON (docs/format.md's choice: fastjson writes integer map keys
 unquoted, which is not JSON; quoted keys are read by RocketMQ too), in fastjson's pretty layout (tabs, levels
 ascending, no trailing newline; only the levels a task has moved, like RocketMQ; ``\t`` is one tab)::
 
@@ -61,7 +61,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pystore._message import Message, MessageExt
+from pystore._message import Message
+from pystore._message_ext import MessageExt
 from pystore._units import FILLER_SIZE, UNIT_SIZE, read_unit
 from pystore.config_json import load_config_file, offset_value, persist_config_file, read_offset_table
 from pystore.message import SCHEDULE_TOPIC, MessageConst, SysFlag
@@ -99,7 +100,7 @@ def queue_id_to_delay_level(queue_id: int) -> int:
 
 
 def encode_delay_offsets(offset_table: dict[int, int]) -> str:
-    """``delayOffset.json`` as standard JSON (FORMAT.md's choice: keys quoted, which RocketMQ's fastjson also
+    """``delayOffset.json`` as standard JSON (docs/format.md's choice: keys quoted, which RocketMQ's fastjson also
     reads), laid out like fastjson's pretty form (tab indent, no trailing newline)."""
     if not offset_table:
         return '{\n\t"offsetTable":{}\n}'

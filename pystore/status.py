@@ -1,4 +1,4 @@
-"""Status codes of puts, appends and reads (FORMAT.md §6.5 and §11.1, RocketMQ 5.x spellings).
+"""Status codes of puts, appends and reads (docs/format.md §6.5 and §11.1, RocketMQ 5.x spellings).
 
 They are :class:`enum.IntEnum`s so the compiled put path can hand back the same member objects without
 allocating; their values are private to pystore (RocketMQ's Java enums have no stable numbers).

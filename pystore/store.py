@@ -1,4 +1,4 @@
-"""``MessageStore``: the facade users hold (RocketMQ ``DefaultMessageStore``, API.md "The store").
+"""``MessageStore``: the facade users hold (RocketMQ ``DefaultMessageStore``, docs/api.md "The store").
 
 It owns the lifecycle and hands every call to the part that does it; the parts and services are built by
 ``pystore.wiring``, a put's waits are ``pystore.put_waits``', replication is ``pystore.ha_master`` and
@@ -38,7 +38,9 @@ from typing import Any
 
 from pystore import columns
 from pystore._mapped_file import SelectMappedBufferResult
-from pystore._message import Message, MessageBatch, MessageExt
+from pystore._message import Message
+from pystore._message_batch import MessageBatch
+from pystore._message_ext import MessageExt
 from pystore._read import QueueReader, ReadLimits, read_queue
 from pystore._results import PutMessageResult
 from pystore.arrival import Arrivals, ArrivingListener, found_something
@@ -433,13 +435,13 @@ class MessageStore:
                     message_filter: MessageFilter | TagFilter | str | None = None,
                     timeout_ms: int = 0) -> GetMessageResult:
         """Up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
-        statuses and next-offset rules (FORMAT.md §11.1). With ``timeout_ms > 0``, a get that finds nothing at
+        statuses and next-offset rules (docs/format.md §11.1). With ``timeout_ms > 0``, a get that finds nothing at
         the queue's end waits up to that long for a message to arrive there (``pystore.arrival``).
 
-        Always a ``GetMessageResult`` (RocketMQ's null has no place in API.md's signature): a store that is
+        Always a ``GetMessageResult`` (RocketMQ's null has no place in docs/api.md's signature): a store that is
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
-        instead, because a refused put is a status (API.md)."""
+        instead, because a refused put is a status (docs/api.md)."""
         return self._get(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
 
     def _get(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,

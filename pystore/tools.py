@@ -1,4 +1,4 @@
-"""Offline reading of store folders: pystore's, or a RocketMQ broker's own ``store/`` (API.md
+"""Offline reading of store folders: pystore's, or a RocketMQ broker's own ``store/`` (docs/api.md
 "Offline reading").
 
 Everything here maps files read-only, takes no lock and writes nothing, so it is safe on a live store:
@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pystore._codec import RECORD_END, decode_record
 from pystore._commitlog import RecordIterator, find_valid_record_after
 from pystore._mapped_file import MappedFile
-from pystore._message import MessageExt
+from pystore._message_ext import MessageExt
 from pystore.errors import StoreCorruptedError
 
 __all__ = ["iter_commitlog", "iter_consume_queue", "commit_log_files", "decode_record"]

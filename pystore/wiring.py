@@ -297,7 +297,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     sync_flush = cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
     name = cfg.store_path_root_dir
     schedule = None
-    if not slave:                                # delay levels: a writable master only (FORMAT.md §10)
+    if not slave:                                # delay levels: a writable master only (docs/format.md §10)
         schedule = ScheduleMessageService(cl, parts.cq_store, cfg, clock=clock)
         schedule.load()                          # first: a bad delayOffset.json fails start() cleanly
         cl.delay_rewrite = schedule.rewrite

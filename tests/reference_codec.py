@@ -1,6 +1,6 @@
-"""The tests' independent reference for the commit-log record (FORMAT.md §1, §1.8, §2.2, §14).
+"""The tests' independent reference for the commit-log record (docs/format.md §1, §1.8, §2.2, §14).
 
-Written from FORMAT.md alone, with ``struct`` and nothing from pystore, so that the compiled codec in
+Written from docs/format.md alone, with ``struct`` and nothing from pystore, so that the compiled codec in
 ``pystore._codec`` / ``pystore._message`` can be checked against it byte for byte (the C path must equal
 this Python reference, as yarl's and msgpack's test suites check their C speed-ups). It is slow on
 purpose: clarity over speed.
@@ -26,7 +26,7 @@ BLANK_MAGIC = 0xCBD43194
 BORNHOST_V6_FLAG = 0x10
 STOREHOST_V6_FLAG = 0x20
 
-# FORMAT.md §1.1 position constants
+# docs/format.md §1.1 position constants
 POS = {
     "TOTALSIZE": 0,
     "MAGIC": 4,
@@ -83,7 +83,7 @@ def host_text(raw: bytes) -> tuple:
 
 
 def cal_msg_length(version: int, sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
-    """FORMAT.md §1.2 ``calMsgLength``."""
+    """docs/format.md §1.2 ``calMsgLength``."""
     born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     store = 20 if sys_flag & STOREHOST_V6_FLAG else 8
     return (
@@ -108,7 +108,7 @@ def cal_msg_length(version: int, sys_flag: int, body_len: int, topic_len: int, p
 
 
 def choose_version(topic: str) -> int:
-    """FORMAT.md §1.3: V2 iff the topic has more than 127 Java chars."""
+    """docs/format.md §1.3: V2 iff the topic has more than 127 Java chars."""
     return 2 if java_length(topic) > 127 else 1
 
 
@@ -154,12 +154,12 @@ def encode(topic, body: bytes, properties_string: bytes, queue_id: int, flag: in
 
 
 def encode_blank(size: int) -> bytes:
-    """The 8-byte end-of-file blank header announcing ``size`` bytes (FORMAT.md §1.4)."""
+    """The 8-byte end-of-file blank header announcing ``size`` bytes (docs/format.md §1.4)."""
     return struct.pack(">iI", size, BLANK_MAGIC)
 
 
 def parse_properties(s: str) -> dict:
-    """RocketMQ 5.x ``string2messageProperties`` (FORMAT.md §1.7): split on 0x02, keep an item iff it has
+    """RocketMQ 5.x ``string2messageProperties`` (docs/format.md §1.7): split on 0x02, keep an item iff it has
     a non-empty name before its first 0x01 and a non-empty value after it; the last duplicate wins."""
     out: dict = {}
     for item in s.split("\x02"):
@@ -175,7 +175,7 @@ def properties_string(props) -> bytes:
 
 
 def msg_id(store_host, offset: int) -> str:
-    """FORMAT.md §1.8: upper-case hex of store address + port (int) + offset (long)."""
+    """docs/format.md §1.8: upper-case hex of store address + port (int) + offset (long)."""
     return (host_bytes(store_host) + struct.pack(">q", offset)).hex().upper()
 
 

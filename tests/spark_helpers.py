@@ -1,5 +1,5 @@
 """Helpers of ``test_spark.py`` that need no Spark: a RocketMQ-format store writer built on the tests'
-independent record codec (``reference_codec``, written from FORMAT.md with ``struct``), a reference
+independent record codec (``reference_codec``, written from docs/format.md with ``struct``), a reference
 scan of a store's commit log, and the conversion of both sides into comparable rows.
 
 ``RocketMQStoreWriter`` lays files out as a broker does: ``commitlog/`` files preallocated to their full

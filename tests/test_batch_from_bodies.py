@@ -236,7 +236,7 @@ def test_stored_bytes_equal_a_message_batch(tmp_path_factory, bodies, tags, keys
             store.destroy()
     assert out[0] == out[1]
     assert out[0][6] == bodies
-    # and both are what the FORMAT.md reference encoder writes for each message (both batches now share the
+    # and both are what the docs/format.md reference encoder writes for each message (both batches now share the
     # copy-from-the-first-record encoder, so their equality alone would not see a fault in it)
     import reference_codec as ref
 

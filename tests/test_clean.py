@@ -1,5 +1,5 @@
 """Cleaning: expired and disk-pressure deletion of commit-log files and what follows it in the consume queues
-and the index; the manual queue operations (FORMAT.md §9, RocketMQ's DefaultMessageStoreCleanFilesTest)."""
+and the index; the manual queue operations (docs/format.md §9, RocketMQ's DefaultMessageStoreCleanFilesTest)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The commit-log record codec (FORMAT.md §1, §2.2, §14): byte vectors, lengths, the compiled codec against
+"""The commit-log record codec (docs/format.md §1, §2.2, §14): byte vectors, lengths, the compiled codec against
 the pure-Python reference in ``reference_codec``, record checks, scans and corrupt input."""
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ from pystore._codec import (
     scan,
     tags_code,
 )
-from pystore._message import java_string_hash, normalize_host, properties_to_string, string_to_properties
+from pystore._hosts import normalize_host
+from pystore._jstring import java_string_hash
+from pystore._props import properties_to_string, string_to_properties
 from pystore.errors import StoreCorruptedError
 from pystore.status import AppendMessageStatus, PutMessageStatus
 
@@ -101,7 +103,7 @@ def test_check_codes_are_distinct_and_explained():
 # Byte vectors
 # ------------------------------------------------------------------------------------------------
 
-# FORMAT.md §1.2 "Worked hexdump", transcribed line by line (the quoted parts are ASCII).
+# docs/format.md §1.2 "Worked hexdump", transcribed line by line (the quoted parts are ASCII).
 WORKED_HEXDUMP = (
     bytes.fromhex("0000009b daa320a7 248c774f 00000000")
     + bytes.fromhex("00000000 00000000 00000000 00000000")
@@ -150,7 +152,7 @@ def test_worked_hexdump_of_format_md():
     assert e.born_host == ("127.0.0.1", 50000) and e.store_host == ("192.168.0.1", 10911)
 
 
-# Hand-computed vectors: field by field, for the variants of FORMAT.md §1.2 / §1.3.
+# Hand-computed vectors: field by field, for the variants of docs/format.md §1.2 / §1.3.
 # Common message: topic "TopicTest", body b"Hi", tags "TagA", queue 1, flag 2, queue offset 4,
 # commit-log offset 0x1234, born 0x0102030405060708, store 0x1122334455667788, reconsume 3, prepared-tx 0x10.
 CRC_HI = "4d170e0e"  # crc32(b"Hi") & 0x7FFFFFFF
@@ -368,7 +370,7 @@ def message_args(draw):
 
 
 def expected_properties(a):
-    """API.md "Settled details": TAGS, KEYS, DELAY, WAIT=false, then the own properties in insertion order;
+    """docs/api.md "Settled details": TAGS, KEYS, DELAY, WAIT=false, then the own properties in insertion order;
     a key given both ways keeps the argument's value, once."""
     out = {}
     if a["tags"] is not None:
@@ -696,7 +698,7 @@ def test_check_bad_crc_and_verify_crc_false():
 
 
 def test_check_crc_of_empty_body_is_not_read():
-    # FORMAT.md §1.2 / §7.1: only a body with bodyLen > 0 is read (and checked)
+    # docs/format.md §1.2 / §7.1: only a body with bodyLen > 0 is read (and checked)
     rec = bytearray(sample_record(body=b""))
     assert i32(rec, POS_BODYCRC) == 0
     struct.pack_into(">i", rec, POS_BODYCRC, 12345)

@@ -1,6 +1,6 @@
 """Regression tests for bugs once found in pystore's codec and message code (all fixed).
 
-Each test states the input, what FORMAT.md / API.md lead one to expect, and the line suspected."""
+Each test states the input, what docs/format.md / docs/api.md lead one to expect, and the line suspected."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from test_codec import run_guarded
 
 from pystore import Message
 from pystore._codec import check_record_at, decode_record, encode_record
-from pystore._message import java_string_hash
+from pystore._jstring import java_string_hash
 
 
 def test_bug1_check_record_reads_fixed_fields_past_the_buffer_for_ipv6_flags():
@@ -51,7 +51,7 @@ def test_bug2_tags_code_negative_offset_reads_before_the_buffer():
 def test_bug3_host_cache_accepts_a_non_int_port_after_a_hit(bad_port):
     """``("10.9.8.7", True)`` raises TypeError on a fresh address, but after ``("10.9.8.7", 1)`` was used once
     it is accepted (True == 1 and 1.0 == 1 hash and compare equal to the cached tuple).
-    Suspect: _message.pyx ``encode_host``: ``_host_cache.get(host)`` runs before the type checks of
+    Suspect: _hosts.pyx ``encode_host``: ``_host_cache.get(host)`` runs before the type checks of
     ``_encode_host_slow``."""
     Message("T", b"", born_host=("10.9.8.7", 1))
     with pytest.raises(TypeError):
@@ -61,7 +61,7 @@ def test_bug3_host_cache_accepts_a_non_int_port_after_a_hit(bad_port):
 def test_bug4_java_string_hash_of_a_lone_surrogate():
     """Java hashes every UTF-16 code unit, a lone surrogate included: "\\ud800".hashCode() == 0xD800 == 55296.
     java_string_hash returns 63 (the hash of "?"), because it hashes ``s.encode("utf-8", "replace")``.
-    Suspect: _message.pyx ``java_hash_str``. (Stored records cannot hold a lone surrogate, so tags codes of
+    Suspect: _jstring.pyx ``java_hash_str``. (Stored records cannot hold a lone surrogate, so tags codes of
     records are not affected; only the public function's claim "Java's String.hashCode of s".)"""
     assert java_string_hash("\ud800") == 0xD800
     assert java_string_hash("a\udc00") == 97 * 31 + 0xDC00
@@ -100,7 +100,7 @@ def test_bug6_put_property_with_none_corrupts_the_message(name, value):
 
 
 def test_bug7_v2_switch_counts_code_points_not_java_chars():
-    """FORMAT.md §1.3: V2 iff ``topic.length() > 127`` in Java chars (UTF-16 units). A topic of 64 U+1F600
+    """docs/format.md §1.3: V2 iff ``topic.length() > 127`` in Java chars (UTF-16 units). A topic of 64 U+1F600
     is 128 Java chars (V2) and 256 UTF-8 bytes; pystore counts 64 code points, writes V1 and its 1-byte topic
     length wraps to 0, so the record it encodes does not decode. (Such a topic is refused by the put checks,
     so only encode_record/record_length are affected.) Suspect: _message.pyx ``_refresh``:

@@ -1,4 +1,4 @@
-"""The commit log through the store (FORMAT.md §1, §6.5, §8; RocketMQ DefaultMessageStoreTest,
+"""The commit log through the store (docs/format.md §1, §6.5, §8; RocketMQ DefaultMessageStoreTest,
 BatchPutMessageTest, AppendCallbackTest, ReputMessageServiceTest's record sizes)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pystore.errors import StoreClosedError
 from pystore.status import AppendMessageStatus
 from pystore.store import MessageStore
 
-# Record layout, FORMAT.md §1.2 (both hosts IPv4)
+# Record layout, docs/format.md §1.2 (both hosts IPv4)
 POS_TOTALSIZE, POS_MAGIC, POS_BODYCRC, POS_QUEUEID, POS_FLAG = 0, 4, 8, 12, 16
 POS_QUEUEOFFSET, POS_PHYSICALOFFSET, POS_SYSFLAG, POS_BORNTIMESTAMP, POS_BORNHOST = 20, 28, 36, 40, 48
 POS_STORETIMESTAMP, POS_STOREHOST, POS_RECONSUMETIMES, POS_PREPAREDTX, POS_BODYLENGTH = 56, 64, 72, 76, 84
@@ -121,7 +121,7 @@ def test_put_and_look_round_trip(store, store_factory):
 
 
 def test_record_bytes_on_disk(store):
-    """The record as FORMAT.md §1.2 draws it, field by field, read from the file."""
+    """The record as docs/format.md §1.2 draws it, field by field, read from the file."""
     r = store.put_message(make_message(0, flag=5, queue_id=2))
     store.flush()
     a = r.append_message_result

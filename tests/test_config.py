@@ -1,4 +1,4 @@
-"""StoreConfig: API.md's defaults, validation, broker.conf reading and writing."""
+"""StoreConfig: docs/api.md's defaults, validation, broker.conf reading and writing."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig, UnknownConfigKeyWarning
 from pystore.errors import ConfigError
 
-# API.md "Configuration — StoreConfig", row by row.
+# docs/api.md "Configuration — StoreConfig", row by row.
 API_DEFAULTS = [
     ("store_path_root_dir", "./store"),
     ("store_path_commit_log", None),

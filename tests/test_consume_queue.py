@@ -1,8 +1,8 @@
-"""Consume queues byte for byte (FORMAT.md §2, §8.1, §8.4, §8.5; RocketMQ ``ConsumeQueueTest``).
+"""Consume queues byte for byte (docs/format.md §2, §8.1, §8.4, §8.5; RocketMQ ``ConsumeQueueTest``).
 
 * units on disk equal hand-computed ``struct`` bytes (phy i64, size i32, Java ``String.hashCode`` of the
   tags sign-extended to i64), in files of ``mapped_file_size_consume_queue`` bytes with 20-digit names;
-* a store folder written by *another* RocketMQ-format writer (built here from FORMAT.md with ``struct`` and
+* a store folder written by *another* RocketMQ-format writer (built here from docs/format.md with ``struct`` and
   ``tests/reference_codec.py``) is read correctly, and writing continues in its geometry;
 * loading: the valid end of each queue, units pointing past the commit log's end dropped, the min offset
   corrected after the commit log's head was deleted (``correctMinOffset``), filler units;
@@ -58,7 +58,7 @@ TAGS = ["TagA", "TagB", None, "polygenelubricants", "hello world!", "标签", "\
 
 
 def test_units_on_disk_equal_hand_computed_bytes(store_factory):
-    """FORMAT.md §2.1/§2.2: big-endian ``(phy i64, size i32, tagsCode i64)``; tagsCode = Java hashCode over
+    """docs/format.md §2.1/§2.2: big-endian ``(phy i64, size i32, tagsCode i64)``; tagsCode = Java hashCode over
     UTF-16 units (surrogate pairs count twice), 32-bit wrap, sign-extended; 0 without tags."""
     cq_size = 20 * 1000
     store = store_factory(mapped_file_size_consume_queue=cq_size)
@@ -194,7 +194,7 @@ def test_correct_min_offset(cq):
 
 
 def test_truncate_dirty_logic_files(cq):
-    """FORMAT.md §8.4: whole files whose first unit is at or past the offset go, then the straddling file's
+    """docs/format.md §8.4: whole files whose first unit is at or past the offset go, then the straddling file's
     tail; max physic offset follows. A unit whose record would run past the offset goes too (recovery cuts at
     a record's end, so only a damaged unit straddles it)."""
     for i in range(25):
@@ -274,7 +274,7 @@ T0 = 1_700_000_000_000
 
 
 def build_foreign_store(root, plan, first_queue_offset=0):
-    """Write a store folder from FORMAT.md alone: commit-log records (``reference_codec``), an 8-byte blank at
+    """Write a store folder from docs/format.md alone: commit-log records (``reference_codec``), an 8-byte blank at
     each file end, consume-queue units with ``struct``, a 5.x checkpoint. ``plan`` is a list of
     ``(topic, queue_id, tags)``; returns one dict per message with what a reader must see."""
     os.makedirs(os.path.join(root, "commitlog"))

@@ -1,5 +1,5 @@
 """Arrival listeners, long polling (``get_message(..., timeout_ms=N)``) and ``MessageStore.consumer``
-(API.md "Consumers"). Waits are tested as behaviour: a get wakes on a put and returns the message, and on a
+(docs/api.md "Consumers"). Waits are tested as behaviour: a get wakes on a put and returns the message, and on a
 timeout returns the plain get's status; no assertion on how fast."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Committed consumer offsets (API.md "Consumers": ``commit_offset``, ``fetch_offset``,
+"""Committed consumer offsets (docs/api.md "Consumers": ``commit_offset``, ``fetch_offset``,
 ``config/consumerOffset.json``): the file's bytes, a broker's fastjson file read back, restarts, the
 ``.bak`` fallback, read-only stores, bad input, and a writer killed at a random moment while consuming."""
 

@@ -156,8 +156,8 @@ def test_bug7_get_commit_log_data_at_the_max_offset_is_none(store_factory):
             r.release()
 
 
-# BUG 8 (API.md contract): the top-level package does not export MessageStore, StoreConfig, TagFilter,
-# FlushDiskType, BrokerRole (API.md "Exported from pystore").
+# BUG 8 (docs/api.md contract): the top-level package does not export MessageStore, StoreConfig, TagFilter,
+# FlushDiskType, BrokerRole (docs/api.md "Exported from pystore").
 @pytest.mark.parametrize("name", ["MessageStore", "StoreConfig", "TagFilter", "FlushDiskType", "BrokerRole"])
 def test_bug8_api_names_are_exported(name):
     import pystore

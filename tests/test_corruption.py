@@ -1,7 +1,7 @@
 """Corruption tests: damaged store files either recover to the last whole record or raise
 ``StoreCorruptedError`` naming the file and the absolute offset; never a crash, and nothing before the
-damage is lost (DESIGN.md "What the store promises", FORMAT.md §1, §4, §8, §12 ``testRecover``;
-``pystore/recovery.py`` for the guard against truncating durable data; STYLE.md "Tests": corruption).
+damage is lost (docs/architecture.md "What the store promises", docs/format.md §1, §4, §8, §12 ``testRecover``;
+``pystore/recovery.py`` for the guard against truncating durable data).
 
 Stores are built in this process with SYNC_FLUSH and small files (16 KiB) so the log rolls often, shut
 down cleanly (the checkpoint then says every message is flushed), damaged with plain file writes at
@@ -40,7 +40,7 @@ from pystore.store import MessageStore  # noqa: E402
 from pystore.tools import iter_commitlog  # noqa: E402
 
 FILE_SIZE = 16384
-POS_BODY_LENGTH = 84  # FORMAT.md §1.2, IPv4 born and store hosts
+POS_BODY_LENGTH = 84  # docs/format.md §1.2, IPv4 born and store hosts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def build_store(root, messages: int = 300, seed: int = 0, file_size: int = FILE_
 
     Its store times are 1 ms apart (a clock that moves only here), whatever the machine's speed: an abnormal
     recovery starts from the newest file whose first message is at least 3 s older than the checkpoint
-    (FORMAT.md §8), so with the real clock where it starts depended on how long the build took. Each put is
+    (docs/format.md §8), so with the real clock where it starts depended on how long the build took. Each put is
     a SYNC_FLUSH put, a disk flush: with 10 ms a flush (a slow CI disk) 500 messages span more than 3 s, and
     test_damage_before_normal_recovery_window's abnormal open started past the damage it must report."""
     rng = random.Random(seed)
@@ -399,7 +399,7 @@ def _damage_last(root, second_last_max: int) -> None:
 
 
 def test_rocketmq_test_recover(tmp_path):
-    """FORMAT.md §12 ``testRecover``: a restart keeps the max offset; zeroing 16 bytes at the topic-length
+    """docs/format.md §12 ``testRecover``: a restart keeps the max offset; zeroing 16 bytes at the topic-length
     position of the last record then a normal, or an abnormal (abort file), restart truncates exactly that
     record; writing goes on after it and survives restarts."""
     root = tmp_path / "store"
@@ -810,7 +810,7 @@ def test_garbage_checkpoint_and_torn_tail(tmp_path, abnormal):
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
 def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
-    """No commit log at all, a checkpoint present (FORMAT.md §8.6): the store opens empty and the next
+    """No commit log at all, a checkpoint present (docs/format.md §8.6): the store opens empty and the next
     put starts at offset 0."""
     root = tmp_path / "store"
     build_store(root, messages=50)
@@ -833,7 +833,7 @@ def test_missing_commitlog_folder_with_checkpoint(tmp_path, abnormal):
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
 def test_missing_consume_queue_folder(tmp_path, abnormal):
-    """The ``consumequeue`` folder is gone (FORMAT.md §8.6): the queues are rebuilt from the commit log,
+    """The ``consumequeue`` folder is gone (docs/format.md §8.6): the queues are rebuilt from the commit log,
     every unit pointing at its record, and the topic-queue table continues from them."""
     root = tmp_path / "store"
     w = build_store(root, messages=300, seed=13)
@@ -1102,44 +1102,43 @@ def test_reader_of_a_crashed_store_refuses_a_record_its_queue_check_cannot_pass(
     assert ei.value.offset == victim.offset
 
 
-@pytest.mark.parametrize("garbage", [b"\xff" * 20, struct.pack(">qi", 123, 0) + bytes(8)], ids=["ff", "torn"])
-def test_reader_of_a_crashed_store_refuses_bytes_that_are_no_unit_at_a_queue_end(tmp_path, garbage):
-    """A crashed store whose queue's last unit was replaced by bytes that are no unit (damage, or a unit a
-    power cut tore): that queue's readable end moved before the unit, and its record, which is no longer
-    than any other queue's last one, looked like a record dispatch had not reached yet. A reader refuses,
-    naming the place; a writer's open rewrites the unit and serves every message."""
-    root = tmp_path / "store"
-    w = build_store(root, messages=400, seed=31, mapped_file_size_consume_queue=CQ_UNITS * 20)
-    last = w.records[-1]
-    files = _queue_files(root, last.topic, last.queue_id)
-    at = last.queue_offset * 20
-    with open(files[-1], "r+b") as f:
-        f.seek(at - int(os.path.basename(files[-1])))
-        f.write(garbage)
-    make_abnormal(root)
-    with pytest.raises(StoreCorruptedError) as ei:
-        MessageStore.open(str(root), read_only=True)
-    assert (ei.value.path, ei.value.offset) == (files[-1], at)
-    check_recovered(root, w.records)
-
-
-def test_reader_of_a_crashed_store_says_its_last_records_are_not_served(tmp_path, caplog):
-    """The same with the last unit zeroed: that is what a crash before dispatch leaves too, so a reader cannot
-    call it damage. It serves the queue up to its last unit and says in the log that records lie after the
-    furthest unit, not served until a writer's open dispatches them (a limit, not a fix, for fuzz case
-    10:3846); the writer's open serves every message."""
+@pytest.mark.parametrize("garbage", [bytes(20), struct.pack(">qi", 123, 0) + bytes(8)], ids=["zeroed", "torn"])
+def test_reader_of_a_crashed_store_says_its_last_records_are_not_served(tmp_path, caplog, garbage):
+    """A crashed store whose last unit is zeroed or half written: that is what a writer killed before or while
+    dispatching leaves too (with SYNC_FLUSH, after the record was acknowledged), so a reader cannot
+    call it damage. It serves the queue up to its last whole unit, serves the record by offset, and says in
+    the log that records lie after the furthest unit, not in their queues until a writer's open dispatches
+    them (fuzz case 10:3846); the writer's open serves every message."""
     root = tmp_path / "store"
     w = build_store(root, messages=400, seed=31, mapped_file_size_consume_queue=CQ_UNITS * 20)
     last = w.records[-1]
     files = _queue_files(root, last.topic, last.queue_id)
     with open(files[-1], "r+b") as f:
         f.seek(last.queue_offset * 20 - int(os.path.basename(files[-1])))
-        f.write(bytes(20))
+        f.write(garbage)
     make_abnormal(root)
     with caplog.at_level(logging.WARNING, logger="pystore.recovery"):
         with MessageStore.open(str(root), read_only=True) as store:
             assert store.get_max_offset_in_queue(last.topic, last.queue_id) == last.queue_offset
+            cw.check_message(store.look_message_by_offset(last.offset), last.idx)
     assert "%d bytes of records after the furthest consume-queue unit" % last.size in caplog.text
+    check_recovered(root, w.records)
+
+
+def test_reader_of_a_crashed_store_refuses_garbage_as_a_queue_end(tmp_path):
+    """Bytes that no write of a unit leaves (0xff over the last unit) are damage, not a crash's lag: the
+    reader refuses them, naming the queue file; a writer's open rebuilds the queue and serves every message."""
+    root = tmp_path / "store"
+    w = build_store(root, messages=400, seed=31, mapped_file_size_consume_queue=CQ_UNITS * 20)
+    last = w.records[-1]
+    files = _queue_files(root, last.topic, last.queue_id)
+    with open(files[-1], "r+b") as f:
+        f.seek(last.queue_offset * 20 - int(os.path.basename(files[-1])))
+        f.write(b"\xff" * 20)
+    make_abnormal(root)
+    with pytest.raises(StoreCorruptedError) as ei:
+        MessageStore.open(str(root), read_only=True)
+    assert ei.value.path == files[-1]
     check_recovered(root, w.records)
 
 

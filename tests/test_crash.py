@@ -1,6 +1,6 @@
 """Crash tests: a real writer process (``tests/crash_writer.py``) is SIGKILLed, at random moments and at the
-named crash points of ``pystore.crashpoint``, and the store is checked afterwards (DESIGN.md "What the store
-promises", FORMAT.md §6.2, §8; STYLE.md "Tests": crash).
+named crash points of ``pystore.crashpoint``, and the store is checked afterwards (docs/architecture.md "What the store
+promises", docs/format.md §6.2, §8).
 
 After every kill:
 
@@ -636,7 +636,7 @@ def _checkpoint_physic(root) -> int:
 
 def test_corruption_guard_after_a_crash(procs, tmp_path):
     """A SYNC_FLUSH writer puts 600 messages and is SIGKILLed after its flush services wrote the checkpoint
-    (FORMAT.md §4.1: at most a second after the data reached disk); then a bit flips in the body of a record
+    (docs/format.md §4.1: at most a second after the data reached disk); then a bit flips in the body of a record
     in the middle of the log, with hundreds of acknowledged messages after it. Recovery must refuse with
     StoreCorruptedError naming the file and the offset, dropping nothing.
 
@@ -684,7 +684,7 @@ def test_corruption_guard_after_a_crash(procs, tmp_path):
 def test_sync_flush_timeout_and_dispatch_follows_the_flush(tmp_path):
     """With the group commit held back, a SYNC_FLUSH put returns FLUSH_DISK_TIMEOUT after
     ``sync_flush_timeout`` (the message is in the log: ``is_ok()``), so does an ``async_put_message``
-    future, and no consumer sees the message (FORMAT.md §7.2: dispatch follows the flushed offset); once the
+    future, and no consumer sees the message (docs/format.md §7.2: dispatch follows the flushed offset); once the
     group commit runs, the queue serves it and later puts return PUT_OK."""
     import threading
 

@@ -1,4 +1,4 @@
-"""Dispatch: commit log → consume queues and index (FORMAT.md §7, §8; DESIGN.md "The write path";
+"""Dispatch: commit log → consume queues and index (docs/format.md §7, §8; docs/architecture.md "The write path";
 RocketMQ ``ReputMessageServiceTest``, ``ConsumeQueueTest.testPutMessagePositionInfo_buildCQRepeatedly``).
 
 * ASYNC_FLUSH dispatches inline: a message is readable by queue when its put returns;
@@ -6,7 +6,7 @@ RocketMQ ``ReputMessageServiceTest``, ``ConsumeQueueTest.testPutMessagePositionI
 * the catch-up dispatcher rebuilds consume queues that are missing or behind, byte for byte as the inline
   path wrote them, crossing commit-log files and their blanks;
 * re-dispatching what is already there changes nothing; transaction types and the schedule topic follow
-  FORMAT.md §2.2 and §7.2 on both paths.
+  docs/format.md §2.2 and §7.2 on both paths.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ def test_re_dispatching_everything_changes_nothing(store_factory):
 
 @pytest.mark.parametrize("rebuild", [False, True], ids=["inline", "reput"])
 def test_transaction_types(store_factory, rebuild):
-    """FORMAT.md §7.2: only NOT and COMMIT types enter a consume queue; PREPARED and ROLLBACK records carry
+    """docs/format.md §7.2: only NOT and COMMIT types enter a consume queue; PREPARED and ROLLBACK records carry
     queue offset 0 and take none."""
     store = store_factory()
     kinds = [SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE,
@@ -316,7 +316,7 @@ def test_transaction_types(store_factory, rebuild):
 
 @pytest.mark.parametrize("rebuild", [False, True], ids=["inline", "reput"])
 def test_schedule_topic_tags_code_is_the_deliver_time(store_factory, fake_clock, rebuild):
-    """FORMAT.md §2.2: in ``SCHEDULE_TOPIC_XXXX`` the unit's tags code is store time + the level's delay
+    """docs/format.md §2.2: in ``SCHEDULE_TOPIC_XXXX`` the unit's tags code is store time + the level's delay
     (level capped at the highest, 18 = 2 h); other topics keep the tags hash."""
     store = store_factory(clock=fake_clock)
     levels = [1, 3, 18, 99]

@@ -274,6 +274,14 @@ def test_docs_point_only_inside_the_repository():
     assert references_outside_repo([README, DOCS]) == []
 
 
+def test_code_points_only_inside_the_repository():
+    """Docstrings and comments cite the repository's own docs (docs/format.md, docs/api.md ...), never the
+    design notes kept outside it."""
+    root = README.parent
+    paths = [root / d for d in CODE_DIRS] + [root / f for f in ("Makefile", "setup.py", "pyproject.toml")]
+    assert references_outside_repo([p for p in paths if p.exists()]) == []
+
+
 def test_references_outside_repo_finds_them(tmp_path):
     f = tmp_path / "x.md"
     f.write_text("see docs/format.md §1\nsee FORMAT.md §1\nsee ../shared/x\n(API.md \"Reading\")\n")

@@ -1,4 +1,4 @@
-"""The read API by queue (FORMAT.md §11; API.md "Reading"), mirroring RocketMQ's ``DefaultMessageStoreTest``
+"""The read API by queue (docs/format.md §11; docs/api.md "Reading"), mirroring RocketMQ's ``DefaultMessageStoreTest``
 read cases: write-and-read, pull sizes, every ``GetMessageStatus`` with its next offset, the transfer caps,
 tag filters and the two-method filter protocol, the time search (exact, 2 ms and 20 s skew, missing queue,
 ``lower``/``upper`` and out-of-range times), store timestamps and the other per-queue reads."""
@@ -155,7 +155,7 @@ def test_queues_are_independent(store_factory):
 
 
 # ------------------------------------------------------------------------------------------------------
-# statuses and next offsets (FORMAT.md §11.1, API.md "Settled details")
+# statuses and next offsets (docs/format.md §11.1, docs/api.md "Settled details")
 # ------------------------------------------------------------------------------------------------------
 
 
@@ -294,7 +294,7 @@ def test_filter_scan_stops_after_16000_bytes_of_units(store_factory):
 
 
 def test_not_readable_raises_and_closed_store_raises(store_factory):
-    """Never None (API.md types it GetMessageResult): not readable is a StoreError, shut down StoreClosedError."""
+    """Never None (docs/api.md types it GetMessageResult): not readable is a StoreError, shut down StoreClosedError."""
     store = store_factory()
     put_n(store, 2)
     store.running_flags.get_and_make_not_readable()
@@ -597,7 +597,7 @@ def test_reads_of_a_closed_store_raise(store_factory):
 
 
 def _brute_by_time(ts, low, t, lower):
-    """FORMAT.md §2.6 (5.x) over the store times ``ts`` of offsets ``low..``: LOWER the first offset stored at
+    """docs/format.md §2.6 (5.x) over the store times ``ts`` of offsets ``low..``: LOWER the first offset stored at
     or after ``t`` (the end when none is), UPPER the last stored at or before it (0 when none is)."""
     import bisect
     if lower:

@@ -1,4 +1,4 @@
-"""The key index and lookups by id (FORMAT.md §1.8, §3; RocketMQ ``IndexFileTest``, ``queryMessage``,
+"""The key index and lookups by id (docs/format.md §1.8, §3; RocketMQ ``IndexFileTest``, ``queryMessage``,
 ``viewMessageById``): ``query_message`` by key and ``UNIQ_KEY`` with its time window and ``max_num``, hash
 collisions resolved, index files byte for byte (header, slots, entries, capacity ``max_index_num - 1``),
 rolling to a new file, rebuilding by dispatch; ``view_message_by_id`` and ``look_message_by_offset``."""
@@ -115,7 +115,7 @@ def test_query_hash_collision_returns_only_the_key(store_factory):
 
 
 def test_transaction_types_in_the_index_rebuilt_by_dispatch(store_factory):
-    """FORMAT.md §3.3: ROLLBACK is not indexed; NOT, PREPARED and COMMIT are (the reput path; the inline path
+    """docs/format.md §3.3: ROLLBACK is not indexed; NOT, PREPARED and COMMIT are (the reput path; the inline path
     is ``test_read_bugs.test_inline_dispatch_indexes_prepared_messages``)."""
     store = store_factory()
     kinds = {"not": SysFlag.TRANSACTION_NOT_TYPE, "prep": SysFlag.TRANSACTION_PREPARED_TYPE,
@@ -139,7 +139,7 @@ def test_index_disabled(store_factory):
 
 
 def test_index_file_bytes(store_factory, fake_clock):
-    """FORMAT.md §3.1/§3.2: header, slot table and entries of a small index file, by hand."""
+    """docs/format.md §3.1/§3.2: header, slot table and entries of a small index file, by hand."""
     slots, num = 7, 5
     fake_clock.set(T0 + 123)
     store = store_factory(clock=fake_clock, max_hash_slot_num=slots, max_index_num=num)
@@ -258,7 +258,7 @@ def test_look_message_by_offset_not_at_a_record(store_factory):
 
 
 def test_inline_dispatch_indexes_prepared_messages(store_factory):
-    """FORMAT.md §3.3 / §7.2: the index takes NOT, PREPARED and COMMIT records (only ROLLBACK is skipped); only
+    """docs/format.md §3.3 / §7.2: the index takes NOT, PREPARED and COMMIT records (only ROLLBACK is skipped); only
     the consume queue is limited to NOT and COMMIT. Inline dispatch (ASYNC_FLUSH) indexes PREPARED at once."""
     store = store_factory()
     store.put_message(make_message(0, keys="prep", sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE))

@@ -1,4 +1,4 @@
-"""MappedFile and SelectMappedBufferResult (FORMAT.md §5.1, §5.2; RocketMQ MappedFileTest)."""
+"""MappedFile and SelectMappedBufferResult (docs/format.md §5.1, §5.2; RocketMQ MappedFileTest)."""
 
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ def test_set_positions_bounds(mf):
     assert mf.max_offset == mf.file_from_offset + SIZE
 
 
-# -- flushing (FORMAT.md §5.1 isAbleToFlush) -------------------------------------------------------
+# -- flushing (docs/format.md §5.1 isAbleToFlush) -------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""MappedFileQueue (FORMAT.md §5.3; RocketMQ MappedFileQueueTest, MultiPathMappedFileQueueTest)."""
+"""MappedFileQueue (docs/format.md §5.3; RocketMQ MappedFileQueueTest, MultiPathMappedFileQueueTest)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Message, MessageBatch and MessageExt (API.md "Messages" and "Settled details"), checked through the bytes
+"""Message, MessageBatch and MessageExt (docs/api.md "Messages" and "Settled details"), checked through the bytes
 ``encode_record`` produces and the pure-Python reference in ``reference_codec``."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pystore._codec import (
     encode_record,
     record_length,
 )
-from pystore._message import java_string_hash
+from pystore._jstring import java_string_hash
 
 STORE = ("192.168.0.1", 10911)
 
@@ -44,7 +44,7 @@ def props_bytes(*pairs) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------
-# Stored property order (API.md "Settled details")
+# Stored property order (docs/api.md "Settled details")
 # ------------------------------------------------------------------------------------------------
 
 
@@ -97,7 +97,7 @@ def test_key_given_both_ways_takes_the_argument_value_once():
 
 
 def test_own_special_keys_without_arguments_keep_their_own_position():
-    # the FORMAT.md §1.2 worked example: TAGS/KEYS given only as properties are stored where they are
+    # the docs/format.md §1.2 worked example: TAGS/KEYS given only as properties are stored where they are
     m = Message("TopicTest", b"", properties={"a": "1", "KEYS": "key0", "UNIQ_KEY": "UNIQ0", "TAGS": "TagA"})
     assert stored_props(m) == b"a\x011\x02KEYS\x01key0\x02UNIQ_KEY\x01UNIQ0\x02TAGS\x01TagA\x02"
     assert m.tags == "TagA" and m.keys == ["key0"] and m.tags_code == java_string_hash("TagA")

@@ -1,5 +1,5 @@
 """The transient store pool: puts land in pooled buffers, readers and consume queues see only what the commit
-service copied into the files, shutdown commits everything (FORMAT.md §5.4)."""
+service copied into the files, shutdown commits everything (docs/format.md §5.4)."""
 
 from __future__ import annotations
 

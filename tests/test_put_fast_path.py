@@ -676,3 +676,21 @@ def test_the_commit_log_writer_tells_the_prefault_worker_where_it_is(store_facto
             pytest.skip(str(e))
         assert (populated, skipped) == (end - past, past)
     store_factory.expect_messages(3)
+
+
+def test_a_refused_put_says_why(store_factory):
+    """``PutMessageResult.reason``: the check the message failed, in words (None for a stored message), from
+    the compiled put path as from the Python one; a batch names its first refused message."""
+    store = store_factory(max_message_size=1024)
+    assert store.put_message(Message("T", b"ok")).reason is None
+    big = store.put_message(Message("T", b"x" * 2000))
+    assert big.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert big.reason == "body of 2000 bytes is larger than max_message_size (1024)"
+    bad_topic = store.put_message(Message("T", b"x", queue_id=-1))
+    assert bad_topic.reason == "queue id -1 is negative"
+    batch = store.put_messages(MessageBatch([Message("T", b"a"), Message("T", b"y" * 3000)]))
+    assert batch.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert batch.reason == "body of 3000 bytes is larger than max_message_size (1024)"
+    store.shutdown()
+    closed = store.put_message(Message("T", b"a"))
+    assert closed.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "takes no puts now" in closed.reason

@@ -1,4 +1,4 @@
-"""Readers in other processes (API.md ``MessageStore.open(root, read_only=True)``; DESIGN.md "The read path").
+"""Readers in other processes (docs/api.md ``MessageStore.open(root, read_only=True)``; docs/architecture.md "The read path").
 
 A real writer process appends while this process reads the same folder read-only: every message read is
 whole (its body and CRC are what the writer put, its queue offset is its place in the queue), new files,

@@ -1,4 +1,4 @@
-"""Delay messages (FORMAT.md §10, §2.2; RocketMQ ``ScheduleMessageServiceTest``): the rewrite on put, the
+"""Delay messages (docs/format.md §10, §2.2; RocketMQ ``ScheduleMessageServiceTest``): the rewrite on put, the
 deliver timestamp as tags code, delivery at the due time with RocketMQ's record, ``config/delayOffset.json``
 and restarts.
 
@@ -63,7 +63,7 @@ def test_delay_put_is_stored_in_schedule_queue_level_minus_one(store, store_fact
                           born_host=BORN_HOST, store_ts=fake_clock.now, store_host=STORE_HOST,
                           reconsume_times=2, prepared_tx_offset=0)
     assert store.look_message_by_offset(0).raw == expected
-    # tagsCode of the schedule queue's unit is the deliver timestamp (FORMAT.md §2.2)
+    # tagsCode of the schedule queue's unit is the deliver timestamp (docs/format.md §2.2)
     assert cq_units(store, SCHEDULE_TOPIC, 2) == [(0, len(expected), fake_clock.now + LEVEL_MS[3])]
     assert store.get_max_offset_in_queue("TopicTest", 3) == 0
     store_factory.expect_messages(1)

@@ -1,8 +1,8 @@
-"""The PySpark data source ``pystore`` (API.md "Spark — pystore.spark"), with a real local Spark session.
+"""The PySpark data source ``pystore`` (docs/api.md "Spark — pystore.spark"), with a real local Spark session.
 
 One ``local[2]`` session serves the whole module (startup costs 7-14 s on two cores); every DataFrame is
 built afresh per query. What a read returns is checked against ``reference_codec`` (the tests' own
-FORMAT.md decoder, with ``struct``), never against pystore's decoder. The module skips when PySpark or
+docs/format.md decoder, with ``struct``), never against pystore's decoder. The module skips when PySpark or
 Java is missing.
 """
 
@@ -674,7 +674,7 @@ def test_write_needs_append_mode(spark, tmp_path):
 
 
 def test_reference_struct_layout_matches_format_doc():
-    """The test writer itself: a record the reference codec encodes is what FORMAT.md's hexdump shows."""
+    """The test writer itself: a record the reference codec encodes is what docs/format.md's hexdump shows."""
     rec = ref.encode(
         "TopicTest",
         b"Hello RocketMQ 0",

@@ -1,5 +1,5 @@
 """MessageStore lifecycle: load/start/shutdown/destroy, the folder lock, read-only opens, use after
-shutdown (API.md "The store"; FORMAT.md §4.2-4.3; RocketMQ DefaultMessageStoreTest.test_repeat_restart)."""
+shutdown (docs/api.md "The store"; docs/format.md §4.2-4.3; RocketMQ DefaultMessageStoreTest.test_repeat_restart)."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def test_shutdown_writes_the_checkpoint_and_keeps_the_lock_file(store_factory):
         last = s.put_message(make_message(i)).append_message_result
     s.shutdown()
     root = s.root
-    # config/ holds delayOffset.json, persisted at shutdown (FORMAT.md §4.4, §10)
+    # config/ holds delayOffset.json, persisted at shutdown (docs/format.md §4.4, §10)
     assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "config", "consumequeue", "index", "lock"]
     with open(os.path.join(root, "checkpoint"), "rb") as fh:
         cp = fh.read()
@@ -407,7 +407,7 @@ def test_puts_after_shutdown_are_service_not_available(store_factory):
 
 
 def test_closed_and_unreadable_stores_answer_puts_with_a_status_and_reads_with_an_error(store_factory):
-    """The one rule for a store that cannot serve: a put is refused with SERVICE_NOT_AVAILABLE (API.md: a
+    """The one rule for a store that cannot serve: a put is refused with SERVICE_NOT_AVAILABLE (docs/api.md: a
     refused put is a status), a read raises (StoreError; StoreClosedError once shut down), get_message too:
     it never answers None."""
     s = store_factory()

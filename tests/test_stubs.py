@@ -17,9 +17,10 @@ import pytest
 pytest.importorskip("mypy.stubtest", reason="mypy is not installed (the dev extra)")
 
 ROOT = Path(__file__).resolve().parents[1]
-STUBBED = ["pystore._message", "pystore._results", "pystore._mapped_file", "pystore._units", "pystore._timesearch",
+STUBBED = ["pystore._jstring", "pystore._hosts", "pystore._props", "pystore._message", "pystore._message_batch",
+           "pystore._message_ext", "pystore._results", "pystore._mapped_file", "pystore._units", "pystore._timesearch",
            "pystore._read", "pystore._dispatch", "pystore._codec", "pystore._commitlog", "pystore._index",
-           "pystore._arrow"]
+           "pystore._arrow", "pystore._arrow_plan"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 
@@ -58,12 +59,12 @@ def main(root: str) -> None:
         reveal_type(r.append_message_result)  # pystore._results.AppendMessageResult | None
         assert r.status is PutMessageStatus.PUT_OK
         batch = MessageBatch.from_bodies("TopicTest", [b"x", bytearray(b"y")], tags="TagB")
-        reveal_type(batch)  # pystore._message.MessageBatch
+        reveal_type(batch)  # pystore._message_batch.MessageBatch
         reveal_type(store.put_messages(batch).next_offset)  # int
         res = store.get_message("group", "TopicTest", 0, 0)
         reveal_type(res)  # pystore._read.GetMessageResult
         assert res.message_count == 3
-        reveal_type(res.messages)  # list[pystore._message.MessageExt]
+        reveal_type(res.messages)  # list[pystore._message_ext.MessageExt]
         m = res.messages[0]
         reveal_type(m.body)  # bytes
         reveal_type(m.keys)  # list[str]

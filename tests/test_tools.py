@@ -1,5 +1,5 @@
 """pystore.tools.iter_commitlog over folders, single files and store roots, on live stores and on
-commit logs written without pystore (a struct-based writer below, FORMAT.md §1.2-1.8)."""
+commit logs written without pystore (a struct-based writer below, docs/format.md §1.2-1.8)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def encode(topic: str, body: bytes, props: dict[str, str] | bytes, *, phy: int, 
            born_host=("127.0.0.1", 50000), store_ts: int = 1_700_000_000_100,
            store_host=("192.168.0.1", 10911), reconsume: int = 0, prepared: int = 0,
            version: int | None = None, crc: int | None = None) -> bytes:
-    """One record, field by field (FORMAT.md §1.2)."""
+    """One record, field by field (docs/format.md §1.2)."""
     t = topic.encode()
     p = props if isinstance(props, bytes) else props_text(props)
     bh, bv6 = host_bytes(born_host)
@@ -130,7 +130,7 @@ def check_fields(m, phy: int, f: dict) -> None:
 
 
 def test_hexdump_vector_of_format_md(tmp_path):
-    """FORMAT.md §1.2's worked hexdump (a record as RocketMQ's MessageDecoder.encode writes it)."""
+    """docs/format.md §1.2's worked hexdump (a record as RocketMQ's MessageDecoder.encode writes it)."""
     rec = bytes.fromhex(
         "0000009b daa320a7 248c774f 00000000"
         "00000000 00000000 00000000 00000000"

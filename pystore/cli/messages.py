@@ -72,7 +72,6 @@ def put(
     """Store messages in TOPIC: BODY, or --file F, or --stdin (one message per line). ROOT must hold a
     store, unless --create makes one. A refused put says why, and exits 1."""
     from pystore import Message
-    from pystore.refusal import refusal_reason
 
     sources = sum(x is not None and x is not False for x in (body, file_, from_stdin or None))
     if sources != 1:
@@ -117,7 +116,7 @@ def put(
                     "msg_id": a.msg_id if a is not None and ok else None,
                     "size": len(b),
                     # derived only for a refusal: the accepted put does no extra work
-                    "reason": None if ok else refusal_reason(m, store.config, r.status),
+                    "reason": r.reason,
                 }
             )
     if not rows:

@@ -1,4 +1,4 @@
-"""PySpark data source for pystore stores (API.md "Spark — pystore.spark").
+"""PySpark data source for pystore stores (docs/api.md "Spark — pystore.spark").
 
 ``pystore.spark.register(spark)`` registers the source ``"pystore"``; then:
 

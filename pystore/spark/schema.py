@@ -1,4 +1,4 @@
-"""The data source's schema: one row per message, in API.md's column order and types, and the exact
+"""The data source's schema: one row per message, in docs/api.md's column order and types, and the exact
 Arrow schema Spark expects from ``read()`` (PySpark 4.2+ compares it field by field: ``int32`` for INT,
 ``timestamp[us, tz=UTC]`` for TIMESTAMP, nullable fields)."""
 
@@ -23,7 +23,7 @@ from pystore._arrow import COLUMNS as _COLUMNS
 
 __all__ = ["DDL", "COLUMNS", "spark_schema", "arrow_schema", "check_read_schema"]
 
-#: API.md "Spark — pystore.spark": the columns of a read, in order.
+#: docs/api.md "Spark — pystore.spark": the columns of a read, in order.
 DDL = (
     "topic STRING, queue_id INT, queue_offset BIGINT, commit_log_offset BIGINT, store_size INT, body BINARY, "
     "tags STRING, keys ARRAY<STRING>, properties MAP<STRING,STRING>, flag INT, sys_flag INT, "

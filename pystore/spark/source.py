@@ -1,5 +1,5 @@
 """The ``pystore`` PySpark data source: batch read, streaming read and batch write of a message store
-(API.md "Spark — pystore.spark"). The class is pickled by reference, so Spark's Python workers must be
+(docs/api.md "Spark — pystore.spark"). The class is pickled by reference, so Spark's Python workers must be
 able to import ``pystore`` (an installed package, or ``PYTHONPATH``)."""
 
 from __future__ import annotations

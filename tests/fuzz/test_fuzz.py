@@ -57,7 +57,7 @@ def test_fixed_seed_run_has_no_bad_outcome():
 #: Cases of ``make fuzz`` runs that found a defect (SEED:INDEX), kept as regression tests once fixed.
 FOUND = [
     "2:821", "2:1799", "4:2334", "4:2418", "4:4020", "5:364", "5:853", "5:991", "5:2359", "5:2793", "5:4249",
-    "6:4039", "8:582",
+    "6:4039", "8:582", "10:3846",
 ]
 
 

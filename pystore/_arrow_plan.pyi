@@ -1,0 +1,10 @@
+"""Types of ``pystore._arrow_plan`` (compiled): the Spark data source's planning helpers, run on the driver
+(``split_points``, ``queue_bounds``). Internal to pystore; typed so that its own modules type-check.
+
+Kept in step with ``_arrow_plan.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
+"""
+
+from pystore._mapped_file import MappedFile
+
+def split_points(mf: MappedFile, chunk: int) -> tuple[list[int], int, int]: ...
+def queue_bounds(cq_paths: list[str], cl_min: int) -> tuple[int, int]: ...

@@ -1,0 +1,91 @@
+# cython: language_level=3
+"""Strings as Java sees them: ``String.hashCode`` over UTF-16 code units, of a ``str`` or straight
+from stored UTF-8 bytes (docs/format.md §2.2, §14), and (in ``_jstring.pxd``) the replacing UTF-8 decoder
+every stored string is read with. The consume queue's tags codes and the hash index's slots are these
+hashes: one definition here.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint32_t
+
+
+cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """``String.hashCode`` of the string these UTF-8 bytes decode to (invalid bytes → U+FFFD, maximal
+    subparts as Java and Python replace them), sign-extended to 64 bits as the consume queue stores it."""
+    return <int64_t>(<int32_t>java_hash_utf8_from(0, p, n))
+
+
+cdef uint32_t java_hash_utf8_from(uint32_t h, const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """``java_hash_utf8`` going on from the hash ``h`` of a string before these bytes: the hash of the
+    concatenation (``topic + "#" + key`` without building it), each part decoded on its own."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c, lo, hi
+    cdef uint32_t cp
+    cdef int need, k
+    while i < n:
+        c = p[i]
+        if c < 0x80:
+            h = 31 * h + c
+            i += 1
+            continue
+        lo = 0x80
+        hi = 0xBF
+        if 0xC2 <= c <= 0xDF:
+            need = 1
+            cp = c & 0x1F
+        elif 0xE0 <= c <= 0xEF:
+            need = 2
+            cp = c & 0x0F
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif 0xF0 <= c <= 0xF4:
+            need = 3
+            cp = c & 0x07
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            h = 31 * h + 0xFFFD
+            i += 1
+            continue
+        i += 1
+        k = 0
+        while k < need:
+            if i >= n or p[i] < lo or p[i] > hi:
+                break
+            cp = (cp << 6) | (p[i] & 0x3F)
+            lo = 0x80
+            hi = 0xBF
+            i += 1
+            k += 1
+        if k < need:
+            h = 31 * h + 0xFFFD          # one replacement for the maximal valid prefix
+            continue
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = 31 * h + (0xD800 + (cp >> 10))
+            h = 31 * h + (0xDC00 + (cp & 0x3FF))
+        else:
+            h = 31 * h + cp
+    return h
+
+
+cdef int32_t java_hash_str(str s) except? -1:
+    """Java ``String.hashCode`` of a Python string, over its UTF-16 code units (lone surrogates included)."""
+    cdef bytes b = s.encode("utf-16-be", "surrogatepass")
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(b)
+    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(b)
+    cdef uint32_t h = 0
+    for i in range(0, n, 2):
+        h = 31 * h + ((<uint32_t>p[i] << 8) | p[i + 1])
+    return <int32_t>h
+
+
+def java_string_hash(s):
+    """Java's ``String.hashCode`` of ``s`` (a ``str``), as a signed 32-bit int."""
+    if not isinstance(s, str):
+        raise TypeError("expected str, got %s" % type(s).__name__)
+    return java_hash_str(s)

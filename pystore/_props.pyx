@@ -1,0 +1,74 @@
+# cython: language_level=3
+"""The properties string of a record (docs/format.md §1.7): ``name \\x01 value \\x02`` per item, written as
+RocketMQ's ``messageProperties2String`` writes it and read as 5.x's decoder reads it; the checks that make a
+property read back as given; the ``DELAY`` property as a level.
+"""
+
+cdef extern from *:
+    int PyUnicode_IS_ASCII(object o)
+
+
+cpdef str properties_to_string(dict props):
+    """``name \\x01 value \\x02`` for each entry, as RocketMQ's ``messageProperties2String``."""
+    if not props:
+        return ""
+    parts = []
+    for k, v in props.items():
+        parts.append(k)
+        parts.append("\x01")
+        parts.append(v)
+        parts.append("\x02")
+    return "".join(parts)
+
+
+cpdef dict string_to_properties(str s):
+    """RocketMQ 5.x's decoder: an item is kept iff it has a non-empty name and a non-empty value."""
+    cdef dict out = {}
+    cdef Py_ssize_t i
+    if not s:
+        return out
+    for item in s.split("\x02"):
+        if len(item) < 3:
+            continue
+        i = item.find("\x01")
+        if i <= 0 or i == len(item) - 1:
+            continue
+        out[item[:i]] = item[i + 1:]
+    return out
+
+
+cdef int check_text(str s, str what, object name) except -1:
+    # the decoder (RocketMQ's string2messageProperties) drops an empty name or value and splits on the
+    # separators, and UTF-8 has no encoding for a lone surrogate: such a property would not read back as given
+    if not s:
+        raise ValueError("%s of property %r is empty" % (what, name))
+    if "\x01" in s or "\x02" in s:
+        raise ValueError("%s of property %r contains a separator (\\x01 or \\x02): %r" % (what, name, s))
+    if not PyUnicode_IS_ASCII(s):
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError("%s of property %r cannot be stored in UTF-8 (%s): %r"
+                             % (what, name, e.reason, s)) from None
+    return 0
+
+
+cdef int check_prop(object k, object v) except -1:
+    if not isinstance(k, str) or not isinstance(v, str):
+        raise TypeError("message properties are str -> str, got %r: %r" % (k, v))
+    check_text(<str>k, "the name", k)
+    check_text(<str>v, "the value", k)
+    return 0
+
+
+cdef int32_t delay_level_of(object d):
+    """The DELAY property as a level: missing, unparsable or negative is none (0), beyond an int the largest
+    level (Message and MessageExt read it alike)."""
+    cdef object lvl
+    if d is None:
+        return 0
+    try:
+        lvl = int(d)
+    except ValueError:
+        return 0
+    return 0 if lvl < 0 else (lvl if lvl < 0x7FFFFFFF else 0x7FFFFFFF)
