@@ -686,8 +686,11 @@ def test_ctrl_c_exits_130_with_one_line_and_closes_the_store(tmp_path):
     root = tmp_path / "s"
     make_store(root, 3)
     env = dict(os.environ, PYTHONPATH=REPO)
+    # SIGINT at its default in the child: a test run started in the background (``make test &``) inherits it
+    # ignored, and a Python started so never sees Ctrl-C
     p = subprocess.Popen([sys.executable, "-m", "pystore", "put", str(root), "-t", "T9", "--stdin"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         p.stdin.write(b"first\nsecond\n")
         p.stdin.flush()
