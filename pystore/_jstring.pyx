@@ -28,29 +28,12 @@ cdef uint32_t java_hash_utf8_from(uint32_t h, const unsigned char *p, Py_ssize_t
             h = 31 * h + c
             i += 1
             continue
-        lo = 0x80
-        hi = 0xBF
-        if 0xC2 <= c <= 0xDF:
-            need = 1
-            cp = c & 0x1F
-        elif 0xE0 <= c <= 0xEF:
-            need = 2
-            cp = c & 0x0F
-            if c == 0xE0:
-                lo = 0xA0
-            elif c == 0xED:
-                hi = 0x9F
-        elif 0xF0 <= c <= 0xF4:
-            need = 3
-            cp = c & 0x07
-            if c == 0xF0:
-                lo = 0x90
-            elif c == 0xF4:
-                hi = 0x8F
-        else:
+        need = utf8_lead(c, &lo, &hi)
+        if need < 0:
             h = 31 * h + 0xFFFD
             i += 1
             continue
+        cp = c & (0x7F >> (need + 1))        # the lead byte's payload: 5, 4 or 3 bits
         i += 1
         k = 0
         while k < need:

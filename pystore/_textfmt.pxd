@@ -8,6 +8,7 @@ from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint16_t, uint6
 from libc.string cimport memcmp, memcpy
 
 from pystore._bytes cimport get_i32
+from pystore._jstring cimport utf8_lead
 
 cdef enum:
     MAX_ITEMS = 16384          # properties of <= 32767 bytes hold at most ~8192 items
@@ -36,24 +37,7 @@ cdef inline Py_ssize_t utf8_fix(const unsigned char *p, Py_ssize_t n, unsigned c
             o += 1
             i += 1
             continue
-        lo = 0x80
-        hi = 0xBF
-        if 0xC2 <= c <= 0xDF:
-            need = 1
-        elif 0xE0 <= c <= 0xEF:
-            need = 2
-            if c == 0xE0:
-                lo = 0xA0
-            elif c == 0xED:
-                hi = 0x9F
-        elif 0xF0 <= c <= 0xF4:
-            need = 3
-            if c == 0xF0:
-                lo = 0x90
-            elif c == 0xF4:
-                hi = 0x8F
-        else:
-            need = -1
+        need = utf8_lead(c, &lo, &hi)
         s = i
         i += 1
         k = 0
