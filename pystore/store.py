@@ -602,7 +602,8 @@ class MessageStore:
         self._check_readable()
         if self._arrivals is None:
             dispatcher = None if self.read_only else self._dispatcher
-            self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE)
+            self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE,
+                                      root=self.root if self.read_only else None)
         return self._arrivals
 
     def add_arriving_listener(self, fn: ArrivingListener) -> None:

@@ -32,6 +32,7 @@ from pystore._commitlog import QueueCell
 from pystore._dispatch import QueueDispatcher
 from pystore._read import ReadLimits
 from pystore.allocate import AllocateMappedFileService
+from pystore.arrival import open_wake_file
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
@@ -207,6 +208,9 @@ def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: 
 
     parts.dispatcher = QueueDispatcher(cell_for, cq_store.find_or_create, cfg.delay_level_table(), parts.index,
                                        SCHEDULE_TOPIC)
+    if not cfg.read_only:
+        # readers in other processes wait on this file's word; the dispatcher wakes them (pystore.arrival)
+        parts.dispatcher.wake = open_wake_file(cfg.store_path_root_dir, create=True)
     parts.reput = ReputService(parts.dispatcher, cl)
     return parts.reput
 
