@@ -9,7 +9,10 @@ cdef extern from "_notify.h":
     uint32_t ps_seq(uint64_t *word) noexcept nogil
     int PS_NOTIFY_FUTEX
 
+cimport cython
 
+
+@cython.final
 cdef class WakeWord:
     cdef uint64_t *word
     cdef object _buf

@@ -4,12 +4,13 @@ Internal (typed for pystore's own modules). Kept in step with ``_notify.pyx`` by
 (mypy's stubtest).
 """
 
-from typing import Any
+from typing import Any, Self, final
 
 HAVE_FUTEX: bool
 
+@final
 class WakeWord:
-    def __init__(self, buf: Any, offset: int) -> None: ...
+    def __new__(cls, buf: Any, offset: int) -> Self: ...
     @property
     def seq(self) -> int: ...
     @property

@@ -4,9 +4,11 @@ and by the read-only stores of other processes (``pystore.arrival`` opens the fi
 files", draws it). The C is in ``_notify.h``: the writer's hook (``ps_notify``, called by ``_dispatch`` after the
 units of a put are written), and the waiter's register / wait (spin, then futex) / unregister."""
 
+cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 
 
+@cython.final
 cdef class WakeWord:
     """The state word at ``offset`` of ``buf`` (a writable buffer, e.g. an ``mmap`` of the wake file, kept
     referenced as long as this object lives); ``offset`` must leave it 8-byte aligned."""

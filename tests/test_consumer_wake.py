@@ -85,13 +85,19 @@ class Lines:
             ready = select.select([fd], [], [], max(left, 0))[0]
             chunk = os.read(fd, 65536) if ready else b""
             assert chunk, "no %s from the process (%s); stderr:\n%s" % (
-                prefix, "it ended" if ready else "timeout", stderr_of(self.p))
+                prefix, "it ended" if ready else "timeout", self.stderr())
             self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
         text = line.decode()
-        assert text.startswith(prefix), "process said %r, expected %s; stderr:\n%s" % (text, prefix,
-                                                                                       stderr_of(self.p))
+        assert text.startswith(prefix), "process said %r, expected %s; stderr:\n%s" % (text, prefix, self.stderr())
         return text
+
+    def stderr(self) -> str:
+        if hasattr(self.p, "err_path"):
+            return stderr_of(self.p)
+        if self.p.stderr is not None and self.p.poll() is not None:
+            return self.p.stderr.read().decode(errors="replace")
+        return "(still running)"
 
     def got(self, first: int, last: int) -> None:
         for i in range(first, last):
