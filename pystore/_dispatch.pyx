@@ -138,6 +138,7 @@ cdef class QueueDispatcher(Dispatcher):
     # the wakeup file's word (pystore.arrival): after a put's units, one load unless another process waits
     cdef WakeWord _wake
     cdef uint64_t *_wake_word
+    cdef bint _wake_light
     cdef bytes _last_topic                     # the last record's topic and queue id, and their cell (reput)
     cdef int32_t _last_qid
     cdef object _last_cell
@@ -167,6 +168,7 @@ cdef class QueueDispatcher(Dispatcher):
     def wake(self, WakeWord w):
         self._wake = w
         self._wake_word = NULL if w is None else w.word
+        self._wake_light = w is not None and w.light
 
     cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept:
         """docs/format.md §2.2: the schedule topic's tags code is the time the message is due."""
@@ -190,7 +192,7 @@ cdef class QueueDispatcher(Dispatcher):
             if self.arriving is not None:
                 self.arriving(cell.topic, cell.queue_id, queue_offset, tags, store_ts, msg._props_b)
             if self._wake_word != NULL:
-                ps_notify(self._wake_word)
+                ps_notify(self._wake_word, self._wake_light)
         self.last_store_ts = store_ts
         self._index(cell, msg, phy_offset, store_ts)
         return 0
@@ -229,7 +231,7 @@ cdef class QueueDispatcher(Dispatcher):
             for i in range(n):
                 self.arriving(cell.topic, cell.queue_id, queue_offset + i, msg._tags_code, store_ts, msg._props_b)
         if self._wake_word != NULL:
-            ps_notify(self._wake_word)
+            ps_notify(self._wake_word, self._wake_light)
         if self.index is not None and msg._has_keys:
             for i in range(n):
                 self._index(cell, msg, phy_offset, store_ts)
@@ -295,5 +297,5 @@ cdef class QueueDispatcher(Dispatcher):
                               v.props_len, off, v.store_ts, v.sys_flag)
             off += r
         if self._wake_word != NULL:
-            ps_notify(self._wake_word)
+            ps_notify(self._wake_word, self._wake_light)
         return off

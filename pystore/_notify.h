@@ -1,4 +1,4 @@
-/* The cross-process wake-up word of pystore's `wakeup` file (docs/format.md, "pystore's own files").
+/* The cross-process wake-up word of pystore's `wakeup` file (docs/format.md §15).
  *
  * One 64-bit state word, shared through a MAP_SHARED mapping of the file by the writer and by the read-only
  * stores of other processes:
@@ -11,6 +11,10 @@
  * does it swap the word to (seq + 1, no waiters) and, when `sleeping` was set, FUTEX_WAKE everyone. The fence
  * pairs with the waiter's atomic add: either the writer sees the registration, or the waiter's last look at
  * the queue sees the unit (Dekker's pattern; without the fence the writer's load may pass its own unit stores).
+ * A writer that registered for membarrier(2)'s global expedited barrier (`ps_writer_light`) sets bit 0 of the
+ * flags word before the state word and skips its fence: each waiter then issues that barrier after its add,
+ * which runs a full fence on the writer's CPU wherever the writer is (the fence moves to the side that is about
+ * to sleep anyway).
  *
  * Waiter: register (returns seq), look at the queue, wait (spin on seq, then set `sleeping` and FUTEX_WAIT
  * while seq is unchanged), unregister. The writer's swap unregisters every waiter at once, so a waiter whose
@@ -28,6 +32,7 @@
 
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #define PS_NOTIFY_FUTEX 1
@@ -36,6 +41,8 @@
 #endif
 
 #define PS_WAITER_ONE ((uint64_t)1 << 32)
+/* the flags word's bit: waiters issue the global expedited membarrier after registering */
+#define PS_FLAG_WAITER_BARRIER 1u
 #define PS_SLEEPING ((uint64_t)1 << 63)
 #define PS_WAITERS(w) (((w) >> 32) & 0x7fffffffu)
 
@@ -78,23 +85,6 @@ static inline int ps_notify_slow(uint64_t *word, uint64_t w)
     return 1;
 }
 
-/* The writer's hook: 1 when waiters were woken. */
-static inline int ps_notify(uint64_t *word)
-{
-    uint64_t w;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    w = __atomic_load_n(word, __ATOMIC_RELAXED);
-    if (__builtin_expect(PS_WAITERS(w) == 0, 1))
-        return 0;
-    return ps_notify_slow(word, w);
-}
-
-/* Register a waiter; the seq to wait on. */
-static inline uint32_t ps_register(uint64_t *word)
-{
-    return (uint32_t)__atomic_fetch_add(word, PS_WAITER_ONE, __ATOMIC_SEQ_CST);
-}
-
 /* Take back a registration made at `seen` unless the writer's wake-up took every registration since. */
 static inline void ps_unregister(uint64_t *word, uint32_t seen)
 {
@@ -106,6 +96,50 @@ static inline void ps_unregister(uint64_t *word, uint32_t seen)
         if (PS_WAITERS(n) == 0)
             n &= ~PS_SLEEPING;
     } while (!__atomic_compare_exchange_n(word, &w, n, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+}
+
+/* The writer's hook: 1 when waiters were woken. `light`: the waiters fence for it (ps_writer_light). */
+static inline int ps_notify(uint64_t *word, int light)
+{
+    uint64_t w;
+    if (light)
+        __asm__ __volatile__("" ::: "memory");
+    else
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    w = __atomic_load_n(word, __ATOMIC_RELAXED);
+    if (__builtin_expect(PS_WAITERS(w) == 0, 1))
+        return 0;
+    return ps_notify_slow(word, w);
+}
+
+/* A writer: register this process for the waiters' barrier and say so in `flags`; 1 when the writer may then
+ * notify without its fence. */
+static inline int ps_writer_light(uint32_t *flags)
+{
+#if PS_NOTIFY_FUTEX && defined(SYS_membarrier)
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0) {
+        __atomic_fetch_or(flags, PS_FLAG_WAITER_BARRIER, __ATOMIC_SEQ_CST);
+        return 1;
+    }
+#endif
+    __atomic_fetch_and(flags, ~PS_FLAG_WAITER_BARRIER, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* Register a waiter: the seq to wait on (0..2**32-1), or -1 when the writer needs the waiters' barrier and it
+ * failed here (the registration is taken back: the caller polls instead). */
+static inline int64_t ps_register(uint64_t *word, uint32_t *flags)
+{
+    uint32_t seen = (uint32_t)__atomic_fetch_add(word, PS_WAITER_ONE, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(flags, __ATOMIC_SEQ_CST) & PS_FLAG_WAITER_BARRIER) {
+#if PS_NOTIFY_FUTEX && defined(SYS_membarrier)
+        if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0)
+            return seen;
+#endif
+        ps_unregister(word, seen);
+        return -1;
+    }
+    return seen;
 }
 
 static inline int64_t ps_now_ns(void)

@@ -1,8 +1,9 @@
 # cython: language_level=3
 """The cross-process wake-up word (``WakeWord``): the state word of pystore's ``wakeup`` file, mapped by a writer
-and by the read-only stores of other processes (``pystore.arrival`` opens the file; docs/format.md, "pystore's own
-files", draws it). The C is in ``_notify.h``: the writer's hook (``ps_notify``, called by ``_dispatch`` after the
-units of a put are written), and the waiter's register / wait (spin, then futex) / unregister."""
+and by the read-only stores of other processes (``pystore.arrival`` opens the file; docs/format.md §15
+draws it). The C is in ``_notify.h``: the writer's hook (``ps_notify``, called by ``_dispatch`` after the
+units of a put are written), and the waiter's register (with membarrier's global barrier when the writer asks for
+it) / wait (spin, then futex) / unregister."""
 
 cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
@@ -11,17 +12,20 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 @cython.final
 cdef class WakeWord:
     """The state word at ``offset`` of ``buf`` (a writable buffer, e.g. an ``mmap`` of the wake file, kept
-    referenced as long as this object lives); ``offset`` must leave it 8-byte aligned."""
+    referenced as long as this object lives), with the flags word in the 4 bytes before it; ``offset`` must
+    leave the state word 8-byte aligned."""
 
     def __cinit__(self, object buf, Py_ssize_t offset):
         cdef unsigned char[::1] view = buf
-        if offset < 0 or offset + 8 > view.shape[0]:
+        if offset < 4 or offset + 8 > view.shape[0]:
             raise ValueError("the state word at %d does not fit a buffer of %d bytes" % (offset, view.shape[0]))
         if (<uintptr_t>&view[offset]) % 8:
             raise ValueError("the state word at %d is not 8-byte aligned" % offset)
         self._buf = buf
         self._view = view
         self.word = <uint64_t *>&view[offset]
+        self.flag_word = <uint32_t *>&view[offset - 4]
+        self.light = False
 
     @property
     def seq(self) -> int:
@@ -38,9 +42,21 @@ cdef class WakeWord:
         """Whether a registered waiter sleeps in the kernel (the writer's wake-up makes the futex call)."""
         return (self.word[0] >> 63) != 0
 
+    @property
+    def flags(self) -> int:
+        """The flags word (bit 0: the writer skips its fence, waiters issue membarrier's global barrier)."""
+        return self.flag_word[0]
+
+    def claim_writer(self) -> bool:
+        """A writer's start: notify without a fence when this process can be sent membarrier's global
+        expedited barrier (the flags word then tells the waiters to issue it); whether it can (``light``)."""
+        self.light = ps_writer_light(self.flag_word) != 0
+        return self.light
+
     def register(self) -> int:
-        """Count a waiter in; the seq to pass to ``wait`` and ``unregister``. Look at the queue after this."""
-        return ps_register(self.word)
+        """Count a waiter in; the seq to pass to ``wait`` and ``unregister``, or -1 when the writer needs a
+        barrier this process cannot issue (nothing is registered then: poll). Look at the queue after this."""
+        return ps_register(self.word, self.flag_word)
 
     def unregister(self, unsigned int seen) -> None:
         """Take back the registration made at ``seen`` (nothing when a wake-up already took it)."""
@@ -59,7 +75,7 @@ cdef class WakeWord:
 
     def notify(self) -> bool:
         """The writer's hook (``_dispatch`` calls its C directly): wake the registered waiters, if any."""
-        return ps_notify(self.word) != 0
+        return ps_notify(self.word, self.light) != 0
 
 
 #: whether waits sleep on a futex here (else ``WakeWord.wait`` returns -2 and waiters poll)

@@ -13,7 +13,7 @@ found nothing at the queue's end, sleeps on one condition variable until an arri
 the count or the timeout passes, then gets again: no thread per waiter, no CPU while waiting.
 
 A read-only store follows a writer in another process through the store's ``wakeup`` file (``open_wake_file``;
-its layout is in docs/format.md, "pystore's own files"): the writer maps it at start (creating it once, then
+its layout is in docs/format.md §15): the writer maps it at start (creating it once, then
 reusing it across restarts) and hands its state word to the dispatcher, whose put path, after a put's units are
 written, pays one load while no reader waits. A reader's waiting get registers in the word, gets again, and
 sleeps on the word's futex (optionally spinning on it first: ``spin_us``) until the writer, seeing the
@@ -52,7 +52,7 @@ ArrivingListener = Callable[[str, int, int, int, int, Any, dict[str, str]], obje
 #: ms between two looks at the files of a read-only store's waiting get when there is no wake file
 READER_POLL_MS = 20
 
-#: the wake file in the store root (pystore's own; RocketMQ ignores it), and its layout (docs/format.md)
+#: the wake file in the store root (pystore's own; RocketMQ ignores it), and its layout (docs/format.md §15)
 WAKE_FILE = "wakeup"
 WAKE_MAGIC = b"PSWAKEUP"
 WAKE_VERSION = 1
@@ -71,7 +71,8 @@ _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
 
 def open_wake_file(root: str, create: bool) -> WakeWord | None:
     """The state word of ``root``'s wake file, mapped shared. ``create`` (a writer): made when missing (written
-    whole beside it, then linked in: a reader never sees a part of it); a reader only opens an existing one.
+    whole beside it, then linked in: a reader never sees a part of it), and claimed (``WakeWord.claim_writer``:
+    the flags word says whether waiters issue the barrier for it); a reader only opens an existing one.
     None when there is none to open, or it cannot be opened for writing or is not a wake file (logged): waiters
     then poll."""
     path = os.path.join(root, WAKE_FILE)
@@ -105,7 +106,10 @@ def open_wake_file(root: str, create: bool) -> WakeWord | None:
         if mm is not None:
             mm.close()
         return None
-    return WakeWord(mm, WAKE_WORD_AT)
+    wake = WakeWord(mm, WAKE_WORD_AT)
+    if create:
+        wake.claim_writer()
+    return wake
 
 
 class Arrivals:
@@ -119,6 +123,7 @@ class Arrivals:
         self._root = root
         self._wake: WakeWord | None = None
         self._wake_looked = float("-inf")
+        self._barrier_warned = False
         self._listeners: tuple[ArrivingListener, ...] = ()
         #: topic -> how many gets wait on one of its queues (a wake-up per topic: a get woken by another
         #: queue's arrival gets again and waits on)
@@ -238,6 +243,14 @@ class Arrivals:
                 r = get()
                 continue
             seen = wake.register()
+            if seen < 0:
+                # the writer needs a barrier this process cannot issue (logged once): poll as without the file
+                if not self._barrier_warned:
+                    self._barrier_warned = True
+                    log.warning("%s: membarrier(2) is refused here: waiting gets poll the files", self._root)
+                time.sleep(min(left, READER_POLL_MS / 1000.0))
+                r = get()
+                continue
             try:
                 r = get()
                 if done(r):

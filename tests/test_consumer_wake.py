@@ -1,6 +1,6 @@
 """Consumers across processes: a read-only store of a live writer in another process waits on the store's
-``wakeup`` file (``pystore.arrival``, ``pystore._notify``; its layout is in docs/format.md, "pystore's own
-files"). Tested with real processes: every message reaches the waiting reader, in order; a reader outlives a
+``wakeup`` file (``pystore.arrival``, ``pystore._notify``; its layout is in docs/format.md
+§15). Tested with real processes: every message reaches the waiting reader, in order; a reader outlives a
 SIGKILLed writer and follows the restarted one; the file's bytes are the documented layout; a reader writes
 nothing else. No assertion on how fast (bench/bench_consumer.py measures that); timeouts only bound hangs."""
 
@@ -22,7 +22,7 @@ from pystore import GetMessageStatus, Message, MessageBatch
 from pystore.arrival import WAKE_FILE, open_wake_file
 from pystore.config import FlushDiskType
 
-HEADER = b"PSWAKEUP" + struct.pack("<I", 1) + bytes(4)
+HEADER = b"PSWAKEUP" + struct.pack("<I", 1)
 
 READER = r"""
 import sys
@@ -110,7 +110,9 @@ class Lines:
 def test_wake_file_bytes_follow_the_documented_layout(store_factory) -> None:
     writer = store_factory()
     path = Path(writer.root) / WAKE_FILE
-    assert path.read_bytes() == HEADER + bytes(48)
+    light = writer._dispatcher.wake.light                                   # membarrier(2) allowed here
+    flags = struct.pack("<I", 1 if light else 0)
+    assert path.read_bytes() == HEADER + flags + bytes(48)
     reader = open_wake_file(writer.root, create=False)
     assert reader is not None
     seen = reader.register()
@@ -124,7 +126,7 @@ def test_wake_file_bytes_follow_the_documented_layout(store_factory) -> None:
     assert reader.wait(seen, 0, 1) == 0                                     # timed out, asleep meanwhile
     assert word(writer.root) == (1, 1, True)
     reader.unregister(seen)
-    assert path.read_bytes() == HEADER + struct.pack("<Q", 1) + bytes(40)
+    assert path.read_bytes() == HEADER + flags + struct.pack("<Q", 1) + bytes(40)
     # a batch wakes once, after its units
     seen = reader.register()
     writer.put_messages(MessageBatch([Message("T", b"a"), Message("T", b"b")]))
@@ -136,6 +138,7 @@ def test_wake_file_bytes_follow_the_documented_layout(store_factory) -> None:
     writer.shutdown()
     again = store_factory()
     assert path.stat().st_ino == ino and word(again.root) == (2, 0, False)
+    assert path.read_bytes()[12:16] == flags
 
 
 def test_no_waiter_no_write(store_factory) -> None:
