@@ -14,8 +14,9 @@ between puts (the GIL free); ``process``: a read-only store in another process, 
 message before its put returned counts 0.
 
 ``test_producer_and_consumer_processes``: a producer process puts ``PC_N`` 128 B messages as fast as it can
-(``put_columns``), while this process, a read-only store, consumes them with ``get_columns`` (long-polling when
-it caught up): messages consumed per second, from the first to the last.
+(``put_messages`` of ``MessageBatch.from_bodies``, ``PC_CHUNK`` a batch), while this process, a read-only store
+with its transfer caps raised, consumes them with ``get_message`` (long-polling when it caught up): messages
+consumed per second, from the first to the last.
 
 ``test_writer_cost_of_a_waiting_consumer``: the writer's put rate (single ``put_message``, 128 B) with no wake
 file mapped (the put path without the hook), with it but nobody waiting, and with a consumer process waiting,
@@ -37,10 +38,9 @@ import tempfile
 import threading
 import time
 
+import benchlib
 import numpy as np
 import pytest
-
-import benchlib
 from benchlib import TOPIC
 
 API = benchlib.store_api()
@@ -221,31 +221,32 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
 # -- one producer process, one consumer process -------------------------------------------------------------
 
 PC_N = int(os.environ.get("PYSTORE_BENCH_CONSUMER_PC_N", "2000000"))
-PC_CHUNK = 4096
+PC_CHUNK = 1024
 
 _PRODUCER = r"""
 import sys, time
-import numpy as np
-from pystore import Message
+from pystore import Message, MessageBatch
 from pystore.store import MessageStore
 root, topic, n, chunk, file_size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
 store.put_message(Message(topic + "Warm", b"x"))
-values = np.frombuffer(b"x" * (128 * chunk), dtype=np.uint8)
-offsets = np.arange(0, 128 * (chunk + 1), 128, dtype=np.int32)
+bodies = [b"x" * 128] * chunk
 print("READY", flush=True)
 sys.stdin.readline()
 t0 = time.perf_counter_ns()
 done = 0
 while done < n:
-    r = store.put_columns(topic, (values, offsets))
-    assert r.count == chunk
+    r = store.put_messages(MessageBatch.from_bodies(topic, bodies))
+    assert r.is_ok(), r
     done += chunk
 t1 = time.perf_counter_ns()
 print("PUT %d %d" % (done, t1 - t0), flush=True)
 sys.stdin.readline()
 store.shutdown()
 """
+#: the consumer's transfer caps: one get takes up to a producer's batch and more
+_CAPS = {"max_transfer_count_on_message_in_memory": 4 * PC_CHUNK,
+         "max_transfer_bytes_on_message_in_memory": 4 * PC_CHUNK * 256}
 
 
 def test_producer_and_consumer_processes(benchmark) -> None:
@@ -258,7 +259,7 @@ def test_producer_and_consumer_processes(benchmark) -> None:
                              stdout=subprocess.PIPE, stdin=subprocess.PIPE, env=env)
         try:
             _line(p, "READY")
-            reader = MessageStore.open(root, read_only=True, mapped_file_size_commit_log=file_size)
+            reader = MessageStore.open(root, read_only=True, mapped_file_size_commit_log=file_size, **_CAPS)
 
             def run() -> None:
                 assert p.stdin is not None
@@ -266,13 +267,13 @@ def test_producer_and_consumer_processes(benchmark) -> None:
                 p.stdin.flush()
                 offset, first, count = 0, 0, 0
                 while offset < n:
-                    status, nxt, batch = reader.get_columns("bench", TOPIC, 0, offset, 8192, timeout_ms=5000)
-                    if batch.num_rows:
+                    r = reader.get_message("bench", TOPIC, 0, offset, 4 * PC_CHUNK, timeout_ms=5000)
+                    if r.messages:
                         if not first:
                             first = time.perf_counter_ns()
-                        count += batch.num_rows
-                    assert nxt >= offset, (status, nxt, offset)
-                    offset = nxt
+                        count += len(r.messages)
+                    assert r.next_begin_offset >= offset, (r.status, r.next_begin_offset, offset)
+                    offset = r.next_begin_offset
                 last = time.perf_counter_ns()
                 _, put_n, put_ns = _line(p, "PUT").split()
                 figures.update({"consumed_msgs_per_s": count / ((last - first) / 1e9),
