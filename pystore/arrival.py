@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from pystore._notify import WakeWord
 from pystore._props import string_to_properties
+from pystore.durable import fsync_dir
 from pystore.results import GetMessageResult
 from pystore.status import GetMessageStatus
 
@@ -91,6 +92,8 @@ def open_wake_file(root: str, create: bool) -> WakeWord | None:
                 pass
             finally:
                 os.unlink(tmp)
+            # every name in a store is made durable (docs/format.md, "pystore's choices"), this one too
+            fsync_dir(root)
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size

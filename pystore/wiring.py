@@ -34,7 +34,7 @@ from pystore._dispatch import QueueDispatcher
 from pystore._read import ReadLimits
 from pystore._units import recover_units
 from pystore.allocate import AllocateMappedFileService
-from pystore.arrival import open_wake_file
+from pystore.arrival import WAKE_FILE, open_wake_file
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
@@ -498,7 +498,7 @@ def delete_store(cfg: StoreConfig, unopened: bool) -> None:
         folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
         for path in folders:
             shutil.rmtree(path, ignore_errors=True)
-        for path in (cfg.checkpoint_path(), cfg.abort_path()):
+        for path in (cfg.checkpoint_path(), cfg.abort_path(), os.path.join(root, WAKE_FILE)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
