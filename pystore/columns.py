@@ -241,7 +241,7 @@ def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset
     from pystore.export import record_batch  # pyarrow only when asked for
 
     _pa()
-    r = reads.get(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted)
+    r = reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted)
     return r.status, r.next_begin_offset, record_batch(r.messages)
 
 

@@ -4,7 +4,8 @@ read-only store, after following the live writer as far as the read needs.
 
 The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/format.md §11.1) and the
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_read.QueueReader``, bound by
-``MessageStore._bind_fast_paths``) also runs; the wait is ``pystore.arrival``'s; following the writer is
+``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
+``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.arrival``'s; following the writer is
 ``pystore.wiring.StoreParts``'. ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
 
@@ -106,10 +107,11 @@ class StoreReads:
             cq = parts.refresh_queue_read_only(topic, queue_id)
         return cq
 
-    def get(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int, message_filter: Filter,
-            timeout_ms: int, limits_of: Callable[[ReadLimits], ReadLimits] | None = None) -> GetMessageResult:
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
+                    message_filter: Filter = None, timeout_ms: int = 0,
+                    limits_of: Callable[[ReadLimits], ReadLimits] | None = None) -> GetMessageResult:
         """``MessageStore.get_message``, with the transfer caps ``limits_of(config's)`` (``get_columns`` lifts
-        some)."""
+        some). The compiled reader hands here every call it does not serve itself."""
         if timeout_ms:
             return self._wait(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, limits_of)
         if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
@@ -139,14 +141,15 @@ class StoreReads:
     def _wait(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int, message_filter: Filter,
               timeout_ms: int, limits_of: Callable[[ReadLimits], ReadLimits] | None) -> GetMessageResult:
         """A get that waits up to ``timeout_ms`` for a message to arrive when it finds nothing at the queue's end
-        (``Arrivals.wait_for`` calls the plain get again after each arrival in the topic)."""
+        (``Arrivals.wait_for`` calls the plain get again after each arrival in the topic: the one callback of
+        the read path, as the wait's condition variable is the arrivals' own)."""
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
             raise TypeError("timeout_ms must be int, got %s" % type(timeout_ms).__name__)
         if timeout_ms < 0:
             raise ValueError("timeout_ms must be >= 0, got %d" % timeout_ms)
 
         def get() -> tuple[GetMessageResult, int]:
-            r = self.get(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of)
+            r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of)
             return r, (self.get_max_offset_in_queue(topic, queue_id) if r.status is _NO_MATCHED else 0)
         return self.arrivals().wait_for(topic, timeout_ms, get, found_something)[0]
 

@@ -17,8 +17,8 @@ live writer by re-reading the folder when asked for data beyond what it has seen
 One put and its read, module by module: ``put_message`` is the commit log's compiled ``put_message``
 (``_bind_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
 says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` is ``_read.QueueReader``'s
-(``_bind_fast_paths``), or ``reads.StoreReads.get`` for the other calls: both run ``_read.read_queue``, which
-reads the consume queue's units and the records they point at.
+(``_bind_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
+run ``_read.read_queue``, which reads the consume queue's units and the records they point at.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
 policy that depends on the time and its ``disk_usage`` to every decision on disk usage (``pystore.service``
@@ -224,8 +224,8 @@ class MessageStore:
           SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
         * ``get_message``, ``look_message_by_offset``, on a writable ``MessageStore`` itself: a
           ``_read.QueueReader``'s, which serves the common call (no filter, a known queue, a readable master,
-          int arguments) and hands every other back to this class's method. A read-only store refreshes its
-          view first, and a subclass may change any helper these methods use: both keep the Python methods.
+          int arguments) and hands every other to the ``StoreReads`` methods these delegate to. A read-only
+          store refreshes its view first, and a subclass may override these methods: both keep them.
 
         The methods below are what the bound ones do, and what runs before ``load``, in a read-only store (for
         reads) and in a subclass that overrides them."""
@@ -238,7 +238,7 @@ class MessageStore:
         if self.read_only or type(self) is not MessageStore:
             return
         self._reader = QueueReader(cq_store.table, cl.queue, limits, self.running_flags, RunningFlags.NOT_READABLE_BIT,
-                                   self.config, BrokerRole.SLAVE, MessageStore, self)
+                                   self.config, BrokerRole.SLAVE, StoreReads, self._reads)
         self.get_message = self._reader.get_message  # type: ignore[method-assign]
         self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
 
@@ -414,7 +414,7 @@ class MessageStore:
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
         instead, because a refused put is a status (docs/api.md)."""
-        return self._reads.get(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+        return self._reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""

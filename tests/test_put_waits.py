@@ -1,7 +1,7 @@
 """``pystore.put_waits`` on its own: what a put waits for once its record is stored (real results of an
 ASYNC_MASTER store's puts), with stand-ins for the group commit (SYNC_FLUSH) and the replica wait
-(SYNC_MASTER), so that each verdict is set by the test rather than by a flush or a slave. The stores' own SYNC_FLUSH and SYNC_MASTER runs are in test_flush.py and
-test_ha.py."""
+(SYNC_MASTER), so that each verdict is set by the test rather than by a flush or a slave. The stores' own
+SYNC_FLUSH and SYNC_MASTER runs are in test_flush.py and test_ha.py."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def test_closed_until_the_store_says_readable(written):
     with pytest.raises(StoreClosedError, match="is new"):
         reads.check()
     with pytest.raises(StoreClosedError):
-        reads.get("g", TOPIC, 0, 0, 32, None, 0)
+        reads.get_message("g", TOPIC, 0, 0, 32, None, 0)
     o = Opened(root)
     try:
         assert o.reads.check() is o.parts.commitlog
@@ -93,30 +93,30 @@ def test_closed_until_the_store_says_readable(written):
 
 def test_get_reads_the_queue_with_its_caps(opened):
     reads, results = opened
-    r = reads.get("g", TOPIC, 0, 0, 32, None, 0)
+    r = reads.get_message("g", TOPIC, 0, 0, 32, None, 0)
     assert r.status is GetMessageStatus.FOUND and r.next_begin_offset == 10
     assert [m.queue_offset for m in r.messages] == list(range(10))
     assert [m.commit_log_offset for m in r.messages] == [p.wrote_offset for p in results]
 
     def two_at_most(limits: ReadLimits) -> ReadLimits:
         return ReadLimits(limits.bytes_in_memory, 2, limits.bytes_in_disk, 2, limits.memory_window, limits.check_crc)
-    r = reads.get("g", TOPIC, 0, 3, 32, None, 0, two_at_most)
+    r = reads.get_message("g", TOPIC, 0, 3, 32, None, 0, two_at_most)
     assert [m.queue_offset for m in r.messages] == [3, 4] and r.next_begin_offset == 5
-    assert reads.get("g", TOPIC, 0, 10, 32, None, 0).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
-    assert reads.get("g", TOPIC, 1, 0, 32, None, 0).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE   # unknown queue
+    assert reads.get_message("g", TOPIC, 0, 10, 32, None, 0).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert reads.get_message("g", TOPIC, 1, 0, 32, None, 0).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE   # unknown queue
 
 
 def test_get_refuses_bad_arguments_and_a_store_not_readable(opened):
     reads, _ = opened
     with pytest.raises(TypeError):
-        reads.get("g", TOPIC, 0, "0", 32, None, 0)
+        reads.get_message("g", TOPIC, 0, "0", 32, None, 0)
     with pytest.raises(TypeError):
         reads.queue(b"TopicTest", 0)
     with pytest.raises(TypeError):
         reads.queue(TOPIC, True)
     assert reads.running_flags.get_and_make_not_readable()
     with pytest.raises(StoreError, match="not readable"):
-        reads.get("g", TOPIC, 0, 0, 32, None, 0)
+        reads.get_message("g", TOPIC, 0, 0, 32, None, 0)
 
 
 def test_queue_queries(opened):
@@ -174,11 +174,11 @@ def test_a_reader_follows_its_writer_as_far_as_the_read_needs(store_factory):
         later = [writer.put_message(make_message(i)) for i in range(3, 5)]
         other = writer.put_message(make_message(5, topic="Other"))
         # beyond what the reader saw: it follows the queue and the commit log, then reads
-        r = reads.get("g", TOPIC, 0, 3, 32, None, 0)
+        r = reads.get_message("g", TOPIC, 0, 3, 32, None, 0)
         assert r.status is GetMessageStatus.FOUND and [m.queue_offset for m in r.messages] == [3, 4]
         assert reads.look_message_by_offset(later[-1].wrote_offset) is not None
         # a queue created since the reader opened
-        assert [m.commit_log_offset for m in reads.get("g", "Other", 0, 0, 32, None, 0).messages] == \
+        assert [m.commit_log_offset for m in reads.get_message("g", "Other", 0, 0, 32, None, 0).messages] == \
             [other.wrote_offset]
         assert reads.followed().get_max_offset() == writer.get_max_phy_offset()
         assert first[0].wrote_offset == reads.get_commit_log_offset_in_queue(TOPIC, 0, 0)
@@ -191,11 +191,11 @@ def test_a_waiting_get_checks_its_timeout_and_returns_what_it_found_at_the_end(o
     reads, _ = opened
     for bad in (True, 1.5, "10"):
         with pytest.raises(TypeError, match="timeout_ms"):
-            reads.get("g", TOPIC, 0, 10, 32, None, bad)
+            reads.get_message("g", TOPIC, 0, 10, 32, None, bad)
     with pytest.raises(ValueError, match="timeout_ms"):
-        reads.get("g", TOPIC, 0, 10, 32, None, -1)
+        reads.get_message("g", TOPIC, 0, 10, 32, None, -1)
     # something there: no wait at all
-    assert reads.get("g", TOPIC, 0, 0, 32, None, 60_000).status is GetMessageStatus.FOUND
+    assert reads.get_message("g", TOPIC, 0, 0, 32, None, 60_000).status is GetMessageStatus.FOUND
     # nothing arrives on a writer's parts no service writes to: the last plain get's answer
-    assert reads.get("g", TOPIC, 0, 10, 32, None, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert reads.get_message("g", TOPIC, 0, 10, 32, None, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
     reads.wake_waiters()
