@@ -35,46 +35,45 @@ import os
 import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pystore import columns
-from pystore._mapped_file import SelectMappedBufferResult
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
-from pystore._message_ext import MessageExt
-from pystore._read import QueueReader, ReadLimits
+from pystore._read import QueueReader
 from pystore._results import PutMessageResult
-from pystore.arrival import Arrivals, ArrivingListener
 from pystore.checkpoint import AbortFile, StoreLock
-from pystore.clean import CleanService
-from pystore.columns import PutColumnsResult
-from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, StoreConfig
-from pystore.consume_queue import ConsumeQueueStore
 from pystore.consumer import Consumer
 from pystore.consumer_offsets import ConsumerOffsets
 from pystore.durable import make_dirs_durable
-from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
+from pystore.errors import StoreClosedError, StoreError
 from pystore.flush import flush_all
-from pystore.message import MessageFilter, TagFilter, offset_of_message_id
+from pystore.message import offset_of_message_id
 from pystore.put_waits import done
 from pystore.reads import StoreReads
-from pystore.recovery import RecoveryResult
-from pystore.results import GetMessageResult, QueryMessageResult
 from pystore.running_flags import RunningFlags
-from pystore.schedule import ScheduleMessageService
-from pystore.service import DiskUsage, disk_used_ratio, real_clock
-from pystore.status import GetMessageStatus, PutMessageStatus
-from pystore.wiring import (
-    StoreParts,
-    Writer,
-    close_writer,
-    delete_store,
-    dispatch_behind,
-    open_parts,
-    pool_enabled,
-    wire_writer,
-)
+from pystore.service import disk_used_ratio, real_clock
+from pystore.status import PutMessageStatus
+from pystore.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
+
+if TYPE_CHECKING:
+    from pystore._mapped_file import SelectMappedBufferResult
+    from pystore._message_ext import MessageExt
+    from pystore._read import ReadLimits
+    from pystore.arrival import Arrivals, ArrivingListener
+    from pystore.clean import CleanService
+    from pystore.columns import PutColumnsResult
+    from pystore.commitlog import CommitLog
+    from pystore.consume_queue import ConsumeQueueStore
+    from pystore.errors import StoreCorruptedError
+    from pystore.message import MessageFilter, TagFilter
+    from pystore.recovery import RecoveryResult
+    from pystore.results import GetMessageResult, QueryMessageResult
+    from pystore.schedule import ScheduleMessageService
+    from pystore.service import DiskUsage
+    from pystore.status import GetMessageStatus
+    from pystore.wiring import StoreParts, Writer
 
 __all__ = ["MessageStore"]
 
@@ -182,7 +181,7 @@ class MessageStore:
 
     @_state.setter
     def _state(self, state: str) -> None:
-        """Every read checks the state: the Python reads by ``closed``, the compiled ones by ``open``."""
+        # every read checks the state: the Python reads by ``closed``, the compiled ones by ``open``
         self.__state = state
         readable = state in (_LOADED, _STARTED)
         self._reads.closed = None if readable else state
