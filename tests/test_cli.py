@@ -649,6 +649,10 @@ def test_export_spark_sets_the_python_of_its_workers(tmp_path, monkeypatch):
         def __getattr__(self, name):
             return lambda *a, **k: self
 
+        def config(self, key, value):
+            seen[key] = value
+            return self
+
         def getOrCreate(self):
             seen.update({k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")})
             raise Stop
@@ -662,7 +666,10 @@ def test_export_spark_sets_the_python_of_its_workers(tmp_path, monkeypatch):
     make_store(tmp_path / "s", 5)
     with pytest.raises(Stop):
         CliRunner().invoke(cli, ["export", str(tmp_path / "s"), str(tmp_path / "o"), "--spark"], catch_exceptions=False)
-    assert seen == {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    assert seen["PYSPARK_PYTHON"] == seen["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    # the same timestamps as the pyarrow path; off a terminal no stage bar drawn with carriage returns
+    assert seen["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MILLIS"
+    assert seen["spark.ui.showConsoleProgress"] == "false"
 
 
 def test_export_progress_counts_records_not_file_sizes(tmp_path):

@@ -336,7 +336,7 @@ def test_readme_example_type_checks(tmp_path):
 
 
 def test_install_extra_named_in_readme_exists():
-    extras = re.findall(r"pip install \.\[(\w+)\]", README.read_text())
+    extras = re.findall(r"pip install \"?\.\[(\w+)\]", README.read_text())
     assert extras, "README.md names no `pip install .[extra]`"
     pyproject = (ROOT / "pyproject.toml").read_text()
     for extra in extras:

@@ -89,6 +89,8 @@ def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool
         # Spark's default writes timestamps as INT96, which readers take as naive nanoseconds: UTC
         # milliseconds instead, the type the pyarrow path writes (pystore.export.arrow_schema)
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
+        # Spark's stage bar redraws itself with carriage returns: for a terminal's eyes only
+        .config("spark.ui.showConsoleProgress", str(err_console.is_terminal).lower())
         .getOrCreate()
     )
     try:
