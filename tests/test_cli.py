@@ -79,6 +79,13 @@ def test_help_lists_every_verb():
     assert run("--version").output.startswith("pystore ")
 
 
+@pytest.mark.parametrize("verb", VERBS)
+def test_help_names_no_document(verb):
+    """A pip install has no docs/: a verb's help says what it needs to, rather than pointing at a file."""
+    r = run(verb, "--help")
+    assert r.exit_code == 0 and ".md" not in r.output and "docs/" not in r.output, r.output
+
+
 def test_python_m_pystore_help_subprocess():
     env = dict(os.environ, PYTHONPATH=REPO)
     p = subprocess.run(
