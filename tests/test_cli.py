@@ -625,10 +625,13 @@ def test_one_wording_per_error_and_the_lock_error_speaks_cli(tmp_path):
     root = tmp_path / "s"
     make_store(root, 5)
     with MessageStore.open(root, **SMALL):
-        for verb in ("put", "recover", "clean"):
-            r = run(*verb_args(verb, root, tmp_path))
+        for args in (*(verb_args(verb, root, tmp_path) for verb in ("put", "recover", "clean")),
+                     ("demo", root, "--no-spark", "-n", "100")):
+            r = run(*args)
             assert r.exit_code == 1 and "locked" in r.output, r.output
             assert "read_only" not in r.output and "read-only verbs" in r.output, r.output
+            # the message names every verb that writes, the one just refused among them
+            assert "put, recover, clean and demo need it closed" in r.output, r.output
 
 
 def test_put_creates_a_store_only_with_create(tmp_path):

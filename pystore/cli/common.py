@@ -138,7 +138,7 @@ def handle_store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except StoreLockedError as e:
             fail(
                 "the store at %s is locked: another process has it open for writing (lock file %s). The "
-                "read-only verbs (get, query, inspect, verify, export) work next to it; put, recover and clean "
+                "read-only verbs (get, query, inspect, verify, export) work next to it; put, recover, clean and demo "
                 "need it closed first" % (os.path.dirname(e.path) or ".", e.path)
             )
         except StoreCorruptedError as e:
