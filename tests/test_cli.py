@@ -372,6 +372,8 @@ def test_recover_refuses_durable_damage_then_truncates(tmp_path):
     assert r.exit_code == 1
     text = " ".join(r.output.split())
     assert "corrupted" in text and str(offset) in text and "--truncate" in text
+    # worded as every verb words damage (get, export ... : `error: store corrupted: ...`)
+    assert r.output.startswith("error: store corrupted: ") and "nothing was changed" in text
     assert len(list(iter_commitlog(root, verify_crc=False))) == 300  # nothing was changed
     r = run("recover", root, "--truncate")
     assert r.exit_code == 0, r.output
