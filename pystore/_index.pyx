@@ -26,7 +26,9 @@ warning a file) rather than fail, and ``check_chains`` lists every break for ``p
 Also here: ``index_message``, the writer of a message's entries, which dispatch (inline and reput) calls once
 per message with the stored topic and properties bytes; it hashes each key on the bytes (``java_hash_utf8``
 going on over topic, ``#`` and key, each decoded on its own as the stored UTF-8 is, which ``key_hash`` of the
-decoded string equals) and calls Python only to make a file.
+decoded string equals) and calls Python only to make a file. It is two steps, which the inline dispatch
+calls apart: ``key_scan`` (the hashes, no offset needed; it starts fetching their slots) before the record
+is written, ``index_scanned`` (the entries) after.
 """
 
 import logging
