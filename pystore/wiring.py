@@ -59,12 +59,13 @@ from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC
 from pystore.pool import TransientStorePool
 from pystore.put_waits import PutWaits
-from pystore.recovery import RecoveryResult, recover_store
+from pystore.recovery import RecoveryResult, recover_commit_log, recover_queues
 from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
 from pystore.service import Clock, DiskUsage
 
-__all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "open_parts", "pool_enabled", "wire_writer"]
+__all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "dispatch_behind", "open_parts", "pool_enabled",
+           "wire_writer"]
 
 log = logging.getLogger(__name__)
 
@@ -216,9 +217,10 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         abnormal = not last_exit_ok and not read_only
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
-        parts.recovery = recover_store(commitlog, parts.cq_store,
-                                       lambda: _make_reput(parts, cfg, last_exit_ok, clock), parts.checkpoint, cfg,
-                                       abnormal, read_only)
+        # the log judged first: an open it refuses leaves the index as it was (see recover_queues)
+        result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only)
+        reput = _make_reput(parts, cfg, last_exit_ok, clock)
+        recover_queues(commitlog, parts.cq_store, reput, result, parts.checkpoint, cfg, abnormal, read_only)
         commitlog.attach_last()
     except BaseException:
         parts.close()
@@ -229,8 +231,8 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
 
 
 def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: Clock) -> ReputService:
-    """The index, the dispatcher and the reput service; recovery calls it once the commit log is judged: a
-    refused open must leave the index as it was."""
+    """The index, the dispatcher and the reput service, made once recovery judged the commit log: a refused
+    open must leave the index as it was."""
     cl, cq_store = parts.commitlog, parts.cq_store
     if cfg.message_index_enable:
         parts.index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num, parts.checkpoint,
@@ -251,6 +253,17 @@ def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: 
         parts.dispatcher.wake = open_wake_file(cfg.store_path_root_dir, create=True)
     parts.reput = ReputService(parts.dispatcher, cl)
     return parts.reput
+
+
+def dispatch_behind(parts: StoreParts | None, writer: Writer | None) -> int:
+    """RocketMQ ``dispatchBehindBytes`` of a store: 0 for a reader (it dispatches nothing) and with inline
+    dispatch; else what dispatch has yet to reach of what it may (``Writer.dispatch_end``; the flushed end
+    before the writer started)."""
+    if parts is None or parts.reput is None or parts.commitlog.config.read_only:
+        return 0
+    if writer is not None:
+        return writer.behind(parts)
+    return max(0, parts.commitlog.queue.flushed_where - parts.reput.reput_from)
 
 
 def pool_enabled(cfg: StoreConfig) -> bool:
