@@ -7,7 +7,7 @@ gap check (``queues_behind``) walks the log the same way (``_next_record``) and 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from pystore._codec cimport (CQ_STORE_UNIT_SIZE, REC_BLANK, RecordView, check_record, enters_queue, find_property,
                              tags_code_of)
@@ -17,6 +17,7 @@ from pystore._index cimport IndexFilesBase, KeyScan, index_message, index_scanne
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message cimport Message
+from pystore._notify cimport WakeWord, ps_notify
 from pystore._units cimport ConsumeQueueCore
 
 
@@ -134,6 +135,10 @@ cdef class QueueDispatcher(Dispatcher):
     # None, or arriving(topic, queue_id, queue_offset, tags_code, store_ts, properties bytes) after each unit
     # (pystore.arrival sets it only while a listener or a waiter exists: the put path pays one pointer test)
     cdef public object arriving
+    # the wakeup file's word (pystore.arrival): after a put's units, one load unless another process waits
+    cdef WakeWord _wake
+    cdef uint64_t *_wake_word
+    cdef bint _wake_light
     # the key_scan of the last keyed message's topic and properties bytes (immutable: the same objects, the
     # same scan), made by prepare before its record is written, and reused by its dispatch
     cdef KeyScan _ks
@@ -161,6 +166,17 @@ cdef class QueueDispatcher(Dispatcher):
                     if lvl > self.max_level:
                         self.max_level = lvl
 
+    @property
+    def wake(self):
+        """The ``WakeWord`` bumped after each put's units (readers in other processes wait on it), or None."""
+        return self._wake
+
+    @wake.setter
+    def wake(self, WakeWord w):
+        self._wake = w
+        self._wake_word = NULL if w is None else w.word
+        self._wake_light = w is not None and w.light
+
     cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept:
         """docs/format.md §2.2: the schedule topic's tags code is the time the message is due."""
         if level > self.max_level:
@@ -183,6 +199,8 @@ cdef class QueueDispatcher(Dispatcher):
             cq.last_store_ts = store_ts
             if self.arriving is not None:
                 self.arriving(cell.topic, cell.queue_id, queue_offset, tags, store_ts, msg._props_b)
+            if self._wake_word != NULL:
+                ps_notify(self._wake_word, self._wake_light)
         self.last_store_ts = store_ts
         if keyed:
             index_scanned(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._props_b), &self._ks, phy_offset,
@@ -234,6 +252,8 @@ cdef class QueueDispatcher(Dispatcher):
         if self.arriving is not None:
             for i in range(n):
                 self.arriving(cell.topic, cell.queue_id, queue_offset + i, msg._tags_code, store_ts, msg._props_b)
+        if self._wake_word != NULL:
+            ps_notify(self._wake_word, self._wake_light)
         if self.index is not None and msg._has_keys and self._scan(msg):
             # one properties string: its keys are hashed once for all the records
             for i in range(n):
@@ -300,4 +320,6 @@ cdef class QueueDispatcher(Dispatcher):
                 index_message(self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos,
                               v.props_len, off, v.store_ts, v.sys_flag)
             off += r
+        if self._wake_word != NULL:
+            ps_notify(self._wake_word, self._wake_light)
         return off

@@ -520,8 +520,7 @@ class ConsumeQueueStore:
             if not os.path.isdir(os.path.join(self.store_path, topic, str(queue_id))):
                 return None
             cq = self.find_or_create(topic, queue_id)
-            if cq.load():
-                cq.recover()
+            _load_live(cq)
         cq.refresh_read_only(min_commit_log_offset)
         return cq
 
@@ -530,5 +529,20 @@ class ConsumeQueueStore:
         for key in self._folders():
             if key not in self._queues:
                 cq = self.find_or_create(*key)
-                if cq.load():
-                    cq.recover()
+                _load_live(cq)
+
+
+#: times a reader's recovery of a queue looks again at a hole with units after it
+_LIVE_RECOVER_TRIES = 3
+
+
+def _load_live(cq: ConsumeQueue) -> None:
+    """A reader maps a queue a live writer may be filling: its recovery walks the units while the writer adds
+    more, so an empty unit it stopped at may be written by the time it finds the valid ones after it (a hole,
+    to a recovery that assumes nobody writes). It looks again before it leaves the queue damaged."""
+    if not cq.load():
+        return
+    tries = _LIVE_RECOVER_TRIES
+    while not cq.recover() and tries:
+        tries -= 1
+        cq.damage = None

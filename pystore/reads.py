@@ -81,7 +81,8 @@ class StoreReads:
         self.check()
         if self._arrivals is None:
             dispatcher = None if self.read_only else self.parts.dispatcher  # type: ignore[union-attr]
-            self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE)
+            self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE,
+                                      root=self.config.store_path_root_dir if self.read_only else None)
         return self._arrivals
 
     def wake_waiters(self) -> None:
