@@ -4,8 +4,9 @@
 It reads the topic's queues (the ``queue_ids`` given, or all of them, including queues created later) from
 each queue's committed offset, or the queue's min offset when the group never committed. ``poll`` hands out
 what is there (waiting up to its timeout when nothing is); iterating blocks for new messages. What was handed
-out is committed by ``commit()``, after each ``poll`` (``auto_commit``, the default) and when the ``with``
-block ends. A consumer that dies between a poll and its commit gets those messages again once restarted, and
+out is committed by ``commit()``, by the next ``poll`` (``auto_commit``, the default: as Kafka's consumer, a
+poll commits the page the previous one handed out, which the caller has processed by asking for more) and when
+the ``with`` block ends. A consumer that dies while processing a page gets that page again once restarted, and
 nothing else twice (at-least-once: the committed offset is always the offset after the last message
 committed, never beyond what was handed out).
 
@@ -138,9 +139,13 @@ class Consumer:
 
     def poll(self, timeout_ms: int = 0) -> list[MessageExt]:
         """The messages there now, in queue order within each queue; when there are none, waits up to
-        ``timeout_ms`` for some. Commits them when ``auto_commit``."""
+        ``timeout_ms`` for some. With ``auto_commit``, first commits what the previous poll handed out."""
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError("timeout_ms must be an int >= 0, got %r" % (timeout_ms,))
+        if self.auto_commit:
+            # the previous poll's page: asking for more says it was processed (committing a page as it is
+            # handed out would lose it to a crash while it is processed: at-most-once)
+            self.commit()
         if self._buffer:
             msgs = list(self._buffer)
             self._buffer.clear()
@@ -150,8 +155,6 @@ class Consumer:
         else:
             msgs = self._fetch_or_discover()
         self._all_handed()
-        if self.auto_commit:
-            self.commit()
         return msgs
 
     def _all_handed(self) -> None:

@@ -538,9 +538,10 @@ class MessageStore:
         return self._consumer_offsets().fetch(group, topic, queue_id)
 
     def consumer(self, group: str, topic: str, queue_ids: Iterable[int] | None = None,
-                 message_filter: MessageFilter | TagFilter | str | None = None, auto_commit: bool = True) -> Consumer:
+                 message_filter: MessageFilter | TagFilter | str | None = None, auto_commit: bool = True,
+                 spin_us: float = 0) -> Consumer:
         """A ``Consumer`` of ``topic`` for ``group`` (``pystore.consumer``)."""
-        return Consumer(self, group, topic, queue_ids, message_filter, auto_commit)
+        return Consumer(self, group, topic, queue_ids, message_filter, auto_commit, spin_us)
 
     def is_os_page_cache_busy(self) -> bool:
         cl = self._commitlog

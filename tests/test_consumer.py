@@ -225,7 +225,9 @@ def test_consumer_poll_commit_and_resume(store_factory) -> None:
     store.put_message(Message("T", b"new", queue_id=1))
     c2 = store.consumer("g", "T")
     assert [m.body for m in c2.poll()] == [b"new"]
-    assert store.fetch_offset("g", "T", 1) == 4               # auto-committed
+    assert store.fetch_offset("g", "T", 1) == 3               # handed out, not processed yet
+    assert c2.poll() == []
+    assert store.fetch_offset("g", "T", 1) == 4               # auto-committed by the next poll
 
 
 def test_consumer_waits_and_takes_up_new_queues(store_factory) -> None:
@@ -236,6 +238,7 @@ def test_consumer_waits_and_takes_up_new_queues(store_factory) -> None:
     start = time.monotonic()
     assert [m.body for m in c.poll(60_000)] == [b"late"]
     assert time.monotonic() - start < 30                        # woken by the put, not by the timeout
+    assert c.poll() == []
     assert store.fetch_offset("g", "T", 7) == 1
 
 
@@ -246,6 +249,7 @@ def test_consumer_queue_ids_and_filter(store_factory) -> None:
     store.put_message(Message("T", b"a1", tags="A", queue_id=1))
     c = store.consumer("g", "T", queue_ids=[0], message_filter="A")
     assert [m.body for m in c.poll()] == [b"a0"]
+    assert c.poll() == []
     assert store.fetch_offset("g", "T", 0) == 2 and store.fetch_offset("g", "T", 1) == -1
 
 
