@@ -1,19 +1,20 @@
 """Types of ``pystore._commitlog`` (compiled): the put path (``CommitLogCore``, whose Python half is
-``pystore.commitlog.CommitLog``), the topic-queue cells, the put lock and the inline-dispatch hook. Internal to
-pystore; typed so that its own modules type-check. The record readers are in ``pystore._records``.
+``pystore.commitlog.CommitLog``) and the topic-queue cells and inline-dispatch hook it works with. Internal to
+pystore; typed so that its own modules type-check. The put lock is in ``pystore._put_lock``, the record readers
+in ``pystore._records``.
 
 Kept in step with ``_commitlog.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
 
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Final, Literal, Self, final, overload
+from typing import Any, Final, Literal, final, overload
 
 from typing_extensions import disjoint_base
 
 from pystore._mapped_file import MappedFile
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
+from pystore._put_lock import PutMessageLock
 from pystore._results import PutMessageResult
 
 BUCKET_NAMES: Final[tuple[str, ...]]
@@ -27,18 +28,6 @@ class QueueCell:
     next_offset: int
     consume_queue: Any  # the (topic, queue id)'s ConsumeQueue once dispatch made it, else None
     def __init__(self, topic: str, queue_id: int, next_offset: int = 0) -> None: ...
-
-@final
-class PutMessageLock:
-    @property
-    def reentrant(self) -> bool: ...
-    def __new__(cls, reentrant: bool = False) -> Self: ...
-    def acquire(self) -> None: ...
-    def release(self) -> None: ...
-    def __enter__(self) -> Self: ...
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
-    ) -> None: ...
 
 @disjoint_base
 class Dispatcher:

@@ -13,7 +13,7 @@ flush service is woken (a C flag keeps that to one Python call per flush cycle) 
 Policy stays in Python (``commitlog.py``): where the next file comes from (``roll_file``), what happens
 after a put (``after_put``), delay-level rewriting (``delay_rewrite``), whether the store is writeable.
 
-Thread-safety: all methods may be called from any thread. The put lock is RocketMQ's spin lock by default
+Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by default
 (an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a
 big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 """
@@ -33,6 +33,7 @@ from pystore._mapped_file cimport MappedFile
 from pystore._hosts cimport encode_host
 from pystore._message cimport Message, copy_message
 from pystore._message_batch cimport MessageBatch
+from pystore._put_lock cimport PutMessageLock
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
@@ -41,32 +42,6 @@ import os
 from pystore.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutexattr_t:
-        pass
-    int pthread_mutexattr_init(pthread_mutexattr_t *)
-    int pthread_mutexattr_settype(pthread_mutexattr_t *, int)
-    int pthread_mutex_init(pthread_mutex_t *, const pthread_mutexattr_t *)
-    int pthread_mutex_destroy(pthread_mutex_t *)
-    int pthread_mutex_lock(pthread_mutex_t *)
-    int pthread_mutex_trylock(pthread_mutex_t *)
-    int pthread_mutex_unlock(pthread_mutex_t *)
-    int PTHREAD_MUTEX_RECURSIVE
-
-cdef extern from "<sched.h>" nogil:
-    int sched_yield()
-
-cdef extern from *:
-    """
-    static inline int ps_spin_try(int *f) {
-        int expected = 0;
-        return __atomic_compare_exchange_n(f, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
-    }
-    static inline void ps_spin_unlock(int *f) { __atomic_store_n(f, 0, __ATOMIC_RELEASE); }
-    """
-    bint spin_try "ps_spin_try"(int *f) noexcept nogil
-    void spin_unlock "ps_spin_unlock"(int *f) noexcept nogil
 
 cdef object ST_SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
 cdef object ST_MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
@@ -98,54 +73,6 @@ cdef class QueueCell:
 
     def __repr__(self):
         return "QueueCell(%r, %d, next_offset=%d)" % (self.topic, self.queue_id, self.next_offset)
-
-
-@cython.final
-cdef class PutMessageLock:
-    """RocketMQ's PutMessageSpinLock (default) or PutMessageReentrantLock."""
-
-    def __cinit__(self, bint reentrant=False):
-        cdef pthread_mutexattr_t attr
-        self.reentrant = reentrant
-        pthread_mutexattr_init(&attr)
-        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE)
-        pthread_mutex_init(&self.mu, &attr)
-
-    def __dealloc__(self):
-        pthread_mutex_destroy(&self.mu)
-
-    cdef void lock(self) noexcept:
-        cdef int spins = 0
-        if self.reentrant:
-            if pthread_mutex_trylock(&self.mu) != 0:
-                with nogil:
-                    pthread_mutex_lock(&self.mu)
-            return
-        while not spin_try(&self.flag):
-            spins += 1
-            if spins >= 64:
-                spins = 0
-                with nogil:
-                    sched_yield()
-
-    cdef void unlock(self) noexcept:
-        if self.reentrant:
-            pthread_mutex_unlock(&self.mu)
-        else:
-            spin_unlock(&self.flag)
-
-    def acquire(self):
-        self.lock()
-
-    def release(self):
-        self.unlock()
-
-    def __enter__(self):
-        self.lock()
-        return self
-
-    def __exit__(self, *exc):
-        self.unlock()
 
 
 cdef class Dispatcher:

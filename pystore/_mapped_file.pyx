@@ -33,15 +33,14 @@ Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers 
 ``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file
 is cleaned up when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms.
 Forcing deletes the file, but the *mapping* goes only when no reader hold and no buffer view
-(``SelectMappedBufferResult``) remains: pins are counted apart from RocketMQ's reference count, so no
+(``SelectMappedBufferResult``, in ``_mapped_view``) remains: pins are counted apart from RocketMQ's reference count, so no
 reader, iterator or view can ever touch unmapped memory.
 
-Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (in ``_commitlog``)
-serialises appends. The GIL is released only around msync/fdatasync and pre-faulting.
+Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (``_put_lock``, taken by
+``_commitlog``) serialises appends. The GIL is released only around msync/fdatasync and pre-faulting.
 """
 
 cimport cython
-from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport int64_t
@@ -52,6 +51,7 @@ from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
 
 from pystore._bytes cimport now_ms
+from pystore._mapped_view cimport SelectMappedBufferResult
 
 import os
 
@@ -791,70 +791,3 @@ cdef class MappedFile:
         return "MappedFile(%r, size=%d, wrote=%d, committed=%d, flushed=%d, refs=%d%s)" % (
             self.file_name, self.file_size, self.wrote, self.committed, self.flushed, self.ref_count,
             "" if self.available else ", shut down")
-
-
-@cython.final
-cdef class SelectMappedBufferResult:
-    """A read-only window on a mapped file (RocketMQ ``SelectMappedBufferResult``): ``buffer`` is a
-    ``memoryview``, ``start_offset`` its absolute offset and ``size`` its length. It holds the file until
-    ``release()`` (or the end of a ``with`` block); views taken from ``buffer`` stay valid even after that,
-    because they pin the mapping itself."""
-
-    def __init__(self):
-        raise TypeError("SelectMappedBufferResult comes from reads")
-
-    def __getbuffer__(self, Py_buffer *buf, int flags):
-        if self.released or self.mf.base == NULL:
-            raise StoreClosedError("the mapped buffer was released")
-        if flags & PyBUF_WRITABLE:
-            raise BufferError("store data is read-only")
-        PyBuffer_FillInfo(buf, self, <void *>(self.mf.base + self.pos), self.size, 1, flags)
-        self.exports += 1
-        self.mf.exports += 1
-
-    def __releasebuffer__(self, Py_buffer *buf):
-        self.exports -= 1
-        self.mf.exports -= 1
-        self.mf._maybe_unmap()
-
-    @property
-    def buffer(self):
-        if self._view is None:
-            if self.released:
-                raise StoreClosedError("the mapped buffer was released")
-            self._view = memoryview(self)
-        return self._view
-
-    @property
-    def mapped_file(self):
-        return self.mf
-
-    def tobytes(self):
-        return bytes(self.buffer)
-
-    def release(self):
-        if self.released:
-            return
-        self.released = True
-        if self._view is not None:
-            try:
-                (<object>self._view).release()
-            except BufferError:
-                pass                  # something still exports it; the mapping stays pinned
-            self._view = None
-        self.mf.c_release()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def __dealloc__(self):
-        if not self.released and self.mf is not None:
-            self.released = True
-            self.mf.c_release()
-
-    def __repr__(self):
-        return "SelectMappedBufferResult(start_offset=%d, size=%d%s)" % (
-            self.start_offset, self.size, ", released" if self.released else "")

@@ -37,7 +37,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pystore import columns
-from pystore._mapped_file import SelectMappedBufferResult
+from pystore._mapped_view import SelectMappedBufferResult
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
 from pystore._message_ext import MessageExt
