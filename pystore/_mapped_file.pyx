@@ -607,22 +607,16 @@ cdef class MappedFile:
         Why a commit log wants it: on kernels whose page cache holds a file in large folios (XFS since Linux
         5.18, ext4 since 6.16), a fault's read-ahead makes the folios of a file mapped in order grow with each
         window, up to 2 MiB with a large ``read_ahead_kb``, and the kernel keeps the dirty state of a folio
-        whole. A flush of a few KiB then writes the folio around it, zeros ahead of the writer included.
-        Measured on ext4 (Linux 6.18, 8 MiB read-ahead), past the first ~30 MiB of a file:
-
-        * SYNC_FLUSH batches of 32 x 128 B fell from ~120 k to 10-25 k messages a second; with this advice
-          they hold ~120-150 k to the end of the file;
-        * ASYNC_FLUSH, whose flush service runs each time 16 KiB are dirty, wrote 44-104 times the bytes put
-          (at 200 to 100 k messages a second: 1.7 GB of disk writes for 16 MB of messages at 20 k a second,
-          more than this machine's disk takes); with this advice, 1.5-1.8 times (the consume queue, the
-          checkpoint and the pages pre-faulted ahead included).
+        whole. A flush of a few KiB then writes the folio around it, zeros ahead of the writer included: past
+        the first tens of MiB of a file, SYNC_FLUSH puts slow down several times over, and ASYNC_FLUSH writes
+        many times the bytes put (more than a disk may take). With this advice a flush writes what was
+        written, and little more.
 
         The price: a page that is not in the page cache yet is faulted in alone, not in a large folio, which
-        made bursts of puts into a file that was not warmed up to 5x slower on this machine (2-3x once the
-        prefault worker started past its writer; warmed files take their faults in the allocate service,
-        off the put path). Pages already in the page cache keep
-        their folios (the tail of a file read by recovery, up to one read-ahead window past its last
-        record)."""
+        makes bursts of puts into a file that was not warmed slower (less so once the prefault worker runs
+        past its writer; warmed files take their faults in the allocate service, off the put path). Pages
+        already in the page cache keep their folios (the tail of a file read by recovery, up to one
+        read-ahead window past its last record)."""
         self.check_mapped()
         if self.read_only or pos >= self.file_size:
             return
@@ -691,7 +685,7 @@ cdef class MappedFile:
         start = start // PAGE * PAGE
         if self.fd < 0 or self.read_only or target <= start:
             return 0
-        # with the GIL: a window takes ~10 us on ext4, and the put path runs this under the put lock, where
+        # with the GIL: allocating a window is short, and the put path runs this under the put lock, where
         # handing the GIL to another thread could cost it a whole switch interval to get it back
         rc = posix_fallocate(self.fd, start, target - start)
         self.reserve_errno = rc
