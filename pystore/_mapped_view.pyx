@@ -16,9 +16,9 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from pystore.errors import StoreClosedError
 
 
-# ``buffer`` (a memoryview of the view) and the view refer to each other, so the cycle collector may be the one
-# to free them. It must not clear ``mf`` first: releasing the memoryview then calls ``__releasebuffer__``, which
-# needs the file to count the export back (without this, it would write into None).
+# ``buffer`` (a memoryview of the view) and the view refer to each other, so the cycle collector may be
+# the one to free them. It must not clear ``mf`` first: releasing the memoryview then calls
+# ``__releasebuffer__``, which needs the file to count the export back (it would write into None).
 @cython.final
 @cython.no_gc_clear
 cdef class SelectMappedBufferResult:

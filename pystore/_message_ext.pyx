@@ -135,8 +135,9 @@ cdef class MessageExt:
 
     cdef dict _props(self):
         if self._properties is None:
-            self._properties = props_from_utf8(<const unsigned char *>PyBytes_AS_STRING(self._raw)
-                                               + self._after_body() + self._v.props_pos, self._v.props_len, "replace")
+            self._properties = props_from_utf8(
+                <const unsigned char *>PyBytes_AS_STRING(self._raw) + self._after_body() + self._v.props_pos,
+                self._v.props_len, "replace")
         return self._properties
 
     @property

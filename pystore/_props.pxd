@@ -5,7 +5,8 @@ dict that ``MessageExt.properties`` and ``string_to_properties`` return."""
 from libc.stdint cimport int32_t
 
 
-cdef inline bint next_prop(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, Py_ssize_t *item) noexcept nogil:
+cdef inline bint next_prop(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at,
+                           Py_ssize_t *item) noexcept nogil:
     """The next item of the properties string ``p[:n]``, from ``at[0]`` on, that RocketMQ's decoder
     (``MessageDecoder.string2messageProperties``) keeps: a non-empty name before the item's first \\x01 and a
     non-empty value after it. Sets ``item`` to (name_pos, name_len, value_pos, value_len) and moves ``at[0]``

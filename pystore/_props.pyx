@@ -25,9 +25,10 @@ cpdef str properties_to_string(dict props):
 
 
 cpdef dict string_to_properties(str s):
-    """RocketMQ's decoder (``MessageDecoder.string2messageProperties``): an item is kept iff it has a non-empty
-    name and a non-empty value; a name that repeats keeps its first place in the dict and takes its last value
-    (the HashMap RocketMQ decodes into keeps the last). Split by ``next_prop``, as stored records are."""
+    """RocketMQ's decoder (``MessageDecoder.string2messageProperties``): an item is kept iff it has a
+    non-empty name and a non-empty value; a name that repeats keeps its first place in the dict and takes its
+    last value (the HashMap RocketMQ decodes into keeps the last). Split by ``next_prop``, as stored records
+    are."""
     cdef bytes b
     if not s:
         return {}

@@ -1,6 +1,6 @@
 # cython: language_level=3
-"""The put lock (RocketMQ's PutMessageLock): what ``_commitlog`` holds while it appends. ``lock`` and ``unlock``
-are inline: every put takes and releases the lock once."""
+"""The put lock (RocketMQ's PutMessageLock): what ``_commitlog`` holds while it appends. ``lock`` and
+``unlock`` are inline: every put takes and releases the lock once."""
 
 
 cdef extern from "<pthread.h>" nogil:

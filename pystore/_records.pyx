@@ -16,8 +16,8 @@ cimport cython
 from libc.stdint cimport int32_t, int64_t
 from libc.stdlib cimport calloc, free
 
-from pystore._codec cimport (REC_BAD_CRC, REC_BAD_LENGTH, REC_END, QueueTallyC, RecordView, TallySlot, check_record,
-                             find_next_record, make_ext, scan_records)
+from pystore._codec cimport (REC_BAD_CRC, REC_BAD_LENGTH, REC_END, QueueTallyC, RecordView, TallySlot,
+                             check_record, find_next_record, make_ext, scan_records)
 from pystore._files cimport find_file
 from pystore._jstring cimport utf8_text
 from pystore._mapped_file cimport MappedFile
