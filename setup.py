@@ -35,7 +35,7 @@ HOT = {"_codec", "_jstring", "_hosts", "_props", "_message", "_message_batch", "
        "_arrow_plan"}
 MODULES = ["_jstring", "_hosts", "_props", "_message", "_message_batch", "_message_ext", "_codec", "_mapped_file",
            "_mapped_view", "_results", "_put_lock", "_commitlog", "_records", "_units", "_timesearch", "_read",
-           "_dispatch", "_index", "_arrow", "_arrow_plan"]
+           "_dispatch", "_index", "_arrow", "_arrow_plan", "_notify"]
 
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-strict-aliasing"]
 macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]

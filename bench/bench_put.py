@@ -17,6 +17,7 @@ last record reads back with the body that was put.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import threading
@@ -99,8 +100,15 @@ KEYED_N = 200_000  # prebuilt keyed messages: one key each, all different
 KEYED_CHUNK = 1000  # puts per timed operation
 
 
-def _keyed_messages() -> list[object]:
-    return [Message(TOPIC, BODY128, keys="k%07d" % i) for i in range(KEYED_N)]
+def _key(i: int, random_keys: bool = False) -> str:
+    """The key of the ``i``-th keyed message: ``k0000000``... (neighbours' hashes differ by little, so their
+    hash slots are neighbours), or 32 hex digits of a hash of ``i`` (as a ``UNIQ_KEY`` is: slots all over
+    the table)."""
+    return hashlib.md5(b"%d" % i).hexdigest() if random_keys else "k%07d" % i
+
+
+def _keyed_messages(random_keys: bool = False) -> list[object]:
+    return [Message(TOPIC, BODY128, keys=_key(i, random_keys)) for i in range(KEYED_N)]
 
 
 def _put_each(put, msgs: list[object]) -> object:
@@ -122,11 +130,11 @@ class _Counted:
         return chunk
 
 
-def _keys_put(n: int) -> list[str]:
+def _keys_put(n: int, random_keys: bool = False) -> list[str]:
     """Keys of the first, middle and last of the ``n`` keyed messages put (all of them once ``n`` passes
     ``KEYED_N``; a smoke run with ``--benchmark-disable`` puts one chunk)."""
     n = min(n, KEYED_N)
-    return ["k%07d" % i for i in sorted({0, n // 2, n - 1})]
+    return [_key(i, random_keys) for i in sorted({0, n // 2, n - 1})]
 
 
 def _check_keys_found(store: object, keys: list[str]) -> None:
@@ -152,16 +160,19 @@ def test_put_single_128_prebuilt_keyed(benchmark, store_factory, record):
     record("put_single_128_prebuilt_keyed", KEYED_CHUNK, KEYED_CHUNK * 128)
 
 
-@pytest.mark.parametrize("reference", ["distinct", "same"])
-def test_put_keyed_vs_unkeyed_paired(benchmark, store_factory, record, reference):
+@pytest.mark.parametrize("reference, random_keys", [("distinct", False), ("same", False), ("distinct", True)],
+                         ids=["distinct", "same", "distinct-random-keys"])
+def test_put_keyed_vs_unkeyed_paired(benchmark, store_factory, record, reference, random_keys):
     """One operation: 1000 single puts of prebuilt 128 B messages with one key each (200 k different
     messages in turn); before each round, untimed, 1000 single puts without keys into the same store:
     ``distinct``, of 200 k different prebuilt messages in turn as well (the two differ only by the key);
     ``same``, of one prebuilt message, whose object stays in the CPU caches. ``paired_ratio`` is the keyed
-    rate over the unkeyed one."""
-    msgs = _keyed_messages()
+    rate over the unkeyed one. Keys ``k0000000``... fill the hash slot table a few neighbouring pages at a
+    time (a new page takes a page fault); ``random-keys`` (32 hex digits, as a ``UNIQ_KEY``) hit a random
+    slot of the 20 MB table on every put (a cache and TLB miss, pages faulted in early)."""
+    msgs = _keyed_messages(random_keys)
     rounds = KEYED_N // KEYED_CHUNK
-    store = store_factory((rounds + 2) * KEYED_CHUNK * (RECORD_KEYED + RECORD))
+    store = store_factory((rounds + 2) * KEYED_CHUNK * (API["record_length"](msgs[0]) + RECORD))
     chunks = itertools.cycle([msgs[i : i + KEYED_CHUNK] for i in range(0, KEYED_N, KEYED_CHUNK)])
     if reference == "same":
         plain_chunks = itertools.repeat([MSG128] * KEYED_CHUNK)
@@ -173,10 +184,10 @@ def test_put_keyed_vs_unkeyed_paired(benchmark, store_factory, record, reference
     benchmark.group = "put single 128 B"
     keyed = _Counted(chunks)
     r = benchmark.pedantic(lambda: _put_each(put, keyed.next()), **kw)
-    assert r.is_ok() and r.append_message_result.wrote_bytes == RECORD_KEYED
-    _check_keys_found(store, _keys_put(keyed.count))
-    benchlib.record_paired(benchmark, record, "put_keyed_vs_unkeyed_paired_" + reference, KEYED_CHUNK, ref,
-                           KEYED_CHUNK)
+    assert r.is_ok() and r.append_message_result.wrote_bytes == API["record_length"](msgs[0])
+    _check_keys_found(store, _keys_put(keyed.count, random_keys))
+    label = "put_keyed_vs_unkeyed_paired_" + reference + ("_random_keys" if random_keys else "")
+    benchlib.record_paired(benchmark, record, label, KEYED_CHUNK, ref, KEYED_CHUNK)
 
 
 def test_put_single_128_prebuilt_timed_flush(benchmark, store_factory, record):

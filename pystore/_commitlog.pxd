@@ -16,6 +16,7 @@ cdef class QueueCell:
 
 cdef class Dispatcher:
     """Inline dispatch hook: called under the put lock for every appended record that enters a queue."""
+    cdef void prepare(self, Message msg) noexcept
     cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
                       int64_t queue_offset) except -1
     cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,

@@ -76,6 +76,11 @@ cdef class QueueCell:
 
 
 cdef class Dispatcher:
+    cdef void prepare(self, Message msg) noexcept:
+        """A record of ``msg`` is about to be appended (a single put, under the put lock): work its dispatch
+        will need may start now, to overlap the append."""
+        pass
+
     cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
                       int64_t queue_offset) except -1:
         return 0
@@ -386,6 +391,8 @@ cdef class CommitLogCore:
         t0 = mono_coarse_ns()
         self.put_lock.lock()
         try:
+            if self.dispatcher is not None:
+                self.dispatcher.prepare(msg)
             ts = self._now()
             # one clock read per put: the lock time is the store time (RocketMQ's beginLockTimestamp), so the
             # page-cache-busy check runs on the store's clock, a test's fake one included

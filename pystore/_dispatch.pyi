@@ -10,6 +10,7 @@ from typing import Any, final
 
 from pystore._commitlog import Dispatcher
 from pystore._mapped_file import MappedFile
+from pystore._notify import WakeWord
 from pystore._units import ConsumeQueueCore
 
 def queues_behind(
@@ -32,6 +33,7 @@ class QueueDispatcher(Dispatcher):
     schedule_topic: str
     gaps: dict[tuple[str, int], int] | None
     arriving: Callable[[str, int, int, int, int, bytes], object] | None
+    wake: WakeWord | None
     def __init__(
         self,
         cell_factory: Callable[[str, int], Any],

@@ -7,16 +7,17 @@ gap check (``queues_behind``) walks the log the same way (``_next_record``) and 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from pystore._codec cimport (CQ_STORE_UNIT_SIZE, REC_BLANK, RecordView, check_record, enters_queue, find_property,
                              tags_code_of)
 from pystore._commitlog cimport Dispatcher, QueueCell
 from pystore._files cimport find_file
-from pystore._index cimport IndexFilesBase, index_message
+from pystore._index cimport IndexFilesBase, KeyScan, index_message, index_scanned, key_scan
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message cimport Message
+from pystore._notify cimport WakeWord, ps_notify
 from pystore._units cimport ConsumeQueueCore
 
 
@@ -125,7 +126,7 @@ cdef class QueueDispatcher(Dispatcher):
     """Builds consume-queue units (and index entries) from appended records."""
     cdef public object cell_factory            # (topic, queue_id) -> QueueCell with its consume queue
     cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
-    cdef public object index                   # IndexService, or None
+    cdef public IndexFilesBase index           # IndexService, or None
     cdef int64_t delay_ms[64]
     cdef int32_t max_level
     cdef public int64_t last_store_ts
@@ -134,6 +135,17 @@ cdef class QueueDispatcher(Dispatcher):
     # None, or arriving(topic, queue_id, queue_offset, tags_code, store_ts, properties bytes) after each unit
     # (pystore.arrival sets it only while a listener or a waiter exists: the put path pays one pointer test)
     cdef public object arriving
+    # the wakeup file's word (pystore.arrival): after a put's units, one load unless another process waits
+    cdef WakeWord _wake
+    cdef uint64_t *_wake_word
+    cdef bint _wake_light
+    # the key_scan of the last keyed message's topic and properties bytes (immutable: the same objects, the
+    # same scan), made by prepare before its record is written, and reused by its dispatch
+    cdef KeyScan _ks
+    cdef bint _ks_keyed
+    cdef int32_t _ks_flag
+    cdef object _ks_topic
+    cdef object _ks_props
     cdef bytes _last_topic                     # the last record's topic and queue id, and their cell (reput)
     cdef int32_t _last_qid
     cdef object _last_cell
@@ -154,6 +166,17 @@ cdef class QueueDispatcher(Dispatcher):
                     if lvl > self.max_level:
                         self.max_level = lvl
 
+    @property
+    def wake(self):
+        """The ``WakeWord`` bumped after each put's units (readers in other processes wait on it), or None."""
+        return self._wake
+
+    @wake.setter
+    def wake(self, WakeWord w):
+        self._wake = w
+        self._wake_word = NULL if w is None else w.word
+        self._wake_light = w is not None and w.light
+
     cdef int64_t _deliver_time(self, int64_t level, int64_t store_ts) noexcept:
         """docs/format.md §2.2: the schedule topic's tags code is the time the message is due."""
         if level > self.max_level:
@@ -166,6 +189,7 @@ cdef class QueueDispatcher(Dispatcher):
                       int64_t queue_offset) except -1:
         cdef ConsumeQueueCore cq
         cdef int64_t tags = msg._tags_code
+        cdef bint keyed = self.index is not None and msg._has_keys and self._scan(msg)
         # every record reaches here (the index takes PREPARED ones too); only NOT/COMMIT enter a queue
         if enters_queue(msg._sys_flag):
             cq = self._queue_of(cell)
@@ -175,8 +199,12 @@ cdef class QueueDispatcher(Dispatcher):
             cq.last_store_ts = store_ts
             if self.arriving is not None:
                 self.arriving(cell.topic, cell.queue_id, queue_offset, tags, store_ts, msg._props_b)
+            if self._wake_word != NULL:
+                ps_notify(self._wake_word, self._wake_light)
         self.last_store_ts = store_ts
-        self._index(cell, msg, phy_offset, store_ts)
+        if keyed:
+            index_scanned(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._props_b), &self._ks, phy_offset,
+                          store_ts)
         return 0
 
     cdef ConsumeQueueCore _queue_of(self, QueueCell cell):
@@ -185,15 +213,27 @@ cdef class QueueDispatcher(Dispatcher):
             cell.consume_queue = self.create_queue(cell.topic, cell.queue_id)
         return <ConsumeQueueCore>cell.consume_queue
 
-    cdef int _index(self, QueueCell cell, Message msg, int64_t phy_offset, int64_t store_ts) except -1:
-        """Index entries for the record of ``msg`` at ``phy_offset``, when it has keys (KEYS or UNIQ_KEY): from
-        the topic and properties bytes the encoder wrote into it, as ``reput`` indexes a record."""
+    cdef void prepare(self, Message msg) noexcept:
+        # a keyed message's keys are hashed before its record is written: key_scan starts the fetch of their
+        # hash slots (a random place in a 20 MB table), which then overlaps the append
         if self.index is not None and msg._has_keys:
-            index_message(<IndexFilesBase?>self.index,
-                          <const unsigned char *>PyBytes_AS_STRING(msg._topic_b), PyBytes_GET_SIZE(msg._topic_b),
-                          <const unsigned char *>PyBytes_AS_STRING(msg._props_b), PyBytes_GET_SIZE(msg._props_b),
-                          phy_offset, store_ts, msg._sys_flag)
-        return 0
+            self._scan(msg)
+
+    cdef bint _scan(self, Message msg) noexcept:
+        """Does a record of ``msg`` get index entries (it has keys, KEYS or UNIQ_KEY, and is not rolled back)?
+        Then ``_ks`` holds its keys' hashes for ``index_scanned``: from the topic and properties bytes the
+        encoder writes into the record, as ``reput`` indexes a record. Scanned again only when those bytes
+        objects or the flag differ from the last scan's."""
+        if msg._props_b is not self._ks_props or msg._topic_b is not self._ks_topic or \
+                msg._sys_flag != self._ks_flag:
+            self._ks_keyed = key_scan(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._topic_b),
+                                      PyBytes_GET_SIZE(msg._topic_b),
+                                      <const unsigned char *>PyBytes_AS_STRING(msg._props_b),
+                                      PyBytes_GET_SIZE(msg._props_b), msg._sys_flag, &self._ks)
+            self._ks_props = msg._props_b
+            self._ks_topic = msg._topic_b
+            self._ks_flag = msg._sys_flag
+        return self._ks_keyed
 
     cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
                           int64_t store_ts, int64_t queue_offset) except -1:
@@ -212,9 +252,13 @@ cdef class QueueDispatcher(Dispatcher):
         if self.arriving is not None:
             for i in range(n):
                 self.arriving(cell.topic, cell.queue_id, queue_offset + i, msg._tags_code, store_ts, msg._props_b)
-        if self.index is not None and msg._has_keys:
+        if self._wake_word != NULL:
+            ps_notify(self._wake_word, self._wake_light)
+        if self.index is not None and msg._has_keys and self._scan(msg):
+            # one properties string: its keys are hashed once for all the records
             for i in range(n):
-                self._index(cell, msg, phy_offset, store_ts)
+                index_scanned(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._props_b), &self._ks,
+                              phy_offset, store_ts)
                 phy_offset += sizes[i]
         return 0
 
@@ -273,7 +317,9 @@ cdef class QueueDispatcher(Dispatcher):
                 cq.last_store_ts = v.store_ts
                 self.last_store_ts = v.store_ts
             if self.index is not None:
-                index_message(<IndexFilesBase?>self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos,
+                index_message(self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos,
                               v.props_len, off, v.store_ts, v.sys_flag)
             off += r
+        if self._wake_word != NULL:
+            ps_notify(self._wake_word, self._wake_light)
         return off

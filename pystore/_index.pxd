@@ -1,7 +1,10 @@
 # cython: language_level=3
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport UINT32_MAX, int32_t, int64_t, uint32_t
 
 from pystore._mapped_file cimport MappedFile
+
+cdef enum:
+    TOPIC_CACHE = 256           # a stored topic's length is one byte
 
 
 cdef class IndexFileCore:
@@ -21,8 +24,42 @@ cdef class IndexFileCore:
     cdef void _broken(self, int64_t pos, str what)
 
 
+cdef inline int64_t _slot_of(int32_t h, int64_t slots) noexcept nogil:
+    """The hash slot of a key whose (non-negative) ``key_hash`` is ``h``: ``h % slots``, as a 32-bit division
+    when the table allows (a 64-bit one takes several times longer)."""
+    if slots <= <int64_t>UINT32_MAX:
+        return <uint32_t>h % <uint32_t>slots
+    return h % slots
+
+
 cdef class IndexFilesBase:
     cdef public list _files     # the index files, oldest first (a new list on every change)
+    # the last topic indexed and the Java hash of topic + "#" (_prefix); length -1: none yet
+    cdef unsigned char _topic[TOPIC_CACHE]
+    cdef Py_ssize_t _topic_len
+    cdef uint32_t _prefix
+
+
+cdef enum:
+    KEY_SCAN_HASHES = 16        # key hashes a KeyScan holds at a time (a message with more takes several turns)
+
+
+cdef struct KeyScan:
+    # what index_scanned needs of a message's properties: the hashes of its next keys (h[:n]) and where
+    # the keys still to hash are (UNIQ_KEY at uniq_pos, or -1; KEYS from keys_pos to keys_end)
+    uint32_t prefix
+    int32_t uniq_pos
+    int32_t uniq_len
+    int32_t keys_pos
+    int32_t keys_end
+    int32_t n
+    int32_t h[KEY_SCAN_HASHES]
+
+
+cdef bint key_scan(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,
+                   const unsigned char *props, Py_ssize_t props_len, int32_t sys_flag, KeyScan *ks) noexcept
+cdef int index_scanned(IndexFilesBase service, const unsigned char *props, const KeyScan *scan,
+                       int64_t phy_offset, int64_t store_ts) except -1
 
 
 cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,

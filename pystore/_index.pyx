@@ -26,7 +26,9 @@ warning a file) rather than fail, and ``check_chains`` lists every break for ``p
 Also here: ``index_message``, the writer of a message's entries, which dispatch (inline and reput) calls once
 per message with the stored topic and properties bytes; it hashes each key on the bytes (``java_hash_utf8``
 going on over topic, ``#`` and key, each decoded on its own as the stored UTF-8 is, which ``key_hash`` of the
-decoded string equals) and calls Python only to make a file.
+decoded string equals) and calls Python only to make a file. It is two steps, which the inline dispatch
+calls apart: ``key_scan`` (the hashes, no offset needed; it starts fetching their slots) before the record
+is written, ``index_scanned`` (the entries) after.
 """
 
 import logging
@@ -35,9 +37,9 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT32_MIN, int32_t, int64_t, uint32_t
+from libc.string cimport memchr, memcmp, memcpy
 
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
-from pystore._codec cimport find_properties
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport java_hash_str, java_hash_utf8_from
 
@@ -123,7 +125,7 @@ cdef class IndexFileCore:
 
     cdef int _put_hash(self, int32_t h, int64_t phy_offset, int64_t store_timestamp) except -1:
         """Add the entry of a key whose ``key_hash`` is ``h``: 1, or 0 when the file is full."""
-        cdef int64_t slot = h % self.hash_slot_num
+        cdef int64_t slot = _slot_of(h, self.hash_slot_num)
         cdef unsigned char *b = self.mapped_file.base
         cdef int64_t slot_pos = _HEADER + slot * 4
         cdef int32_t slot_value
@@ -158,12 +160,19 @@ cdef class IndexFileCore:
         if self.index_count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
+            self._store_header()
         if slot_value == 0:
             self.hash_slot_count += 1
         self.index_count += 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._store_header()
+        # the header fields an entry changes (the whole header once, with the first entry's begin values
+        # above): what _store_header would write, without rewriting the rest
+        if not self.mapped_file.read_only:
+            put_i64(b + 8, store_timestamp)
+            put_i64(b + 24, phy_offset)
+            put_i32(b + 32, self.hash_slot_count)
+            put_i32(b + 36, self.index_count)
         return 1
 
     def is_time_matched(self, long long begin, long long end):
@@ -180,7 +189,7 @@ cdef class IndexFileCore:
     def select_phy_offset(self, list out, str key, int max_num, long long begin, long long end):
         """Append to ``out`` the offsets of entries with ``key``'s hash stored in [begin, end] (newest first)."""
         cdef int32_t h = key_hash(key)
-        cdef int64_t slot = h % self.hash_slot_num
+        cdef int64_t slot = _slot_of(h, self.hash_slot_num)
         cdef const unsigned char *b = self.mapped_file.base
         cdef int32_t cur, prev, entry_hash, diff
         cdef int64_t entry_pos, phy, time_read
@@ -288,6 +297,10 @@ cdef class IndexFileCore:
 cdef int32_t _ROLLBACK = 0xC        # TRANSACTION_ROLLBACK_TYPE: the type bits all set
 
 
+cdef extern from *:
+    void __builtin_prefetch(const void *addr, int rw, int locality) nogil
+
+
 cdef inline int32_t _abs_hash(uint32_t h) noexcept nogil:
     """``key_hash`` of a string whose ``String.hashCode`` is ``h``."""
     cdef int32_t s = <int32_t>h
@@ -298,7 +311,11 @@ cdef inline int32_t _abs_hash(uint32_t h) noexcept nogil:
 
 cdef class IndexFilesBase:
     """The base of ``IndexService``: its list of files as a C field, which ``index_message`` reads on every
-    message (an attribute of a Python object would be a dictionary lookup)."""
+    message (an attribute of a Python object would be a dictionary lookup), and the hash of the last topic
+    indexed (messages of one topic come in runs: its ``topic#`` part is hashed once a run)."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._topic_len = -1
 
     def __init__(self):
         self._files = []
@@ -327,6 +344,109 @@ cdef IndexFileCore _put(IndexFilesBase service, IndexFileCore f, int32_t h, int6
     return f
 
 
+cdef inline int _find_keys(const unsigned char *props, int32_t n, KeyScan *ks) noexcept nogil:
+    """``find_properties(props, n, "KEYS", 4, ..., "UNIQ_KEY", 8, ...)`` for these two names only: the same
+    answer (the last property of a name wins; an empty name or value is no property) from one compare of
+    each property's head. Fills ``ks``'s positions; bit 0 set when KEYS was found, bit 1 when UNIQ_KEY."""
+    cdef int32_t start = 0, end
+    cdef int found = 0
+    cdef const unsigned char *e
+    while start < n:
+        e = <const unsigned char *>memchr(props + start, 2, n - start)
+        end = n if e == NULL else <int32_t>(e - props)
+        if end - start >= 6 and props[start + 4] == 1 and memcmp(props + start, b"KEYS", 4) == 0:
+            ks.keys_pos = start + 5
+            ks.keys_end = end
+            found |= 1
+        elif end - start >= 10 and props[start + 8] == 1 and memcmp(props + start, b"UNIQ_KEY", 8) == 0:
+            ks.uniq_pos = start + 9
+            ks.uniq_len = end - start - 9
+            found |= 2
+        start = end + 1
+    return found
+
+
+cdef inline uint32_t _prefix(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len) noexcept:
+    """The Java hash of ``topic + "#"`` (the topic decoded on its own, as "#" and each key are: hashing on
+    from it gives the whole key's), kept for the next message of the same topic."""
+    cdef uint32_t h
+    if topic_len == service._topic_len and memcmp(topic, service._topic, topic_len) == 0:
+        return service._prefix
+    h = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
+    if topic_len <= TOPIC_CACHE:
+        memcpy(service._topic, topic, topic_len)
+        service._topic_len = topic_len
+        service._prefix = h
+    return h
+
+
+cdef void _next_hashes(const unsigned char *props, KeyScan *ks) noexcept nogil:
+    """Fill ``ks.h`` with the next keys' hashes (up to ``KEY_SCAN_HASHES``): the UNIQ_KEY first, then each key of
+    KEYS (split on single spaces, empty keys skipped); ``ks.n`` is how many, 0 when none are left."""
+    cdef const unsigned char *e
+    cdef int32_t j
+    ks.n = 0
+    if ks.uniq_pos >= 0:
+        ks.h[0] = _abs_hash(java_hash_utf8_from(ks.prefix, props + ks.uniq_pos, ks.uniq_len))
+        ks.n = 1
+        ks.uniq_pos = -1
+    while ks.keys_pos < ks.keys_end and ks.n < KEY_SCAN_HASHES:
+        e = <const unsigned char *>memchr(props + ks.keys_pos, 32, ks.keys_end - ks.keys_pos)
+        j = ks.keys_end if e == NULL else <int32_t>(e - props)
+        if j > ks.keys_pos:
+            ks.h[ks.n] = _abs_hash(java_hash_utf8_from(ks.prefix, props + ks.keys_pos, j - ks.keys_pos))
+            ks.n += 1
+        ks.keys_pos = j + 1
+
+
+cdef bint key_scan(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,
+                   const unsigned char *props, Py_ssize_t props_len, int32_t sys_flag, KeyScan *ks) noexcept:
+    """The first part of ``index_message``, which needs no commit-log offset: does the message get entries (has
+    keys, not rolled back)? If so ``ks`` holds the first keys' hashes, and their hash slots in the newest file
+    are being fetched into the cache (a write to a random slot of a 20 MB table would otherwise wait for
+    memory; the inline dispatch calls this before writing the message's consume-queue unit, so the two
+    overlap)."""
+    cdef list files
+    cdef IndexFileCore f
+    cdef const unsigned char *b
+    cdef int32_t i
+    if (sys_flag & _ROLLBACK) == _ROLLBACK or props_len <= 0 or props_len > 0x7FFFFFFF:
+        return False
+    ks.uniq_pos = -1
+    ks.keys_pos = ks.keys_end = 0
+    if _find_keys(props, <int32_t>props_len, ks) == 0:
+        return False
+    ks.prefix = _prefix(service, topic, topic_len)
+    _next_hashes(props, ks)
+    files = service._files
+    if PyList_GET_SIZE(files) > 0:
+        f = <IndexFileCore>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
+        b = f.mapped_file.base
+        if b != NULL:
+            for i in range(ks.n):
+                __builtin_prefetch(b + _HEADER + _slot_of(ks.h[i], f.hash_slot_num) * 4, 1, 3)
+    return True
+
+
+cdef int index_scanned(IndexFilesBase service, const unsigned char *props, const KeyScan *scan,
+                       int64_t phy_offset, int64_t store_ts) except -1:
+    """The rest of ``index_message``: the entries of the message at ``phy_offset`` whose ``key_scan`` is
+    ``scan`` (its ``props`` the same bytes), not one when the newest file ends above that offset (indexed
+    before: a re-dispatch). ``scan`` is not changed (a batch of one properties string reuses it)."""
+    cdef KeyScan ks = scan[0]
+    cdef IndexFileCore f = _writable(service)
+    cdef int32_t i
+    if f is None or phy_offset < f.end_phy_offset:
+        return 0
+    while ks.n > 0:
+        for i in range(ks.n):
+            f = _put(service, f, ks.h[i], phy_offset, store_ts)
+            if f is None:
+                return 0
+        _next_hashes(props, &ks)
+    return 0
+
+
 cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,
                        const unsigned char *props, Py_ssize_t props_len, int64_t phy_offset, int64_t store_ts,
                        int32_t sys_flag) except -1:
@@ -336,37 +456,10 @@ cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ss
     hash of ``topic + "#" + key`` computed on the bytes. Rolled-back transaction messages are not indexed,
     nor a message below the newest file's end offset (indexed before: a re-dispatch). Python runs only to
     make a file (none yet, or the last one full: ``IndexService._new_file``, which also starts the full
-    file's flush)."""
-    cdef int32_t kp = 0, kl = 0, up = 0, ul = 0, i, j
-    cdef int found
-    cdef bint has_keys, has_uniq
-    cdef uint32_t prefix
-    cdef IndexFileCore f
-    if (sys_flag & _ROLLBACK) == _ROLLBACK or props_len <= 0:
-        return 0
-    found = find_properties(props, <int32_t>props_len, "KEYS", 4, &kp, &kl, "UNIQ_KEY", 8, &up, &ul)
-    if found == 0:
-        return 0
-    has_keys = found & 1
-    has_uniq = found & 2
-    f = _writable(service)
-    if f is None or phy_offset < f.end_phy_offset:
-        return 0
-    # the topic is decoded on its own, as "#" and each key are: hashing on from its hash is the whole key's
-    prefix = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
-    if has_uniq:
-        f = _put(service, f, _abs_hash(java_hash_utf8_from(prefix, props + up, ul)), phy_offset, store_ts)
-    if has_keys:
-        i = kp
-        kl += kp
-        while i < kl and f is not None:
-            j = i
-            while j < kl and props[j] != 32:
-                j += 1
-            if j > i:
-                f = _put(service, f, _abs_hash(java_hash_utf8_from(prefix, props + i, j - i)), phy_offset,
-                         store_ts)
-            i = j + 1
+    file's flush). ``key_scan`` then ``index_scanned``, which the inline dispatch calls apart."""
+    cdef KeyScan ks
+    if key_scan(service, topic, topic_len, props, props_len, sys_flag, &ks):
+        index_scanned(service, props, &ks, phy_offset, store_ts)
     return 0
 
 

@@ -10,24 +10,38 @@ never calls listeners (RocketMQ registers none on a slave); its waiters still wa
 
 A waiting get (``wait_for``) registers its topic, takes the arrival count, runs a plain get and, when that get
 found nothing at the queue's end, sleeps on one condition variable until an arrival in a waited-on topic bumps
-the count or the timeout passes, then gets again: no thread per waiter, no CPU while waiting. A read-only store
-sees a writer in another process only through the files, so its waiters re-read the queue every
-``READER_POLL_MS`` instead (bounded by the timeout).
+the count or the timeout passes, then gets again: no thread per waiter, no CPU while waiting.
+
+A read-only store follows a writer in another process through the store's ``wakeup`` file (``open_wake_file``;
+its layout is in docs/format.md §15): the writer maps it at start (creating it once, then
+reusing it across restarts) and hands its state word to the dispatcher, whose put path, after a put's units are
+written, pays one load while no reader waits. A reader's waiting get registers in the word, gets again, and
+sleeps on the word's futex (optionally spinning on it first: ``spin_us``) until the writer, seeing the
+registration, bumps the word and wakes it; then gets again. Every sleep is bounded by the timeout (and by a
+second, so that a store shut down meanwhile ends its waits), which is what keeps a reader whose writer died or
+restarted working. A read-only store writes nothing but its registrations in that word; it creates no file:
+without a wake file (no writer since, or one that predates it; a store it cannot open for writing) its waiters
+re-read the queue every ``READER_POLL_MS`` and look for the file again once a second.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
+import os
+import struct
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pystore._notify import WakeWord
 from pystore._props import string_to_properties
+from pystore.durable import fsync_dir
 from pystore.results import GetMessageResult
 from pystore.status import GetMessageStatus
 
-__all__ = ["Arrivals", "ArrivingListener", "READER_POLL_MS", "found_something"]
+__all__ = ["Arrivals", "ArrivingListener", "READER_POLL_MS", "WAKE_FILE", "found_something", "open_wake_file"]
 
 R = TypeVar("R")
 
@@ -36,20 +50,83 @@ log = logging.getLogger(__name__)
 #: fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)
 ArrivingListener = Callable[[str, int, int, int, int, Any, dict[str, str]], object]
 
-#: ms between two looks at the files of a read-only store's waiting get
+#: ms between two looks at the files of a read-only store's waiting get when there is no wake file
 READER_POLL_MS = 20
+
+#: the wake file in the store root (pystore's own; RocketMQ ignores it), and its layout (docs/format.md §15)
+WAKE_FILE = "wakeup"
+WAKE_MAGIC = b"PSWAKEUP"
+WAKE_VERSION = 1
+WAKE_SIZE = 64
+#: where the state word (``_notify.h``: seq, waiter count, sleeping bit) lies in the file
+WAKE_WORD_AT = 16
+_HEADER = struct.Struct("<8sI")
+#: s between two looks for the wake file of a reader that found none
+_WAKE_RETRY_S = 1.0
+#: the longest single sleep on the word: a shut-down store's waits end within it
+_WAKE_SLICE_MS = 1000.0
 
 _EMPTY = (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE)
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
 
 
+def open_wake_file(root: str, create: bool) -> WakeWord | None:
+    """The state word of ``root``'s wake file, mapped shared. ``create`` (a writer): made when missing (written
+    whole beside it, then linked in: a reader never sees a part of it), and claimed (``WakeWord.claim_writer``:
+    the flags word says whether waiters issue the barrier for it); a reader only opens an existing one.
+    None when there is none to open, or it cannot be opened for writing or is not a wake file (logged): waiters
+    then poll."""
+    path = os.path.join(root, WAKE_FILE)
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if not create:
+                return None
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "wb") as f:
+                f.write(_HEADER.pack(WAKE_MAGIC, WAKE_VERSION).ljust(WAKE_SIZE, b"\0"))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+            # every name in a store is made durable (docs/format.md, "pystore's choices"), this one too
+            fsync_dir(root)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, WAKE_SIZE) if size >= WAKE_SIZE else None
+        finally:
+            os.close(fd)
+    except OSError as e:
+        log.warning("%s: the wake file cannot be opened (%s): waiting gets of other processes poll", path, e)
+        return None
+    if mm is None or _HEADER.unpack_from(mm) != (WAKE_MAGIC, WAKE_VERSION):
+        log.warning("%s is not a pystore wake file of version %d (%s): waiting gets of other processes poll",
+                    path, WAKE_VERSION, "%d bytes" % size if mm is None else "header %r" % mm[:12])
+        if mm is not None:
+            mm.close()
+        return None
+    wake = WakeWord(mm, WAKE_WORD_AT)
+    if create:
+        wake.claim_writer()
+    return wake
+
+
 class Arrivals:
     """The listeners and waiters of one store. ``dispatcher``: the store's ``QueueDispatcher`` (None on a
-    read-only store, which dispatches nothing); ``listeners_on``: False on a slave."""
+    read-only store, which dispatches nothing); ``listeners_on``: False on a slave; ``root``: the store root of
+    a read-only store, whose wake file its waiters sleep on (None: they poll)."""
 
-    def __init__(self, dispatcher: Any, listeners_on: bool = True) -> None:
+    def __init__(self, dispatcher: Any, listeners_on: bool = True, root: str | None = None) -> None:
         self._dispatcher = dispatcher
         self._listeners_on = listeners_on
+        self._root = root
+        self._wake: WakeWord | None = None
+        self._wake_looked = float("-inf")
+        self._barrier_warned = False
         self._listeners: tuple[ArrivingListener, ...] = ()
         #: topic -> how many gets wait on one of its queues (a wake-up per topic: a get woken by another
         #: queue's arrival gets again and waits on)
@@ -112,12 +189,15 @@ class Arrivals:
 
     # -- waiting gets -----------------------------------------------------------------------------------------
 
-    def wait_for(self, topic: str, timeout_ms: int, get: Callable[[], R], done: Callable[[R], bool]) -> R:
+    def wait_for(self, topic: str, timeout_ms: int, get: Callable[[], R], done: Callable[[R], bool],
+                 spin_us: float = 0) -> R:
         """``get()`` until ``done`` of its answer, waiting between two gets for an arrival in a queue of
         ``topic`` (any queue: a queue created meanwhile counts too), at most ``timeout_ms`` in all; the last
-        answer."""
+        answer. ``spin_us``: a read-only store's waiter spins that long on the wake word before it sleeps
+        (lower latency for a CPU's worth of spinning; the writer's own waiters sleep on a condition)."""
         deadline = time.monotonic() + timeout_ms / 1000.0
-        poll = self._dispatcher is None
+        if self._dispatcher is None:
+            return self._wait_across(deadline, get, done, spin_us)
         with self._cond:
             self._waited[topic] = self._waited.get(topic, 0) + 1
             self._update_hook()
@@ -131,9 +211,6 @@ class Arrivals:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return r
-                if poll:
-                    time.sleep(min(left, READER_POLL_MS / 1000.0))
-                    continue
                 with self._cond:
                     if self._arrived == seen:
                         self._cond.wait(left)
@@ -145,6 +222,48 @@ class Arrivals:
                 else:
                     del self._waited[topic]
                 self._update_hook()
+
+    def _wake_word(self) -> WakeWord | None:
+        """The wake file's word of a read-only store (looked for at most once a second while there is none)."""
+        if self._wake is None and self._root is not None:
+            now = time.monotonic()
+            if now - self._wake_looked >= _WAKE_RETRY_S:
+                self._wake_looked = now
+                self._wake = open_wake_file(self._root, create=False)
+        return self._wake
+
+    def _wait_across(self, deadline: float, get: Callable[[], R], done: Callable[[R], bool], spin_us: float) -> R:
+        """A read-only store's wait for the writer of another process: registered in the wake word while it
+        gets a last time and sleeps, so that the writer's put after that get wakes it."""
+        r = get()
+        while not done(r):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            wake = self._wake_word()
+            if wake is None:
+                time.sleep(min(left, READER_POLL_MS / 1000.0))
+                r = get()
+                continue
+            seen = wake.register()
+            if seen < 0:
+                # the writer needs a barrier this process cannot issue (logged once): poll as without the file
+                if not self._barrier_warned:
+                    self._barrier_warned = True
+                    log.warning("%s: membarrier(2) is refused here: waiting gets poll the files", self._root)
+                time.sleep(min(left, READER_POLL_MS / 1000.0))
+                r = get()
+                continue
+            try:
+                r = get()
+                if done(r):
+                    break
+                if wake.wait(seen, spin_us, min(left * 1000.0, _WAKE_SLICE_MS)) == -2:
+                    time.sleep(min(left, READER_POLL_MS / 1000.0))
+            finally:
+                wake.unregister(seen)
+            r = get()
+        return r
 
 
 def found_something(status_and_end: tuple[GetMessageResult, int]) -> bool:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from pystore.message import MessageFilter, TagFilter
+    from pystore.reads import StoreReads
     from pystore.store import MessageStore
 
 __all__ = ["UNIT_DTYPE", "PutColumnsResult", "get_columns", "put_columns", "queue_units"]
@@ -233,21 +234,21 @@ def lifted(limits: ReadLimits) -> ReadLimits:
                       limits.check_crc)
 
 
-def get_columns(store: MessageStore, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
+def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                 message_filter: MessageFilter | TagFilter | str | None = None,
                 timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
     """``MessageStore.get_columns`` (docs/api.md)."""
     from pystore.export import record_batch  # pyarrow only when asked for
 
     _pa()
-    r = store._get(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted)
+    r = reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted)
     return r.status, r.next_begin_offset, record_batch(r.messages)
 
 
 # -- queue_units ------------------------------------------------------------------------------------------
 
 
-def queue_units(store: MessageStore, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
+def queue_units(reads: StoreReads, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
     """``MessageStore.queue_units`` (docs/api.md): a read-only numpy view of the units from ``start`` to ``count``
     or the end of the file holding ``start``. The array's base holds the file (a ``SelectMappedBufferResult``)
     and pins its mapping, so it stays readable after the store cleaned the file or closed."""
@@ -257,7 +258,7 @@ def queue_units(store: MessageStore, topic: str, queue_id: int, start: int = 0, 
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise ValueError("count must be None or an int >= 0, got %r" % (count,))
     empty = np.empty(0, dtype=UNIT_DTYPE)
-    cq = store._queue(topic, queue_id, start)
+    cq = reads.queue(topic, queue_id, start)
     if cq is None or count == 0:
         return empty
     low, high = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()

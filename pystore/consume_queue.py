@@ -371,6 +371,12 @@ class ConsumeQueueStore:
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((topic, queue_id))
 
+    @property
+    def table(self) -> dict[tuple[str, int], ConsumeQueue]:
+        """The live table itself, for the compiled reader's lookups without a Python frame
+        (``_read.QueueReader``): read it, never change it (this class adds and removes, under its lock)."""
+        return self._queues
+
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
         cq = self._queues.get(key)
@@ -399,13 +405,13 @@ class ConsumeQueueStore:
         for topic, qid in self._folders():
             cq = self.find_or_create(topic, qid)
             if not cq.load():
-                self.load_error = self._rebuild_or_refuse(cq)
+                self.load_error = self.rebuild_or_refuse(cq)
                 if self.load_error is not None:
                     log.error("%s", self.load_error)
                     return False
         return True
 
-    def _rebuild_or_refuse(self, cq: ConsumeQueue) -> StoreCorruptedError | None:
+    def rebuild_or_refuse(self, cq: ConsumeQueue) -> StoreCorruptedError | None:
         """A queue whose files cannot be trusted (``cq.damage``): a writer deletes them, to be rebuilt from the
         commit log (``rebuilt``); a reader cannot rebuild, and gets the error to refuse the store with."""
         assert cq.damage is not None
@@ -449,7 +455,7 @@ class ConsumeQueueStore:
         max_phy = -1
         for cq in self.queues():
             if not cq.recover():
-                error = self._rebuild_or_refuse(cq)
+                error = self.rebuild_or_refuse(cq)
                 if error is not None:
                     raise error
             if cq.get_max_offset_in_queue() > 0:
@@ -514,8 +520,7 @@ class ConsumeQueueStore:
             if not os.path.isdir(os.path.join(self.store_path, topic, str(queue_id))):
                 return None
             cq = self.find_or_create(topic, queue_id)
-            if cq.load():
-                cq.recover()
+            _load_live(cq)
         cq.refresh_read_only(min_commit_log_offset)
         return cq
 
@@ -524,5 +529,20 @@ class ConsumeQueueStore:
         for key in self._folders():
             if key not in self._queues:
                 cq = self.find_or_create(*key)
-                if cq.load():
-                    cq.recover()
+                _load_live(cq)
+
+
+#: times a reader's recovery of a queue looks again at a hole with units after it
+_LIVE_RECOVER_TRIES = 3
+
+
+def _load_live(cq: ConsumeQueue) -> None:
+    """A reader maps a queue a live writer may be filling: its recovery walks the units while the writer adds
+    more, so an empty unit it stopped at may be written by the time it finds the valid ones after it (a hole,
+    to a recovery that assumes nobody writes). It looks again before it leaves the queue damaged."""
+    if not cq.load():
+        return
+    tries = _LIVE_RECOVER_TRIES
+    while not cq.recover() and tries:
+        tries -= 1
+        cq.damage = None

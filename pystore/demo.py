@@ -78,6 +78,13 @@ def _order_body(run: int, i: int) -> bytes:
     return body + b" " * max(0, 160 - len(body))
 
 
+def _table(console: Console, title: str) -> Table:
+    """A table titled on its left; off a terminal without box lines, one line a row (as the CLI's tables)."""
+    if console.is_terminal:
+        return Table(title=title, title_justify="left")
+    return Table(title=title, title_justify="left", box=None, show_edge=False, pad_edge=False)
+
+
 def _wipe(root: str, console: Console) -> None:
     if not os.path.isdir(root):
         return
@@ -371,7 +378,7 @@ def run_demo(
     finally:
         store.shutdown()
 
-    queue_table = Table(title="queues after the restart", title_justify="left")
+    queue_table = _table(console, "queues after the restart")
     queue_table.add_column("topic")
     queue_table.add_column("queue", justify="right")
     queue_table.add_column("this run", justify="right")
@@ -382,14 +389,14 @@ def run_demo(
     if len(survivors) > 1:
         console.print("runs in this store: " + ", ".join("#%d (%s)" % (s["run"], s["at"]) for s in survivors))
 
-    f = Table(title="figures measured in this run", title_justify="left")
+    f = _table(console, "figures measured in this run")
     f.add_column("operation")
     f.add_column("result", justify="right")
     for what, result in figures:
         f.add_row(what, result)
     console.print(f)
 
-    c = Table(title="checks", title_justify="left")
+    c = _table(console, "checks")
     c.add_column("check")
     c.add_column("", justify="center")
     c.add_column("detail")

@@ -203,7 +203,8 @@ class HAService:
                 self._started.append(c)
             c.start()
 
-    def _remove(self, conn: HAConnection) -> None:
+    def forget(self, conn: HAConnection) -> None:
+        """A connection closed (``HAConnection.close``): it no longer counts for the puts that wait."""
         with self._cond:
             if conn in self._connections:
                 self._connections.remove(conn)
@@ -324,7 +325,7 @@ class HAConnection:
             self._closed = True
         self._wake.set()
         wake_up(self.sock)
-        self.service._remove(self)
+        self.service.forget(self)
         log.info("HA: connection of slave %s closed", self.address)
 
     def _loop_ended(self) -> None:

@@ -37,7 +37,7 @@ from pystore.checkpoint import writer_holds_lock
 from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
 
-__all__ = ["RecoveryResult", "recover_commit_log", "recover_store"]
+__all__ = ["RecoveryResult", "recover_commit_log", "recover_queues"]
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def _rebuild_foreign(cq_store: Any, result: RecoveryResult) -> None:
     refuses the store: ``_check_readers_queues``)."""
     for cq, top in _queues_past_their_records(cq_store, result):
         cq.damage = _foreign_units(cq, top)
-        cq_store._rebuild_or_refuse(cq)
+        cq_store.rebuild_or_refuse(cq)
 
 
 def _flush_repaired(cq_store: Any) -> None:
@@ -374,19 +374,17 @@ def _corrupted_at(queue: Any, offset: int, reason: str) -> StoreCorruptedError:
     return StoreCorruptedError(mf.file_name if mf is not None else queue.path_for(offset), offset, reason)
 
 
-def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, config: Any, abnormal: bool,
-                  read_only: bool = False) -> RecoveryResult:
-    """RocketMQ ``recover``: the commit log's valid end, then the consume queues' (their valid ends), cut units
-    pointing past the log's end, re-dispatch what the queues miss, and rebuild the topic-queue table
-    (``recoverTopicQueueTable``: next offsets from the queues, min offsets corrected).
+def recover_queues(commitlog: Any, cq_store: Any, reput: Any, result: RecoveryResult, checkpoint: Any, config: Any,
+                   abnormal: bool, read_only: bool = False) -> None:
+    """RocketMQ ``recover`` once ``recover_commit_log`` judged the log (its ``result``): the consume queues'
+    valid ends, cut units pointing past the log's end, re-dispatch what the queues miss (``reput``, the
+    ``ReputService``), and rebuild the topic-queue table (``recoverTopicQueueTable``: next offsets from the
+    queues, min offsets corrected).
 
-    The commit log is judged first: when it refuses to open (:class:`StoreCorruptedError`) nothing has been
-    written, neither in the log nor in the queues or the index. ``reput`` is the ``ReputService``, or a
-    callable that makes it once the log is judged (the store loads the index there: an abnormal recovery
-    drops index files newer than the checkpoint, which must not happen for an open that is refused)."""
-    result = recover_commit_log(commitlog, checkpoint, config, abnormal, read_only)
-    if callable(reput) and not hasattr(reput, "dispatch_until"):
-        reput = reput()
+    Two steps, so that the caller builds the index and the dispatch between them: when the commit log refuses
+    to open (:class:`StoreCorruptedError`) nothing has been written, neither in the log nor in the queues or
+    the index (an abnormal recovery drops index files newer than the checkpoint, which must not happen for an
+    open that is refused)."""
     cq_store.recover()
     queue = commitlog.queue
     if read_only and queue.files:
@@ -447,4 +445,3 @@ def recover_store(commitlog: Any, cq_store: Any, reput: Any, checkpoint: Any, co
         cell.next_offset = cq.get_max_offset_in_queue()
         if low >= 0:
             cq.correct_min_offset(low)
-    return result

@@ -1,8 +1,8 @@
 """``MessageStore``: the facade users hold (RocketMQ ``DefaultMessageStore``, docs/api.md "The store").
 
 It owns the lifecycle and hands every call to the part that does it; the parts and services are built by
-``pystore.wiring``, a put's waits are ``pystore.put_waits``', replication is ``pystore.ha_master`` and
-``pystore.ha_slave``'s; loops over bytes are in the Cython modules::
+``pystore.wiring``, the Python reads are ``pystore.reads``', a put's waits are ``pystore.put_waits``',
+replication is ``pystore.ha_master`` and ``pystore.ha_slave``'s; loops over bytes are in the Cython modules::
 
     MessageStore(config)      nothing touched on disk
       .load()                 lock the folder (writers), map files, recover        -> True/False
@@ -16,8 +16,9 @@ live writer by re-reading the folder when asked for data beyond what it has seen
 
 One put and its read, module by module: ``put_message`` is the commit log's compiled ``put_message``
 (``_bind_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
-says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` -> ``_read.read_queue`` reads the
-consume queue's units and the records they point at.
+says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` is ``_read.QueueReader``'s
+(``_bind_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
+run ``_read.read_queue``, which reads the consume queue's units and the records they point at.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
 policy that depends on the time and its ``disk_usage`` to every decision on disk usage (``pystore.service``
@@ -34,45 +35,51 @@ import os
 import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pystore import columns
-from pystore._mapped_view import SelectMappedBufferResult
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
-from pystore._message_ext import MessageExt
-from pystore._read import QueueReader, ReadLimits, read_queue
+from pystore._read import QueueReader
 from pystore._results import PutMessageResult
-from pystore.arrival import Arrivals, ArrivingListener, found_something
 from pystore.checkpoint import AbortFile, StoreLock
-from pystore.clean import CleanService
-from pystore.columns import PutColumnsResult
-from pystore.commitlog import CommitLog
 from pystore.config import BrokerRole, StoreConfig
-from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pystore.consumer import Consumer
 from pystore.consumer_offsets import ConsumerOffsets
 from pystore.durable import make_dirs_durable
-from pystore.errors import StoreClosedError, StoreCorruptedError, StoreError
+from pystore.errors import StoreClosedError, StoreError
 from pystore.flush import flush_all
-from pystore.message import MessageFilter, TagFilter, filter_tests, offset_of_message_id
+from pystore.message import offset_of_message_id
 from pystore.put_waits import done
-from pystore.recovery import RecoveryResult
-from pystore.results import GetMessageResult, QueryMessageResult
+from pystore.reads import StoreReads
 from pystore.running_flags import RunningFlags
-from pystore.schedule import ScheduleMessageService
-from pystore.service import DiskUsage, disk_used_ratio, real_clock
-from pystore.status import GetMessageStatus, PutMessageStatus
-from pystore.wiring import StoreParts, Writer, close_writer, delete_store, open_parts, pool_enabled, wire_writer
+from pystore.service import disk_used_ratio, real_clock
+from pystore.status import PutMessageStatus
+from pystore.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
+
+if TYPE_CHECKING:
+    from pystore._mapped_view import SelectMappedBufferResult
+    from pystore._message_ext import MessageExt
+    from pystore._read import ReadLimits
+    from pystore.arrival import Arrivals, ArrivingListener
+    from pystore.clean import CleanService
+    from pystore.columns import PutColumnsResult
+    from pystore.commitlog import CommitLog
+    from pystore.consume_queue import ConsumeQueueStore
+    from pystore.errors import StoreCorruptedError
+    from pystore.message import MessageFilter, TagFilter
+    from pystore.recovery import RecoveryResult
+    from pystore.results import GetMessageResult, QueryMessageResult
+    from pystore.schedule import ScheduleMessageService
+    from pystore.service import DiskUsage
+    from pystore.status import GetMessageStatus
+    from pystore.wiring import StoreParts, Writer
 
 __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
-
-_NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
-_SLAVE = BrokerRole.SLAVE
 
 
 def _not_available(msg: object) -> PutMessageResult:
@@ -106,11 +113,13 @@ class MessageStore:
         self.read_only = self.config.read_only
         self.running_flags = RunningFlags()
         self.running_flags.add_listener(self._update_writeable)
+        #: the Python reads (``pystore.reads``); the compiled ``get_message`` of a writer (``_bind_fast_paths``)
+        self._reads = StoreReads(self.config, self.running_flags)
         self._reader: QueueReader | None = None
         self._state = _NEW
         self._lock = StoreLock(self.config.lock_path())
         self._abort = AbortFile(self.config.abort_path())
-        #: what load() opened; the read path reads three of its parts as attributes
+        #: what load() opened
         self._parts: StoreParts | None = None
         self._commitlog: CommitLog | None = None
         self._cq_store: ConsumeQueueStore | None = None
@@ -124,7 +133,7 @@ class MessageStore:
         #: why ``load()`` returned False, when a file is at fault (``MessageStore.open`` raises it)
         self.load_error: StoreCorruptedError | None = None
         self.boot_timestamp = self.clock()
-        self._arrivals: Arrivals | None = None
+        #: a read-only store's committed offsets, read when first asked for (a writer's are ``_writer.offsets``)
         self._read_offsets: ConsumerOffsets | None = None
 
     _checkpoint, _index, _dispatcher, _reput = (_part("_parts", n) for n in ("checkpoint", "index", "dispatcher", "reput"))
@@ -166,6 +175,19 @@ class MessageStore:
     def state(self) -> str:
         return self._state
 
+    @property
+    def _state(self) -> str:
+        return self.__state
+
+    @_state.setter
+    def _state(self, state: str) -> None:
+        # every read checks the state: the Python reads by ``closed``, the compiled ones by ``open``
+        self.__state = state
+        readable = state in (_LOADED, _STARTED)
+        self._reads.closed = None if readable else state
+        if self._reader is not None:
+            self._reader.open = readable
+
     def load(self) -> bool:
         """Lock the folder (writers), map the files and recover; False if the files are unusable."""
         if self._state != _NEW:
@@ -188,52 +210,34 @@ class MessageStore:
             return False
         self._parts, self.recovery = parts, parts.recovery
         self._commitlog, self._cq_store, self._limits = parts.commitlog, parts.cq_store, parts.limits
+        self._reads.attach(parts)
         self._bind_fast_paths()
         self._state = _LOADED
         return True
 
     def _bind_fast_paths(self) -> None:
         """The one place where instance attributes replace methods, so that the common calls cost one call
-        into C and no Python frame (a put is measured in hundreds of nanoseconds):
+        into C and no Python frame (on the put and get paths a Python frame would cost more than the work):
 
         * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
           SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
-        * ``get_message``, ``look_message_by_offset`` on a writer: a ``_read.QueueReader``'s
-          (``_bind_get_fast_path``), which hands every call it does not serve back to this class's methods.
+        * ``get_message``, ``look_message_by_offset``, on a writable ``MessageStore`` itself: a
+          ``_read.QueueReader``'s, which serves the common call (no filter, a known queue, a readable master,
+          int arguments) and hands every other to the ``StoreReads`` methods these delegate to. A read-only
+          store refreshes its view first, and a subclass may override these methods: both keep them.
 
         The methods below are what the bound ones do, and what runs before ``load``, in a read-only store (for
         reads) and in a subclass that overrides them."""
-        cl = self._commitlog
-        assert cl is not None
+        cl, cq_store, limits = self._commitlog, self._cq_store, self._limits
+        assert cl is not None and cq_store is not None and limits is not None
         if type(self).put_message is MessageStore.put_message:
             self.put_message = cl.put_message  # type: ignore[method-assign]
         if type(self).put_messages is MessageStore.put_messages:
             self.put_messages = cl.put_messages  # type: ignore[method-assign]
-        if not self.read_only:
-            self._bind_get_fast_path()
-
-    @property
-    def _state(self) -> str:
-        return self.__state
-
-    @_state.setter
-    def _state(self, state: str) -> None:
-        self.__state = state
-        if self._reader is not None:
-            # the compiled get_message serves only a readable store; the rest goes to the Python method
-            self._reader.open = state in (_LOADED, _STARTED)
-
-    def _bind_get_fast_path(self) -> None:
-        """``get_message`` and ``look_message_by_offset`` without a Python frame for their common calls (no
-        filter, a known queue, a readable master; an int offset): the instance's methods become a
-        ``_read.QueueReader``'s, which hands every other call back to this class's. Only for a writable
-        ``MessageStore`` itself: a read-only store refreshes its view first, and a subclass may change any
-        helper these methods use, so it keeps the Python methods."""
-        if type(self) is not MessageStore:
+        if self.read_only or type(self) is not MessageStore:
             return
-        assert self._commitlog is not None and self._cq_store is not None and self._limits is not None
-        self._reader = QueueReader(self._cq_store._queues, self._commitlog.queue, self._limits, self.running_flags,
-                                   RunningFlags.NOT_READABLE_BIT, self.config, _SLAVE, MessageStore, self)
+        self._reader = QueueReader(cq_store.table, cl.queue, limits, self.running_flags, RunningFlags.NOT_READABLE_BIT,
+                                   self.config, BrokerRole.SLAVE, StoreReads, self._reads)
         self.get_message = self._reader.get_message  # type: ignore[method-assign]
         self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
 
@@ -276,8 +280,7 @@ class MessageStore:
         was_started = self._state == _STARTED
         self._state = _SHUTDOWN
         self._update_writeable()
-        if self._arrivals is not None:
-            self._arrivals.wake_all()
+        self._reads.wake_waiters()
         w = self._writer
         if w is not None:
             w.stop_appends()
@@ -314,16 +317,7 @@ class MessageStore:
         delete_store(self.config, was_new)
 
     def _check_readable(self) -> CommitLog:
-        if self._state in (_NEW, _SHUTDOWN) or self._commitlog is None:
-            raise StoreClosedError("the store at %s is %s" % (self.root, self._state))
-        return self._commitlog
-
-    def _followed(self) -> CommitLog:
-        """The commit log, once a read-only store followed its writer (``refresh``)."""
-        cl = self._check_readable()
-        if self.read_only:
-            self.refresh()
-        return cl
+        return self._reads.check()
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -374,15 +368,11 @@ class MessageStore:
         """RocketMQ 4.8's ``isTransientStorePoolEnable``: the pool is used with ASYNC_FLUSH on a master only."""
         return pool_enabled(self.config)
 
-    # -- reading the commit log ------------------------------------------------------------------------------
+    # -- reading the commit log (pystore.reads) --------------------------------------------------------------
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         """The message stored at ``commit_log_offset``, or None if no message starts there."""
-        cl = self._check_readable()
-        if self.read_only and (commit_log_offset >= cl.get_max_offset()
-                               or cl.queue.find_mapped_file_by_offset(commit_log_offset) is None):
-            self.refresh()
-        return cl.look_message_by_offset(commit_log_offset)
+        return self._reads.look_message_by_offset(commit_log_offset)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message with this offset message id (store host + port + commit-log offset, hex)."""
@@ -392,7 +382,7 @@ class MessageStore:
         return self._check_readable().get_min_offset()
 
     def get_max_phy_offset(self) -> int:
-        return self._followed().get_max_offset()
+        return self._reads.followed().get_max_offset()
 
     def get_commit_log_data(self, offset: int) -> SelectMappedBufferResult | None:
         """A read-only view of the commit log from ``offset`` to the end of written data in its file; it
@@ -401,35 +391,16 @@ class MessageStore:
 
     def get_topic_queue_table(self) -> dict[tuple[str, int], int]:
         """``{(topic, queue_id): next queue offset}`` (a read-only store follows the writer first)."""
-        return self._followed().get_topic_queue_table()
+        return self._reads.followed().get_topic_queue_table()
 
     def dispatch_behind_bytes(self, _internal: bool = False) -> int:
         """How far the consume queues lag the commit log, in bytes: 0 with inline dispatch (ASYNC_FLUSH);
         with SYNC_FLUSH, the flushed bytes not dispatched yet."""
         if not _internal:
             self._check_readable()
-        cl, reput, w = self._commitlog, self._reput, self._writer
-        if cl is None or reput is None or self.read_only or (w is not None and w.inline_dispatch):
-            return 0
-        end = cl.queue.flushed_where if w is None else w.dispatch_end(cl)
-        return max(0, end - reput.reput_from)
+        return dispatch_behind(self._parts, self._writer)
 
-    # -- reading by queue ------------------------------------------------------------------------------------
-
-    def _queue(self, topic: str, queue_id: int, need: int = -1, fresh: bool = False) -> ConsumeQueue | None:
-        """The consume queue of (topic, queue_id); a read-only store first follows the writer (that queue and
-        the commit log) if the queue is unknown, ``fresh`` is asked for, or ``need`` lies beyond what it has
-        seen."""
-        self._check_readable()
-        if not isinstance(topic, str):
-            raise TypeError("topic must be str, got %s" % type(topic).__name__)
-        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
-            raise TypeError("queue_id must be int, got %s" % type(queue_id).__name__)
-        assert self._cq_store is not None
-        cq = self._cq_store.find(topic, queue_id)
-        if self.read_only and (cq is None or fresh or need >= cq.get_max_offset_in_queue()):
-            cq = self._parts.refresh_queue_read_only(topic, queue_id)  # type: ignore[union-attr]
-        return cq
+    # -- reading by queue (pystore.reads) --------------------------------------------------------------------
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
                     message_filter: MessageFilter | TagFilter | str | None = None,
@@ -442,51 +413,43 @@ class MessageStore:
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
         instead, because a refused put is a status (docs/api.md)."""
-        return self._get(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+        return self._reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
 
-    def _get(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-             message_filter: MessageFilter | TagFilter | str | None, timeout_ms: int,
-             limits_of: Callable[[ReadLimits], ReadLimits] | None = None) -> GetMessageResult:
-        """``get_message``, with the transfer caps ``limits_of(config's)`` (``get_columns`` lifts some)."""
-        if timeout_ms:
-            return self._wait_for_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms,
-                                          limits_of)
-        if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
-            raise TypeError("offset and max_msg_nums must be int")
-        cq = self._queue(topic, queue_id, offset)
-        if not self.running_flags.is_readable():
-            raise StoreError("the store at %s is not readable (running flags %s)" % (self.root, self.running_flags))
-        tag_codes, tag_names, filt = filter_tests(message_filter)
-        queue = self._commitlog.queue                       # type: ignore[union-attr]
-        assert self._limits is not None
-        limits = self._limits if limits_of is None else limits_of(self._limits)
-        slave = self.config.broker_role is _SLAVE
-        # the decision table (an unknown queue too), the scan and the result, in C (_read.read_queue)
-        # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
-        # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
-        # and looks again, under the refresh lock so that no refresh runs between the two
-        r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits, tag_codes,
-                       tag_names, filt, slave, None if self.read_only else queue)
-        if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
-            parts = self._parts
-            assert parts is not None
-            parts.refresh_queue_read_only(topic, queue_id)
-            with parts.refresh_lock:
-                r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
-                               tag_codes, tag_names, filt, slave, queue)
-        return r
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""
+        return self._reads.get_max_offset_in_queue(topic, queue_id)
 
-    def _wait_for_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                          message_filter: MessageFilter | TagFilter | str | None, timeout_ms: int,
-                          limits_of: Callable[[ReadLimits], ReadLimits] | None) -> GetMessageResult:
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
-            raise TypeError("timeout_ms must be int, got %s" % type(timeout_ms).__name__)
-        if timeout_ms < 0:
-            raise ValueError("timeout_ms must be >= 0, got %d" % timeout_ms)
-        def get() -> tuple[GetMessageResult, int]:
-            r = self._get(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of)
-            return r, (self.get_max_offset_in_queue(topic, queue_id) if r.status is _NO_MATCHED else 0)
-        return self._arrivals_of().wait_for(topic, timeout_ms, get, found_something)[0]
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self._reads.get_min_offset_in_queue(topic, queue_id)
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        """The commit-log offset of that queue offset's message; 0 if there is none."""
+        return self._reads.get_commit_log_offset_in_queue(topic, queue_id, consume_queue_offset)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
+        """5.x: ``"lower"`` the first offset stored at or after ``timestamp`` (the max offset if none is);
+        ``"upper"`` the last offset stored at or before it (0 if none is). 0 for an unknown queue."""
+        return self._reads.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        """Store time of the commit log's first message, or (with a topic and queue) of the queue's first
+        message; -1 when there is none."""
+        return self._reads.get_earliest_message_time(topic, queue_id)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        """Store time of the message at that queue offset; -1 if there is none."""
+        return self._reads.get_message_store_timestamp(topic, queue_id, consume_queue_offset)
+
+    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
+        return self._reads.get_message_total_in_queue(topic, queue_id)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int = 2**63 - 1) -> QueryMessageResult:
+        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end].
+
+        At most ``config.max_msgs_num_batch`` (RocketMQ's ``maxMsgsNumBatch``, 64 by default) whatever
+        ``max_num`` asks: a larger ``max_num`` is cut to it, with a warning logged once per store."""
+        return self._reads.query_message(topic, key, max_num, begin, end)
 
     # -- columns: the work is pystore.columns' ---------------------------------------------------------------
 
@@ -499,74 +462,12 @@ class MessageStore:
                     message_filter: MessageFilter | TagFilter | str | None = None,
                     timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
         """``get_message`` without its in-memory caps: ``(status, next_begin_offset, pyarrow.RecordBatch)``."""
-        return columns.get_columns(self, group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+        return columns.get_columns(self._reads, group, topic, queue_id, offset, max_msg_nums, message_filter,
+                                   timeout_ms)
 
     def queue_units(self, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
         """A read-only numpy view of the consume-queue units from ``start``, to a file's end or ``count``."""
-        return columns.queue_units(self, topic, queue_id, start, count)
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""
-        cq = self._queue(topic, queue_id, fresh=True)
-        return 0 if cq is None else cq.get_max_offset_in_queue()
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._queue(topic, queue_id, fresh=True)
-        return 0 if cq is None else cq.get_min_offset_in_queue()
-
-    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
-        """The commit-log offset of that queue offset's message; 0 if there is none."""
-        cq = self._queue(topic, queue_id, consume_queue_offset)
-        u = None if cq is None else cq.unit(consume_queue_offset)
-        return 0 if u is None else u[0]
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
-        """5.x: ``"lower"`` the first offset stored at or after ``timestamp`` (the max offset if none is);
-        ``"upper"`` the last offset stored at or before it (0 if none is). 0 for an unknown queue."""
-        if boundary not in ("lower", "upper"):
-            raise ValueError("boundary must be 'lower' or 'upper', got %r" % (boundary,))
-        cq = self._queue(topic, queue_id, fresh=True)
-        return 0 if cq is None else self._commitlog.queue_offset_by_time(cq, timestamp,  # type: ignore[union-attr]
-                                                                         boundary == "lower")
-
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
-        """Store time of the commit log's first message, or (with a topic and queue) of the queue's first
-        message; -1 when there is none."""
-        cl = self._check_readable()
-        if topic is None:
-            low = cl.get_min_offset()
-            return -1 if low < 0 else cl.pickup_store_timestamp(low)
-        if queue_id is None:
-            raise TypeError("get_earliest_message_time needs a queue_id with a topic")
-        cq = self._queue(topic, queue_id, fresh=True)
-        return -1 if cq is None else self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
-
-    def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
-        """Store time of the message at that queue offset; -1 if there is none."""
-        cq = self._queue(topic, queue_id, consume_queue_offset)
-        if cq is None or consume_queue_offset < cq.get_min_offset_in_queue():
-            return -1
-        u = cq.unit(consume_queue_offset)
-        return -1 if u is None else self._commitlog.unit_store_timestamp(*u[:2])  # type: ignore[union-attr]
-
-    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._queue(topic, queue_id, fresh=True)
-        return 0 if cq is None else cq.get_max_offset_in_queue() - cq.get_min_offset_in_queue()
-
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
-                      end: int = 2**63 - 1) -> QueryMessageResult:
-        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end].
-
-        At most ``config.max_msgs_num_batch`` (RocketMQ's ``maxMsgsNumBatch``, 64 by default) whatever
-        ``max_num`` asks: a larger ``max_num`` is cut to it, with a warning logged once per store."""
-        cl = self._check_readable()
-        if not isinstance(topic, str) or not isinstance(key, str):
-            raise TypeError("topic and key must be str")
-        if self._index is None:
-            return QueryMessageResult([], 0, 0)
-        if self.read_only:
-            self.refresh()
-        return self._index.query_messages(cl, topic, key, max_num, begin, end)
+        return columns.queue_units(self._reads, topic, queue_id, start, count)
 
     # -- operating -------------------------------------------------------------------------------------------
 
@@ -599,11 +500,8 @@ class MessageStore:
     # -- consumers -------------------------------------------------------------------------------------------
 
     def _arrivals_of(self) -> Arrivals:
-        self._check_readable()
-        if self._arrivals is None:
-            dispatcher = None if self.read_only else self._dispatcher
-            self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE)
-        return self._arrivals
+        """The listeners and waiting gets (``pystore.arrival``); ``Consumer`` waits on it too."""
+        return self._reads.arrivals()
 
     def add_arriving_listener(self, fn: ArrivingListener) -> None:
         """Call ``fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)``
@@ -611,17 +509,17 @@ class MessageStore:
         thread it runs on). A read-only store dispatches nothing: ``StoreError``."""
         if self.read_only:
             raise StoreError("%s is open read-only: it dispatches no message to listen to" % self.root)
-        self._arrivals_of().add_listener(fn)
+        self._reads.arrivals().add_listener(fn)
 
     def remove_arriving_listener(self, fn: ArrivingListener) -> None:
         """Stop calling ``fn``; ValueError if it was not added."""
-        self._arrivals_of().remove_listener(fn)
+        self._reads.arrivals().remove_listener(fn)
 
     def _consumer_offsets(self) -> ConsumerOffsets:
         self._check_readable()
         if self.read_only:
             if self._read_offsets is None:
-                self._read_offsets = ConsumerOffsets(self.config.config_path(), 0, self.get_min_offset_in_queue,
+                self._read_offsets = ConsumerOffsets(self.config.config_path(), 0, self._reads.get_min_offset_in_queue,
                                                      read_only=True)
             return self._read_offsets
         if self._writer is None or self._writer.offsets is None or self._state != _STARTED:
@@ -650,8 +548,7 @@ class MessageStore:
 
     def refresh(self) -> None:
         """Read-only stores: pick up what the writer appended since (new files, the new end of data)."""
-        if self.read_only and self._parts is not None:
-            self._parts.refresh_read_only()
+        self._reads.refresh()
 
     def get_runtime_info(self) -> dict[str, str]:
         """Runtime figures under RocketMQ's key names where they apply."""

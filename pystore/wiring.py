@@ -28,10 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pystore._codec import RECORD_BLANK
 from pystore._commitlog import QueueCell
 from pystore._dispatch import QueueDispatcher
 from pystore._read import ReadLimits
+from pystore._records import scan_file
+from pystore._units import recover_units
 from pystore.allocate import AllocateMappedFileService
+from pystore.arrival import WAKE_FILE, open_wake_file
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
 from pystore.clean import CleanService
 from pystore.commitlog import CommitLog
@@ -56,12 +60,13 @@ from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC
 from pystore.pool import TransientStorePool
 from pystore.put_waits import PutWaits
-from pystore.recovery import RecoveryResult, recover_store
+from pystore.recovery import RecoveryResult, recover_commit_log, recover_queues
 from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
 from pystore.service import Clock, DiskUsage
 
-__all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "open_parts", "pool_enabled", "wire_writer"]
+__all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "dispatch_behind", "open_parts", "pool_enabled",
+           "wire_writer"]
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +110,47 @@ class StoreParts:
         the other order lets units written between the two scans point past the commit log in view."""
         cl = self.commitlog
         with self.refresh_lock:
+            cq = self.cq_store.find(topic, queue_id)
+            if cq is not None and self._follow_in_place(cq):
+                return cq
             cq = self.cq_store.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
             cl.refresh_read_only()
             if cq is not None:
                 self._attach(cq)
         return cq
+
+    def _follow_in_place(self, cq: ConsumeQueue) -> bool:
+        """A reader's quick follow of a known queue (a waiting get looks after each wake-up; the folder listings
+        of the full follow cost far more): the units written since into the queue's last file, then the records
+        written since into the commit log's last file. False when that does not cover it (a file filled or
+        rolled, damage seen, a unit pointing past the log's last file): the full follow does it all then."""
+        mf = cq.last_file
+        cl = self.commitlog
+        if mf is None or mf.read_position >= mf.file_size or cl.damage_fence >= 0:
+            return False
+        pos, mx = recover_units(mf, mf.read_position)
+        grew = pos != mf.read_position
+        if grew:
+            # the next unit lands in this file while it has room: these are all the new ones
+            mf.set_positions(pos)
+            if mx >= 0:
+                cq.max_physic_offset = mx
+        if cq.max_physic_offset <= cl.get_max_offset():
+            if grew:
+                self._attach(cq)
+            return True
+        last = cl.queue.last()
+        if last is None or last.read_position >= last.file_size or \
+                cq.max_physic_offset > last.file_from_offset + last.file_size:
+            return False
+        end, reason, _, _ = scan_file(last, last.read_position, False, -1)
+        if reason == RECORD_BLANK:
+            return False
+        last.set_positions(end)
+        if cq.max_physic_offset > cl.get_max_offset():
+            return False
+        self._attach(cq)
+        return True
 
     def _attach(self, cq: ConsumeQueue) -> None:
         """The commit log's cell of ``cq``'s queue follows what the reader now sees of it."""
@@ -177,9 +218,10 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         abnormal = not last_exit_ok and not read_only
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
-        parts.recovery = recover_store(commitlog, parts.cq_store,
-                                       lambda: _make_reput(parts, cfg, last_exit_ok, clock), parts.checkpoint, cfg,
-                                       abnormal, read_only)
+        # the log judged first: an open it refuses leaves the index as it was (see recover_queues)
+        result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only)
+        reput = _make_reput(parts, cfg, last_exit_ok, clock)
+        recover_queues(commitlog, parts.cq_store, reput, result, parts.checkpoint, cfg, abnormal, read_only)
         commitlog.attach_last()
     except BaseException:
         parts.close()
@@ -190,8 +232,8 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
 
 
 def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: Clock) -> ReputService:
-    """The index, the dispatcher and the reput service; recovery calls it once the commit log is judged: a
-    refused open must leave the index as it was."""
+    """The index, the dispatcher and the reput service, made once recovery judged the commit log: a refused
+    open must leave the index as it was."""
     cl, cq_store = parts.commitlog, parts.cq_store
     if cfg.message_index_enable:
         parts.index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num, parts.checkpoint,
@@ -207,8 +249,22 @@ def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: 
 
     parts.dispatcher = QueueDispatcher(cell_for, cq_store.find_or_create, cfg.delay_level_table(), parts.index,
                                        SCHEDULE_TOPIC)
+    if not cfg.read_only:
+        # readers in other processes wait on this file's word; the dispatcher wakes them (pystore.arrival)
+        parts.dispatcher.wake = open_wake_file(cfg.store_path_root_dir, create=True)
     parts.reput = ReputService(parts.dispatcher, cl)
     return parts.reput
+
+
+def dispatch_behind(parts: StoreParts | None, writer: Writer | None) -> int:
+    """RocketMQ ``dispatchBehindBytes`` of a store: 0 for a reader (it dispatches nothing) and with inline
+    dispatch; else what dispatch has yet to reach of what it may (``Writer.dispatch_end``; the flushed end
+    before the writer started)."""
+    if parts is None or parts.reput is None or parts.commitlog.config.read_only:
+        return 0
+    if writer is not None:
+        return writer.behind(parts)
+    return max(0, parts.commitlog.queue.flushed_where - parts.reput.reput_from)
 
 
 def pool_enabled(cfg: StoreConfig) -> bool:
@@ -456,7 +512,7 @@ def delete_store(cfg: StoreConfig, unopened: bool) -> None:
         folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
         for path in folders:
             shutil.rmtree(path, ignore_errors=True)
-        for path in (cfg.checkpoint_path(), cfg.abort_path()):
+        for path in (cfg.checkpoint_path(), cfg.abort_path(), os.path.join(root, WAKE_FILE)):
             try:
                 os.unlink(path)
             except FileNotFoundError:

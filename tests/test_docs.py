@@ -8,7 +8,7 @@
 * nothing in README.md or docs/ points at design notes that are not part of the repository
   (:func:`references_outside_repo`);
 * the README's example (the fenced block after ``<!-- readme-example -->``) runs, verbatim, in a temp dir,
-  and prints what the README's next block says it prints.
+  and prints what the README's next block says it prints; and ``mypy --strict`` takes it as it stands.
 
 ``make docs`` runs this module alone; ``make test`` runs it first.
 """
@@ -321,8 +321,22 @@ def test_readme_example_runs(tmp_path):
     assert run.stdout == printed, "the README says the example prints:\n%s\nit printed:\n%s" % (printed, run.stdout)
 
 
+def test_readme_example_type_checks(tmp_path):
+    """A user who runs mypy on the README's example (with the package's stubs and ``py.typed``) sees no error:
+    a result that can be ``None`` (``append_message_result`` of a refused put) is checked before use."""
+    pytest.importorskip("mypy", reason="mypy (the dev extra) type-checks the README example")
+    code, _ = readme_example()
+    (tmp_path / "example.py").write_text(code)
+    # the package from this checkout, its own errors not ours to report here (make typecheck does that)
+    env = dict(os.environ, MYPYPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-error-summary",
+                          "--cache-dir", str(tmp_path / "cache"), "example.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def test_install_extra_named_in_readme_exists():
-    extras = re.findall(r"pip install \.\[(\w+)\]", README.read_text())
+    extras = re.findall(r"pip install \"?\.\[(\w+)\]", README.read_text())
     assert extras, "README.md names no `pip install .[extra]`"
     pyproject = (ROOT / "pyproject.toml").read_text()
     for extra in extras:

@@ -15,7 +15,7 @@ import time
 import pytest
 import reference_codec as ref
 
-from pystore import Message
+from pystore import Message, MessageBatch
 from pystore._index import index_keys
 from pystore.index import IndexService
 from pystore.message import SysFlag
@@ -218,3 +218,139 @@ def test_close_waits_for_the_flushes_of_full_files(tmp_path):
     s.close()
     assert not any(t.is_alive() for t in running)
     assert s.checkpoint.index_msg_timestamp == T0
+
+
+# -- the writer's parts: the hash's ASCII words, the KEYS/UNIQ_KEY scan, the topic kept, a message's scan kept --
+
+
+def _props_reference(props: bytes) -> dict[bytes, bytes]:
+    """docs/format.md §1.3 read as the record readers read it: ``\\x02``-separated ``name\\x01value``, split at
+    the first ``\\x01``; an empty name or value is no property; the last of a name wins."""
+    out = {}
+    for seg in props.split(b"\x02"):
+        name, sep, value = seg.partition(b"\x01")
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+def _expected_from_props(topic: bytes, props: bytes, phy: int) -> list[tuple[int, int]]:
+    p = _props_reference(props)
+    dec = lambda b: b.decode("utf-8", "replace")  # noqa: E731 - each part decoded on its own, as stored
+    keys = p.get(b"KEYS")
+    uniq = p.get(b"UNIQ_KEY")
+    out = []
+    if uniq:
+        out.append((key_hash(dec(topic) + "#" + dec(uniq)), phy))
+    for k in (keys or b"").split(b" "):
+        if k:
+            out.append((key_hash(dec(topic) + "#" + dec(k)), phy))
+    return out
+
+
+@pytest.mark.parametrize("length", range(0, 13))
+def test_hash_of_ascii_words_with_a_non_ascii_byte_anywhere(tmp_path, length):
+    """The hash folds four ASCII bytes at a time: a key of every length up to 12, plain and with a multi-byte or
+    invalid sequence at every position (inside, across and after a word), hashes as the decoded string."""
+    s = IndexService(str(tmp_path / "index"), 97, 4096, _Checkpoint(), clock=lambda: T0)
+    try:
+        keys = [b"abcdefghijkl"[:length]]
+        for pos in range(length + 1):
+            for odd in (b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xff", b"\xe2\x82"):
+                keys.append(b"abcdefghijkl"[:pos] + odd + b"abcdefghijkl"[pos:length])
+        want = []
+        for phy, k in enumerate(keys, 1):
+            index_keys(s, b"Topic", b"KEYS\x01" + k, phy, T0, 0)
+            want += expected("Topic", [(k.decode("utf-8", "replace"), None, phy)])
+        assert entries(s.files[-1].mapped_file.file_name, 97) == want
+    finally:
+        s.close()
+
+
+def test_properties_scan_matches_the_record_readers(tmp_path):
+    """Which KEYS and UNIQ_KEY a properties string holds, for properties strings built at random from the
+    pieces that matter (names that are prefixes or extensions of the two, separators in a row, empty names
+    and values, repeated names): the entries are those of the readers' parse."""
+    import random
+
+    rnd = random.Random(19)
+    names = [b"KEYS", b"UNIQ_KEY", b"KEY", b"KEYSX", b"XKEYS", b"UNIQ_KE", b"", b"a"]
+    values = [b"", b"a", b"b c", b" a", b"\x01x", b"\xc3\xa9", b"k1 k2  k3 ", b"\xff"]
+
+    def segment() -> bytes:
+        return rnd.choice(names) + (b"\x01" if rnd.random() < 0.9 else b"") + rnd.choice(values)
+    s = IndexService(str(tmp_path / "index"), 97, 8192, _Checkpoint(), clock=lambda: T0)
+    try:
+        want = []
+        for phy in range(1, 3001):
+            props = rnd.choice([b"\x02", b"\x02\x02"]).join(segment() for _ in range(rnd.randint(1, 4)))
+            props += rnd.choice([b"", b"\x02"])
+            index_keys(s, b"T", props, phy, T0, 0)
+            want += _expected_from_props(b"T", props, phy)
+        assert len(want) > 500
+        got = entries(s.files[-1].mapped_file.file_name, 97) if s.files else []
+        assert got == want
+    finally:
+        s.close()
+
+
+def test_topics_taking_turns_each_hash_under_their_own_name(service):
+    """The writer keeps the last topic's hash: topics of one length that differ in one byte, a prefix of
+    another, and the empty topic, in turns, each index under ``topic#key``."""
+    topics = [b"TopicA", b"TopicB", b"Topic", b"TopicA", b"", b"TopicB", b"\xc3\xa9t\xc3\xa9", b"TopicA"]
+    want = []
+    for phy, t in enumerate(topics, 1):
+        index_keys(service, t, b"KEYS\x01k", phy, T0, 0)
+        want += expected(t.decode(), [("k", None, phy)])
+    assert entries(service.files[-1].mapped_file.file_name, 97) == want
+
+
+@pytest.mark.parametrize("n", [15, 16, 17, 40])
+def test_a_message_with_many_keys_gets_them_all_in_order(store_factory, n):
+    """The writer hashes keys 16 at a time: a message of ``n`` keys and a UNIQ_KEY, put (inline dispatch) and
+    then rebuilt from the record (reput), gets ``n + 1`` entries in the order UNIQ_KEY, then the keys."""
+    store = store_factory(max_hash_slot_num=101, max_index_num=400)
+    keys = ["key-%d" % i for i in range(n)]
+    a = store.put_message(Message(TOPIC, b"many", keys=keys, properties={"UNIQ_KEY": "U"})).append_message_result
+    want = expected(TOPIC, [(" ".join(keys), "U", a.wrote_offset)])
+    assert all_entries(store.root, 101) == want
+    for k in (keys[0], keys[15 if n > 15 else 0], keys[-1], "U"):
+        assert [m.body for m in store.query_message(TOPIC, k).messages] == [b"many"]
+    store.shutdown()
+    shutil.rmtree(os.path.join(store.root, "consumequeue"))
+    shutil.rmtree(os.path.join(store.root, "index"))
+    store = store_factory(max_hash_slot_num=101, max_index_num=400)
+    assert all_entries(store.root, 101) == want
+
+
+def test_a_message_put_again_after_its_keys_changed_is_indexed_under_the_new_keys(store_factory):
+    """The dispatcher keeps the last keyed message's scan (by its properties bytes): the same ``Message`` put
+    twice, its keys changed in between, and put again between puts of others, is indexed under the keys it had
+    at each put; a batch of keyed messages gets one entry per message."""
+    store = store_factory(max_hash_slot_num=101, max_index_num=400)
+    m = Message(TOPIC, b"m", keys="a")
+    other = Message(TOPIC, b"o", keys="o")
+    puts = []
+    for keys in ("a", "a", "b c", None, "d"):
+        m.keys = keys
+        puts.append((keys, None, store.put_message(m).append_message_result.wrote_offset))
+        puts.append(("o", None, store.put_message(other).append_message_result.wrote_offset))
+    store.put_messages(MessageBatch([Message(TOPIC, b"x%d" % i, keys="x%d" % i) for i in range(3)]))
+    got = all_entries(store.root, 101)
+    assert got[:-3] == expected(TOPIC, puts)
+    assert [h for h, _ in got[-3:]] == [key_hash(TOPIC + "#x%d" % i) for i in range(3)]
+    assert got[-3][1] < got[-2][1] < got[-1][1]
+    assert sorted(x.queue_offset for x in store.query_message(TOPIC, "a", 10).messages) == [0, 2]
+    assert [x.body for x in store.query_message(TOPIC, "c").messages] == [b"m"]
+    assert [x.body for x in store.query_message(TOPIC, "x2").messages] == [b"x2"]
+
+
+def test_a_rolled_back_message_put_after_a_keyed_one_with_the_same_properties_is_not_indexed(store_factory):
+    """The kept scan is a scan of the properties *and* the flag: the same properties bytes under the
+    rollback type get no entry."""
+    store = store_factory(max_hash_slot_num=101, max_index_num=400)
+    m = Message(TOPIC, b"m", keys="k")
+    a = store.put_message(m).append_message_result
+    m.sys_flag = SysFlag.TRANSACTION_ROLLBACK_TYPE
+    store.put_message(m)
+    assert all_entries(store.root, 101) == expected(TOPIC, [("k", None, a.wrote_offset)])

@@ -156,8 +156,8 @@ def test_shutdown_writes_the_checkpoint_and_keeps_the_lock_file(store_factory):
         last = s.put_message(make_message(i)).append_message_result
     s.shutdown()
     root = s.root
-    # config/ holds delayOffset.json, persisted at shutdown (docs/format.md §4.4, §10)
-    assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "config", "consumequeue", "index", "lock"]
+    # config/ holds delayOffset.json, persisted at shutdown (docs/format.md §4.4, §10); wakeup is pystore's own (§15)
+    assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "config", "consumequeue", "index", "lock", "wakeup"]
     with open(os.path.join(root, "checkpoint"), "rb") as fh:
         cp = fh.read()
     assert len(cp) == 4096

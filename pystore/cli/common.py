@@ -40,13 +40,27 @@ INTERRUPTED = 130
 PLAIN_WIDTH = 100_000
 
 
+#: the spaces that end a line: a table pads every cell to its column's width, the last one too
+_TRAILING_SPACES = re.compile(r" +(?=\n)")
+
+
 class _Console(Console):
     """A rich console whose broken pipe is a :class:`BrokenPipeError` for :class:`CliGroup` to end quietly
-    (rich's own answer is ``SystemExit(1)``)."""
+    (rich's own answer is ``SystemExit(1)``). A plain one (not a terminal) ends no line with spaces: the
+    padding of a table's last column is no part of the data, and a row of ``inspect`` would otherwise run to
+    its widest row's length."""
+
+    def __init__(self, *args: Any, plain: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._plain = plain
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
         raise BrokenPipeError(32, "Broken pipe")
+
+    def _render_buffer(self, buffer: Any) -> str:
+        text = super()._render_buffer(buffer)
+        return _TRAILING_SPACES.sub("", text) if self._plain else text
 
 
 def _isatty(stream: Any) -> bool:
@@ -60,7 +74,7 @@ def make_console(stderr: bool = False) -> Console:
     """A console for stdout (or stderr): rich on a terminal, plain lines otherwise (see the module doc)."""
     if _isatty(sys.stderr if stderr else sys.stdout):
         return _Console(stderr=stderr, highlight=False)
-    return _Console(stderr=stderr, highlight=False, width=PLAIN_WIDTH, soft_wrap=True)
+    return _Console(stderr=stderr, highlight=False, width=PLAIN_WIDTH, soft_wrap=True, plain=True)
 
 
 console = make_console()
@@ -124,7 +138,7 @@ def handle_store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except StoreLockedError as e:
             fail(
                 "the store at %s is locked: another process has it open for writing (lock file %s). The "
-                "read-only verbs (get, query, inspect, verify, export) work next to it; put, recover and clean "
+                "read-only verbs (get, query, inspect, verify, export) work next to it; put, recover, clean and demo "
                 "need it closed first" % (os.path.dirname(e.path) or ".", e.path)
             )
         except StoreCorruptedError as e:

@@ -25,8 +25,9 @@ from pystore.cli.common import console, err_console, esc, fail, handle_store_err
 @click.option("--no-verify-crc", is_flag=True, help="export records with a bad body CRC as stored")
 @handle_store_errors
 def export(root: str, out: str, topics: tuple[str, ...], use_spark: bool, no_verify_crc: bool) -> None:
-    """Write the messages of ROOT to the Parquet file OUT (docs/api.md's Spark columns). Exporting no message
-    (an empty store, a topic that has none) writes an empty file and is not an error."""
+    """Write the messages of ROOT to the Parquet file OUT: one row per message, with the columns of a Spark
+    read of the store (timestamps as UTC milliseconds, with or without --spark). Exporting no message (an
+    empty store, a topic that has none) writes an empty file and is not an error."""
     require_store(root)
     if use_spark:
         _export_spark(root, out, topics, not no_verify_crc)
@@ -89,6 +90,8 @@ def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool
         # Spark's default writes timestamps as INT96, which readers take as naive nanoseconds: UTC
         # milliseconds instead, the type the pyarrow path writes (pystore.export.arrow_schema)
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
+        # Spark's stage bar redraws itself with carriage returns: for a terminal's eyes only
+        .config("spark.ui.showConsoleProgress", str(err_console.is_terminal).lower())
         .getOrCreate()
     )
     try:

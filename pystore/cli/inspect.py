@@ -1,4 +1,6 @@
-"""``pystore inspect``: topics, queues, offsets, files, disk usage and checkpoint of a store (read-only).
+"""``pystore inspect``: topics, queues, offsets, files, disk usage and checkpoint of a store (read-only), and
+each consumer group's lag per queue (``config/consumerOffset.json``: the queue's max offset less the committed
+offset, which reads as the queue's min offset when it lies below it, as ``fetch_offset`` reads it).
 
 Sizes are shown as ``allocated / apparent``: the disk a file takes (``st_blocks``, as ``du`` counts) and its
 size (``st_size``, as ``ls`` shows); a file with fewer bytes allocated than its size is marked sparse."""
@@ -6,6 +8,8 @@ size (``st_size``, as ``ls`` shows); a file with fewer bytes allocated than its 
 from __future__ import annotations
 
 import datetime
+import os
+from typing import Any
 
 import click
 from rich.text import Text
@@ -47,6 +51,10 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         )
     }
     info = store_info(root, **over)
+    groups, groups_error = consumer_lags(cfg.config_path(), info["queues"])
+    info["consumer_groups"] = groups
+    if groups_error:
+        info["consumer_groups_error"] = groups_error
     if as_json:
         print_json(info)
         return
@@ -138,6 +146,22 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
             iso(_ts(row["last_store_time"])),
         )
     console.print(q)
+    if groups or groups_error:
+        g = table("consumer groups (config/consumerOffset.json)")
+        for col in ("group", "topic", "queue", "committed", "max offset", "lag"):
+            g.add_column(col, justify="left" if col in ("group", "topic") else "right")
+        for row in groups:
+            g.add_row(
+                Text(row["group"]),
+                Text(row["topic"]),
+                str(row["queue_id"]),
+                str(row["committed"]),
+                "-" if row["max_offset"] is None else str(row["max_offset"]),
+                "-" if row["lag"] is None else str(row["lag"]),
+            )
+        console.print(g)
+        if groups_error:
+            console.print("[red]consumer offsets: %s[/red]" % esc(groups_error))
     f = table("commit-log files")
     for col in ("file", "allocated / apparent", "first store time"):
         f.add_column(col, justify="left" if col == "file" or col == "first store time" else "right")
@@ -149,6 +173,34 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
             "index files (allocated / apparent): "
             + ", ".join("%s (%s)" % (x["name"], _sizes(x["size"], x["allocated"])) for x in info["index_files"])
         )
+
+
+def consumer_lags(config_dir: str, queues: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """Rows ``group, topic, queue_id, committed, max_offset, lag`` of the committed offsets in ``config_dir``
+    against ``queues`` (``store_info``'s); ``max_offset`` and ``lag`` are None for a queue the store does not
+    have. The second item says why the file could not be read (None when it could, or there is none)."""
+    from pystore.config_json import load_config_file
+    from pystore.consumer_offsets import CONSUMER_OFFSET_FILE, SEPARATOR, decode_consumer_offsets
+    from pystore.errors import StoreError
+
+    try:
+        table_ = load_config_file(os.path.join(config_dir, CONSUMER_OFFSET_FILE), decode_consumer_offsets) or {}
+    except StoreError as e:
+        return [], str(e)
+    by_queue = {(q["topic"], q["queue_id"]): q for q in queues}
+    rows = []
+    for key, offsets in sorted(table_.items()):
+        topic, _, group = key.partition(SEPARATOR)
+        for qid, committed in sorted(offsets.items()):
+            q = by_queue.get((topic, qid))
+            if q is None:
+                rows.append({"group": group, "topic": topic, "queue_id": qid, "committed": committed,
+                             "max_offset": None, "lag": None})
+                continue
+            start = max(committed, q["min_offset"])
+            rows.append({"group": group, "topic": topic, "queue_id": qid, "committed": start,
+                         "max_offset": q["max_offset"], "lag": max(0, q["max_offset"] - start)})
+    return rows, None
 
 
 def _sizes(apparent: int, allocated: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from typing import Any
@@ -160,6 +161,46 @@ def put(
 
 # the statuses of a read that went as far as it could (shown green; the others yellow, all exit 0)
 _GET_END_OK = {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_OVERFLOW_ONE"}
+#: ms one waiting get of ``get --follow`` waits before it gets again (a bound, not a poll: a put wakes it)
+_FOLLOW_WAIT_MS = 1000
+#: s ``get --follow`` pauses after an answer that neither waited nor moved on (an offset past the end)
+_FOLLOW_PAUSE_S = 0.2
+
+
+def _follow(
+    root: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    flt: Any,
+    group: str,
+    as_json: bool,
+    config_file: str | None,
+    sets: tuple[str, ...],
+) -> None:
+    """``get --follow``: rows (or one JSON object a line) as the messages arrive, flushed after each get, until
+    Ctrl-C (exit 130) or the reader of the output goes away (exit 0); common.CliGroup ends both."""
+    import time
+
+    from pystore.status import GetMessageStatus
+
+    waits = (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE,
+             GetMessageStatus.NO_MATCHED_MESSAGE)
+    with open_store(root, config_file, sets) as store:
+        if not as_json:
+            click.echo(ROW_HEADER)
+        nxt = offset
+        while True:
+            r = store.get_message(group, topic, queue_id, nxt, 32, flt, timeout_ms=_FOLLOW_WAIT_MS)
+            if r.messages:
+                if as_json:
+                    click.echo("\n".join(json.dumps(message_dict(m), default=str) for m in r.messages))
+                else:
+                    print_rows(r.messages)
+                sys.stdout.flush()
+            elif r.next_begin_offset == nxt and r.status not in waits:
+                time.sleep(_FOLLOW_PAUSE_S)
+            nxt = r.next_begin_offset
 
 
 @click.command(short_help="read a queue from an offset (get_message)")
@@ -178,6 +219,12 @@ _GET_END_OK = {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_OVERFLOW_ONE"}
 )
 @click.option("--tags", help='tag filter, RocketMQ style: "TagA || TagB"')
 @click.option("--group", default="pystore-cli", show_default=True, help="consumer group name")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="keep printing messages as they arrive (no --max; Ctrl-C ends it): rows, or JSON lines with --json",
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
 @handle_store_errors
@@ -189,14 +236,19 @@ def get(
     max_n: int,
     tags: str | None,
     group: str,
+    follow: bool,
     as_json: bool,
     config_file: str | None,
     sets: tuple[str, ...],
 ) -> None:
-    """Read messages of TOPIC/QUEUE_ID from queue offset OFFSET (get_message)."""
+    """Read messages of TOPIC/QUEUE_ID from queue offset OFFSET (get_message); with --follow, go on reading
+    as a writer in another process puts more (a long-polling get: no CPU while nothing arrives)."""
     from pystore import TagFilter
 
     flt = TagFilter(tags) if tags else None
+    if follow:
+        _follow(root, topic, queue_id, offset, flt, group, as_json, config_file, sets)
+        return
     title = "%s/%d from offset %d%s" % (topic, queue_id, offset, " (tags %s)" % flt.expression if flt else "")
     held: list[Any] = []  # for the table or the JSON; streamed rows are not held
     count = 0

@@ -64,10 +64,11 @@ def recover(root: str, truncate: bool, config_file: str | None, sets: tuple[str,
             max_phy = store.get_max_phy_offset()
             min_phy = store.get_min_phy_offset()
     except StoreCorruptedError as e:
-        err_console.print("[red]the store is corrupted and was not changed:[/red] %s" % esc(e))
+        # the error line every verb prints for damage (handle_store_errors), then what recover can do about it
+        err_console.print("[red]error:[/red] store corrupted: %s" % esc(e))
         err_console.print(
-            "`pystore recover --truncate %s` cuts the commit log at offset %d; every message after "
-            "it is lost. `pystore verify %s` lists all the damage first." % (esc(root), e.offset, esc(root))
+            "nothing was changed. `pystore recover --truncate %s` cuts the commit log at offset %d; every "
+            "message after it is lost. `pystore verify %s` lists all the damage first." % (esc(root), e.offset, esc(root))
         )
         sys.exit(PROBLEM)
     after = _cl_listing(cfg)
