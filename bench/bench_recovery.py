@@ -1,4 +1,4 @@
-"""Recovery: the record scan over a warm 1 GiB commit-log file (``pystore._commitlog.scan_file``, with and
+"""Recovery: the record scan over a warm 1 GiB commit-log file (``pystore._records.scan_file``, with and
 without the body CRC) and a full ``MessageStore.open`` of a cleanly shut store (normal recovery: map, walk the
 last files with CRC, start the services), against the same run's pure-Python ``struct`` scan of the same
 records.

@@ -49,8 +49,8 @@ def store_api() -> dict[str, Any]:
     except ImportError:
         from pystore.config import FlushDiskType
     from pystore._codec import record_length
-    from pystore._commitlog import scan_file
     from pystore._mapped_file import MappedFile
+    from pystore._records import scan_file
 
     return {
         "pystore": pystore,

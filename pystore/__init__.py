@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - a broken install
     ) from exc
 
 from pystore import tools  # noqa: E402  (a module of the public API)
-from pystore._mapped_file import SelectMappedBufferResult
+from pystore._mapped_view import SelectMappedBufferResult
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.errors import ConfigError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
 from pystore.message import MessageConst, MessageFilter, SysFlag, TagFilter

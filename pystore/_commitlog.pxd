@@ -3,11 +3,7 @@ from libc.stdint cimport int32_t, int64_t
 
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message
-
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutex_t:
-        pass
+from pystore._put_lock cimport PutMessageLock
 
 
 cdef class QueueCell:
@@ -16,14 +12,6 @@ cdef class QueueCell:
     cdef readonly int32_t queue_id
     cdef public int64_t next_offset
     cdef public object consume_queue
-
-
-cdef class PutMessageLock:
-    cdef int flag
-    cdef readonly bint reentrant
-    cdef pthread_mutex_t mu
-    cdef void lock(self) noexcept
-    cdef void unlock(self) noexcept
 
 
 cdef class Dispatcher:

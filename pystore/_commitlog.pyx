@@ -13,7 +13,7 @@ flush service is woken (a C flag keeps that to one Python call per flush cycle) 
 Policy stays in Python (``commitlog.py``): where the next file comes from (``roll_file``), what happens
 after a put (``after_put``), delay-level rewriting (``delay_rewrite``), whether the store is writeable.
 
-Thread-safety: all methods may be called from any thread. The put lock is RocketMQ's spin lock by default
+Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by default
 (an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a
 big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 """
@@ -23,55 +23,25 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
-from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp
 
 from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms
-from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BAD_CRC, REC_BAD_LENGTH, REC_END,
-                             STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, QueueTallyC,
-                             RecordView, TallySlot, check_record, encode_like, encode_message, encode_with_body,
-                             enters_queue, find_next_record, make_ext, message_length, scan_records, write_blank)
-from pystore._files cimport find_file
+from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE,
+                             TRANSACTION_TYPE_MASK, encode_like, encode_message, encode_with_body, enters_queue,
+                             message_length, write_blank)
 from pystore._mapped_file cimport MappedFile
 from pystore._hosts cimport encode_host
-from pystore._jstring cimport utf8_text
 from pystore._message cimport Message, copy_message
 from pystore._message_batch cimport MessageBatch
+from pystore._put_lock cimport PutMessageLock
 from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 import logging
 import os
 
-from pystore.errors import StoreCorruptedError
 from pystore.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutexattr_t:
-        pass
-    int pthread_mutexattr_init(pthread_mutexattr_t *)
-    int pthread_mutexattr_settype(pthread_mutexattr_t *, int)
-    int pthread_mutex_init(pthread_mutex_t *, const pthread_mutexattr_t *)
-    int pthread_mutex_destroy(pthread_mutex_t *)
-    int pthread_mutex_lock(pthread_mutex_t *)
-    int pthread_mutex_trylock(pthread_mutex_t *)
-    int pthread_mutex_unlock(pthread_mutex_t *)
-    int PTHREAD_MUTEX_RECURSIVE
-
-cdef extern from "<sched.h>" nogil:
-    int sched_yield()
-
-cdef extern from *:
-    """
-    static inline int ps_spin_try(int *f) {
-        int expected = 0;
-        return __atomic_compare_exchange_n(f, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
-    }
-    static inline void ps_spin_unlock(int *f) { __atomic_store_n(f, 0, __ATOMIC_RELEASE); }
-    """
-    bint spin_try "ps_spin_try"(int *f) noexcept nogil
-    void spin_unlock "ps_spin_unlock"(int *f) noexcept nogil
 
 cdef object ST_SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
 cdef object ST_MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
@@ -103,54 +73,6 @@ cdef class QueueCell:
 
     def __repr__(self):
         return "QueueCell(%r, %d, next_offset=%d)" % (self.topic, self.queue_id, self.next_offset)
-
-
-@cython.final
-cdef class PutMessageLock:
-    """RocketMQ's PutMessageSpinLock (default) or PutMessageReentrantLock."""
-
-    def __cinit__(self, bint reentrant=False):
-        cdef pthread_mutexattr_t attr
-        self.reentrant = reentrant
-        pthread_mutexattr_init(&attr)
-        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE)
-        pthread_mutex_init(&self.mu, &attr)
-
-    def __dealloc__(self):
-        pthread_mutex_destroy(&self.mu)
-
-    cdef void lock(self) noexcept:
-        cdef int spins = 0
-        if self.reentrant:
-            if pthread_mutex_trylock(&self.mu) != 0:
-                with nogil:
-                    pthread_mutex_lock(&self.mu)
-            return
-        while not spin_try(&self.flag):
-            spins += 1
-            if spins >= 64:
-                spins = 0
-                with nogil:
-                    sched_yield()
-
-    cdef void unlock(self) noexcept:
-        if self.reentrant:
-            pthread_mutex_unlock(&self.mu)
-        else:
-            spin_unlock(&self.flag)
-
-    def acquire(self):
-        self.lock()
-
-    def release(self):
-        self.unlock()
-
-    def __enter__(self):
-        self.lock()
-        return self
-
-    def __exit__(self, *exc):
-        self.unlock()
 
 
 cdef class Dispatcher:
@@ -698,221 +620,3 @@ cdef class CommitLogCore:
 
     def put_latency_buckets(self):
         return {BUCKET_NAMES[i]: self.buckets[i] for i in range(13)}
-
-
-# ------------------------------------------------------------------------------------------------------
-# Reading records out of mapped files
-# ------------------------------------------------------------------------------------------------------
-
-def read_message(MappedFile mf, long long pos, bint verify_crc=False, bint strict=False):
-    """Decode the record at ``pos`` of ``mf`` (a copy), or None when no whole valid record starts there
-    (past the readable end, a blank, not a record boundary, or the file is going away).
-
-    ``strict`` (the read paths of a store): a record must name its own place (PHYSICALOFFSET == the offset
-    asked for), or it is not the message stored there (a misplaced or swapped file): None. A record that
-    names its place but fails its CRC (``verify_crc``) is damage: ``StoreCorruptedError``."""
-    return _read_at(mf, pos, verify_crc, strict)
-
-
-cdef object _read_at(MappedFile mf, int64_t pos, bint verify_crc, bint strict):
-    cdef RecordView v
-    cdef int32_t r
-    cdef int64_t rp, at = mf.file_from_offset + pos
-    cdef object e = None
-    if mf.base == NULL or not mf.c_hold():
-        return None
-    try:
-        rp = mf.read_position()
-        if 0 <= pos < rp:
-            r = check_record(mf.base + pos, rp - pos, verify_crc, &v)
-            if strict and (r > 0 or r == REC_BAD_CRC) and v.phy_offset != at:
-                return None
-            if r == REC_BAD_CRC and strict:
-                raise StoreCorruptedError(mf.file_name, at, "the body of the record stored here fails its CRC")
-            if r > 0:
-                e = make_ext(mf.base + pos, &v)
-        return e
-    finally:
-        mf.c_release()
-
-
-def message_at(list files not None, long long file_size, long long offset, bint verify_crc=False):
-    """The message stored at ``offset`` of the log whose files are ``files`` (in offset order, ``file_size``
-    bytes each), or None if none starts there: ``read_message`` with ``strict`` in the file that holds it.
-    Every read of a message by its commit-log offset comes here (``look_message_by_offset``)."""
-    cdef MappedFile mf
-    if file_size <= 0:
-        raise ValueError("file_size must be positive")
-    mf = find_file(files, file_size, offset)
-    if mf is None:
-        return None
-    return _read_at(mf, offset - mf.file_from_offset, verify_crc, True)
-
-
-@cython.final
-cdef class RecordIterator:
-    """Iterate the records of one mapped file from ``start``: yields ``MessageExt``; stops at the blank or
-    the end of written data; raises ``StoreCorruptedError`` (file, absolute offset) at a record that is
-    damaged, or whose CRC is wrong when ``verify_crc``. ``stop_reason`` tells how it ended."""
-    cdef MappedFile mf
-    cdef int64_t pos
-    cdef int64_t limit
-    cdef bint verify_crc
-    cdef bint held
-    cdef readonly int32_t stop_reason
-    cdef readonly bint finished
-
-    def __init__(self, MappedFile mf not None, long long start=0, bint verify_crc=True, long long limit=-1):
-        self.mf = mf
-        self.pos = start
-        self.limit = mf.read_position() if limit < 0 else min(<int64_t>limit, mf.file_size)
-        self.verify_crc = verify_crc
-        self.stop_reason = REC_END
-        self.held = mf.c_hold()
-        if not self.held:
-            self.finished = True
-
-    @property
-    def position(self):
-        return self.pos
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        cdef RecordView v
-        cdef int32_t r
-        if self.finished or self.mf.base == NULL:
-            self._finish()
-            raise StopIteration
-        r = check_record(self.mf.base + self.pos, self.limit - self.pos, self.verify_crc, &v)
-        if r > 0 and self.verify_crc and v.phy_offset != self.mf.file_from_offset + self.pos:
-            # a record stored for another offset (a misplaced or swapped file, a damaged header): never
-            # yielded as the message at this offset
-            self._finish()
-            self.stop_reason = REC_BAD_LENGTH
-            raise StoreCorruptedError(self.mf.file_name, self.mf.file_from_offset + self.pos,
-                                      "the record here names offset %d as its own" % v.phy_offset)
-        if r > 0:
-            e = make_ext(self.mf.base + self.pos, &v)
-            self.pos += r
-            return e
-        self._finish()
-        self.stop_reason = r
-        if r < REC_END:
-            raise StoreCorruptedError(self.mf.file_name, self.mf.file_from_offset + self.pos, _reason(r))
-        raise StopIteration
-
-    cdef void _finish(self) noexcept:
-        if self.held:
-            self.held = False
-            self.mf.c_release()
-        self.finished = True
-
-    def close(self):
-        self._finish()
-
-    def __dealloc__(self):
-        if self.held and self.mf is not None:
-            self.held = False
-            self.mf.c_release()
-
-
-cdef class QueueTally:
-    """What a recovery walk (``scan_file`` with ``tally=``) saw of each queue: for every (topic, queue id)
-    with records in the walked range, the commit-log offset of its first record there and its highest queue
-    offset. Recovery compares them with each consume queue's end (a queue that lost units at its end has a
-    record at or past that end) without a second walk. ``overflow`` is set when a topic is too long for a
-    slot or more queues were seen than the table holds: then the tally says nothing."""
-    cdef QueueTallyC t
-
-    def __cinit__(self, int slots=8192):
-        cdef int n = 16
-        while n < slots:
-            n <<= 1
-        self.t.slots = <TallySlot *>calloc(n, sizeof(TallySlot))
-        if self.t.slots == NULL:
-            raise MemoryError()
-        self.t.mask = n - 1
-        self.t.used = 0
-        self.t.last = -1
-        self.t.overflow = False
-        self.t.file_from = 0
-
-    def __dealloc__(self):
-        free(self.t.slots)
-
-    @property
-    def overflow(self) -> bool:
-        return self.t.overflow
-
-    def queues(self):
-        """``{(topic, queue_id): (first_record_offset, max_queue_offset)}`` of what was walked."""
-        cdef int32_t i
-        cdef TallySlot *s
-        out = {}
-        for i in range(self.t.mask + 1):
-            s = &self.t.slots[i]
-            if s.topic_len > 0:
-                topic = utf8_text(s.topic, s.topic_len)
-                out[(topic, s.queue_id)] = (s.first_phy, s.max_queue_offset)
-        return out
-
-
-def scan_file(MappedFile mf, long long start=0, bint check_crc=True, long long limit=-1, QueueTally tally=None):
-    """Walk the records of ``mf`` from ``start`` without the GIL: ``(valid_end, reason, count,
-    last_store_timestamp)``; ``reason`` is RECORD_BLANK, RECORD_END or the corruption found. With a
-    ``tally``, every valid record walked is counted for its queue."""
-    cdef int32_t reason = REC_END
-    cdef int64_t count = 0, last_ts = -1, end
-    cdef int64_t lim = mf.file_size if limit < 0 else min(<int64_t>limit, mf.file_size)
-    cdef QueueTallyC *t = NULL
-    mf.check_mapped()
-    if mf.base == NULL or start >= lim:
-        return (start, REC_END, 0, -1)
-    if tally is not None:
-        t = &tally.t
-        t.file_from = mf.file_from_offset
-        t.last = -1
-    if not mf.c_hold():
-        return (start, REC_END, 0, -1)
-    try:
-        with nogil:
-            end = scan_records(mf.base, start, lim, check_crc, &reason, &count, &last_ts, t)
-    finally:
-        mf.c_release()
-    return (end, reason, count, last_ts)
-
-
-def find_valid_record_after(MappedFile mf, long long start):
-    """Position of the first whole valid record at or after ``start`` in ``mf`` (see
-    ``_codec.find_next_record``), or -1. Skips what the file system reports as holes."""
-    cdef int64_t pos = start, found = -1, lim = mf.file_size, nxt
-    if mf.base == NULL or start >= lim:
-        return -1
-    nxt = mf.next_data_offset(start)
-    if nxt < 0:
-        return -1
-    pos = max(start, nxt - 4096 if nxt - 4096 > start else start)
-    if not mf.c_hold():
-        return -1
-    try:
-        with nogil:
-            found = find_next_record(mf.base, pos, lim, mf.file_from_offset)
-    finally:
-        mf.c_release()
-    return found
-
-
-def first_store_timestamp(MappedFile mf):
-    """Store time of the first record of ``mf`` if it is a valid message, else 0."""
-    cdef RecordView v
-    if mf.base == NULL or mf.file_size < 8:
-        return 0
-    r = check_record(mf.base, mf.file_size, False, &v)
-    return v.store_ts if r > 0 else 0
-
-
-cdef object _reason(int32_t r):
-    from pystore._codec import REASONS
-    return REASONS.get(r, "invalid record")

@@ -73,13 +73,3 @@ cdef class MappedFile:
     cdef void _unmap(self) noexcept
     cdef void _maybe_unmap(self) noexcept
     cdef void _drop_ref(self) noexcept
-
-
-cdef class SelectMappedBufferResult:
-    cdef MappedFile mf
-    cdef readonly int64_t start_offset
-    cdef readonly int64_t size
-    cdef int64_t pos
-    cdef bint released
-    cdef object _view
-    cdef int exports

@@ -1,15 +1,15 @@
-"""Types of ``pystore._mapped_file`` (compiled): one memory-mapped store file, and the read-only window on it
-that ``MessageStore.get_commit_log_data`` returns.
+"""Types of ``pystore._mapped_file`` (compiled): one memory-mapped store file (the read-only window on it that
+``select_mapped_buffer`` returns is ``pystore._mapped_view.SelectMappedBufferResult``).
 
 Kept in step with ``_mapped_file.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
 
 import mmap
-from types import TracebackType
-from typing import Final, Self, TypedDict, final, type_check_only
+from typing import Final, TypedDict, final, type_check_only
 
 from typing_extensions import Buffer
 
+from pystore._mapped_view import SelectMappedBufferResult
 from pystore.pool import TransientStorePool
 
 OS_PAGE_SIZE: Final = 4096
@@ -102,27 +102,3 @@ class MappedFile:
     def read(self, pos: int, size: int) -> bytes: ...
     def read_any(self, pos: int, size: int) -> bytes: ...
     def select_mapped_buffer(self, pos: int, size: int = -1) -> SelectMappedBufferResult | None: ...
-
-@final
-class SelectMappedBufferResult:
-    # Not constructible: SelectMappedBufferResult() raises TypeError; instances come from reads.
-    # Supports the buffer protocol (read-only): memoryview(result), bytes(result).
-    def __init__(self, *args: object, **kwargs: object) -> None: ...
-    # Python < 3.12 has no __buffer__ method (PEP 688) but the type supports the buffer protocol: declared
-    # so that type checkers accept it wherever a buffer is (memoryview(r), bytes(r), Message(topic, r)).
-    def __buffer__(self, flags: int, /) -> memoryview: ...
-    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
-    @property
-    def start_offset(self) -> int: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def buffer(self) -> memoryview: ...
-    @property
-    def mapped_file(self) -> MappedFile: ...
-    def tobytes(self) -> bytes: ...
-    def release(self) -> None: ...
-    def __enter__(self) -> Self: ...
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
-    ) -> None: ...

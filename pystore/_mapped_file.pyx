@@ -33,15 +33,14 @@ Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers 
 ``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file
 is cleaned up when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms.
 Forcing deletes the file, but the *mapping* goes only when no reader hold and no buffer view
-(``SelectMappedBufferResult``) remains: pins are counted apart from RocketMQ's reference count, so no
+(``SelectMappedBufferResult``, in ``_mapped_view``) remains: pins are counted apart from RocketMQ's reference count, so no
 reader, iterator or view can ever touch unmapped memory.
 
-Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (in ``_commitlog``)
-serialises appends. The GIL is released only around msync/fdatasync and pre-faulting.
+Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (``_put_lock``, taken by
+``_commitlog``) serialises appends. The GIL is released only around msync/fdatasync and pre-faulting.
 """
 
 cimport cython
-from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport int64_t
@@ -52,6 +51,7 @@ from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
 
 from pystore._bytes cimport now_ms
+from pystore._mapped_view cimport SelectMappedBufferResult
 
 import os
 
@@ -607,22 +607,16 @@ cdef class MappedFile:
         Why a commit log wants it: on kernels whose page cache holds a file in large folios (XFS since Linux
         5.18, ext4 since 6.16), a fault's read-ahead makes the folios of a file mapped in order grow with each
         window, up to 2 MiB with a large ``read_ahead_kb``, and the kernel keeps the dirty state of a folio
-        whole. A flush of a few KiB then writes the folio around it, zeros ahead of the writer included.
-        Measured on ext4 (Linux 6.18, 8 MiB read-ahead), past the first ~30 MiB of a file:
-
-        * SYNC_FLUSH batches of 32 x 128 B fell from ~120 k to 10-25 k messages a second; with this advice
-          they hold ~120-150 k to the end of the file;
-        * ASYNC_FLUSH, whose flush service runs each time 16 KiB are dirty, wrote 44-104 times the bytes put
-          (at 200 to 100 k messages a second: 1.7 GB of disk writes for 16 MB of messages at 20 k a second,
-          more than this machine's disk takes); with this advice, 1.5-1.8 times (the consume queue, the
-          checkpoint and the pages pre-faulted ahead included).
+        whole. A flush of a few KiB then writes the folio around it, zeros ahead of the writer included: past
+        the first tens of MiB of a file, SYNC_FLUSH puts slow down several times over, and ASYNC_FLUSH writes
+        many times the bytes put (more than a disk may take). With this advice a flush writes what was
+        written, and little more.
 
         The price: a page that is not in the page cache yet is faulted in alone, not in a large folio, which
-        made bursts of puts into a file that was not warmed up to 5x slower on this machine (2-3x once the
-        prefault worker started past its writer; warmed files take their faults in the allocate service,
-        off the put path). Pages already in the page cache keep
-        their folios (the tail of a file read by recovery, up to one read-ahead window past its last
-        record)."""
+        makes bursts of puts into a file that was not warmed slower (less so once the prefault worker runs
+        past its writer; warmed files take their faults in the allocate service, off the put path). Pages
+        already in the page cache keep their folios (the tail of a file read by recovery, up to one
+        read-ahead window past its last record)."""
         self.check_mapped()
         if self.read_only or pos >= self.file_size:
             return
@@ -691,7 +685,7 @@ cdef class MappedFile:
         start = start // PAGE * PAGE
         if self.fd < 0 or self.read_only or target <= start:
             return 0
-        # with the GIL: a window takes ~10 us on ext4, and the put path runs this under the put lock, where
+        # with the GIL: allocating a window is short, and the put path runs this under the put lock, where
         # handing the GIL to another thread could cost it a whole switch interval to get it back
         rc = posix_fallocate(self.fd, start, target - start)
         self.reserve_errno = rc
@@ -791,70 +785,3 @@ cdef class MappedFile:
         return "MappedFile(%r, size=%d, wrote=%d, committed=%d, flushed=%d, refs=%d%s)" % (
             self.file_name, self.file_size, self.wrote, self.committed, self.flushed, self.ref_count,
             "" if self.available else ", shut down")
-
-
-@cython.final
-cdef class SelectMappedBufferResult:
-    """A read-only window on a mapped file (RocketMQ ``SelectMappedBufferResult``): ``buffer`` is a
-    ``memoryview``, ``start_offset`` its absolute offset and ``size`` its length. It holds the file until
-    ``release()`` (or the end of a ``with`` block); views taken from ``buffer`` stay valid even after that,
-    because they pin the mapping itself."""
-
-    def __init__(self):
-        raise TypeError("SelectMappedBufferResult comes from reads")
-
-    def __getbuffer__(self, Py_buffer *buf, int flags):
-        if self.released or self.mf.base == NULL:
-            raise StoreClosedError("the mapped buffer was released")
-        if flags & PyBUF_WRITABLE:
-            raise BufferError("store data is read-only")
-        PyBuffer_FillInfo(buf, self, <void *>(self.mf.base + self.pos), self.size, 1, flags)
-        self.exports += 1
-        self.mf.exports += 1
-
-    def __releasebuffer__(self, Py_buffer *buf):
-        self.exports -= 1
-        self.mf.exports -= 1
-        self.mf._maybe_unmap()
-
-    @property
-    def buffer(self):
-        if self._view is None:
-            if self.released:
-                raise StoreClosedError("the mapped buffer was released")
-            self._view = memoryview(self)
-        return self._view
-
-    @property
-    def mapped_file(self):
-        return self.mf
-
-    def tobytes(self):
-        return bytes(self.buffer)
-
-    def release(self):
-        if self.released:
-            return
-        self.released = True
-        if self._view is not None:
-            try:
-                (<object>self._view).release()
-            except BufferError:
-                pass                  # something still exports it; the mapping stays pinned
-            self._view = None
-        self.mf.c_release()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def __dealloc__(self):
-        if not self.released and self.mf is not None:
-            self.released = True
-            self.mf.c_release()
-
-    def __repr__(self):
-        return "SelectMappedBufferResult(start_offset=%d, size=%d%s)" % (
-            self.start_offset, self.size, ", released" if self.released else "")

@@ -17,7 +17,7 @@ from libc.string cimport memcpy
 from pystore._hosts cimport decode_host
 from pystore._jstring cimport java_hash_str, utf8_text
 from pystore._message cimport Message
-from pystore._props cimport delay_level_of, string_to_properties
+from pystore._props cimport delay_level_of, props_from_utf8
 
 cdef enum:
     # Sys-flag bits (docs/format.md §1.6).
@@ -135,8 +135,9 @@ cdef class MessageExt:
 
     cdef dict _props(self):
         if self._properties is None:
-            self._properties = string_to_properties(_utf8(self._raw, self._after_body() + self._v.props_pos,
-                                                          self._v.props_len))
+            self._properties = props_from_utf8(
+                <const unsigned char *>PyBytes_AS_STRING(self._raw) + self._after_body() + self._v.props_pos,
+                self._v.props_len, "replace")
         return self._properties
 
     @property

@@ -4,6 +4,9 @@ RocketMQ's ``messageProperties2String`` writes it and read as 5.x's decoder read
 property read back as given; the ``DELAY`` property as a level.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_AsEncodedString, PyUnicode_DecodeUTF8
+
 cdef extern from *:
     int PyUnicode_IS_ASCII(object o)
 
@@ -22,18 +25,27 @@ cpdef str properties_to_string(dict props):
 
 
 cpdef dict string_to_properties(str s):
-    """RocketMQ 5.x's decoder: an item is kept iff it has a non-empty name and a non-empty value."""
-    cdef dict out = {}
-    cdef Py_ssize_t i
+    """RocketMQ's decoder (``MessageDecoder.string2messageProperties``): an item is kept iff it has a
+    non-empty name and a non-empty value; a name that repeats keeps its first place in the dict and takes its
+    last value (the HashMap RocketMQ decodes into keeps the last). Split by ``next_prop``, as stored records
+    are."""
+    cdef bytes b
     if not s:
-        return out
-    for item in s.split("\x02"):
-        if len(item) < 3:
-            continue
-        i = item.find("\x01")
-        if i <= 0 or i == len(item) - 1:
-            continue
-        out[item[:i]] = item[i + 1:]
+        return {}
+    # surrogatepass both ways: any str round-trips, and the separators (ASCII) never fall inside a character
+    b = PyUnicode_AsEncodedString(s, "utf-8", "surrogatepass")
+    return props_from_utf8(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), "surrogatepass")
+
+
+cdef dict props_from_utf8(const unsigned char *p, Py_ssize_t n, const char *errors):
+    """The properties of the UTF-8 properties string ``p[:n]`` as a dict (see ``string_to_properties``), each
+    name and value decoded with ``errors`` (``replace`` for stored bytes: Java's replacing decoder)."""
+    cdef dict out = {}
+    cdef Py_ssize_t at = 0
+    cdef Py_ssize_t item[4]
+    while next_prop(p, n, &at, item):
+        name = PyUnicode_DecodeUTF8(<const char *>p + item[0], item[1], errors)
+        out[name] = PyUnicode_DecodeUTF8(<const char *>p + item[2], item[3], errors)
     return out
 
 

@@ -22,7 +22,7 @@ from pystore._message_ext cimport MessageExt
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS
-from pystore._commitlog import message_at
+from pystore._records import message_at
 from pystore.errors import StoreCorruptedError
 from pystore.status import GetMessageStatus
 

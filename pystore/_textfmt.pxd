@@ -2,13 +2,15 @@
 # Text of record fields written straight into Arrow buffers, in C without the GIL: UTF-8 with invalid
 # sequences replaced by U+FFFD (maximal subparts, as Java and Python replace them), decimal and hex numbers,
 # hosts as ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``), the offset message id
-# (docs/format.md §1.8), the items of a properties string (RocketMQ 5.x's decoder), milliseconds as microseconds.
+# (docs/format.md §1.8), the items of a properties string (split by
+# ``_props.next_prop``, as ``MessageExt.properties`` splits it), milliseconds as microseconds.
 # Inline: each is called per record (or per field) by the Arrow decoder's loop.
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint16_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pystore._bytes cimport get_i32
 from pystore._jstring cimport utf8_lead
+from pystore._props cimport next_prop
 
 cdef enum:
     MAX_ITEMS = 16384          # properties of <= 32767 bytes hold at most ~8192 items
@@ -166,38 +168,27 @@ cdef inline void fmt_id(unsigned char *out, const unsigned char *host, int32_t h
 
 
 cdef inline int32_t parse_props(const unsigned char *p, int32_t n, int32_t *items) noexcept nogil:
-    """Split a properties string into ``(name_pos, name_len, value_pos, value_len)`` items (RocketMQ 5.x:
-    kept iff the name and the value are non-empty; the last duplicate of a name wins)."""
-    cdef int32_t cnt = 0, start = 0, end, sep, i, j, k
-    cdef bint dup
-    while start < n:
-        end = start
-        while end < n and p[end] != 2:
-            end += 1
-        sep = start
-        while sep < end and p[sep] != 1:
-            sep += 1
-        if sep > start and sep < end - 1 and cnt < MAX_ITEMS:
-            items[4 * cnt] = start
-            items[4 * cnt + 1] = sep - start
-            items[4 * cnt + 2] = sep + 1
-            items[4 * cnt + 3] = end - sep - 1
+    """The items of a properties string as ``(name_pos, name_len, value_pos, value_len)``, split by
+    ``_props.next_prop``. A name that repeats keeps its first place and takes its last value, as in the dict
+    ``MessageExt.properties`` makes of the same string (RocketMQ's HashMap keeps the last value)."""
+    cdef int32_t cnt = 0, j
+    cdef Py_ssize_t at = 0
+    cdef Py_ssize_t it[4]
+    cdef bint seen
+    while cnt < MAX_ITEMS and next_prop(p, n, &at, it):
+        seen = False
+        for j in range(cnt):
+            if items[4 * j + 1] == it[1] and memcmp(p + items[4 * j], p + it[0], <size_t>it[1]) == 0:
+                items[4 * j + 2] = <int32_t>it[2]
+                items[4 * j + 3] = <int32_t>it[3]
+                seen = True
+                break
+        if not seen:
+            items[4 * cnt] = <int32_t>it[0]
+            items[4 * cnt + 1] = <int32_t>it[1]
+            items[4 * cnt + 2] = <int32_t>it[2]
+            items[4 * cnt + 3] = <int32_t>it[3]
             cnt += 1
-        start = end + 1
-    if cnt > 1:
-        k = 0
-        for i in range(cnt):
-            dup = False
-            for j in range(i + 1, cnt):
-                if items[4 * i + 1] == items[4 * j + 1] and \
-                        memcmp(p + items[4 * i], p + items[4 * j], items[4 * i + 1]) == 0:
-                    dup = True
-                    break
-            if not dup:
-                if k != i:
-                    memcpy(items + 4 * k, items + 4 * i, 4 * sizeof(int32_t))
-                k += 1
-        cnt = k
     return cnt
 
 

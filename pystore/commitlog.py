@@ -15,9 +15,11 @@ import logging
 from typing import Any
 
 from pystore._codec import RECORD_BLANK
-from pystore._commitlog import BUCKET_NAMES, CommitLogCore, message_at, scan_file
-from pystore._mapped_file import MappedFile, SelectMappedBufferResult
+from pystore._commitlog import BUCKET_NAMES, CommitLogCore
+from pystore._mapped_file import MappedFile
+from pystore._mapped_view import SelectMappedBufferResult
 from pystore._message_ext import MessageExt
+from pystore._records import message_at, scan_file
 from pystore._timesearch import pickup_store_timestamp, queue_offset_by_time
 from pystore.crashpoint import crashpoint
 from pystore.mapped_file_queue import MappedFileQueue

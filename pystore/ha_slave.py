@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pystore._codec import REASONS, RECORD_SHORT
-from pystore._commitlog import scan_file
+from pystore._records import scan_file
 from pystore.config import FlushDiskType, StoreConfig
 from pystore.errors import StoreClosedError
 from pystore.ha_protocol import HEADER, REPORT, due, parse_address, wake_up

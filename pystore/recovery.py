@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
-from pystore._commitlog import QueueTally, find_valid_record_after, first_store_timestamp, read_message, scan_file
 from pystore._dispatch import queues_behind
+from pystore._records import QueueTally, find_valid_record_after, first_store_timestamp, read_message, scan_file
 from pystore._units import FILLER_SIZE, read_unit
 from pystore.checkpoint import writer_holds_lock
 from pystore.crashpoint import crashpoint

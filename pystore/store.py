@@ -58,7 +58,7 @@ from pystore.status import PutMessageStatus
 from pystore.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
 
 if TYPE_CHECKING:
-    from pystore._mapped_file import SelectMappedBufferResult
+    from pystore._mapped_view import SelectMappedBufferResult
     from pystore._message_ext import MessageExt
     from pystore._read import ReadLimits
     from pystore.arrival import Arrivals, ArrivingListener

@@ -19,8 +19,8 @@ import datetime
 import os
 from typing import Any
 
-from pystore._commitlog import first_store_timestamp
 from pystore._mapped_file import MappedFile
+from pystore._records import first_store_timestamp
 from pystore.checkpoint import StoreCheckpoint
 from pystore.geometry import detect_overrides
 from pystore.store import MessageStore

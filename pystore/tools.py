@@ -19,9 +19,9 @@ import os
 from collections.abc import Iterator, Sequence
 
 from pystore._codec import RECORD_END, decode_record
-from pystore._commitlog import RecordIterator, find_valid_record_after
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
+from pystore._records import RecordIterator, find_valid_record_after
 from pystore.errors import StoreCorruptedError
 
 __all__ = ["iter_commitlog", "iter_consume_queue", "commit_log_files", "decode_record"]

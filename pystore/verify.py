@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pystore._commitlog import find_valid_record_after
 from pystore._mapped_file import MappedFile
+from pystore._records import find_valid_record_after
 from pystore.consume_queue import queue_id_of
 from pystore.errors import StoreCorruptedError, StoreError
 from pystore.message import SCHEDULE_TOPIC, SysFlag

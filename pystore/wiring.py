@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pystore._codec import RECORD_BLANK
-from pystore._commitlog import QueueCell, scan_file
+from pystore._commitlog import QueueCell
 from pystore._dispatch import QueueDispatcher
 from pystore._read import ReadLimits
+from pystore._records import scan_file
 from pystore._units import recover_units
 from pystore.allocate import AllocateMappedFileService
 from pystore.arrival import WAKE_FILE, open_wake_file

@@ -855,7 +855,7 @@ def test_batch_records_equal_the_reference_encoding(tmp_path_factory, specs, sto
 def test_queue_tally_counts_each_queue_its_first_record_and_highest_offset(store_factory):
     """``scan_file(..., tally=)`` notes, per (topic, queue id) that enters a queue, the commit-log offset of
     its first record walked and the highest queue offset; prepared transaction records enter no queue."""
-    from pystore._commitlog import QueueTally, scan_file
+    from pystore._records import QueueTally, scan_file
     from pystore.message import SysFlag
 
     store = store_factory()
@@ -877,8 +877,8 @@ def test_queue_tally_overflows_rather_than_guess(tmp_path):
     """More queues than the table holds, or a topic longer than a slot: ``overflow`` (recovery then walks
     from the start of its window instead of trusting the tally)."""
     from pystore._codec import encode_record
-    from pystore._commitlog import QueueTally, scan_file
     from pystore._mapped_file import MappedFile
+    from pystore._records import QueueTally, scan_file
 
     def walk(path, msgs, tally):
         data = b"".join(encode_record(m, 0, 0, BORN_BASE) for m in msgs)

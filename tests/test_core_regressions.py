@@ -83,7 +83,7 @@ def test_bug2_selected_buffer_after_forced_destroy_does_not_crash(tmp_path):
 def test_bug3_record_iterator_after_forced_destroy_does_not_crash(tmp_path):
     proc = run_python("""
         from pystore._mapped_file import MappedFile
-        from pystore._commitlog import RecordIterator
+        from pystore._records import RecordIterator
         from pystore._codec import encode_record
         from pystore import Message
         from pystore.errors import StoreError

@@ -13,10 +13,10 @@ from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, reside
 from pystore._mapped_file import (
     OS_PAGE_SIZE,
     MappedFile,
-    SelectMappedBufferResult,
     offset_to_file_name,
     prefault_stats,
 )
+from pystore._mapped_view import SelectMappedBufferResult
 from pystore.errors import StoreClosedError, StoreError
 
 PAGE = OS_PAGE_SIZE

@@ -18,9 +18,10 @@ pytest.importorskip("mypy.stubtest", reason="mypy is not installed (the dev extr
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBBED = ["pystore._jstring", "pystore._hosts", "pystore._props", "pystore._message", "pystore._message_batch",
-           "pystore._message_ext", "pystore._results", "pystore._mapped_file", "pystore._units", "pystore._timesearch",
-           "pystore._read", "pystore._dispatch", "pystore._codec", "pystore._commitlog", "pystore._index",
-           "pystore._arrow", "pystore._arrow_plan", "pystore._notify"]
+           "pystore._message_ext", "pystore._results", "pystore._mapped_file", "pystore._mapped_view", "pystore._units",
+           "pystore._timesearch", "pystore._read", "pystore._dispatch", "pystore._codec", "pystore._put_lock",
+           "pystore._commitlog", "pystore._records", "pystore._index", "pystore._arrow", "pystore._arrow_plan",
+           "pystore._notify"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 
@@ -75,7 +76,7 @@ def main(root: str) -> None:
         reveal_type(m.msg_id)  # str
         reveal_type(m.to_message())  # pystore._message.Message
         data = store.get_commit_log_data(0)
-        reveal_type(data)  # pystore._mapped_file.SelectMappedBufferResult | None
+        reveal_type(data)  # pystore._mapped_view.SelectMappedBufferResult | None
         assert data is not None
         with data as d:
             reveal_type(d.buffer)  # memoryview[int]
