@@ -73,8 +73,8 @@ static uint32_t ps_crc32_clmul(uint32_t crc, const unsigned char *p, size_t len)
 /* The same CRC, len >= 128 and a multiple of 16, with 256-bit carry-less multiplications (VPCLMULQDQ,
    AVX2): four registers of two lanes fold 128 bytes a round, then fold into one register (by 64, then 32
    bytes) and its two lanes into one (by 16), then finish as the 128-bit path does. 12 multiplications
-   for a 128-byte body instead of 19: the multiplier's throughput bounds a short body's CRC, so that is
-   25-33 % less time (measured in C on the EPYC CI machine). The fold constants are x^(d+32) and
+   for a 128-byte body instead of 19: the multiplier's throughput bounds a short body's CRC, so fewer
+   multiplications are directly less time. The fold constants are x^(d+32) and
    x^(d-32) mod P, bit-reflected, for a fold over d bits (d = 1024, 512, 256, 128). */
 __attribute__((target("vpclmulqdq,avx2,pclmul,sse4.1")))
 static uint32_t ps_crc32_vclmul(uint32_t crc, const unsigned char *p, size_t len) {

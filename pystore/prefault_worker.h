@@ -15,13 +15,11 @@
    A writer that outruns the worker (a file that was not warmed, written page by page: each new page
    costs the worker ~5 us on this VM, and the writer ~7 us when it faults one itself) must not meet
    it on the same pages: the writer would sleep on the page locks the worker holds, and the worker,
-   at idle priority, may be preempted holding them. Measured over 600 MiB of batches of 32 x 128 B
-   into a cold file, the writer slept ~34,000 times and put 1.7-1.8 M messages a second, slower than
-   with no worker at all (1.8-2.1 M). So each file publishes its writer's address in a cursor slot
+   at idle priority, may be preempted holding them, and the writer ends up slower than with no worker
+   at all (docs/performance.md has the runs). So each file publishes its writer's address in a cursor slot
    (``ps_pf_publish``, a store per put), and the worker populates a request 32 KiB at a time, moving
-   each piece to 64 KiB past the writer once the writer has come that close: 200-500 sleeps and
-   2.5-2.9 M a second in the same run (the worker takes ~60 % of the pages, the writer faults the
-   rest). A cursor is only compared, never dereferenced, and only when it lies in the request's own
+   each piece to 64 KiB past the writer once the writer has come that close: the writer then rarely
+   sleeps, and the two share the pages (the worker takes most, the writer faults the rest). A cursor is only compared, never dereferenced, and only when it lies in the request's own
    mapping: a stale or shared slot costs a skipped or a redundant piece, never a wrong byte. */
 #include <pthread.h>
 #include <errno.h>
@@ -83,8 +81,8 @@ static void *ps_pf_main(void *arg) {
     (void)arg;
 #ifdef SCHED_IDLE
     /* Lowest class: it runs on a core nobody else wants and never preempts a writer (woken on the
-       writer's core, a normal thread would take it over for the length of its faults: -9 % on a
-       2-core machine). Starved, it only leaves the writer to fault as it would without it. */
+       writer's core, a normal thread would take it over for the length of its faults, which a
+       2-core machine feels). Starved, it only leaves the writer to fault as it would without it. */
     {
         struct sched_param sp;
         memset(&sp, 0, sizeof sp);
