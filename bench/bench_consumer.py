@@ -100,11 +100,10 @@ _PYPATH = os.path.dirname(os.path.dirname(os.path.abspath(API["pystore"].__file_
 _CONSUMER = r"""
 import sys, time
 import numpy as np
-from pystore.consumer import Consumer
 from pystore.store import MessageStore
 root, topic, n, spin, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 store = MessageStore.open(root, read_only=True, mapped_file_size_commit_log=int(sys.argv[6]))
-c = Consumer(store, "bench", topic, queue_ids=[0], auto_commit=False, spin_us=spin)
+c = store.consumer("bench", topic, queue_ids=[0], auto_commit=False, spin_us=spin)
 got = np.zeros(n, dtype=np.int64)
 print("READY", flush=True)
 k = 0
@@ -305,10 +304,9 @@ COST_ROUNDS = 9
 
 _FOREVER = r"""
 import sys
-from pystore.consumer import Consumer
 from pystore.store import MessageStore
 store = MessageStore.open(sys.argv[1], read_only=True, mapped_file_size_commit_log=int(sys.argv[3]))
-c = Consumer(store, "bench", sys.argv[2], queue_ids=[0], auto_commit=False)
+c = store.consumer("bench", sys.argv[2], queue_ids=[0], auto_commit=False)
 print("READY", flush=True)
 while True:
     c.poll(1000)

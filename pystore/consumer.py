@@ -33,6 +33,7 @@ from pystore.errors import StoreError
 from pystore.status import GetMessageStatus
 
 if TYPE_CHECKING:
+    from pystore.arrival import Arrivals
     from pystore.store import MessageStore
 
 __all__ = ["Consumer"]
@@ -50,7 +51,9 @@ class Consumer:
     """``group``'s consumer of ``topic`` (see the module docstring)."""
 
     def __init__(self, store: MessageStore, group: str, topic: str, queue_ids: Iterable[int] | None = None,
-                 message_filter: Any = None, auto_commit: bool = True, spin_us: float = 0) -> None:
+                 message_filter: Any = None, auto_commit: bool = True, spin_us: float = 0, *,
+                 arrivals: Arrivals) -> None:
+        """Made by ``MessageStore.consumer``, which hands over the store's ``arrivals`` (the waits)."""
         if not isinstance(group, str) or not isinstance(topic, str):
             raise TypeError("group and topic must be str")
         if not group or not topic:
@@ -59,6 +62,7 @@ class Consumer:
             # refused here, not at the first poll: that poll would lose its messages to the failed commit
             raise StoreError("%s is open read-only: it cannot commit; use auto_commit=False" % store.root)
         self.store = store
+        self._arrivals = arrivals
         self.group = group
         self.topic = topic
         self.message_filter = message_filter
@@ -150,7 +154,7 @@ class Consumer:
             msgs = list(self._buffer)
             self._buffer.clear()
         elif timeout_ms:
-            msgs = self.store._arrivals_of().wait_for(self.topic, timeout_ms, self._fetch_or_discover, bool,
+            msgs = self._arrivals.wait_for(self.topic, timeout_ms, self._fetch_or_discover, bool,
                                                       self.spin_us)
         else:
             msgs = self._fetch_or_discover()
@@ -177,7 +181,7 @@ class Consumer:
             self._all_handed()
             if self.auto_commit:
                 self.commit()
-            self._buffer.extend(self.store._arrivals_of().wait_for(self.topic, 1000, self._fetch_or_discover,
+            self._buffer.extend(self._arrivals.wait_for(self.topic, 1000, self._fetch_or_discover,
                                                                    bool, self.spin_us))
         msg = self._buffer.popleft()
         self._handed[msg.queue_id] = msg.queue_offset + 1

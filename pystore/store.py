@@ -499,10 +499,6 @@ class MessageStore:
 
     # -- consumers -------------------------------------------------------------------------------------------
 
-    def _arrivals_of(self) -> Arrivals:
-        """The listeners and waiting gets (``pystore.arrival``); ``Consumer`` waits on it too."""
-        return self._reads.arrivals()
-
     def add_arriving_listener(self, fn: ArrivingListener) -> None:
         """Call ``fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)``
         after each message is dispatched to its consume queue (not on a slave; see ``pystore.arrival`` for the
@@ -541,7 +537,8 @@ class MessageStore:
                  message_filter: MessageFilter | TagFilter | str | None = None, auto_commit: bool = True,
                  spin_us: float = 0) -> Consumer:
         """A ``Consumer`` of ``topic`` for ``group`` (``pystore.consumer``)."""
-        return Consumer(self, group, topic, queue_ids, message_filter, auto_commit, spin_us)
+        return Consumer(self, group, topic, queue_ids, message_filter, auto_commit, spin_us,
+                        arrivals=self._reads.arrivals())
 
     def is_os_page_cache_busy(self) -> bool:
         cl = self._commitlog

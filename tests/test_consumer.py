@@ -87,8 +87,8 @@ def test_listener_not_called_on_a_slave(store_factory) -> None:
     slave = store_factory("slave", broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:1")
     calls = []
     slave.add_arriving_listener(lambda *a: calls.append(a))
-    assert slave._arrivals_of()._listeners_on is False
-    slave._arrivals_of().arrived("T", 0, 0, 0, 0, b"")
+    assert slave._reads.arrivals()._listeners_on is False
+    slave._reads.arrivals().arrived("T", 0, 0, 0, 0, b"")
     assert calls == []
 
 

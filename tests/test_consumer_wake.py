@@ -27,11 +27,10 @@ HEADER = b"PSWAKEUP" + struct.pack("<I", 1)
 READER = r"""
 import sys
 from pystore import MessageStore
-from pystore.consumer import Consumer
 root, total, spin = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 file_size = int(sys.argv[4]) if len(sys.argv) > 4 else 64 * 1024
 store = MessageStore.open(root, read_only=True, mapped_file_size_commit_log=file_size)
-c = Consumer(store, "g", "T", queue_ids=[0], auto_commit=False, spin_us=spin)
+c = store.consumer("g", "T", queue_ids=[0], auto_commit=False, spin_us=spin)
 print("READY", flush=True)
 for m in c:
     print("GOT %d %s" % (m.queue_offset, m.body.decode()), flush=True)
@@ -174,7 +173,7 @@ def test_a_reader_writes_nothing_but_its_registration(store_factory) -> None:
     for _ in range(3):
         r = reader.get_message("g", "T", 0, 1, timeout_ms=30)
         assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
-    assert reader._arrivals_of()._wake is not None                         # it did wait on the word
+    assert reader._reads.arrivals()._wake is not None                         # it did wait on the word
     reader.shutdown()
     assert {k: v for k, v in _files_state(root).items() if k != wake} == state
     assert Path(root, WAKE_FILE).read_bytes() == wake_bytes
