@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from pystore._mapped_view import SelectMappedBufferResult
     from pystore._message_ext import MessageExt
     from pystore._read import ReadLimits
-    from pystore.arrival import Arrivals, ArrivingListener
+    from pystore.arrival import ArrivingListener
     from pystore.clean import CleanService
     from pystore.columns import PutColumnsResult
     from pystore.commitlog import CommitLog
