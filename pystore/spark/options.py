@@ -68,6 +68,7 @@ _USES = {
 _WHY_NOT = {
     ("stream", "endingoffsets"): "a stream has no end (endingOffsets is for batch reads)",
     ("stream", "topic"): "a stream subscribes with topics, subscribe, subscribePattern or assign",
+    ("write", "checkpointlocation"): "a batch write has no checkpoint (it is for writeStream)",
     ("stream", "queue_id"): "a stream reads whole topics, or the queues of assign",
     ("stream", "start_time"): "a stream starts at startingOffsets or startingTimestamp",
     ("stream", "end_time"): "a stream has no end",
@@ -89,21 +90,29 @@ def check_options(options: Mapping[str, str], use: str) -> None:
     if use in ("write", "stream_write"):
         names |= _store_fields()
     by_lower = {n.lower(): n for n in names}
-    every = BATCH_READ | STREAM_READ | STREAM_WRITE | _store_fields()
     for key in options.keys():
         k = key.lower()
         if k in by_lower:
             continue
-        why = _WHY_NOT.get((use, k))
-        if why is None and k in {n.lower() for n in every}:
-            why = "it does not apply to %s" % what
-        if why is not None:
-            raise OptionError("option %s is not taken by %s: %s" % (key, what, why))
+        others = [w for u, (w, taken) in _USES.items() if u != "read" and k in _lower(taken, u)]
+        if others:
+            name = next(n for u, (_w, taken) in _USES.items() for n in _with_store(taken, u) if n.lower() == k)
+            why = _WHY_NOT.get((use, k), "it is for %s" % " and ".join(others))
+            raise OptionError("option %s does not apply to %s: %s" % (name, what, why))
         close = difflib.get_close_matches(k, list(by_lower), n=1, cutoff=0.6)
         hint = "; did you mean %s?" % by_lower[close[0]] if close else ""
         raise OptionError(
             "unknown option %s for %s%s (known: %s)" % (key, what, hint, ", ".join(sorted(known, key=str.lower)))
         )
+
+
+def _with_store(taken: frozenset[str], use: str) -> frozenset[str]:
+    return taken | _store_fields() if use in ("write", "stream_write") else taken
+
+
+def _lower(taken: frozenset[str], use: str) -> set[str]:
+    return {n.lower() for n in _with_store(taken, use)}
+
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
