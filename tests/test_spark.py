@@ -1079,3 +1079,36 @@ def test_streaming_sink_needs_a_query_identity(spark, tmp_path):
         PystoreStreamWriter({"path": str(tmp_path)}, schema)
     w = PystoreStreamWriter({"path": str(tmp_path), "queryname": "q1"}, schema)
     assert w.query == "query:q1"
+
+
+def test_stream_min_offsets_per_trigger_and_pattern_joins(tmp_path):
+    from pyspark.sql.streaming.datasource import ReadMaxRows, ReadMinRows
+
+    from pystore.spark.stream import PystoreStreamReader
+
+    root = str(tmp_path / "m")
+    put_all(root, [message(i, topic="M1", queue_id=0) for i in range(10)], StepClock())
+    opts = {"path": root, "subscribepattern": "M[0-9]", "minoffsetspertrigger": "20", "maxtriggerdelay": "1h"}
+    r = PystoreStreamReader(opts, None)
+    assert r.getDefaultReadLimit() == ReadMinRows(20)
+    start = r.initialOffset()
+    assert start == {"M1/0": 0}
+    assert r.latestOffset(start, ReadMinRows(20)) == start  # 10 new messages: wait for 20
+    put_all(root, [message(i, topic=("M2", "X")[i % 2], queue_id=0) for i in range(30)], StepClock(BASE + 10_000))
+    assert r.latestOffset(start, ReadMinRows(20)) == {"M1/0": 10, "M2/0": 15}  # a new matching topic joins
+    assert r.reportLatestOffset() == {"M1/0": 10, "M2/0": 15}
+    # maxTriggerDelay passed: what there is, even below the minimum
+    late = PystoreStreamReader(opts | {"maxtriggerdelay": "0ms"}, None)
+    assert late.latestOffset(start, ReadMinRows(100)) == {"M1/0": 10, "M2/0": 15}
+    # both limits: the engine passes the max only, the min still holds
+    both = PystoreStreamReader(opts | {"maxoffsetspertrigger": "30", "minoffsetspertrigger": "30"}, None)
+    assert both.getDefaultReadLimit() == ReadMaxRows(30)
+    assert both.latestOffset(start, ReadMaxRows(30)) == start
+    # under Trigger.AvailableNow the minimum never holds a query back
+    both.prepareForTriggerAvailableNow()
+    assert both.latestOffset(start, ReadMaxRows(30)) == {"M1/0": 10, "M2/0": 15}
+    with pytest.raises(ValueError, match="maxTriggerDelay.*minOffsetsPerTrigger"):
+        PystoreStreamReader({"path": root, "topics": "M1", "maxtriggerdelay": "1s"}, None)
+    with pytest.raises(ValueError, match="maxOffsetsPerTrigger and maxMessagesPerTrigger"):
+        PystoreStreamReader({"path": root, "topics": "M1", "maxoffsetspertrigger": "1",
+                             "maxmessagespertrigger": "2"}, None)

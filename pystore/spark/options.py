@@ -261,7 +261,7 @@ def parse_assign(raw: str) -> list[tuple[str, int]]:
         raise OptionError('option assign: expected JSON {"topic": [0, 1]}, got %r (%s)' % (raw, exc)) from None
     if not isinstance(given, dict) or not given:
         raise OptionError('option assign: expected a non-empty JSON object {"topic": [0, 1]}, got %r' % raw)
-    out = set()
+    out: set[tuple[str, int]] = set()
     for topic, qids in given.items():
         if not isinstance(qids, list) or not all(
             isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in qids
