@@ -287,3 +287,55 @@ def test_spark_read_pure_python_source(benchmark, record, spark, data):
             paired_ratio=ratio,
             paired_ratios=sorted([ratio, ratio_med]),
         )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a small store: one commit-log file, split for every core (minPartitions default) or not (minPartitions=1)
+# ---------------------------------------------------------------------------------------------------------
+
+N_SMALL = int(os.environ.get("PYSTORE_BENCH_SPARK_SMALL_N", 250_000))
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> dict[str, Any]:
+    api = benchlib.store_api()
+    Message, MessageBatch = api["Message"], api["MessageBatch"]
+    base = tmp_path_factory.mktemp("bench-spark-small")
+    root = str(base / "store")
+    bodies = benchlib.payloads(N_SMALL, SIZE)
+    with api["MessageStore"].open(root, mapped_file_size_commit_log=256 << 20, message_index_enable=False) as store:
+        for s in range(0, N_SMALL, 64):
+            r = store.put_messages(MessageBatch([Message(benchlib.TOPIC, b) for b in bodies[s : s + 64]]))
+            assert r.status.name == "PUT_OK", r
+    yield {"root": root, "count": N_SMALL, "crc_sum": sum(zlib.crc32(b) for b in bodies)}
+    shutil.rmtree(str(base), ignore_errors=True)
+
+
+def _run_small(benchmark: Any, record: Any, label: str, df: Any, data: dict[str, Any]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    def q() -> tuple[int, int]:
+        r = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.crc32("body")).alias("crc")).first()
+        return int(r.n), int(r.crc)
+
+    n, crc = benchmark.pedantic(q, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    assert (n, crc) == (data["count"], data["crc_sum"]), label
+    m = record(label, msgs_per_op=n, payload_per_op=n * SIZE)
+    RESULTS[label] = m
+    return m
+
+
+def test_spark_read_small_store_one_partition(benchmark, record, spark, small):
+    df = spark.read.format("pystore").option("minPartitions", 1).option("bytes_per_partition", 1 << 40).load(small["root"])
+    assert df.rdd.getNumPartitions() == 1
+    _run_small(benchmark, record, "spark_read_small_1_partition", df, small)
+
+
+def test_spark_read_small_store_every_core(benchmark, record, spark, small):
+    df = spark.read.format("pystore").load(small["root"])
+    assert df.rdd.getNumPartitions() >= min(2, os.cpu_count() or 1)
+    ours = _run_small(benchmark, record, "spark_read_small_every_core", df, small)
+    one = RESULTS.get("spark_read_small_1_partition")
+    if one and one.get("msgs_per_s") and ours.get("msgs_per_s"):
+        ratio = ours["msgs_per_s"] / one["msgs_per_s"]
+        record("small store: every core vs one partition", msgs_per_op=0, paired_ratio=ratio, paired_ratios=[ratio])

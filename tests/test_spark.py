@@ -829,3 +829,286 @@ def test_export_timestamps_have_one_type_through_spark_and_pyarrow(tmp_path):
         assert a.schema.field(col).type == b.schema.field(col).type == pa.timestamp("ms", tz="UTC"), (a.schema, b.schema)
         assert a.column(col).to_pylist() == b.column(col).to_pylist()
     assert a.column("born_timestamp").to_pylist()[3] == datetime.fromtimestamp((BASE + 1234 * 3) / 1000, UTC)
+
+
+# -----------------------------------------------------------------------------------------------------
+# options: refused when unknown or misapplied; the Kafka source's names
+# -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, use, words",
+    [
+        ({"startingOffset": "earliest"}, "batch", ["unknown option startingOffset", "did you mean startingOffsets"]),
+        ({"subscribe_pattern": "T.*"}, "stream", ["subscribe_pattern", "did you mean subscribePattern"]),
+        ({"endingoffsets": "latest"}, "stream", ["endingoffsets", "batch reads"]),
+        ({"topic": "T1"}, "stream", ["option topic does not apply to a pystore stream", "topics, subscribe"]),
+        (
+            {"maxOffsetsPerTrigger": "5"},
+            "batch",
+            ["option maxOffsetsPerTrigger does not apply to a pystore batch read: it is for a pystore stream"],
+        ),
+        ({"topics": "T1"}, "write", ["option topics does not apply to a pystore write"]),
+        ({"mapped_file_size_commitlog": "4096"}, "write", ["did you mean mapped_file_size_commit_log"]),
+        ({"checkpointLocation": "/x"}, "write", ["checkpointLocation", "does not apply"]),
+    ],
+)
+def test_check_options_names_the_option(options, use, words):
+    from pystore.spark.options import OptionError, check_options
+
+    with pytest.raises(OptionError) as e:
+        check_options({k.lower(): v for k, v in options.items()} | {"path": "/r"}, use)
+    for w in words:
+        assert w.lower() in str(e.value).lower(), (w, str(e.value))
+
+
+def test_check_options_accepts_what_spark_and_the_docs_give():
+    from pystore.spark.options import check_options
+
+    check_options({"path": "/r", "subscribepattern": "T.*", "startingoffsets": "{}", "minpartitions": "4",
+                   "includeheaders": "true", "endingoffsets": "latest", "failondataloss": "false"}, "batch")
+    check_options({"path": "/r", "topics": "T", "maxoffsetspertrigger": "5", "minoffsetspertrigger": "2",
+                   "maxtriggerdelay": "1s", "startingtimestamp": "0"}, "stream")
+    check_options({"path": "/r", "checkpointlocation": "/c", "queryname": "q",
+                   "mapped_file_size_commit_log": "4096"}, "stream_write")
+    check_options({"paths": '["/a", "/b"]'}, "batch")
+
+
+def test_offsets_json_both_forms():
+    from pystore.spark.options import OptionError, parse_assign, parse_offsets
+
+    assert parse_offsets("o", '{"T1": {"0": 23, "1": -2}, "T2/3": -1}') == {("T1", 0): 23, ("T1", 1): -2,
+                                                                             ("T2", 3): -1}
+    with pytest.raises(OptionError, match="endingOffsets.*T1/0.*-1"):
+        parse_offsets("endingOffsets", '{"T1": {"0": -2}}', lowest=-1)
+    with pytest.raises(OptionError, match="not a topic and queue id"):
+        parse_offsets("o", '{"T1": 5}')
+    assert parse_assign('{"T1": [1, 0], "T2": [3]}') == [("T1", 0), ("T1", 1), ("T2", 3)]
+    with pytest.raises(OptionError, match="assign"):
+        parse_assign('{"T1": 0}')
+
+
+def test_batch_read_refuses_a_typo_at_load(spark, main_store):
+    with pytest.raises(Exception, match="did you mean startingOffsets"):
+        read(spark, main_store["root"], startingOffset="earliest")
+    with pytest.raises(Exception, match="maxOffsetsPerTrigger.*does not apply to a pystore batch read"):
+        read(spark, main_store["root"], maxOffsetsPerTrigger=5).count()
+    with pytest.raises(Exception, match="startingOffsets: latest is for streams"):
+        read(spark, main_store["root"], startingOffsets="latest").count()
+
+
+def test_stream_option_errors_surface_as_themselves(spark, main_store, tmp_path):
+    for i, (options, words) in enumerate(
+        [
+            ({"topic": "T1"}, "option topic does not apply to a pystore stream"),
+            ({"topics": "T1", "endingOffsets": "latest"}, "a stream has no end"),
+            ({"topics": "T1", "startingOffsets": "{bad"}, "option startingOffsets: expected earliest"),
+        ]
+    ):
+        r = spark.readStream.format("pystore")
+        for k, v in options.items():
+            r = r.option(k, v)
+        q = (
+            r.load(main_store["root"])
+            .writeStream.format("memory")
+            .queryName("refused%d" % i)
+            .option("checkpointLocation", str(tmp_path / ("ck%d" % i)))
+            .start()
+        )
+        try:
+            with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps it; the words are checked
+                q.awaitTermination(120)
+        finally:
+            q.stop()
+        err = str(e.value)
+        assert words in err, err
+        assert "UnboundLocalError" not in err, err
+
+
+def test_write_refuses_an_unknown_option(spark, tmp_path):
+    df = spark.createDataFrame([("T", b"x")], "topic string, body binary")
+    with pytest.raises(Exception, match="unknown option mapped_file_size_commitlog.*mapped_file_size_commit_log"):
+        df.write.format("pystore").mode("append").option("mapped_file_size_commitlog", "4096").save(
+            str(tmp_path / "w")
+        )
+
+
+@pytest.mark.parametrize(
+    "options, keep",
+    [
+        ({"subscribe": "T0,T2"}, lambda r: r["topic"] in ("T0", "T2")),
+        ({"subscribePattern": "T[12]"}, lambda r: r["topic"] in ("T1", "T2")),
+        ({"subscribePattern": "T"}, lambda r: False),  # matches whole names only, as Kafka's
+        ({"assign": '{"T1": [0, 3], "T2": [2]}'}, lambda r: (r["topic"], r["queue_id"]) in
+         {("T1", 0), ("T1", 3), ("T2", 2)}),
+        (
+            {"assign": '{"T1": [0, 1]}', "startingOffsets": '{"T1": {"0": 10, "1": -2}}',
+             "endingOffsets": '{"T1": {"0": 20, "1": -1}}'},
+            lambda r: r["topic"] == "T1" and (r["queue_offset"] in range(10, 20) if r["queue_id"] == 0
+                                              else r["queue_id"] == 1),
+        ),
+        (
+            {"subscribe": "T0", "startingOffsets": '{"T0/2": 95}'},
+            lambda r: r["topic"] == "T0" and (r["queue_id"] != 2 or r["queue_offset"] >= 95),
+        ),
+        # store times are BASE + 1 + i for message i
+        ({"subscribe": "T1", "startingTimestamp": BASE + 1101}, lambda r: r["topic"] == "T1"
+         and r["store_timestamp"] >= (BASE + 1101) * 1000),
+        (
+            {"subscribe": "T1", "startingOffsetsByTimestamp": json.dumps({"T1": {"1": BASE + 1100}})},
+            lambda r: r["topic"] == "T1" and (r["queue_id"] != 1 or r["store_timestamp"] >= (BASE + 1100) * 1000),
+        ),
+    ],
+)
+def test_kafka_names_in_a_batch_read(spark, main_store, options, keep):
+    got = spark_rows(read(spark, main_store["root"], **options))
+    want = sort_rows([r for r in main_store["rows"] if keep(r)])
+    assert got == want
+    assert options.get("subscribePattern") == "T" or got
+
+
+def test_min_partitions_split_a_small_store_keeping_queue_order(spark, main_store):
+    root = main_store["root"]
+    n_files = len(os.listdir(os.path.join(root, "commitlog")))
+    for options in ({}, {"subscribe": "T0,T1,T2"}):
+        df = read(spark, root, minPartitions=3 * n_files, **options)
+        assert df.rdd.getNumPartitions() >= 3 * n_files
+        rows = df.select("topic", "queue_id", "queue_offset", "commit_log_offset").collect()
+        assert sorted(r.commit_log_offset for r in rows) == sorted(r["commit_log_offset"] for r in main_store["rows"])
+        per_queue: dict[tuple[str, int], list[int]] = {}
+        for r in rows:  # collect() keeps the partitions' order
+            per_queue.setdefault((r.topic, r.queue_id), []).append(r.queue_offset)
+        assert all(v == list(range(100)) for v in per_queue.values()), per_queue
+    # a queue range splits too: one queue of 100 messages into at least 7 partitions
+    df = read(spark, root, assign='{"T0": [0]}', minPartitions=7)
+    assert df.rdd.getNumPartitions() >= 7
+    assert [r.queue_offset for r in df.select("queue_offset").collect()] == list(range(100))
+
+
+def test_include_headers_as_kafka(spark, main_store):
+    df = read(spark, main_store["root"], subscribe="T1", includeHeaders="true")
+    assert df.schema.simpleString().endswith(",headers:array<struct<key:string,value:binary>>>")
+    rows = df.select("queue_offset", "queue_id", "properties", "headers").collect()
+    assert len(rows) == 400
+    for r in rows:
+        assert {h.key: bytes(h.value).decode("utf-8") for h in r.headers} == dict(r.properties)
+    assert any("ключ" in dict(r.properties) for r in rows)
+    assert "headers" not in read(spark, main_store["root"]).columns
+
+
+@pytest.mark.slow
+def test_stream_kafka_names_limits_and_progress(spark, tmp_path):
+    root = str(tmp_path / "k")
+    put_all(root, [message(i, topic=("K1", "K2", "X")[i % 3], queue_id=i % 2) for i in range(300)], StepClock())
+    r = (
+        spark.readStream.format("pystore")
+        .option("subscribePattern", "K[0-9]")
+        .option("startingOffsets", json.dumps({"K1": {"0": 10}, "K2": {"1": -1}}))
+        .option("maxOffsetsPerTrigger", "40")
+        .option("includeHeaders", "true")
+    )
+    q = (
+        r.load(root)
+        .writeStream.format("memory")
+        .queryName("kafkanames")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    await_available_now(q)
+    got = spark.sql("select topic, queue_id, queue_offset, headers from kafkanames").collect()
+    # K1/0 from 10, K1/1 from 0, K2/0 from 0, K2/1 from its end: 50 - 10 + 50 + 50
+    assert len(got) == 140
+    assert {(r.topic, r.queue_id) for r in got} == {("K1", 0), ("K1", 1), ("K2", 0)}
+    assert min(r.queue_offset for r in got if (r.topic, r.queue_id) == ("K1", 0)) == 10
+    batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) >= 4 and all(p["numInputRows"] <= 40 for p in batches)
+    latest = batches[-1]["sources"][0]["latestOffset"]
+    assert json.loads(latest) == {"K1/0": 50, "K1/1": 50, "K2/0": 50, "K2/1": 50}
+
+
+@pytest.mark.slow
+def test_streaming_sink_stores_a_replayed_batch_once(spark, tmp_path):
+    from pystore.spark.sink import committed_batches
+
+    src, dst, ck = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "ck")
+    put_all(src, [message(i, topic="A", queue_id=i % 2) for i in range(120)], StepClock())
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("pystore")
+            .option("topics", "A")
+            .option("maxOffsetsPerTrigger", "50")
+            .load(src)
+            .select("topic", "body", "tags", "keys", "queue_id", "properties")
+            .writeStream.format("pystore")
+            .option("checkpointLocation", ck)
+            .option("mapped_file_size_commit_log", str(64 * 1024))
+            .option("mapped_file_size_consume_queue", str(64 * 20))
+            .option("max_hash_slot_num", "1024")
+            .option("max_index_num", "4096")
+            .trigger(availableNow=True)
+            .start(dst)
+        )
+        await_available_now(q)
+
+    run()
+    (last,) = committed_batches(dst).values()
+    assert last >= 2  # 120 messages, at most 50 per micro-batch
+    # a crash after the sink's commit, before Spark recorded it: the restarted query replays the batch
+    os.unlink(os.path.join(ck, "commits", str(last)))
+    os.unlink(os.path.join(ck, "commits", ".%d.crc" % last))
+    run()
+    got = [d for d in scan_commit_log(dst)]
+    assert len(got) == 120
+    assert sorted((d["queue_id"], bytes(d["body"])) for d in got) == sorted(
+        (m.queue_id, m.body) for m in (message(i, topic="A", queue_id=i % 2) for i in range(120))
+    )
+    assert committed_batches(dst) == {"checkpoint:" + os.path.abspath(ck): last}
+    assert not os.listdir(os.path.join(dst, ".spark-staging", os.listdir(os.path.join(dst, ".spark-staging"))[0]))
+
+
+def test_streaming_sink_needs_a_query_identity(spark, tmp_path):
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from pystore.spark.options import OptionError
+    from pystore.spark.sink import PystoreStreamWriter
+
+    schema = StructType([StructField("topic", StringType()), StructField("body", BinaryType())])
+    with pytest.raises(OptionError, match="checkpointLocation"):
+        PystoreStreamWriter({"path": str(tmp_path)}, schema)
+    w = PystoreStreamWriter({"path": str(tmp_path), "queryname": "q1"}, schema)
+    assert w.query == "query:q1"
+
+
+def test_stream_min_offsets_per_trigger_and_pattern_joins(tmp_path):
+    from pyspark.sql.streaming.datasource import ReadMaxRows, ReadMinRows
+
+    from pystore.spark.stream import PystoreStreamReader
+
+    root = str(tmp_path / "m")
+    put_all(root, [message(i, topic="M1", queue_id=0) for i in range(10)], StepClock())
+    opts = {"path": root, "subscribepattern": "M[0-9]", "minoffsetspertrigger": "20", "maxtriggerdelay": "1h"}
+    r = PystoreStreamReader(opts, None)
+    assert r.getDefaultReadLimit() == ReadMinRows(20)
+    start = r.initialOffset()
+    assert start == {"M1/0": 0}
+    assert r.latestOffset(start, ReadMinRows(20)) == start  # 10 new messages: wait for 20
+    put_all(root, [message(i, topic=("M2", "X")[i % 2], queue_id=0) for i in range(30)], StepClock(BASE + 10_000))
+    assert r.latestOffset(start, ReadMinRows(20)) == {"M1/0": 10, "M2/0": 15}  # a new matching topic joins
+    assert r.reportLatestOffset() == {"M1/0": 10, "M2/0": 15}
+    # maxTriggerDelay passed: what there is, even below the minimum
+    late = PystoreStreamReader(opts | {"maxtriggerdelay": "0ms"}, None)
+    assert late.latestOffset(start, ReadMinRows(100)) == {"M1/0": 10, "M2/0": 15}
+    # both limits: the engine passes the max only, the min still holds
+    both = PystoreStreamReader(opts | {"maxoffsetspertrigger": "30", "minoffsetspertrigger": "30"}, None)
+    assert both.getDefaultReadLimit() == ReadMaxRows(30)
+    assert both.latestOffset(start, ReadMaxRows(30)) == start
+    # under Trigger.AvailableNow the minimum never holds a query back
+    both.prepareForTriggerAvailableNow()
+    assert both.latestOffset(start, ReadMaxRows(30)) == {"M1/0": 10, "M2/0": 15}
+    with pytest.raises(ValueError, match="maxTriggerDelay.*minOffsetsPerTrigger"):
+        PystoreStreamReader({"path": root, "topics": "M1", "maxtriggerdelay": "1s"}, None)
+    with pytest.raises(ValueError, match="maxOffsetsPerTrigger and maxMessagesPerTrigger"):
+        PystoreStreamReader({"path": root, "topics": "M1", "maxoffsetspertrigger": "1",
+                             "maxmessagespertrigger": "2"}, None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -47,10 +48,20 @@ def _file_size(store: MessageStore) -> int:
     return int(store.config.mapped_file_size_commit_log)
 
 
-def append_staged(root: str, paths: list[str], config: dict[str, Any]) -> int:
-    """Append every row of the staged files at ``paths`` to the store at ``root``; the number appended."""
+def append_staged(
+    root: str,
+    paths: list[str],
+    config: dict[str, Any],
+    guard: Callable[[MessageStore], bool] | None = None,
+    after: Callable[[MessageStore, int], None] | None = None,
+) -> int:
+    """Append every row of the staged files at ``paths`` to the store at ``root``; the number appended.
+    ``guard(store)``, called with the store open (and its lock held), may say not to append at all;
+    ``after(store, appended)`` runs after the last append, the lock still held."""
     total = 0
     with MessageStore.open(root, **config) as store:
+        if guard is not None and not guard(store):
+            return 0
         limit = max(1, min(1 << 20, _file_size(store) // 4))
         pending: list[Message] = []
         pending_key: tuple[str, int] | None = None
@@ -113,4 +124,6 @@ def append_staged(root: str, paths: list[str], config: dict[str, Any]) -> int:
                         pending_bytes += size
             flush()
         flush()
+        if after is not None:
+            after(store, total)
     return total

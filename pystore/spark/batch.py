@@ -29,8 +29,9 @@ from pystore._arrow_plan import queue_bounds, split_points
 from pystore._mapped_file import MappedFile
 from pystore.errors import StoreCorruptedError
 from pystore.spark import layout
-from pystore.spark.options import parse_bool, parse_int, parse_list, parse_time, roots
-from pystore.spark.schema import arrow_schema, check_read_schema
+from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_time, roots
+from pystore.spark.schema import COLUMNS, add_headers, arrow_schema, check_read_schema
+from pystore.spark.subscription import ending_offsets, queue_bounds_of, starting_offsets, subscription
 from pystore.tools import _common_size, _valid_after
 
 __all__ = [
@@ -84,29 +85,42 @@ class Filters:
     fail_on_data_loss: bool = False
 
 
-def plan_commit_log_slices(root: str, bytes_per_partition: int) -> list[CommitLogSlice]:
-    out: list[CommitLogSlice] = []
+def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1) -> list[CommitLogSlice]:
+    """Slices of at most ``bytes_per_partition`` bytes, and at least ``target`` of them when the data allows
+    (a small store still uses every core): cut at record boundaries found by walking the record headers."""
+    files = []
     for path in layout.commit_log_files(root):
         mf = MappedFile(path, -1, read_only=True)
         try:
-            if mf.file_size > bytes_per_partition:
-                starts, data_end, _code = split_points(mf, bytes_per_partition)
-                if data_end == 0:
-                    continue
-                ends = starts[1:] + [-1]
-                out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
-            else:
-                starts, data_end, _code = split_points(mf, 0)
-                if data_end > 0:
-                    out.append(CommitLogSlice(root, path, 0, -1))
+            _starts, data_end, _code = split_points(mf, 0)
         finally:
             mf.close()
+        if data_end > 0:
+            files.append((path, data_end))
+    total = sum(n for _, n in files)
+    chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
+    out: list[CommitLogSlice] = []
+    for path, data_end in files:
+        if data_end <= chunk:
+            out.append(CommitLogSlice(root, path, 0, -1))
+            continue
+        mf = MappedFile(path, -1, read_only=True)
+        try:
+            starts, _end, _code = split_points(mf, chunk)
+        finally:
+            mf.close()
+        ends = starts[1:] + [-1]
+        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
     return out
 
 
 def plan_queue_slices(
-    root: str, ranges: Mapping[tuple[str, int], tuple[int, int]], messages_per_partition: int
+    root: str, ranges: Mapping[tuple[str, int], tuple[int, int]], messages_per_partition: int, target: int = 1
 ) -> list[QueueSlice]:
+    """Slices of at most ``messages_per_partition`` queue offsets, and at least ``target`` of them when there
+    are that many messages; each slice is one queue's consecutive offsets, so a queue's order is kept."""
+    total = sum(max(0, hi - lo) for lo, hi in ranges.values())
+    messages_per_partition = max(1, min(messages_per_partition, -(-total // max(1, target))))
     out = []
     for (topic, qid), (lo, hi) in sorted(ranges.items()):
         s = lo
@@ -131,7 +145,18 @@ def queue_ranges(
 def read_slice(
     part: InputPartition, filters: Filters, schema: pa.Schema, rows_per_batch: int = ROWS_PER_BATCH
 ) -> Iterator[pa.RecordBatch]:
-    """The record batches of one partition."""
+    """The record batches of one partition (with ``includeHeaders``' column when ``schema`` has it)."""
+    if len(schema) == len(COLUMNS):
+        yield from _read_slice(part, filters, schema, rows_per_batch)
+        return
+    base = pa.schema(list(schema)[: len(COLUMNS)])
+    for rb in _read_slice(part, filters, base, rows_per_batch):
+        yield add_headers(rb, schema)
+
+
+def _read_slice(
+    part: InputPartition, filters: Filters, schema: pa.Schema, rows_per_batch: int
+) -> Iterator[pa.RecordBatch]:
     b = BatchBuilder(
         schema,
         filters.verify_crc,
@@ -212,43 +237,96 @@ class DataLossError(RuntimeError):
     """Messages a query needs are gone (the store deleted them), and ``failOnDataLoss`` is set."""
 
 
+def default_partitions() -> int:
+    """How many partitions a read aims at without ``minPartitions``: the driver's cores (the planner runs in a
+    Python worker, which cannot see ``spark.default.parallelism``; on ``local[*]`` they are the same)."""
+    return os.cpu_count() or 1
+
+
 class PystoreBatchReader(DataSourceReader):
-    """The batch reader: options ``topic`` (one or a comma-separated list), ``queue_id``, ``start_time``,
-    ``end_time``, ``verify_crc`` (default true), ``bytes_per_partition``, ``messages_per_partition``."""
+    """The batch reader: options ``topic`` (one or a comma-separated list; or ``topics``/``subscribe``,
+    ``subscribePattern``, ``assign``), ``queue_id``, ``startingOffsets``/``endingOffsets`` (or the
+    ``startingTimestamp`` forms), ``start_time``, ``end_time``, ``verify_crc`` (default true),
+    ``failOnDataLoss``, ``minPartitions``, ``includeHeaders``, ``bytes_per_partition``,
+    ``messages_per_partition`` (docs/spark.md)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None) -> None:
-        self.schema = check_read_schema(schema)
+        check_options(options, "batch")
+        self.options = dict(options)
+        self.headers = parse_bool(options, "includeHeaders", False)
+        self.schema = check_read_schema(schema, self.headers)
         self.roots = roots(options)
-        self.topics = parse_list(options, "topic")
-        self.queue_id = parse_int(options, "queue_id", -1, lowest=0)
+        self.sub = subscription(options, stream=False)
+        self.by_offsets = any(
+            (options.get(n.lower()) or "").strip()
+            for n in ("startingOffsets", "endingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
+        )
         self.start_ms = parse_time("start_time", options.get("start_time"))
         self.end_ms = parse_time("end_time", options.get("end_time"))
         self.verify_crc = parse_bool(options, "verify_crc", True)
+        self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
         self.bytes_per_partition = parse_int(options, "bytes_per_partition", DEFAULT_BYTES_PER_PARTITION, 1)
         self.messages_per_partition = parse_int(
             options, "messages_per_partition", DEFAULT_MESSAGES_PER_PARTITION, 1
         )
+        self.min_partitions = parse_int(options, "minPartitions", None, lowest=1)
         for r in self.roots:
             if not os.path.isdir(r):
                 raise FileNotFoundError("no store at %s" % r)
 
     def _filters(self) -> Filters:
-        return Filters(self.topics, self.queue_id, self.start_ms, self.end_ms, self.verify_crc)
+        return Filters(
+            list(self.sub.topics or []),
+            self.sub.queue_id,
+            self.start_ms,
+            self.end_ms,
+            self.verify_crc,
+            # messages deleted while the read runs: skipped unless failOnDataLoss was asked for
+            parse_bool(self.options, "failOnDataLoss", False),
+        )
+
+    def _queue_ranges(self, root: str) -> dict[tuple[str, int], tuple[int, int]]:
+        bounds = queue_bounds_of(root, self.sub.queues(root))
+        starts = starting_offsets(self.options, self.sub, root, bounds, stream=False) or {}
+        ends = ending_offsets(self.options, self.sub, bounds)
+        out = {}
+        for k, (lo, hi) in bounds.items():
+            s, e = starts.get(k, lo), ends.get(k, hi)
+            if s < lo:
+                msg = "%s: offsets [%d, %d) of %s/%d were deleted by the store's cleaning (its min offset is %d)" % (
+                    root, s, min(e, lo), k[0], k[1], lo)
+                if self.fail_on_data_loss:
+                    raise DataLossError(msg + "; set failOnDataLoss=false to read from there")
+                log.warning("%s; reading from %d", msg, lo)
+                s = lo
+            if e > s:
+                out[k] = (s, e)
+        return out
 
     def partitions(self) -> list[InputPartition]:
-        parts: list[InputPartition] = []
-        by_queue = bool(self.topics) or self.queue_id >= 0
+        target = self.min_partitions or default_partitions()
+        by_queue = not self.sub.everything or self.by_offsets
+        ranges: dict[str, dict[tuple[str, int], tuple[int, int]]] = {}
+        cl_roots = []
         for root in self.roots:
             if by_queue and layout.consume_queue_dir(root) is not None:
-                parts.extend(
-                    plan_queue_slices(
-                        root,
-                        queue_ranges(root, self.topics or None, self.queue_id),
-                        self.messages_per_partition,
-                    )
+                ranges[root] = self._queue_ranges(root)
+            elif self.by_offsets or self.sub.pattern is not None or self.sub.assign is not None:
+                raise OptionError(
+                    "%s has no consume queues: offsets, subscribePattern and assign need them (read by "
+                    "topic, queue_id and time instead)" % root
                 )
             else:
-                parts.extend(plan_commit_log_slices(root, self.bytes_per_partition))
+                cl_roots.append(root)
+        parts: list[InputPartition] = []
+        # each root gets its share of the target, by its size
+        n_msgs = sum(hi - lo for r in ranges.values() for lo, hi in r.values())
+        for root, r in ranges.items():
+            share = sum(hi - lo for lo, hi in r.values())
+            want = max(1, -(-target * share // n_msgs)) if n_msgs else 1
+            parts.extend(plan_queue_slices(root, r, self.messages_per_partition, want))
+        for root in cl_roots:
+            parts.extend(plan_commit_log_slices(root, self.bytes_per_partition, -(-target // len(self.roots))))
         log.info("pystore read of %s: %d partition(s)", ",".join(self.roots), len(parts))
         return parts
 

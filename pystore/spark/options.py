@@ -1,16 +1,118 @@
-"""Option parsing for the ``pystore`` data source: roots, times, flags, counts, and ``StoreConfig`` fields
-for the writer. Spark hands every option over as a string under a lower-cased key; errors name the
-option and the value."""
+"""Option parsing for the ``pystore`` data source: which options each use takes (an unknown or misapplied
+option is refused, naming it and the nearest known name), roots, times, flags, counts, Kafka-style offset
+JSON, and ``StoreConfig`` fields for the writer. Spark hands every option over as a string in a
+case-insensitive dict (keys lower-cased); errors name the option as documented and the value."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
-__all__ = ["roots", "parse_time", "parse_bool", "parse_int", "parse_list", "store_config_overrides"]
+__all__ = [
+    "OptionError",
+    "BATCH_READ",
+    "STREAM_READ",
+    "WRITE",
+    "STREAM_WRITE",
+    "check_options",
+    "roots",
+    "parse_time",
+    "parse_bool",
+    "parse_int",
+    "parse_list",
+    "parse_offsets",
+    "parse_assign",
+    "store_config_overrides",
+]
+
+
+class OptionError(ValueError):
+    """An option the source does not know, one that does not apply to this use, or a bad value."""
+
+
+# What Spark itself puts among a source's options: load(path) / load([paths]), and for a streaming sink
+# the checkpoint folder and the query name.
+_SPARK_OWN = ("path", "paths")
+_SUBSCRIBE = ("subscribe", "subscribePattern", "assign")
+_KAFKA_BOTH = _SUBSCRIBE + (
+    "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "minPartitions", "includeHeaders",
+    "failOnDataLoss",
+)
+#: The options of each use, as documented (case is Spark's to ignore).
+BATCH_READ = frozenset(
+    _SPARK_OWN + _KAFKA_BOTH + (
+        "topic", "topics", "queue_id", "start_time", "end_time", "verify_crc", "endingOffsets",
+        "bytes_per_partition", "messages_per_partition",
+    )
+)
+STREAM_READ = frozenset(
+    _SPARK_OWN + _KAFKA_BOTH + (
+        "topics", "verify_crc", "maxMessagesPerTrigger", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+        "maxTriggerDelay", "messages_per_partition",
+    )
+)
+WRITE = frozenset(_SPARK_OWN)  # besides every StoreConfig field (snake_case)
+STREAM_WRITE = frozenset(_SPARK_OWN + ("checkpointLocation", "queryName"))
+
+_USES = {
+    "read": ("a pystore read or stream", BATCH_READ | STREAM_READ),
+    "batch": ("a pystore batch read", BATCH_READ),
+    "stream": ("a pystore stream", STREAM_READ),
+    "write": ("a pystore write", WRITE),
+    "stream_write": ("a pystore streaming write", STREAM_WRITE),
+}
+_WHY_NOT = {
+    ("stream", "endingoffsets"): "a stream has no end (endingOffsets is for batch reads)",
+    ("stream", "topic"): "a stream subscribes with topics, subscribe, subscribePattern or assign",
+    ("write", "checkpointlocation"): "a batch write has no checkpoint (it is for writeStream)",
+    ("stream", "queue_id"): "a stream reads whole topics, or the queues of assign",
+    ("stream", "start_time"): "a stream starts at startingOffsets or startingTimestamp",
+    ("stream", "end_time"): "a stream has no end",
+    ("stream", "bytes_per_partition"): "a stream plans by queue offsets (messages_per_partition)",
+}
+
+
+def _store_fields() -> frozenset[str]:
+    from pystore import config as _config
+
+    return frozenset(n for n in _config._FIELD_NAMES if n != "unknown_keys")
+
+
+def check_options(options: Mapping[str, str], use: str) -> None:
+    """Refuse an option that ``use`` (``batch``, ``stream``, ``write``, ``stream_write``) does not take,
+    naming it, why when it belongs to another use, and the nearest known name for a typo."""
+    what, known = _USES[use]
+    names = set(known)
+    if use in ("write", "stream_write"):
+        names |= _store_fields()
+    by_lower = {n.lower(): n for n in names}
+    for key in options.keys():
+        k = key.lower()
+        if k in by_lower:
+            continue
+        others = [w for u, (w, taken) in _USES.items() if u != "read" and k in _lower(taken, u)]
+        if others:
+            name = next(n for u, (_w, taken) in _USES.items() for n in _with_store(taken, u) if n.lower() == k)
+            why = _WHY_NOT.get((use, k), "it is for %s" % " and ".join(others))
+            raise OptionError("option %s does not apply to %s: %s" % (name, what, why))
+        close = difflib.get_close_matches(k, list(by_lower), n=1, cutoff=0.6)
+        hint = "; did you mean %s?" % by_lower[close[0]] if close else ""
+        raise OptionError(
+            "unknown option %s for %s%s (known: %s)" % (key, what, hint, ", ".join(sorted(known, key=str.lower)))
+        )
+
+
+def _with_store(taken: frozenset[str], use: str) -> frozenset[str]:
+    return taken | _store_fields() if use in ("write", "stream_write") else taken
+
+
+def _lower(taken: frozenset[str], use: str) -> set[str]:
+    return {n.lower() for n in _with_store(taken, use)}
+
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -50,7 +152,7 @@ def parse_time(name: str, raw: str | None) -> int | None:
     try:
         dt = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
     except ValueError:
-        raise ValueError(
+        raise OptionError(
             "option %s: %r is neither epoch milliseconds nor an ISO-8601 time" % (name, raw)
         ) from None
     if dt.tzinfo is None:
@@ -67,7 +169,7 @@ def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if v in ("false", "0", "no"):
         return False
-    raise ValueError("option %s: expected true or false, got %r" % (name, raw))
+    raise OptionError("option %s: expected true or false, got %r" % (name, raw))
 
 
 # None comes back only as a None default: an option with a default is always an int
@@ -86,9 +188,9 @@ def parse_int(
     try:
         v = int(raw.strip())
     except ValueError:
-        raise ValueError("option %s: expected an integer, got %r" % (name, raw)) from None
+        raise OptionError("option %s: expected an integer, got %r" % (name, raw)) from None
     if lowest is not None and v < lowest:
-        raise ValueError("option %s: must be >= %d, got %d" % (name, lowest, v))
+        raise OptionError("option %s: must be >= %d, got %d" % (name, lowest, v))
     return v
 
 
@@ -111,6 +213,59 @@ def store_config_overrides(options: Mapping[str, str]) -> dict[str, Any]:
         if name not in _config._FIELD_NAMES or name == "unknown_keys":
             continue
         if name in ("store_path_root_dir", "read_only"):
-            raise ValueError("option %s cannot be set on a write: the root is the save() path" % key)
+            raise OptionError("option %s cannot be set on a write: the root is the save() path" % key)
         out[name] = _config._parse_value(name, _config._HINTS[name], raw)
     return out
+
+
+def parse_offsets(name: str, raw: str, lowest: int = -2) -> dict[tuple[str, int], int]:
+    """Offsets JSON as ``{(topic, queue_id): offset}``: Kafka's ``{"topic": {"0": 23, "1": -2}}`` or pystore's
+    ``{"topic/queue_id": 23}``. -2 is the queue's earliest offset, -1 its latest (values below ``lowest``
+    are refused)."""
+    try:
+        given = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError(
+            'option %s: expected earliest, latest or JSON {"topic": {"0": offset}} (or {"topic/0": offset}), '
+            "got %r (%s)" % (name, raw, exc)
+        ) from None
+    if not isinstance(given, dict):
+        raise OptionError('option %s: the JSON must be an object {"topic": {"0": offset}}, got %r' % (name, raw))
+    out: dict[tuple[str, int], int] = {}
+
+    def put(topic: str, q: Any, v: Any, where: str) -> None:
+        qs = str(q)
+        if not topic or not qs.isdigit():
+            raise OptionError('option %s: %s is not a topic and queue id ("topic/0" or {"topic": {"0": ..}})'
+                              % (name, where))
+        if not isinstance(v, int) or isinstance(v, bool) or v < lowest:
+            allowed = {-2: ", -2 (earliest) or -1 (latest)", -1: " or -1 (latest)"}.get(lowest, "")
+            raise OptionError("option %s: %s must be an offset >= 0%s, got %r" % (name, where, allowed, v))
+        out[(topic, int(qs))] = v
+
+    for k, v in given.items():
+        if isinstance(v, dict):
+            for q, off in v.items():
+                put(k, q, off, "%s/%s" % (k, q))
+        else:
+            topic, sep, q = k.rpartition("/")
+            put(topic if sep else "", q, v, repr(k))
+    return out
+
+
+def parse_assign(raw: str) -> list[tuple[str, int]]:
+    """Kafka's ``assign`` JSON ``{"topic": [0, 1]}`` as sorted ``(topic, queue_id)`` pairs."""
+    try:
+        given = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError('option assign: expected JSON {"topic": [0, 1]}, got %r (%s)' % (raw, exc)) from None
+    if not isinstance(given, dict) or not given:
+        raise OptionError('option assign: expected a non-empty JSON object {"topic": [0, 1]}, got %r' % raw)
+    out: set[tuple[str, int]] = set()
+    for topic, qids in given.items():
+        if not isinstance(qids, list) or not all(
+            isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in qids
+        ):
+            raise OptionError("option assign: %r must map to a list of queue ids >= 0, got %r" % (topic, qids))
+        out.update((topic, q) for q in qids)
+    return sorted(out)

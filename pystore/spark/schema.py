@@ -21,7 +21,10 @@ from pyspark.sql.types import (
 
 from pystore._arrow import COLUMNS as _COLUMNS
 
-__all__ = ["DDL", "COLUMNS", "spark_schema", "arrow_schema", "check_read_schema"]
+__all__ = ["DDL", "COLUMNS", "HEADERS", "spark_schema", "arrow_schema", "check_read_schema", "add_headers"]
+
+#: ``includeHeaders``: the extra last column, as Spark's Kafka source has it.
+HEADERS = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
 #: docs/api.md "Spark — pystore.spark": the columns of a read, in order.
 DDL = (
@@ -35,7 +38,11 @@ DDL = (
 COLUMNS: tuple[str, ...] = _COLUMNS
 
 
-def spark_schema() -> StructType:
+def _headers_type() -> ArrayType:
+    return ArrayType(StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]), True)
+
+
+def spark_schema(headers: bool = False) -> StructType:
     """The read schema as a Spark ``StructType`` (every field nullable; only ``tags`` holds nulls). Built
     field by field: ``StructType.fromDDL`` needs a running session, and executors have none."""
     s, i, lg, b, ts = StringType(), IntegerType(), LongType(), BinaryType(), TimestampType()
@@ -60,7 +67,10 @@ def spark_schema() -> StructType:
         "body_crc": i,
         "msg_id": s,
     }
-    return StructType([StructField(name, types[name], True) for name in COLUMNS])
+    fields = [StructField(name, types[name], True) for name in COLUMNS]
+    if headers:
+        fields.append(StructField("headers", _headers_type(), True))
+    return StructType(fields)
 
 
 def arrow_schema(schema: StructType | None = None) -> pa.Schema:
@@ -75,10 +85,10 @@ def arrow_schema(schema: StructType | None = None) -> pa.Schema:
         return to_arrow_schema(s)  # PySpark 4.0/4.1: timestamps are UTC already
 
 
-def check_read_schema(schema: Any) -> StructType:
+def check_read_schema(schema: Any, headers: bool = False) -> StructType:
     """The schema a reader got, if it is the source's own; a user-given ``.schema(...)`` that differs
     (other columns, order or types) is refused, since every column comes from the record decoder."""
-    own = spark_schema()
+    own = spark_schema(headers)
     if schema is None:
         return own
     got = [(f.name, f.dataType.simpleString()) for f in schema.fields]
@@ -86,6 +96,19 @@ def check_read_schema(schema: Any) -> StructType:
     if got != want:
         raise ValueError(
             "the pystore source has a fixed schema (%s); got %s. Read without .schema(...) and select "
-            "the columns you need" % (DDL, schema.simpleString())
+            "the columns you need" % (DDL + (", " + HEADERS if headers else ""), schema.simpleString())
         )
     return schema
+
+
+def add_headers(rb: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``rb`` (the decoder's columns) with the ``headers`` column of ``schema`` built from ``properties``:
+    the map's own offsets and keys, its values as binary (UTF-8, as Kafka's header values are bytes)."""
+    props = rb.column(COLUMNS.index("properties"))
+    field = schema.field("headers")
+    entries = pa.StructArray.from_arrays(
+        [props.keys, props.items.cast(pa.binary())], fields=list(field.type.value_type)
+    )
+    mask = props.is_null() if props.null_count else None
+    headers = pa.ListArray.from_arrays(props.offsets, entries, type=field.type, mask=mask)
+    return pa.RecordBatch.from_arrays(list(rb.columns) + [headers], schema=schema)

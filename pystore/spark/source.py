@@ -4,9 +4,20 @@ able to import ``pystore`` (an installed package, or ``PYTHONPATH``)."""
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
+from pystore.spark.options import OptionError, check_options, parse_bool
 from pystore.spark.schema import spark_schema
 
 __all__ = ["PystoreDataSource"]
@@ -21,7 +32,10 @@ class PystoreDataSource(DataSource):
         return "pystore"
 
     def schema(self) -> StructType:
-        return spark_schema()
+        # load() of a read or a stream: an option neither takes is refused here, where the DataFrame is
+        # defined (which of the two it is shows only in reader()/streamReader())
+        _check_read_options(self.options)
+        return spark_schema(parse_bool(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from pystore.spark.batch import PystoreBatchReader
@@ -31,11 +45,50 @@ class PystoreDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from pystore.spark.stream import PystoreStreamReader
 
-        return PystoreStreamReader(self.options, schema)
+        try:
+            return PystoreStreamReader(self.options, schema)
+        except (OptionError, ValueError, FileNotFoundError) as exc:
+            # PySpark's stream runner masks an error raised while it builds the reader (its cleanup refers
+            # to the reader it never got: "UnboundLocalError: reader"); a reader that raises the error from
+            # its first call shows the error itself when the query starts.
+            return _RefusedStreamReader(exc)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pystore.spark.sink import PystoreStreamWriter
+
+        return PystoreStreamWriter(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pystore.spark.writer import PystoreWriter, WriteError
 
+        check_options(self.options, "write")
         if overwrite:
             raise WriteError('a message store only appends: use .mode("append")')
         return PystoreWriter(self.options, schema)
+
+
+def _check_read_options(options: Mapping[str, Any]) -> None:
+    """Refuse, at load(), an option that neither a batch read nor a stream takes."""
+    check_options(options, "read")
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """A stream reader whose options were refused: every call raises that error."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def _raise(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict:
+        self._raise()
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        self._raise()
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        self._raise()
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        self._raise()

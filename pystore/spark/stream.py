@@ -8,18 +8,24 @@ offset without a restart. A micro-batch ``(start, end]`` is planned into
 partitions and decoded like a batch read; a restarted query replans the checkpointed batch from the same
 offsets, so nothing is lost or read twice.
 
-Options: ``topics`` (required), ``startingOffsets`` (``earliest`` default, ``latest``, or JSON with the
-offsets of some queues, -2 = earliest, -1 = latest; queues left out start at their min offset),
-``maxMessagesPerTrigger`` (read limit, shared among queues in proportion to their backlog; honoured by
-``Trigger.AvailableNow`` on PySpark 4.2+), ``failOnDataLoss`` (default true: an offset below a queue's min
-offset, i.e. messages deleted by the store's cleaning before they were read, fails the query; false skips
-ahead and logs a warning), ``verify_crc`` (default true).
+Options (docs/spark.md): one of ``topics`` / ``subscribe`` / ``subscribePattern`` / ``assign`` (required;
+a pattern is matched again at every trigger, so new topics join), ``startingOffsets`` (``earliest`` default,
+``latest``, or JSON with the offsets of some queues, ``{"topic": {"0": n}}`` or ``{"topic/0": n}``, -2 =
+earliest, -1 = latest; queues left out start at their min offset) or ``startingTimestamp`` /
+``startingOffsetsByTimestamp``, ``maxOffsetsPerTrigger`` = ``maxMessagesPerTrigger`` (read limit, shared
+among queues in proportion to their backlog; honoured by ``Trigger.AvailableNow`` on PySpark 4.2+),
+``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (wait for that many messages, at most that long),
+``failOnDataLoss`` (default true: an offset below a queue's min offset, i.e. messages deleted by the
+store's cleaning before they were read, fails the query; false skips ahead and logs a warning),
+``minPartitions``, ``includeHeaders``, ``verify_crc`` (default true). The latest offsets are reported for
+the query's progress (``reportLatestOffset``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import re
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -31,17 +37,23 @@ from pystore.spark.batch import (
     DEFAULT_MESSAGES_PER_PARTITION,
     DataLossError,
     Filters,
+    default_partitions,
     plan_queue_slices,
-    queue_ranges,
     read_slice,
 )
-from pystore.spark.options import parse_bool, parse_int, parse_list, roots
+from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_offsets, roots
 from pystore.spark.schema import arrow_schema, check_read_schema
+from pystore.spark.subscription import queue_bounds_of, starting_offsets, subscription
 
 try:  # PySpark 4.2+: admission control and Trigger.AvailableNow for Python stream readers
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError:  # pragma: no cover - PySpark 4.0/4.1
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in: PySpark < 4.2 has no AvailableNow hook for Python sources."""
@@ -84,78 +96,84 @@ def share_limit(start: Mapping[str, int], latest: Mapping[str, int], limit: int)
     return {k: start[k] + shares[k] for k in latest}
 
 
+def parse_duration(name: str, raw: str) -> int:
+    """Milliseconds from ``raw``: a number with a unit (``500ms``, ``30s``, ``15m``, ``1h``, ``1d``) or bare
+    milliseconds, as Spark's Kafka source reads ``maxTriggerDelay``."""
+    m = re.fullmatch(r"\s*([0-9]+)\s*(ms|s|m|min|h|d)?\s*", raw.lower())
+    if m is None:
+        raise OptionError("option %s: expected a duration such as 500ms, 30s, 15m or 1h, got %r" % (name, raw))
+    unit = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return int(m.group(1)) * unit[m.group(2)]
+
+
 class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream reader of one store root (see the module docstring for the options)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None) -> None:
-        self.schema = check_read_schema(schema)
+        check_options(options, "stream")
+        self.options = dict(options)
+        self.headers = parse_bool(options, "includeHeaders", False)
+        self.schema = check_read_schema(schema, self.headers)
         rs = roots(options)
         if len(rs) != 1:
-            raise ValueError(
+            raise OptionError(
                 "a pystore stream reads one store (offsets are per topic/queue); got %d roots: "
                 "start one query per root and union them" % len(rs)
             )
         self.root = rs[0]
-        self.topics = parse_list(options, "topics")
-        if not self.topics:
-            raise ValueError('option "topics" is required for a pystore stream (comma-separated topic names)')
-        self.starting = (
-            options.get("startingoffsets") or options.get("startingOffsets") or "earliest"
-        ).strip()
-        self.max_per_trigger = parse_int(options, "maxmessagespertrigger", None, lowest=1)
-        self.fail_on_data_loss = parse_bool(options, "failondataloss", True)
+        self.sub = subscription(options, stream=True)
+        self.topics = list(self.sub.topics or [])
+        limits = [n for n in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger") if options.get(n.lower())]
+        if len(limits) > 1:
+            raise OptionError("options maxOffsetsPerTrigger and maxMessagesPerTrigger are one limit: give one")
+        self.max_per_trigger = parse_int(options, limits[0], None, lowest=1) if limits else None
+        self.min_per_trigger = parse_int(options, "minOffsetsPerTrigger", None, lowest=1)
+        delay = options.get("maxtriggerdelay")
+        if delay is not None and self.min_per_trigger is None:
+            raise OptionError("option maxTriggerDelay: it bounds the wait of minOffsetsPerTrigger, which is not set")
+        self.max_trigger_delay_ms = parse_duration("maxTriggerDelay", delay) if delay is not None else 15 * 60_000
+        if self.max_per_trigger is not None and self.min_per_trigger is not None:
+            if self.min_per_trigger > self.max_per_trigger:
+                raise OptionError("option minOffsetsPerTrigger (%d) is above maxOffsetsPerTrigger (%d)"
+                                  % (self.min_per_trigger, self.max_per_trigger))
+        self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
         self.verify_crc = parse_bool(options, "verify_crc", True)
         self.messages_per_partition = parse_int(
             options, "messages_per_partition", DEFAULT_MESSAGES_PER_PARTITION, 1
         )
+        self.min_partitions = parse_int(options, "minPartitions", None, lowest=1)
         self._target: Offsets | None = None
-        if self.starting.lower() not in ("earliest", "latest"):
-            self._parse_starting()  # fail at query start on bad JSON
+        self._last_batch_ms = time.monotonic() * 1000.0
+        # fail at query start on a bad starting position, not at the first offsets asked
+        for name in ("startingOffsets", "startingOffsetsByTimestamp"):
+            raw = (options.get(name.lower()) or "").strip()
+            if raw and raw.lower() not in ("earliest", "latest"):
+                self.sub.check(name, parse_offsets(name, raw, lowest=-2 if name == "startingOffsets" else 0))
+        if (options.get("startingtimestamp") or "").strip():
+            parse_int(options, "startingTimestamp", None, lowest=0)
+        given = [n for n in ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
+                 if (options.get(n.lower()) or "").strip()]
+        if len(given) > 1:
+            raise OptionError("options %s: give only one starting position" % " and ".join(given))
 
     # -- offsets --------------------------------------------------------------------------------------
 
     def _ranges(self) -> dict[str, tuple[int, int]]:
-        return {queue_key(t, q): r for (t, q), r in queue_ranges(self.root, self.topics, -1).items()}
-
-    def _parse_starting(self) -> Offsets:
-        try:
-            given = json.loads(self.starting)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                'startingOffsets: expected earliest, latest or JSON {"topic/queue_id": offset}, '
-                "got %r (%s)" % (self.starting, exc)
-            ) from None
-        if not isinstance(given, dict):
-            raise ValueError('startingOffsets JSON must be an object {"topic/queue_id": offset}')
-        out = {}
-        for k, v in given.items():
-            topic, _ = parse_key(k)
-            if topic not in self.topics:
-                raise ValueError(
-                    "startingOffsets names %r, whose topic is not in topics=%s" % (k, self.topics)
-                )
-            if not isinstance(v, int) or isinstance(v, bool) or v < -2:
-                raise ValueError(
-                    "startingOffsets[%r] must be an offset >= 0, -2 (earliest) or -1 (latest)" % k
-                )
-            out[k] = v
-        return out
+        return {queue_key(t, q): r for (t, q), r in queue_bounds_of(self.root, self.sub.queues(self.root)).items()}
 
     def initialOffset(self) -> Offsets:
-        ranges = self._ranges()
-        mode = self.starting.lower()
-        if mode == "earliest":
-            return {k: lo for k, (lo, _) in ranges.items()}
-        if mode == "latest":
-            return {k: hi for k, (_, hi) in ranges.items()}
-        out = {}
-        for k, v in self._parse_starting().items():
-            lo, hi = ranges.get(k, (0, 0))
-            out[k] = lo if v == -2 else hi if v == -1 else v
-        return out
+        bounds = queue_bounds_of(self.root, self.sub.queues(self.root))
+        start = starting_offsets(self.options, self.sub, self.root, bounds, stream=True)
+        if start is None:
+            return {queue_key(t, q): lo for (t, q), (lo, _) in bounds.items()}
+        return {queue_key(t, q): v for (t, q), v in start.items()}
 
     def _latest(self) -> dict[str, int]:
         return {k: hi for k, (_, hi) in self._ranges().items()}
+
+    def reportLatestOffset(self) -> Offsets:
+        """The latest offset of every subscribed queue, for the query's progress (``latestOffset``)."""
+        return self._latest()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
@@ -163,7 +181,11 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def getDefaultReadLimit(self) -> Any:
         if ReadMaxRows is None:  # pragma: no cover - PySpark < 4.2
             return None
-        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        if self.min_per_trigger:
+            return ReadMinRows(self.min_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
         ranges = self._ranges()
@@ -188,10 +210,21 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise DataLossError(msg + "; set failOnDataLoss=false to wait for new messages instead")
                 log.warning("%s; waiting", msg)
                 latest[k] = s
+        # minOffsetsPerTrigger: wait for that many new messages, at most maxTriggerDelay since the last
+        # batch (never under AvailableNow, which must end)
+        min_rows = getattr(limit, "min_rows", None)
+        if min_rows is None and self.min_per_trigger and getattr(limit, "max_rows", None) is not None:
+            min_rows = self.min_per_trigger  # both limits given: the engine passes only the max
+        if min_rows is not None and self._target is None:
+            backlog = sum(max(0, latest[k] - begin[k]) for k in latest)
+            waited = time.monotonic() * 1000.0 - self._last_batch_ms
+            if backlog < min_rows and waited < self.max_trigger_delay_ms:
+                return dict(start)
         max_rows = getattr(limit, "max_rows", None)
-        if max_rows is not None:
-            return share_limit(begin, latest, int(max_rows))
-        return latest
+        end = share_limit(begin, latest, int(max_rows)) if max_rows is not None else latest
+        if any(end[k] > begin[k] for k in end):
+            self._last_batch_ms = time.monotonic() * 1000.0
+        return end
 
     # -- planning and reading -------------------------------------------------------------------------
 
@@ -214,7 +247,9 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 s = lo_now
             if e > s:
                 todo[parse_key(k)] = (s, e)
-        return list(plan_queue_slices(self.root, todo, self.messages_per_partition))
+        return list(
+            plan_queue_slices(self.root, todo, self.messages_per_partition, self.min_partitions or default_partitions())
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         f = Filters([], -1, None, None, self.verify_crc, self.fail_on_data_loss)

@@ -56,7 +56,7 @@ from pystore.refusal import (  # the put path's limits and words (pystore put sa
 from pystore.spark.options import roots, store_config_overrides
 from pystore.spark.schema import COLUMNS
 
-__all__ = ["PystoreWriter", "StagedPart", "WriteError", "STAGING_DIR", "STAGING_SCHEMA"]
+__all__ = ["PystoreWriter", "StagedPart", "WriteError", "STAGING_DIR", "STAGING_SCHEMA", "stage_rows", "check_write_schema"]
 
 log = logging.getLogger(__name__)
 
@@ -259,33 +259,7 @@ class PystoreWriter(DataSourceArrowWriter):
         self.staging = os.path.join(self.root, STAGING_DIR, self.job_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        partition = ctx.partitionId() if ctx is not None else 0
-        os.makedirs(self.staging, exist_ok=True)
-        path = os.path.join(self.staging, "part-%05d-%s.arrow" % (partition, uuid.uuid4().hex[:8]))
-        rows = 0
-        sink = None
-        try:
-            for batch in iterator:
-                if batch.num_rows == 0:
-                    continue
-                staged = normalize_batch(batch, partition, rows, self.max_message_size)
-                if sink is None:
-                    sink = pa.ipc.new_file(path, STAGING_SCHEMA)
-                sink.write_batch(staged)
-                rows += staged.num_rows
-        except BaseException:
-            if sink is not None:
-                sink.close()
-                sink = None
-            _remove(path)
-            raise
-        finally:
-            if sink is not None:
-                sink.close()
-        return StagedPart(partition, path if rows else None, rows)
+        return stage_rows(iterator, self.staging, self.max_message_size)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from pystore.spark.append import append_staged
@@ -314,6 +288,37 @@ class PystoreWriter(DataSourceArrowWriter):
             os.rmdir(os.path.dirname(self.staging))  # only when no other job is staging
         except OSError:
             pass
+
+
+def stage_rows(iterator: Iterator[pa.RecordBatch], staging: str, max_message_size: int) -> StagedPart:
+    """A task's half of a write: check its rows and stage them as one Arrow IPC file under ``staging``."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    os.makedirs(staging, exist_ok=True)
+    path = os.path.join(staging, "part-%05d-%s.arrow" % (partition, uuid.uuid4().hex[:8]))
+    rows = 0
+    sink = None
+    try:
+        for batch in iterator:
+            if batch.num_rows == 0:
+                continue
+            staged = normalize_batch(batch, partition, rows, max_message_size)
+            if sink is None:
+                sink = pa.ipc.new_file(path, STAGING_SCHEMA)
+            sink.write_batch(staged)
+            rows += staged.num_rows
+    except BaseException:
+        if sink is not None:
+            sink.close()
+            sink = None
+        _remove(path)
+        raise
+    finally:
+        if sink is not None:
+            sink.close()
+    return StagedPart(partition, path if rows else None, rows)
 
 
 def _remove(path: str) -> None:
