@@ -20,6 +20,7 @@ __all__ = [
     "STREAM_WRITE",
     "check_options",
     "roots",
+    "option_value",
     "parse_time",
     "parse_bool",
     "parse_int",
@@ -117,7 +118,8 @@ def _lower(taken: frozenset[str], use: str) -> set[str]:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
+def option_value(options: Mapping[str, str], name: str) -> str | None:
+    """The value of option ``name`` (Spark hands options over lower-cased), or None."""
     v = options.get(name.lower())
     if v is None:
         v = options.get(name)
@@ -126,9 +128,9 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
 
 def roots(options: Mapping[str, str]) -> list[str]:
     """The store roots of ``load(path)``: one path, a comma-separated list, or ``load([...])``."""
-    raw = _get(options, "path")
+    raw = option_value(options, "path")
     if raw is None:
-        paths = _get(options, "paths")
+        paths = option_value(options, "paths")
         if paths is None:
             raise ValueError(
                 "no store root: use .load('/path/to/store') (or a comma-separated list of roots)"
@@ -161,7 +163,7 @@ def parse_time(name: str, raw: str | None) -> int | None:
 
 
 def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(options, name)
+    raw = option_value(options, name)
     if raw is None:
         return default
     v = raw.strip().lower()
@@ -182,7 +184,7 @@ def parse_int(
 def parse_int(
     options: Mapping[str, str], name: str, default: int | None, lowest: int | None = None
 ) -> int | None:
-    raw = _get(options, name)
+    raw = option_value(options, name)
     if raw is None or raw.strip() == "":
         return default
     try:
@@ -196,7 +198,7 @@ def parse_int(
 
 def parse_list(options: Mapping[str, str], name: str) -> list[str]:
     """A comma-separated option as a list (empty items dropped); [] when not given."""
-    raw = _get(options, name)
+    raw = option_value(options, name)
     if raw is None:
         return []
     return [t.strip() for t in raw.split(",") if t.strip()]

@@ -28,15 +28,8 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from pystore.config_json import load_config_file, persist_config_file
-from pystore.spark.options import OptionError, _get, check_options, roots, store_config_overrides
-from pystore.spark.writer import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    STAGING_DIR,
-    StagedPart,
-    WriteError,
-    check_write_schema,
-    stage_rows,
-)
+from pystore.spark.options import OptionError, check_options, option_value
+from pystore.spark.writer import STAGING_DIR, StagedPart, stage_rows, write_target
 
 __all__ = ["PystoreStreamWriter", "COMMITS_FILE", "committed_batches"]
 
@@ -63,14 +56,9 @@ class PystoreStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         check_options(options, "stream_write")
-        rs = roots(options)
-        if len(rs) != 1:
-            raise WriteError("a pystore streaming write goes to one store root, got %d" % len(rs))
-        self.root = os.path.abspath(rs[0])
-        check_write_schema(schema)
-        self.config = store_config_overrides(options)
-        self.max_message_size = int(self.config.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE))
-        ckpt, name = _get(options, "checkpointLocation"), _get(options, "queryName")
+        t = write_target(options, schema, "streaming write")
+        self.root, self.config, self.max_message_size = t.root, t.config, t.max_message_size
+        ckpt, name = option_value(options, "checkpointLocation"), option_value(options, "queryName")
         if ckpt:
             self.query = "checkpoint:" + os.path.abspath(ckpt)
         elif name:

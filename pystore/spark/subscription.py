@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pystore._arrow_plan import queue_bounds
 from pystore.spark import layout
-from pystore.spark.options import OptionError, _get, parse_assign, parse_int, parse_list, parse_offsets
+from pystore.spark.options import OptionError, option_value, parse_assign, parse_int, parse_list, parse_offsets
 
 __all__ = ["Subscription", "subscription", "starting_offsets", "ending_offsets", "queue_bounds_of"]
 
@@ -64,7 +64,7 @@ class Subscription:
 def subscription(options: Mapping[str, str], stream: bool) -> Subscription:
     """The subscription options of a read; a stream needs exactly one of them, a batch read at most one
     (none: every topic)."""
-    given = [n for n in ("topic", "topics", "subscribe", "subscribePattern", "assign") if _get(options, n) is not None]
+    given = [n for n in ("topic", "topics", "subscribe", "subscribePattern", "assign") if option_value(options, n) is not None]
     if stream and not given:
         raise OptionError(
             'option "topics" is required for a pystore stream (or subscribe, subscribePattern or assign, '
@@ -76,7 +76,7 @@ def subscription(options: Mapping[str, str], stream: bool) -> Subscription:
     if not given:
         return Subscription(queue_id=queue_id)
     name = given[0]
-    raw = _get(options, name) or ""
+    raw = option_value(options, name) or ""
     if name == "subscribePattern":
         try:
             re.compile(raw)
@@ -123,14 +123,14 @@ def starting_offsets(
     out of a JSON starts at its earliest offset."""
     given = [
         n for n in ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
-        if (_get(options, n) or "").strip()
+        if (option_value(options, n) or "").strip()
     ]
     if len(given) > 1:
         raise OptionError("options %s: give only one starting position" % " and ".join(given))
     if not given:
         return None
     name = given[0]
-    raw = (_get(options, name) or "").strip()
+    raw = (option_value(options, name) or "").strip()
     if name == "startingTimestamp":
         ms = parse_int(options, name, None, lowest=0)
         assert ms is not None
@@ -162,7 +162,7 @@ def ending_offsets(
     options: Mapping[str, str], sub: Subscription, bounds: Mapping[Queue, tuple[int, int]]
 ) -> dict[Queue, int]:
     """Where each queue of a batch read ends (exclusive), from ``endingOffsets`` (default latest)."""
-    raw = (_get(options, "endingOffsets") or "latest").strip()
+    raw = (option_value(options, "endingOffsets") or "latest").strip()
     if raw.lower() == "latest":
         return {k: hi for k, (_, hi) in bounds.items()}
     if raw.lower() == "earliest":

@@ -29,6 +29,7 @@ import shutil
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -244,17 +245,33 @@ def normalize_batch(
     return pa.RecordBatch.from_arrays([topic, body, tags, keys, qid, props], schema=STAGING_SCHEMA)
 
 
+@dataclass
+class WriteTarget:
+    """Where a batch or streaming write goes: one store root, the ``StoreConfig`` overrides of its options and
+    the largest body they allow."""
+
+    root: str
+    config: dict[str, Any]
+    max_message_size: int
+
+
+def write_target(options: Mapping[str, str], schema: StructType, what: str) -> WriteTarget:
+    """The target of a write (``what``: "write", "streaming write") whose rows have ``schema``."""
+    rs = roots(options)
+    if len(rs) != 1:
+        raise WriteError("a pystore %s goes to one store root, got %d" % (what, len(rs)))
+    check_write_schema(schema)
+    config = store_config_overrides(options)
+    return WriteTarget(os.path.abspath(rs[0]), config,
+                       int(config.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE)))
+
+
 class PystoreWriter(DataSourceArrowWriter):
     """Stages rows per task, appends them on the driver's commit (see the module docstring)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        rs = roots(options)
-        if len(rs) != 1:
-            raise WriteError("a pystore write goes to one store root, got %d" % len(rs))
-        self.root = os.path.abspath(rs[0])
-        check_write_schema(schema)
-        self.config = store_config_overrides(options)
-        self.max_message_size = int(self.config.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE))
+        t = write_target(options, schema, "write")
+        self.root, self.config, self.max_message_size = t.root, t.config, t.max_message_size
         self.job_id = uuid.uuid4().hex
         self.staging = os.path.join(self.root, STAGING_DIR, self.job_id)
 
