@@ -1068,6 +1068,80 @@ def test_streaming_sink_stores_a_replayed_batch_once(spark, tmp_path):
     assert not os.listdir(os.path.join(dst, ".spark-staging", os.listdir(os.path.join(dst, ".spark-staging"))[0]))
 
 
+SINK_CRASH = r"""
+import os, signal, sys
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+from pystore import MessageStore
+from pystore.spark.sink import PystoreStreamWriter
+from pystore.spark.writer import StagedPart
+root, staged, cut = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+schema = StructType([StructField("topic", StringType()), StructField("body", BinaryType()),
+                     StructField("queue_id", IntegerType())])
+w = PystoreStreamWriter({"path": root, "queryname": "q", "mapped_file_size_commit_log": "4096"}, schema)
+if cut >= 0:
+    real_open = MessageStore.open
+    def open_(root, **kw):
+        store = real_open(root, **kw)
+        put, puts = store.put_messages, [0]
+        def put_messages(batch):
+            r = put(batch)
+            puts[0] += 1
+            if puts[0] == cut:
+                store.flush()
+                os.kill(os.getpid(), signal.SIGKILL)   # the driver dies in the middle of the append
+            return r
+        store.put_messages = put_messages
+        return store
+    MessageStore.open = open_
+w.commit([StagedPart(i, p, 60) for i, p in enumerate(staged)], 5)
+print("COMMITTED", flush=True)
+"""
+
+
+@pytest.mark.parametrize("cut", [1, 3, 6])
+def test_streaming_sink_replay_after_a_crash_mid_append_stores_the_batch_once(tmp_path, cut):
+    """The driver is SIGKILLed after ``cut`` batch puts of a micro-batch's append (files roll on the way);
+    Spark replays the micro-batch: every row is stored exactly once, in order."""
+    import subprocess
+
+    import pyarrow as pa
+
+    from pystore.spark.sink import committed_batches
+    from pystore.spark.writer import stage_rows
+
+    root = str(tmp_path / "dst")
+    rows = [("T", b"r%04d" % i + b"x" * 100, i % 3 // 2) for i in range(120)]   # queues 0,0,1 0,0,1 ...
+
+    def stage() -> list[str]:
+        out = []
+        for part in range(2):
+            chunk = rows[part * 60:(part + 1) * 60]
+            batch = pa.record_batch([pa.array([r[0] for r in chunk]), pa.array([r[1] for r in chunk]),
+                                     pa.array([None] * 60, pa.string()),
+                                     pa.array([None] * 60, pa.list_(pa.string())),
+                                     pa.array([r[2] for r in chunk], pa.int32()),
+                                     pa.array([None] * 60, pa.map_(pa.string(), pa.string()))],
+                                    names=["topic", "body", "tags", "keys", "queue_id", "properties"])
+            out.append(stage_rows(iter([batch]), str(tmp_path / "staging"), 1 << 20).path)
+        return out
+
+    def run(paths: list[str], c: int) -> subprocess.CompletedProcess[str]:
+        from writer_procs import WORKTREE
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKTREE), os.environ.get("PYTHONPATH", "")]))
+        return subprocess.run([sys.executable, "-c", SINK_CRASH, root, ",".join(paths), str(c)], env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    r = run(stage(), cut)
+    assert r.returncode == -9, r.stderr
+    assert committed_batches(root) == {"query:q": -1}            # noted as being appended, not committed
+    r = run(stage(), -1)                                          # the replay of micro-batch 5
+    assert r.returncode == 0 and "COMMITTED" in r.stdout, r.stderr
+    assert committed_batches(root) == {"query:q": 5}
+    got = [(d["topic"], bytes(d["body"]), d["queue_id"]) for d in scan_commit_log(root)]
+    assert got == rows
+
+
 def test_streaming_sink_needs_a_query_identity(spark, tmp_path):
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +22,7 @@ from pystore import Message, MessageBatch, MessageStore, PutMessageStatus
 from pystore._codec import record_length
 from pystore.refusal import refusal_reason
 
-__all__ = ["append_staged"]
+__all__ = ["append_staged", "staged_rows", "stored_prefix"]
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +48,56 @@ def _file_size(store: MessageStore) -> int:
     return int(store.config.mapped_file_size_commit_log)
 
 
+def staged_rows(paths: list[str]) -> Iterator[Message]:
+    """The rows of the staged files at ``paths`` as messages, in the order they are appended."""
+    for path in paths:
+        with pa.memory_map(path) as src:
+            reader = pa.ipc.open_file(src)
+            for bi in range(reader.num_record_batches):
+                b = reader.get_batch(bi)
+                cols = [b.column(i).to_pylist() for i in range(6)]
+                for topic, body, tags, keys, qid, props in zip(*cols, strict=True):
+                    yield Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None,
+                                  queue_id=qid)
+
+
+def stored_prefix(store: MessageStore, start: int, paths: list[str]) -> int:
+    """How many of the staged rows at ``paths`` the commit log holds from ``start`` on, in their order: the
+    part of an append that a crash interrupted. A record that differs from the next row (topic, queue,
+    body, tags, keys), or the end of the log, ends the count; a file's blank tail is passed over."""
+    end = store.get_max_phy_offset()
+    size = _file_size(store)
+    off, n = start, 0
+    for row in staged_rows(paths):
+        if off >= end:
+            break
+        m = store.look_message_by_offset(off)
+        if m is None and (off // size + 1) * size < end:
+            off = (off // size + 1) * size  # the blank record that ends a file
+            m = store.look_message_by_offset(off)
+        if m is None or (m.topic, m.queue_id, m.body, m.tags, m.keys) != (
+                row.topic, row.queue_id, row.body, row.tags, row.keys):
+            break
+        n += 1
+        off += m.store_size
+    return n
+
+
 def append_staged(
     root: str,
     paths: list[str],
     config: dict[str, Any],
-    guard: Callable[[MessageStore], bool] | None = None,
+    guard: Callable[[MessageStore], int | None] | None = None,
     after: Callable[[MessageStore, int], None] | None = None,
 ) -> int:
-    """Append every row of the staged files at ``paths`` to the store at ``root``; the number appended.
-    ``guard(store)``, called with the store open (and its lock held), may say not to append at all;
-    ``after(store, appended)`` runs after the last append, the lock still held."""
+    """Append the rows of the staged files at ``paths`` to the store at ``root``; the number appended.
+    ``guard(store)``, called with the store open (and its lock held), says how many leading rows to pass
+    over (stored before), or None not to append at all; ``after(store, appended)`` runs after the last
+    append, the lock still held."""
     total = 0
     with MessageStore.open(root, **config) as store:
-        if guard is not None and not guard(store):
+        skip = 0 if guard is None else guard(store)
+        if skip is None:
             return 0
         limit = max(1, min(1 << 20, _file_size(store) // 4))
         pending: list[Message] = []
@@ -98,31 +135,16 @@ def append_staged(
             pending = []
             pending_bytes = 0
 
-        for path in paths:
-            with pa.memory_map(path) as src:
-                reader = pa.ipc.open_file(src)
-                for bi in range(reader.num_record_batches):
-                    b = reader.get_batch(bi)
-                    cols = [b.column(i).to_pylist() for i in range(6)]
-                    for topic, body, tags, keys, qid, props in zip(*cols, strict=True):
-                        m = Message(
-                            topic,
-                            body,
-                            tags=tags,
-                            keys=keys,
-                            properties=dict(props) if props else None,
-                            queue_id=qid,
-                        )
-                        size = record_length(m)
-                        key = (topic, qid)
-                        if pending and (
-                            key != pending_key or pending_bytes + size > limit or len(pending) >= MAX_BATCH
-                        ):
-                            flush()
-                        pending.append(m)
-                        pending_key = key
-                        pending_bytes += size
-            flush()
+        for i, m in enumerate(staged_rows(paths)):
+            if i < skip:
+                continue
+            size = record_length(m)
+            key = (m.topic, m.queue_id)
+            if pending and (key != pending_key or pending_bytes + size > limit or len(pending) >= MAX_BATCH):
+                flush()
+            pending.append(m)
+            pending_key = key
+            pending_bytes += size
         flush()
         if after is not None:
             after(store, total)

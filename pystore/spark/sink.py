@@ -3,15 +3,22 @@
 Rows take the batch writer's columns and checks (:mod:`pystore.spark.writer`): each task stages its rows as
 an Arrow IPC file under ``<root>/.spark-staging/stream-<query>/``; the driver's ``commit(messages,
 batch_id)`` appends them through the put path (:func:`pystore.spark.append.append_staged`, under the store
-lock) and then, the lock still held, records ``batch_id`` as the query's last committed micro-batch in
-``<root>/config/sparkSinkCommits.json`` (``{"<query>": batch_id}``, replaced atomically with a ``.bak`` as
-the broker's own config files are). A micro-batch Spark replays after a restart (its id at or below the one
-recorded) is dropped, so it is not stored twice.
+lock). Each query's progress is kept in ``<root>/config/sparkSinkCommits.json``, replaced atomically with a
+``.bak`` as the broker's own config files are::
+
+    {"<query>": {"committed": 6}}                                 between micro-batches
+    {"<query>": {"committed": 6, "appending": 7, "from": 81920}}  while micro-batch 7 is appended
+
+``appending`` and ``from`` (the commit log's end before the append) are written, the lock held, before the
+first message; once the messages are flushed the entry becomes ``{"committed": 7}``. A micro-batch Spark
+replays after a restart is dropped when its id is at or below ``committed``; when it is the one being
+appended, the records from ``from`` on that match its rows in order (a crash cut the append short) are
+passed over and only the rest is appended. So a micro-batch is stored once across crashes, provided Spark
+hands a replayed micro-batch the same rows in the same order (its offsets are fixed by the source's offset
+log; the partitions are appended in partition order).
 
 A query is known by its checkpoint folder (``checkpointLocation``, made absolute), else by its
-``queryName``; a query with neither has no identity across restarts and is refused. The record is written
-under the store lock, right after the batch's messages are flushed: a crash in between (after the messages
-are on disk, before the record is) replays that one micro-batch, which is then stored twice.
+``queryName``; a query with neither has no identity across restarts and is refused.
 """
 
 from __future__ import annotations
@@ -39,16 +46,27 @@ log = logging.getLogger(__name__)
 COMMITS_FILE = "sparkSinkCommits.json"
 
 
-def _decode(text: str) -> dict[str, int]:
+def _decode(text: str) -> dict[str, dict[str, int]]:
     table = json.loads(text)
-    if not isinstance(table, dict) or not all(isinstance(v, int) for v in table.values()):
-        raise ValueError("not a {query: batch id} object")
+    if not isinstance(table, dict) or not all(
+        isinstance(e, dict) and isinstance(e.get("committed"), int)
+        and all(isinstance(v, int) for v in e.values()) for e in table.values()
+    ):
+        raise ValueError('not a {query: {"committed": batch id, ...}} object')
     return table
+
+
+def _progress(root: str) -> dict[str, dict[str, int]]:
+    return load_config_file(os.path.join(root, "config", COMMITS_FILE), _decode) or {}
+
+
+def _record(root: str, table: dict[str, dict[str, int]]) -> None:
+    persist_config_file(os.path.join(root, "config", COMMITS_FILE), json.dumps(table, indent=1, sort_keys=True))
 
 
 def committed_batches(root: str) -> dict[str, int]:
     """``{query: last committed batch id}`` of the streaming sinks that wrote to the store at ``root``."""
-    return load_config_file(os.path.join(root, "config", COMMITS_FILE), _decode) or {}
+    return {q: e["committed"] for q, e in _progress(root).items()}
 
 
 class PystoreStreamWriter(DataSourceStreamArrowWriter):
@@ -75,30 +93,40 @@ class PystoreStreamWriter(DataSourceStreamArrowWriter):
         return stage_rows(iterator, self.staging, self.max_message_size)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        from pystore.spark.append import append_staged
+        from pystore.spark.append import append_staged, stored_prefix
 
         parts = sorted(
             (m for m in messages if isinstance(m, StagedPart) and m.path), key=lambda m: m.partition
         )
+        paths = [p.path for p in parts if p.path]
         replay = False
 
-        def guard(store: Any) -> bool:
+        def guard(store: Any) -> int | None:
             nonlocal replay
-            last = committed_batches(self.root).get(self.query, -1)
-            replay = batchId <= last
-            return not replay
+            table = _progress(self.root)
+            entry = table.get(self.query, {"committed": -1})
+            replay = batchId <= entry["committed"]
+            if replay:
+                return None
+            if entry.get("appending") == batchId:
+                done = stored_prefix(store, entry["from"], paths)
+                log.warning("pystore streaming write to %s: micro-batch %d was cut short by a crash after %d "
+                            "message(s); appending the rest", self.root, batchId, done)
+                return done
+            table[self.query] = {"committed": entry["committed"], "appending": batchId,
+                                 "from": store.get_max_phy_offset()}
+            _record(self.root, table)
+            return 0
 
         def after(store: Any, total: int) -> None:
             store.flush()  # the messages on disk before the record that says they are
-            table = committed_batches(self.root)
-            table[self.query] = batchId
-            persist_config_file(
-                os.path.join(self.root, "config", COMMITS_FILE), json.dumps(table, indent=1, sort_keys=True)
-            )
+            table = _progress(self.root)
+            table[self.query] = {"committed": batchId}
+            _record(self.root, table)
             log.info("pystore streaming write to %s: micro-batch %d, %d message(s)", self.root, batchId, total)
 
         try:
-            append_staged(self.root, [p.path for p in parts if p.path], self.config, guard, after)
+            append_staged(self.root, paths, self.config, guard, after)
             if replay:
                 log.info("pystore streaming write to %s: micro-batch %d of %s was committed before; dropped",
                          self.root, batchId, self.query)
