@@ -113,6 +113,14 @@ def fake_clock() -> FakeClock:
 
 
 @pytest.fixture
+def fast_reconnect(monkeypatch):
+    """A slave tries again after 50 ms instead of a second (tests that make it reconnect)."""
+    import pystore.ha_slave
+
+    monkeypatch.setattr(pystore.ha_slave, "_RECONNECT_S", 0.05)
+
+
+@pytest.fixture
 def sparse_tmp(tmp_path: Path) -> Path:
     """``tmp_path``, on a file system whose ``st_blocks`` tells holes from data (ext4, XFS, btrfs): the disk-use
     tests skip where it does not (some overlay or network file systems report every byte as allocated)."""

@@ -396,8 +396,6 @@ def test_recover_a_clean_store(tmp_path):
     assert run("recover", tmp_path / "absent").exit_code == 1
 
 
-
-
 def test_clean(tmp_path):
     root = tmp_path / "s"
     make_store(root, 600)
@@ -743,18 +741,6 @@ def test_a_refused_put_says_why(tmp_path):
     assert r.exit_code == 1 and "PROPERTIES_SIZE_EXCEEDED" in r.output and "32767" in r.output
     rows = json.loads(run("put", root, "-t", "T0", "-f", big, "--json").stdout)
     assert rows["reason"].startswith("body of 5242880 bytes")
-
-
-def test_refusal_reason_is_none_for_a_message_the_store_takes(tmp_path):
-    from pystore.config import StoreConfig
-    from pystore.refusal import refusal_reason
-
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path), **SMALL)
-    assert refusal_reason(Message("T", b"x", tags="a", keys=["k"]), cfg) is None
-    assert "empty" in refusal_reason(Message("", b"x"), cfg)
-    assert "longer than 255 bytes" in refusal_reason(Message("T" * 256, b"x"), cfg)
-    reason = refusal_reason(Message("T", b"x" * 70000), cfg.replace(max_message_size=1 << 20))
-    assert "does not fit a commit-log file of 65536 bytes" in reason
 
 
 def test_the_spark_writers_append_says_why_with_the_same_words(tmp_path):

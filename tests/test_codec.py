@@ -473,46 +473,6 @@ def test_decode_record_matches_reference_decode(topic, body, props, born, store)
 # ------------------------------------------------------------------------------------------------
 
 
-def utf16_hash(s: str) -> int:
-    """``h = 31*h + c`` over UTF-16 code units, signed 32-bit (written out again here on purpose)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (h * 31 + int.from_bytes(data[i:i + 2], "big")) % 2**32
-    return h - 2**32 if h >= 2**31 else h
-
-
-@pytest.mark.parametrize("s,expected", [
-    ("", 0),
-    ("hello", 99162322),
-    ("TagA", 2598919),  # ((84*31 + 97)*31 + 103)*31 + 65
-    ("polygenelubricants", -(2**31)),  # the well-known Integer.MIN_VALUE hashCode
-    ("é", 0xE9),
-    ("日本", 0x65E5 * 31 + 0x672C),
-    ("😀", 0xD83D * 31 + 0xDE00),  # U+1F600 is a surrogate pair in Java
-])
-def test_java_string_hash_known_values(s, expected):
-    assert java_string_hash(s) == expected == utf16_hash(s) == ref.java_hash(s)
-
-
-def test_java_string_hash_of_astral_string_counts_two_code_units():
-    s = "a𝄞b"  # U+1D11E = D834 DD1E
-    assert java_string_hash(s) == ((97 * 31 + 0xD834) * 31 + 0xDD1E) * 31 + 98
-
-
-def test_java_string_hash_rejects_non_str():
-    with pytest.raises(TypeError):
-        java_string_hash(b"abc")
-    with pytest.raises(TypeError):
-        java_string_hash(None)
-
-
-@FAST
-@given(st.text(max_size=200))
-def test_java_string_hash_equals_reference(s):
-    assert java_string_hash(s) == ref.java_hash(s) == utf16_hash(s)
-
-
 @FAST
 @given(tags=st.none() | prop_text, other=st.dictionaries(prop_text, prop_text, max_size=3))
 def test_tags_code_of_record_equals_message(tags, other):
@@ -993,34 +953,6 @@ def test_properties_to_string_keeps_order():
 # ------------------------------------------------------------------------------------------------
 # Hosts and msg ids
 # ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("host,expected", [
-    (("127.0.0.1", 80), ("127.0.0.1", 80)),
-    (("0:0:0:0:0:0:0:1", 1), ("::1", 1)),
-    (("2001:DB8:0:0:0:0:0:1", 65535), ("2001:db8::1", 65535)),
-    (("fe80:0000::0001", 0), ("fe80::1", 0)),
-    (["10.1.2.3", 7], ("10.1.2.3", 7)),
-])
-def test_normalize_host(host, expected):
-    assert normalize_host(host) == expected
-
-
-@pytest.mark.parametrize("host,exc", [
-    (("127.0.0.1",), TypeError),
-    (("127.0.0.1", 1, 2), TypeError),
-    ((b"127.0.0.1", 1), TypeError),
-    (("127.0.0.1", "80"), TypeError),
-    (("127.0.0.2", 1.5), TypeError),
-    (("127.0.0.3", True), TypeError),
-    (("localhost", 1), ValueError),
-    (("1.2.3.256", 1), ValueError),
-    (("127.0.0.1", -1), ValueError),
-    (("127.0.0.1", 65536), ValueError),
-])
-def test_normalize_host_rejects(host, exc):
-    with pytest.raises(exc):
-        normalize_host(host)
 
 
 @pytest.mark.parametrize("store,offset,expected", [

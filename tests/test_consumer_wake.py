@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import _files_state
-from test_ha import master_and_slave
+from ha_helpers import master_and_slave
 from writer_procs import kill, stderr_of
 
 from pystore import GetMessageStatus, Message, MessageBatch
@@ -241,10 +241,3 @@ def test_a_reader_of_a_slave_wakes_on_the_slaves_dispatch(store_factory, procs) 
     assert word(master.root) == (0, 0, False)                  # nobody waits on the master
 
 
-def test_open_wake_file_twice_shares_the_word(tmp_path: Path) -> None:
-    a = open_wake_file(str(tmp_path), create=True)
-    b = open_wake_file(str(tmp_path), create=True)
-    assert a is not None and b is not None
-    seen = a.register()
-    assert b.waiters == 1 and b.notify() and a.seq == seen + 1 and a.waiters == 0
-    assert sorted(os.listdir(tmp_path)) == [WAKE_FILE]

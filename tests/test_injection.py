@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import os
-import shutil
 import threading
 import time
 
@@ -14,8 +13,6 @@ from conftest import SMALL_FILE, make_message
 
 from pystore import PutMessageStatus
 from pystore.checkpoint import StoreCheckpoint
-from pystore.service import disk_used_ratio
-from pystore.store import MessageStore
 
 HOUR = 3_600_000
 Usage = collections.namedtuple("Usage", "total used free")
@@ -131,29 +128,6 @@ def test_the_clean_service_thread_decides_by_the_injected_disk(store_factory, fa
     while not s.running_flags.is_disk_full() and time.monotonic() < deadline:   # a liveness bound
         time.sleep(0.01)
     assert s.running_flags.is_disk_full()
-
-
-def test_default_disk_usage_is_shutil_and_matches_statvfs(tmp_path):
-    s = MessageStore.open(tmp_path / "store", mapped_file_size_commit_log=SMALL_FILE, max_hash_slot_num=1000,
-                          max_index_num=4000)
-    try:
-        assert s.disk_usage is shutil.disk_usage
-        st = os.statvfs(tmp_path)
-        expected = (st.f_blocks - st.f_bfree) / st.f_blocks      # RocketMQ counts root's reserve as free
-        assert abs(disk_used_ratio(None, str(tmp_path)) - expected) < 0.01
-    finally:
-        s.shutdown()
-
-
-def test_disk_used_ratio_shapes():
-    assert disk_used_ratio(lambda p: 0.25, "x") == 0.25                 # the older hook: the ratio itself
-    assert disk_used_ratio(lambda p: Usage(200, 50, 150), "x") == 0.25
-    assert disk_used_ratio(lambda p: Usage(0, 0, 0), "x") == -1.0
-
-    def broken(path: str) -> Usage:
-        raise FileNotFoundError(path)
-
-    assert disk_used_ratio(broken, "x") == -1.0                         # unknown counts as over every ratio
 
 
 # -- the page-cache-busy check ----------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""Message, MessageBatch and MessageExt (docs/api.md "Messages" and "Settled details"), checked through the bytes
-``encode_record`` produces and the pure-Python reference in ``reference_codec``."""
+"""Message (docs/api.md "Messages" and "Settled details"), checked through the bytes ``encode_record`` produces
+and the pure-Python reference in ``reference_codec``. MessageBatch: test_message_batch.py; MessageExt:
+test_message_ext.py."""
 
 from __future__ import annotations
 
 import array
-import pickle
 import struct
 import time
 
@@ -12,8 +12,9 @@ import pytest
 import reference_codec as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from message_helpers import STORE, base_message, enc, roundtrip
 
-from pystore import Message, MessageBatch, MessageExt
+from pystore import Message, MessageBatch
 from pystore._codec import (
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
@@ -21,17 +22,9 @@ from pystore._codec import (
     POS_QUEUEID,
     POS_SYSFLAG,
     decode_record,
-    encode_record,
     record_length,
 )
 from pystore._jstring import java_string_hash
-
-STORE = ("192.168.0.1", 10911)
-
-
-def enc(m, **kw):
-    kw.setdefault("store_host", STORE)
-    return encode_record(m, **kw)
 
 
 def stored_props(m) -> bytes:
@@ -521,11 +514,6 @@ def test_empty_tags_or_keys_from_a_setter_clear_them_as_in_the_constructor():
 # ------------------------------------------------------------------------------------------------
 
 
-def base_message():
-    return Message("TopicA", b"body", tags="t1", keys="k1", properties={"p": "1"}, queue_id=1,
-                   born_timestamp=7, born_host=("10.0.0.1", 1))
-
-
 def expected_record(m):
     """The reference record of ``m`` with the properties in ``m.properties`` order."""
     return ref.encode(m.topic, m.body, ref.properties_string(m.properties), m.queue_id, m.flag, 0, 0,
@@ -674,10 +662,6 @@ def test_message_can_be_encoded_many_times():
 # ------------------------------------------------------------------------------------------------
 
 
-def roundtrip(obj):
-    return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-
-
 @pytest.mark.parametrize("m", [
     Message("T", b"", born_timestamp=0),
     Message("Topic", b"\x00\xff" * 100, tags="é", keys=["a", "b"], flag=3, properties={"x": "😀"}, queue_id=5,
@@ -694,163 +678,6 @@ def test_pickle_message(m):
                  "tags_code"):
         assert getattr(m2, attr) == getattr(m, attr), attr
     assert list(m2.properties.items()) == list(m.properties.items())
-
-
-def test_pickle_message_batch():
-    b = MessageBatch([Message("T", b"1", tags="a", born_timestamp=1),
-                      Message("T", b"2", keys="k", born_timestamp=2, born_host=("::1", 3))])
-    b2 = roundtrip(b)
-    assert type(b2) is MessageBatch
-    assert (b2.topic, b2.queue_id, len(b2)) == ("T", 0, 2)
-    assert [enc(m) for m in b2] == [enc(m) for m in b]
-
-
-def test_pickle_message_ext():
-    m = Message("T", b"body", tags="a", keys="k", born_host=("::1", 3))
-    rec = enc(m, queue_offset=9, commit_log_offset=1234, store_timestamp=55)
-    e = decode_record(rec)
-    e2 = roundtrip(e)
-    assert type(e2) is MessageExt
-    assert e2.raw == rec
-    for attr in ("topic", "body", "properties", "tags", "keys", "queue_offset", "commit_log_offset",
-                 "store_timestamp", "store_host", "born_host", "msg_id", "body_crc", "store_size"):
-        assert getattr(e2, attr) == getattr(e, attr), attr
-
-
-# ------------------------------------------------------------------------------------------------
-# MessageBatch
-# ------------------------------------------------------------------------------------------------
-
-
-def test_message_batch_basics():
-    ms = [Message("T", b"%d" % i, queue_id=2, born_timestamp=i) for i in range(3)]
-    b = MessageBatch(iter(ms))
-    assert (b.topic, b.queue_id, len(b)) == ("T", 2, 3)
-    assert list(b) == ms and b.messages == ms
-    b.messages.append(Message("T", b"x", queue_id=2))
-    assert len(b) == 3
-
-
-def test_message_batch_holds_its_messages_where_nothing_can_swap_them():
-    # the put reads a batch's messages through borrowed references: the batch keeps its own tuple of them,
-    # which neither the caller's list nor anything reached through the gc module can change
-    import gc
-
-    ms = [Message("T", b"%d" % i) for i in range(3)]
-    b = MessageBatch(ms)
-    ms.append(Message("T", b"x"))
-    ms[0] = Message("T", b"swapped")
-    held = [r for r in gc.get_referents(b) if isinstance(r, (list, tuple))]
-    assert held and all(type(r) is tuple for r in held)
-    assert [m.body for m in b] == [b"0", b"1", b"2"] and len(b) == 3
-
-
-def test_message_batch_keeps_inner_fields():
-    ms = [Message("T", b"a", born_timestamp=1, born_host=("1.1.1.1", 1), flag=1, reconsume_times=1),
-          Message("T", b"b", born_timestamp=2, born_host=("::2", 2), flag=2, reconsume_times=2)]
-    b = MessageBatch(ms)
-    assert [(m.born_timestamp, m.born_host, m.flag, m.reconsume_times) for m in b] == [
-        (1, ("1.1.1.1", 1), 1, 1), (2, ("::2", 2), 2, 2)]
-
-
-def test_message_batch_empty_is_value_error():
-    with pytest.raises(ValueError):
-        MessageBatch([])
-    with pytest.raises(ValueError):
-        MessageBatch(iter(()))
-
-
-def test_message_batch_mixed_topics_is_value_error():
-    with pytest.raises(ValueError):
-        MessageBatch([Message("A", b""), Message("B", b"")])
-
-
-def test_message_batch_mixed_queue_ids_is_value_error():
-    with pytest.raises(ValueError):
-        MessageBatch([Message("A", b"", queue_id=0), Message("A", b"", queue_id=1)])
-
-
-@pytest.mark.parametrize("item", [b"raw", "str", None, 5])
-def test_message_batch_non_message_is_type_error(item):
-    with pytest.raises(TypeError):
-        MessageBatch([Message("A", b""), item])
-    with pytest.raises(TypeError):
-        MessageBatch([item])
-
-
-def test_message_batch_of_ext_is_type_error():
-    e = decode_record(enc(Message("A", b"")))
-    with pytest.raises(TypeError):
-        MessageBatch([e])
-
-
-# ------------------------------------------------------------------------------------------------
-# MessageExt
-# ------------------------------------------------------------------------------------------------
-
-
-def test_message_ext_cannot_be_constructed():
-    with pytest.raises(TypeError):
-        MessageExt()
-    with pytest.raises(TypeError):
-        MessageExt(b"\x00" * 100)
-
-
-def test_message_ext_is_read_only():
-    e = decode_record(enc(base_message()))
-    for attr in ("topic", "body", "queue_offset", "commit_log_offset", "store_size", "msg_id", "born_host"):
-        with pytest.raises(AttributeError):
-            setattr(e, attr, getattr(e, attr))
-
-
-def test_message_ext_body_is_a_read_only_member_slot():
-    # a member slot, not a property: CPython reads it without calling into the extension (LOAD_ATTR_SLOT);
-    # it must still be read-only, documented, and set on every MessageExt a read makes
-    import types
-
-    descr = MessageExt.__dict__["body"]
-    assert isinstance(descr, types.MemberDescriptorType) and descr.__doc__
-    e = decode_record(enc(base_message()))
-    assert e.body == base_message().body
-    with pytest.raises(AttributeError):
-        e.body = b"other"
-    with pytest.raises(AttributeError):
-        del e.body
-    assert e.body == base_message().body
-
-
-def test_message_ext_properties_is_a_copy():
-    e = decode_record(enc(base_message()))
-    p = e.properties
-    p["TAGS"] = "changed"
-    assert e.tags == "t1" and e.properties["TAGS"] == "t1"
-
-
-def test_message_ext_raw_outlives_the_buffer():
-    buf = bytearray(enc(base_message()))
-    e = decode_record(buf)
-    buf[:] = bytes(len(buf))
-    assert e.topic == "TopicA" and e.body == b"body" and e.tags == "t1"
-
-
-@pytest.mark.parametrize("m", [
-    base_message(),
-    Message("L" * 140, b"", born_host=("::1", 1), delay_time_level=3, wait_store_msg_ok=False, sys_flag=0x4,
-            properties={"é": "😀"}),
-    Message("T", b"x" * 5000, keys=["a", "b"], flag=-1, reconsume_times=9, prepared_transaction_offset=-5),
-])
-@pytest.mark.parametrize("store", [STORE, ("2001:db8::1", 10911)])
-def test_to_message_re_encodes_to_the_same_bytes(m, store):
-    rec = encode_record(m, queue_offset=11, commit_log_offset=2222, store_timestamp=333, store_host=store)
-    e = decode_record(rec)
-    m2 = e.to_message()
-    assert type(m2) is Message
-    again = encode_record(m2, queue_offset=11, commit_log_offset=2222, store_timestamp=333, store_host=store)
-    assert again == rec
-    # apart from the offsets and the store fields, the message is the same
-    assert encode_record(m2) == encode_record(m)
-    assert (m2.topic, m2.body, m2.properties, m2.queue_id, m2.born_host, m2.born_timestamp) == (
-        m.topic, m.body, m.properties, m.queue_id, m.born_host, m.born_timestamp)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,127 @@
+"""The Spark source's decoder on its own (``pystore._arrow``): commit-log records straight into Arrow record
+batches, from a file range (``scan_file``) or through a consume queue (``QueueReader``), with the builder's
+filters and limits; rows compared with ``get_message``. Through Spark and ``pystore.spark.batch``:
+test_spark.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import make_message
+
+pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installed")
+pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
+
+import pyarrow as pa  # noqa: E402
+
+from pystore._arrow import COLUMNS, BatchBuilder, QueueReader, scan_file  # noqa: E402
+from pystore._mapped_file import MappedFile  # noqa: E402
+from pystore.errors import StoreCorruptedError  # noqa: E402
+from pystore.spark.schema import arrow_schema  # noqa: E402
+
+
+@pytest.fixture
+def filled(store_factory):
+    store = store_factory()
+    for i in range(60):
+        r = store.put_message(make_message(i, "T%d" % (i % 2), i % 3, body=b"m%d" % i * (1 + i % 9),
+                                           tags="Tag%d" % (i % 4), keys=["k%d" % i]))
+        assert r.is_ok()
+    store_factory.expect_messages(60)
+    return store
+
+
+def _log_file(store) -> MappedFile:
+    return MappedFile(os.path.join(store.config.commit_log_paths()[0], "%020d" % 0), -1, read_only=True)
+
+
+def test_a_schema_not_in_the_sources_column_order_is_refused():
+    schema = arrow_schema()
+    with pytest.raises(ValueError, match="columns"):
+        BatchBuilder(pa.schema(list(reversed(list(schema)))))
+    assert list(schema.names) == list(COLUMNS)
+
+
+def test_scan_file_rows_equal_the_stores_messages(filled):
+    b = BatchBuilder(arrow_schema())
+    mf = _log_file(filled)
+    try:
+        nxt, done = scan_file(b, mf, 0)
+        rows = b.build().to_pylist()
+    finally:
+        mf.close()
+    assert done and nxt == filled.get_max_phy_offset()
+    assert b.build() is None                                     # nothing added since
+    assert len(rows) == 60 and b.rows_total == 60
+    for row in rows:
+        m = filled.look_message_by_offset(row["commit_log_offset"])
+        assert (row["topic"], row["queue_id"], row["queue_offset"], row["body"], row["tags"], row["keys"]) == (
+            m.topic, m.queue_id, m.queue_offset, m.body, m.tags, m.keys)
+        assert row["store_size"] == m.store_size and row["msg_id"] == m.msg_id
+
+
+def test_the_builder_filters_topic_and_queue(filled):
+    mf = _log_file(filled)
+    try:
+        b = BatchBuilder(arrow_schema(), topics=["T1"], queue_id=2)
+        scan_file(b, mf, 0)
+        rows = b.build().to_pylist()
+    finally:
+        mf.close()
+    assert rows and all(r["topic"] == "T1" and r["queue_id"] == 2 for r in rows)
+    assert len(rows) == sum(1 for i in range(60) if i % 2 == 1 and i % 3 == 2)
+
+
+def test_a_full_builder_stops_the_scan_at_a_record_boundary_and_it_goes_on_from_there(filled):
+    mf = _log_file(filled)
+    got = []
+    try:
+        b = BatchBuilder(arrow_schema(), max_rows=7)
+        pos, done = 0, False
+        while not done:
+            pos, done = scan_file(b, mf, pos)
+            batch = b.build()
+            assert batch is None or batch.num_rows <= 7
+            got += batch.column("commit_log_offset").to_pylist() if batch is not None else []
+    finally:
+        mf.close()
+    assert got == sorted(got) and len(got) == 60
+
+
+def test_a_wrong_body_crc_names_the_file_and_offset(filled, store_factory):
+    target = filled.get_commit_log_offset_in_queue("T0", 0, 2)
+    m = filled.look_message_by_offset(target)
+    filled.shutdown()
+    path = os.path.join(filled.config.commit_log_paths()[0], "%020d" % 0)
+    store_factory.skip_check()
+    with open(path, "r+b") as f:
+        f.seek(target)
+        raw = bytearray(f.read(m.store_size))
+        at = raw.index(m.body)
+        raw[at] ^= 0xFF
+        f.seek(target)
+        f.write(raw)
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        with pytest.raises(StoreCorruptedError) as e:
+            scan_file(BatchBuilder(arrow_schema()), mf, 0)
+        assert e.value.offset == target
+        b = BatchBuilder(arrow_schema(), verify_crc=False)
+        scan_file(b, mf, 0)
+        assert b.build().num_rows == 60
+    finally:
+        mf.close()
+
+
+def test_queue_reader_reads_a_queue_by_offsets(filled):
+    cq = os.path.join(filled.config.consume_queue_path(), "T0", "1")
+    reader = QueueReader("T0", 1, [os.path.join(cq, n) for n in sorted(os.listdir(cq))],
+                         [os.path.join(filled.config.commit_log_paths()[0], "%020d" % 0)])
+    b = BatchBuilder(arrow_schema())
+    nxt, done = reader.scan(b, 2, 100)
+    rows = b.build().to_pylist()
+    want = filled.get_message("g", "T0", 1, 2, 100).messages
+    assert [(r["queue_offset"], r["body"]) for r in rows] == [(m.queue_offset, m.body) for m in want]
+    assert done and nxt == filled.get_max_offset_in_queue("T0", 1)
+    assert (reader.topic, reader.queue_id, reader.lost) == ("T0", 1, 0)

@@ -1,0 +1,73 @@
+"""The Spark source's planning helpers (``pystore._arrow_plan``): record boundaries of a commit-log file about
+every ``chunk`` bytes (``split_points``), and a consume queue's min and max offsets from its files
+(``queue_bounds``), compared with what the store itself says."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import drop_commit_log_head, make_message
+
+from pystore._arrow_plan import queue_bounds, split_points
+from pystore._codec import RECORD_END
+from pystore._mapped_file import MappedFile
+
+
+def _fill(store, n, topic="TopicTest", queue_id=0):
+    return [store.put_message(make_message(i, topic, queue_id, body=b"b%d" % i * 40)).append_message_result
+            for i in range(n)]
+
+
+def _queue_files(store, topic, queue_id):
+    folder = os.path.join(store.config.consume_queue_path(), topic, str(queue_id))
+    return [os.path.join(folder, n) for n in sorted(os.listdir(folder))]
+
+
+def test_split_points_are_record_boundaries_about_every_chunk(store_factory):
+    store = store_factory()
+    results = _fill(store, 40)
+    offsets = [r.wrote_offset for r in results]
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    mf = MappedFile(os.path.join(store.config.commit_log_paths()[0], "%020d" % 0), -1, read_only=True)
+    try:
+        starts, data_end, code = split_points(mf, 1000)
+        assert starts[0] == 0 and set(starts) <= set(offsets)
+        assert all(b - a >= 1000 for a, b in zip(starts, starts[1:]))
+        assert len(starts) > 1
+        assert (data_end, code) == (end, RECORD_END)
+        assert split_points(mf, 0) == ([0], end, RECORD_END)            # one piece
+        assert split_points(mf, 10**9) == ([0], end, RECORD_END)
+    finally:
+        mf.close()
+    store_factory.expect_messages(40)
+
+
+def test_queue_bounds_equal_the_stores_offsets(store_factory):
+    store = store_factory(mapped_file_size_consume_queue=20 * 20)      # 20 units a file: several files
+    _fill(store, 50, queue_id=1)
+    files = _queue_files(store, "TopicTest", 1)
+    assert len(files) >= 3
+    assert queue_bounds(files, 0) == (0, 50)
+    assert queue_bounds(files, store.get_commit_log_offset_in_queue("TopicTest", 1, 30)) == (30, 50)
+    assert queue_bounds(files, store.get_max_phy_offset()) == (50, 50)
+    store_factory.expect_messages(50)
+
+
+def test_queue_bounds_of_no_files_or_empty_ones(tmp_path):
+    assert queue_bounds([], 0) == (0, 0)
+    empty = tmp_path / ("%020d" % 0)
+    empty.write_bytes(b"")
+    assert queue_bounds([str(empty)], 0) == (0, 0)
+
+
+def test_queue_bounds_after_the_commit_log_head_was_deleted(store_factory):
+    store = store_factory(mapped_file_size_commit_log=8 * 1024)
+    _fill(store, 120)
+    drop_commit_log_head(store)
+    cl_min = store.get_min_phy_offset()
+    assert cl_min > 0
+    lo, hi = queue_bounds(_queue_files(store, "TopicTest", 0), cl_min)
+    assert hi == 120
+    assert store.get_commit_log_offset_in_queue("TopicTest", 0, lo) >= cl_min
+    assert lo == 0 or store.get_commit_log_offset_in_queue("TopicTest", 0, lo - 1) < cl_min
+    store_factory.skip_check()
