@@ -62,13 +62,15 @@ class RunningFlags:
         return bool(self._flag & self.WRITE_INDEX_FILE_ERROR_BIT)
 
     def get_and_make_readable(self) -> bool:
-        return bool(self._change(clear_bits=self.NOT_READABLE_BIT) & self.NOT_READABLE_BIT)
+        """Clear NOT_READABLE; True if the store was readable before (RocketMQ's getAndMakeReadable)."""
+        return not self._change(clear_bits=self.NOT_READABLE_BIT) & self.NOT_READABLE_BIT
 
     def get_and_make_not_readable(self) -> bool:
         return not self._change(set_bits=self.NOT_READABLE_BIT) & self.NOT_READABLE_BIT
 
     def get_and_make_writeable(self) -> bool:
-        return bool(self._change(clear_bits=self.NOT_WRITEABLE_BIT) & self.NOT_WRITEABLE_BIT)
+        """Clear NOT_WRITEABLE; True if the store was writeable before (RocketMQ's getAndMakeWriteable)."""
+        return not self._change(clear_bits=self.NOT_WRITEABLE_BIT) & self.NOT_WRITEABLE_BIT
 
     def get_and_make_not_writeable(self) -> bool:
         return not self._change(set_bits=self.NOT_WRITEABLE_BIT) & self.NOT_WRITEABLE_BIT

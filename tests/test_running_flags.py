@@ -81,9 +81,6 @@ def test_make_writeable_clears_only_not_writeable():
     assert flags.is_readable()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: get_and_make_readable / get_and_make_writeable return whether the "
-                   "bit was SET before (the opposite of the module doc's 'whether the bit was clear before' and of "
-                   "RocketMQ's getAndMakeReadable/getAndMakeWriteable, which return isReadable()/isWriteable())")
 def test_make_readable_and_writeable_say_whether_the_store_already_was():
     flags = RunningFlags()
     assert flags.get_and_make_readable() is True                 # it was readable already
