@@ -38,6 +38,7 @@ from writer_procs import Procs
 
 import pystore.store as store_module
 from pystore import Message
+from pystore._mapped_file import OS_PAGE_SIZE, MappedFile
 from pystore.config import StoreConfig
 from pystore.errors import StoreCorruptedError
 from pystore.store import MessageStore
@@ -110,6 +111,24 @@ class FakeClock:
 @pytest.fixture
 def fake_clock() -> FakeClock:
     return FakeClock()
+
+
+#: the size of the file the ``mf`` fixture maps: eight pages
+MAPPED_FILE_SIZE = 8 * OS_PAGE_SIZE
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    """The path of a commit-log file named for offset 0 (not created)."""
+    return str(tmp_path / "00000000000000000000")
+
+
+@pytest.fixture
+def mf(path: str) -> Iterator[MappedFile]:
+    """A new ``MappedFile`` of ``MAPPED_FILE_SIZE`` at ``path``, closed after the test."""
+    f = MappedFile(path, MAPPED_FILE_SIZE, create=True)
+    yield f
+    f.close()
 
 
 @pytest.fixture

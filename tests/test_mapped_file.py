@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from conftest import MAPPED_FILE_SIZE
 from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, resident_pages
 
 from pystore._mapped_file import (
@@ -18,19 +19,7 @@ from pystore._mapped_file import (
 from pystore.errors import StoreClosedError, StoreError
 
 PAGE = OS_PAGE_SIZE
-SIZE = 8 * PAGE
-
-
-@pytest.fixture
-def path(tmp_path):
-    return str(tmp_path / "00000000000000000000")
-
-
-@pytest.fixture
-def mf(path):
-    f = MappedFile(path, SIZE, create=True)
-    yield f
-    f.close()
+SIZE = MAPPED_FILE_SIZE  # the size of the ``mf`` fixture's file (conftest)
 
 
 # -- creation --------------------------------------------------------------------------------------

@@ -9,25 +9,14 @@ import io
 import os
 
 import pytest
+from conftest import MAPPED_FILE_SIZE
 
 from pystore._mapped_file import OS_PAGE_SIZE, MappedFile
 from pystore._mapped_view import SelectMappedBufferResult
 from pystore.errors import StoreClosedError
 
 PAGE = OS_PAGE_SIZE
-SIZE = 8 * PAGE
-
-
-@pytest.fixture
-def path(tmp_path):
-    return str(tmp_path / "00000000000000000000")
-
-
-@pytest.fixture
-def mf(path):
-    f = MappedFile(path, SIZE, create=True)
-    yield f
-    f.close()
+SIZE = MAPPED_FILE_SIZE  # the size of the ``mf`` fixture's file (conftest)
 
 
 def test_select_mapped_buffer_views(mf):
