@@ -6,7 +6,7 @@ STAMP    := $(VENV)/.installed
 PYX      := $(wildcard pystore/*.pyx pystore/*.pxd pystore/*.h)
 BUILT    := pystore/.built
 
-.PHONY: venv build debug annotate lint typecheck docs test test-fast powerloss-deps fuzz bench peers demo wheel clean
+.PHONY: venv build debug annotate lint typecheck docs test test-fast powerloss-deps fuzz bench bench-baseline bench-compare bench-instructions bench-instructions-save peers demo wheel clean
 
 venv: $(STAMP) $(BUILT)
 
@@ -79,6 +79,25 @@ fuzz: venv
 
 bench: venv
 	$(VPY) -m pytest -q -p no:cacheprovider bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
+
+# Regression runs. bench-baseline saves a pytest-benchmark run under .benchmarks/ (name: baseline);
+# bench-compare runs the suite again and compares with the last saved run, failing on a median more than
+# BENCH_FAIL slower (timings on a shared VM move by tens of percent: the default is loose). bench-instructions
+# counts the instructions of the hot paths under callgrind against bench/instructions_baseline.json and fails
+# on a rise over 5 % (deterministic; needs valgrind); bench-instructions-save rewrites that baseline.
+BENCH_FAIL ?= median:25%
+bench-baseline: venv
+	$(VPY) -m pytest -q -p no:cacheprovider bench --benchmark-only --benchmark-save=baseline
+
+bench-compare: venv
+	$(VPY) -m pytest -q -p no:cacheprovider bench --benchmark-only --benchmark-compare \
+		--benchmark-compare-fail=$(BENCH_FAIL) --benchmark-columns=min,median,ops,rounds
+
+bench-instructions: venv
+	$(VPY) bench/instructions.py
+
+bench-instructions-save: venv
+	$(VPY) bench/instructions.py --save
 
 peers: venv
 	$(VPY) bench/peers.py
