@@ -71,6 +71,10 @@ def make_dirs(path: str) -> list[str]:
             break
         head = parent
     os.makedirs(path, exist_ok=True)
+    if not missing:
+        # another thread made it between the two looks (the consumer-offset and delay-offset services both
+        # write under config/): its parent is where the new name is, and syncing it again is harmless
+        return [os.path.dirname(path)]
     return [os.path.dirname(missing[-1])] + missing[::-1]
 
 

@@ -299,3 +299,25 @@ def test_pending_dirs_keep_what_failed(tmp_path, monkeypatch):
     pending.sync()
     assert not pending
     sync_dirs([])
+
+
+def test_make_dirs_when_another_thread_made_the_folder_between_its_looks(tmp_path, monkeypatch):
+    """The consumer-offset and delay-offset services both make config/: when the folder appears between
+    make_dirs' first look and its walk up, it still names the parent to sync (it raised IndexError, which
+    stopped the consumer-offset service)."""
+    import pystore.durable as durable
+
+    target = str(tmp_path / "config")
+    real_isdir = os.path.isdir
+    looks = []
+
+    def isdir(p: str) -> bool:
+        looks.append(p)
+        if p == target and len(looks) == 1:
+            os.mkdir(target)            # the other thread, right after this look
+            return False
+        return real_isdir(p)
+
+    monkeypatch.setattr(durable.os.path, "isdir", isdir)
+    assert make_dirs(target) == [str(tmp_path)]
+    assert real_isdir(target)
