@@ -241,14 +241,9 @@ class Arrivals:
             if left <= 0:
                 break
             wake = self._wake_word()
-            if wake is None:
-                time.sleep(min(left, READER_POLL_MS / 1000.0))
-                r = get()
-                continue
-            seen = wake.register()
-            if seen < 0:
-                # the writer needs a barrier this process cannot issue (logged once): poll as without the file
-                if not self._barrier_warned:
+            if wake is None or (seen := wake.register()) < 0:
+                # no wake file, or the writer needs a barrier this process cannot issue (logged once): poll
+                if wake is not None and not self._barrier_warned:
                     self._barrier_warned = True
                     log.warning("%s: membarrier(2) is refused here: waiting gets poll the files", self._root)
                 time.sleep(min(left, READER_POLL_MS / 1000.0))
