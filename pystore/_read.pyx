@@ -9,16 +9,18 @@ The scan checks each record it serves against its unit (``_units.unit_damage``):
 
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport INT64_MIN, int32_t, int64_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t
 
 from pystore._bytes cimport get_i32, get_i64
-from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, SPLIT_BODY, RecordView, check_record,
-                             find_property, make_ext, make_ext_shared)
+from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, SPLIT_BODY, RecordView,
+                             check_record, find_property, make_ext, make_ext_shared, scan_records)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
+from pystore._notify cimport WakeWord, ps_now_ns, ps_register, ps_unregister, ps_wait
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS
@@ -484,6 +486,78 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
                    last_phy >= 0 and cl_max - last_phy > lim.memory_window)
 
 
+cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
+    """A read-only store's follow of a live writer in the common case, the compiled twin of
+    ``StoreParts._follow_in_place`` (the caller holds the refresh lock): the units written since into the queue's
+    last file, then the records written since into the commit log's last file. 1 when that covers every unit
+    seen; 0 when a file must be opened or damage looked at (a file filled or rolled, a unit pointing past the
+    log's last file, the log's blank end): the Python follow does it all then.
+
+    Units first, then records: the writer publishes a unit only after its record (and every record before it)
+    is whole, so a commit log scanned after the units covers each of them; a unit whose record lies past the
+    scanned end is not served (``_scan`` stops at it) and sends the get to the Python follow."""
+    cdef MappedFile mf = cq.last, last
+    cdef Py_ssize_t ncl = PyList_GET_SIZE(cl_files)
+    cdef int64_t start, pos, mx = -1, phy, cl_end, count = 0, ts = -1, end
+    cdef int32_t size, reason = REC_END
+    cdef const unsigned char *p
+    if mf is None or ncl == 0:
+        return 0
+    start = mf.read_position()
+    if start >= mf.file_size or not mf.c_hold():
+        return 0
+    try:
+        if mf.base == NULL:
+            return 0
+        pos = start
+        while pos + CQ_STORE_UNIT_SIZE <= mf.file_size:
+            p = mf.base + pos
+            if not unit_valid(p):
+                break
+            phy = get_i64(p)
+            size = get_i32(p + 8)
+            if size != FILLER:
+                mx = phy + size
+            pos += CQ_STORE_UNIT_SIZE
+    finally:
+        mf.c_release()
+    if pos != start:
+        # the next unit lands in this file while it has room: these are all the new ones
+        mf.wrote = mf.committed = mf.flushed = pos
+        if mx >= 0:
+            cq.max_physic_offset = mx
+    last = <MappedFile>PyList_GET_ITEM(cl_files, ncl - 1)
+    start = last.read_position()
+    if cq.max_physic_offset <= last.file_from_offset + start:
+        return 1
+    if start >= last.file_size or cq.max_physic_offset > last.file_from_offset + last.file_size \
+            or not last.c_hold():
+        return 0
+    try:
+        if last.base == NULL:
+            return 0
+        end = scan_records(last.base, start, last.file_size, False, &reason, &count, &ts, NULL)
+    finally:
+        last.c_release()
+    if reason == REC_BLANK:
+        return 0
+    last.wrote = last.committed = last.flushed = end
+    return 1 if cq.max_physic_offset <= last.file_from_offset + end else 0
+
+
+cdef inline bint _final(GetMessageResult r, int64_t offset) noexcept:
+    """Is a plain get's answer final for a waiting get (``arrival.found_something`` without a filter): anything
+    but an empty queue, the offset one past the end, or no progress over units whose records are not seen."""
+    cdef object st = r.status
+    if st is STATUSES[GM_NO_MESSAGE_IN_QUEUE] or st is STATUSES[GM_OFFSET_OVERFLOW_ONE]:
+        return False
+    return st is not STATUSES[SCAN_NO_MATCHED] or r.next_begin_offset != offset
+
+
+# the longest single sleep of a compiled wait: a store shut down meanwhile ends its waits within it
+cdef int64_t WAIT_SLICE_NS = 1000000000
+
+
 @cython.final
 cdef class QueueReader:
     """``MessageStore.get_message`` and ``look_message_by_offset`` without a Python frame, for the common
@@ -491,7 +565,13 @@ cdef class QueueReader:
     max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an int. Anything else (a
     filter, arguments of other types, an unknown queue, a store not readable or shut down, a slave) goes to
     the store class's own method, so there is one reading of every rule. The store keeps ``open`` in step
-    with its state."""
+    with its state.
+
+    A read-only store's reader (``live``: its ``StoreParts``) follows the writer of another process first when
+    the offset is at or past the queue's end it has seen (``_follow_live``, under the parts' refresh lock,
+    taken without blocking); whatever that cannot settle (a new file, damage, contention for the lock, a
+    record not seen yet) is the Python method's get, which follows in full. ``wait_message`` is its
+    long-polling get on the writer's wake word, spinning and getting again without a Python frame between."""
     cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
     cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
     cdef ReadLimits lim
@@ -502,9 +582,12 @@ cdef class QueueReader:
     cdef object cls                      # the store's class: its methods are the slow paths
     cdef object store
     cdef public bint open
+    cdef bint live                       # a read-only store's: follows the writer before reading at the end
+    cdef object refresh_lock             # StoreParts.refresh_lock (live)
+    cdef object commitlog                # the CommitLog (live): its damage fence sends follows to Python
 
     def __init__(self, dict queues not None, cl_queue, ReadLimits lim not None, flags, long not_readable_bit, config,
-                 slave_role, cls, store):
+                 slave_role, cls, store, live=None):
         self.queues = queues
         self.cl_queue = cl_queue
         self.lim = lim
@@ -515,6 +598,10 @@ cdef class QueueReader:
         self.cls = cls
         self.store = store
         self.open = False
+        self.live = live is not None
+        if live is not None:
+            self.refresh_lock = live.refresh_lock
+            self.commitlog = live.commitlog
 
     def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None, timeout_ms=0):
         """``MessageStore.get_message(group, topic, queue_id, offset, max_msg_nums=32, message_filter=None,
@@ -534,9 +621,96 @@ cdef class QueueReader:
                 cq = None
         if cq is None:
             return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
+        if self.live:
+            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+            if r is None:
+                return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums)
+            return r
         q = self.cl_queue
         return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
                            None, None, False, q)
+
+    cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
+        """A read-only store's plain get: follow the writer when ``offset`` is at or past the end seen, then the
+        read; None when the Python get must answer (the follow needs it, or units point at records not seen)."""
+        cdef object q = self.cl_queue
+        cdef list files = cq.queue.files
+        cdef Py_ssize_t n = PyList_GET_SIZE(files)
+        cdef MappedFile last
+        cdef int64_t max_o = 0
+        cdef int ok
+        cdef GetMessageResult r
+        if n > 0:
+            last = <MappedFile>PyList_GET_ITEM(files, n - 1)
+            max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
+        if offset >= max_o:
+            if self.commitlog.damage_fence >= 0 or not self.refresh_lock.acquire(False):
+                return None
+            try:
+                ok = _follow_live(cq, q.files)
+            finally:
+                self.refresh_lock.release()
+            if not ok:
+                return None
+        r = _read_queue(cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None, None, None, False,
+                        None)
+        if r.status is STATUSES[SCAN_NO_MATCHED] and r.next_begin_offset == offset:
+            return None
+        return r
+
+    cdef GetMessageResult _get_any(self, str topic, int queue_id, int64_t offset, int64_t max_msg_nums):
+        """A plain get of a live reader: compiled when it can be, else the Python method's."""
+        cdef object cq = None
+        cdef GetMessageResult r = None
+        if self.open and not (self.flags._flag & self.not_readable_bit) and self.config.broker_role is not self.slave_role:
+            cq = self.queues.get((topic, queue_id))
+        if cq is not None:
+            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+        if r is None:
+            r = self.cls.get_message(self.store, "", topic, queue_id, offset, max_msg_nums)
+        return r
+
+    def wait_message(self, WakeWord wake not None, str topic not None, int queue_id, long long offset,
+                     long long max_msg_nums, double spin_us, double timeout_ms):
+        """A read-only store's plain get that waits up to ``timeout_ms`` for a message at ``offset`` of (topic,
+        queue_id) to arrive from the writer of another process (``pystore.arrival``'s wait, compiled): get;
+        while the answer is not final, register on ``wake``, get again, spin up to ``spin_us`` on it without
+        the GIL, then sleep on its futex, and get again as soon as it moves, without a Python frame between.
+        The last answer; None when this process cannot wait on the word (the writer needs a barrier it cannot
+        issue, or no futex here: the caller polls) before anything was waited for."""
+        cdef int64_t start, now, deadline, spin_ns = <int64_t>(spin_us * 1000.0) if spin_us > 0 else 0
+        cdef int64_t seen, left
+        cdef int w
+        cdef GetMessageResult r
+        if not self.live:
+            raise TypeError("wait_message is a read-only store's")
+        start = ps_now_ns()
+        deadline = start + (<int64_t>(timeout_ms * 1000000.0) if timeout_ms > 0 else 0)
+        r = self._get_any(topic, queue_id, offset, max_msg_nums)
+        while not _final(r, offset):
+            now = ps_now_ns()
+            left = deadline - now
+            if left <= 0:
+                break
+            seen = ps_register(wake.word, wake.flag_word)
+            if seen < 0:
+                return None
+            try:
+                r = self._get_any(topic, queue_id, offset, max_msg_nums)
+                if _final(r, offset):
+                    break
+                if left > WAIT_SLICE_NS:
+                    left = WAIT_SLICE_NS
+                with nogil:
+                    w = ps_wait(wake.word, <uint32_t>seen, spin_ns, left)
+                if w == -2:
+                    return None
+                if w == -1:
+                    PyErr_CheckSignals()
+            finally:
+                ps_unregister(wake.word, <uint32_t>seen)
+            r = self._get_any(topic, queue_id, offset, max_msg_nums)
+        return r
 
     def look_message_by_offset(self, commit_log_offset):
         """``MessageStore.look_message_by_offset(commit_log_offset)``: the message stored at that commit-log
