@@ -11,7 +11,8 @@ holding it (taken when its ``poll`` returned, ``perf_counter_ns``: CLOCK_MONOTON
 process), as p50/p99/p99.9. ``thread``: a consumer thread of the writer's process, the producer sleeping
 between puts (the GIL free); ``process``: a read-only store in another process, blocking on the wake file;
 ``process-spin``: the same, spinning ``SPIN_US`` on the wake word before it sleeps. A consumer that held a
-message before its put returned counts 0.
+message before its put returned counts 0. ``process-spin-floor``: the floor of ``process-spin`` on this machine
+in the same run: the same pacing and spinning on the wake word alone (the writer's ``notify``, no put, no read).
 
 ``test_producer_and_consumer_processes``: a producer process puts ``PC_N`` 128 B messages as fast as it can
 (``put_messages`` of ``MessageBatch.from_bodies``, ``PC_CHUNK`` a batch), while this process, a read-only store
@@ -119,6 +120,66 @@ print("DONE %d" % k, flush=True)
 """
 
 
+#: the floor of ``process-spin``: a word in shared memory alone (no register, no store read), the waiter spinning
+#: on it in C as the consumer spins on the wake word; each seq it sees (and any it missed) gets the time it saw it
+_FLOOR = r"""
+import mmap, sys, time
+import numpy as np
+from pystore._notify import WakeWord
+path, n, spin, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+with open(path, "r+b") as f:
+    word = WakeWord(mmap.mmap(f.fileno(), 64), 16)
+got = np.zeros(n + 1, dtype=np.int64)
+print("READY", flush=True)
+pc = time.perf_counter_ns
+last = word.seq
+while last < n:
+    if word.wait(last, spin, 1000) == 1:
+        t = pc()
+        s = min(word.seq, n)
+        got[last + 1:s + 1] = t
+        last = s
+np.save(out, got)
+print("DONE %d" % last, flush=True)
+"""
+
+
+def _floor(root: str, n: int) -> dict[str, float]:
+    """``process-spin-floor``: ``n`` moves of a shared word, one every ``STEADY_GAP_US`` µs, paced as ``_pace``
+    paces puts, seen by a process spinning ``SPIN_US`` on it (``WakeWord.wait``) and sleeping after: the latency
+    from the move to the waiter holding it, under the same load as the other cases."""
+    import mmap
+
+    from pystore._notify import WakeWord
+    path = os.path.join(root, "floor.word")
+    with open(path, "wb") as f:
+        f.write(b"\0" * 64)
+    with open(path, "r+b") as f:
+        word = WakeWord(mmap.mmap(f.fileno(), 64), 16)
+    out = os.path.join(root, "floor.npy")
+    p = _child(_FLOOR, path, n, SPIN_US, out)
+    try:
+        _line(p, "READY")
+        time.sleep(0.3)
+        ret = np.zeros(n, dtype=np.int64)
+        pc = time.perf_counter_ns
+        t_next = pc()
+        for i in range(n):
+            while pc() < t_next:
+                pass
+            word.register()             # a waiter count for notify to clear: every notify moves the seq
+            word.notify()
+            ret[i] = pc()
+            t_next += STEADY_GAP_US * 1000
+        assert _line(p, "DONE").split() == ["DONE", str(n)]
+        p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return _latency_figures(np.load(out)[1:], ret)
+
+
 def _child(script: str, *argv: object) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=_PYPATH)
     return subprocess.Popen([sys.executable, "-c", script, *[str(a) for a in argv]], stdout=subprocess.PIPE,
@@ -162,7 +223,7 @@ def _latency_figures(got: np.ndarray, ret: np.ndarray) -> dict[str, float]:
             "held_before_put_returned": int((got < ret).sum())}
 
 
-@pytest.mark.parametrize("mode", ["thread", "process", "process-spin"])
+@pytest.mark.parametrize("mode", ["thread", "process", "process-spin", "process-spin-floor"])
 def test_steady_rate_latency(benchmark, mode: str) -> None:
     n = STEADY_N
     file_size = benchlib.file_size_for(n * 300)
@@ -173,6 +234,9 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
             figures: dict[str, float] = {}
 
             def run() -> None:
+                if mode == "process-spin-floor":
+                    figures.update(_floor(root, n))
+                    return
                 if mode == "thread":
                     got = np.zeros(n, dtype=np.int64)
 
@@ -210,7 +274,7 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
                 figures.update(_latency_figures(got, ret))
 
             benchmark.pedantic(run, rounds=1, iterations=1)
-            assert store.get_max_offset_in_queue(TOPIC, 0) == n
+            assert store.get_max_offset_in_queue(TOPIC, 0) == (0 if mode == "process-spin-floor" else n)
             benchmark.extra_info.update({"mode": mode, "messages": n, "gap_us": STEADY_GAP_US, **figures})
             print("\nsteady %s: %s" % (mode, figures))
         finally:
