@@ -140,6 +140,12 @@ cdef int _raise_past(MappedFile cqf, int64_t pos, int64_t phy, int32_t size, str
         % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size, what))
 
 
+cdef inline list _files_of(object q):
+    """``q.files`` of a ``MappedFileQueue`` without its property's Python frame (the list is replaced whole,
+    never changed in place: the one read is a snapshot as the property's is)."""
+    return <list>q._files
+
+
 cdef int64_t _written_end(list files):
     """The end of what was written into the commit log ``files`` (its last file's write position): units
     pointing beyond it point at nothing."""
@@ -444,7 +450,7 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
     cdef int code
     if cq is None:
         return _result(STATUSES[GM_NO_MESSAGE_IN_QUEUE], offset if keep_offset else 0, 0, 0, [], 0, False)
-    files = cq.queue.files
+    files = _files_of(cq.queue)
     cq_size = cq.queue.mapped_file_size
     units = cq_size // CQ_STORE_UNIT_SIZE
     n = PyList_GET_SIZE(files)
@@ -545,6 +551,19 @@ cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
     return 1 if cq.max_physic_offset <= last.file_from_offset + end else 0
 
 
+cdef inline bint _unit_after(MappedFile mf) noexcept:
+    """Whether a follow of the queue whose last file is ``mf`` may find anything: a unit written past the end
+    seen, or no room left in the file (a new file is the Python follow's). Without either, the follow would
+    find nothing new in this queue, so a get at its end skips it (and the lock): a waiting get's usual look."""
+    cdef int64_t rp = mf.read_position()
+    cdef bint r
+    if rp + CQ_STORE_UNIT_SIZE > mf.file_size or not mf.c_hold():
+        return True
+    r = mf.base == NULL or unit_valid(mf.base + rp)
+    mf.c_release()
+    return r
+
+
 cdef inline bint _final(GetMessageResult r, int64_t offset) noexcept:
     """Is a plain get's answer final for a waiting get (``arrival.found_something`` without a filter): anything
     but an empty queue, the offset one past the end, or no progress over units whose records are not seen."""
@@ -634,26 +653,26 @@ cdef class QueueReader:
         """A read-only store's plain get: follow the writer when ``offset`` is at or past the end seen, then the
         read; None when the Python get must answer (the follow needs it, or units point at records not seen)."""
         cdef object q = self.cl_queue
-        cdef list files = cq.queue.files
+        cdef list files = _files_of(cq.queue)
         cdef Py_ssize_t n = PyList_GET_SIZE(files)
-        cdef MappedFile last
+        cdef MappedFile last = None
         cdef int64_t max_o = 0
         cdef int ok
         cdef GetMessageResult r
         if n > 0:
             last = <MappedFile>PyList_GET_ITEM(files, n - 1)
             max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
-        if offset >= max_o:
+        if offset >= max_o and (last is None or last is not cq.last or _unit_after(last)):
             if self.commitlog.damage_fence >= 0 or not self.refresh_lock.acquire(False):
                 return None
             try:
-                ok = _follow_live(cq, q.files)
+                ok = _follow_live(cq, _files_of(q))
             finally:
                 self.refresh_lock.release()
             if not ok:
                 return None
-        r = _read_queue(cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None, None, None, False,
-                        None)
+        r = _read_queue(cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None, None, None,
+                        False, None)
         if r.status is STATUSES[SCAN_NO_MATCHED] and r.next_begin_offset == offset:
             return None
         return r
