@@ -381,10 +381,13 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
     """Rounds of ``COST_N`` puts with the hook off (``wake = None``: the put path before the wake file) and on,
     alternated (which goes first alternates too); first with nobody waiting, then with a consumer process
     that has caught up and waits on the wake file when each round starts (then it is woken, with the hook on,
-    or finds the messages at its next look, with the hook off, and reads alongside the writer). The ratio of each adjacent pair,
-    and their median: the machine's load moves the rates between rounds far more than the hook does."""
+    or finds the messages at its next look, with the hook off, and reads alongside the writer), then with a
+    consumer of a topic nobody puts to (woken by each put that finds it waiting: the wake-ups without the
+    reading). The ratio of each adjacent pair, and their median, by the wall clock and by the writer thread's
+    CPU time (``thread_time``: the writer's own cost, without the time the consumer or the machine's other
+    load takes its CPU): the machine's load moves the rates between rounds far more than the hook does."""
     n = COST_N
-    file_size = benchlib.file_size_for(n * 300 * (COST_ROUNDS * 4 + 4))
+    file_size = benchlib.file_size_for(n * 300 * (COST_ROUNDS * 6 + 4))
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as root:
         store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
@@ -392,16 +395,17 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
             wake = store._dispatcher.wake
             assert wake is not None
             store.put_message(Message(TOPIC, BODY))
+            store.put_message(Message(TOPIC + "Idle", BODY))    # the idle consumer's queue exists
             msgs = [Message(TOPIC, BODY) for _ in range(n)]
 
-            def puts(hook: bool) -> float:
+            def puts(hook: bool) -> tuple[float, float]:
                 store._dispatcher.wake = wake if hook else None
-                t0 = time.perf_counter_ns()
+                t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                 for m in msgs:
                     store.put_message(m)
-                rate = n / ((time.perf_counter_ns() - t0) / 1e9)
+                c1, t1 = time.thread_time_ns(), time.perf_counter_ns()
                 store._dispatcher.wake = wake
-                return rate
+                return n / ((t1 - t0) / 1e9), n / ((c1 - c0) / 1e9)
 
             def waiting() -> None:
                 deadline = time.monotonic() + 60
@@ -409,8 +413,9 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
                     assert time.monotonic() < deadline
                     time.sleep(0.001)
 
-            def pairs(consumer: bool) -> tuple[float, float, float]:
-                ratios, off, on = [], [], []
+            def pairs(consumer: bool, name: str) -> None:
+                ratios, cpu_ratios, off, on = [], [], [], []
+                seq0 = wake.seq
                 for r in range(COST_ROUNDS):
                     first = r % 2 == 1
                     if consumer:
@@ -420,30 +425,36 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
                         waiting()
                     y = puts(not first)
                     a, b = (y, x) if first else (x, y)
-                    off.append(a)
-                    on.append(b)
-                    ratios.append(b / a)
-                return float(np.median(ratios)), float(np.median(off)), float(np.median(on))
+                    off.append(a[0])
+                    on.append(b[0])
+                    ratios.append(b[0] / a[0])
+                    cpu_ratios.append(b[1] / a[1])
+                figures.update({name + "_ratio": float(np.median(ratios)),
+                                name + "_cpu_ratio": float(np.median(cpu_ratios)),
+                                name + "_puts_per_s_hook_off": float(np.median(off)),
+                                name + "_puts_per_s_hook_on": float(np.median(on)),
+                                name + "_wake_ups": wake.seq - seq0})
 
             def run() -> None:
                 for _ in range(4):                                 # the first pages of the file faulted in
                     puts(True)
-                ratio, off, on = pairs(False)
-                figures.update({"no_waiter_ratio": ratio, "puts_per_s_hook_off": off, "puts_per_s_no_waiter": on})
-                p = _child(_FOREVER, root, TOPIC, file_size)
-                try:
-                    _line(p, "READY")
-                    ratio, off, on = pairs(True)
-                    figures.update({"waiting_ratio": ratio, "puts_per_s_hook_off_consumer_alive": off,
-                                    "puts_per_s_consumer_waiting": on, "wake_ups": wake.seq})
-                finally:
-                    p.kill()
-                    p.wait()
+                pairs(False, "no_waiter")
+                # a consumer of the topic put to, then one of a topic nobody puts to: each put that finds the
+                # latter registered wakes it, it finds nothing and waits again (the wake-ups without reading)
+                for name, topic in (("waiting", TOPIC), ("idle_waiting", TOPIC + "Idle")):
+                    p = _child(_FOREVER, root, topic, file_size)
+                    try:
+                        _line(p, "READY")
+                        pairs(True, name)
+                    finally:
+                        p.kill()
+                        p.wait()
 
             benchmark.pedantic(run, rounds=1, iterations=1)
         finally:
             store.shutdown()
-    figures["cost_no_waiter_pct"] = 100 * (1 - figures["no_waiter_ratio"])
-    figures["cost_consumer_waiting_pct"] = 100 * (1 - figures["waiting_ratio"])
+    for name in ("no_waiter", "waiting", "idle_waiting"):
+        figures["cost_%s_pct" % name] = 100 * (1 - figures[name + "_ratio"])
+        figures["cpu_cost_%s_pct" % name] = 100 * (1 - figures[name + "_cpu_ratio"])
     benchmark.extra_info.update(figures)
     print("\nwriter cost: %s" % figures)

@@ -12,6 +12,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t
+from posix.unistd cimport usleep
 
 from pystore._bytes cimport get_i32, get_i64
 from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, SPLIT_BODY, RecordView,
@@ -575,6 +576,13 @@ cdef inline bint _final(GetMessageResult r, int64_t offset) noexcept:
 
 # the longest single sleep of a compiled wait: a store shut down meanwhile ends its waits within it
 cdef int64_t WAIT_SLICE_NS = 1000000000
+# After a wake-up that found nothing (a put to another queue of the store: the wake word is the store's), a
+# compiled wait looks at its queue every WAKE_POLL_US for WAKE_POLL_NS without registering: a writer streaming
+# to other queues then pays for this waiter's wake-up (its futex call, the barrier the registration sends it)
+# once per WAKE_POLL_NS instead of once per round trip of the waiter, and a message to this queue meanwhile
+# waits at most a poll interval.
+cdef unsigned int WAKE_POLL_US = 50
+cdef int64_t WAKE_POLL_NS = 1000000
 
 
 @cython.final
@@ -695,11 +703,12 @@ cdef class QueueReader:
         queue_id) to arrive from the writer of another process (``pystore.arrival``'s wait, compiled): get;
         while the answer is not final, register on ``wake``, get again, spin up to ``spin_us`` on it without
         the GIL, then sleep on its futex, and get again as soon as it moves, without a Python frame between.
+        After a wake-up that found nothing it looks every ``WAKE_POLL_US`` for a while without registering.
         The last answer; None when this process cannot wait on the word (the writer needs a barrier it cannot
         issue, or no futex here: the caller polls) before anything was waited for."""
         cdef int64_t start, now, deadline, spin_ns = <int64_t>(spin_us * 1000.0) if spin_us > 0 else 0
-        cdef int64_t seen, left
-        cdef int w
+        cdef int64_t seen, left, poll_until = 0
+        cdef int w = 0
         cdef GetMessageResult r
         if not self.live:
             raise TypeError("wait_message is a read-only store's")
@@ -711,6 +720,12 @@ cdef class QueueReader:
             left = deadline - now
             if left <= 0:
                 break
+            if now < poll_until:
+                with nogil:
+                    usleep(WAKE_POLL_US if left > WAKE_POLL_US * 1000 else <unsigned int>(left // 1000 + 1))
+                PyErr_CheckSignals()
+                r = self._get_any(topic, queue_id, offset, max_msg_nums)
+                continue
             seen = ps_register(wake.word, wake.flag_word)
             if seen < 0:
                 return None
@@ -729,6 +744,8 @@ cdef class QueueReader:
             finally:
                 ps_unregister(wake.word, <uint32_t>seen)
             r = self._get_any(topic, queue_id, offset, max_msg_nums)
+            if w == 1 and not _final(r, offset):
+                poll_until = ps_now_ns() + WAKE_POLL_NS
         return r
 
     def look_message_by_offset(self, commit_log_offset):

@@ -21,7 +21,9 @@ registration, bumps the word and wakes it; then gets again. Every sleep is bound
 second, so that a store shut down meanwhile ends its waits), which is what keeps a reader whose writer died or
 restarted working. A read-only store writes nothing but its registrations in that word; it creates no file:
 without a wake file (no writer since, or one that predates it; a store it cannot open for writing) its waiters
-re-read the queue every ``READER_POLL_MS`` and look for the file again once a second.
+re-read the queue every ``READER_POLL_MS`` and look for the file again once a second. ``wait_queue`` is that wait
+for one queue without a filter, compiled (``_read.QueueReader.wait_message``): the spin, the sleep and the get
+after a wake-up run without a Python frame between them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ to the last message the loop got, never past it.
 
 A read-only store can read committed offsets but not commit: its consumers need ``auto_commit=False``. Its
 waits sleep on the writer's wake file (``pystore.arrival``); ``spin_us`` makes each of them spin that long on it
-first, for the lowest latency across processes at the cost of a CPU while spinning.
+first, for the lowest latency across processes at the cost of a CPU while spinning. A consumer of one fixed
+queue without a filter waits in compiled code (``Arrivals.wait_queue``), from the spin to the get after it.
 
 Thread-safety: one consumer belongs to one thread; several consumers may share a store.
 """

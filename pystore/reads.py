@@ -6,7 +6,8 @@ The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/fo
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_read.QueueReader``, bound by
 ``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
 ``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.arrival``'s; following the writer is
-``pystore.wiring.StoreParts``'. ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
+``pystore.wiring.StoreParts``' (a read-only store's compiled reader follows it in C in the common case and hands
+the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
 
 Thread-safety: any number of threads read at once; ``attach`` and ``closed`` are set by the lifecycle calls.

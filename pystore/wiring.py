@@ -123,7 +123,9 @@ class StoreParts:
         """A reader's quick follow of a known queue (a waiting get looks after each wake-up; the folder listings
         of the full follow cost far more): the units written since into the queue's last file, then the records
         written since into the commit log's last file. False when that does not cover it (a file filled or
-        rolled, damage seen, a unit pointing past the log's last file): the full follow does it all then."""
+        rolled, damage seen, a unit pointing past the log's last file): the full follow does it all then.
+        ``_read._follow_live`` is its compiled twin, which a read-only store's ``get_message`` runs first: the
+        two keep the same order (units, then records) and the same reasons to hand over to the full follow."""
         mf = cq.last_file
         cl = self.commitlog
         if mf is None or mf.read_position >= mf.file_size or cl.damage_fence >= 0:

@@ -244,3 +244,26 @@ def test_a_consumer_of_one_queue_waits_in_c(pair, monkeypatch):
     assert next(iter(c)).queue_offset == 2
     t.join()
     assert c.positions == {0: 3}
+
+
+def test_a_wait_woken_by_another_queue_still_gets_its_own(pair):
+    """Puts to another topic wake the waiter for nothing (the wake word is the store's); it then looks at its
+    queue without registering for a while, and still returns its own message, put among them."""
+    w, ro, _ = pair
+    wake = ro._reads.arrivals()._wake_word()
+    assert w.put_message(make_message(0, topic="Busy")).is_ok()
+    done: list[Any] = []
+
+    def others() -> None:
+        for i in range(1, 200):
+            w.put_message(make_message(i, topic="Busy"))
+            if i == 100:
+                w.put_message(make_message(1))
+            time.sleep(0.0005)
+        done.append(True)
+    t = threading.Thread(target=others)
+    t.start()
+    r = ro._reader.wait_message(wake, TOPIC, 0, 1, 32, 0, 10_000)
+    t.join()
+    assert done and r.status is GetMessageStatus.FOUND and [m.queue_offset for m in r.messages] == [1]
+    assert wake.waiters == 0
