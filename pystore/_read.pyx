@@ -495,17 +495,18 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
 
 cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
     """A read-only store's follow of a live writer in the common case, the compiled twin of
-    ``StoreParts._follow_in_place`` (the caller holds the refresh lock): the units written since into the queue's
-    last file, then the records written since into the commit log's last file. 1 when that covers every unit
-    seen; 0 when a file must be opened or damage looked at (a file filled or rolled, a unit pointing past the
-    log's last file, the log's blank end): the Python follow does it all then.
+    ``StoreParts._follow_in_place`` (run while no Python follow is under way, with the GIL held throughout:
+    nothing else moves the reader's view meanwhile): the units written since into the
+    queue's last file, then the records written since into the commit log's last file. 1 when that covers
+    every unit seen; 0 when a file must be opened or damage looked at (a file filled or rolled, a unit
+    pointing past the log's last file, the log's blank end): the Python follow does it all then.
 
     Units first, then records: the writer publishes a unit only after its record (and every record before it)
     is whole, so a commit log scanned after the units covers each of them; a unit whose record lies past the
     scanned end is not served (``_scan`` stops at it) and sends the get to the Python follow."""
     cdef MappedFile mf = cq.last, last
     cdef Py_ssize_t ncl = PyList_GET_SIZE(cl_files)
-    cdef int64_t start, pos, mx = -1, phy, cl_end, count = 0, ts = -1, end
+    cdef int64_t start, pos, mx = -1, phy, count = 0, ts = -1, end
     cdef int32_t size, reason = REC_END
     cdef const unsigned char *p
     if mf is None or ncl == 0:
@@ -555,7 +556,8 @@ cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
 cdef inline bint _unit_after(MappedFile mf) noexcept:
     """Whether a follow of the queue whose last file is ``mf`` may find anything: a unit written past the end
     seen, or no room left in the file (a new file is the Python follow's). Without either, the follow would
-    find nothing new in this queue, so a get at its end skips it (and the lock): a waiting get's usual look."""
+    find nothing new in this queue, so a get at its end skips it (and the lock): a waiting get's usual
+    look."""
     cdef int64_t rp = mf.read_position()
     cdef bint r
     if rp + CQ_STORE_UNIT_SIZE > mf.file_size or not mf.c_hold():
@@ -566,8 +568,9 @@ cdef inline bint _unit_after(MappedFile mf) noexcept:
 
 
 cdef inline bint _final(GetMessageResult r, int64_t offset) noexcept:
-    """Is a plain get's answer final for a waiting get (``arrival.found_something`` without a filter): anything
-    but an empty queue, the offset one past the end, or no progress over units whose records are not seen."""
+    """Is a plain get's answer final for a waiting get (``arrival.found_something`` without a filter):
+    anything but an empty queue, the offset one past the end, or no progress over units whose records are
+    not seen."""
     cdef object st = r.status
     if st is STATUSES[GM_NO_MESSAGE_IN_QUEUE] or st is STATUSES[GM_OFFSET_OVERFLOW_ONE]:
         return False
@@ -595,9 +598,9 @@ cdef class QueueReader:
     with its state.
 
     A read-only store's reader (``live``: its ``StoreParts``) follows the writer of another process first when
-    the offset is at or past the queue's end it has seen (``_follow_live``, under the parts' refresh lock,
-    taken without blocking); whatever that cannot settle (a new file, damage, contention for the lock, a
-    record not seen yet) is the Python method's get, which follows in full. ``wait_message`` is its
+    the offset is at or past the queue's end it has seen (``_follow_live``, while no Python follow is under
+    way); whatever that cannot settle (a new file, damage, a Python follow under way, a record not seen yet)
+    is the Python method's get, which follows in full. ``wait_message`` is its
     long-polling get on the writer's wake word, spinning and getting again without a Python frame between."""
     cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
     cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
@@ -610,11 +613,11 @@ cdef class QueueReader:
     cdef object store
     cdef public bint open
     cdef bint live                       # a read-only store's: follows the writer before reading at the end
-    cdef object refresh_lock             # StoreParts.refresh_lock (live)
+    cdef object parts                    # its StoreParts (live): a Python follow under way sends gets there
     cdef object commitlog                # the CommitLog (live): its damage fence sends follows to Python
 
-    def __init__(self, dict queues not None, cl_queue, ReadLimits lim not None, flags, long not_readable_bit, config,
-                 slave_role, cls, store, live=None):
+    def __init__(self, dict queues not None, cl_queue, ReadLimits lim not None, flags, long not_readable_bit,
+                 config, slave_role, cls, store, live=None):
         self.queues = queues
         self.cl_queue = cl_queue
         self.lim = lim
@@ -627,7 +630,7 @@ cdef class QueueReader:
         self.open = False
         self.live = live is not None
         if live is not None:
-            self.refresh_lock = live.refresh_lock
+            self.parts = live
             self.commitlog = live.commitlog
 
     def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None, timeout_ms=0):
@@ -658,29 +661,25 @@ cdef class QueueReader:
                            None, None, False, q)
 
     cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
-        """A read-only store's plain get: follow the writer when ``offset`` is at or past the end seen, then the
-        read; None when the Python get must answer (the follow needs it, or units point at records not seen)."""
+        """A read-only store's plain get: follow the writer when ``offset`` is at or past the end seen, then
+        the read; None when the Python get must answer (the follow needs it, or units point at records not
+        seen)."""
         cdef object q = self.cl_queue
         cdef list files = _files_of(cq.queue)
         cdef Py_ssize_t n = PyList_GET_SIZE(files)
         cdef MappedFile last = None
         cdef int64_t max_o = 0
-        cdef int ok
         cdef GetMessageResult r
         if n > 0:
             last = <MappedFile>PyList_GET_ITEM(files, n - 1)
             max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
         if offset >= max_o and (last is None or last is not cq.last or _unit_after(last)):
-            if self.commitlog.damage_fence >= 0 or not self.refresh_lock.acquire(False):
+            # no lock: the follow runs with the GIL held throughout, and only while no Python follow is under
+            # way (one that started would have released the GIL in a scan or a folder listing)
+            if self.parts.following or self.commitlog.damage_fence >= 0 or not _follow_live(cq, _files_of(q)):
                 return None
-            try:
-                ok = _follow_live(cq, _files_of(q))
-            finally:
-                self.refresh_lock.release()
-            if not ok:
-                return None
-        r = _read_queue(cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None, None, None,
-                        False, None)
+        r = _read_queue(cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None, None,
+                        None, False, None)
         if r.status is STATUSES[SCAN_NO_MATCHED] and r.next_begin_offset == offset:
             return None
         return r
@@ -689,7 +688,8 @@ cdef class QueueReader:
         """A plain get of a live reader: compiled when it can be, else the Python method's."""
         cdef object cq = None
         cdef GetMessageResult r = None
-        if self.open and not (self.flags._flag & self.not_readable_bit) and self.config.broker_role is not self.slave_role:
+        if (self.open and not (self.flags._flag & self.not_readable_bit)
+                and self.config.broker_role is not self.slave_role):
             cq = self.queues.get((topic, queue_id))
         if cq is not None:
             r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
@@ -699,8 +699,9 @@ cdef class QueueReader:
 
     def wait_message(self, WakeWord wake not None, str topic not None, int queue_id, long long offset,
                      long long max_msg_nums, double spin_us, double timeout_ms):
-        """A read-only store's plain get that waits up to ``timeout_ms`` for a message at ``offset`` of (topic,
-        queue_id) to arrive from the writer of another process (``pystore.arrival``'s wait, compiled): get;
+        """A read-only store's plain get that waits up to ``timeout_ms`` for a message at ``offset`` of
+        (topic, queue_id) to arrive from the writer of another process (``pystore.arrival``'s wait, compiled):
+        get;
         while the answer is not final, register on ``wake``, get again, spin up to ``spin_us`` on it without
         the GIL, then sleep on its futex, and get again as soon as it moves, without a Python frame between.
         After a wake-up that found nothing it looks every ``WAKE_POLL_US`` for a while without registering.

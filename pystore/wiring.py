@@ -91,18 +91,25 @@ class StoreParts:
 
     #: a reader's refreshes, one at a time (``get_message`` reads again under it after following its queue)
     refresh_lock: threading.RLock = field(default_factory=threading.RLock)
+    #: a reader's refreshes under way: the compiled follow (``_read._follow_live``) runs only while there is
+    #: none, and holds the GIL from start to end, so none starts while it runs
+    following: int = 0
 
     def refresh_read_only(self) -> None:
         """A reader: pick up what the writer appended since. The queues and the index before the commit log:
         every unit and index entry seen then points at a record in view (as ``refresh_queue_read_only``)."""
         cl = self.commitlog
         with self.refresh_lock:
-            self.cq_store.refresh_read_only(cl.get_min_offset())
-            if self.index is not None:
-                self.index.refresh_read_only()
-            cl.refresh_read_only()
-            for cq in self.cq_store.queues():
-                self._attach(cq)
+            self.following += 1
+            try:
+                self.cq_store.refresh_read_only(cl.get_min_offset())
+                if self.index is not None:
+                    self.index.refresh_read_only()
+                cl.refresh_read_only()
+                for cq in self.cq_store.queues():
+                    self._attach(cq)
+            finally:
+                self.following -= 1
 
     def refresh_queue_read_only(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """A reader: follow one queue, then the commit log. The writer publishes a unit only after its record
@@ -110,13 +117,17 @@ class StoreParts:
         the other order lets units written between the two scans point past the commit log in view."""
         cl = self.commitlog
         with self.refresh_lock:
-            cq = self.cq_store.find(topic, queue_id)
-            if cq is not None and self._follow_in_place(cq):
-                return cq
-            cq = self.cq_store.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
-            cl.refresh_read_only()
-            if cq is not None:
-                self._attach(cq)
+            self.following += 1
+            try:
+                cq = self.cq_store.find(topic, queue_id)
+                if cq is not None and self._follow_in_place(cq):
+                    return cq
+                cq = self.cq_store.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
+                cl.refresh_read_only()
+                if cq is not None:
+                    self._attach(cq)
+            finally:
+                self.following -= 1
         return cq
 
     def _follow_in_place(self, cq: ConsumeQueue) -> bool:

@@ -88,8 +88,16 @@ def test_a_get_at_the_end_follows_in_c_within_a_file(pair, monkeypatch):
         assert ro.get_message("g", TOPIC, 0, i + 1, 32).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
     # the units and records of the 4 puts were each followed without the Python get
     assert fb.calls == 0
+    # while a Python follow is under way (another thread's, its GIL released) the get is the Python one's
+    ro._parts.following += 1
+    try:
+        assert w.put_message(make_message(5)).is_ok()
+        assert [m.queue_offset for m in ro.get_message("g", TOPIC, 0, 5, 32).messages] == [5]
+        assert fb.calls == 1
+    finally:
+        ro._parts.following -= 1
     monkeypatch.undo()
-    _same(ro, py, 6)
+    _same(ro, py, 7)
 
 
 def test_a_roll_of_the_queue_and_of_the_commit_log_while_following(pair, monkeypatch):
