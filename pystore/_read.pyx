@@ -493,20 +493,26 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
                    last_phy >= 0 and cl_max - last_phy > lim.memory_window)
 
 
+# the most commit log a compiled follow scans (it holds the GIL): a reader further behind follows in Python,
+# whose scan lets other threads run
+cdef int64_t FOLLOW_MAX_SCAN = 1 << 20
+
+
 cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
     """A read-only store's follow of a live writer in the common case, the compiled twin of
     ``StoreParts._follow_in_place`` (run while no Python follow is under way, with the GIL held throughout:
     nothing else moves the reader's view meanwhile): the units written since into the
     queue's last file, then the records written since into the commit log's last file. 1 when that covers
     every unit seen; 0 when a file must be opened or damage looked at (a file filled or rolled, a unit
-    pointing past the log's last file, the log's blank end): the Python follow does it all then.
+    pointing past the log's last file, the log's blank end, more than ``FOLLOW_MAX_SCAN`` of it to scan):
+    the Python follow does it all then.
 
     Units first, then records: the writer publishes a unit only after its record (and every record before it)
     is whole, so a commit log scanned after the units covers each of them; a unit whose record lies past the
     scanned end is not served (``_scan`` stops at it) and sends the get to the Python follow."""
     cdef MappedFile mf = cq.last, last
     cdef Py_ssize_t ncl = PyList_GET_SIZE(cl_files)
-    cdef int64_t start, pos, mx = -1, phy, count = 0, ts = -1, end
+    cdef int64_t start, pos, mx = -1, phy, count = 0, ts = -1, end, target
     cdef int32_t size, reason = REC_END
     cdef const unsigned char *p
     if mf is None or ncl == 0:
@@ -538,13 +544,15 @@ cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
     start = last.read_position()
     if cq.max_physic_offset <= last.file_from_offset + start:
         return 1
-    if start >= last.file_size or cq.max_physic_offset > last.file_from_offset + last.file_size \
+    target = cq.max_physic_offset - last.file_from_offset
+    if start >= last.file_size or target > last.file_size or target - start > FOLLOW_MAX_SCAN \
             or not last.c_hold():
         return 0
     try:
         if last.base == NULL:
             return 0
-        end = scan_records(last.base, start, last.file_size, False, &reason, &count, &ts, NULL)
+        # up to the end of the last unit's record: what this queue's get needs
+        end = scan_records(last.base, start, target, False, &reason, &count, &ts, NULL)
     finally:
         last.c_release()
     if reason == REC_BLANK:

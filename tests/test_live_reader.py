@@ -211,9 +211,8 @@ def test_the_compiled_wait_returns_what_arrives_and_its_timeouts_answer(pair, sp
     wake = ro._reads.arrivals()._wake_word()
     assert wake is not None
     # nothing arrives: the last get's answer, after the timeout
-    t0 = time.monotonic()
     r = ro._reader.wait_message(wake, TOPIC, 0, 1, 32, spin_us, 50)
-    assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and time.monotonic() - t0 >= 0.045
+    assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
     assert wake.waiters == 0
     # something arrives while it waits
     t = _put_later(w, 1, 0.05)
@@ -275,3 +274,27 @@ def test_a_wait_woken_by_another_queue_still_gets_its_own(pair):
     t.join()
     assert done and r.status is GetMessageStatus.FOUND and [m.queue_offset for m in r.messages] == [1]
     assert wake.waiters == 0
+
+
+def test_a_reader_far_behind_follows_in_python(store_factory, monkeypatch):
+    """More than a MiB of the log to scan is the Python follow's (its scan lets other threads run); the
+    answer is the same."""
+    size = 4 << 20
+    w = store_factory(mapped_file_size_commit_log=size)
+    assert w.put_message(make_message(0)).is_ok()
+    ro = store_factory(read_only=True, mapped_file_size_commit_log=size)
+    py = store_factory(read_only=True, mapped_file_size_commit_log=size)
+    assert [m.queue_offset for m in ro.get_message("g", TOPIC, 0, 0, 32).messages] == [0]
+    fb = Fallbacks(monkeypatch)
+    body = b"f" * 4000
+    for i in range(1, 301):                # 1.2 MB after what the reader saw
+        assert w.put_message(make_message(i, body=body)).is_ok()
+    r = ro.get_message("g", TOPIC, 0, 1, 32)
+    assert fb.calls == 1 and [m.queue_offset for m in r.messages] == list(range(1, 33))
+    # caught up: the next put is followed in C again
+    assert w.put_message(make_message(301)).is_ok()
+    assert [m.queue_offset for m in ro.get_message("g", TOPIC, 0, 301, 32).messages] == [301]
+    assert fb.calls == 1
+    monkeypatch.undo()
+    for off in (302, 301, 300, 299, 100, 1, 0):           # the end first: both follow there
+        assert _get(ro, off) == _py_get(py, off), off
