@@ -10,6 +10,7 @@ from typing import Any, final
 
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
+from pystore._notify import WakeWord
 from pystore._units import ConsumeQueueCore
 from pystore.status import GetMessageStatus
 
@@ -84,6 +85,7 @@ class QueueReader:
         slave_role: Any,
         cls: type,
         store: Any,
+        live: Any = None,
     ) -> None: ...
     def get_message(
         self,
@@ -96,3 +98,13 @@ class QueueReader:
         timeout_ms: int = 0,
     ) -> GetMessageResult: ...
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None: ...
+    def wait_message(
+        self,
+        wake: WakeWord,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        spin_us: float,
+        timeout_ms: float,
+    ) -> GetMessageResult | None: ...

@@ -6,7 +6,8 @@ The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/fo
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_read.QueueReader``, bound by
 ``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
 ``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.arrival``'s; following the writer is
-``pystore.wiring.StoreParts``'. ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
+``pystore.wiring.StoreParts``' (a read-only store's compiled reader follows it in C in the common case and hands
+the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
 
 Thread-safety: any number of threads read at once; ``attach`` and ``closed`` are set by the lifecycle calls.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pystore._read import ReadLimits, read_queue
+from pystore._read import QueueReader, ReadLimits, read_queue
 from pystore.arrival import Arrivals, found_something
 from pystore.config import BrokerRole, StoreConfig
 from pystore.errors import StoreClosedError, StoreError
@@ -52,6 +53,8 @@ class StoreReads:
         #: None while the store is readable (loaded or started), else its state ("new", "shutdown")
         self.closed: str | None = "new"
         self._arrivals: Arrivals | None = None
+        #: the store's compiled reader (``MessageStore._bind_fast_paths``); a read-only store's waits use it
+        self.reader: QueueReader | None = None
 
     def attach(self, parts: StoreParts) -> None:
         self.parts = parts
@@ -82,7 +85,8 @@ class StoreReads:
         if self._arrivals is None:
             dispatcher = None if self.read_only else self.parts.dispatcher  # type: ignore[union-attr]
             self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE,
-                                      root=self.config.store_path_root_dir if self.read_only else None)
+                                      root=self.config.store_path_root_dir if self.read_only else None,
+                                      reader=self.reader if self.read_only else None)
         return self._arrivals
 
     def wake_waiters(self) -> None:
@@ -148,6 +152,12 @@ class StoreReads:
             raise TypeError("timeout_ms must be int, got %s" % type(timeout_ms).__name__)
         if timeout_ms < 0:
             raise ValueError("timeout_ms must be >= 0, got %d" % timeout_ms)
+
+        if (message_filter is None and limits_of is None and self.read_only and isinstance(offset, int)
+                and isinstance(max_msg_nums, int)):
+            r = self.arrivals().wait_queue(topic, queue_id, offset, max_msg_nums, timeout_ms)
+            if r is not None:
+                return r
 
         def get() -> tuple[GetMessageResult, int]:
             r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of)
