@@ -9,6 +9,7 @@ from typing import Any, Final, final
 
 from pystore._codec import REASONS as REASONS
 from pystore._mapped_file import MappedFile
+from pystore._sink import RecordSink
 
 # pyarrow ships no type information: its schema and record batch are Any here
 _Schema = Any
@@ -18,7 +19,7 @@ _RecordBatch = Any
 COLUMNS: Final[tuple[str, ...]]
 
 @final
-class BatchBuilder:
+class BatchBuilder(RecordSink):
     @property
     def verify_crc(self) -> bool: ...
     @property

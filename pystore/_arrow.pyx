@@ -31,6 +31,7 @@ from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
 from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
                              check_record)
 from pystore._mapped_file cimport MappedFile
+from pystore._sink cimport RecordSink
 from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, fmt_id, ms_to_us, parse_props, utf8_fix
 
 import logging
@@ -80,15 +81,18 @@ cdef enum:
 # ----------------------------------------------------------------------------------------------------
 
 @cython.final
-cdef class BatchBuilder:
+cdef class BatchBuilder(RecordSink):
     """Decodes accepted records (pointers into mapped files the caller keeps open) into column buffers
-    and hands them to Arrow as RecordBatches.
+    and hands them to Arrow as RecordBatches. As a ``RecordSink`` it takes the records ``get_message``'s
+    scan serves (``get_columns``): the same decoder for Spark and the column API.
 
     ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
     max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the
     data source's, with Spark's field types); the filters keep records of one of ``topics`` (a list of
     str), of ``queue_id`` (>= 0), stored in ``[start_ms, end_ms)``. A batch is full at ``max_rows`` rows
-    or ``max_bytes`` bytes of variable-length data.
+    or ``max_bytes`` bytes of variable-length data (what ``scan_file`` and ``QueueReader.scan`` stop at; a
+    sink fed past ``max_rows`` grows). Timestamps are microseconds, or milliseconds when the schema's
+    timestamp type is (the export's schema).
     """
     cdef object schema
     cdef list types
@@ -100,6 +104,8 @@ cdef class BatchBuilder:
     cdef const unsigned char **topic_ptr
     cdef int32_t *topic_len
     cdef readonly int64_t max_rows, max_bytes
+    cdef int64_t cap_rows                # the rows the fixed-width buffers have room for
+    cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
     cdef Buf bufs[N_BUFS]
     cdef list pybufs                    # the pyarrow ResizableBuffer behind each Buf
     cdef readonly int64_t rows
@@ -123,6 +129,7 @@ cdef class BatchBuilder:
             raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
         self.schema = schema
         self.types = [f.type for f in schema]
+        self.ts_ms = self.types[11].unit == "ms"
         self.verify_crc = verify_crc
         self.queue_id = queue_id
         self.start_ms = INT64_MIN if start_ms is None else start_ms
@@ -162,6 +169,24 @@ cdef class BatchBuilder:
         b.cap = cap
         return 0
 
+    cdef int _more_rows(self) except -1:
+        """Room for twice the rows in the fixed-width, offset and validity buffers (a sink fed past
+        ``max_rows``)."""
+        cdef int64_t r = 2 * self.cap_rows
+        cdef int64_t had = (self.cap_rows + 7) // 8
+        cdef int i
+        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
+            self.res(i, 4 * r - self.bufs[i].n)
+        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
+            self.res(i, 8 * r - self.bufs[i].n)
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
+            self.res(i, 4 * (r + 1) - self.bufs[i].n)
+        self.res(B_TAGS_V, (r + 7) // 8 - had)
+        memset(self.bufs[B_TAGS_V].p + had, 0, (r + 7) // 8 - had)
+        self.bufs[B_TAGS_V].n = (r + 7) // 8
+        self.cap_rows = r
+        return 0
+
     cdef inline int res(self, int i, int64_t extra) except -1:
         if self.bufs[i].n + extra > self.bufs[i].cap:
             self._grow(i, self.bufs[i].n + extra)
@@ -198,6 +223,7 @@ cdef class BatchBuilder:
         cdef int64_t r = self.max_rows
         cdef int i
         self.rows = 0
+        self.cap_rows = r
         self.tags_nulls = self.n_keys = self.n_items = 0
         for i in range(N_BUFS):
             self.pybufs[i] = None
@@ -250,15 +276,17 @@ cdef class BatchBuilder:
         cdef const unsigned char *props = p + v.props_pos
         cdef int32_t *items = self.items
         cdef int32_t cnt, i, t, s, e
-        # fixed-width columns (room for max_rows reserved in _start)
+        # fixed-width columns (room for cap_rows reserved)
+        if r >= self.cap_rows:
+            self._more_rows()
         (<int32_t *>b[B_QID].p)[r] = v.queue_id
         (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
         (<int64_t *>b[B_CLO].p)[r] = v.phy_offset
         (<int32_t *>b[B_SIZE].p)[r] = v.total_size
         (<int32_t *>b[B_FLAG].p)[r] = v.flag
         (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
-        (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
-        (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
+        (<int64_t *>b[B_BORN].p)[r] = v.born_ts if self.ts_ms else ms_to_us(v.born_ts)
+        (<int64_t *>b[B_STORE].p)[r] = v.store_ts if self.ts_ms else ms_to_us(v.store_ts)
         (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
         (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
         (<int32_t *>b[B_CRC].p)[r] = v.body_crc

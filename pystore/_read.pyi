@@ -10,6 +10,7 @@ from typing import Any, final
 
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
+from pystore._sink import RecordSink
 from pystore._units import ConsumeQueueCore
 from pystore.status import GetMessageStatus
 
@@ -67,6 +68,7 @@ def read_queue(
     filt: Any,
     keep_offset: bool,
     cl_queue: Any = None,
+    sink: RecordSink | None = None,
 ) -> GetMessageResult: ...
 
 @final
