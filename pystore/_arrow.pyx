@@ -16,14 +16,15 @@ property split on spaces (empty tokens dropped); ``tags`` is null without a ``TA
 message id (docs/format.md §1.8); timestamps are microseconds since the epoch, UTC.
 
 The driver's planning helpers (where to split a file, a queue's bounds) are ``_arrow_plan``; the text
-formatting of fields (UTF-8 repair, hosts, ids, numbers, properties items) is ``_textfmt.pxd``.
+formatting of fields (UTF-8 repair, hosts, numbers, properties items) is ``_textfmt.pxd``; the offset message id
+is written here from a table of hex digit pairs (docs/format.md §1.8).
 
 Everything reads read-only mappings and holds no lock: safe on a live store (a record's size is published
 last, so a non-zero size means a whole record).
 """
 
 cimport cython
-from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -32,7 +33,7 @@ from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_
                              check_record)
 from pystore._mapped_file cimport MappedFile
 from pystore._sink cimport RecordSink
-from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, fmt_id, ms_to_us, parse_props, utf8_fix
+from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
 
@@ -67,6 +68,37 @@ cdef struct HostCache:
     int32_t raw_len
     char text[64]
     int text_len
+    unsigned char hex[40]               # the raw bytes in upper-case hex: an offset message id's head
+
+
+# two upper-case hex digits of each byte value: a message id is written two digits at a time
+cdef unsigned char HEX_PAIRS[512]
+
+
+cdef void _fill_hex_pairs():
+    cdef const char *digits = b"0123456789ABCDEF"
+    cdef int i
+    for i in range(256):
+        HEX_PAIRS[2 * i] = digits[i >> 4]
+        HEX_PAIRS[2 * i + 1] = digits[i & 0xF]
+
+
+_fill_hex_pairs()
+
+
+cdef inline void hex_bytes(unsigned char *out, const unsigned char *p, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        memcpy(out + 2 * i, &HEX_PAIRS[2 * p[i]], 2)
+
+
+cdef inline void hex_i64(unsigned char *out, int64_t x) noexcept nogil:
+    """The 16 hex digits of ``x`` as its big-endian bytes (an offset message id's tail)."""
+    cdef uint64_t u = <uint64_t>x
+    cdef int i
+    for i in range(7, -1, -1):
+        memcpy(out + 2 * i, &HEX_PAIRS[2 * (u & 0xFF)], 2)
+        u >>= 8
 
 
 # column buffers
@@ -105,6 +137,7 @@ cdef class BatchBuilder(RecordSink):
     cdef int32_t *topic_len
     cdef readonly int64_t max_rows, max_bytes
     cdef int64_t cap_rows                # the rows the fixed-width buffers have room for
+    cdef int64_t last_n[N_BUFS]          # each buffer's size in the last batch built
     cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
     cdef Buf bufs[N_BUFS]
     cdef list pybufs                    # the pyarrow ResizableBuffer behind each Buf
@@ -119,6 +152,7 @@ cdef class BatchBuilder(RecordSink):
         self.topic_ptr = NULL
         self.topic_len = NULL
         memset(self.bufs, 0, sizeof(self.bufs))
+        memset(self.last_n, 0, sizeof(self.last_n))
         memset(&self.born_cache, 0, sizeof(HostCache))
         memset(&self.store_cache, 0, sizeof(HostCache))
 
@@ -200,18 +234,43 @@ cdef class BatchBuilder(RecordSink):
         b.n += utf8_fix(p, n, b.p + b.n)
         return 0
 
-    cdef int put_host(self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
+    cdef inline int put_host(self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
         """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
         cdef Buf *b = &self.bufs[i]
-        if hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
-            c.text_len = fmt_host(h, hlen, c.text)
-            memcpy(c.raw, h, hlen)
-            c.raw_len = hlen
-        if b.n + c.text_len > b.cap:
-            self._grow(i, b.n + c.text_len)
-        memcpy(b.p + b.n, c.text, c.text_len)
+        cdef uint64_t x, y
+        if hlen == 8 and c.raw_len == 8:
+            memcpy(&x, h, 8)
+            memcpy(&y, c.raw, 8)
+            if x != y:
+                self._new_host(c, h, hlen)
+        elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
+            self._new_host(c, h, hlen)
+        # a fixed-size copy (two vector moves, no call) of the text and what follows it in the cache
+        if b.n + 64 > b.cap:
+            self._grow(i, b.n + 64)
+        memcpy(b.p + b.n, c.text, 64)
         b.n += c.text_len
         return 0
+
+    cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1:
+        c.text_len = fmt_host(h, hlen, c.text)
+        hex_bytes(c.hex, h, hlen)
+        memcpy(c.raw, h, hlen)
+        c.raw_len = hlen
+        return 0
+
+    def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
+        """Room for ``rows`` more rows with ``body_bytes`` of bodies and ``topic_bytes`` of topics (a page
+        whose size is known up front grows no buffer, so nothing is copied on the way)."""
+        cdef int64_t want = self.rows + max(rows, 0)
+        while self.cap_rows < want:
+            self._more_rows()
+        self.res(B_BODY, max(body_bytes, 0))
+        self.res(B_TOPIC, max(topic_bytes, 0))
+        # an offset message id is 32 digits (56 for an IPv6 store host); a host's text at most 64 bytes
+        self.res(B_ID, 32 * max(rows, 0))
+        self.res(B_BH, 24 * max(rows, 0) + 64)
+        self.res(B_SH, 24 * max(rows, 0) + 64)
 
     def __dealloc__(self):
         free(self.items)
@@ -230,8 +289,9 @@ cdef class BatchBuilder(RecordSink):
             self.bufs[i].p = NULL
             self.bufs[i].n = 0
             self.bufs[i].cap = 0
+        # variable-length buffers start at the size the last batch reached: batches alike grow none
         for i in (B_TOPIC, B_BODY, B_TAGS, B_KEYS, B_PK, B_PV, B_BH, B_SH, B_ID):
-            self._grow(i, 64)
+            self._grow(i, max(64, self.last_n[i] + self.last_n[i] // 8))
         for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
             self._grow(i, 4 * r)
         for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
@@ -338,8 +398,13 @@ cdef class BatchBuilder(RecordSink):
         self.put_host(&self.store_cache, B_SH, p + v.store_host_pos, v.store_host_len)
         (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
         (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
-        self.res(B_ID, 2 * (v.store_host_len + 8))
-        fmt_id(b[B_ID].p + b[B_ID].n, p + v.store_host_pos, v.store_host_len, v.phy_offset)
+        self.res(B_ID, 56)
+        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset
+        if v.store_host_len == 8:
+            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 16)
+        else:
+            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 2 * v.store_host_len)
+        hex_i64(b[B_ID].p + b[B_ID].n + 2 * v.store_host_len, v.phy_offset)
         b[B_ID].n += 2 * (v.store_host_len + 8)
         (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
         self.rows = r + 1
@@ -363,6 +428,8 @@ cdef class BatchBuilder(RecordSink):
         items_n = self.n_items
         keys_n = self.n_keys
         bufs = [(<object>self.pybufs[i]).slice(0, b[i].n) for i in range(N_BUFS)]
+        for i in range(N_BUFS):
+            self.last_n[i] = b[i].n
         self.rows_total += n
         self._start()
         fa = pa.Array.from_buffers

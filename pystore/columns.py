@@ -235,6 +235,12 @@ PAGE_BYTES = 1 << 29
 #: The rows a page's fixed-width columns get room for at first (they grow past it).
 _FIRST_ROWS = 1 << 15
 
+#: Above this many rows asked for, a page's buffers are sized from its units first (``_reserve``).
+_HINT_ROWS = 256
+
+#: No record is larger (a unit's size above it is a filler's).
+_MAX_RECORD = 1 << 30
+
 _schema: Any = None
 
 
@@ -255,6 +261,19 @@ def columns_schema() -> Any:
     return _schema
 
 
+def _reserve(reads: StoreReads, builder: Any, topic: str, queue_id: int, offset: int, max_msg_nums: int) -> None:
+    """Room in ``builder`` for the page the units from ``offset`` point at (their record sizes bound the
+    bodies): its buffers then never grow, and nothing is copied twice."""
+    try:
+        units = queue_units(reads, topic, queue_id, offset, max_msg_nums)
+    except (TypeError, ValueError):
+        return                      # the read itself says what is wrong
+    sizes = units["size"]
+    real = sizes[sizes <= _MAX_RECORD]          # no fillers
+    body = min(int(real.sum(dtype="int64")), PAGE_BYTES)
+    builder.reserve(len(real), body, len(real) * len(topic.encode("utf-8", "replace")))
+
+
 def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                 message_filter: MessageFilter | TagFilter | str | None = None,
                 timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
@@ -266,6 +285,8 @@ def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset
     schema = columns_schema()
     rows = max_msg_nums if isinstance(max_msg_nums, int) and 0 < max_msg_nums < _FIRST_ROWS else _FIRST_ROWS
     builder = BatchBuilder(schema, False, max_rows=rows)
+    if isinstance(max_msg_nums, int) and max_msg_nums > _HINT_ROWS and not timeout_ms:
+        _reserve(reads, builder, topic, queue_id, offset, max_msg_nums)
     r = reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted, builder)
     batch = builder.build()
     if batch is None:
