@@ -1,8 +1,9 @@
 # cython: language_level=3
 # Text of record fields written straight into Arrow buffers, in C without the GIL: UTF-8 with invalid
 # sequences replaced by U+FFFD (maximal subparts, as Java and Python replace them), decimal and hex numbers,
-# hosts as ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``), the items of a properties string (split by
-# ``_props.next_prop``, as ``MessageExt.properties`` splits it), milliseconds as microseconds.
+# hosts as ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``), the items of a
+# properties string (split by ``_props.next_prop``, as ``MessageExt.properties`` splits it), milliseconds as
+# microseconds.
 # Inline: each is called per record (or per field) by the Arrow decoder's loop.
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint16_t, uint64_t
 from libc.string cimport memcmp, memcpy
