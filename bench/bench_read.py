@@ -306,13 +306,13 @@ def test_get_columns_sequential_paired(benchmark, data, record):
     path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    log = np.frombuffer(mm, dtype=np.uint8)
+    records = np.frombuffer(mm, dtype=np.uint8)
     bounds = [data.offsets[i] for i in range(0, N, PAGE)] + [data.offsets[-1] + data.rec]
 
     def floor() -> int:
         n = 0
         for a, b in zip(bounds, bounds[1:]):
-            n += len(np.array(log[a:b]))
+            n += len(np.array(records[a:b]))
         return n
 
     benchmark.group = "sequential read"
@@ -323,7 +323,7 @@ def test_get_columns_sequential_paired(benchmark, data, record):
     assert read(got) == (N, N)
     assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
     benchlib.record_paired(benchmark, record, "get_columns_sequential (vs memcpy of its records)", N, ref, N)
-    del log
+    records = None          # the view goes before its mapping
     mm.close()
 
 

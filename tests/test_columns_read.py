@@ -207,3 +207,23 @@ def test_an_empty_page_has_the_schema(store_factory):
     assert status is GetMessageStatus.NO_MESSAGE_IN_QUEUE and nxt == 0
     assert batch.num_rows == 0 and batch.schema.equals(columns_schema())
     assert isinstance(batch, pa.RecordBatch)
+
+
+def test_small_queue_ranges_are_packed_into_a_task_per_core():
+    """Spark's planner: consecutive small ranges share a partition while ``target`` partitions remain; a queue's
+    ranges stay in order; too few messages to pack keep one partition per range."""
+    pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
+    from pystore.spark.batch import QueueGroup, QueueSlice, plan_queue_slices
+
+    ranges = {("T", q): (0, 250) for q in range(4)}
+    parts = plan_queue_slices("/r", ranges, 1_000_000, 2)
+    assert len(parts) == 2 and all(isinstance(p, QueueGroup) for p in parts)
+    flat = [(s.queue_id, s.start, s.end) for p in parts for s in p.slices]
+    assert flat == [(q, 0, 250) for q in range(4)]
+    # one queue split for 7 cores: slices of 15, none packed
+    parts = plan_queue_slices("/r", {("T", 0): (0, 100)}, 1_000_000, 7)
+    assert len(parts) >= 7 and all(isinstance(p, QueueSlice) for p in parts)
+    assert [(p.start, p.end) for p in parts][:2] == [(0, 15), (15, 30)]
+    # packing that would leave fewer partitions than asked for is not done
+    parts = plan_queue_slices("/r", {("T", q): (0, 1) for q in range(7)}, 1_000_000, 6)
+    assert len(parts) == 7 and all(isinstance(p, QueueSlice) for p in parts)

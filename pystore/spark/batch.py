@@ -78,7 +78,7 @@ class QueueSlice(InputPartition):
 
 @dataclass
 class QueueGroup(InputPartition):
-    """Several :class:`QueueSlice`\ s read one after the other by one task (small queues packed together)."""
+    """Several queue slices (:class:`QueueSlice`) read one after the other by one task (small queues packed)."""
 
     slices: list[QueueSlice]
 
