@@ -203,9 +203,23 @@ cdef class BatchBuilder(RecordSink):
         b.cap = cap
         return 0
 
+    cdef int _spend(self) except -1:
+        """No buffers: the last batch owns them; an ``add`` now raises (through ``_more_rows``)."""
+        cdef int i
+        self.rows = 0
+        self.cap_rows = -1
+        for i in range(N_BUFS):
+            self.pybufs[i] = None
+            self.bufs[i].p = NULL
+            self.bufs[i].n = 0
+            self.bufs[i].cap = 0
+        return 0
+
     cdef int _more_rows(self) except -1:
         """Room for twice the rows in the fixed-width, offset and validity buffers (a sink fed past
         ``max_rows``)."""
+        if self.cap_rows < 0:
+            raise ValueError("this BatchBuilder built its last batch (build(again=False))")
         cdef int64_t r = 2 * self.cap_rows
         cdef int64_t had = (self.cap_rows + 7) // 8
         cdef int i
@@ -410,8 +424,9 @@ cdef class BatchBuilder(RecordSink):
         self.rows = r + 1
         return 0
 
-    def build(self):
-        """The RecordBatch of the records added since the last build; None when there are none."""
+    def build(self, bint again=True):
+        """The RecordBatch of the records added since the last build; None when there are none. With
+        ``again=False`` no buffers are made for a next batch: the builder is spent (a caller's last batch)."""
         cdef int64_t n = self.rows
         cdef int i
         cdef Buf *b = self.bufs
@@ -431,7 +446,10 @@ cdef class BatchBuilder(RecordSink):
         for i in range(N_BUFS):
             self.last_n[i] = b[i].n
         self.rows_total += n
-        self._start()
+        if again:
+            self._start()
+        else:
+            self._spend()
         fa = pa.Array.from_buffers
         ty = self.types
         kt = ty[7]

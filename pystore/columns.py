@@ -288,7 +288,7 @@ def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset
     if isinstance(max_msg_nums, int) and max_msg_nums > _HINT_ROWS and not timeout_ms:
         _reserve(reads, builder, topic, queue_id, offset, max_msg_nums)
     r = reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted, builder)
-    batch = builder.build()
+    batch = builder.build(False)
     if batch is None:
         batch = pa.RecordBatch.from_pylist([], schema=schema)
     return r.status, r.next_begin_offset, batch
