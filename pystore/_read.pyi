@@ -11,6 +11,7 @@ from typing import Any, final
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
 from pystore._notify import WakeWord
+from pystore._sink import RecordSink
 from pystore._units import ConsumeQueueCore
 from pystore.status import GetMessageStatus
 
@@ -68,6 +69,7 @@ def read_queue(
     filt: Any,
     keep_offset: bool,
     cl_queue: Any = None,
+    sink: RecordSink | None = None,
 ) -> GetMessageResult: ...
 
 @final

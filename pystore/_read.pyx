@@ -22,6 +22,7 @@ from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
 from pystore._notify cimport WakeWord, ps_now_ns, ps_register, ps_unregister, ps_wait
+from pystore._sink cimport RecordSink
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS
@@ -204,13 +205,16 @@ cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, 
 cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files, int64_t cl_file_size,
                int64_t cl_max_offset, int32_t max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
                object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out,
-               ConsumeQueueCore cq=None, object cl_queue=None) except -1:
+               ConsumeQueueCore cq=None, object cl_queue=None, RecordSink sink=None) except -1:
     """The scan behind ``get_message``; the caller holds ``cqf``. Each commit-log file is held while its
     records are read (a filter's Python code may let a cleaner run meanwhile).
 
     Every record served is checked against its unit (``unit_damage``): size, place, topic, queue id and queue
     offset, and with ``lim.check_crc`` the body CRC. A mismatch is damage, never a message: the page ends
-    before it, or, when it is the page's first unit, ``StoreCorruptedError`` names the file at fault."""
+    before it, or, when it is the page's first unit, ``StoreCorruptedError`` names the file at fault.
+
+    With a ``sink``, each message served goes to ``sink.add`` (a record view into its held file) instead of
+    ``out``: no ``MessageExt`` is made, but for a filter object's commit-log test."""
     cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
     cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit, ahead
     cdef int32_t size, count = 0, r
@@ -224,7 +228,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef bint code_ok, in_disk
     # a page without a filter object builds its messages a run at a time (_emit_run); a TagFilter's tag names
     # are tested on the record itself
-    cdef bint shared = filt is None
+    cdef bint shared = filt is None and sink is None
     # one spare view past the last: a record is checked straight into the slot after the run, and moved to the
     # first slot when it starts the next run
     cdef RecordView run_views[RUN_RECORDS + 1]
@@ -357,11 +361,14 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 if nrun > 0:
                     _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
                     nrun = 0
-                msg = make_ext(f.base + rpos, vp)
+                msg = make_ext(f.base + rpos, vp) if filt is not None or sink is None else None
                 if filt is not None and not filt.is_matched_by_commit_log(msg):
                     pos += CQ_STORE_UNIT_SIZE
                     continue
-                out.append(msg)
+                if sink is not None:
+                    sink.add(f.base + rpos, vp)
+                else:
+                    out.append(msg)
             total += size
             count += 1
             last_phy = phy
@@ -428,19 +435,20 @@ cdef inline GetMessageResult _result(object status, int64_t next_offset, int64_t
 
 def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, list cl_files not None,
                long long cl_file_size, ReadLimits lim not None, object tag_codes, object tag_names, object filt,
-               bint keep_offset, object cl_queue=None):
+               bint keep_offset, object cl_queue=None, RecordSink sink=None):
     """``get_message`` on one consume queue (None: a queue that does not exist): RocketMQ's decision table
     (docs/format.md §11.1; empty queue, offset too small, one past the end, far past it, no unit buffer) then the
     scan, in one call, as a ``GetMessageResult``. ``keep_offset`` is the slave's next-offset rule
     (``nextOffsetCorrection``); ``cl_queue``, the commit log's ``MappedFileQueue`` of a writer, lets a unit
-    pointing past all the log ever written be reported as damage rather than waited for."""
+    pointing past all the log ever written be reported as damage rather than waited for; ``sink`` takes the
+    messages found instead of the result (``get_columns``: its ``messages`` stay empty)."""
     return _read_queue(cq, offset, max_msg_nums, cl_files, cl_file_size, lim, tag_codes, tag_names, filt,
-                       keep_offset, cl_queue)
+                       keep_offset, cl_queue, sink)
 
 
 cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums, list cl_files,
                                   int64_t cl_file_size, ReadLimits lim, object tag_codes, object tag_names,
-                                  object filt, bint keep_offset, object cl_queue=None):
+                                  object filt, bint keep_offset, object cl_queue=None, RecordSink sink=None):
     cdef list files
     cdef int64_t cq_size, units, min_o = 0, max_o = 0, pos, end, cl_max = 0
     cdef Py_ssize_t n, ncl = PyList_GET_SIZE(cl_files)
@@ -485,7 +493,7 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
     out = []
     try:
         code = _scan(mf, pos, end, cl_files, cl_file_size, cl_max, nums, lim, tag_codes, tag_names, filt, out,
-                     &consumed, &total, &last_phy, cq, cl_queue)
+                     &consumed, &total, &last_phy, cq, cl_queue, sink)
     finally:
         mf.c_release()
     # the scan's next offset is never corrected, on a slave either (RocketMQ: offset + units visited)

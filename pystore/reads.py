@@ -29,6 +29,7 @@ from pystore.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from pystore._message_ext import MessageExt
+    from pystore._sink import RecordSink
     from pystore.commitlog import CommitLog
     from pystore.consume_queue import ConsumeQueue
     from pystore.wiring import StoreParts
@@ -114,11 +115,14 @@ class StoreReads:
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
                     message_filter: Filter = None, timeout_ms: int = 0,
-                    limits_of: Callable[[ReadLimits], ReadLimits] | None = None) -> GetMessageResult:
+                    limits_of: Callable[[ReadLimits], ReadLimits] | None = None,
+                    sink: RecordSink | None = None) -> GetMessageResult:
         """``MessageStore.get_message``, with the transfer caps ``limits_of(config's)`` (``get_columns`` lifts
-        some). The compiled reader hands here every call it does not serve itself."""
+        some) and, given a ``sink`` (``get_columns``' Arrow decoder), the messages handed to it instead of the
+        result. The compiled reader hands here every call it does not serve itself."""
         if timeout_ms:
-            return self._wait(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, limits_of)
+            return self._wait(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, limits_of,
+                              sink)
         if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
             raise TypeError("offset and max_msg_nums must be int")
         cq = self.queue(topic, queue_id, offset)
@@ -135,16 +139,17 @@ class StoreReads:
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
         r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits, tag_codes,
-                       tag_names, filt, slave, None if self.read_only else queue)
+                       tag_names, filt, slave, None if self.read_only else queue, sink)
         if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
             parts.refresh_queue_read_only(topic, queue_id)
             with parts.refresh_lock:
                 r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
-                               tag_codes, tag_names, filt, slave, queue)
+                               tag_codes, tag_names, filt, slave, queue, sink)
         return r
 
     def _wait(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int, message_filter: Filter,
-              timeout_ms: int, limits_of: Callable[[ReadLimits], ReadLimits] | None) -> GetMessageResult:
+              timeout_ms: int, limits_of: Callable[[ReadLimits], ReadLimits] | None,
+              sink: RecordSink | None) -> GetMessageResult:
         """A get that waits up to ``timeout_ms`` for a message to arrive when it finds nothing at the queue's end
         (``Arrivals.wait_for`` calls the plain get again after each arrival in the topic: the one callback of
         the read path, as the wait's condition variable is the arrivals' own)."""
@@ -160,7 +165,7 @@ class StoreReads:
                 return r
 
         def get() -> tuple[GetMessageResult, int]:
-            r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of)
+            r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of, sink)
             return r, (self.get_max_offset_in_queue(topic, queue_id) if r.status is _NO_MATCHED else 0)
         return self.arrivals().wait_for(topic, timeout_ms, get, found_something)[0]
 
