@@ -26,9 +26,10 @@ warning a file) rather than fail, and ``check_chains`` lists every break for ``p
 Also here: ``index_message``, the writer of a message's entries, which dispatch (inline and reput) calls once
 per message with the stored topic and properties bytes; it hashes each key on the bytes (``java_hash_utf8``
 going on over topic, ``#`` and key, each decoded on its own as the stored UTF-8 is, which ``key_hash`` of the
-decoded string equals) and calls Python only to make a file. It is two steps, which the inline dispatch
-calls apart: ``key_scan`` (the hashes, no offset needed; it starts fetching their slots) before the record
-is written, ``index_scanned`` (the entries) after.
+decoded string equals). When a file fills it takes the one made ahead (``take_spare``), and calls Python
+only to make a file when there is none. It is two steps, which the inline dispatch calls apart: ``key_scan``
+(the hashes, no offset needed; it starts fetching their slots) before the record is written,
+``index_scanned`` (the entries) after.
 """
 
 import logging
@@ -514,9 +515,9 @@ cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ss
     properties string of docs/format.md §1.3) into ``service`` (an ``IndexService``): an entry for its
     ``UNIQ_KEY``, then one per key of ``KEYS`` (split on single spaces, empty keys skipped), each under the
     hash of ``topic + "#" + key`` computed on the bytes. Rolled-back transaction messages are not indexed,
-    nor a message below the newest file's end offset (indexed before: a re-dispatch). Python runs only to
-    make a file (none yet, or the last one full: ``IndexService._new_file``, which also starts the full
-    file's flush). ``key_scan`` then ``index_scanned``, which the inline dispatch calls apart."""
+    nor a message below the newest file's end offset (indexed before: a re-dispatch). A full file is
+    followed by the spare made ahead (``take_spare``); Python runs only to make a file when there is none
+    (none yet, or no spare in time: ``IndexService._new_file``). ``key_scan`` then ``index_scanned``, which the inline dispatch calls apart."""
     cdef KeyScan ks
     if key_scan(service, topic, topic_len, props, props_len, sys_flag, &ks):
         index_scanned(service, props, &ks, phy_offset, store_ts)

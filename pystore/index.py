@@ -4,15 +4,18 @@ Index files live in ``<root>/index/``, named by their creation time in local tim
 each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message
 with keys gets an entry ``topic#key`` per key (space-separated ``KEYS``) and one for its ``UNIQ_KEY``;
 rolled-back transaction messages are not indexed. Entries are written by compiled code
-(``_index.index_message``, which dispatch calls with the stored topic and properties bytes); Python runs only
-to make a file (``_new_file``: the first one, or the next when the last is full). A full file is flushed and
-the checkpoint's index time moves to its end time; after an abnormal exit, files newer than that time are
-dropped and rebuilt by dispatch. ``query_offset`` walks files newest first.
+(``_index.index_message``, which dispatch calls with the stored topic and properties bytes). A store's
+``IndexFileService`` keeps the files ahead of that writer: once the newest file is half full it makes the next
+one (``prepare_next``) as ``index.spare`` beside the folder, which the writer renames into the folder and
+starts, in C, when the newest fills (``_index.take_spare``); and it flushes the files the writer left full
+(``flush_full``), after which the checkpoint's index time moves to their end time. Python runs on the put
+path only to make a file no spare was made for (``_new_file``: the first one, or files filling faster than
+the service looks). After an abnormal exit, files newer than the index time are dropped and rebuilt by
+dispatch, and an unused spare is deleted. ``query_offset`` walks files newest first.
 
-A new file is made on the put path (inline dispatch); its name (and the ``index/`` folder's, the first time)
-is made durable by the next ``flush`` or full-file flush, before the checkpoint's index time can cover it
-(``pystore.durable``: RocketMQ does not fsync directories, pystore does, once per file). Deleted files are
-made durable at once.
+A new file's name (and the ``index/`` folder's, the first time) is made durable by the next ``flush`` or
+full-file flush, before the checkpoint's index time can cover it (``pystore.durable``: RocketMQ does not
+fsync directories, pystore does, once per file). Deleted files are made durable at once.
 
 Thread-safety: one writer (dispatch); ``query_offset`` may run concurrently (it reads whole entries).
 """
