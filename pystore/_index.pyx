@@ -359,15 +359,16 @@ cdef IndexFileCore _take_spare(IndexFilesBase service):
     prev = <IndexFileCore>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
     if prev.index_count < prev.index_num:
         return None
-    service._spare = None
+    # the header first: a reader that lists the folder right after the rename must not find a file whose
+    # begin time (0) ends its newest-first walk before the older files
+    f._start(prev.end_timestamp, prev.end_timestamp, prev.end_phy_offset, prev.end_phy_offset)
     src = service._spare_path.encode("utf-8", "surrogateescape")
     dst = service._spare_name.encode("utf-8", "surrogateescape")
     if rename(src, dst) != 0:
         # left to IndexService._new_file, which makes a file of its own and deletes this one
-        service._spare = f
         return None
+    service._spare = None
     f.mapped_file.file_name = service._spare_name
-    f._start(prev.end_timestamp, prev.end_timestamp, prev.end_phy_offset, prev.end_phy_offset)
     service._files = files + [f]
     service._full.append(prev)
     return f

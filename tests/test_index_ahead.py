@@ -198,3 +198,21 @@ def test_the_slot_table_is_prefaulted_once_a_file_holds_as_many_entries_as_it_ha
         assert slot_table_allocated() >= 40 + 4 * slots - 4096
     finally:
         s.close()
+
+
+def test_a_reader_finds_keys_in_a_file_taken_from_the_spare(service, tmp_path):
+    index_keys(service, b"T", _keys(0, 40), 5, T0, 0)
+    service.flush()
+    reader = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), read_only=True)
+    try:
+        assert reader.load(True)
+        assert service.prepare_next()
+        reader.refresh_read_only()
+        assert len(reader.files) == 1                     # the spare is not in the folder
+        index_keys(service, b"T", _keys(40, 70), 9, T0 + 3000, 0)
+        reader.refresh_read_only()
+        assert [f.index_count for f in reader.files] == [64, 8]
+        for i, phy in ((0, 5), (62, 9), (69, 9)):
+            assert reader.query_offset("T", "k%d" % i, 4, 0, T0 + 10_000).phy_offsets == [phy]
+    finally:
+        reader.close()
