@@ -55,7 +55,7 @@ from pystore.flush import (
 )
 from pystore.ha_master import HAService, ReplicaWait
 from pystore.ha_slave import HAClient, SlaveLog
-from pystore.index import IndexService
+from pystore.index import IndexFileService, IndexService
 from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC
 from pystore.pool import TransientStorePool
@@ -465,6 +465,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     services.append(clean)
     services.append(FlushConsumeQueueService(parts.cq_store, parts.index, parts.dispatcher, cfg, checkpoint,
                                              clock=clock))
+    if parts.index is not None:
+        services.append(IndexFileService(parts.index, clock=clock))   # next files made, full ones flushed
     if schedule is not None:
         services.append(schedule)      # stops first, then persists its offsets
     ha_client = None
