@@ -252,7 +252,9 @@ class IndexService(IndexFilesBase):
         """Flush the files the writer left full, oldest first, each then covered by the checkpoint's index time
         (RocketMQ's ``FlushIndexFileThread``, one a full file; here ``IndexFileService`` and the flushes do
         it, and ``close``). The folder is synced first: a file the writer took from the spare is renamed into
-        it. The number of files flushed."""
+        it. A file whose flush fails stays first in line and stops the pass, so that no later file moves the
+        index time past entries that may not be on disk (recovery re-indexes from that time); the next pass
+        tries it again. The number of files flushed."""
         done = 0
         with self._flush_lock:
             while self._full:
@@ -262,10 +264,11 @@ class IndexService(IndexFilesBase):
                     fsync_dir(self.path)
                     f.mapped_file.flushed_position = 0
                     f.mapped_file.flush(0)
-                    self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, f.end_timestamp)
-                    self.checkpoint.flush()
-                except Exception:  # noqa: BLE001 - the store keeps running; the index is rebuilt on recovery
+                except Exception:  # noqa: BLE001 - the store keeps running; the next pass tries again
                     log.exception("flushing the full index file %s failed", f.mapped_file.file_name)
+                    break
+                self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, f.end_timestamp)
+                self.checkpoint.flush()
                 del self._full[0]
                 done += 1
         return done

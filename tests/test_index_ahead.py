@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import pystore.index as index_module
 from pystore import Message, MessageStore
 from pystore._index import index_keys, key_hash
 from pystore._mapped_file import prefault_stats
@@ -87,6 +88,27 @@ def test_without_a_spare_python_makes_the_file_and_wakes_the_service(service):
     index_keys(service, b"T", _keys(0, 70), 5, T0, 0)
     assert [f.index_count for f in service.files] == [64, 8] and woken == [1]
     assert service.flush_full() == 1 and service.checkpoint.index_msg_timestamp == T0
+
+
+def test_a_failed_flush_keeps_the_file_and_the_index_time(service, monkeypatch):
+    index_keys(service, b"T", _keys(0, 70), 5, T0, 0)
+    index_keys(service, b"T", _keys(70, 140), 6, T0 + 5000, 0)
+    first = service._full[0]
+    assert len(service._full) == 2
+    real, calls = index_module.fsync_dir, []
+
+    def fails_once(path):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+        real(path)
+
+    monkeypatch.setattr(index_module, "fsync_dir", fails_once)
+    # the first file fails: the second must not move the index time past the first's entries
+    assert service.flush_full() == 0 and len(calls) == 1
+    assert service.checkpoint.index_msg_timestamp == 0 and service._full[0] is first
+    assert service.flush_full() == 2 and service._full == []
+    assert service.checkpoint.index_msg_timestamp == T0 + 5000
 
 
 def test_a_failed_rename_leaves_the_file_to_python(service, tmp_path):
