@@ -63,3 +63,6 @@ class IndexFilesBase:
 def index_keys(
     service: IndexFilesBase, topic: bytes, props: bytes, phy_offset: int, store_ts: int, sys_flag: int
 ) -> None: ...
+def index_log(
+    service: IndexFilesBase, cl_files: list[MappedFile], cl_file_size: int, from_offset: int, end_offset: int
+) -> int: ...
