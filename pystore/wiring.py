@@ -526,7 +526,8 @@ def close_writer(parts: StoreParts, writer: Writer | None, *, abort: AbortFile, 
     checkpoint.flush()
     crashpoint("shutdown.checkpoint")
     if (writer is not None and clean and queues_synced and running_flags.is_writeable()
-            and writer.behind(parts) == 0):
+            and writer.behind(parts) == 0
+            and (writer.index_builder is None or writer.index_builder.behind() == 0)):
         abort.remove()
 
 
