@@ -1,8 +1,9 @@
 """The column API (docs/api.md, "Columns"): many messages in one call, as arrays.
 
-* ``put_columns`` turns columns (bodies, keys, tags, properties) into ``Message``s and stores them through the
-  store's own put path, one by one or as ``MessageBatch``es, so that the bytes on disk are exactly those of
-  the same messages put by hand; the result gathers the stored messages' offsets and times into numpy arrays.
+* ``put_columns`` stores columns (bodies, keys, tags, properties) so that the bytes on disk are exactly those
+  of the same messages put by hand, one by one or as ``MessageBatch``es: bodies that share everything else by
+  one compiled call (``_bulk_put``), others as ``Message``s through the store's own put path; the result
+  gathers the stored messages' offsets and times into numpy arrays.
 * ``get_columns`` is ``get_message`` with its in-memory transfer caps lifted, its messages as one Arrow
   record batch with the export's columns (``pystore.export.record_batch``).
 * ``queue_units`` is a zero-copy numpy view of a consume-queue file's 20-byte units.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pystore._bulk_put import put_bodies
 from pystore._codec import record_length
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
@@ -81,10 +83,14 @@ class PutColumnsResult:
 # -- put_columns ------------------------------------------------------------------------------------------
 
 
-def _bodies(bodies: Any) -> Sequence[Any]:
-    """The bodies as a sequence of bytes-like objects (slices of the caller's buffers, not copies)."""
+def _packed(bodies: Any) -> tuple[Any, Any] | None:
+    """The bodies as ``(values, offsets)``: a uint8 array and n + 1 rising int64 offsets into it, with the
+    caller's buffers shared where they are arrays (a pyarrow array, a numpy pair) and a list of bytes-like
+    objects joined once. None for a sequence the join cannot take as is (such as a buffer of wider items):
+    those go through ``Message``. Raises what the put path's validation raises (types, nulls, offsets)."""
+    np = _np()
     if isinstance(bodies, tuple) and len(bodies) == 2 and all(hasattr(b, "dtype") for b in bodies):
-        return _sliced(*bodies)
+        return _checked(*bodies)
     if type(bodies).__module__.startswith("pyarrow"):
         pa = _pa()
         if isinstance(bodies, pa.ChunkedArray):
@@ -93,18 +99,27 @@ def _bodies(bodies: Any) -> Sequence[Any]:
             raise TypeError("bodies must be a pyarrow binary or large_binary array, got %s" % bodies.type)
         if bodies.null_count:
             raise ValueError("bodies must not hold nulls (%d found)" % bodies.null_count)
-        np = _np()
         _, offsets_buf, values_buf = bodies.buffers()
         otype = np.int32 if pa.types.is_binary(bodies.type) else np.int64
         offsets = np.frombuffer(offsets_buf, dtype=otype)[bodies.offset:bodies.offset + len(bodies) + 1]
         values = np.frombuffer(values_buf, dtype=np.uint8) if values_buf is not None else np.empty(0, np.uint8)
-        return _sliced(values, offsets)
+        return _checked(values, offsets)
     if isinstance(bodies, (str, bytes, bytearray, memoryview)):
         raise TypeError("bodies must be a sequence of bodies, not one %s" % type(bodies).__name__)
-    return list(bodies)
+    items = bodies if isinstance(bodies, list) else list(bodies)
+    try:
+        joined = b"".join(items)
+    except TypeError:
+        return None
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] != len(joined):
+        return None     # an item whose len() counts other units than bytes
+    return np.frombuffer(joined, dtype=np.uint8), offsets
 
 
-def _sliced(values: Any, offsets: Any) -> list[memoryview]:
+def _checked(values: Any, offsets: Any) -> tuple[Any, Any]:
     np = _np()
     values, offsets = np.asarray(values), np.asarray(offsets)
     if values.dtype != np.uint8 or values.ndim != 1:
@@ -113,8 +128,15 @@ def _sliced(values: Any, offsets: Any) -> list[memoryview]:
         raise TypeError("bodies' offsets must be a 1-d int32 or int64 array of length n+1")
     if np.any(offsets[1:] < offsets[:-1]) or offsets[0] < 0 or offsets[-1] > len(values):
         raise ValueError("bodies' offsets must rise and stay within the values (%d bytes)" % len(values))
-    view = memoryview(values)
-    bounds = offsets.tolist()
+    return np.ascontiguousarray(values), np.ascontiguousarray(offsets, dtype=np.int64)
+
+
+def _bodies(packed: tuple[Any, Any] | None, bodies: Any) -> Sequence[Any]:
+    """The bodies as a sequence of bytes-like objects (slices of the packed buffer, not copies)."""
+    if packed is None:
+        return list(bodies)
+    view = memoryview(packed[0])
+    bounds = packed[1].tolist()
     return [view[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
 
 
@@ -130,6 +152,20 @@ def _column(name: str, col: Any, n: int) -> list[Any]:
     return values
 
 
+def _all_null(name: str, col: Any, n: int) -> bool:
+    """Whether a keys/tags column is absent or only nulls, told without a Python object per entry (an Arrow
+    array's null count); a column that cannot be told so is not (it goes through ``Message``)."""
+    if col is None:
+        return True
+    if isinstance(col, str):
+        raise TypeError("%s must be a sequence of one entry per message, not a str" % name)
+    if hasattr(col, "null_count") and hasattr(col, "__len__"):
+        if len(col) != n:
+            raise ValueError("%s holds %d entries for %d bodies" % (name, len(col), n))
+        return bool(col.null_count == n)
+    return False
+
+
 def _properties(properties: Any, n: int) -> list[Any]:
     """One dict (shared by every message), or one mapping, list of pairs (a pyarrow map) or None per message."""
     if isinstance(properties, Mapping):
@@ -137,20 +173,18 @@ def _properties(properties: Any, n: int) -> list[Any]:
     return [p if p is None or isinstance(p, Mapping) else dict(p) for p in _column("properties", properties, n)]
 
 
-def _messages(store: MessageStore, topic: str, bodies: Any, queue_id: int, keys: Any, tags: Any,
-              properties: Any) -> list[Message]:
-    bs = _bodies(bodies)
+def _messages(topic: str, bs: Sequence[Any], queue_id: int, keys: Any, tags: Any, properties: Any,
+              born: int) -> list[Message]:
     n = len(bs)
     ks, ts, ps = _column("keys", keys, n), _column("tags", tags, n), _properties(properties, n)
-    # one born time for the call, from the store's clock (a test's fake one included)
-    born = store.clock()
     return [Message(topic, bs[i], ts[i], ks[i], 0, ps[i], queue_id, born_timestamp=born) for i in range(n)]
 
 
 def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
     """The batches ``batch=True`` stores: consecutive messages whose records add up to at most the max
     message size (RocketMQ's cap on a batch) and fit a commit-log file; a message that cannot go in a batch
-    (a body over the max size) goes alone, so that its refusal stops the put exactly there."""
+    (a body over the max size) goes alone, so that its refusal stops the put exactly there. (The compiled
+    path, ``_bulk_put``, cuts the same batches.)"""
     cfg = store.config
     cap = min(cfg.max_message_size, cfg.mapped_file_size_commit_log - _END_BLANK)
     out: list[list[Message]] = []
@@ -174,9 +208,34 @@ def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
 def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None,
                 tags: Any = None, properties: Any = None, batch: bool = False) -> PutColumnsResult:
     """``MessageStore.put_columns`` (docs/api.md): the messages put one by one (``batch=False``) or as batches
-    (``_chunks``), stopping at the first refusal."""
+    (``_chunks``), stopping at the first refusal.
+
+    Messages that share everything but their bodies (no keys or tags column, or only nulls in it; properties
+    one mapping or None; no delay level) are stored by one compiled call (``_bulk_put.put_bodies``) straight
+    from the packed bodies, with no Python object per message. Others are made into ``Message``s and go
+    through ``put_message``/``put_messages``; both ways store the same bytes."""
     np = _np()
-    msgs = _messages(store, topic, bodies, queue_id, keys, tags, properties)
+    packed = _packed(bodies)
+    n = len(packed[1]) - 1 if packed is not None else -1
+    # one born time for the call, from the store's clock (a test's fake one included)
+    born = store.clock()
+    cl = store._commitlog
+    if (packed is not None and cl is not None and (properties is None or isinstance(properties, Mapping))
+            and _all_null("keys", keys, n) and _all_null("tags", tags, n)):
+        tmpl = Message(topic, b"", None, None, 0, properties, queue_id, born_timestamp=born)
+        if tmpl.delay_time_level == 0:
+            out = np.empty((3, n), dtype=np.int64)
+            status, count, waited = put_bodies(cl, tmpl, packed[0], packed[1], batch, born, out[0], out[1], out[2])
+            if status is PutMessageStatus.PUT_OK:
+                status = waited
+            return PutColumnsResult(status, out[0, :count], out[1, :count], out[2, :count])
+    bs = _bodies(packed, bodies)
+    return _put_messages(store, _messages(topic, bs, queue_id, keys, tags, properties, born), batch)
+
+
+def _put_messages(store: MessageStore, msgs: list[Message], batch: bool) -> PutColumnsResult:
+    """``put_columns`` through ``Message``s."""
+    np = _np()
     qoffs: list[int] = []
     phys: list[int] = []
     times: list[int] = []
