@@ -150,11 +150,11 @@ def put_bodies(CommitLogCore cl not None, Message tmpl not None, const unsigned 
                 room = file_size - pos - END_FILE_MIN_BLANK_LENGTH
                 acc = total
                 end = unit_end
-                while end < n and acc < chunk_bytes:
+                while end < n:
                     if offs[end + 1] - offs[end] > max_body:
                         break
                     j = _unit_end(sizes, offs, end, n, batch, cap, max_body, &total)
-                    if acc + total > room:
+                    if acc + total > room or acc + total > chunk_bytes:
                         break
                     acc += total
                     end = j
