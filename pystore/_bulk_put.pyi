@@ -11,3 +11,6 @@ CHUNK_BYTES: int
 def put_bodies(cl: CommitLogCore, tmpl: Message, values: Any, offsets: Any, batch: bool, born_ts: int,
                queue_offsets: Any, commit_log_offsets: Any, store_timestamps: Any,
                chunk_bytes: int = ...) -> tuple[PutMessageStatus, int, PutMessageStatus]: ...
+def put_bytes(cl: CommitLogCore, tmpl: Message, bodies: tuple[bytes, ...], batch: bool, born_ts: int,
+              queue_offsets: Any, commit_log_offsets: Any, store_timestamps: Any,
+              chunk_bytes: int = ...) -> tuple[PutMessageStatus, int, PutMessageStatus]: ...

@@ -22,7 +22,8 @@ message: nothing after it is stored.
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.stdlib cimport free, malloc
@@ -55,19 +56,51 @@ cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_F
 CHUNK_BYTES = 1 << 20
 
 
-cdef inline int64_t _unit_end(const int32_t *sizes, const int64_t *offsets, Py_ssize_t i, Py_ssize_t n,
-                              bint batch, int64_t cap, int64_t max_body, int64_t *total) noexcept nogil:
+cdef inline Py_ssize_t _unit_end(const int32_t *sizes, const int64_t *lens, Py_ssize_t i, Py_ssize_t n,
+                                 bint batch, int64_t cap, int64_t max_body, int64_t *total) noexcept nogil:
     """The end of the put unit that starts at message ``i`` (a message alone, or the batch ``columns`` makes
     there: consecutive messages whose records add up to at most ``cap``; a body over ``max_body`` goes alone)
     and its bytes in ``total``."""
     cdef Py_ssize_t j = i + 1
     cdef int64_t t = sizes[i]
-    if batch and offsets[i + 1] - offsets[i] <= max_body:
-        while j < n and t + sizes[j] <= cap and offsets[j + 1] - offsets[j] <= max_body:
+    if batch and lens[i] <= max_body:
+        while j < n and t + sizes[j] <= cap and lens[j] <= max_body:
             t += sizes[j]
             j += 1
     total[0] = t
     return j
+
+
+cdef struct Bodies:
+    const unsigned char **ptrs
+    int64_t *lens
+    int32_t *sizes          # the record size of each body (a body over the max size counts as empty)
+
+
+cdef int _alloc(Bodies *b, Py_ssize_t n) except -1:
+    b.ptrs = <const unsigned char **>malloc(n * sizeof(void *))
+    b.lens = <int64_t *>malloc(n * sizeof(int64_t))
+    b.sizes = <int32_t *>malloc(n * sizeof(int32_t))
+    if b.ptrs == NULL or b.lens == NULL or b.sizes == NULL:
+        _free(b)
+        raise MemoryError()
+    return 0
+
+
+cdef void _free(Bodies *b) noexcept:
+    free(b.ptrs)
+    free(b.lens)
+    free(b.sizes)
+    b.ptrs = NULL
+    b.lens = NULL
+    b.sizes = NULL
+
+
+cdef int _check_out(Py_ssize_t n, int64_t[::1] queue_offsets, int64_t[::1] commit_log_offsets,
+                    int64_t[::1] store_timestamps) except -1:
+    if queue_offsets.shape[0] < n or commit_log_offsets.shape[0] < n or store_timestamps.shape[0] < n:
+        raise ValueError("the output arrays hold fewer than %d entries" % n)
+    return 0
 
 
 def put_bodies(CommitLogCore cl not None, Message tmpl not None, const unsigned char[::1] values,
@@ -77,18 +110,67 @@ def put_bodies(CommitLogCore cl not None, Message tmpl not None, const unsigned 
     filling the output arrays (length ``len(offsets) - 1``) for the messages stored. Returns ``(status,
     count, waited)``: the refusal that stopped the put (or PUT_OK), how many messages were stored (a prefix),
     and the first status other than PUT_OK that a wait gave a stored chunk (FLUSH_DISK_TIMEOUT ...), else
-    PUT_OK. The caller checked the offsets (rising, within ``values``) and that ``tmpl`` has no delay level
-    and is not transactional, which the put path would treat apart."""
-    cdef Py_ssize_t n = offsets.shape[0] - 1
+    PUT_OK. The offsets must rise (the caller checked); ``tmpl`` must have no delay level and not be
+    transactional, which the put path treats apart."""
+    cdef Py_ssize_t n = offsets.shape[0] - 1, k
+    cdef const unsigned char *vals
+    cdef const int64_t *offs = &offsets[0]
+    cdef Bodies b
+    if n <= 0:
+        return ST_PUT_OK, 0, ST_PUT_OK
+    _check_out(n, queue_offsets, commit_log_offsets, store_timestamps)
+    if offs[0] < 0 or offs[n] > values.shape[0]:
+        raise ValueError("the offsets run outside the values (%d bytes)" % values.shape[0])
+    vals = &values[0] if values.shape[0] > 0 else <const unsigned char *>""
+    _alloc(&b, n)
+    try:
+        with nogil:
+            for k in range(n):
+                b.ptrs[k] = vals + offs[k]
+                b.lens[k] = offs[k + 1] - offs[k]
+        return _put(cl, tmpl, &b, n, batch, born_ts, queue_offsets, commit_log_offsets, store_timestamps,
+                    chunk_bytes)
+    finally:
+        _free(&b)
+
+
+def put_bytes(CommitLogCore cl not None, Message tmpl not None, tuple bodies not None, bint batch, long long born_ts,
+              int64_t[::1] queue_offsets, int64_t[::1] commit_log_offsets, int64_t[::1] store_timestamps,
+              int64_t chunk_bytes=CHUNK_BYTES):
+    """``put_bodies`` for a tuple of ``bytes`` (read where they are: the tuple holds them while the records are
+    copied without the GIL). ``TypeError`` for an item that is not ``bytes``."""
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(bodies), k
+    cdef PyObject *item
+    cdef Bodies b
+    if n <= 0:
+        return ST_PUT_OK, 0, ST_PUT_OK
+    _check_out(n, queue_offsets, commit_log_offsets, store_timestamps)
+    _alloc(&b, n)
+    try:
+        for k in range(n):
+            item = PyTuple_GET_ITEM(bodies, k)
+            if not PyBytes_CheckExact(<object>item):
+                raise TypeError("body %d is a %s, not bytes" % (k, type(<object>item).__name__))
+            b.ptrs[k] = <const unsigned char *>PyBytes_AS_STRING(<object>item)
+            b.lens[k] = PyBytes_GET_SIZE(<object>item)
+        return _put(cl, tmpl, &b, n, batch, born_ts, queue_offsets, commit_log_offsets, store_timestamps,
+                    chunk_bytes)
+    finally:
+        _free(&b)
+
+
+cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint batch, int64_t born_ts,
+                 int64_t[::1] queue_offsets, int64_t[::1] commit_log_offsets, int64_t[::1] store_timestamps,
+                 int64_t chunk_bytes):
     cdef Py_ssize_t i = 0, j, k, unit_end, end
     cdef int64_t max_body = cl.max_message_size, file_size = cl.file_size
     cdef int64_t cap = min(max_body, file_size - END_FILE_MIN_BLANK_LENGTH)
     cdef int64_t total, acc, pos, first_phy, qoff = 0, ts = 0, t0, blen, room, phy
     cdef int32_t base_len, tail_len, body_pos, first_body_len, size
-    cdef int32_t *sizes = NULL
+    cdef int32_t *sizes = b.sizes
+    cdef const int64_t *lens = b.lens
+    cdef const unsigned char **ptrs = b.ptrs
     cdef int32_t crc
-    cdef const unsigned char *vals
-    cdef const int64_t *offs = &offsets[0]
     cdef unsigned char *first
     cdef unsigned char *dst
     cdef int32_t store_flag = cl.store_flag
@@ -97,128 +179,114 @@ def put_bodies(CommitLogCore cl not None, Message tmpl not None, const unsigned 
     cdef MappedFile mf
     cdef object status = ST_PUT_OK, waited = ST_PUT_OK, failed = None
     cdef PutMessageResult r
-    if n <= 0:
-        return status, 0, waited
-    if queue_offsets.shape[0] < n or commit_log_offsets.shape[0] < n or store_timestamps.shape[0] < n:
-        raise ValueError("the output arrays hold fewer than %d entries" % n)
-    if offs[0] < 0 or offs[n] > values.shape[0]:
-        raise ValueError("the offsets run outside the values (%d bytes)" % values.shape[0])
-    vals = &values[0] if values.shape[0] > 0 else <const unsigned char *>""
     base_len = message_length(tmpl, store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
     tail_len = ((2 if tmpl._version == 2 else 1) + <int32_t>PyBytes_GET_SIZE(tmpl._topic_b) + 2
                 + <int32_t>PyBytes_GET_SIZE(tmpl._props_b))
     body_pos = base_len - tail_len
-    sizes = <int32_t *>malloc(n * sizeof(int32_t))
-    if sizes == NULL:
-        raise MemoryError()
-    try:
-        with nogil:
-            for k in range(n):
-                blen = offs[k + 1] - offs[k]
-                # a body too big for a record of int32 sizes is refused by the max message size anyway
-                sizes[k] = base_len + <int32_t>(blen if blen <= max_body else 0)
-        while i < n:
-            if not cl.writeable:
-                failed = ST_SERVICE_NOT_AVAILABLE
+    with nogil:
+        for k in range(n):
+            # a body too big for a record of int32 sizes is refused by the max message size anyway
+            sizes[k] = base_len + <int32_t>(lens[k] if lens[k] <= max_body else 0)
+    while i < n:
+        if not cl.writeable:
+            failed = ST_SERVICE_NOT_AVAILABLE
+            break
+        if tmpl._illegal:
+            failed = ST_PROPERTIES_SIZE_EXCEEDED if tmpl._illegal == 2 else ST_MESSAGE_ILLEGAL
+            break
+        if lens[i] > max_body:
+            failed = ST_MESSAGE_ILLEGAL
+            break
+        if cl.begin_time_in_lock != 0 and cl.is_os_page_cache_busy():
+            failed = ST_OS_PAGE_CACHE_BUSY
+            break
+        unit_end = _unit_end(sizes, lens, i, n, batch, cap, max_body, &total)
+        if total + END_FILE_MIN_BLANK_LENGTH > file_size:
+            failed = ST_MESSAGE_ILLEGAL
+            break
+        t0 = mono_coarse_ns()
+        cl.put_lock.lock()
+        try:
+            ts = cl._now()
+            cl.begin_time_in_lock = ts
+            cell = cl.cell_for(tmpl)
+            qoff = cell.next_offset
+            mf = cl._file_with_room(total)
+            if mf is None:
+                failed = ST_CREATE_MAPPED_FILE_FAILED
                 break
-            if tmpl._illegal:
-                failed = ST_PROPERTIES_SIZE_EXCEEDED if tmpl._illegal == 2 else ST_MESSAGE_ILLEGAL
-                break
-            if offs[i + 1] - offs[i] > max_body:
-                failed = ST_MESSAGE_ILLEGAL
-                break
-            if cl.begin_time_in_lock != 0 and cl.is_os_page_cache_busy():
-                failed = ST_OS_PAGE_CACHE_BUSY
-                break
-            unit_end = _unit_end(sizes, offs, i, n, batch, cap, max_body, &total)
-            if total + END_FILE_MIN_BLANK_LENGTH > file_size:
-                failed = ST_MESSAGE_ILLEGAL
-                break
-            t0 = mono_coarse_ns()
-            cl.put_lock.lock()
-            try:
-                ts = cl._now()
-                cl.begin_time_in_lock = ts
-                cell = cl.cell_for(tmpl)
-                qoff = cell.next_offset
-                mf = cl._file_with_room(total)
-                if mf is None:
-                    failed = ST_CREATE_MAPPED_FILE_FAILED
+            pos = mf.wrote
+            # as many more units as fit in this file (with the blank) and in the chunk
+            room = file_size - pos - END_FILE_MIN_BLANK_LENGTH
+            acc = total
+            end = unit_end
+            while end < n:
+                if lens[end] > max_body:
                     break
-                pos = mf.wrote
-                # as many more units as fit in this file (with the blank) and in the chunk
-                room = file_size - pos - END_FILE_MIN_BLANK_LENGTH
-                acc = total
-                end = unit_end
-                while end < n:
-                    if offs[end + 1] - offs[end] > max_body:
-                        break
-                    j = _unit_end(sizes, offs, end, n, batch, cap, max_body, &total)
-                    if acc + total > room or acc + total > chunk_bytes:
-                        break
-                    acc += total
-                    end = j
-                if mf.reserve(pos, pos + acc + END_FILE_MIN_BLANK_LENGTH) != 0:
-                    log.error("%s: cannot allocate %d bytes at %d: %s", mf.file_name, acc, pos,
-                              os.strerror(mf.reserve_errno))
-                    failed = ST_CREATE_MAPPED_FILE_FAILED
+                j = _unit_end(sizes, lens, end, n, batch, cap, max_body, &total)
+                if acc + total > room or acc + total > chunk_bytes:
                     break
-                first_phy = mf.file_from_offset + pos
-                first = mf.write_base + pos
-                first_body_len = <int32_t>(offs[i + 1] - offs[i])
-                # the first record in full (its CRC from the caller's buffer: another thread changing it meanwhile
-                # changes only what is stored, never a size), the others copied from it without the GIL
-                encode_with_body(first, tmpl, <const char *>vals + offs[i], first_body_len,
-                                 body_crc32(vals + offs[i], first_body_len), sizes[i], qoff, first_phy, born_ts, ts,
-                                 host, store_flag, False)
-                mf.wrote = pos + sizes[i]
-                with nogil:
-                    dst = first + sizes[i]
-                    for k in range(i + 1, end):
-                        size = sizes[k]
-                        blen = offs[k + 1] - offs[k]
-                        memcpy(dst + body_pos, vals + offs[k], blen)
-                        # the CRC of the bytes stored, read back while in cache
-                        crc = body_crc32(dst + body_pos, blen)
-                        like_head(dst, first, body_pos, crc, blen, qoff + k - i,
-                                  mf.file_from_offset + (dst - mf.write_base), born_ts)
-                        like_tail(dst, first, body_pos, first_body_len, tail_len, blen, size)
-                        dst += size
-                        # published record by record: a concurrent reader sees a growing prefix
-                        mf.wrote = dst - mf.write_base
-                mf.store_timestamp = ts
-                cell.next_offset = qoff + (end - i)
-                if cl.dispatcher is not None:
-                    cl.dispatcher.dispatch_run(cell, tmpl, first_phy, sizes + i, end - i, ts, qoff)
-            finally:
-                cl.begin_time_in_lock = 0
-                cl.put_lock.unlock()
-            cl._account(t0, acc)
-            # the put path counts one put per message, or per batch
-            if batch:
-                k = i
-                j = 0
-                while k < end:
-                    k = _unit_end(sizes, offs, k, n, batch, cap, max_body, &total)
-                    j += 1
-                cl.put_times_total += j - 1
-            else:
-                cl.put_times_total += end - i - 1
-            phy = first_phy
-            for k in range(i, end):
-                queue_offsets[k] = qoff + k - i
-                commit_log_offsets[k] = phy
-                store_timestamps[k] = ts
-                phy += sizes[k]
-            cl._after_append(mf)
-            if cl.after_put is not None:
-                r = cl.after_put(put_ok(first_phy, <int32_t>acc, ts, qoff, <int32_t>(end - i), cl.store_host_b,
-                                        store_flag, None), tmpl)
-                if r.status is not ST_PUT_OK and waited is ST_PUT_OK:
-                    waited = r.status
-            i = end
-    finally:
-        free(sizes)
+                acc += total
+                end = j
+            if mf.reserve(pos, pos + acc + END_FILE_MIN_BLANK_LENGTH) != 0:
+                log.error("%s: cannot allocate %d bytes at %d: %s", mf.file_name, acc, pos,
+                          os.strerror(mf.reserve_errno))
+                failed = ST_CREATE_MAPPED_FILE_FAILED
+                break
+            first_phy = mf.file_from_offset + pos
+            first = mf.write_base + pos
+            first_body_len = <int32_t>lens[i]
+            # the first record in full (its CRC from the caller's buffer: another thread changing it meanwhile
+            # changes only what is stored, never a size), the others copied from it without the GIL
+            encode_with_body(first, tmpl, <const char *>ptrs[i], first_body_len,
+                             body_crc32(ptrs[i], first_body_len), sizes[i], qoff, first_phy, born_ts, ts,
+                             host, store_flag, False)
+            mf.wrote = pos + sizes[i]
+            with nogil:
+                dst = first + sizes[i]
+                for k in range(i + 1, end):
+                    size = sizes[k]
+                    blen = lens[k]
+                    memcpy(dst + body_pos, ptrs[k], blen)
+                    # the CRC of the bytes stored, read back while in cache
+                    crc = body_crc32(dst + body_pos, blen)
+                    like_head(dst, first, body_pos, crc, blen, qoff + k - i,
+                              mf.file_from_offset + (dst - mf.write_base), born_ts)
+                    like_tail(dst, first, body_pos, first_body_len, tail_len, blen, size)
+                    dst += size
+                    # published record by record: a concurrent reader sees a growing prefix
+                    mf.wrote = dst - mf.write_base
+            mf.store_timestamp = ts
+            cell.next_offset = qoff + (end - i)
+            if cl.dispatcher is not None:
+                cl.dispatcher.dispatch_run(cell, tmpl, first_phy, sizes + i, end - i, ts, qoff)
+        finally:
+            cl.begin_time_in_lock = 0
+            cl.put_lock.unlock()
+        cl._account(t0, acc)
+        # the put path counts one put per message, or per batch
+        if batch:
+            k = i
+            j = 0
+            while k < end:
+                k = _unit_end(sizes, lens, k, n, batch, cap, max_body, &total)
+                j += 1
+            cl.put_times_total += j - 1
+        else:
+            cl.put_times_total += end - i - 1
+        phy = first_phy
+        for k in range(i, end):
+            queue_offsets[k] = qoff + k - i
+            commit_log_offsets[k] = phy
+            store_timestamps[k] = ts
+            phy += sizes[k]
+        cl._after_append(mf)
+        if cl.after_put is not None:
+            r = cl.after_put(put_ok(first_phy, <int32_t>acc, ts, qoff, <int32_t>(end - i), cl.store_host_b,
+                                    store_flag, None), tmpl)
+            if r.status is not ST_PUT_OK and waited is ST_PUT_OK:
+                waited = r.status
+        i = end
     if failed is not None:
         cl.put_failed_times += 1
         status = failed

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pystore._bulk_put import put_bodies
+from pystore._bulk_put import put_bodies, put_bytes
 from pystore._codec import record_length
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
@@ -83,11 +83,11 @@ class PutColumnsResult:
 # -- put_columns ------------------------------------------------------------------------------------------
 
 
-def _packed(bodies: Any) -> tuple[Any, Any] | None:
+def _packed(bodies: Any) -> tuple[Any, Any]:
     """The bodies as ``(values, offsets)``: a uint8 array and n + 1 rising int64 offsets into it, with the
-    caller's buffers shared where they are arrays (a pyarrow array, a numpy pair) and a list of bytes-like
-    objects joined once. None for a sequence the join cannot take as is (such as a buffer of wider items):
-    those go through ``Message``. Raises what the put path's validation raises (types, nulls, offsets)."""
+    caller's buffers shared where they are arrays (a pyarrow array, a numpy pair) and a sequence of bytes-like
+    objects as ``(tuple of them, None)`` (``bytes`` are read where they are; others are ``_joined``). Raises what
+    the put path's validation raises (types, nulls, offsets)."""
     np = _np()
     if isinstance(bodies, tuple) and len(bodies) == 2 and all(hasattr(b, "dtype") for b in bodies):
         return _checked(*bodies)
@@ -106,7 +106,12 @@ def _packed(bodies: Any) -> tuple[Any, Any] | None:
         return _checked(values, offsets)
     if isinstance(bodies, (str, bytes, bytearray, memoryview)):
         raise TypeError("bodies must be a sequence of bodies, not one %s" % type(bodies).__name__)
-    items = bodies if isinstance(bodies, list) else list(bodies)
+    return tuple(bodies), None
+
+
+def _joined(items: tuple[Any, ...]) -> tuple[Any, Any] | None:
+    """Bytes-like bodies (not all ``bytes``) joined once into ``(values, offsets)``; None when they cannot be."""
+    np = _np()
     try:
         joined = b"".join(items)
     except TypeError:
@@ -131,10 +136,10 @@ def _checked(values: Any, offsets: Any) -> tuple[Any, Any]:
     return np.ascontiguousarray(values), np.ascontiguousarray(offsets, dtype=np.int64)
 
 
-def _bodies(packed: tuple[Any, Any] | None, bodies: Any) -> Sequence[Any]:
+def _bodies(packed: tuple[Any, Any]) -> Sequence[Any]:
     """The bodies as a sequence of bytes-like objects (slices of the packed buffer, not copies)."""
-    if packed is None:
-        return list(bodies)
+    if packed[1] is None:
+        return list(packed[0])
     view = memoryview(packed[0])
     bounds = packed[1].tolist()
     return [view[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
@@ -212,24 +217,34 @@ def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0,
 
     Messages that share everything but their bodies (no keys or tags column, or only nulls in it; properties
     one mapping or None; no delay level) are stored by one compiled call (``_bulk_put.put_bodies``) straight
-    from the packed bodies, with no Python object per message. Others are made into ``Message``s and go
+    from the caller's buffers or bytes, with no Python object per message. Others are made into ``Message``s and go
     through ``put_message``/``put_messages``; both ways store the same bytes."""
     np = _np()
     packed = _packed(bodies)
-    n = len(packed[1]) - 1 if packed is not None else -1
+    n = len(packed[0]) if packed[1] is None else len(packed[1]) - 1
     # one born time for the call, from the store's clock (a test's fake one included)
     born = store.clock()
     cl = store._commitlog
-    if (packed is not None and cl is not None and (properties is None or isinstance(properties, Mapping))
+    if (cl is not None and (properties is None or isinstance(properties, Mapping))
             and _all_null("keys", keys, n) and _all_null("tags", tags, n)):
         tmpl = Message(topic, b"", None, None, 0, properties, queue_id, born_timestamp=born)
         if tmpl.delay_time_level == 0:
             out = np.empty((3, n), dtype=np.int64)
-            status, count, waited = put_bodies(cl, tmpl, packed[0], packed[1], batch, born, out[0], out[1], out[2])
-            if status is PutMessageStatus.PUT_OK:
-                status = waited
-            return PutColumnsResult(status, out[0, :count], out[1, :count], out[2, :count])
-    bs = _bodies(packed, bodies)
+            r = None
+            if packed[1] is None:
+                try:
+                    # checks every item's type before it stores anything
+                    r = put_bytes(cl, tmpl, packed[0], batch, born, out[0], out[1], out[2])
+                except TypeError:
+                    packed = _joined(packed[0]) or packed
+            if r is None and packed[1] is not None:
+                r = put_bodies(cl, tmpl, packed[0], packed[1], batch, born, out[0], out[1], out[2])
+            if r is not None:
+                status, count, waited = r
+                if status is PutMessageStatus.PUT_OK:
+                    status = waited
+                return PutColumnsResult(status, out[0, :count], out[1, :count], out[2, :count])
+    bs = _bodies(packed)
     return _put_messages(store, _messages(topic, bs, queue_id, keys, tags, properties, born), batch)
 
 

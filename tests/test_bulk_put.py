@@ -63,10 +63,13 @@ def _forms(bodies: list[bytes]) -> dict[str, object]:
     padded = pa.array([b"x"] + bodies + [b"y"], type=pa.binary())
     return {"list": bodies, "numpy32": (values, offsets.astype(np.int32)), "numpy64": (values, offsets),
             "arrow": pa.array(bodies, type=pa.binary()), "large": pa.array(bodies, type=pa.large_binary()),
-            "sliced": padded.slice(1, len(bodies)), "chunked": pa.chunked_array([bodies[:3], bodies[3:]])}
+            "sliced": padded.slice(1, len(bodies)), "chunked": pa.chunked_array([bodies[:3], bodies[3:]]),
+            "buffers": [bytearray(b) if i % 2 else memoryview(b) for i, b in enumerate(bodies)],
+            "generator": (b for b in bodies)}
 
 
-@pytest.mark.parametrize("form", ["list", "numpy32", "numpy64", "arrow", "large", "sliced", "chunked"])
+@pytest.mark.parametrize("form", ["list", "numpy32", "numpy64", "arrow", "large", "sliced", "chunked", "buffers",
+                                  "generator"])
 @pytest.mark.parametrize("props", [None, {"KEYS": "alpha beta", "TAGS": "TagX", "p": "v"}], ids=["plain", "keyed"])
 def test_bulk_put_stores_the_files_of_one_by_one_puts(store_factory, form, props):
     """Across file rolls (about 3 commit-log files), with properties shared by every message (keys: index
