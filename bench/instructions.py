@@ -14,6 +14,8 @@ put_batch           ``CommitLogCore._put_batch``                    200 batches 
 get                 the compiled ``get_message``                    2,000 gets of one message
 look                the compiled ``look_message_by_offset``         2,000 look-ups by commit-log offset
 arrow_decode        ``_arrow.scan_file`` (the Spark decoder)        one scan of 2,000 records, per record
+put_columns         ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
+                                                                    (a numpy pair), per message
 ==================  ==============================================  =========================================
 
 A count more than ``--tolerance`` (default 5 %) above the baseline fails the check (exit 1). The baseline
@@ -90,6 +92,13 @@ b = BatchBuilder(arrow_schema(), True, None, -1, None, None, 1 << 20)
 pos, done = scan_file(b, mf, 0, -1)
 assert b.build().num_rows == %d
 """ % (N, N)),
+    "put_columns": ("*_bulk_put__put*", 20 * 1000, """
+import numpy as np
+values = np.frombuffer(b"y" * (1000 * 128), dtype=np.uint8)
+offsets = np.arange(0, 1000 * 128 + 1, 128, dtype=np.int64)
+for _ in range(20):
+    assert store.put_columns("T", (values, offsets)).count == 1000
+"""),
 }
 
 
