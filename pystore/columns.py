@@ -29,6 +29,7 @@ from pystore.status import GetMessageStatus, PutMessageStatus
 if TYPE_CHECKING:
     import numpy as np
 
+    from pystore._commitlog import CommitLogCore
     from pystore.message import MessageFilter, TagFilter
     from pystore.reads import StoreReads
     from pystore.store import MessageStore
@@ -157,18 +158,43 @@ def _column(name: str, col: Any, n: int) -> list[Any]:
     return values
 
 
-def _all_null(name: str, col: Any, n: int) -> bool:
-    """Whether a keys/tags column is absent or only nulls, told without a Python object per entry (an Arrow
-    array's null count); a column that cannot be told so is not (it goes through ``Message``)."""
+#: ``_text_column``'s answer for a column the compiled put does not take as it is (it goes through ``Message``)
+_MESSAGES = object()
+
+
+def _text_column(name: str, col: Any, n: int) -> Any:
+    """A keys/tags column for ``_bulk_put``: None when absent or only nulls, else ``(values, offsets, valid)``
+    (its UTF-8 bytes, n + 1 int64 offsets, a uint8 validity array or None), made by one pyarrow conversion of
+    the whole column (an Arrow string array is used as it is); ``_MESSAGES`` for what it cannot be (entries
+    other than ``str``, such as lists of keys, or a separator \x01/\x02 in a text, which ``Message`` refuses
+    with its own error)."""
     if col is None:
-        return True
+        return None
     if isinstance(col, str):
         raise TypeError("%s must be a sequence of one entry per message, not a str" % name)
-    if hasattr(col, "null_count") and hasattr(col, "__len__"):
-        if len(col) != n:
-            raise ValueError("%s holds %d entries for %d bodies" % (name, len(col), n))
-        return bool(col.null_count == n)
-    return False
+    np, pa = _np(), _pa()
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if not isinstance(col, pa.Array):
+        try:
+            col = pa.array(col, type=pa.large_string())
+        except (pa.ArrowException, TypeError, ValueError):
+            return _MESSAGES
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return _MESSAGES
+    if len(col) != n:
+        raise ValueError("%s holds %d entries for %d bodies" % (name, len(col), n))
+    if col.null_count == n:
+        return None
+    _, offsets_buf, values_buf = col.buffers()
+    otype = np.int32 if pa.types.is_string(col.type) else np.int64
+    offsets = np.frombuffer(offsets_buf, dtype=otype)[col.offset:col.offset + n + 1].astype(np.int64)
+    values = np.frombuffer(values_buf, dtype=np.uint8) if values_buf is not None else np.empty(0, np.uint8)
+    used = values[offsets[0]:offsets[-1]]
+    if np.any((used == 1) | (used == 2)):
+        return _MESSAGES
+    valid = col.is_valid().to_numpy(zero_copy_only=False).view(np.uint8) if col.null_count else None
+    return values, offsets, valid
 
 
 def _properties(properties: Any, n: int) -> list[Any]:
@@ -215,37 +241,54 @@ def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0,
     """``MessageStore.put_columns`` (docs/api.md): the messages put one by one (``batch=False``) or as batches
     (``_chunks``), stopping at the first refusal.
 
-    Messages that share everything but their bodies (no keys or tags column, or only nulls in it; properties
-    one mapping or None; no delay level) are stored by one compiled call (``_bulk_put.put_bodies``) straight
-    from the caller's buffers or bytes, with no Python object per message. Others are made into ``Message``s and go
+    Messages with one properties mapping (or None) for all, no delay level, and keys and tags columns of
+    ``str``/None entries (lists, numpy or Arrow string arrays) are stored by one compiled call
+    (``_bulk_put.put_bodies``/``put_bytes``) straight from the caller's buffers or bytes, with no Python object
+    per message. Others (a properties column, keys given as lists, ...) are made into ``Message``s and go
     through ``put_message``/``put_messages``; both ways store the same bytes."""
-    np = _np()
     packed = _packed(bodies)
-    n = len(packed[0]) if packed[1] is None else len(packed[1]) - 1
     # one born time for the call, from the store's clock (a test's fake one included)
     born = store.clock()
     cl = store._commitlog
-    if (cl is not None and (properties is None or isinstance(properties, Mapping))
-            and _all_null("keys", keys, n) and _all_null("tags", tags, n)):
-        tmpl = Message(topic, b"", None, None, 0, properties, queue_id, born_timestamp=born)
-        if tmpl.delay_time_level == 0:
-            out = np.empty((3, n), dtype=np.int64)
-            r = None
-            if packed[1] is None:
-                try:
-                    # checks every item's type before it stores anything
-                    r = put_bytes(cl, tmpl, packed[0], batch, born, out[0], out[1], out[2])
-                except TypeError:
-                    packed = _joined(packed[0]) or packed
-            if r is None and packed[1] is not None:
-                r = put_bodies(cl, tmpl, packed[0], packed[1], batch, born, out[0], out[1], out[2])
-            if r is not None:
-                status, count, waited = r
-                if status is PutMessageStatus.PUT_OK:
-                    status = waited
-                return PutColumnsResult(status, out[0, :count], out[1, :count], out[2, :count])
-    bs = _bodies(packed)
-    return _put_messages(store, _messages(topic, bs, queue_id, keys, tags, properties, born), batch)
+    if cl is not None and (properties is None or isinstance(properties, Mapping)):
+        done, packed = _compiled(cl, topic, packed, queue_id, keys, tags, properties, batch, born)
+        if done is not None:
+            return done
+    return _put_messages(store, _messages(topic, _bodies(packed), queue_id, keys, tags, properties, born), batch)
+
+
+def _compiled(cl: CommitLogCore, topic: str, packed: tuple[Any, Any], queue_id: int, keys: Any, tags: Any,
+              properties: Mapping[str, str] | None, batch: bool,
+              born: int) -> tuple[PutColumnsResult | None, tuple[Any, Any]]:
+    """``put_columns`` by ``_bulk_put``; None (and the bodies, perhaps packed anew) when these columns need
+    ``Message``s."""
+    np = _np()
+    n = len(packed[0]) if packed[1] is None else len(packed[1]) - 1
+    ktext, ttext = _text_column("keys", keys, n), _text_column("tags", tags, n)
+    if ktext is _MESSAGES or ttext is _MESSAGES:
+        return None, packed
+    tmpl = Message(topic, b"", None, None, 0, properties, queue_id, born_timestamp=born)
+    # a key set both as a column and in the properties is stored once, where the column puts it: Message's way
+    shared = tmpl.properties
+    if tmpl.delay_time_level != 0 or (ktext is not None and "KEYS" in shared) or (
+            ttext is not None and "TAGS" in shared):
+        return None, packed
+    out = np.empty((3, n), dtype=np.int64)
+    if packed[1] is None:
+        try:
+            # it checks every item's type before it stores anything
+            r = put_bytes(cl, tmpl, packed[0], batch, born, out[0], out[1], out[2], ttext, ktext)
+        except TypeError:
+            joined = _joined(packed[0])
+            if joined is None:
+                return None, packed
+            packed = joined
+    if packed[1] is not None:
+        r = put_bodies(cl, tmpl, packed[0], packed[1], batch, born, out[0], out[1], out[2], ttext, ktext)
+    status, count, waited = r
+    if status is PutMessageStatus.PUT_OK:
+        status = waited
+    return PutColumnsResult(status, out[0, :count], out[1, :count], out[2, :count]), packed
 
 
 def _put_messages(store: MessageStore, msgs: list[Message], batch: bool) -> PutColumnsResult:

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from writer_procs import kill, read_line
 
-from pystore import Message, MessageBatch, MessageStore
+from pystore import Message, MessageBatch, MessageStore, columns
 from pystore._bulk_put import CHUNK_BYTES, put_bodies
-from pystore.columns import _chunks
+from pystore.columns import _chunks, _messages, _put_messages
 from pystore.status import PutMessageStatus
 from pystore.tools import iter_commitlog
 
@@ -71,14 +71,16 @@ def _forms(bodies: list[bytes]) -> dict[str, object]:
 @pytest.mark.parametrize("form", ["list", "numpy32", "numpy64", "arrow", "large", "sliced", "chunked", "buffers",
                                   "generator"])
 @pytest.mark.parametrize("props", [None, {"KEYS": "alpha beta", "TAGS": "TagX", "p": "v"}], ids=["plain", "keyed"])
-def test_bulk_put_stores_the_files_of_one_by_one_puts(store_factory, form, props):
+def test_bulk_put_stores_the_files_of_one_by_one_puts(store_factory, monkeypatch, form, props):
     """Across file rolls (about 3 commit-log files), with properties shared by every message (keys: index
     entries; tags: the units' tags code), in every form of bodies."""
     clock_a, clock_b = FakeClock(), FakeClock()
     a = store_factory("a", clock=clock_a)
     b = store_factory("b", clock=clock_b)
     bodies = _bodies(700)
-    r = a.put_columns(T, _forms(bodies)[form], queue_id=2, properties=props)
+    with monkeypatch.context() as m:
+        m.setattr(columns, "_put_messages", None)           # the compiled path only
+        r = a.put_columns(T, _forms(bodies)[form], queue_id=2, properties=props)
     want = _one_by_one(b, clock_b, bodies, props, queue_id=2)
     assert r.status is PutMessageStatus.PUT_OK and r.count == 700
     assert r.queue_offsets.tolist() == [w.append_message_result.logics_offset for w in want] == list(range(700))
@@ -177,32 +179,96 @@ def test_put_bodies_checks_its_arrays(store_factory):
     store_factory.expect_messages(0)
 
 
+def _texts(n: int, every: int, word: str) -> list[str | None]:
+    return [None if i % every == 0 else "" if i % every == 1 else "%s%d" % (word, i % 13) for i in range(n)]
+
+
+@pytest.mark.parametrize("form", ["list", "arrow", "large", "numpy", "chunked"])
+@pytest.mark.parametrize("batch", [False, True])
+def test_tags_and_keys_columns_store_the_files_of_message_puts(store_factory, monkeypatch, form, batch):
+    """Tags and keys of their own per message (None, empty, one or two keys, non-ASCII) with shared
+    properties, across file rolls: the same files as the ``Message`` path (``put_message`` one by one, or
+    ``MessageBatch``es), index and consume-queue tags codes included."""
+    clock_a, clock_b = FakeClock(), FakeClock()
+    a = store_factory("a", clock=clock_a)
+    b = store_factory("b", clock=clock_b)
+    n = 600
+    bodies = _bodies(n)
+    tags = _texts(n, 5, "Tag\u00e9")
+    keys = [None if k is None else k if not k else k + " second%d" % i for i, k in enumerate(_texts(n, 4, "key"))]
+    props = {"p": "v", "UNIQ_KEY": "u"}
+
+    def as_form(col):
+        return {"list": col, "arrow": pa.array(col, type=pa.string()), "large": pa.array(col, type=pa.large_string()),
+                "numpy": np.array(col, dtype=object), "chunked": pa.chunked_array([col[:100], col[100:]])}[form]
+
+    with monkeypatch.context() as m:
+        m.setattr(columns, "_put_messages", None)           # the compiled path only
+        r = a.put_columns(T, bodies, keys=as_form(keys), tags=as_form(tags), properties=props, batch=batch)
+    w = _put_messages(b, _messages(T, bodies, 0, keys, tags, props, clock_b()), batch)
+    assert (r.status, r.count) == (w.status, w.count) == (PutMessageStatus.PUT_OK, n)
+    assert r.queue_offsets.tolist() == w.queue_offsets.tolist()
+    assert r.commit_log_offsets.tolist() == w.commit_log_offsets.tolist()
+    assert [m.body for m in a.query_message(T, "key7", 64, 0, 2**62).messages] != []
+    units = a.queue_units(T, 0, 0, 10)
+    assert units["tags_code"][2] != 0 and units["tags_code"][0] == 0 and units["tags_code"][1] == 0
+    store_factory.expect_messages(n, "a")
+    assert _disk(a) == _disk(b)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_properties_too_long_stop_the_put_at_that_message(store_factory, batch):
+    """A keys entry that makes its message's properties longer than 32767 bytes: PROPERTIES_SIZE_EXCEEDED at
+    that message, what comes before stored as the ``Message`` path stores it (a batch refused whole is put
+    again message by message)."""
+    clock_a, clock_b = FakeClock(), FakeClock()
+    a = store_factory("a", clock=clock_a)
+    b = store_factory("b", clock=clock_b)
+    bodies = _bodies(300)
+    keys = ["k%d" % i for i in range(300)]
+    keys[257] = "x" * 33_000
+    r = a.put_columns(T, bodies, keys=keys, batch=batch)
+    w = _put_messages(b, _messages(T, bodies, 0, keys, None, None, clock_b()), batch)
+    assert (r.status, r.count) == (w.status, w.count) == (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, 257)
+    assert r.commit_log_offsets.tolist() == w.commit_log_offsets.tolist()
+    store_factory.expect_messages(257, "a")
+    assert _disk(a) == _disk(b)
+
+
+def test_a_separator_in_a_tag_is_refused_before_anything_is_stored(store_factory):
+    store = store_factory()
+    with pytest.raises(ValueError, match="separator"):
+        store.put_columns(T, [b"a", b"b"], tags=pa.array(["ok", "bad\x01tag"]))
+    assert store.get_max_phy_offset() == 0
+    store_factory.expect_messages(0)
+
+
 bodies_st = st.lists(st.binary(min_size=0, max_size=3000), min_size=1, max_size=60)
+text_st = st.one_of(st.none(), st.text(alphabet="ab \u00e9\u4e2d", max_size=12))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(bodies=bodies_st, batch=st.booleans(), keyed=st.booleans(), file_kib=st.sampled_from([4, 8, 64]))
-def test_random_columns_store_the_files_of_the_message_puts(tmp_path_factory, bodies, batch, keyed, file_kib):
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), bodies=bodies_st, batch=st.booleans(), keyed=st.booleans(),
+       file_kib=st.sampled_from([4, 8, 64]))
+def test_random_columns_store_the_files_of_the_message_puts(tmp_path_factory, data, bodies, batch, keyed, file_kib):
+    """Random bodies (some over the max message size), tags and keys columns and shared properties, one by
+    one or in batches, small files: the same result and files as the ``Message`` path."""
+    n = len(bodies)
+    tags = data.draw(st.one_of(st.none(), st.lists(text_st, min_size=n, max_size=n)))
+    keys = data.draw(st.one_of(st.none(), st.lists(text_st, min_size=n, max_size=n)))
+    props = {"KEYS": "k1 k2", "TAGS": "T"} if keyed and tags is None and keys is None else (
+        {"p": "q"} if keyed else None)
     root = tmp_path_factory.mktemp("h")
-    props = {"KEYS": "k1 k2", "TAGS": "T"} if keyed else None
     opts = dict(mapped_file_size_commit_log=file_kib * 1024, max_message_size=2500, max_hash_slot_num=100,
                 max_index_num=400)
     clock_a, clock_b = FakeClock(), FakeClock()
     a = MessageStore.open(str(root / "a"), clock=clock_a, **opts)
     b = MessageStore.open(str(root / "b"), clock=clock_b, **opts)
     try:
-        r = a.put_columns(T, bodies, properties=props, batch=batch)
-        born = clock_b()
-        msgs = [Message(T, x, None, None, 0, props, 0, born_timestamp=born) for x in bodies]
-        count = 0
-        status = PutMessageStatus.PUT_OK
-        for g in (_chunks(b, msgs) if batch else [[m] for m in msgs]):
-            w = b.put_messages(MessageBatch(g)) if batch else b.put_message(g[0])
-            if not w.is_ok():
-                status = w.status
-                break
-            count += len(g)
-        assert (r.status, r.count) == (status, count)
+        r = a.put_columns(T, bodies, keys=keys, tags=tags, properties=props, batch=batch)
+        w = _put_messages(b, _messages(T, bodies, 0, keys, tags, props, clock_b()), batch)
+        assert (r.status, r.count) == (w.status, w.count)
+        assert r.commit_log_offsets.tolist() == w.commit_log_offsets.tolist()
         assert _disk(a) == _disk(b)
     finally:
         a.shutdown()
@@ -246,3 +312,28 @@ def test_sigkill_mid_bulk_put_keeps_every_acknowledged_message(tmp_path, procs):
     assert len(msgs) >= len(acks) * 4000
     assert msgs[-1].commit_log_offset + msgs[-1].store_size == end
     assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
+
+
+@pytest.mark.parametrize("with_tags", [False, True], ids=["shared", "tags-column"])
+def test_arriving_listeners_hear_each_message_as_from_message_puts(store_factory, monkeypatch, with_tags):
+    """The arrival hook gets every message of a column put (queue offset, tags code, properties), as it does
+    for the same messages put through ``Message``s."""
+    heard: dict[str, list[tuple]] = {"a": [], "b": []}
+    stores = {}
+    for name in ("a", "b"):
+        clock = FakeClock()
+        stores[name] = (store_factory(name, clock=clock), clock)
+        stores[name][0].add_arriving_listener(
+            lambda t, q, off, code, ts, _x, props, name=name: heard[name].append((t, q, off, code, ts, props)))
+    bodies = _bodies(300)
+    tags = ["t%d" % (i % 3) if i % 4 else None for i in range(300)] if with_tags else None
+    props = {"p": "v"} if with_tags else {"TAGS": "all", "p": "v"}
+    a, _ = stores["a"]
+    b, clock_b = stores["b"]
+    with monkeypatch.context() as m:
+        m.setattr(columns, "_put_messages", None)           # the compiled path only
+        assert a.put_columns(T, bodies, tags=tags, properties=props).count == 300
+    assert _put_messages(b, _messages(T, bodies, 0, None, tags, props, clock_b()), False).count == 300
+    assert len(heard["a"]) == 300 and heard["a"] == heard["b"]
+    assert heard["a"][5][5]["TAGS"] == ("t2" if with_tags else "all")
+    store_factory.expect_messages(300, "a")
