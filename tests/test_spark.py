@@ -1082,15 +1082,19 @@ if cut >= 0:
     real_open = MessageStore.open
     def open_(root, **kw):
         store = real_open(root, **kw)
-        put, puts = store.put_messages, [0]
-        def put_messages(batch):
-            r = put(batch)
-            puts[0] += 1
-            if puts[0] == cut:
-                store.flush()
-                os.kill(os.getpid(), signal.SIGKILL)   # the driver dies in the middle of the append
-            return r
-        store.put_messages = put_messages
+        puts = [0]
+        def counted(put):
+            def put_and_maybe_die(*args, **kwargs):
+                r = put(*args, **kwargs)
+                puts[0] += 1
+                if puts[0] == cut:
+                    store.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)   # the driver dies in the middle of the append
+                return r
+            return put_and_maybe_die
+        # the append's puts: put_columns for rows without properties, put_messages for the others
+        store.put_messages = counted(store.put_messages)
+        store.put_columns = counted(store.put_columns)
         return store
     MessageStore.open = open_
 w.commit([StagedPart(i, p, 60) for i, p in enumerate(staged)], 5)
@@ -1100,7 +1104,7 @@ print("COMMITTED", flush=True)
 
 @pytest.mark.parametrize("cut", [1, 3, 6])
 def test_streaming_sink_replay_after_a_crash_mid_append_stores_the_batch_once(tmp_path, cut):
-    """The driver is SIGKILLed after ``cut`` batch puts of a micro-batch's append (files roll on the way);
+    """The driver is SIGKILLed after ``cut`` puts of a micro-batch's append (files roll on the way);
     Spark replays the micro-batch: every row is stored exactly once, in order."""
     import subprocess
 
