@@ -2,8 +2,8 @@
 
 Runs in the driver's commit step (one process): opens the store with ``MessageStore.open(root,
 **config)`` (a writer: it takes the store lock, creates a new store, keeps an existing store's geometry),
-stores each run of consecutive staged rows of one topic and queue without properties by one
-``put_columns`` call (the compiled column put: bodies, tags and keys straight from the Arrow columns, no
+groups the rows of each staged record batch by topic and queue (their order within a queue kept) and
+stores each run of rows of one topic and queue without properties by one ``put_columns`` call (the compiled column put: bodies, tags and keys straight from the Arrow columns, no
 ``Message`` per row); rows with properties become ``Message``s, put as ``MessageBatch``es of consecutive
 rows of one topic and queue (at most 1024 messages and a quarter of a commit-log file); all in the order of
 the staged files. Rows were checked by the tasks, so a refusal here means the store itself failed (disk full ...) or
@@ -53,11 +53,17 @@ def _file_size(store: MessageStore) -> int:
 
 
 def _staged_batches(paths: list[str]) -> Iterator[pa.RecordBatch]:
+    """The staged record batches in the order they are appended, the rows of each grouped by topic and queue
+    (a stable sort: rows keep their order within a queue, which is all a queue's consumers see; rows of many
+    queues interleaved would otherwise go in one put per row)."""
     for path in paths:
         with pa.memory_map(path) as src:
             reader = pa.ipc.open_file(src)
             for bi in range(reader.num_record_batches):
-                yield reader.get_batch(bi)
+                b = reader.get_batch(bi)
+                if b.num_rows > 1:
+                    b = b.take(pc.sort_indices(b, sort_keys=[("topic", "ascending"), ("queue_id", "ascending")]))
+                yield b
 
 
 def _messages(b: pa.RecordBatch) -> Iterator[Message]:
@@ -92,8 +98,8 @@ def _runs(b: pa.RecordBatch) -> list[tuple[int, int, bool]]:
 
 
 def stored_prefix(store: MessageStore, start: int, paths: list[str]) -> int:
-    """How many of the staged rows at ``paths`` the commit log holds from ``start`` on, in their order: the
-    part of an append that a crash interrupted. A record that differs from the next row (topic, queue,
+    """How many of the staged rows at ``paths`` the commit log holds from ``start`` on, in the order
+    ``append_staged`` stores them (``staged_rows``): the part of an append that a crash interrupted. A record that differs from the next row (topic, queue,
     body, tags, keys), or the end of the log, ends the count; a file's blank tail is passed over."""
     end = store.get_max_phy_offset()
     size = _file_size(store)
