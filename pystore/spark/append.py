@@ -3,12 +3,13 @@
 Runs in the driver's commit step (one process): opens the store with ``MessageStore.open(root,
 **config)`` (a writer: it takes the store lock, creates a new store, keeps an existing store's geometry),
 groups the rows of each staged record batch by topic and queue (their order within a queue kept) and
-stores each run of rows of one topic and queue without properties by one ``put_columns`` call (the compiled column put: bodies, tags and keys straight from the Arrow columns, no
-``Message`` per row); rows with properties become ``Message``s, put as ``MessageBatch``es of consecutive
-rows of one topic and queue (at most 1024 messages and a quarter of a commit-log file); all in the order of
-the staged files. Rows were checked by the tasks, so a refusal here means the store itself failed (disk full ...) or
-has settings the tasks did not see: it raises, naming how many messages were already appended and why
-the store refused (:func:`pystore.refusal.refusal_reason`, the words ``pystore put`` prints).
+stores each run of rows of one topic and queue without properties by one ``put_columns`` call (the
+compiled column put: bodies, tags and keys straight from the Arrow columns, no ``Message`` per row); rows
+with properties become ``Message``s, put as ``MessageBatch``es of consecutive rows of one topic and queue
+(at most 1024 messages and a quarter of a commit-log file); all in the order of the staged files. Rows were
+checked by the tasks, so a refusal here means the store itself failed (disk full ...) or has settings the
+tasks did not see: it raises, naming how many messages were already appended and why the store refused
+(:func:`pystore.refusal.refusal_reason`, the words ``pystore put`` prints).
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ def _runs(b: pa.RecordBatch) -> list[tuple[int, int, bool]]:
 
 def stored_prefix(store: MessageStore, start: int, paths: list[str]) -> int:
     """How many of the staged rows at ``paths`` the commit log holds from ``start`` on, in the order
-    ``append_staged`` stores them (``staged_rows``): the part of an append that a crash interrupted. A record that differs from the next row (topic, queue,
-    body, tags, keys), or the end of the log, ends the count; a file's blank tail is passed over."""
+    ``append_staged`` stores them (``staged_rows``): the part of an append that a crash interrupted. A
+    record that differs from the next row (topic, queue, body, tags, keys), or the end of the log, ends the
+    count; a file's blank tail is passed over."""
     end = store.get_max_phy_offset()
     size = _file_size(store)
     off, n = start, 0
