@@ -646,12 +646,7 @@ def run_contender(
         p = benchlib.percentiles(lat)
         out["put_one_p50"], out["put_one_p99"] = p["p50"] / 1e3, p["p99"] / 1e3
         out["put_one_n"] = len(lat)
-        # append 1 KiB, no sync
-        batches = [a.prepare_batch(b) for b in data["batches1k"]]
-        n, dt = timed_batches(a.append_batch, batches, cfg["t_append"])
-        out["append_1k"] = n * BATCH / dt
-        out["append_1k_n"] = n * BATCH
-        # append 128 B in bulk, no sync
+        # append 128 B in bulk, no sync (before the 1 KiB appends: pystore's pre-faulted file holds both)
         try:
             n, dt = timed_batches(a.append_bulk, data["bulk128"], cfg["t_append"])
             done = sum(len(b) for b in data["bulk128"][:n])
@@ -659,6 +654,11 @@ def run_contender(
             out["append_bulk_128_n"] = done
         except NotSupported:
             pass
+        # append 1 KiB, no sync
+        batches = [a.prepare_batch(b) for b in data["batches1k"]]
+        n, dt = timed_batches(a.append_batch, batches, cfg["t_append"])
+        out["append_1k"] = n * BATCH / dt
+        out["append_1k_n"] = n * BATCH
     finally:
         a.close()
     # durable batches of 32 x 128 B: first write back what earlier phases (and contenders) left dirty, then
