@@ -2,23 +2,27 @@
 """The column put (``columns.put_columns``): many bodies of one topic and queue, sharing one template message
 (topic, queue, properties, born time and host), stored by one compiled call without a Python object per body.
 
-Input: the bodies as one values buffer (uint8) and ``n + 1`` int64 offsets into it. The messages go in
-*chunks*: one put-lock hold each, at most ``CHUNK_BYTES`` of records and never past the end of a commit-log file.
-For a chunk, under the lock: one clock read (the store time of its records), the queue offset, the file
-(``CommitLogCore._file_with_room``: END_OF_FILE blank and roll), the blocks reserved; then the records are
-encoded straight into the mapping with the GIL released (the first in full, the others copied from it with
-their own fields patched in, as ``put_messages`` does for a batch built from bodies), the write position
-published record by record, and the consume-queue units, index entries and wake-ups handed to the store's
-dispatcher as one run (``Dispatcher.dispatch_run``). After the lock: the statistics, the flush wake-up and
-pre-fault (``CommitLogCore._after_append``) and the flush/replica waits (``after_put``) once per chunk.
+Input: the bodies as one values buffer (uint8) and ``n + 1`` int64 offsets into it (``put_bodies``), or a
+tuple of ``bytes`` read where they are (``put_bytes``); optionally a tags and a keys column of UTF-8 texts
+(values, offsets, validity), written as each message's TAGS and KEYS before the template's properties, as
+``Message`` orders them. The messages go in *chunks*: one put-lock hold each, at most ``CHUNK_BYTES`` of
+records and never past the end of a commit-log file. For a chunk, under the lock: one clock read (the store
+time of its records), the queue offset, the file (``CommitLogCore._file_with_room``: END_OF_FILE blank and
+roll), the blocks reserved; then the records are encoded straight into the mapping with the GIL released
+(the first in full, the others copied from it with their own fields patched in, as ``put_messages`` does for
+a batch built from bodies), the write position published record by record, and the consume-queue units,
+index entries and wake-ups handed to the store's dispatcher as one run (``Dispatcher.dispatch_run``, or
+``dispatch_each`` when tags and properties differ from record to record). After the lock: the statistics,
+the flush wake-up and pre-fault (``CommitLogCore._after_append``) and the flush/replica waits (``after_put``)
+once per chunk.
 
 Placement is that of the same messages put one by one (``batch`` False: a record goes to the next file when
 it and the 8-byte blank do not fit) or as RocketMQ batches (``batch`` True: consecutive messages up to the max
 message size, and a file less its blank, each batch wholly in one file). The checks are the put path's, in its
-order: store not writeable (SERVICE_NOT_AVAILABLE), the template's properties (PROPERTIES_SIZE_EXCEEDED /
-MESSAGE_ILLEGAL), a body over the max message size or a record larger than a file (MESSAGE_ILLEGAL), the page
-cache busy (OS_PAGE_CACHE_BUSY), no file (CREATE_MAPPED_FILE_FAILED). A refusal stops the put at that
-message: nothing after it is stored.
+order: store not writeable (SERVICE_NOT_AVAILABLE), the properties (the template's: PROPERTIES_SIZE_EXCEEDED /
+MESSAGE_ILLEGAL; a message's own too long: PROPERTIES_SIZE_EXCEEDED), a body over the max message size or a
+record larger than a file (MESSAGE_ILLEGAL), the page cache busy (OS_PAGE_CACHE_BUSY), no file
+(CREATE_MAPPED_FILE_FAILED). A refusal stops the put at that message: nothing after it is stored.
 """
 
 cimport cython
