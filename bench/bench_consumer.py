@@ -11,7 +11,8 @@ holding it (taken when its ``poll`` returned, ``perf_counter_ns``: CLOCK_MONOTON
 process), as p50/p99/p99.9. ``thread``: a consumer thread of the writer's process, the producer sleeping
 between puts (the GIL free); ``process``: a read-only store in another process, blocking on the wake file;
 ``process-spin``: the same, spinning ``SPIN_US`` on the wake word before it sleeps. A consumer that held a
-message before its put returned counts 0.
+message before its put returned counts 0. ``process-spin-floor``: the floor of ``process-spin`` on this machine
+in the same run: the same pacing and spinning on the wake word alone (the writer's ``notify``, no put, no read).
 
 ``test_producer_and_consumer_processes``: a producer process puts ``PC_N`` 128 B messages as fast as it can
 (``put_messages`` of ``MessageBatch.from_bodies``, ``PC_CHUNK`` a batch), while this process, a read-only store
@@ -119,6 +120,66 @@ print("DONE %d" % k, flush=True)
 """
 
 
+#: the floor of ``process-spin``: a word in shared memory alone (no register, no store read), the waiter spinning
+#: on it in C as the consumer spins on the wake word; each seq it sees (and any it missed) gets the time it saw it
+_FLOOR = r"""
+import mmap, sys, time
+import numpy as np
+from pystore._notify import WakeWord
+path, n, spin, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+with open(path, "r+b") as f:
+    word = WakeWord(mmap.mmap(f.fileno(), 64), 16)
+got = np.zeros(n + 1, dtype=np.int64)
+print("READY", flush=True)
+pc = time.perf_counter_ns
+last = word.seq
+while last < n:
+    if word.wait(last, spin, 1000) == 1:
+        t = pc()
+        s = min(word.seq, n)
+        got[last + 1:s + 1] = t
+        last = s
+np.save(out, got)
+print("DONE %d" % last, flush=True)
+"""
+
+
+def _floor(root: str, n: int) -> dict[str, float]:
+    """``process-spin-floor``: ``n`` moves of a shared word, one every ``STEADY_GAP_US`` µs, paced as ``_pace``
+    paces puts, seen by a process spinning ``SPIN_US`` on it (``WakeWord.wait``) and sleeping after: the latency
+    from the move to the waiter holding it, under the same load as the other cases."""
+    import mmap
+
+    from pystore._notify import WakeWord
+    path = os.path.join(root, "floor.word")
+    with open(path, "wb") as f:
+        f.write(b"\0" * 64)
+    with open(path, "r+b") as f:
+        word = WakeWord(mmap.mmap(f.fileno(), 64), 16)
+    out = os.path.join(root, "floor.npy")
+    p = _child(_FLOOR, path, n, SPIN_US, out)
+    try:
+        _line(p, "READY")
+        time.sleep(0.3)
+        ret = np.zeros(n, dtype=np.int64)
+        pc = time.perf_counter_ns
+        t_next = pc()
+        for i in range(n):
+            while pc() < t_next:
+                pass
+            word.register()             # a waiter count for notify to clear: every notify moves the seq
+            word.notify()
+            ret[i] = pc()
+            t_next += STEADY_GAP_US * 1000
+        assert _line(p, "DONE").split() == ["DONE", str(n)]
+        p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return _latency_figures(np.load(out)[1:], ret)
+
+
 def _child(script: str, *argv: object) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=_PYPATH)
     return subprocess.Popen([sys.executable, "-c", script, *[str(a) for a in argv]], stdout=subprocess.PIPE,
@@ -162,7 +223,7 @@ def _latency_figures(got: np.ndarray, ret: np.ndarray) -> dict[str, float]:
             "held_before_put_returned": int((got < ret).sum())}
 
 
-@pytest.mark.parametrize("mode", ["thread", "process", "process-spin"])
+@pytest.mark.parametrize("mode", ["thread", "process", "process-spin", "process-spin-floor"])
 def test_steady_rate_latency(benchmark, mode: str) -> None:
     n = STEADY_N
     file_size = benchlib.file_size_for(n * 300)
@@ -173,6 +234,9 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
             figures: dict[str, float] = {}
 
             def run() -> None:
+                if mode == "process-spin-floor":
+                    figures.update(_floor(root, n))
+                    return
                 if mode == "thread":
                     got = np.zeros(n, dtype=np.int64)
 
@@ -210,7 +274,7 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
                 figures.update(_latency_figures(got, ret))
 
             benchmark.pedantic(run, rounds=1, iterations=1)
-            assert store.get_max_offset_in_queue(TOPIC, 0) == n
+            assert store.get_max_offset_in_queue(TOPIC, 0) == (0 if mode == "process-spin-floor" else n)
             benchmark.extra_info.update({"mode": mode, "messages": n, "gap_us": STEADY_GAP_US, **figures})
             print("\nsteady %s: %s" % (mode, figures))
         finally:
@@ -317,10 +381,13 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
     """Rounds of ``COST_N`` puts with the hook off (``wake = None``: the put path before the wake file) and on,
     alternated (which goes first alternates too); first with nobody waiting, then with a consumer process
     that has caught up and waits on the wake file when each round starts (then it is woken, with the hook on,
-    or finds the messages at its next look, with the hook off, and reads alongside the writer). The ratio of each adjacent pair,
-    and their median: the machine's load moves the rates between rounds far more than the hook does."""
+    or finds the messages at its next look, with the hook off, and reads alongside the writer), then with a
+    consumer of a topic nobody puts to (woken by each put that finds it waiting: the wake-ups without the
+    reading). The ratio of each adjacent pair, and their median, by the wall clock and by the writer thread's
+    CPU time (``thread_time``: the writer's own cost, without the time the consumer or the machine's other
+    load takes its CPU): the machine's load moves the rates between rounds far more than the hook does."""
     n = COST_N
-    file_size = benchlib.file_size_for(n * 300 * (COST_ROUNDS * 4 + 4))
+    file_size = benchlib.file_size_for(n * 300 * (COST_ROUNDS * 6 + 4))
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as root:
         store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
@@ -328,16 +395,17 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
             wake = store._dispatcher.wake
             assert wake is not None
             store.put_message(Message(TOPIC, BODY))
+            store.put_message(Message(TOPIC + "Idle", BODY))    # the idle consumer's queue exists
             msgs = [Message(TOPIC, BODY) for _ in range(n)]
 
-            def puts(hook: bool) -> float:
+            def puts(hook: bool) -> tuple[float, float]:
                 store._dispatcher.wake = wake if hook else None
-                t0 = time.perf_counter_ns()
+                t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                 for m in msgs:
                     store.put_message(m)
-                rate = n / ((time.perf_counter_ns() - t0) / 1e9)
+                c1, t1 = time.thread_time_ns(), time.perf_counter_ns()
                 store._dispatcher.wake = wake
-                return rate
+                return n / ((t1 - t0) / 1e9), n / ((c1 - c0) / 1e9)
 
             def waiting() -> None:
                 deadline = time.monotonic() + 60
@@ -345,8 +413,9 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
                     assert time.monotonic() < deadline
                     time.sleep(0.001)
 
-            def pairs(consumer: bool) -> tuple[float, float, float]:
-                ratios, off, on = [], [], []
+            def pairs(consumer: bool, name: str) -> None:
+                ratios, cpu_ratios, off, on = [], [], [], []
+                seq0 = wake.seq
                 for r in range(COST_ROUNDS):
                     first = r % 2 == 1
                     if consumer:
@@ -356,30 +425,36 @@ def test_writer_cost_of_a_waiting_consumer(benchmark) -> None:
                         waiting()
                     y = puts(not first)
                     a, b = (y, x) if first else (x, y)
-                    off.append(a)
-                    on.append(b)
-                    ratios.append(b / a)
-                return float(np.median(ratios)), float(np.median(off)), float(np.median(on))
+                    off.append(a[0])
+                    on.append(b[0])
+                    ratios.append(b[0] / a[0])
+                    cpu_ratios.append(b[1] / a[1])
+                figures.update({name + "_ratio": float(np.median(ratios)),
+                                name + "_cpu_ratio": float(np.median(cpu_ratios)),
+                                name + "_puts_per_s_hook_off": float(np.median(off)),
+                                name + "_puts_per_s_hook_on": float(np.median(on)),
+                                name + "_wake_ups": wake.seq - seq0})
 
             def run() -> None:
                 for _ in range(4):                                 # the first pages of the file faulted in
                     puts(True)
-                ratio, off, on = pairs(False)
-                figures.update({"no_waiter_ratio": ratio, "puts_per_s_hook_off": off, "puts_per_s_no_waiter": on})
-                p = _child(_FOREVER, root, TOPIC, file_size)
-                try:
-                    _line(p, "READY")
-                    ratio, off, on = pairs(True)
-                    figures.update({"waiting_ratio": ratio, "puts_per_s_hook_off_consumer_alive": off,
-                                    "puts_per_s_consumer_waiting": on, "wake_ups": wake.seq})
-                finally:
-                    p.kill()
-                    p.wait()
+                pairs(False, "no_waiter")
+                # a consumer of the topic put to, then one of a topic nobody puts to: each put that finds the
+                # latter registered wakes it, it finds nothing and waits again (the wake-ups without reading)
+                for name, topic in (("waiting", TOPIC), ("idle_waiting", TOPIC + "Idle")):
+                    p = _child(_FOREVER, root, topic, file_size)
+                    try:
+                        _line(p, "READY")
+                        pairs(True, name)
+                    finally:
+                        p.kill()
+                        p.wait()
 
             benchmark.pedantic(run, rounds=1, iterations=1)
         finally:
             store.shutdown()
-    figures["cost_no_waiter_pct"] = 100 * (1 - figures["no_waiter_ratio"])
-    figures["cost_consumer_waiting_pct"] = 100 * (1 - figures["waiting_ratio"])
+    for name in ("no_waiter", "waiting", "idle_waiting"):
+        figures["cost_%s_pct" % name] = 100 * (1 - figures[name + "_ratio"])
+        figures["cpu_cost_%s_pct" % name] = 100 * (1 - figures[name + "_cpu_ratio"])
     benchmark.extra_info.update(figures)
     print("\nwriter cost: %s" % figures)

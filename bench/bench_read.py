@@ -1,6 +1,6 @@
 """Reads: ``look_message_by_offset`` (random and sequential), ``tools.iter_commitlog``, and the consume-queue
-and index reads of docs/api.md (``get_message``, ``get_offset_in_queue_by_time``, ``query_message``), against the
-same run's ``mmap`` + ``struct`` reader.
+and index reads of docs/api.md (``get_message``, ``get_columns``, ``get_offset_in_queue_by_time``, ``query_message``),
+against the same run's ``mmap`` + ``struct`` reader (and, for ``get_columns``, a memcpy of the records it reads).
 
 One module-level store holds ``N`` messages of 128 B, each with a key ``k%07d`` (so ``query_message`` has
 something to find), put before any timing. A benchmark whose API is not on this branch yet is skipped with
@@ -268,6 +268,63 @@ def test_get_message_crc_check_paired(benchmark, data, record):
     kw, ref = benchlib.paired(benchmark, unchecked, 7)
     assert benchmark.pedantic(checked, **kw) == N
     benchlib.record_paired(benchmark, record, "get_message_crc_check_paired", N, ref, N)
+
+
+PAGE = 32_768                   # messages a get_columns page asks for
+
+
+def test_get_columns_sequential_paired(benchmark, data, record):
+    """One operation: the whole queue through ``get_columns`` in pages of 32 k messages (every column decoded,
+    ``check_crc_on_read`` on as by default). Paired with a floor run in each round's setup: the same pages'
+    record bytes copied out of the commit log into fresh numpy arrays (one memcpy of what the decoder reads,
+    allocation included); ``paired_ratio`` is the median of (get_columns rate / floor rate).
+
+    Checked: the count and the offset reached every round; then one more (untimed) run's body column, whose
+    order-sensitive CRC must equal that of the bodies put."""
+    _needs("get_columns")
+    pytest.importorskip("pyarrow")
+    np = pytest.importorskip("numpy")
+    import mmap
+
+    from pystore import GetMessageStatus
+
+    store = data.store
+    get = store.get_columns
+    found = GetMessageStatus.FOUND
+
+    def read(keep: list[bytes] | None = None) -> tuple[int, int]:
+        count = off = 0
+        while off < N:
+            status, off, rb = get(GROUP, TOPIC, 0, off, PAGE)
+            if status != found:
+                raise AssertionError("get_columns at %d: %r" % (off, status))
+            count += rb.num_rows
+            if keep is not None:
+                keep += rb.column("body").to_pylist()
+        return count, off
+
+    path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    records = np.frombuffer(mm, dtype=np.uint8)
+    bounds = [data.offsets[i] for i in range(0, N, PAGE)] + [data.offsets[-1] + data.rec]
+
+    def floor() -> int:
+        n = 0
+        for a, b in zip(bounds, bounds[1:]):
+            n += len(np.array(records[a:b]))
+        return n
+
+    benchmark.group = "sequential read"
+    kw, ref = benchlib.paired(benchmark, floor, 7)
+    count, end = benchmark.pedantic(read, **kw)
+    assert count == N and end == N
+    got: list[bytes] = []
+    assert read(got) == (N, N)
+    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    benchlib.record_paired(benchmark, record, "get_columns_sequential (vs memcpy of its records)", N, ref, N)
+    records = None          # the view goes before its mapping
+    mm.close()
 
 
 def test_get_message_sequential_retained(benchmark, data, record):

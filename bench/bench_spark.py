@@ -294,6 +294,99 @@ def test_spark_read_pure_python_source(benchmark, record, spark, data):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# pystore vs Parquet paired: the two reads alternate round by round, for several query shapes (a loaded
+# machine slows both alike within a pair; the ratio is the median of the pairs' ratios)
+# ---------------------------------------------------------------------------------------------------------
+
+PAIRED_ROUNDS = int(os.environ.get("PYSTORE_BENCH_SPARK_PAIRED_ROUNDS", 5))
+
+
+def _shapes() -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    return {
+        # every column of every row (the hash query above)
+        "all columns": lambda df: _query(df)[0],
+        "count()": lambda df: df.count(),
+        "noop write": lambda df: df.write.format("noop").mode("overwrite").save() or -1,
+        "sum(length(body))": lambda df: int(df.agg(F.sum(F.length("body"))).first()[0]),
+    }
+
+
+def test_spark_read_pystore_vs_parquet_paired(benchmark, record, spark, data):
+    """Each shape on both sources, alternating; rows/s per source and the median of the per-pair ratios."""
+    import statistics
+    import time
+
+    sources = {
+        "pystore": lambda: spark.read.format("pystore").load(data["root"]),
+        "parquet": lambda: spark.read.parquet(data["parquet"]),
+    }
+    want = {"all columns": N, "count()": N, "noop write": -1, "sum(length(body))": N * SIZE}
+
+    def run_all() -> dict[str, dict[str, list[float]]]:
+        times: dict[str, dict[str, list[float]]] = {}
+        for shape, q in _shapes().items():
+            for name in sources:                       # warm-up round of each
+                q(sources[name]())
+            for _ in range(PAIRED_ROUNDS):
+                for name in sources:
+                    t = time.perf_counter()
+                    got = q(sources[name]())
+                    times.setdefault(shape, {}).setdefault(name, []).append(time.perf_counter() - t)
+                    assert got == want[shape], "%s on %s gave %r" % (shape, name, got)
+        return times
+
+    times = benchmark.pedantic(run_all, rounds=1, iterations=1)
+    for shape, by in times.items():
+        ratios = sorted(p / o for o, p in zip(by["pystore"], by["parquet"], strict=True))
+        med = {n: statistics.median(ts) for n, ts in by.items()}
+        record(
+            "paired %s: pystore %.2f M rows/s, parquet %.2f M rows/s" % (
+                shape, N / med["pystore"] / 1e6, N / med["parquet"] / 1e6),
+            msgs_per_op=0,
+            paired_ratio=statistics.median(ratios),
+            paired_ratios=ratios,
+        )
+        print("paired %-18s pystore %.3f s  parquet %.3f s  ratio (parquet time / pystore time) median %.2f, "
+              "pairs %s" % (shape, med["pystore"], med["parquet"], statistics.median(ratios),
+                            " ".join("%.2f" % r for r in ratios)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a streaming query draining the store: readStream (Trigger.AvailableNow) into the noop sink
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _drain(spark: Any, root: str, checkpoint: str, **options: Any) -> float:
+    import time
+
+    reader = spark.readStream.format("pystore").option("topics", benchlib.TOPIC)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    t = time.perf_counter()
+    q = (reader.load(root).writeStream.format("noop").option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(600)
+    took = time.perf_counter() - t
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    rows = sum(p["numInputRows"] for p in q.recentProgress)
+    assert rows == N, "the stream read %d rows, %d were put" % (rows, N)
+    return took
+
+
+def test_spark_stream_drain(benchmark, record, spark, data, tmp_path):
+    """A query started on the store drains its N messages (4 queues) and stops: rows/s from the start of
+    the query to its end (planning and Spark's per-batch commit included)."""
+    rounds = iter(range(100))
+    took = benchmark.pedantic(lambda: _drain(spark, data["root"], str(tmp_path / ("c%d" % next(rounds)))),
+                              rounds=ROUNDS, iterations=1)
+    m = record("spark_stream_drain_1m_128", msgs_per_op=N, payload_per_op=N * SIZE)
+    print("stream drain: %.2f M rows/s (last round %.2f s)" % ((m.get("msgs_per_s") or 0) / 1e6, took))
+
+
+# ---------------------------------------------------------------------------------------------------------
 # a small store: one commit-log file, split for every core (minPartitions default) or not (minPartitions=1)
 # ---------------------------------------------------------------------------------------------------------
 

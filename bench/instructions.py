@@ -14,6 +14,7 @@ put_batch           ``CommitLogCore._put_batch``                    200 batches 
 get                 the compiled ``get_message``                    2,000 gets of one message
 look                the compiled ``look_message_by_offset``         2,000 look-ups by commit-log offset
 arrow_decode        ``_arrow.scan_file`` (the Spark decoder)        one scan of 2,000 records, per record
+get_columns         ``_read.read_queue`` (its scan and decoder)     one page of 2,000 x 128 B, per message
 put_columns         ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
                                                                     (a numpy pair), per message
 ==================  ==============================================  =========================================
@@ -92,6 +93,12 @@ b = BatchBuilder(arrow_schema(), True, None, -1, None, None, 1 << 20)
 pos, done = scan_file(b, mf, 0, -1)
 assert b.build().num_rows == %d
 """ % (N, N)),
+    # get_message's scan feeding the Arrow decoder (check_crc_on_read on, as by default)
+    "get_columns": ("*pw_7pystore_5_read_*read_queue", N, """
+store.put_messages(MessageBatch.from_bodies("T", [body] * %d))
+status, nxt, rb = store.get_columns("g", "T", 0, 0, %d)
+assert rb.num_rows == %d
+""" % (N, N, N)),
     "put_columns": ("*_bulk_put__put*", 20 * 1000, """
 import numpy as np
 values = np.frombuffer(b"y" * (1000 * 128), dtype=np.uint8)

@@ -9,6 +9,7 @@ from typing import Any, Final, final
 
 from pystore._codec import REASONS as REASONS
 from pystore._mapped_file import MappedFile
+from pystore._sink import RecordSink
 
 # pyarrow ships no type information: its schema and record batch are Any here
 _Schema = Any
@@ -18,7 +19,7 @@ _RecordBatch = Any
 COLUMNS: Final[tuple[str, ...]]
 
 @final
-class BatchBuilder:
+class BatchBuilder(RecordSink):
     @property
     def verify_crc(self) -> bool: ...
     @property
@@ -40,7 +41,8 @@ class BatchBuilder:
         max_rows: int = 32768,
         max_bytes: int = 67108864,
     ) -> None: ...
-    def build(self) -> _RecordBatch | None: ...
+    def reserve(self, rows: int, body_bytes: int, topic_bytes: int = 0) -> None: ...
+    def build(self, again: bool = True) -> _RecordBatch | None: ...
 
 def scan_file(b: BatchBuilder, mf: MappedFile, pos: int, end: int = -1) -> tuple[int, bool]: ...
 

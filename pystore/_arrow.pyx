@@ -16,14 +16,15 @@ property split on spaces (empty tokens dropped); ``tags`` is null without a ``TA
 message id (docs/format.md §1.8); timestamps are microseconds since the epoch, UTC.
 
 The driver's planning helpers (where to split a file, a queue's bounds) are ``_arrow_plan``; the text
-formatting of fields (UTF-8 repair, hosts, ids, numbers, properties items) is ``_textfmt.pxd``.
+formatting of fields (UTF-8 repair, hosts, numbers, properties items) is ``_textfmt.pxd``; the offset message id
+is written here from a table of hex digit pairs (docs/format.md §1.8).
 
 Everything reads read-only mappings and holds no lock: safe on a live store (a record's size is published
 last, so a non-zero size means a whole record).
 """
 
 cimport cython
-from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -31,7 +32,8 @@ from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
 from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
                              check_record)
 from pystore._mapped_file cimport MappedFile
-from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, fmt_id, ms_to_us, parse_props, utf8_fix
+from pystore._sink cimport RecordSink
+from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
 
@@ -66,6 +68,37 @@ cdef struct HostCache:
     int32_t raw_len
     char text[64]
     int text_len
+    unsigned char hex[40]               # the raw bytes in upper-case hex: an offset message id's head
+
+
+# two upper-case hex digits of each byte value: a message id is written two digits at a time
+cdef unsigned char HEX_PAIRS[512]
+
+
+cdef void _fill_hex_pairs():
+    cdef const char *digits = b"0123456789ABCDEF"
+    cdef int i
+    for i in range(256):
+        HEX_PAIRS[2 * i] = digits[i >> 4]
+        HEX_PAIRS[2 * i + 1] = digits[i & 0xF]
+
+
+_fill_hex_pairs()
+
+
+cdef inline void hex_bytes(unsigned char *out, const unsigned char *p, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        memcpy(out + 2 * i, &HEX_PAIRS[2 * p[i]], 2)
+
+
+cdef inline void hex_i64(unsigned char *out, int64_t x) noexcept nogil:
+    """The 16 hex digits of ``x`` as its big-endian bytes (an offset message id's tail)."""
+    cdef uint64_t u = <uint64_t>x
+    cdef int i
+    for i in range(7, -1, -1):
+        memcpy(out + 2 * i, &HEX_PAIRS[2 * (u & 0xFF)], 2)
+        u >>= 8
 
 
 # column buffers
@@ -80,15 +113,18 @@ cdef enum:
 # ----------------------------------------------------------------------------------------------------
 
 @cython.final
-cdef class BatchBuilder:
+cdef class BatchBuilder(RecordSink):
     """Decodes accepted records (pointers into mapped files the caller keeps open) into column buffers
-    and hands them to Arrow as RecordBatches.
+    and hands them to Arrow as RecordBatches. As a ``RecordSink`` it takes the records ``get_message``'s
+    scan serves (``get_columns``): the same decoder for Spark and the column API.
 
     ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
     max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the
     data source's, with Spark's field types); the filters keep records of one of ``topics`` (a list of
     str), of ``queue_id`` (>= 0), stored in ``[start_ms, end_ms)``. A batch is full at ``max_rows`` rows
-    or ``max_bytes`` bytes of variable-length data.
+    or ``max_bytes`` bytes of variable-length data (what ``scan_file`` and ``QueueReader.scan`` stop at; a
+    sink fed past ``max_rows`` grows). Timestamps are microseconds, or milliseconds when the schema's
+    timestamp type is (the export's schema).
     """
     cdef object schema
     cdef list types
@@ -100,6 +136,9 @@ cdef class BatchBuilder:
     cdef const unsigned char **topic_ptr
     cdef int32_t *topic_len
     cdef readonly int64_t max_rows, max_bytes
+    cdef int64_t cap_rows                # the rows the fixed-width buffers have room for
+    cdef int64_t last_n[N_BUFS]          # each buffer's size in the last batch built
+    cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
     cdef Buf bufs[N_BUFS]
     cdef list pybufs                    # the pyarrow ResizableBuffer behind each Buf
     cdef readonly int64_t rows
@@ -113,6 +152,7 @@ cdef class BatchBuilder:
         self.topic_ptr = NULL
         self.topic_len = NULL
         memset(self.bufs, 0, sizeof(self.bufs))
+        memset(self.last_n, 0, sizeof(self.last_n))
         memset(&self.born_cache, 0, sizeof(HostCache))
         memset(&self.store_cache, 0, sizeof(HostCache))
 
@@ -123,6 +163,7 @@ cdef class BatchBuilder:
             raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
         self.schema = schema
         self.types = [f.type for f in schema]
+        self.ts_ms = self.types[11].unit == "ms"
         self.verify_crc = verify_crc
         self.queue_id = queue_id
         self.start_ms = INT64_MIN if start_ms is None else start_ms
@@ -162,6 +203,38 @@ cdef class BatchBuilder:
         b.cap = cap
         return 0
 
+    cdef int _spend(self) except -1:
+        """No buffers: the last batch owns them; an ``add`` now raises (through ``_more_rows``)."""
+        cdef int i
+        self.rows = 0
+        self.cap_rows = -1
+        for i in range(N_BUFS):
+            self.pybufs[i] = None
+            self.bufs[i].p = NULL
+            self.bufs[i].n = 0
+            self.bufs[i].cap = 0
+        return 0
+
+    cdef int _more_rows(self) except -1:
+        """Room for twice the rows in the fixed-width, offset and validity buffers (a sink fed past
+        ``max_rows``)."""
+        if self.cap_rows < 0:
+            raise ValueError("this BatchBuilder built its last batch (build(again=False))")
+        cdef int64_t r = 2 * self.cap_rows
+        cdef int64_t had = (self.cap_rows + 7) // 8
+        cdef int i
+        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
+            self.res(i, 4 * r - self.bufs[i].n)
+        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
+            self.res(i, 8 * r - self.bufs[i].n)
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
+            self.res(i, 4 * (r + 1) - self.bufs[i].n)
+        self.res(B_TAGS_V, (r + 7) // 8 - had)
+        memset(self.bufs[B_TAGS_V].p + had, 0, (r + 7) // 8 - had)
+        self.bufs[B_TAGS_V].n = (r + 7) // 8
+        self.cap_rows = r
+        return 0
+
     cdef inline int res(self, int i, int64_t extra) except -1:
         if self.bufs[i].n + extra > self.bufs[i].cap:
             self._grow(i, self.bufs[i].n + extra)
@@ -175,18 +248,43 @@ cdef class BatchBuilder:
         b.n += utf8_fix(p, n, b.p + b.n)
         return 0
 
-    cdef int put_host(self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
+    cdef inline int put_host(self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
         """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
         cdef Buf *b = &self.bufs[i]
-        if hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
-            c.text_len = fmt_host(h, hlen, c.text)
-            memcpy(c.raw, h, hlen)
-            c.raw_len = hlen
-        if b.n + c.text_len > b.cap:
-            self._grow(i, b.n + c.text_len)
-        memcpy(b.p + b.n, c.text, c.text_len)
+        cdef uint64_t x, y
+        if hlen == 8 and c.raw_len == 8:
+            memcpy(&x, h, 8)
+            memcpy(&y, c.raw, 8)
+            if x != y:
+                self._new_host(c, h, hlen)
+        elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
+            self._new_host(c, h, hlen)
+        # a fixed-size copy (two vector moves, no call) of the text and what follows it in the cache
+        if b.n + 64 > b.cap:
+            self._grow(i, b.n + 64)
+        memcpy(b.p + b.n, c.text, 64)
         b.n += c.text_len
         return 0
+
+    cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1:
+        c.text_len = fmt_host(h, hlen, c.text)
+        hex_bytes(c.hex, h, hlen)
+        memcpy(c.raw, h, hlen)
+        c.raw_len = hlen
+        return 0
+
+    def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
+        """Room for ``rows`` more rows with ``body_bytes`` of bodies and ``topic_bytes`` of topics (a page
+        whose size is known up front grows no buffer, so nothing is copied on the way)."""
+        cdef int64_t want = self.rows + max(rows, 0)
+        while self.cap_rows < want:
+            self._more_rows()
+        self.res(B_BODY, max(body_bytes, 0))
+        self.res(B_TOPIC, max(topic_bytes, 0))
+        # an offset message id is 32 digits (56 for an IPv6 store host); a host's text at most 64 bytes
+        self.res(B_ID, 32 * max(rows, 0))
+        self.res(B_BH, 24 * max(rows, 0) + 64)
+        self.res(B_SH, 24 * max(rows, 0) + 64)
 
     def __dealloc__(self):
         free(self.items)
@@ -198,14 +296,16 @@ cdef class BatchBuilder:
         cdef int64_t r = self.max_rows
         cdef int i
         self.rows = 0
+        self.cap_rows = r
         self.tags_nulls = self.n_keys = self.n_items = 0
         for i in range(N_BUFS):
             self.pybufs[i] = None
             self.bufs[i].p = NULL
             self.bufs[i].n = 0
             self.bufs[i].cap = 0
+        # variable-length buffers start at the size the last batch reached: batches alike grow none
         for i in (B_TOPIC, B_BODY, B_TAGS, B_KEYS, B_PK, B_PV, B_BH, B_SH, B_ID):
-            self._grow(i, 64)
+            self._grow(i, max(64, self.last_n[i] + self.last_n[i] // 8))
         for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
             self._grow(i, 4 * r)
         for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
@@ -250,15 +350,17 @@ cdef class BatchBuilder:
         cdef const unsigned char *props = p + v.props_pos
         cdef int32_t *items = self.items
         cdef int32_t cnt, i, t, s, e
-        # fixed-width columns (room for max_rows reserved in _start)
+        # fixed-width columns (room for cap_rows reserved)
+        if r >= self.cap_rows:
+            self._more_rows()
         (<int32_t *>b[B_QID].p)[r] = v.queue_id
         (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
         (<int64_t *>b[B_CLO].p)[r] = v.phy_offset
         (<int32_t *>b[B_SIZE].p)[r] = v.total_size
         (<int32_t *>b[B_FLAG].p)[r] = v.flag
         (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
-        (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
-        (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
+        (<int64_t *>b[B_BORN].p)[r] = v.born_ts if self.ts_ms else ms_to_us(v.born_ts)
+        (<int64_t *>b[B_STORE].p)[r] = v.store_ts if self.ts_ms else ms_to_us(v.store_ts)
         (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
         (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
         (<int32_t *>b[B_CRC].p)[r] = v.body_crc
@@ -310,15 +412,21 @@ cdef class BatchBuilder:
         self.put_host(&self.store_cache, B_SH, p + v.store_host_pos, v.store_host_len)
         (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
         (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
-        self.res(B_ID, 2 * (v.store_host_len + 8))
-        fmt_id(b[B_ID].p + b[B_ID].n, p + v.store_host_pos, v.store_host_len, v.phy_offset)
+        self.res(B_ID, 56)
+        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset
+        if v.store_host_len == 8:
+            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 16)
+        else:
+            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 2 * v.store_host_len)
+        hex_i64(b[B_ID].p + b[B_ID].n + 2 * v.store_host_len, v.phy_offset)
         b[B_ID].n += 2 * (v.store_host_len + 8)
         (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
         self.rows = r + 1
         return 0
 
-    def build(self):
-        """The RecordBatch of the records added since the last build; None when there are none."""
+    def build(self, bint again=True):
+        """The RecordBatch of the records added since the last build; None when there are none. With
+        ``again=False`` no buffers are made for a next batch: the builder is spent (a caller's last batch)."""
         cdef int64_t n = self.rows
         cdef int i
         cdef Buf *b = self.bufs
@@ -335,8 +443,13 @@ cdef class BatchBuilder:
         items_n = self.n_items
         keys_n = self.n_keys
         bufs = [(<object>self.pybufs[i]).slice(0, b[i].n) for i in range(N_BUFS)]
+        for i in range(N_BUFS):
+            self.last_n[i] = b[i].n
         self.rows_total += n
-        self._start()
+        if again:
+            self._start()
+        else:
+            self._spend()
         fa = pa.Array.from_buffers
         ty = self.types
         kt = ty[7]

@@ -18,8 +18,11 @@ cdef class IndexFileCore:
     cdef readonly int32_t hash_slot_count
     cdef readonly int32_t index_count
     cdef bint warned           # a broken chain was logged (once a file: a lookup may hit it every time)
+    cdef int64_t slots_prefault_at  # the entry count at which the prefault worker is asked for the slot table
 
     cdef void _store_header(self) noexcept
+    cdef void _start(self, int64_t begin_ts, int64_t end_ts, int64_t begin_phy, int64_t end_phy) noexcept
+    cdef void _prefault_slots(self) noexcept
     cdef int _put_hash(self, int32_t h, int64_t phy_offset, int64_t store_timestamp) except -1
     cdef void _broken(self, int64_t pos, str what)
 
@@ -34,6 +37,12 @@ cdef inline int64_t _slot_of(int32_t h, int64_t slots) noexcept nogil:
 
 cdef class IndexFilesBase:
     cdef public list _files     # the index files, oldest first (a new list on every change)
+    cdef public list _full      # files the writer left full, oldest first, until their flush (IndexService)
+    # a file made ahead of need (mapped at _spare_path, which the writer renames to _spare_name when it takes
+    # it, so the folder holds only files in use), or None
+    cdef public IndexFileCore _spare
+    cdef public str _spare_path
+    cdef public str _spare_name
     # the last topic indexed and the Java hash of topic + "#" (_prefix); length -1: none yet
     cdef unsigned char _topic[TOPIC_CACHE]
     cdef Py_ssize_t _topic_len

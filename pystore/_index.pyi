@@ -52,6 +52,13 @@ class IndexFileCore:
 class IndexFilesBase:
     # the index files, oldest first (a new list on every change); the subclass adds _new_file()
     _files: list[IndexFileCore]
+    # files the writer left full, until their flush
+    _full: list[IndexFileCore]
+    # a file made ahead of need, mapped at _spare_path, renamed to _spare_name when the writer takes it
+    _spare: IndexFileCore | None
+    _spare_path: str | None
+    _spare_name: str | None
+    def take_spare(self) -> IndexFileCore | None: ...
 
 def index_keys(
     service: IndexFilesBase, topic: bytes, props: bytes, phy_offset: int, store_ts: int, sys_flag: int

@@ -26,9 +26,10 @@ warning a file) rather than fail, and ``check_chains`` lists every break for ``p
 Also here: ``index_message``, the writer of a message's entries, which dispatch (inline and reput) calls once
 per message with the stored topic and properties bytes; it hashes each key on the bytes (``java_hash_utf8``
 going on over topic, ``#`` and key, each decoded on its own as the stored UTF-8 is, which ``key_hash`` of the
-decoded string equals) and calls Python only to make a file. It is two steps, which the inline dispatch
-calls apart: ``key_scan`` (the hashes, no offset needed; it starts fetching their slots) before the record
-is written, ``index_scanned`` (the entries) after.
+decoded string equals). When a file fills it takes the one made ahead (``take_spare``), and calls Python
+only to make a file when there is none. It is two steps, which the inline dispatch calls apart: ``key_scan``
+(the hashes, no offset needed; it starts fetching their slots) before the record is written,
+``index_scanned`` (the entries) after.
 """
 
 import logging
@@ -36,7 +37,8 @@ import logging
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport INT32_MIN, int32_t, int64_t, uint32_t
+from libc.stdint cimport INT32_MIN, INT64_MAX, int32_t, int64_t, uint32_t
+from libc.stdio cimport rename
 from libc.string cimport memchr, memcmp, memcpy
 
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
@@ -47,6 +49,7 @@ HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 cdef int64_t _HEADER = 40
+cdef int64_t _PAGE = 4096
 # how far ahead of the writer the prefault worker is asked to have the entries' pages (13,107 entries)
 cdef int64_t _PREFAULT_LEAD = 256 * 1024
 #: disk allocated and pre-faulted ahead of an index file's entries (``MappedFile(window=)``): the rest of the
@@ -76,6 +79,12 @@ cdef class IndexFileCore:
         self.mapped_file = mf
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
+        # Keys land all over the slot table, and each page of it faults on the put path the first time one
+        # does (a few microseconds, several puts' worth). Once the file holds as many entries as the table
+        # has pages, random keys (a UNIQ_KEY a message) have touched most of it (1 - 1/e), so from there the
+        # prefault worker takes the rest at once, off the put path: the disk it allocates is about what the
+        # keys would take anyway, and a file of few keys keeps a sparse table
+        self.slots_prefault_at = (hash_slot_num * 4 + _PAGE - 1) // _PAGE
         self.load_header()
 
     def load_header(self):
@@ -97,6 +106,9 @@ cdef class IndexFileCore:
 
     def init_header(self, long long begin_ts, long long end_ts, long long begin_phy, long long end_phy):
         """A new file starts from the previous file's end values (0 for the first)."""
+        self._start(begin_ts, end_ts, begin_phy, end_phy)
+
+    cdef void _start(self, int64_t begin_ts, int64_t end_ts, int64_t begin_phy, int64_t end_phy) noexcept:
         self.begin_timestamp = begin_ts
         self.end_timestamp = end_ts
         self.begin_phy_offset = begin_phy
@@ -115,6 +127,14 @@ cdef class IndexFileCore:
         put_i64(b + 24, self.end_phy_offset)
         put_i32(b + 32, self.hash_slot_count)
         put_i32(b + 36, self.index_count)
+
+    cdef void _prefault_slots(self) noexcept:
+        """Have the prefault worker take the whole hash slot table, or try again 1024 entries later when it
+        could not be asked."""
+        if self.mapped_file.prefault_range(0, _HEADER + self.hash_slot_num * 4):
+            self.slots_prefault_at = INT64_MAX
+        else:
+            self.slots_prefault_at = self.index_count + 1024
 
     def is_write_full(self):
         return self.index_count >= self.index_num
@@ -148,10 +168,10 @@ cdef class IndexFileCore:
         entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
         if entry_pos + _PREFAULT_LEAD > self.mapped_file.warmed:
             # a sparse file written through its mapping: without the prefault worker, the writer takes two
-            # page faults on each new page (under the put lock). Only the entries, which grow in order: the
-            # hash slots, which random keys touch all over, take their pages (and disk blocks) as they are
-            # written, so a file of a few keys holds a few slot pages, not the whole 20 MB table
+            # page faults on each new page (under the put lock)
             self.mapped_file._prefault(entry_pos, _PREFAULT_LEAD)
+        if self.index_count >= self.slots_prefault_at:
+            self._prefault_slots()
         put_i32(b + entry_pos, h)
         put_i64(b + entry_pos + 4, phy_offset)
         put_i32(b + entry_pos + 12, <int32_t>diff)
@@ -319,17 +339,59 @@ cdef class IndexFilesBase:
 
     def __init__(self):
         self._files = []
+        self._full = []
+
+    def take_spare(self):
+        """The writer's switch to the file made ahead (``_spare``) once the newest is full: renamed into the
+        folder, started from the full file's end values, appended to the files, the full one queued for its
+        flush (``_full``). The new newest file, or None (no spare, the newest not full, the rename failed)."""
+        return _take_spare(self)
+
+
+cdef IndexFileCore _take_spare(IndexFilesBase service):
+    """``take_spare``: in C, so that the put path makes no Python call when a file fills (the spare's owner
+    made it in good time, off the put path)."""
+    cdef IndexFileCore f = service._spare, prev
+    cdef list files = service._files
+    cdef bytes src, dst
+    if f is None or PyList_GET_SIZE(files) == 0 or f.mapped_file.base == NULL:
+        return None
+    prev = <IndexFileCore>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
+    if prev.index_count < prev.index_num:
+        return None
+    # the header first: a reader that lists the folder right after the rename must not find a file whose
+    # begin time (0) ends its newest-first walk before the older files
+    f._start(prev.end_timestamp, prev.end_timestamp, prev.end_phy_offset, prev.end_phy_offset)
+    src = service._spare_path.encode("utf-8", "surrogateescape")
+    dst = service._spare_name.encode("utf-8", "surrogateescape")
+    if rename(src, dst) != 0:
+        # left to IndexService._new_file, which makes a file of its own and deletes this one
+        return None
+    service._spare = None
+    f.mapped_file.file_name = service._spare_name
+    service._files = files + [f]
+    service._full.append(prev)
+    return f
+
+
+cdef IndexFileCore _next_file(IndexFilesBase service):
+    """A new newest file once the newest is full: the spare, else one made by Python
+    (``IndexService._new_file``: the first file, or no spare in time; None if none can be made)."""
+    cdef IndexFileCore f = _take_spare(service)
+    if f is not None:
+        return f
+    return <IndexFileCore?>service._new_file()
 
 
 cdef IndexFileCore _writable(IndexFilesBase service):
-    """The newest file if it has room, else a new one (Python: ``IndexService._new_file``; None if none)."""
+    """The newest file if it has room, else a new one (``_next_file``; None if none)."""
     cdef list files = service._files
     cdef IndexFileCore f
     if PyList_GET_SIZE(files) > 0:
         f = <IndexFileCore>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
         if f.index_count < f.index_num:
             return f
-    return <IndexFileCore?>service._new_file()
+    return _next_file(service)
 
 
 cdef IndexFileCore _put(IndexFilesBase service, IndexFileCore f, int32_t h, int64_t phy, int64_t ts):
@@ -338,7 +400,7 @@ cdef IndexFileCore _put(IndexFilesBase service, IndexFileCore f, int32_t h, int6
     for attempt in range(3):
         if f._put_hash(h, phy, ts):
             return f
-        f = <IndexFileCore?>service._new_file()
+        f = _next_file(service)
         if f is None:
             return None
     return f
@@ -454,9 +516,9 @@ cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ss
     properties string of docs/format.md §1.3) into ``service`` (an ``IndexService``): an entry for its
     ``UNIQ_KEY``, then one per key of ``KEYS`` (split on single spaces, empty keys skipped), each under the
     hash of ``topic + "#" + key`` computed on the bytes. Rolled-back transaction messages are not indexed,
-    nor a message below the newest file's end offset (indexed before: a re-dispatch). Python runs only to
-    make a file (none yet, or the last one full: ``IndexService._new_file``, which also starts the full
-    file's flush). ``key_scan`` then ``index_scanned``, which the inline dispatch calls apart."""
+    nor a message below the newest file's end offset (indexed before: a re-dispatch). A full file is
+    followed by the spare made ahead (``take_spare``); Python runs only to make a file when there is none
+    (none yet, or no spare in time: ``IndexService._new_file``). ``key_scan`` then ``index_scanned``, which the inline dispatch calls apart."""
     cdef KeyScan ks
     if key_scan(service, topic, topic_len, props, props_len, sys_flag, &ks):
         index_scanned(service, props, &ks, phy_offset, store_ts)

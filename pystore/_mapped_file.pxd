@@ -45,6 +45,7 @@ cdef class MappedFile:
     cdef int check_mapped(self) except -1
     cdef void settle(self) noexcept
     cdef void _prefault(self, int64_t pos, int64_t lead) noexcept
+    cdef bint prefault_range(self, int64_t start, int64_t end) noexcept
 
     cdef int _reserve(self, int64_t pos, int64_t end) noexcept
 

@@ -673,6 +673,25 @@ cdef class MappedFile:
                              self.pf_cursor)
             self.warmed = end
 
+    cdef bint prefault_range(self, int64_t start, int64_t end) noexcept:
+        """Ask the prefault worker for ``[start, end)`` whatever the window: for a writer that writes all over
+        a range rather than in order (the index's hash slots). No blocks are allocated first (``reserve``
+        follows an in-order writer): the owner of a range written into holes checks the free space itself
+        (the index does when it makes a file). Moves ``warmed`` to ``end`` when the range reaches it. False when nothing was queued (the worker's ring
+        full or busy, or no worker on this kernel): the caller may ask again later."""
+        if self.base == NULL or self.read_only or self.write_base != self.base:
+            return False
+        start = start // PAGE * PAGE
+        end = _page_up(end)
+        if end > self.file_size:
+            end = self.file_size
+        if end <= start or not prefault_request(self.base + start, <size_t>(end - start), self.base,
+                                                self.base + self.file_size, self.pf_cursor):
+            return False
+        if start <= self.warmed < end:
+            self.warmed = end
+        return True
+
     cdef int _reserve(self, int64_t pos, int64_t end) noexcept:
         """``reserve``'s slow path: allocate ``[max(reserved, pos), end)`` with ``posix_fallocate`` (to the
         end of the file without a window). Below ``pos`` the writer has written already, and a writer that

@@ -8,6 +8,7 @@ cdef extern from "_notify.h":
     void ps_unregister(uint64_t *word, uint32_t seen) noexcept nogil
     int ps_wait(uint64_t *word, uint32_t seen, int64_t spin_ns, int64_t timeout_ns) noexcept nogil
     uint32_t ps_seq(uint64_t *word) noexcept nogil
+    int64_t ps_now_ns() noexcept nogil
     int PS_NOTIFY_FUTEX
 
 cimport cython
@@ -15,6 +16,7 @@ cimport cython
 
 @cython.final
 cdef class WakeWord:
+    # the state word and the flags word, for the compiled waits of ``_read`` too
     cdef uint64_t *word
     cdef uint32_t *flag_word
     cdef readonly bint light

@@ -10,6 +10,8 @@ from typing import Any, final
 
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
+from pystore._notify import WakeWord
+from pystore._sink import RecordSink
 from pystore._units import ConsumeQueueCore
 from pystore.status import GetMessageStatus
 
@@ -67,6 +69,7 @@ def read_queue(
     filt: Any,
     keep_offset: bool,
     cl_queue: Any = None,
+    sink: RecordSink | None = None,
 ) -> GetMessageResult: ...
 
 @final
@@ -84,6 +87,7 @@ class QueueReader:
         slave_role: Any,
         cls: type,
         store: Any,
+        live: Any = None,
     ) -> None: ...
     def get_message(
         self,
@@ -96,3 +100,13 @@ class QueueReader:
         timeout_ms: int = 0,
     ) -> GetMessageResult: ...
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None: ...
+    def wait_message(
+        self,
+        wake: WakeWord,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        spin_us: float,
+        timeout_ms: float,
+    ) -> GetMessageResult | None: ...

@@ -9,16 +9,20 @@ The scan checks each record it serves against its unit (``_units.unit_damage``):
 
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport INT64_MIN, int32_t, int64_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t
+from posix.unistd cimport usleep
 
 from pystore._bytes cimport get_i32, get_i64
-from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, SPLIT_BODY, RecordView, check_record,
-                             find_property, make_ext, make_ext_shared)
+from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, SPLIT_BODY, RecordView,
+                             check_record, find_property, make_ext, make_ext_shared, scan_records)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
+from pystore._notify cimport WakeWord, ps_now_ns, ps_register, ps_unregister, ps_wait
+from pystore._sink cimport RecordSink
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
 from pystore._codec import REASONS as _REASONS
@@ -138,6 +142,12 @@ cdef int _raise_past(MappedFile cqf, int64_t pos, int64_t phy, int32_t size, str
         % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size, what))
 
 
+cdef inline list _files_of(object q):
+    """``q.files`` of a ``MappedFileQueue`` without its property's Python frame (the list is replaced whole,
+    never changed in place: the one read is a snapshot as the property's is)."""
+    return <list>q._files
+
+
 cdef int64_t _written_end(list files):
     """The end of what was written into the commit log ``files`` (its last file's write position): units
     pointing beyond it point at nothing."""
@@ -195,13 +205,16 @@ cdef int _emit_run(MappedFile f, int64_t start, int64_t end, RecordView *views, 
 cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files, int64_t cl_file_size,
                int64_t cl_max_offset, int32_t max_msg_nums, ReadLimits lim, object tag_codes, object tag_names,
                object filt, list out, int64_t *consumed, int64_t *total_out, int64_t *last_phy_out,
-               ConsumeQueueCore cq=None, object cl_queue=None) except -1:
+               ConsumeQueueCore cq=None, object cl_queue=None, RecordSink sink=None) except -1:
     """The scan behind ``get_message``; the caller holds ``cqf``. Each commit-log file is held while its
     records are read (a filter's Python code may let a cleaner run meanwhile).
 
     Every record served is checked against its unit (``unit_damage``): size, place, topic, queue id and queue
     offset, and with ``lim.check_crc`` the body CRC. A mismatch is damage, never a message: the page ends
-    before it, or, when it is the page's first unit, ``StoreCorruptedError`` names the file at fault."""
+    before it, or, when it is the page's first unit, ``StoreCorruptedError`` names the file at fault.
+
+    With a ``sink``, each message served goes to ``sink.add`` (a record view into its held file) instead of
+    ``out``: no ``MessageExt`` is made, but for a filter object's commit-log test."""
     cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
     cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit, ahead
     cdef int32_t size, count = 0, r
@@ -215,7 +228,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef bint code_ok, in_disk
     # a page without a filter object builds its messages a run at a time (_emit_run); a TagFilter's tag names
     # are tested on the record itself
-    cdef bint shared = filt is None
+    cdef bint shared = filt is None and sink is None
     # one spare view past the last: a record is checked straight into the slot after the run, and moved to the
     # first slot when it starts the next run
     cdef RecordView run_views[RUN_RECORDS + 1]
@@ -348,11 +361,14 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 if nrun > 0:
                     _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
                     nrun = 0
-                msg = make_ext(f.base + rpos, vp)
+                msg = make_ext(f.base + rpos, vp) if filt is not None or sink is None else None
                 if filt is not None and not filt.is_matched_by_commit_log(msg):
                     pos += CQ_STORE_UNIT_SIZE
                     continue
-                out.append(msg)
+                if sink is not None:
+                    sink.add(f.base + rpos, vp)
+                else:
+                    out.append(msg)
             total += size
             count += 1
             last_phy = phy
@@ -419,19 +435,20 @@ cdef inline GetMessageResult _result(object status, int64_t next_offset, int64_t
 
 def read_queue(ConsumeQueueCore cq, long long offset, long long max_msg_nums, list cl_files not None,
                long long cl_file_size, ReadLimits lim not None, object tag_codes, object tag_names, object filt,
-               bint keep_offset, object cl_queue=None):
+               bint keep_offset, object cl_queue=None, RecordSink sink=None):
     """``get_message`` on one consume queue (None: a queue that does not exist): RocketMQ's decision table
     (docs/format.md §11.1; empty queue, offset too small, one past the end, far past it, no unit buffer) then the
     scan, in one call, as a ``GetMessageResult``. ``keep_offset`` is the slave's next-offset rule
     (``nextOffsetCorrection``); ``cl_queue``, the commit log's ``MappedFileQueue`` of a writer, lets a unit
-    pointing past all the log ever written be reported as damage rather than waited for."""
+    pointing past all the log ever written be reported as damage rather than waited for; ``sink`` takes the
+    messages found instead of the result (``get_columns``: its ``messages`` stay empty)."""
     return _read_queue(cq, offset, max_msg_nums, cl_files, cl_file_size, lim, tag_codes, tag_names, filt,
-                       keep_offset, cl_queue)
+                       keep_offset, cl_queue, sink)
 
 
 cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums, list cl_files,
                                   int64_t cl_file_size, ReadLimits lim, object tag_codes, object tag_names,
-                                  object filt, bint keep_offset, object cl_queue=None):
+                                  object filt, bint keep_offset, object cl_queue=None, RecordSink sink=None):
     cdef list files
     cdef int64_t cq_size, units, min_o = 0, max_o = 0, pos, end, cl_max = 0
     cdef Py_ssize_t n, ncl = PyList_GET_SIZE(cl_files)
@@ -442,7 +459,7 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
     cdef int code
     if cq is None:
         return _result(STATUSES[GM_NO_MESSAGE_IN_QUEUE], offset if keep_offset else 0, 0, 0, [], 0, False)
-    files = cq.queue.files
+    files = _files_of(cq.queue)
     cq_size = cq.queue.mapped_file_size
     units = cq_size // CQ_STORE_UNIT_SIZE
     n = PyList_GET_SIZE(files)
@@ -476,12 +493,115 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
     out = []
     try:
         code = _scan(mf, pos, end, cl_files, cl_file_size, cl_max, nums, lim, tag_codes, tag_names, filt, out,
-                     &consumed, &total, &last_phy, cq, cl_queue)
+                     &consumed, &total, &last_phy, cq, cl_queue, sink)
     finally:
         mf.c_release()
     # the scan's next offset is never corrected, on a slave either (RocketMQ: offset + units visited)
     return _result(STATUSES[code], offset + consumed, min_o, max_o, out, total,
                    last_phy >= 0 and cl_max - last_phy > lim.memory_window)
+
+
+# the most commit log a compiled follow scans (it holds the GIL): a reader further behind follows in Python,
+# whose scan lets other threads run
+cdef int64_t FOLLOW_MAX_SCAN = 1 << 20
+
+
+cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
+    """A read-only store's follow of a live writer in the common case, the compiled twin of
+    ``StoreParts._follow_in_place`` (run while no Python follow is under way, with the GIL held throughout:
+    nothing else moves the reader's view meanwhile): the units written since into the
+    queue's last file, then the records written since into the commit log's last file. 1 when that covers
+    every unit seen; 0 when a file must be opened or damage looked at (a file filled or rolled, a unit
+    pointing past the log's last file, the log's blank end, more than ``FOLLOW_MAX_SCAN`` of it to scan):
+    the Python follow does it all then.
+
+    Units first, then records: the writer publishes a unit only after its record (and every record before it)
+    is whole, so a commit log scanned after the units covers each of them; a unit whose record lies past the
+    scanned end is not served (``_scan`` stops at it) and sends the get to the Python follow."""
+    cdef MappedFile mf = cq.last, last
+    cdef Py_ssize_t ncl = PyList_GET_SIZE(cl_files)
+    cdef int64_t start, pos, mx = -1, phy, count = 0, ts = -1, end, target
+    cdef int32_t size, reason = REC_END
+    cdef const unsigned char *p
+    if mf is None or ncl == 0:
+        return 0
+    start = mf.read_position()
+    if start >= mf.file_size or not mf.c_hold():
+        return 0
+    try:
+        if mf.base == NULL:
+            return 0
+        pos = start
+        while pos + CQ_STORE_UNIT_SIZE <= mf.file_size:
+            p = mf.base + pos
+            if not unit_valid(p):
+                break
+            phy = get_i64(p)
+            size = get_i32(p + 8)
+            if size != FILLER:
+                mx = phy + size
+            pos += CQ_STORE_UNIT_SIZE
+    finally:
+        mf.c_release()
+    if pos != start:
+        # the next unit lands in this file while it has room: these are all the new ones
+        mf.wrote = mf.committed = mf.flushed = pos
+        if mx >= 0:
+            cq.max_physic_offset = mx
+    last = <MappedFile>PyList_GET_ITEM(cl_files, ncl - 1)
+    start = last.read_position()
+    if cq.max_physic_offset <= last.file_from_offset + start:
+        return 1
+    target = cq.max_physic_offset - last.file_from_offset
+    if start >= last.file_size or target > last.file_size or target - start > FOLLOW_MAX_SCAN \
+            or not last.c_hold():
+        return 0
+    try:
+        if last.base == NULL:
+            return 0
+        # up to the end of the last unit's record: what this queue's get needs
+        end = scan_records(last.base, start, target, False, &reason, &count, &ts, NULL)
+    finally:
+        last.c_release()
+    if reason == REC_BLANK:
+        return 0
+    last.wrote = last.committed = last.flushed = end
+    return 1 if cq.max_physic_offset <= last.file_from_offset + end else 0
+
+
+cdef inline bint _unit_after(MappedFile mf) noexcept:
+    """Whether a follow of the queue whose last file is ``mf`` may find anything: a unit written past the end
+    seen, or no room left in the file (a new file is the Python follow's). Without either, the follow would
+    find nothing new in this queue, so a get at its end skips it (and the lock): a waiting get's usual
+    look."""
+    cdef int64_t rp = mf.read_position()
+    cdef bint r
+    if rp + CQ_STORE_UNIT_SIZE > mf.file_size or not mf.c_hold():
+        return True
+    r = mf.base == NULL or unit_valid(mf.base + rp)
+    mf.c_release()
+    return r
+
+
+cdef inline bint _final(GetMessageResult r, int64_t offset) noexcept:
+    """Is a plain get's answer final for a waiting get (``arrival.found_something`` without a filter):
+    anything but an empty queue, the offset one past the end, or no progress over units whose records are
+    not seen."""
+    cdef object st = r.status
+    if st is STATUSES[GM_NO_MESSAGE_IN_QUEUE] or st is STATUSES[GM_OFFSET_OVERFLOW_ONE]:
+        return False
+    return st is not STATUSES[SCAN_NO_MATCHED] or r.next_begin_offset != offset
+
+
+# the longest single sleep of a compiled wait: a store shut down meanwhile ends its waits within it
+cdef int64_t WAIT_SLICE_NS = 1000000000
+# After a wake-up that found nothing (a put to another queue of the store: the wake word is the store's), a
+# compiled wait looks at its queue every WAKE_POLL_US for WAKE_POLL_NS without registering: a writer streaming
+# to other queues then pays for this waiter's wake-up (its futex call, the barrier the registration sends it)
+# once per WAKE_POLL_NS instead of once per round trip of the waiter, and a message to this queue meanwhile
+# waits at most a poll interval.
+cdef unsigned int WAKE_POLL_US = 50
+cdef int64_t WAKE_POLL_NS = 1000000
 
 
 @cython.final
@@ -491,7 +611,13 @@ cdef class QueueReader:
     max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an int. Anything else (a
     filter, arguments of other types, an unknown queue, a store not readable or shut down, a slave) goes to
     the store class's own method, so there is one reading of every rule. The store keeps ``open`` in step
-    with its state."""
+    with its state.
+
+    A read-only store's reader (``live``: its ``StoreParts``) follows the writer of another process first when
+    the offset is at or past the queue's end it has seen (``_follow_live``, while no Python follow is under
+    way); whatever that cannot settle (a new file, damage, a Python follow under way, a record not seen yet)
+    is the Python method's get, which follows in full. ``wait_message`` is its
+    long-polling get on the writer's wake word, spinning and getting again without a Python frame between."""
     cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
     cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
     cdef ReadLimits lim
@@ -502,9 +628,12 @@ cdef class QueueReader:
     cdef object cls                      # the store's class: its methods are the slow paths
     cdef object store
     cdef public bint open
+    cdef bint live                       # a read-only store's: follows the writer before reading at the end
+    cdef object parts                    # its StoreParts (live): a Python follow under way sends gets there
+    cdef object commitlog                # the CommitLog (live): its damage fence sends follows to Python
 
-    def __init__(self, dict queues not None, cl_queue, ReadLimits lim not None, flags, long not_readable_bit, config,
-                 slave_role, cls, store):
+    def __init__(self, dict queues not None, cl_queue, ReadLimits lim not None, flags, long not_readable_bit,
+                 config, slave_role, cls, store, live=None):
         self.queues = queues
         self.cl_queue = cl_queue
         self.lim = lim
@@ -515,6 +644,10 @@ cdef class QueueReader:
         self.cls = cls
         self.store = store
         self.open = False
+        self.live = live is not None
+        if live is not None:
+            self.parts = live
+            self.commitlog = live.commitlog
 
     def get_message(self, group, topic, queue_id, offset, max_msg_nums=32, message_filter=None, timeout_ms=0):
         """``MessageStore.get_message(group, topic, queue_id, offset, max_msg_nums=32, message_filter=None,
@@ -534,9 +667,103 @@ cdef class QueueReader:
                 cq = None
         if cq is None:
             return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
+        if self.live:
+            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+            if r is None:
+                return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums)
+            return r
         q = self.cl_queue
         return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
                            None, None, False, q)
+
+    cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
+        """A read-only store's plain get: follow the writer when ``offset`` is at or past the end seen, then
+        the read; None when the Python get must answer (the follow needs it, or units point at records not
+        seen)."""
+        cdef object q = self.cl_queue
+        cdef list files = _files_of(cq.queue)
+        cdef Py_ssize_t n = PyList_GET_SIZE(files)
+        cdef MappedFile last = None
+        cdef int64_t max_o = 0
+        cdef GetMessageResult r
+        if n > 0:
+            last = <MappedFile>PyList_GET_ITEM(files, n - 1)
+            max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
+        if offset >= max_o and (last is None or last is not cq.last or _unit_after(last)):
+            # no lock: the follow runs with the GIL held throughout, and only while no Python follow is under
+            # way (one that started would have released the GIL in a scan or a folder listing)
+            if self.parts.following or self.commitlog.damage_fence >= 0 or not _follow_live(cq, _files_of(q)):
+                return None
+        r = _read_queue(cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None, None,
+                        None, False, None)
+        if r.status is STATUSES[SCAN_NO_MATCHED] and r.next_begin_offset == offset:
+            return None
+        return r
+
+    cdef GetMessageResult _get_any(self, str topic, int queue_id, int64_t offset, int64_t max_msg_nums):
+        """A plain get of a live reader: compiled when it can be, else the Python method's."""
+        cdef object cq = None
+        cdef GetMessageResult r = None
+        if (self.open and not (self.flags._flag & self.not_readable_bit)
+                and self.config.broker_role is not self.slave_role):
+            cq = self.queues.get((topic, queue_id))
+        if cq is not None:
+            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+        if r is None:
+            r = self.cls.get_message(self.store, "", topic, queue_id, offset, max_msg_nums)
+        return r
+
+    def wait_message(self, WakeWord wake not None, str topic not None, int queue_id, long long offset,
+                     long long max_msg_nums, double spin_us, double timeout_ms):
+        """A read-only store's plain get that waits up to ``timeout_ms`` for a message at ``offset`` of
+        (topic, queue_id) to arrive from the writer of another process (``pystore.arrival``'s wait, compiled):
+        get;
+        while the answer is not final, register on ``wake``, get again, spin up to ``spin_us`` on it without
+        the GIL, then sleep on its futex, and get again as soon as it moves, without a Python frame between.
+        After a wake-up that found nothing it looks every ``WAKE_POLL_US`` for a while without registering.
+        The last answer; None when this process cannot wait on the word (the writer needs a barrier it cannot
+        issue, or no futex here: the caller polls) before anything was waited for."""
+        cdef int64_t start, now, deadline, spin_ns = <int64_t>(spin_us * 1000.0) if spin_us > 0 else 0
+        cdef int64_t seen, left, poll_until = 0
+        cdef int w = 0
+        cdef GetMessageResult r
+        if not self.live:
+            raise TypeError("wait_message is a read-only store's")
+        start = ps_now_ns()
+        deadline = start + (<int64_t>(timeout_ms * 1000000.0) if timeout_ms > 0 else 0)
+        r = self._get_any(topic, queue_id, offset, max_msg_nums)
+        while not _final(r, offset):
+            now = ps_now_ns()
+            left = deadline - now
+            if left <= 0:
+                break
+            if now < poll_until:
+                with nogil:
+                    usleep(WAKE_POLL_US if left > WAKE_POLL_US * 1000 else <unsigned int>(left // 1000 + 1))
+                PyErr_CheckSignals()
+                r = self._get_any(topic, queue_id, offset, max_msg_nums)
+                continue
+            seen = ps_register(wake.word, wake.flag_word)
+            if seen < 0:
+                return None
+            try:
+                r = self._get_any(topic, queue_id, offset, max_msg_nums)
+                if _final(r, offset):
+                    break
+                if left > WAIT_SLICE_NS:
+                    left = WAIT_SLICE_NS
+                with nogil:
+                    w = ps_wait(wake.word, <uint32_t>seen, spin_ns, left)
+                if w == -2:
+                    return None
+                if w == -1:
+                    PyErr_CheckSignals()
+            finally:
+                ps_unregister(wake.word, <uint32_t>seen)
+            r = self._get_any(topic, queue_id, offset, max_msg_nums)
+            if w == 1 and not _final(r, offset):
+                poll_until = ps_now_ns() + WAKE_POLL_NS
+        return r
 
     def look_message_by_offset(self, commit_log_offset):
         """``MessageStore.look_message_by_offset(commit_log_offset)``: the message stored at that commit-log

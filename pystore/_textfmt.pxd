@@ -1,9 +1,9 @@
 # cython: language_level=3
 # Text of record fields written straight into Arrow buffers, in C without the GIL: UTF-8 with invalid
 # sequences replaced by U+FFFD (maximal subparts, as Java and Python replace them), decimal and hex numbers,
-# hosts as ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``), the offset message id
-# (docs/format.md §1.8), the items of a properties string (split by
-# ``_props.next_prop``, as ``MessageExt.properties`` splits it), milliseconds as microseconds.
+# hosts as ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``), the items of a
+# properties string (split by ``_props.next_prop``, as ``MessageExt.properties`` splits it), milliseconds as
+# microseconds.
 # Inline: each is called per record (or per field) by the Arrow decoder's loop.
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint16_t, uint64_t
 from libc.string cimport memcmp, memcpy
@@ -150,21 +150,6 @@ cdef inline int fmt_host(const unsigned char *h, int32_t hlen, char *out) noexce
     o += 2
     o += fmt_int(out + o, get_i32(h + 16))
     return o
-
-
-cdef inline void fmt_id(unsigned char *out, const unsigned char *host, int32_t hlen, int64_t phy) noexcept nogil:
-    """Offset message id: upper-case hex of the store host bytes then the commit-log offset."""
-    cdef const char *digits = b"0123456789ABCDEF"
-    cdef int i
-    cdef uint64_t u = <uint64_t>phy
-    for i in range(hlen):
-        out[2 * i] = digits[host[i] >> 4]
-        out[2 * i + 1] = digits[host[i] & 0xF]
-    out += 2 * hlen
-    for i in range(8):
-        out[2 * (7 - i)] = digits[(u >> 4) & 0xF]
-        out[2 * (7 - i) + 1] = digits[u & 0xF]
-        u >>= 8
 
 
 cdef inline int32_t parse_props(const unsigned char *p, int32_t n, int32_t *items) noexcept nogil:

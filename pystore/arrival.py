@@ -21,7 +21,9 @@ registration, bumps the word and wakes it; then gets again. Every sleep is bound
 second, so that a store shut down meanwhile ends its waits), which is what keeps a reader whose writer died or
 restarted working. A read-only store writes nothing but its registrations in that word; it creates no file:
 without a wake file (no writer since, or one that predates it; a store it cannot open for writing) its waiters
-re-read the queue every ``READER_POLL_MS`` and look for the file again once a second.
+re-read the queue every ``READER_POLL_MS`` and look for the file again once a second. ``wait_queue`` is that wait
+for one queue without a filter, compiled (``_read.QueueReader.wait_message``): the spin, the sleep and the get
+after a wake-up run without a Python frame between them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any, TypeVar
 
 from pystore._notify import WakeWord
 from pystore._props import string_to_properties
+from pystore._read import QueueReader
 from pystore.durable import fsync_dir
 from pystore.results import GetMessageResult
 from pystore.status import GetMessageStatus
@@ -118,12 +121,15 @@ def open_wake_file(root: str, create: bool) -> WakeWord | None:
 class Arrivals:
     """The listeners and waiters of one store. ``dispatcher``: the store's ``QueueDispatcher`` (None on a
     read-only store, which dispatches nothing); ``listeners_on``: False on a slave; ``root``: the store root of
-    a read-only store, whose wake file its waiters sleep on (None: they poll)."""
+    a read-only store, whose wake file its waiters sleep on (None: they poll); ``reader``: a read-only store's
+    compiled reader, whose ``wait_message`` is ``wait_queue``'s."""
 
-    def __init__(self, dispatcher: Any, listeners_on: bool = True, root: str | None = None) -> None:
+    def __init__(self, dispatcher: Any, listeners_on: bool = True, root: str | None = None,
+                 reader: QueueReader | None = None) -> None:
         self._dispatcher = dispatcher
         self._listeners_on = listeners_on
         self._root = root
+        self._reader = reader
         self._wake: WakeWord | None = None
         self._wake_looked = float("-inf")
         self._barrier_warned = False
@@ -222,6 +228,20 @@ class Arrivals:
                 else:
                     del self._waited[topic]
                 self._update_hook()
+
+    def wait_queue(self, topic: str, queue_id: int, offset: int, max_msg_nums: int, timeout_ms: int,
+                   spin_us: float = 0) -> GetMessageResult | None:
+        """A read-only store's plain get of one queue that waits up to ``timeout_ms`` for a message, compiled
+        (``QueueReader.wait_message``: the spin on the wake word and the get after it run without a Python
+        frame); None when it cannot run here (no wake file, no compiled reader, a barrier this process cannot
+        issue): the caller waits through ``wait_for``."""
+        reader = self._reader
+        if reader is None or self._dispatcher is not None:
+            return None
+        wake = self._wake_word()
+        if wake is None:
+            return None
+        return reader.wait_message(wake, topic, queue_id, offset, max_msg_nums, spin_us, timeout_ms)
 
     def _wake_word(self) -> WakeWord | None:
         """The wake file's word of a read-only store (looked for at most once a second while there is none)."""

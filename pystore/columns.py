@@ -4,8 +4,9 @@
   of the same messages put by hand, one by one or as ``MessageBatch``es: bodies that share everything else by
   one compiled call (``_bulk_put``), others as ``Message``s through the store's own put path; the result
   gathers the stored messages' offsets and times into numpy arrays.
-* ``get_columns`` is ``get_message`` with its in-memory transfer caps lifted, its messages as one Arrow
-  record batch with the export's columns (``pystore.export.record_batch``).
+* ``get_columns`` is ``get_message`` with its in-memory transfer caps lifted, its messages decoded straight
+  from the mapped records into one Arrow record batch with the export's columns (``get_message``'s scan hands
+  each record to the Spark source's decoder, ``_arrow.BatchBuilder``: no ``MessageExt`` per message).
 * ``queue_units`` is a zero-copy numpy view of a consume-queue file's 20-byte units.
 
 numpy and pyarrow are the ``columns`` extra (``pip install pystore-mq[columns]``): this module imports without
@@ -344,22 +345,70 @@ def _put_messages(store: MessageStore, msgs: list[Message], batch: bool) -> PutC
 
 # -- get_columns ------------------------------------------------------------------------------------------
 
+#: A page of ``get_columns`` stops before this many record bytes (as a transfer cap would): the Arrow columns'
+#: 32-bit offsets then hold any column, UTF-8 repair's growth of invalid text (at most 3x) included.
+PAGE_BYTES = 1 << 29
+
+#: The rows a page's fixed-width columns get room for at first (they grow past it).
+_FIRST_ROWS = 1 << 15
+
+#: Above this many rows asked for, a page's buffers are sized from its units first (``_reserve``).
+_HINT_ROWS = 256
+
+#: No record is larger (a unit's size above it is a filler's).
+_MAX_RECORD = 1 << 30
+
+_schema: Any = None
+
 
 def lifted(limits: ReadLimits) -> ReadLimits:
-    """``limits`` without the in-memory transfer caps (``max_transfer_*_on_message_in_memory``)."""
-    return ReadLimits(2**62, 2**31 - 1, limits.bytes_in_disk, limits.count_in_disk, limits.memory_window,
-                      limits.check_crc)
+    """``limits`` without the in-memory transfer caps (``max_transfer_*_on_message_in_memory``), but for
+    ``PAGE_BYTES``."""
+    return ReadLimits(PAGE_BYTES, 2**31 - 1, min(limits.bytes_in_disk, PAGE_BYTES), limits.count_in_disk,
+                      limits.memory_window, limits.check_crc)
+
+
+def columns_schema() -> Any:
+    """The Arrow schema of a ``get_columns`` page: the export's (``pystore.export.arrow_schema``)."""
+    global _schema
+    if _schema is None:
+        from pystore.export import arrow_schema
+
+        _schema = arrow_schema()
+    return _schema
+
+
+def _reserve(reads: StoreReads, builder: Any, topic: str, queue_id: int, offset: int, max_msg_nums: int) -> None:
+    """Room in ``builder`` for the page the units from ``offset`` point at (their record sizes bound the
+    bodies): its buffers then never grow, and nothing is copied twice."""
+    try:
+        units = queue_units(reads, topic, queue_id, offset, max_msg_nums)
+    except (TypeError, ValueError):
+        return                      # the read itself says what is wrong
+    sizes = units["size"]
+    real = sizes[sizes <= _MAX_RECORD]          # no fillers
+    body = min(int(real.sum(dtype="int64")), PAGE_BYTES)
+    builder.reserve(len(real), body, len(real) * len(topic.encode("utf-8", "replace")))
 
 
 def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                 message_filter: MessageFilter | TagFilter | str | None = None,
                 timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
-    """``MessageStore.get_columns`` (docs/api.md)."""
-    from pystore.export import record_batch  # pyarrow only when asked for
+    """``MessageStore.get_columns`` (docs/api.md): ``get_message``'s own scan and decision table, with the caps
+    ``lifted``, handing each record it serves to the Arrow decoder (``_arrow.BatchBuilder``) in C."""
+    pa = _pa()
+    from pystore._arrow import BatchBuilder
 
-    _pa()
-    r = reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted)
-    return r.status, r.next_begin_offset, record_batch(r.messages)
+    schema = columns_schema()
+    rows = max_msg_nums if isinstance(max_msg_nums, int) and 0 < max_msg_nums < _FIRST_ROWS else _FIRST_ROWS
+    builder = BatchBuilder(schema, False, max_rows=rows)
+    if isinstance(max_msg_nums, int) and max_msg_nums > _HINT_ROWS and not timeout_ms:
+        _reserve(reads, builder, topic, queue_id, offset, max_msg_nums)
+    r = reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, lifted, builder)
+    batch = builder.build(False)
+    if batch is None:
+        batch = pa.RecordBatch.from_pylist([], schema=schema)
+    return r.status, r.next_begin_offset, batch
 
 
 # -- queue_units ------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ to the last message the loop got, never past it.
 
 A read-only store can read committed offsets but not commit: its consumers need ``auto_commit=False``. Its
 waits sleep on the writer's wake file (``pystore.arrival``); ``spin_us`` makes each of them spin that long on it
-first, for the lowest latency across processes at the cost of a CPU while spinning.
+first, for the lowest latency across processes at the cost of a CPU while spinning. A consumer of one fixed
+queue without a filter waits in compiled code (``Arrivals.wait_queue``), from the spin to the get after it.
 
 Thread-safety: one consumer belongs to one thread; several consumers may share a store.
 """
@@ -24,6 +25,7 @@ Thread-safety: one consumer belongs to one thread; several consumers may share a
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,7 @@ from pystore.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from pystore.arrival import Arrivals
+    from pystore.results import GetMessageResult
     from pystore.store import MessageStore
 
 __all__ = ["Consumer"]
@@ -117,17 +120,44 @@ class Consumer:
         self._next_queue += 1
         for qid in qids[start:] + qids[:start]:
             offset = self._position[qid]
-            r = self.store.get_message(self.group, self.topic, qid, offset, PULL_BATCH, self.message_filter)
-            if r.status in _STAY:
-                continue
-            if r.status is _FOUND:
-                out.extend(r.messages)
-            elif r.next_begin_offset != offset:
-                # filtered out, removed by cleanup, or an offset out of range: the queue says where to go on
-                log.debug("%s@%s/%d: %s at %d, going on at %d", self.topic, self.group, qid, r.status.name,
-                          offset, r.next_begin_offset)
-            self._position[qid] = self._reached[qid] = r.next_begin_offset
+            self._take(qid, offset, self.store.get_message(self.group, self.topic, qid, offset, PULL_BATCH,
+                                                           self.message_filter), out)
         return out
+
+    def _take(self, qid: int, offset: int, r: GetMessageResult, out: list[MessageExt]) -> None:
+        """The answer ``r`` of queue ``qid``'s get at ``offset``: its messages onto ``out``, the position on."""
+        if r.status in _STAY:
+            return
+        if r.status is _FOUND:
+            out.extend(r.messages)
+        elif r.next_begin_offset != offset:
+            # filtered out, removed by cleanup, or an offset out of range: the queue says where to go on
+            log.debug("%s@%s/%d: %s at %d, going on at %d", self.topic, self.group, qid, r.status.name,
+                      offset, r.next_begin_offset)
+        self._position[qid] = self._reached[qid] = r.next_begin_offset
+
+    def _wait(self, timeout_ms: int) -> list[MessageExt]:
+        """What a round finds, waiting up to ``timeout_ms`` for an arrival when it finds nothing. A read-only
+        store's consumer of one fixed queue without a filter waits in C (``Arrivals.wait_queue``: the spin on
+        the wake word and the get after it without a Python frame between); any other waits via ``wait_for``."""
+        fixed = self._fixed
+        if fixed is not None and len(fixed) == 1 and self.message_filter is None and self.store.read_only:
+            qid = fixed[0]
+            deadline = time.monotonic() + timeout_ms / 1000.0
+            out: list[MessageExt] = []
+            while True:
+                offset = self._position[qid]
+                r = self._arrivals.wait_queue(self.topic, qid, offset, PULL_BATCH, timeout_ms, self.spin_us)
+                if r is None:
+                    break
+                self._take(qid, offset, r, out)
+                if out or r.status in _STAY or self._position[qid] == offset:
+                    return out
+                # moved on past units without a message (removed, filtered): wait on from there
+                timeout_ms = int((deadline - time.monotonic()) * 1000.0)
+                if timeout_ms <= 0:
+                    return out
+        return self._arrivals.wait_for(self.topic, timeout_ms, self._fetch_or_discover, bool, self.spin_us)
 
     def _fetch_or_discover(self) -> list[MessageExt]:
         """A round over the known queues; when they had nothing, the topic's new queues are taken up and read."""
@@ -154,8 +184,7 @@ class Consumer:
             msgs = list(self._buffer)
             self._buffer.clear()
         elif timeout_ms:
-            msgs = self._arrivals.wait_for(self.topic, timeout_ms, self._fetch_or_discover, bool,
-                                                      self.spin_us)
+            msgs = self._wait(timeout_ms)
         else:
             msgs = self._fetch_or_discover()
         self._all_handed()
@@ -181,8 +210,7 @@ class Consumer:
             self._all_handed()
             if self.auto_commit:
                 self.commit()
-            self._buffer.extend(self._arrivals.wait_for(self.topic, 1000, self._fetch_or_discover,
-                                                                   bool, self.spin_us))
+            self._buffer.extend(self._wait(1000))
         msg = self._buffer.popleft()
         self._handed[msg.queue_id] = msg.queue_offset + 1
         return msg

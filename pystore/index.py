@@ -4,15 +4,18 @@ Index files live in ``<root>/index/``, named by their creation time in local tim
 each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message
 with keys gets an entry ``topic#key`` per key (space-separated ``KEYS``) and one for its ``UNIQ_KEY``;
 rolled-back transaction messages are not indexed. Entries are written by compiled code
-(``_index.index_message``, which dispatch calls with the stored topic and properties bytes); Python runs only
-to make a file (``_new_file``: the first one, or the next when the last is full). A full file is flushed and
-the checkpoint's index time moves to its end time; after an abnormal exit, files newer than that time are
-dropped and rebuilt by dispatch. ``query_offset`` walks files newest first.
+(``_index.index_message``, which dispatch calls with the stored topic and properties bytes). A store's
+``IndexFileService`` keeps the files ahead of that writer: once the newest file is half full it makes the next
+one (``prepare_next``) as ``index.spare`` beside the folder, which the writer renames into the folder and
+starts, in C, when the newest fills (``_index.take_spare``); and it flushes the files the writer left full
+(``flush_full``), after which the checkpoint's index time moves to their end time. Python runs on the put
+path only to make a file no spare was made for (``_new_file``: the first one, or files filling faster than
+the service looks). After an abnormal exit, files newer than the index time are dropped and rebuilt by
+dispatch, and an unused spare is deleted. ``query_offset`` walks files newest first.
 
-A new file is made on the put path (inline dispatch); its name (and the ``index/`` folder's, the first time)
-is made durable by the next ``flush`` or full-file flush, before the checkpoint's index time can cover it
-(``pystore.durable``: RocketMQ does not fsync directories, pystore does, once per file). Deleted files are
-made durable at once.
+A new file's name (and the ``index/`` folder's, the first time) is made durable by the next ``flush`` or
+full-file flush, before the checkpoint's index time can cover it (``pystore.durable``: RocketMQ does not
+fsync directories, pystore does, once per file). Deleted files are made durable at once.
 
 Thread-safety: one writer (dispatch); ``query_offset`` may run concurrently (it reads whole entries).
 """
@@ -34,10 +37,14 @@ from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
 from pystore.results import QueryMessageResult
+from pystore.service import ServiceThread
 
-__all__ = ["IndexService", "QueryOffsetResult"]
+__all__ = ["IndexService", "IndexFileService", "QueryOffsetResult", "SPARE_NAME"]
 
 log = logging.getLogger(__name__)
+
+#: the file made ahead of need, beside the index folder (``IndexService.prepare_next``)
+SPARE_NAME = "index.spare"
 
 
 def _file_name(ms: int) -> str:
@@ -66,18 +73,29 @@ class IndexService(IndexFilesBase):
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.max_msgs_num_batch = max_msgs_num_batch
         self._files: list[IndexFileCore] = []           # a C field (IndexFilesBase): the compiled writer reads it
+        self._full: list[IndexFileCore] = []            # a C field too: the writer adds a file it left full
         self._lock = threading.RLock()
         #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
         self.pending_dirs = PendingDirs()
         self._cap_warned = False
-        #: the threads flushing files that filled up (one each, as RocketMQ); close() joins them
-        self._full_flushes: list[threading.Thread] = []
+        #: where the next file is made ahead of need (``prepare_next``): beside the folder, not in it, so that a
+        #: reader of the folder (RocketMQ's too) sees only files in use
+        self.spare_path = os.path.join(os.path.dirname(os.path.abspath(path)), SPARE_NAME)
+        self._spare_path = self.spare_path              # a C field: the compiled writer renames the file
+        #: serialises the flushes of full files: the checkpoint's index time moves in file order
+        self._flush_lock = threading.Lock()
+        #: ``IndexFileService.wakeup`` while that service runs: a file filled without a spare (see ``_new_file``)
+        self.wake: Callable[[], None] | None = None
 
     @property
     def files(self) -> list[IndexFileCore]:
         return self._files
 
     def load(self, last_exit_ok: bool) -> bool:
+        if not self.read_only and os.path.exists(self.spare_path):
+            # made ahead of need and not taken before the process ended: it holds nothing
+            log.info("deleting the unused spare index file %s", self.spare_path)
+            self._drop_spare()
         if not os.path.isdir(self.path):
             return True
         files: list[IndexFileCore] = []
@@ -132,58 +150,128 @@ class IndexService(IndexFilesBase):
         self._files = files
         return True
 
+    def _drop_spare(self) -> None:
+        """Delete the file made ahead of need, unused (its name was never in the folder)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.mapped_file.close()
+        try:
+            os.unlink(self.spare_path)
+        except FileNotFoundError:
+            pass
+
     def last_end_phy_offset(self) -> int:
         files = self._files
         return files[-1].end_phy_offset if files else 0
 
+    def _create(self, p: str) -> MappedFile:
+        """A new sparse file of the index's size at ``p``, mapped (``OSError`` when it cannot be made)."""
+        # Sparse like RocketMQ's index files; the free-space check stands in for fallocate's guarantee that
+        # writes into the mapping cannot hit a full disk (SIGBUS).
+        free = shutil.disk_usage(os.path.dirname(p)).free
+        if free < self.file_size:
+            raise OSError(errno.ENOSPC, "%d bytes free, an index file needs %d" % (free, self.file_size), p)
+        mf = MappedFile(p, self.file_size, create=True, from_offset=0, preallocate=False, window=PREFAULT_WINDOW)
+        mf.set_positions(self.file_size)
+        return mf
+
+    def _next_name(self) -> str:
+        """The path of a new file: named by the clock, after any name taken."""
+        now = self.clock()
+        p = os.path.join(self.path, _file_name(now))
+        while os.path.exists(p) or (self._files and p <= self._files[-1].mapped_file.file_name):
+            now += 1
+            p = os.path.join(self.path, _file_name(now))
+        return p
+
     def _new_file(self) -> IndexFileCore | None:
+        """The compiled writer's call when it has no file with room and no spare to take (the first file, or
+        files filling faster than ``IndexFileService`` makes spares): a new newest file, or None."""
         if self.read_only:
             return None
         with self._lock:
-            prev = self._files[-1] if self._files else None
-            changed = make_dirs(self.path)
-            now = self.clock()
-            p = os.path.join(self.path, _file_name(now))
-            while os.path.exists(p):
-                now += 1
-                p = os.path.join(self.path, _file_name(now))
-            try:
-                # Sparse like RocketMQ's index files; the free-space check stands in for fallocate's
-                # guarantee that writes into the mapping cannot hit a full disk (SIGBUS).
-                free = shutil.disk_usage(self.path).free
-                if free < self.file_size:
-                    raise OSError(errno.ENOSPC, "%d bytes free, an index file needs %d" % (free, self.file_size), p)
-                mf = MappedFile(p, self.file_size, create=True, from_offset=0, preallocate=False,
-                                window=PREFAULT_WINDOW)
-            except OSError:
-                log.exception("cannot create index file %s", p)
-                self.pending_dirs.add(changed)
-                return None
-            # synced by the next flush, off the put lock this runs under (inline dispatch)
-            self.pending_dirs.add(changed + [self.path])
-            f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
-            if prev is None:
-                f.init_header(0, 0, 0, 0)
-            else:
-                f.init_header(prev.end_timestamp, prev.end_timestamp, prev.end_phy_offset, prev.end_phy_offset)
-            mf.set_positions(self.file_size)
-            self._files = self._files + [f]
-            if prev is not None and prev.is_write_full():
-                # off the put lock, as RocketMQ's FlushIndexFileThread; kept so close() can wait for it
-                t = threading.Thread(target=self._flush_full, args=(prev,), name="FlushIndexFileThread", daemon=True)
-                self._full_flushes = [x for x in self._full_flushes if x.is_alive()] + [t]
-                t.start()
+            f = self.take_spare()
+            if f is None and self._spare is not None:
+                log.warning("cannot take the spare index file %s; making a new one", self.spare_path)
+                self._drop_spare()
+            if f is None:
+                f = self._make_newest()
+            if f is not None and len(self._full) and self.wake is not None:
+                self.wake()         # the full file's flush
             return f
 
-    def _flush_full(self, f: IndexFileCore) -> None:
+    def _make_newest(self) -> IndexFileCore | None:
+        prev = self._files[-1] if self._files else None
+        changed = make_dirs(self.path)
+        p = self._next_name()
         try:
-            self.pending_dirs.sync()
-            f.mapped_file.flushed_position = 0
-            f.mapped_file.flush(0)
-            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, f.end_timestamp)
-            self.checkpoint.flush()
-        except (OSError, Exception):  # noqa: BLE001 - the store keeps running; the index is rebuilt on recovery
-            log.exception("flushing a full index file failed")
+            mf = self._create(p)
+        except OSError:
+            log.exception("cannot create index file %s", p)
+            self.pending_dirs.add(changed)
+            return None
+        # synced by the next flush, off the put lock this runs under (inline dispatch)
+        self.pending_dirs.add(changed + [self.path])
+        f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
+        if prev is None:
+            f.init_header(0, 0, 0, 0)
+        else:
+            f.init_header(prev.end_timestamp, prev.end_timestamp, prev.end_phy_offset, prev.end_phy_offset)
+        self._files = self._files + [f]
+        if prev is not None and prev.is_write_full():
+            self._full.append(prev)
+        return f
+
+    def prepare_next(self) -> bool:
+        """Make the next file ahead of need once the newest is half full (``IndexFileService``), so that the
+        writer switches to it in C when the newest fills (``take_spare``): no file is made on the put path,
+        and no Python runs there. True when a spare was made."""
+        if self.read_only:
+            return False
+        with self._lock:
+            files = self._files
+            if self._spare is not None or not files or files[-1].index_count < self.index_num // 2:
+                return False
+            changed = make_dirs(self.path)
+            self.pending_dirs.add(changed)
+            name = self._next_name()
+            try:
+                if os.path.exists(self.spare_path):
+                    os.unlink(self.spare_path)
+                mf = self._create(self.spare_path)
+            except OSError:
+                log.exception("cannot create the spare index file %s", self.spare_path)
+                return False
+            spare = IndexFileCore(mf, self.hash_slot_num, self.index_num)
+            spare.init_header(0, 0, 0, 0)
+            self._spare_name = name
+            self._spare = spare
+            return True
+
+    def flush_full(self) -> int:
+        """Flush the files the writer left full, oldest first, each then covered by the checkpoint's index time
+        (RocketMQ's ``FlushIndexFileThread``, one a full file; here ``IndexFileService`` and the flushes do
+        it, and ``close``). The folder is synced first: a file the writer took from the spare is renamed into
+        it. A file whose flush fails stays first in line and stops the pass, so that no later file moves the
+        index time past entries that may not be on disk (recovery re-indexes from that time); the next pass
+        tries it again. The number of files flushed."""
+        done = 0
+        with self._flush_lock:
+            while self._full:
+                f = self._full[0]
+                try:
+                    self.pending_dirs.sync()
+                    fsync_dir(self.path)
+                    f.mapped_file.flushed_position = 0
+                    f.mapped_file.flush(0)
+                except Exception:  # noqa: BLE001 - the store keeps running; the next pass tries again
+                    log.exception("flushing the full index file %s failed", f.mapped_file.file_name)
+                    break
+                self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, f.end_timestamp)
+                self.checkpoint.flush()
+                del self._full[0]
+                done += 1
+        return done
 
     def build_index(self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_ts: int,
                     sys_flag: int) -> None:
@@ -272,6 +360,7 @@ class IndexService(IndexFilesBase):
     def flush(self) -> None:
         if self.read_only:
             return
+        self.flush_full()
         self.pending_dirs.sync()
         files = self._files
         if not files:
@@ -298,20 +387,19 @@ class IndexService(IndexFilesBase):
         if new:
             self._files = self._files + new
 
-    def _join_full_flushes(self) -> None:
-        """Wait for the flushes of full files still running: their files are about to be closed."""
-        for t in self._full_flushes:
-            t.join()
-        self._full_flushes = []
-
     def close(self) -> None:
-        self._join_full_flushes()
+        if not self.read_only:
+            self.flush_full()
+            self._drop_spare()
         for f in self._files:
             f.mapped_file.close()
         self._files = []
 
     def destroy(self) -> None:
-        self._join_full_flushes()
+        with self._flush_lock:
+            self._full = []
+        if not self.read_only:
+            self._drop_spare()
         for f in self._files:
             mf = f.mapped_file
             if not mf.destroy(0):
@@ -324,3 +412,33 @@ class IndexService(IndexFilesBase):
             pass
         except OSError:
             fsync_dir(self.path)        # not empty: its files' removal is what changed
+
+
+class IndexFileService(ServiceThread):
+    """Keeps the index's files ahead of its writer, off the put path: makes the next file once the newest is
+    half full (``IndexService.prepare_next``) and flushes the files the writer left full
+    (``IndexService.flush_full``), every ``interval_ms`` and when woken; one thread for the store's life
+    (RocketMQ starts a thread per full file)."""
+
+    def __init__(self, index: IndexService, interval_ms: int = 500, clock: Callable[[], int] | None = None) -> None:
+        super().__init__("IndexFileService", clock)
+        self.index = index
+        self.interval_ms = interval_ms
+
+    def start(self) -> None:
+        self.index.wake = self.wakeup
+        super().start()
+
+    def shutdown(self, join: bool = True) -> None:
+        super().shutdown(join)
+        self.index.wake = None
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            self.wait_for_running(self.interval_ms)
+            try:
+                self.index.flush_full()
+                self.index.prepare_next()
+            except Exception:  # noqa: BLE001 - a pass that failed is tried again at the next
+                log.exception("keeping the index files ahead failed")
+        self.index.flush_full()

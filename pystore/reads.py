@@ -6,7 +6,8 @@ The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/fo
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_read.QueueReader``, bound by
 ``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
 ``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.arrival``'s; following the writer is
-``pystore.wiring.StoreParts``'. ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
+``pystore.wiring.StoreParts``' (a read-only store's compiled reader follows it in C in the common case and hands
+the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
 
 Thread-safety: any number of threads read at once; ``attach`` and ``closed`` are set by the lifecycle calls.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pystore._read import ReadLimits, read_queue
+from pystore._read import QueueReader, ReadLimits, read_queue
 from pystore.arrival import Arrivals, found_something
 from pystore.config import BrokerRole, StoreConfig
 from pystore.errors import StoreClosedError, StoreError
@@ -28,6 +29,7 @@ from pystore.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from pystore._message_ext import MessageExt
+    from pystore._sink import RecordSink
     from pystore.commitlog import CommitLog
     from pystore.consume_queue import ConsumeQueue
     from pystore.wiring import StoreParts
@@ -52,6 +54,8 @@ class StoreReads:
         #: None while the store is readable (loaded or started), else its state ("new", "shutdown")
         self.closed: str | None = "new"
         self._arrivals: Arrivals | None = None
+        #: the store's compiled reader (``MessageStore._bind_fast_paths``); a read-only store's waits use it
+        self.reader: QueueReader | None = None
 
     def attach(self, parts: StoreParts) -> None:
         self.parts = parts
@@ -82,7 +86,8 @@ class StoreReads:
         if self._arrivals is None:
             dispatcher = None if self.read_only else self.parts.dispatcher  # type: ignore[union-attr]
             self._arrivals = Arrivals(dispatcher, listeners_on=self.config.broker_role is not _SLAVE,
-                                      root=self.config.store_path_root_dir if self.read_only else None)
+                                      root=self.config.store_path_root_dir if self.read_only else None,
+                                      reader=self.reader if self.read_only else None)
         return self._arrivals
 
     def wake_waiters(self) -> None:
@@ -110,11 +115,14 @@ class StoreReads:
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
                     message_filter: Filter = None, timeout_ms: int = 0,
-                    limits_of: Callable[[ReadLimits], ReadLimits] | None = None) -> GetMessageResult:
+                    limits_of: Callable[[ReadLimits], ReadLimits] | None = None,
+                    sink: RecordSink | None = None) -> GetMessageResult:
         """``MessageStore.get_message``, with the transfer caps ``limits_of(config's)`` (``get_columns`` lifts
-        some). The compiled reader hands here every call it does not serve itself."""
+        some) and, given a ``sink`` (``get_columns``' Arrow decoder), the messages handed to it instead of the
+        result. The compiled reader hands here every call it does not serve itself."""
         if timeout_ms:
-            return self._wait(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, limits_of)
+            return self._wait(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms, limits_of,
+                              sink)
         if not isinstance(offset, int) or not isinstance(max_msg_nums, int):
             raise TypeError("offset and max_msg_nums must be int")
         cq = self.queue(topic, queue_id, offset)
@@ -131,16 +139,17 @@ class StoreReads:
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
         r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits, tag_codes,
-                       tag_names, filt, slave, None if self.read_only else queue)
+                       tag_names, filt, slave, None if self.read_only else queue, sink)
         if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
             parts.refresh_queue_read_only(topic, queue_id)
             with parts.refresh_lock:
                 r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
-                               tag_codes, tag_names, filt, slave, queue)
+                               tag_codes, tag_names, filt, slave, queue, sink)
         return r
 
     def _wait(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int, message_filter: Filter,
-              timeout_ms: int, limits_of: Callable[[ReadLimits], ReadLimits] | None) -> GetMessageResult:
+              timeout_ms: int, limits_of: Callable[[ReadLimits], ReadLimits] | None,
+              sink: RecordSink | None) -> GetMessageResult:
         """A get that waits up to ``timeout_ms`` for a message to arrive when it finds nothing at the queue's end
         (``Arrivals.wait_for`` calls the plain get again after each arrival in the topic: the one callback of
         the read path, as the wait's condition variable is the arrivals' own)."""
@@ -149,8 +158,14 @@ class StoreReads:
         if timeout_ms < 0:
             raise ValueError("timeout_ms must be >= 0, got %d" % timeout_ms)
 
+        if (message_filter is None and limits_of is None and self.read_only and isinstance(offset, int)
+                and isinstance(max_msg_nums, int)):
+            r = self.arrivals().wait_queue(topic, queue_id, offset, max_msg_nums, timeout_ms)
+            if r is not None:
+                return r
+
         def get() -> tuple[GetMessageResult, int]:
-            r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of)
+            r = self.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, 0, limits_of, sink)
             return r, (self.get_max_offset_in_queue(topic, queue_id) if r.status is _NO_MATCHED else 0)
         return self.arrivals().wait_for(topic, timeout_ms, get, found_something)[0]
 

@@ -221,10 +221,11 @@ class MessageStore:
 
         * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
           SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
-        * ``get_message``, ``look_message_by_offset``, on a writable ``MessageStore`` itself: a
-          ``_read.QueueReader``'s, which serves the common call (no filter, a known queue, a readable master,
-          int arguments) and hands every other to the ``StoreReads`` methods these delegate to. A read-only
-          store refreshes its view first, and a subclass may override these methods: both keep them.
+        * ``get_message``, ``look_message_by_offset``, on a ``MessageStore`` itself: a ``_read.QueueReader``'s,
+          which serves the common call (no filter, a known queue, a readable master, int arguments) and hands
+          every other to the ``StoreReads`` methods these delegate to. A read-only store's reader follows the
+          writer first (``QueueReader`` says how far in C); its ``look_message_by_offset`` stays the Python
+          method's, which follows the writer too. A subclass may override these methods: it keeps them.
 
         The methods below are what the bound ones do, and what runs before ``load``, in a read-only store (for
         reads) and in a subclass that overrides them."""
@@ -234,12 +235,15 @@ class MessageStore:
             self.put_message = cl.put_message  # type: ignore[method-assign]
         if type(self).put_messages is MessageStore.put_messages:
             self.put_messages = cl.put_messages  # type: ignore[method-assign]
-        if self.read_only or type(self) is not MessageStore:
+        if type(self) is not MessageStore:
             return
         self._reader = QueueReader(cq_store.table, cl.queue, limits, self.running_flags, RunningFlags.NOT_READABLE_BIT,
-                                   self.config, BrokerRole.SLAVE, StoreReads, self._reads)
+                                   self.config, BrokerRole.SLAVE, StoreReads, self._reads,
+                                   self._parts if self.read_only else None)
+        self._reads.reader = self._reader
         self.get_message = self._reader.get_message  # type: ignore[method-assign]
-        self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
+        if not self.read_only:
+            self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
 
     def start(self) -> None:
         """Start the services and accept puts (a read-only store only serves reads)."""

@@ -55,7 +55,7 @@ from pystore.flush import (
 )
 from pystore.ha_master import HAService, ReplicaWait
 from pystore.ha_slave import HAClient, SlaveLog
-from pystore.index import IndexService
+from pystore.index import IndexFileService, IndexService
 from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC
 from pystore.pool import TransientStorePool
@@ -91,18 +91,25 @@ class StoreParts:
 
     #: a reader's refreshes, one at a time (``get_message`` reads again under it after following its queue)
     refresh_lock: threading.RLock = field(default_factory=threading.RLock)
+    #: a reader's refreshes under way: the compiled follow (``_read._follow_live``) runs only while there is
+    #: none, and holds the GIL from start to end, so none starts while it runs
+    following: int = 0
 
     def refresh_read_only(self) -> None:
         """A reader: pick up what the writer appended since. The queues and the index before the commit log:
         every unit and index entry seen then points at a record in view (as ``refresh_queue_read_only``)."""
         cl = self.commitlog
         with self.refresh_lock:
-            self.cq_store.refresh_read_only(cl.get_min_offset())
-            if self.index is not None:
-                self.index.refresh_read_only()
-            cl.refresh_read_only()
-            for cq in self.cq_store.queues():
-                self._attach(cq)
+            self.following += 1
+            try:
+                self.cq_store.refresh_read_only(cl.get_min_offset())
+                if self.index is not None:
+                    self.index.refresh_read_only()
+                cl.refresh_read_only()
+                for cq in self.cq_store.queues():
+                    self._attach(cq)
+            finally:
+                self.following -= 1
 
     def refresh_queue_read_only(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """A reader: follow one queue, then the commit log. The writer publishes a unit only after its record
@@ -110,20 +117,26 @@ class StoreParts:
         the other order lets units written between the two scans point past the commit log in view."""
         cl = self.commitlog
         with self.refresh_lock:
-            cq = self.cq_store.find(topic, queue_id)
-            if cq is not None and self._follow_in_place(cq):
-                return cq
-            cq = self.cq_store.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
-            cl.refresh_read_only()
-            if cq is not None:
-                self._attach(cq)
+            self.following += 1
+            try:
+                cq = self.cq_store.find(topic, queue_id)
+                if cq is not None and self._follow_in_place(cq):
+                    return cq
+                cq = self.cq_store.refresh_queue_read_only(topic, queue_id, cl.get_min_offset())
+                cl.refresh_read_only()
+                if cq is not None:
+                    self._attach(cq)
+            finally:
+                self.following -= 1
         return cq
 
     def _follow_in_place(self, cq: ConsumeQueue) -> bool:
         """A reader's quick follow of a known queue (a waiting get looks after each wake-up; the folder listings
         of the full follow cost far more): the units written since into the queue's last file, then the records
         written since into the commit log's last file. False when that does not cover it (a file filled or
-        rolled, damage seen, a unit pointing past the log's last file): the full follow does it all then."""
+        rolled, damage seen, a unit pointing past the log's last file): the full follow does it all then.
+        ``_read._follow_live`` is its compiled twin, which a read-only store's ``get_message`` runs first: the
+        two keep the same order (units, then records) and the same reasons to hand over to the full follow."""
         mf = cq.last_file
         cl = self.commitlog
         if mf is None or mf.read_position >= mf.file_size or cl.damage_fence >= 0:
@@ -452,6 +465,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     services.append(clean)
     services.append(FlushConsumeQueueService(parts.cq_store, parts.index, parts.dispatcher, cfg, checkpoint,
                                              clock=clock))
+    if parts.index is not None:
+        services.append(IndexFileService(parts.index, clock=clock))   # next files made, full ones flushed
     if schedule is not None:
         services.append(schedule)      # stops first, then persists its offsets
     ha_client = None

@@ -89,6 +89,21 @@ def test_a_full_builder_stops_the_scan_at_a_record_boundary_and_it_goes_on_from_
     assert got == sorted(got) and len(got) == 60
 
 
+def test_a_spent_builder_takes_no_more_records_and_its_batch_keeps_its_rows(filled):
+    mf = _log_file(filled)
+    try:
+        b = BatchBuilder(arrow_schema(), max_rows=10)
+        pos, done = scan_file(b, mf, 0)
+        last = b.build(again=False)
+        with pytest.raises(ValueError, match="last batch"):
+            scan_file(b, mf, pos)
+    finally:
+        mf.close()
+    assert not done and last.num_rows == 10
+    assert last.column("queue_offset").to_pylist() == [filled.look_message_by_offset(o).queue_offset
+                                                       for o in last.column("commit_log_offset").to_pylist()]
+
+
 def test_a_wrong_body_crc_names_the_file_and_offset(filled, store_factory):
     target = filled.get_commit_log_offset_in_queue("T0", 0, 2)
     m = filled.look_message_by_offset(target)

@@ -10,7 +10,6 @@ import os
 import shutil
 import struct
 import threading
-import time
 
 import pytest
 import reference_codec as ref
@@ -201,23 +200,29 @@ def test_redispatch_adds_no_entries(store_factory):
     assert [m.body for m in store.query_message(TOPIC, "k9").messages] == [b"m9"]
 
 
-def test_close_waits_for_the_flushes_of_full_files(tmp_path):
-    """Each file that fills up is flushed by a thread of its own (RocketMQ's FlushIndexFileThread); close()
-    joins them, so none outlives the service or flushes a file after it was closed."""
-    class SlowCheckpoint(_Checkpoint):
-        def flush(self) -> None:
-            time.sleep(0.2)
+def test_full_files_wait_for_their_flush_on_no_thread_of_their_own(tmp_path):
+    """A file that fills up is queued for its flush (``_full``), which ``flush_full`` does oldest first (a store
+    runs it in ``IndexFileService``), and ``close`` does for what is left: no thread per full file (RocketMQ's
+    FlushIndexFileThread), so none can outlive the service or flush a file after it was closed."""
+    flushed_at: list[int] = []
 
-    s = IndexService(str(tmp_path / "index"), 97, 64, SlowCheckpoint(), clock=lambda: T0)
+    class RecordingCheckpoint(_Checkpoint):
+        def flush(self) -> None:
+            flushed_at.append(self.index_msg_timestamp)
+
+    s = IndexService(str(tmp_path / "index"), 97, 64, RecordingCheckpoint(), clock=lambda: T0)
     keys = " ".join("k%d" % i for i in range(200))
     before = set(threading.enumerate())
     index_keys(s, b"T", b"KEYS\x01" + keys.encode(), 5, T0, 0)
     assert [f.index_count for f in s.files] == [64, 64, 64, 12]
-    running = [t for t in threading.enumerate() if t not in before]
-    assert len(running) == 3 and all(t.is_alive() for t in running)
+    assert set(threading.enumerate()) <= before
+    assert s._full == s.files[:3] and s.checkpoint.index_msg_timestamp == 0
+    assert s.flush_full() == 3 and s._full == []
+    assert flushed_at == [T0] * 3
+    index_keys(s, b"T", b"KEYS\x01" + keys.encode(), 6, T0 + 5000, 0)
+    assert len(s._full) == 3
     s.close()
-    assert not any(t.is_alive() for t in running)
-    assert s.checkpoint.index_msg_timestamp == T0
+    assert s._full == [] and s.checkpoint.index_msg_timestamp == T0 + 5000 and len(flushed_at) == 6
 
 
 # -- the writer's parts: the hash's ASCII words, the KEYS/UNIQ_KEY scan, the topic kept, a message's scan kept --

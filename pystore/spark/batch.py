@@ -37,6 +37,7 @@ from pystore.tools import _common_size, _valid_after
 __all__ = [
     "CommitLogSlice",
     "QueueSlice",
+    "QueueGroup",
     "Filters",
     "DataLossError",
     "PystoreBatchReader",
@@ -47,8 +48,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BYTES_PER_PARTITION = 64 << 20
-DEFAULT_MESSAGES_PER_PARTITION = 500_000
+# Spark's tasks of a Python source each cost a Python worker's round trip: partitions of a quarter GiB (about
+# a million 128 B messages) keep that small, and a store smaller than cores x this still gets a task per core
+DEFAULT_BYTES_PER_PARTITION = 256 << 20
+DEFAULT_MESSAGES_PER_PARTITION = 1_000_000
 ROWS_PER_BATCH = 32_768
 
 
@@ -71,6 +74,13 @@ class QueueSlice(InputPartition):
     queue_id: int
     start: int
     end: int
+
+
+@dataclass
+class QueueGroup(InputPartition):
+    """Several queue slices (:class:`QueueSlice`) read one after the other by one task (small queues packed)."""
+
+    slices: list[QueueSlice]
 
 
 @dataclass
@@ -116,9 +126,11 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
 
 def plan_queue_slices(
     root: str, ranges: Mapping[tuple[str, int], tuple[int, int]], messages_per_partition: int, target: int = 1
-) -> list[QueueSlice]:
-    """Slices of at most ``messages_per_partition`` queue offsets, and at least ``target`` of them when there
-    are that many messages; each slice is one queue's consecutive offsets, so a queue's order is kept."""
+) -> list[QueueSlice | QueueGroup]:
+    """Partitions of at most ``messages_per_partition`` queue offsets, and at least ``target`` of them when
+    there are that many messages. Each slice is one queue's consecutive offsets, so a queue's order is kept;
+    consecutive slices smaller than that are packed into one :class:`QueueGroup` when at least ``target``
+    partitions remain (many small queues make a task per core, not one each)."""
     total = sum(max(0, hi - lo) for lo, hi in ranges.values())
     messages_per_partition = max(1, min(messages_per_partition, -(-total // max(1, target))))
     out = []
@@ -128,7 +140,19 @@ def plan_queue_slices(
             e = min(hi, s + messages_per_partition)
             out.append(QueueSlice(root, topic, qid, s, e))
             s = e
-    return out
+    packed: list[list[QueueSlice]] = []
+    room = 0
+    for sl in out:
+        n = sl.end - sl.start
+        if packed and n <= room:
+            packed[-1].append(sl)
+            room -= n
+        else:
+            packed.append([sl])
+            room = messages_per_partition - n
+    if len(packed) == len(out) or len(packed) < max(1, target):
+        return list(out)
+    return [g[0] if len(g) == 1 else QueueGroup(g) for g in packed]
 
 
 def queue_ranges(
@@ -188,6 +212,10 @@ def _read_slice(
                     yield rb
         finally:
             mf.close()
+        return
+    if isinstance(part, QueueGroup):
+        for sl in part.slices:
+            yield from _read_slice(sl, filters, schema, rows_per_batch)
         return
     if not isinstance(part, QueueSlice):
         if getattr(part, "value", 0) is None:  # Spark's stand-in when partitions() planned none

@@ -4,8 +4,8 @@ Offsets are consume-queue offsets, one per queue: ``{"topic/queue_id": next_offs
 checkpoints them). ``latestOffset`` reads each queue's max offset from its files (binary search, cheap
 enough for Spark's continuous polling), so queues created after the query started join it at their min
 offset without a restart. A micro-batch ``(start, end]`` is planned into
-:class:`~pystore.spark.batch.QueueSlice`
-partitions and decoded like a batch read; a restarted query replans the checkpointed batch from the same
+:class:`~pystore.spark.batch.QueueSlice` partitions (small ones packed into a ``QueueGroup``, a task per core)
+and decoded like a batch read; a restarted query replans the checkpointed batch from the same
 offsets, so nothing is lost or read twice.
 
 Options (docs/spark.md): one of ``topics`` / ``subscribe`` / ``subscribePattern`` / ``assign`` (required;

@@ -1,0 +1,229 @@
+"""``get_columns`` against ``get_message``: on random stores, every page ``get_columns`` returns is, column for
+column, ``export.record_batch`` of the messages ``get_message`` returns with its in-memory caps lifted (a store
+configured without them), with the same status and next offset — through tag filters, filter objects, the ends
+of consume-queue and commit-log files, offsets out of range, damaged records, read-only stores and slaves.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pystore import Message, MessageBatch, TagFilter
+from pystore.columns import PAGE_BYTES, columns_schema, lifted
+from pystore.config import BrokerRole
+from pystore.errors import StoreCorruptedError
+from pystore.export import arrow_schema, record_batch
+from pystore.status import GetMessageStatus
+
+#: get_message as get_columns runs it: no in-memory transfer caps
+UNCAPPED = {"max_transfer_count_on_message_in_memory": 2**31 - 1,
+            "max_transfer_bytes_on_message_in_memory": PAGE_BYTES}
+TOPICS = ("Orders", "Pay-2")
+TAGS = [None, "A", "B", "C", "ünï"]
+
+
+class OddQueueOffsets:
+    """A filter object: units of odd queue offsets pass the consume-queue test, bodies not ending in 7 the
+    commit-log test."""
+
+    def __init__(self) -> None:
+        self.unit = 0
+
+    def is_matched_by_consume_queue(self, tags_code: int | None) -> bool:
+        self.unit += 1
+        return self.unit % 2 == 1
+
+    def is_matched_by_commit_log(self, msg) -> bool:
+        return not msg.body.endswith(b"7")
+
+
+def _fill(store, rng: random.Random, n: int) -> None:
+    """n random messages over two topics and three queues: bodies of 0-700 bytes, tags, keys, properties
+    (some unicode), singles and batches."""
+    i = 0
+    while i < n:
+        topic = rng.choice(TOPICS)
+        qid = rng.randrange(3)
+        tags = rng.choice(TAGS)
+        if rng.random() < 0.2:
+            k = rng.randint(2, 12)
+            bodies = [rng.randbytes(rng.randint(0, 300)) + b"%d" % j for j in range(k)]
+            r = store.put_messages(MessageBatch([Message(topic, b, tags, queue_id=qid) for b in bodies]))
+            assert r.is_ok()
+            i += k
+            continue
+        keys = rng.choice([None, "k%d" % i, "k%d  other-%d é" % (i, i)])
+        props = rng.choice([None, {"p": str(i)}, {"ключ": "значение", "x": "1 2"}])
+        body = rng.randbytes(rng.randint(0, 700)) + b"%d" % i
+        assert store.put_message(Message(topic, body, tags, keys, rng.randrange(4), props, qid)).is_ok()
+        i += 1
+
+
+def _same(store, topic, qid, offset, nums, filt_of=lambda: None):
+    """get_columns equals get_message (uncapped) at (topic, qid, offset): status, next offset, columns."""
+    want = store.get_message("g", topic, qid, offset, nums, filt_of())
+    status, nxt, batch = store.get_columns("g", topic, qid, offset, nums, filt_of())
+    assert (status, nxt) == (want.status, want.next_begin_offset), (topic, qid, offset, nums)
+    assert batch.schema.equals(arrow_schema())
+    expected = record_batch(want.messages)
+    for name in batch.schema.names:
+        assert batch.column(name).equals(expected.column(name)), (name, topic, qid, offset)
+    return status, nxt, batch
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_get_columns_is_uncapped_get_message_page_by_page(store_factory, seed):
+    rng = random.Random(seed)
+    store = store_factory(mapped_file_size_consume_queue=20 * 37, **UNCAPPED)
+    _fill(store, rng, 400)
+    filters = [lambda: None, lambda: TagFilter("A || ünï"), lambda: "B", lambda: TagFilter("*"),
+               OddQueueOffsets]
+    pages = 0
+    for topic in TOPICS + ("Nope",):
+        for qid in range(4):
+            high = store.get_max_offset_in_queue(topic, qid)
+            for filt_of in filters:
+                offset = 0
+                while True:
+                    nums = rng.choice([1, 7, 64, 1024])
+                    status, nxt, batch = _same(store, topic, qid, offset, nums, filt_of)
+                    pages += 1
+                    if status is not GetMessageStatus.FOUND and nxt <= offset or nxt >= high:
+                        break
+                    offset = nxt
+            for offset in (high, high + 5, -3):          # one past, far past, below
+                _same(store, topic, qid, offset, 16)
+    assert pages > 100
+
+
+def test_get_columns_without_caps_on_a_capped_store(store_factory):
+    """A store with the default caps: get_columns is its get_message with the in-memory caps lifted."""
+    store = store_factory()
+    assert store.put_messages(MessageBatch.from_bodies("T", [b"%04d" % i * 10 for i in range(300)])).is_ok()
+    assert store.get_message("g", "T", 0, 0, 300).message_count == 32      # the default count cap
+    status, nxt, batch = store.get_columns("g", "T", 0, 0, 300)
+    assert status is GetMessageStatus.FOUND and nxt == 300 and batch.num_rows == 300
+    r = store._reads.get_message("g", "T", 0, 0, 300, None, 0, lifted)
+    assert batch.equals(record_batch(r.messages))
+    assert batch.column("queue_offset").to_numpy(zero_copy_only=True).tolist() == list(range(300))
+
+
+def test_fixed_width_columns_are_zero_copy_numpy(store_factory):
+    store = store_factory()
+    assert store.put_messages(MessageBatch.from_bodies("T", [b"x" * 128] * 50)).is_ok()
+    _status, _nxt, batch = store.get_columns("g", "T", 0, 0, 100)
+    for name, dtype in (("queue_offset", np.int64), ("commit_log_offset", np.int64), ("store_size", np.int32),
+                        ("queue_id", np.int32), ("body_crc", np.int32)):
+        a = batch.column(name).to_numpy(zero_copy_only=True)
+        assert a.dtype == dtype and len(a) == 50
+    sizes = batch.column("store_size").to_numpy(zero_copy_only=True)
+    offs = batch.column("commit_log_offset").to_numpy(zero_copy_only=True)
+    assert (np.diff(offs) == sizes[:-1]).all()
+
+
+def test_a_page_past_the_first_buffer_rows_grows(store_factory):
+    """More rows than the decoder first makes room for (its fixed-width columns grow)."""
+    store = store_factory(mapped_file_size_commit_log=4 << 20)
+    n = 40_000
+    for i in range(0, n, 1000):
+        assert store.put_messages(MessageBatch.from_bodies("T", [b"%06d" % j for j in range(i, i + 1000)])).is_ok()
+    for timeout_ms in (0, 10):                 # a wait sizes nothing up front: the rows grow as they come
+        status, nxt, batch = store.get_columns("g", "T", 0, 0, n, timeout_ms=timeout_ms)
+        assert status is GetMessageStatus.FOUND and nxt == n == batch.num_rows
+        assert batch.column("queue_offset").to_pylist() == list(range(n))
+        assert batch.column("body").to_pylist() == [b"%06d" % i for i in range(n)]
+        assert len(set(batch.column("msg_id").to_pylist())) == n
+        assert batch.equals(record_batch(store._reads.get_message("g", "T", 0, 0, n, None, 0, lifted).messages))
+
+
+def _damage(store, topic, qid, offset, at):
+    """Flip a byte ``at`` bytes into the record of (topic, qid, offset)."""
+    (m,) = store.get_message("g", topic, qid, offset, 1).messages
+    store.flush()
+    phy = m.commit_log_offset
+    size = store.config.mapped_file_size_commit_log
+    path = os.path.join(store.config.commit_log_paths()[0], "%020d" % (phy - phy % size))
+    with open(path, "r+b") as f:
+        f.seek(phy % size + at)
+        b = f.read(1)
+        f.seek(phy % size + at)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return m
+
+
+@pytest.mark.parametrize("at", [-3, 4])      # the body's last bytes (a CRC error), the magic code
+def test_a_damaged_record_is_refused_as_get_message_refuses_it(store_factory, at):
+    store = store_factory(**UNCAPPED)
+    assert store.put_messages(MessageBatch.from_bodies("T", [b"body %d" % i * 10 for i in range(20)])).is_ok()
+    (m,) = store.get_message("g", "T", 0, 12, 1).messages
+    _damage(store, "T", 0, 12, m.store_size + at if at < 0 else at)
+    # a page that reaches it stops before it ...
+    _same(store, "T", 0, 0, 100)
+    status, nxt, batch = store.get_columns("g", "T", 0, 0, 100)
+    assert status is GetMessageStatus.FOUND and nxt == 12 and batch.num_rows == 12
+    # ... and a page that starts at it fails as get_message does, naming the file and offset
+    with pytest.raises(StoreCorruptedError) as want:
+        store.get_message("g", "T", 0, 12, 100)
+    with pytest.raises(StoreCorruptedError) as got:
+        store.get_columns("g", "T", 0, 12, 100)
+    assert (got.value.path, got.value.offset) == (want.value.path, want.value.offset)
+    store_factory.skip_check()
+
+
+def test_read_only_store_and_slave_read_as_get_message(store_factory):
+    writer = store_factory(mapped_file_size_consume_queue=20 * 10, **UNCAPPED)
+    rng = random.Random(9)
+    _fill(writer, rng, 120)
+    writer.flush()
+    ro = store_factory(read_only=True, mapped_file_size_consume_queue=20 * 10, **UNCAPPED)
+    _fill(writer, rng, 30)                       # the reader follows what the writer adds after it opened
+    writer.flush()
+    for s in (ro, writer):
+        for topic in TOPICS:
+            for qid in range(3):
+                offset = 0
+                while True:
+                    status, nxt, _batch = _same(s, topic, qid, offset, 1000)
+                    if nxt == offset:
+                        break
+                    offset = nxt
+    writer.config.broker_role = BrokerRole.SLAVE  # a slave's next offsets keep the asked offset
+    try:
+        for offset in (-1, 10**6):
+            _same(writer, "Orders", 0, offset, 8)
+        _same(writer, "Nope", 0, 7, 8)
+    finally:
+        writer.config.broker_role = BrokerRole.ASYNC_MASTER
+
+
+def test_an_empty_page_has_the_schema(store_factory):
+    store = store_factory()
+    status, nxt, batch = store.get_columns("g", "T", 0, 0)
+    assert status is GetMessageStatus.NO_MESSAGE_IN_QUEUE and nxt == 0
+    assert batch.num_rows == 0 and batch.schema.equals(columns_schema())
+    assert isinstance(batch, pa.RecordBatch)
+
+
+def test_small_queue_ranges_are_packed_into_a_task_per_core():
+    """Spark's planner: consecutive small ranges share a partition while ``target`` partitions remain; a queue's
+    ranges stay in order; too few messages to pack keep one partition per range."""
+    pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
+    from pystore.spark.batch import QueueGroup, QueueSlice, plan_queue_slices
+
+    ranges = {("T", q): (0, 250) for q in range(4)}
+    parts = plan_queue_slices("/r", ranges, 1_000_000, 2)
+    assert len(parts) == 2 and all(isinstance(p, QueueGroup) for p in parts)
+    flat = [(s.queue_id, s.start, s.end) for p in parts for s in p.slices]
+    assert flat == [(q, 0, 250) for q in range(4)]
+    # one queue split for 7 cores: slices of 15, none packed
+    parts = plan_queue_slices("/r", {("T", 0): (0, 100)}, 1_000_000, 7)
+    assert len(parts) >= 7 and all(isinstance(p, QueueSlice) for p in parts)
+    assert [(p.start, p.end) for p in parts][:2] == [(0, 15), (15, 30)]
+    # packing that would leave fewer partitions than asked for is not done
+    parts = plan_queue_slices("/r", {("T", q): (0, 1) for q in range(7)}, 1_000_000, 6)
+    assert len(parts) == 7 and all(isinstance(p, QueueSlice) for p in parts)
