@@ -21,11 +21,12 @@ import hashlib
 import itertools
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 import benchlib
 import pytest
-from benchlib import TOPIC, pedantic_calls
+from benchlib import MIB, TOPIC, pedantic_calls
 
 API = benchlib.store_api()
 Message = API["Message"]
@@ -611,3 +612,150 @@ def test_baseline_batch(benchmark, appender, record, n, size):
     calls = pedantic_calls(benchmark, rounds, iters, 1)
     _check_appender(app, None if calls is None else calls * n, bodies[-1])
     record("baseline_batch_%dx%d" % (n, size), n, n * size)
+
+
+# -----------------------------------------------------------------------------------------------------------
+# bulk puts from columns: put_columns (one compiled call per call, no Python object per message)
+# -----------------------------------------------------------------------------------------------------------
+
+COLUMNS_N = 32_768         # 128 B bodies per put_columns call (4 MiB of payload)
+COLUMNS_POOL = 8           # distinct columns, cycled: no call puts bodies still hot in cache from the last
+
+
+def _columns(n: int, size: int, count: int = COLUMNS_POOL) -> list[tuple[object, object]]:
+    """``count`` distinct bodies columns of ``n`` x ``size`` B as (uint8 values, int64 offsets) pairs."""
+    import numpy as np
+
+    rng = np.random.default_rng(20240601)
+    offsets = np.arange(0, n * size + 1, size, dtype=np.int64)
+    return [(rng.integers(0, 256, n * size, dtype=np.uint8), offsets) for _ in range(count)]
+
+
+def test_put_columns_128_prefaulted_paired(benchmark, store_factory, record):
+    """One operation: ``put_columns`` of 32 768 bodies of 128 B (a numpy values/offsets pair, 8 distinct
+    columns cycled) into a pre-faulted store; before each round, untimed, the same messages through
+    ``put_messages(MessageBatch.from_bodies(...))`` in batches of 32 into the same store (the fastest put
+    path before columns). ``paired_ratio``: columns over from_bodies, round by round."""
+    n, size, rounds = COLUMNS_N, 128, 12
+    store = store_factory((rounds + 2) * 2 * n * RECORD)
+    cols = _columns(n, size)
+    lists = [[bytes(v[o[i]:o[i + 1]]) for i in range(n)] for v, o in cols[:2]]
+    batches = [[b[i:i + 32] for i in range(0, n, 32)] for b in lists]
+    turn = itertools.count()
+    put, from_bodies = store.put_messages, MessageBatch.from_bodies
+
+    def reference() -> None:
+        for b in batches[next(turn) % 2]:
+            put(from_bodies(TOPIC, b))
+
+    kw, ref = benchlib.paired(benchmark, reference, rounds)
+    nxt = itertools.cycle(cols).__next__
+    done = []
+
+    def put_columns() -> object:
+        c = nxt()
+        done.append(c)
+        return store.put_columns(TOPIC, c)
+
+    benchmark.group = "put columns 128 B"
+    r = benchmark.pedantic(put_columns, **kw)
+    assert r.status.name == "PUT_OK" and r.count == n
+    # every round put the reference's n messages too, in batches: the count checks both paths
+    check_store(store, len(done) * n + len(ref) * n, bytes(done[-1][0][-size:]), at_least=n)
+    benchlib.record_paired(benchmark, record, "put_columns_128_prefaulted_paired", n, ref, n)
+
+
+def test_put_columns_1k_prefaulted(benchmark, store_factory, record):
+    """One operation: ``put_columns`` of 4096 bodies of 1 KiB (a numpy pair, 8 distinct columns cycled) into a
+    pre-faulted store; ``gb_per_s`` counts record bytes (header, body, topic)."""
+    n, size, rounds = 4096, 1024, 40
+    rec = RECORD - 128 + size
+    store = store_factory((rounds + 2) * n * rec)
+    cols = _columns(n, size)
+    nxt = itertools.cycle(cols).__next__
+    done = []
+
+    def put_columns() -> object:
+        c = nxt()
+        done.append(c)
+        return store.put_columns(TOPIC, c)
+
+    benchmark.group = "put columns 1 KiB"
+    r = benchmark.pedantic(put_columns, rounds=rounds, warmup_rounds=1)
+    assert r.status.name == "PUT_OK" and r.count == n
+    check_store(store, len(done) * n, bytes(done[-1][0][-size:]), at_least=n)
+    record("put_columns_1k_prefaulted", n, n * size, bytes_per_op=n * rec)
+
+
+#: MiB of records the fresh-store benchmark writes per round (1024 for the issue's "first 1 GiB"; the default is
+#: smaller, as each round writes it twice to a disk other work shares)
+FRESH_MB = int(os.environ.get("PYSTORE_BENCH_FRESH_MB", "128"))
+
+
+def _cold_memcpy(path: str, src: object, nbytes: int) -> None:
+    """The cold-write floor: one copy of ``nbytes`` into a fresh sparse shared mapping of that size (each page
+    faulted in by the copy), unmapped and deleted after."""
+    import mmap
+
+    import numpy as np
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, nbytes)
+        mm = mmap.mmap(fd, nbytes)
+        dst = np.frombuffer(mm, dtype=np.uint8)
+        dst[:] = src
+        assert dst[-1] == src[-1]
+        del dst
+        mm.close()
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def test_put_columns_fresh_vs_cold_floor_paired(benchmark, tmp_root, record):
+    """One operation: ``put_columns`` of FRESH_MB MiB of 128 B records (one call) into a store opened just
+    before (untimed), its commit-log files created but never written (``warm=False``): page faults included.
+    Before each round, untimed, the floor: one copy of the same number of bytes into a fresh sparse file
+    mapping. ``paired_ratio``: the store's record bytes per second over the floor's, round by round.
+    ``PYSTORE_BENCH_FRESH_MB=1024`` for the first 1 GiB."""
+    import numpy as np
+
+    n = FRESH_MB * MIB // RECORD
+    nbytes = n * RECORD
+    rounds = 3
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 256, n * 128, dtype=np.uint8)
+    offsets = np.arange(0, n * 128 + 1, 128, dtype=np.int64)
+    src = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    stores: list[object] = []
+    ref: list[float] = []
+    turn = itertools.count()
+
+    def setup() -> tuple[tuple[object, ...], dict[str, object]]:
+        for s in stores:
+            s.destroy()
+        stores.clear()
+        os.sync()
+        s = benchlib.open_warm_store(os.path.join(tmp_root, "fresh-%d" % next(turn)),
+                                     benchlib.file_size_for(nbytes + MIB), warm=False)
+        stores.append(s)
+        t0 = time.perf_counter()
+        _cold_memcpy(os.path.join(tmp_root, "floor"), src, nbytes)
+        ref.append(time.perf_counter() - t0)
+        return (s,), {}
+
+    def put(s: object) -> object:
+        return s.put_columns(TOPIC, (values, offsets))
+
+    benchmark.group = "put columns fresh store"
+    r = benchmark.pedantic(put, setup=setup, rounds=rounds, warmup_rounds=0)
+    assert r.status.name == "PUT_OK" and r.count == n
+    check_store(stores[-1], n, bytes(values[-128:]))
+    mine = list(benchmark.stats.stats.data)
+    ratios = sorted(r_s / m_s for m_s, r_s in zip(mine, ref[-len(mine):], strict=True))
+    record("put_columns_fresh_%dMiB_vs_cold_floor" % FRESH_MB, n, n * 128, bytes_per_op=nbytes,
+           paired_ratio=ratios[len(ratios) // 2], paired_ratios=ratios,
+           floor_gb_per_s=nbytes / sorted(ref)[len(ref) // 2] / 1e9)
+    for s in stores:
+        s.destroy()

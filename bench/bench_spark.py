@@ -10,6 +10,9 @@ plus the map's size) and returns the row count and the sum of ``crc32(body)``; b
 what was put, so a fast wrong read fails. One ``local[2]`` session serves the module (PySpark + Java
 needed, else the module is skipped).
 
+And the write (``test_spark_write_pystore_vs_parquet_paired``): ``df.write.format("pystore")`` of N_WRITE rows
+against ``df.write.parquet`` of the same cached DataFrame, paired round by round (target >= 0.5x).
+
 Run: ``cd bench && PYTHONPATH=.. python -m pytest bench_spark.py --benchmark-only -s``.
 """
 
@@ -21,6 +24,7 @@ import shutil
 import socket
 import struct
 import sys
+import time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -432,3 +436,60 @@ def test_spark_read_small_store_every_core(benchmark, record, spark, small):
     if one and one.get("msgs_per_s") and ours.get("msgs_per_s"):
         ratio = ours["msgs_per_s"] / one["msgs_per_s"]
         record("small store: every core vs one partition", msgs_per_op=0, paired_ratio=ratio, paired_ratios=[ratio])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spark write: df.write.format("pystore") against df.write.parquet of the same DataFrame
+# ---------------------------------------------------------------------------------------------------------
+
+N_WRITE = int(os.environ.get("PYSTORE_BENCH_SPARK_WRITE_N", 500_000))
+
+
+def test_spark_write_pystore_vs_parquet_paired(benchmark, record, spark, tmp_path_factory):
+    """One operation: ``df.write.format("pystore").mode("append").save(root)`` of N_WRITE rows (topic, 128 B
+    body, a tag, one key, four queues; the DataFrame cached in Spark) into a new store; before each round,
+    untimed, ``df.write.parquet`` of the same DataFrame into a new folder. ``paired_ratio``: pystore's rows/s
+    over Parquet's, round by round (target >= 0.5x)."""
+    from pyspark.sql import functions as F
+
+    api = benchlib.store_api()
+    base = tmp_path_factory.mktemp("bench-spark-write")
+    df = spark.range(N_WRITE).select(
+        F.lit(benchlib.TOPIC).alias("topic"),
+        F.unhex(F.lpad(F.hex(F.col("id") * 7919), 2 * SIZE, "a")).alias("body"),
+        F.concat(F.lit("Tag"), (F.col("id") % 10).cast("string")).alias("tags"),
+        F.array(F.format_string("k%07d", F.col("id"))).alias("keys"),
+        (F.col("id") % QUEUES).cast("int").alias("queue_id"),
+    ).cache()
+    assert df.count() == N_WRITE
+    turn = iter(range(1 << 30))
+    roots: list[str] = []
+
+    def parquet() -> None:
+        i = next(turn)
+        df.write.parquet(str(base / ("parquet-%d" % i)))
+        shutil.rmtree(str(base / ("parquet-%d" % i)), ignore_errors=True)
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        for r in roots:
+            shutil.rmtree(r, ignore_errors=True)
+        roots.clear()
+        t0 = time.perf_counter()
+        parquet()
+        ref.append(time.perf_counter() - t0)
+        roots.append(str(base / ("store-%d" % next(turn))))
+        return (roots[-1],), {}
+
+    def write(root: str) -> None:
+        df.write.format("pystore").mode("append").option("mapped_file_size_commit_log", 256 << 20).save(root)
+
+    ref: list[float] = []
+    benchmark.group = "spark write"
+    benchmark.pedantic(write, setup=setup, rounds=ROUNDS, warmup_rounds=1)
+    with api["MessageStore"].open(roots[-1], read_only=True) as store:
+        stored = sum(store.get_max_offset_in_queue(benchlib.TOPIC, q) for q in range(QUEUES))
+        last = store.get_message("g", benchlib.TOPIC, 0, 0, 1).messages[0]
+    assert stored == N_WRITE and len(last.body) == SIZE and last.tags == "Tag0" and last.keys == ["k0000000"]
+    benchlib.record_paired(benchmark, record, "spark_write_pystore_vs_parquet", N_WRITE, ref, N_WRITE)
+    df.unpersist()
+    shutil.rmtree(str(base), ignore_errors=True)

@@ -15,6 +15,8 @@ get                 the compiled ``get_message``                    2,000 gets o
 look                the compiled ``look_message_by_offset``         2,000 look-ups by commit-log offset
 arrow_decode        ``_arrow.scan_file`` (the Spark decoder)        one scan of 2,000 records, per record
 get_columns         ``_read.read_queue`` (its scan and decoder)     one page of 2,000 x 128 B, per message
+put_columns         ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
+                                                                    (a numpy pair), per message
 ==================  ==============================================  =========================================
 
 A count more than ``--tolerance`` (default 5 %) above the baseline fails the check (exit 1). The baseline
@@ -97,6 +99,13 @@ store.put_messages(MessageBatch.from_bodies("T", [body] * %d))
 status, nxt, rb = store.get_columns("g", "T", 0, 0, %d)
 assert rb.num_rows == %d
 """ % (N, N, N)),
+    "put_columns": ("*_bulk_put__put*", 20 * 1000, """
+import numpy as np
+values = np.frombuffer(b"y" * (1000 * 128), dtype=np.uint8)
+offsets = np.arange(0, 1000 * 128 + 1, 128, dtype=np.int64)
+for _ in range(20):
+    assert store.put_columns("T", (values, offsets)).count == 1000
+"""),
 }
 
 

@@ -140,6 +140,29 @@ cdef inline void _copy_short(unsigned char *dst, const unsigned char *src, int32
         memcpy(dst, src, n)
 
 
+cdef inline void like_head(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t body_crc,
+                           Py_ssize_t body_len, int64_t queue_offset, int64_t phy_offset,
+                           int64_t born_ts) noexcept nogil:
+    """``encode_like`` up to the body: the header copied from ``first`` with this record's fields patched in
+    (the column put, ``_bulk_put``, runs it without the GIL and copies the body itself)."""
+    if body_pos == 88:
+        memcpy(dst + 4, first + 4, 84)          # both hosts IPv4: a constant size, inlined by the compiler
+    else:
+        memcpy(dst + 4, first + 4, body_pos - 4)
+    put_i32(dst + 8, body_crc)
+    put_i64(dst + 20, queue_offset)
+    put_i64(dst + 28, phy_offset)
+    put_i64(dst + 40, born_ts)
+    put_i32(dst + body_pos - 4, <int32_t>body_len)
+
+
+cdef inline void like_tail(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
+                           int32_t tail_len, Py_ssize_t body_len, int32_t total) noexcept nogil:
+    """``encode_like`` after the body: the tail copied from ``first``, then TOTALSIZE, stored last."""
+    _copy_short(dst + body_pos + body_len, first + body_pos + first_body_len, tail_len)
+    store_i32_release(dst, total)
+
+
 cdef inline void encode_like(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
                              int32_t tail_len, const char *body, Py_ssize_t body_len, int32_t body_crc, int32_t total,
                              int64_t queue_offset, int64_t phy_offset, int64_t born_ts, bint release_gil) noexcept:
@@ -150,15 +173,6 @@ cdef inline void encode_like(unsigned char *dst, const unsigned char *first, int
     lengths). One copy of the header and five patched fields instead of a dozen fields and five copies;
     TOTALSIZE is not copied but stored last, as ``encode_with_body`` does (and ``release_gil`` means what it
     means there)."""
-    if body_pos == 88:
-        memcpy(dst + 4, first + 4, 84)          # both hosts IPv4: a constant size, inlined by the compiler
-    else:
-        memcpy(dst + 4, first + 4, body_pos - 4)
-    put_i32(dst + 8, body_crc)
-    put_i64(dst + 20, queue_offset)
-    put_i64(dst + 28, phy_offset)
-    put_i64(dst + 40, born_ts)
-    put_i32(dst + body_pos - 4, <int32_t>body_len)
+    like_head(dst, first, body_pos, body_crc, body_len, queue_offset, phy_offset, born_ts)
     _copy_body(dst + body_pos, body, body_len, release_gil)
-    _copy_short(dst + body_pos + body_len, first + body_pos + first_body_len, tail_len)
-    store_i32_release(dst, total)
+    like_tail(dst, first, body_pos, first_body_len, tail_len, body_len, total)

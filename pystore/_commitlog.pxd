@@ -21,6 +21,9 @@ cdef class Dispatcher:
                       int64_t queue_offset) except -1
     cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
                           int64_t store_ts, int64_t queue_offset) except -1
+    cdef int dispatch_each(self, QueueCell cell, Message msg, const unsigned char *rec, int64_t phy_offset,
+                           const int32_t *sizes, const int32_t *props_lens, const int64_t *tags_codes, Py_ssize_t n,
+                           int64_t store_ts, int64_t queue_offset, bint keyed) except -1
 
 
 cdef class CommitLogCore:

@@ -96,6 +96,15 @@ cdef class Dispatcher:
             phy_offset += sizes[i]
         return 0
 
+    cdef int dispatch_each(self, QueueCell cell, Message msg, const unsigned char *rec, int64_t phy_offset,
+                           const int32_t *sizes, const int32_t *props_lens, const int64_t *tags_codes, Py_ssize_t n,
+                           int64_t store_ts, int64_t queue_offset, bint keyed) except -1:
+        """``dispatch_run`` for ``n`` consecutive records of ``msg``'s topic, queue and type whose properties
+        differ (the column put with a tags or keys column): record i starts at ``rec`` plus the sizes before
+        it, ends with its ``props_lens[i]`` bytes of properties and has the tags code ``tags_codes[i]``;
+        ``keyed``: whether any may have keys to index."""
+        return 0
+
 
 # A put reserves room for a record before it takes the lock and, under it, may wait (for the lock, for a new
 # file) with the GIL released. Another thread that changes the message meanwhile (its body, properties,

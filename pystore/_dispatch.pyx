@@ -267,6 +267,37 @@ cdef class QueueDispatcher(Dispatcher):
                 phy_offset += sizes[i]
         return 0
 
+    cdef int dispatch_each(self, QueueCell cell, Message msg, const unsigned char *rec, int64_t phy_offset,
+                           const int32_t *sizes, const int32_t *props_lens, const int64_t *tags_codes, Py_ssize_t n,
+                           int64_t store_ts, int64_t queue_offset, bint keyed) except -1:
+        """A run of records that differ in tags code and properties (the column put with a tags or keys column;
+        no delay, no transaction type): a unit each, index entries from each record's properties as ``reput``
+        makes them (``index_message``), one wake-up for the run."""
+        cdef ConsumeQueueCore cq
+        cdef const unsigned char *props
+        cdef Py_ssize_t i
+        if not enters_queue(msg._sys_flag) or msg._delay_level > 0:
+            return Dispatcher.dispatch_each(self, cell, msg, rec, phy_offset, sizes, props_lens, tags_codes, n,
+                                            store_ts, queue_offset, keyed)
+        cq = self._queue_of(cell)
+        for i in range(n):
+            props = rec + sizes[i] - props_lens[i]
+            cq.put_unit(phy_offset, sizes[i], tags_codes[i], queue_offset + i)
+            if self.arriving is not None:
+                self.arriving(cell.topic, cell.queue_id, queue_offset + i, tags_codes[i], store_ts,
+                              props[:props_lens[i]])
+            if keyed and self.inline_index and self.index is not None:
+                index_message(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._topic_b),
+                              PyBytes_GET_SIZE(msg._topic_b), props, props_lens[i], phy_offset, store_ts,
+                              msg._sys_flag)
+            phy_offset += sizes[i]
+            rec += sizes[i]
+        cq.last_store_ts = store_ts
+        self.last_store_ts = store_ts
+        if self._wake_word != NULL:
+            ps_notify(self._wake_word, self._wake_light)
+        return 0
+
     cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v):
         cdef bytes topic = rec[v.topic_pos:v.topic_pos + v.topic_len]
         if self._last_cell is not None and v.queue_id == self._last_qid and topic == self._last_topic:

@@ -19,26 +19,25 @@ warmed file's zeros when it writes them back. A file flushed a few KiB at a time
 log) is mapped without read-ahead while it is written (``write_page_by_page``), so its page cache stays in
 single pages and a flush writes no more than what was written.
 
-Disk blocks: a new file has its full size but, with a ``window`` (the store's ``prefault_window_bytes``),
-only its first page allocated (``posix_fallocate``); the rest is a hole until the writer nears it. Before
-writing, writers ``reserve`` what they write (the commit log's put path; Python writers through
-``ensure_reserved``), and each pre-fault request (``prefault_ahead``, capped at the window) allocates the
-blocks it covers first, so a file holds what was written plus at most the window (a page more), and a full
-disk fails the put (or the creation: ``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a write
-into a hole. ``window=-1`` allocates the whole file at creation (RocketMQ's way; also what ``warm`` does).
-``preallocate=False`` leaves a new file a hole (the index: 420 MB by default, mostly never written, as
-RocketMQ's own index files are sparse; its owner checks the free space before creating it).
+Disk blocks: a new file has its full size but, with a ``window`` (the store's ``prefault_window_bytes``), only
+its first page allocated (``posix_fallocate``); the rest is a hole until the writer nears it. Before writing,
+writers ``reserve`` what they write (the commit log's put path; Python writers through ``ensure_reserved``),
+and each pre-fault request (``prefault_ahead``, capped at the window) allocates the blocks it covers first, so
+a file holds what was written plus at most the window (a page more), and a full disk fails the put (or the
+creation: ``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a write into a hole. ``window=-1``
+allocates the whole file at creation (RocketMQ's way; also what ``warm`` does). ``preallocate=False`` leaves a
+new file a hole (the index: 420 MB by default, mostly never written, as RocketMQ's own index files are sparse;
+its owner checks the free space before creating it).
 
-Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and
-``release()`` around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file
-is cleaned up when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms.
-Forcing deletes the file, but the *mapping* goes only when no reader hold and no buffer view
-(``SelectMappedBufferResult``, in ``_mapped_view``) remains: pins are counted apart from RocketMQ's reference count, so no
-reader, iterator or view can ever touch unmapped memory.
+Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and ``release()``
+around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file is cleaned up
+when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms. Forcing deletes the
+file, but the *mapping* goes only when no reader hold and no buffer view (``SelectMappedBufferResult``, in
+``_mapped_view``) remains: pins are counted apart from RocketMQ's reference count, so no reader, iterator or
+view can ever touch unmapped memory.
 
 Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (``_put_lock``, taken by
-``_commitlog``) serialises appends. The GIL is released only around msync/fdatasync and pre-faulting.
-"""
+``_commitlog``) serialises appends. The GIL is released only around msync/fdatasync and pre-faulting."""
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -123,16 +122,14 @@ cdef int64_t PAGE = 4096
 
 
 cdef inline void _unmap_whole_pages(unsigned char *base, int64_t start, int64_t end) noexcept nogil:
-    """Drop this process's page-table entries for the whole pages of ``[start, end)`` before they are written
-    back (``start`` is page-aligned; the page holding ``end`` is kept: a writer may still be filling it).
+    """Drop this process's page-table entries for the whole pages of ``[start, end)`` (``start`` page-aligned;
+    the page holding ``end`` is kept: a writer may still fill it) before they are written back.
 
-    Writing back a page that is mapped writable makes the kernel write-protect it, one entry at a time, and
-    each change sends a TLB-shootdown interrupt to every core running this process: the putting thread is
-    interrupted once per 4 KiB flushed. Unmapping the range first costs one batched shootdown, and the
-    write-back then finds nothing mapped to protect. On a shared file mapping this loses nothing: the dirty
-    state moves to the page cache, which the msync that follows writes out, and a later read of these pages
-    maps them again from the page cache (a minor fault). An appending writer never returns below ``end``; one
-    that does (the index writes hash slots anywhere in its file) takes such a minor fault and loses nothing."""
+    Writing back a page mapped writable makes the kernel write-protect it one entry at a time, each change a
+    TLB-shootdown interrupt to every core of this process: the putting thread would be interrupted once per
+    page flushed. Unmapping first costs one batched shootdown. Nothing is lost on a shared file mapping: the
+    dirty state moves to the page cache, which the msync that follows writes out, and a later access maps the
+    page again (a minor fault: only the index, which writes hash slots anywhere in its file, takes one)."""
     cdef int64_t stop = end // PAGE * PAGE
     if stop > start:
         madvise(base + start, <size_t>(stop - start), MADV_DONTNEED)
@@ -150,9 +147,7 @@ cdef inline int64_t _page_up(int64_t n) noexcept nogil:
 
 
 cdef int64_t _name_offset(str name):
-    if len(name) == 20 and name.isdigit():
-        return int(name)
-    return 0
+    return int(name) if len(name) == 20 and name.isdigit() else 0
 
 
 @cython.final
@@ -674,11 +669,10 @@ cdef class MappedFile:
             self.warmed = end
 
     cdef bint prefault_range(self, int64_t start, int64_t end) noexcept:
-        """Ask the prefault worker for ``[start, end)`` whatever the window: for a writer that writes all over
-        a range rather than in order (the index's hash slots). No blocks are allocated first (``reserve``
-        follows an in-order writer): the owner of a range written into holes checks the free space itself
-        (the index does when it makes a file). Moves ``warmed`` to ``end`` when the range reaches it. False when nothing was queued (the worker's ring
-        full or busy, or no worker on this kernel): the caller may ask again later."""
+        """Ask the prefault worker for ``[start, end)`` whatever the window, for a writer that writes all over a
+        range (the index's hash slots). No blocks are allocated first: the range's owner checks the free space
+        (the index does when it makes a file). False when nothing was queued (the worker's ring full or busy,
+        or no worker): the caller may ask again later."""
         if self.base == NULL or self.read_only or self.write_base != self.base:
             return False
         start = start // PAGE * PAGE

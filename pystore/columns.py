@@ -1,8 +1,9 @@
 """The column API (docs/api.md, "Columns"): many messages in one call, as arrays.
 
-* ``put_columns`` turns columns (bodies, keys, tags, properties) into ``Message``s and stores them through the
-  store's own put path, one by one or as ``MessageBatch``es, so that the bytes on disk are exactly those of
-  the same messages put by hand; the result gathers the stored messages' offsets and times into numpy arrays.
+* ``put_columns`` stores columns (bodies, keys, tags, properties) so that the bytes on disk are exactly those
+  of the same messages put by hand, one by one or as ``MessageBatch``es: bodies that share everything else by
+  one compiled call (``_bulk_put``), others as ``Message``s through the store's own put path; the result
+  gathers the stored messages' offsets and times into numpy arrays.
 * ``get_columns`` is ``get_message`` with its in-memory transfer caps lifted, its messages decoded straight
   from the mapped records into one Arrow record batch with the export's columns (``get_message``'s scan hands
   each record to the Spark source's decoder, ``_arrow.BatchBuilder``: no ``MessageExt`` per message).
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pystore._bulk_put import put_bodies, put_bytes
 from pystore._codec import record_length
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
@@ -28,6 +30,7 @@ from pystore.status import GetMessageStatus, PutMessageStatus
 if TYPE_CHECKING:
     import numpy as np
 
+    from pystore._commitlog import CommitLogCore
     from pystore.message import MessageFilter, TagFilter
     from pystore.reads import StoreReads
     from pystore.store import MessageStore
@@ -82,10 +85,14 @@ class PutColumnsResult:
 # -- put_columns ------------------------------------------------------------------------------------------
 
 
-def _bodies(bodies: Any) -> Sequence[Any]:
-    """The bodies as a sequence of bytes-like objects (slices of the caller's buffers, not copies)."""
+def _packed(bodies: Any) -> tuple[Any, Any]:
+    """The bodies as ``(values, offsets)``: a uint8 array and n + 1 rising int64 offsets into it, with the
+    caller's buffers shared where they are arrays (a pyarrow array, a numpy pair) and a sequence of bytes-like
+    objects as ``(tuple of them, None)`` (``bytes`` are read where they are; others are ``_joined``). Raises what
+    the put path's validation raises (types, nulls, offsets)."""
+    np = _np()
     if isinstance(bodies, tuple) and len(bodies) == 2 and all(hasattr(b, "dtype") for b in bodies):
-        return _sliced(*bodies)
+        return _checked(*bodies)
     if type(bodies).__module__.startswith("pyarrow"):
         pa = _pa()
         if isinstance(bodies, pa.ChunkedArray):
@@ -94,18 +101,32 @@ def _bodies(bodies: Any) -> Sequence[Any]:
             raise TypeError("bodies must be a pyarrow binary or large_binary array, got %s" % bodies.type)
         if bodies.null_count:
             raise ValueError("bodies must not hold nulls (%d found)" % bodies.null_count)
-        np = _np()
         _, offsets_buf, values_buf = bodies.buffers()
         otype = np.int32 if pa.types.is_binary(bodies.type) else np.int64
         offsets = np.frombuffer(offsets_buf, dtype=otype)[bodies.offset:bodies.offset + len(bodies) + 1]
         values = np.frombuffer(values_buf, dtype=np.uint8) if values_buf is not None else np.empty(0, np.uint8)
-        return _sliced(values, offsets)
+        return _checked(values, offsets)
     if isinstance(bodies, (str, bytes, bytearray, memoryview)):
         raise TypeError("bodies must be a sequence of bodies, not one %s" % type(bodies).__name__)
-    return list(bodies)
+    return tuple(bodies), None
 
 
-def _sliced(values: Any, offsets: Any) -> list[memoryview]:
+def _joined(items: tuple[Any, ...]) -> tuple[Any, Any] | None:
+    """Bytes-like bodies (not all ``bytes``) joined once into ``(values, offsets)``; None when they cannot be."""
+    np = _np()
+    try:
+        joined = b"".join(items)
+    except TypeError:
+        return None
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] != len(joined):
+        return None     # an item whose len() counts other units than bytes
+    return np.frombuffer(joined, dtype=np.uint8), offsets
+
+
+def _checked(values: Any, offsets: Any) -> tuple[Any, Any]:
     np = _np()
     values, offsets = np.asarray(values), np.asarray(offsets)
     if values.dtype != np.uint8 or values.ndim != 1:
@@ -114,8 +135,15 @@ def _sliced(values: Any, offsets: Any) -> list[memoryview]:
         raise TypeError("bodies' offsets must be a 1-d int32 or int64 array of length n+1")
     if np.any(offsets[1:] < offsets[:-1]) or offsets[0] < 0 or offsets[-1] > len(values):
         raise ValueError("bodies' offsets must rise and stay within the values (%d bytes)" % len(values))
-    view = memoryview(values)
-    bounds = offsets.tolist()
+    return np.ascontiguousarray(values), np.ascontiguousarray(offsets, dtype=np.int64)
+
+
+def _bodies(packed: tuple[Any, Any]) -> Sequence[Any]:
+    """The bodies as a sequence of bytes-like objects (slices of the packed buffer, not copies)."""
+    if packed[1] is None:
+        return list(packed[0])
+    view = memoryview(packed[0])
+    bounds = packed[1].tolist()
     return [view[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
 
 
@@ -131,6 +159,45 @@ def _column(name: str, col: Any, n: int) -> list[Any]:
     return values
 
 
+#: ``_text_column``'s answer for a column the compiled put does not take as it is (it goes through ``Message``)
+_MESSAGES = object()
+
+
+def _text_column(name: str, col: Any, n: int) -> Any:
+    """A keys/tags column for ``_bulk_put``: None when absent or only nulls, else ``(values, offsets, valid)``
+    (its UTF-8 bytes, n + 1 int64 offsets, a uint8 validity array or None), made by one pyarrow conversion of
+    the whole column (an Arrow string array is used as it is); ``_MESSAGES`` for what it cannot be (entries
+    other than ``str``, such as lists of keys, or a separator \x01/\x02 in a text, which ``Message`` refuses
+    with its own error)."""
+    if col is None:
+        return None
+    if isinstance(col, str):
+        raise TypeError("%s must be a sequence of one entry per message, not a str" % name)
+    np, pa = _np(), _pa()
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if not isinstance(col, pa.Array):
+        try:
+            col = pa.array(col, type=pa.large_string())
+        except (pa.ArrowException, TypeError, ValueError):
+            return _MESSAGES
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return _MESSAGES
+    if len(col) != n:
+        raise ValueError("%s holds %d entries for %d bodies" % (name, len(col), n))
+    if col.null_count == n:
+        return None
+    _, offsets_buf, values_buf = col.buffers()
+    otype = np.int32 if pa.types.is_string(col.type) else np.int64
+    offsets = np.frombuffer(offsets_buf, dtype=otype)[col.offset:col.offset + n + 1].astype(np.int64)
+    values = np.frombuffer(values_buf, dtype=np.uint8) if values_buf is not None else np.empty(0, np.uint8)
+    used = values[offsets[0]:offsets[-1]]
+    if np.any((used == 1) | (used == 2)):
+        return _MESSAGES
+    valid = col.is_valid().to_numpy(zero_copy_only=False).view(np.uint8) if col.null_count else None
+    return values, offsets, valid
+
+
 def _properties(properties: Any, n: int) -> list[Any]:
     """One dict (shared by every message), or one mapping, list of pairs (a pyarrow map) or None per message."""
     if isinstance(properties, Mapping):
@@ -138,20 +205,18 @@ def _properties(properties: Any, n: int) -> list[Any]:
     return [p if p is None or isinstance(p, Mapping) else dict(p) for p in _column("properties", properties, n)]
 
 
-def _messages(store: MessageStore, topic: str, bodies: Any, queue_id: int, keys: Any, tags: Any,
-              properties: Any) -> list[Message]:
-    bs = _bodies(bodies)
+def _messages(topic: str, bs: Sequence[Any], queue_id: int, keys: Any, tags: Any, properties: Any,
+              born: int) -> list[Message]:
     n = len(bs)
     ks, ts, ps = _column("keys", keys, n), _column("tags", tags, n), _properties(properties, n)
-    # one born time for the call, from the store's clock (a test's fake one included)
-    born = store.clock()
     return [Message(topic, bs[i], ts[i], ks[i], 0, ps[i], queue_id, born_timestamp=born) for i in range(n)]
 
 
 def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
     """The batches ``batch=True`` stores: consecutive messages whose records add up to at most the max
     message size (RocketMQ's cap on a batch) and fit a commit-log file; a message that cannot go in a batch
-    (a body over the max size) goes alone, so that its refusal stops the put exactly there."""
+    (a body over the max size) goes alone, so that its refusal stops the put exactly there. (The compiled
+    path, ``_bulk_put``, cuts the same batches.)"""
     cfg = store.config
     cap = min(cfg.max_message_size, cfg.mapped_file_size_commit_log - _END_BLANK)
     out: list[list[Message]] = []
@@ -175,9 +240,61 @@ def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
 def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None,
                 tags: Any = None, properties: Any = None, batch: bool = False) -> PutColumnsResult:
     """``MessageStore.put_columns`` (docs/api.md): the messages put one by one (``batch=False``) or as batches
-    (``_chunks``), stopping at the first refusal."""
+    (``_chunks``), stopping at the first refusal.
+
+    Messages with one properties mapping (or None) for all, no delay level, and keys and tags columns of
+    ``str``/None entries (lists, numpy or Arrow string arrays) are stored by one compiled call
+    (``_bulk_put.put_bodies``/``put_bytes``) straight from the caller's buffers or bytes, with no Python object
+    per message. Others (a properties column, keys given as lists, ...) are made into ``Message``s and go
+    through ``put_message``/``put_messages``; both ways store the same bytes."""
+    packed = _packed(bodies)
+    # one born time for the call, from the store's clock (a test's fake one included)
+    born = store.clock()
+    cl = store._commitlog
+    if cl is not None and (properties is None or isinstance(properties, Mapping)):
+        done, packed = _compiled(cl, topic, packed, queue_id, keys, tags, properties, batch, born)
+        if done is not None:
+            return done
+    return _put_messages(store, _messages(topic, _bodies(packed), queue_id, keys, tags, properties, born), batch)
+
+
+def _compiled(cl: CommitLogCore, topic: str, packed: tuple[Any, Any], queue_id: int, keys: Any, tags: Any,
+              properties: Mapping[str, str] | None, batch: bool,
+              born: int) -> tuple[PutColumnsResult | None, tuple[Any, Any]]:
+    """``put_columns`` by ``_bulk_put``; None (and the bodies, perhaps packed anew) when these columns need
+    ``Message``s."""
     np = _np()
-    msgs = _messages(store, topic, bodies, queue_id, keys, tags, properties)
+    n = len(packed[0]) if packed[1] is None else len(packed[1]) - 1
+    ktext, ttext = _text_column("keys", keys, n), _text_column("tags", tags, n)
+    if ktext is _MESSAGES or ttext is _MESSAGES:
+        return None, packed
+    tmpl = Message(topic, b"", None, None, 0, properties, queue_id, born_timestamp=born)
+    # a key set both as a column and in the properties is stored once, where the column puts it: Message's way
+    shared = tmpl.properties
+    if tmpl.delay_time_level != 0 or (ktext is not None and "KEYS" in shared) or (
+            ttext is not None and "TAGS" in shared):
+        return None, packed
+    out = np.empty((3, n), dtype=np.int64)
+    if packed[1] is None:
+        try:
+            # it checks every item's type before it stores anything
+            r = put_bytes(cl, tmpl, packed[0], batch, born, out[0], out[1], out[2], ttext, ktext)
+        except TypeError:
+            joined = _joined(packed[0])
+            if joined is None:
+                return None, packed
+            packed = joined
+    if packed[1] is not None:
+        r = put_bodies(cl, tmpl, packed[0], packed[1], batch, born, out[0], out[1], out[2], ttext, ktext)
+    status, count, waited = r
+    if status is PutMessageStatus.PUT_OK:
+        status = waited
+    return PutColumnsResult(status, out[0, :count], out[1, :count], out[2, :count]), packed
+
+
+def _put_messages(store: MessageStore, msgs: list[Message], batch: bool) -> PutColumnsResult:
+    """``put_columns`` through ``Message``s."""
+    np = _np()
     qoffs: list[int] = []
     phys: list[int] = []
     times: list[int] = []

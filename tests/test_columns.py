@@ -331,7 +331,7 @@ def test_without_numpy_the_error_names_the_extra(store_factory, monkeypatch):
 
 def test_a_refused_batch_is_retried_message_by_message(store_factory, monkeypatch):
     """A batch refused as a whole (here once, as a busy page cache would) is put again one message at a time:
-    the put goes on past it when each is accepted."""
+    the put goes on past it when each is accepted (the ``Message`` path: a properties column takes it)."""
     store = store_factory()
     put = store.put_messages
     calls = []
@@ -343,7 +343,7 @@ def test_a_refused_batch_is_retried_message_by_message(store_factory, monkeypatc
         return put(batch)
 
     monkeypatch.setattr(store, "put_messages", refuse_first)
-    r = store.put_columns(T, _bodies(5, 20_000), batch=True)    # two batches: 3 records fill a 64 KiB file
+    r = store.put_columns(T, _bodies(5, 20_000), properties=[None] * 5, batch=True)  # 3 records fill a file
     assert calls == [3, 1, 1, 1, 2]
     assert r.status is PutMessageStatus.PUT_OK and r.count == 5 and r.queue_offsets.tolist() == list(range(5))
     assert len({int(x) for x in r.commit_log_offsets}) == 5
@@ -364,17 +364,19 @@ def test_queue_units_below_the_min_offset_are_refused(store_factory):
     store_factory.skip_check()                      # the head file was dropped on purpose
 
 
-def test_a_failed_wait_is_reported_but_does_not_stop_the_put(store_factory, monkeypatch):
+@pytest.mark.parametrize("props", [None, [None] * 8], ids=["compiled", "messages"])
+def test_a_failed_wait_is_reported_but_does_not_stop_the_put(store_factory, monkeypatch, props):
+    """The commit log's wait hook (``after_put``: group commit, replicas) times out on the first put (a chunk
+    of the compiled path, a message of the ``Message`` path): the status says so, and the rest is stored."""
     store = store_factory()
-    put = store.put_message
     seen = []
 
-    def flush_timeout_on_second(msg):
-        seen.append(msg)
-        r = put(msg)
-        return r.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT) if len(seen) == 2 else r
+    def flush_timeout_on_first(result, msg):
+        seen.append(result.append_message_result.logics_offset)
+        return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT) if len(seen) == 1 else result
 
-    monkeypatch.setattr(store, "put_message", flush_timeout_on_second)
-    r = store.put_columns(T, _bodies(4, 10))
-    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and r.count == 4
-    assert r.queue_offsets.tolist() == [0, 1, 2, 3]
+    monkeypatch.setattr(store._commitlog, "after_put", flush_timeout_on_first)
+    r = store.put_columns(T, _bodies(8, 20_000), properties=props)     # 3 records a 64 KiB file: 3 chunks
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and r.count == 8
+    assert r.queue_offsets.tolist() == list(range(8))
+    assert len(seen) == (3 if props is None else 8) and seen[0] == 0

@@ -1074,23 +1074,32 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, 
 from pystore import MessageStore
 from pystore.spark.sink import PystoreStreamWriter
 from pystore.spark.writer import StagedPart
-root, staged, cut = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+root, staged, (kind, cut) = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(":")
+cut = int(cut)
 schema = StructType([StructField("topic", StringType()), StructField("body", BinaryType()),
                      StructField("queue_id", IntegerType())])
 w = PystoreStreamWriter({"path": root, "queryname": "q", "mapped_file_size_commit_log": "4096"}, schema)
-if cut >= 0:
+if kind != "none":
     real_open = MessageStore.open
     def open_(root, **kw):
         store = real_open(root, **kw)
-        put, puts = store.put_messages, [0]
-        def put_messages(batch):
-            r = put(batch)
-            puts[0] += 1
-            if puts[0] == cut:
-                store.flush()
-                os.kill(os.getpid(), signal.SIGKILL)   # the driver dies in the middle of the append
-            return r
-        store.put_messages = put_messages
+        puts = [0]
+        def counted(put):
+            def put_and_maybe_die(*args, **kwargs):
+                r = put(*args, **kwargs)
+                puts[0] += 1
+                if puts[0] == cut:
+                    store.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)   # the driver dies in the middle of the append
+                return r
+            return put_and_maybe_die
+        if kind == "put":
+            # the append's puts: put_columns for rows without properties, put_messages for the others
+            store.put_messages = counted(store.put_messages)
+            store.put_columns = counted(store.put_columns)
+        else:
+            # a new commit-log file: inside a put, between two records of it
+            store._commitlog.roll_file = counted(store._commitlog.roll_file)
         return store
     MessageStore.open = open_
 w.commit([StagedPart(i, p, 60) for i, p in enumerate(staged)], 5)
@@ -1098,10 +1107,11 @@ print("COMMITTED", flush=True)
 """
 
 
-@pytest.mark.parametrize("cut", [1, 3, 6])
+@pytest.mark.parametrize("cut", ["put:1", "put:2", "put:3", "roll:2", "roll:4"])
 def test_streaming_sink_replay_after_a_crash_mid_append_stores_the_batch_once(tmp_path, cut):
-    """The driver is SIGKILLed after ``cut`` batch puts of a micro-batch's append (files roll on the way);
-    Spark replays the micro-batch: every row is stored exactly once, in order."""
+    """The driver is SIGKILLed after ``cut`` puts of a micro-batch's append (one a partition's queue), or as
+    a put takes its ``cut``-th new commit-log file (files of 4 KiB roll on the way);
+    Spark replays the micro-batch: every row is stored exactly once, in its queue's order."""
     import subprocess
 
     import pyarrow as pa
@@ -1125,7 +1135,7 @@ def test_streaming_sink_replay_after_a_crash_mid_append_stores_the_batch_once(tm
             out.append(stage_rows(iter([batch]), str(tmp_path / "staging"), 1 << 20).path)
         return out
 
-    def run(paths: list[str], c: int) -> subprocess.CompletedProcess[str]:
+    def run(paths: list[str], c: str) -> subprocess.CompletedProcess[str]:
         from writer_procs import WORKTREE
 
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKTREE), os.environ.get("PYTHONPATH", "")]))
@@ -1135,11 +1145,14 @@ def test_streaming_sink_replay_after_a_crash_mid_append_stores_the_batch_once(tm
     r = run(stage(), cut)
     assert r.returncode == -9, r.stderr
     assert committed_batches(root) == {"query:q": -1}            # noted as being appended, not committed
-    r = run(stage(), -1)                                          # the replay of micro-batch 5
+    r = run(stage(), "none:-1")                                   # the replay of micro-batch 5
     assert r.returncode == 0 and "COMMITTED" in r.stdout, r.stderr
     assert committed_batches(root) == {"query:q": 5}
     got = [(d["topic"], bytes(d["body"]), d["queue_id"]) for d in scan_commit_log(root)]
-    assert got == rows
+    # each queue holds its rows once, in their order (the append groups a staged batch's rows by queue)
+    assert sorted(got) == sorted(rows)
+    for q in (0, 1):
+        assert [g for g in got if g[2] == q] == [r for r in rows if r[2] == q]
 
 
 def test_streaming_sink_needs_a_query_identity(spark, tmp_path):

@@ -2,11 +2,14 @@
 
 Runs in the driver's commit step (one process): opens the store with ``MessageStore.open(root,
 **config)`` (a writer: it takes the store lock, creates a new store, keeps an existing store's geometry),
-turns each staged row into a ``Message`` and puts consecutive rows of one topic and queue as a
-``MessageBatch`` (at most 1024 messages and a quarter of a commit-log file), in the order of the staged
-files. Rows were checked by the tasks, so a refusal here means the store itself failed (disk full ...) or
-has settings the tasks did not see: it raises, naming how many messages were already appended and why
-the store refused (:func:`pystore.refusal.refusal_reason`, the words ``pystore put`` prints).
+groups the rows of each staged record batch by topic and queue (their order within a queue kept) and
+stores each run of rows of one topic and queue without properties by one ``put_columns`` call (the
+compiled column put: bodies, tags and keys straight from the Arrow columns, no ``Message`` per row); rows
+with properties become ``Message``s, put as ``MessageBatch``es of consecutive rows of one topic and queue
+(at most 1024 messages and a quarter of a commit-log file); all in the order of the staged files. Rows were
+checked by the tasks, so a refusal here means the store itself failed (disk full ...) or has settings the
+tasks did not see: it raises, naming how many messages were already appended and why the store refused
+(:func:`pystore.refusal.refusal_reason`, the words ``pystore put`` prints).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pystore import Message, MessageBatch, MessageStore, PutMessageStatus
 from pystore._codec import record_length
@@ -48,23 +53,56 @@ def _file_size(store: MessageStore) -> int:
     return int(store.config.mapped_file_size_commit_log)
 
 
-def staged_rows(paths: list[str]) -> Iterator[Message]:
-    """The rows of the staged files at ``paths`` as messages, in the order they are appended."""
+def _staged_batches(paths: list[str]) -> Iterator[pa.RecordBatch]:
+    """The staged record batches in the order they are appended, the rows of each grouped by topic and queue
+    (a stable sort: rows keep their order within a queue, which is all a queue's consumers see; rows of many
+    queues interleaved would otherwise go in one put per row)."""
     for path in paths:
         with pa.memory_map(path) as src:
             reader = pa.ipc.open_file(src)
             for bi in range(reader.num_record_batches):
                 b = reader.get_batch(bi)
-                cols = [b.column(i).to_pylist() for i in range(6)]
-                for topic, body, tags, keys, qid, props in zip(*cols, strict=True):
-                    yield Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None,
-                                  queue_id=qid)
+                if b.num_rows > 1:
+                    b = b.take(pc.sort_indices(b, sort_keys=[("topic", "ascending"), ("queue_id", "ascending")]))
+                yield b
+
+
+def _messages(b: pa.RecordBatch) -> Iterator[Message]:
+    cols = [b.column(i).to_pylist() for i in range(6)]
+    for topic, body, tags, keys, qid, props in zip(*cols, strict=True):
+        yield Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None, queue_id=qid)
+
+
+def staged_rows(paths: list[str]) -> Iterator[Message]:
+    """The rows of the staged files at ``paths`` as messages, in the order they are appended."""
+    for b in _staged_batches(paths):
+        yield from _messages(b)
+
+
+def _runs(b: pa.RecordBatch) -> list[tuple[int, int, bool]]:
+    """``(start, end, with_properties)`` of each run of consecutive rows of one topic and queue that all have
+    properties or all have none, found by whole-column compares."""
+    n = b.num_rows
+    props = b.column(5)
+    off = props.offsets.to_numpy()
+    has_props = np.diff(off) > 0
+    if n > 1:
+        topic, qid = b.column(0), b.column(4)
+        change = pc.or_(pc.not_equal(topic.slice(1), topic.slice(0, n - 1)),
+                        pc.not_equal(qid.slice(1), qid.slice(0, n - 1)))
+        cuts = np.flatnonzero(pc.fill_null(change, True).to_numpy(zero_copy_only=False)
+                              | (has_props[1:] != has_props[:-1])) + 1
+    else:
+        cuts = np.empty(0, dtype=np.int64)
+    bounds = [0, *cuts.tolist(), n]
+    return [(bounds[i], bounds[i + 1], bool(has_props[bounds[i]])) for i in range(len(bounds) - 1)]
 
 
 def stored_prefix(store: MessageStore, start: int, paths: list[str]) -> int:
-    """How many of the staged rows at ``paths`` the commit log holds from ``start`` on, in their order: the
-    part of an append that a crash interrupted. A record that differs from the next row (topic, queue,
-    body, tags, keys), or the end of the log, ends the count; a file's blank tail is passed over."""
+    """How many of the staged rows at ``paths`` the commit log holds from ``start`` on, in the order
+    ``append_staged`` stores them (``staged_rows``): the part of an append that a crash interrupted. A
+    record that differs from the next row (topic, queue, body, tags, keys), or the end of the log, ends the
+    count; a file's blank tail is passed over."""
     end = store.get_max_phy_offset()
     size = _file_size(store)
     off, n = start, 0
@@ -135,16 +173,43 @@ def append_staged(
             pending = []
             pending_bytes = 0
 
-        for i, m in enumerate(staged_rows(paths)):
-            if i < skip:
+        row = 0
+        for b in _staged_batches(paths):
+            if row + b.num_rows <= skip:
+                row += b.num_rows
                 continue
-            size = record_length(m)
-            key = (m.topic, m.queue_id)
-            if pending and (key != pending_key or pending_bytes + size > limit or len(pending) >= MAX_BATCH):
+            if row < skip:
+                b = b.slice(skip - row)
+                row = skip
+            # keys as Message takes a list of them: joined by spaces
+            keys = pc.binary_join(b.column(3), " ")
+            for start, end, with_props in _runs(b):
+                part = b.slice(start, end - start)
+                if with_props:
+                    for m in _messages(part):
+                        size = record_length(m)
+                        key = (m.topic, m.queue_id)
+                        if pending and (key != pending_key or pending_bytes + size > limit
+                                        or len(pending) >= MAX_BATCH):
+                            flush()
+                        pending.append(m)
+                        pending_key = key
+                        pending_bytes += size
+                    continue
                 flush()
-            pending.append(m)
-            pending_key = key
-            pending_bytes += size
+                topic, qid = part.column(0)[0].as_py(), part.column(4)[0].as_py()
+                r = store.put_columns(topic, part.column(1), qid, keys=keys.slice(start, end - start),
+                                      tags=part.column(2))
+                total += r.count
+                if r.status not in _APPENDED:
+                    refused = next(_messages(part.slice(r.count, 1)))
+                    raise RuntimeError(
+                        "pystore write to %s: the store refused a message of %s/%d with %s (%s) after %d were "
+                        "appended" % (root, topic, qid, r.status.name,
+                                      refusal_reason(refused, store.config, r.status), total))
+                if r.status != PutMessageStatus.PUT_OK:
+                    log.warning("%s: put returned %s (appended)", root, r.status.name)
+            row += b.num_rows
         flush()
         if after is not None:
             after(store, total)

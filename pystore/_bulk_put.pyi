@@ -1,0 +1,16 @@
+"""Stub of the compiled column put (``_bulk_put.pyx``)."""
+
+from typing import Any
+
+from pystore._commitlog import CommitLogCore
+from pystore._message import Message
+from pystore.status import PutMessageStatus
+
+CHUNK_BYTES: int
+
+def put_bodies(cl: CommitLogCore, tmpl: Message, values: Any, offsets: Any, batch: bool, born_ts: int,
+               queue_offsets: Any, commit_log_offsets: Any, store_timestamps: Any, tags: Any = ...,
+               keys: Any = ..., chunk_bytes: int = ...) -> tuple[PutMessageStatus, int, PutMessageStatus]: ...
+def put_bytes(cl: CommitLogCore, tmpl: Message, bodies: tuple[bytes, ...], batch: bool, born_ts: int,
+              queue_offsets: Any, commit_log_offsets: Any, store_timestamps: Any, tags: Any = ...,
+              keys: Any = ..., chunk_bytes: int = ...) -> tuple[PutMessageStatus, int, PutMessageStatus]: ...
