@@ -30,6 +30,10 @@ decoded string equals). When a file fills it takes the one made ahead (``take_sp
 only to make a file when there is none. It is two steps, which the inline dispatch calls apart: ``key_scan``
 (the hashes, no offset needed; it starts fetching their slots) before the record is written,
 ``index_scanned`` (the entries) after.
+
+And ``index_log``, the index builder's walk of the commit log: it scans records and writes their entries in
+batches with the GIL released (``_put_entry``), taking the GIL back only to switch files or to ask the
+prefault worker for more pages (``_room``).
 """
 
 import logging

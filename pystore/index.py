@@ -3,8 +3,10 @@
 Index files live in ``<root>/index/``, named by their creation time in local time (``yyyyMMddHHmmssSSS``),
 each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message
 with keys gets an entry ``topic#key`` per key (space-separated ``KEYS``) and one for its ``UNIQ_KEY``;
-rolled-back transaction messages are not indexed. Entries are written by compiled code
-(``_index.index_message``, which dispatch calls with the stored topic and properties bytes). A store's
+rolled-back transaction messages are not indexed. Entries are written by compiled code: with ASYNC_FLUSH
+(``index_build_async``) by ``IndexBuildService``, a thread that follows the commit log behind the puts
+(``_index.index_log``, GIL released), which lookups, flushes and the shutdown catch up first; otherwise by
+dispatch (``_index.index_message``, called with the stored topic and properties bytes). A store's
 ``IndexFileService`` keeps the files ahead of that writer: once the newest file is half full it makes the next
 one (``prepare_next``) as ``index.spare`` beside the folder, which the writer renames into the folder and
 starts, in C, when the newest fills (``_index.take_spare``); and it flushes the files the writer left full
@@ -17,7 +19,8 @@ A new file's name (and the ``index/`` folder's, the first time) is made durable 
 full-file flush, before the checkpoint's index time can cover it (``pystore.durable``: RocketMQ does not
 fsync directories, pystore does, once per file). Deleted files are made durable at once.
 
-Thread-safety: one writer (dispatch); ``query_offset`` may run concurrently (it reads whole entries).
+Thread-safety: one writer (the builder, or dispatch); ``query_offset`` may run concurrently (it reads whole
+entries; beside the builder it runs under the builder's lock).
 """
 
 from __future__ import annotations
