@@ -732,3 +732,13 @@ def index_log(IndexFilesBase service not None, list cl_files not None, long long
     finally:
         free(buf)
     return s.off
+
+
+def log_end(list cl_files not None):
+    """Where a log's written data ends (its last file's offset plus read position; 0 without files): what
+    ``index_log`` may reach, in one call (a lookup asks before each query whether the builder is behind)."""
+    cdef MappedFile f
+    if PyList_GET_SIZE(cl_files) == 0:
+        return 0
+    f = <MappedFile>PyList_GET_ITEM(cl_files, PyList_GET_SIZE(cl_files) - 1)
+    return f.file_from_offset + f.read_position()

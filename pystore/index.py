@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys, index_log
+from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys, index_log, log_end
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
@@ -498,7 +498,7 @@ class IndexBuildService(ServiceThread):
     def build_locked(self) -> int:
         """Index what the log holds past ``reached`` (the caller holds ``lock``); the bytes walked."""
         queue = self.commitlog.queue
-        end = queue.get_max_offset()
+        end = log_end(queue.files)
         start = self.reached
         if start >= end:
             return 0
