@@ -29,6 +29,7 @@ class QueueDispatcher(Dispatcher):
     cell_factory: Callable[[str, int], Any]
     create_queue: Callable[[str, int], Any]
     index: Any
+    inline_index: bool
     last_store_ts: int
     schedule_topic: str
     gaps: dict[tuple[str, int], int] | None

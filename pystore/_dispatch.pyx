@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Dispatch: ``QueueDispatcher`` turns appended records into consume-queue units (and index entries), inline from
-the put path (ASYNC_FLUSH: ``dispatch``/``dispatch_run`` under the put lock), or by walking the commit log
+the put path (ASYNC_FLUSH: ``dispatch``/``dispatch_run`` under the put lock; index entries there only with
+``inline_index``, else an index builder follows the log: ``_index.index_log``), or by walking the commit log
 (``reput``: recovery, SYNC_FLUSH after each group commit, a store whose queues are missing). Recovery's read-only
 gap check (``queues_behind``) walks the log the same way (``_next_record``) and writes nothing."""
 
@@ -127,6 +128,9 @@ cdef class QueueDispatcher(Dispatcher):
     cdef public object cell_factory            # (topic, queue_id) -> QueueCell with its consume queue
     cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
     cdef public IndexFilesBase index           # IndexService, or None
+    # whether the inline path (dispatch, dispatch_run) writes index entries; False while an index builder
+    # (pystore.index.IndexBuildService) follows the log off the put thread. reput always indexes
+    cdef public bint inline_index
     cdef int64_t delay_ms[64]
     cdef int32_t max_level
     cdef public int64_t last_store_ts
@@ -155,6 +159,7 @@ cdef class QueueDispatcher(Dispatcher):
         self.cell_factory = cell_factory
         self.create_queue = create_queue
         self.index = index
+        self.inline_index = True
         self.gaps = None
         self.arriving = None
         self.schedule_topic = schedule_topic
@@ -189,7 +194,7 @@ cdef class QueueDispatcher(Dispatcher):
                       int64_t queue_offset) except -1:
         cdef ConsumeQueueCore cq
         cdef int64_t tags = msg._tags_code
-        cdef bint keyed = self.index is not None and msg._has_keys and self._scan(msg)
+        cdef bint keyed = self.inline_index and self.index is not None and msg._has_keys and self._scan(msg)
         # every record reaches here (the index takes PREPARED ones too); only NOT/COMMIT enter a queue
         if enters_queue(msg._sys_flag):
             cq = self._queue_of(cell)
@@ -216,7 +221,7 @@ cdef class QueueDispatcher(Dispatcher):
     cdef void prepare(self, Message msg) noexcept:
         # a keyed message's keys are hashed before its record is written: key_scan starts the fetch of their
         # hash slots (a random place in a 20 MB table), which then overlaps the append
-        if self.index is not None and msg._has_keys:
+        if self.inline_index and self.index is not None and msg._has_keys:
             self._scan(msg)
 
     cdef bint _scan(self, Message msg) noexcept:
@@ -254,7 +259,7 @@ cdef class QueueDispatcher(Dispatcher):
                 self.arriving(cell.topic, cell.queue_id, queue_offset + i, msg._tags_code, store_ts, msg._props_b)
         if self._wake_word != NULL:
             ps_notify(self._wake_word, self._wake_light)
-        if self.index is not None and msg._has_keys and self._scan(msg):
+        if self.inline_index and self.index is not None and msg._has_keys and self._scan(msg):
             # one properties string: its keys are hashed once for all the records
             for i in range(n):
                 index_scanned(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._props_b), &self._ks,
@@ -281,7 +286,7 @@ cdef class QueueDispatcher(Dispatcher):
             if self.arriving is not None:
                 self.arriving(cell.topic, cell.queue_id, queue_offset + i, tags_codes[i], store_ts,
                               props[:props_lens[i]])
-            if keyed and self.index is not None:
+            if keyed and self.inline_index and self.index is not None:
                 index_message(self.index, <const unsigned char *>PyBytes_AS_STRING(msg._topic_b),
                               PyBytes_GET_SIZE(msg._topic_b), props, props_lens[i], phy_offset, store_ts,
                               msg._sys_flag)

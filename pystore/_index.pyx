@@ -30,6 +30,10 @@ decoded string equals). When a file fills it takes the one made ahead (``take_sp
 only to make a file when there is none. It is two steps, which the inline dispatch calls apart: ``key_scan``
 (the hashes, no offset needed; it starts fetching their slots) before the record is written,
 ``index_scanned`` (the entries) after.
+
+And ``index_log``, the index builder's walk of the commit log: it scans records and writes their entries in
+batches with the GIL released (``_put_entry``), taking the GIL back only to switch files or to ask the
+prefault worker for more pages (``_room``).
 """
 
 import logging
@@ -39,10 +43,14 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT32_MIN, INT64_MAX, int32_t, int64_t, uint32_t
 from libc.stdio cimport rename
+from libc.stdlib cimport free, malloc
 from libc.string cimport memchr, memcmp, memcpy
 
-from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64
+from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64, store_i32_release
+from pystore._codec cimport REC_BLANK, check_record
+from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
+from pystore._record cimport RecordView
 from pystore._jstring cimport java_hash_str, java_hash_utf8_from
 
 HEADER_SIZE = 40
@@ -145,15 +153,43 @@ cdef class IndexFileCore:
 
     cdef int _put_hash(self, int32_t h, int64_t phy_offset, int64_t store_timestamp) except -1:
         """Add the entry of a key whose ``key_hash`` is ``h``: 1, or 0 when the file is full."""
-        cdef int64_t slot = _slot_of(h, self.hash_slot_num)
-        cdef unsigned char *b = self.mapped_file.base
-        cdef int64_t slot_pos = _HEADER + slot * 4
-        cdef int32_t slot_value
-        cdef int64_t diff, entry_pos
         self.mapped_file.check_mapped()
+        if self._room() == 0:
+            return 0
+        self._put_entry(self.mapped_file.base, self.mapped_file.read_only, h, phy_offset, store_timestamp)
+        return 1
+
+    cdef int64_t _room(self) noexcept:
+        """How many entries ``_put_entry`` may write from here without the GIL (0: the file is full): what the
+        prefault worker is asked first, where the entries' pages or the slot table need it, bounds it."""
+        cdef int64_t entries = _HEADER + self.hash_slot_num * 4, entry_pos, room
         if self.index_count >= self.index_num:
             return 0
-        slot_value = get_i32(b + slot_pos)
+        entry_pos = entries + <int64_t>self.index_count * 20
+        if entry_pos + _PREFAULT_LEAD > self.mapped_file.warmed:
+            # a sparse file written through its mapping: without the prefault worker, the writer takes two
+            # page faults on each new page
+            self.mapped_file._prefault(entry_pos, _PREFAULT_LEAD)
+        if self.index_count >= self.slots_prefault_at:
+            self._prefault_slots()
+        room = self.index_num - self.index_count
+        if self.slots_prefault_at - self.index_count < room:
+            room = self.slots_prefault_at - self.index_count
+        if (self.mapped_file.warmed - _PREFAULT_LEAD - entries) // 20 + 1 - self.index_count < room:
+            room = (self.mapped_file.warmed - _PREFAULT_LEAD - entries) // 20 + 1 - self.index_count
+        # the worker could not be asked: write on, the next entry asks again
+        return room if room > 0 else 1
+
+    cdef void _put_entry(self, unsigned char *b, bint read_only, int32_t h, int64_t phy_offset,
+                         int64_t store_timestamp) noexcept nogil:
+        """Write one entry into the mapping at ``b`` (the file has room: ``_room``). The entry first, then the
+        slot that links it (RocketMQ's order, with a release fence): a reader that finds the slot finds the
+        entry whole."""
+        cdef int64_t slot = _slot_of(h, self.hash_slot_num)
+        cdef int64_t slot_pos = _HEADER + slot * 4
+        cdef int32_t slot_value = get_i32(b + slot_pos)
+        cdef int64_t diff
+        cdef int64_t entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
         if slot_value <= 0 or slot_value >= self.index_count:
             # links must point back to an older entry, or lookups could loop
             slot_value = 0
@@ -165,35 +201,29 @@ cdef class IndexFileCore:
                 diff = 0
             elif diff > 2147483647:
                 diff = 2147483647
-        entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
-        if entry_pos + _PREFAULT_LEAD > self.mapped_file.warmed:
-            # a sparse file written through its mapping: without the prefault worker, the writer takes two
-            # page faults on each new page (under the put lock)
-            self.mapped_file._prefault(entry_pos, _PREFAULT_LEAD)
-        if self.index_count >= self.slots_prefault_at:
-            self._prefault_slots()
         put_i32(b + entry_pos, h)
         put_i64(b + entry_pos + 4, phy_offset)
         put_i32(b + entry_pos + 12, <int32_t>diff)
         put_i32(b + entry_pos + 16, slot_value)
-        put_i32(b + slot_pos, self.index_count)
+        store_i32_release(b + slot_pos, self.index_count)
         if self.index_count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
-            self._store_header()
+            if not read_only:
+                put_i64(b, store_timestamp)
+                put_i64(b + 16, phy_offset)
         if slot_value == 0:
             self.hash_slot_count += 1
         self.index_count += 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        # the header fields an entry changes (the whole header once, with the first entry's begin values
-        # above): what _store_header would write, without rewriting the rest
-        if not self.mapped_file.read_only:
+        # the header fields an entry changes (the begin values above with the first entry), without
+        # rewriting the rest
+        if not read_only:
             put_i64(b + 8, store_timestamp)
             put_i64(b + 24, phy_offset)
             put_i32(b + 32, self.hash_slot_count)
             put_i32(b + 36, self.index_count)
-        return 1
 
     def is_time_matched(self, long long begin, long long end):
         return ((begin < self.begin_timestamp and end > self.end_timestamp)
@@ -531,3 +561,184 @@ def index_keys(IndexFilesBase service not None, bytes topic not None, bytes prop
     index_message(service, <const unsigned char *>PyBytes_AS_STRING(topic), PyBytes_GET_SIZE(topic),
                   <const unsigned char *>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props), phy_offset, store_ts,
                   sys_flag)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the builder's walk of the commit log (index_log): records scanned and entries written without the GIL
+# ----------------------------------------------------------------------------------------------------------
+
+cdef enum:
+    _PENDING = 4096             # entries a scan collects before they are written (more than KEY_SCAN_HASHES)
+    _SCAN_MORE = 0              # the buffer is full: scan on from where it stopped
+    _SCAN_SEGMENT = 1           # reached the segment's end
+    _SCAN_NEXT_FILE = 2         # a blank: the rest of the file is unused
+    _SCAN_STOP = 3              # a record not whole below the end (being written), or unreadable
+
+
+cdef struct Pending:
+    int32_t h
+    int64_t phy
+    int64_t ts
+
+
+cdef struct LogScan:
+    # where the walk is (the next record's commit-log offset), and why the last scan returned
+    int64_t off
+    int status
+    # a record whose keys are not all collected yet (mid): its properties, offset and store time
+    bint mid
+    KeyScan ks
+    const unsigned char *props
+    int64_t phy
+    int64_t ts
+    # the last topic's bytes and the Java hash of topic + "#" (as IndexFilesBase keeps them for dispatch)
+    unsigned char topic[TOPIC_CACHE]
+    Py_ssize_t topic_len
+    uint32_t prefix
+
+
+cdef uint32_t _scan_prefix(LogScan *s, const unsigned char *topic, Py_ssize_t topic_len) noexcept nogil:
+    """``_prefix`` over the scan's cache (a topic's length is one byte: it always fits)."""
+    cdef uint32_t h
+    if topic_len == s.topic_len and memcmp(topic, s.topic, topic_len) == 0:
+        return s.prefix
+    h = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
+    if topic_len <= TOPIC_CACHE:
+        memcpy(s.topic, topic, topic_len)
+        s.topic_len = topic_len
+        s.prefix = h
+    return h
+
+
+cdef int _scan_records(LogScan *s, const unsigned char *base, int64_t file_from, int64_t readable_end,
+                       int64_t end, Pending *out) noexcept nogil:
+    """Collect into ``out`` the entries of the records from ``s.off`` on, in one commit-log file mapped at
+    ``base`` (starting at ``file_from``, readable below ``readable_end``), up to ``end``: the keys as
+    ``index_message`` takes them. Returns how many (``s.status`` says why it stopped); a record's keys may
+    span two calls (``s.mid``)."""
+    cdef int n = 0, i
+    cdef int32_t r
+    cdef RecordView v
+    cdef const unsigned char *rec
+    while True:
+        while s.mid:
+            if n + s.ks.n > _PENDING:
+                s.status = _SCAN_MORE
+                return n
+            for i in range(s.ks.n):
+                out[n].h = s.ks.h[i]
+                out[n].phy = s.phy
+                out[n].ts = s.ts
+                n += 1
+            _next_hashes(s.props, &s.ks)
+            s.mid = s.ks.n > 0
+        if s.off >= end or s.off >= readable_end:
+            s.status = _SCAN_SEGMENT
+            return n
+        rec = base + (s.off - file_from)
+        r = check_record(rec, readable_end - s.off, False, &v)
+        if r == REC_BLANK:
+            s.status = _SCAN_NEXT_FILE
+            return n
+        if r <= 0 or s.off + r > end:
+            s.status = _SCAN_STOP
+            return n
+        if (v.sys_flag & _ROLLBACK) != _ROLLBACK and 0 < v.props_len:
+            s.ks.uniq_pos = -1
+            s.ks.keys_pos = s.ks.keys_end = 0
+            if _find_keys(rec + v.props_pos, v.props_len, &s.ks) != 0:
+                s.ks.prefix = _scan_prefix(s, rec + v.topic_pos, v.topic_len)
+                _next_hashes(rec + v.props_pos, &s.ks)
+                s.props = rec + v.props_pos
+                s.phy = s.off
+                s.ts = v.store_ts
+                s.mid = s.ks.n > 0
+        s.off += r
+
+
+cdef bint _write_pending(IndexFilesBase service, const Pending *p, int n):
+    """Write ``n`` collected entries, in order, into the newest file and the ones after it as each fills (the
+    switch, rare, with the GIL; the entries without). False when no file could be made (the rest are
+    dropped, as ``index_message`` drops them)."""
+    cdef IndexFileCore f
+    cdef int i = 0, j, k
+    cdef unsigned char *b
+    cdef bint ro
+    while i < n:
+        f = _writable(service)
+        if f is None:
+            return False
+        f.mapped_file.check_mapped()
+        k = <int>min(<int64_t>(n - i), f._room())
+        b = f.mapped_file.base
+        ro = f.mapped_file.read_only
+        with nogil:
+            for j in range(i, i + k):
+                f._put_entry(b, ro, p[j].h, p[j].phy, p[j].ts)
+        i += k
+    return True
+
+
+def index_log(IndexFilesBase service not None, list cl_files not None, long long cl_file_size,
+              long long from_offset, long long end_offset):
+    """Index the records of the commit log (``cl_files``, ``cl_file_size`` bytes each) in ``[from_offset,
+    end_offset)``, as dispatch's reput does with ``index_message`` but with the GIL released while the records
+    are scanned and the entries written: the index builder's walk (``pystore.index.IndexBuildService``), which
+    a put thread keeps running beside. Every record is indexed (the caller starts past what is indexed).
+    Returns the offset reached: ``end_offset``, or the record where the walk stopped (not whole yet, or
+    unreadable; a later call retries it)."""
+    cdef LogScan s
+    cdef Pending *buf
+    cdef MappedFile f
+    cdef int64_t pos, rp, file_from, end = end_offset
+    cdef const unsigned char *base
+    cdef int n
+    s.off = from_offset
+    s.mid = False
+    s.topic_len = -1
+    buf = <Pending *>malloc(_PENDING * sizeof(Pending))
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        while s.off < end:
+            f = find_file(cl_files, cl_file_size, s.off)
+            if f is None or f.base == NULL:
+                break
+            file_from = f.file_from_offset
+            pos = s.off - file_from
+            rp = f.read_position()
+            if pos >= rp:
+                if rp == f.file_size:
+                    s.off = file_from + cl_file_size
+                    continue
+                break
+            if not f.c_hold():
+                break
+            base = f.base
+            try:
+                while True:
+                    with nogil:
+                        n = _scan_records(&s, base, file_from, file_from + rp, end, buf)
+                    if n > 0 and not _write_pending(service, buf, n):
+                        s.status = _SCAN_STOP
+                    if s.status != _SCAN_MORE:
+                        break
+            finally:
+                f.c_release()
+            if s.status == _SCAN_NEXT_FILE:
+                s.off = file_from + cl_file_size
+            elif s.status == _SCAN_STOP:
+                break
+    finally:
+        free(buf)
+    return s.off
+
+
+def log_end(list cl_files not None):
+    """Where a log's written data ends (its last file's offset plus read position; 0 without files): what
+    ``index_log`` may reach, in one call (a lookup asks before each query whether the builder is behind)."""
+    cdef MappedFile f
+    if PyList_GET_SIZE(cl_files) == 0:
+        return 0
+    f = <MappedFile>PyList_GET_ITEM(cl_files, PyList_GET_SIZE(cl_files) - 1)
+    return f.file_from_offset + f.read_position()

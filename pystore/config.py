@@ -102,6 +102,10 @@ class StoreConfig:
     flush_consumer_offset_interval: int = 5_000
     message_index_enable: bool = True
     message_index_safe: bool = False
+    # pystore: with ASYNC_FLUSH, index entries are written by a builder thread that follows the commit log
+    # (IndexBuildService, as RocketMQ's reput builds the index), not under the put lock; False writes them
+    # inline with each put. query_message catches the builder up first either way
+    index_build_async: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

@@ -3,8 +3,10 @@
 Index files live in ``<root>/index/``, named by their creation time in local time (``yyyyMMddHHmmssSSS``),
 each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the layout). Every message
 with keys gets an entry ``topic#key`` per key (space-separated ``KEYS``) and one for its ``UNIQ_KEY``;
-rolled-back transaction messages are not indexed. Entries are written by compiled code
-(``_index.index_message``, which dispatch calls with the stored topic and properties bytes). A store's
+rolled-back transaction messages are not indexed. Entries are written by compiled code: with ASYNC_FLUSH
+(``index_build_async``) by ``IndexBuildService``, a thread that follows the commit log behind the puts
+(``_index.index_log``, GIL released), which lookups, flushes and the shutdown catch up first; otherwise by
+dispatch (``_index.index_message``, called with the stored topic and properties bytes). A store's
 ``IndexFileService`` keeps the files ahead of that writer: once the newest file is half full it makes the next
 one (``prepare_next``) as ``index.spare`` beside the folder, which the writer renames into the folder and
 starts, in C, when the newest fills (``_index.take_spare``); and it flushes the files the writer left full
@@ -17,7 +19,8 @@ A new file's name (and the ``index/`` folder's, the first time) is made durable 
 full-file flush, before the checkpoint's index time can cover it (``pystore.durable``: RocketMQ does not
 fsync directories, pystore does, once per file). Deleted files are made durable at once.
 
-Thread-safety: one writer (dispatch); ``query_offset`` may run concurrently (it reads whole entries).
+Thread-safety: one writer (the builder, or dispatch); ``query_offset`` may run concurrently (it reads whole
+entries; beside the builder it runs under the builder's lock).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys
+from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys, index_log, log_end
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
@@ -39,7 +42,7 @@ from pystore.geometry import index_geometry
 from pystore.results import QueryMessageResult
 from pystore.service import ServiceThread
 
-__all__ = ["IndexService", "IndexFileService", "QueryOffsetResult", "SPARE_NAME"]
+__all__ = ["IndexService", "IndexFileService", "IndexBuildService", "QueryOffsetResult", "SPARE_NAME"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,8 @@ class IndexService(IndexFilesBase):
         self._flush_lock = threading.Lock()
         #: ``IndexFileService.wakeup`` while that service runs: a file filled without a spare (see ``_new_file``)
         self.wake: Callable[[], None] | None = None
+        #: the ``IndexBuildService`` writing the entries while it runs: lookups catch it up first
+        self.builder: IndexBuildService | None = None
 
     @property
     def files(self) -> list[IndexFileCore]:
@@ -319,6 +324,17 @@ class IndexService(IndexFilesBase):
         return QueryMessageResult(found[:max_num], last_ts, last_phy)
 
     def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
+        """The offsets of ``topic``'s messages with ``key`` stored in [begin, end], newest first. While an
+        ``IndexBuildService`` writes the entries, it first indexes all the commit log holds, and the lookup
+        runs under its lock: a key is found as soon as its put returned, and no entry is being written."""
+        builder = self.builder
+        if builder is None:
+            return self._query_offset(topic, key, max_num, begin, end)
+        with builder.lock:
+            builder.build_locked()
+            return self._query_offset(topic, key, max_num, begin, end)
+
+    def _query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
         max_num = min(max_num, self.max_msgs_num_batch)
         out: list[int] = []
         files = self._files
@@ -442,3 +458,66 @@ class IndexFileService(ServiceThread):
             except Exception:  # noqa: BLE001 - a pass that failed is tried again at the next
                 log.exception("keeping the index files ahead failed")
         self.index.flush_full()
+
+
+class IndexBuildService(ServiceThread):
+    """The index builder (RocketMQ's reput thread with ``CommitLogDispatcherBuildIndex``): it follows the commit
+    log from where it was when the writer started (recovery indexed all before) to the log's end, and writes
+    the entries of the records the put path appended (``_index.index_log``, which scans and writes with the
+    GIL released), so that a keyed put costs what an unkeyed one does. It looks every ``busy_ms`` while it
+    finds records, every ``idle_ms`` when it does not; a lookup (``IndexService.query_offset``), a flush
+    and the shutdown catch it up at once (``catch_up``). One writer of the index: dispatch's inline path
+    writes no entries while this runs (``QueueDispatcher.inline_index``).
+
+    Thread-safety: ``lock`` serialises the walks and the lookups that catch up."""
+
+    def __init__(self, index: IndexService, commitlog: Any, start: int, busy_ms: float = 1, idle_ms: float = 10,
+                 clock: Callable[[], int] | None = None) -> None:
+        super().__init__("IndexBuildService", clock)
+        self.index = index
+        self.commitlog = commitlog
+        #: where the walk is: every record below it is indexed
+        self.reached = start
+        self.busy_ms = busy_ms
+        self.idle_ms = idle_ms
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        self.index.builder = self
+        super().start()
+
+    def shutdown(self, join: bool = True) -> None:
+        super().shutdown(join)
+        self.catch_up()
+        self.index.builder = None
+
+    def behind(self) -> int:
+        """The bytes of the log not indexed yet."""
+        return max(0, self.commitlog.get_max_offset() - self.reached)
+
+    def build_locked(self) -> int:
+        """Index what the log holds past ``reached`` (the caller holds ``lock``); the bytes walked."""
+        queue = self.commitlog.queue
+        end = log_end(queue.files)
+        start = self.reached
+        if start >= end:
+            return 0
+        low = queue.get_min_offset()
+        if low > start:
+            start = low             # cleaned away unindexed: nothing left to index there
+        self.reached = max(self.reached, index_log(self.index, queue.files, queue.mapped_file_size, start, end))
+        return self.reached - start
+
+    def catch_up(self) -> int:
+        """Index all the log holds now; the bytes walked."""
+        with self.lock:
+            return self.build_locked()
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            try:
+                walked = self.catch_up()
+            except Exception:  # noqa: BLE001 - the walk is tried again at the next pass
+                log.exception("building the index failed")
+                walked = 0
+            self.wait_for_running(self.busy_ms if walked else self.idle_ms)

@@ -8,7 +8,9 @@ never the store.
 
 Dispatch (commit log -> queues and index), by configuration::
 
-    ASYNC_FLUSH, no pool       inline: each put dispatches its record (``CommitLog.dispatcher``)
+    ASYNC_FLUSH, no pool       inline: each put dispatches its record (``CommitLog.dispatcher``); its index
+                               entries are written by ``IndexBuildService`` behind the puts
+                               (``index_build_async``; False: inline too)
     ASYNC_FLUSH, pool          the commit service dispatches what it committed into the files
     SYNC_FLUSH                 the group commit dispatches what it flushed (nobody reads what a crash takes back)
     SLAVE, ASYNC_FLUSH         the HA client's append dispatches what arrived
@@ -55,7 +57,7 @@ from pystore.flush import (
 )
 from pystore.ha_master import HAService, ReplicaWait
 from pystore.ha_slave import HAClient, SlaveLog
-from pystore.index import IndexFileService, IndexService
+from pystore.index import IndexBuildService, IndexFileService, IndexService
 from pystore.mapped_file_queue import MappedFileQueue
 from pystore.message import SCHEDULE_TOPIC
 from pystore.pool import TransientStorePool
@@ -308,6 +310,8 @@ class Writer:
     slave_log: SlaveLog | None = None
     #: the configuration's flush type, for ``dispatch_end``
     sync_flush: bool = False
+    #: the thread writing the index behind inline dispatch (``index_build_async``), or None
+    index_builder: IndexBuildService | None = None
 
     def start(self) -> None:
         """Start every service; a listener bound but not started is closed when one fails (no shutdown will)."""
@@ -346,9 +350,12 @@ class Writer:
         return q.committed_where if self.pool is not None else q.flushed_where
 
     def catch_up(self, parts: StoreParts) -> None:
-        """Where a service dispatches behind the puts, dispatch now what it may (``dispatch_end``)."""
+        """Where a service dispatches behind the puts, dispatch now what it may (``dispatch_end``); the index
+        builder indexes all the log holds."""
         if not self.inline_dispatch and parts.reput is not None:
             parts.reput.dispatch_until(self.dispatch_end(parts.commitlog))
+        if self.index_builder is not None:
+            self.index_builder.catch_up()
 
     def behind(self, parts: StoreParts) -> int:
         """RocketMQ ``dispatchBehindBytes``: what dispatch has yet to reach of what it may (0 when inline)."""
@@ -455,6 +462,14 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
             # a slave's log grows by transfers, never by puts: queues are built by walking what arrived
             inline = not slave
             cl.dispatcher = parts.dispatcher if inline else None
+    index_builder = None
+    if parts.dispatcher is not None:
+        # the entries of inline dispatch go to a builder that follows the log from here (recovery indexed
+        # all before); the other ways dispatch walk the log off the put thread and index as they go
+        parts.dispatcher.inline_index = not (inline and parts.index is not None and cfg.index_build_async)
+        if not parts.dispatcher.inline_index:
+            assert parts.index is not None
+            index_builder = IndexBuildService(parts.index, cl, cl.get_max_offset(), clock=clock)
     replicas = ReplicaWait(ha, cfg, cfg.store_path_root_dir) if cfg.broker_role == BrokerRole.SYNC_MASTER else None
     put_waits = PutWaits(cfg, group_commit, replicas, cfg.store_path_root_dir)
     cl.after_put = put_waits.after_put if put_waits.blocking else None
@@ -467,6 +482,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
                                              clock=clock))
     if parts.index is not None:
         services.append(IndexFileService(parts.index, clock=clock))   # next files made, full ones flushed
+    if index_builder is not None:
+        services.append(index_builder)  # stops before IndexFileService: the files it filled get flushed
     if schedule is not None:
         services.append(schedule)      # stops first, then persists its offsets
     ha_client = None
@@ -478,7 +495,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     elif ha is not None:
         services.append(ha)
     return Writer(services, allocate, flush_service, clean, put_waits, inline, schedule=schedule, pool=pool, ha=ha,
-                  ha_client=ha_client, slave_log=slave_log, sync_flush=sync_flush)
+                  ha_client=ha_client, slave_log=slave_log, sync_flush=sync_flush, index_builder=index_builder)
 
 
 def close_writer(parts: StoreParts, writer: Writer | None, *, abort: AbortFile, running_flags: RunningFlags) -> None:
@@ -509,7 +526,8 @@ def close_writer(parts: StoreParts, writer: Writer | None, *, abort: AbortFile, 
     checkpoint.flush()
     crashpoint("shutdown.checkpoint")
     if (writer is not None and clean and queues_synced and running_flags.is_writeable()
-            and writer.behind(parts) == 0):
+            and writer.behind(parts) == 0
+            and (writer.index_builder is None or writer.index_builder.behind() == 0)):
         abort.remove()
 
 

@@ -52,6 +52,7 @@ API_DEFAULTS = [
     ("flush_consumer_offset_interval", 5_000),
     ("message_index_enable", True),
     ("message_index_safe", False),
+    ("index_build_async", True),
     ("max_hash_slot_num", 5_000_000),
     ("max_index_num", 20_000_000),
     ("message_delay_level", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"),

@@ -139,15 +139,17 @@ def test_index_disabled(store_factory):
 
 
 def test_index_file_bytes(store_factory, fake_clock):
-    """docs/format.md §3.1/§3.2: header, slot table and entries of a small index file, by hand."""
+    """docs/format.md §3.1/§3.2: header, slot table and entries of a small index file, by hand. Entries written
+    inline (``index_build_async`` off): the file is named by the clock when it is made, at the first put."""
     slots, num = 7, 5
     fake_clock.set(T0 + 123)
-    store = store_factory(clock=fake_clock, max_hash_slot_num=slots, max_index_num=num)
+    store = store_factory(clock=fake_clock, max_hash_slot_num=slots, max_index_num=num, index_build_async=False)
     puts = []
     for i, key in enumerate(["a", "b", "a"]):
         fake_clock.set(T0 + 123 + 2500 * i)
         a = store.put_message(make_message(i, keys=key)).append_message_result
         puts.append((TOPIC + "#" + key, a.wrote_offset, a.store_timestamp))
+    store.flush()                                       # the index builder catches up
     (path,) = index_files(store.root)
     size = 40 + slots * 4 + num * 20
     t = time.localtime((T0 + 123) / 1000)
@@ -177,6 +179,7 @@ def test_index_rolls_to_a_new_file_when_full(store_factory, fake_clock):
     for i in range(10):
         fake_clock.advance(1000)
         store.put_message(make_message(i, keys="k%d" % i))
+    store.flush()
     files = index_files(store.root)
     assert len(files) == 4                                  # 3 + 3 + 3 + 1 entries
     counts = [struct.unpack_from(">i", open(p, "rb").read(), 36)[0] for p in files]

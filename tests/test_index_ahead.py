@@ -165,6 +165,7 @@ def test_a_store_switches_files_on_the_put_path_without_python(tmp_path):
     with MessageStore.open(tmp_path / "s", max_hash_slot_num=SLOTS, max_index_num=64) as store:
         for i in range(40):
             assert store.put_message(Message("T", b"m%d" % i, keys="k%d" % i)).is_ok()
+        store.flush()                                   # the index builder writes the entries
         index = store._index
         deadline = time.monotonic() + 30
         while index._spare is None and time.monotonic() < deadline:
@@ -172,6 +173,7 @@ def test_a_store_switches_files_on_the_put_path_without_python(tmp_path):
         index._new_file = _no_python_file
         for i in range(40, 70):
             assert store.put_message(Message("T", b"m%d" % i, keys="k%d" % i)).is_ok()
+        store.flush()
         assert len(index.files) == 2
         del index._new_file
     with MessageStore.open(tmp_path / "s", max_hash_slot_num=SLOTS, max_index_num=64) as store:

@@ -82,7 +82,7 @@ def test_hash_of_the_stored_bytes_is_the_java_hash_of_the_decoded_string(service
 
 
 def test_non_ascii_keys_inline_and_rebuilt_alike(store_factory, fake_clock):
-    """Inline dispatch (from the ``Message``) and the reput (from the record) write the same bytes, whose
+    """The index builder (from the record, as the put left it) and the reput (from the record) write the same bytes, whose
     hashes are the reference codec's Java hashes, and every key is found."""
     fake_clock.set(T0)
     geometry = {"max_hash_slot_num": 101, "max_index_num": 200}
@@ -93,6 +93,7 @@ def test_non_ascii_keys_inline_and_rebuilt_alike(store_factory, fake_clock):
         a = store.put_message(Message(TOPIC, b"m%d" % i, keys=k.split(" "),
                                       properties={"UNIQ_KEY": "ü%d" % i})).append_message_result
         puts.append((k, "ü%d" % i, a.wrote_offset))
+    store.flush()
     assert all_entries(store.root, 101) == expected(TOPIC, puts)
     (path,) = [os.path.join(store.root, "index", n) for n in os.listdir(os.path.join(store.root, "index"))]
     inline = open(path, "rb").read()
@@ -125,6 +126,7 @@ def test_uniq_key_only(store_factory):
     store = store_factory()
     m = Message(TOPIC, b"only uniq", properties={"UNIQ_KEY": "U1"})
     a = store.put_message(m).append_message_result
+    store.flush()                                       # the index builder catches up
     assert all_entries(store.root, store.config.max_hash_slot_num) == [(key_hash(TOPIC + "#U1"), a.wrote_offset)]
     assert [x.body for x in store.query_message(TOPIC, "U1").messages] == [b"only uniq"]
 
@@ -144,6 +146,7 @@ def test_a_message_whose_keys_fill_a_file_goes_on_in_the_next(store_factory, fak
         fake_clock.advance(1000)
         a = store.put_message(Message(TOPIC, b"m%d" % i, keys=keys.split())).append_message_result
         puts.append((keys, None, a.wrote_offset))
+    store.flush()
     files = sorted(os.listdir(os.path.join(store.root, "index")))
     assert len(files) == 2
     paths = [os.path.join(store.root, "index", n) for n in files]
@@ -176,6 +179,7 @@ def test_rollback_messages_are_not_indexed(store_factory, service):
     m = Message(TOPIC, b"rolled", keys="rb2")
     m.sys_flag = SysFlag.TRANSACTION_ROLLBACK_TYPE
     store.put_message(m)
+    store.flush()
     hashes = [h for h, _ in all_entries(store.root, store.config.max_hash_slot_num)]
     assert key_hash(TOPIC + "#rb2") not in hashes
     assert (key_hash(TOPIC + "#ok"), ok.wrote_offset) in all_entries(store.root, store.config.max_hash_slot_num)
@@ -190,6 +194,7 @@ def test_redispatch_adds_no_entries(store_factory):
     for i in range(10):
         store.put_message(Message(TOPIC, b"m%d" % i, keys=["k%d" % i, "both"], properties={"UNIQ_KEY": "U%d" % i}))
     slots = store.config.max_hash_slot_num
+    store.flush()
     before = all_entries(store.root, slots)
     assert len(before) == 30
     q = store._commitlog.queue
@@ -318,6 +323,7 @@ def test_a_message_with_many_keys_gets_them_all_in_order(store_factory, n):
     keys = ["key-%d" % i for i in range(n)]
     a = store.put_message(Message(TOPIC, b"many", keys=keys, properties={"UNIQ_KEY": "U"})).append_message_result
     want = expected(TOPIC, [(" ".join(keys), "U", a.wrote_offset)])
+    store.flush()
     assert all_entries(store.root, 101) == want
     for k in (keys[0], keys[15 if n > 15 else 0], keys[-1], "U"):
         assert [m.body for m in store.query_message(TOPIC, k).messages] == [b"many"]
@@ -328,11 +334,13 @@ def test_a_message_with_many_keys_gets_them_all_in_order(store_factory, n):
     assert all_entries(store.root, 101) == want
 
 
-def test_a_message_put_again_after_its_keys_changed_is_indexed_under_the_new_keys(store_factory):
+@pytest.mark.parametrize("index_build_async", [False, True])
+def test_a_message_put_again_after_its_keys_changed_is_indexed_under_the_new_keys(store_factory, index_build_async):
     """The dispatcher keeps the last keyed message's scan (by its properties bytes): the same ``Message`` put
     twice, its keys changed in between, and put again between puts of others, is indexed under the keys it had
-    at each put; a batch of keyed messages gets one entry per message."""
-    store = store_factory(max_hash_slot_num=101, max_index_num=400)
+    at each put; a batch of keyed messages gets one entry per message. Inline (the dispatcher's kept scan) and
+    by the index builder alike."""
+    store = store_factory(max_hash_slot_num=101, max_index_num=400, index_build_async=index_build_async)
     m = Message(TOPIC, b"m", keys="a")
     other = Message(TOPIC, b"o", keys="o")
     puts = []
@@ -341,6 +349,7 @@ def test_a_message_put_again_after_its_keys_changed_is_indexed_under_the_new_key
         puts.append((keys, None, store.put_message(m).append_message_result.wrote_offset))
         puts.append(("o", None, store.put_message(other).append_message_result.wrote_offset))
     store.put_messages(MessageBatch([Message(TOPIC, b"x%d" % i, keys="x%d" % i) for i in range(3)]))
+    store.flush()
     got = all_entries(store.root, 101)
     assert got[:-3] == expected(TOPIC, puts)
     assert [h for h, _ in got[-3:]] == [key_hash(TOPIC + "#x%d" % i) for i in range(3)]
@@ -350,12 +359,15 @@ def test_a_message_put_again_after_its_keys_changed_is_indexed_under_the_new_key
     assert [x.body for x in store.query_message(TOPIC, "x2").messages] == [b"x2"]
 
 
-def test_a_rolled_back_message_put_after_a_keyed_one_with_the_same_properties_is_not_indexed(store_factory):
+@pytest.mark.parametrize("index_build_async", [False, True])
+def test_a_rolled_back_message_put_after_a_keyed_one_with_the_same_properties_is_not_indexed(store_factory,
+                                                                                          index_build_async):
     """The kept scan is a scan of the properties *and* the flag: the same properties bytes under the
-    rollback type get no entry."""
-    store = store_factory(max_hash_slot_num=101, max_index_num=400)
+    rollback type get no entry (inline and by the index builder)."""
+    store = store_factory(max_hash_slot_num=101, max_index_num=400, index_build_async=index_build_async)
     m = Message(TOPIC, b"m", keys="k")
     a = store.put_message(m).append_message_result
     m.sys_flag = SysFlag.TRANSACTION_ROLLBACK_TYPE
     store.put_message(m)
+    store.flush()
     assert all_entries(store.root, 101) == expected(TOPIC, [("k", None, a.wrote_offset)])
