@@ -458,17 +458,19 @@ cdef inline int _find_keys(const unsigned char *props, int32_t n, KeyScan *ks) n
     return found
 
 
-cdef inline uint32_t _prefix(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len) noexcept:
+cdef inline uint32_t _topic_prefix(unsigned char *cached, Py_ssize_t *cached_len, uint32_t *cached_hash,
+                                   const unsigned char *topic, Py_ssize_t topic_len) noexcept nogil:
     """The Java hash of ``topic + "#"`` (the topic decoded on its own, as "#" and each key are: hashing on
-    from it gives the whole key's), kept for the next message of the same topic."""
+    from it gives the whole key's), kept in the given cache (the service's for the put path, a log scan's for
+    the builder) for the next message of the same topic."""
     cdef uint32_t h
-    if topic_len == service._topic_len and memcmp(topic, service._topic, topic_len) == 0:
-        return service._prefix
+    if topic_len == cached_len[0] and memcmp(topic, cached, topic_len) == 0:
+        return cached_hash[0]
     h = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
     if topic_len <= TOPIC_CACHE:
-        memcpy(service._topic, topic, topic_len)
-        service._topic_len = topic_len
-        service._prefix = h
+        memcpy(cached, topic, topic_len)
+        cached_len[0] = topic_len
+        cached_hash[0] = h
     return h
 
 
@@ -508,7 +510,7 @@ cdef bint key_scan(IndexFilesBase service, const unsigned char *topic, Py_ssize_
     ks.keys_pos = ks.keys_end = 0
     if _find_keys(props, <int32_t>props_len, ks) == 0:
         return False
-    ks.prefix = _prefix(service, topic, topic_len)
+    ks.prefix = _topic_prefix(service._topic, &service._topic_len, &service._prefix, topic, topic_len)
     _next_hashes(props, ks)
     files = service._files
     if PyList_GET_SIZE(files) > 0:
@@ -597,19 +599,6 @@ cdef struct LogScan:
     uint32_t prefix
 
 
-cdef uint32_t _scan_prefix(LogScan *s, const unsigned char *topic, Py_ssize_t topic_len) noexcept nogil:
-    """``_prefix`` over the scan's cache (a topic's length is one byte: it always fits)."""
-    cdef uint32_t h
-    if topic_len == s.topic_len and memcmp(topic, s.topic, topic_len) == 0:
-        return s.prefix
-    h = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
-    if topic_len <= TOPIC_CACHE:
-        memcpy(s.topic, topic, topic_len)
-        s.topic_len = topic_len
-        s.prefix = h
-    return h
-
-
 cdef int _scan_records(LogScan *s, const unsigned char *base, int64_t file_from, int64_t readable_end,
                        int64_t end, Pending *out) noexcept nogil:
     """Collect into ``out`` the entries of the records from ``s.off`` on, in one commit-log file mapped at
@@ -647,7 +636,7 @@ cdef int _scan_records(LogScan *s, const unsigned char *base, int64_t file_from,
             s.ks.uniq_pos = -1
             s.ks.keys_pos = s.ks.keys_end = 0
             if _find_keys(rec + v.props_pos, v.props_len, &s.ks) != 0:
-                s.ks.prefix = _scan_prefix(s, rec + v.topic_pos, v.topic_len)
+                s.ks.prefix = _topic_prefix(s.topic, &s.topic_len, &s.prefix, rec + v.topic_pos, v.topic_len)
                 _next_hashes(rec + v.props_pos, &s.ks)
                 s.props = rec + v.props_pos
                 s.phy = s.off

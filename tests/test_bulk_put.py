@@ -310,7 +310,9 @@ def test_sigkill_mid_bulk_put_keeps_every_acknowledged_message(tmp_path, procs):
     # every record recovery kept has its CRC (no torn record is served), and they reach the log's end
     msgs = list(iter_commitlog(folders, verify_crc=True))
     assert len(msgs) >= len(acks) * 4000
-    assert msgs[-1].commit_log_offset + msgs[-1].store_size == end
+    tail = msgs[-1].commit_log_offset + msgs[-1].store_size
+    # killed just after a chunk closed a file with its blank: the log then reaches that file's end
+    assert tail == end or (end % (1 << 20) == 0 and 8 <= end - tail < (1 << 20)), (tail, end)
     assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
 
 
