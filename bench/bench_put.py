@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import benchlib
 import pytest
@@ -649,13 +650,7 @@ def test_put_columns_128_prefaulted_paired(benchmark, store_factory, record):
             put(from_bodies(TOPIC, b))
 
     kw, ref = benchlib.paired(benchmark, reference, rounds)
-    nxt = itertools.cycle(cols).__next__
-    done = []
-
-    def put_columns() -> object:
-        c = nxt()
-        done.append(c)
-        return store.put_columns(TOPIC, c)
+    put_columns, done = _cycling_put_columns(store, cols)
 
     benchmark.group = "put columns 128 B"
     r = benchmark.pedantic(put_columns, **kw)
@@ -665,6 +660,19 @@ def test_put_columns_128_prefaulted_paired(benchmark, store_factory, record):
     benchlib.record_paired(benchmark, record, "put_columns_128_prefaulted_paired", n, ref, n)
 
 
+def _cycling_put_columns(store: Any, cols: list[Any]) -> tuple[Any, list[Any]]:
+    """A ``put_columns`` of the next of ``cols`` (cycled) per call, and the list of the columns it put."""
+    nxt = itertools.cycle(cols).__next__
+    done: list[Any] = []
+
+    def put_columns() -> object:
+        c = nxt()
+        done.append(c)
+        return store.put_columns(TOPIC, c)
+
+    return put_columns, done
+
+
 def test_put_columns_1k_prefaulted(benchmark, store_factory, record):
     """One operation: ``put_columns`` of 4096 bodies of 1 KiB (a numpy pair, 8 distinct columns cycled) into a
     pre-faulted store; ``gb_per_s`` counts record bytes (header, body, topic)."""
@@ -672,13 +680,7 @@ def test_put_columns_1k_prefaulted(benchmark, store_factory, record):
     rec = RECORD - 128 + size
     store = store_factory((rounds + 2) * n * rec)
     cols = _columns(n, size)
-    nxt = itertools.cycle(cols).__next__
-    done = []
-
-    def put_columns() -> object:
-        c = nxt()
-        done.append(c)
-        return store.put_columns(TOPIC, c)
+    put_columns, done = _cycling_put_columns(store, cols)
 
     benchmark.group = "put columns 1 KiB"
     r = benchmark.pedantic(put_columns, rounds=rounds, warmup_rounds=1)
