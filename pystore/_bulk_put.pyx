@@ -25,7 +25,6 @@ record larger than a file (MESSAGE_ILLEGAL), the page cache busy (OS_PAGE_CACHE_
 (CREATE_MAPPED_FILE_FAILED). A refusal stops the put at that message: nothing after it is stored.
 """
 
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.object cimport PyObject
@@ -38,7 +37,7 @@ from pystore._codec cimport END_FILE_MIN_BLANK_LENGTH, encode_with_body, like_he
 from pystore._commitlog cimport CommitLogCore, QueueCell
 from pystore._jstring cimport java_hash_utf8
 from pystore._mapped_file cimport MappedFile
-from pystore._message cimport Message
+from pystore._message cimport MAX_PROPERTIES_BYTES, Message
 from pystore._results cimport PutMessageResult, put_ok
 
 import logging
@@ -59,10 +58,6 @@ cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_F
 # putter waits little for the lock and that the pre-fault worker (asked after each chunk) keeps ahead of the
 # writer; large enough that the per-chunk work (lock, clock, waits, Python calls) is noise next to the copy.
 CHUNK_BYTES = 1 << 20
-
-cdef enum:
-    MAX_PROPERTIES_BYTES = 32767        # a record's properties length is a 2-byte field (Message's limit)
-
 
 cdef struct Bodies:
     const unsigned char **ptrs

@@ -47,7 +47,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memchr, memcmp, memcpy
 
 from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64, store_i32_release
-from pystore._codec cimport REC_BLANK, check_record
+from pystore._codec cimport REC_BLANK, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, check_record
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._record cimport RecordView
@@ -344,9 +344,6 @@ cdef class IndexFileCore:
 # the index entries of one message, from its stored bytes (dispatch, inline and reput)
 # ----------------------------------------------------------------------------------------------------------
 
-cdef int32_t _ROLLBACK = 0xC        # TRANSACTION_ROLLBACK_TYPE: the type bits all set
-
-
 cdef extern from *:
     void __builtin_prefetch(const void *addr, int rw, int locality) nogil
 
@@ -504,7 +501,7 @@ cdef bint key_scan(IndexFilesBase service, const unsigned char *topic, Py_ssize_
     cdef IndexFileCore f
     cdef const unsigned char *b
     cdef int32_t i
-    if (sys_flag & _ROLLBACK) == _ROLLBACK or props_len <= 0 or props_len > 0x7FFFFFFF:
+    if (sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE or props_len <= 0 or props_len > 0x7FFFFFFF:
         return False
     ks.uniq_pos = -1
     ks.keys_pos = ks.keys_end = 0
@@ -632,7 +629,7 @@ cdef int _scan_records(LogScan *s, const unsigned char *base, int64_t file_from,
         if r <= 0 or s.off + r > end:
             s.status = _SCAN_STOP
             return n
-        if (v.sys_flag & _ROLLBACK) != _ROLLBACK and 0 < v.props_len:
+        if (v.sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE and 0 < v.props_len:
             s.ks.uniq_pos = -1
             s.ks.keys_pos = s.ks.keys_end = 0
             if _find_keys(rec + v.props_pos, v.props_len, &s.ks) != 0:

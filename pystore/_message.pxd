@@ -1,6 +1,11 @@
 # cython: language_level=3
 from libc.stdint cimport int32_t, int64_t
 
+cdef enum:
+    # a record's properties length is a 2-byte field: the longest properties string a put stores
+    # (docs/format.md "pystore's choices": size limits)
+    MAX_PROPERTIES_BYTES = 32767
+
 
 cdef class Message:
     cdef str _topic

@@ -32,7 +32,6 @@ cdef enum:
     # Put checks (docs/format.md "pystore's choices": size limits).
     MAX_TOPIC_BYTES = 255
     MAX_V1_TOPIC_CHARS = 127
-    MAX_PROPERTIES_BYTES = 32767
 
 
 cdef inline int32_t _sys_flag_arg(object v, tuple host) except? -1:
