@@ -28,6 +28,8 @@ cdef class IndexFileCore:
     cdef void _put_entry(self, unsigned char *b, bint read_only, int32_t h, int64_t phy_offset,
                          int64_t store_timestamp) noexcept nogil
     cdef void _broken(self, int64_t pos, str what)
+    cdef bint _time_matched(self, int64_t begin, int64_t end) noexcept
+    cdef int _select(self, list out, int32_t h, Py_ssize_t max_num, int64_t begin, int64_t end) except -1
 
 
 cdef inline int64_t _slot_of(int32_t h, int64_t slots) noexcept nogil:

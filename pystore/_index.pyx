@@ -46,7 +46,7 @@ from libc.stdio cimport rename
 from libc.stdlib cimport free, malloc
 from libc.string cimport memchr, memcmp, memcpy
 
-from pystore._bytes cimport get_i32, get_i64, put_i32, put_i64, store_i32_release
+from pystore._bytes cimport get_i32, get_i64, load_i32_acquire, put_i32, put_i64, store_i32_release
 from pystore._codec cimport REC_BLANK, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, check_record
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
@@ -67,7 +67,7 @@ PREFAULT_WINDOW = 2 * _PREFAULT_LEAD
 log = logging.getLogger("pystore.index")
 
 
-def key_hash(str key):
+cpdef int32_t key_hash(str key) except? -1:
     """RocketMQ ``indexKeyHashMethod``: abs(String.hashCode), with Integer.MIN_VALUE → 0."""
     return _abs_hash(<uint32_t>java_hash_str(key))
 
@@ -226,6 +226,9 @@ cdef class IndexFileCore:
             put_i32(b + 36, self.index_count)
 
     def is_time_matched(self, long long begin, long long end):
+        return self._time_matched(begin, end)
+
+    cdef bint _time_matched(self, int64_t begin, int64_t end) noexcept:
         return ((begin < self.begin_timestamp and end > self.end_timestamp)
                 or (self.begin_timestamp <= begin <= self.end_timestamp)
                 or (self.begin_timestamp <= end <= self.end_timestamp))
@@ -236,24 +239,28 @@ cdef class IndexFileCore:
             log.warning("%s: broken index chain at offset %d (%s); lookups stop there, messages behind "
                         "it are not found by key", self.mapped_file.file_name, pos, what)
 
-    def select_phy_offset(self, list out, str key, int max_num, long long begin, long long end):
+    def select_phy_offset(self, list out not None, str key not None, int max_num, long long begin, long long end):
         """Append to ``out`` the offsets of entries with ``key``'s hash stored in [begin, end] (newest first)."""
-        cdef int32_t h = key_hash(key)
+        self._select(out, key_hash(key), max_num, begin, end)
+
+    cdef int _select(self, list out, int32_t h, Py_ssize_t max_num, int64_t begin, int64_t end) except -1:
         cdef int64_t slot = _slot_of(h, self.hash_slot_num)
         cdef const unsigned char *b = self.mapped_file.base
         cdef int32_t cur, prev, entry_hash, diff
         cdef int64_t entry_pos, phy, time_read
         cdef int64_t entries = _HEADER + self.hash_slot_num * 4
         self.mapped_file.check_mapped()
-        cur = get_i32(b + _HEADER + slot * 4)
-        if cur <= 0 or self.index_count <= 1:
-            return
-        if cur >= self.index_count:
-            if cur >= self.index_num:
-                self._broken(_HEADER + slot * 4, "slot points at entry %d of %d" % (cur, self.index_num))
-            # else: an entry newer than the header this reader loaded
-            return
-        while len(out) < max_num:
+        if self.index_count <= 1:
+            return 0
+        # the acquire pairs with the writer's release of the slot: the entry it names is whole, even one
+        # the writer (the index builder, GIL released) links while this runs, past the count read above
+        cur = load_i32_acquire(b + _HEADER + slot * 4)
+        if cur <= 0:
+            return 0
+        if cur >= self.index_num:
+            self._broken(_HEADER + slot * 4, "slot points at entry %d of %d" % (cur, self.index_num))
+            return 0
+        while PyList_GET_SIZE(out) < max_num:
             entry_pos = entries + <int64_t>cur * 20
             entry_hash = get_i32(b + entry_pos)
             phy = get_i64(b + entry_pos + 4)
@@ -271,6 +278,8 @@ cdef class IndexFileCore:
                 self._broken(entry_pos + 16, "entry %d links to entry %d" % (cur, prev))
                 break
             cur = prev
+        return 0
+
 
     def check_chains(self, long long max_problems=100):
         """Every break in the file's structure: a list of ``(position, what)``, at most ``max_problems``.
@@ -718,6 +727,28 @@ def index_log(IndexFilesBase service not None, list cl_files not None, long long
     finally:
         free(buf)
     return s.off
+
+
+def select_in_files(list files not None, str full_key not None, Py_ssize_t max_num, long long begin,
+                    long long end, list out not None):
+    """``IndexService.query_offset``'s walk: append to ``out`` the offsets of ``full_key``'s entries
+    (``topic#key``) stored in [begin, end], newest file first, at most ``max_num``; returns the newest file's
+    (end time, end commit-log offset), RocketMQ's ``indexLastUpdateTimestamp`` / ``...Phyoffset``."""
+    cdef int32_t h = key_hash(full_key)
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(files)
+    cdef IndexFileCore f
+    cdef int64_t last_ts = 0, last_phy = 0
+    if n:
+        f = <IndexFileCore>PyList_GET_ITEM(files, n - 1)
+        last_ts = f.end_timestamp
+        last_phy = f.end_phy_offset
+    for i in range(n - 1, -1, -1):
+        f = <IndexFileCore>PyList_GET_ITEM(files, i)
+        if f._time_matched(begin, end):
+            f._select(out, h, max_num, begin, end)
+        if f.begin_timestamp < begin or PyList_GET_SIZE(out) >= max_num:
+            break
+    return last_ts, last_phy
 
 
 def log_end(list cl_files not None):

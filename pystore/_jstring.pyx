@@ -5,7 +5,8 @@ every stored string is read with. The consume queue's tags codes and the hash in
 hashes: one definition here.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport (Py_UCS1, Py_UCS2, PyUnicode_1BYTE_KIND, PyUnicode_2BYTE_KIND, PyUnicode_DATA,
+                              PyUnicode_GET_LENGTH, PyUnicode_KIND)
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
@@ -75,13 +76,39 @@ cdef uint32_t java_hash_utf8_from(uint32_t h, const unsigned char *p, Py_ssize_t
 
 
 cdef int32_t java_hash_str(str s) except? -1:
-    """Java ``String.hashCode`` of a Python string, over its UTF-16 code units (lone surrogates included)."""
-    cdef bytes b = s.encode("utf-16-be", "surrogatepass")
-    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(b)
-    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(b)
-    cdef uint32_t h = 0
-    for i in range(0, n, 2):
-        h = 31 * h + ((<uint32_t>p[i] << 8) | p[i + 1])
+    """Java ``String.hashCode`` of a Python string, over its UTF-16 code units (lone surrogates included).
+    Read from the string's own storage (PEP 393): one- and two-byte kinds are their code units already; a
+    four-byte kind splits each character above U+FFFF into its surrogate pair, as UTF-16 does."""
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
+    cdef unsigned int kind = PyUnicode_KIND(s)
+    cdef void *data = PyUnicode_DATA(s)
+    cdef const Py_UCS1 *p1
+    cdef const Py_UCS2 *p2
+    cdef const Py_UCS4 *p4
+    cdef uint32_t h = 0, cp
+    if kind == PyUnicode_1BYTE_KIND:
+        p1 = <const Py_UCS1 *>data
+        i = 0
+        while i + 4 <= n:
+            h = h * _P4 + p1[i] * _P3 + p1[i + 1] * _P2 + p1[i + 2] * _P1 + p1[i + 3]
+            i += 4
+        while i < n:
+            h = 31 * h + p1[i]
+            i += 1
+    elif kind == PyUnicode_2BYTE_KIND:
+        p2 = <const Py_UCS2 *>data
+        for i in range(n):
+            h = 31 * h + p2[i]
+    else:
+        p4 = <const Py_UCS4 *>data
+        for i in range(n):
+            cp = p4[i]
+            if cp >= 0x10000:
+                cp -= 0x10000
+                h = 31 * h + (0xD800 + (cp >> 10))
+                h = 31 * h + (0xDC00 + (cp & 0x3FF))
+            else:
+                h = 31 * h + cp
     return <int32_t>h
 
 

@@ -5,7 +5,7 @@ each ``40 + max_hash_slot_num*4 + max_index_num*20`` bytes (``_index`` draws the
 with keys gets an entry ``topic#key`` per key (space-separated ``KEYS``) and one for its ``UNIQ_KEY``;
 rolled-back transaction messages are not indexed. Entries are written by compiled code: with ASYNC_FLUSH
 (``index_build_async``) by ``IndexBuildService``, a thread that follows the commit log behind the puts
-(``_index.index_log``, GIL released), which lookups, flushes and the shutdown catch up first; otherwise by
+(``_index.index_log``, GIL released), which lookups, flushes and the shutdown catch up when it is behind; otherwise by
 dispatch (``_index.index_message``, called with the stored topic and properties bytes). A store's
 ``IndexFileService`` keeps the files ahead of that writer: once the newest file is half full it makes the next
 one (``prepare_next``) as ``index.spare`` beside the folder, which the writer renames into the folder and
@@ -13,14 +13,16 @@ starts, in C, when the newest fills (``_index.take_spare``); and it flushes the 
 (``flush_full``), after which the checkpoint's index time moves to their end time. Python runs on the put
 path only to make a file no spare was made for (``_new_file``: the first one, or files filling faster than
 the service looks). After an abnormal exit, files newer than the index time are dropped and rebuilt by
-dispatch, and an unused spare is deleted. ``query_offset`` walks files newest first.
+dispatch, and an unused spare is deleted. ``query_offset`` walks files newest first (``_index.select_in_files``).
 
 A new file's name (and the ``index/`` folder's, the first time) is made durable by the next ``flush`` or
 full-file flush, before the checkpoint's index time can cover it (``pystore.durable``: RocketMQ does not
 fsync directories, pystore does, once per file). Deleted files are made durable at once.
 
-Thread-safety: one writer (the builder, or dispatch); ``query_offset`` may run concurrently (it reads whole
-entries; beside the builder it runs under the builder's lock).
+Thread-safety: one writer (the builder, or dispatch); lookups run beside it: the writer puts an entry whole
+before it links it into its slot (release), and a lookup that finds a slot naming an entry past the count it
+knows walks it (acquire). A lookup that finds the builder behind the log's end catches it up first, under
+the builder's lock; one that finds it caught up takes no lock.
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pystore._index import PREFAULT_WINDOW, IndexFileCore, IndexFilesBase, index_file_size, index_keys, index_log, log_end
+from pystore._index import (
+    PREFAULT_WINDOW,
+    IndexFileCore,
+    IndexFilesBase,
+    index_file_size,
+    index_keys,
+    index_log,
+    log_end,
+    select_in_files,
+)
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
@@ -305,9 +316,11 @@ class IndexService(IndexFilesBase):
         last_ts = last_phy = 0
         hi = end
         for _ in range(3):                       # RocketMQ queries up to three rounds
-            r = self.query_offset(topic, key, max_num, begin, hi)
-            last_ts, last_phy = r.index_last_update_timestamp, r.index_last_update_phyoffset
-            for off in sorted(r.phy_offsets):
+            offsets: list[int] = []
+            last_ts, last_phy = self._select(topic, key, max_num, begin, hi, offsets)
+            if len(offsets) > 1:
+                offsets.sort()
+            for off in offsets:
                 if off in seen:
                     continue
                 seen.add(off)
@@ -315,40 +328,34 @@ class IndexService(IndexFilesBase):
                 # the index compares 32-bit hashes only: keep real matches
                 if m is not None and m.topic == topic and (key in m.keys or m.uniq_key == key):
                     found.append(m)
-            if found or not r.phy_offsets:
+            if found or not offsets:
                 break
-            hi = min(commitlog.pickup_store_timestamp(min(r.phy_offsets)), hi) - 1
+            hi = min(commitlog.pickup_store_timestamp(offsets[0]), hi) - 1
             if hi < begin:
                 break
-        found.sort(key=lambda m: m.commit_log_offset)
+        if len(found) > 1:
+            found.sort(key=lambda m: m.commit_log_offset)
         return QueryMessageResult(found[:max_num], last_ts, last_phy)
 
     def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
-        """The offsets of ``topic``'s messages with ``key`` stored in [begin, end], newest first. While an
-        ``IndexBuildService`` writes the entries, it first indexes all the commit log holds, and the lookup
-        runs under its lock: a key is found as soon as its put returned, and no entry is being written."""
+        """The offsets of ``topic``'s messages with ``key`` stored in [begin, end], newest first."""
+        out: list[int] = []
+        last_ts, last_phy = self._select(topic, key, max_num, begin, end, out)
+        return QueryOffsetResult(out, last_ts, last_phy)
+
+    def _select(self, topic: str, key: str, max_num: int, begin: int, end: int, out: list[int]) -> tuple[int, int]:
+        """``query_offset`` into ``out``; returns the newest file's end time and end offset. While an
+        ``IndexBuildService`` writes the entries, a key must be found as soon as its put returned: when the
+        builder is behind the log's end, the lookup first has it index the rest, under its lock. When it is
+        not, the lookup runs beside it: entries it links meanwhile are whole when seen (``_index``)."""
+        max_num = min(max_num, self.max_msgs_num_batch)
+        full_key = topic + "#" + key
         builder = self.builder
-        if builder is None:
-            return self._query_offset(topic, key, max_num, begin, end)
+        if builder is None or builder.reached >= log_end(builder.commitlog.queue.files):
+            return select_in_files(self._files, full_key, max_num, begin, end, out)
         with builder.lock:
             builder.build_locked()
-            return self._query_offset(topic, key, max_num, begin, end)
-
-    def _query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
-        max_num = min(max_num, self.max_msgs_num_batch)
-        out: list[int] = []
-        files = self._files
-        last_ts = last_phy = 0
-        full_key = topic + "#" + key
-        for i in range(len(files) - 1, -1, -1):
-            f = files[i]
-            if i == len(files) - 1:
-                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
-            if f.is_time_matched(begin, end):
-                f.select_phy_offset(out, full_key, max_num, begin, end)
-            if f.begin_timestamp < begin or len(out) >= max_num:
-                break
-        return QueryOffsetResult(out, last_ts, last_phy)
+            return select_in_files(self._files, full_key, max_num, begin, end, out)
 
     def delete_expired_file(self, min_offset: int) -> int:
         """Delete files (never the newest) whose entries all point below ``min_offset``."""

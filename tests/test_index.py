@@ -416,3 +416,30 @@ def test_check_chains_reports_each_break(tmp_path):
     positions = [p for p, _ in problems]
     assert _entry_pos(x) + 16 in positions and 40 + other * 4 in positions
     assert any("links to entry %d" % x in what for _, what in problems)
+
+
+def test_a_reader_walks_an_entry_linked_after_its_header(tmp_path):
+    """A reader whose header is older than the slot it reads (the builder thread links entries while
+    lookups run beside it; a read-only process loads the header before newer puts) walks the newer entry:
+    the entry is whole before the slot names it, and it links to the older ones, which stay findable."""
+    from pystore._index import IndexFileCore, index_file_size, select_in_files
+    from pystore._mapped_file import MappedFile
+
+    path = str(tmp_path / "idx")
+    size = index_file_size(1, 8)                      # one slot: every key shares one chain
+    writer = IndexFileCore(MappedFile(path, size, create=True, from_offset=0), 1, 8)
+    writer.init_header(T0, T0, 0, 0)
+    assert writer.put_key("T#a", 100, T0 + 1000)
+    reader = IndexFileCore(MappedFile(path, size, read_only=True, from_offset=0), 1, 8)
+    try:
+        assert reader.index_count == 2
+        assert writer.put_key("T#b", 200, T0 + 2000)   # links entry 2 into the slot, past the reader's count
+        out: list[int] = []
+        reader.select_phy_offset(out, "T#a", 8, 0, 2**62)
+        assert out == [100]
+        out = []
+        assert select_in_files([reader], "T#b", 8, 0, 2**62, out) == (T0 + 1000, 100)   # the reader's header
+        assert out == [200]
+    finally:
+        reader.mapped_file.close()
+        writer.mapped_file.close()
