@@ -177,7 +177,6 @@ cdef bint _batch_unchanged(tuple ms, int32_t *sizes, str tq_key, int64_t max_siz
     return True
 
 
-
 cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
     """A refused put's result, which keeps what was refused and the store's configuration so that its
     ``reason`` can say why in words (computed only if asked: the refusal path makes no text)."""

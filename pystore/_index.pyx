@@ -280,7 +280,6 @@ cdef class IndexFileCore:
             cur = prev
         return 0
 
-
     def check_chains(self, long long max_problems=100):
         """Every break in the file's structure: a list of ``(position, what)``, at most ``max_problems``.
 
@@ -432,8 +431,8 @@ cdef IndexFileCore _writable(IndexFilesBase service):
 
 cdef IndexFileCore _put(IndexFilesBase service, IndexFileCore f, int32_t h, int64_t phy, int64_t ts):
     """Put one entry, into a new file when ``f`` is full; the file it went into, or None (no file)."""
-    cdef int attempt
-    for attempt in range(3):
+    cdef int _attempt
+    for _attempt in range(3):
         if f._put_hash(h, phy, ts):
             return f
         f = _next_file(service)
@@ -556,7 +555,8 @@ cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ss
     hash of ``topic + "#" + key`` computed on the bytes. Rolled-back transaction messages are not indexed,
     nor a message below the newest file's end offset (indexed before: a re-dispatch). A full file is
     followed by the spare made ahead (``take_spare``); Python runs only to make a file when there is none
-    (none yet, or no spare in time: ``IndexService._new_file``). ``key_scan`` then ``index_scanned``, which the inline dispatch calls apart."""
+    (none yet, or no spare in time: ``IndexService._new_file``). ``key_scan`` then ``index_scanned``, which the inline
+    dispatch calls apart."""
     cdef KeyScan ks
     if key_scan(service, topic, topic_len, props, props_len, sys_flag, &ks):
         index_scanned(service, props, &ks, phy_offset, store_ts)

@@ -40,8 +40,8 @@ Thread-safety: positions and counts are plain fields guarded by the GIL; the put
 ``_commitlog``) serialises appends. The GIL is released only around msync/fdatasync and pre-faulting."""
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.errno cimport EINTR, errno
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.errno cimport errno
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
@@ -116,6 +116,7 @@ def prefault_stats():
         pending = ps_pf_pending()
     return {"bytes": ps_pf_done_bytes, "skipped": ps_pf_skipped, "dropped": ps_pf_dropped,
             "failed": ps_pf_failed, "pending": pending, "supported": not ps_pf_unsupported}
+
 
 OS_PAGE_SIZE = 4096
 cdef int64_t PAGE = 4096

@@ -170,10 +170,11 @@ cdef class Message:
 
     Every argument is stored as given or refused, here and in every setter: a wrong Python type raises
     ``TypeError`` (integer fields take ``int`` and other integers with ``__index__``, never a float, str or
-    bool; ``wait_store_msg_ok`` takes a bool only), a value the record cannot hold as given raises ``ValueError``: an integer outside its field
-    (``flag``, ``queue_id``, ``reconsume_times``: int32; ``born_timestamp``, ``prepared_transaction_offset``:
-    int64; ``delay_time_level``: 0 to 2**31-1), a property name or value (tags and keys included) that is
-    empty, contains ``\\x01`` or ``\\x02`` or a lone surrogate, a topic with a lone surrogate.
+    bool; ``wait_store_msg_ok`` takes a bool only), a value the record cannot hold as given raises
+    ``ValueError``: an integer outside its field (``flag``, ``queue_id``, ``reconsume_times``: int32;
+    ``born_timestamp``, ``prepared_transaction_offset``: int64; ``delay_time_level``: 0 to 2**31-1), a
+    property name or value (tags and keys included) that is empty, contains ``\\x01`` or ``\\x02`` or a lone
+    surrogate, a topic with a lone surrogate.
     ``sys_flag`` is 0 to 2**31-1 without bit 0x20 (``STOREHOSTADDRESS_V6_FLAG``, the store sets it from its
     store host); bit 0x10 (``BORNHOST_V6_FLAG``) follows ``born_host`` and may be given only with an IPv6
     born host; every other bit is stored as given.

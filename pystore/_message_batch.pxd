@@ -5,10 +5,12 @@ from pystore._message cimport Message
 
 
 cdef class MessageBatch:
-    cdef tuple _messages              # the messages (a tuple: the put reads them through borrowed references,
-                                      # so nothing may swap one); None for a batch built from bodies
-    cdef tuple _bodies                # from_bodies: the bodies (bytes; a tuple, so nothing can swap one while a
-                                      # put reads it), sharing everything else ...
+    # the messages (a tuple: the put reads them through borrowed references, so nothing may swap one); None
+    # for a batch built from bodies
+    cdef tuple _messages
+    # from_bodies: the bodies (bytes; a tuple, so nothing can swap one while a put reads it), sharing
+    # everything else ...
+    cdef tuple _bodies
     cdef Message _template            # ... with this message (its own body empty; shared, never changed) ...
     cdef int64_t _born_ts             # ... but for the born time, the batch's own
     cdef str _topic

@@ -10,7 +10,6 @@ Both classes are immutable and thread-safe.
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t
 
 
@@ -62,8 +61,8 @@ cdef class AppendMessageResult:
     def __repr__(self):
         return ("AppendMessageResult(status=%s, wrote_offset=%d, wrote_bytes=%d, msg_id=%r, store_timestamp=%d, "
                 "logics_offset=%d, msg_num=%d)" % (self.status.name, self.wrote_offset, self.wrote_bytes,
-                                                    self.msg_id, self.store_timestamp, self.logics_offset,
-                                                    self.msg_num))
+                                                   self.msg_id, self.store_timestamp, self.logics_offset,
+                                                   self.msg_num))
 
 
 @cython.final
