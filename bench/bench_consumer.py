@@ -25,7 +25,9 @@ file mapped (the put path without the hook), with it but nobody waiting, and wit
 rounds alternated in one run; the ratios go to ``extra_info``.
 
 Each checks what it measured: every message put was delivered once, in order. The figures vary with the
-machine's load; docs/performance.md quotes a run with its command.
+machine's load; docs/performance.md quotes a run with its command. On a machine other work keeps busy, the
+spinning cases measure the scheduler rather than pystore (the floor's p50 goes from a tenth of a µs to ms):
+running the bench under ``chrt -f 10`` (root) puts it ahead of that work for the few seconds it runs.
 """
 
 from __future__ import annotations
