@@ -10,7 +10,8 @@ its put time (``perf_counter_ns``) in its body, and the consumer records when it
 holding it (taken when its ``poll`` returned, ``perf_counter_ns``: CLOCK_MONOTONIC, the same clock in every
 process), as p50/p99/p99.9. ``thread``: a consumer thread of the writer's process, the producer sleeping
 between puts (the GIL free); ``process``: a read-only store in another process, blocking on the wake file;
-``process-spin``: the same, spinning ``SPIN_US`` on the wake word before it sleeps. A consumer that held a
+``process-spin``: the same, spinning ``SPIN_US`` before it sleeps (the compiled wait of a one-queue consumer
+spins on the place of the queue's next unit, unregistered). A consumer that held a
 message before its put returned counts 0. ``process-spin-floor``: the floor of ``process-spin`` on this machine
 in the same run: the same pacing and spinning on the wake word alone (the writer's ``notify``, no put, no read).
 
@@ -24,7 +25,9 @@ file mapped (the put path without the hook), with it but nobody waiting, and wit
 rounds alternated in one run; the ratios go to ``extra_info``.
 
 Each checks what it measured: every message put was delivered once, in order. The figures vary with the
-machine's load; docs/performance.md quotes a run with its command.
+machine's load; docs/performance.md quotes a run with its command. On a machine other work keeps busy, the
+spinning cases measure the scheduler rather than pystore (the floor's p50 goes from a tenth of a µs to ms):
+running the bench under ``chrt -f 10`` (root) puts it ahead of that work for the few seconds it runs.
 """
 
 from __future__ import annotations
@@ -108,9 +111,10 @@ c = store.consumer("bench", topic, queue_ids=[0], auto_commit=False, spin_us=spi
 got = np.zeros(n, dtype=np.int64)
 print("READY", flush=True)
 k = 0
+poll, pc = c.poll, time.perf_counter_ns     # no look-ups between the poll returning and its time
 while k < n:
-    msgs = c.poll(1000)
-    t = time.perf_counter_ns()
+    msgs = poll(1000)
+    t = pc()
     for m in msgs:
         got[m.queue_offset] = t
     k += len(msgs)

@@ -149,6 +149,25 @@ static inline int64_t ps_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* A spinning waiter's watch on the very place the writer publishes to: spin up to `spin_ns` while the 4
+ * bytes at `p` (4-byte aligned: the size field of the next consume-queue unit, zero until the writer stores
+ * it last) are zero. 1 when they changed, 0 when the time ran out. It needs no registration, so the writer
+ * pays nothing for it: no swap of the state word, no barrier sent to its CPU. */
+static inline int ps_spin_nonzero(const unsigned char *p, int64_t spin_ns)
+{
+    int64_t start = ps_now_ns();
+    unsigned i;
+    for (;;) {
+        for (i = 0; i < 64; i++) {
+            if (__atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE) != 0)
+                return 1;
+            ps_cpu_relax();
+        }
+        if (ps_now_ns() - start >= spin_ns)
+            return 0;
+    }
+}
+
 /* Wait while seq is `seen`: spin up to `spin_ns`, then sleep up to the rest of `timeout_ns`.
  * 1: seq moved; 0: timeout; -1: a signal interrupted the sleep (the caller runs its handlers and waits on);
  * -2: no futex on this platform (the caller polls). */

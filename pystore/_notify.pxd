@@ -9,6 +9,7 @@ cdef extern from "_notify.h":
     int ps_wait(uint64_t *word, uint32_t seen, int64_t spin_ns, int64_t timeout_ns) noexcept nogil
     uint32_t ps_seq(uint64_t *word) noexcept nogil
     int64_t ps_now_ns() noexcept nogil
+    int ps_spin_nonzero(const unsigned char *p, int64_t spin_ns) noexcept nogil
     int PS_NOTIFY_FUTEX
 
 cimport cython

@@ -76,6 +76,8 @@ def read_queue(
 class QueueReader:
     # Internal: MessageStore.get_message and look_message_by_offset without a Python frame (store.py binds them).
     open: bool
+    @property
+    def tail_reads(self) -> int: ...
     def __init__(
         self,
         queues: dict[tuple[str, int], Any],

@@ -14,14 +14,14 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t
 from posix.unistd cimport usleep
 
-from pystore._bytes cimport get_i32, get_i64
+from pystore._bytes cimport get_i32, get_i64, load_i32_acquire
 from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, SPLIT_BODY, RecordView,
                              check_record, find_property, make_ext, make_ext_shared, scan_records)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
-from pystore._notify cimport WakeWord, ps_now_ns, ps_register, ps_unregister, ps_wait
+from pystore._notify cimport WakeWord, ps_now_ns, ps_register, ps_spin_nonzero, ps_unregister, ps_wait
 from pystore._sink cimport RecordSink
 from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
 
@@ -631,6 +631,7 @@ cdef class QueueReader:
     cdef bint live                       # a read-only store's: follows the writer before reading at the end
     cdef object parts                    # its StoreParts (live): a Python follow under way sends gets there
     cdef object commitlog                # the CommitLog (live): its damage fence sends follows to Python
+    cdef readonly int64_t tail_reads     # gets answered by ``_next_at_end`` (the tests' evidence it ran)
 
     def __init__(self, dict queues not None, cl_queue, ReadLimits lim not None, flags, long not_readable_bit,
                  config, slave_role, cls, store, live=None):
@@ -679,7 +680,8 @@ cdef class QueueReader:
     cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
         """A read-only store's plain get: follow the writer when ``offset`` is at or past the end seen, then
         the read; None when the Python get must answer (the follow needs it, or units point at records not
-        seen)."""
+        seen). Its fast case is a tailing consumer's: ``offset`` is the end seen and the writer has added just
+        the one unit there (``_next_at_end``)."""
         cdef object q = self.cl_queue
         cdef list files = _files_of(cq.queue)
         cdef Py_ssize_t n = PyList_GET_SIZE(files)
@@ -689,6 +691,10 @@ cdef class QueueReader:
         if n > 0:
             last = <MappedFile>PyList_GET_ITEM(files, n - 1)
             max_o = (last.file_from_offset + last.read_position()) // CQ_STORE_UNIT_SIZE
+            if offset == max_o and last is cq.last and offset >= cq.min_logic_offset // CQ_STORE_UNIT_SIZE:
+                r = self._next_at_end(cq, last, offset)
+                if r is not None:
+                    return r
         if offset >= max_o and (last is None or last is not cq.last or _unit_after(last)):
             # no lock: the follow runs with the GIL held throughout, and only while no Python follow is under
             # way (one that started would have released the GIL in a scan or a folder listing)
@@ -700,38 +706,142 @@ cdef class QueueReader:
             return None
         return r
 
-    cdef GetMessageResult _get_any(self, str topic, int queue_id, int64_t offset, int64_t max_msg_nums):
-        """A plain get of a live reader: compiled when it can be, else the Python method's."""
-        cdef object cq = None
+    cdef GetMessageResult _next_at_end(self, ConsumeQueueCore cq, MappedFile mf, int64_t offset):
+        """The fast case of ``_get_live``: the unit at ``offset``, the end seen of the queue's last file ``mf``,
+        was just written, it is the only new one, and its record lies at the end seen of the commit log's last
+        file (or below it). Then that record alone is checked (as ``_scan`` checks what it serves, and the
+        follow's record scan would), the two ends move past them (what ``_follow_live`` would do) and the
+        result is made from them, as ``_read_queue`` would make it; None for anything else (no new unit,
+        several, a filler, a record elsewhere, damage), which the follow and read of ``_get_live`` settle.
+
+        The unit's size field is loaded with acquire semantics before anything else of it: the writer stores
+        it last, with release semantics, after the record and the rest of the unit (``_units.put_unit``), so a
+        unit whose size is seen has its record whole in memory; a unit not seen yet (size 0) is not served."""
+        cdef int64_t rp = mf.read_position(), phy, rpos, crp, cl_max, min_o
+        cdef int32_t size, r
+        cdef Py_ssize_t ncl
+        cdef list cl_files
+        cdef MappedFile cl
+        cdef const unsigned char *p
+        cdef RecordView v
+        cdef MessageExt msg
+        if rp + CQ_STORE_UNIT_SIZE > mf.file_size or mf.base == NULL:
+            return None
+        p = mf.base + rp
+        size = load_i32_acquire(p + 8)
+        if size <= 0:
+            return None
+        phy = get_i64(p)
+        if phy < 0 or (size == FILLER and phy == 0):
+            return None
+        if rp + 2 * CQ_STORE_UNIT_SIZE <= mf.file_size and get_i32(p + CQ_STORE_UNIT_SIZE + 8) != 0:
+            return None                         # more than one new unit: a page, the general read's
+        # as the follow: never while a Python follow is under way or the commit log has a damage fence
+        if self.parts.following or self.commitlog.damage_fence >= 0:
+            return None
+        cl_files = _files_of(self.cl_queue)
+        ncl = PyList_GET_SIZE(cl_files)
+        if ncl == 0:
+            return None
+        cl = <MappedFile>PyList_GET_ITEM(cl_files, ncl - 1)
+        rpos = phy - cl.file_from_offset
+        crp = cl.read_position()
+        # the record: right at the end seen (then the end moves past it), or below it (another queue's get
+        # followed the log past it already)
+        if rpos < 0 or rpos + size > cl.file_size or (rpos + size > crp and rpos != crp):
+            return None
+        if not mf.c_hold():
+            return None
+        if not cl.c_hold():
+            mf.c_release()
+            return None
+        try:
+            if cl.base == NULL or mf.base == NULL:
+                return None
+            r = check_record(cl.base + rpos, size, self.lim.check_crc, &v)
+            if unit_damage(r, &v, cl.base + rpos, phy, size, cq, offset) != DAMAGE_NONE:
+                return None
+            msg = make_ext(cl.base + rpos, &v)
+        finally:
+            cl.c_release()
+            mf.c_release()
+        mf.wrote = mf.committed = mf.flushed = rp + CQ_STORE_UNIT_SIZE
+        if phy + size > cq.max_physic_offset:
+            cq.max_physic_offset = phy + size
+        if rpos + size > crp:
+            cl.wrote = cl.committed = cl.flushed = crp = rpos + size
+        cl_max = cl.file_from_offset + crp
+        min_o = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
+        self.tail_reads += 1
+        return _result(STATUSES[SCAN_FOUND], offset + 1, min_o, offset + 1, [msg], size,
+                       cl_max - phy > self.lim.memory_window)
+
+    cdef GetMessageResult _get_any(self, tuple key, int64_t offset, int64_t max_msg_nums):
+        """A plain get of a live reader of the queue ``key`` (topic, queue id): compiled when it can be, else
+        the Python method's."""
+        cdef object cq = self._queue_of(key)
         cdef GetMessageResult r = None
-        if (self.open and not (self.flags._flag & self.not_readable_bit)
-                and self.config.broker_role is not self.slave_role):
-            cq = self.queues.get((topic, queue_id))
         if cq is not None:
             r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
         if r is None:
-            r = self.cls.get_message(self.store, "", topic, queue_id, offset, max_msg_nums)
+            r = self.cls.get_message(self.store, "", key[0], key[1], offset, max_msg_nums)
         return r
+
+    cdef object _queue_of(self, tuple key):
+        """The consume queue ``key`` of a readable store (None when the compiled get may not serve it)."""
+        if (self.open and not (self.flags._flag & self.not_readable_bit)
+                and self.config.broker_role is not self.slave_role):
+            return self.queues.get(key)
+        return None
+
+    cdef int _spin_on_unit(self, ConsumeQueueCore cq, int64_t offset, int64_t spin_ns) except -2:
+        """Spin up to ``spin_ns``, without the GIL, on the size field of the unit the writer will write for
+        queue offset ``offset`` of ``cq`` when that is the next unit of the queue's last file as seen here (the
+        file held meanwhile): 1 when the writer wrote it, 0 when the time ran out, -1 when there is no such
+        place to watch (the queue's end not seen at ``offset``, its file full: the next unit goes to a new
+        file)."""
+        cdef MappedFile mf = cq.last
+        cdef int64_t rp
+        cdef int s
+        if mf is None:
+            return -1
+        rp = mf.read_position()
+        if (mf.file_from_offset + rp != offset * CQ_STORE_UNIT_SIZE or rp + CQ_STORE_UNIT_SIZE > mf.file_size
+                or not mf.c_hold()):
+            return -1
+        try:
+            if mf.base == NULL:
+                return -1
+            with nogil:
+                s = ps_spin_nonzero(mf.base + rp + 8, spin_ns)
+        finally:
+            mf.c_release()
+        return s
 
     def wait_message(self, WakeWord wake not None, str topic not None, int queue_id, long long offset,
                      long long max_msg_nums, double spin_us, double timeout_ms):
         """A read-only store's plain get that waits up to ``timeout_ms`` for a message at ``offset`` of
         (topic, queue_id) to arrive from the writer of another process (``pystore.arrival``'s wait, compiled):
-        get;
-        while the answer is not final, register on ``wake``, get again, spin up to ``spin_us`` on it without
-        the GIL, then sleep on its futex, and get again as soon as it moves, without a Python frame between.
-        After a wake-up that found nothing it looks every ``WAKE_POLL_US`` for a while without registering.
-        The last answer; None when this process cannot wait on the word (the writer needs a barrier it cannot
-        issue, or no futex here: the caller polls) before anything was waited for."""
+        get; while the answer is not final, with ``spin_us``, spin that long without the GIL on the place the
+        writer's next unit of the queue goes (``_spin_on_unit``: no registration, nothing for the writer to
+        do) and get as soon as it is written; when there is no such place, or the spin ran out, register on
+        ``wake``, get again, spin (when it could not spin on the unit) and sleep on its futex, and get again
+        as soon as it moves, without a Python frame between. After a wake-up that found nothing it looks every
+        ``WAKE_POLL_US`` for a while without registering. The last answer; None when this process cannot wait
+        on the word (the writer needs a barrier it cannot issue, or no futex here: the caller polls) before
+        anything was waited for."""
         cdef int64_t start, now, deadline, spin_ns = <int64_t>(spin_us * 1000.0) if spin_us > 0 else 0
-        cdef int64_t seen, left, poll_until = 0
-        cdef int w = 0
+        cdef int64_t seen, left, poll_until = 0, word_spin
+        cdef int w = 0, s
+        cdef bint unit_spin = spin_ns > 0
+        cdef tuple key = (topic, queue_id)
+        cdef object cq
         cdef GetMessageResult r
         if not self.live:
             raise TypeError("wait_message is a read-only store's")
         start = ps_now_ns()
         deadline = start + (<int64_t>(timeout_ms * 1000000.0) if timeout_ms > 0 else 0)
-        r = self._get_any(topic, queue_id, offset, max_msg_nums)
+        r = self._get_any(key, offset, max_msg_nums)
         while not _final(r, offset):
             now = ps_now_ns()
             left = deadline - now
@@ -741,26 +851,46 @@ cdef class QueueReader:
                 with nogil:
                     usleep(WAKE_POLL_US if left > WAKE_POLL_US * 1000 else <unsigned int>(left // 1000 + 1))
                 PyErr_CheckSignals()
-                r = self._get_any(topic, queue_id, offset, max_msg_nums)
+                r = self._get_any(key, offset, max_msg_nums)
                 continue
+            word_spin = spin_ns
+            cq = self._queue_of(key) if unit_spin else None
+            if cq is not None:
+                s = self._spin_on_unit(<ConsumeQueueCore>cq, offset, spin_ns if spin_ns < left else left)
+                if s >= 0:
+                    # the queue and the store's state were looked up just before the spin: only a shutdown
+                    # meanwhile sends this get the long way
+                    r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums) if self.open else None
+                    if r is None:
+                        r = self._get_any(key, offset, max_msg_nums)
+                    # spun in full, or the unit came and is still not an answer (the Python get settles it
+                    # next round): register and sleep, without a second spin
+                    unit_spin = False
+                    word_spin = 0
+                    if s == 1:
+                        continue
             seen = ps_register(wake.word, wake.flag_word)
             if seen < 0:
                 return None
             try:
-                r = self._get_any(topic, queue_id, offset, max_msg_nums)
+                r = self._get_any(key, offset, max_msg_nums)
                 if _final(r, offset):
+                    break
+                left = deadline - ps_now_ns()
+                if left <= 0:
                     break
                 if left > WAIT_SLICE_NS:
                     left = WAIT_SLICE_NS
                 with nogil:
-                    w = ps_wait(wake.word, <uint32_t>seen, spin_ns, left)
+                    w = ps_wait(wake.word, <uint32_t>seen, word_spin, left)
                 if w == -2:
                     return None
                 if w == -1:
                     PyErr_CheckSignals()
             finally:
                 ps_unregister(wake.word, <uint32_t>seen)
-            r = self._get_any(topic, queue_id, offset, max_msg_nums)
+            r = self._get_any(key, offset, max_msg_nums)
+            unit_spin = spin_ns > 0
             if w == 1 and not _final(r, offset):
                 poll_until = ps_now_ns() + WAKE_POLL_NS
         return r

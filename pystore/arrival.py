@@ -23,7 +23,8 @@ restarted working. A read-only store writes nothing but its registrations in tha
 without a wake file (no writer since, or one that predates it; a store it cannot open for writing) its waiters
 re-read the queue every ``READER_POLL_MS`` and look for the file again once a second. ``wait_queue`` is that wait
 for one queue without a filter, compiled (``_read.QueueReader.wait_message``): the spin, the sleep and the get
-after a wake-up run without a Python frame between them.
+after a wake-up run without a Python frame between them, and its spin watches the place of the queue's next
+unit rather than the word, without registering (the writer pays nothing for a spinning reader).
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ before each fetch, and ``commit()`` (or the end of the ``with`` block) after a l
 to the last message the loop got, never past it.
 
 A read-only store can read committed offsets but not commit: its consumers need ``auto_commit=False``. Its
-waits sleep on the writer's wake file (``pystore.arrival``); ``spin_us`` makes each of them spin that long on it
+waits sleep on the writer's wake file (``pystore.arrival``); ``spin_us`` makes each of them spin that long
 first, for the lowest latency across processes at the cost of a CPU while spinning. A consumer of one fixed
-queue without a filter waits in compiled code (``Arrivals.wait_queue``), from the spin to the get after it.
+queue without a filter waits in compiled code (``Arrivals.wait_queue``), from the spin (on the place of the
+queue's next unit: the writer does nothing for it) to the get after it.
 
 Thread-safety: one consumer belongs to one thread; several consumers may share a store.
 """
@@ -88,6 +89,11 @@ class Consumer:
         self._reached: dict[int, int] = {}
         self._next_queue = 0
         self._buffer: deque[MessageExt] = deque()
+        #: the queue id of a read-only store's consumer of one fixed queue without a filter: its waits are
+        #: compiled (``Arrivals.wait_queue``); None otherwise
+        self._compiled: int | None = None
+        if self._fixed is not None and len(self._fixed) == 1 and message_filter is None and store.read_only:
+            self._compiled = self._fixed[0]
         self._discover()
 
     # -- queues and positions ----------------------------------------------------------------------------------
@@ -140,9 +146,8 @@ class Consumer:
         """What a round finds, waiting up to ``timeout_ms`` for an arrival when it finds nothing. A read-only
         store's consumer of one fixed queue without a filter waits in C (``Arrivals.wait_queue``: the spin on
         the wake word and the get after it without a Python frame between); any other waits via ``wait_for``."""
-        fixed = self._fixed
-        if fixed is not None and len(fixed) == 1 and self.message_filter is None and self.store.read_only:
-            qid = fixed[0]
+        qid = self._compiled
+        if qid is not None:
             deadline = time.monotonic() + timeout_ms / 1000.0
             out: list[MessageExt] = []
             while True:
@@ -150,6 +155,10 @@ class Consumer:
                 r = self._arrivals.wait_queue(self.topic, qid, offset, PULL_BATCH, timeout_ms, self.spin_us)
                 if r is None:
                     break
+                if r.status is _FOUND:
+                    # ``_take``'s usual case, without its call: what a tailing consumer waits for after a put
+                    self._position[qid] = self._reached[qid] = r.next_begin_offset
+                    return r.messages
                 self._take(qid, offset, r, out)
                 if out or r.status in _STAY or self._position[qid] == offset:
                     return out
@@ -187,7 +196,9 @@ class Consumer:
             msgs = self._wait(timeout_ms)
         else:
             msgs = self._fetch_or_discover()
-        self._all_handed()
+        # _all_handed, inline: this runs between a tailing consumer's wake-up and its caller holding the page
+        self._handed.update(self._reached)
+        self._reached.clear()
         return msgs
 
     def _all_handed(self) -> None:

@@ -208,15 +208,22 @@ def test_reader_process_blocks_and_wakes_for_every_message(store_factory, procs,
     assert seq >= total // 25 and waiters == 0                 # woken through the word (a reader's end unregisters)
 
 
-def test_a_reader_outlives_a_sigkilled_writer_and_follows_the_next(procs, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spin_us", [0, 300_000])
+def test_a_reader_outlives_a_sigkilled_writer_and_follows_the_next(procs, tmp_path: Path, spin_us: int) -> None:
+    """Blocking on the word, or spinning on the place of the queue's next unit (registered on the word only
+    once a spin ran out): the writer's SIGKILL leaves the reader waiting, and the restarted writer's unit
+    there (or its wake-up) reaches it."""
     root = str(tmp_path / "store")
     a = procs.start(root, "5", script=WRITER)
     assert Lines(a).next("PUT").split() == ["PUT", "5"]
-    p = procs.start(root, "10", "0", script=READER)
+    p = procs.start(root, "10", str(spin_us), script=READER)
     out = Lines(p)
     out.next("READY")
     out.got(0, 5)
-    wait_until(lambda: word(root)[1] > 0, "registered reader", p=p)
+    if spin_us:
+        time.sleep(0.05)                   # killed while the reader spins
+    else:
+        wait_until(lambda: word(root)[1] > 0, "registered reader", p=p)
     kill(a)
     b = procs.start(root, "5", script=WRITER)
     assert Lines(b).next("PUT").split() == ["PUT", "10"]

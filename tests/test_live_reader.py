@@ -298,3 +298,127 @@ def test_a_reader_far_behind_follows_in_python(store_factory, monkeypatch):
     monkeypatch.undo()
     for off in (302, 301, 300, 299, 100, 1, 0):           # the end first: both follow there
         assert _get(ro, off) == _py_get(py, off), off
+
+
+# -- the tail's fast case (``QueueReader._next_at_end``) ------------------------------------------------------
+
+_FIELDS = ("store_size", "body_crc", "queue_id", "flag", "queue_offset", "commit_log_offset", "sys_flag",
+           "born_timestamp", "store_timestamp", "reconsume_times", "prepared_transaction_offset", "magic_code",
+           "raw", "topic", "body", "properties", "tags", "keys", "born_host", "store_host", "msg_id")
+
+
+def _whole(r: Any) -> tuple[Any, ...]:
+    """All of a get's answer, every field of every message."""
+    return (r.status, r.next_begin_offset, r.min_offset, r.max_offset, r.buffer_total_size,
+            r.suggest_pulling_from_slave, [tuple(getattr(m, f) for f in _FIELDS) for m in r.messages])
+
+
+def test_the_tails_fast_case_answers_as_the_python_get(pair, monkeypatch):
+    """A get at the end seen, with the one unit the writer just wrote there, is answered from that unit and
+    its record alone (``tail_reads`` counts it), with every field the Python get gives on the same state; its
+    record may lie at the commit log's end seen or below it (another queue's get followed past it). Two new
+    units, a unit of another topic between, are the general read's, with the same answers."""
+    w, ro, py = pair
+    reader = ro._reader
+    assert [m.queue_offset for m in ro.get_message("g", TOPIC, 0, 0, 32).messages] == [0]
+    fb = Fallbacks(monkeypatch)
+    for i in range(1, 6):
+        assert w.put_message(make_message(i, body_size=100 + 37 * i, keys=["k%d" % i, "x"])).is_ok()
+        before = reader.tail_reads
+        r = ro.get_message("g", TOPIC, 0, i, 32)
+        assert reader.tail_reads == before + 1
+        monkeypatch.undo()
+        assert _whole(r) == _whole(StoreReads.get_message(py._reads, "g", TOPIC, 0, i, 32)), i
+        fb = Fallbacks(monkeypatch)
+    assert fb.calls == 0
+    # the record below the commit log's end seen: a get of another topic put after it followed past it
+    assert w.put_message(make_message(6)).is_ok()
+    assert w.put_message(make_message(0, topic="Other")).is_ok()
+    assert ro.get_message("g", "Other", 0, 0, 32).status is GetMessageStatus.FOUND
+    before = reader.tail_reads
+    r = ro.get_message("g", TOPIC, 0, 6, 32)
+    assert reader.tail_reads == before + 1
+    monkeypatch.undo()
+    assert _whole(r) == _whole(StoreReads.get_message(py._reads, "g", TOPIC, 0, 6, 32))
+    # two new units: a page, the general read's (the same answer as the Python get), with one message asked
+    # for too
+    for i in (7, 8):
+        assert w.put_message(make_message(i)).is_ok()
+    before = reader.tail_reads
+    for n in (1, 32):
+        r = ro.get_message("g", TOPIC, 0, 7, n)
+        assert _whole(r) == _whole(StoreReads.get_message(py._reads, "g", TOPIC, 0, 7, n))
+    assert [m.queue_offset for m in r.messages] == [7, 8] and reader.tail_reads == before
+    _same(ro, py, 10)
+
+
+def test_a_unit_being_written_is_not_served_by_the_fast_case(pair):
+    """The writer stores a unit's size last (release), after its commit-log offset and tags code: a unit whose
+    offset is there but whose size is not yet is nothing, for the fast case and for the spin on the unit;
+    once the size is there the fast case serves it."""
+    w, ro, py = pair
+    assert ro.get_message("g", TOPIC, 0, 0, 32).status is GetMessageStatus.FOUND
+    assert w.put_message(make_message(1)).is_ok()
+    unit_file = w._cq_store.find(TOPIC, 0).queue.files[0].file_name
+    with open(unit_file, "rb") as f:
+        f.seek(20)
+        unit = f.read(20)
+    _write(unit_file, 28, bytes(4))                        # offset and tags code written, the size not yet
+    before = ro._reader.tail_reads
+    assert _get(ro, 1)[0] is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    wake = ro._reads.arrivals()._wake_word()
+    r = ro._reader.wait_message(wake, TOPIC, 0, 1, 32, 2000, 30)      # spins on the unit, then sleeps
+    assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and wake.waiters == 0
+    _write(unit_file, 20, unit)
+    r = ro._reader.wait_message(wake, TOPIC, 0, 1, 32, 2000, 10_000)
+    assert [m.queue_offset for m in r.messages] == [1] and ro._reader.tail_reads == before + 1
+    _same(ro, py, 3)
+
+
+def test_a_spinning_wait_watches_the_unit_and_leaves_the_wake_word_alone(pair):
+    """A wait with ``spin_us`` spins on the place of the queue's next unit: it does not register in the wake
+    word (the writer pays nothing for it, its seq never moves) and returns the message as soon as the unit
+    is written, through the fast case."""
+    w, ro, _ = pair
+    wake = ro._reads.arrivals()._wake_word()
+    assert ro.get_message("g", TOPIC, 0, 0, 32).status is GetMessageStatus.FOUND
+    seq = wake.seq
+    seen: list[int] = []
+
+    def watch() -> None:
+        # the writer's view of the word while the reader spins: never a registration
+        while len(seen) < 5:
+            seen.append(wake.waiters)
+            time.sleep(0.005)
+    before = ro._reader.tail_reads
+    for i in range(1, 4):
+        t = _put_later(w, i, 0.03)
+        s = threading.Thread(target=watch)
+        s.start()
+        r = ro._reader.wait_message(wake, TOPIC, 0, i, 32, 5_000_000, 10_000)
+        t.join()
+        s.join()
+        assert r.status is GetMessageStatus.FOUND and [m.queue_offset for m in r.messages] == [i]
+        assert set(seen) == {0}
+        seen.clear()
+    assert wake.seq == seq and ro._reader.tail_reads == before + 3
+
+
+def test_a_spinning_wait_across_file_rolls(pair):
+    """The queue's files hold ``CQ_UNITS`` units and the commit log's roll every ~21 messages: a spinning wait
+    at a full queue file has no place to watch (the next unit goes to a new file) and waits on the wake word,
+    and a unit whose record is in a new commit-log file is the general read's; every message arrives, in
+    order, with the Python get's answer."""
+    w, ro, py = pair
+    wake = ro._reads.arrivals()._wake_word()
+    big = b"r" * 3000
+    assert ro.get_message("g", TOPIC, 0, 0, 32).status is GetMessageStatus.FOUND
+    for i in range(1, 45):
+        t = threading.Thread(target=lambda i=i: (time.sleep(0.002), w.put_message(make_message(i, body=big))))
+        t.start()
+        r = ro._reader.wait_message(wake, TOPIC, 0, i, 32, 3000, 10_000)
+        t.join()
+        assert [m.queue_offset for m in r.messages] == [i], (i, r)
+        assert r.messages[0].body == big
+    assert len(w._commitlog.queue.files) >= 2 and len(w._cq_store.find(TOPIC, 0).queue.files) >= 4
+    _same(ro, py, 46)
