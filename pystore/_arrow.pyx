@@ -32,7 +32,7 @@ from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
 from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
                              check_record)
 from pystore._mapped_file cimport MappedFile
-from pystore._sink cimport RecordSink
+from pystore._sink cimport RecordSink, same_bytes
 from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
@@ -68,7 +68,18 @@ cdef struct HostCache:
     int32_t raw_len
     char text[64]
     int text_len
-    unsigned char hex[40]               # the raw bytes in upper-case hex: an offset message id's head
+    # the offset message id of the last row with this store host (docs/format.md §1.8): the host's hex then the
+    # offset's; rows whose offsets share all but the low 16 bits rewrite only the last four digits
+    unsigned char id[64]
+    int64_t id_high                     # the offset >> 16 ``id`` holds, -1 for none
+
+
+cdef struct TextCache:
+    # the last topic added, as stored and as written (valid UTF-8): a page's rows mostly share one
+    int32_t raw_len                     # -1: none
+    int32_t text_len
+    unsigned char raw[256]
+    unsigned char text[800]
 
 
 # two upper-case hex digits of each byte value: a message id is written two digits at a time
@@ -145,6 +156,7 @@ cdef class BatchBuilder(RecordSink):
     cdef int64_t tags_nulls, n_keys, n_items
     cdef int32_t *items
     cdef HostCache born_cache, store_cache
+    cdef TextCache topic_cache
     cdef readonly int64_t rows_total
 
     def __cinit__(self):
@@ -155,6 +167,8 @@ cdef class BatchBuilder(RecordSink):
         memset(self.last_n, 0, sizeof(self.last_n))
         memset(&self.born_cache, 0, sizeof(HostCache))
         memset(&self.store_cache, 0, sizeof(HostCache))
+        self.born_cache.id_high = self.store_cache.id_high = -1
+        self.topic_cache.raw_len = -1
 
     def __init__(self, schema, bint verify_crc=True, topics=None, int queue_id=-1, start_ms=None, end_ms=None,
                  long long max_rows=32768, long long max_bytes=64 << 20):
@@ -259,18 +273,39 @@ cdef class BatchBuilder(RecordSink):
                 self._new_host(c, h, hlen)
         elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
             self._new_host(c, h, hlen)
-        # a fixed-size copy (two vector moves, no call) of the text and what follows it in the cache
+        # a fixed-size copy (vector moves, no call) of the text and what follows it in the cache
         if b.n + 64 > b.cap:
             self._grow(i, b.n + 64)
-        memcpy(b.p + b.n, c.text, 64)
+        if c.text_len <= 32:
+            memcpy(b.p + b.n, c.text, 32)
+        else:
+            memcpy(b.p + b.n, c.text, 64)
         b.n += c.text_len
         return 0
 
     cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1:
         c.text_len = fmt_host(h, hlen, c.text)
-        hex_bytes(c.hex, h, hlen)
+        hex_bytes(c.id, h, hlen)
+        c.id_high = -1
         memcpy(c.raw, h, hlen)
         c.raw_len = hlen
+        return 0
+
+    cdef inline int put_topic(self, const unsigned char *t, int32_t n) except -1:
+        """Append topic ``t[:n]`` as valid UTF-8: a repeat of the last topic is copied from the cache."""
+        cdef TextCache *c = &self.topic_cache
+        cdef Buf *b = &self.bufs[B_TOPIC]
+        if n != c.raw_len or not same_bytes(c.raw, t, n):
+            memcpy(c.raw, t, n)
+            c.raw_len = n
+            c.text_len = <int32_t>utf8_fix(t, n, c.text)
+        if b.n + 32 + c.text_len > b.cap:
+            self._grow(B_TOPIC, b.n + 32 + c.text_len)
+        if c.text_len <= 32:
+            memcpy(b.p + b.n, c.text, 32)
+        else:
+            memcpy(b.p + b.n, c.text, c.text_len)
+        b.n += c.text_len
         return 0
 
     def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
@@ -282,7 +317,7 @@ cdef class BatchBuilder(RecordSink):
         self.res(B_BODY, max(body_bytes, 0))
         self.res(B_TOPIC, max(topic_bytes, 0))
         # an offset message id is 32 digits (56 for an IPv6 store host); a host's text at most 64 bytes
-        self.res(B_ID, 32 * max(rows, 0))
+        self.res(B_ID, 32 * max(rows, 0) + 64)
         self.res(B_BH, 24 * max(rows, 0) + 64)
         self.res(B_SH, 24 * max(rows, 0) + 64)
 
@@ -347,32 +382,75 @@ cdef class BatchBuilder(RecordSink):
         """Append one accepted record to every column."""
         cdef Buf *b = self.bufs
         cdef int64_t r = self.rows
-        cdef const unsigned char *props = p + v.props_pos
-        cdef int32_t *items = self.items
-        cdef int32_t cnt, i, t, s, e
+        cdef int64_t phy = v.phy_offset
+        cdef int32_t hl2
+        cdef HostCache *sc = &self.store_cache
+        cdef unsigned char *d
         # fixed-width columns (room for cap_rows reserved)
         if r >= self.cap_rows:
             self._more_rows()
         (<int32_t *>b[B_QID].p)[r] = v.queue_id
         (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
-        (<int64_t *>b[B_CLO].p)[r] = v.phy_offset
+        (<int64_t *>b[B_CLO].p)[r] = phy
         (<int32_t *>b[B_SIZE].p)[r] = v.total_size
         (<int32_t *>b[B_FLAG].p)[r] = v.flag
         (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
-        (<int64_t *>b[B_BORN].p)[r] = v.born_ts if self.ts_ms else ms_to_us(v.born_ts)
-        (<int64_t *>b[B_STORE].p)[r] = v.store_ts if self.ts_ms else ms_to_us(v.store_ts)
+        if self.ts_ms:
+            (<int64_t *>b[B_BORN].p)[r] = v.born_ts
+            (<int64_t *>b[B_STORE].p)[r] = v.store_ts
+        else:
+            (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
+            (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
         (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
         (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
         (<int32_t *>b[B_CRC].p)[r] = v.body_crc
         # topic, body
-        self.put_utf8(B_TOPIC, p + v.topic_pos, v.topic_len)
+        self.put_topic(p + v.topic_pos, v.topic_len)
         (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
-        self.res(B_BODY, v.body_len)
+        if b[B_BODY].n + v.body_len > b[B_BODY].cap:
+            self._grow(B_BODY, b[B_BODY].n + v.body_len)
         memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
         b[B_BODY].n += v.body_len
         (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
-        # properties map, then TAGS and KEYS from it
-        cnt = parse_props(props, v.props_len, items)
+        # properties map, then TAGS and KEYS from it (a record without properties has none of them)
+        if v.props_len > 0:
+            self._add_props(r, p + v.props_pos, v.props_len)
+        else:
+            self.tags_nulls += 1
+            (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
+            (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+            (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
+        # hosts and the offset message id
+        self.put_host(&self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+        self.put_host(sc, B_SH, p + v.store_host_pos, v.store_host_len)
+        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
+        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
+        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset's,
+        # of which only the last four digits change between rows whose offsets differ in the low 16 bits only
+        hl2 = 2 * sc.raw_len
+        if (phy >> 16) != sc.id_high:
+            hex_i64(sc.id + hl2, phy)
+            sc.id_high = phy >> 16
+        if b[B_ID].n + 64 > b[B_ID].cap:
+            self._grow(B_ID, b[B_ID].n + 64)
+        d = b[B_ID].p + b[B_ID].n
+        if hl2 == 16:
+            memcpy(d, sc.id, 32)
+        else:
+            memcpy(d, sc.id, 64)
+        memcpy(d + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
+        memcpy(d + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
+        b[B_ID].n += hl2 + 16
+        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
+        self.rows = r + 1
+        return 0
+
+    cdef int _add_props(self, int64_t r, const unsigned char *props, int32_t props_len) except -1:
+        """Row ``r``'s properties map, tags and keys, from its properties string."""
+        cdef Buf *b = self.bufs
+        cdef int32_t *items = self.items
+        cdef int32_t cnt, i, t, s, e
+        cnt = parse_props(props, props_len, items)
         self.res(B_PK_O, 4 * cnt)
         self.res(B_PV_O, 4 * cnt)
         for i in range(cnt):
@@ -407,21 +485,6 @@ cdef class BatchBuilder(RecordSink):
                     s = t + 1
                 t += 1
         (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
-        # hosts and the offset message id
-        self.put_host(&self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
-        self.put_host(&self.store_cache, B_SH, p + v.store_host_pos, v.store_host_len)
-        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
-        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
-        self.res(B_ID, 56)
-        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset
-        if v.store_host_len == 8:
-            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 16)
-        else:
-            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 2 * v.store_host_len)
-        hex_i64(b[B_ID].p + b[B_ID].n + 2 * v.store_host_len, v.phy_offset)
-        b[B_ID].n += 2 * (v.store_host_len + 8)
-        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
-        self.rows = r + 1
         return 0
 
     def build(self, bint again=True):
