@@ -24,8 +24,9 @@ last, so a non-zero size means a whole record).
 """
 
 cimport cython
+from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
 from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
@@ -110,6 +111,93 @@ cdef inline void hex_i64(unsigned char *out, int64_t x) noexcept nogil:
     for i in range(7, -1, -1):
         memcpy(out + 2 * i, &HEX_PAIRS[2 * (u & 0xFF)], 2)
         u >>= 8
+
+
+# A built batch goes to Arrow through its C data interface (one import call, no Python call per column): the
+# ArrowArray structs of the batch and its columns live in one block, whose release drops the pyarrow buffers the
+# columns point into (with the GIL: Arrow may release from any thread).
+cdef extern from *:
+    """
+    struct ArrowArray {
+        int64_t length;
+        int64_t null_count;
+        int64_t offset;
+        int64_t n_buffers;
+        int64_t n_children;
+        const void **buffers;
+        struct ArrowArray **children;
+        struct ArrowArray *dictionary;
+        void (*release)(struct ArrowArray *);
+        void *private_data;
+    };
+    /* the batch, its 19 columns, the keys' strings, the properties' entries and their keys and values */
+    #define PS_ARRAYS 24
+    typedef struct {
+        struct ArrowArray a[PS_ARRAYS];
+        struct ArrowArray *kids[PS_ARRAYS];
+        const void *bufs[3 * PS_ARRAYS];
+        PyObject *keep;
+    } ps_batch;
+    static void ps_release_kid(struct ArrowArray *a) { a->release = NULL; }
+    static void ps_release_batch(struct ArrowArray *a) {
+        ps_batch *e = (ps_batch *)a->private_data;
+        int i;
+        for (i = 1; i < PS_ARRAYS; i++)
+            if (e->a[i].release) e->a[i].release(&e->a[i]);
+        if (e->keep) {
+            PyGILState_STATE g = PyGILState_Ensure();
+            Py_DECREF(e->keep);
+            PyGILState_Release(g);
+        }
+        free(e);
+        a->release = NULL;
+    }
+    """
+    struct ArrowArray:
+        int64_t length
+        int64_t null_count
+        int64_t offset
+        int64_t n_buffers
+        int64_t n_children
+        const void **buffers
+        ArrowArray **children
+        ArrowArray *dictionary
+        void (*release)(ArrowArray *) noexcept nogil
+        void *private_data
+    enum: PS_ARRAYS
+    ctypedef struct ps_batch:
+        ArrowArray a[PS_ARRAYS]
+        ArrowArray *kids[PS_ARRAYS]
+        const void *bufs[3 * PS_ARRAYS]
+        PyObject *keep
+    void ps_release_kid(ArrowArray *a) noexcept nogil
+    void ps_release_batch(ArrowArray *a) noexcept nogil
+
+
+cdef struct Exporting:
+    ps_batch *e
+    int arrays
+    int kids
+    int bufs
+
+
+cdef ArrowArray *_array(Exporting *x, int64_t length, int64_t nulls, int n_buffers, int n_children) noexcept:
+    """The next ArrowArray of the block, with room for its buffer and child pointers (filled by the caller)."""
+    cdef ArrowArray *a = &x.e.a[x.arrays]
+    x.arrays += 1
+    a.length = length
+    a.null_count = nulls
+    a.offset = 0
+    a.n_buffers = n_buffers
+    a.n_children = n_children
+    a.buffers = &x.e.bufs[x.bufs]
+    x.bufs += n_buffers
+    a.children = &x.e.kids[x.kids] if n_children else NULL
+    x.kids += n_children
+    a.dictionary = NULL
+    a.release = ps_release_kid
+    a.private_data = NULL
+    return a
 
 
 # column buffers
@@ -493,6 +581,7 @@ cdef class BatchBuilder(RecordSink):
         cdef int64_t n = self.rows
         cdef int i
         cdef Buf *b = self.bufs
+        cdef ps_batch *e
         if n == 0:
             return None
         for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
@@ -502,47 +591,84 @@ cdef class BatchBuilder(RecordSink):
         for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
             b[i].n = 4 * (n + 1)
         b[B_TAGS_V].n = (n + 7) // 8
-        nulls = self.tags_nulls
-        items_n = self.n_items
-        keys_n = self.n_keys
-        bufs = [(<object>self.pybufs[i]).slice(0, b[i].n) for i in range(N_BUFS)]
         for i in range(N_BUFS):
             self.last_n[i] = b[i].n
         self.rows_total += n
-        if again:
-            self._start()
-        else:
-            self._spend()
-        fa = pa.Array.from_buffers
-        ty = self.types
-        kt = ty[7]
-        mt = ty[8]
-        keys_child = fa(kt.value_type, keys_n, [None, bufs[B_KEYS_O], bufs[B_KEYS]])
-        pk = fa(mt.key_type, items_n, [None, bufs[B_PK_O], bufs[B_PK]])
-        pv = fa(mt.item_type, items_n, [None, bufs[B_PV_O], bufs[B_PV]])
-        entries = pa.StructArray.from_arrays([pk, pv], fields=[mt.key_field, mt.item_field])
-        cols = [
-            fa(ty[0], n, [None, bufs[B_TOPIC_O], bufs[B_TOPIC]]),
-            fa(ty[1], n, [None, bufs[B_QID]]),
-            fa(ty[2], n, [None, bufs[B_QOFF]]),
-            fa(ty[3], n, [None, bufs[B_CLO]]),
-            fa(ty[4], n, [None, bufs[B_SIZE]]),
-            fa(ty[5], n, [None, bufs[B_BODY_O], bufs[B_BODY]]),
-            fa(ty[6], n, [bufs[B_TAGS_V] if nulls else None, bufs[B_TAGS_O], bufs[B_TAGS]], null_count=nulls),
-            fa(kt, n, [None, bufs[B_KEYS_LO]], children=[keys_child]),
-            fa(mt, n, [None, bufs[B_MAP_O]], children=[entries]),
-            fa(ty[9], n, [None, bufs[B_FLAG]]),
-            fa(ty[10], n, [None, bufs[B_SYS]]),
-            fa(ty[11], n, [None, bufs[B_BORN]]),
-            fa(ty[12], n, [None, bufs[B_STORE]]),
-            fa(ty[13], n, [None, bufs[B_BH_O], bufs[B_BH]]),
-            fa(ty[14], n, [None, bufs[B_SH_O], bufs[B_SH]]),
-            fa(ty[15], n, [None, bufs[B_RC]]),
-            fa(ty[16], n, [None, bufs[B_PREP]]),
-            fa(ty[17], n, [None, bufs[B_CRC]]),
-            fa(ty[18], n, [None, bufs[B_ID_O], bufs[B_ID]]),
-        ]
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+        e = <ps_batch *>calloc(1, sizeof(ps_batch))
+        if e == NULL:
+            raise MemoryError()
+        # the columns point into these buffers: the batch holds them until Arrow releases it
+        keep = list(self.pybufs)
+        Py_INCREF(keep)
+        e.keep = <PyObject *>keep
+        e.a[0].release = ps_release_batch
+        e.a[0].private_data = e
+        try:
+            self._describe(e, n)
+            if again:
+                self._start()
+            else:
+                self._spend()
+            return pa.RecordBatch._import_from_c(<uintptr_t>&e.a[0], self.schema)
+        finally:
+            if e.a[0].release != NULL:     # not taken (an error): released here
+                e.a[0].release(&e.a[0])
+
+    cdef int _describe(self, ps_batch *e, int64_t n) except -1:
+        """Fill ``e`` with the ArrowArrays of the ``n`` rows in the buffers, in the schema's order (docs/api.md)."""
+        cdef Exporting x
+        cdef Buf *b = self.bufs
+        cdef ArrowArray *top
+        cdef ArrowArray *a
+        cdef ArrowArray *c
+        cdef ArrowArray *keys
+        cdef ArrowArray *props
+        cdef int k
+        x.e = e
+        x.arrays = x.kids = x.bufs = 0
+        top = _array(&x, n, 0, 1, 19)
+        top.buffers[0] = NULL
+        for k in range(19):
+            top.children[k] = &e.a[1 + k]
+        # the 19 columns first (they must be a[1] ... a[19]), their children after
+        self._col(&x, n, 0, B_TOPIC_O, B_TOPIC)
+        self._col(&x, n, 0, B_QID, -1)
+        self._col(&x, n, 0, B_QOFF, -1)
+        self._col(&x, n, 0, B_CLO, -1)
+        self._col(&x, n, 0, B_SIZE, -1)
+        self._col(&x, n, 0, B_BODY_O, B_BODY)
+        a = self._col(&x, n, self.tags_nulls, B_TAGS_O, B_TAGS)
+        if self.tags_nulls:
+            a.buffers[0] = b[B_TAGS_V].p
+        keys = self._col(&x, n, 0, B_KEYS_LO, -1, 1)
+        props = self._col(&x, n, 0, B_MAP_O, -1, 1)
+        for k in (B_FLAG, B_SYS, B_BORN, B_STORE):
+            self._col(&x, n, 0, k, -1)
+        self._col(&x, n, 0, B_BH_O, B_BH)
+        self._col(&x, n, 0, B_SH_O, B_SH)
+        for k in (B_RC, B_PREP, B_CRC):
+            self._col(&x, n, 0, k, -1)
+        self._col(&x, n, 0, B_ID_O, B_ID)
+        # the keys' strings, the properties' entries (a struct of key and value strings)
+        keys.children[0] = self._col(&x, self.n_keys, 0, B_KEYS_O, B_KEYS)
+        c = _array(&x, self.n_items, 0, 1, 2)
+        c.buffers[0] = NULL
+        props.children[0] = c
+        c.children[0] = self._col(&x, self.n_items, 0, B_PK_O, B_PK)
+        c.children[1] = self._col(&x, self.n_items, 0, B_PV_O, B_PV)
+        assert x.arrays == PS_ARRAYS
+        return 0
+
+    cdef ArrowArray *_col(self, Exporting *x, int64_t length, int64_t nulls, int first, int second,
+                          int n_children=0) except NULL:
+        """An array of buffers ``first`` (values, or offsets) and ``second`` (-1: none; else the data of those
+        offsets), without a validity bitmap (set by the caller where there are nulls)."""
+        cdef ArrowArray *a = _array(x, length, nulls, 3 if second >= 0 else 2, n_children)
+        a.buffers[0] = NULL
+        a.buffers[1] = self.bufs[first].p
+        if second >= 0:
+            a.buffers[2] = self.bufs[second].p
+        return a
 
 
 # ----------------------------------------------------------------------------------------------------
