@@ -207,6 +207,30 @@ cdef enum:
     B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
 
 
+# the last schema a BatchBuilder was made with, checked, and whether its timestamps are milliseconds
+cdef object _last_schema = None
+cdef bint _last_ts_ms = False
+
+# zeros: what a buffer not yet needed points at (an empty list's or map's one offset, an empty data buffer)
+cdef int64_t ZEROS[8]
+memset(ZEROS, 0, sizeof(ZEROS))
+
+
+cdef inline int64_t _row_bytes(int i, int64_t r) noexcept nogil:
+    """The bytes buffer ``i`` takes for ``r`` rows when it is one of the per-row buffers (fixed-width values,
+    row offsets, the tags' validity), which share one allocation; 0 for the others."""
+    if i == B_QID or i == B_SIZE or i == B_FLAG or i == B_SYS or i == B_RC or i == B_CRC:
+        return 4 * r
+    if i == B_QOFF or i == B_CLO or i == B_BORN or i == B_STORE or i == B_PREP:
+        return 8 * r
+    if (i == B_TOPIC_O or i == B_BODY_O or i == B_TAGS_O or i == B_KEYS_LO or i == B_MAP_O or i == B_BH_O
+            or i == B_SH_O or i == B_ID_O):
+        return 4 * (r + 1)
+    if i == B_TAGS_V:
+        return (r + 7) // 8
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------------
 # The batch builder
 # ----------------------------------------------------------------------------------------------------
@@ -226,7 +250,6 @@ cdef class BatchBuilder(RecordSink):
     timestamp type is (the export's schema).
     """
     cdef object schema
-    cdef list types
     cdef readonly bint verify_crc
     cdef int32_t queue_id
     cdef int64_t start_ms, end_ms
@@ -239,7 +262,8 @@ cdef class BatchBuilder(RecordSink):
     cdef int64_t last_n[N_BUFS]          # each buffer's size in the last batch built
     cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
     cdef Buf bufs[N_BUFS]
-    cdef list pybufs                    # the pyarrow ResizableBuffer behind each Buf
+    cdef list pybufs                    # the pyarrow ResizableBuffer behind each variable-length Buf
+    cdef object rows_block              # the pyarrow Buffer holding the per-row ones (_row_bytes)
     cdef readonly int64_t rows
     cdef int64_t tags_nulls, n_keys, n_items
     cdef int32_t *items
@@ -261,11 +285,15 @@ cdef class BatchBuilder(RecordSink):
     def __init__(self, schema, bint verify_crc=True, topics=None, int queue_id=-1, start_ms=None, end_ms=None,
                  long long max_rows=32768, long long max_bytes=64 << 20):
         cdef int i
-        if list(schema.names) != list(COLUMNS):
-            raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
+        global _last_schema, _last_ts_ms
+        if schema is not _last_schema:
+            # looked at once per schema object: pyarrow makes a Python object per field asked for
+            if list(schema.names) != list(COLUMNS):
+                raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
+            _last_ts_ms = schema.field(11).type.unit == "ms"
+            _last_schema = schema
         self.schema = schema
-        self.types = [f.type for f in schema]
-        self.ts_ms = self.types[11].unit == "ms"
+        self.ts_ms = _last_ts_ms
         self.verify_crc = verify_crc
         self.queue_id = queue_id
         self.start_ms = INT64_MIN if start_ms is None else start_ms
@@ -299,10 +327,38 @@ cdef class BatchBuilder(RecordSink):
         if buf is None:
             buf = pa.allocate_buffer(cap, resizable=True)
             self.pybufs[i] = buf
+            if b.n > 0:                 # what it held elsewhere (zeros, or a share of the per-row block)
+                memcpy(<void *><uintptr_t>buf.address, b.p, b.n)
         else:
             buf.resize(cap)
         b.p = <unsigned char *><uintptr_t>buf.address
         b.cap = cap
+        return 0
+
+    cdef int _rows_block(self, int64_t r, bint keep) except -1:
+        """The per-row buffers (``_row_bytes``) for ``r`` rows, in one allocation; with ``keep`` their contents
+        so far are copied over (more rows for the batch under way), the tags' validity zeroed past them."""
+        cdef int64_t total = 0, off = 0, size
+        cdef int i
+        cdef Buf *b
+        cdef unsigned char *base
+        for i in range(N_BUFS):
+            total += (_row_bytes(i, r) + 63) & ~63
+        block = pa.allocate_buffer(total)
+        base = <unsigned char *><uintptr_t>block.address
+        for i in range(N_BUFS):
+            size = _row_bytes(i, r)
+            if size == 0:
+                continue
+            b = &self.bufs[i]
+            if keep and b.cap > 0:
+                memcpy(base + off, b.p, b.cap)
+            if i == B_TAGS_V:
+                memset(base + off + (b.cap if keep else 0), 0, size - (b.cap if keep else 0))
+            b.p = base + off
+            b.cap = size
+            off += (size + 63) & ~63
+        self.rows_block = block
         return 0
 
     cdef int _spend(self) except -1:
@@ -310,6 +366,7 @@ cdef class BatchBuilder(RecordSink):
         cdef int i
         self.rows = 0
         self.cap_rows = -1
+        self.rows_block = None
         for i in range(N_BUFS):
             self.pybufs[i] = None
             self.bufs[i].p = NULL
@@ -318,23 +375,12 @@ cdef class BatchBuilder(RecordSink):
         return 0
 
     cdef int _more_rows(self) except -1:
-        """Room for twice the rows in the fixed-width, offset and validity buffers (a sink fed past
-        ``max_rows``)."""
+        """Room for twice the rows in the per-row buffers (a sink fed past ``max_rows``)."""
         if self.cap_rows < 0:
             raise ValueError("this BatchBuilder built its last batch (build(again=False))")
-        cdef int64_t r = 2 * self.cap_rows
-        cdef int64_t had = (self.cap_rows + 7) // 8
-        cdef int i
-        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
-            self.res(i, 4 * r - self.bufs[i].n)
-        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
-            self.res(i, 8 * r - self.bufs[i].n)
-        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
-            self.res(i, 4 * (r + 1) - self.bufs[i].n)
-        self.res(B_TAGS_V, (r + 7) // 8 - had)
-        memset(self.bufs[B_TAGS_V].p + had, 0, (r + 7) // 8 - had)
-        self.bufs[B_TAGS_V].n = (r + 7) // 8
-        self.cap_rows = r
+        self._rows_block(2 * self.cap_rows, True)
+        self.bufs[B_TAGS_V].n = self.bufs[B_TAGS_V].cap
+        self.cap_rows *= 2
         return 0
 
     cdef inline int res(self, int i, int64_t extra) except -1:
@@ -415,7 +461,9 @@ cdef class BatchBuilder(RecordSink):
         free(self.topic_len)
 
     cdef int _start(self) except -1:
-        """Fresh buffers for the next batch: fixed-width columns sized for ``max_rows`` at once."""
+        """Fresh buffers for the next batch: the per-row ones sized for ``max_rows`` at once, the others at the
+        size the last batch reached (batches alike grow none); those the last batch left empty (tags, keys,
+        properties) point at zeros until a row needs them."""
         cdef int64_t r = self.max_rows
         cdef int i
         self.rows = 0
@@ -423,24 +471,24 @@ cdef class BatchBuilder(RecordSink):
         self.tags_nulls = self.n_keys = self.n_items = 0
         for i in range(N_BUFS):
             self.pybufs[i] = None
-            self.bufs[i].p = NULL
+            self.bufs[i].p = <unsigned char *>ZEROS
             self.bufs[i].n = 0
             self.bufs[i].cap = 0
-        # variable-length buffers start at the size the last batch reached: batches alike grow none
-        for i in (B_TOPIC, B_BODY, B_TAGS, B_KEYS, B_PK, B_PV, B_BH, B_SH, B_ID):
+        for i in (B_TOPIC, B_BODY, B_BH, B_SH, B_ID):
             self._grow(i, max(64, self.last_n[i] + self.last_n[i] // 8))
-        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
-            self._grow(i, 4 * r)
-        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
-            self._grow(i, 8 * r)
-        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O, B_KEYS_O, B_PK_O,
-                  B_PV_O):
-            self._grow(i, 4 * (r + 1))
+        for i in (B_TAGS, B_KEYS, B_PK, B_PV):
+            if self.last_n[i] > 0:
+                self._grow(i, self.last_n[i] + self.last_n[i] // 8)
+        # the offsets of the keys' and properties' items: their first, 0, stands in ZEROS until then
+        for i in (B_KEYS_O, B_PK_O, B_PV_O):
+            self.bufs[i].n = 4
+            if self.last_n[i] > 4:
+                self._grow(i, self.last_n[i] + self.last_n[i] // 8)
+        self._rows_block(r, False)
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
             (<int32_t *>self.bufs[i].p)[0] = 0
             self.bufs[i].n = 4
-        self._grow(B_TAGS_V, (r + 7) // 8)
-        memset(self.bufs[B_TAGS_V].p, 0, (r + 7) // 8)
-        self.bufs[B_TAGS_V].n = (r + 7) // 8
+        self.bufs[B_TAGS_V].n = self.bufs[B_TAGS_V].cap
         return 0
 
     cdef inline bint full(self) noexcept:
@@ -599,6 +647,7 @@ cdef class BatchBuilder(RecordSink):
             raise MemoryError()
         # the columns point into these buffers: the batch holds them until Arrow releases it
         keep = list(self.pybufs)
+        keep.append(self.rows_block)
         Py_INCREF(keep)
         e.keep = <PyObject *>keep
         e.a[0].release = ps_release_batch
