@@ -4,9 +4,12 @@
 A :class:`BatchBuilder` decodes whole records (from a commit-log file range, or through a consume
 queue's units) in one C pass straight into the column buffers of a ``pyarrow.RecordBatch``: validity
 where needed, int32 offsets and data for strings and binaries, list/map offsets, fixed-width values.
-The buffers are plain ``malloc`` blocks that grow by doubling; at the end of a batch each is handed to
-Arrow without a copy (``pyarrow.foreign_buffer``, freed when Arrow releases it) and the arrays are
-wrapped with ``pyarrow.Array.from_buffers``.
+The buffers come from Arrow's memory pool (``pyarrow.allocate_buffer``: freed batches' memory is reused
+rather than faulted in afresh): the per-row ones (fixed-width values, row offsets, validity) share one
+allocation sized for the batch's rows; the variable-length ones grow by doubling and start at the size the
+last batch reached. At the end of a batch they go to Arrow without a copy through its C data interface
+(one ``RecordBatch._import_from_c`` of ``ArrowArray`` structs pointing into them; releasing the batch
+drops the buffers).
 
 No Python object is made per row. Strings are UTF-8 with invalid sequences replaced by U+FFFD (maximal
 subparts, as Java and Python do), so Arrow always gets valid UTF-8. The properties map follows RocketMQ
@@ -650,10 +653,13 @@ cdef class BatchBuilder(RecordSink):
         keep.append(self.rows_block)
         Py_INCREF(keep)
         e.keep = <PyObject *>keep
-        e.a[0].release = ps_release_batch
-        e.a[0].private_data = e
         try:
-            self._describe(e, n)
+            try:
+                self._describe(e, n)
+            finally:
+                # the batch's own release (``_describe`` gave every array the children's)
+                e.a[0].release = ps_release_batch
+                e.a[0].private_data = e
             if again:
                 self._start()
             else:

@@ -11,7 +11,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t, uint64_t
 from posix.unistd cimport usleep
 
 from pystore._bytes cimport get_i32, get_i64
@@ -242,6 +242,9 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef Py_ssize_t cq_topic_len = 0
     cdef int32_t cq_qid = 0
     cdef int64_t qoff
+    # the queue file's mapping and place (held by the caller: they stay)
+    cdef const unsigned char *cq_base = cqf.base
+    cdef int64_t cq_from = cqf.file_from_offset
     cdef RecordView v
     cdef MessageExt msg
     cdef int64_t codes[16]
@@ -273,7 +276,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             ncodes += 1
     try:
         while pos + CQ_STORE_UNIT_SIZE <= limit:
-            p = cqf.base + pos
+            p = cq_base + pos
             if not unit_valid(p):
                 # below the file's readable end every unit was written whole: an invalid one is damage
                 if count == 0 and cq is not None:
@@ -357,7 +360,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                         prefetch_record(held_base + ahead, <int>min(rp - ahead, 256))
                 vp = &run_views[nrun] if shared else &v
                 rec = held_base + rpos
-                qoff = (cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE
+                qoff = <int64_t>(<uint64_t>(cq_from + pos) // CQ_STORE_UNIT_SIZE)
                 r = check_record(rec, rp - rpos, check_crc, vp)
                 damage = _damage(r, vp, rec, phy, size, cq_topic, cq_topic_len, cq_qid, qoff)
                 if damage != DAMAGE_NONE and rp != held.read_position():

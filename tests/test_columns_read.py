@@ -287,3 +287,21 @@ def test_one_builder_over_many_batches_and_topics_equals_the_export(store_factor
     table = pa.Table.from_batches(got, schema=arrow_schema())
     assert table.num_rows == 300 and len(got) > 10
     assert table.equals(pa.Table.from_batches([want]))
+
+
+def test_a_pages_memory_goes_back_to_arrow_when_its_batch_is_dropped(store_factory):
+    """The columns are Arrow's until the batch (or a column kept from it) is dropped; then every buffer goes
+    back to the pool, for a page as for the Spark decoder's batches."""
+    store = store_factory()
+    for i in range(500):
+        assert store.put_message(Message("T", b"x" * 300, "t", "k%d" % i)).is_ok()
+    pool = pa.default_memory_pool()
+    store.get_columns("g", "T", 0, 0, 500)          # the first call's lasting allocations (pyarrow's own)
+    before = pool.bytes_allocated()
+    _status, _nxt, batch = store.get_columns("g", "T", 0, 0, 500)
+    assert pool.bytes_allocated() >= before + 500 * 300
+    body = batch.column("body")
+    del batch
+    assert body.to_pylist()[7] == b"x" * 300 and pool.bytes_allocated() >= before + 500 * 300
+    del body
+    assert pool.bytes_allocated() == before
