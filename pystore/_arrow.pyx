@@ -28,16 +28,16 @@ last, so a non-zero size means a whole record).
 
 cimport cython
 from cpython.ref cimport Py_INCREF, PyObject
-from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
 from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
                              check_record)
 from pystore._mapped_file cimport MappedFile
 from pystore._sink cimport RecordSink, same_bytes
-from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, ms_to_us, parse_props, utf8_fix
+from pystore._textfmt cimport MAX_ITEMS, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
 
@@ -209,6 +209,11 @@ cdef enum:
     B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV, B_FLAG, B_SYS, B_BORN, B_STORE,
     B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
 
+
+# the property names ``TAGS`` and ``KEYS`` as the 4-byte words they are in a properties string
+cdef uint32_t TAGS_WORD, KEYS_WORD
+memcpy(&TAGS_WORD, <const char *>b"TAGS", 4)
+memcpy(&KEYS_WORD, <const char *>b"KEYS", 4)
 
 # the last schema a BatchBuilder was made with, checked, and whether its timestamps are milliseconds
 cdef object _last_schema = None
@@ -588,7 +593,9 @@ cdef class BatchBuilder(RecordSink):
         """Row ``r``'s properties map, tags and keys, from its properties string."""
         cdef Buf *b = self.bufs
         cdef int32_t *items = self.items
-        cdef int32_t cnt, i, t, s, e
+        cdef int32_t cnt, i, t, s, e, tags_at, keys_at
+        cdef uint32_t word
+        cdef const unsigned char *sp
         cnt = parse_props(props, props_len, items)
         self.res(B_PK_O, 4 * cnt)
         self.res(B_PV_O, 4 * cnt)
@@ -601,28 +608,35 @@ cdef class BatchBuilder(RecordSink):
         b[B_PK_O].n += 4 * cnt
         b[B_PV_O].n += 4 * cnt
         (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
-        i = find_item(props, items, cnt, "TAGS", 4)
-        if i >= 0:
-            self.put_utf8(B_TAGS, props + items[4 * i + 2], items[4 * i + 3])
+        # TAGS and KEYS in one pass over the items, names compared as one 4-byte word
+        tags_at = keys_at = -1
+        for i in range(cnt):
+            if items[4 * i + 1] == 4:
+                memcpy(&word, props + items[4 * i], 4)
+                if word == TAGS_WORD:
+                    tags_at = i
+                elif word == KEYS_WORD:
+                    keys_at = i
+        if tags_at >= 0:
+            self.put_utf8(B_TAGS, props + items[4 * tags_at + 2], items[4 * tags_at + 3])
             b[B_TAGS_V].p[r >> 3] |= <unsigned char>(1 << (r & 7))
         else:
             self.tags_nulls += 1
         (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
-        i = find_item(props, items, cnt, "KEYS", 4)
-        if i >= 0:
-            s = items[4 * i + 2]
-            e = s + items[4 * i + 3]
-            t = s
-            while t <= e:
-                if t == e or props[t] == 32:
-                    if t > s:
-                        self.put_utf8(B_KEYS, props + s, t - s)
-                        self.res(B_KEYS_O, 4)
-                        self.n_keys += 1
-                        (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
-                        b[B_KEYS_O].n += 4
-                    s = t + 1
-                t += 1
+        if keys_at >= 0:
+            # the value split on spaces, empty tokens dropped
+            s = items[4 * keys_at + 2]
+            e = s + items[4 * keys_at + 3]
+            while s < e:
+                sp = <const unsigned char *>memchr(props + s, 32, e - s)
+                t = e if sp == NULL else <int32_t>(sp - props)
+                if t > s:
+                    self.put_utf8(B_KEYS, props + s, t - s)
+                    self.res(B_KEYS_O, 4)
+                    self.n_keys += 1
+                    (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
+                    b[B_KEYS_O].n += 4
+                s = t + 1
         (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
         return 0
 
