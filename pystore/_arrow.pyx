@@ -4,9 +4,12 @@
 A :class:`BatchBuilder` decodes whole records (from a commit-log file range, or through a consume
 queue's units) in one C pass straight into the column buffers of a ``pyarrow.RecordBatch``: validity
 where needed, int32 offsets and data for strings and binaries, list/map offsets, fixed-width values.
-The buffers are plain ``malloc`` blocks that grow by doubling; at the end of a batch each is handed to
-Arrow without a copy (``pyarrow.foreign_buffer``, freed when Arrow releases it) and the arrays are
-wrapped with ``pyarrow.Array.from_buffers``.
+The buffers come from Arrow's memory pool (``pyarrow.allocate_buffer``: freed batches' memory is reused
+rather than faulted in afresh): the per-row ones (fixed-width values, row offsets, validity) share one
+allocation sized for the batch's rows; the variable-length ones grow by doubling and start at the size the
+last batch reached. At the end of a batch they go to Arrow without a copy through its C data interface
+(one ``RecordBatch._import_from_c`` of ``ArrowArray`` structs pointing into them; releasing the batch
+drops the buffers).
 
 No Python object is made per row. Strings are UTF-8 with invalid sequences replaced by U+FFFD (maximal
 subparts, as Java and Python do), so Arrow always gets valid UTF-8. The properties map follows RocketMQ
@@ -24,16 +27,17 @@ last, so a non-zero size means a whole record).
 """
 
 cimport cython
-from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memcmp, memcpy, memset
+from cpython.ref cimport Py_INCREF, PyObject
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
 from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
                              check_record)
 from pystore._mapped_file cimport MappedFile
-from pystore._sink cimport RecordSink
-from pystore._textfmt cimport MAX_ITEMS, find_item, fmt_host, ms_to_us, parse_props, utf8_fix
+from pystore._sink cimport RecordSink, same_bytes
+from pystore._textfmt cimport MAX_ITEMS, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
 
@@ -68,7 +72,18 @@ cdef struct HostCache:
     int32_t raw_len
     char text[64]
     int text_len
-    unsigned char hex[40]               # the raw bytes in upper-case hex: an offset message id's head
+    # the offset message id of the last row with this store host (docs/format.md §1.8): the host's hex then the
+    # offset's; rows whose offsets share all but the low 16 bits rewrite only the last four digits
+    unsigned char id[64]
+    int64_t id_high                     # the offset >> 16 ``id`` holds, -1 for none
+
+
+cdef struct TextCache:
+    # the last topic added, as stored and as written (valid UTF-8): a page's rows mostly share one
+    int32_t raw_len                     # -1: none
+    int32_t text_len
+    unsigned char raw[256]
+    unsigned char text[800]
 
 
 # two upper-case hex digits of each byte value: a message id is written two digits at a time
@@ -101,11 +116,127 @@ cdef inline void hex_i64(unsigned char *out, int64_t x) noexcept nogil:
         u >>= 8
 
 
+# A built batch goes to Arrow through its C data interface (one import call, no Python call per column): the
+# ArrowArray structs of the batch and its columns live in one block, whose release drops the pyarrow buffers the
+# columns point into (with the GIL: Arrow may release from any thread).
+cdef extern from *:
+    """
+    struct ArrowArray {
+        int64_t length;
+        int64_t null_count;
+        int64_t offset;
+        int64_t n_buffers;
+        int64_t n_children;
+        const void **buffers;
+        struct ArrowArray **children;
+        struct ArrowArray *dictionary;
+        void (*release)(struct ArrowArray *);
+        void *private_data;
+    };
+    /* the batch, its 19 columns, the keys' strings, the properties' entries and their keys and values */
+    #define PS_ARRAYS 24
+    typedef struct {
+        struct ArrowArray a[PS_ARRAYS];
+        struct ArrowArray *kids[PS_ARRAYS];
+        const void *bufs[3 * PS_ARRAYS];
+        PyObject *keep;
+    } ps_batch;
+    static void ps_release_kid(struct ArrowArray *a) { a->release = NULL; }
+    static void ps_release_batch(struct ArrowArray *a) {
+        ps_batch *e = (ps_batch *)a->private_data;
+        int i;
+        for (i = 1; i < PS_ARRAYS; i++)
+            if (e->a[i].release) e->a[i].release(&e->a[i]);
+        if (e->keep) {
+            PyGILState_STATE g = PyGILState_Ensure();
+            Py_DECREF(e->keep);
+            PyGILState_Release(g);
+        }
+        free(e);
+        a->release = NULL;
+    }
+    """
+    struct ArrowArray:
+        int64_t length
+        int64_t null_count
+        int64_t offset
+        int64_t n_buffers
+        int64_t n_children
+        const void **buffers
+        ArrowArray **children
+        ArrowArray *dictionary
+        void (*release)(ArrowArray *) noexcept nogil
+        void *private_data
+    enum: PS_ARRAYS
+    ctypedef struct ps_batch:
+        ArrowArray a[PS_ARRAYS]
+        ArrowArray *kids[PS_ARRAYS]
+        const void *bufs[3 * PS_ARRAYS]
+        PyObject *keep
+    void ps_release_kid(ArrowArray *a) noexcept nogil
+    void ps_release_batch(ArrowArray *a) noexcept nogil
+
+
+cdef struct Exporting:
+    ps_batch *e
+    int arrays
+    int kids
+    int bufs
+
+
+cdef ArrowArray *_array(Exporting *x, int64_t length, int64_t nulls, int n_buffers, int n_children) noexcept:
+    """The next ArrowArray of the block, with room for its buffer and child pointers (filled by the caller)."""
+    cdef ArrowArray *a = &x.e.a[x.arrays]
+    x.arrays += 1
+    a.length = length
+    a.null_count = nulls
+    a.offset = 0
+    a.n_buffers = n_buffers
+    a.n_children = n_children
+    a.buffers = &x.e.bufs[x.bufs]
+    x.bufs += n_buffers
+    a.children = &x.e.kids[x.kids] if n_children else NULL
+    x.kids += n_children
+    a.dictionary = NULL
+    a.release = ps_release_kid
+    a.private_data = NULL
+    return a
+
+
 # column buffers
 cdef enum:
     B_TOPIC_O, B_TOPIC, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_BODY, B_TAGS_V, B_TAGS_O, B_TAGS,
     B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV, B_FLAG, B_SYS, B_BORN, B_STORE,
     B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
+
+
+# the property names ``TAGS`` and ``KEYS`` as the 4-byte words they are in a properties string
+cdef uint32_t TAGS_WORD, KEYS_WORD
+memcpy(&TAGS_WORD, <const char *>b"TAGS", 4)
+memcpy(&KEYS_WORD, <const char *>b"KEYS", 4)
+
+# the last schema a BatchBuilder was made with, checked, and whether its timestamps are milliseconds
+cdef object _last_schema = None
+cdef bint _last_ts_ms = False
+
+# zeros: what a buffer not yet needed points at (an empty list's or map's one offset, an empty data buffer)
+cdef int64_t ZEROS[8]
+memset(ZEROS, 0, sizeof(ZEROS))
+
+
+cdef inline int64_t _row_bytes(int i, int64_t r) noexcept nogil:
+    """The bytes buffer ``i`` takes for ``r`` rows when it is one of the per-row buffers (fixed-width values,
+    row offsets, the tags' validity), which share one allocation; 0 for the others."""
+    if i == B_QID or i == B_SIZE or i == B_FLAG or i == B_SYS or i == B_RC or i == B_CRC:
+        return 4 * r
+    if i == B_QOFF or i == B_CLO or i == B_BORN or i == B_STORE or i == B_PREP:
+        return 8 * r
+    if (i == B_TOPIC_O or i == B_BODY_O or i == B_TAGS_O or i == B_KEYS_LO or i == B_MAP_O or i == B_BH_O
+            or i == B_SH_O or i == B_ID_O):
+        return 4 * (r + 1)
+    if i == B_TAGS_V:
+        return (r + 7) // 8
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -127,7 +258,6 @@ cdef class BatchBuilder(RecordSink):
     timestamp type is (the export's schema).
     """
     cdef object schema
-    cdef list types
     cdef readonly bint verify_crc
     cdef int32_t queue_id
     cdef int64_t start_ms, end_ms
@@ -140,11 +270,13 @@ cdef class BatchBuilder(RecordSink):
     cdef int64_t last_n[N_BUFS]          # each buffer's size in the last batch built
     cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
     cdef Buf bufs[N_BUFS]
-    cdef list pybufs                    # the pyarrow ResizableBuffer behind each Buf
+    cdef list pybufs                    # the pyarrow ResizableBuffer behind each variable-length Buf
+    cdef object rows_block              # the pyarrow Buffer holding the per-row ones (_row_bytes)
     cdef readonly int64_t rows
     cdef int64_t tags_nulls, n_keys, n_items
     cdef int32_t *items
     cdef HostCache born_cache, store_cache
+    cdef TextCache topic_cache
     cdef readonly int64_t rows_total
 
     def __cinit__(self):
@@ -155,15 +287,21 @@ cdef class BatchBuilder(RecordSink):
         memset(self.last_n, 0, sizeof(self.last_n))
         memset(&self.born_cache, 0, sizeof(HostCache))
         memset(&self.store_cache, 0, sizeof(HostCache))
+        self.born_cache.id_high = self.store_cache.id_high = -1
+        self.topic_cache.raw_len = -1
 
     def __init__(self, schema, bint verify_crc=True, topics=None, int queue_id=-1, start_ms=None, end_ms=None,
                  long long max_rows=32768, long long max_bytes=64 << 20):
         cdef int i
-        if list(schema.names) != list(COLUMNS):
-            raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
+        global _last_schema, _last_ts_ms
+        if schema is not _last_schema:
+            # looked at once per schema object: pyarrow makes a Python object per field asked for
+            if list(schema.names) != list(COLUMNS):
+                raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
+            _last_ts_ms = schema.field(11).type.unit == "ms"
+            _last_schema = schema
         self.schema = schema
-        self.types = [f.type for f in schema]
-        self.ts_ms = self.types[11].unit == "ms"
+        self.ts_ms = _last_ts_ms
         self.verify_crc = verify_crc
         self.queue_id = queue_id
         self.start_ms = INT64_MIN if start_ms is None else start_ms
@@ -197,10 +335,38 @@ cdef class BatchBuilder(RecordSink):
         if buf is None:
             buf = pa.allocate_buffer(cap, resizable=True)
             self.pybufs[i] = buf
+            if b.n > 0:                 # what it held elsewhere (zeros, or a share of the per-row block)
+                memcpy(<void *><uintptr_t>buf.address, b.p, b.n)
         else:
             buf.resize(cap)
         b.p = <unsigned char *><uintptr_t>buf.address
         b.cap = cap
+        return 0
+
+    cdef int _rows_block(self, int64_t r, bint keep) except -1:
+        """The per-row buffers (``_row_bytes``) for ``r`` rows, in one allocation; with ``keep`` their contents
+        so far are copied over (more rows for the batch under way), the tags' validity zeroed past them."""
+        cdef int64_t total = 0, off = 0, size
+        cdef int i
+        cdef Buf *b
+        cdef unsigned char *base
+        for i in range(N_BUFS):
+            total += (_row_bytes(i, r) + 63) & ~63
+        block = pa.allocate_buffer(total)
+        base = <unsigned char *><uintptr_t>block.address
+        for i in range(N_BUFS):
+            size = _row_bytes(i, r)
+            if size == 0:
+                continue
+            b = &self.bufs[i]
+            if keep and b.cap > 0:
+                memcpy(base + off, b.p, b.cap)
+            if i == B_TAGS_V:
+                memset(base + off + (b.cap if keep else 0), 0, size - (b.cap if keep else 0))
+            b.p = base + off
+            b.cap = size
+            off += (size + 63) & ~63
+        self.rows_block = block
         return 0
 
     cdef int _spend(self) except -1:
@@ -208,6 +374,7 @@ cdef class BatchBuilder(RecordSink):
         cdef int i
         self.rows = 0
         self.cap_rows = -1
+        self.rows_block = None
         for i in range(N_BUFS):
             self.pybufs[i] = None
             self.bufs[i].p = NULL
@@ -216,23 +383,12 @@ cdef class BatchBuilder(RecordSink):
         return 0
 
     cdef int _more_rows(self) except -1:
-        """Room for twice the rows in the fixed-width, offset and validity buffers (a sink fed past
-        ``max_rows``)."""
+        """Room for twice the rows in the per-row buffers (a sink fed past ``max_rows``)."""
         if self.cap_rows < 0:
             raise ValueError("this BatchBuilder built its last batch (build(again=False))")
-        cdef int64_t r = 2 * self.cap_rows
-        cdef int64_t had = (self.cap_rows + 7) // 8
-        cdef int i
-        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
-            self.res(i, 4 * r - self.bufs[i].n)
-        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
-            self.res(i, 8 * r - self.bufs[i].n)
-        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
-            self.res(i, 4 * (r + 1) - self.bufs[i].n)
-        self.res(B_TAGS_V, (r + 7) // 8 - had)
-        memset(self.bufs[B_TAGS_V].p + had, 0, (r + 7) // 8 - had)
-        self.bufs[B_TAGS_V].n = (r + 7) // 8
-        self.cap_rows = r
+        self._rows_block(2 * self.cap_rows, True)
+        self.bufs[B_TAGS_V].n = self.bufs[B_TAGS_V].cap
+        self.cap_rows *= 2
         return 0
 
     cdef inline int res(self, int i, int64_t extra) except -1:
@@ -259,18 +415,39 @@ cdef class BatchBuilder(RecordSink):
                 self._new_host(c, h, hlen)
         elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
             self._new_host(c, h, hlen)
-        # a fixed-size copy (two vector moves, no call) of the text and what follows it in the cache
+        # a fixed-size copy (vector moves, no call) of the text and what follows it in the cache
         if b.n + 64 > b.cap:
             self._grow(i, b.n + 64)
-        memcpy(b.p + b.n, c.text, 64)
+        if c.text_len <= 32:
+            memcpy(b.p + b.n, c.text, 32)
+        else:
+            memcpy(b.p + b.n, c.text, 64)
         b.n += c.text_len
         return 0
 
     cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1:
         c.text_len = fmt_host(h, hlen, c.text)
-        hex_bytes(c.hex, h, hlen)
+        hex_bytes(c.id, h, hlen)
+        c.id_high = -1
         memcpy(c.raw, h, hlen)
         c.raw_len = hlen
+        return 0
+
+    cdef inline int put_topic(self, const unsigned char *t, int32_t n) except -1:
+        """Append topic ``t[:n]`` as valid UTF-8: a repeat of the last topic is copied from the cache."""
+        cdef TextCache *c = &self.topic_cache
+        cdef Buf *b = &self.bufs[B_TOPIC]
+        if n != c.raw_len or not same_bytes(c.raw, t, n):
+            memcpy(c.raw, t, n)
+            c.raw_len = n
+            c.text_len = <int32_t>utf8_fix(t, n, c.text)
+        if b.n + 32 + c.text_len > b.cap:
+            self._grow(B_TOPIC, b.n + 32 + c.text_len)
+        if c.text_len <= 32:
+            memcpy(b.p + b.n, c.text, 32)
+        else:
+            memcpy(b.p + b.n, c.text, c.text_len)
+        b.n += c.text_len
         return 0
 
     def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
@@ -282,7 +459,7 @@ cdef class BatchBuilder(RecordSink):
         self.res(B_BODY, max(body_bytes, 0))
         self.res(B_TOPIC, max(topic_bytes, 0))
         # an offset message id is 32 digits (56 for an IPv6 store host); a host's text at most 64 bytes
-        self.res(B_ID, 32 * max(rows, 0))
+        self.res(B_ID, 32 * max(rows, 0) + 64)
         self.res(B_BH, 24 * max(rows, 0) + 64)
         self.res(B_SH, 24 * max(rows, 0) + 64)
 
@@ -292,7 +469,9 @@ cdef class BatchBuilder(RecordSink):
         free(self.topic_len)
 
     cdef int _start(self) except -1:
-        """Fresh buffers for the next batch: fixed-width columns sized for ``max_rows`` at once."""
+        """Fresh buffers for the next batch: the per-row ones sized for ``max_rows`` at once, the others at the
+        size the last batch reached (batches alike grow none); those the last batch left empty (tags, keys,
+        properties) point at zeros until a row needs them."""
         cdef int64_t r = self.max_rows
         cdef int i
         self.rows = 0
@@ -300,24 +479,24 @@ cdef class BatchBuilder(RecordSink):
         self.tags_nulls = self.n_keys = self.n_items = 0
         for i in range(N_BUFS):
             self.pybufs[i] = None
-            self.bufs[i].p = NULL
+            self.bufs[i].p = <unsigned char *>ZEROS
             self.bufs[i].n = 0
             self.bufs[i].cap = 0
-        # variable-length buffers start at the size the last batch reached: batches alike grow none
-        for i in (B_TOPIC, B_BODY, B_TAGS, B_KEYS, B_PK, B_PV, B_BH, B_SH, B_ID):
+        for i in (B_TOPIC, B_BODY, B_BH, B_SH, B_ID):
             self._grow(i, max(64, self.last_n[i] + self.last_n[i] // 8))
-        for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
-            self._grow(i, 4 * r)
-        for i in (B_QOFF, B_CLO, B_BORN, B_STORE, B_PREP):
-            self._grow(i, 8 * r)
-        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O, B_KEYS_O, B_PK_O,
-                  B_PV_O):
-            self._grow(i, 4 * (r + 1))
+        for i in (B_TAGS, B_KEYS, B_PK, B_PV):
+            if self.last_n[i] > 0:
+                self._grow(i, self.last_n[i] + self.last_n[i] // 8)
+        # the offsets of the keys' and properties' items: their first, 0, stands in ZEROS until then
+        for i in (B_KEYS_O, B_PK_O, B_PV_O):
+            self.bufs[i].n = 4
+            if self.last_n[i] > 4:
+                self._grow(i, self.last_n[i] + self.last_n[i] // 8)
+        self._rows_block(r, False)
+        for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
             (<int32_t *>self.bufs[i].p)[0] = 0
             self.bufs[i].n = 4
-        self._grow(B_TAGS_V, (r + 7) // 8)
-        memset(self.bufs[B_TAGS_V].p, 0, (r + 7) // 8)
-        self.bufs[B_TAGS_V].n = (r + 7) // 8
+        self.bufs[B_TAGS_V].n = self.bufs[B_TAGS_V].cap
         return 0
 
     cdef inline bint full(self) noexcept:
@@ -347,32 +526,77 @@ cdef class BatchBuilder(RecordSink):
         """Append one accepted record to every column."""
         cdef Buf *b = self.bufs
         cdef int64_t r = self.rows
-        cdef const unsigned char *props = p + v.props_pos
-        cdef int32_t *items = self.items
-        cdef int32_t cnt, i, t, s, e
+        cdef int64_t phy = v.phy_offset
+        cdef int32_t hl2
+        cdef HostCache *sc = &self.store_cache
+        cdef unsigned char *d
         # fixed-width columns (room for cap_rows reserved)
         if r >= self.cap_rows:
             self._more_rows()
         (<int32_t *>b[B_QID].p)[r] = v.queue_id
         (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
-        (<int64_t *>b[B_CLO].p)[r] = v.phy_offset
+        (<int64_t *>b[B_CLO].p)[r] = phy
         (<int32_t *>b[B_SIZE].p)[r] = v.total_size
         (<int32_t *>b[B_FLAG].p)[r] = v.flag
         (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
-        (<int64_t *>b[B_BORN].p)[r] = v.born_ts if self.ts_ms else ms_to_us(v.born_ts)
-        (<int64_t *>b[B_STORE].p)[r] = v.store_ts if self.ts_ms else ms_to_us(v.store_ts)
+        if self.ts_ms:
+            (<int64_t *>b[B_BORN].p)[r] = v.born_ts
+            (<int64_t *>b[B_STORE].p)[r] = v.store_ts
+        else:
+            (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
+            (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
         (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
         (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
         (<int32_t *>b[B_CRC].p)[r] = v.body_crc
         # topic, body
-        self.put_utf8(B_TOPIC, p + v.topic_pos, v.topic_len)
+        self.put_topic(p + v.topic_pos, v.topic_len)
         (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
-        self.res(B_BODY, v.body_len)
+        if b[B_BODY].n + v.body_len > b[B_BODY].cap:
+            self._grow(B_BODY, b[B_BODY].n + v.body_len)
         memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
         b[B_BODY].n += v.body_len
         (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
-        # properties map, then TAGS and KEYS from it
-        cnt = parse_props(props, v.props_len, items)
+        # properties map, then TAGS and KEYS from it (a record without properties has none of them)
+        if v.props_len > 0:
+            self._add_props(r, p + v.props_pos, v.props_len)
+        else:
+            self.tags_nulls += 1
+            (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
+            (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+            (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
+        # hosts and the offset message id
+        self.put_host(&self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+        self.put_host(sc, B_SH, p + v.store_host_pos, v.store_host_len)
+        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
+        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
+        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset's,
+        # of which only the last four digits change between rows whose offsets differ in the low 16 bits only
+        hl2 = 2 * sc.raw_len
+        if (phy >> 16) != sc.id_high:
+            hex_i64(sc.id + hl2, phy)
+            sc.id_high = phy >> 16
+        if b[B_ID].n + 64 > b[B_ID].cap:
+            self._grow(B_ID, b[B_ID].n + 64)
+        d = b[B_ID].p + b[B_ID].n
+        if hl2 == 16:
+            memcpy(d, sc.id, 32)
+        else:
+            memcpy(d, sc.id, 64)
+        memcpy(d + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
+        memcpy(d + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
+        b[B_ID].n += hl2 + 16
+        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
+        self.rows = r + 1
+        return 0
+
+    cdef int _add_props(self, int64_t r, const unsigned char *props, int32_t props_len) except -1:
+        """Row ``r``'s properties map, tags and keys, from its properties string."""
+        cdef Buf *b = self.bufs
+        cdef int32_t *items = self.items
+        cdef int32_t cnt, i, t, s, e, tags_at, keys_at
+        cdef uint32_t word
+        cdef const unsigned char *sp
+        cnt = parse_props(props, props_len, items)
         self.res(B_PK_O, 4 * cnt)
         self.res(B_PV_O, 4 * cnt)
         for i in range(cnt):
@@ -384,44 +608,36 @@ cdef class BatchBuilder(RecordSink):
         b[B_PK_O].n += 4 * cnt
         b[B_PV_O].n += 4 * cnt
         (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
-        i = find_item(props, items, cnt, "TAGS", 4)
-        if i >= 0:
-            self.put_utf8(B_TAGS, props + items[4 * i + 2], items[4 * i + 3])
+        # TAGS and KEYS in one pass over the items, names compared as one 4-byte word
+        tags_at = keys_at = -1
+        for i in range(cnt):
+            if items[4 * i + 1] == 4:
+                memcpy(&word, props + items[4 * i], 4)
+                if word == TAGS_WORD:
+                    tags_at = i
+                elif word == KEYS_WORD:
+                    keys_at = i
+        if tags_at >= 0:
+            self.put_utf8(B_TAGS, props + items[4 * tags_at + 2], items[4 * tags_at + 3])
             b[B_TAGS_V].p[r >> 3] |= <unsigned char>(1 << (r & 7))
         else:
             self.tags_nulls += 1
         (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
-        i = find_item(props, items, cnt, "KEYS", 4)
-        if i >= 0:
-            s = items[4 * i + 2]
-            e = s + items[4 * i + 3]
-            t = s
-            while t <= e:
-                if t == e or props[t] == 32:
-                    if t > s:
-                        self.put_utf8(B_KEYS, props + s, t - s)
-                        self.res(B_KEYS_O, 4)
-                        self.n_keys += 1
-                        (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
-                        b[B_KEYS_O].n += 4
-                    s = t + 1
-                t += 1
+        if keys_at >= 0:
+            # the value split on spaces, empty tokens dropped
+            s = items[4 * keys_at + 2]
+            e = s + items[4 * keys_at + 3]
+            while s < e:
+                sp = <const unsigned char *>memchr(props + s, 32, e - s)
+                t = e if sp == NULL else <int32_t>(sp - props)
+                if t > s:
+                    self.put_utf8(B_KEYS, props + s, t - s)
+                    self.res(B_KEYS_O, 4)
+                    self.n_keys += 1
+                    (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
+                    b[B_KEYS_O].n += 4
+                s = t + 1
         (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
-        # hosts and the offset message id
-        self.put_host(&self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
-        self.put_host(&self.store_cache, B_SH, p + v.store_host_pos, v.store_host_len)
-        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
-        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
-        self.res(B_ID, 56)
-        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset
-        if v.store_host_len == 8:
-            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 16)
-        else:
-            memcpy(b[B_ID].p + b[B_ID].n, self.store_cache.hex, 2 * v.store_host_len)
-        hex_i64(b[B_ID].p + b[B_ID].n + 2 * v.store_host_len, v.phy_offset)
-        b[B_ID].n += 2 * (v.store_host_len + 8)
-        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
-        self.rows = r + 1
         return 0
 
     def build(self, bint again=True):
@@ -430,6 +646,7 @@ cdef class BatchBuilder(RecordSink):
         cdef int64_t n = self.rows
         cdef int i
         cdef Buf *b = self.bufs
+        cdef ps_batch *e
         if n == 0:
             return None
         for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
@@ -439,47 +656,88 @@ cdef class BatchBuilder(RecordSink):
         for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
             b[i].n = 4 * (n + 1)
         b[B_TAGS_V].n = (n + 7) // 8
-        nulls = self.tags_nulls
-        items_n = self.n_items
-        keys_n = self.n_keys
-        bufs = [(<object>self.pybufs[i]).slice(0, b[i].n) for i in range(N_BUFS)]
         for i in range(N_BUFS):
             self.last_n[i] = b[i].n
         self.rows_total += n
-        if again:
-            self._start()
-        else:
-            self._spend()
-        fa = pa.Array.from_buffers
-        ty = self.types
-        kt = ty[7]
-        mt = ty[8]
-        keys_child = fa(kt.value_type, keys_n, [None, bufs[B_KEYS_O], bufs[B_KEYS]])
-        pk = fa(mt.key_type, items_n, [None, bufs[B_PK_O], bufs[B_PK]])
-        pv = fa(mt.item_type, items_n, [None, bufs[B_PV_O], bufs[B_PV]])
-        entries = pa.StructArray.from_arrays([pk, pv], fields=[mt.key_field, mt.item_field])
-        cols = [
-            fa(ty[0], n, [None, bufs[B_TOPIC_O], bufs[B_TOPIC]]),
-            fa(ty[1], n, [None, bufs[B_QID]]),
-            fa(ty[2], n, [None, bufs[B_QOFF]]),
-            fa(ty[3], n, [None, bufs[B_CLO]]),
-            fa(ty[4], n, [None, bufs[B_SIZE]]),
-            fa(ty[5], n, [None, bufs[B_BODY_O], bufs[B_BODY]]),
-            fa(ty[6], n, [bufs[B_TAGS_V] if nulls else None, bufs[B_TAGS_O], bufs[B_TAGS]], null_count=nulls),
-            fa(kt, n, [None, bufs[B_KEYS_LO]], children=[keys_child]),
-            fa(mt, n, [None, bufs[B_MAP_O]], children=[entries]),
-            fa(ty[9], n, [None, bufs[B_FLAG]]),
-            fa(ty[10], n, [None, bufs[B_SYS]]),
-            fa(ty[11], n, [None, bufs[B_BORN]]),
-            fa(ty[12], n, [None, bufs[B_STORE]]),
-            fa(ty[13], n, [None, bufs[B_BH_O], bufs[B_BH]]),
-            fa(ty[14], n, [None, bufs[B_SH_O], bufs[B_SH]]),
-            fa(ty[15], n, [None, bufs[B_RC]]),
-            fa(ty[16], n, [None, bufs[B_PREP]]),
-            fa(ty[17], n, [None, bufs[B_CRC]]),
-            fa(ty[18], n, [None, bufs[B_ID_O], bufs[B_ID]]),
-        ]
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+        e = <ps_batch *>calloc(1, sizeof(ps_batch))
+        if e == NULL:
+            raise MemoryError()
+        # the columns point into these buffers: the batch holds them until Arrow releases it
+        keep = list(self.pybufs)
+        keep.append(self.rows_block)
+        Py_INCREF(keep)
+        e.keep = <PyObject *>keep
+        try:
+            try:
+                self._describe(e, n)
+            finally:
+                # the batch's own release (``_describe`` gave every array the children's)
+                e.a[0].release = ps_release_batch
+                e.a[0].private_data = e
+            if again:
+                self._start()
+            else:
+                self._spend()
+            return pa.RecordBatch._import_from_c(<uintptr_t>&e.a[0], self.schema)
+        finally:
+            if e.a[0].release != NULL:     # not taken (an error): released here
+                e.a[0].release(&e.a[0])
+
+    cdef int _describe(self, ps_batch *e, int64_t n) except -1:
+        """Fill ``e`` with the ArrowArrays of the ``n`` rows in the buffers, in the schema's order (docs/api.md)."""
+        cdef Exporting x
+        cdef Buf *b = self.bufs
+        cdef ArrowArray *top
+        cdef ArrowArray *a
+        cdef ArrowArray *c
+        cdef ArrowArray *keys
+        cdef ArrowArray *props
+        cdef int k
+        x.e = e
+        x.arrays = x.kids = x.bufs = 0
+        top = _array(&x, n, 0, 1, 19)
+        top.buffers[0] = NULL
+        for k in range(19):
+            top.children[k] = &e.a[1 + k]
+        # the 19 columns first (they must be a[1] ... a[19]), their children after
+        self._col(&x, n, 0, B_TOPIC_O, B_TOPIC)
+        self._col(&x, n, 0, B_QID, -1)
+        self._col(&x, n, 0, B_QOFF, -1)
+        self._col(&x, n, 0, B_CLO, -1)
+        self._col(&x, n, 0, B_SIZE, -1)
+        self._col(&x, n, 0, B_BODY_O, B_BODY)
+        a = self._col(&x, n, self.tags_nulls, B_TAGS_O, B_TAGS)
+        if self.tags_nulls:
+            a.buffers[0] = b[B_TAGS_V].p
+        keys = self._col(&x, n, 0, B_KEYS_LO, -1, 1)
+        props = self._col(&x, n, 0, B_MAP_O, -1, 1)
+        for k in (B_FLAG, B_SYS, B_BORN, B_STORE):
+            self._col(&x, n, 0, k, -1)
+        self._col(&x, n, 0, B_BH_O, B_BH)
+        self._col(&x, n, 0, B_SH_O, B_SH)
+        for k in (B_RC, B_PREP, B_CRC):
+            self._col(&x, n, 0, k, -1)
+        self._col(&x, n, 0, B_ID_O, B_ID)
+        # the keys' strings, the properties' entries (a struct of key and value strings)
+        keys.children[0] = self._col(&x, self.n_keys, 0, B_KEYS_O, B_KEYS)
+        c = _array(&x, self.n_items, 0, 1, 2)
+        c.buffers[0] = NULL
+        props.children[0] = c
+        c.children[0] = self._col(&x, self.n_items, 0, B_PK_O, B_PK)
+        c.children[1] = self._col(&x, self.n_items, 0, B_PV_O, B_PV)
+        assert x.arrays == PS_ARRAYS
+        return 0
+
+    cdef ArrowArray *_col(self, Exporting *x, int64_t length, int64_t nulls, int first, int second,
+                          int n_children=0) except NULL:
+        """An array of buffers ``first`` (values, or offsets) and ``second`` (-1: none; else the data of those
+        offsets), without a validity bitmap (set by the caller where there are nulls)."""
+        cdef ArrowArray *a = _array(x, length, nulls, 3 if second >= 0 else 2, n_children)
+        a.buffers[0] = NULL
+        a.buffers[1] = self.bufs[first].p
+        if second >= 0:
+            a.buffers[2] = self.bufs[second].p
+        return a
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ The scan checks each record it serves against its unit (``_units.unit_damage``):
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint32_t, uint64_t
 from posix.unistd cimport usleep
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire
@@ -22,8 +22,9 @@ from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
 from pystore._notify cimport WakeWord, ps_now_ns, ps_register, ps_spin_nonzero, ps_unregister, ps_wait
-from pystore._sink cimport RecordSink
-from pystore._units cimport DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage, unit_valid
+from pystore._sink cimport RecordSink, same_bytes
+from pystore._units cimport (DAMAGE_MISMATCH, DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage,
+                             unit_valid)
 
 from pystore._codec import REASONS as _REASONS
 from pystore._records import message_at
@@ -68,17 +69,6 @@ cdef class ReadLimits:
         self.bytes_in_disk = bytes_in_disk
         self.count_in_disk = count_in_disk
         self.memory_window = memory_window
-
-
-cdef inline bint _batch_full(ReadLimits lim, int32_t size, int32_t max_msg_nums, int64_t total, int32_t count,
-                             bint in_disk) noexcept:
-    if total == 0 or count == 0:
-        return False
-    if max_msg_nums <= count:
-        return True
-    if in_disk:
-        return total + size > lim.bytes_in_disk or count > lim.count_in_disk - 1
-    return total + size > lim.bytes_in_memory or count > lim.count_in_memory - 1
 
 
 # the messages of one page that lie next to each other in a commit-log file share one copy, of at most this
@@ -140,6 +130,19 @@ cdef int _raise_past(MappedFile cqf, int64_t pos, int64_t phy, int32_t size, str
         "the consume-queue unit for queue offset %d points at commit-log offset %d (%d bytes), past the end of %s "
         "(`pystore recover` rebuilds the queues from the commit log)"
         % ((cqf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy, size, what))
+
+
+cdef inline int _damage(int32_t r, RecordView *v, const unsigned char *rec, int64_t phy, int32_t size,
+                        const unsigned char *topic, Py_ssize_t topic_len, int32_t queue_id,
+                        int64_t queue_offset) noexcept:
+    """``unit_damage`` with the queue's part (``topic`` NULL: none) taken from C values the scan read once: no
+    Python attribute and no call to ``memcmp`` on every record."""
+    cdef int damage = unit_damage(r, v, rec, phy, size, None, queue_offset)
+    if damage == DAMAGE_NONE and topic != NULL and (
+            v.queue_id != queue_id or v.queue_offset != queue_offset or v.topic_len != topic_len
+            or not same_bytes(rec + v.topic_pos, topic, topic_len)):
+        return DAMAGE_MISMATCH
+    return damage
 
 
 cdef inline list _files_of(object q):
@@ -216,11 +219,32 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     With a ``sink``, each message served goes to ``sink.add`` (a record view into its held file) instead of
     ``out``: no ``MessageExt`` is made, but for a filter object's commit-log test."""
     cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
-    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp, rpos = 0, limit, ahead
+    cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp = 0, rpos = 0, limit, ahead
     cdef int32_t size, count = 0, r
     cdef int status = SCAN_NO_MATCHED
     cdef const unsigned char *p
+    cdef const unsigned char *rec
     cdef MappedFile f, held = None
+    # the held file's place (its own fields are re-read only when the file changes) and read position (re-read
+    # only when a record seems to lie past it: it only grows)
+    cdef int64_t held_from = 0, held_end = INT64_MIN
+    cdef const unsigned char *held_base = NULL
+    # the transfer caps (docs/format.md §11.1 ``isTheBatchFull``), read out of ``lim`` once: a page that holds
+    # a message is full at these counts, or when the next record would pass these bytes
+    cdef int64_t disk_below, mem_bytes = lim.bytes_in_memory, disk_bytes = lim.bytes_in_disk
+    cdef int64_t mem_count = min(<int64_t>max_msg_nums, <int64_t>lim.count_in_memory)
+    cdef int64_t disk_count = min(<int64_t>max_msg_nums, <int64_t>lim.count_in_disk)
+    cdef bint check_crc = lim.check_crc
+    # a sink without a filter object takes each record as it is checked: no message is made
+    cdef bint direct = sink is not None and filt is None
+    # what ``unit_damage`` tests of the queue, read out of ``cq`` once: its topic, queue id, the unit's offset
+    cdef const unsigned char *cq_topic = NULL
+    cdef Py_ssize_t cq_topic_len = 0
+    cdef int32_t cq_qid = 0
+    cdef int64_t qoff
+    # the queue file's mapping and place (held by the caller: they stay)
+    cdef const unsigned char *cq_base = cqf.base
+    cdef int64_t cq_from = cqf.file_from_offset
     cdef RecordView v
     cdef MessageExt msg
     cdef int64_t codes[16]
@@ -238,7 +262,13 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef int nrun = 0
     if max_filter < 16000:
         max_filter = 16000
+    # records at or past this commit-log offset are in memory (RocketMQ: within memory_window of the end)
+    disk_below = cl_max_offset - lim.memory_window
     limit = min(end_pos, start_pos + max_filter)
+    if cq is not None:
+        cq_topic = <const unsigned char *>PyBytes_AS_STRING(cq.topic_utf8)
+        cq_topic_len = PyBytes_GET_SIZE(cq.topic_utf8)
+        cq_qid = cq.queue_id
     if tag_codes is not None:
         for c in tag_codes:
             if ncodes < 16:
@@ -246,7 +276,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             ncodes += 1
     try:
         while pos + CQ_STORE_UNIT_SIZE <= limit:
-            p = cqf.base + pos
+            p = cq_base + pos
             if not unit_valid(p):
                 # below the file's readable end every unit was written whole: an invalid one is damage
                 if count == 0 and cq is not None:
@@ -271,9 +301,13 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 if count == 0 and cl_queue is not None and phy + size > _written_end(cl_queue.files):
                     _raise_past(cqf, pos, phy, size, "the commit log")
                 break
-            in_disk = (cl_max_offset - phy) > lim.memory_window
-            if _batch_full(lim, size, max_msg_nums, total, count, in_disk):
-                break
+            if count > 0 and total > 0:
+                in_disk = phy < disk_below
+                if in_disk:
+                    if count >= disk_count or total + size > disk_bytes:
+                        break
+                elif count >= mem_count or total + size > mem_bytes:
+                    break
             if tag_codes is not None:
                 if ncodes <= 16:
                     code_ok = False
@@ -289,42 +323,55 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             elif filt is not None and not filt.is_matched_by_consume_queue(tags):
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-            if held is not None and held.file_from_offset <= phy < held.file_from_offset + cl_file_size:
-                f = held                                    # the usual case: no division to find the file
-            else:
+            if not (held_from <= phy < held_end):
+                # another commit-log file (the usual case, the held one, costs no division to find)
                 f = find_file(cl_files, cl_file_size, phy)
-            if f is not held:
-                if nrun > 0:
-                    _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
-                    nrun = 0
-                if held is not None:
-                    held.c_release()
-                    held = None
-                if f is not None and f.c_hold():
-                    held = f
+                if f is not held:
+                    if nrun > 0:
+                        _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+                        nrun = 0
+                    if held is not None:
+                        held.c_release()
+                        held = None
+                        held_end = INT64_MIN
+                    if f is not None and f.c_hold():
+                        held = f
+                        if held.base != NULL:
+                            held_base = held.base
+                            held_from = held.file_from_offset
+                            held_end = held_from + cl_file_size
+                            rp = held.read_position()
             r = 0
-            if held is not None and f.base != NULL:
-                rpos = phy - f.file_from_offset
-                rp = f.read_position()
+            if held_from <= phy < held_end:
+                rpos = phy - held_from
+                if rpos + size > rp:
+                    rp = held.read_position()
                 if rpos + size > rp:
                     # not readable yet (a reader behind the writer), unless the record would cross its file's
                     # end (records never do) or lie past what was written (``cl_queue``: units follow records)
-                    if count == 0 and (rpos + size > f.file_size or (cl_queue is not None and rpos + size > f.wrote)):
+                    if count == 0 and (rpos + size > held.file_size or
+                                       (cl_queue is not None and rpos + size > held.wrote)):
                         _raise_past(cqf, pos, phy, size,
-                                    "its file" if rpos + size > f.file_size else "what was written")
+                                    "its file" if rpos + size > held.file_size else "what was written")
                     break
                 if pos + (PREFETCH_UNITS + 1) * CQ_STORE_UNIT_SIZE <= limit:
-                    ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - f.file_from_offset
+                    ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - held_from
                     if 0 <= ahead < rp:
-                        prefetch_record(f.base + ahead, <int>min(rp - ahead, 256))
+                        prefetch_record(held_base + ahead, <int>min(rp - ahead, 256))
                 vp = &run_views[nrun] if shared else &v
-                r = check_record(f.base + rpos, rp - rpos, lim.check_crc, vp)
-                damage = unit_damage(r, vp, f.base + rpos, phy, size, cq, (cqf.file_from_offset + pos)
-                                     // CQ_STORE_UNIT_SIZE)
+                rec = held_base + rpos
+                qoff = <int64_t>(<uint64_t>(cq_from + pos) // CQ_STORE_UNIT_SIZE)
+                r = check_record(rec, rp - rpos, check_crc, vp)
+                damage = _damage(r, vp, rec, phy, size, cq_topic, cq_topic_len, cq_qid, qoff)
+                if damage != DAMAGE_NONE and rp != held.read_position():
+                    # judged as at the read position of now, as every record that is served
+                    rp = held.read_position()
+                    r = check_record(rec, rp - rpos, check_crc, vp)
+                    damage = _damage(r, vp, rec, phy, size, cq_topic, cq_topic_len, cq_qid, qoff)
                 if damage != DAMAGE_NONE:
                     if count > 0:
                         break               # the good messages before it first; the next read starts at it
-                    _raise_damage(damage, r, vp, f, phy, size, cqf, pos, cq)
+                    _raise_damage(damage, r, vp, held, phy, size, cqf, pos, cq)
             if r <= 0:
                 # the record's file is gone or going (deleted by the cleaner): RocketMQ's MESSAGE_WAS_REMOVING,
                 # and the rest of that file is skipped. A cleaner removes only the log's oldest files, and a
@@ -343,10 +390,12 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 next_phy_file_start = phy - phy % cl_file_size + cl_file_size
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-            if tag_names is not None and _record_tags(f.base + rpos, vp) not in tag_names:
+            if tag_names is not None and _record_tags(rec, vp) not in tag_names:
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-            if shared and vp.body_len < SPLIT_BODY:
+            if direct:
+                sink.add(rec, vp)
+            elif shared and vp.body_len < SPLIT_BODY:
                 if nrun > 0 and (nrun == RUN_RECORDS or rpos != run_end or run_end - run_start + size > RUN_BYTES):
                     _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
                     run_views[0] = run_views[nrun]
@@ -361,12 +410,12 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 if nrun > 0:
                     _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
                     nrun = 0
-                msg = make_ext(f.base + rpos, vp) if filt is not None or sink is None else None
+                msg = make_ext(rec, vp)
                 if filt is not None and not filt.is_matched_by_commit_log(msg):
                     pos += CQ_STORE_UNIT_SIZE
                     continue
                 if sink is not None:
-                    sink.add(f.base + rpos, vp)
+                    sink.add(rec, vp)
                 else:
                     out.append(msg)
             total += size

@@ -227,3 +227,81 @@ def test_small_queue_ranges_are_packed_into_a_task_per_core():
     # packing that would leave fewer partitions than asked for is not done
     parts = plan_queue_slices("/r", {("T", q): (0, 1) for q in range(7)}, 1_000_000, 6)
     assert len(parts) == 7 and all(isinstance(p, QueueSlice) for p in parts)
+
+
+def test_hosts_topics_ids_and_properties_vary_from_row_to_row(store_factory):
+    """Rows whose hosts (IPv4 and IPv6, born and store), commit-log offsets (across 64 KiB steps inside one file:
+    the message id's digits) and properties (none, then keys and tags, then none again) change from one to the
+    next decode as the export writes them, in one page and in small ones."""
+    store = store_factory(mapped_file_size_commit_log=1 << 20, store_host=("2001:db8::7", 10911), **UNCAPPED)
+    rng = random.Random(5)
+    hosts = [("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 80), ("fe80::1:2", 7), ("10.1.2.3", 65535)]
+    n = 0
+    while n < 900:
+        body = rng.randbytes(rng.choice([0, 5, 200, 900]))
+        host = hosts[(n // rng.choice([1, 3, 40])) % len(hosts)]
+        kind = (n // 50) % 3
+        m = Message("Orders", body, "t%d" % (n % 3) if kind == 1 else None, "k%d x" % n if kind == 1 else None,
+                    0, {"é": "ü"} if kind == 1 and n % 2 else None, 0, born_host=host)
+        assert store.put_message(m).is_ok()
+        n += 1
+    assert store.get_max_phy_offset() > 3 * 65536
+    for nums in (1000, 33, 7):
+        offset = 0
+        while offset < n:
+            status, offset, batch = _same(store, "Orders", 0, offset, nums)
+            assert status is GetMessageStatus.FOUND
+    ids = store.get_columns("g", "Orders", 0, 0, 1000)[2].column("msg_id").to_pylist()
+    assert len(ids) == n and all(len(i) == 56 for i in ids) and len(set(ids)) == n
+
+
+def test_one_builder_over_many_batches_and_topics_equals_the_export(store_factory):
+    """The Spark decoder over a commit-log file in small batches (a builder reused: buffers sized from the
+    batch before, left empty or not) with rows of several topics is ``export.record_batch`` of the same
+    messages."""
+    from pystore._arrow import BatchBuilder, scan_file
+    from pystore._mapped_file import MappedFile
+    from pystore.tools import iter_commitlog
+
+    store = store_factory(**UNCAPPED)
+    topics = ["T", "T-2", "a-much-longer-topic-name-than-thirty-two-bytes-%d" % 7, "T"]
+    for i in range(300):
+        keyed = (i // 25) % 2 == 1
+        m = Message(topics[(i // 7) % len(topics)], b"%d" % i * (i % 13), "x" if keyed else None,
+                    "k%d" % i if keyed else None, 0, None, i % 2)
+        assert store.put_message(m).is_ok()
+    store.flush()
+    want = record_batch(list(iter_commitlog(store.config.commit_log_paths()[0])))
+    path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        b = BatchBuilder(arrow_schema(), True, max_rows=16)
+        pos, done, got = 0, False, []
+        while not done:
+            pos, done = scan_file(b, mf, pos)
+            batch = b.build()
+            if batch is not None:
+                got.append(batch)
+    finally:
+        mf.close()
+    table = pa.Table.from_batches(got, schema=arrow_schema())
+    assert table.num_rows == 300 and len(got) > 10
+    assert table.equals(pa.Table.from_batches([want]))
+
+
+def test_a_pages_memory_goes_back_to_arrow_when_its_batch_is_dropped(store_factory):
+    """The columns are Arrow's until the batch (or a column kept from it) is dropped; then every buffer goes
+    back to the pool, for a page as for the Spark decoder's batches."""
+    store = store_factory()
+    for i in range(500):
+        assert store.put_message(Message("T", b"x" * 300, "t", "k%d" % i)).is_ok()
+    pool = pa.default_memory_pool()
+    store.get_columns("g", "T", 0, 0, 500)          # the first call's lasting allocations (pyarrow's own)
+    before = pool.bytes_allocated()
+    _status, _nxt, batch = store.get_columns("g", "T", 0, 0, 500)
+    assert pool.bytes_allocated() >= before + 500 * 300
+    body = batch.column("body")
+    del batch
+    assert body.to_pylist()[7] == b"x" * 300 and pool.bytes_allocated() >= before + 500 * 300
+    del body
+    assert pool.bytes_allocated() == before
