@@ -265,10 +265,10 @@ class DataLossError(RuntimeError):
     """Messages a query needs are gone (the store deleted them), and ``failOnDataLoss`` is set."""
 
 
-def default_partitions() -> int:
-    """How many partitions a read aims at without ``minPartitions``: the driver's cores (the planner runs in a
-    Python worker, which cannot see ``spark.default.parallelism``; on ``local[*]`` they are the same)."""
-    return os.cpu_count() or 1
+def default_partitions(parallelism: int | None = None) -> int:
+    """How many partitions a read aims at without ``minPartitions``: Spark's default parallelism as
+    ``register(spark)`` found it, else (a source registered by hand) the planner's cores."""
+    return parallelism or os.cpu_count() or 1
 
 
 class PystoreBatchReader(DataSourceReader):
@@ -278,8 +278,11 @@ class PystoreBatchReader(DataSourceReader):
     ``failOnDataLoss``, ``minPartitions``, ``includeHeaders``, ``bytes_per_partition``,
     ``messages_per_partition`` (docs/spark.md)."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType | None) -> None:
+    def __init__(
+        self, options: Mapping[str, str], schema: StructType | None, parallelism: int | None = None
+    ) -> None:
         check_options(options, "batch")
+        self.parallelism = parallelism
         self.options = dict(options)
         self.headers = parse_bool(options, "includeHeaders", False)
         self.schema = check_read_schema(schema, self.headers)
@@ -332,7 +335,7 @@ class PystoreBatchReader(DataSourceReader):
         return out
 
     def partitions(self) -> list[InputPartition]:
-        target = self.min_partitions or default_partitions()
+        target = self.min_partitions or default_partitions(self.parallelism)
         by_queue = not self.sub.everything or self.by_offsets
         ranges: dict[str, dict[tuple[str, int], tuple[int, int]]] = {}
         cl_roots = []

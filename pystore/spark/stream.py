@@ -109,8 +109,11 @@ def parse_duration(name: str, raw: str) -> int:
 class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream reader of one store root (see the module docstring for the options)."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType | None) -> None:
+    def __init__(
+        self, options: Mapping[str, str], schema: StructType | None, parallelism: int | None = None
+    ) -> None:
         check_options(options, "stream")
+        self.parallelism = parallelism
         self.options = dict(options)
         self.headers = parse_bool(options, "includeHeaders", False)
         self.schema = check_read_schema(schema, self.headers)
@@ -247,9 +250,8 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 s = lo_now
             if e > s:
                 todo[parse_key(k)] = (s, e)
-        return list(
-            plan_queue_slices(self.root, todo, self.messages_per_partition, self.min_partitions or default_partitions())
-        )
+        target = self.min_partitions or default_partitions(self.parallelism)
+        return list(plan_queue_slices(self.root, todo, self.messages_per_partition, target))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         f = Filters([], -1, None, None, self.verify_crc, self.fail_on_data_loss)
