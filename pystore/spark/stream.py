@@ -5,8 +5,8 @@ checkpoints them). ``latestOffset`` reads each queue's max offset from its files
 enough for Spark's continuous polling), so queues created after the query started join it at their min
 offset without a restart. A micro-batch ``(start, end]`` is planned into
 :class:`~pystore.spark.batch.QueueSlice` partitions (small ones packed into a ``QueueGroup``: as many tasks
-as ``minPartitions``, else Spark's default parallelism) and decoded like a batch read; a restarted query replans the checkpointed batch from the same
-offsets, so nothing is lost or read twice.
+as ``minPartitions``, else Spark's default parallelism) and decoded like a batch read; a restarted query
+replans the checkpointed batch from the same offsets, so nothing is lost or read twice.
 
 Options (docs/spark.md): one of ``topics`` / ``subscribe`` / ``subscribePattern`` / ``assign`` (required;
 a pattern is matched again at every trigger, so new topics join), ``startingOffsets`` (``earliest`` default,
