@@ -49,7 +49,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Spark's tasks of a Python source each cost a Python worker's round trip: partitions of a quarter GiB (about
-# a million 128 B messages) keep that small, and a store smaller than cores x this still gets a task per core
+# a million 128 B messages) keep that small, and a store smaller than parallelism x this still gets a task per
+# unit of Spark's default parallelism (minPartitions)
 DEFAULT_BYTES_PER_PARTITION = 256 << 20
 DEFAULT_MESSAGES_PER_PARTITION = 1_000_000
 ROWS_PER_BATCH = 32_768
@@ -130,7 +131,7 @@ def plan_queue_slices(
     """Partitions of at most ``messages_per_partition`` queue offsets, and at least ``target`` of them when
     there are that many messages. Each slice is one queue's consecutive offsets, so a queue's order is kept;
     consecutive slices smaller than that are packed into one :class:`QueueGroup` when at least ``target``
-    partitions remain (many small queues make a task per core, not one each)."""
+    partitions remain (many small queues make ``target`` tasks, not one each)."""
     total = sum(max(0, hi - lo) for lo, hi in ranges.values())
     messages_per_partition = max(1, min(messages_per_partition, -(-total // max(1, target))))
     out = []
