@@ -507,6 +507,114 @@ def test_share_limit_is_fair_and_exact():
     assert sum(v - start[k] for k, v in share_limit(start, {"a/0": 3, "a/1": 13, "b/0": 8}, 1).items()) == 1
 
 
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+class _Registry:
+    def __init__(self) -> None:
+        self.registered: list[type] = []
+
+    def register(self, cls: type) -> None:
+        self.registered.append(cls)
+
+
+class _ClassicSession:
+    """What register() uses of a classic SparkSession: sparkContext.defaultParallelism, dataSource."""
+
+    def __init__(self, parallelism: int) -> None:
+        self.sparkContext = type("SC", (), {"defaultParallelism": parallelism})()
+        self.conf = _Conf({})
+        self.dataSource = _Registry()
+
+
+class _ConnectSession:
+    """A Spark Connect session: no sparkContext (PySparkNotImplementedError), settings through conf."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.conf = _Conf(conf)
+        self.dataSource = _Registry()
+
+    @property
+    def sparkContext(self) -> Any:
+        from pyspark.errors import PySparkNotImplementedError
+
+        raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "sparkContext"})
+
+
+def test_register_carries_spark_default_parallelism_to_the_planner(main_store):
+    from pyspark import cloudpickle
+
+    import pystore.spark
+    from pystore.spark.source import PystoreDataSource
+
+    classic = _ClassicSession(5)
+    pystore.spark.register(classic)
+    (cls,) = classic.dataSource.registered
+    assert issubclass(cls, PystoreDataSource) and cls.name() == "pystore" and cls.parallelism == 5
+    connect = _ConnectSession({"spark.default.parallelism": "3"})
+    pystore.spark.register(connect)
+    assert connect.dataSource.registered[0].parallelism == 3
+    for conf in ({}, {"spark.default.parallelism": "lots"}):
+        bare = _ConnectSession(conf)
+        pystore.spark.register(bare)
+        assert bare.dataSource.registered == [PystoreDataSource]  # planner's cores
+    # Spark ships the class to its Python workers with cloudpickle: by value, the parallelism with it
+    shipped = cloudpickle.loads(cloudpickle.dumps(cls))
+    assert shipped is not PystoreDataSource and shipped.parallelism == 5
+    # one queue of 100 messages: 5 partitions for parallelism 5, minPartitions over it
+    options = {"path": main_store["root"], "assign": '{"T0": [0]}'}
+    ds = shipped(dict(options))
+    schema = ds.schema()
+    assert len(ds.reader(schema).partitions()) == 5
+    assert len(shipped({**options, "minpartitions": "2"}).reader(schema).partitions()) == 2
+    assert len(pystore.spark.with_parallelism(7)(dict(options)).reader(schema).partitions()) == 7
+    stream = shipped({"path": main_store["root"], "assign": '{"T0": [0]}'}).streamReader(schema)
+    start = stream.initialOffset()
+    parts = stream.partitions(start, stream.latestOffset(start, None))
+    assert len(parts) == 5 and [(p.start, p.end) for p in parts] == [(0, 20), (20, 40), (40, 60), (60, 80), (80, 100)]
+    with pytest.raises(ValueError, match="parallelism"):
+        pystore.spark.with_parallelism(0)
+
+
+def test_spark_session_parallelism_sets_the_partitions(spark, main_store):
+    import pystore.spark
+
+    assert pystore.spark.default_parallelism(spark) == spark.sparkContext.defaultParallelism == 2
+    one_queue = {"assign": '{"T0": [0]}'}
+    assert read(spark, main_store["root"], **one_queue).rdd.getNumPartitions() == 2
+    try:
+        spark.dataSource.register(pystore.spark.with_parallelism(3))  # as register() does on a 3-core session
+        df = read(spark, main_store["root"], **one_queue)
+        assert df.rdd.getNumPartitions() == 3
+        assert [r.queue_offset for r in df.select("queue_offset").collect()] == list(range(100))
+        assert read(spark, main_store["root"], minPartitions=4, **one_queue).rdd.getNumPartitions() == 4
+    finally:
+        pystore.spark.register(spark)
+    assert read(spark, main_store["root"], **one_queue).rdd.getNumPartitions() == 2
+
+
+def test_offsets_behind_latest_as_kafka():
+    from pystore.spark import offsets_behind_latest
+
+    p = {"sources": [{"endOffset": '{"a/0": 10, "a/1": 40}', "latestOffset": '{"a/0": 50, "a/1": 40, "b/0": 7}'}]}
+    assert offsets_behind_latest(p) == {
+        "avgOffsetsBehindLatest": (40 + 0 + 7) / 3,
+        "maxOffsetsBehindLatest": 40,
+        "minOffsetsBehindLatest": 0,
+    }
+    p2 = {"sources": [{"endOffset": {"a/0": 5}, "latestOffset": None}, {"endOffset": {"a/0": 5}, "latestOffset": {"a/0": 9}}]}
+    assert offsets_behind_latest(p2) is None
+    assert offsets_behind_latest(p2, source=1) == {
+        "avgOffsetsBehindLatest": 4.0, "maxOffsetsBehindLatest": 4, "minOffsetsBehindLatest": 4,
+    }
+    assert offsets_behind_latest({"sources": [{"endOffset": None, "latestOffset": {"a/0": 1}}]}) is None
+
+
 # -----------------------------------------------------------------------------------------------------
 # write
 # -----------------------------------------------------------------------------------------------------
@@ -1025,6 +1133,13 @@ def test_stream_kafka_names_limits_and_progress(spark, tmp_path):
     assert len(batches) >= 4 and all(p["numInputRows"] <= 40 for p in batches)
     latest = batches[-1]["sources"][0]["latestOffset"]
     assert json.loads(latest) == {"K1/0": 50, "K1/1": 50, "K2/0": 50, "K2/1": 50}
+    from pystore.spark import offsets_behind_latest
+
+    behind = [offsets_behind_latest(p) for p in batches]
+    assert behind[-1] == {"avgOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 0, "minOffsetsBehindLatest": 0}
+    # after the first batch of 40, 100 of the 140 messages are left, spread over the four queues
+    first = behind[0]
+    assert first is not None and first["avgOffsetsBehindLatest"] * 4 == 100 and first["maxOffsetsBehindLatest"] >= 25
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ Needs the ``spark`` extra: ``pip install pystore-mq[spark]`` (PySpark >= 4.0, Py
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 try:
@@ -27,15 +28,44 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pystore.spark needs PySpark >= 4.0 and PyArrow (%s): install pystore-mq[spark]" % exc
     ) from exc
 
+from pystore.spark.progress import offsets_behind_latest
 from pystore.spark.schema import DDL, arrow_schema, spark_schema
-from pystore.spark.source import PystoreDataSource
+from pystore.spark.source import PystoreDataSource, with_parallelism
 
-__all__ = ["register", "demo_pipeline", "PystoreDataSource", "DDL", "spark_schema", "arrow_schema"]
+__all__ = [
+    "register",
+    "default_parallelism",
+    "offsets_behind_latest",
+    "demo_pipeline",
+    "PystoreDataSource",
+    "DDL",
+    "spark_schema",
+    "arrow_schema",
+]
+
+log = logging.getLogger(__name__)
 
 
 def register(spark: Any) -> None:
-    """Register the ``"pystore"`` data source on ``spark`` (a ``SparkSession``)."""
-    spark.dataSource.register(PystoreDataSource)
+    """Register the ``"pystore"`` data source on ``spark`` (a ``SparkSession``); its reads aim at the
+    session's ``spark.default.parallelism`` partitions when no ``minPartitions`` is given."""
+    spark.dataSource.register(with_parallelism(default_parallelism(spark)))
+
+
+def default_parallelism(spark: Any) -> int | None:
+    """``spark``'s default parallelism: ``sparkContext.defaultParallelism`` (``spark.default.parallelism``,
+    else the cores of a local master or all executors' cores), or on Spark Connect, which has no
+    ``sparkContext``, the ``spark.default.parallelism`` setting; None when neither says."""
+    try:
+        n = int(spark.sparkContext.defaultParallelism)
+    except (AttributeError, NotImplementedError):  # Spark Connect raises PySparkNotImplementedError
+        raw = spark.conf.get("spark.default.parallelism", None)
+        try:
+            n = int(raw) if raw is not None else 0
+        except ValueError:
+            log.warning("spark.default.parallelism is %r, not a number: the source plans for its cores", raw)
+            return None
+    return n if n >= 1 else None
 
 
 def demo_pipeline(root: str, console: Any) -> None:

@@ -49,7 +49,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Spark's tasks of a Python source each cost a Python worker's round trip: partitions of a quarter GiB (about
-# a million 128 B messages) keep that small, and a store smaller than cores x this still gets a task per core
+# a million 128 B messages) keep that small, and a store smaller than parallelism x this still gets a task per
+# unit of Spark's default parallelism (minPartitions)
 DEFAULT_BYTES_PER_PARTITION = 256 << 20
 DEFAULT_MESSAGES_PER_PARTITION = 1_000_000
 ROWS_PER_BATCH = 32_768
@@ -130,7 +131,7 @@ def plan_queue_slices(
     """Partitions of at most ``messages_per_partition`` queue offsets, and at least ``target`` of them when
     there are that many messages. Each slice is one queue's consecutive offsets, so a queue's order is kept;
     consecutive slices smaller than that are packed into one :class:`QueueGroup` when at least ``target``
-    partitions remain (many small queues make a task per core, not one each)."""
+    partitions remain (many small queues make ``target`` tasks, not one each)."""
     total = sum(max(0, hi - lo) for lo, hi in ranges.values())
     messages_per_partition = max(1, min(messages_per_partition, -(-total // max(1, target))))
     out = []
@@ -265,10 +266,10 @@ class DataLossError(RuntimeError):
     """Messages a query needs are gone (the store deleted them), and ``failOnDataLoss`` is set."""
 
 
-def default_partitions() -> int:
-    """How many partitions a read aims at without ``minPartitions``: the driver's cores (the planner runs in a
-    Python worker, which cannot see ``spark.default.parallelism``; on ``local[*]`` they are the same)."""
-    return os.cpu_count() or 1
+def default_partitions(parallelism: int | None = None) -> int:
+    """How many partitions a read aims at without ``minPartitions``: Spark's default parallelism as
+    ``register(spark)`` found it, else (a source registered by hand) the planner's cores."""
+    return parallelism or os.cpu_count() or 1
 
 
 class PystoreBatchReader(DataSourceReader):
@@ -278,8 +279,11 @@ class PystoreBatchReader(DataSourceReader):
     ``failOnDataLoss``, ``minPartitions``, ``includeHeaders``, ``bytes_per_partition``,
     ``messages_per_partition`` (docs/spark.md)."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType | None) -> None:
+    def __init__(
+        self, options: Mapping[str, str], schema: StructType | None, parallelism: int | None = None
+    ) -> None:
         check_options(options, "batch")
+        self.parallelism = parallelism
         self.options = dict(options)
         self.headers = parse_bool(options, "includeHeaders", False)
         self.schema = check_read_schema(schema, self.headers)
@@ -332,7 +336,7 @@ class PystoreBatchReader(DataSourceReader):
         return out
 
     def partitions(self) -> list[InputPartition]:
-        target = self.min_partitions or default_partitions()
+        target = self.min_partitions or default_partitions(self.parallelism)
         by_queue = not self.sub.everything or self.by_offsets
         ranges: dict[str, dict[tuple[str, int], tuple[int, int]]] = {}
         cl_roots = []

@@ -4,9 +4,9 @@ Offsets are consume-queue offsets, one per queue: ``{"topic/queue_id": next_offs
 checkpoints them). ``latestOffset`` reads each queue's max offset from its files (binary search, cheap
 enough for Spark's continuous polling), so queues created after the query started join it at their min
 offset without a restart. A micro-batch ``(start, end]`` is planned into
-:class:`~pystore.spark.batch.QueueSlice` partitions (small ones packed into a ``QueueGroup``, a task per core)
-and decoded like a batch read; a restarted query replans the checkpointed batch from the same
-offsets, so nothing is lost or read twice.
+:class:`~pystore.spark.batch.QueueSlice` partitions (small ones packed into a ``QueueGroup``: as many tasks
+as ``minPartitions``, else Spark's default parallelism) and decoded like a batch read; a restarted query
+replans the checkpointed batch from the same offsets, so nothing is lost or read twice.
 
 Options (docs/spark.md): one of ``topics`` / ``subscribe`` / ``subscribePattern`` / ``assign`` (required;
 a pattern is matched again at every trigger, so new topics join), ``startingOffsets`` (``earliest`` default,
@@ -18,7 +18,14 @@ among queues in proportion to their backlog; honoured by ``Trigger.AvailableNow`
 ``failOnDataLoss`` (default true: an offset below a queue's min offset, i.e. messages deleted by the
 store's cleaning before they were read, fails the query; false skips ahead and logs a warning),
 ``minPartitions``, ``includeHeaders``, ``verify_crc`` (default true). The latest offsets are reported for
-the query's progress (``reportLatestOffset``).
+the query's progress (``reportLatestOffset``); :func:`pystore.spark.offsets_behind_latest` turns a progress
+into Kafka's offsets-behind figures.
+
+Under ``Trigger.AvailableNow`` without a limit, a drain is one micro-batch of everything there was at the
+start. Its time goes to the query's start (Spark's Python stream runner and planner processes, which
+import PySpark, PyArrow and pystore), then ``addBatch``: the tasks, where the decoder's share is small
+next to Spark's intake of the Arrow batches (rows built from the 19 columns); the offsets, planning and
+checkpoint writes are a few percent (``bench/profile_spark_stream.py`` prints the split).
 """
 
 from __future__ import annotations
@@ -109,8 +116,11 @@ def parse_duration(name: str, raw: str) -> int:
 class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream reader of one store root (see the module docstring for the options)."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType | None) -> None:
+    def __init__(
+        self, options: Mapping[str, str], schema: StructType | None, parallelism: int | None = None
+    ) -> None:
         check_options(options, "stream")
+        self.parallelism = parallelism
         self.options = dict(options)
         self.headers = parse_bool(options, "includeHeaders", False)
         self.schema = check_read_schema(schema, self.headers)
@@ -247,9 +257,8 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 s = lo_now
             if e > s:
                 todo[parse_key(k)] = (s, e)
-        return list(
-            plan_queue_slices(self.root, todo, self.messages_per_partition, self.min_partitions or default_partitions())
-        )
+        target = self.min_partitions or default_partitions(self.parallelism)
+        return list(plan_queue_slices(self.root, todo, self.messages_per_partition, target))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         f = Filters([], -1, None, None, self.verify_crc, self.fail_on_data_loss)
