@@ -67,14 +67,14 @@ b = MessageBatch([Message("T", body) for _ in range(32)])
 for _ in range(%d):
     store.put_messages(b)
 """ % (N // 10)),
-    "get": ("*_read_11QueueReader_*get_message", N, """
+    "get": ("*_queue_reader_11QueueReader_*get_message", N, """
 for _ in range(100):
     store.put_message(Message("T", body))
 g = store.get_message
 for i in range(%d):
     g("g", "T", 0, i %% 100, 1)
 """ % N),
-    "look": ("*_read_11QueueReader_*look_message_by_offset", N, """
+    "look": ("*_queue_reader_11QueueReader_*look_message_by_offset", N, """
 offs = [store.put_message(Message("T", body)).append_message_result.wrote_offset for _ in range(100)]
 look = store.look_message_by_offset
 for i in range(%d):

@@ -10,7 +10,6 @@ from typing import Any, final
 
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
-from pystore._notify import WakeWord
 from pystore._sink import RecordSink
 from pystore._units import ConsumeQueueCore
 from pystore.status import GetMessageStatus
@@ -71,44 +70,3 @@ def read_queue(
     cl_queue: Any = None,
     sink: RecordSink | None = None,
 ) -> GetMessageResult: ...
-
-@final
-class QueueReader:
-    # Internal: MessageStore.get_message and look_message_by_offset without a Python frame (store.py binds them).
-    open: bool
-    @property
-    def tail_reads(self) -> int: ...
-    def __init__(
-        self,
-        queues: dict[tuple[str, int], Any],
-        cl_queue: Any,
-        lim: ReadLimits,
-        flags: Any,
-        not_readable_bit: int,
-        config: Any,
-        slave_role: Any,
-        cls: type,
-        store: Any,
-        live: Any = None,
-    ) -> None: ...
-    def get_message(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_msg_nums: int = 32,
-        message_filter: Any = None,
-        timeout_ms: int = 0,
-    ) -> GetMessageResult: ...
-    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None: ...
-    def wait_message(
-        self,
-        wake: WakeWord,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_msg_nums: int,
-        spin_us: float,
-        timeout_ms: float,
-    ) -> GetMessageResult | None: ...

@@ -22,7 +22,7 @@ second, so that a store shut down meanwhile ends its waits), which is what keeps
 restarted working. A read-only store writes nothing but its registrations in that word; it creates no file:
 without a wake file (no writer since, or one that predates it; a store it cannot open for writing) its waiters
 re-read the queue every ``READER_POLL_MS`` and look for the file again once a second. ``wait_queue`` is that wait
-for one queue without a filter, compiled (``_read.QueueReader.wait_message``): the spin, the sleep and the get
+for one queue without a filter, compiled (``_queue_reader.QueueReader.wait_message``): the spin, the sleep and the get
 after a wake-up run without a Python frame between them, and its spin watches the place of the queue's next
 unit rather than the word, without registering (the writer pays nothing for a spinning reader).
 """
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from pystore._notify import WakeWord
 from pystore._props import string_to_properties
-from pystore._read import QueueReader
+from pystore._queue_reader import QueueReader
 from pystore.durable import fsync_dir
 from pystore.results import GetMessageResult
 from pystore.status import GetMessageStatus

@@ -374,7 +374,7 @@ class ConsumeQueueStore:
     @property
     def table(self) -> dict[tuple[str, int], ConsumeQueue]:
         """The live table itself, for the compiled reader's lookups without a Python frame
-        (``_read.QueueReader``): read it, never change it (this class adds and removes, under its lock)."""
+        (``_queue_reader.QueueReader``): read it, never change it (this class adds and removes, under its lock)."""
         return self._queues
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:

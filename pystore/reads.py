@@ -3,7 +3,7 @@ queue-offset and time queries) and by commit-log offset, each after the store's 
 read-only store, after following the live writer as far as the read needs.
 
 The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/format.md §11.1) and the
-result are ``_read.read_queue``'s, the one function the compiled fast path (``_read.QueueReader``, bound by
+result are ``_read.read_queue``'s, the one function the compiled fast path (``_queue_reader.QueueReader``, bound by
 ``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
 ``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.arrival``'s; following the writer is
 ``pystore.wiring.StoreParts``' (a read-only store's compiled reader follows it in C in the common case and hands
@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pystore._read import QueueReader, ReadLimits, read_queue
+from pystore._queue_reader import QueueReader
+from pystore._read import ReadLimits, read_queue
 from pystore.arrival import Arrivals, found_something
 from pystore.config import BrokerRole, StoreConfig
 from pystore.errors import StoreClosedError, StoreError

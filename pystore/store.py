@@ -16,7 +16,7 @@ live writer by re-reading the folder when asked for data beyond what it has seen
 
 One put and its read, module by module: ``put_message`` is the commit log's compiled ``put_message``
 (``_bind_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
-says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` is ``_read.QueueReader``'s
+says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` is ``_queue_reader.QueueReader``'s
 (``_bind_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
 run ``_read.read_queue``, which reads the consume queue's units and the records they point at.
 
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pystore import columns
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
-from pystore._read import QueueReader
+from pystore._queue_reader import QueueReader
 from pystore._results import PutMessageResult
 from pystore.checkpoint import AbortFile, StoreLock
 from pystore.config import BrokerRole, StoreConfig
@@ -221,7 +221,7 @@ class MessageStore:
 
         * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
           SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
-        * ``get_message``, ``look_message_by_offset``, on a ``MessageStore`` itself: a ``_read.QueueReader``'s,
+        * ``get_message``, ``look_message_by_offset``, on a ``MessageStore`` itself: a ``_queue_reader.QueueReader``'s,
           which serves the common call (no filter, a known queue, a readable master, int arguments) and hands
           every other to the ``StoreReads`` methods these delegate to. A read-only store's reader follows the
           writer first (``QueueReader`` says how far in C); its ``look_message_by_offset`` stays the Python

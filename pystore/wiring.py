@@ -93,7 +93,7 @@ class StoreParts:
 
     #: a reader's refreshes, one at a time (``get_message`` reads again under it after following its queue)
     refresh_lock: threading.RLock = field(default_factory=threading.RLock)
-    #: a reader's refreshes under way: the compiled follow (``_read._follow_live``) runs only while there is
+    #: a reader's refreshes under way: the compiled follow (``_queue_reader._follow_live``) runs only while there is
     #: none, and holds the GIL from start to end, so none starts while it runs
     following: int = 0
 
@@ -137,7 +137,7 @@ class StoreParts:
         of the full follow cost far more): the units written since into the queue's last file, then the records
         written since into the commit log's last file. False when that does not cover it (a file filled or
         rolled, damage seen, a unit pointing past the log's last file): the full follow does it all then.
-        ``_read._follow_live`` is its compiled twin, which a read-only store's ``get_message`` runs first: the
+        ``_queue_reader._follow_live`` is its compiled twin, which a read-only store's ``get_message`` runs first: the
         two keep the same order (units, then records) and the same reasons to hand over to the full follow."""
         mf = cq.last_file
         cl = self.commitlog

@@ -1,5 +1,5 @@
 """The read fast path: ``get_message`` and ``look_message_by_offset`` bound to a compiled
-``_read.QueueReader`` (the common call without a Python frame, every other call handed to the ``MessageStore``
+``_queue_reader.QueueReader`` (the common call without a Python frame, every other call handed to the ``MessageStore``
 method), and the messages of one page sharing one copy of their contiguous records. Behaviour only: the
 compiled answer must equal the Python method's for every call, a message must stay whole after its
 neighbours, its page and its files are gone, and the store's state (closed, not readable) must be honoured
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
-from pystore._read import QueueReader
+from pystore._queue_reader import QueueReader
 from pystore.errors import StoreClosedError, StoreError
 from pystore.store import MessageStore
 from pystore.tools import decode_record, iter_commitlog

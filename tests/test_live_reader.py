@@ -1,4 +1,4 @@
-"""A read-only store's compiled get (``_read.QueueReader`` with ``live``): it follows the live writer in C
+"""A read-only store's compiled get (``_queue_reader.QueueReader`` with ``live``): it follows the live writer in C
 (``_follow_live``) and answers exactly as the Python get (``StoreReads.get_message``, which follows in full) on
 the same store states: appends within a file, a file roll of the queue and of the commit log, a writer restart;
 a unit whose record is not whole is never served; ``wait_message`` (the compiled long-polling get, and the
