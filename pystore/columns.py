@@ -42,6 +42,7 @@ MISSING = "the column API needs numpy and pyarrow: install pystore-mq[columns] (
 #: One consume-queue unit as stored (docs/format.md): big-endian commit-log offset, size, tags code.
 UNIT_DTYPE = [("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 
+#: The largest record size ``batch_ends`` takes (sizes are int32, as in a record's TOTALSIZE).
 _INT32_MAX = 2**31 - 1
 
 
