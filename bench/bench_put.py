@@ -632,47 +632,6 @@ def _columns(n: int, size: int, count: int = COLUMNS_POOL) -> list[tuple[object,
     return [(rng.integers(0, 256, n * size, dtype=np.uint8), offsets) for _ in range(count)]
 
 
-def test_put_columns_128_prefaulted_paired(benchmark, store_factory, record):
-    """One operation: ``put_columns`` of 32 768 bodies of 128 B (a numpy values/offsets pair, 8 distinct
-    columns cycled) into a pre-faulted store; before each round, untimed, the same messages through
-    ``put_messages(MessageBatch.from_bodies(...))`` in batches of 32 into the same store (the fastest put
-    path before columns). ``paired_ratio``: columns over from_bodies, round by round."""
-    n, size, rounds = COLUMNS_N, 128, 12
-    store = store_factory((rounds + 2) * 2 * n * RECORD)
-    cols = _columns(n, size)
-    lists = [[bytes(v[o[i]:o[i + 1]]) for i in range(n)] for v, o in cols[:2]]
-    batches = [[b[i:i + 32] for i in range(0, n, 32)] for b in lists]
-    turn = itertools.count()
-    put, from_bodies = store.put_messages, MessageBatch.from_bodies
-
-    def reference() -> None:
-        for b in batches[next(turn) % 2]:
-            put(from_bodies(TOPIC, b))
-
-    kw, ref = benchlib.paired(benchmark, reference, rounds)
-    put_columns, done = _cycling_put_columns(store, cols)
-
-    benchmark.group = "put columns 128 B"
-    r = benchmark.pedantic(put_columns, **kw)
-    assert r.status.name == "PUT_OK" and r.count == n
-    # every round put the reference's n messages too, in batches: the count checks both paths
-    check_store(store, len(done) * n + len(ref) * n, bytes(done[-1][0][-size:]), at_least=n)
-    benchlib.record_paired(benchmark, record, "put_columns_128_prefaulted_paired", n, ref, n)
-
-
-def _cycling_put_columns(store: Any, cols: list[Any]) -> tuple[Any, list[Any]]:
-    """A ``put_columns`` of the next of ``cols`` (cycled) per call, and the list of the columns it put."""
-    nxt = itertools.cycle(cols).__next__
-    done: list[Any] = []
-
-    def put_columns() -> object:
-        c = nxt()
-        done.append(c)
-        return store.put_columns(TOPIC, c)
-
-    return put_columns, done
-
-
 class _RunQueue:
     """The time this thread spent waiting for a CPU while runnable (Linux ``/proc/thread-self/schedstat``,
     second field, ns): on a shared machine a round's wall time is its own work plus the other processes'
@@ -692,6 +651,75 @@ class _RunQueue:
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
+
+
+def _runq_timed(fn: Any) -> tuple[Any, list[float], _RunQueue]:
+    """``fn`` wrapped to note each call's run-queue wait (``_RunQueue``) in the returned list."""
+    runq = _RunQueue()
+    waits: list[float] = []
+
+    def timed() -> object:
+        w0 = runq.wait()
+        r = fn()
+        waits.append(runq.wait() - w0)
+        return r
+
+    return timed, waits, runq
+
+
+def _runq_figures(mine: list[float], waits: list[float], nbytes: float) -> dict[str, float]:
+    """``runq_share`` (the part of the timed rounds spent waiting for a CPU) and ``gb_per_s_off_runq`` (the
+    median round's rate with its wait taken out) of rounds ``mine`` (seconds) writing ``nbytes`` each."""
+    waits = waits[-len(mine):]
+    own = sorted(max(m_s - w, 1e-9) for m_s, w in zip(mine, waits, strict=True))
+    return {"runq_share": sum(waits) / sum(mine), "gb_per_s_off_runq": nbytes / own[len(own) // 2] / 1e9}
+
+
+def test_put_columns_128_prefaulted_paired(benchmark, store_factory, record):
+    """One operation: ``put_columns`` of 32 768 bodies of 128 B (a numpy values/offsets pair, 8 distinct
+    columns cycled) into a pre-faulted store; before each round, untimed, the same messages through
+    ``put_messages(MessageBatch.from_bodies(...))`` in batches of 32 into the same store (the fastest put
+    path before columns). ``paired_ratio``: columns over from_bodies, round by round; ``runq_share`` and
+    ``gb_per_s_off_runq`` as ``test_put_columns_1k_prefaulted`` has them."""
+    n, size, rounds = COLUMNS_N, 128, 12
+    store = store_factory((rounds + 2) * 2 * n * RECORD)
+    cols = _columns(n, size)
+    lists = [[bytes(v[o[i]:o[i + 1]]) for i in range(n)] for v, o in cols[:2]]
+    batches = [[b[i:i + 32] for i in range(0, n, 32)] for b in lists]
+    turn = itertools.count()
+    put, from_bodies = store.put_messages, MessageBatch.from_bodies
+
+    def reference() -> None:
+        for b in batches[next(turn) % 2]:
+            put(from_bodies(TOPIC, b))
+
+    kw, ref = benchlib.paired(benchmark, reference, rounds)
+    put_columns, done = _cycling_put_columns(store, cols)
+    timed, waits, runq = _runq_timed(put_columns)
+
+    benchmark.group = "put columns 128 B"
+    try:
+        r = benchmark.pedantic(timed, **kw)
+    finally:
+        runq.close()
+    assert r.status.name == "PUT_OK" and r.count == n
+    # every round put the reference's n messages too, in batches: the count checks both paths
+    check_store(store, len(done) * n + len(ref) * n, bytes(done[-1][0][-size:]), at_least=n)
+    benchlib.record_paired(benchmark, record, "put_columns_128_prefaulted_paired", n, ref, n)
+    benchmark.extra_info.update(_runq_figures(list(benchmark.stats.stats.data), waits, n * RECORD))
+
+
+def _cycling_put_columns(store: Any, cols: list[Any]) -> tuple[Any, list[Any]]:
+    """A ``put_columns`` of the next of ``cols`` (cycled) per call, and the list of the columns it put."""
+    nxt = itertools.cycle(cols).__next__
+    done: list[Any] = []
+
+    def put_columns() -> object:
+        c = nxt()
+        done.append(c)
+        return store.put_columns(TOPIC, c)
+
+    return put_columns, done
 
 
 def test_put_columns_1k_prefaulted(benchmark, store_factory, record):
@@ -719,14 +747,7 @@ def test_put_columns_1k_prefaulted(benchmark, store_factory, record):
         dst[i * nbytes:(i + 1) * nbytes] = srcs[i % COLUMNS_POOL]
 
     kw, ref = benchlib.paired(benchmark, floor, rounds)
-    runq = _RunQueue()
-    waits: list[float] = []
-
-    def timed() -> object:
-        w0 = runq.wait()
-        r = put_columns()
-        waits.append(runq.wait() - w0)
-        return r
+    timed, waits, runq = _runq_timed(put_columns)
 
     benchmark.group = "put columns 1 KiB"
     try:
@@ -738,11 +759,9 @@ def test_put_columns_1k_prefaulted(benchmark, store_factory, record):
     check_store(store, len(done) * n, bytes(done[-1][0][-size:]), at_least=n)
     mine = list(benchmark.stats.stats.data)
     ratios = sorted(r_s / m_s for m_s, r_s in zip(mine, ref[-len(mine):], strict=True))
-    own = sorted(max(m_s - w, 1e-9) for m_s, w in zip(mine, waits[-len(mine):], strict=True))
     record("put_columns_1k_prefaulted", n, n * size, bytes_per_op=nbytes,
            paired_ratio=ratios[len(ratios) // 2], paired_ratios=ratios,
-           floor_gb_per_s=nbytes / sorted(ref)[len(ref) // 2] / 1e9,
-           runq_share=sum(waits[-len(mine):]) / sum(mine), gb_per_s_off_runq=nbytes / own[len(own) // 2] / 1e9)
+           floor_gb_per_s=nbytes / sorted(ref)[len(ref) // 2] / 1e9, **_runq_figures(mine, waits, nbytes))
 
 
 #: MiB of records the fresh-store benchmark writes per round (1024 for the issue's "first 1 GiB"; the default is
