@@ -17,6 +17,7 @@ arrow_decode        ``_arrow.scan_file`` (the Spark decoder)        one scan of 
 get_columns         ``_read.read_queue`` (its scan and decoder)     one page of 2,000 x 128 B, per message
 put_columns         ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
                                                                     (a numpy pair), per message
+put_columns_1k      ``_bulk_put._put``                              the same with 1 KiB bodies, per message
 ==================  ==============================================  =========================================
 
 A count more than ``--tolerance`` (default 5 %) above the baseline fails the check (exit 1). The baseline
@@ -103,6 +104,13 @@ assert rb.num_rows == %d
 import numpy as np
 values = np.frombuffer(b"y" * (1000 * 128), dtype=np.uint8)
 offsets = np.arange(0, 1000 * 128 + 1, 128, dtype=np.int64)
+for _ in range(20):
+    assert store.put_columns("T", (values, offsets)).count == 1000
+"""),
+    "put_columns_1k": ("*_bulk_put__put*", 20 * 1000, """
+import numpy as np
+values = np.frombuffer(bytes(range(256)) * (1000 * 4), dtype=np.uint8)
+offsets = np.arange(0, 1000 * 1024 + 1, 1024, dtype=np.int64)
 for _ in range(20):
     assert store.put_columns("T", (values, offsets)).count == 1000
 """),

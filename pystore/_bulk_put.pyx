@@ -28,7 +28,7 @@ record larger than a file (MESSAGE_ILLEGAL), the page cache busy (OS_PAGE_CACHE_
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.object cimport PyObject
-from libc.stdint cimport int16_t, int32_t, int64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
@@ -39,6 +39,10 @@ from pystore._jstring cimport java_hash_utf8
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport MAX_PROPERTIES_BYTES, Message
 from pystore._results cimport PutMessageResult, put_ok
+
+cdef extern from "crc32.h":
+    uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
+    int ps_crc_force(int level) noexcept nogil
 
 import logging
 import os
@@ -95,6 +99,29 @@ cdef inline Py_ssize_t _unit_end(const int32_t *sizes, const int64_t *lens, cons
                     break
     total[0] = t
     return j
+
+
+cdef inline int64_t _batch_cap(int64_t max_body, int64_t file_size) noexcept nogil:
+    """The most record bytes a batch holds: RocketMQ's cap on a batch (the max message size), and a file less
+    the room its END_OF_FILE blank keeps."""
+    return min(max_body, file_size - END_FILE_MIN_BLANK_LENGTH)
+
+
+def batch_ends(const int32_t[::1] sizes not None, const int64_t[::1] lens not None, long long max_message_size,
+               long long file_size):
+    """The batches a ``batch=True`` column put stores (``_unit_end``'s rule, for the messages' record
+    ``sizes`` and body ``lens``), as the list of each batch's end index. ``columns._chunks`` cuts the
+    ``MessageBatch``es of the put through ``Message``s by it, so both paths batch alike."""
+    cdef Py_ssize_t n = sizes.shape[0], i = 0
+    cdef int64_t total
+    cdef int64_t cap = _batch_cap(max_message_size, file_size)
+    cdef list ends = []
+    if lens.shape[0] != n:
+        raise ValueError("%d sizes for %d bodies" % (n, lens.shape[0]))
+    while i < n:
+        i = _unit_end(&sizes[0], &lens[0], NULL, i, n, True, cap, max_message_size, &total)
+        ends.append(i)
+    return ends
 
 
 cdef inline unsigned char *_prop(unsigned char *q, const char *name, const unsigned char *v, int32_t n) noexcept nogil:
@@ -219,6 +246,26 @@ cdef int _check_out(Py_ssize_t n, int64_t[::1] queue_offsets, int64_t[::1] commi
     return 0
 
 
+def _copy_crc32(unsigned char[::1] dst, Py_ssize_t at, const unsigned char[::1] src, int level=-1):
+    """Tests only: copy ``src`` into ``dst`` at ``at`` as the column put copies a body into the mapping, and
+    return zlib's crc32 of it (not masked). ``level``: the CRC path to use (0 zlib, 1 PCLMULQDQ, 2 VPCLMULQDQ;
+    at most what the CPU runs; -1 the CPU's), for this call only."""
+    cdef int before = -1
+    cdef uint32_t c
+    if at < 0 or at + src.shape[0] > dst.shape[0]:
+        raise ValueError("%d bytes at %d do not fit in %d" % (src.shape[0], at, dst.shape[0]))
+    if src.shape[0] == 0:
+        return 0
+    if level >= 0:
+        before = ps_crc_force(level)
+    try:
+        c = ps_copy_crc32(&dst[at], &src[0], <size_t>src.shape[0])
+    finally:
+        if before >= 0:
+            ps_crc_force(before)
+    return c
+
+
 def put_bodies(CommitLogCore cl not None, Message tmpl not None, const unsigned char[::1] values,
                const int64_t[::1] offsets, bint batch, long long born_ts, int64_t[::1] queue_offsets,
                int64_t[::1] commit_log_offsets, int64_t[::1] store_timestamps, tags=None, keys=None,
@@ -288,7 +335,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
                  int64_t chunk_bytes):
     cdef Py_ssize_t i = 0, j, k, unit_end, end
     cdef int64_t max_body = cl.max_message_size, file_size = cl.file_size
-    cdef int64_t cap = min(max_body, file_size - END_FILE_MIN_BLANK_LENGTH)
+    cdef int64_t cap = _batch_cap(max_body, file_size)
     cdef int64_t total, acc, pos, first_phy, qoff = 0, ts = 0, t0, blen, room, phy
     cdef int32_t base_len, tail_len, body_pos, first_body_len, size
     cdef int32_t *sizes = b.sizes
@@ -385,9 +432,9 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
                 for k in range(i + 1, end):
                     size = sizes[k]
                     blen = lens[k]
-                    memcpy(dst + body_pos, ptrs[k], blen)
-                    # the CRC of the bytes stored, read back while in cache
-                    crc = body_crc32(dst + body_pos, blen)
+                    # one pass over the body: each block loaded is stored and folded into the CRC (of the bytes
+                    # stored, whatever another thread does to the caller's buffer meanwhile)
+                    crc = <int32_t>(ps_copy_crc32(dst + body_pos, ptrs[k], <size_t>blen) & 0x7FFFFFFF)
                     like_head(dst, first, body_pos, crc, blen, qoff + k - i,
                               mf.file_from_offset + (dst - mf.write_base), born_ts)
                     if props_lens != NULL:

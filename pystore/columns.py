@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pystore._bulk_put import put_bodies, put_bytes
+from pystore._bulk_put import batch_ends, put_bodies, put_bytes
 from pystore._codec import record_length
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
@@ -42,9 +42,8 @@ MISSING = "the column API needs numpy and pyarrow: install pystore-mq[columns] (
 #: One consume-queue unit as stored (docs/format.md): big-endian commit-log offset, size, tags code.
 UNIT_DTYPE = [("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 
-#: A commit-log file keeps this much room after its last record for the END_OF_FILE blank (RocketMQ's
-#: END_FILE_MIN_BLANK_LENGTH): a batch larger than the file less this is refused by the put path.
-_END_BLANK = 8
+#: The largest record size ``batch_ends`` takes (sizes are int32, as in a record's TOTALSIZE).
+_INT32_MAX = 2**31 - 1
 
 
 def _np() -> Any:
@@ -215,25 +214,19 @@ def _messages(topic: str, bs: Sequence[Any], queue_id: int, keys: Any, tags: Any
 def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
     """The batches ``batch=True`` stores: consecutive messages whose records add up to at most the max
     message size (RocketMQ's cap on a batch) and fit a commit-log file; a message that cannot go in a batch
-    (a body over the max size) goes alone, so that its refusal stops the put exactly there. (The compiled
-    path, ``_bulk_put``, cuts the same batches.)"""
+    (a body over the max size) goes alone, so that its refusal stops the put exactly there. The rule is the
+    compiled path's (``_bulk_put.batch_ends``): both cut the same batches."""
+    np = _np()
     cfg = store.config
-    cap = min(cfg.max_message_size, cfg.mapped_file_size_commit_log - _END_BLANK)
+    n = len(msgs)
+    # a record too large for an int32 size goes alone anyway (its body is over the max message size)
+    sizes = np.fromiter((min(record_length(m, cfg.store_host), _INT32_MAX) for m in msgs), dtype=np.int32, count=n)
+    lens = np.fromiter((len(m.body) for m in msgs), dtype=np.int64, count=n)
     out: list[list[Message]] = []
-    cur: list[Message] = []
-    total = 0
-    for m in msgs:
-        size = record_length(m, cfg.store_host)
-        if cur and (total + size > cap or len(m.body) > cfg.max_message_size):
-            out.append(cur)
-            cur, total = [], 0
-        cur.append(m)
-        total += size
-        if len(m.body) > cfg.max_message_size:
-            out.append(cur)
-            cur, total = [], 0
-    if cur:
-        out.append(cur)
+    start = 0
+    for end in batch_ends(sizes, lens, cfg.max_message_size, cfg.mapped_file_size_commit_log):
+        out.append(msgs[start:end])
+        start = end
     return out
 
 

@@ -7,6 +7,8 @@ SIGKILLed in the middle of one leaves a log whose every acknowledged message rea
 from __future__ import annotations
 
 import os
+import random
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 from writer_procs import kill, read_line
 
 from pystore import Message, MessageBatch, MessageStore, columns
-from pystore._bulk_put import CHUNK_BYTES, put_bodies
+from pystore._bulk_put import CHUNK_BYTES, _copy_crc32, batch_ends, put_bodies
 from pystore.columns import _chunks, _messages, _put_messages
 from pystore.status import PutMessageStatus
 from pystore.tools import iter_commitlog
@@ -177,6 +179,57 @@ def test_put_bodies_checks_its_arrays(store_factory):
         put_bodies(store._commitlog, tmpl, values, np.array([0, 5, 6, 7]), False, 0, out, out, out)
     assert put_bodies(store._commitlog, tmpl, values, np.array([0]), False, 0, out, out, out)[1] == 0
     store_factory.expect_messages(0)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2], ids=["zlib", "pclmulqdq", "vpclmulqdq"])
+def test_the_fused_copy_stores_the_bytes_and_gives_zlibs_crc(level):
+    """The body copy of the column put (copy and CRC in one pass), on each CRC path (a path the CPU lacks
+    falls back to the best it has): for every length 0..4096, from unaligned sources to unaligned places, the
+    bytes land exactly there (nothing around them touched) and the CRC is zlib's."""
+    rng = random.Random(22)
+    data = rng.randbytes(4096 + 64)
+    for n in range(4097):
+        for skip, at in ((0, 0), (1, 7), (13, 3), (5, 32)):
+            src = memoryview(data)[skip:skip + n]
+            dst = bytearray(b"\xa5" * (n + 64))
+            assert _copy_crc32(dst, at, src, level) == zlib.crc32(src), (level, n, skip, at)
+            assert dst[at:at + n] == src, (level, n, skip, at)
+            assert dst[:at] == b"\xa5" * at and dst[at + n:] == b"\xa5" * (64 - at), (level, n, skip, at)
+    with pytest.raises(ValueError, match="do not fit"):
+        _copy_crc32(bytearray(10), 5, b"123456")
+
+
+def _reference_batches(sizes: list[int], lens: list[int], max_size: int, file_size: int) -> list[int]:
+    """RocketMQ's batching as the put path checks it, spelled out: a batch's records add up to at most the max
+    message size and the file less its 8-byte blank; a body over the max size goes alone."""
+    cap = min(max_size, file_size - 8)
+    ends: list[int] = []
+    total = 0
+    for i, (size, ln) in enumerate(zip(sizes, lens, strict=True)):
+        alone = ln > max_size
+        if i > (ends[-1] if ends else 0) and (alone or total + size > cap):
+            ends.append(i)
+            total = 0
+        total += size
+        if alone:
+            ends.append(i + 1)
+            total = 0
+    if not ends or ends[-1] != len(sizes):
+        ends.append(len(sizes))
+    return ends
+
+
+def test_batch_ends_cut_rocketmqs_batches():
+    rng = random.Random(5)
+    for _ in range(300):
+        n = rng.randrange(0, 60)
+        max_size, file_size = rng.choice([(1000, 4096), (4000, 2048), (20_000, 1 << 20)])
+        lens = [rng.choice([0, 10, 300, 900, 999, 1000, 1001, 5000]) for _ in range(n)]
+        sizes = [100 + ln for ln in lens]
+        got = batch_ends(np.array(sizes, dtype=np.int32), np.array(lens, dtype=np.int64), max_size, file_size)
+        assert got == (_reference_batches(sizes, lens, max_size, file_size) if n else []), (sizes, max_size)
+    with pytest.raises(ValueError, match="sizes for"):
+        batch_ends(np.zeros(2, dtype=np.int32), np.zeros(3, dtype=np.int64), 100, 1000)
 
 
 def _texts(n: int, every: int, word: str) -> list[str | None]:
