@@ -25,10 +25,10 @@ from pystore._message_batch import MessageBatch
 from pystore._read import ReadLimits
 from pystore._results import PutMessageResult
 from pystore._units import UNIT_SIZE
+from pystore.results import PutColumnsResult
 from pystore.status import GetMessageStatus, PutMessageStatus
 
 if TYPE_CHECKING:
-    import numpy as np
 
     from pystore._commitlog import CommitLogCore
     from pystore.message import MessageFilter, TagFilter
@@ -60,25 +60,6 @@ def _pa() -> Any:
     except ImportError as e:
         raise ImportError(MISSING % e) from e
     return pyarrow
-
-
-class PutColumnsResult:
-    """What ``put_columns`` stored: ``status`` (the first refusal; else the first failed wait of a stored
-    message, such as FLUSH_DISK_TIMEOUT; else PUT_OK), ``count`` messages stored, and for each of them (numpy
-    int64 arrays, in input order) its queue offset, commit-log offset and store time."""
-
-    __slots__ = ("status", "count", "queue_offsets", "commit_log_offsets", "store_timestamps")
-
-    def __init__(self, status: PutMessageStatus, queue_offsets: np.ndarray, commit_log_offsets: np.ndarray,
-                 store_timestamps: np.ndarray) -> None:
-        self.status = status
-        self.count = len(queue_offsets)
-        self.queue_offsets = queue_offsets
-        self.commit_log_offsets = commit_log_offsets
-        self.store_timestamps = store_timestamps
-
-    def __repr__(self) -> str:
-        return "PutColumnsResult(%s, count=%d)" % (self.status.name, self.count)
 
 
 # -- put_columns ------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What reads return: ``GetMessageResult`` and ``QueryMessageResult`` (docs/api.md "Reading"); and
-``PutColumnsResult``, what ``put_columns`` returns (defined with the column API, ``pystore.columns``).
+``PutColumnsResult``, what ``put_columns`` returns (docs/api.md "Columns").
 
 ``GetMessageResult`` is compiled (``_read``, where ``get_message`` builds it) because every pull makes one, as
 the put-side results are (``_results``); ``QueryMessageResult`` is a plain object with slots.
@@ -7,9 +7,15 @@ the put-side results are (``_results``); ``QueryMessageResult`` is a plain objec
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pystore._message_ext import MessageExt
 from pystore._read import GetMessageResult
-from pystore.columns import PutColumnsResult
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pystore.status import PutMessageStatus
 
 __all__ = ["GetMessageResult", "PutColumnsResult", "QueryMessageResult"]
 
@@ -36,3 +42,22 @@ class QueryMessageResult:
     def __repr__(self) -> str:
         return "QueryMessageResult(%d messages, index_last_update_timestamp=%d, index_last_update_phyoffset=%d)" % (
             len(self.messages), self.index_last_update_timestamp, self.index_last_update_phyoffset)
+
+
+class PutColumnsResult:
+    """What ``put_columns`` stored: ``status`` (the first refusal; else the first failed wait of a stored
+    message, such as FLUSH_DISK_TIMEOUT; else PUT_OK), ``count`` messages stored, and for each of them (numpy
+    int64 arrays, in input order) its queue offset, commit-log offset and store time."""
+
+    __slots__ = ("status", "count", "queue_offsets", "commit_log_offsets", "store_timestamps")
+
+    def __init__(self, status: PutMessageStatus, queue_offsets: np.ndarray, commit_log_offsets: np.ndarray,
+                 store_timestamps: np.ndarray) -> None:
+        self.status = status
+        self.count = len(queue_offsets)
+        self.queue_offsets = queue_offsets
+        self.commit_log_offsets = commit_log_offsets
+        self.store_timestamps = store_timestamps
+
+    def __repr__(self) -> str:
+        return "PutColumnsResult(%s, count=%d)" % (self.status.name, self.count)

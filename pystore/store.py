@@ -63,13 +63,12 @@ if TYPE_CHECKING:
     from pystore._read import ReadLimits
     from pystore.arrival import ArrivingListener
     from pystore.clean import CleanService
-    from pystore.columns import PutColumnsResult
     from pystore.commitlog import CommitLog
     from pystore.consume_queue import ConsumeQueueStore
     from pystore.errors import StoreCorruptedError
     from pystore.message import MessageFilter, TagFilter
     from pystore.recovery import RecoveryResult
-    from pystore.results import GetMessageResult, QueryMessageResult
+    from pystore.results import GetMessageResult, PutColumnsResult, QueryMessageResult
     from pystore.schedule import ScheduleMessageService
     from pystore.service import DiskUsage
     from pystore.status import GetMessageStatus
