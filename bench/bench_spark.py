@@ -23,7 +23,6 @@ import os
 import shutil
 import socket
 import struct
-import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -165,28 +164,7 @@ class PyTupleSource(DataSource):
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pystore-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    import pystore.spark
-
-    pystore.spark.register(session)
+    session = benchlib.spark_session(2, "pystore-bench")
     session.dataSource.register(PyTupleSource)
     yield session
     session.stop()

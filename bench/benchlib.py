@@ -20,6 +20,7 @@ import os
 import platform
 import random
 import struct
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -68,6 +69,34 @@ def store_api() -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------
 # payloads: the same bytes for every contender
 # ---------------------------------------------------------------------------------------------------------
+
+
+def spark_session(cores: int, app: str) -> Any:
+    """A local Spark session as the Spark benches run it (``cores`` threads, no UI, serial GC, UTC), with pystore's
+    source registered; its Python workers import this interpreter's path."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    session = (
+        SparkSession.builder.master("local[%d]" % cores)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.default.parallelism", str(cores))
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    import pystore.spark
+
+    pystore.spark.register(session)
+    return session
 
 
 def payloads(n: int, size: int, seed: int = 20240601) -> list[bytes]:

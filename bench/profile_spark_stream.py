@@ -47,29 +47,7 @@ def build_store(root: str, n: int, size: int) -> None:
 
 
 def session(cores: int) -> Any:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    s = (
-        SparkSession.builder.master("local[%d]" % cores)
-        .appName("pystore-stream-profile")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.default.parallelism", str(cores))
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    import pystore.spark
-
-    pystore.spark.register(s)
-    return s
+    return benchlib.spark_session(cores, "pystore-stream-profile")
 
 
 def drain(spark: Any, root: str, checkpoint: str, n: int, options: dict[str, str]) -> dict[str, Any]:

@@ -24,6 +24,15 @@ cdef int64_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil
     return <int64_t>(<int32_t>java_hash_utf8_from(0, p, n))
 
 
+cdef inline uint32_t _fold_code_point(uint32_t h, uint32_t cp) noexcept nogil:
+    """``h`` going on over one code point as Java holds it: its UTF-16 code unit, or its surrogate pair."""
+    if cp >= 0x10000:
+        cp -= 0x10000
+        h = 31 * h + (0xD800 + (cp >> 10))
+        return 31 * h + (0xDC00 + (cp & 0x3FF))
+    return 31 * h + cp
+
+
 cdef uint32_t java_hash_utf8_from(uint32_t h, const unsigned char *p, Py_ssize_t n) noexcept nogil:
     """``java_hash_utf8`` going on from the hash ``h`` of a string before these bytes: the hash of the
     concatenation (``topic + "#" + key`` without building it), each part decoded on its own."""
@@ -66,12 +75,7 @@ cdef uint32_t java_hash_utf8_from(uint32_t h, const unsigned char *p, Py_ssize_t
         if k < need:
             h = 31 * h + 0xFFFD          # one replacement for the maximal valid prefix
             continue
-        if cp >= 0x10000:
-            cp -= 0x10000
-            h = 31 * h + (0xD800 + (cp >> 10))
-            h = 31 * h + (0xDC00 + (cp & 0x3FF))
-        else:
-            h = 31 * h + cp
+        h = _fold_code_point(h, cp)
     return h
 
 
@@ -85,7 +89,7 @@ cdef int32_t java_hash_str(str s) except? -1:
     cdef const Py_UCS1 *p1
     cdef const Py_UCS2 *p2
     cdef const Py_UCS4 *p4
-    cdef uint32_t h = 0, cp
+    cdef uint32_t h = 0
     if kind == PyUnicode_1BYTE_KIND:
         p1 = <const Py_UCS1 *>data
         i = 0
@@ -102,13 +106,7 @@ cdef int32_t java_hash_str(str s) except? -1:
     else:
         p4 = <const Py_UCS4 *>data
         for i in range(n):
-            cp = p4[i]
-            if cp >= 0x10000:
-                cp -= 0x10000
-                h = 31 * h + (0xD800 + (cp >> 10))
-                h = 31 * h + (0xDC00 + (cp & 0x3FF))
-            else:
-                h = 31 * h + cp
+            h = _fold_code_point(h, p4[i])
     return <int32_t>h
 
 
