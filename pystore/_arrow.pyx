@@ -9,7 +9,7 @@ The buffers come from Arrow's memory pool (``pyarrow.allocate_buffer``: freed ba
 rather than faulted in afresh): the per-row ones (fixed-width values, row offsets, validity) share one
 allocation sized for the batch's rows; the variable-length ones grow by doubling and start at the size the
 last batch reached. At the end of a batch they go to Arrow without a copy through its C data interface
-(one ``RecordBatch._import_from_c`` of ``ArrowArray`` structs pointing into them, ``arrow_export.h``;
+(one ``RecordBatch._import_from_c`` of ``ArrowArray`` structs pointing into them, ``_arrow_export.pxd``;
 releasing the batch drops the buffers).
 
 No Python object is made per row. Strings are UTF-8 with invalid sequences replaced by U+FFFD (maximal
@@ -32,6 +32,7 @@ from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint6
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 
+from pystore._arrow_export cimport ArrowArray, Exporting, PS_ARRAYS, _array, ps_batch, ps_release_batch
 from pystore._bytes cimport body_crc32
 from pystore._codec cimport REC_BAD_CRC
 from pystore._record cimport RecordView
@@ -529,57 +530,6 @@ cdef inline int put_topic(BatchBuilder self, const unsigned char *t, int32_t n) 
 # ----------------------------------------------------------------------------------------------------
 # The built batch to Arrow, through its C data interface
 # ----------------------------------------------------------------------------------------------------
-
-# A built batch goes to Arrow through its C data interface (one import call, no Python call per column): the
-# ArrowArray structs of the batch and its columns live in one block, whose release drops the pyarrow buffers the
-# columns point into.
-cdef extern from "arrow_export.h":
-    struct ArrowArray:
-        int64_t length
-        int64_t null_count
-        int64_t offset
-        int64_t n_buffers
-        int64_t n_children
-        const void **buffers
-        ArrowArray **children
-        ArrowArray *dictionary
-        void (*release)(ArrowArray *) noexcept nogil
-        void *private_data
-    enum: PS_ARRAYS
-    ctypedef struct ps_batch:
-        ArrowArray a[PS_ARRAYS]
-        ArrowArray *kids[PS_ARRAYS]
-        const void *bufs[3 * PS_ARRAYS]
-        PyObject *keep
-    void ps_release_kid(ArrowArray *a) noexcept nogil
-    void ps_release_batch(ArrowArray *a) noexcept nogil
-
-
-cdef struct Exporting:
-    ps_batch *e
-    int arrays
-    int kids
-    int bufs
-
-
-cdef ArrowArray *_array(Exporting *x, int64_t length, int64_t nulls, int n_buffers, int n_children) noexcept:
-    """The next ArrowArray of the block, with room for its buffer and child pointers (filled by the caller)."""
-    cdef ArrowArray *a = &x.e.a[x.arrays]
-    x.arrays += 1
-    a.length = length
-    a.null_count = nulls
-    a.offset = 0
-    a.n_buffers = n_buffers
-    a.n_children = n_children
-    a.buffers = &x.e.bufs[x.bufs]
-    x.bufs += n_buffers
-    a.children = &x.e.kids[x.kids] if n_children else NULL
-    x.kids += n_children
-    a.dictionary = NULL
-    a.release = ps_release_kid
-    a.private_data = NULL
-    return a
-
 
 cdef ArrowArray *_col(Buf *bufs, Exporting *x, int64_t length, int64_t nulls, int first, int second,
                       int n_children=0) noexcept:

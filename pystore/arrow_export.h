@@ -1,4 +1,4 @@
-/* pystore: a built batch's ArrowArray structs (Arrow's C data interface) and their release; declared in _arrow.pxd */
+/* pystore: a built batch's ArrowArrays (Arrow's C data interface) and their release; declared in _arrow_export.pxd */
 #ifndef PYSTORE_ARROW_EXPORT_H
 #define PYSTORE_ARROW_EXPORT_H
 
