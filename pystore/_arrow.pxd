@@ -42,6 +42,8 @@ cdef enum:
     B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
 
 
+# final in _arrow.pyx only: declared final here, Cython (3.x) takes the class's ``add`` for an override of a final
+# method. Other modules so call ``add`` and ``check_crc`` through the vtable (once a record, next to ``add``'s work).
 cdef class BatchBuilder(RecordSink):
     cdef object schema
     cdef readonly bint verify_crc

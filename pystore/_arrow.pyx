@@ -3,8 +3,8 @@
 
 A :class:`BatchBuilder` decodes whole records (fed by ``_arrow_source``'s readers of a commit-log file range or
 a consume queue's units, or by ``get_message``'s scan as a ``RecordSink``) in one C pass straight into the
-column buffers of a ``pyarrow.RecordBatch``: validity
-where needed, int32 offsets and data for strings and binaries, list/map offsets, fixed-width values.
+column buffers of a ``pyarrow.RecordBatch``: validity where needed, int32 offsets and data for strings and
+binaries, list/map offsets, fixed-width values.
 The buffers come from Arrow's memory pool (``pyarrow.allocate_buffer``: freed batches' memory is reused
 rather than faulted in afresh): the per-row ones (fixed-width values, row offsets, validity) share one
 allocation sized for the batch's rows; the variable-length ones grow by doubling and start at the size the
