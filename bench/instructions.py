@@ -13,7 +13,7 @@ put_keyed           ``CommitLogCore._put``                          2,000 puts o
 put_batch           ``CommitLogCore._put_batch``                    200 batches of 32 x 128 B
 get                 the compiled ``get_message``                    2,000 gets of one message
 look                the compiled ``look_message_by_offset``         2,000 look-ups by commit-log offset
-arrow_decode        ``_arrow.scan_file`` (the Spark decoder)        one scan of 2,000 records, per record
+arrow_decode        ``_arrow_source.scan_file`` (Spark's decoder)   one scan of 2,000 records, per record
 get_columns         ``_read.read_queue`` (its scan and decoder)     one page of 2,000 x 128 B, per message
 put_columns         ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
                                                                     (a numpy pair), per message
@@ -83,7 +83,8 @@ for i in range(%d):
 """ % N),
     "arrow_decode": ("*_arrow_*scan_file", N, """
 import pyarrow as pa
-from pystore._arrow import BatchBuilder, scan_file
+from pystore._arrow import BatchBuilder
+from pystore._arrow_source import scan_file
 from pystore._mapped_file import MappedFile
 from pystore.export import arrow_schema
 for i in range(%d):

@@ -1,6 +1,6 @@
 """Types of ``pystore._arrow`` (compiled): the Spark data source's decoder — commit-log records straight into
-Arrow record batches (``BatchBuilder``), from a commit-log file range (``scan_file``) or through a consume
-queue (``QueueReader``). Internal to pystore; typed so that its own modules type-check.
+Arrow record batches (``BatchBuilder``), fed by ``pystore._arrow_source``'s readers or by ``get_columns``'s scan.
+Internal to pystore; typed so that its own modules type-check.
 
 Kept in step with ``_arrow.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
@@ -8,7 +8,6 @@ Kept in step with ``_arrow.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 from typing import Any, Final, final
 
 from pystore._codec import REASONS as REASONS
-from pystore._mapped_file import MappedFile
 from pystore._sink import RecordSink
 
 # pyarrow ships no type information: its schema and record batch are Any here
@@ -43,16 +42,3 @@ class BatchBuilder(RecordSink):
     ) -> None: ...
     def reserve(self, rows: int, body_bytes: int, topic_bytes: int = 0) -> None: ...
     def build(self, again: bool = True) -> _RecordBatch | None: ...
-
-def scan_file(b: BatchBuilder, mf: MappedFile, pos: int, end: int = -1) -> tuple[int, bool]: ...
-
-@final
-class QueueReader:
-    @property
-    def topic(self) -> str: ...
-    @property
-    def queue_id(self) -> int: ...
-    @property
-    def lost(self) -> int: ...
-    def __init__(self, topic: str, queue_id: int, cq_paths: list[str], cl_paths: list[str]) -> None: ...
-    def scan(self, b: BatchBuilder, start: int, end: int) -> tuple[int, bool]: ...

@@ -1,15 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Commit-log records straight into Arrow columns (the Spark data source's decoder, docs/api.md "Spark").
 
-A :class:`BatchBuilder` decodes whole records (from a commit-log file range, or through a consume
-queue's units) in one C pass straight into the column buffers of a ``pyarrow.RecordBatch``: validity
-where needed, int32 offsets and data for strings and binaries, list/map offsets, fixed-width values.
+A :class:`BatchBuilder` decodes whole records (fed by ``_arrow_source``'s readers of a commit-log file range or
+a consume queue's units, or by ``get_message``'s scan as a ``RecordSink``) in one C pass straight into the
+column buffers of a ``pyarrow.RecordBatch``: validity where needed, int32 offsets and data for strings and
+binaries, list/map offsets, fixed-width values.
 The buffers come from Arrow's memory pool (``pyarrow.allocate_buffer``: freed batches' memory is reused
 rather than faulted in afresh): the per-row ones (fixed-width values, row offsets, validity) share one
 allocation sized for the batch's rows; the variable-length ones grow by doubling and start at the size the
 last batch reached. At the end of a batch they go to Arrow without a copy through its C data interface
-(one ``RecordBatch._import_from_c`` of ``ArrowArray`` structs pointing into them; releasing the batch
-drops the buffers).
+(one ``RecordBatch._import_from_c`` of ``ArrowArray`` structs pointing into them, ``_arrow_export.pxd``;
+releasing the batch drops the buffers).
 
 No Python object is made per row. Strings are UTF-8 with invalid sequences replaced by U+FFFD (maximal
 subparts, as Java and Python do), so Arrow always gets valid UTF-8. The properties map follows RocketMQ
@@ -18,12 +19,11 @@ property split on spaces (empty tokens dropped); ``tags`` is null without a ``TA
 ``address:port`` (IPv6 ``[address]:port``, compressed like ``ipaddress``); ``msg_id`` is the offset
 message id (docs/format.md §1.8); timestamps are microseconds since the epoch, UTC.
 
-The driver's planning helpers (where to split a file, a queue's bounds) are ``_arrow_plan``; the text
-formatting of fields (UTF-8 repair, hosts, numbers, properties items) is ``_textfmt.pxd``; the offset message id
-is written here from a table of hex digit pairs (docs/format.md §1.8).
-
-Everything reads read-only mappings and holds no lock: safe on a live store (a record's size is published
-last, so a non-zero size means a whole record).
+The sources (a file range, a consume queue) are ``_arrow_source``; the driver's planning helpers (where to
+split a file, a queue's bounds) are ``_arrow_plan``; the text formatting of fields (UTF-8 repair, hosts,
+numbers, properties items) is ``_textfmt.pxd``; the offset message id is written here from a table of hex
+digit pairs (docs/format.md §1.8). The builder's fields and the per-record tests its sources call inline are
+declared in ``_arrow.pxd``.
 """
 
 cimport cython
@@ -32,11 +32,11 @@ from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint6
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 
-from pystore._bytes cimport body_crc32, get_i64, load_i32_acquire
-from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, REC_BAD_CRC, RecordView,
-                             check_record)
-from pystore._mapped_file cimport MappedFile
-from pystore._sink cimport RecordSink, same_bytes
+from pystore._arrow_export cimport ArrowArray, Exporting, PS_ARRAYS, _array, ps_batch, ps_release_batch
+from pystore._bytes cimport body_crc32
+from pystore._codec cimport REC_BAD_CRC
+from pystore._record cimport RecordView
+from pystore._sink cimport same_bytes
 from pystore._textfmt cimport MAX_ITEMS, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
@@ -48,42 +48,10 @@ from pystore.errors import StoreCorruptedError
 
 log = logging.getLogger(__name__)
 
-cdef int32_t FILLER = CQ_FILLER_SIZE
-cdef int32_t UNIT = CQ_STORE_UNIT_SIZE
-
 #: Column order of the data source (docs/api.md "Spark").
 COLUMNS = ("topic", "queue_id", "queue_offset", "commit_log_offset", "store_size", "body", "tags", "keys",
            "properties", "flag", "sys_flag", "born_timestamp", "store_timestamp", "born_host", "store_host",
            "reconsume_times", "prepared_transaction_offset", "body_crc", "msg_id")
-
-
-# ----------------------------------------------------------------------------------------------------
-# Growable column buffers from Arrow's memory pool
-# ----------------------------------------------------------------------------------------------------
-
-cdef struct Buf:
-    unsigned char *p
-    int64_t n
-    int64_t cap
-
-
-cdef struct HostCache:
-    unsigned char raw[20]
-    int32_t raw_len
-    char text[64]
-    int text_len
-    # the offset message id of the last row with this store host (docs/format.md §1.8): the host's hex then the
-    # offset's; rows whose offsets share all but the low 16 bits rewrite only the last four digits
-    unsigned char id[64]
-    int64_t id_high                     # the offset >> 16 ``id`` holds, -1 for none
-
-
-cdef struct TextCache:
-    # the last topic added, as stored and as written (valid UTF-8): a page's rows mostly share one
-    int32_t raw_len                     # -1: none
-    int32_t text_len
-    unsigned char raw[256]
-    unsigned char text[800]
 
 
 # two upper-case hex digits of each byte value: a message id is written two digits at a time
@@ -114,100 +82,6 @@ cdef inline void hex_i64(unsigned char *out, int64_t x) noexcept nogil:
     for i in range(7, -1, -1):
         memcpy(out + 2 * i, &HEX_PAIRS[2 * (u & 0xFF)], 2)
         u >>= 8
-
-
-# A built batch goes to Arrow through its C data interface (one import call, no Python call per column): the
-# ArrowArray structs of the batch and its columns live in one block, whose release drops the pyarrow buffers the
-# columns point into (with the GIL: Arrow may release from any thread).
-cdef extern from *:
-    """
-    struct ArrowArray {
-        int64_t length;
-        int64_t null_count;
-        int64_t offset;
-        int64_t n_buffers;
-        int64_t n_children;
-        const void **buffers;
-        struct ArrowArray **children;
-        struct ArrowArray *dictionary;
-        void (*release)(struct ArrowArray *);
-        void *private_data;
-    };
-    /* the batch, its 19 columns, the keys' strings, the properties' entries and their keys and values */
-    #define PS_ARRAYS 24
-    typedef struct {
-        struct ArrowArray a[PS_ARRAYS];
-        struct ArrowArray *kids[PS_ARRAYS];
-        const void *bufs[3 * PS_ARRAYS];
-        PyObject *keep;
-    } ps_batch;
-    static void ps_release_kid(struct ArrowArray *a) { a->release = NULL; }
-    static void ps_release_batch(struct ArrowArray *a) {
-        ps_batch *e = (ps_batch *)a->private_data;
-        int i;
-        for (i = 1; i < PS_ARRAYS; i++)
-            if (e->a[i].release) e->a[i].release(&e->a[i]);
-        if (e->keep) {
-            PyGILState_STATE g = PyGILState_Ensure();
-            Py_DECREF(e->keep);
-            PyGILState_Release(g);
-        }
-        free(e);
-        a->release = NULL;
-    }
-    """
-    struct ArrowArray:
-        int64_t length
-        int64_t null_count
-        int64_t offset
-        int64_t n_buffers
-        int64_t n_children
-        const void **buffers
-        ArrowArray **children
-        ArrowArray *dictionary
-        void (*release)(ArrowArray *) noexcept nogil
-        void *private_data
-    enum: PS_ARRAYS
-    ctypedef struct ps_batch:
-        ArrowArray a[PS_ARRAYS]
-        ArrowArray *kids[PS_ARRAYS]
-        const void *bufs[3 * PS_ARRAYS]
-        PyObject *keep
-    void ps_release_kid(ArrowArray *a) noexcept nogil
-    void ps_release_batch(ArrowArray *a) noexcept nogil
-
-
-cdef struct Exporting:
-    ps_batch *e
-    int arrays
-    int kids
-    int bufs
-
-
-cdef ArrowArray *_array(Exporting *x, int64_t length, int64_t nulls, int n_buffers, int n_children) noexcept:
-    """The next ArrowArray of the block, with room for its buffer and child pointers (filled by the caller)."""
-    cdef ArrowArray *a = &x.e.a[x.arrays]
-    x.arrays += 1
-    a.length = length
-    a.null_count = nulls
-    a.offset = 0
-    a.n_buffers = n_buffers
-    a.n_children = n_children
-    a.buffers = &x.e.bufs[x.bufs]
-    x.bufs += n_buffers
-    a.children = &x.e.kids[x.kids] if n_children else NULL
-    x.kids += n_children
-    a.dictionary = NULL
-    a.release = ps_release_kid
-    a.private_data = NULL
-    return a
-
-
-# column buffers
-cdef enum:
-    B_TOPIC_O, B_TOPIC, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_BODY, B_TAGS_V, B_TAGS_O, B_TAGS,
-    B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV, B_FLAG, B_SYS, B_BORN, B_STORE,
-    B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
 
 
 # the property names ``TAGS`` and ``KEYS`` as the 4-byte words they are in a properties string
@@ -257,27 +131,6 @@ cdef class BatchBuilder(RecordSink):
     sink fed past ``max_rows`` grows). Timestamps are microseconds, or milliseconds when the schema's
     timestamp type is (the export's schema).
     """
-    cdef object schema
-    cdef readonly bint verify_crc
-    cdef int32_t queue_id
-    cdef int64_t start_ms, end_ms
-    cdef list topics
-    cdef int n_topics
-    cdef const unsigned char **topic_ptr
-    cdef int32_t *topic_len
-    cdef readonly int64_t max_rows, max_bytes
-    cdef int64_t cap_rows                # the rows the fixed-width buffers have room for
-    cdef int64_t last_n[N_BUFS]          # each buffer's size in the last batch built
-    cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
-    cdef Buf bufs[N_BUFS]
-    cdef list pybufs                    # the pyarrow ResizableBuffer behind each variable-length Buf
-    cdef object rows_block              # the pyarrow Buffer holding the per-row ones (_row_bytes)
-    cdef readonly int64_t rows
-    cdef int64_t tags_nulls, n_keys, n_items
-    cdef int32_t *items
-    cdef HostCache born_cache, store_cache
-    cdef TextCache topic_cache
-    cdef readonly int64_t rows_total
 
     def __cinit__(self):
         self.items = NULL
@@ -391,40 +244,6 @@ cdef class BatchBuilder(RecordSink):
         self.cap_rows *= 2
         return 0
 
-    cdef inline int res(self, int i, int64_t extra) except -1:
-        if self.bufs[i].n + extra > self.bufs[i].cap:
-            self._grow(i, self.bufs[i].n + extra)
-        return 0
-
-    cdef inline int put_utf8(self, int i, const unsigned char *p, int32_t n) except -1:
-        """Append ``p[:n]`` to buffer ``i`` as valid UTF-8 (valid text is copied as is)."""
-        cdef Buf *b = &self.bufs[i]
-        if b.n + 3 * <int64_t>n > b.cap:
-            self._grow(i, b.n + 3 * <int64_t>n)
-        b.n += utf8_fix(p, n, b.p + b.n)
-        return 0
-
-    cdef inline int put_host(self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
-        """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
-        cdef Buf *b = &self.bufs[i]
-        cdef uint64_t x, y
-        if hlen == 8 and c.raw_len == 8:
-            memcpy(&x, h, 8)
-            memcpy(&y, c.raw, 8)
-            if x != y:
-                self._new_host(c, h, hlen)
-        elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
-            self._new_host(c, h, hlen)
-        # a fixed-size copy (vector moves, no call) of the text and what follows it in the cache
-        if b.n + 64 > b.cap:
-            self._grow(i, b.n + 64)
-        if c.text_len <= 32:
-            memcpy(b.p + b.n, c.text, 32)
-        else:
-            memcpy(b.p + b.n, c.text, 64)
-        b.n += c.text_len
-        return 0
-
     cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1:
         c.text_len = fmt_host(h, hlen, c.text)
         hex_bytes(c.id, h, hlen)
@@ -433,35 +252,18 @@ cdef class BatchBuilder(RecordSink):
         c.raw_len = hlen
         return 0
 
-    cdef inline int put_topic(self, const unsigned char *t, int32_t n) except -1:
-        """Append topic ``t[:n]`` as valid UTF-8: a repeat of the last topic is copied from the cache."""
-        cdef TextCache *c = &self.topic_cache
-        cdef Buf *b = &self.bufs[B_TOPIC]
-        if n != c.raw_len or not same_bytes(c.raw, t, n):
-            memcpy(c.raw, t, n)
-            c.raw_len = n
-            c.text_len = <int32_t>utf8_fix(t, n, c.text)
-        if b.n + 32 + c.text_len > b.cap:
-            self._grow(B_TOPIC, b.n + 32 + c.text_len)
-        if c.text_len <= 32:
-            memcpy(b.p + b.n, c.text, 32)
-        else:
-            memcpy(b.p + b.n, c.text, c.text_len)
-        b.n += c.text_len
-        return 0
-
     def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
         """Room for ``rows`` more rows with ``body_bytes`` of bodies and ``topic_bytes`` of topics (a page
         whose size is known up front grows no buffer, so nothing is copied on the way)."""
         cdef int64_t want = self.rows + max(rows, 0)
         while self.cap_rows < want:
             self._more_rows()
-        self.res(B_BODY, max(body_bytes, 0))
-        self.res(B_TOPIC, max(topic_bytes, 0))
+        res(self, B_BODY, max(body_bytes, 0))
+        res(self, B_TOPIC, max(topic_bytes, 0))
         # an offset message id is 32 digits (56 for an IPv6 store host); a host's text at most 64 bytes
-        self.res(B_ID, 32 * max(rows, 0) + 64)
-        self.res(B_BH, 24 * max(rows, 0) + 64)
-        self.res(B_SH, 24 * max(rows, 0) + 64)
+        res(self, B_ID, 32 * max(rows, 0) + 64)
+        res(self, B_BH, 24 * max(rows, 0) + 64)
+        res(self, B_SH, 24 * max(rows, 0) + 64)
 
     def __dealloc__(self):
         free(self.items)
@@ -499,24 +301,6 @@ cdef class BatchBuilder(RecordSink):
         self.bufs[B_TAGS_V].n = self.bufs[B_TAGS_V].cap
         return 0
 
-    cdef inline bint full(self) noexcept:
-        cdef int64_t var = (self.bufs[B_BODY].n + self.bufs[B_PK].n + self.bufs[B_PV].n + self.bufs[B_KEYS].n
-                            + self.bufs[B_TAGS].n + self.bufs[B_TOPIC].n)
-        return self.rows >= self.max_rows or var >= self.max_bytes
-
-    cdef inline bint wanted(self, const unsigned char *p, RecordView *v) noexcept nogil:
-        cdef int i
-        if self.queue_id >= 0 and v.queue_id != self.queue_id:
-            return False
-        if v.store_ts < self.start_ms or v.store_ts >= self.end_ms:
-            return False
-        if self.n_topics:
-            for i in range(self.n_topics):
-                if self.topic_len[i] == v.topic_len and memcmp(self.topic_ptr[i], p + v.topic_pos, v.topic_len) == 0:
-                    return True
-            return False
-        return True
-
     cdef int check_crc(self, const unsigned char *p, RecordView *v, str path, int64_t offset) except -1:
         if self.verify_crc and v.body_len > 0 and body_crc32(p + v.body_pos, v.body_len) != v.body_crc:
             raise StoreCorruptedError(path, offset, REASONS.get(REC_BAD_CRC))
@@ -549,7 +333,7 @@ cdef class BatchBuilder(RecordSink):
         (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
         (<int32_t *>b[B_CRC].p)[r] = v.body_crc
         # topic, body
-        self.put_topic(p + v.topic_pos, v.topic_len)
+        put_topic(self, p + v.topic_pos, v.topic_len)
         (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
         if b[B_BODY].n + v.body_len > b[B_BODY].cap:
             self._grow(B_BODY, b[B_BODY].n + v.body_len)
@@ -565,8 +349,8 @@ cdef class BatchBuilder(RecordSink):
             (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
             (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
         # hosts and the offset message id
-        self.put_host(&self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
-        self.put_host(sc, B_SH, p + v.store_host_pos, v.store_host_len)
+        put_host(self, &self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+        put_host(self, sc, B_SH, p + v.store_host_pos, v.store_host_len)
         (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
         (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
         # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset's,
@@ -597,11 +381,11 @@ cdef class BatchBuilder(RecordSink):
         cdef uint32_t word
         cdef const unsigned char *sp
         cnt = parse_props(props, props_len, items)
-        self.res(B_PK_O, 4 * cnt)
-        self.res(B_PV_O, 4 * cnt)
+        res(self, B_PK_O, 4 * cnt)
+        res(self, B_PV_O, 4 * cnt)
         for i in range(cnt):
-            self.put_utf8(B_PK, props + items[4 * i], items[4 * i + 1])
-            self.put_utf8(B_PV, props + items[4 * i + 2], items[4 * i + 3])
+            put_utf8(self, B_PK, props + items[4 * i], items[4 * i + 1])
+            put_utf8(self, B_PV, props + items[4 * i + 2], items[4 * i + 3])
             self.n_items += 1
             (<int32_t *>b[B_PK_O].p)[self.n_items] = <int32_t>b[B_PK].n
             (<int32_t *>b[B_PV_O].p)[self.n_items] = <int32_t>b[B_PV].n
@@ -618,7 +402,7 @@ cdef class BatchBuilder(RecordSink):
                 elif word == KEYS_WORD:
                     keys_at = i
         if tags_at >= 0:
-            self.put_utf8(B_TAGS, props + items[4 * tags_at + 2], items[4 * tags_at + 3])
+            put_utf8(self, B_TAGS, props + items[4 * tags_at + 2], items[4 * tags_at + 3])
             b[B_TAGS_V].p[r >> 3] |= <unsigned char>(1 << (r & 7))
         else:
             self.tags_nulls += 1
@@ -631,8 +415,8 @@ cdef class BatchBuilder(RecordSink):
                 sp = <const unsigned char *>memchr(props + s, 32, e - s)
                 t = e if sp == NULL else <int32_t>(sp - props)
                 if t > s:
-                    self.put_utf8(B_KEYS, props + s, t - s)
-                    self.res(B_KEYS_O, 4)
+                    put_utf8(self, B_KEYS, props + s, t - s)
+                    res(self, B_KEYS_O, 4)
                     self.n_keys += 1
                     (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
                     b[B_KEYS_O].n += 4
@@ -669,7 +453,7 @@ cdef class BatchBuilder(RecordSink):
         e.keep = <PyObject *>keep
         try:
             try:
-                self._describe(e, n)
+                _describe(self, e, n)
             finally:
                 # the batch's own release (``_describe`` gave every array the children's)
                 e.a[0].release = ps_release_batch
@@ -683,223 +467,123 @@ cdef class BatchBuilder(RecordSink):
             if e.a[0].release != NULL:     # not taken (an error): released here
                 e.a[0].release(&e.a[0])
 
-    cdef int _describe(self, ps_batch *e, int64_t n) except -1:
-        """Fill ``e`` with the ArrowArrays of the ``n`` rows in the buffers, in the schema's order (docs/api.md)."""
-        cdef Exporting x
-        cdef Buf *b = self.bufs
-        cdef ArrowArray *top
-        cdef ArrowArray *a
-        cdef ArrowArray *c
-        cdef ArrowArray *keys
-        cdef ArrowArray *props
-        cdef int k
-        x.e = e
-        x.arrays = x.kids = x.bufs = 0
-        top = _array(&x, n, 0, 1, 19)
-        top.buffers[0] = NULL
-        for k in range(19):
-            top.children[k] = &e.a[1 + k]
-        # the 19 columns first (they must be a[1] ... a[19]), their children after
-        self._col(&x, n, 0, B_TOPIC_O, B_TOPIC)
-        self._col(&x, n, 0, B_QID, -1)
-        self._col(&x, n, 0, B_QOFF, -1)
-        self._col(&x, n, 0, B_CLO, -1)
-        self._col(&x, n, 0, B_SIZE, -1)
-        self._col(&x, n, 0, B_BODY_O, B_BODY)
-        a = self._col(&x, n, self.tags_nulls, B_TAGS_O, B_TAGS)
-        if self.tags_nulls:
-            a.buffers[0] = b[B_TAGS_V].p
-        keys = self._col(&x, n, 0, B_KEYS_LO, -1, 1)
-        props = self._col(&x, n, 0, B_MAP_O, -1, 1)
-        for k in (B_FLAG, B_SYS, B_BORN, B_STORE):
-            self._col(&x, n, 0, k, -1)
-        self._col(&x, n, 0, B_BH_O, B_BH)
-        self._col(&x, n, 0, B_SH_O, B_SH)
-        for k in (B_RC, B_PREP, B_CRC):
-            self._col(&x, n, 0, k, -1)
-        self._col(&x, n, 0, B_ID_O, B_ID)
-        # the keys' strings, the properties' entries (a struct of key and value strings)
-        keys.children[0] = self._col(&x, self.n_keys, 0, B_KEYS_O, B_KEYS)
-        c = _array(&x, self.n_items, 0, 1, 2)
-        c.buffers[0] = NULL
-        props.children[0] = c
-        c.children[0] = self._col(&x, self.n_items, 0, B_PK_O, B_PK)
-        c.children[1] = self._col(&x, self.n_items, 0, B_PV_O, B_PV)
-        assert x.arrays == PS_ARRAYS
-        return 0
 
-    cdef ArrowArray *_col(self, Exporting *x, int64_t length, int64_t nulls, int first, int second,
-                          int n_children=0) except NULL:
-        """An array of buffers ``first`` (values, or offsets) and ``second`` (-1: none; else the data of those
-        offsets), without a validity bitmap (set by the caller where there are nulls)."""
-        cdef ArrowArray *a = _array(x, length, nulls, 3 if second >= 0 else 2, n_children)
-        a.buffers[0] = NULL
-        a.buffers[1] = self.bufs[first].p
-        if second >= 0:
-            a.buffers[2] = self.bufs[second].p
-        return a
+# ----------------------------------------------------------------------------------------------------
+# The builder's appends: module functions, so that the C compiler inlines them into ``add``
+# ----------------------------------------------------------------------------------------------------
+
+cdef inline int res(BatchBuilder self, int i, int64_t extra) except -1:
+    if self.bufs[i].n + extra > self.bufs[i].cap:
+        self._grow(i, self.bufs[i].n + extra)
+    return 0
+
+
+cdef inline int put_utf8(BatchBuilder self, int i, const unsigned char *p, int32_t n) except -1:
+    """Append ``p[:n]`` to buffer ``i`` as valid UTF-8 (valid text is copied as is)."""
+    cdef Buf *b = &self.bufs[i]
+    if b.n + 3 * <int64_t>n > b.cap:
+        self._grow(i, b.n + 3 * <int64_t>n)
+    b.n += utf8_fix(p, n, b.p + b.n)
+    return 0
+
+
+cdef inline int put_host(BatchBuilder self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
+    """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
+    cdef Buf *b = &self.bufs[i]
+    cdef uint64_t x, y
+    if hlen == 8 and c.raw_len == 8:
+        memcpy(&x, h, 8)
+        memcpy(&y, c.raw, 8)
+        if x != y:
+            self._new_host(c, h, hlen)
+    elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
+        self._new_host(c, h, hlen)
+    # a fixed-size copy (vector moves, no call) of the text and what follows it in the cache
+    if b.n + 64 > b.cap:
+        self._grow(i, b.n + 64)
+    if c.text_len <= 32:
+        memcpy(b.p + b.n, c.text, 32)
+    else:
+        memcpy(b.p + b.n, c.text, 64)
+    b.n += c.text_len
+    return 0
+
+
+cdef inline int put_topic(BatchBuilder self, const unsigned char *t, int32_t n) except -1:
+    """Append topic ``t[:n]`` as valid UTF-8: a repeat of the last topic is copied from the cache."""
+    cdef TextCache *c = &self.topic_cache
+    cdef Buf *b = &self.bufs[B_TOPIC]
+    if n != c.raw_len or not same_bytes(c.raw, t, n):
+        memcpy(c.raw, t, n)
+        c.raw_len = n
+        c.text_len = <int32_t>utf8_fix(t, n, c.text)
+    if b.n + 32 + c.text_len > b.cap:
+        self._grow(B_TOPIC, b.n + 32 + c.text_len)
+    if c.text_len <= 32:
+        memcpy(b.p + b.n, c.text, 32)
+    else:
+        memcpy(b.p + b.n, c.text, c.text_len)
+    b.n += c.text_len
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------------
-# Sources: a commit-log file range, a consume queue's offset range
+# The built batch to Arrow, through its C data interface
 # ----------------------------------------------------------------------------------------------------
 
-def scan_file(BatchBuilder b, MappedFile mf, long long pos, long long end=-1):
-    """Add the records of ``mf`` from ``pos`` (a record boundary) until ``end`` (a record boundary; -1:
-    the end-of-file blank or the end of written data), until ``b`` is full.
-
-    Returns ``(next_pos, done)``. A damaged record, or (with ``verify_crc``) a wrong body CRC, raises
-    ``StoreCorruptedError`` naming the file and the record's absolute offset."""
-    cdef RecordView v
-    cdef int32_t r
-    cdef int64_t limit = mf.file_size
-    cdef const unsigned char *base = mf.base
-    cdef const unsigned char *p
-    mf.check_mapped()
-    if end < 0 or end > limit:
-        end = limit
-    while pos < end:
-        if b.full():
-            return (pos, False)
-        p = base + pos
-        r = check_record(p, limit - pos, False, &v)
-        if r <= 0:
-            if r == REC_BLANK or r == REC_END:
-                return (pos, True)
-            raise StoreCorruptedError(mf.file_name, mf.file_from_offset + pos, REASONS.get(r, "damaged record"))
-        if b.wanted(p, &v):
-            b.check_crc(p, &v, mf.file_name, mf.file_from_offset + pos)
-            b.add(p, &v)
-        pos += r
-    return (pos, True)
+cdef ArrowArray *_col(Buf *bufs, Exporting *x, int64_t length, int64_t nulls, int first, int second,
+                      int n_children=0) noexcept:
+    """An array of buffers ``first`` (values, or offsets) and ``second`` (-1: none; else the data of those
+    offsets), without a validity bitmap (set by the caller where there are nulls)."""
+    cdef ArrowArray *a = _array(x, length, nulls, 3 if second >= 0 else 2, n_children)
+    a.buffers[0] = NULL
+    a.buffers[1] = bufs[first].p
+    if second >= 0:
+        a.buffers[2] = bufs[second].p
+    return a
 
 
-cdef inline const unsigned char *_unit(list files, int64_t fsize, int64_t first_from, int64_t index,
-                                       int *state):
-    """The unit of queue offset ``index``: state 0 found, 1 below the first file (deleted), 2 past the last."""
-    cdef int64_t byte = index * UNIT
-    cdef Py_ssize_t fi
-    cdef MappedFile mf
-    if byte < first_from:
-        state[0] = 1
-        return NULL
-    fi = (byte - first_from) // fsize
-    if fi >= len(files):
-        state[0] = 2
-        return NULL
-    mf = <MappedFile>files[fi]
-    if mf.base == NULL or (byte - first_from) - fi * fsize + UNIT > mf.file_size:
-        state[0] = 2
-        return NULL
-    state[0] = 0
-    return mf.base + (byte - first_from - fi * fsize)
-
-
-@cython.final
-cdef class QueueReader:
-    """One consume queue and the commit log it points into, both mapped read-only:
-    ``QueueReader(topic, queue_id, cq_paths, cl_paths)`` (paths sorted by their 20-digit names)."""
-    cdef readonly str topic
-    cdef bytes topic_b
-    cdef readonly int queue_id
-    cdef list cq
-    cdef int64_t cq_size, cq_first
-    cdef list cl
-    cdef int64_t *cl_from
-    cdef int64_t *cl_size
-    cdef Py_ssize_t n_cl
-    cdef readonly int64_t lost
-
-    def __cinit__(self):
-        self.cl_from = NULL
-        self.cl_size = NULL
-
-    def __init__(self, str topic, int queue_id, list cq_paths, list cl_paths):
-        cdef Py_ssize_t i
-        cdef MappedFile mf
-        self.topic = topic
-        self.topic_b = topic.encode("utf-8")
-        self.queue_id = queue_id
-        self.cq = [MappedFile(p, -1, read_only=True) for p in cq_paths]
-        self.cq = [m for m in self.cq if (<MappedFile>m).file_size > 0]
-        self.cq_size = (<MappedFile>self.cq[0]).file_size if self.cq else 1
-        self.cq_first = (<MappedFile>self.cq[0]).file_from_offset if self.cq else 0
-        self.cl = [MappedFile(p, -1, read_only=True) for p in cl_paths]
-        self.n_cl = len(self.cl)
-        self.cl_from = <int64_t *>malloc((self.n_cl + 1) * sizeof(int64_t))
-        self.cl_size = <int64_t *>malloc((self.n_cl + 1) * sizeof(int64_t))
-        if self.cl_from == NULL or self.cl_size == NULL:
-            raise MemoryError()
-        for i in range(self.n_cl):
-            mf = <MappedFile>self.cl[i]
-            self.cl_from[i] = mf.file_from_offset
-            self.cl_size[i] = mf.file_size
-
-    def __dealloc__(self):
-        free(self.cl_from)
-        free(self.cl_size)
-
-    cdef Py_ssize_t _cl_index(self, int64_t phy) noexcept:
-        cdef Py_ssize_t lo = 0, hi = self.n_cl - 1, mid
-        if self.n_cl == 0 or phy < self.cl_from[0]:
-            return -1
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if self.cl_from[mid] <= phy:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
-    def scan(self, BatchBuilder b, long long start, long long end):
-        """Add the messages of queue offsets ``[start, end)`` until ``b`` is full: ``(next_offset, done)``.
-
-        ``done`` is also set when the queue ends before ``end``. Units whose message was deleted (the
-        consume-queue file, or the commit-log file, is gone) are counted in ``lost`` and skipped."""
-        cdef int64_t i = start, phy, rel
-        cdef int32_t usize, r
-        cdef int state = 0
-        cdef const unsigned char *u
-        cdef const unsigned char *p
-        cdef Py_ssize_t ci
-        cdef MappedFile mf
-        cdef RecordView v
-        while i < end:
-            if b.full():
-                return (i, False)
-            u = _unit(self.cq, self.cq_size, self.cq_first, i, &state)
-            if state == 1:
-                self.lost += min(end, self.cq_first // UNIT) - i
-                i = min(end, self.cq_first // UNIT)
-                continue
-            if state == 2:
-                return (i, True)
-            usize = load_i32_acquire(u + 8)
-            phy = get_i64(u)
-            if usize == 0 or phy < 0:
-                return (i, True)            # the end of written units
-            i += 1
-            if usize == FILLER:
-                continue
-            ci = self._cl_index(phy)
-            if ci < 0:
-                self.lost += 1
-                continue
-            mf = <MappedFile>self.cl[ci]
-            rel = phy - self.cl_from[ci]
-            if rel + usize > mf.file_size or mf.base == NULL:
-                raise StoreCorruptedError(mf.file_name, phy, "consume queue %s/%d unit %d points past the "
-                                          "commit log's end" % (self.topic, self.queue_id, i - 1))
-            p = mf.base + rel
-            r = check_record(p, mf.file_size - rel, False, &v)
-            if r <= 0:
-                raise StoreCorruptedError(mf.file_name, phy, REASONS.get(r, "damaged record"))
-            if r != usize or v.phy_offset != phy or v.queue_id != self.queue_id or \
-                    v.topic_len != len(self.topic_b) or \
-                    memcmp(p + v.topic_pos, <const char *>self.topic_b, v.topic_len) != 0:
-                raise StoreCorruptedError(mf.file_name, phy, "consume queue %s/%d unit %d does not match the "
-                                          "record it points at" % (self.topic, self.queue_id, i - 1))
-            if b.wanted(p, &v):
-                b.check_crc(p, &v, mf.file_name, phy)
-                b.add(p, &v)
-        return (i, True)
+cdef int _describe(BatchBuilder bb, ps_batch *e, int64_t n) except -1:
+    """Fill ``e`` with the ArrowArrays of the ``n`` rows in ``bb``'s buffers, in the schema's order (docs/api.md)."""
+    cdef Exporting x
+    cdef Buf *b = bb.bufs
+    cdef ArrowArray *top
+    cdef ArrowArray *a
+    cdef ArrowArray *c
+    cdef ArrowArray *keys
+    cdef ArrowArray *props
+    cdef int k
+    x.e = e
+    x.arrays = x.kids = x.bufs = 0
+    top = _array(&x, n, 0, 1, 19)
+    top.buffers[0] = NULL
+    for k in range(19):
+        top.children[k] = &e.a[1 + k]
+    # the 19 columns first (they must be a[1] ... a[19]), their children after
+    _col(b, &x, n, 0, B_TOPIC_O, B_TOPIC)
+    _col(b, &x, n, 0, B_QID, -1)
+    _col(b, &x, n, 0, B_QOFF, -1)
+    _col(b, &x, n, 0, B_CLO, -1)
+    _col(b, &x, n, 0, B_SIZE, -1)
+    _col(b, &x, n, 0, B_BODY_O, B_BODY)
+    a = _col(b, &x, n, bb.tags_nulls, B_TAGS_O, B_TAGS)
+    if bb.tags_nulls:
+        a.buffers[0] = b[B_TAGS_V].p
+    keys = _col(b, &x, n, 0, B_KEYS_LO, -1, 1)
+    props = _col(b, &x, n, 0, B_MAP_O, -1, 1)
+    for k in (B_FLAG, B_SYS, B_BORN, B_STORE):
+        _col(b, &x, n, 0, k, -1)
+    _col(b, &x, n, 0, B_BH_O, B_BH)
+    _col(b, &x, n, 0, B_SH_O, B_SH)
+    for k in (B_RC, B_PREP, B_CRC):
+        _col(b, &x, n, 0, k, -1)
+    _col(b, &x, n, 0, B_ID_O, B_ID)
+    # the keys' strings, the properties' entries (a struct of key and value strings)
+    keys.children[0] = _col(b, &x, bb.n_keys, 0, B_KEYS_O, B_KEYS)
+    c = _array(&x, bb.n_items, 0, 1, 2)
+    c.buffers[0] = NULL
+    props.children[0] = c
+    c.children[0] = _col(b, &x, bb.n_items, 0, B_PK_O, B_PK)
+    c.children[1] = _col(b, &x, bb.n_items, 0, B_PV_O, B_PV)
+    assert x.arrays == PS_ARRAYS
+    return 0

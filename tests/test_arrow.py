@@ -15,7 +15,8 @@ pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installe
 
 import pyarrow as pa  # noqa: E402
 
-from pystore._arrow import COLUMNS, BatchBuilder, QueueReader, scan_file  # noqa: E402
+from pystore._arrow import COLUMNS, BatchBuilder  # noqa: E402
+from pystore._arrow_source import QueueReader, scan_file  # noqa: E402
 from pystore._mapped_file import MappedFile  # noqa: E402
 from pystore.errors import StoreCorruptedError  # noqa: E402
 from pystore.spark.schema import arrow_schema  # noqa: E402

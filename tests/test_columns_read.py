@@ -259,7 +259,8 @@ def test_one_builder_over_many_batches_and_topics_equals_the_export(store_factor
     """The Spark decoder over a commit-log file in small batches (a builder reused: buffers sized from the
     batch before, left empty or not) with rows of several topics is ``export.record_batch`` of the same
     messages."""
-    from pystore._arrow import BatchBuilder, scan_file
+    from pystore._arrow import BatchBuilder
+    from pystore._arrow_source import scan_file
     from pystore._mapped_file import MappedFile
     from pystore.tools import iter_commitlog
 

@@ -64,7 +64,8 @@ def test_a_repeated_name_reads_alike_through_get_message_and_by_offset(tmp_path)
 def test_a_repeated_name_reads_alike_in_the_arrow_decoder(tmp_path):
     pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
     pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installed")
-    from pystore._arrow import BatchBuilder, scan_file
+    from pystore._arrow import BatchBuilder
+    from pystore._arrow_source import scan_file
     from pystore._mapped_file import MappedFile
     from pystore.spark.schema import arrow_schema
 

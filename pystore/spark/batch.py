@@ -24,8 +24,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from pystore._arrow import BatchBuilder, QueueReader, scan_file
+from pystore._arrow import BatchBuilder
 from pystore._arrow_plan import queue_bounds, split_points
+from pystore._arrow_source import QueueReader, scan_file
 from pystore._mapped_file import MappedFile
 from pystore.errors import StoreCorruptedError
 from pystore.spark import layout

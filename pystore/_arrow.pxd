@@ -1,0 +1,98 @@
+# cython: language_level=3
+"""Interface of ``pystore._arrow``: the ``BatchBuilder`` (records into Arrow column buffers) as its sources in
+``_arrow_source`` drive it — ``full``, ``wanted``, ``check_crc``, ``add`` per record; the two tests are inline
+here so that a source's loop calls no function for them."""
+from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcmp
+
+from pystore._record cimport RecordView
+from pystore._sink cimport RecordSink
+
+
+# a growable column buffer from Arrow's memory pool
+cdef struct Buf:
+    unsigned char *p
+    int64_t n
+    int64_t cap
+
+
+cdef struct HostCache:
+    unsigned char raw[20]
+    int32_t raw_len
+    char text[64]
+    int text_len
+    # the offset message id of the last row with this store host (docs/format.md §1.8): the host's hex then the
+    # offset's; rows whose offsets share all but the low 16 bits rewrite only the last four digits
+    unsigned char id[64]
+    int64_t id_high                     # the offset >> 16 ``id`` holds, -1 for none
+
+
+cdef struct TextCache:
+    # the last topic added, as stored and as written (valid UTF-8): a page's rows mostly share one
+    int32_t raw_len                     # -1: none
+    int32_t text_len
+    unsigned char raw[256]
+    unsigned char text[800]
+
+
+# column buffers
+cdef enum:
+    B_TOPIC_O, B_TOPIC, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_BODY, B_TAGS_V, B_TAGS_O, B_TAGS,
+    B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV, B_FLAG, B_SYS, B_BORN, B_STORE,
+    B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
+
+
+# final in _arrow.pyx only: declared final here, Cython (3.x) takes the class's ``add`` for an override of a final
+# method. Other modules so call ``add`` and ``check_crc`` through the vtable (once a record, next to ``add``'s work).
+cdef class BatchBuilder(RecordSink):
+    cdef object schema
+    cdef readonly bint verify_crc
+    cdef int32_t queue_id
+    cdef int64_t start_ms, end_ms
+    cdef list topics
+    cdef int n_topics
+    cdef const unsigned char **topic_ptr
+    cdef int32_t *topic_len
+    cdef readonly int64_t max_rows, max_bytes
+    cdef int64_t cap_rows                # the rows the fixed-width buffers have room for
+    cdef int64_t last_n[N_BUFS]          # each buffer's size in the last batch built
+    cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
+    cdef Buf bufs[N_BUFS]
+    cdef list pybufs                    # the pyarrow ResizableBuffer behind each variable-length Buf
+    cdef object rows_block              # the pyarrow Buffer holding the per-row ones (_row_bytes)
+    cdef readonly int64_t rows
+    cdef int64_t tags_nulls, n_keys, n_items
+    cdef int32_t *items
+    cdef HostCache born_cache, store_cache
+    cdef TextCache topic_cache
+    cdef readonly int64_t rows_total
+
+    cdef int _grow(self, int i, int64_t need) except -1
+    cdef int _rows_block(self, int64_t r, bint keep) except -1
+    cdef int _spend(self) except -1
+    cdef int _more_rows(self) except -1
+    cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1
+    cdef int _start(self) except -1
+    cdef int check_crc(self, const unsigned char *p, RecordView *v, str path, int64_t offset) except -1
+    cdef int add(self, const unsigned char *p, RecordView *v) except -1
+    cdef int _add_props(self, int64_t r, const unsigned char *props, int32_t props_len) except -1
+
+    cdef inline bint full(self) noexcept:
+        """The batch is full: ``max_rows`` rows, or ``max_bytes`` bytes of variable-length data."""
+        cdef int64_t var = (self.bufs[B_BODY].n + self.bufs[B_PK].n + self.bufs[B_PV].n + self.bufs[B_KEYS].n
+                            + self.bufs[B_TAGS].n + self.bufs[B_TOPIC].n)
+        return self.rows >= self.max_rows or var >= self.max_bytes
+
+    cdef inline bint wanted(self, const unsigned char *p, RecordView *v) noexcept nogil:
+        """The record passes the filters (queue, store time, topics)."""
+        cdef int i
+        if self.queue_id >= 0 and v.queue_id != self.queue_id:
+            return False
+        if v.store_ts < self.start_ms or v.store_ts >= self.end_ms:
+            return False
+        if self.n_topics:
+            for i in range(self.n_topics):
+                if self.topic_len[i] == v.topic_len and memcmp(self.topic_ptr[i], p + v.topic_pos, v.topic_len) == 0:
+                    return True
+            return False
+        return True
