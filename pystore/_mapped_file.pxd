@@ -40,6 +40,7 @@ cdef class MappedFile:
     cdef object pool                    # where it goes back
 
     cdef inline int64_t read_position(self) noexcept:
+        # what readers see: ``wrote`` without a transient pool buffer, ``committed`` with one
         return self.wrote if self.write_base == self.base else self.committed
 
     cdef int check_mapped(self) except -1

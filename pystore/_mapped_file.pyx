@@ -9,8 +9,7 @@ A file is named by the absolute offset of its first byte (20 decimal digits) and
 
 * ``wrote``: bytes appended (into the mapping, or into a transient-pool buffer when one is attached);
 * ``committed``: bytes copied from that buffer into the file (= ``wrote`` without a pool);
-* ``flushed``: bytes forced to disk by ``msync``/``fdatasync``, which run without the GIL.
-Readers see ``read_position``: ``wrote`` without a pool, ``committed`` with one.
+* ``flushed``: bytes forced to disk by ``msync``/``fdatasync`` (without the GIL); readers see ``read_position``.
 
 Page faults are kept off the writer's thread: a flush unmaps the whole pages it is about to write back
 (``_unmap_whole_pages``: no per-page TLB shootdown on the writer's core), and a small C thread pre-faults the
