@@ -653,8 +653,9 @@ class _RunQueue:
             os.close(self.fd)
 
 
-def _runq_timed(fn: Any) -> tuple[Any, list[float], _RunQueue]:
-    """``fn`` wrapped to note each call's run-queue wait (``_RunQueue``) in the returned list."""
+def _runq_pedantic(benchmark: Any, fn: Any, kw: dict[str, Any]) -> tuple[Any, list[float]]:
+    """``benchmark.pedantic(fn, **kw)`` noting each call's run-queue wait (``_RunQueue``): the last result and
+    the waits, call by call."""
     runq = _RunQueue()
     waits: list[float] = []
 
@@ -664,7 +665,10 @@ def _runq_timed(fn: Any) -> tuple[Any, list[float], _RunQueue]:
         waits.append(runq.wait() - w0)
         return r
 
-    return timed, waits, runq
+    try:
+        return benchmark.pedantic(timed, **kw), waits
+    finally:
+        runq.close()
 
 
 def _runq_figures(mine: list[float], waits: list[float], nbytes: float) -> dict[str, float]:
@@ -695,13 +699,8 @@ def test_put_columns_128_prefaulted_paired(benchmark, store_factory, record):
 
     kw, ref = benchlib.paired(benchmark, reference, rounds)
     put_columns, done = _cycling_put_columns(store, cols)
-    timed, waits, runq = _runq_timed(put_columns)
-
     benchmark.group = "put columns 128 B"
-    try:
-        r = benchmark.pedantic(timed, **kw)
-    finally:
-        runq.close()
+    r, waits = _runq_pedantic(benchmark, put_columns, kw)
     assert r.status.name == "PUT_OK" and r.count == n
     # every round put the reference's n messages too, in batches: the count checks both paths
     check_store(store, len(done) * n + len(ref) * n, bytes(done[-1][0][-size:]), at_least=n)
@@ -747,13 +746,8 @@ def test_put_columns_1k_prefaulted(benchmark, store_factory, record):
         dst[i * nbytes:(i + 1) * nbytes] = srcs[i % COLUMNS_POOL]
 
     kw, ref = benchlib.paired(benchmark, floor, rounds)
-    timed, waits, runq = _runq_timed(put_columns)
-
     benchmark.group = "put columns 1 KiB"
-    try:
-        r = benchmark.pedantic(timed, **kw)
-    finally:
-        runq.close()
+    r, waits = _runq_pedantic(benchmark, put_columns, kw)
     assert r.status.name == "PUT_OK" and r.count == n
     assert len(store._commitlog.queue.files) == 1, "the store rolled a file: rounds not comparable"
     check_store(store, len(done) * n, bytes(done[-1][0][-size:]), at_least=n)
