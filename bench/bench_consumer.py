@@ -32,6 +32,7 @@ running the bench under ``chrt -f 10`` (root) puts it ahead of that work for the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import select
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 import benchlib
 import numpy as np
@@ -161,9 +163,7 @@ def _floor(root: str, n: int) -> dict[str, float]:
     with open(path, "r+b") as f:
         word = WakeWord(mmap.mmap(f.fileno(), 64), 16)
     out = os.path.join(root, "floor.npy")
-    p = _child(_FLOOR, path, n, SPIN_US, out)
-    try:
-        _line(p, "READY")
+    with _consumer_child(_FLOOR, n, path, n, SPIN_US, out):
         time.sleep(0.3)
         ret = np.zeros(n, dtype=np.int64)
         pc = time.perf_counter_ns
@@ -175,12 +175,6 @@ def _floor(root: str, n: int) -> dict[str, float]:
             word.notify()
             ret[i] = pc()
             t_next += STEADY_GAP_US * 1000
-        assert _line(p, "DONE").split() == ["DONE", str(n)]
-        p.wait(60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     return _latency_figures(np.load(out)[1:], ret)
 
 
@@ -188,6 +182,22 @@ def _child(script: str, *argv: object) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=_PYPATH)
     return subprocess.Popen([sys.executable, "-c", script, *[str(a) for a in argv]], stdout=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env)
+
+
+@contextlib.contextmanager
+def _consumer_child(script: str, n: int, *argv: object) -> Iterator[subprocess.Popen[bytes]]:
+    """A child that says READY, takes ``n`` messages while the block runs, then says ``DONE n`` and exits;
+    killed if it is still running when the block ends otherwise."""
+    p = _child(script, *argv)
+    try:
+        _line(p, "READY")
+        yield p
+        assert _line(p, "DONE").split() == ["DONE", str(n)]
+        p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def _line(p: subprocess.Popen[bytes], prefix: str, timeout: float = 300.0) -> str:
@@ -262,17 +272,10 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
                     assert not t.is_alive()
                 else:
                     out = os.path.join(root, "got.npy")
-                    p = _child(_CONSUMER, root, TOPIC, n, SPIN_US if mode == "process-spin" else 0, out, file_size)
-                    try:
-                        _line(p, "READY")
+                    spin = SPIN_US if mode == "process-spin" else 0
+                    with _consumer_child(_CONSUMER, n, root, TOPIC, n, spin, out, file_size):
                         time.sleep(0.3)
                         ret = _pace(store, n, STEADY_GAP_US * 1000, sleep=False)
-                        assert _line(p, "DONE").split() == ["DONE", str(n)]
-                        p.wait(60)
-                    finally:
-                        if p.poll() is None:
-                            p.kill()
-                            p.wait()
                     got = np.load(out)
                 assert (got > 0).all()                                  # every message held, each once
                 figures.update(_latency_figures(got, ret))
