@@ -351,7 +351,7 @@ class IndexService(IndexFilesBase):
         max_num = min(max_num, self.max_msgs_num_batch)
         full_key = topic + "#" + key
         builder = self.builder
-        if builder is None or builder.reached >= log_end(builder.commitlog.queue.files):
+        if builder is None or not builder.behind():
             return select_in_files(self._files, full_key, max_num, begin, end, out)
         with builder.lock:
             builder.build_locked()
@@ -500,7 +500,7 @@ class IndexBuildService(ServiceThread):
 
     def behind(self) -> int:
         """The bytes of the log not indexed yet."""
-        return max(0, self.commitlog.get_max_offset() - self.reached)
+        return max(0, log_end(self.commitlog.queue.files) - self.reached)
 
     def build_locked(self) -> int:
         """Index what the log holds past ``reached`` (the caller holds ``lock``); the bytes walked."""
