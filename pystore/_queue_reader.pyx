@@ -23,9 +23,6 @@ from pystore._units cimport DAMAGE_NONE, ConsumeQueueCore, unit_damage, unit_val
 
 from pystore._records import message_at
 
-cdef int32_t FILLER = CQ_FILLER_SIZE
-
-
 # the most commit log a compiled follow scans (it holds the GIL): a reader further behind follows in Python,
 # whose scan lets other threads run
 cdef int64_t FOLLOW_MAX_SCAN = 1 << 20
@@ -63,7 +60,7 @@ cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
                 break
             phy = get_i64(p)
             size = get_i32(p + 8)
-            if size != FILLER:
+            if size != CQ_FILLER_SIZE:
                 mx = phy + size
             pos += CQ_STORE_UNIT_SIZE
     finally:
@@ -257,7 +254,7 @@ cdef class QueueReader:
         if size <= 0:
             return None
         phy = get_i64(p)
-        if phy < 0 or (size == FILLER and phy == 0):
+        if phy < 0 or (size == CQ_FILLER_SIZE and phy == 0):
             return None
         if rp + 2 * CQ_STORE_UNIT_SIZE <= mf.file_size and get_i32(p + CQ_STORE_UNIT_SIZE + 8) != 0:
             return None                         # more than one new unit: a page, the general read's
