@@ -66,6 +66,7 @@ cdef class MappedFile:
         if pos + lead > self.warmed:
             self._prefault(pos, lead)
     cdef void _close_fd(self) noexcept
+    cdef int64_t data_extent(self, int64_t pos, int64_t *hole) noexcept nogil
     cdef void _page_by_page(self, int64_t pos) noexcept
     cdef int _check_pos(self, int64_t v) except -1
     cdef bint _able_to_flush(self, int least_pages) noexcept

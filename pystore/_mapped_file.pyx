@@ -65,6 +65,7 @@ cdef extern from "<fcntl.h>" nogil:
 cdef extern from "<unistd.h>" nogil:
     long lseek(int fd, long offset, int whence)
     int SEEK_DATA
+    int SEEK_HOLE
 
 cdef extern from "<unistd.h>" nogil:
     int fdatasync(int fd)
@@ -462,14 +463,29 @@ cdef class MappedFile:
     def next_data_offset(self, long long pos):
         """The first offset >= ``pos`` the file system holds data for (``SEEK_DATA``), or -1 if only
         holes follow. Where the file system cannot tell, ``pos`` itself."""
+        cdef int64_t hole, r
+        with nogil:
+            r = self.data_extent(pos, &hole)
+        return r
+
+    cdef int64_t data_extent(self, int64_t pos, int64_t *hole) noexcept nogil:
+        """The first offset >= ``pos`` the file system holds data for, or -1 if only holes follow; ``hole``
+        gets where that data ends (the next hole, or the file's size). Where the file system cannot tell
+        (no descriptor, no ``SEEK_DATA``), ``pos`` and the file's size: all of it counts as data."""
         cdef long r
+        hole[0] = self.file_size
         if pos >= self.file_size:
             return -1
-        with nogil:
-            r = lseek(self.fd, pos, SEEK_DATA)
+        r = lseek(self.fd, pos, SEEK_DATA)
         if r < 0:
             return -1 if errno == 6 else pos          # ENXIO: no data after pos
-        return r if r < self.file_size else -1
+        if r >= self.file_size:
+            return -1
+        pos = r
+        r = lseek(self.fd, pos, SEEK_HOLE)
+        if 0 <= r < self.file_size:
+            hole[0] = r
+        return pos
 
     # -- flushing ------------------------------------------------------------------------------
 

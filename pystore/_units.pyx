@@ -269,15 +269,25 @@ def recover_units(MappedFile mf, long long start=0):
 
 def next_valid_unit(MappedFile mf, long long start):
     """Position of the first valid unit at or after ``start`` in ``mf`` (fillers count), or -1: a valid unit
-    after an invalid one is damage, since one writer writes a queue's units in order."""
-    cdef int64_t pos = start, found = -1
+    after an invalid one is damage, since one writer writes a queue's units in order. What the file system
+    reports as holes reads as zeros, never a valid unit, so only its data is read: a queue file is mostly a
+    hole past its last unit, and reading the hole would fault a zeroed page in for every 4 KiB of it."""
+    cdef int64_t pos = start, found = -1, data, hole
     mf.check_mapped()
     with nogil:
         while pos + CQ_STORE_UNIT_SIZE <= mf.file_size:
-            if unit_valid(mf.base + pos):
-                found = pos
+            data = mf.data_extent(pos, &hole)
+            if data < 0:
                 break
-            pos += CQ_STORE_UNIT_SIZE
+            if data > pos:      # from the unit the data starts in: its first bytes may lie in the hole
+                pos += (data - pos) // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE
+            while pos < hole and pos + CQ_STORE_UNIT_SIZE <= mf.file_size:
+                if unit_valid(mf.base + pos):
+                    found = pos
+                    break
+                pos += CQ_STORE_UNIT_SIZE
+            if found >= 0:
+                break
     return found
 
 

@@ -128,3 +128,65 @@ def test_lookups_by_queue_offset_across_files(files):
     assert find_file([a, b], FILE, 2 * FILE) is None
     with pytest.raises(ValueError):
         find_file([a, b], 0, 0)
+
+
+def _sparse_cq_file(tmp_path, size: int, units_at: dict[int, tuple[int, int, int]]) -> MappedFile:
+    """A consume-queue file of ``size`` bytes that is a hole except for the units written at the given byte
+    positions (each write makes its block data to the file system)."""
+    path = tmp_path / ("%020d" % 0)
+    with open(path, "wb") as f:
+        f.truncate(size)
+        for pos, unit in units_at.items():
+            f.seek(pos)
+            f.write(UNIT.pack(*unit))
+    return MappedFile(str(path), size, read_only=True, from_offset=0)
+
+
+@pytest.mark.parametrize("pos", [0, 20, 4080, 4096 * 37 + 4, 4096 * 100 - 20, 4096 * 150 - 8])
+def test_next_valid_unit_finds_a_unit_past_holes(tmp_path, pos):
+    """The search skips what the file system reports as holes (reading them would fault a zeroed page in
+    for each 4 KiB): a valid unit anywhere after them is still found, also one that starts in the block
+    before its data (a unit spanning two blocks: 4096 is not a multiple of 20)."""
+    size = 4096 * 150
+    pos -= pos % 20                     # units sit at multiples of 20
+    mf = _sparse_cq_file(tmp_path, size, {pos: (1234, 56, 7)})
+    try:
+        assert next_valid_unit(mf, 0) == pos
+        assert next_valid_unit(mf, pos) == pos
+        assert next_valid_unit(mf, pos + 20) == -1
+    finally:
+        mf.close()
+
+
+def test_next_valid_unit_in_a_sparse_file_reports_the_first_of_several(tmp_path):
+    size = 4096 * 64
+    units = {4096 * 10 + 20 * 3 - 4096 * 10 % 20: (1, 2, 3), 4096 * 40 - 4096 * 40 % 20: (4, 5, 6)}
+    first, second = sorted(units)
+    mf = _sparse_cq_file(tmp_path, size, units)
+    try:
+        assert next_valid_unit(mf, 0) == first
+        assert next_valid_unit(mf, first + 20) == second
+        assert next_valid_unit(mf, second + 20) == -1
+        assert mf.next_data_offset(0) <= first and mf.next_data_offset(second + 4096) == -1
+    finally:
+        mf.close()
+
+
+def test_next_valid_unit_finds_a_unit_whose_first_bytes_lie_in_a_hole(tmp_path):
+    """A unit at 12,280 has its commit-log offset in block 2 and its size and tags code in block 3. With only
+    block 3 written, the offset reads 0 from the hole and the unit is valid: the search must start from the
+    unit that the data begins inside, not from the first whole unit after it."""
+    size = 4096 * 8
+    u = 4096 * 3 - 8
+    assert u % 20 == 0
+    path = tmp_path / ("%020d" % 0)
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.seek(u + 8)
+        f.write(struct.pack(">iq", 56, 7))
+    mf = MappedFile(str(path), size, read_only=True, from_offset=0)
+    try:
+        assert read_unit(mf, u) == (0, 56, 7)
+        assert next_valid_unit(mf, 0) == u
+    finally:
+        mf.close()
