@@ -1,6 +1,8 @@
 # cython: language_level=3
 from libc.stdint cimport UINT32_MAX, int32_t, int64_t, uint32_t
+from libc.string cimport memchr, memcmp, memcpy
 
+from pystore._jstring cimport java_hash_utf8_from
 from pystore._mapped_file cimport MappedFile
 
 cdef enum:
@@ -79,3 +81,45 @@ cdef int index_scanned(IndexFilesBase service, const unsigned char *props, const
 cdef int index_message(IndexFilesBase service, const unsigned char *topic, Py_ssize_t topic_len,
                        const unsigned char *props, Py_ssize_t props_len, int64_t phy_offset, int64_t store_ts,
                        int32_t sys_flag) except -1
+
+
+cdef IndexFileCore writable_file(IndexFilesBase service)
+cdef void next_hashes(const unsigned char *props, KeyScan *ks) noexcept nogil
+
+
+cdef inline int find_keys(const unsigned char *props, int32_t n, KeyScan *ks) noexcept nogil:
+    """``find_properties(props, n, "KEYS", 4, ..., "UNIQ_KEY", 8, ...)`` for these two names only: the same
+    answer (the last property of a name wins; an empty name or value is no property) from one compare of
+    each property's head. Fills ``ks``'s positions; bit 0 set when KEYS was found, bit 1 when UNIQ_KEY."""
+    cdef int32_t start = 0, end
+    cdef int found = 0
+    cdef const unsigned char *e
+    while start < n:
+        e = <const unsigned char *>memchr(props + start, 2, n - start)
+        end = n if e == NULL else <int32_t>(e - props)
+        if end - start >= 6 and props[start + 4] == 1 and memcmp(props + start, b"KEYS", 4) == 0:
+            ks.keys_pos = start + 5
+            ks.keys_end = end
+            found |= 1
+        elif end - start >= 10 and props[start + 8] == 1 and memcmp(props + start, b"UNIQ_KEY", 8) == 0:
+            ks.uniq_pos = start + 9
+            ks.uniq_len = end - start - 9
+            found |= 2
+        start = end + 1
+    return found
+
+
+cdef inline uint32_t topic_prefix(unsigned char *cached, Py_ssize_t *cached_len, uint32_t *cached_hash,
+                                  const unsigned char *topic, Py_ssize_t topic_len) noexcept nogil:
+    """The Java hash of ``topic + "#"`` (the topic decoded on its own, as "#" and each key are: hashing on
+    from it gives the whole key's), kept in the given cache (the service's for the put path, a log scan's for
+    the builder) for the next message of the same topic."""
+    cdef uint32_t h
+    if topic_len == cached_len[0] and memcmp(topic, cached, topic_len) == 0:
+        return cached_hash[0]
+    h = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
+    if topic_len <= TOPIC_CACHE:
+        memcpy(cached, topic, topic_len)
+        cached_len[0] = topic_len
+        cached_hash[0] = h
+    return h

@@ -43,14 +43,11 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT32_MIN, INT64_MAX, int32_t, int64_t, uint32_t
 from libc.stdio cimport rename
-from libc.stdlib cimport free, malloc
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire, put_i32, put_i64, store_i32_release
-from pystore._codec cimport REC_BLANK, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, check_record
-from pystore._files cimport find_file
+from pystore._codec cimport TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
 from pystore._mapped_file cimport MappedFile
-from pystore._record cimport RecordView
 from pystore._jstring cimport java_hash_str, java_hash_utf8_from
 
 HEADER_SIZE = 40
@@ -418,7 +415,7 @@ cdef IndexFileCore _next_file(IndexFilesBase service):
     return <IndexFileCore?>service._new_file()
 
 
-cdef IndexFileCore _writable(IndexFilesBase service):
+cdef IndexFileCore writable_file(IndexFilesBase service):
     """The newest file if it has room, else a new one (``_next_file``; None if none)."""
     cdef list files = service._files
     cdef IndexFileCore f
@@ -441,45 +438,7 @@ cdef IndexFileCore _put(IndexFilesBase service, IndexFileCore f, int32_t h, int6
     return f
 
 
-cdef inline int _find_keys(const unsigned char *props, int32_t n, KeyScan *ks) noexcept nogil:
-    """``find_properties(props, n, "KEYS", 4, ..., "UNIQ_KEY", 8, ...)`` for these two names only: the same
-    answer (the last property of a name wins; an empty name or value is no property) from one compare of
-    each property's head. Fills ``ks``'s positions; bit 0 set when KEYS was found, bit 1 when UNIQ_KEY."""
-    cdef int32_t start = 0, end
-    cdef int found = 0
-    cdef const unsigned char *e
-    while start < n:
-        e = <const unsigned char *>memchr(props + start, 2, n - start)
-        end = n if e == NULL else <int32_t>(e - props)
-        if end - start >= 6 and props[start + 4] == 1 and memcmp(props + start, b"KEYS", 4) == 0:
-            ks.keys_pos = start + 5
-            ks.keys_end = end
-            found |= 1
-        elif end - start >= 10 and props[start + 8] == 1 and memcmp(props + start, b"UNIQ_KEY", 8) == 0:
-            ks.uniq_pos = start + 9
-            ks.uniq_len = end - start - 9
-            found |= 2
-        start = end + 1
-    return found
-
-
-cdef inline uint32_t _topic_prefix(unsigned char *cached, Py_ssize_t *cached_len, uint32_t *cached_hash,
-                                   const unsigned char *topic, Py_ssize_t topic_len) noexcept nogil:
-    """The Java hash of ``topic + "#"`` (the topic decoded on its own, as "#" and each key are: hashing on
-    from it gives the whole key's), kept in the given cache (the service's for the put path, a log scan's for
-    the builder) for the next message of the same topic."""
-    cdef uint32_t h
-    if topic_len == cached_len[0] and memcmp(topic, cached, topic_len) == 0:
-        return cached_hash[0]
-    h = 31 * java_hash_utf8_from(0, topic, topic_len) + 35
-    if topic_len <= TOPIC_CACHE:
-        memcpy(cached, topic, topic_len)
-        cached_len[0] = topic_len
-        cached_hash[0] = h
-    return h
-
-
-cdef void _next_hashes(const unsigned char *props, KeyScan *ks) noexcept nogil:
+cdef void next_hashes(const unsigned char *props, KeyScan *ks) noexcept nogil:
     """Fill ``ks.h`` with the next keys' hashes (up to ``KEY_SCAN_HASHES``): the UNIQ_KEY first, then each key of
     KEYS (split on single spaces, empty keys skipped); ``ks.n`` is how many, 0 when none are left."""
     cdef const unsigned char *e
@@ -513,10 +472,10 @@ cdef bint key_scan(IndexFilesBase service, const unsigned char *topic, Py_ssize_
         return False
     ks.uniq_pos = -1
     ks.keys_pos = ks.keys_end = 0
-    if _find_keys(props, <int32_t>props_len, ks) == 0:
+    if find_keys(props, <int32_t>props_len, ks) == 0:
         return False
-    ks.prefix = _topic_prefix(service._topic, &service._topic_len, &service._prefix, topic, topic_len)
-    _next_hashes(props, ks)
+    ks.prefix = topic_prefix(service._topic, &service._topic_len, &service._prefix, topic, topic_len)
+    next_hashes(props, ks)
     files = service._files
     if PyList_GET_SIZE(files) > 0:
         f = <IndexFileCore>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
@@ -533,7 +492,7 @@ cdef int index_scanned(IndexFilesBase service, const unsigned char *props, const
     ``scan`` (its ``props`` the same bytes), not one when the newest file ends above that offset (indexed
     before: a re-dispatch). ``scan`` is not changed (a batch of one properties string reuses it)."""
     cdef KeyScan ks = scan[0]
-    cdef IndexFileCore f = _writable(service)
+    cdef IndexFileCore f = writable_file(service)
     cdef int32_t i
     if f is None or phy_offset < f.end_phy_offset:
         return 0
@@ -542,7 +501,7 @@ cdef int index_scanned(IndexFilesBase service, const unsigned char *props, const
             f = _put(service, f, ks.h[i], phy_offset, store_ts)
             if f is None:
                 return 0
-        _next_hashes(props, &ks)
+        next_hashes(props, &ks)
     return 0
 
 
@@ -571,164 +530,6 @@ def index_keys(IndexFilesBase service not None, bytes topic not None, bytes prop
                   sys_flag)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# the builder's walk of the commit log (index_log): records scanned and entries written without the GIL
-# ----------------------------------------------------------------------------------------------------------
-
-cdef enum:
-    _PENDING = 4096             # entries a scan collects before they are written (more than KEY_SCAN_HASHES)
-    _SCAN_MORE = 0              # the buffer is full: scan on from where it stopped
-    _SCAN_SEGMENT = 1           # reached the segment's end
-    _SCAN_NEXT_FILE = 2         # a blank: the rest of the file is unused
-    _SCAN_STOP = 3              # a record not whole below the end (being written), or unreadable
-
-
-cdef struct Pending:
-    int32_t h
-    int64_t phy
-    int64_t ts
-
-
-cdef struct LogScan:
-    # where the walk is (the next record's commit-log offset), and why the last scan returned
-    int64_t off
-    int status
-    # a record whose keys are not all collected yet (mid): its properties, offset and store time
-    bint mid
-    KeyScan ks
-    const unsigned char *props
-    int64_t phy
-    int64_t ts
-    # the last topic's bytes and the Java hash of topic + "#" (as IndexFilesBase keeps them for dispatch)
-    unsigned char topic[TOPIC_CACHE]
-    Py_ssize_t topic_len
-    uint32_t prefix
-
-
-cdef int _scan_records(LogScan *s, const unsigned char *base, int64_t file_from, int64_t readable_end,
-                       int64_t end, Pending *out) noexcept nogil:
-    """Collect into ``out`` the entries of the records from ``s.off`` on, in one commit-log file mapped at
-    ``base`` (starting at ``file_from``, readable below ``readable_end``), up to ``end``: the keys as
-    ``index_message`` takes them. Returns how many (``s.status`` says why it stopped); a record's keys may
-    span two calls (``s.mid``)."""
-    cdef int n = 0, i
-    cdef int32_t r
-    cdef RecordView v
-    cdef const unsigned char *rec
-    while True:
-        while s.mid:
-            if n + s.ks.n > _PENDING:
-                s.status = _SCAN_MORE
-                return n
-            for i in range(s.ks.n):
-                out[n].h = s.ks.h[i]
-                out[n].phy = s.phy
-                out[n].ts = s.ts
-                n += 1
-            _next_hashes(s.props, &s.ks)
-            s.mid = s.ks.n > 0
-        if s.off >= end or s.off >= readable_end:
-            s.status = _SCAN_SEGMENT
-            return n
-        rec = base + (s.off - file_from)
-        r = check_record(rec, readable_end - s.off, False, &v)
-        if r == REC_BLANK:
-            s.status = _SCAN_NEXT_FILE
-            return n
-        if r <= 0 or s.off + r > end:
-            s.status = _SCAN_STOP
-            return n
-        if (v.sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE and 0 < v.props_len:
-            s.ks.uniq_pos = -1
-            s.ks.keys_pos = s.ks.keys_end = 0
-            if _find_keys(rec + v.props_pos, v.props_len, &s.ks) != 0:
-                s.ks.prefix = _topic_prefix(s.topic, &s.topic_len, &s.prefix, rec + v.topic_pos, v.topic_len)
-                _next_hashes(rec + v.props_pos, &s.ks)
-                s.props = rec + v.props_pos
-                s.phy = s.off
-                s.ts = v.store_ts
-                s.mid = s.ks.n > 0
-        s.off += r
-
-
-cdef bint _write_pending(IndexFilesBase service, const Pending *p, int n):
-    """Write ``n`` collected entries, in order, into the newest file and the ones after it as each fills (the
-    switch, rare, with the GIL; the entries without). False when no file could be made (the rest are
-    dropped, as ``index_message`` drops them)."""
-    cdef IndexFileCore f
-    cdef int i = 0, j, k
-    cdef unsigned char *b
-    cdef bint ro
-    while i < n:
-        f = _writable(service)
-        if f is None:
-            return False
-        f.mapped_file.check_mapped()
-        k = <int>min(<int64_t>(n - i), f._room())
-        b = f.mapped_file.base
-        ro = f.mapped_file.read_only
-        with nogil:
-            for j in range(i, i + k):
-                f._put_entry(b, ro, p[j].h, p[j].phy, p[j].ts)
-        i += k
-    return True
-
-
-def index_log(IndexFilesBase service not None, list cl_files not None, long long cl_file_size,
-              long long from_offset, long long end_offset):
-    """Index the records of the commit log (``cl_files``, ``cl_file_size`` bytes each) in ``[from_offset,
-    end_offset)``, as dispatch's reput does with ``index_message`` but with the GIL released while the records
-    are scanned and the entries written: the index builder's walk (``pystore.index.IndexBuildService``), which
-    a put thread keeps running beside. Every record is indexed (the caller starts past what is indexed).
-    Returns the offset reached: ``end_offset``, or the record where the walk stopped (not whole yet, or
-    unreadable; a later call retries it)."""
-    cdef LogScan s
-    cdef Pending *buf
-    cdef MappedFile f
-    cdef int64_t pos, rp, file_from, end = end_offset
-    cdef const unsigned char *base
-    cdef int n
-    s.off = from_offset
-    s.mid = False
-    s.topic_len = -1
-    buf = <Pending *>malloc(_PENDING * sizeof(Pending))
-    if buf == NULL:
-        raise MemoryError()
-    try:
-        while s.off < end:
-            f = find_file(cl_files, cl_file_size, s.off)
-            if f is None or f.base == NULL:
-                break
-            file_from = f.file_from_offset
-            pos = s.off - file_from
-            rp = f.read_position()
-            if pos >= rp:
-                if rp == f.file_size:
-                    s.off = file_from + cl_file_size
-                    continue
-                break
-            if not f.c_hold():
-                break
-            base = f.base
-            try:
-                while True:
-                    with nogil:
-                        n = _scan_records(&s, base, file_from, file_from + rp, end, buf)
-                    if n > 0 and not _write_pending(service, buf, n):
-                        s.status = _SCAN_STOP
-                    if s.status != _SCAN_MORE:
-                        break
-            finally:
-                f.c_release()
-            if s.status == _SCAN_NEXT_FILE:
-                s.off = file_from + cl_file_size
-            elif s.status == _SCAN_STOP:
-                break
-    finally:
-        free(buf)
-    return s.off
-
-
 def select_in_files(list files not None, str full_key not None, Py_ssize_t max_num, long long begin,
                     long long end, list out not None):
     """``IndexService.query_offset``'s walk: append to ``out`` the offsets of ``full_key``'s entries
@@ -749,13 +550,3 @@ def select_in_files(list files not None, str full_key not None, Py_ssize_t max_n
         if f.begin_timestamp < begin or PyList_GET_SIZE(out) >= max_num:
             break
     return last_ts, last_phy
-
-
-def log_end(list cl_files not None):
-    """Where a log's written data ends (its last file's offset plus read position; 0 without files): what
-    ``index_log`` may reach, in one call (a lookup asks before each query whether the builder is behind)."""
-    cdef MappedFile f
-    if PyList_GET_SIZE(cl_files) == 0:
-        return 0
-    f = <MappedFile>PyList_GET_ITEM(cl_files, PyList_GET_SIZE(cl_files) - 1)
-    return f.file_from_offset + f.read_position()

@@ -42,10 +42,9 @@ from pystore._index import (
     IndexFilesBase,
     index_file_size,
     index_keys,
-    index_log,
-    log_end,
     select_in_files,
 )
+from pystore._index_walk import FOLLOW_WORK, IndexCursor, follow_keyless, index_log, log_end
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
@@ -470,50 +469,65 @@ class IndexFileService(ServiceThread):
 class IndexBuildService(ServiceThread):
     """The index builder (RocketMQ's reput thread with ``CommitLogDispatcherBuildIndex``): it follows the commit
     log from where it was when the writer started (recovery indexed all before) to the log's end, and writes
-    the entries of the records the put path appended (``_index.index_log``, which scans and writes with the
-    GIL released), so that a keyed put costs what an unkeyed one does. It looks every ``busy_ms`` while it
-    finds records, every ``idle_ms`` when it does not; a lookup (``IndexService.query_offset``), a flush
-    and the shutdown catch it up at once (``catch_up``). One writer of the index: dispatch's inline path
-    writes no entries while this runs (``QueueDispatcher.inline_index``).
+    the entries of the records the put path appended (``_index_walk.index_log``, which scans and writes with
+    the GIL released), so that a keyed put costs what an unkeyed one does. A lookup
+    (``IndexService.query_offset``), a flush and the shutdown catch it up at once (``catch_up``). One writer
+    of the index: dispatch's inline path writes no entries while this runs (``QueueDispatcher.inline_index``).
 
-    Thread-safety: ``lock`` serialises the walks and the lookups that catch up."""
+    Between walks it waits in ``_index_walk.follow_keyless``, without the GIL: looking every ``busy_ms``
+    while records come, every ``idle_ms`` when none do, it moves the cursor over records without keys
+    itself, and hands back to a walk only when there are entries to write or the log moved to another file
+    (or after ``FOLLOW_MAX_MS``). A store whose messages have no keys thus costs the put threads no GIL
+    hand-over: a thread that takes the GIL every millisecond makes a thread that keeps it busy (a put
+    loop) give it up after CPython's switch interval, every time, and takes a core from what runs beside.
+
+    Thread-safety: ``lock`` serialises the walks and the lookups that catch up; ``cursor`` (``reached``)
+    is moved by both and by the follow, atomically."""
+
+    #: how long one follow runs before the builder's loop looks at its own state again
+    FOLLOW_MAX_MS = 1000
 
     def __init__(self, index: IndexService, commitlog: Any, start: int, busy_ms: float = 1, idle_ms: float = 10,
                  clock: Callable[[], int] | None = None) -> None:
         super().__init__("IndexBuildService", clock)
         self.index = index
         self.commitlog = commitlog
-        #: where the walk is: every record below it is indexed
-        self.reached = start
+        #: where the walk is: every record below ``cursor.reached`` is indexed
+        self.cursor = IndexCursor(start)
         self.busy_ms = busy_ms
         self.idle_ms = idle_ms
         self.lock = threading.Lock()
 
+    @property
+    def reached(self) -> int:
+        return self.cursor.reached
+
     def start(self) -> None:
         self.index.builder = self
+        self.cursor.resume()
         super().start()
 
     def shutdown(self, join: bool = True) -> None:
+        self.cursor.stop()
         super().shutdown(join)
         self.catch_up()
         self.index.builder = None
 
     def behind(self) -> int:
         """The bytes of the log not indexed yet."""
-        return max(0, log_end(self.commitlog.queue.files) - self.reached)
+        return max(0, log_end(self.commitlog.queue.files) - self.cursor.reached)
 
     def build_locked(self) -> int:
         """Index what the log holds past ``reached`` (the caller holds ``lock``); the bytes walked."""
         queue = self.commitlog.queue
         end = log_end(queue.files)
-        start = self.reached
+        start = self.cursor.reached
         if start >= end:
             return 0
         low = queue.get_min_offset()
         if low > start:
             start = low             # cleaned away unindexed: nothing left to index there
-        self.reached = max(self.reached, index_log(self.index, queue.files, queue.mapped_file_size, start, end))
-        return self.reached - start
+        return self.cursor.advance(index_log(self.index, queue.files, queue.mapped_file_size, start, end)) - start
 
     def catch_up(self) -> int:
         """Index all the log holds now; the bytes walked."""
@@ -521,10 +535,15 @@ class IndexBuildService(ServiceThread):
             return self.build_locked()
 
     def run(self) -> None:
+        handed = False
         while not self.is_stopped():
             try:
                 walked = self.catch_up()
             except Exception:  # noqa: BLE001 - the walk is tried again at the next pass
                 log.exception("building the index failed")
                 walked = 0
-            self.wait_for_running(self.busy_ms if walked else self.idle_ms)
+            if handed and not walked:
+                # the follow handed over but there was nothing to walk (the log's next file is not there yet)
+                self.wait_for_running(self.idle_ms)
+            handed = follow_keyless(self.cursor, self.commitlog.queue.files, int(self.busy_ms * 1e6),
+                                    int(self.idle_ms * 1e6), self.FOLLOW_MAX_MS * 1_000_000) == FOLLOW_WORK

@@ -19,7 +19,7 @@ from test_crash import check_crashed, write_args  # noqa: E402
 from writer_procs import kill, read_line, stderr_of  # noqa: E402
 
 from pystore import Message, MessageBatch  # noqa: E402
-from pystore._index import index_log  # noqa: E402
+from pystore._index_walk import index_log  # noqa: E402
 from pystore.index import IndexService  # noqa: E402
 from pystore.verify import verify_store  # noqa: E402
 
@@ -215,3 +215,35 @@ def test_every_acknowledged_key_is_found_after_a_kill(procs, tmp_path):
         finally:
             store.shutdown()
     shutil.rmtree(root)
+
+
+def test_puts_without_keys_need_no_walk_from_the_builder(store_factory):
+    """While messages without keys come, the builder follows them without the GIL (``follow_keyless``) and
+    walks (``catch_up``, which takes the GIL and the lock) only about once a ``FOLLOW_MAX_MS``; a keyed put
+    hands over at once. Before, it walked every ``busy_ms`` while records came (hundreds of walks here)."""
+    store = store_factory(mapped_file_size_commit_log=4 << 20)
+    builder = store._writer.index_builder
+    walks = []
+    catch_up = builder.catch_up
+
+    def counted() -> int:
+        walks.append(time.monotonic())
+        return catch_up()
+
+    builder.catch_up = counted
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    for i in range(300):
+        store.put_message(Message(TOPIC, b"p%d" % i))
+        time.sleep(0.001)
+    window = time.monotonic() - t0
+    during = [t for t in walks if t >= t0]
+    assert len(during) <= 2 + window * 1000 / builder.FOLLOW_MAX_MS, during
+    assert builder.behind() < 4096
+    keyed = store.put_message(Message(TOPIC, b"k", keys="late-key")).append_message_result.wrote_offset
+    deadline = time.monotonic() + 30
+    while builder.behind() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert builder.behind() == 0
+    index = store._parts.index
+    assert index.query_offset(TOPIC, "late-key", 10, 0, 2**62).phy_offsets == [keyed]

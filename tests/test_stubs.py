@@ -21,7 +21,8 @@ STUBBED = ["pystore._jstring", "pystore._hosts", "pystore._props", "pystore._mes
            "pystore._message_ext", "pystore._results", "pystore._mapped_file", "pystore._mapped_view", "pystore._units",
            "pystore._timesearch", "pystore._read", "pystore._queue_reader", "pystore._dispatch", "pystore._codec",
            "pystore._put_lock",
-           "pystore._commitlog", "pystore._records", "pystore._index", "pystore._arrow", "pystore._arrow_source",
+           "pystore._commitlog", "pystore._records", "pystore._index", "pystore._index_walk", "pystore._arrow",
+           "pystore._arrow_source",
            "pystore._arrow_plan", "pystore._notify", "pystore._sink", "pystore._bulk_put"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
