@@ -55,6 +55,29 @@ cdef extern from *:
     int32_t load_i32_acquire "ps_load_i32_acquire"(const unsigned char *p) noexcept nogil
 
 
+cdef extern from *:
+    """
+    /* Native-endian fields shared by threads of this process outside the GIL (positions, cursors, flags). */
+    static inline int64_t ps_load_i64_acquire(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void ps_store_i64_release(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline int ps_cas_i64(int64_t *p, int64_t expected, int64_t desired) {
+        return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    /* *p = max(*p, v); returns the value now there */
+    static inline int64_t ps_advance_i64(int64_t *p, int64_t v) {
+        int64_t cur = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+        while (v > cur) {
+            if (__atomic_compare_exchange_n(p, &cur, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return v;
+        }
+        return cur;
+    }
+    """
+    int64_t load_i64_acquire "ps_load_i64_acquire"(const int64_t *p) noexcept nogil
+    void store_i64_release "ps_store_i64_release"(int64_t *p, int64_t v) noexcept nogil
+    bint cas_i64 "ps_cas_i64"(int64_t *p, int64_t expected, int64_t desired) noexcept nogil
+    int64_t advance_i64 "ps_advance_i64"(int64_t *p, int64_t v) noexcept nogil
+
 # The body CRC of puts and of recovery's checks: zlib's CRC-32 computed with carry-less multiplication
 # (PCLMULQDQ) where the CPU has it: ~8 GB/s on 128-byte bodies where zlib's table-driven crc32 gives ~0.7 GB/s,
 # which capped the recovery scan near 1 GB/s and cost a put of a new 128 B message ~180 ns. The same value as

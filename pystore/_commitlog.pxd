@@ -1,5 +1,5 @@
 # cython: language_level=3
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport Message
@@ -43,7 +43,13 @@ cdef class CommitLogCore:
     cdef public object after_put
     cdef public object delay_rewrite
     cdef public object flush_wakeup
-    cdef int flush_notified
+    cdef int64_t flush_notified       # the flush service was woken since it last looked (cleared by it)
+    # The flush service's wake-up when it waits in C (``_flush_wait``): _notify's state word, in this process's
+    # memory, and its flags word (0: the put path fences before it looks for a waiter). flush_wake_c: puts
+    # wake the service through it rather than by calling flush_wakeup.
+    cdef uint64_t flush_word
+    cdef uint32_t flush_flags
+    cdef public bint flush_wake_c
     cdef public long long wake_bytes
     cdef public Dispatcher dispatcher
     cdef public object clock

@@ -44,6 +44,7 @@ class CommitLogCore:
     after_put: Callable[[PutMessageResult, Message | MessageBatch], PutMessageResult] | None
     delay_rewrite: Callable[[Message], Message | None] | None
     flush_wakeup: Callable[[], object] | None
+    flush_wake_c: bool
     wake_bytes: int
     dispatcher: Dispatcher | None
     clock: Callable[[], int] | None

@@ -25,11 +25,12 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
-from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms
+from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, now_ms, store_i64_release
 from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, encode_like, encode_message, encode_with_body, enters_queue,
                              message_length, write_blank)
 from pystore._mapped_file cimport MappedFile
+from pystore._notify cimport ps_notify
 from pystore._hosts cimport encode_host
 from pystore._message cimport Message, copy_message
 from pystore._message_batch cimport MessageBatch
@@ -277,7 +278,7 @@ cdef class CommitLogCore:
 
     def clear_flush_notified(self):
         """The flush service calls this when it wakes, so the next put notifies it again."""
-        self.flush_notified = 0
+        store_i64_release(&self.flush_notified, 0)
 
     # -- putting -----------------------------------------------------------------------------------
 
@@ -331,10 +332,13 @@ cdef class CommitLogCore:
         # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
         # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
         # putting thread the GIL (RocketMQ's Java service wakes for free).
-        if (not self.flush_notified and self.flush_wakeup is not None
-                and mf.wrote - mf.flushed >= self.wake_bytes):
-            self.flush_notified = 1
-            self.flush_wakeup()
+        if not self.flush_notified and mf.wrote - mf.flushed >= self.wake_bytes:
+            if self.flush_wake_c:
+                self.flush_notified = 1
+                ps_notify(&self.flush_word, 0)
+            elif self.flush_wakeup is not None:
+                self.flush_notified = 1
+                self.flush_wakeup()
 
     cdef int64_t _now(self):
         return now_ms() if self.clock is None else <int64_t>self.clock()

@@ -28,7 +28,7 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc
 
-from pystore._bytes cimport mono_ns
+from pystore._bytes cimport advance_i64, cas_i64, load_i64_acquire, mono_ns, store_i64_release
 from pystore._codec cimport REC_BLANK, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, check_record
 from pystore._files cimport find_file
 from pystore._index cimport (
@@ -48,10 +48,6 @@ from pystore._record cimport RecordView
 cdef extern from *:
     """
     #include <time.h>
-    static inline int64_t ps_load_i64_acquire(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline int ps_cas_i64(int64_t *p, int64_t expected, int64_t desired) {
-        return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-    }
     static inline void ps_sleep_ns(int64_t ns) {
         struct timespec ts;
         ts.tv_sec = ns / 1000000000LL;
@@ -59,8 +55,6 @@ cdef extern from *:
         nanosleep(&ts, NULL);
     }
     """
-    int64_t load_i64_acquire "ps_load_i64_acquire"(const int64_t *p) noexcept nogil
-    bint cas_i64 "ps_cas_i64"(int64_t *p, int64_t expected, int64_t desired) noexcept nogil
     void sleep_ns "ps_sleep_ns"(int64_t ns) noexcept nogil
 
 
@@ -242,13 +236,6 @@ FOLLOW_TIMEOUT = _FOLLOW_TIMEOUT
 FOLLOW_WORK = _FOLLOW_WORK
 
 
-cdef extern from *:
-    """
-    static inline void ps_store_i64_release(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    """
-    void store_i64_release "ps_store_i64_release"(int64_t *p, int64_t v) noexcept nogil
-
-
 cdef class IndexCursor:
     """Where the index builder's walk is: every record below ``reached`` is indexed (or has no keys). And the
     flag that ends a running ``follow_keyless`` (``stop``). Thread-safe: loads and stores are atomic."""
@@ -266,12 +253,7 @@ cdef class IndexCursor:
 
     def advance(self, long long to):
         """Move ``reached`` to ``to`` if that is further on (a walk's end); returns where it is now."""
-        cdef int64_t cur = load_i64_acquire(&self._reached)
-        while to > cur:
-            if cas_i64(&self._reached, cur, to):
-                return to
-            cur = load_i64_acquire(&self._reached)
-        return cur
+        return advance_i64(&self._reached, to)
 
     def stop(self):
         """End a ``follow_keyless`` running in another thread (within its sleep) and any started later."""

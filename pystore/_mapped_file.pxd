@@ -39,7 +39,7 @@ cdef class MappedFile:
     cdef object pool_buffer             # the transient-pool buffer object while attached
     cdef object pool                    # where it goes back
 
-    cdef inline int64_t read_position(self) noexcept:
+    cdef inline int64_t read_position(self) noexcept nogil:
         # what readers see: ``wrote`` without a transient pool buffer, ``committed`` with one
         return self.wrote if self.write_base == self.base else self.committed
 
@@ -69,7 +69,8 @@ cdef class MappedFile:
     cdef int64_t data_extent(self, int64_t pos, int64_t *hole) noexcept nogil
     cdef void _page_by_page(self, int64_t pos) noexcept
     cdef int _check_pos(self, int64_t v) except -1
-    cdef bint _able_to_flush(self, int least_pages) noexcept
+    cdef bint _able_to_flush(self, int least_pages) noexcept nogil
+    cdef int sync_nogil(self, int least_pages) noexcept nogil
     cdef bint c_hold(self) noexcept
     cdef void c_release(self) noexcept
     cdef void _cleanup(self) noexcept

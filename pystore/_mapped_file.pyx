@@ -48,7 +48,7 @@ from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, 
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
 
-from pystore._bytes cimport now_ms
+from pystore._bytes cimport advance_i64, now_ms
 from pystore._mapped_view cimport SelectMappedBufferResult
 
 import os
@@ -492,7 +492,7 @@ cdef class MappedFile:
     def is_able_to_flush(self, int least_pages):
         return self._able_to_flush(least_pages)
 
-    cdef bint _able_to_flush(self, int least_pages) noexcept:
+    cdef bint _able_to_flush(self, int least_pages) noexcept nogil:
         cdef int64_t flushed = self.flushed, write = self.read_position()
         if self.wrote == self.file_size and write > flushed:
             return True
@@ -503,31 +503,38 @@ cdef class MappedFile:
     def flush(self, int least_pages=0):
         """Force what readers can see to disk when at least ``least_pages`` pages are dirty (or the file
         is full); returns the flushed position. The msync runs without the GIL."""
-        cdef int64_t value, start
-        cdef int rc = 0
         cdef int err = 0
-        cdef bint use_fd
         if self._able_to_flush(least_pages):
             if self.c_hold():
-                value = self.read_position()
-                start = (self.flushed // PAGE) * PAGE
-                use_fd = self.write_base != self.base
                 with nogil:
-                    if use_fd:
-                        rc = fdatasync(self.fd)
-                    elif value > start:
-                        _unmap_whole_pages(self.base, start, value)
-                        rc = msync(self.base + start, value - start, MS_SYNC)
-                    if rc != 0:
-                        err = errno
+                    err = self.sync_nogil(least_pages)
                 self.c_release()
-                if rc != 0:
+                if err != 0:
                     raise OSError(err, "flush of %s failed: %s" % (self.file_name, os.strerror(err)))
-                self.flushed = value
             # A file that cannot be held (being shut down or deleted) keeps its flushed position: RocketMQ
             # moves it to the read position unsynced, and a checkpoint written after would claim bytes no
             # sync made durable (what a power cut then loses).
         return self.flushed
+
+    cdef int sync_nogil(self, int least_pages) noexcept nogil:
+        """``flush``'s work, for a caller that holds the file (``c_hold``) and may not hold the GIL (the flush
+        service's wait, ``_flush_wait``): 0, or the errno of the failed sync. Two threads may flush one file
+        at once (that wait and a user's ``flush``): each syncs what it saw and ``flushed`` only moves up."""
+        cdef int64_t value, start
+        cdef int rc = 0
+        if not self._able_to_flush(least_pages):
+            return 0
+        value = self.read_position()
+        start = (self.flushed // PAGE) * PAGE
+        if self.write_base != self.base:
+            rc = fdatasync(self.fd)
+        elif value > start:
+            _unmap_whole_pages(self.base, start, value)
+            rc = msync(self.base + start, value - start, MS_SYNC)
+        if rc != 0:
+            return errno
+        advance_i64(&self.flushed, value)
+        return 0
 
     def is_able_to_commit(self, int least_pages):
         cdef int64_t c = self.committed, w = self.wrote

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
+from pystore._flush_wait import FLUSH_ERROR, FlushStop, follow_flush
 from pystore.crashpoint import crashpoint
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
@@ -66,30 +67,76 @@ def flush_all(queue: Any) -> int:
 
 
 class FlushRealTimeService(ServiceThread):
+    """ASYNC_FLUSH's flush thread (RocketMQ's ``FlushRealTimeService``). Woken by the puts once
+    ``flush_commit_log_least_pages`` pages are dirty (unless ``flush_commit_log_timed``), it waits in C without
+    the GIL when the commit log wakes it there (``CommitLogCore.flush_wake_c``, set by the wiring when there is
+    no transient pool): ``_flush_wait.follow_flush`` flushes the newest file each time enough is dirty and
+    returns at the time of the next thorough flush, at a file's end, on ``wakeup`` or at the shutdown, after
+    which this loop runs its pass as before (a thorough flush when due, the checkpoint's time)."""
+
     def __init__(self, commitlog: Any, config: Any, checkpoint: Any, clock: Callable[[], int] | None = None) -> None:
         super().__init__("FlushRealTimeService", clock)
         self.commitlog = commitlog
         self.config = config
         self.checkpoint = checkpoint
         self.last_flush_timestamp = 0
+        self._follow_stop = FlushStop()
+
+    def start(self) -> None:
+        self._follow_stop.resume()
+        super().start()
+
+    def wakeup(self) -> None:
+        super().wakeup()
+        self._follow_stop.poke(self.commitlog)
+
+    def shutdown(self, join: bool = True) -> None:
+        self._follow_stop.stop(self.commitlog)
+        super().shutdown(join)
 
     def run(self) -> None:
         cfg = self.config
         while not self.is_stopped():
-            least = cfg.flush_commit_log_least_pages
-            now = self.clock()
-            if now >= self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval:
-                self.last_flush_timestamp = now
-                least = 0
-            if cfg.flush_commit_log_timed:
-                self.sleep(cfg.flush_interval_commit_log)      # puts do not wake it; shutdown does
+            if self.commitlog.flush_wake_c and not cfg.flush_commit_log_timed:
+                self._follow(cfg)
+                least = cfg.flush_commit_log_least_pages
+                now = self.clock()
+                if now >= self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval:
+                    self.last_flush_timestamp = now
+                    least = 0
             else:
-                self.wait_for_running(cfg.flush_interval_commit_log)
+                least = cfg.flush_commit_log_least_pages
+                now = self.clock()
+                if now >= self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval:
+                    self.last_flush_timestamp = now
+                    least = 0
+                if cfg.flush_commit_log_timed:
+                    self.sleep(cfg.flush_interval_commit_log)      # puts do not wake it; shutdown does
+                else:
+                    self.wait_for_running(cfg.flush_interval_commit_log)
             self.commitlog.clear_flush_notified()
             self._flush(least)
         for _ in range(10):       # shutdown: flush everything
             if self._flush(0):
                 break
+
+    def _follow(self, cfg: Any) -> None:
+        """Flush the newest file as puts dirty it, without the GIL, until the next thorough flush is due."""
+        queue = self.commitlog.queue
+        mf = queue.last()
+        due_ms = self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval - self.clock()
+        if mf is None or queue.flushed_where < mf.file_from_offset or due_ms <= 0:
+            # nothing to follow yet, older files to flush first (this loop's passes do), or a pass due now
+            if due_ms > 0:
+                self.wait_for_running(cfg.flush_interval_commit_log)
+            return
+        queue.pending_dirs.sync()          # the file's name is durable before any of its bytes count as flushed
+        budget = min(due_ms, cfg.flush_commit_log_thorough_interval)
+        if follow_flush(self.commitlog, mf, self._follow_stop, cfg.flush_commit_log_least_pages,
+                        max(budget, 1) * 1_000_000) == FLUSH_ERROR:
+            err = self._follow_stop.errno
+            log.error("flushing %s failed: %s", mf.file_name, os.strerror(err))
+            self.wait_for_running(cfg.flush_interval_commit_log)      # not again at once: the pass retries
 
     def _flush(self, least: int) -> bool:
         try:

@@ -441,6 +441,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     inline = False
     cl.dispatcher = None
     cl.flush_wakeup = None
+    cl.flush_wake_c = False
     if sync_flush:
         # consume queues follow the flushed offset: nobody reads what a crash could take back
         flush_service = group_commit = GroupCommitService(
@@ -458,6 +459,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
             cl.wake_bytes = cfg.commit_commit_log_least_pages * _PAGE
         else:
             cl.flush_wakeup = None if cfg.flush_commit_log_timed else flush_service.wakeup
+            # puts wake the service's wait in C (_flush_wait) through the commit log's word, not through Python
+            cl.flush_wake_c = not cfg.flush_commit_log_timed
             cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
             # a slave's log grows by transfers, never by puts: queues are built by walking what arrived
             inline = not slave

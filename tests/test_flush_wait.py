@@ -1,0 +1,132 @@
+"""The async flush service's wait without the GIL (``pystore._flush_wait``): ``follow_flush`` flushes the commit
+log's newest file whenever the puts dirtied ``least_pages`` pages (they wake it through the commit log's word,
+``CommitLogCore.flush_wake_c``), and returns at its time limit, on ``FlushStop.poke`` (the service's
+``wakeup``), at the file's end, or on ``stop``. The service's passes around it: test_flush.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pystore import Message
+from pystore._flush_wait import FLUSH_FILE_DONE, FLUSH_STOPPED, FLUSH_TIMEOUT, FlushStop, follow_flush
+from pystore.flush import FlushRealTimeService
+
+TOPIC = "TopicTest"
+MS = 1_000_000
+PAGE = 4096
+
+
+def quiet_store(store_factory, **kw):
+    """An async-flush store whose flush service is stopped: only the test's ``follow_flush`` flushes."""
+    store = store_factory(**kw)
+    service = store._writer.flush_service
+    assert isinstance(service, FlushRealTimeService)
+    service.shutdown()
+    cl = store._commitlog
+    assert cl.flush_wake_c
+    store.put_message(Message(TOPIC, b"first"))
+    return store, cl
+
+
+def run_follow(cl, stop, least_pages, max_ns):
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(follow_flush(cl, cl.queue.last(), stop, least_pages, max_ns)))
+    t.start()
+    return t, got
+
+
+def wait_for(cond, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_puts_wake_the_wait_and_it_flushes_each_time_enough_is_dirty(store_factory):
+    store, cl = quiet_store(store_factory, mapped_file_size_commit_log=1 << 20)
+    mf = cl.queue.last()
+    stop = FlushStop()
+    t, got = run_follow(cl, stop, 4, 600_000 * MS)
+    for _ in range(5):
+        before = mf.flushed_position
+        while mf.wrote_position - before < 4 * PAGE + PAGE:
+            store.put_message(Message(TOPIC, b"x" * 1000))
+        # every page dirtied is flushed by the waiting follow; the put path's wake-up needs no Python thread
+        wait_for(lambda b=before: mf.flushed_position >= mf.wrote_position - 4 * PAGE and mf.flushed_position > b)
+    assert t.is_alive() and got == []
+    stop.stop(cl)
+    t.join(30)
+    assert got == [FLUSH_STOPPED]
+
+
+def test_less_than_least_pages_is_left_dirty_until_the_time_is_up(store_factory):
+    store, cl = quiet_store(store_factory, mapped_file_size_commit_log=1 << 20)
+    mf = cl.queue.last()
+    flushed = mf.flushed_position
+    store.put_message(Message(TOPIC, b"y" * 3000))
+    t0 = time.monotonic()
+    assert follow_flush(cl, mf, FlushStop(), 4, 50 * MS) == FLUSH_TIMEOUT
+    assert time.monotonic() - t0 >= 0.04
+    assert mf.flushed_position == flushed
+    # with least_pages 0 anything dirty is flushed
+    assert follow_flush(cl, mf, FlushStop(), 0, 20 * MS) == FLUSH_TIMEOUT
+    assert mf.flushed_position == mf.wrote_position
+
+
+def test_a_poke_ends_the_wait_once(store_factory):
+    store, cl = quiet_store(store_factory)
+    stop = FlushStop()
+    t, got = run_follow(cl, stop, 4, 600_000 * MS)
+    time.sleep(0.05)
+    stop.poke(cl)
+    t.join(30)
+    assert got == [FLUSH_TIMEOUT]
+    # the poke was taken: the next wait runs its time
+    t0 = time.monotonic()
+    assert follow_flush(cl, cl.queue.last(), stop, 4, 30 * MS) == FLUSH_TIMEOUT
+    assert time.monotonic() - t0 >= 0.02
+
+
+def test_a_stop_holds_for_later_waits_until_resumed(store_factory):
+    store, cl = quiet_store(store_factory)
+    stop = FlushStop()
+    stop.stop(cl)
+    assert follow_flush(cl, cl.queue.last(), stop, 4, 600_000 * MS) == FLUSH_STOPPED
+    stop.resume()
+    assert follow_flush(cl, cl.queue.last(), stop, 4, 10 * MS) == FLUSH_TIMEOUT
+
+
+def test_a_full_file_is_flushed_to_its_end_and_handed_back(store_factory):
+    store, cl = quiet_store(store_factory, mapped_file_size_commit_log=64 * 1024)
+    mf = cl.queue.last()
+    stop = FlushStop()
+    t, got = run_follow(cl, stop, 4, 600_000 * MS)
+    while len(cl.queue.files) < 2:
+        store.put_message(Message(TOPIC, b"z" * 1000))
+    t.join(30)
+    assert got == [FLUSH_FILE_DONE]
+    assert mf.flushed_position == mf.file_size
+
+
+def test_the_service_flushes_as_puts_come_without_a_python_pass_each_time(store_factory):
+    """With the service running, a stream of puts is flushed by its C wait: the Python passes (``_flush``)
+    run about once a thorough-flush interval, not once a wake-up (before: one pass each ``least_pages``)."""
+    store = store_factory(mapped_file_size_commit_log=4 << 20, flush_commit_log_thorough_interval=60_000)
+    service = store._writer.flush_service
+    passes = []
+    flush = service._flush
+
+    def counted(least: int) -> bool:
+        passes.append(least)
+        return flush(least)
+
+    service._flush = counted
+    store.put_message(Message(TOPIC, b"first"))
+    time.sleep(0.7)                         # the service's pass after the log's first file (every 500 ms before it)
+    mf = store._commitlog.queue.last()
+    n0 = len(passes)
+    for _ in range(400):                    # ~400 KiB: 25 wake-ups at 4 pages each
+        store.put_message(Message(TOPIC, b"w" * 1000))
+    wait_for(lambda: mf.flushed_position >= mf.wrote_position - 4 * PAGE)
+    assert len(passes) - n0 <= 2, passes
