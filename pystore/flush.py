@@ -3,6 +3,10 @@
 * ``FlushRealTimeService`` (ASYNC_FLUSH): every ``flush_interval_commit_log`` ms, or when a put wakes it
   (unless ``flush_commit_log_timed``), flushes if at least ``flush_commit_log_least_pages`` pages are dirty;
   once ``flush_commit_log_thorough_interval`` ms passed since the last full flush, flushes any dirty page.
+  When puts wake it (no transient pool, not timed), it waits between those passes in C without the GIL
+  (``_flush_wait.follow_flush``): the newest file is flushed each time the puts dirtied the least pages, as
+  RocketMQ's woken thread does, and the Python pass runs at the thorough flush's time (or on ``wakeup``, a
+  file's end, the shutdown). A put thread that keeps the GIL busy thus hands it over for no flush.
 * ``GroupCommitService`` (SYNC_FLUSH): puts hand it requests (the offset their data ends at); it swaps its
   request lists, flushes once for all of them and completes each, so N concurrent writers share one
   ``msync``. A put waits ``sync_flush_timeout`` ms, then reports ``FLUSH_DISK_TIMEOUT``. A synchronous put
