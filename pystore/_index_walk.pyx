@@ -265,9 +265,11 @@ cdef class IndexCursor:
 
 def follow_keyless(IndexCursor cursor not None, list cl_files not None, long long busy_ns, long long idle_ns,
                    long long max_ns):
-    """Without the GIL: sleep ``busy_ns``, then move ``cursor`` over the records without keys that the newest of
-    ``cl_files`` gained, again and again (sleeping ``busy_ns`` after a move, ``idle_ns`` when there was
-    nothing new), for at most about ``max_ns``. Returns ``FOLLOW_WORK`` as soon as a record with entries
+    """Without the GIL: sleep ``busy_ns`` (right after a walk, more keyed records are likely), then move
+    ``cursor`` over the records without keys that the newest of ``cl_files`` gained, again every ``idle_ns``,
+    for at most about ``max_ns``. Records without keys give the builder nothing to write, so it looks at
+    them seldom: each look is a thread waking, which takes a core from whatever runs beside, and a lookup
+    catches the cursor up itself. Returns ``FOLLOW_WORK`` as soon as a record with entries
     (``index_log`` writes them), a blank that ends the file, a full file or a cursor outside the newest
     file needs the walk; ``FOLLOW_TIMEOUT`` when the time is up; ``FOLLOW_STOPPED`` once ``cursor.stop()``
     was called. A record not whole yet, or unreadable, is looked at again after the next sleep, as
@@ -323,7 +325,6 @@ cdef int _follow(IndexCursor cursor, MappedFile f, LogScan *s, Pending *buf, int
             if s.off > start:
                 # a walk under the builder's lock may have moved the cursor meanwhile: then it stands
                 cas_i64(&cursor._reached, start, s.off)
-                pause = busy_ns
         elif readable == size:
             return _FOLLOW_WORK
         if mono_ns() >= deadline:
