@@ -129,10 +129,13 @@ class FlushRealTimeService(ServiceThread):
         queue = self.commitlog.queue
         mf = queue.last()
         due_ms = self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval - self.clock()
-        if mf is None or queue.flushed_where < mf.file_from_offset or due_ms <= 0:
-            # nothing to follow yet, older files to flush first (this loop's passes do), or a pass due now
+        if mf is None:
+            self.wait_for_running(cfg.flush_interval_commit_log)       # nothing to follow yet
+            return
+        if queue.flushed_where < mf.file_from_offset or due_ms <= 0:
+            # older files to flush first (this loop's passes flush one a pass), or a pass due now
             if due_ms > 0:
-                self.wait_for_running(cfg.flush_interval_commit_log)
+                self.wait_for_running(min(cfg.flush_interval_commit_log, 10))
             return
         queue.pending_dirs.sync()          # the file's name is durable before any of its bytes count as flushed
         budget = min(due_ms, cfg.flush_commit_log_thorough_interval)
