@@ -339,3 +339,24 @@ def test_a_damaged_delayed_record_is_skipped_with_an_error_and_the_rest_delivere
     assert [m.body for m in delivered(store, queue_id=0)] == [b"Hello RocketMQ 0", b"Hello RocketMQ 2"]
     assert "queue offset 1: no readable record at commit-log offset %d" % bad in caplog.text
     assert store.schedule_message_service.offset_table == {1: 3}
+
+
+def test_levels_due_within_a_few_ms_run_in_one_pass(store, fake_clock):
+    """Idle levels rescheduled a few ms apart share one pass (``RUN_TOGETHER_MS``): one wake-up of the thread
+    (and one take of the GIL) for all, not one each. Early is harmless: nothing is delivered before its time."""
+    from pystore.schedule import RUN_TOGETHER_MS
+
+    svc = store.schedule_message_service
+    svc.shutdown()                                  # only this test runs passes
+    svc._stopped = False                            # (a pass of a stopped service runs nothing)
+    now = fake_clock.now
+    with svc._run_lock:
+        svc._tasks = {level: (now + 1 + i * (RUN_TOGETHER_MS // 4), 0) for i, level in enumerate(sorted(svc._tasks))
+                      if i < 4}
+    ran = []
+    run_level = svc._run_level
+    svc._run_level = lambda level: ran.append(level) or run_level(level)
+    fake_clock.advance(1)
+    svc.run_due()
+    assert sorted(ran) == sorted(svc._tasks)        # all four in the first pass
+    assert all(due >= fake_clock.now + 100 for due, _ in svc._tasks.values())    # each polls again later
