@@ -475,10 +475,11 @@ class IndexBuildService(ServiceThread):
     of the index: dispatch's inline path writes no entries while this runs (``QueueDispatcher.inline_index``).
 
     Between walks it waits in ``_index_walk.follow_keyless``, without the GIL: looking ``busy_ms`` after a
-    walk, then every ``idle_ms``, it moves the cursor over records without keys itself, and hands back to a walk only when there are entries to write or the log moved to another file
-    (or after ``FOLLOW_MAX_MS``). A store whose messages have no keys thus costs the put threads no GIL
-    hand-over: a thread that takes the GIL every millisecond makes a thread that keeps it busy (a put
-    loop) give it up after CPython's switch interval, every time, and takes a core from what runs beside.
+    walk, then every ``idle_ms``, it moves the cursor over records without keys itself, and hands back to a
+    walk only when there are entries to write or the log moved to another file (or after ``FOLLOW_MAX_MS``).
+    A store whose messages have no keys thus costs the put threads no GIL hand-over: a thread that takes the
+    GIL every millisecond makes a thread that keeps it busy (a put loop) give it up after CPython's switch
+    interval, every time, and takes a core from what runs beside.
 
     Thread-safety: ``lock`` serialises the walks and the lookups that catch up; ``cursor`` (``reached``)
     is moved by both and by the follow, atomically."""
