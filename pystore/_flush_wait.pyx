@@ -69,24 +69,26 @@ cdef class FlushStop:
 
 
 def follow_flush(CommitLogCore core not None, MappedFile mf not None, FlushStop stop not None, int least_pages,
-                 long long max_ns):
+                 long long interval_ns, long long max_ns):
     """Without the GIL, for at most about ``max_ns``: flush ``mf`` (the commit log's newest file) whenever at
-    least ``least_pages`` pages of it are dirty, sleeping on ``core``'s wake word in between. Returns
-    ``FLUSH_TIMEOUT``, ``FLUSH_FILE_DONE``, ``FLUSH_STOPPED`` or ``FLUSH_ERROR`` (see the module's text)."""
+    least ``least_pages`` pages of it are dirty, sleeping on ``core``'s wake word in between, at most
+    ``interval_ns`` at a time (the service's timed pass: a log that grows without puts, a slave's, wakes
+    nobody). Returns ``FLUSH_TIMEOUT``, ``FLUSH_FILE_DONE``, ``FLUSH_STOPPED`` or ``FLUSH_ERROR`` (see the
+    module's text)."""
     cdef int result, err = 0
     if not mf.c_hold():
         return _FLUSH_FILE_DONE
     try:
         with nogil:
-            result = _follow(core, mf, stop, least_pages, max_ns, &err)
+            result = _follow(core, mf, stop, least_pages, interval_ns, max_ns, &err)
     finally:
         mf.c_release()
     stop.sync_errno = err
     return result
 
 
-cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pages, int64_t max_ns,
-                 int *err) noexcept nogil:
+cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pages, int64_t interval_ns,
+                 int64_t max_ns, int *err) noexcept nogil:
     cdef int64_t deadline = mono_ns() + max_ns, left, seen
     while True:
         store_i64_release(&core.flush_notified, 0)
@@ -111,5 +113,5 @@ cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pa
         if left <= 0:
             ps_unregister(&core.flush_word, <unsigned int>seen)
             return _FLUSH_TIMEOUT
-        ps_wait(&core.flush_word, <unsigned int>seen, 0, left)
+        ps_wait(&core.flush_word, <unsigned int>seen, 0, left if left < interval_ns else interval_ns)
         ps_unregister(&core.flush_word, <unsigned int>seen)

@@ -29,9 +29,11 @@ def quiet_store(store_factory, **kw):
     return store, cl
 
 
-def run_follow(cl, stop, least_pages, max_ns):
+def run_follow(cl, stop, least_pages, max_ns, interval_ns=None):
+    interval_ns = max_ns if interval_ns is None else interval_ns
     got: list[int] = []
-    t = threading.Thread(target=lambda: got.append(follow_flush(cl, cl.queue.last(), stop, least_pages, max_ns)))
+    t = threading.Thread(target=lambda: got.append(follow_flush(cl, cl.queue.last(), stop, least_pages, interval_ns,
+                                                                max_ns)))
     t.start()
     return t, got
 
@@ -66,11 +68,11 @@ def test_less_than_least_pages_is_left_dirty_until_the_time_is_up(store_factory)
     flushed = mf.flushed_position
     store.put_message(Message(TOPIC, b"y" * 3000))
     t0 = time.monotonic()
-    assert follow_flush(cl, mf, FlushStop(), 4, 50 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl, mf, FlushStop(), 4, 50 * MS, 50 * MS) == FLUSH_TIMEOUT
     assert time.monotonic() - t0 >= 0.04
     assert mf.flushed_position == flushed
     # with least_pages 0 anything dirty is flushed
-    assert follow_flush(cl, mf, FlushStop(), 0, 20 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl, mf, FlushStop(), 0, 20 * MS, 20 * MS) == FLUSH_TIMEOUT
     assert mf.flushed_position == mf.wrote_position
 
 
@@ -84,7 +86,7 @@ def test_a_poke_ends_the_wait_once(store_factory):
     assert got == [FLUSH_TIMEOUT]
     # the poke was taken: the next wait runs its time
     t0 = time.monotonic()
-    assert follow_flush(cl, cl.queue.last(), stop, 4, 30 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl, cl.queue.last(), stop, 4, 30 * MS, 30 * MS) == FLUSH_TIMEOUT
     assert time.monotonic() - t0 >= 0.02
 
 
@@ -92,9 +94,9 @@ def test_a_stop_holds_for_later_waits_until_resumed(store_factory):
     store, cl = quiet_store(store_factory)
     stop = FlushStop()
     stop.stop(cl)
-    assert follow_flush(cl, cl.queue.last(), stop, 4, 600_000 * MS) == FLUSH_STOPPED
+    assert follow_flush(cl, cl.queue.last(), stop, 4, 600_000 * MS, 600_000 * MS) == FLUSH_STOPPED
     stop.resume()
-    assert follow_flush(cl, cl.queue.last(), stop, 4, 10 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl, cl.queue.last(), stop, 4, 10 * MS, 10 * MS) == FLUSH_TIMEOUT
 
 
 def test_a_full_file_is_flushed_to_its_end_and_handed_back(store_factory):
@@ -130,3 +132,23 @@ def test_the_service_flushes_as_puts_come_without_a_python_pass_each_time(store_
         store.put_message(Message(TOPIC, b"w" * 1000))
     wait_for(lambda: mf.flushed_position >= mf.wrote_position - 4 * PAGE)
     assert len(passes) - n0 <= 2, passes
+
+
+def test_a_log_that_grows_without_wake_ups_is_flushed_at_the_interval(store_factory):
+    """A slave's log grows by transfers, which wake nobody: the wait looks at the dirty pages every interval
+    (the service's timed pass, as before it waited in C) and flushes what is due."""
+    store, cl = quiet_store(store_factory, mapped_file_size_commit_log=1 << 20)
+    mf = cl.queue.last()
+    cl.flush_wake_c = False                 # the puts below wake nobody
+    stop = FlushStop()
+    t, got = run_follow(cl, stop, 4, 600_000 * MS, interval_ns=20 * MS)
+    try:
+        before = mf.flushed_position
+        while mf.wrote_position - before < 6 * PAGE:
+            store.put_message(Message(TOPIC, b"s" * 1000))
+        wait_for(lambda: mf.flushed_position >= mf.wrote_position - 4 * PAGE and mf.flushed_position > before)
+    finally:
+        stop.stop(cl)
+        t.join(30)
+        cl.flush_wake_c = True
+    assert got == [FLUSH_STOPPED]
