@@ -101,19 +101,15 @@ class FlushRealTimeService(ServiceThread):
     def run(self) -> None:
         cfg = self.config
         while not self.is_stopped():
-            if self.commitlog.flush_wake_c and not cfg.flush_commit_log_timed:
-                self._follow(cfg)
-                least = cfg.flush_commit_log_least_pages
-                now = self.clock()
-                if now >= self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval:
-                    self.last_flush_timestamp = now
-                    least = 0
-            else:
-                least = cfg.flush_commit_log_least_pages
-                now = self.clock()
-                if now >= self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval:
-                    self.last_flush_timestamp = now
-                    least = 0
+            follow = self.commitlog.flush_wake_c and not cfg.flush_commit_log_timed
+            if follow:
+                self._follow(cfg)       # flushes as the puts dirty pages, until this loop's pass is due
+            least = cfg.flush_commit_log_least_pages
+            now = self.clock()
+            if now >= self.last_flush_timestamp + cfg.flush_commit_log_thorough_interval:
+                self.last_flush_timestamp = now
+                least = 0
+            if not follow:
                 if cfg.flush_commit_log_timed:
                     self.sleep(cfg.flush_interval_commit_log)      # puts do not wake it; shutdown does
                 else:
