@@ -330,8 +330,9 @@ cdef class CommitLogCore:
         # still writable; a no-op for transient-pool buffers).
         mf.prefault_ahead(mf.wrote, mf.window // 2 if mf.window >= 0 else CL_PREFAULT_LEAD)
         # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
-        # flush_commit_log_least_pages between its timed passes anyway, and a wake-up per put costs the
-        # putting thread the GIL (RocketMQ's Java service wakes for free).
+        # flush_commit_log_least_pages between its timed passes anyway. Waiting in C (_flush_wait), it is
+        # woken through flush_word: a fence and, only while it sleeps, a FUTEX_WAKE; a Python service's
+        # wake-up (an Event) would cost the putting thread the GIL each time (RocketMQ's Java one is free).
         if not self.flush_notified and mf.wrote - mf.flushed >= self.wake_bytes:
             if self.flush_wake_c:
                 self.flush_notified = 1

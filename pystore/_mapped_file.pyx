@@ -36,7 +36,9 @@ file, but the *mapping* goes only when no reader hold and no buffer view (``Sele
 view can ever touch unmapped memory.
 
 Thread-safety: positions and counts are plain fields guarded by the GIL; the put lock (``_put_lock``, taken by
-``_commitlog``) serialises appends. The GIL is released only around msync/fdatasync and pre-faulting."""
+``_commitlog``) serialises appends. The GIL is released only around msync/fdatasync and pre-faulting, and by
+the commit log's flush service, which flushes its newest file without the GIL (``sync_nogil``): ``flushed``
+only ever moves up (a compare-and-swap), whoever flushes."""
 
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
