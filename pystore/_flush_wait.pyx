@@ -76,13 +76,13 @@ def follow_flush(CommitLogCore core not None, MappedFile mf not None, FlushStop 
     nobody). Returns ``FLUSH_TIMEOUT``, ``FLUSH_FILE_DONE``, ``FLUSH_STOPPED`` or ``FLUSH_ERROR`` (see the
     module's text)."""
     cdef int result, err = 0
-    if not mf.c_hold():
+    if not mf.pin():
         return _FLUSH_FILE_DONE
     try:
         with nogil:
             result = _follow(core, mf, stop, least_pages, interval_ns, max_ns, &err)
     finally:
-        mf.c_release()
+        mf.unpin()
     stop.sync_errno = err
     return result
 
@@ -100,6 +100,10 @@ cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pa
             store_i64_release(&stop._poke, 0)
             ps_unregister(&core.flush_word, <unsigned int>seen)
             return _FLUSH_TIMEOUT
+        if not mf.available:
+            # shut down: a file that cannot be held keeps its flushed position (``MappedFile.flush``)
+            ps_unregister(&core.flush_word, <unsigned int>seen)
+            return _FLUSH_FILE_DONE
         if mf._able_to_flush(least_pages):
             ps_unregister(&core.flush_word, <unsigned int>seen)
             err[0] = mf.sync_nogil(least_pages)

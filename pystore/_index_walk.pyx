@@ -281,11 +281,11 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
     if PyList_GET_SIZE(cl_files) == 0:
         return _FOLLOW_WORK
     f = <MappedFile>PyList_GET_ITEM(cl_files, PyList_GET_SIZE(cl_files) - 1)
-    if f.base == NULL or not f.c_hold():
+    if not f.pin():
         return _FOLLOW_WORK
     buf = <Pending *>malloc(_PENDING * sizeof(Pending))
     if buf == NULL:
-        f.c_release()
+        f.unpin()
         raise MemoryError()
     s.topic_len = -1
     try:
@@ -293,7 +293,7 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
             result = _follow(cursor, f, &s, buf, busy_ns, idle_ns, max_ns)
     finally:
         free(buf)
-        f.c_release()
+        f.unpin()
     return result
 
 
@@ -306,6 +306,8 @@ cdef int _follow(IndexCursor cursor, MappedFile f, LogScan *s, Pending *buf, int
         sleep_ns(pause)
         if load_i64_acquire(&cursor._stop):
             return _FOLLOW_STOPPED
+        if not f.available:
+            return _FOLLOW_WORK
         start = load_i64_acquire(&cursor._reached)
         if start < file_from or start >= file_from + size:
             return _FOLLOW_WORK

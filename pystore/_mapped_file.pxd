@@ -72,6 +72,8 @@ cdef class MappedFile:
     cdef bint _able_to_flush(self, int least_pages) noexcept nogil
     cdef int sync_nogil(self, int least_pages) noexcept nogil
     cdef bint c_hold(self) noexcept
+    cdef bint pin(self) noexcept
+    cdef void unpin(self) noexcept
     cdef void c_release(self) noexcept
     cdef void _cleanup(self) noexcept
     cdef void _unmap(self) noexcept

@@ -318,6 +318,21 @@ cdef class MappedFile:
         self._drop_ref()
         self._maybe_unmap()
 
+    cdef bint pin(self) noexcept:
+        """Keep the mapping while a service thread works in it without the GIL, perhaps for seconds (the flush
+        service's and the index builder's waits): unlike ``c_hold`` it takes no reference, so the file's
+        reference count still says who reads it, and its shutdown and cleanup go on; only the unmap waits for
+        ``unpin``. False when the file is shut down or not mapped. Called with the GIL, like ``unpin``."""
+        if self.available and self.base != NULL:
+            self.pins += 1
+            return True
+        return False
+
+    cdef void unpin(self) noexcept:
+        if self.pins > 0:
+            self.pins -= 1
+        self._maybe_unmap()
+
     cdef void _drop_ref(self) noexcept:
         self.ref_count -= 1
         if self.ref_count > 0:

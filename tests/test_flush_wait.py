@@ -152,3 +152,17 @@ def test_a_log_that_grows_without_wake_ups_is_flushed_at_the_interval(store_fact
         t.join(30)
         cl.flush_wake_c = True
     assert got == [FLUSH_STOPPED]
+
+
+def test_the_waits_take_no_reference_on_the_file_they_follow(store_factory):
+    """The flush wait and the index builder's follow keep the newest file mapped while they work in it without
+    the GIL (``MappedFile.pin``), but take no reference: its count still says who reads it (1: only its owner),
+    as RocketMQ's ReferenceResource counts it."""
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    for i in range(50):
+        store.put_message(Message(TOPIC, b"r" * 1000))
+    time.sleep(0.1)                         # both services are in their waits by now
+    mf = store._commitlog.queue.last()
+    for _ in range(20):
+        assert mf.ref_count == 1
+        time.sleep(0.005)
