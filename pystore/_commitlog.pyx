@@ -38,6 +38,8 @@ from pystore._results cimport PutMessageResult, put_failed, put_ok
 
 cdef extern from *:
     """
+    /* A prefetch for writing (PREFETCHW where the build targets it, else a plain prefetch, which brings the line in
+       as well) */
     static inline void ps_prefetch_write(const void *p) { __builtin_prefetch(p, 1, 3); }
     """
     void prefetch_write "ps_prefetch_write"(const void *p) noexcept nogil

@@ -28,9 +28,6 @@ cdef extern from *:
     """
     void prefetch_object "ps_prefetch_object"(const void *o) noexcept nogil
 
-cdef enum:
-    PREFETCH_AHEAD = 8      # bodies asked for ahead of the one taken into the tuple
-
 from pystore._args cimport int_arg
 from pystore._bytes cimport now_ms
 from pystore._message cimport Message, as_body
@@ -54,10 +51,9 @@ cdef Message _plain_template(str topic, int queue_id):
 
 
 cdef tuple _bytes_tuple(list bodies):
-    """``tuple(bodies)`` in one pass that also checks every item is ``bytes`` (the common call: a list of bytes);
-    None when one is not (the caller converts them). One pass, as its first touch of each body's header is a
-    miss for bodies built long ago: a second pass over them would be a second walk, a prefetch pass first
-    only queues ahead of it."""
+    """``tuple(bodies)`` and the check that every item is ``bytes`` in one walk over the bodies (the common call:
+    a list of bytes); None when one is not (the caller converts them). The bodies are all asked for first, so
+    that their misses overlap: a list a caller built long ago is not in the cache."""
     cdef Py_ssize_t i, n = PyList_GET_SIZE(bodies)
     cdef tuple t = PyTuple_New(n)
     cdef PyObject *b
