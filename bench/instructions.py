@@ -3,22 +3,27 @@ allows (``make bench-instructions``; ``--save`` rewrites the baseline).
 
 Wall-clock timings on a shared 2-core VM move by tens of percent from run to run; the number of instructions
 a function executes does not. Each workload runs in its own process under valgrind's callgrind, collecting
-only inside one compiled function (``--toggle-collect``), and is divided by the number of calls it made:
+only inside the compiled functions named (``--toggle-collect``), and is divided by the number of calls it made:
 
-==================  ==============================================  =========================================
-workload            collected inside                                the calls
-==================  ==============================================  =========================================
-put_single          ``CommitLogCore._put``                          2,000 puts of one prebuilt 128 B message
-put_keyed           ``CommitLogCore._put``                          2,000 puts of 128 B messages, one key each
-put_batch           ``CommitLogCore._put_batch``                    200 batches of 32 x 128 B
-get                 the compiled ``get_message``                    2,000 gets of one message
-look                the compiled ``look_message_by_offset``         2,000 look-ups by commit-log offset
-arrow_decode        ``_arrow_source.scan_file`` (Spark's decoder)   one scan of 2,000 records, per record
-get_columns         ``_read.read_queue`` (its scan and decoder)     one page of 2,000 x 128 B, per message
-put_columns         ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
-                                                                    (a numpy pair), per message
-put_columns_1k      ``_bulk_put._put``                              the same with 1 KiB bodies, per message
-==================  ==============================================  =========================================
+======================  ==============================================  =========================================
+workload                collected inside                                the calls
+======================  ==============================================  =========================================
+put_single              ``CommitLogCore._put``                          2,000 puts of one prebuilt 128 B message
+put_keyed               ``CommitLogCore._put``                          2,000 puts of 128 B messages, one key each
+put_batch               ``CommitLogCore._put_batch``                    200 batches of 32 x 128 B
+put_batch_from_bodies   ``CommitLogCore._put_batch``                    200 ``from_bodies`` batches of 32 x 128 B
+                                                                        (distinct bodies): the put alone
+from_bodies_put         ``MessageBatch.from_bodies``, ``put_messages``  the same, whole: the batch made, put and
+                        and the batch's deallocation                    freed (all a caller's loop pays but
+                                                                        the loop's own bytecode)
+get                     the compiled ``get_message``                    2,000 gets of one message
+look                    the compiled ``look_message_by_offset``         2,000 look-ups by commit-log offset
+arrow_decode            ``_arrow_source.scan_file`` (Spark's decoder)   one scan of 2,000 records, per record
+get_columns             ``_read.read_queue`` (its scan and decoder)     one page of 2,000 x 128 B, per message
+put_columns             ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
+                                                                        (a numpy pair), per message
+put_columns_1k          ``_bulk_put._put``                              the same with 1 KiB bodies, per message
+======================  ==============================================  =========================================
 
 A count more than ``--tolerance`` (default 5 %) above the baseline fails the check (exit 1). The baseline
 holds the Python version and the compiler it was made with: counts made elsewhere differ, so the check
@@ -51,8 +56,8 @@ store = MessageStore.open(root, mapped_file_size_commit_log=64 << 20)
 body = b"x" * 128
 """
 
-#: name -> (callgrind --toggle-collect pattern, calls made, the workload's code after _SETUP)
-WORKLOADS: dict[str, tuple[str, int, str]] = {
+#: name -> (callgrind --toggle-collect pattern(s), calls made, the workload's code after _SETUP)
+WORKLOADS: dict[str, tuple[str | tuple[str, ...], int, str]] = {
     "put_single": ("*CommitLogCore__put", N, """
 m = Message("T", body)
 for _ in range(%d):
@@ -67,6 +72,21 @@ for m in ms:
 b = MessageBatch([Message("T", body) for _ in range(32)])
 for _ in range(%d):
     store.put_messages(b)
+""" % (N // 10)),
+    "put_batch_from_bodies": ("*CommitLogCore__put_batch", N // 10, """
+bodies = [i.to_bytes(8, "big") + body[8:] for i in range(32 * %d)]
+store.put_message(Message("T", body))      # the file and the queue made before, not counted
+put, fb = store.put_messages, MessageBatch.from_bodies
+for i in range(0, len(bodies), 32):
+    put(fb("T", bodies[i:i + 32]))
+""" % (N // 10)),
+    "from_bodies_put": (("*MessageBatch_*from_bodies", "*CommitLogCore_*put_messages", "*tp_dealloc_*MessageBatch"),
+                        N // 10, """
+bodies = [i.to_bytes(8, "big") + body[8:] for i in range(32 * %d)]
+store.put_message(Message("T", body))      # the file and the queue made before, not counted
+put, fb = store.put_messages, MessageBatch.from_bodies
+for i in range(0, len(bodies), 32):
+    put(fb("T", bodies[i:i + 32]))
 """ % (N // 10)),
     "get": ("*_queue_reader_11QueueReader_*get_message", N, """
 for _ in range(100):
@@ -121,19 +141,20 @@ for _ in range(20):
 def count(name: str) -> float:
     """Instructions per call of workload ``name``."""
     pattern, calls, code = WORKLOADS[name]
+    patterns = (pattern,) if isinstance(pattern, str) else pattern
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         script = _SETUP + code + "\nstore.shutdown()\n"
         env = dict(os.environ, PYTHONHASHSEED="0")
         subprocess.run(
-            ["valgrind", "--tool=callgrind", "--toggle-collect=" + pattern, "--callgrind-out-file=" + out,
-             sys.executable, "-c", script],
+            ["valgrind", "--tool=callgrind", *("--toggle-collect=" + p for p in patterns),
+             "--callgrind-out-file=" + out, sys.executable, "-c", script],
             check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900,
         )
         totals = re.search(r"^(?:totals|summary): (\d+)", Path(out).read_text(), re.M)
         if totals is None or int(totals.group(1)) == 0:
             raise RuntimeError("%s: callgrind collected nothing inside %s (was the function renamed?)"
-                               % (name, pattern))
+                               % (name, ", ".join(patterns)))
         return int(totals.group(1)) / calls
 
 

@@ -33,7 +33,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 from pystore._bytes cimport body_crc32, mono_coarse_ns, put_i16, store_i32_release
-from pystore._codec cimport END_FILE_MIN_BLANK_LENGTH, encode_with_body, like_head, like_tail, message_length
+from pystore._codec cimport END_FILE_MIN_BLANK_LENGTH, encode_with_body, like_head_body, like_tail, message_length
 from pystore._commitlog cimport CommitLogCore, QueueCell
 from pystore._jstring cimport java_hash_utf8
 from pystore._mapped_file cimport MappedFile
@@ -341,7 +341,6 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
     cdef int32_t *sizes = b.sizes
     cdef const int64_t *lens = b.lens
     cdef const unsigned char **ptrs = b.ptrs
-    cdef int32_t crc
     cdef unsigned char *first
     cdef unsigned char *dst
     cdef int32_t store_flag = cl.store_flag
@@ -432,11 +431,8 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
                 for k in range(i + 1, end):
                     size = sizes[k]
                     blen = lens[k]
-                    # one pass over the body: each block loaded is stored and folded into the CRC (of the bytes
-                    # stored, whatever another thread does to the caller's buffer meanwhile)
-                    crc = <int32_t>(ps_copy_crc32(dst + body_pos, ptrs[k], <size_t>blen) & 0x7FFFFFFF)
-                    like_head(dst, first, body_pos, crc, blen, qoff + k - i,
-                              mf.file_from_offset + (dst - mf.write_base), born_ts)
+                    like_head_body(dst, first, body_pos, ptrs[k], blen, qoff + k - i,
+                                   mf.file_from_offset + (dst - mf.write_base), born_ts)
                     if props_lens != NULL:
                         _tail_each(dst + body_pos + blen, first + body_pos + first_body_len, topic_part, b, k,
                                    shared, shared_len)

@@ -1,10 +1,13 @@
 # cython: language_level=3
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from cpython.object cimport PyObject
 
 from pystore._bytes cimport bytes_size, put_i32, put_i64, store_i32_release
+
+cdef extern from "crc32.h":
+    uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
 
 from pystore._message cimport Message
 from pystore._message_ext cimport MessageExt
@@ -154,6 +157,17 @@ cdef inline void like_head(unsigned char *dst, const unsigned char *first, int32
     put_i64(dst + 28, phy_offset)
     put_i64(dst + 40, born_ts)
     put_i32(dst + body_pos - 4, <int32_t>body_len)
+
+
+cdef inline void like_head_body(unsigned char *dst, const unsigned char *first, int32_t body_pos,
+                                const unsigned char *body, Py_ssize_t body_len, int64_t queue_offset,
+                                int64_t phy_offset, int64_t born_ts) noexcept nogil:
+    """``like_head`` and the body, for a body whose CRC is not known yet (a batch built from bodies, the column
+    put): the body copied and its CRC folded in one pass (``ps_copy_crc32``), so it is read once, and the CRC is
+    that of the bytes stored whatever another thread does to the source meanwhile. Tail and TOTALSIZE are the
+    caller's (``like_tail``, or the column put's own properties)."""
+    cdef int32_t crc = <int32_t>(ps_copy_crc32(dst + body_pos, body, <size_t>body_len) & 0x7FFFFFFF)
+    like_head(dst, first, body_pos, crc, body_len, queue_offset, phy_offset, born_ts)
 
 
 cdef inline void like_tail(unsigned char *dst, const unsigned char *first, int32_t body_pos, int32_t first_body_len,

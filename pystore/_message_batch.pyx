@@ -6,15 +6,18 @@ many payloads one holds as ``bytes`` makes no ``Message`` per body.
 """
 
 cimport cython
+from cpython.bytes cimport PyBytes_CheckExact
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t
 
 cdef extern from *:
     """
-    /* Ask for the first lines of a bytes object (its header, which the batch's copy of the list writes when it
-       takes a reference, and up to 192 bytes of its data, which the put's CRC reads): bodies a caller built
-       long ago are not in the cache, and fetched one after another each costs a full memory latency. */
+    /* Ask for the first lines of a bytes object (its header, which the batch's tuple writes when it takes a
+       reference, and up to 192 bytes of its data, which the put's copy reads): bodies a caller built long ago
+       are not in the cache, and fetched one after another each costs a full memory latency. */
     static inline void ps_prefetch_object(const void *o) {
         const char *p = (const char *)o;
         __builtin_prefetch(p, 1, 3);
@@ -47,7 +50,26 @@ cdef Message _plain_template(str topic, int queue_id):
     return last
 
 
+cdef tuple _bytes_tuple(list bodies):
+    """``tuple(bodies)`` and the check that every item is ``bytes`` in one walk over the bodies (the common call:
+    a list of bytes); None when one is not (the caller converts them). The bodies are all asked for first, so
+    that their misses overlap: a list a caller built long ago is not in the cache."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(bodies)
+    cdef tuple t = PyTuple_New(n)
+    cdef PyObject *b
+    for i in range(n):
+        prefetch_object(<const void *>PyList_GET_ITEM(bodies, i))
+    for i in range(n):
+        b = PyList_GET_ITEM(bodies, i)
+        if not PyBytes_CheckExact(<object>b):
+            return None         # the items set so far are released with the tuple; the rest are NULL
+        Py_INCREF(<object>b)
+        PyTuple_SET_ITEM(t, i, <object>b)
+    return t
+
+
 @cython.final
+@cython.freelist(8)       # one per from_bodies: reuse the memory of the last ones dropped
 cdef class MessageBatch:
     """Several messages of one topic and queue, stored as one RocketMQ batch: consecutive queue offsets,
     one lock hold, never split across two commit-log files. Inner messages keep their own born host,
@@ -91,20 +113,20 @@ cdef class MessageBatch:
             t = Message(topic, b"", tags, keys, flag, properties, queue_id, 0, True, born_timestamp, born_host)
             t._frozen = True
             born = t._born_timestamp
-        cdef tuple bs
+        cdef tuple bs = None
         cdef Py_ssize_t i
         cdef MessageBatch batch
         if type(bodies) is list:
-            for i in range(PyList_GET_SIZE(bodies)):
-                prefetch_object(<const void *>PyList_GET_ITEM(bodies, i))
-        # a tuple: the put reads the bodies through borrowed references, some without the GIL
-        bs = tuple(bodies)
+            bs = _bytes_tuple(<list>bodies)
+        if bs is None:
+            # a tuple: the put reads the bodies through borrowed references, some without the GIL
+            bs = tuple(bodies)
+            for i in range(len(bs)):
+                if type(<object>PyTuple_GET_ITEM(bs, i)) is not bytes:
+                    bs = tuple([as_body(b) for b in bs])
+                    break
         if not bs:
             raise ValueError("a MessageBatch needs at least one message")
-        for i in range(len(bs)):
-            if type(<object>PyTuple_GET_ITEM(bs, i)) is not bytes:
-                bs = tuple([as_body(b) for b in bs])
-                break
         batch = MessageBatch.__new__(MessageBatch)
         batch._bodies = bs
         batch._template = t
