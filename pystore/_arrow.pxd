@@ -85,10 +85,8 @@ cdef class BatchBuilder(RecordSink):
     cdef readonly int64_t rows_total
     # deferred records (RecordSink.begin): two windows, one filled by the scan while the worker decodes the other
     cdef Pending *wins[2]
-    cdef int fill                        # the window being filled
-    cdef int64_t n_fill
-    cdef int64_t fill_body, fill_topic, fill_props   # its records' body, topic and properties bytes
-    cdef bint deferring, defer_crc, cut_found
+    cdef int fill                        # the window being filled (from ``next``, up to ``window_end``)
+    cdef bint defer_crc, cut_found
     cdef bint busy                       # ``job`` is with the worker
     cdef Job job
     cdef int64_t good, good_bytes, good_phy          # deferred records decoded so far
@@ -99,6 +97,7 @@ cdef class BatchBuilder(RecordSink):
     cdef int _more_rows(self) except -1
     cdef int _room(self, int64_t n, int64_t body, int64_t topic, int64_t props) except -1
     cdef int _start(self) except -1
+    cdef void _empty(self) noexcept
     cdef int _wait(self) except -1
     cdef int _done(self, Job *j) except -1
     cdef int _decode_fill(self, bint worker) except -1

@@ -129,9 +129,10 @@ cdef extern from *:
     static ps_dw_fn ps_dw_job_fn;
     static void *ps_dw_job_arg;
     static int ps_dw_posted, ps_dw_done = 1, ps_dw_owned, ps_dw_started, ps_dw_atfork_set, ps_dw_failed;
+    static int ps_dw_off;           /* decode_worker(False): every window is decoded in its scan's thread */
 
     /* how long each side spins before it sleeps: a window's hand-off is a few microseconds apart */
-    #define PS_DW_SPIN 4000
+    #define PS_DW_SPIN 0
 
     static void *ps_dw_main(void *arg) {
         (void)arg;
@@ -169,7 +170,7 @@ cdef extern from *:
     /* The worker for this caller (started on first use): 1, or 0 when another has it or none can start. */
     static int ps_dw_acquire(void) {
         int expect = 0;
-        if (ps_dw_failed || !__atomic_compare_exchange_n(&ps_dw_owned, &expect, 1, 0, __ATOMIC_ACQUIRE,
+        if (ps_dw_failed || ps_dw_off || !__atomic_compare_exchange_n(&ps_dw_owned, &expect, 1, 0, __ATOMIC_ACQUIRE,
                                                          __ATOMIC_RELAXED))
             return 0;
         if (!ps_dw_started) {
@@ -215,6 +216,7 @@ cdef extern from *:
         pthread_mutex_unlock(&ps_dw_mu);
     }
     """
+    int ps_dw_off
     int ps_dw_acquire() noexcept nogil
     void ps_dw_release() noexcept nogil
     void ps_dw_post(void (*fn)(void *) noexcept nogil, void *arg) noexcept nogil
@@ -222,6 +224,16 @@ cdef extern from *:
 
 cdef extern from "crc32.h":
     uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
+
+def decode_worker(enabled=None):
+    """Whether ``BatchBuilder`` hands windows of deferred records to the decode worker (by default it does);
+    ``enabled`` True or False sets it (tests, benchmarks). Returns the setting before."""
+    before = not ps_dw_off
+    if enabled is not None:
+        global ps_dw_off
+        ps_dw_off = 0 if enabled else 1
+    return before
+
 
 # records in a window of deferred ones: the worker takes a window once the scan has filled it, so a page of
 # fewer than two windows is decoded in the scan's thread alone
@@ -306,7 +318,8 @@ cdef class BatchBuilder(RecordSink):
         while cap < need:
             cap *= 2
         buf = self.pybufs[i]
-        if buf is None:
+        if buf is None or b.n == 0:
+            # nothing to keep: a fresh buffer, not a resize (which would copy what the old one held)
             buf = pa.allocate_buffer(cap, resizable=True)
             self.pybufs[i] = buf
             if b.n > 0:                 # what it held elsewhere (zeros, or a share of the per-row block)
@@ -368,16 +381,18 @@ cdef class BatchBuilder(RecordSink):
     cdef int _room(self, int64_t n, int64_t body, int64_t topic, int64_t props) except -1:
         """Room for ``n`` more records of ``body`` body, ``topic`` topic and ``props`` properties bytes in all,
         whatever their text becomes (``_decode`` then writes without a test): invalid UTF-8 grows at most 3x, a
-        host's text and a message id take at most 64 bytes, a properties string of ``k`` bytes holds at most
-        ``k`` items or keys; copies of a cached text may write 32 or 64 bytes past their end."""
+        host's text and a message id take at most 48 bytes, a properties string of ``k`` bytes holds at most
+        ``k`` items or keys; copies of a cached text may write up to 64 bytes past their end."""
         cdef int i
+        if _fits(&self.d, n, body, topic, props):
+            return 0
         while self.d.rows + n > self.d.cap_rows:
             self._more_rows()
         res(self, B_BODY, body)
         res(self, B_TOPIC, 3 * topic + 32)
-        res(self, B_BH, 64 * n + 64)
-        res(self, B_SH, 64 * n + 64)
-        res(self, B_ID, 64 * n + 64)
+        res(self, B_BH, 48 * n + 64)
+        res(self, B_SH, 48 * n + 64)
+        res(self, B_ID, 48 * n + 64)
         if props > 0:
             for i in (B_TAGS, B_KEYS, B_PK, B_PV):
                 res(self, i, 3 * props)
@@ -388,15 +403,7 @@ cdef class BatchBuilder(RecordSink):
     def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
         """Room for ``rows`` more rows with ``body_bytes`` of bodies and ``topic_bytes`` of topics (a page
         whose size is known up front grows no buffer, so nothing is copied on the way)."""
-        cdef int64_t want = self.d.rows + max(rows, 0)
-        while self.d.cap_rows < want:
-            self._more_rows()
-        res(self, B_BODY, max(body_bytes, 0))
-        res(self, B_TOPIC, max(topic_bytes, 0))
-        # an offset message id is 32 digits (56 for an IPv6 store host); a host's text at most 64 bytes
-        res(self, B_ID, 32 * max(rows, 0) + 64)
-        res(self, B_BH, 24 * max(rows, 0) + 64)
-        res(self, B_SH, 24 * max(rows, 0) + 64)
+        self._room(max(rows, 0), max(body_bytes, 0), max(topic_bytes, 0), 0)
 
     def __dealloc__(self):
         self.settle()
@@ -460,25 +467,14 @@ cdef class BatchBuilder(RecordSink):
             if self.wins[0] == NULL or self.wins[1] == NULL:
                 raise MemoryError()
         self.settle()
-        self.deferring = True
         self.defer_crc = check_crc
         self.cut_found = False
         self.good = self.good_bytes = 0
         self.good_phy = -1
         return True
 
-    cdef Pending *slot(self) noexcept:
-        return &self.wins[self.fill][self.n_fill]
-
-    cdef int commit(self) except -1:
-        cdef Pending *q = &self.wins[self.fill][self.n_fill]
-        self.n_fill += 1
-        self.fill_body += q.v.body_len
-        self.fill_topic += q.v.topic_len
-        self.fill_props += q.v.props_len
-        if self.n_fill == WINDOW:
-            return self._decode_fill(True)
-        return 0
+    cdef int hand_off(self) except -1:
+        return self._decode_fill(True)
 
     cdef int finish(self) except -1:
         if self._wait() or self.cut_found:
@@ -491,8 +487,13 @@ cdef class BatchBuilder(RecordSink):
                 ps_dw_wait()
                 ps_dw_release()
             self.busy = False
-        self.n_fill = self.fill_body = self.fill_topic = self.fill_props = 0
+        self._empty()
         return 0
+
+    cdef void _empty(self) noexcept:
+        """No record in the window being filled."""
+        self.next = self.wins[self.fill]
+        self.window_end = self.next + WINDOW if self.next != NULL else NULL
 
     cdef int _wait(self) except -1:
         """The window with the worker decoded (1 when it ended at a wrong CRC: ``cut``)."""
@@ -516,7 +517,7 @@ cdef class BatchBuilder(RecordSink):
             self.cut.good_bytes = self.good_bytes
             self.cut.last_phy = self.good_phy
             self.cut.bad = j.recs[j.done]
-            self.n_fill = self.fill_body = self.fill_topic = self.fill_props = 0
+            self._empty()
             return 1
         return 0
 
@@ -524,21 +525,29 @@ cdef class BatchBuilder(RecordSink):
         """Decode the window being filled: by the worker (``worker``, when it is free and the last window it
         had was decoded whole) while the scan fills the other window, else here."""
         cdef Job *j = &self.job
+        cdef Pending *q = self.wins[self.fill]
+        cdef int64_t i, n, body = 0, topic = 0, props = 0
         if self._wait() or self.cut_found:
             return 1
-        if self.n_fill == 0:
+        n = self.next - q
+        if n == 0:
             return 0
-        self._room(self.n_fill, self.fill_body, self.fill_topic, self.fill_props)
+        for i in range(n):
+            body += q[i].v.body_len
+            topic += q[i].v.topic_len
+            props += q[i].v.props_len
+        self._room(n, body, topic, props)
         j.d = &self.d
-        j.recs = self.wins[self.fill]
-        j.n = self.n_fill
+        j.recs = q
+        j.n = n
         j.crc = self.defer_crc
-        self.n_fill = self.fill_body = self.fill_topic = self.fill_props = 0
         if worker and ps_dw_acquire():
             self.busy = True
             self.fill ^= 1
+            self._empty()
             ps_dw_post(_decode_job, j)
             return 0
+        self._empty()
         _decode_job(j)
         return self._done(j)
 
@@ -590,6 +599,23 @@ cdef class BatchBuilder(RecordSink):
 # ----------------------------------------------------------------------------------------------------
 # Decoding: C on ``Dec`` without the GIL (the decode worker runs it), into buffers ``_room`` made room in
 # ----------------------------------------------------------------------------------------------------
+
+cdef inline bint _fits(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t props) noexcept nogil:
+    """``BatchBuilder._room`` has nothing to do (its bounds, tested inline)."""
+    cdef Buf *b = d.bufs
+    cdef int64_t host = 48 * n + 64
+    if (d.rows + n > d.cap_rows or b[B_BODY].n + body > b[B_BODY].cap
+            or b[B_TOPIC].n + 3 * topic + 32 > b[B_TOPIC].cap or b[B_BH].n + host > b[B_BH].cap
+            or b[B_SH].n + host > b[B_SH].cap or b[B_ID].n + host > b[B_ID].cap):
+        return False
+    if props > 0 and (b[B_TAGS].n + 3 * props > b[B_TAGS].cap or b[B_KEYS].n + 3 * props > b[B_KEYS].cap
+                      or b[B_PK].n + 3 * props > b[B_PK].cap or b[B_PV].n + 3 * props > b[B_PV].cap
+                      or b[B_KEYS_O].n + 4 * (props + n) > b[B_KEYS_O].cap
+                      or b[B_PK_O].n + 4 * (props + n) > b[B_PK_O].cap
+                      or b[B_PV_O].n + 4 * (props + n) > b[B_PV_O].cap):
+        return False
+    return True
+
 
 cdef inline int res(BatchBuilder self, int i, int64_t extra) except -1:
     if self.d.bufs[i].n + extra > self.d.bufs[i].cap:

@@ -12,9 +12,10 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint64_t
 
-from pystore._bytes cimport body_crc32, get_i32, get_i64
-from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BAD_CRC, SPLIT_BODY, RecordView, check_record,
-                             find_property, make_ext, make_ext_shared)
+from pystore._bytes cimport body_crc32, get_i16, get_i32, get_i64, load_i32_acquire
+from pystore._codec cimport (BORNHOST_V6_FLAG, CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, MESSAGE_MAGIC_CODE, REC_BAD_CRC,
+                             SPLIT_BODY, STOREHOSTADDRESS_V6_FLAG, RecordView, check_record, find_property, make_ext,
+                             make_ext_shared)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
@@ -84,6 +85,57 @@ cdef object _record_tags(const unsigned char *rec, RecordView *v):
     if v.props_len > 0 and find_property(rec + v.props_pos, v.props_len, "TAGS", 4, &vp, &vl):
         return utf8_text(rec + v.props_pos + vp, vl)
     return None
+
+
+cdef inline int32_t _check_plain(const unsigned char *p, int64_t remaining, int32_t size,
+                                 RecordView *v) noexcept nogil:
+    """``check_record`` without the CRC for the usual record: ``size`` bytes as its unit says, magic V1, IPv4
+    hosts, so that every field before the body is at a fixed place. Its size, with ``v`` filled as
+    ``check_record`` fills it; 0 for any other record (``check_record`` then says what it is)."""
+    cdef int32_t total = load_i32_acquire(p), sys_flag, bl, tl, pl, pos
+    if (total != size or total > remaining or total < 91 or get_i32(p + 4) != MESSAGE_MAGIC_CODE):
+        return 0
+    sys_flag = get_i32(p + 36)
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        return 0
+    # the lengths, each within TOTALSIZE (a record of 91 bytes or more has room for the fixed part and the
+    # topic length byte)
+    bl = get_i32(p + 84)
+    if bl < 0 or bl > total - 89:
+        return 0
+    pos = 88 + bl
+    tl = p[pos]
+    pos += 1
+    if tl > total - pos - 2:
+        return 0
+    pos += tl
+    pl = get_i16(p + pos)
+    pos += 2
+    if pl < 0 or pos + pl != total:
+        return 0
+    v.total_size = total
+    v.magic = MESSAGE_MAGIC_CODE
+    v.body_crc = get_i32(p + 8)
+    v.queue_id = get_i32(p + 12)
+    v.flag = get_i32(p + 16)
+    v.queue_offset = get_i64(p + 20)
+    v.phy_offset = get_i64(p + 28)
+    v.sys_flag = sys_flag
+    v.born_ts = get_i64(p + 40)
+    v.born_host_pos = 48
+    v.born_host_len = 8
+    v.store_ts = get_i64(p + 56)
+    v.store_host_pos = 64
+    v.store_host_len = 8
+    v.reconsume_times = get_i32(p + 72)
+    v.prepared_tx_offset = get_i64(p + 76)
+    v.body_len = bl
+    v.body_pos = 88
+    v.topic_pos = 89 + bl
+    v.topic_len = tl
+    v.props_pos = pos
+    v.props_len = pl
+    return total
 
 
 cdef int _raise_damage(int damage, int32_t r, RecordView *v, MappedFile f, int64_t phy, int32_t size,
@@ -345,13 +397,17 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                     if 0 <= ahead < rp:
                         prefetch_record(held_base + ahead, <int>min(rp - ahead, 256))
                 if deferred:
-                    slot = sink.slot()
+                    slot = sink.next
                     vp = &slot.v
                 else:
                     vp = &run_views[nrun] if shared else &v
                 rec = held_base + rpos
                 qoff = <int64_t>(<uint64_t>(cq_from + pos) // CQ_STORE_UNIT_SIZE)
-                r = check_record(rec, rp - rpos, crc_here, vp)
+                r = _check_plain(rec, rp - rpos, size, vp)
+                if r == 0:
+                    r = check_record(rec, rp - rpos, crc_here, vp)
+                elif crc_here and vp.body_len > 0 and body_crc32(rec + vp.body_pos, vp.body_len) != vp.body_crc:
+                    r = REC_BAD_CRC
                 damage = _damage(r, vp, rec, phy, size, cq_topic, cq_topic_len, cq_qid, qoff)
                 if damage != DAMAGE_NONE and rp != held.read_position():
                     # judged as at the read position of now, as every record that is served

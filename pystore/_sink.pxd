@@ -31,12 +31,22 @@ cdef struct Cut:
 
 cdef class RecordSink:
     cdef Cut cut
+    # deferring: the slot the scan checks its next record into, and the end of the window it lies in
+    cdef Pending *next
+    cdef Pending *window_end
     cdef int add(self, const unsigned char *p, RecordView *v) except -1
     cdef bint begin(self, bint check_crc) except -1
-    cdef Pending *slot(self) noexcept
-    cdef int commit(self) except -1
+    cdef int hand_off(self) except -1
     cdef int finish(self) except -1
     cdef int settle(self) noexcept
+
+    cdef inline int commit(self) except -1:
+        """The record in ``next`` is accepted: 0, or 1 when a record committed before it turned out damaged
+        (``cut``: the page ends at ``cut.bad``)."""
+        self.next += 1
+        if self.next == self.window_end:
+            return self.hand_off()
+        return 0
 
 
 cdef inline bint same_bytes(const unsigned char *a, const unsigned char *b, Py_ssize_t n) noexcept nogil:

@@ -15,17 +15,13 @@ cdef class RecordSink:
         raise NotImplementedError("%s takes no records" % type(self).__name__)
 
     cdef bint begin(self, bint check_crc) except -1:
-        """Will this sink take the scan's records deferred (``slot``, ``commit``, ``finish``), checking their body
-        CRC itself when ``check_crc``? The base class: no, each goes to ``add``."""
+        """Will this sink take the scan's records deferred (``next``, ``commit``, ``finish``), checking their body
+        CRC itself when ``check_crc``? Then ``next`` is where the scan checks its next record into. The base class:
+        no, each goes to ``add``."""
         return False
 
-    cdef Pending *slot(self) noexcept:
-        """Where the scan checks the next record into (deferring sinks only)."""
-        return NULL
-
-    cdef int commit(self) except -1:
-        """The record in ``slot`` is accepted: 0, or 1 when a record committed before it turned out damaged
-        (``cut``: the page ends at ``cut.bad``)."""
+    cdef int hand_off(self) except -1:
+        """``commit`` filled the window (``next`` reached ``window_end``): make room for more, as ``commit``."""
         return 0
 
     cdef int finish(self) except -1:
