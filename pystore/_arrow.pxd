@@ -53,6 +53,9 @@ cdef struct Dec:
     HostCache born_cache, store_cache
     TextCache topic_cache
     bint ts_ms                           # timestamps stay milliseconds (else microseconds)
+    # bytes every buffer a record writes (``spare``: body, topic, hosts, id; ``pspare``: the properties' ones)
+    # still has free at least, less what the records added since may have taken (``_fits``)
+    int64_t spare, pspare
 
 
 # a window of deferred records for the decode worker (or this thread): ``done`` of its ``n`` were decoded (fewer
@@ -96,6 +99,7 @@ cdef class BatchBuilder(RecordSink):
     cdef int _spend(self) except -1
     cdef int _more_rows(self) except -1
     cdef int _room(self, int64_t n, int64_t body, int64_t topic, int64_t props) except -1
+    cdef int _room_one(self, int64_t m, int64_t pm) except -1
     cdef int _start(self) except -1
     cdef void _empty(self) noexcept
     cdef int _wait(self) except -1

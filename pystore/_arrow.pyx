@@ -37,6 +37,7 @@ from pystore._bytes cimport body_crc32
 from pystore._codec cimport REC_BAD_CRC
 from pystore._record cimport RecordView
 from pystore._sink cimport Pending, same_bytes
+from pystore._props cimport find_byte
 from pystore._textfmt cimport MAX_ITEMS, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
@@ -322,15 +323,11 @@ cdef class BatchBuilder(RecordSink):
         cdef int64_t cap = b.cap * 2 if b.cap else 4096
         while cap < need:
             cap *= 2
-        buf = self.pybufs[i]
-        if buf is None or b.n == 0:
-            # nothing to keep: a fresh buffer, not a resize (which would copy what the old one held)
-            buf = pa.allocate_buffer(cap, resizable=True)
-            self.pybufs[i] = buf
-            if b.n > 0:                 # what it held elsewhere (zeros, or a share of the per-row block)
-                memcpy(<void *><uintptr_t>buf.address, b.p, b.n)
-        else:
-            buf.resize(cap)
+        # a fresh buffer with what the old one held copied over: a resize would copy its whole capacity
+        buf = pa.allocate_buffer(cap, resizable=True)
+        if b.n > 0:
+            memcpy(<void *><uintptr_t>buf.address, b.p, b.n)
+        self.pybufs[i] = buf
         b.p = <unsigned char *><uintptr_t>buf.address
         b.cap = cap
         return 0
@@ -366,6 +363,7 @@ cdef class BatchBuilder(RecordSink):
         cdef int i
         self.d.rows = 0
         self.d.cap_rows = -1
+        self.d.spare = self.d.pspare = 0
         self.rows_block = None
         for i in range(N_BUFS):
             self.pybufs[i] = None
@@ -389,6 +387,8 @@ cdef class BatchBuilder(RecordSink):
         host's text and a message id take at most 48 bytes, a properties string of ``k`` bytes holds at most
         ``k`` items or keys; copies of a cached text may write up to 64 bytes past their end."""
         cdef int i
+        # records decoded by windows do not keep ``spare``: the next ``add`` finds it anew
+        self.d.spare = self.d.pspare = 0
         if _fits(&self.d, n, body, topic, props):
             return 0
         while self.d.rows + n > self.d.cap_rows:
@@ -403,6 +403,28 @@ cdef class BatchBuilder(RecordSink):
                 res(self, i, 3 * props)
             for i in (B_KEYS_O, B_PK_O, B_PV_O):
                 res(self, i, 4 * (props + n))
+        return 0
+
+    cdef int _room_one(self, int64_t m, int64_t pm) except -1:
+        """Room for one more row and ``m`` free bytes in every main buffer, ``pm`` in every properties' one
+        (with room for some rows more, up to 64 KiB: ``add`` then rarely comes here), then ``spare`` and
+        ``pspare`` anew: the least any of them has free."""
+        cdef Buf *b = self.d.bufs
+        cdef int64_t spare = INT64_MAX, pspare = INT64_MAX
+        cdef int i
+        if self.d.rows >= self.d.cap_rows:
+            self._more_rows()
+        m += min(63 * m, 65536)
+        pm += min(63 * pm, 65536)
+        for i in (B_BODY, B_TOPIC, B_BH, B_SH, B_ID):
+            res(self, i, m)
+            spare = min(spare, b[i].cap - b[i].n)
+        for i in (B_TAGS, B_KEYS, B_PK, B_PV, B_KEYS_O, B_PK_O, B_PV_O):
+            if pm > 0:
+                res(self, i, pm)
+            pspare = min(pspare, b[i].cap - b[i].n)
+        self.d.spare = spare
+        self.d.pspare = pspare
         return 0
 
     def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
@@ -427,6 +449,7 @@ cdef class BatchBuilder(RecordSink):
         cdef Buf *b = self.d.bufs
         self.d.rows = 0
         self.d.cap_rows = r
+        self.d.spare = self.d.pspare = 0
         self.d.tags_nulls = self.d.n_keys = self.d.n_items = 0
         for i in range(N_BUFS):
             self.pybufs[i] = None
@@ -457,7 +480,13 @@ cdef class BatchBuilder(RecordSink):
 
     cdef int add(self, const unsigned char *p, RecordView *v) except -1:
         """Append one accepted record to every column."""
-        self._room(1, v.body_len, v.topic_len, v.props_len)
+        # the most any one buffer takes for this record (see _room), of the main and of the properties' buffers
+        cdef int64_t m = max(<int64_t>v.body_len, 3 * <int64_t>v.topic_len + 32, 112)
+        cdef int64_t pm = 4 * <int64_t>v.props_len + 4 if v.props_len > 0 else 0
+        if self.d.rows >= self.d.cap_rows or m > self.d.spare or pm > self.d.pspare:
+            self._room_one(m, pm)
+        self.d.spare -= m
+        self.d.pspare -= pm
         _decode(&self.d, p, v, BODY_COPY)
         return 0
 
@@ -730,7 +759,6 @@ cdef void _add_props(Dec *d, int64_t r, const unsigned char *props, int32_t prop
     cdef int32_t *items = d.items
     cdef int32_t cnt, i, t, s, e, tags_at, keys_at
     cdef uint32_t word
-    cdef const unsigned char *sp
     cnt = parse_props(props, props_len, items)
     for i in range(cnt):
         put_utf8(&b[B_PK], props + items[4 * i], items[4 * i + 1])
@@ -761,8 +789,7 @@ cdef void _add_props(Dec *d, int64_t r, const unsigned char *props, int32_t prop
         s = items[4 * keys_at + 2]
         e = s + items[4 * keys_at + 3]
         while s < e:
-            sp = <const unsigned char *>memchr(props + s, 32, e - s)
-            t = e if sp == NULL else <int32_t>(sp - props)
+            t = <int32_t>find_byte(props, s, e, 32)
             if t > s:
                 put_utf8(&b[B_KEYS], props + s, t - s)
                 d.n_keys += 1
