@@ -130,10 +130,12 @@ cdef extern from *:
     static ps_dw_fn ps_dw_job_fn;
     static void *ps_dw_job_arg;
     static int ps_dw_posted, ps_dw_done = 1, ps_dw_owned, ps_dw_started, ps_dw_atfork_set, ps_dw_failed;
-    static int ps_dw_off;           /* decode_worker(False): every window is decoded in its scan's thread */
+    /* off by default: on the shared 2-core machine it was measured on, a window's hand-off and the records'
+       trip to the other core's cache cost more than the decoding it moved; decode_worker(True) turns it on */
+    static int ps_dw_off = 1;
 
     /* how long each side spins before it sleeps: a window's hand-off is a few microseconds apart */
-    #define PS_DW_SPIN 0
+    #define PS_DW_SPIN 2000
 
     static void *ps_dw_main(void *arg) {
         (void)arg;
@@ -227,8 +229,8 @@ cdef extern from "crc32.h":
     uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
 
 def decode_worker(enabled=None):
-    """Whether ``BatchBuilder`` hands windows of deferred records to the decode worker (by default it does);
-    ``enabled`` True or False sets it (tests, benchmarks). Returns the setting before."""
+    """Whether ``BatchBuilder`` hands windows of deferred records to the decode worker (off by default);
+    ``enabled`` True or False sets it. Returns the setting before."""
     before = not ps_dw_off
     if enabled is not None:
         global ps_dw_off
@@ -256,8 +258,8 @@ cdef class BatchBuilder(RecordSink):
     """Decodes accepted records (pointers into mapped files the caller keeps open) into column buffers
     and hands them to Arrow as RecordBatches. As a ``RecordSink`` it takes the records ``get_message``'s
     scan serves (``get_columns``): the same decoder for Spark and the column API. It takes them deferred:
-    the scan checks their structure, the builder their body CRC as it copies each body, a window at a time,
-    on the decode worker while the scan fills the next window.
+    the scan checks their structure, the builder their body CRC as it copies each body, a window at a time
+    (with ``decode_worker(True)``, on the decode worker while the scan fills the next window).
 
     ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
     max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the

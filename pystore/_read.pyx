@@ -75,7 +75,7 @@ cdef extern from *:
     void prefetch_record "ps_prefetch_record"(const unsigned char *p, int n) noexcept nogil
 
 # how many units ahead of the one being read the scan prefetches the record of
-cdef int64_t PREFETCH_UNITS = 4
+cdef int64_t PREFETCH_UNITS = 12
 
 
 cdef object _record_tags(const unsigned char *rec, RecordView *v):
