@@ -30,7 +30,7 @@ cimport cython
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from pystore._arrow_export cimport ArrowArray, Exporting, PS_ARRAYS, _array, ps_batch, ps_release_batch
 from pystore._bytes cimport body_crc32
@@ -227,6 +227,7 @@ cdef extern from *:
 
 cdef extern from "crc32.h":
     uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
+
 
 def decode_worker(enabled=None):
     """Whether ``BatchBuilder`` hands windows of deferred records to the decode worker (off by default);
@@ -542,7 +543,7 @@ cdef class BatchBuilder(RecordSink):
         return self._done(&self.job)
 
     cdef int _done(self, Job *j) except -1:
-        cdef Pending *last
+        """Account for a decoded window (1 when it ended at a wrong CRC: ``cut`` says where)."""
         self.good += j.done
         self.good_bytes += j.done_bytes
         if j.done > 0:
