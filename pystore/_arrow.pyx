@@ -838,6 +838,11 @@ cdef inline void put_topic(Dec *d, const unsigned char *t, int32_t n) noexcept n
     """Append topic ``t[:n]`` as valid UTF-8: a repeat of the last topic is copied from the cache."""
     cdef TextCache *c = &d.topic_cache
     cdef Buf *b = &d.bufs[B_TOPIC]
+    if n > <int32_t>sizeof(c.raw):
+        # longer than the cache holds (a V2 record's topic may be): written as it comes
+        b.n += utf8_fix(t, n, b.p + b.n)
+        c.raw_len = -1
+        return
     if n != c.raw_len or not same_bytes(c.raw, t, n):
         memcpy(c.raw, t, n)
         c.raw_len = n

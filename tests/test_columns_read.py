@@ -442,3 +442,32 @@ def test_a_record_a_tag_filter_passes_over_by_name_is_still_crc_checked(store_fa
         store.get_columns("g", "T", 0, bad, 100, TagFilter("Aa"))
     assert (got.value.path, got.value.offset) == (want.value.path, want.value.offset)
     store_factory.skip_check()
+
+
+def test_topics_longer_than_the_decoders_topic_cache(tmp_path):
+    """A V2 record may hold a topic of more bytes than the decoder keeps of the last one (RocketMQ's own
+    files): such topics are decoded as they come, with the rows around them."""
+    import reference_codec as ref
+
+    from pystore._arrow import BatchBuilder
+    from pystore._arrow_source import scan_file
+    from pystore._mapped_file import MappedFile
+
+    topics = ["é" * 200, "T", "L" * 300, "L" * 300, "T", "ü" * 129]
+    out = bytearray()
+    for i, topic in enumerate(topics):
+        out += ref.encode(topic, b"body %d" % i, b"TAGS\x01t\x02", 0, 0, i, len(out), 0, 1000 + i,
+                          ("127.0.0.1", 1), 2000 + i, ("127.0.0.1", 10911), 0, 0)
+    path = tmp_path / ("%020d" % 0)
+    path.write_bytes(bytes(out) + bytes(65536 - len(out)))
+    mf = MappedFile(str(path), -1, read_only=True)
+    try:
+        b = BatchBuilder(arrow_schema(), True)
+        pos, done = scan_file(b, mf, 0)
+        batch = b.build()
+    finally:
+        mf.close()
+    assert done and pos == len(out)
+    assert batch.column("topic").to_pylist() == topics
+    assert batch.column("body").to_pylist() == [b"body %d" % i for i in range(len(topics))]
+    assert batch.column("tags").to_pylist() == ["t"] * len(topics)
