@@ -471,3 +471,26 @@ def test_topics_longer_than_the_decoders_topic_cache(tmp_path):
     assert batch.column("topic").to_pylist() == topics
     assert batch.column("body").to_pylist() == [b"body %d" % i for i in range(len(topics))]
     assert batch.column("tags").to_pylist() == ["t"] * len(topics)
+
+
+def _reference_properties(s: str) -> dict[str, str]:
+    """RocketMQ's decoder (``string2messageProperties``) written out: items split on \\x02, name and value on
+    an item's first \\x01, both non-empty; a repeated name keeps its first place and its last value."""
+    out: dict[str, str] = {}
+    for item in s.split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+def test_properties_are_split_as_rocketmq_splits_them_at_any_length_and_place():
+    """The properties splitter reads eight bytes at a time (and a string's last eight for its tail): on random
+    strings of 0-40 characters drawn mostly from the separators, its split is RocketMQ's."""
+    from pystore._props import string_to_properties
+
+    rng = random.Random(7)
+    alphabet = ["\x01", "\x02", "a", "b", "é", "\x01\x01", "\x02\x02", "KEYS", "TAGS"]
+    for _ in range(20000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert string_to_properties(s) == _reference_properties(s), repr(s)
