@@ -371,7 +371,8 @@ def test_a_body_crc_error_found_while_decoding_ends_the_page_there(store_factory
     store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
     n = 3 * WINDOW + 100
     for i in range(0, n, 1000):
-        assert store.put_messages(MessageBatch.from_bodies("T", [b"%07d" % j * 4 for j in range(i, min(n, i + 1000))]))
+        bodies = [b"%07d" % j * 4 for j in range(i, min(n, i + 1000))]
+        assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
     _flip(store, bad, BODY_AT + 3)
     status, nxt, batch = _same(store, "T", 0, 0, n)
     assert status is GetMessageStatus.FOUND and nxt == bad == batch.num_rows
@@ -407,7 +408,8 @@ def test_the_first_damage_in_queue_order_decides(store_factory, worker):
     store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
     n = 3 * WINDOW
     for i in range(0, n, 1000):
-        assert store.put_messages(MessageBatch.from_bodies("T", [b"%07d" % j * 4 for j in range(i, min(n, i + 1000))]))
+        bodies = [b"%07d" % j * 4 for j in range(i, min(n, i + 1000))]
+        assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
     crc_at, magic_at = WINDOW + 5, WINDOW + 40
     _flip(store, magic_at, 4)
     _flip(store, crc_at, BODY_AT + 1)
@@ -494,3 +496,32 @@ def test_properties_are_split_as_rocketmq_splits_them_at_any_length_and_place():
     for _ in range(20000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert string_to_properties(s) == _reference_properties(s), repr(s)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_the_decode_worker_after_a_fork(store_factory):
+    """A child forked after the decode worker started (its thread is not in the child) decodes pages of several
+    windows with a worker of its own; the parent's goes on."""
+    from pystore._arrow import decode_worker
+
+    store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
+    n = 3 * WINDOW
+    for i in range(0, n, 1000):
+        bodies = [b"%06d" % j for j in range(i, min(n, i + 1000))]
+        assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    before = decode_worker(True)
+    try:
+        want = store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist()
+        assert want == [b"%06d" % i for i in range(n)]
+        pid = os.fork()
+        if pid == 0:                                   # the child: exit status 0 only if it read the page right
+            ok = False
+            try:
+                ok = store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist() == want
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist() == want
+    finally:
+        decode_worker(before)
