@@ -1,12 +1,13 @@
 # cython: language_level=3
 """Interface of ``pystore._arrow``: the ``BatchBuilder`` (records into Arrow column buffers) as its sources in
 ``_arrow_source`` drive it — ``full``, ``wanted``, ``check_crc``, ``add`` per record; the two tests are inline
-here so that a source's loop calls no function for them."""
+here so that a source's loop calls no function for them. The decoding state is a C struct (``Dec``) so that a
+window of deferred records (``RecordSink``) can be decoded by the decode worker without the GIL."""
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
 from pystore._record cimport RecordView
-from pystore._sink cimport RecordSink
+from pystore._sink cimport Pending, RecordSink
 
 
 # a growable column buffer from Arrow's memory pool
@@ -42,6 +43,32 @@ cdef enum:
     B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
 
 
+# what decoding writes: the column buffers, the row and item counts, the caches of the last host and topic
+cdef struct Dec:
+    Buf bufs[N_BUFS]
+    int64_t rows
+    int64_t cap_rows                     # the rows the per-row buffers have room for
+    int64_t tags_nulls, n_keys, n_items
+    int32_t *items                       # parse_props' scratch
+    HostCache born_cache, store_cache
+    TextCache topic_cache
+    bint ts_ms                           # timestamps stay milliseconds (else microseconds)
+    # bytes every buffer a record writes (``spare``: body, topic, hosts, id; ``pspare``: the properties' ones)
+    # still has free at least, less what the records added since may have taken (``_fits``)
+    int64_t spare, pspare
+
+
+# a window of deferred records for the decode worker (or this thread): ``done`` of its ``n`` were decoded (fewer
+# when a body CRC was wrong), ``done_bytes`` their record bytes
+cdef struct Job:
+    Dec *d
+    Pending *recs
+    int64_t n
+    bint crc
+    int64_t done
+    int64_t done_bytes
+
+
 # final in _arrow.pyx only: declared final here, Cython (3.x) takes the class's ``add`` for an override of a final
 # method. Other modules so call ``add`` and ``check_crc`` through the vtable (once a record, next to ``add``'s work).
 cdef class BatchBuilder(RecordSink):
@@ -54,34 +81,38 @@ cdef class BatchBuilder(RecordSink):
     cdef const unsigned char **topic_ptr
     cdef int32_t *topic_len
     cdef readonly int64_t max_rows, max_bytes
-    cdef int64_t cap_rows                # the rows the fixed-width buffers have room for
     cdef int64_t last_n[N_BUFS]          # each buffer's size in the last batch built
-    cdef bint ts_ms                      # timestamps stay milliseconds (else microseconds)
-    cdef Buf bufs[N_BUFS]
+    cdef Dec d
     cdef list pybufs                    # the pyarrow ResizableBuffer behind each variable-length Buf
     cdef object rows_block              # the pyarrow Buffer holding the per-row ones (_row_bytes)
-    cdef readonly int64_t rows
-    cdef int64_t tags_nulls, n_keys, n_items
-    cdef int32_t *items
-    cdef HostCache born_cache, store_cache
-    cdef TextCache topic_cache
     cdef readonly int64_t rows_total
+    # deferred records (RecordSink.begin): two windows, one filled by the scan while the worker decodes the other
+    cdef Pending *wins[2]
+    cdef int fill                        # the window being filled (from ``next``, up to ``window_end``)
+    cdef bint defer_crc, cut_found
+    cdef bint busy                       # ``job`` is with the worker
+    cdef Job job
+    cdef int64_t good, good_bytes, good_phy          # deferred records decoded so far
 
     cdef int _grow(self, int i, int64_t need) except -1
     cdef int _rows_block(self, int64_t r, bint keep) except -1
     cdef int _spend(self) except -1
     cdef int _more_rows(self) except -1
-    cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1
+    cdef int _room(self, int64_t n, int64_t body, int64_t topic, int64_t props) except -1
+    cdef int _room_one(self, int64_t m, int64_t pm) except -1
     cdef int _start(self) except -1
+    cdef void _empty(self) noexcept
+    cdef int _wait(self) except -1
+    cdef int _done(self, Job *j) except -1
+    cdef int _decode_fill(self, bint worker) except -1
     cdef int check_crc(self, const unsigned char *p, RecordView *v, str path, int64_t offset) except -1
     cdef int add(self, const unsigned char *p, RecordView *v) except -1
-    cdef int _add_props(self, int64_t r, const unsigned char *props, int32_t props_len) except -1
 
     cdef inline bint full(self) noexcept:
         """The batch is full: ``max_rows`` rows, or ``max_bytes`` bytes of variable-length data."""
-        cdef int64_t var = (self.bufs[B_BODY].n + self.bufs[B_PK].n + self.bufs[B_PV].n + self.bufs[B_KEYS].n
-                            + self.bufs[B_TAGS].n + self.bufs[B_TOPIC].n)
-        return self.rows >= self.max_rows or var >= self.max_bytes
+        cdef Buf *b = self.d.bufs
+        cdef int64_t var = (b[B_BODY].n + b[B_PK].n + b[B_PV].n + b[B_KEYS].n + b[B_TAGS].n + b[B_TOPIC].n)
+        return self.d.rows >= self.max_rows or var >= self.max_bytes
 
     cdef inline bint wanted(self, const unsigned char *p, RecordView *v) noexcept nogil:
         """The record passes the filters (queue, store time, topics)."""

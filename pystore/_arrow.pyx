@@ -30,13 +30,14 @@ cimport cython
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from pystore._arrow_export cimport ArrowArray, Exporting, PS_ARRAYS, _array, ps_batch, ps_release_batch
 from pystore._bytes cimport body_crc32
 from pystore._codec cimport REC_BAD_CRC
 from pystore._record cimport RecordView
-from pystore._sink cimport same_bytes
+from pystore._sink cimport Pending, same_bytes
+from pystore._props cimport find_byte
 from pystore._textfmt cimport MAX_ITEMS, fmt_host, ms_to_us, parse_props, utf8_fix
 
 import logging
@@ -114,6 +115,142 @@ cdef inline int64_t _row_bytes(int i, int64_t r) noexcept nogil:
 
 
 # ----------------------------------------------------------------------------------------------------
+# The decode worker: one C thread per process that decodes windows of deferred records while the scan that
+# feeds them goes on (``BatchBuilder.commit``). Lent to one builder at a time (``ps_dw_acquire``): another
+# finds it taken and decodes in its own thread. It never touches Python objects; after a fork the child
+# starts its own when it needs one.
+# ----------------------------------------------------------------------------------------------------
+
+cdef extern from *:
+    """
+    #include <pthread.h>
+    typedef void (*ps_dw_fn)(void *);
+    static pthread_mutex_t ps_dw_mu = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t ps_dw_cv = PTHREAD_COND_INITIALIZER;
+    static ps_dw_fn ps_dw_job_fn;
+    static void *ps_dw_job_arg;
+    static int ps_dw_posted, ps_dw_done = 1, ps_dw_owned, ps_dw_started, ps_dw_atfork_set, ps_dw_failed;
+    /* off by default: on the shared 2-core machine it was measured on, a window's hand-off and the records'
+       trip to the other core's cache cost more than the decoding it moved; decode_worker(True) turns it on */
+    static int ps_dw_off = 1;
+
+    /* how long each side spins before it sleeps: a window's hand-off is a few microseconds apart */
+    #define PS_DW_SPIN 2000
+
+    static void *ps_dw_main(void *arg) {
+        (void)arg;
+        for (;;) {
+            int i;
+            ps_dw_fn fn;
+            void *a;
+            for (i = 0; i < PS_DW_SPIN && !__atomic_load_n(&ps_dw_posted, __ATOMIC_ACQUIRE); i++)
+                __builtin_ia32_pause();
+            pthread_mutex_lock(&ps_dw_mu);
+            while (!ps_dw_posted)
+                pthread_cond_wait(&ps_dw_cv, &ps_dw_mu);
+            fn = ps_dw_job_fn;
+            a = ps_dw_job_arg;
+            __atomic_store_n(&ps_dw_posted, 0, __ATOMIC_RELAXED);
+            pthread_mutex_unlock(&ps_dw_mu);
+            fn(a);
+            pthread_mutex_lock(&ps_dw_mu);
+            __atomic_store_n(&ps_dw_done, 1, __ATOMIC_RELEASE);
+            pthread_cond_broadcast(&ps_dw_cv);
+            pthread_mutex_unlock(&ps_dw_mu);
+        }
+        return NULL;
+    }
+
+    static void ps_dw_atfork_child(void) {
+        pthread_mutex_init(&ps_dw_mu, NULL);
+        pthread_cond_init(&ps_dw_cv, NULL);
+        ps_dw_posted = 0;
+        ps_dw_done = 1;
+        ps_dw_owned = 0;
+        ps_dw_started = 0;
+    }
+
+    /* The worker for this caller (started on first use): 1, or 0 when another has it or none can start. */
+    static int ps_dw_acquire(void) {
+        int expect = 0;
+        if (ps_dw_failed || ps_dw_off || !__atomic_compare_exchange_n(&ps_dw_owned, &expect, 1, 0, __ATOMIC_ACQUIRE,
+                                                         __ATOMIC_RELAXED))
+            return 0;
+        if (!ps_dw_started) {
+            pthread_t t;
+            pthread_attr_t at;
+            if (!ps_dw_atfork_set) { pthread_atfork(NULL, NULL, ps_dw_atfork_child); ps_dw_atfork_set = 1; }
+            pthread_attr_init(&at);
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            if (pthread_create(&t, &at, ps_dw_main, NULL) != 0) {
+                ps_dw_failed = 1;
+                __atomic_store_n(&ps_dw_owned, 0, __ATOMIC_RELEASE);
+                pthread_attr_destroy(&at);
+                return 0;
+            }
+            pthread_attr_destroy(&at);
+            ps_dw_started = 1;
+        }
+        return 1;
+    }
+
+    static void ps_dw_release(void) { __atomic_store_n(&ps_dw_owned, 0, __ATOMIC_RELEASE); }
+
+    static void ps_dw_post(ps_dw_fn fn, void *arg) {
+        pthread_mutex_lock(&ps_dw_mu);
+        ps_dw_job_fn = fn;
+        ps_dw_job_arg = arg;
+        __atomic_store_n(&ps_dw_done, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&ps_dw_posted, 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&ps_dw_cv);
+        pthread_mutex_unlock(&ps_dw_mu);
+    }
+
+    /* until the job posted last is done (its writes then seen by this thread) */
+    static void ps_dw_wait(void) {
+        int i;
+        for (i = 0; i < PS_DW_SPIN && !__atomic_load_n(&ps_dw_done, __ATOMIC_ACQUIRE); i++)
+            __builtin_ia32_pause();
+        if (__atomic_load_n(&ps_dw_done, __ATOMIC_ACQUIRE))
+            return;
+        pthread_mutex_lock(&ps_dw_mu);
+        while (!__atomic_load_n(&ps_dw_done, __ATOMIC_ACQUIRE))
+            pthread_cond_wait(&ps_dw_cv, &ps_dw_mu);
+        pthread_mutex_unlock(&ps_dw_mu);
+    }
+    """
+    int ps_dw_off
+    int ps_dw_acquire() noexcept nogil
+    void ps_dw_release() noexcept nogil
+    void ps_dw_post(void (*fn)(void *) noexcept nogil, void *arg) noexcept nogil
+    void ps_dw_wait() noexcept nogil
+
+cdef extern from "crc32.h":
+    uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
+
+
+def decode_worker(enabled=None):
+    """Whether ``BatchBuilder`` hands windows of deferred records to the decode worker (off by default);
+    ``enabled`` True or False sets it. Returns the setting before."""
+    before = not ps_dw_off
+    if enabled is not None:
+        global ps_dw_off
+        ps_dw_off = 0 if enabled else 1
+    return before
+
+
+# records in a window of deferred ones: the worker takes a window once the scan has filled it, so a page of
+# fewer than two windows is decoded in the scan's thread alone
+cdef enum:
+    WINDOW = 2048
+    # the bodies a window's decoding copies (and takes the CRC of) at a time
+    CRC_GROUP = 4
+    # how _decode finds the body: to copy, or copied already
+    BODY_COPY = 0
+    BODY_PLACED = 1
+
+
+# ----------------------------------------------------------------------------------------------------
 # The batch builder
 # ----------------------------------------------------------------------------------------------------
 
@@ -121,7 +258,9 @@ cdef inline int64_t _row_bytes(int i, int64_t r) noexcept nogil:
 cdef class BatchBuilder(RecordSink):
     """Decodes accepted records (pointers into mapped files the caller keeps open) into column buffers
     and hands them to Arrow as RecordBatches. As a ``RecordSink`` it takes the records ``get_message``'s
-    scan serves (``get_columns``): the same decoder for Spark and the column API.
+    scan serves (``get_columns``): the same decoder for Spark and the column API. It takes them deferred:
+    the scan checks their structure, the builder their body CRC as it copies each body, a window at a time
+    (with ``decode_worker(True)``, on the decode worker while the scan fills the next window).
 
     ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
     max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the
@@ -133,15 +272,13 @@ cdef class BatchBuilder(RecordSink):
     """
 
     def __cinit__(self):
-        self.items = NULL
         self.topic_ptr = NULL
         self.topic_len = NULL
-        memset(self.bufs, 0, sizeof(self.bufs))
+        memset(&self.d, 0, sizeof(Dec))
         memset(self.last_n, 0, sizeof(self.last_n))
-        memset(&self.born_cache, 0, sizeof(HostCache))
-        memset(&self.store_cache, 0, sizeof(HostCache))
-        self.born_cache.id_high = self.store_cache.id_high = -1
-        self.topic_cache.raw_len = -1
+        self.d.born_cache.id_high = self.d.store_cache.id_high = -1
+        self.d.topic_cache.raw_len = -1
+        self.wins[0] = self.wins[1] = NULL
 
     def __init__(self, schema, bint verify_crc=True, topics=None, int queue_id=-1, start_ms=None, end_ms=None,
                  long long max_rows=32768, long long max_bytes=64 << 20):
@@ -154,7 +291,7 @@ cdef class BatchBuilder(RecordSink):
             _last_ts_ms = schema.field(11).type.unit == "ms"
             _last_schema = schema
         self.schema = schema
-        self.ts_ms = _last_ts_ms
+        self.d.ts_ms = _last_ts_ms
         self.verify_crc = verify_crc
         self.queue_id = queue_id
         self.start_ms = INT64_MIN if start_ms is None else start_ms
@@ -171,27 +308,29 @@ cdef class BatchBuilder(RecordSink):
                 self.topic_len[i] = len(<bytes>self.topics[i])
         self.max_rows = max(1, min(max_rows, 1 << 24))
         self.max_bytes = max(1, min(max_bytes, 1 << 30))
-        self.items = <int32_t *>malloc(4 * MAX_ITEMS * sizeof(int32_t))
-        if self.items == NULL:
+        self.d.items = <int32_t *>malloc(4 * MAX_ITEMS * sizeof(int32_t))
+        if self.d.items == NULL:
             raise MemoryError()
         self.pybufs = [None] * N_BUFS
         self._start()
 
+    @property
+    def rows(self):
+        """The rows added since the last build."""
+        return self.d.rows
+
     cdef int _grow(self, int i, int64_t need) except -1:
         """Room for ``need`` bytes in buffer ``i`` (doubling; a pool allocation, so freed batches' memory
         is reused instead of faulting fresh pages in)."""
-        cdef Buf *b = &self.bufs[i]
+        cdef Buf *b = &self.d.bufs[i]
         cdef int64_t cap = b.cap * 2 if b.cap else 4096
         while cap < need:
             cap *= 2
-        buf = self.pybufs[i]
-        if buf is None:
-            buf = pa.allocate_buffer(cap, resizable=True)
-            self.pybufs[i] = buf
-            if b.n > 0:                 # what it held elsewhere (zeros, or a share of the per-row block)
-                memcpy(<void *><uintptr_t>buf.address, b.p, b.n)
-        else:
-            buf.resize(cap)
+        # a fresh buffer with what the old one held copied over: a resize would copy its whole capacity
+        buf = pa.allocate_buffer(cap, resizable=True)
+        if b.n > 0:
+            memcpy(<void *><uintptr_t>buf.address, b.p, b.n)
+        self.pybufs[i] = buf
         b.p = <unsigned char *><uintptr_t>buf.address
         b.cap = cap
         return 0
@@ -211,7 +350,7 @@ cdef class BatchBuilder(RecordSink):
             size = _row_bytes(i, r)
             if size == 0:
                 continue
-            b = &self.bufs[i]
+            b = &self.d.bufs[i]
             if keep and b.cap > 0:
                 memcpy(base + off, b.p, b.cap)
             if i == B_TAGS_V:
@@ -225,50 +364,84 @@ cdef class BatchBuilder(RecordSink):
     cdef int _spend(self) except -1:
         """No buffers: the last batch owns them; an ``add`` now raises (through ``_more_rows``)."""
         cdef int i
-        self.rows = 0
-        self.cap_rows = -1
+        self.d.rows = 0
+        self.d.cap_rows = -1
+        self.d.spare = self.d.pspare = 0
         self.rows_block = None
         for i in range(N_BUFS):
             self.pybufs[i] = None
-            self.bufs[i].p = NULL
-            self.bufs[i].n = 0
-            self.bufs[i].cap = 0
+            self.d.bufs[i].p = NULL
+            self.d.bufs[i].n = 0
+            self.d.bufs[i].cap = 0
         return 0
 
     cdef int _more_rows(self) except -1:
         """Room for twice the rows in the per-row buffers (a sink fed past ``max_rows``)."""
-        if self.cap_rows < 0:
+        if self.d.cap_rows < 0:
             raise ValueError("this BatchBuilder built its last batch (build(again=False))")
-        self._rows_block(2 * self.cap_rows, True)
-        self.bufs[B_TAGS_V].n = self.bufs[B_TAGS_V].cap
-        self.cap_rows *= 2
+        self._rows_block(2 * self.d.cap_rows, True)
+        self.d.bufs[B_TAGS_V].n = self.d.bufs[B_TAGS_V].cap
+        self.d.cap_rows *= 2
         return 0
 
-    cdef int _new_host(self, HostCache *c, const unsigned char *h, int32_t hlen) except -1:
-        c.text_len = fmt_host(h, hlen, c.text)
-        hex_bytes(c.id, h, hlen)
-        c.id_high = -1
-        memcpy(c.raw, h, hlen)
-        c.raw_len = hlen
+    cdef int _room(self, int64_t n, int64_t body, int64_t topic, int64_t props) except -1:
+        """Room for ``n`` more records of ``body`` body, ``topic`` topic and ``props`` properties bytes in all,
+        whatever their text becomes (``_decode`` then writes without a test): invalid UTF-8 grows at most 3x, a
+        host's text and a message id take at most 48 bytes, a properties string of ``k`` bytes holds at most
+        ``k`` items or keys; copies of a cached text may write up to 64 bytes past their end."""
+        cdef int i
+        # records decoded by windows do not keep ``spare``: the next ``add`` finds it anew
+        self.d.spare = self.d.pspare = 0
+        if _fits(&self.d, n, body, topic, props):
+            return 0
+        while self.d.rows + n > self.d.cap_rows:
+            self._more_rows()
+        res(self, B_BODY, body)
+        res(self, B_TOPIC, 3 * topic + 32)
+        res(self, B_BH, 48 * n + 64)
+        res(self, B_SH, 48 * n + 64)
+        res(self, B_ID, 48 * n + 64)
+        if props > 0:
+            for i in (B_TAGS, B_KEYS, B_PK, B_PV):
+                res(self, i, 3 * props)
+            for i in (B_KEYS_O, B_PK_O, B_PV_O):
+                res(self, i, 4 * (props + n))
+        return 0
+
+    cdef int _room_one(self, int64_t m, int64_t pm) except -1:
+        """Room for one more row and ``m`` free bytes in every main buffer, ``pm`` in every properties' one
+        (with room for some rows more, up to 64 KiB: ``add`` then rarely comes here), then ``spare`` and
+        ``pspare`` anew: the least any of them has free."""
+        cdef Buf *b = self.d.bufs
+        cdef int64_t spare = INT64_MAX, pspare = INT64_MAX
+        cdef int i
+        if self.d.rows >= self.d.cap_rows:
+            self._more_rows()
+        m += min(63 * m, 65536)
+        pm += min(63 * pm, 65536)
+        for i in (B_BODY, B_TOPIC, B_BH, B_SH, B_ID):
+            res(self, i, m)
+            spare = min(spare, b[i].cap - b[i].n)
+        for i in (B_TAGS, B_KEYS, B_PK, B_PV, B_KEYS_O, B_PK_O, B_PV_O):
+            if pm > 0:
+                res(self, i, pm)
+            pspare = min(pspare, b[i].cap - b[i].n)
+        self.d.spare = spare
+        self.d.pspare = pspare
         return 0
 
     def reserve(self, long long rows, long long body_bytes, long long topic_bytes=0):
         """Room for ``rows`` more rows with ``body_bytes`` of bodies and ``topic_bytes`` of topics (a page
         whose size is known up front grows no buffer, so nothing is copied on the way)."""
-        cdef int64_t want = self.rows + max(rows, 0)
-        while self.cap_rows < want:
-            self._more_rows()
-        res(self, B_BODY, max(body_bytes, 0))
-        res(self, B_TOPIC, max(topic_bytes, 0))
-        # an offset message id is 32 digits (56 for an IPv6 store host); a host's text at most 64 bytes
-        res(self, B_ID, 32 * max(rows, 0) + 64)
-        res(self, B_BH, 24 * max(rows, 0) + 64)
-        res(self, B_SH, 24 * max(rows, 0) + 64)
+        self._room(max(rows, 0), max(body_bytes, 0), max(topic_bytes, 0), 0)
 
     def __dealloc__(self):
-        free(self.items)
+        self.settle()
+        free(self.d.items)
         free(self.topic_ptr)
         free(self.topic_len)
+        free(self.wins[0])
+        free(self.wins[1])
 
     cdef int _start(self) except -1:
         """Fresh buffers for the next batch: the per-row ones sized for ``max_rows`` at once, the others at the
@@ -276,14 +449,16 @@ cdef class BatchBuilder(RecordSink):
         properties) point at zeros until a row needs them."""
         cdef int64_t r = self.max_rows
         cdef int i
-        self.rows = 0
-        self.cap_rows = r
-        self.tags_nulls = self.n_keys = self.n_items = 0
+        cdef Buf *b = self.d.bufs
+        self.d.rows = 0
+        self.d.cap_rows = r
+        self.d.spare = self.d.pspare = 0
+        self.d.tags_nulls = self.d.n_keys = self.d.n_items = 0
         for i in range(N_BUFS):
             self.pybufs[i] = None
-            self.bufs[i].p = <unsigned char *>ZEROS
-            self.bufs[i].n = 0
-            self.bufs[i].cap = 0
+            b[i].p = <unsigned char *>ZEROS
+            b[i].n = 0
+            b[i].cap = 0
         for i in (B_TOPIC, B_BODY, B_BH, B_SH, B_ID):
             self._grow(i, max(64, self.last_n[i] + self.last_n[i] // 8))
         for i in (B_TAGS, B_KEYS, B_PK, B_PV):
@@ -291,14 +466,14 @@ cdef class BatchBuilder(RecordSink):
                 self._grow(i, self.last_n[i] + self.last_n[i] // 8)
         # the offsets of the keys' and properties' items: their first, 0, stands in ZEROS until then
         for i in (B_KEYS_O, B_PK_O, B_PV_O):
-            self.bufs[i].n = 4
+            b[i].n = 4
             if self.last_n[i] > 4:
                 self._grow(i, self.last_n[i] + self.last_n[i] // 8)
         self._rows_block(r, False)
         for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
-            (<int32_t *>self.bufs[i].p)[0] = 0
-            self.bufs[i].n = 4
-        self.bufs[B_TAGS_V].n = self.bufs[B_TAGS_V].cap
+            (<int32_t *>b[i].p)[0] = 0
+            b[i].n = 4
+        b[B_TAGS_V].n = b[B_TAGS_V].cap
         return 0
 
     cdef int check_crc(self, const unsigned char *p, RecordView *v, str path, int64_t offset) except -1:
@@ -308,129 +483,119 @@ cdef class BatchBuilder(RecordSink):
 
     cdef int add(self, const unsigned char *p, RecordView *v) except -1:
         """Append one accepted record to every column."""
-        cdef Buf *b = self.bufs
-        cdef int64_t r = self.rows
-        cdef int64_t phy = v.phy_offset
-        cdef int32_t hl2
-        cdef HostCache *sc = &self.store_cache
-        cdef unsigned char *d
-        # fixed-width columns (room for cap_rows reserved)
-        if r >= self.cap_rows:
-            self._more_rows()
-        (<int32_t *>b[B_QID].p)[r] = v.queue_id
-        (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
-        (<int64_t *>b[B_CLO].p)[r] = phy
-        (<int32_t *>b[B_SIZE].p)[r] = v.total_size
-        (<int32_t *>b[B_FLAG].p)[r] = v.flag
-        (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
-        if self.ts_ms:
-            (<int64_t *>b[B_BORN].p)[r] = v.born_ts
-            (<int64_t *>b[B_STORE].p)[r] = v.store_ts
-        else:
-            (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
-            (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
-        (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
-        (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
-        (<int32_t *>b[B_CRC].p)[r] = v.body_crc
-        # topic, body
-        put_topic(self, p + v.topic_pos, v.topic_len)
-        (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
-        if b[B_BODY].n + v.body_len > b[B_BODY].cap:
-            self._grow(B_BODY, b[B_BODY].n + v.body_len)
-        memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
-        b[B_BODY].n += v.body_len
-        (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
-        # properties map, then TAGS and KEYS from it (a record without properties has none of them)
-        if v.props_len > 0:
-            self._add_props(r, p + v.props_pos, v.props_len)
-        else:
-            self.tags_nulls += 1
-            (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
-            (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
-            (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
-        # hosts and the offset message id
-        put_host(self, &self.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
-        put_host(self, sc, B_SH, p + v.store_host_pos, v.store_host_len)
-        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
-        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
-        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset's,
-        # of which only the last four digits change between rows whose offsets differ in the low 16 bits only
-        hl2 = 2 * sc.raw_len
-        if (phy >> 16) != sc.id_high:
-            hex_i64(sc.id + hl2, phy)
-            sc.id_high = phy >> 16
-        if b[B_ID].n + 64 > b[B_ID].cap:
-            self._grow(B_ID, b[B_ID].n + 64)
-        d = b[B_ID].p + b[B_ID].n
-        if hl2 == 16:
-            memcpy(d, sc.id, 32)
-        else:
-            memcpy(d, sc.id, 64)
-        memcpy(d + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
-        memcpy(d + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
-        b[B_ID].n += hl2 + 16
-        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
-        self.rows = r + 1
+        # the most any one buffer takes for this record (see _room), of the main and of the properties' buffers
+        cdef int64_t m = max(<int64_t>v.body_len, 3 * <int64_t>v.topic_len + 32, 112)
+        cdef int64_t pm = 4 * <int64_t>v.props_len + 4 if v.props_len > 0 else 0
+        if self.d.rows >= self.d.cap_rows or m > self.d.spare or pm > self.d.pspare:
+            self._room_one(m, pm)
+        self.d.spare -= m
+        self.d.pspare -= pm
+        _decode(&self.d, p, v, BODY_COPY)
         return 0
 
-    cdef int _add_props(self, int64_t r, const unsigned char *props, int32_t props_len) except -1:
-        """Row ``r``'s properties map, tags and keys, from its properties string."""
-        cdef Buf *b = self.bufs
-        cdef int32_t *items = self.items
-        cdef int32_t cnt, i, t, s, e, tags_at, keys_at
-        cdef uint32_t word
-        cdef const unsigned char *sp
-        cnt = parse_props(props, props_len, items)
-        res(self, B_PK_O, 4 * cnt)
-        res(self, B_PV_O, 4 * cnt)
-        for i in range(cnt):
-            put_utf8(self, B_PK, props + items[4 * i], items[4 * i + 1])
-            put_utf8(self, B_PV, props + items[4 * i + 2], items[4 * i + 3])
-            self.n_items += 1
-            (<int32_t *>b[B_PK_O].p)[self.n_items] = <int32_t>b[B_PK].n
-            (<int32_t *>b[B_PV_O].p)[self.n_items] = <int32_t>b[B_PV].n
-        b[B_PK_O].n += 4 * cnt
-        b[B_PV_O].n += 4 * cnt
-        (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>self.n_items
-        # TAGS and KEYS in one pass over the items, names compared as one 4-byte word
-        tags_at = keys_at = -1
-        for i in range(cnt):
-            if items[4 * i + 1] == 4:
-                memcpy(&word, props + items[4 * i], 4)
-                if word == TAGS_WORD:
-                    tags_at = i
-                elif word == KEYS_WORD:
-                    keys_at = i
-        if tags_at >= 0:
-            put_utf8(self, B_TAGS, props + items[4 * tags_at + 2], items[4 * tags_at + 3])
-            b[B_TAGS_V].p[r >> 3] |= <unsigned char>(1 << (r & 7))
-        else:
-            self.tags_nulls += 1
-        (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
-        if keys_at >= 0:
-            # the value split on spaces, empty tokens dropped
-            s = items[4 * keys_at + 2]
-            e = s + items[4 * keys_at + 3]
-            while s < e:
-                sp = <const unsigned char *>memchr(props + s, 32, e - s)
-                t = e if sp == NULL else <int32_t>(sp - props)
-                if t > s:
-                    put_utf8(self, B_KEYS, props + s, t - s)
-                    res(self, B_KEYS_O, 4)
-                    self.n_keys += 1
-                    (<int32_t *>b[B_KEYS_O].p)[self.n_keys] = <int32_t>b[B_KEYS].n
-                    b[B_KEYS_O].n += 4
-                s = t + 1
-        (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>self.n_keys
+    # -- deferred records (RecordSink) ---------------------------------------------------------------
+
+    cdef bint begin(self, bint check_crc) except -1:
+        if self.d.cap_rows < 0:
+            raise ValueError("this BatchBuilder built its last batch (build(again=False))")
+        if self.wins[0] == NULL:
+            self.wins[0] = <Pending *>malloc(WINDOW * sizeof(Pending))
+            self.wins[1] = <Pending *>malloc(WINDOW * sizeof(Pending))
+            if self.wins[0] == NULL or self.wins[1] == NULL:
+                raise MemoryError()
+        self.settle()
+        self.defer_crc = check_crc
+        self.cut_found = False
+        self.good = self.good_bytes = 0
+        self.good_phy = -1
+        return True
+
+    cdef int hand_off(self) except -1:
+        return self._decode_fill(True)
+
+    cdef int finish(self) except -1:
+        if self._wait() or self.cut_found:
+            return 1
+        return self._decode_fill(False)
+
+    cdef int settle(self) noexcept:
+        if self.busy:
+            with nogil:
+                ps_dw_wait()
+                ps_dw_release()
+            self.busy = False
+        self._empty()
         return 0
+
+    cdef void _empty(self) noexcept:
+        """No record in the window being filled."""
+        self.next = self.wins[self.fill]
+        self.window_end = self.next + WINDOW if self.next != NULL else NULL
+
+    cdef int _wait(self) except -1:
+        """The window with the worker decoded (1 when it ended at a wrong CRC: ``cut``)."""
+        if not self.busy:
+            return 0
+        with nogil:
+            ps_dw_wait()
+            ps_dw_release()
+        self.busy = False
+        return self._done(&self.job)
+
+    cdef int _done(self, Job *j) except -1:
+        """Account for a decoded window (1 when it ended at a wrong CRC: ``cut`` says where)."""
+        self.good += j.done
+        self.good_bytes += j.done_bytes
+        if j.done > 0:
+            self.good_phy = j.recs[j.done - 1].v.phy_offset
+        if j.done < j.n:
+            self.cut_found = True
+            self.cut.good = self.good
+            self.cut.good_bytes = self.good_bytes
+            self.cut.last_phy = self.good_phy
+            self.cut.bad = j.recs[j.done]
+            self._empty()
+            return 1
+        return 0
+
+    cdef int _decode_fill(self, bint worker) except -1:
+        """Decode the window being filled: by the worker (``worker``, when it is free and the last window it
+        had was decoded whole) while the scan fills the other window, else here."""
+        cdef Job *j = &self.job
+        cdef Pending *q = self.wins[self.fill]
+        cdef int64_t i, n, body = 0, topic = 0, props = 0
+        if self._wait() or self.cut_found:
+            return 1
+        n = self.next - q
+        if n == 0:
+            return 0
+        for i in range(n):
+            body += q[i].v.body_len
+            topic += q[i].v.topic_len
+            props += q[i].v.props_len
+        self._room(n, body, topic, props)
+        j.d = &self.d
+        j.recs = q
+        j.n = n
+        j.crc = self.defer_crc
+        if worker and ps_dw_acquire():
+            self.busy = True
+            self.fill ^= 1
+            self._empty()
+            ps_dw_post(_decode_job, j)
+            return 0
+        self._empty()
+        _decode_job(j)
+        return self._done(j)
 
     def build(self, bint again=True):
         """The RecordBatch of the records added since the last build; None when there are none. With
         ``again=False`` no buffers are made for a next batch: the builder is spent (a caller's last batch)."""
-        cdef int64_t n = self.rows
+        cdef int64_t n = self.d.rows
         cdef int i
-        cdef Buf *b = self.bufs
+        cdef Buf *b = self.d.bufs
         cdef ps_batch *e
+        self.settle()
         if n == 0:
             return None
         for i in (B_QID, B_SIZE, B_FLAG, B_SYS, B_RC, B_CRC):
@@ -469,63 +634,251 @@ cdef class BatchBuilder(RecordSink):
 
 
 # ----------------------------------------------------------------------------------------------------
-# The builder's appends: module functions, so that the C compiler inlines them into ``add``
+# Decoding: C on ``Dec`` without the GIL (the decode worker runs it), into buffers ``_room`` made room in
 # ----------------------------------------------------------------------------------------------------
 
+cdef inline bint _fits(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t props) noexcept nogil:
+    """``BatchBuilder._room`` has nothing to do (its bounds, tested inline)."""
+    cdef Buf *b = d.bufs
+    cdef int64_t host = 48 * n + 64
+    if (d.rows + n > d.cap_rows or b[B_BODY].n + body > b[B_BODY].cap
+            or b[B_TOPIC].n + 3 * topic + 32 > b[B_TOPIC].cap or b[B_BH].n + host > b[B_BH].cap
+            or b[B_SH].n + host > b[B_SH].cap or b[B_ID].n + host > b[B_ID].cap):
+        return False
+    if props > 0 and (b[B_TAGS].n + 3 * props > b[B_TAGS].cap or b[B_KEYS].n + 3 * props > b[B_KEYS].cap
+                      or b[B_PK].n + 3 * props > b[B_PK].cap or b[B_PV].n + 3 * props > b[B_PV].cap
+                      or b[B_KEYS_O].n + 4 * (props + n) > b[B_KEYS_O].cap
+                      or b[B_PK_O].n + 4 * (props + n) > b[B_PK_O].cap
+                      or b[B_PV_O].n + 4 * (props + n) > b[B_PV_O].cap):
+        return False
+    return True
+
+
 cdef inline int res(BatchBuilder self, int i, int64_t extra) except -1:
-    if self.bufs[i].n + extra > self.bufs[i].cap:
-        self._grow(i, self.bufs[i].n + extra)
+    if self.d.bufs[i].n + extra > self.d.bufs[i].cap:
+        self._grow(i, self.d.bufs[i].n + extra)
     return 0
 
 
-cdef inline int put_utf8(BatchBuilder self, int i, const unsigned char *p, int32_t n) except -1:
-    """Append ``p[:n]`` to buffer ``i`` as valid UTF-8 (valid text is copied as is)."""
-    cdef Buf *b = &self.bufs[i]
-    if b.n + 3 * <int64_t>n > b.cap:
-        self._grow(i, b.n + 3 * <int64_t>n)
-    b.n += utf8_fix(p, n, b.p + b.n)
-    return 0
+cdef void _decode_job(void *arg) noexcept nogil:
+    """Decode a window of deferred records in order, up to the first whose body CRC is wrong (with ``crc``).
+
+    With ``crc``, the bodies of ``CRC_GROUP`` records are copied into place and their CRCs taken one after the
+    other before the group is decoded: a short body's CRC is a chain of dependent carry-less multiplications,
+    and independent chains back to back run side by side in the CPU."""
+    cdef Job *j = <Job *>arg
+    cdef Dec *d = j.d
+    cdef Buf *body = &d.bufs[B_BODY]
+    cdef int64_t i = 0, k, g, off, nbytes = 0
+    cdef Pending *q = j.recs
+    cdef RecordView *v
+    cdef uint32_t crcs[CRC_GROUP]
+    while i < j.n:
+        g = min(<int64_t>CRC_GROUP, j.n - i)
+        if j.crc:
+            off = body.n
+            for k in range(g):
+                v = &q[i + k].v
+                crcs[k] = ps_copy_crc32(body.p + off, q[i + k].rec + v.body_pos, v.body_len) & 0x7FFFFFFF
+                off += v.body_len
+        for k in range(g):
+            v = &q[i + k].v
+            if j.crc and v.body_len > 0 and <int32_t>crcs[k] != v.body_crc:
+                j.done = i + k
+                j.done_bytes = nbytes
+                return
+            _decode(d, q[i + k].rec, v, BODY_PLACED if j.crc else BODY_COPY)
+            nbytes += v.total_size
+        i += g
+    j.done = j.n
+    j.done_bytes = nbytes
 
 
-cdef inline int put_host(BatchBuilder self, HostCache *c, int i, const unsigned char *h, int32_t hlen) except -1:
+cdef inline void _decode(Dec *d, const unsigned char *p, RecordView *v, int body) noexcept nogil:
+    """Append one accepted record to every column, its body copied (``BODY_COPY``) or there already
+    (``BODY_PLACED``: ``_decode_job`` copied it with its CRC)."""
+    cdef Buf *b = d.bufs
+    cdef int64_t r = d.rows
+    cdef int64_t phy = v.phy_offset
+    cdef int32_t hl2
+    cdef HostCache *sc = &d.store_cache
+    cdef unsigned char *dst
+    if body == BODY_COPY:
+        memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
+    b[B_BODY].n += v.body_len
+    (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
+    # fixed-width columns
+    (<int32_t *>b[B_QID].p)[r] = v.queue_id
+    (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
+    (<int64_t *>b[B_CLO].p)[r] = phy
+    (<int32_t *>b[B_SIZE].p)[r] = v.total_size
+    (<int32_t *>b[B_FLAG].p)[r] = v.flag
+    (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
+    if d.ts_ms:
+        (<int64_t *>b[B_BORN].p)[r] = v.born_ts
+        (<int64_t *>b[B_STORE].p)[r] = v.store_ts
+    else:
+        (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
+        (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
+    (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
+    (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
+    (<int32_t *>b[B_CRC].p)[r] = v.body_crc
+    put_topic(d, p + v.topic_pos, v.topic_len)
+    (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
+    # properties map, then TAGS and KEYS from it (a record without properties has none of them)
+    if v.props_len > 0:
+        add_props(d, r, p + v.props_pos, v.props_len)
+    else:
+        d.tags_nulls += 1
+        (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>d.n_items
+        (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+        (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>d.n_keys
+    # hosts and the offset message id
+    put_host(d, &d.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+    put_host(d, sc, B_SH, p + v.store_host_pos, v.store_host_len)
+    (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
+    (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
+    # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset's,
+    # of which only the last four digits change between rows whose offsets differ in the low 16 bits only
+    hl2 = 2 * sc.raw_len
+    if (phy >> 16) != sc.id_high:
+        hex_i64(sc.id + hl2, phy)
+        sc.id_high = phy >> 16
+    dst = b[B_ID].p + b[B_ID].n
+    if hl2 == 16:
+        memcpy(dst, sc.id, 32)
+    else:
+        memcpy(dst, sc.id, 64)
+    memcpy(dst + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
+    memcpy(dst + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
+    b[B_ID].n += hl2 + 16
+    (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
+    d.rows = r + 1
+
+
+cdef void _add_props(Dec *d, int64_t r, const unsigned char *props, int32_t props_len) noexcept nogil:
+    """Row ``r``'s properties map, tags and keys, from its properties string."""
+    cdef Buf *b = d.bufs
+    cdef int32_t *items = d.items
+    cdef int32_t cnt, i, t, s, e, tags_at, keys_at
+    cdef uint32_t word
+    cnt = parse_props(props, props_len, items)
+    for i in range(cnt):
+        put_utf8(&b[B_PK], props + items[4 * i], items[4 * i + 1])
+        put_utf8(&b[B_PV], props + items[4 * i + 2], items[4 * i + 3])
+        d.n_items += 1
+        (<int32_t *>b[B_PK_O].p)[d.n_items] = <int32_t>b[B_PK].n
+        (<int32_t *>b[B_PV_O].p)[d.n_items] = <int32_t>b[B_PV].n
+    b[B_PK_O].n += 4 * cnt
+    b[B_PV_O].n += 4 * cnt
+    (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>d.n_items
+    # TAGS and KEYS in one pass over the items, names compared as one 4-byte word
+    tags_at = keys_at = -1
+    for i in range(cnt):
+        if items[4 * i + 1] == 4:
+            memcpy(&word, props + items[4 * i], 4)
+            if word == TAGS_WORD:
+                tags_at = i
+            elif word == KEYS_WORD:
+                keys_at = i
+    if tags_at >= 0:
+        put_utf8(&b[B_TAGS], props + items[4 * tags_at + 2], items[4 * tags_at + 3])
+        b[B_TAGS_V].p[r >> 3] |= <unsigned char>(1 << (r & 7))
+    else:
+        d.tags_nulls += 1
+    (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+    if keys_at >= 0:
+        # the value split on spaces, empty tokens dropped
+        s = items[4 * keys_at + 2]
+        e = s + items[4 * keys_at + 3]
+        while s < e:
+            t = <int32_t>find_byte(props, s, e, 32)
+            if t > s:
+                put_utf8(&b[B_KEYS], props + s, t - s)
+                d.n_keys += 1
+                (<int32_t *>b[B_KEYS_O].p)[d.n_keys] = <int32_t>b[B_KEYS].n
+                b[B_KEYS_O].n += 4
+            s = t + 1
+    (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>d.n_keys
+
+
+# ``_add_props`` called through a pointer: the compiler then keeps it out of ``_decode``, whose rows without
+# properties run faster without it inline
+cdef void (*add_props)(Dec *, int64_t, const unsigned char *, int32_t) noexcept nogil
+add_props = _add_props
+
+
+cdef inline void put_utf8(Buf *b, const unsigned char *p, int32_t n) noexcept nogil:
+    """Append ``p[:n]`` to ``b`` as valid UTF-8 (valid text is copied as is). A short ASCII text (the usual
+    property) is tested and copied as two overlapping words; the room ``_room`` made (3 bytes a byte) holds
+    them."""
+    cdef uint64_t x, y
+    cdef uint32_t a, c
+    cdef unsigned char *d = b.p + b.n
+    if 8 <= n <= 16:
+        memcpy(&x, p, 8)
+        memcpy(&y, p + n - 8, 8)
+        if ((x | y) & <uint64_t>0x8080808080808080) == 0:
+            memcpy(d, &x, 8)
+            memcpy(d + n - 8, &y, 8)
+            b.n += n
+            return
+    elif 4 <= n < 8:
+        memcpy(&a, p, 4)
+        memcpy(&c, p + n - 4, 4)
+        if ((a | c) & <uint32_t>0x80808080) == 0:
+            memcpy(d, &a, 4)
+            memcpy(d + n - 4, &c, 4)
+            b.n += n
+            return
+    b.n += utf8_fix(p, n, d)
+
+
+cdef void _new_host(HostCache *c, const unsigned char *h, int32_t hlen) noexcept nogil:
+    c.text_len = fmt_host(h, hlen, c.text)
+    hex_bytes(c.id, h, hlen)
+    c.id_high = -1
+    memcpy(c.raw, h, hlen)
+    c.raw_len = hlen
+
+
+cdef inline void put_host(Dec *d, HostCache *c, int i, const unsigned char *h, int32_t hlen) noexcept nogil:
     """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
-    cdef Buf *b = &self.bufs[i]
+    cdef Buf *b = &d.bufs[i]
     cdef uint64_t x, y
     if hlen == 8 and c.raw_len == 8:
         memcpy(&x, h, 8)
         memcpy(&y, c.raw, 8)
         if x != y:
-            self._new_host(c, h, hlen)
+            _new_host(c, h, hlen)
     elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
-        self._new_host(c, h, hlen)
+        _new_host(c, h, hlen)
     # a fixed-size copy (vector moves, no call) of the text and what follows it in the cache
-    if b.n + 64 > b.cap:
-        self._grow(i, b.n + 64)
     if c.text_len <= 32:
         memcpy(b.p + b.n, c.text, 32)
     else:
         memcpy(b.p + b.n, c.text, 64)
     b.n += c.text_len
-    return 0
 
 
-cdef inline int put_topic(BatchBuilder self, const unsigned char *t, int32_t n) except -1:
+cdef inline void put_topic(Dec *d, const unsigned char *t, int32_t n) noexcept nogil:
     """Append topic ``t[:n]`` as valid UTF-8: a repeat of the last topic is copied from the cache."""
-    cdef TextCache *c = &self.topic_cache
-    cdef Buf *b = &self.bufs[B_TOPIC]
+    cdef TextCache *c = &d.topic_cache
+    cdef Buf *b = &d.bufs[B_TOPIC]
+    if n > <int32_t>sizeof(c.raw):
+        # longer than the cache holds (a V2 record's topic may be): written as it comes
+        b.n += utf8_fix(t, n, b.p + b.n)
+        c.raw_len = -1
+        return
     if n != c.raw_len or not same_bytes(c.raw, t, n):
         memcpy(c.raw, t, n)
         c.raw_len = n
         c.text_len = <int32_t>utf8_fix(t, n, c.text)
-    if b.n + 32 + c.text_len > b.cap:
-        self._grow(B_TOPIC, b.n + 32 + c.text_len)
     if c.text_len <= 32:
         memcpy(b.p + b.n, c.text, 32)
     else:
         memcpy(b.p + b.n, c.text, c.text_len)
     b.n += c.text_len
-    return 0
-
 
 # ----------------------------------------------------------------------------------------------------
 # The built batch to Arrow, through its C data interface
@@ -546,7 +899,7 @@ cdef ArrowArray *_col(Buf *bufs, Exporting *x, int64_t length, int64_t nulls, in
 cdef int _describe(BatchBuilder bb, ps_batch *e, int64_t n) except -1:
     """Fill ``e`` with the ArrowArrays of the ``n`` rows in ``bb``'s buffers, in the schema's order (docs/api.md)."""
     cdef Exporting x
-    cdef Buf *b = bb.bufs
+    cdef Buf *b = bb.d.bufs
     cdef ArrowArray *top
     cdef ArrowArray *a
     cdef ArrowArray *c
@@ -566,8 +919,8 @@ cdef int _describe(BatchBuilder bb, ps_batch *e, int64_t n) except -1:
     _col(b, &x, n, 0, B_CLO, -1)
     _col(b, &x, n, 0, B_SIZE, -1)
     _col(b, &x, n, 0, B_BODY_O, B_BODY)
-    a = _col(b, &x, n, bb.tags_nulls, B_TAGS_O, B_TAGS)
-    if bb.tags_nulls:
+    a = _col(b, &x, n, bb.d.tags_nulls, B_TAGS_O, B_TAGS)
+    if bb.d.tags_nulls:
         a.buffers[0] = b[B_TAGS_V].p
     keys = _col(b, &x, n, 0, B_KEYS_LO, -1, 1)
     props = _col(b, &x, n, 0, B_MAP_O, -1, 1)
@@ -579,11 +932,11 @@ cdef int _describe(BatchBuilder bb, ps_batch *e, int64_t n) except -1:
         _col(b, &x, n, 0, k, -1)
     _col(b, &x, n, 0, B_ID_O, B_ID)
     # the keys' strings, the properties' entries (a struct of key and value strings)
-    keys.children[0] = _col(b, &x, bb.n_keys, 0, B_KEYS_O, B_KEYS)
-    c = _array(&x, bb.n_items, 0, 1, 2)
+    keys.children[0] = _col(b, &x, bb.d.n_keys, 0, B_KEYS_O, B_KEYS)
+    c = _array(&x, bb.d.n_items, 0, 1, 2)
     c.buffers[0] = NULL
     props.children[0] = c
-    c.children[0] = _col(b, &x, bb.n_items, 0, B_PK_O, B_PK)
-    c.children[1] = _col(b, &x, bb.n_items, 0, B_PV_O, B_PV)
+    c.children[0] = _col(b, &x, bb.d.n_items, 0, B_PK_O, B_PK)
+    c.children[1] = _col(b, &x, bb.d.n_items, 0, B_PV_O, B_PV)
     assert x.arrays == PS_ARRAYS
     return 0

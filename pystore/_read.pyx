@@ -12,14 +12,15 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint64_t
 
-from pystore._bytes cimport get_i32, get_i64
-from pystore._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, SPLIT_BODY, RecordView, check_record, find_property,
-                             make_ext, make_ext_shared)
+from pystore._bytes cimport body_crc32, get_i16, get_i32, get_i64, load_i32_acquire
+from pystore._codec cimport (BORNHOST_V6_FLAG, CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, MESSAGE_MAGIC_CODE, REC_BAD_CRC,
+                             SPLIT_BODY, STOREHOSTADDRESS_V6_FLAG, RecordView, check_record, find_property, make_ext,
+                             make_ext_shared)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
-from pystore._sink cimport RecordSink, same_bytes
+from pystore._sink cimport Cut, Pending, RecordSink, same_bytes
 from pystore._units cimport (DAMAGE_MISMATCH, DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage,
                              unit_valid)
 
@@ -74,7 +75,7 @@ cdef extern from *:
     void prefetch_record "ps_prefetch_record"(const unsigned char *p, int n) noexcept nogil
 
 # how many units ahead of the one being read the scan prefetches the record of
-cdef int64_t PREFETCH_UNITS = 4
+cdef int64_t PREFETCH_UNITS = 12
 
 
 cdef object _record_tags(const unsigned char *rec, RecordView *v):
@@ -84,6 +85,57 @@ cdef object _record_tags(const unsigned char *rec, RecordView *v):
     if v.props_len > 0 and find_property(rec + v.props_pos, v.props_len, "TAGS", 4, &vp, &vl):
         return utf8_text(rec + v.props_pos + vp, vl)
     return None
+
+
+cdef inline int32_t _check_plain(const unsigned char *p, int64_t remaining, int32_t size,
+                                 RecordView *v) noexcept nogil:
+    """``check_record`` without the CRC for the usual record: ``size`` bytes as its unit says, magic V1, IPv4
+    hosts, so that every field before the body is at a fixed place. Its size, with ``v`` filled as
+    ``check_record`` fills it; 0 for any other record (``check_record`` then says what it is)."""
+    cdef int32_t total = load_i32_acquire(p), sys_flag, bl, tl, pl, pos
+    if (total != size or total > remaining or total < 91 or get_i32(p + 4) != MESSAGE_MAGIC_CODE):
+        return 0
+    sys_flag = get_i32(p + 36)
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        return 0
+    # the lengths, each within TOTALSIZE (a record of 91 bytes or more has room for the fixed part and the
+    # topic length byte)
+    bl = get_i32(p + 84)
+    if bl < 0 or bl > total - 89:
+        return 0
+    pos = 88 + bl
+    tl = p[pos]
+    pos += 1
+    if tl > total - pos - 2:
+        return 0
+    pos += tl
+    pl = get_i16(p + pos)
+    pos += 2
+    if pl < 0 or pos + pl != total:
+        return 0
+    v.total_size = total
+    v.magic = MESSAGE_MAGIC_CODE
+    v.body_crc = get_i32(p + 8)
+    v.queue_id = get_i32(p + 12)
+    v.flag = get_i32(p + 16)
+    v.queue_offset = get_i64(p + 20)
+    v.phy_offset = get_i64(p + 28)
+    v.sys_flag = sys_flag
+    v.born_ts = get_i64(p + 40)
+    v.born_host_pos = 48
+    v.born_host_len = 8
+    v.store_ts = get_i64(p + 56)
+    v.store_host_pos = 64
+    v.store_host_len = 8
+    v.reconsume_times = get_i32(p + 72)
+    v.prepared_tx_offset = get_i64(p + 76)
+    v.body_len = bl
+    v.body_pos = 88
+    v.topic_pos = 89 + bl
+    v.topic_len = tl
+    v.props_pos = pos
+    v.props_len = pl
+    return total
 
 
 cdef int _raise_damage(int damage, int32_t r, RecordView *v, MappedFile f, int64_t phy, int32_t size,
@@ -190,7 +242,11 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     before it, or, when it is the page's first unit, ``StoreCorruptedError`` names the file at fault.
 
     With a ``sink``, each message served goes to ``sink.add`` (a record view into its held file) instead of
-    ``out``: no ``MessageExt`` is made, but for a filter object's commit-log test."""
+    ``out``: no ``MessageExt`` is made, but for a filter object's commit-log test. A sink that defers
+    (``RecordSink.begin``) gets each record checked into its ``slot`` but for the body CRC, which it checks as
+    it decodes (``finish``, before the record's file is released): a wrong one is a ``cut``, and the page is
+    then what it would have been had the scan found it (it ends before that record, or the error is raised
+    when it is the page's first)."""
     cdef int64_t pos = start_pos, max_filter = <int64_t>max_msg_nums * CQ_STORE_UNIT_SIZE
     cdef int64_t phy, tags, total = 0, next_phy_file_start = INT64_MIN, last_phy = -1, rp = 0, rpos = 0, limit, ahead
     cdef int32_t size, count = 0, r
@@ -210,6 +266,12 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef bint check_crc = lim.check_crc
     # a sink without a filter object takes each record as it is checked: no message is made
     cdef bint direct = sink is not None and filt is None
+    cdef bint deferred = direct and sink.begin(lim.check_crc)
+    # the CRC the scan checks itself (a deferring sink checks the CRC of the records it takes)
+    cdef bint crc_here = lim.check_crc and not deferred
+    cdef bint cut_seen = False
+    cdef Pending *slot = NULL
+    cdef Cut *cut
     # what ``unit_damage`` tests of the queue, read out of ``cq`` once: its topic, queue id, the unit's offset
     cdef const unsigned char *cq_topic = NULL
     cdef Py_ssize_t cq_topic_len = 0
@@ -304,6 +366,9 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                         _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
                         nrun = 0
                     if held is not None:
+                        if deferred and sink.finish():
+                            cut_seen = True
+                            break
                         held.c_release()
                         held = None
                         held_end = INT64_MIN
@@ -331,15 +396,23 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                     ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - held_from
                     if 0 <= ahead < rp:
                         prefetch_record(held_base + ahead, <int>min(rp - ahead, 256))
-                vp = &run_views[nrun] if shared else &v
+                if deferred:
+                    slot = sink.next
+                    vp = &slot.v
+                else:
+                    vp = &run_views[nrun] if shared else &v
                 rec = held_base + rpos
                 qoff = <int64_t>(<uint64_t>(cq_from + pos) // CQ_STORE_UNIT_SIZE)
-                r = check_record(rec, rp - rpos, check_crc, vp)
+                r = _check_plain(rec, rp - rpos, size, vp)
+                if r == 0:
+                    r = check_record(rec, rp - rpos, crc_here, vp)
+                elif crc_here and vp.body_len > 0 and body_crc32(rec + vp.body_pos, vp.body_len) != vp.body_crc:
+                    r = REC_BAD_CRC
                 damage = _damage(r, vp, rec, phy, size, cq_topic, cq_topic_len, cq_qid, qoff)
                 if damage != DAMAGE_NONE and rp != held.read_position():
                     # judged as at the read position of now, as every record that is served
                     rp = held.read_position()
-                    r = check_record(rec, rp - rpos, check_crc, vp)
+                    r = check_record(rec, rp - rpos, crc_here, vp)
                     damage = _damage(r, vp, rec, phy, size, cq_topic, cq_topic_len, cq_qid, qoff)
                 if damage != DAMAGE_NONE:
                     if count > 0:
@@ -364,9 +437,24 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 pos += CQ_STORE_UNIT_SIZE
                 continue
             if tag_names is not None and _record_tags(rec, vp) not in tag_names:
+                if deferred and check_crc and vp.body_len > 0 and (
+                        body_crc32(rec + vp.body_pos, vp.body_len) != vp.body_crc):
+                    # damage the scan finds before the tag test, after any found in the records before it
+                    if sink.finish():
+                        cut_seen = True
+                        break
+                    if count > 0:
+                        break
+                    _raise_damage(DAMAGE_RECORD, REC_BAD_CRC, vp, held, phy, size, cqf, pos, cq)
                 pos += CQ_STORE_UNIT_SIZE
                 continue
-            if direct:
+            if deferred:
+                slot.rec = rec
+                slot.pos = pos
+                if sink.commit():
+                    cut_seen = True
+                    break
+            elif direct:
                 sink.add(rec, vp)
             elif shared and vp.body_len < SPLIT_BODY:
                 if nrun > 0 and (nrun == RUN_RECORDS or rpos != run_end or run_end - run_start + size > RUN_BYTES):
@@ -399,7 +487,20 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             pos += CQ_STORE_UNIT_SIZE
         if nrun > 0:
             _emit_run(held, run_start, run_end, run_views, run_pos, nrun, out)
+        if deferred and (cut_seen or sink.finish()):
+            # a deferred record's body CRC is wrong: the page is what it is up to that record (held is its file)
+            cut = &sink.cut
+            if cut.good == 0:
+                _raise_damage(DAMAGE_RECORD, REC_BAD_CRC, &cut.bad.v, held, cut.bad.v.phy_offset,
+                              cut.bad.v.total_size, cqf, cut.bad.pos, cq)
+            count = <int32_t>cut.good
+            total = cut.good_bytes
+            last_phy = cut.last_phy
+            pos = cut.bad.pos
+            status = SCAN_FOUND
     finally:
+        if deferred:
+            sink.settle()
         if held is not None:
             held.c_release()
     consumed[0] = (pos - start_pos) // CQ_STORE_UNIT_SIZE

@@ -1,15 +1,52 @@
 # cython: language_level=3
 """Interface of ``pystore._sink``: where a reader's scan hands the records it accepts instead of making a
 ``MessageExt`` of each (the Arrow decoder's ``BatchBuilder`` is one), and ``same_bytes``, the short-string test
-both sides run on every record (a record's topic against the queue's, against the last one decoded)."""
-from libc.stdint cimport uint64_t
+both sides run on every record (a record's topic against the queue's, against the last one decoded).
+
+A sink may take records *deferred* (``begin`` says whether it does): the scan then checks each record's
+structure straight into the sink's next ``slot`` and ``commit``s it, and the sink decodes them later (perhaps in
+another thread, while the scan goes on), checking their body CRC as it copies the bodies. A record whose CRC is
+wrong ends the page there, as when the scan finds it: ``commit``/``finish`` return 1 and ``cut`` says where."""
+from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pystore._record cimport RecordView
 
 
+# one record the scan accepted and deferred: its checked view, where it lies, its unit's place in the queue file
+cdef struct Pending:
+    RecordView v
+    const unsigned char *rec
+    int64_t pos
+
+
+# where a deferred page ends early: ``good`` records decoded (``good_bytes`` of records, the last at commit-log
+# offset ``last_phy``, -1 for none), then ``bad``, the first record whose body CRC is wrong
+cdef struct Cut:
+    int64_t good
+    int64_t good_bytes
+    int64_t last_phy
+    Pending bad
+
+
 cdef class RecordSink:
+    cdef Cut cut
+    # deferring: the slot the scan checks its next record into, and the end of the window it lies in
+    cdef Pending *next
+    cdef Pending *window_end
     cdef int add(self, const unsigned char *p, RecordView *v) except -1
+    cdef bint begin(self, bint check_crc) except -1
+    cdef int hand_off(self) except -1
+    cdef int finish(self) except -1
+    cdef int settle(self) noexcept
+
+    cdef inline int commit(self) except -1:
+        """The record in ``next`` is accepted: 0, or 1 when a record committed before it turned out damaged
+        (``cut``: the page ends at ``cut.bad``)."""
+        self.next += 1
+        if self.next == self.window_end:
+            return self.hand_off()
+        return 0
 
 
 cdef inline bint same_bytes(const unsigned char *a, const unsigned char *b, Py_ssize_t n) noexcept nogil:

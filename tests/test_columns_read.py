@@ -306,3 +306,222 @@ def test_a_pages_memory_goes_back_to_arrow_when_its_batch_is_dropped(store_facto
     assert body.to_pylist()[7] == b"x" * 300 and pool.bytes_allocated() >= before + 500 * 300
     del body
     assert pool.bytes_allocated() == before
+
+
+# -- pages of many windows: the decode worker, CRC damage found while decoding ---------------------------------
+
+#: records a BatchBuilder window holds (``_arrow.WINDOW``): pages of more than two are decoded in part by the
+#: decode worker while the scan fills the next window
+WINDOW = 2048
+#: where the body starts in a record with IPv4 hosts (docs/format.md §1)
+BODY_AT = 88
+
+
+@pytest.fixture(params=[True, False], ids=["worker", "no-worker"])
+def worker(request):
+    from pystore._arrow import decode_worker
+
+    before = decode_worker(request.param)
+    yield request.param
+    decode_worker(before)
+
+
+def _many(store, n: int, rng: random.Random) -> None:
+    """n messages of queue T/0: bodies of 0-300 bytes, some with tags (``Aa`` and ``BB`` share a tags code),
+    keys and properties, put in batches of mixed messages."""
+    i = 0
+    while i < n:
+        msgs = []
+        for _ in range(min(500, n - i)):
+            tags = rng.choice([None, "Aa", "BB", "C"])
+            keys = rng.choice([None, "k%d" % i, "k%d x" % i])
+            props = rng.choice([None, None, {"p": str(i)}])
+            msgs.append(Message("T", rng.randbytes(rng.choice([0, 3, 128, 300])) + b"%d" % i, tags, keys, 0, props))
+            i += 1
+        for m in msgs:
+            assert store.put_message(m).is_ok()
+
+
+def test_pages_of_many_windows_equal_get_message(store_factory, worker):
+    """Pages of several windows, over commit-log files that end inside them, with and without filters, decoded
+    with and without the decode worker: get_message's page, column for column."""
+    store = store_factory(mapped_file_size_commit_log=256 << 10, **UNCAPPED)
+    n = 3 * WINDOW + 700
+    _many(store, n, random.Random(11))
+    assert store.get_max_phy_offset() > 4 * (256 << 10)
+    for filt_of in (lambda: None, lambda: TagFilter("Aa || C"), lambda: "BB"):
+        for nums in (n, WINDOW + 1, 3 * WINDOW):
+            offset = 0
+            while offset < n:
+                status, nxt, batch = _same(store, "T", 0, offset, nums, filt_of)
+                assert status in (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE) and nxt > offset
+                offset = nxt
+
+
+def _flip(store, offset: int, at: int) -> None:
+    """Flip the byte ``at`` bytes into the record of T/0 at ``offset``."""
+    _damage(store, "T", 0, offset, at)
+
+
+@pytest.mark.parametrize("bad", [5, WINDOW + 17, 2 * WINDOW - 1, 3 * WINDOW + 3])
+def test_a_body_crc_error_found_while_decoding_ends_the_page_there(store_factory, worker, bad):
+    """A record whose body CRC is wrong, in any window of a page (the first, one the worker decodes, the last,
+    decoded by the scan's own thread): the page ends before it, as get_message's does, with the same next
+    offset; a page that starts at it raises get_message's error."""
+    store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
+    n = 3 * WINDOW + 100
+    for i in range(0, n, 1000):
+        bodies = [b"%07d" % j * 4 for j in range(i, min(n, i + 1000))]
+        assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    _flip(store, bad, BODY_AT + 3)
+    status, nxt, batch = _same(store, "T", 0, 0, n)
+    assert status is GetMessageStatus.FOUND and nxt == bad == batch.num_rows
+    assert batch.column("queue_offset").to_pylist() == list(range(bad))
+    # a page that starts after the good records before it, then past the bad one
+    if bad > 1:
+        assert _same(store, "T", 0, bad - 1, n)[1:] and store.get_columns("g", "T", 0, bad - 1, n)[1] == bad
+    with pytest.raises(StoreCorruptedError) as want:
+        store.get_message("g", "T", 0, bad, n)
+    with pytest.raises(StoreCorruptedError) as got:
+        store.get_columns("g", "T", 0, bad, n)
+    assert (got.value.path, got.value.offset, str(got.value)) == (want.value.path, want.value.offset,
+                                                                    str(want.value))
+    assert _same(store, "T", 0, bad + 1, n)[1] == n
+    # with the CRC not checked (check_crc_on_read off) the record is decoded as stored
+    from pystore._arrow import BatchBuilder
+    from pystore._read import ReadLimits
+
+    def unchecked(limits):
+        lim = lifted(limits)
+        return ReadLimits(lim.bytes_in_memory, lim.count_in_memory, lim.bytes_in_disk, lim.count_in_disk,
+                          lim.memory_window, False)
+
+    builder = BatchBuilder(columns_schema(), False)
+    r = store._reads.get_message("g", "T", 0, 0, n, None, 0, unchecked, builder)
+    assert r.status is GetMessageStatus.FOUND and r.next_begin_offset == n and builder.build().num_rows == n
+    store_factory.skip_check()
+
+
+def test_the_first_damage_in_queue_order_decides(store_factory, worker):
+    """A body CRC error (found while decoding, after the scan went on) before a record whose structure is damaged
+    (found by the scan): the page ends at the CRC error; from between them, at the damaged record."""
+    store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
+    n = 3 * WINDOW
+    for i in range(0, n, 1000):
+        bodies = [b"%07d" % j * 4 for j in range(i, min(n, i + 1000))]
+        assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    crc_at, magic_at = WINDOW + 5, WINDOW + 40
+    _flip(store, magic_at, 4)
+    _flip(store, crc_at, BODY_AT + 1)
+    assert _same(store, "T", 0, 0, n)[1] == crc_at
+    assert _same(store, "T", 0, crc_at + 1, n)[1] == magic_at
+    for offset in (crc_at, magic_at):
+        with pytest.raises(StoreCorruptedError) as want:
+            store.get_message("g", "T", 0, offset, n)
+        with pytest.raises(StoreCorruptedError) as got:
+            store.get_columns("g", "T", 0, offset, n)
+        assert (got.value.path, got.value.offset, str(got.value)) == (want.value.path, want.value.offset,
+                                                                        str(want.value))
+    store_factory.skip_check()
+
+
+def test_a_record_a_tag_filter_passes_over_by_name_is_still_crc_checked(store_factory, worker):
+    """``Aa`` and ``BB`` share a tags code: a TagFilter("Aa") passes over the ``BB`` records by their TAGS
+    property, which the scan reads after checking the record, CRC included. A ``BB`` record with a wrong CRC ends
+    the page there (or fails it), as in get_message."""
+    store = store_factory(**UNCAPPED)
+    for i in range(3 * WINDOW):
+        assert store.put_message(Message("T", b"body %d" % i, "Aa" if i % 3 else "BB")).is_ok()
+    bad = 2 * WINDOW + 2             # a BB record (i % 3 == 0)
+    assert bad % 3 == 0
+    _flip(store, bad, BODY_AT + 2)
+    status, nxt, batch = _same(store, "T", 0, 0, 3 * WINDOW, lambda: TagFilter("Aa"))
+    assert status is GetMessageStatus.FOUND and nxt == bad
+    assert batch.num_rows == sum(1 for i in range(bad) if i % 3)
+    with pytest.raises(StoreCorruptedError) as want:
+        store.get_message("g", "T", 0, bad, 100, TagFilter("Aa"))
+    with pytest.raises(StoreCorruptedError) as got:
+        store.get_columns("g", "T", 0, bad, 100, TagFilter("Aa"))
+    assert (got.value.path, got.value.offset) == (want.value.path, want.value.offset)
+    store_factory.skip_check()
+
+
+def test_topics_longer_than_the_decoders_topic_cache(tmp_path):
+    """A V2 record may hold a topic of more bytes than the decoder keeps of the last one (RocketMQ's own
+    files): such topics are decoded as they come, with the rows around them."""
+    import reference_codec as ref
+
+    from pystore._arrow import BatchBuilder
+    from pystore._arrow_source import scan_file
+    from pystore._mapped_file import MappedFile
+
+    topics = ["é" * 200, "T", "L" * 300, "L" * 300, "T", "ü" * 129]
+    out = bytearray()
+    for i, topic in enumerate(topics):
+        out += ref.encode(topic, b"body %d" % i, b"TAGS\x01t\x02", 0, 0, i, len(out), 0, 1000 + i,
+                          ("127.0.0.1", 1), 2000 + i, ("127.0.0.1", 10911), 0, 0)
+    path = tmp_path / ("%020d" % 0)
+    path.write_bytes(bytes(out) + bytes(65536 - len(out)))
+    mf = MappedFile(str(path), -1, read_only=True)
+    try:
+        b = BatchBuilder(arrow_schema(), True)
+        pos, done = scan_file(b, mf, 0)
+        batch = b.build()
+    finally:
+        mf.close()
+    assert done and pos == len(out)
+    assert batch.column("topic").to_pylist() == topics
+    assert batch.column("body").to_pylist() == [b"body %d" % i for i in range(len(topics))]
+    assert batch.column("tags").to_pylist() == ["t"] * len(topics)
+
+
+def _reference_properties(s: str) -> dict[str, str]:
+    """RocketMQ's decoder (``string2messageProperties``) written out: items split on \\x02, name and value on
+    an item's first \\x01, both non-empty; a repeated name keeps its first place and its last value."""
+    out: dict[str, str] = {}
+    for item in s.split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+def test_properties_are_split_as_rocketmq_splits_them_at_any_length_and_place():
+    """The properties splitter reads eight bytes at a time (and a string's last eight for its tail): on random
+    strings of 0-40 characters drawn mostly from the separators, its split is RocketMQ's."""
+    from pystore._props import string_to_properties
+
+    rng = random.Random(7)
+    alphabet = ["\x01", "\x02", "a", "b", "é", "\x01\x01", "\x02\x02", "KEYS", "TAGS"]
+    for _ in range(20000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert string_to_properties(s) == _reference_properties(s), repr(s)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_the_decode_worker_after_a_fork(store_factory):
+    """A child forked after the decode worker started (its thread is not in the child) decodes pages of several
+    windows with a worker of its own; the parent's goes on."""
+    from pystore._arrow import decode_worker
+
+    store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
+    n = 3 * WINDOW
+    for i in range(0, n, 1000):
+        bodies = [b"%06d" % j for j in range(i, min(n, i + 1000))]
+        assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    before = decode_worker(True)
+    try:
+        want = store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist()
+        assert want == [b"%06d" % i for i in range(n)]
+        pid = os.fork()
+        if pid == 0:                                   # the child: exit status 0 only if it read the page right
+            ok = False
+            try:
+                ok = store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist() == want
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist() == want
+    finally:
+        decode_worker(before)
