@@ -78,6 +78,39 @@ cdef extern from *:
     bint cas_i64 "ps_cas_i64"(int64_t *p, int64_t expected, int64_t desired) noexcept nogil
     int64_t advance_i64 "ps_advance_i64"(int64_t *p, int64_t v) noexcept nogil
 
+
+cdef extern from *:
+    """
+    #include <sched.h>
+    /* The CPU the calling thread runs on (glibc reads it from the vDSO or rseq: a few ns), or -1. */
+    static inline int ps_current_cpu(void) {
+    #ifdef __linux__
+        return sched_getcpu();
+    #else
+        return -1;
+    #endif
+    }
+    /* Move the calling thread to `cpu` unless it is there (`*where`): 1 when it moved. A CPU this process may
+       not use (a cpuset) leaves it where it is. */
+    static inline int ps_follow_cpu(int cpu, int *where) {
+    #ifdef __linux__
+        cpu_set_t set;
+        if (cpu < 0 || cpu == *where || cpu >= CPU_SETSIZE)
+            return 0;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0)
+            return 0;
+        *where = cpu;
+        return 1;
+    #else
+        return 0;
+    #endif
+    }
+    """
+    int current_cpu "ps_current_cpu"() noexcept nogil
+    int follow_cpu "ps_follow_cpu"(int cpu, int *where) noexcept nogil
+
 # The body CRC of puts and of recovery's checks: zlib's CRC-32 computed with carry-less multiplication
 # (PCLMULQDQ) where the CPU has it: ~8 GB/s on 128-byte bodies where zlib's table-driven crc32 gives ~0.7 GB/s,
 # which capped the recovery scan near 1 GB/s and cost a put of a new 128 B message ~180 ns. The same value as

@@ -50,6 +50,10 @@ cdef class CommitLogCore:
     cdef uint64_t flush_word
     cdef uint32_t flush_flags
     cdef public bint flush_wake_c
+    # the CPU of the thread that last woke the flush service (-1: none yet), where the store's service threads
+    # that follow the puts go when ``follow_put_cpu`` is set
+    cdef public int put_cpu
+    cdef public bint follow_put_cpu
     cdef public long long wake_bytes
     cdef public Dispatcher dispatcher
     cdef public object clock

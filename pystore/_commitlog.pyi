@@ -45,6 +45,8 @@ class CommitLogCore:
     delay_rewrite: Callable[[Message], Message | None] | None
     flush_wakeup: Callable[[], object] | None
     flush_wake_c: bool
+    put_cpu: int
+    follow_put_cpu: bool
     wake_bytes: int
     dispatcher: Dispatcher | None
     clock: Callable[[], int] | None

@@ -23,7 +23,7 @@ appended: either the put sees the registration and wakes the wait, or the wait's
 
 from libc.stdint cimport int64_t
 
-from pystore._bytes cimport load_i64_acquire, mono_ns, store_i64_release
+from pystore._bytes cimport follow_cpu, load_i64_acquire, mono_ns, store_i64_release
 from pystore._commitlog cimport CommitLogCore
 from pystore._mapped_file cimport MappedFile
 from pystore._notify cimport ps_notify, ps_register, ps_unregister, ps_wait
@@ -47,6 +47,10 @@ cdef class FlushStop:
     cdef int64_t _stop
     cdef int64_t _poke
     cdef int sync_errno
+    cdef int cpu                # the CPU the waiting thread was moved to (``CommitLogCore.follow_put_cpu``), or -1
+
+    def __cinit__(self):
+        self.cpu = -1
 
     @property
     def errno(self):
@@ -91,6 +95,8 @@ cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pa
                  int64_t max_ns, int *err) noexcept nogil:
     cdef int64_t deadline = mono_ns() + max_ns, left, seen
     while True:
+        if core.follow_put_cpu:
+            follow_cpu(core.put_cpu, &stop.cpu)
         store_i64_release(&core.flush_notified, 0)
         seen = ps_register(&core.flush_word, &core.flush_flags)
         if load_i64_acquire(&stop._stop):

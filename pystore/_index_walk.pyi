@@ -9,6 +9,7 @@ from typing import Final
 
 from typing_extensions import disjoint_base
 
+from pystore._commitlog import CommitLogCore
 from pystore._index import IndexFilesBase
 from pystore._mapped_file import MappedFile
 
@@ -29,4 +30,11 @@ def index_log(
     service: IndexFilesBase, cl_files: list[MappedFile], cl_file_size: int, from_offset: int, end_offset: int
 ) -> int: ...
 def log_end(cl_files: list[MappedFile]) -> int: ...
-def follow_keyless(cursor: IndexCursor, cl_files: list[MappedFile], busy_ns: int, idle_ns: int, max_ns: int) -> int: ...
+def follow_keyless(
+    cursor: IndexCursor,
+    cl_files: list[MappedFile],
+    busy_ns: int,
+    idle_ns: int,
+    max_ns: int,
+    core: CommitLogCore | None = None,
+) -> int: ...

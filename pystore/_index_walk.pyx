@@ -28,7 +28,8 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc
 
-from pystore._bytes cimport advance_i64, cas_i64, load_i64_acquire, mono_ns, store_i64_release
+from pystore._bytes cimport advance_i64, cas_i64, follow_cpu, load_i64_acquire, mono_ns, store_i64_release
+from pystore._commitlog cimport CommitLogCore
 from pystore._codec cimport REC_BLANK, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, check_record
 from pystore._files cimport find_file
 from pystore._index cimport (
@@ -242,10 +243,12 @@ cdef class IndexCursor:
 
     cdef int64_t _reached
     cdef int64_t _stop
+    cdef int cpu                # the CPU the following thread was moved to (``CommitLogCore.follow_put_cpu``), or -1
 
     def __init__(self, long long start):
         self._reached = start
         self._stop = 0
+        self.cpu = -1
 
     @property
     def reached(self):
@@ -264,13 +267,14 @@ cdef class IndexCursor:
 
 
 def follow_keyless(IndexCursor cursor not None, list cl_files not None, long long busy_ns, long long idle_ns,
-                   long long max_ns):
+                   long long max_ns, CommitLogCore core=None):
     """Without the GIL: sleep ``busy_ns`` (right after a walk, more keyed records are likely), then move
     ``cursor`` over the records without keys that the newest of ``cl_files`` gained, again every ``idle_ns``,
     for at most about ``max_ns``. Records without keys give the builder nothing to write, so it looks at
     them seldom: each look is a thread waking, which takes a core from whatever runs beside, and a lookup
-    catches the cursor up itself. Returns ``FOLLOW_WORK`` as soon as a record with entries
-    (``index_log`` writes them), a blank that ends the file, a full file or a cursor outside the newest
+    catches the cursor up itself. With ``core`` (the log's writer) set to ``follow_put_cpu``, the thread moves
+    to the CPU of the last put before each look, so that its work lands beside the put thread. Returns
+    ``FOLLOW_WORK`` as soon as a record with entries (``index_log`` writes them), a blank that ends the file, a full file or a cursor outside the newest
     file needs the walk; ``FOLLOW_TIMEOUT`` when the time is up; ``FOLLOW_STOPPED`` once ``cursor.stop()``
     was called. A record not whole yet, or unreadable, is looked at again after the next sleep, as
     ``index_log``'s next walk would."""
@@ -290,7 +294,7 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
     s.topic_len = -1
     try:
         with nogil:
-            result = _follow(cursor, f, &s, buf, busy_ns, idle_ns, max_ns)
+            result = _follow(cursor, f, &s, buf, busy_ns, idle_ns, max_ns, core)
     finally:
         free(buf)
         f.unpin()
@@ -298,11 +302,13 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
 
 
 cdef int _follow(IndexCursor cursor, MappedFile f, LogScan *s, Pending *buf, int64_t busy_ns, int64_t idle_ns,
-                 int64_t max_ns) noexcept nogil:
+                 int64_t max_ns, CommitLogCore core) noexcept nogil:
     cdef int64_t deadline = mono_ns() + max_ns, start, readable
     cdef int64_t file_from = f.file_from_offset, size = f.file_size
     cdef int64_t pause = busy_ns
     while True:
+        if core is not None and core.follow_put_cpu:
+            follow_cpu(core.put_cpu, &cursor.cpu)
         sleep_ns(pause)
         if load_i64_acquire(&cursor._stop):
             return _FOLLOW_STOPPED

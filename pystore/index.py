@@ -546,4 +546,5 @@ class IndexBuildService(ServiceThread):
                 # the follow handed over but there was nothing to walk (the log's next file is not there yet)
                 self.wait_for_running(self.idle_ms)
             handed = follow_keyless(self.cursor, self.commitlog.queue.files, int(self.busy_ms * 1e6),
-                                    int(self.idle_ms * 1e6), self.FOLLOW_MAX_MS * 1_000_000) == FOLLOW_WORK
+                                    int(self.idle_ms * 1e6), self.FOLLOW_MAX_MS * 1_000_000,
+                                    self.commitlog) == FOLLOW_WORK

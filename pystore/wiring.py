@@ -461,6 +461,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
             cl.flush_wakeup = None if cfg.flush_commit_log_timed else flush_service.wakeup
             # puts wake the service's wait in C (_flush_wait) through the commit log's word, not through Python
             cl.flush_wake_c = not cfg.flush_commit_log_timed
+            cl.follow_put_cpu = cfg.follow_put_cpu
             cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
             # a slave's log grows by transfers, never by puts: queues are built by walking what arrived
             inline = not slave

@@ -88,6 +88,7 @@ EXTRA_DEFAULTS = [
     ("read_only", False),
     ("recover_truncate_corrupted", False),
     ("prefault_window_bytes", 4 * 1024 * 1024),
+    ("follow_put_cpu", True),
 ]
 
 
