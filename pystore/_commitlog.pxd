@@ -50,8 +50,8 @@ cdef class CommitLogCore:
     cdef uint64_t flush_word
     cdef uint32_t flush_flags
     cdef public bint flush_wake_c
-    # the CPU of the thread that last woke the flush service (-1: none yet), where the store's service threads
-    # that follow the puts go when ``follow_put_cpu`` is set
+    # the CPU the thread that last woke the flush service is pinned to (-1: none, or not pinned), where the
+    # store's service threads that follow the puts go when ``follow_put_cpu`` is set
     cdef public int put_cpu
     cdef public bint follow_put_cpu
     cdef public long long wake_bytes

@@ -25,7 +25,7 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
-from pystore._bytes cimport body_crc32, bytes_data, bytes_size, current_cpu, mono_coarse_ns, now_ms, store_i64_release
+from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, pinned_cpu, now_ms, store_i64_release
 from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, encode_like, encode_message, encode_with_body, enters_queue,
                              like_head_body, like_tail, message_length, write_blank)
@@ -371,7 +371,7 @@ cdef class CommitLogCore:
             if self.flush_wake_c:
                 self.flush_notified = 1
                 if self.follow_put_cpu:
-                    self.put_cpu = current_cpu()
+                    self.put_cpu = pinned_cpu()
                 ps_notify(&self.flush_word, 0)
             elif self.flush_wakeup is not None:
                 self.flush_notified = 1

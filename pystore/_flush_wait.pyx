@@ -23,7 +23,8 @@ appended: either the put sees the registration and wakes the wait, or the wait's
 
 from libc.stdint cimport int64_t
 
-from pystore._bytes cimport follow_cpu, load_i64_acquire, mono_ns, store_i64_release
+from pystore._bytes cimport (cpu_follow_init, follow_cpu, load_i64_acquire, mono_ns, ps_cpu_follow,
+                             store_i64_release)
 from pystore._commitlog cimport CommitLogCore
 from pystore._mapped_file cimport MappedFile
 from pystore._notify cimport ps_notify, ps_register, ps_unregister, ps_wait
@@ -47,10 +48,10 @@ cdef class FlushStop:
     cdef int64_t _stop
     cdef int64_t _poke
     cdef int sync_errno
-    cdef int cpu                # the CPU the waiting thread was moved to (``CommitLogCore.follow_put_cpu``), or -1
+    cdef ps_cpu_follow cpu      # where the waiting thread was moved (``CommitLogCore.follow_put_cpu``)
 
     def __cinit__(self):
-        self.cpu = -1
+        cpu_follow_init(&self.cpu)
 
     @property
     def errno(self):

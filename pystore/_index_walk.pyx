@@ -28,7 +28,8 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc
 
-from pystore._bytes cimport advance_i64, cas_i64, follow_cpu, load_i64_acquire, mono_ns, store_i64_release
+from pystore._bytes cimport (advance_i64, cas_i64, cpu_follow_init, follow_cpu, load_i64_acquire, mono_ns,
+                             ps_cpu_follow, store_i64_release)
 from pystore._commitlog cimport CommitLogCore
 from pystore._codec cimport REC_BLANK, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, check_record
 from pystore._files cimport find_file
@@ -243,12 +244,12 @@ cdef class IndexCursor:
 
     cdef int64_t _reached
     cdef int64_t _stop
-    cdef int cpu                # the CPU the following thread was moved to (``CommitLogCore.follow_put_cpu``), or -1
+    cdef ps_cpu_follow cpu      # where the following thread was moved (``CommitLogCore.follow_put_cpu``)
 
     def __init__(self, long long start):
         self._reached = start
         self._stop = 0
-        self.cpu = -1
+        cpu_follow_init(&self.cpu)
 
     @property
     def reached(self):
@@ -273,7 +274,8 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
     for at most about ``max_ns``. Records without keys give the builder nothing to write, so it looks at
     them seldom: each look is a thread waking, which takes a core from whatever runs beside, and a lookup
     catches the cursor up itself. With ``core`` (the log's writer) set to ``follow_put_cpu``, the thread moves
-    to the CPU of the last put before each look, so that its work lands beside the put thread. Returns
+    to the CPU the last put thread is pinned to before each look (back where it was when that thread is not
+    pinned), so that its work lands beside the put thread. Returns
     ``FOLLOW_WORK`` as soon as a record with entries (``index_log`` writes them), a blank that ends the file, a full file or a cursor outside the newest
     file needs the walk; ``FOLLOW_TIMEOUT`` when the time is up; ``FOLLOW_STOPPED`` once ``cursor.stop()``
     was called. A record not whole yet, or unreadable, is looked at again after the next sleep, as

@@ -168,38 +168,53 @@ def test_the_waits_take_no_reference_on_the_file_they_follow(store_factory):
         time.sleep(0.005)
 
 
-def _affinity_after_puts(store_factory, follow: bool, cpu: int) -> tuple[set[int], set[int]]:
-    """The flush service's and the index builder's CPU sets after a thread pinned to ``cpu`` put enough to
-    wake the flush a few times."""
+def _put_from(store, cpus: set[int] | None, n: int = 100) -> None:
+    """``n`` puts of 1000 B (enough to wake the flush a few times) from a thread pinned to ``cpus`` (None: not
+    pinned)."""
     import os
 
-    store = store_factory("follow" if follow else "free", mapped_file_size_commit_log=4 << 20, follow_put_cpu=follow)
-    store.put_message(Message(TOPIC, b"first"))
-    time.sleep(0.7)                         # the flush service is in its wait (its pass after the first file)
-    flusher = store._writer.flush_service._thread.native_id
-    builder = store._writer.index_builder._thread.native_id
-
     def puts():
-        os.sched_setaffinity(0, {cpu})
-        for _ in range(100):
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        for _ in range(n):
             store.put_message(Message(TOPIC, b"c" * 1000))
 
     t = threading.Thread(target=puts)
     t.start()
     t.join()
     time.sleep(0.05)                        # the builder's next look (every 10 ms)
-    return os.sched_getaffinity(flusher), os.sched_getaffinity(builder)
 
 
-def test_the_waits_move_to_the_cpu_of_the_last_put(store_factory):
-    """``follow_put_cpu``: the flush service and the index builder run where the puts run, not on a core some
-    other thread (a spinning consumer) holds; off, the scheduler places them (their CPU sets stay whole)."""
+def _service_cpus(store) -> tuple[set[int], set[int]]:
     import os
+
+    return (os.sched_getaffinity(store._writer.flush_service._thread.native_id),
+            os.sched_getaffinity(store._writer.index_builder._thread.native_id))
+
+
+def test_the_waits_move_to_the_cpu_of_a_pinned_put_thread(store_factory):
+    """``follow_put_cpu``: while the put thread is pinned to one CPU, the flush service and the index builder
+    run on that CPU, not on a core another pinned thread (a spinning consumer) holds; when the put thread is
+    not pinned they go back to their own CPU sets; with the option off they are never moved."""
+    import os
+
+    import pytest
 
     allowed = os.sched_getaffinity(0)
     if len(allowed) < 2:
-        import pytest
         pytest.skip("needs two CPUs")
     cpu = max(allowed)
-    assert _affinity_after_puts(store_factory, True, cpu) == ({cpu}, {cpu})
-    assert _affinity_after_puts(store_factory, False, cpu) == (allowed, allowed)
+    store = store_factory("follow", mapped_file_size_commit_log=4 << 20)
+    store.put_message(Message(TOPIC, b"first"))
+    time.sleep(0.7)                         # the flush service is in its wait (its pass after the first file)
+    _put_from(store, None)
+    assert _service_cpus(store) == (allowed, allowed)          # an unpinned put thread: nothing moves
+    _put_from(store, {cpu})
+    assert _service_cpus(store) == ({cpu}, {cpu})
+    _put_from(store, None)
+    assert _service_cpus(store) == (allowed, allowed)          # back to their own sets
+    off = store_factory("free", mapped_file_size_commit_log=4 << 20, follow_put_cpu=False)
+    off.put_message(Message(TOPIC, b"first"))
+    time.sleep(0.7)
+    _put_from(off, {cpu})
+    assert _service_cpus(off) == (allowed, allowed)
