@@ -14,6 +14,9 @@ between puts (the GIL free); ``process``: a read-only store in another process, 
 spins on the place of the queue's next unit, unregistered). A consumer that held a
 message before its put returned counts 0. ``process-spin-floor``: the floor of ``process-spin`` on this machine
 in the same run: the same pacing and spinning on the wake word alone (the writer's ``notify``, no put, no read).
+``process-spin-pinned`` and ``process-spin-floor-pinned``: the same with the producer thread pinned to one CPU and
+the consumer process to another, as a latency-sensitive deployment runs them (the store's own threads are left to
+it: ``follow_put_cpu`` moves its flush service and index builder beside a pinned put thread).
 
 ``test_producer_and_consumer_processes``: a producer process puts ``PC_N`` 128 B messages as fast as it can
 (``put_messages`` of ``MessageBatch.from_bodies``, ``PC_CHUNK`` a batch), while this process, a read-only store
@@ -150,7 +153,7 @@ print("DONE %d" % last, flush=True)
 """
 
 
-def _floor(root: str, n: int) -> dict[str, float]:
+def _floor(root: str, n: int, pinned: bool = False) -> dict[str, float]:
     """``process-spin-floor``: ``n`` moves of a shared word, one every ``STEADY_GAP_US`` µs, paced as ``_pace``
     paces puts, seen by a process spinning ``SPIN_US`` on it (``WakeWord.wait``) and sleeping after: the latency
     from the move to the waiter holding it, under the same load as the other cases."""
@@ -163,7 +166,7 @@ def _floor(root: str, n: int) -> dict[str, float]:
     with open(path, "r+b") as f:
         word = WakeWord(mmap.mmap(f.fileno(), 64), 16)
     out = os.path.join(root, "floor.npy")
-    with _consumer_child(_FLOOR, n, path, n, SPIN_US, out):
+    with _consumer_child(_FLOOR, n, path, n, SPIN_US, out) as p, _pinned(p.pid, pinned):
         time.sleep(0.3)
         ret = np.zeros(n, dtype=np.int64)
         pc = time.perf_counter_ns
@@ -176,6 +179,25 @@ def _floor(root: str, n: int) -> dict[str, float]:
             ret[i] = pc()
             t_next += STEADY_GAP_US * 1000
     return _latency_figures(np.load(out)[1:], ret)
+
+
+@contextlib.contextmanager
+def _pinned(child: int, pinned: bool) -> Iterator[None]:
+    """With ``pinned``, as a latency-sensitive deployment runs: the producer (this thread) on one CPU and the
+    consumer process on another, for the block; the store's service threads are left to the store
+    (``follow_put_cpu`` moves them beside a pinned put thread)."""
+    if not pinned:
+        yield
+        return
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("pinning needs two CPUs")
+    os.sched_setaffinity(child, {allowed[1]})
+    os.sched_setaffinity(0, {allowed[0]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, set(allowed))
 
 
 def _child(script: str, *argv: object) -> subprocess.Popen[bytes]:
@@ -237,7 +259,8 @@ def _latency_figures(got: np.ndarray, ret: np.ndarray) -> dict[str, float]:
             "held_before_put_returned": int((got < ret).sum())}
 
 
-@pytest.mark.parametrize("mode", ["thread", "process", "process-spin", "process-spin-floor"])
+@pytest.mark.parametrize("mode", ["thread", "process", "process-spin", "process-spin-floor", "process-spin-pinned",
+                                  "process-spin-floor-pinned"])
 def test_steady_rate_latency(benchmark, mode: str) -> None:
     n = STEADY_N
     file_size = benchlib.file_size_for(n * 300)
@@ -248,8 +271,8 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
             figures: dict[str, float] = {}
 
             def run() -> None:
-                if mode == "process-spin-floor":
-                    figures.update(_floor(root, n))
+                if mode.startswith("process-spin-floor"):
+                    figures.update(_floor(root, n, pinned=mode.endswith("pinned")))
                     return
                 if mode == "thread":
                     got = np.zeros(n, dtype=np.int64)
@@ -272,8 +295,9 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
                     assert not t.is_alive()
                 else:
                     out = os.path.join(root, "got.npy")
-                    spin = SPIN_US if mode == "process-spin" else 0
-                    with _consumer_child(_CONSUMER, n, root, TOPIC, n, spin, out, file_size):
+                    spin = SPIN_US if mode.startswith("process-spin") else 0
+                    with _consumer_child(_CONSUMER, n, root, TOPIC, n, spin, out, file_size) as p, \
+                            _pinned(p.pid, mode.endswith("pinned")):
                         time.sleep(0.3)
                         ret = _pace(store, n, STEADY_GAP_US * 1000, sleep=False)
                     got = np.load(out)
@@ -281,7 +305,7 @@ def test_steady_rate_latency(benchmark, mode: str) -> None:
                 figures.update(_latency_figures(got, ret))
 
             benchmark.pedantic(run, rounds=1, iterations=1)
-            assert store.get_max_offset_in_queue(TOPIC, 0) == (0 if mode == "process-spin-floor" else n)
+            assert store.get_max_offset_in_queue(TOPIC, 0) == (0 if mode.startswith("process-spin-floor") else n)
             benchmark.extra_info.update({"mode": mode, "messages": n, "gap_us": STEADY_GAP_US, **figures})
             print("\nsteady %s: %s" % (mode, figures))
         finally:
