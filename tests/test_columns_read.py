@@ -358,6 +358,16 @@ def test_pages_of_many_windows_equal_get_message(store_factory, worker):
                 offset = nxt
 
 
+def _same_error(store, offset: int, n: int) -> None:
+    """A page of queue ``T`` 0 from ``offset`` fails in ``get_columns`` exactly as in ``get_message``: the same
+    ``StoreCorruptedError`` (path, offset, text)."""
+    with pytest.raises(StoreCorruptedError) as want:
+        store.get_message("g", "T", 0, offset, n)
+    with pytest.raises(StoreCorruptedError) as got:
+        store.get_columns("g", "T", 0, offset, n)
+    assert (got.value.path, got.value.offset, str(got.value)) == (want.value.path, want.value.offset, str(want.value))
+
+
 def _flip(store, offset: int, at: int) -> None:
     """Flip the byte ``at`` bytes into the record of T/0 at ``offset``."""
     _damage(store, "T", 0, offset, at)
@@ -380,12 +390,7 @@ def test_a_body_crc_error_found_while_decoding_ends_the_page_there(store_factory
     # a page that starts after the good records before it, then past the bad one
     if bad > 1:
         assert _same(store, "T", 0, bad - 1, n)[1:] and store.get_columns("g", "T", 0, bad - 1, n)[1] == bad
-    with pytest.raises(StoreCorruptedError) as want:
-        store.get_message("g", "T", 0, bad, n)
-    with pytest.raises(StoreCorruptedError) as got:
-        store.get_columns("g", "T", 0, bad, n)
-    assert (got.value.path, got.value.offset, str(got.value)) == (want.value.path, want.value.offset,
-                                                                    str(want.value))
+    _same_error(store, bad, n)
     assert _same(store, "T", 0, bad + 1, n)[1] == n
     # with the CRC not checked (check_crc_on_read off) the record is decoded as stored
     from pystore._arrow import BatchBuilder
@@ -416,12 +421,7 @@ def test_the_first_damage_in_queue_order_decides(store_factory, worker):
     assert _same(store, "T", 0, 0, n)[1] == crc_at
     assert _same(store, "T", 0, crc_at + 1, n)[1] == magic_at
     for offset in (crc_at, magic_at):
-        with pytest.raises(StoreCorruptedError) as want:
-            store.get_message("g", "T", 0, offset, n)
-        with pytest.raises(StoreCorruptedError) as got:
-            store.get_columns("g", "T", 0, offset, n)
-        assert (got.value.path, got.value.offset, str(got.value)) == (want.value.path, want.value.offset,
-                                                                        str(want.value))
+        _same_error(store, offset, n)
     store_factory.skip_check()
 
 
