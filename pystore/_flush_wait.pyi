@@ -26,5 +26,11 @@ class FlushStop:
     def resume(self) -> None: ...
 
 def follow_flush(
-    core: CommitLogCore, mf: MappedFile, stop: FlushStop, least_pages: int, interval_ns: int, max_ns: int
+    core: CommitLogCore,
+    mf: MappedFile,
+    stop: FlushStop,
+    least_pages: int,
+    interval_ns: int,
+    max_ns: int,
+    min_gap_ns: int = 0,
 ) -> int: ...

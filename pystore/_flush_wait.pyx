@@ -74,18 +74,19 @@ cdef class FlushStop:
 
 
 def follow_flush(CommitLogCore core not None, MappedFile mf not None, FlushStop stop not None, int least_pages,
-                 long long interval_ns, long long max_ns):
+                 long long interval_ns, long long max_ns, long long min_gap_ns=0):
     """Without the GIL, for at most about ``max_ns``: flush ``mf`` (the commit log's newest file) whenever at
     least ``least_pages`` pages of it are dirty, sleeping on ``core``'s wake word in between, at most
     ``interval_ns`` at a time (the service's timed pass: a log that grows without puts, a slave's, wakes
-    nobody). Returns ``FLUSH_TIMEOUT``, ``FLUSH_FILE_DONE``, ``FLUSH_STOPPED`` or ``FLUSH_ERROR`` (see the
-    module's text)."""
+    nobody). Two flushes are at least ``min_gap_ns`` apart: what the puts dirty meanwhile waits for the next
+    one (each flush wakes this thread, which takes a core from whatever runs beside). Returns
+    ``FLUSH_TIMEOUT``, ``FLUSH_FILE_DONE``, ``FLUSH_STOPPED`` or ``FLUSH_ERROR`` (see the module's text)."""
     cdef int result, err = 0
     if not mf.pin():
         return _FLUSH_FILE_DONE
     try:
         with nogil:
-            result = _follow(core, mf, stop, least_pages, interval_ns, max_ns, &err)
+            result = _follow(core, mf, stop, least_pages, interval_ns, max_ns, min_gap_ns, &err)
     finally:
         mf.unpin()
     stop.sync_errno = err
@@ -93,8 +94,8 @@ def follow_flush(CommitLogCore core not None, MappedFile mf not None, FlushStop 
 
 
 cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pages, int64_t interval_ns,
-                 int64_t max_ns, int *err) noexcept nogil:
-    cdef int64_t deadline = mono_ns() + max_ns, left, seen
+                 int64_t max_ns, int64_t min_gap_ns, int *err) noexcept nogil:
+    cdef int64_t deadline = mono_ns() + max_ns, left, seen, now, last_flush = 0, wait
     while True:
         if core.follow_put_cpu:
             follow_cpu(core.put_cpu, &stop.cpu)
@@ -112,10 +113,23 @@ cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pa
             ps_unregister(&core.flush_word, <unsigned int>seen)
             return _FLUSH_FILE_DONE
         if mf._able_to_flush(least_pages):
+            now = mono_ns()
+            if last_flush == 0 or now - last_flush >= min_gap_ns or mf.wrote == mf.file_size:
+                ps_unregister(&core.flush_word, <unsigned int>seen)
+                err[0] = mf.sync_nogil(least_pages)
+                if err[0] != 0:
+                    return _FLUSH_ERROR
+                last_flush = mono_ns()
+                continue
+            # too soon after the last flush: sleep out the gap. The puts meanwhile see ``flush_notified`` set and
+            # wake nobody; a stop or a poke still ends the sleep (they notify whatever is set)
+            if now >= deadline:
+                ps_unregister(&core.flush_word, <unsigned int>seen)
+                return _FLUSH_TIMEOUT
+            store_i64_release(&core.flush_notified, 1)
+            wait = last_flush + min_gap_ns - now
+            ps_wait(&core.flush_word, <unsigned int>seen, 0, wait if wait < deadline - now else deadline - now)
             ps_unregister(&core.flush_word, <unsigned int>seen)
-            err[0] = mf.sync_nogil(least_pages)
-            if err[0] != 0:
-                return _FLUSH_ERROR
             continue
         if mf.flushed >= mf.file_size:
             ps_unregister(&core.flush_word, <unsigned int>seen)

@@ -136,7 +136,8 @@ class FlushRealTimeService(ServiceThread):
         queue.pending_dirs.sync()          # the file's name is durable before any of its bytes count as flushed
         budget = min(due_ms, cfg.flush_commit_log_thorough_interval)
         if follow_flush(self.commitlog, mf, self._follow_stop, cfg.flush_commit_log_least_pages,
-                        max(cfg.flush_interval_commit_log, 1) * 1_000_000, max(budget, 1) * 1_000_000) == FLUSH_ERROR:
+                        max(cfg.flush_interval_commit_log, 1) * 1_000_000, max(budget, 1) * 1_000_000,
+                        cfg.flush_commit_log_min_gap * 1_000_000) == FLUSH_ERROR:
             err = self._follow_stop.errno
             log.error("flushing %s failed: %s", mf.file_name, os.strerror(err))
             self.wait_for_running(cfg.flush_interval_commit_log)      # not again at once: the pass retries

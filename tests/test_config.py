@@ -89,6 +89,7 @@ EXTRA_DEFAULTS = [
     ("recover_truncate_corrupted", False),
     ("prefault_window_bytes", 4 * 1024 * 1024),
     ("follow_put_cpu", True),
+    ("flush_commit_log_min_gap", 10),
 ]
 
 
@@ -458,6 +459,7 @@ _SPECIAL = {
     "ha_master_address": st.none()
     | st.builds(lambda a, p: (f"[{a}]" if ":" in a else a) + f":{p}", _host_address, st.integers(1, 65535)),
     "access_message_in_memory_max_ratio": st.integers(0, 100),
+    "flush_commit_log_min_gap": st.integers(0, 60_000),
 }
 
 

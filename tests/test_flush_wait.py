@@ -218,3 +218,33 @@ def test_the_waits_move_to_the_cpu_of_a_pinned_put_thread(store_factory):
     time.sleep(0.7)
     _put_from(off, {cpu})
     assert _service_cpus(off) == (allowed, allowed)
+
+
+def test_flushes_while_puts_go_on_are_a_min_gap_apart(store_factory):
+    """With ``min_gap_ns``, what the puts dirty right after a flush waits for the next one, at least that long
+    after: one wake-up of the service per gap instead of one per ``least_pages``; the data is flushed all the
+    same, and a stop still ends the wait at once."""
+    store, cl = quiet_store(store_factory, mapped_file_size_commit_log=4 << 20)
+    mf = cl.queue.last()
+    stop = FlushStop()
+    flushes = []
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(follow_flush(cl, mf, stop, 4, 600_000 * MS, 600_000 * MS,
+                                                                200 * MS)))
+    t.start()
+    seen = mf.flushed_position
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.5:     # puts for half a second, a flush's worth every few ms
+        store.put_message(Message(TOPIC, b"g" * 1000))
+        if mf.flushed_position != seen:
+            seen = mf.flushed_position
+            flushes.append(time.monotonic())
+        time.sleep(0.0005)
+    # 0.5 s at one flush per 200 ms: the first at once, then about two more (not one per 4 pages: dozens)
+    assert 1 <= len(flushes) <= 4, flushes
+    assert all(b - a >= 0.15 for a, b in zip(flushes, flushes[1:]))
+    wait_for(lambda: mf.flushed_position >= mf.wrote_position - 4 * PAGE)
+    t1 = time.monotonic()
+    stop.stop(cl)
+    t.join(30)
+    assert got == [FLUSH_STOPPED] and time.monotonic() - t1 < 5
