@@ -5,7 +5,8 @@
   once ``flush_commit_log_thorough_interval`` ms passed since the last full flush, flushes any dirty page.
   When puts wake it (no transient pool, not timed), it waits between those passes in C without the GIL
   (``_flush_wait.follow_flush``): the newest file is flushed each time the puts dirtied the least pages, as
-  RocketMQ's woken thread does, and the Python pass runs at the thorough flush's time (or on ``wakeup``, a
+  RocketMQ's woken thread does, but no sooner than ``flush_commit_log_min_gap`` ms after the last flush (each
+  flush wakes the thread, which takes a core), and the Python pass runs at the thorough flush's time (or on ``wakeup``, a
   file's end, the shutdown). A put thread that keeps the GIL busy thus hands it over for no flush.
 * ``GroupCommitService`` (SYNC_FLUSH): puts hand it requests (the offset their data ends at); it swaps its
   request lists, flushes once for all of them and completes each, so N concurrent writers share one
