@@ -120,6 +120,15 @@ cdef int _follow(CommitLogCore core, MappedFile mf, FlushStop stop, int least_pa
                 if err[0] != 0:
                     return _FLUSH_ERROR
                 last_flush = mono_ns()
+                if min_gap_ns > 0 and last_flush < deadline:
+                    # sleep the gap out at once, the puts waking nobody meanwhile: one wake-up a gap, not one
+                    # when the puts dirty the least pages again and another when the gap ends
+                    store_i64_release(&core.flush_notified, 1)
+                    seen = ps_register(&core.flush_word, &core.flush_flags)
+                    if not load_i64_acquire(&stop._stop) and not load_i64_acquire(&stop._poke):
+                        ps_wait(&core.flush_word, <unsigned int>seen, 0,
+                                min_gap_ns if min_gap_ns < deadline - last_flush else deadline - last_flush)
+                    ps_unregister(&core.flush_word, <unsigned int>seen)
                 continue
             # too soon after the last flush: sleep out the gap. The puts meanwhile see ``flush_notified`` set and
             # wake nobody; a stop or a poke still ends the sleep (they notify whatever is set)
