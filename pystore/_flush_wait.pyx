@@ -12,9 +12,10 @@ milliseconds, and the woken thread takes a core from whatever runs beside.
 ``follow_flush`` keeps the whole loop in C: it waits on the commit log's in-process wake word
 (``CommitLogCore.flush_word``, the state word of ``_notify``: the put path's ``ps_notify`` finds the
 registered waiter and wakes it with ``FUTEX_WAKE``), flushes the newest file (``MappedFile.sync_nogil``) each
-time enough is dirty (but not twice within the store's ``flush_commit_log_min_gap``), and hands back to Python when the service's own schedule needs it: the time of its next
-thorough flush (everything dirty, and the checkpoint's time after it), a file flushed to its end (the log goes
-on in the next file), a failed sync, or ``stop``.
+time enough is dirty (but not twice within the store's ``flush_commit_log_min_gap``), and hands back to Python
+when the service's own schedule needs it: the time of its next thorough flush (everything dirty, and the
+checkpoint's time after it), a file flushed to its end (the log goes on in the next file), a failed sync, or
+``stop``.
 
 Lost wake-ups: the wait clears ``flush_notified`` and registers on the word before it looks at the dirty
 bytes, and the put path sets ``flush_notified`` and looks for waiters (after a full fence) only after it
