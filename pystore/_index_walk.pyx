@@ -319,8 +319,7 @@ cdef int _follow(IndexCursor cursor, MappedFile f, LogScan *s, Pending *buf, int
         start = load_i64_acquire(&cursor._reached)
         if start < file_from or start >= file_from + size:
             return _FOLLOW_WORK
-        # what the put path published: ``read_position()``, read once and with acquire semantics
-        readable = load_i64_acquire(&f.wrote) if f.write_base == f.base else load_i64_acquire(&f.committed)
+        readable = f.read_position_acquire()        # what the put path published, read once
         pause = idle_ns
         if start < file_from + readable:
             s.off = start

@@ -1,6 +1,8 @@
 # cython: language_level=3
 from libc.stdint cimport int64_t, uintptr_t
 
+from pystore._bytes cimport load_i64_acquire
+
 
 cdef extern from *:
     """
@@ -42,6 +44,10 @@ cdef class MappedFile:
     cdef inline int64_t read_position(self) noexcept nogil:
         # what readers see: ``wrote`` without a transient pool buffer, ``committed`` with one
         return self.wrote if self.write_base == self.base else self.committed
+
+    cdef inline int64_t read_position_acquire(self) noexcept nogil:
+        # ``read_position`` for a thread without the GIL beside the writer (acquire: the bytes below it are whole)
+        return load_i64_acquire(&self.wrote) if self.write_base == self.base else load_i64_acquire(&self.committed)
 
     cdef int check_mapped(self) except -1
     cdef void settle(self) noexcept
