@@ -458,8 +458,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
             cl.flush_wakeup = None if cfg.flush_commit_log_timed else commit.wakeup
             cl.wake_bytes = cfg.commit_commit_log_least_pages * _PAGE
         else:
-            cl.flush_wakeup = None if cfg.flush_commit_log_timed else flush_service.wakeup
             # puts wake the service's wait in C (_flush_wait) through the commit log's word, not through Python
+            # (flush_wakeup stays None: the put path calls it only without flush_wake_c)
             cl.flush_wake_c = not cfg.flush_commit_log_timed
             cl.follow_put_cpu = cfg.follow_put_cpu
             cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
