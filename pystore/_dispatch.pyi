@@ -34,6 +34,7 @@ class QueueDispatcher(Dispatcher):
     schedule_topic: str
     gaps: dict[tuple[str, int], int] | None
     arriving: Callable[[str, int, int, int, int, bytes], object] | None
+    schedule_wake: Callable[[], object] | None
     wake: WakeWord | None
     def __init__(
         self,

@@ -139,6 +139,9 @@ cdef class QueueDispatcher(Dispatcher):
     # None, or arriving(topic, queue_id, queue_offset, tags_code, store_ts, properties bytes) after each unit
     # (pystore.arrival sets it only while a listener or a waiter exists: the put path pays one pointer test)
     cdef public object arriving
+    # None, or schedule_wake() after a delayed message's unit enters the schedule topic's queue: the
+    # delay service sleeps while its levels have nothing to deliver (pystore.schedule)
+    cdef public object schedule_wake
     # the wakeup file's word (pystore.arrival): after a put's units, one load unless another process waits
     cdef WakeWord _wake
     cdef uint64_t *_wake_word
@@ -162,6 +165,7 @@ cdef class QueueDispatcher(Dispatcher):
         self.inline_index = True
         self.gaps = None
         self.arriving = None
+        self.schedule_wake = None
         self.schedule_topic = schedule_topic
         self.max_level = 0
         if delay_levels:
@@ -196,12 +200,16 @@ cdef class QueueDispatcher(Dispatcher):
         cdef int64_t tags = msg._tags_code
         cdef bint keyed = self.inline_index and self.index is not None and msg._has_keys and self._scan(msg)
         # every record reaches here (the index takes PREPARED ones too); only NOT/COMMIT enter a queue
+        cdef bint delayed = False
         if enters_queue(msg._sys_flag):
             cq = self._queue_of(cell)
             if msg._delay_level > 0 and cell.topic == self.schedule_topic:
                 tags = self._deliver_time(msg._delay_level, store_ts)
+                delayed = True
             cq.put_unit(phy_offset, size, tags, queue_offset)
             cq.last_store_ts = store_ts
+            if delayed and self.schedule_wake is not None:
+                self.schedule_wake()
             if self.arriving is not None:
                 self.arriving(cell.topic, cell.queue_id, queue_offset, tags, store_ts, msg._props_b)
             if self._wake_word != NULL:
@@ -313,7 +321,7 @@ cdef class QueueDispatcher(Dispatcher):
         returns the offset reached: ``end_offset``, or where an unreadable record stopped the walk."""
         cdef int64_t off = from_offset, tags, level
         cdef int32_t r, vp = 0, vl = 0
-        cdef bint gap
+        cdef bint gap, delayed = False
         cdef RecordView v
         cdef QueueCell cell
         cdef ConsumeQueueCore cq
@@ -331,6 +339,7 @@ cdef class QueueDispatcher(Dispatcher):
                     level = _parse_int(rec + v.props_pos + vp, vl)
                     if level > 0:
                         tags = self._deliver_time(level, v.store_ts)
+                        delayed = True
                 gap = False
                 if self.gaps is not None and _behind(cq, v.queue_offset, off + r):
                     # the queue lacks units before this record (files lost, or never written before a crash):
@@ -358,4 +367,6 @@ cdef class QueueDispatcher(Dispatcher):
             off += r
         if self._wake_word != NULL:
             ps_notify(self._wake_word, self._wake_light)
+        if delayed and self.schedule_wake is not None:
+            self.schedule_wake()
         return off

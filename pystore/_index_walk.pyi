@@ -37,4 +37,5 @@ def follow_keyless(
     idle_ns: int,
     max_ns: int,
     core: CommitLogCore | None = None,
+    idle_max_ns: int = 0,
 ) -> int: ...

@@ -268,12 +268,12 @@ cdef class IndexCursor:
 
 
 def follow_keyless(IndexCursor cursor not None, list cl_files not None, long long busy_ns, long long idle_ns,
-                   long long max_ns, CommitLogCore core=None):
+                   long long max_ns, CommitLogCore core=None, long long idle_max_ns=0):
     """Without the GIL: sleep ``busy_ns`` (right after a walk, more keyed records are likely), then move
-    ``cursor`` over the records without keys that the newest of ``cl_files`` gained, again every ``idle_ns``,
-    for at most about ``max_ns``. Records without keys give the builder nothing to write, so it looks at
-    them seldom: each look is a thread waking, which takes a core from whatever runs beside, and a lookup
-    catches the cursor up itself. With ``core`` (the log's writer) set to ``follow_put_cpu``, the thread moves
+    ``cursor`` over the records without keys that the newest of ``cl_files`` gained, again after ``idle_ns``,
+    each further pause twice the last up to ``idle_max_ns`` (when larger), for at most about ``max_ns``.
+    Records without keys give the builder nothing to write, so it looks at them seldom: each look is a
+    thread waking, which takes a core from whatever runs beside, and a lookup catches the cursor up itself. With ``core`` (the log's writer) set to ``follow_put_cpu``, the thread moves
     to the CPU the last put thread is pinned to before each look (back where it was when that thread is not
     pinned), so that its work lands beside the put thread. Returns ``FOLLOW_WORK`` as soon as a record with
     entries (``index_log`` writes them), a blank that ends the file, a full file or a cursor outside the
@@ -296,7 +296,7 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
     s.topic_len = -1
     try:
         with nogil:
-            result = _follow(cursor, f, &s, buf, busy_ns, idle_ns, max_ns, core)
+            result = _follow(cursor, f, &s, buf, busy_ns, idle_ns, max(idle_ns, idle_max_ns), max_ns, core)
     finally:
         free(buf)
         f.unpin()
@@ -304,10 +304,10 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
 
 
 cdef int _follow(IndexCursor cursor, MappedFile f, LogScan *s, Pending *buf, int64_t busy_ns, int64_t idle_ns,
-                 int64_t max_ns, CommitLogCore core) noexcept nogil:
+                 int64_t idle_max_ns, int64_t max_ns, CommitLogCore core) noexcept nogil:
     cdef int64_t deadline = mono_ns() + max_ns, start, readable
     cdef int64_t file_from = f.file_from_offset, size = f.file_size
-    cdef int64_t pause = busy_ns
+    cdef int64_t pause = busy_ns, next_pause = idle_ns
     while True:
         if core is not None and core.follow_put_cpu:
             follow_cpu(core.put_cpu, &cursor.cpu)
@@ -320,7 +320,8 @@ cdef int _follow(IndexCursor cursor, MappedFile f, LogScan *s, Pending *buf, int
         if start < file_from or start >= file_from + size:
             return _FOLLOW_WORK
         readable = f.read_position_acquire()        # what the put path published, read once
-        pause = idle_ns
+        pause = next_pause
+        next_pause = min(next_pause * 2, idle_max_ns)
         if start < file_from + readable:
             s.off = start
             s.mid = False

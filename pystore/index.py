@@ -475,8 +475,9 @@ class IndexBuildService(ServiceThread):
     of the index: dispatch's inline path writes no entries while this runs (``QueueDispatcher.inline_index``).
 
     Between walks it waits in ``_index_walk.follow_keyless``, without the GIL: looking ``busy_ms`` after a
-    walk, then every ``idle_ms``, it moves the cursor over records without keys itself, and hands back to a
-    walk only when there are entries to write or the log moved to another file (or after ``FOLLOW_MAX_MS``).
+    walk, then ``idle_ms`` later, then each time after twice the last pause up to ``idle_max_ms``, it moves
+    the cursor over records without keys itself, and hands back to a walk only when there are entries to
+    write or the log moved to another file (or after ``FOLLOW_MAX_MS``).
     A store whose messages have no keys thus costs the put threads no GIL hand-over: a thread that takes the
     GIL every millisecond makes a thread that keeps it busy (a put loop) give it up after CPython's switch
     interval, every time, and takes a core from what runs beside.
@@ -488,7 +489,7 @@ class IndexBuildService(ServiceThread):
     FOLLOW_MAX_MS = 1000
 
     def __init__(self, index: IndexService, commitlog: Any, start: int, busy_ms: float = 1, idle_ms: float = 10,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, idle_max_ms: float = 100) -> None:
         super().__init__("IndexBuildService", clock)
         self.index = index
         self.commitlog = commitlog
@@ -496,6 +497,7 @@ class IndexBuildService(ServiceThread):
         self.cursor = IndexCursor(start)
         self.busy_ms = busy_ms
         self.idle_ms = idle_ms
+        self.idle_max_ms = idle_max_ms
         self.lock = threading.Lock()
 
     @property
@@ -547,4 +549,4 @@ class IndexBuildService(ServiceThread):
                 self.wait_for_running(self.idle_ms)
             handed = follow_keyless(self.cursor, self.commitlog.queue.files, int(self.busy_ms * 1e6),
                                     int(self.idle_ms * 1e6), self.FOLLOW_MAX_MS * 1_000_000,
-                                    self.commitlog) == FOLLOW_WORK
+                                    self.commitlog, int(self.idle_max_ms * 1e6)) == FOLLOW_WORK

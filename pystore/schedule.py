@@ -19,6 +19,8 @@ The flow::
           due      → messageTimeup(record) put into REAL_TOPIC/REAL_QID  (half-topic messages dropped)
                      put refused → run again after 10 000 ms from this unit; offsetTable[n] := this unit
         end of the file's units → run again after 100 ms; offsetTable[n] := next unit
+        no unit at o (the queue is empty or all delivered) → idle: run again after 1 000 ms, or at once
+          when dispatch puts a delayed message's unit into a schedule queue (``QueueDispatcher.schedule_wake``)
       offsetTable persisted every flush_delay_offset_interval ms (first after 10 000 ms) and at shutdown
 
 ``messageTimeup`` rebuilds the stored record: body, flag, sys flag, born time and host, reconsume times; the
@@ -85,6 +87,12 @@ FIRST_DELAY_TIME = 1000
 DELAY_FOR_A_WHILE = 100
 #: ms before a level runs again after a failed put or an error (``DELAY_FOR_A_PERIOD``).
 DELAY_FOR_A_PERIOD = 10_000
+#: ms between two runs of a level with no unit to look at (pystore's; RocketMQ looks every
+#: ``DELAY_FOR_A_WHILE``). Dispatch wakes the idle levels at once when a delayed message enters their topic
+#: (``wake``), so this bounds only what a message put straight into ``SCHEDULE_TOPIC_XXXX`` waits. An
+#: idle store's delay service thus wakes once a second, not ten times: each wake-up takes the GIL from a
+#: busy put thread and a core from a consumer spinning beside it.
+IDLE_LEVEL_MS = 1000
 #: a pass runs the levels due within this many ms of its time, so that levels polling their queues share
 #: one wake-up (pystore's; RocketMQ runs one timer task per level)
 RUN_TOGETHER_MS = 10
@@ -144,6 +152,9 @@ class ScheduleMessageService(ServiceThread):
         self._run_lock = threading.Lock()
         self._persist_lock = threading.Lock()
         self._timeup: Message | None = None
+        # levels parked by _idle until IDLE_LEVEL_MS, and whether dispatch woke them since the last pass
+        self._idle_levels: set[int] = set()
+        self._woken = False
 
     # -- delay arithmetic ----------------------------------------------------------------------------
 
@@ -223,10 +234,23 @@ class ScheduleMessageService(ServiceThread):
             # re-read the clock at least every second: it may jump (or be a test's fake clock)
             self.wait_for_running(min(max(wait, 1), 1000))
 
+    def wake(self) -> None:
+        """A delayed message's unit entered a schedule queue (dispatch calls this under the put lock, so it
+        takes no lock of this service's): the idle levels run at the next pass, which starts now."""
+        self._woken = True
+        self.wakeup()
+
     def run_due(self) -> int:
         """Run the level tasks and the persist that are due; ms until the next one is."""
         now = self.clock()
         with self._run_lock:
+            if self._woken:
+                # cleared before the levels read their queues: a unit dispatched after this read sets it again
+                self._woken = False
+                for level in self._idle_levels:
+                    if level in self._tasks:
+                        self._tasks[level] = (now, self._tasks[level][1])
+                self._idle_levels.clear()
             for level, (due, _) in list(self._tasks.items()):
                 # levels due within RUN_TOGETHER_MS run in this pass: idle levels, rescheduled a few µs apart
                 # by the last pass, would otherwise wake the thread (and take the GIL) once each. Early is
@@ -257,6 +281,12 @@ class ScheduleMessageService(ServiceThread):
 
     def _schedule(self, level: int, offset: int, delay: int) -> None:
         self._tasks[level] = (self.clock() + delay, offset)
+        self._idle_levels.discard(level)
+
+    def _idle(self, level: int, offset: int) -> None:
+        """Nothing at ``offset`` of the level's queue yet: look again after ``IDLE_LEVEL_MS`` or when woken."""
+        self._schedule(level, offset, IDLE_LEVEL_MS)
+        self._idle_levels.add(level)
 
     def _run_level(self, level: int) -> int:
         offset = self._tasks[level][1]
@@ -272,7 +302,7 @@ class ScheduleMessageService(ServiceThread):
         cl, cqs = self.commitlog, self.cq_store
         cq = cqs.find(SCHEDULE_TOPIC, delay_level_to_queue_id(level))
         if cq is None:
-            self._schedule(level, offset, DELAY_FOR_A_WHILE)
+            self._idle(level, offset)
             return 0
         buf = cq.get_index_buffer(offset)
         if buf is None:
@@ -281,7 +311,10 @@ class ScheduleMessageService(ServiceThread):
                 log.error("%s: delay level %d offset %d below its queue's min %d; moving to it",
                           self.root, level, offset, low)
                 offset = low
-            self._schedule(level, offset, DELAY_FOR_A_WHILE)
+            if offset >= cq.get_max_offset_in_queue():
+                self._idle(level, offset)
+            else:
+                self._schedule(level, offset, DELAY_FOR_A_WHILE)
             return 0
         mf, start, end = buf
         if not mf.hold():

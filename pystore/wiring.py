@@ -377,6 +377,8 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         schedule = ScheduleMessageService(cl, parts.cq_store, cfg, clock=clock)
         schedule.load()                          # first: a bad delayOffset.json fails start() cleanly
         cl.delay_rewrite = schedule.rewrite
+        if parts.dispatcher is not None:
+            parts.dispatcher.schedule_wake = schedule.wake
     offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),
                               read_only=False, clock=clock)
     offsets.load()                               # before the lock too: a bad consumerOffset.json fails start()

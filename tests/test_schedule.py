@@ -360,3 +360,31 @@ def test_levels_due_within_a_few_ms_run_in_one_pass(store, fake_clock):
     svc.run_due()
     assert sorted(ran) == sorted(svc._tasks)        # all four in the first pass
     assert all(due >= fake_clock.now + 100 for due, _ in svc._tasks.values())    # each polls again later
+
+
+# -- idle levels ----------------------------------------------------------------------------------
+
+def test_a_level_with_nothing_to_deliver_looks_again_after_a_second(store):
+    """RocketMQ looks at every level every 100 ms; pystore's idle levels look once a second (each look wakes
+    the thread and takes the GIL from a busy put thread), and dispatch wakes them when a delayed message comes."""
+    from pystore import schedule
+    svc = store.schedule_message_service
+    svc.deliver_once()
+    assert svc.run_due() == schedule.IDLE_LEVEL_MS
+
+
+@pytest.mark.parametrize("flush_disk_type", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_a_delayed_put_wakes_its_idle_level(store_factory, fake_clock, monkeypatch, flush_disk_type):
+    # idle levels would next look in an hour: only dispatch's wake-up (inline, or reput after a sync flush)
+    # gets the message delivered at its due time
+    from pystore import schedule
+    monkeypatch.setattr(schedule, "IDLE_LEVEL_MS", 3_600_000)
+    store = store_factory(message_delay_level="1s 2s", clock=fake_clock, flush_disk_type=flush_disk_type)
+    store.schedule_message_service.deliver_once()
+    assert store.put_message(make_message(0, delay_time_level=1)).is_ok()
+    store.flush()
+    fake_clock.advance(1000)
+    deadline = time.monotonic() + 30
+    while not delivered(store, queue_id=0) and time.monotonic() < deadline:   # a liveness bound
+        time.sleep(0.05)
+    assert [m.body for m in delivered(store, queue_id=0)] == [b"Hello RocketMQ 0"]
