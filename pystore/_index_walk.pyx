@@ -273,12 +273,13 @@ def follow_keyless(IndexCursor cursor not None, list cl_files not None, long lon
     ``cursor`` over the records without keys that the newest of ``cl_files`` gained, again after ``idle_ns``,
     each further pause twice the last up to ``idle_max_ns`` (when larger), for at most about ``max_ns``.
     Records without keys give the builder nothing to write, so it looks at them seldom: each look is a
-    thread waking, which takes a core from whatever runs beside, and a lookup catches the cursor up itself. With ``core`` (the log's writer) set to ``follow_put_cpu``, the thread moves
-    to the CPU the last put thread is pinned to before each look (back where it was when that thread is not
-    pinned), so that its work lands beside the put thread. Returns ``FOLLOW_WORK`` as soon as a record with
-    entries (``index_log`` writes them), a blank that ends the file, a full file or a cursor outside the
-    newest file needs the walk; ``FOLLOW_TIMEOUT`` when the time is up; ``FOLLOW_STOPPED`` once
-    ``cursor.stop()`` was called. A record not whole yet, or unreadable, is looked at again after the next sleep, as
+    thread waking, which takes a core from whatever runs beside, and a lookup catches the cursor up itself.
+    With ``core`` (the log's writer) set to ``follow_put_cpu``, the thread moves to the CPU the last put
+    thread is pinned to before each look (back where it was when that thread is not pinned), so that its
+    work lands beside the put thread. Returns ``FOLLOW_WORK`` as soon as a record with entries
+    (``index_log`` writes them), a blank that ends the file, a full file or a cursor outside the newest file
+    needs the walk; ``FOLLOW_TIMEOUT`` when the time is up; ``FOLLOW_STOPPED`` once ``cursor.stop()`` was
+    called. A record not whole yet, or unreadable, is looked at again after the next sleep, as
     ``index_log``'s next walk would."""
     cdef MappedFile f
     cdef Pending *buf
