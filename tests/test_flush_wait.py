@@ -182,7 +182,8 @@ def _put_from(store, cpus: set[int] | None, n: int = 100) -> None:
     t = threading.Thread(target=puts)
     t.start()
     t.join()
-    time.sleep(0.05)                        # the builder's next look (every 10 ms)
+    # the builder's next look: its pauses between looks at keyless records grow to idle_max_ms
+    time.sleep(2 * store._writer.index_builder.idle_max_ms / 1000 + 0.05)
 
 
 def _service_cpus(store) -> tuple[set[int], set[int]]:
