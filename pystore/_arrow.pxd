@@ -54,6 +54,10 @@ cdef enum:
     PROPS_COLS = (1 << C_TAGS) | (1 << C_KEYS) | (1 << C_PROPS)
     # the columns that need the store host read (its text, or the message id's hex of it)
     STORE_HOST_COLS = (1 << C_SH) | (1 << C_ID)
+    # the fixed-width columns but queue_offset, and the text ones
+    FIXED_COLS = ((1 << C_QID) | (1 << C_CLO) | (1 << C_SIZE) | (1 << C_FLAG) | (1 << C_SYS) | (1 << C_BORN)
+                  | (1 << C_STORE) | (1 << C_RC) | (1 << C_PREP) | (1 << C_CRC))
+    TEXT_COLS = PROPS_COLS | (1 << C_TOPIC) | (1 << C_BH) | (1 << C_SH) | (1 << C_ID)
 
 
 # what decoding writes: the column buffers, the row and item counts, the caches of the last host and topic

@@ -843,67 +843,69 @@ cdef inline void _decode(Dec *d, const unsigned char *p, RecordView *v, int body
             memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
         b[B_BODY].n += v.body_len
         (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
-    # fixed-width columns
-    if every or cols & (1 << C_QID):
-        (<int32_t *>b[B_QID].p)[r] = v.queue_id
+    # fixed-width columns (the others tested as a group first: a projection names few)
     if every or cols & (1 << C_QOFF):
         (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
-    if every or cols & (1 << C_CLO):
-        (<int64_t *>b[B_CLO].p)[r] = phy
-    if every or cols & (1 << C_SIZE):
-        (<int32_t *>b[B_SIZE].p)[r] = v.total_size
-    if every or cols & (1 << C_FLAG):
-        (<int32_t *>b[B_FLAG].p)[r] = v.flag
-    if every or cols & (1 << C_SYS):
-        (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
-    if every or cols & (1 << C_BORN):
-        (<int64_t *>b[B_BORN].p)[r] = v.born_ts if d.ts_ms else ms_to_us(v.born_ts)
-    if every or cols & (1 << C_STORE):
-        (<int64_t *>b[B_STORE].p)[r] = v.store_ts if d.ts_ms else ms_to_us(v.store_ts)
-    if every or cols & (1 << C_RC):
-        (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
-    if every or cols & (1 << C_PREP):
-        (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
-    if every or cols & (1 << C_CRC):
-        (<int32_t *>b[B_CRC].p)[r] = v.body_crc
-    if every or cols & (1 << C_TOPIC):
-        put_topic(d, p + v.topic_pos, v.topic_len)
-        (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
-    # properties map, then TAGS and KEYS from it (a record without properties has none of them)
-    if every or cols & PROPS_COLS:
-        if v.props_len > 0:
-            add_props(d, r, p + v.props_pos, v.props_len)
-        else:
-            d.tags_nulls += 1
-            (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>d.n_items
-            (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
-            (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>d.n_keys
-    # hosts and the offset message id
-    if every or cols & (1 << C_BH):
-        put_host(d, &d.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
-        (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
-    if every or cols & STORE_HOST_COLS:
-        host_cached(sc, p + v.store_host_pos, v.store_host_len)
-    if every or cols & (1 << C_SH):
-        put_host_text(&b[B_SH], sc)
-        (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
-    if every or cols & (1 << C_ID):
-        # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the
-        # offset's, of which only the last four digits change between rows whose offsets differ in the low 16
-        # bits only
-        hl2 = 2 * sc.raw_len
-        if (phy >> 16) != sc.id_high:
-            hex_i64(sc.id + hl2, phy)
-            sc.id_high = phy >> 16
-        dst = b[B_ID].p + b[B_ID].n
-        if hl2 == 16:
-            memcpy(dst, sc.id, 32)
-        else:
-            memcpy(dst, sc.id, 64)
-        memcpy(dst + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
-        memcpy(dst + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
-        b[B_ID].n += hl2 + 16
-        (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
+    if every or cols & FIXED_COLS:
+        if every or cols & (1 << C_QID):
+            (<int32_t *>b[B_QID].p)[r] = v.queue_id
+        if every or cols & (1 << C_CLO):
+            (<int64_t *>b[B_CLO].p)[r] = phy
+        if every or cols & (1 << C_SIZE):
+            (<int32_t *>b[B_SIZE].p)[r] = v.total_size
+        if every or cols & (1 << C_FLAG):
+            (<int32_t *>b[B_FLAG].p)[r] = v.flag
+        if every or cols & (1 << C_SYS):
+            (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
+        if every or cols & (1 << C_BORN):
+            (<int64_t *>b[B_BORN].p)[r] = v.born_ts if d.ts_ms else ms_to_us(v.born_ts)
+        if every or cols & (1 << C_STORE):
+            (<int64_t *>b[B_STORE].p)[r] = v.store_ts if d.ts_ms else ms_to_us(v.store_ts)
+        if every or cols & (1 << C_RC):
+            (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
+        if every or cols & (1 << C_PREP):
+            (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
+        if every or cols & (1 << C_CRC):
+            (<int32_t *>b[B_CRC].p)[r] = v.body_crc
+    if every or cols & TEXT_COLS:
+        if every or cols & (1 << C_TOPIC):
+            put_topic(d, p + v.topic_pos, v.topic_len)
+            (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
+        # properties map, then TAGS and KEYS from it (a record without properties has none of them)
+        if every or cols & PROPS_COLS:
+            if v.props_len > 0:
+                add_props(d, r, p + v.props_pos, v.props_len)
+            else:
+                d.tags_nulls += 1
+                (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>d.n_items
+                (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+                (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>d.n_keys
+        # hosts and the offset message id
+        if every or cols & (1 << C_BH):
+            put_host(d, &d.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+            (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
+        if every or cols & STORE_HOST_COLS:
+            host_cached(sc, p + v.store_host_pos, v.store_host_len)
+        if every or cols & (1 << C_SH):
+            put_host_text(&b[B_SH], sc)
+            (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
+        if every or cols & (1 << C_ID):
+            # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the
+            # offset's, of which only the last four digits change between rows whose offsets differ in the low 16
+            # bits only
+            hl2 = 2 * sc.raw_len
+            if (phy >> 16) != sc.id_high:
+                hex_i64(sc.id + hl2, phy)
+                sc.id_high = phy >> 16
+            dst = b[B_ID].p + b[B_ID].n
+            if hl2 == 16:
+                memcpy(dst, sc.id, 32)
+            else:
+                memcpy(dst, sc.id, 64)
+            memcpy(dst + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
+            memcpy(dst + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
+            b[B_ID].n += hl2 + 16
+            (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
     d.rows = r + 1
 
 

@@ -671,3 +671,23 @@ def test_a_projection_refuses_a_structurally_damaged_record(store_factory, cols)
         store.get_columns("g", "T", 0, 12, 100, columns=cols)
     assert (got.value.path, got.value.offset) == (want.value.path, want.value.offset)
     store_factory.skip_check()
+
+
+@pytest.mark.parametrize("cols", [None, ["queue_offset", "body"]])
+def test_the_on_disk_caps_hold_as_in_get_message(store_factory, cols):
+    """Every record more than the memory window behind the log's end (a window of 0): a page stops at the
+    on-disk caps (count, then bytes) exactly where get_message's does."""
+    store = store_factory(access_message_in_memory_max_ratio=0, max_transfer_count_on_message_in_disk=5,
+                          max_transfer_bytes_on_message_in_disk=1500, **UNCAPPED)
+    rng = random.Random(3)
+    bodies = [rng.randbytes(rng.choice([10, 100, 400])) for _ in range(200)]
+    assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    offset = pages = 0
+    while offset < 200:
+        want = store.get_message("g", "T", 0, offset, 64)
+        status, nxt, batch = store.get_columns("g", "T", 0, offset, 64, columns=cols)
+        assert (status, nxt) == (want.status, want.next_begin_offset) and want.message_count <= 5
+        assert batch.column("body").to_pylist() == [m.body for m in want.messages]
+        offset = nxt
+        pages += 1
+    assert pages >= 40
