@@ -38,12 +38,12 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from pystore import columns
-from pystore.columns import get_columns as _get_columns
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
 from pystore._queue_reader import QueueReader
 from pystore._results import PutMessageResult
 from pystore.checkpoint import AbortFile, StoreLock
+from pystore.columns import get_columns as _get_columns
 from pystore.config import BrokerRole, StoreConfig
 from pystore.consumer import Consumer
 from pystore.consumer_offsets import ConsumerOffsets
