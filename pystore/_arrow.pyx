@@ -321,6 +321,12 @@ def decode_worker(enabled=None):
     return before
 
 
+# the windows of the last builder freed, for the next one to take (with the GIL): a builder per page, and
+# windows of this size malloc'd and freed each time cost more than a small page's decoding (the heap's top
+# grown and trimmed, its pages faulted in afresh)
+cdef Pending *_spare_wins[2]
+_spare_wins[0] = _spare_wins[1] = NULL
+
 # records in a window of deferred ones: the worker takes a window once the scan has filled it, so a page of
 # fewer than two windows is decoded in the scan's thread alone
 cdef enum:
@@ -534,8 +540,12 @@ cdef class BatchBuilder(RecordSink):
         free(self.d.items)
         free(self.topic_ptr)
         free(self.topic_len)
-        free(self.wins[0])
-        free(self.wins[1])
+        if _spare_wins[0] == NULL:
+            # kept for the next builder (the settled windows are no longer read)
+            _spare_wins[0], _spare_wins[1] = self.wins[0], self.wins[1]
+        else:
+            free(self.wins[0])
+            free(self.wins[1])
 
     cdef int _start(self) except -1:
         """Fresh buffers for the next batch: the per-row ones sized for ``max_rows`` at once, the others at the
@@ -598,8 +608,12 @@ cdef class BatchBuilder(RecordSink):
         if self.d.cap_rows < 0:
             raise ValueError("this BatchBuilder built its last batch (build(again=False))")
         if self.wins[0] == NULL:
-            self.wins[0] = <Pending *>malloc(WINDOW * sizeof(Pending))
-            self.wins[1] = <Pending *>malloc(WINDOW * sizeof(Pending))
+            if _spare_wins[0] != NULL:
+                self.wins[0], self.wins[1] = _spare_wins[0], _spare_wins[1]
+                _spare_wins[0] = _spare_wins[1] = NULL
+            else:
+                self.wins[0] = <Pending *>malloc(WINDOW * sizeof(Pending))
+                self.wins[1] = <Pending *>malloc(WINDOW * sizeof(Pending))
             if self.wins[0] == NULL or self.wins[1] == NULL:
                 raise MemoryError()
         self.settle()
