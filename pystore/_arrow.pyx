@@ -805,13 +805,22 @@ cdef void _decode_job(void *arg) noexcept nogil:
     other before the group is decoded: a short body's CRC is a chain of dependent carry-less multiplications,
     and independent chains back to back run side by side in the CPU."""
     cdef Job *j = <Job *>arg
+    # one copy of the loop for all the columns, one for some (``every`` a constant in each)
+    if j.d.every:
+        _decode_window(j, True)
+    else:
+        _decode_window(j, False)
+
+
+cdef inline void _decode_window(Job *j, bint every) noexcept nogil:
     cdef Dec *d = j.d
     cdef Buf *body = &d.bufs[B_BODY]
     cdef int64_t i = 0, k, g, off, nbytes = 0
     cdef Pending *q = j.recs
     cdef RecordView *v
     cdef uint32_t crcs[CRC_GROUP]
-    cdef bint copy = on(d, B_BODY)
+    cdef bint copy = every or on(d, B_BODY)
+    cdef int how = BODY_PLACED if j.crc else BODY_COPY
     while i < j.n:
         g = min(<int64_t>CRC_GROUP, j.n - i)
         if j.crc:
@@ -830,11 +839,7 @@ cdef void _decode_job(void *arg) noexcept nogil:
                 j.done = i + k
                 j.done_bytes = nbytes
                 return
-            # one copy of _decode for all the columns, one for some (``every`` a constant in each)
-            if d.every:
-                _decode(d, q[i + k].rec, v, BODY_PLACED if j.crc else BODY_COPY, True)
-            else:
-                _decode(d, q[i + k].rec, v, BODY_PLACED if j.crc else BODY_COPY, False)
+            _decode(d, q[i + k].rec, v, how, every)
             nbytes += v.total_size
         i += g
     j.done = j.n

@@ -691,3 +691,38 @@ def test_the_on_disk_caps_hold_as_in_get_message(store_factory, cols):
         offset = nxt
         pages += 1
     assert pages >= 40
+
+
+@pytest.mark.parametrize("cols", [["body", "queue_offset"], ["msg_id", "keys", "topic"], ["properties", "tags"],
+                                  ["store_timestamp", "born_host"]])
+def test_the_spark_decoder_builds_a_projection_over_many_batches(store_factory, cols):
+    """``scan_file`` (records added one at a time, a builder reused over small batches, a topic filter) into a
+    projected schema: the projected columns of the all-columns batches, batch for batch."""
+    from pystore._arrow import BatchBuilder
+    from pystore._arrow_source import scan_file
+    from pystore._mapped_file import MappedFile
+
+    store = store_factory(**UNCAPPED)
+    rng = random.Random(21)
+    _fill(store, rng, 250)
+    store.flush()
+    path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
+    schema = pa.schema([arrow_schema().field(c) for c in cols])
+    tables = []
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        for s in (arrow_schema(), schema):
+            b = BatchBuilder(s, True, ["Orders"], max_rows=16)
+            pos, done, got = 0, False, []
+            while not done:
+                pos, done = scan_file(b, mf, pos)
+                batch = b.build()
+                if batch is not None:
+                    got.append(batch)
+            tables.append(pa.Table.from_batches(got, schema=s))
+    finally:
+        mf.close()
+    full, projected = tables
+    assert projected.num_rows == full.num_rows > 50
+    assert projected.schema.names == cols
+    assert projected.equals(full.select(cols))
