@@ -327,6 +327,54 @@ def test_get_columns_sequential_paired(benchmark, data, record):
     mm.close()
 
 
+BODY_COLUMNS = ["queue_offset", "body"]      # what a reader of bodies asks get_columns for
+
+
+def test_get_columns_body_sequential_paired(benchmark, data, record):
+    """One operation: the whole queue through ``get_columns(columns=["queue_offset", "body"])`` in pages of 32 k
+    messages (a projection: only those two columns built; every record still checked, its body CRC
+    included). Paired with the all-columns read of the same pages in each round's setup; ``paired_ratio`` is
+    the median of (projected rate / all-columns rate).
+
+    Checked: the count, the offset reached and the columns every round; then one more (untimed) run's body
+    column, whose order-sensitive CRC must equal that of the bodies put, and its queue offsets."""
+    _needs("get_columns")
+    pytest.importorskip("pyarrow")
+
+    from pystore import GetMessageStatus
+
+    store = data.store
+    get = store.get_columns
+    found = GetMessageStatus.FOUND
+
+    def read(columns: list[str] | None, keep: list[bytes] | None = None, offs: list[int] | None = None
+             ) -> tuple[int, int]:
+        count = off = 0
+        while off < N:
+            status, off, rb = get(GROUP, TOPIC, 0, off, PAGE, columns=columns)
+            if status != found:
+                raise AssertionError("get_columns at %d: %r" % (off, status))
+            count += rb.num_rows
+            if keep is not None and offs is not None:
+                keep += rb.column("body").to_pylist()
+                offs += rb.column("queue_offset").to_pylist()
+        return count, off
+
+    def projected() -> tuple[int, int]:
+        return read(BODY_COLUMNS)
+
+    benchmark.group = "sequential read"
+    kw, ref = benchlib.paired(benchmark, lambda: read(None), 7)
+    count, end = benchmark.pedantic(projected, **kw)
+    assert count == N and end == N
+    got: list[bytes] = []
+    offs: list[int] = []
+    assert read(BODY_COLUMNS, got, offs) == (N, N)
+    assert offs == list(range(N))
+    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    benchlib.record_paired(benchmark, record, "get_columns_body_sequential (vs all columns)", N, ref, N)
+
+
 def test_get_message_sequential_retained(benchmark, data, record):
     """One operation: the same pages, every body kept in one list (200 k new bytes objects alive at the
     end); checked: the bodies' order-sensitive CRC. Beside it, ``floor_bytes_retained`` is what CPython

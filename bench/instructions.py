@@ -20,6 +20,8 @@ get                     the compiled ``get_message``                    2,000 ge
 look                    the compiled ``look_message_by_offset``         2,000 look-ups by commit-log offset
 arrow_decode            ``_arrow_source.scan_file`` (Spark's decoder)   one scan of 2,000 records, per record
 get_columns             ``_read.read_queue`` (its scan and decoder)     one page of 2,000 x 128 B, per message
+get_columns_body        ``_read.read_queue``                            the same page, ``columns=["queue_offset",
+                                                                        "body"]``
 put_columns             ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
                                                                         (a numpy pair), per message
 put_columns_1k          ``_bulk_put._put``                              the same with 1 KiB bodies, per message
@@ -120,6 +122,12 @@ assert b.build().num_rows == %d
 store.put_messages(MessageBatch.from_bodies("T", [body] * %d))
 status, nxt, rb = store.get_columns("g", "T", 0, 0, %d)
 assert rb.num_rows == %d
+""" % (N, N, N)),
+    # the same page, only the columns a reader of bodies needs (a projection: the others are not built)
+    "get_columns_body": ("*pw_7pystore_5_read_*read_queue", N, """
+store.put_messages(MessageBatch.from_bodies("T", [body] * %d))
+status, nxt, rb = store.get_columns("g", "T", 0, 0, %d, columns=["queue_offset", "body"])
+assert rb.num_rows == %d and rb.schema.names == ["queue_offset", "body"]
 """ % (N, N, N)),
     "put_columns": ("*_bulk_put__put*", 20 * 1000, """
 import numpy as np

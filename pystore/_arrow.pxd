@@ -3,7 +3,7 @@
 ``_arrow_source`` drive it — ``full``, ``wanted``, ``check_crc``, ``add`` per record; the two tests are inline
 here so that a source's loop calls no function for them. The decoding state is a C struct (``Dec``) so that a
 window of deferred records (``RecordSink``) can be decoded by the decode worker without the GIL."""
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
 from pystore._record cimport RecordView
@@ -43,9 +43,31 @@ cdef enum:
     B_BH_O, B_BH, B_SH_O, B_SH, B_RC, B_PREP, B_CRC, B_ID_O, B_ID, N_BUFS
 
 
+# the columns, as numbered in ``COLUMNS`` (the full schema's order)
+cdef enum:
+    C_TOPIC, C_QID, C_QOFF, C_CLO, C_SIZE, C_BODY, C_TAGS, C_KEYS, C_PROPS, C_FLAG, C_SYS, C_BORN, C_STORE,
+    C_BH, C_SH, C_RC, C_PREP, C_CRC, C_ID, N_COLS
+
+cdef enum:
+    ALL_COLS = (1 << N_COLS) - 1
+    # the columns one parse of the properties gives
+    PROPS_COLS = (1 << C_TAGS) | (1 << C_KEYS) | (1 << C_PROPS)
+    # the columns that need the store host read (its text, or the message id's hex of it)
+    STORE_HOST_COLS = (1 << C_SH) | (1 << C_ID)
+    # the fixed-width columns but queue_offset, and the text ones
+    FIXED_COLS = ((1 << C_QID) | (1 << C_CLO) | (1 << C_SIZE) | (1 << C_FLAG) | (1 << C_SYS) | (1 << C_BORN)
+                  | (1 << C_STORE) | (1 << C_RC) | (1 << C_PREP) | (1 << C_CRC))
+    TEXT_COLS = PROPS_COLS | (1 << C_TOPIC) | (1 << C_BH) | (1 << C_SH) | (1 << C_ID)
+
+
 # what decoding writes: the column buffers, the row and item counts, the caches of the last host and topic
 cdef struct Dec:
     Buf bufs[N_BUFS]
+    # the columns asked for (bit ``1 << C_*``; all of them: ``every``) and the buffers they write
+    # (bit ``1 << B_*``): a buffer outside ``on`` is never written, grown nor given room
+    uint32_t cols
+    uint64_t on
+    bint every
     int64_t rows
     int64_t cap_rows                     # the rows the per-row buffers have room for
     int64_t tags_nulls, n_keys, n_items
@@ -69,10 +91,18 @@ cdef struct Job:
     int64_t done_bytes
 
 
+cdef inline bint on(Dec *d, int i) noexcept nogil:
+    """Buffer ``i`` is written (a column asked for needs it)."""
+    return (d.on >> i) & 1
+
+
 # final in _arrow.pyx only: declared final here, Cython (3.x) takes the class's ``add`` for an override of a final
 # method. Other modules so call ``add`` and ``check_crc`` through the vtable (once a record, next to ``add``'s work).
 cdef class BatchBuilder(RecordSink):
     cdef object schema
+    # the schema's columns, by number (C_*), in its order
+    cdef int n_cols
+    cdef int col_ids[N_COLS]
     cdef readonly bint verify_crc
     cdef int32_t queue_id
     cdef int64_t start_ms, end_ms

@@ -3,7 +3,8 @@
 
 A :class:`BatchBuilder` decodes whole records (fed by ``_arrow_source``'s readers of a commit-log file range or
 a consume queue's units, or by ``get_message``'s scan as a ``RecordSink``) in one C pass straight into the
-column buffers of a ``pyarrow.RecordBatch``: validity where needed, int32 offsets and data for strings and
+column buffers of a ``pyarrow.RecordBatch`` (those of its schema's columns, any of ``COLUMNS`` in any order:
+a column not asked for costs nothing): validity where needed, int32 offsets and data for strings and
 binaries, list/map offsets, fixed-width values.
 The buffers come from Arrow's memory pool (``pyarrow.allocate_buffer``: freed batches' memory is reused
 rather than faulted in afresh): the per-row ones (fixed-width values, row offsets, validity) share one
@@ -90,9 +91,90 @@ cdef uint32_t TAGS_WORD, KEYS_WORD
 memcpy(&TAGS_WORD, <const char *>b"TAGS", 4)
 memcpy(&KEYS_WORD, <const char *>b"KEYS", 4)
 
-# the last schema a BatchBuilder was made with, checked, and whether its timestamps are milliseconds
+# the last schema a BatchBuilder was made with, checked: its columns (C_*, in its order) and whether its
+# timestamps are milliseconds
 cdef object _last_schema = None
+cdef tuple _last_ids = ()
 cdef bint _last_ts_ms = False
+
+# the kind of Arrow type each column takes (Spark's and the export's schemas differ in the timestamps' unit)
+_KINDS = ("string", "int32", "int64", "int64", "int32", "binary", "string", "list<string>", "map<string,string>",
+          "int32", "int32", "timestamp", "timestamp", "string", "string", "int32", "int64", "int32", "string")
+
+
+def _kind_ok(str kind, t):
+    types = pa.types
+    if kind == "string":
+        return types.is_string(t)
+    if kind == "int32":
+        return types.is_int32(t)
+    if kind == "int64":
+        return types.is_int64(t)
+    if kind == "binary":
+        return types.is_binary(t)
+    if kind == "list<string>":
+        return types.is_list(t) and types.is_string(t.value_type)
+    if kind == "map<string,string>":
+        return types.is_map(t) and types.is_string(t.key_type) and types.is_string(t.item_type)
+    return types.is_timestamp(t) and t.unit in ("ms", "us")
+
+
+def _schema_columns(schema):
+    """The columns of ``schema`` (C_* numbers, in its order) and whether its timestamps are milliseconds;
+    ValueError unless its fields are distinct columns of ``COLUMNS`` with their types."""
+    names = list(schema.names)
+    unknown = [n for n in names if n not in COLUMNS]
+    if unknown:
+        raise ValueError("the Arrow schema has columns that are not among %s: %s" % (COLUMNS, unknown))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError("the Arrow schema has these columns more than once: %s" % twice)
+    ids = tuple(COLUMNS.index(n) for n in names)
+    units = set()
+    for k, c in enumerate(ids):
+        t = schema.field(k).type
+        if not _kind_ok(_KINDS[c], t):
+            raise ValueError("the Arrow schema's column %r is %s, not a %s" % (COLUMNS[c], t, _KINDS[c]))
+        if _KINDS[c] == "timestamp":
+            units.add(t.unit)
+    if len(units) > 1:
+        raise ValueError("the Arrow schema's timestamps must share one unit, not %s" % sorted(units))
+    return ids, units == {"ms"}
+
+
+cdef uint64_t _buffers_of(uint32_t cols) noexcept:
+    """The buffers columns ``cols`` (bits ``1 << C_*``) write. The tags, keys and properties come from one parse
+    of the properties: any of them writes the buffers of all three."""
+    cdef uint64_t on = 0
+    cdef int c
+    cdef int per[N_COLS][3]
+    for c in range(N_COLS):
+        per[c][0] = per[c][1] = per[c][2] = -1
+    per[C_TOPIC][0], per[C_TOPIC][1] = B_TOPIC_O, B_TOPIC
+    per[C_QID][0] = B_QID
+    per[C_QOFF][0] = B_QOFF
+    per[C_CLO][0] = B_CLO
+    per[C_SIZE][0] = B_SIZE
+    per[C_BODY][0], per[C_BODY][1] = B_BODY_O, B_BODY
+    per[C_FLAG][0] = B_FLAG
+    per[C_SYS][0] = B_SYS
+    per[C_BORN][0] = B_BORN
+    per[C_STORE][0] = B_STORE
+    per[C_BH][0], per[C_BH][1] = B_BH_O, B_BH
+    per[C_SH][0], per[C_SH][1] = B_SH_O, B_SH
+    per[C_RC][0] = B_RC
+    per[C_PREP][0] = B_PREP
+    per[C_CRC][0] = B_CRC
+    per[C_ID][0], per[C_ID][1] = B_ID_O, B_ID
+    for c in range(N_COLS):
+        if cols & (1u << c):
+            for k in range(3):
+                if per[c][k] >= 0:
+                    on |= <uint64_t>1 << per[c][k]
+    if cols & PROPS_COLS:
+        for c in (B_TAGS_V, B_TAGS_O, B_TAGS, B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV):
+            on |= <uint64_t>1 << c
+    return on
 
 # zeros: what a buffer not yet needed points at (an empty list's or map's one offset, an empty data buffer)
 cdef int64_t ZEROS[8]
@@ -239,6 +321,12 @@ def decode_worker(enabled=None):
     return before
 
 
+# the windows of the last builder freed, for the next one to take (with the GIL): a builder per page, and
+# windows of this size malloc'd and freed each time cost more than a small page's decoding (the heap's top
+# grown and trimmed, its pages faulted in afresh)
+cdef Pending *_spare_wins[2]
+_spare_wins[0] = _spare_wins[1] = NULL
+
 # records in a window of deferred ones: the worker takes a window once the scan has filled it, so a page of
 # fewer than two windows is decoded in the scan's thread alone
 cdef enum:
@@ -263,8 +351,11 @@ cdef class BatchBuilder(RecordSink):
     (with ``decode_worker(True)``, on the decode worker while the scan fills the next window).
 
     ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
-    max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce (the
-    data source's, with Spark's field types); the filters keep records of one of ``topics`` (a list of
+    max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce: the data
+    source's (``COLUMNS``, with Spark's field types) or any of its columns in any order (a projection: the work
+    of the others is skipped, no properties parse without tags, keys or properties, no host text without a
+    host column, ...; a record's structure and, with ``verify_crc`` or a deferring scan's check, its body CRC
+    are checked all the same); the filters keep records of one of ``topics`` (a list of
     str), of ``queue_id`` (>= 0), stored in ``[start_ms, end_ms)``. A batch is full at ``max_rows`` rows
     or ``max_bytes`` bytes of variable-length data (what ``scan_file`` and ``QueueReader.scan`` stop at; a
     sink fed past ``max_rows`` grows). Timestamps are microseconds, or milliseconds when the schema's
@@ -283,15 +374,21 @@ cdef class BatchBuilder(RecordSink):
     def __init__(self, schema, bint verify_crc=True, topics=None, int queue_id=-1, start_ms=None, end_ms=None,
                  long long max_rows=32768, long long max_bytes=64 << 20):
         cdef int i
-        global _last_schema, _last_ts_ms
+        cdef uint32_t cols = 0
+        global _last_schema, _last_ids, _last_ts_ms
         if schema is not _last_schema:
             # looked at once per schema object: pyarrow makes a Python object per field asked for
-            if list(schema.names) != list(COLUMNS):
-                raise ValueError("the Arrow schema must have the columns %s in this order" % (COLUMNS,))
-            _last_ts_ms = schema.field(11).type.unit == "ms"
+            _last_ids, _last_ts_ms = _schema_columns(schema)
             _last_schema = schema
         self.schema = schema
         self.d.ts_ms = _last_ts_ms
+        self.n_cols = len(_last_ids)
+        for i in range(self.n_cols):
+            self.col_ids[i] = _last_ids[i]
+            cols |= 1u << self.col_ids[i]
+        self.d.cols = cols
+        self.d.every = cols == ALL_COLS
+        self.d.on = _buffers_of(cols)
         self.verify_crc = verify_crc
         self.queue_id = queue_id
         self.start_ms = INT64_MIN if start_ms is None else start_ms
@@ -343,12 +440,13 @@ cdef class BatchBuilder(RecordSink):
         cdef Buf *b
         cdef unsigned char *base
         for i in range(N_BUFS):
-            total += (_row_bytes(i, r) + 63) & ~63
+            if on(&self.d, i):
+                total += (_row_bytes(i, r) + 63) & ~63
         block = pa.allocate_buffer(total)
         base = <unsigned char *><uintptr_t>block.address
         for i in range(N_BUFS):
             size = _row_bytes(i, r)
-            if size == 0:
+            if size == 0 or not on(&self.d, i):
                 continue
             b = &self.d.bufs[i]
             if keep and b.cap > 0:
@@ -401,7 +499,7 @@ cdef class BatchBuilder(RecordSink):
         res(self, B_BH, 48 * n + 64)
         res(self, B_SH, 48 * n + 64)
         res(self, B_ID, 48 * n + 64)
-        if props > 0:
+        if props > 0 and self.d.cols & PROPS_COLS:
             for i in (B_TAGS, B_KEYS, B_PK, B_PV):
                 res(self, i, 3 * props)
             for i in (B_KEYS_O, B_PK_O, B_PV_O):
@@ -420,12 +518,14 @@ cdef class BatchBuilder(RecordSink):
         m += min(63 * m, 65536)
         pm += min(63 * pm, 65536)
         for i in (B_BODY, B_TOPIC, B_BH, B_SH, B_ID):
-            res(self, i, m)
-            spare = min(spare, b[i].cap - b[i].n)
+            if on(&self.d, i):
+                res(self, i, m)
+                spare = min(spare, b[i].cap - b[i].n)
         for i in (B_TAGS, B_KEYS, B_PK, B_PV, B_KEYS_O, B_PK_O, B_PV_O):
-            if pm > 0:
-                res(self, i, pm)
-            pspare = min(pspare, b[i].cap - b[i].n)
+            if on(&self.d, i):
+                if pm > 0:
+                    res(self, i, pm)
+                pspare = min(pspare, b[i].cap - b[i].n)
         self.d.spare = spare
         self.d.pspare = pspare
         return 0
@@ -440,8 +540,12 @@ cdef class BatchBuilder(RecordSink):
         free(self.d.items)
         free(self.topic_ptr)
         free(self.topic_len)
-        free(self.wins[0])
-        free(self.wins[1])
+        if _spare_wins[0] == NULL:
+            # kept for the next builder (the settled windows are no longer read)
+            _spare_wins[0], _spare_wins[1] = self.wins[0], self.wins[1]
+        else:
+            free(self.wins[0])
+            free(self.wins[1])
 
     cdef int _start(self) except -1:
         """Fresh buffers for the next batch: the per-row ones sized for ``max_rows`` at once, the others at the
@@ -460,18 +564,20 @@ cdef class BatchBuilder(RecordSink):
             b[i].n = 0
             b[i].cap = 0
         for i in (B_TOPIC, B_BODY, B_BH, B_SH, B_ID):
-            self._grow(i, max(64, self.last_n[i] + self.last_n[i] // 8))
+            if on(&self.d, i):
+                self._grow(i, max(64, self.last_n[i] + self.last_n[i] // 8))
         for i in (B_TAGS, B_KEYS, B_PK, B_PV):
-            if self.last_n[i] > 0:
+            if self.last_n[i] > 0 and on(&self.d, i):
                 self._grow(i, self.last_n[i] + self.last_n[i] // 8)
         # the offsets of the keys' and properties' items: their first, 0, stands in ZEROS until then
         for i in (B_KEYS_O, B_PK_O, B_PV_O):
             b[i].n = 4
-            if self.last_n[i] > 4:
+            if self.last_n[i] > 4 and on(&self.d, i):
                 self._grow(i, self.last_n[i] + self.last_n[i] // 8)
         self._rows_block(r, False)
         for i in (B_TOPIC_O, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_BH_O, B_SH_O, B_ID_O):
-            (<int32_t *>b[i].p)[0] = 0
+            if on(&self.d, i):
+                (<int32_t *>b[i].p)[0] = 0
             b[i].n = 4
         b[B_TAGS_V].n = b[B_TAGS_V].cap
         return 0
@@ -490,7 +596,10 @@ cdef class BatchBuilder(RecordSink):
             self._room_one(m, pm)
         self.d.spare -= m
         self.d.pspare -= pm
-        _decode(&self.d, p, v, BODY_COPY)
+        if self.d.every:
+            _decode(&self.d, p, v, BODY_COPY, True)
+        else:
+            _decode(&self.d, p, v, BODY_COPY, False)
         return 0
 
     # -- deferred records (RecordSink) ---------------------------------------------------------------
@@ -499,8 +608,12 @@ cdef class BatchBuilder(RecordSink):
         if self.d.cap_rows < 0:
             raise ValueError("this BatchBuilder built its last batch (build(again=False))")
         if self.wins[0] == NULL:
-            self.wins[0] = <Pending *>malloc(WINDOW * sizeof(Pending))
-            self.wins[1] = <Pending *>malloc(WINDOW * sizeof(Pending))
+            if _spare_wins[0] != NULL:
+                self.wins[0], self.wins[1] = _spare_wins[0], _spare_wins[1]
+                _spare_wins[0] = _spare_wins[1] = NULL
+            else:
+                self.wins[0] = <Pending *>malloc(WINDOW * sizeof(Pending))
+                self.wins[1] = <Pending *>malloc(WINDOW * sizeof(Pending))
             if self.wins[0] == NULL or self.wins[1] == NULL:
                 raise MemoryError()
         self.settle()
@@ -641,6 +754,8 @@ cdef inline bint _fits(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t p
     """``BatchBuilder._room`` has nothing to do (its bounds, tested inline)."""
     cdef Buf *b = d.bufs
     cdef int64_t host = 48 * n + 64
+    if not d.every:
+        return _fits_some(d, n, body, topic, props)
     if (d.rows + n > d.cap_rows or b[B_BODY].n + body > b[B_BODY].cap
             or b[B_TOPIC].n + 3 * topic + 32 > b[B_TOPIC].cap or b[B_BH].n + host > b[B_BH].cap
             or b[B_SH].n + host > b[B_SH].cap or b[B_ID].n + host > b[B_ID].cap):
@@ -654,8 +769,31 @@ cdef inline bint _fits(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t p
     return True
 
 
+cdef bint _fits_some(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t props) noexcept nogil:
+    """``_fits`` for a builder of some columns: only the buffers they write are tested."""
+    cdef Buf *b = d.bufs
+    cdef int64_t host = 48 * n + 64
+    if d.rows + n > d.cap_rows:
+        return False
+    if on(d, B_BODY) and b[B_BODY].n + body > b[B_BODY].cap:
+        return False
+    if on(d, B_TOPIC) and b[B_TOPIC].n + 3 * topic + 32 > b[B_TOPIC].cap:
+        return False
+    if ((on(d, B_BH) and b[B_BH].n + host > b[B_BH].cap) or (on(d, B_SH) and b[B_SH].n + host > b[B_SH].cap)
+            or (on(d, B_ID) and b[B_ID].n + host > b[B_ID].cap)):
+        return False
+    if props > 0 and on(d, B_PK) and (
+            b[B_TAGS].n + 3 * props > b[B_TAGS].cap or b[B_KEYS].n + 3 * props > b[B_KEYS].cap
+            or b[B_PK].n + 3 * props > b[B_PK].cap or b[B_PV].n + 3 * props > b[B_PV].cap
+            or b[B_KEYS_O].n + 4 * (props + n) > b[B_KEYS_O].cap
+            or b[B_PK_O].n + 4 * (props + n) > b[B_PK_O].cap
+            or b[B_PV_O].n + 4 * (props + n) > b[B_PV_O].cap):
+        return False
+    return True
+
+
 cdef inline int res(BatchBuilder self, int i, int64_t extra) except -1:
-    if self.d.bufs[i].n + extra > self.d.bufs[i].cap:
+    if on(&self.d, i) and self.d.bufs[i].n + extra > self.d.bufs[i].cap:
         self._grow(i, self.d.bufs[i].n + extra)
     return 0
 
@@ -667,19 +805,33 @@ cdef void _decode_job(void *arg) noexcept nogil:
     other before the group is decoded: a short body's CRC is a chain of dependent carry-less multiplications,
     and independent chains back to back run side by side in the CPU."""
     cdef Job *j = <Job *>arg
+    # one copy of the loop for all the columns, one for some (``every`` a constant in each)
+    if j.d.every:
+        _decode_window(j, True)
+    else:
+        _decode_window(j, False)
+
+
+cdef inline void _decode_window(Job *j, bint every) noexcept nogil:
     cdef Dec *d = j.d
     cdef Buf *body = &d.bufs[B_BODY]
     cdef int64_t i = 0, k, g, off, nbytes = 0
     cdef Pending *q = j.recs
     cdef RecordView *v
     cdef uint32_t crcs[CRC_GROUP]
+    cdef bint copy = every or on(d, B_BODY)
+    cdef int how = BODY_PLACED if j.crc else BODY_COPY
     while i < j.n:
         g = min(<int64_t>CRC_GROUP, j.n - i)
         if j.crc:
             off = body.n
             for k in range(g):
                 v = &q[i + k].v
-                crcs[k] = ps_copy_crc32(body.p + off, q[i + k].rec + v.body_pos, v.body_len) & 0x7FFFFFFF
+                if copy:
+                    crcs[k] = ps_copy_crc32(body.p + off, q[i + k].rec + v.body_pos, v.body_len) & 0x7FFFFFFF
+                else:
+                    # no body column: the CRC is still checked, on the record itself
+                    crcs[k] = <uint32_t>body_crc32(q[i + k].rec + v.body_pos, v.body_len)
                 off += v.body_len
         for k in range(g):
             v = &q[i + k].v
@@ -687,72 +839,92 @@ cdef void _decode_job(void *arg) noexcept nogil:
                 j.done = i + k
                 j.done_bytes = nbytes
                 return
-            _decode(d, q[i + k].rec, v, BODY_PLACED if j.crc else BODY_COPY)
+            _decode(d, q[i + k].rec, v, how, every)
             nbytes += v.total_size
         i += g
     j.done = j.n
     j.done_bytes = nbytes
 
 
-cdef inline void _decode(Dec *d, const unsigned char *p, RecordView *v, int body) noexcept nogil:
-    """Append one accepted record to every column, its body copied (``BODY_COPY``) or there already
-    (``BODY_PLACED``: ``_decode_job`` copied it with its CRC)."""
+cdef inline void _decode(Dec *d, const unsigned char *p, RecordView *v, int body, bint every) noexcept nogil:
+    """Append one accepted record to the columns asked for (``every``: all of them, the tests folded away by the
+    compiler), its body copied (``BODY_COPY``) or there already (``BODY_PLACED``: ``_decode_job`` copied it
+    with its CRC)."""
     cdef Buf *b = d.bufs
     cdef int64_t r = d.rows
     cdef int64_t phy = v.phy_offset
     cdef int32_t hl2
+    cdef uint32_t cols = d.cols
     cdef HostCache *sc = &d.store_cache
     cdef unsigned char *dst
-    if body == BODY_COPY:
-        memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
-    b[B_BODY].n += v.body_len
-    (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
-    # fixed-width columns
-    (<int32_t *>b[B_QID].p)[r] = v.queue_id
-    (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
-    (<int64_t *>b[B_CLO].p)[r] = phy
-    (<int32_t *>b[B_SIZE].p)[r] = v.total_size
-    (<int32_t *>b[B_FLAG].p)[r] = v.flag
-    (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
-    if d.ts_ms:
-        (<int64_t *>b[B_BORN].p)[r] = v.born_ts
-        (<int64_t *>b[B_STORE].p)[r] = v.store_ts
-    else:
-        (<int64_t *>b[B_BORN].p)[r] = ms_to_us(v.born_ts)
-        (<int64_t *>b[B_STORE].p)[r] = ms_to_us(v.store_ts)
-    (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
-    (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
-    (<int32_t *>b[B_CRC].p)[r] = v.body_crc
-    put_topic(d, p + v.topic_pos, v.topic_len)
-    (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
-    # properties map, then TAGS and KEYS from it (a record without properties has none of them)
-    if v.props_len > 0:
-        add_props(d, r, p + v.props_pos, v.props_len)
-    else:
-        d.tags_nulls += 1
-        (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>d.n_items
-        (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
-        (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>d.n_keys
-    # hosts and the offset message id
-    put_host(d, &d.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
-    put_host(d, sc, B_SH, p + v.store_host_pos, v.store_host_len)
-    (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
-    (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
-    # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the offset's,
-    # of which only the last four digits change between rows whose offsets differ in the low 16 bits only
-    hl2 = 2 * sc.raw_len
-    if (phy >> 16) != sc.id_high:
-        hex_i64(sc.id + hl2, phy)
-        sc.id_high = phy >> 16
-    dst = b[B_ID].p + b[B_ID].n
-    if hl2 == 16:
-        memcpy(dst, sc.id, 32)
-    else:
-        memcpy(dst, sc.id, 64)
-    memcpy(dst + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
-    memcpy(dst + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
-    b[B_ID].n += hl2 + 16
-    (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
+    if every or cols & (1 << C_BODY):
+        if body == BODY_COPY:
+            memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
+        b[B_BODY].n += v.body_len
+        (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
+    # fixed-width columns (the others tested as a group first: a projection names few)
+    if every or cols & (1 << C_QOFF):
+        (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
+    if every or cols & FIXED_COLS:
+        if every or cols & (1 << C_QID):
+            (<int32_t *>b[B_QID].p)[r] = v.queue_id
+        if every or cols & (1 << C_CLO):
+            (<int64_t *>b[B_CLO].p)[r] = phy
+        if every or cols & (1 << C_SIZE):
+            (<int32_t *>b[B_SIZE].p)[r] = v.total_size
+        if every or cols & (1 << C_FLAG):
+            (<int32_t *>b[B_FLAG].p)[r] = v.flag
+        if every or cols & (1 << C_SYS):
+            (<int32_t *>b[B_SYS].p)[r] = v.sys_flag
+        if every or cols & (1 << C_BORN):
+            (<int64_t *>b[B_BORN].p)[r] = v.born_ts if d.ts_ms else ms_to_us(v.born_ts)
+        if every or cols & (1 << C_STORE):
+            (<int64_t *>b[B_STORE].p)[r] = v.store_ts if d.ts_ms else ms_to_us(v.store_ts)
+        if every or cols & (1 << C_RC):
+            (<int32_t *>b[B_RC].p)[r] = v.reconsume_times
+        if every or cols & (1 << C_PREP):
+            (<int64_t *>b[B_PREP].p)[r] = v.prepared_tx_offset
+        if every or cols & (1 << C_CRC):
+            (<int32_t *>b[B_CRC].p)[r] = v.body_crc
+    if every or cols & TEXT_COLS:
+        if every or cols & (1 << C_TOPIC):
+            put_topic(d, p + v.topic_pos, v.topic_len)
+            (<int32_t *>b[B_TOPIC_O].p)[r + 1] = <int32_t>b[B_TOPIC].n
+        # properties map, then TAGS and KEYS from it (a record without properties has none of them)
+        if every or cols & PROPS_COLS:
+            if v.props_len > 0:
+                add_props(d, r, p + v.props_pos, v.props_len)
+            else:
+                d.tags_nulls += 1
+                (<int32_t *>b[B_MAP_O].p)[r + 1] = <int32_t>d.n_items
+                (<int32_t *>b[B_TAGS_O].p)[r + 1] = <int32_t>b[B_TAGS].n
+                (<int32_t *>b[B_KEYS_LO].p)[r + 1] = <int32_t>d.n_keys
+        # hosts and the offset message id
+        if every or cols & (1 << C_BH):
+            put_host(d, &d.born_cache, B_BH, p + v.born_host_pos, v.born_host_len)
+            (<int32_t *>b[B_BH_O].p)[r + 1] = <int32_t>b[B_BH].n
+        if every or cols & STORE_HOST_COLS:
+            host_cached(sc, p + v.store_host_pos, v.store_host_len)
+        if every or cols & (1 << C_SH):
+            put_host_text(&b[B_SH], sc)
+            (<int32_t *>b[B_SH_O].p)[r + 1] = <int32_t>b[B_SH].n
+        if every or cols & (1 << C_ID):
+            # the offset message id (docs/format.md §1.8): the store host's hex, kept with its text, then the
+            # offset's, of which only the last four digits change between rows whose offsets differ in the low 16
+            # bits only
+            hl2 = 2 * sc.raw_len
+            if (phy >> 16) != sc.id_high:
+                hex_i64(sc.id + hl2, phy)
+                sc.id_high = phy >> 16
+            dst = b[B_ID].p + b[B_ID].n
+            if hl2 == 16:
+                memcpy(dst, sc.id, 32)
+            else:
+                memcpy(dst, sc.id, 64)
+            memcpy(dst + hl2 + 12, &HEX_PAIRS[2 * ((phy >> 8) & 0xFF)], 2)
+            memcpy(dst + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
+            b[B_ID].n += hl2 + 16
+            (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
     d.rows = r + 1
 
 
@@ -842,9 +1014,8 @@ cdef void _new_host(HostCache *c, const unsigned char *h, int32_t hlen) noexcept
     c.raw_len = hlen
 
 
-cdef inline void put_host(Dec *d, HostCache *c, int i, const unsigned char *h, int32_t hlen) noexcept nogil:
-    """Append the text of host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
-    cdef Buf *b = &d.bufs[i]
+cdef inline void host_cached(HostCache *c, const unsigned char *h, int32_t hlen) noexcept nogil:
+    """``c`` holds host ``h`` (rows mostly repeat a host: the last one formatted is kept)."""
     cdef uint64_t x, y
     if hlen == 8 and c.raw_len == 8:
         memcpy(&x, h, 8)
@@ -853,6 +1024,16 @@ cdef inline void put_host(Dec *d, HostCache *c, int i, const unsigned char *h, i
             _new_host(c, h, hlen)
     elif hlen != c.raw_len or memcmp(c.raw, h, hlen) != 0:
         _new_host(c, h, hlen)
+
+
+cdef inline void put_host(Dec *d, HostCache *c, int i, const unsigned char *h, int32_t hlen) noexcept nogil:
+    """Append the text of host ``h``."""
+    host_cached(c, h, hlen)
+    put_host_text(&d.bufs[i], c)
+
+
+cdef inline void put_host_text(Buf *b, HostCache *c) noexcept nogil:
+    """Append the text of the host ``c`` holds."""
     # a fixed-size copy (vector moves, no call) of the text and what follows it in the cache
     if c.text_len <= 32:
         memcpy(b.p + b.n, c.text, 32)
@@ -897,46 +1078,47 @@ cdef ArrowArray *_col(Buf *bufs, Exporting *x, int64_t length, int64_t nulls, in
 
 
 cdef int _describe(BatchBuilder bb, ps_batch *e, int64_t n) except -1:
-    """Fill ``e`` with the ArrowArrays of the ``n`` rows in ``bb``'s buffers, in the schema's order (docs/api.md)."""
+    """Fill ``e`` with the ArrowArrays of the ``n`` rows in ``bb``'s buffers: its schema's columns, in its order
+    (docs/api.md), then the children of the keys and properties among them."""
     cdef Exporting x
     cdef Buf *b = bb.d.bufs
     cdef ArrowArray *top
     cdef ArrowArray *a
     cdef ArrowArray *c
-    cdef ArrowArray *keys
-    cdef ArrowArray *props
-    cdef int k
+    cdef ArrowArray *keys = NULL
+    cdef ArrowArray *props = NULL
+    cdef int k, col
+    # the buffers of each plain column (-1: none), by column number
+    cdef int first[N_COLS]
+    cdef int second[N_COLS]
+    first[:] = [B_TOPIC_O, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_FLAG, B_SYS,
+                B_BORN, B_STORE, B_BH_O, B_SH_O, B_RC, B_PREP, B_CRC, B_ID_O]
+    second[:] = [B_TOPIC, -1, -1, -1, -1, B_BODY, B_TAGS, -1, -1, -1, -1, -1, -1, B_BH, B_SH, -1, -1, -1, B_ID]
     x.e = e
     x.arrays = x.kids = x.bufs = 0
-    top = _array(&x, n, 0, 1, 19)
+    top = _array(&x, n, 0, 1, bb.n_cols)
     top.buffers[0] = NULL
-    for k in range(19):
-        top.children[k] = &e.a[1 + k]
-    # the 19 columns first (they must be a[1] ... a[19]), their children after
-    _col(b, &x, n, 0, B_TOPIC_O, B_TOPIC)
-    _col(b, &x, n, 0, B_QID, -1)
-    _col(b, &x, n, 0, B_QOFF, -1)
-    _col(b, &x, n, 0, B_CLO, -1)
-    _col(b, &x, n, 0, B_SIZE, -1)
-    _col(b, &x, n, 0, B_BODY_O, B_BODY)
-    a = _col(b, &x, n, bb.d.tags_nulls, B_TAGS_O, B_TAGS)
-    if bb.d.tags_nulls:
-        a.buffers[0] = b[B_TAGS_V].p
-    keys = _col(b, &x, n, 0, B_KEYS_LO, -1, 1)
-    props = _col(b, &x, n, 0, B_MAP_O, -1, 1)
-    for k in (B_FLAG, B_SYS, B_BORN, B_STORE):
-        _col(b, &x, n, 0, k, -1)
-    _col(b, &x, n, 0, B_BH_O, B_BH)
-    _col(b, &x, n, 0, B_SH_O, B_SH)
-    for k in (B_RC, B_PREP, B_CRC):
-        _col(b, &x, n, 0, k, -1)
-    _col(b, &x, n, 0, B_ID_O, B_ID)
+    for k in range(bb.n_cols):
+        col = bb.col_ids[k]
+        if col == C_TAGS:
+            a = _col(b, &x, n, bb.d.tags_nulls, B_TAGS_O, B_TAGS)
+            if bb.d.tags_nulls:
+                a.buffers[0] = b[B_TAGS_V].p
+        elif col == C_KEYS:
+            a = keys = _col(b, &x, n, 0, B_KEYS_LO, -1, 1)
+        elif col == C_PROPS:
+            a = props = _col(b, &x, n, 0, B_MAP_O, -1, 1)
+        else:
+            a = _col(b, &x, n, 0, first[col], second[col])
+        top.children[k] = a
     # the keys' strings, the properties' entries (a struct of key and value strings)
-    keys.children[0] = _col(b, &x, bb.d.n_keys, 0, B_KEYS_O, B_KEYS)
-    c = _array(&x, bb.d.n_items, 0, 1, 2)
-    c.buffers[0] = NULL
-    props.children[0] = c
-    c.children[0] = _col(b, &x, bb.d.n_items, 0, B_PK_O, B_PK)
-    c.children[1] = _col(b, &x, bb.d.n_items, 0, B_PV_O, B_PV)
-    assert x.arrays == PS_ARRAYS
+    if keys != NULL:
+        keys.children[0] = _col(b, &x, bb.d.n_keys, 0, B_KEYS_O, B_KEYS)
+    if props != NULL:
+        c = _array(&x, bb.d.n_items, 0, 1, 2)
+        c.buffers[0] = NULL
+        props.children[0] = c
+        c.children[0] = _col(b, &x, bb.d.n_items, 0, B_PK_O, B_PK)
+        c.children[1] = _col(b, &x, bb.d.n_items, 0, B_PV_O, B_PV)
+    assert x.arrays <= PS_ARRAYS
     return 0

@@ -295,6 +295,10 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
     cdef RecordView *vp = &v
     cdef int64_t run_start = 0, run_end = 0
     cdef int nrun = 0
+    # the tight loop (see below) of a page without a filter into a deferring sink: the unit it last stopped at
+    # (that unit goes through the general loop once) and the end of the records it serves in the held file
+    cdef bint tight = deferred and tag_codes is None and tag_names is None and cq is not None
+    cdef int64_t stopped = -1, tight_end
     if max_filter < 16000:
         max_filter = 16000
     # records at or past this commit-log offset are in memory (RocketMQ: within memory_window of the end)
@@ -311,6 +315,54 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
             ncodes += 1
     try:
         while pos + CQ_STORE_UNIT_SIZE <= limit:
+            if tight and pos != stopped and held_end != INT64_MIN and next_phy_file_start == INT64_MIN:
+                # The common page, unit after unit while each is the plain case: a valid unit whose record lies
+                # in the held file, below both its read position as last read and the commit log this call sees
+                # (one bound, taken once), within the caps, and passes ``_check_plain`` and every test
+                # ``unit_damage`` makes (size, place, topic, queue id, queue offset; the sink checks the CRC).
+                # Any other unit stops it, and the general loop below takes that unit as it takes every unit.
+                tight_end = min(rp, cl_max_offset - held_from)
+                qoff = <int64_t>(<uint64_t>(cq_from + pos) // CQ_STORE_UNIT_SIZE)
+                while pos + CQ_STORE_UNIT_SIZE <= limit:
+                    p = cq_base + pos
+                    phy = get_i64(p)
+                    size = load_i32_acquire(p + 8)
+                    rpos = phy - held_from
+                    # held_from >= 0: rpos >= 0 is also unit_valid's phy >= 0 (a filler's size lies past any end)
+                    if size <= 0 or rpos < 0 or rpos + size > tight_end:
+                        break
+                    if count > 0 and total > 0:
+                        if phy < disk_below:
+                            if count >= disk_count or total + size > disk_bytes:
+                                break
+                        elif count >= mem_count or total + size > mem_bytes:
+                            break
+                    if pos + (PREFETCH_UNITS + 1) * CQ_STORE_UNIT_SIZE <= limit:
+                        ahead = get_i64(p + PREFETCH_UNITS * CQ_STORE_UNIT_SIZE) - held_from
+                        if 0 <= ahead < rp:
+                            prefetch_record(held_base + ahead, <int>min(rp - ahead, 256))
+                    slot = sink.next
+                    rec = held_base + rpos
+                    if (_check_plain(rec, rp - rpos, size, &slot.v) == 0 or slot.v.phy_offset != phy
+                            or slot.v.queue_id != cq_qid or slot.v.queue_offset != qoff
+                            or slot.v.topic_len != cq_topic_len
+                            or not same_bytes(rec + slot.v.topic_pos, cq_topic, cq_topic_len)):
+                        break
+                    slot.rec = rec
+                    slot.pos = pos
+                    total += size
+                    count += 1
+                    last_phy = phy
+                    status = SCAN_FOUND
+                    pos += CQ_STORE_UNIT_SIZE
+                    qoff += 1
+                    if sink.commit():
+                        cut_seen = True
+                        break
+                if cut_seen:
+                    break
+                stopped = pos
+                continue
             p = cq_base + pos
             if not unit_valid(p):
                 # below the file's readable end every unit was written whole: an invalid one is damage

@@ -23,7 +23,7 @@ struct ArrowArray {
 };
 #endif
 
-/* the batch, its 19 columns, the keys' strings, the properties' entries and their keys and values */
+/* the batch, its columns (at most 19), the keys' strings, the properties' entries and their keys and values */
 #define PS_ARRAYS 24
 
 /* The ArrowArrays of one batch and its columns in one block; `keep` holds the pyarrow buffers they point into

@@ -6,7 +6,8 @@
   gathers the stored messages' offsets and times into numpy arrays.
 * ``get_columns`` is ``get_message`` with its in-memory transfer caps lifted, its messages decoded straight
   from the mapped records into one Arrow record batch with the export's columns (``get_message``'s scan hands
-  each record to the Spark source's decoder, ``_arrow.BatchBuilder``: no ``MessageExt`` per message).
+  each record to the Spark source's decoder, ``_arrow.BatchBuilder``: no ``MessageExt`` per message), of all
+  the export's columns or those asked for (``columns``: the others cost nothing).
 * ``queue_units`` is a zero-copy numpy view of a consume-queue file's 20-byte units.
 
 numpy and pyarrow are the ``columns`` extra (``pip install pystore-mq[columns]``): this module imports without
@@ -365,15 +366,50 @@ def _reserve(reads: StoreReads, builder: Any, topic: str, queue_id: int, offset:
     builder.reserve(len(real), body, len(real) * len(topic.encode("utf-8", "replace")))
 
 
+#: The schemas of the projections asked for (``_projected``), by their columns' names; at most
+#: ``_PROJECTIONS`` are kept (a builder checks a schema object once, then knows it by identity).
+_projections: dict[tuple[str, ...], Any] = {}
+_PROJECTIONS = 64
+
+
+def _projected(columns: Sequence[str] | None) -> Any:
+    """The schema of a page of ``columns`` (names of ``columns_schema()``, in their order; None: all of them).
+    ValueError for unknown or repeated names, or none."""
+    schema = columns_schema()
+    if columns is None:
+        return schema
+    if isinstance(columns, str) or not isinstance(columns, Sequence):
+        raise TypeError("columns must be a sequence of column names (or None), got %s" % type(columns).__name__)
+    names = tuple(columns)
+    found = _projections.get(names)
+    if found is not None:
+        return found
+    known = schema.names
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError("unknown columns %s (the columns are %s)" % (unknown, ", ".join(known)))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError("columns named more than once: %s" % twice)
+    if not names:
+        raise ValueError("columns must name at least one column (None: all of them)")
+    found = _pa().schema([schema.field(n) for n in names])
+    if len(_projections) >= _PROJECTIONS:
+        _projections.clear()
+    _projections[names] = found
+    return found
+
+
 def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
-                message_filter: MessageFilter | TagFilter | str | None = None,
-                timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
+                message_filter: MessageFilter | TagFilter | str | None = None, timeout_ms: int = 0,
+                columns: Sequence[str] | None = None) -> tuple[GetMessageStatus, int, Any]:
     """``MessageStore.get_columns`` (docs/api.md): ``get_message``'s own scan and decision table, with the caps
-    ``lifted``, handing each record it serves to the Arrow decoder (``_arrow.BatchBuilder``) in C."""
+    ``lifted``, handing each record it serves to the Arrow decoder (``_arrow.BatchBuilder``) in C, which builds
+    only the ``columns`` asked for (every record served is checked all the same: structure, body CRC)."""
     pa = _pa()
     from pystore._arrow import BatchBuilder
 
-    schema = columns_schema()
+    schema = _projected(columns)
     rows = max_msg_nums if isinstance(max_msg_nums, int) and 0 < max_msg_nums < _FIRST_ROWS else _FIRST_ROWS
     builder = BatchBuilder(schema, False, max_rows=rows)
     if isinstance(max_msg_nums, int) and max_msg_nums > _HINT_ROWS and not timeout_ms:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,7 @@ from pystore._message_batch import MessageBatch
 from pystore._queue_reader import QueueReader
 from pystore._results import PutMessageResult
 from pystore.checkpoint import AbortFile, StoreLock
+from pystore.columns import get_columns as _get_columns
 from pystore.config import BrokerRole, StoreConfig
 from pystore.consumer import Consumer
 from pystore.consumer_offsets import ConsumerOffsets
@@ -463,10 +464,11 @@ class MessageStore:
 
     def get_columns(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                     message_filter: MessageFilter | TagFilter | str | None = None,
-                    timeout_ms: int = 0) -> tuple[GetMessageStatus, int, Any]:
-        """``get_message`` without its in-memory caps: ``(status, next_begin_offset, pyarrow.RecordBatch)``."""
-        return columns.get_columns(self._reads, group, topic, queue_id, offset, max_msg_nums, message_filter,
-                                   timeout_ms)
+                    timeout_ms: int = 0, columns: Sequence[str] | None = None) -> tuple[GetMessageStatus, int, Any]:
+        """``get_message`` without its in-memory caps: ``(status, next_begin_offset, pyarrow.RecordBatch)``; the
+        batch has the ``columns`` named (of ``columns_schema()``, in that order; None: all of them)."""
+        return _get_columns(self._reads, group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms,
+                            columns)
 
     def queue_units(self, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
         """A read-only numpy view of the consume-queue units from ``start``, to a file's end or ``count``."""

@@ -37,11 +37,26 @@ def _log_file(store) -> MappedFile:
     return MappedFile(os.path.join(store.config.commit_log_paths()[0], "%020d" % 0), -1, read_only=True)
 
 
-def test_a_schema_not_in_the_sources_column_order_is_refused():
+def test_a_schema_of_other_columns_is_refused_and_any_order_of_the_sources_is_taken(filled):
     schema = arrow_schema()
-    with pytest.raises(ValueError, match="columns"):
-        BatchBuilder(pa.schema(list(reversed(list(schema)))))
+    for bad in (pa.schema(list(schema) + [pa.field("extra", pa.int32())]),
+                pa.schema([schema.field("topic"), schema.field("topic")])):
+        with pytest.raises(ValueError, match="columns"):
+            BatchBuilder(bad)
     assert list(schema.names) == list(COLUMNS)
+    # the source's columns in another order (or some of them): the same rows, those columns in that order
+    backwards = pa.schema(list(reversed(list(schema))))
+    built = []
+    for s in (schema, backwards):
+        b = BatchBuilder(s)
+        mf = _log_file(filled)
+        try:
+            scan_file(b, mf, 0)
+            built.append(b.build())
+        finally:
+            mf.close()
+    assert built[1].schema.names == list(reversed(COLUMNS))
+    assert built[1].equals(built[0].select(list(reversed(COLUMNS))))
 
 
 def test_scan_file_rows_equal_the_stores_messages(filled):

@@ -525,3 +525,204 @@ def test_the_decode_worker_after_a_fork(store_factory):
         assert store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist() == want
     finally:
         decode_worker(before)
+
+
+# -- column projection (``columns=``) ---------------------------------------------------------------------
+
+ALL = tuple(columns_schema().names)
+
+
+def _projections(rng: random.Random) -> list[list[str]]:
+    """Column lists to ask for: the common ones, each column alone, and random subsets in random orders."""
+    out = [["queue_offset", "body"], ["body", "queue_offset"], ["msg_id"], ["tags"], ["keys"], ["properties"],
+           ["topic", "born_host", "store_host"], ["store_host", "msg_id"], list(reversed(ALL)), list(ALL)]
+    out += [[c] for c in ALL]
+    for _ in range(12):
+        out.append(rng.sample(ALL, rng.randint(1, len(ALL))))
+    return out
+
+
+def _same_projected(store, topic, qid, offset, nums, cols, filt_of=lambda: None):
+    """``get_columns(columns=cols)`` is the all-columns page's selection of ``cols``, same status and next."""
+    status, nxt, full = store.get_columns("g", topic, qid, offset, nums, filt_of())
+    got = store.get_columns("g", topic, qid, offset, nums, filt_of(), columns=cols)
+    assert got[:2] == (status, nxt), (topic, qid, offset, cols)
+    assert got[2].schema.names == list(cols)
+    assert got[2].schema.equals(pa.schema([columns_schema().field(c) for c in cols]))
+    assert got[2].num_rows == full.num_rows
+    for c in cols:
+        assert got[2].column(c).equals(full.column(c)), (c, cols, topic, qid, offset)
+    return status, nxt
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_projection_is_the_all_columns_pages_selection(store_factory, seed):
+    """Random stores (tags, keys, properties, unicode, batches), pages through file ends, with filters: each
+    projection asked for is, column for column, the all-columns page's."""
+    rng = random.Random(seed)
+    store = store_factory(mapped_file_size_consume_queue=20 * 37, mapped_file_size_commit_log=64 << 10,
+                          **UNCAPPED)
+    _fill(store, rng, 300)
+    projections = _projections(rng)
+    filters = [lambda: None, lambda: TagFilter("A || ünï"), lambda: "B", OddQueueOffsets]
+    pages = 0
+    for topic in TOPICS:
+        for qid in range(3):
+            high = store.get_max_offset_in_queue(topic, qid)
+            for filt_of in filters:
+                offset = 0
+                while offset < high:
+                    cols = rng.choice(projections)
+                    status, nxt = _same_projected(store, topic, qid, offset, rng.choice([1, 7, 64, 1024]), cols,
+                                                  filt_of)
+                    pages += 1
+                    if nxt <= offset:
+                        break
+                    offset = nxt
+            _same_projected(store, topic, qid, high, 16, ["body"])          # one past the end: empty
+    assert pages > 50
+
+
+def test_projections_over_many_windows(store_factory, worker):
+    """Pages of several deferred windows, decoded with and without the worker, projected."""
+    store = store_factory(mapped_file_size_commit_log=256 << 10, **UNCAPPED)
+    n = 2 * WINDOW + 300
+    _many(store, n, random.Random(12))
+    for cols in (["queue_offset", "body"], ["keys", "tags"], ["msg_id", "commit_log_offset"], ["properties"]):
+        offset = 0
+        while offset < n:
+            status, nxt = _same_projected(store, "T", 0, offset, n, cols)
+            assert status is GetMessageStatus.FOUND and nxt > offset
+            offset = nxt
+
+
+def test_an_empty_projected_page_has_the_projected_schema(store_factory):
+    store = store_factory()
+    status, nxt, batch = store.get_columns("g", "T", 0, 0, 10, columns=["body", "queue_offset"])
+    assert status is GetMessageStatus.NO_MESSAGE_IN_QUEUE and batch.num_rows == 0
+    assert batch.schema.names == ["body", "queue_offset"]
+
+
+@pytest.mark.parametrize("cols, words", [
+    (["queue_offset", "nope"], ["nope"]),
+    (["Body"], ["Body"]),
+    (["body", "tags", "body"], ["body"]),
+    ([], ["at least one"]),
+])
+def test_unknown_or_repeated_columns_are_refused_by_name(store_factory, cols, words):
+    store = store_factory()
+    assert store.put_message(Message("T", b"x")).is_ok()
+    with pytest.raises(ValueError) as e:
+        store.get_columns("g", "T", 0, 0, 10, columns=cols)
+    for w in words:
+        assert w in str(e.value)
+    with pytest.raises(TypeError):
+        store.get_columns("g", "T", 0, 0, 10, columns="body")
+
+
+def test_a_builder_refuses_a_schema_of_other_columns_or_types():
+    from pystore._arrow import BatchBuilder
+
+    full = columns_schema()
+    BatchBuilder(pa.schema([full.field("body"), full.field("topic")]))
+    for bad in (pa.schema([pa.field("body", pa.string())]), pa.schema([pa.field("other", pa.int64())]),
+                pa.schema([full.field("body"), full.field("body")]),
+                pa.schema([pa.field("born_timestamp", pa.timestamp("ms")),
+                           pa.field("store_timestamp", pa.timestamp("us"))])):
+        with pytest.raises(ValueError):
+            BatchBuilder(bad)
+
+
+@pytest.mark.parametrize("cols", [["queue_offset"], ["queue_offset", "topic", "msg_id"]])
+@pytest.mark.parametrize("bad", [5, WINDOW + 17])
+def test_a_projection_without_body_still_checks_the_crc(store_factory, worker, cols, bad):
+    """A wrong body CRC ends a page without a ``body`` column exactly where it ends the full page, and a page
+    that starts at it raises get_message's error."""
+    store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
+    n = 2 * WINDOW
+    for i in range(0, n, 1000):
+        bodies = [b"%07d" % j * 4 for j in range(i, min(n, i + 1000))]
+        assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    _flip(store, bad, BODY_AT + 3)
+    status, nxt = _same_projected(store, "T", 0, 0, n, cols)
+    assert status is GetMessageStatus.FOUND and nxt == bad
+    with pytest.raises(StoreCorruptedError) as want:
+        store.get_message("g", "T", 0, bad, n)
+    with pytest.raises(StoreCorruptedError) as got:
+        store.get_columns("g", "T", 0, bad, n, columns=cols)
+    assert (got.value.path, got.value.offset, str(got.value)) == (want.value.path, want.value.offset, str(want.value))
+    assert _same_projected(store, "T", 0, bad + 1, n, cols)[1] == n
+    store_factory.skip_check()
+
+
+@pytest.mark.parametrize("cols", [["queue_offset"], ["body", "queue_offset"]])
+def test_a_projection_refuses_a_structurally_damaged_record(store_factory, cols):
+    """A record whose magic code is damaged: the projected page stops before it, and one that starts at it
+    raises the error get_message raises."""
+    store = store_factory(**UNCAPPED)
+    assert store.put_messages(MessageBatch.from_bodies("T", [b"body %d" % i * 10 for i in range(20)])).is_ok()
+    _damage(store, "T", 0, 12, 4)
+    status, nxt, batch = store.get_columns("g", "T", 0, 0, 100, columns=cols)
+    assert status is GetMessageStatus.FOUND and nxt == 12 and batch.num_rows == 12
+    assert batch.column("queue_offset").to_pylist() == list(range(12))
+    with pytest.raises(StoreCorruptedError) as want:
+        store.get_message("g", "T", 0, 12, 100)
+    with pytest.raises(StoreCorruptedError) as got:
+        store.get_columns("g", "T", 0, 12, 100, columns=cols)
+    assert (got.value.path, got.value.offset) == (want.value.path, want.value.offset)
+    store_factory.skip_check()
+
+
+@pytest.mark.parametrize("cols", [None, ["queue_offset", "body"]])
+def test_the_on_disk_caps_hold_as_in_get_message(store_factory, cols):
+    """Every record more than the memory window behind the log's end (a window of 0): a page stops at the
+    on-disk caps (count, then bytes) exactly where get_message's does."""
+    store = store_factory(access_message_in_memory_max_ratio=0, max_transfer_count_on_message_in_disk=5,
+                          max_transfer_bytes_on_message_in_disk=1500, **UNCAPPED)
+    rng = random.Random(3)
+    bodies = [rng.randbytes(rng.choice([10, 100, 400])) for _ in range(200)]
+    assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    offset = pages = 0
+    while offset < 200:
+        want = store.get_message("g", "T", 0, offset, 64)
+        status, nxt, batch = store.get_columns("g", "T", 0, offset, 64, columns=cols)
+        assert (status, nxt) == (want.status, want.next_begin_offset) and want.message_count <= 5
+        assert batch.column("body").to_pylist() == [m.body for m in want.messages]
+        offset = nxt
+        pages += 1
+    assert pages >= 40
+
+
+@pytest.mark.parametrize("cols", [["body", "queue_offset"], ["msg_id", "keys", "topic"], ["properties", "tags"],
+                                  ["store_timestamp", "born_host"]])
+def test_the_spark_decoder_builds_a_projection_over_many_batches(store_factory, cols):
+    """``scan_file`` (records added one at a time, a builder reused over small batches, a topic filter) into a
+    projected schema: the projected columns of the all-columns batches, batch for batch."""
+    from pystore._arrow import BatchBuilder
+    from pystore._arrow_source import scan_file
+    from pystore._mapped_file import MappedFile
+
+    store = store_factory(**UNCAPPED)
+    rng = random.Random(21)
+    _fill(store, rng, 250)
+    store.flush()
+    path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
+    schema = pa.schema([arrow_schema().field(c) for c in cols])
+    tables = []
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        for s in (arrow_schema(), schema):
+            b = BatchBuilder(s, True, ["Orders"], max_rows=16)
+            pos, done, got = 0, False, []
+            while not done:
+                pos, done = scan_file(b, mf, pos)
+                batch = b.build()
+                if batch is not None:
+                    got.append(batch)
+            tables.append(pa.Table.from_batches(got, schema=s))
+    finally:
+        mf.close()
+    full, projected = tables
+    assert projected.num_rows == full.num_rows > 50
+    assert projected.schema.names == cols
+    assert projected.equals(full.select(cols))
