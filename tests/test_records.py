@@ -139,6 +139,33 @@ def test_find_valid_record_after(log):
     assert find_valid_record_after(mf, SMALL_FILE) == -1
 
 
+def test_find_valid_record_after_reads_no_holes(tmp_path):
+    """The search past a recovered end looks only where the file system reports data: a record written after
+    128 MiB of holes is found, and the holes are not read (reading them puts a zeroed page in memory for every
+    4 KiB: seconds and a gigabyte of page cache for a new 1 GiB file at each recovery). What is in memory
+    afterwards is the written pages and the kernel's read-around of the one it faulted in (a few MiB)."""
+    from smaps import resident_pages
+
+    size = 256 << 20
+    path = tmp_path / ("%020d" % 0)
+    first = encode_record(make_message(0), 0, 0, TS)
+    far_at = (128 << 20) + 100
+    far = encode_record(make_message(1), 1, far_at, TS + 1)
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.write(first)
+        f.seek(far_at)
+        f.write(far)
+    mf = MappedFile(str(path), size, read_only=True, from_offset=0)
+    try:
+        assert find_valid_record_after(mf, 0) == 0
+        assert find_valid_record_after(mf, len(first)) == far_at
+        assert find_valid_record_after(mf, far_at + 1) == -1
+        assert sum(resident_pages(str(path))) < 8192       # of 65,536
+    finally:
+        mf.close()
+
+
 def test_first_store_timestamp(log, tmp_path):
     mf, _ = log
     assert first_store_timestamp(mf) == TS
