@@ -9,12 +9,14 @@ Partitions are planned on the driver without reading a body:
   ``bytes_per_partition`` bytes at record boundaries found by walking the record headers.
 
 Each partition decodes its records with ``pystore._arrow`` (C loops into Arrow buffers) and yields
-``pyarrow.RecordBatch``es of the exact schema. Time bounds (``start_time`` inclusive, ``end_time``
+``pyarrow.RecordBatch``es of the exact schema: the source's, or the columns of a user's ``.schema(...)``
+(a projection, so that Spark converts only those into rows). Time bounds (``start_time`` inclusive, ``end_time``
 exclusive, on the store timestamp) and the topic/queue filters run inside the decoder loop.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -31,7 +33,7 @@ from pystore._mapped_file import MappedFile
 from pystore.errors import StoreCorruptedError
 from pystore.spark import layout
 from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_time, roots
-from pystore.spark.schema import COLUMNS, add_headers, arrow_schema, check_read_schema
+from pystore.spark.schema import COLUMNS, arrow_schema, check_read_schema, project
 from pystore.spark.subscription import ending_offsets, queue_bounds_of, starting_offsets, subscription
 from pystore.tools import _common_size, _valid_after
 
@@ -171,13 +173,21 @@ def queue_ranges(
 def read_slice(
     part: InputPartition, filters: Filters, schema: pa.Schema, rows_per_batch: int = ROWS_PER_BATCH
 ) -> Iterator[pa.RecordBatch]:
-    """The record batches of one partition (with ``includeHeaders``' column when ``schema`` has it)."""
-    if len(schema) == len(COLUMNS):
+    """The record batches of one partition, of ``schema``: the source's columns, or any of them in any
+    order (a user's read schema, checked by ``check_read_schema``; ``headers`` with ``includeHeaders``)."""
+    if schema.names == list(COLUMNS):
         yield from _read_slice(part, filters, schema, rows_per_batch)
         return
-    base = pa.schema(list(schema)[: len(COLUMNS)])
-    for rb in _read_slice(part, filters, base, rows_per_batch):
-        yield add_headers(rb, schema)
+    full = decoder_schema()
+    for rb in _read_slice(part, filters, full, rows_per_batch):
+        yield project(rb, schema)
+
+
+@functools.cache
+def decoder_schema() -> pa.Schema:
+    """The Arrow schema of every source column, made once per process (the decoder checks a schema it has
+    not seen before, and pyarrow builds it field by field)."""
+    return arrow_schema()
 
 
 def _read_slice(
