@@ -103,29 +103,45 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
     """Slices of at most ``bytes_per_partition`` bytes, and at least ``target`` of them when the data allows
     (a small store still uses every core): cut at record boundaries found by walking the record headers."""
     files = []
-    for path in layout.commit_log_files(root):
-        mf = MappedFile(path, -1, read_only=True)
-        try:
-            _starts, data_end, _code = split_points(mf, 0)
-        finally:
+    # the files cut below are walked twice (their data's end first, then the cuts): the second walk reuses
+    # the first one's mapping, whose pages are then in place (a fresh mapping faults every page again)
+    mapped: dict[str, MappedFile] = {}
+    try:
+        for path in layout.commit_log_files(root):
+            mf = MappedFile(path, -1, read_only=True)
+            try:
+                _starts, data_end, _code = split_points(mf, 0)
+            except BaseException:
+                mf.close()
+                raise
+            if data_end > 0:
+                files.append((path, data_end))
+            if data_end > 0 and len(mapped) < _KEEP_MAPPED:
+                mapped[path] = mf
+            else:
+                mf.close()
+        total = sum(n for _, n in files)
+        chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
+        out: list[CommitLogSlice] = []
+        for path, data_end in files:
+            if data_end <= chunk:
+                out.append(CommitLogSlice(root, path, 0, -1))
+                continue
+            mf = mapped.pop(path, None) or MappedFile(path, -1, read_only=True)
+            try:
+                starts, _end, _code = split_points(mf, chunk)
+            finally:
+                mf.close()
+            ends = starts[1:] + [-1]
+            out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
+        return out
+    finally:
+        for mf in mapped.values():
             mf.close()
-        if data_end > 0:
-            files.append((path, data_end))
-    total = sum(n for _, n in files)
-    chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
-    out: list[CommitLogSlice] = []
-    for path, data_end in files:
-        if data_end <= chunk:
-            out.append(CommitLogSlice(root, path, 0, -1))
-            continue
-        mf = MappedFile(path, -1, read_only=True)
-        try:
-            starts, _end, _code = split_points(mf, chunk)
-        finally:
-            mf.close()
-        ends = starts[1:] + [-1]
-        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
-    return out
+
+
+# mappings (and descriptors) the planner keeps between its two walks of a store's files at most
+_KEEP_MAPPED = 64
 
 
 def plan_queue_slices(
