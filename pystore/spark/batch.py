@@ -127,7 +127,7 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
             if data_end <= chunk:
                 out.append(CommitLogSlice(root, path, 0, -1))
                 continue
-            mf = mapped.pop(path, None) or MappedFile(path, -1, read_only=True)
+            mf = mapped.pop(path) if path in mapped else MappedFile(path, -1, read_only=True)
             try:
                 starts, _end, _code = split_points(mf, chunk)
             finally:
