@@ -10,6 +10,11 @@ plus the map's size) and returns the row count and the sum of ``crc32(body)``; b
 what was put, so a fast wrong read fails. One ``local[2]`` session serves the module (PySpark + Java
 needed, else the module is skipped).
 
+Narrow reads (``test_spark_read_narrow_pystore_vs_parquet_paired``): a user ``.schema(...)`` of a few columns,
+which the source yields alone (its projection), against ``spark.read.parquet(p).select(...)`` of the same
+columns, alternating; and a streaming drain with such a schema against a full one
+(``test_spark_stream_drain_narrow_vs_full_paired``).
+
 And the write (``test_spark_write_pystore_vs_parquet_paired``): ``df.write.format("pystore")`` of N_WRITE rows
 against ``df.write.parquet`` of the same cached DataFrame, paired round by round (target >= 0.5x).
 
@@ -332,16 +337,103 @@ def test_spark_read_pystore_vs_parquet_paired(benchmark, record, spark, data):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# narrow reads paired: a user schema of a few columns (the source's projection) against Parquet reading the
+# same columns (.select), alternating as above
+# ---------------------------------------------------------------------------------------------------------
+
+NARROW = "queue_offset long, store_timestamp timestamp, body binary"
+
+
+def _narrow_shapes() -> dict[str, tuple[str, Any]]:
+    """shape: (the pystore read schema, the query on the DataFrame of those columns)."""
+    from pyspark.sql import functions as F
+
+    def hashed(df: Any) -> tuple[int, int, int]:
+        r = df.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.crc32("body")).alias("crc"),
+            F.sum(F.xxhash64(*df.columns) % 1000003).alias("h"),
+        ).first()
+        return int(r.n), int(r.crc), int(r.h)
+
+    return {
+        "3 columns hashed": (NARROW, hashed),
+        "3 columns noop write": (NARROW, lambda df: df.write.format("noop").mode("overwrite").save() or -1),
+        "count() of 1 column": ("queue_offset long", lambda df: df.count()),
+        "sum(length(body))": ("body binary", lambda df: int(df.agg(F.sum(F.length("body"))).first()[0])),
+    }
+
+
+def test_spark_read_narrow_pystore_vs_parquet_paired(benchmark, record, spark, data):
+    """Each shape: ``spark.read.format("pystore").schema(<columns>)`` against
+    ``spark.read.parquet(p).select(<columns>)`` (``count()``: Parquet's own count, which reads no column),
+    alternating; rows/s per source and the median of the per-pair ratios (Parquet's time over pystore's)."""
+    import statistics
+    import time
+
+    def sources(ddl: str) -> dict[str, Any]:
+        names = [c.split()[0] for c in ddl.split(", ")]
+        return {
+            "pystore": lambda: spark.read.format("pystore").schema(ddl).load(data["root"]),
+            "parquet": lambda: spark.read.parquet(data["parquet"]).select(*names),
+        }
+
+    def run_all() -> dict[str, dict[str, list[float]]]:
+        times: dict[str, dict[str, list[float]]] = {}
+        for shape, (ddl, q) in _narrow_shapes().items():
+            src = sources(ddl)
+            if shape == "count() of 1 column":
+                src["parquet"] = lambda: spark.read.parquet(data["parquet"])
+            seen = {name: q(src[name]()) for name in src}  # warm-up round of each
+            assert seen["pystore"] == seen["parquet"], "%s: pystore %r, parquet %r" % (shape, seen["pystore"],
+                                                                                          seen["parquet"])
+            if shape.endswith("hashed"):
+                assert seen["pystore"][:2] == (data["count"], data["crc_sum"]), seen
+            for _ in range(PAIRED_ROUNDS):
+                for name in src:
+                    t = time.perf_counter()
+                    got = q(src[name]())
+                    times.setdefault(shape, {}).setdefault(name, []).append(time.perf_counter() - t)
+                    assert got == seen[name], "%s on %s gave %r" % (shape, name, got)
+        return times
+
+    times = benchmark.pedantic(run_all, rounds=1, iterations=1)
+    for shape, by in times.items():
+        ratios = sorted(p / o for o, p in zip(by["pystore"], by["parquet"], strict=True))
+        med = {n: statistics.median(ts) for n, ts in by.items()}
+        record(
+            "paired narrow %s: pystore %.2f M rows/s, parquet %.2f M rows/s" % (
+                shape, N / med["pystore"] / 1e6, N / med["parquet"] / 1e6),
+            msgs_per_op=0,
+            paired_ratio=statistics.median(ratios),
+            paired_ratios=ratios,
+        )
+        print("paired narrow %-20s pystore %.3f s  parquet %.3f s  ratio (parquet time / pystore time) median "
+              "%.2f, pairs %s" % (shape, med["pystore"], med["parquet"], statistics.median(ratios),
+                                  " ".join("%.2f" % r for r in ratios)))
+
+
+# ---------------------------------------------------------------------------------------------------------
 # a streaming query draining the store: readStream (Trigger.AvailableNow) into the noop sink
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _drain(spark: Any, root: str, checkpoint: str, steady: list[float] | None = None, **options: Any) -> float:
+def _drain(
+    spark: Any,
+    root: str,
+    checkpoint: str,
+    steady: list[float] | None = None,
+    schema: str | None = None,
+    **options: Any,
+) -> float:
     """One drain's wall time (``start()`` to the end of ``awaitTermination()``); ``steady`` gets the seconds
-    of its micro-batches' ``addBatch`` (the tasks: decode, Arrow into the JVM, the sink)."""
+    of its micro-batches' ``addBatch`` (the tasks: decode, Arrow into the JVM, the sink). ``schema``: a
+    user read schema (the columns the stream reads)."""
     import time
 
     reader = spark.readStream.format("pystore").option("topics", benchlib.TOPIC)
+    if schema is not None:
+        reader = reader.schema(schema)
     for k, v in options.items():
         reader = reader.option(k, v)
     t = time.perf_counter()
@@ -376,6 +468,40 @@ def test_spark_stream_drain(benchmark, record, spark, data, tmp_path):
     m = record("spark_stream_drain_1m_128", msgs_per_op=N, payload_per_op=N * SIZE, steady_msgs_per_s=rate)
     print("stream drain: %.2f M rows/s wall (last round %.2f s), %.2f M rows/s steady (over addBatch: %s s)"
           % ((m.get("msgs_per_s") or 0) / 1e6, took, rate / 1e6, " ".join("%.2f" % x for x in steady[1:])))
+
+
+def test_spark_stream_drain_narrow_vs_full_paired(benchmark, record, spark, data, tmp_path):
+    """Drains of the N messages alternating: every column, and a narrow schema (``queue_offset,
+    store_timestamp, body``) into the noop sink; wall rows/s, steady rows/s (over ``addBatch``) and the
+    median ratio of the pairs (the full drain's time over the narrow one's)."""
+    import statistics
+
+    turn = iter(range(1000))
+    times: dict[str, list[float]] = {"full": [], "narrow": []}
+    steady: dict[str, list[float]] = {"full": [], "narrow": []}
+
+    def run_all() -> None:
+        for r in range(PAIRED_ROUNDS // 2 + 2):     # the first pair warms up
+            for name, schema in (("full", None), ("narrow", NARROW)):
+                ck = str(tmp_path / ("d%d" % next(turn)))
+                took = _drain(spark, data["root"], ck, steady[name] if r else None, schema)
+                if r:
+                    times[name].append(took)
+
+    benchmark.pedantic(run_all, rounds=1, iterations=1)
+    for what, by in (("wall", times), ("addBatch", steady)):
+        ratios = sorted(f / n for f, n in zip(by["full"], by["narrow"], strict=True))
+        med = {n: statistics.median(ts) for n, ts in by.items()}
+        record(
+            "stream drain narrow vs full (%s): %.2f vs %.2f M rows/s" % (
+                what, N / med["narrow"] / 1e6, N / med["full"] / 1e6),
+            msgs_per_op=0,
+            paired_ratio=statistics.median(ratios),
+            paired_ratios=ratios,
+        )
+        print("stream drain %-8s narrow %.3f s (%.2f M rows/s)  full %.3f s (%.2f M rows/s)  ratio median %.2f, "
+              "pairs %s" % (what, med["narrow"], N / med["narrow"] / 1e6, med["full"], N / med["full"] / 1e6,
+                            statistics.median(ratios), " ".join("%.2f" % r for r in ratios)))
 
 
 # ---------------------------------------------------------------------------------------------------------

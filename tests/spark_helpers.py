@@ -213,3 +213,40 @@ def spark_rows(df: Any) -> list[dict[str, Any]]:
 
 def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda d: (d["store_host"], d["commit_log_offset"]))
+
+
+def plain_rows(df: Any) -> list[dict[str, Any]]:
+    """Collect any DataFrame of the source's columns (all, some, in any order) as plain dicts of the same
+    shapes as :func:`ref_row`'s (timestamps as epoch microseconds, bodies as bytes, properties as dicts,
+    headers as ``(key, value bytes)`` lists), in a canonical order of rows; the key order is the columns'."""
+    from pyspark.sql import functions as F
+
+    cols = [F.unix_micros(c).alias(c) if c.endswith("_timestamp") else F.col(c) for c in df.columns]
+    out = []
+    for r in df.select(*cols).collect():
+        d = r.asDict()
+        if "body" in d:
+            d["body"] = bytes(d["body"])
+        if "properties" in d:
+            d["properties"] = dict(d["properties"])
+        if "headers" in d:
+            d["headers"] = [(h.key, bytes(h.value)) for h in d["headers"]]
+        out.append(d)
+    return canonical(out)
+
+
+def canonical(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` in an order that depends only on their values."""
+    return sorted(rows, key=lambda d: repr(sorted(d.items())))
+
+
+def project_rows(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """Reference rows (:func:`ref_row`) cut to ``names`` in that order (``headers`` from ``properties``, as
+    the source's Kafka-style column, in the stored order of the properties), canonically ordered."""
+    out = []
+    for r in rows:
+        d = {}
+        for n in names:
+            d[n] = [(k, v.encode("utf-8")) for k, v in r["properties"].items()] if n == "headers" else r[n]
+        out.append(d)
+    return canonical(out)

@@ -24,7 +24,15 @@ if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
     pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
 
 import reference_codec as ref  # noqa: E402
-from spark_helpers import RocketMQStoreWriter, ref_row, scan_commit_log, sort_rows, spark_rows  # noqa: E402
+from spark_helpers import (  # noqa: E402
+    RocketMQStoreWriter,
+    plain_rows,
+    project_rows,
+    ref_row,
+    scan_commit_log,
+    sort_rows,
+    spark_rows,
+)
 
 from pystore import Message, MessageStore  # noqa: E402
 
@@ -1314,3 +1322,194 @@ def test_stream_min_offsets_per_trigger_and_pattern_joins(tmp_path):
     with pytest.raises(ValueError, match="maxOffsetsPerTrigger and maxMessagesPerTrigger"):
         PystoreStreamReader({"path": root, "topics": "M1", "maxoffsetspertrigger": "1",
                              "maxmessagespertrigger": "2"}, None)
+
+
+# -----------------------------------------------------------------------------------------------------
+# a user schema is the projection
+# -----------------------------------------------------------------------------------------------------
+
+HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
+
+
+def read_as(spark, root: str, schema: Any, **options: Any):
+    r = spark.read.format("pystore").schema(schema)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load(root)
+
+
+def ddl_names(ddl: str) -> list[str]:
+    return [part.split()[0] for part in ddl.split(", ")]
+
+
+@pytest.mark.parametrize(
+    "ddl, options, keep",
+    [
+        ("queue_offset long, body binary", {}, lambda r: True),
+        # every kind of column, none in the source's order; through the consume queues
+        (
+            "msg_id string, tags string, store_timestamp timestamp, keys array<string>, topic string, "
+            "properties map<string,string>, born_host string, queue_id int",
+            {"subscribe": "T0,T2"},
+            lambda r: r["topic"] in ("T0", "T2"),
+        ),
+        # store times are BASE + 1 + i for message i: messages 300 to 899
+        ("body_crc int", {"start_time": BASE + 301, "end_time": BASE + 901},
+         lambda r: BASE + 301 <= r["store_timestamp"] // 1000 < BASE + 901),
+    ],
+)
+def test_user_schema_reads_those_columns_in_its_order(spark, main_store, ddl, options, keep):
+    names = ddl_names(ddl)
+    df = read_as(spark, main_store["root"], ddl, **options)
+    assert df.columns == names
+    got = plain_rows(df)
+    assert got == project_rows([r for r in main_store["rows"] if keep(r)], names)
+    assert got == plain_rows(read(spark, main_store["root"], **options).select(*names))
+    assert all(list(r) == names for r in got)
+
+
+def test_user_schema_count_and_filters_on_one_column(spark, main_store):
+    root = main_store["root"]
+    assert read_as(spark, root, "queue_offset long").count() == N_MAIN
+    assert read_as(spark, root, "topic string", subscribe="T1").count() == N_MAIN // 3
+    got = read_as(spark, root, "queue_offset long, queue_id int").where("queue_offset < 5").count()
+    assert got == sum(1 for r in main_store["rows"] if r["queue_offset"] < 5)
+
+
+def test_user_schema_struct_type_with_not_null_columns(spark, main_store):
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("commit_log_offset", LongType(), False), StructField("tags", StringType(), True)])
+    df = read_as(spark, main_store["root"], schema)
+    assert df.schema == schema
+    assert plain_rows(df) == project_rows(main_store["rows"], ["commit_log_offset", "tags"])
+
+
+def test_user_schema_with_headers(spark, main_store):
+    root = main_store["root"]
+    for ddl in (HEADERS_DDL + ", queue_offset long, properties map<string,string>", "queue_id int, " + HEADERS_DDL):
+        names = ddl_names(ddl)
+        df = read_as(spark, root, ddl, subscribe="T1", includeHeaders="true")
+        assert df.columns == names
+        got = plain_rows(df)
+        assert len(got) == N_MAIN // 3
+        assert got == project_rows([r for r in main_store["rows"] if r["topic"] == "T1"], names)
+        assert got == plain_rows(read(spark, root, subscribe="T1", includeHeaders="true").select(*names))
+    assert any(h for r in got for h in r["headers"])
+
+
+@pytest.mark.parametrize(
+    "schema, options, words",
+    [
+        ("queue_offsets long", {}, "field queue_offsets: the pystore source has no such column (did you mean "
+         "queue_offset?)"),
+        ("body binary, queue_offset int", {}, "field queue_offset: the pystore source's type for it is bigint, the "
+         "schema gives int"),
+        ("store_timestamp timestamp_ntz", {}, "field store_timestamp: the pystore source's type for it is timestamp"),
+        ("keys string", {"subscribe": "T1"}, "field keys: the pystore source's type for it is array<string>"),
+        (HEADERS_DDL, {}, 'field headers: the pystore source has it only with .option("includeHeaders", "true")'),
+        ("headers array<struct<key:string,value:string>>", {"includeHeaders": "true"},
+         "field headers: the pystore source's type for it is array<struct<key:string,value:binary>>"),
+    ],
+)
+def test_user_schema_refused_naming_the_field(spark, main_store, schema, options, words):
+    import re
+
+    with pytest.raises(Exception, match=re.escape(words)):
+        read_as(spark, main_store["root"], schema, **options).collect()
+
+
+def test_check_read_schema_refusals_without_spark():
+    from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+
+    from pystore.spark.schema import SchemaError, check_read_schema, spark_schema
+
+    assert check_read_schema(None) == spark_schema()
+    assert check_read_schema(None, headers=True) == spark_schema(True)
+    ok = StructType([StructField("msg_id", StringType()), StructField("queue_offset", LongType(), False)])
+    assert check_read_schema(ok) is ok
+    cases = [
+        (StructType([]), "needs at least one column"),
+        (StructType([StructField("tags", StringType(), False)]), "field tags: the pystore source's string holds nulls"),
+        (StructType([StructField("topic", StringType()), StructField("topic", StringType())]),
+         "field topic appears twice"),
+        (StructType([StructField("keys", ArrayType(StringType(), False))]),
+         "field keys: the pystore source's type for it is array<string> (nested fields nullable)"),
+        (StructType([StructField("Topic", StringType())]), "(did you mean topic?)"),
+    ]
+    for schema, words in cases:
+        with pytest.raises(SchemaError) as e:
+            check_read_schema(schema)
+        assert words in str(e.value), (words, str(e.value))
+
+
+def test_projection_shares_the_decoders_buffers(main_store):
+    from pyspark.sql.types import StructType
+
+    from pystore.spark.batch import Filters, decoder_schema, plan_commit_log_slices, read_slice
+    from pystore.spark.schema import arrow_schema, project
+
+    part = plan_commit_log_slices(main_store["root"], 1 << 30)[0]
+    full = next(read_slice(part, Filters([], -1, None, None, True), decoder_schema()))
+    names = ["body", "queue_offset", "topic"]
+    narrow = project(full, arrow_schema(StructType([spark_field(n) for n in names])))
+    assert narrow.schema.names == names and narrow.num_rows == full.num_rows
+    for n in names:
+        assert [b.address for b in narrow.column(n).buffers() if b is not None] == [
+            b.address for b in full.column(n).buffers() if b is not None
+        ]
+    got = next(read_slice(part, Filters([], -1, None, None, True), narrow.schema))
+    assert got.equals(narrow)
+
+
+def spark_field(name: str) -> Any:
+    from pystore.spark.schema import spark_schema
+
+    return spark_schema(True)[name]
+
+
+def test_stream_with_a_narrow_schema_resumes_from_its_checkpoint(spark, tmp_path):
+    root, out, ckpt = str(tmp_path / "s"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    ddl = "body binary, queue_offset long, queue_id int, topic string"
+    names = ddl_names(ddl)
+    clock = StepClock()
+    msgs = [message(i, topic=("S1", "S2", "S3")[i % 3], queue_id=i % 2) for i in range(420)]
+    put_all(root, msgs[:240], clock)
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("pystore").schema(ddl).option("topics", "S1,S2")
+            .option("maxMessagesPerTrigger", 70).load(root)
+            .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+            .trigger(availableNow=True).start()
+        )
+        await_available_now(q)
+
+    run()
+    assert spark.read.parquet(out).count() == 160
+    put_all(root, msgs[240:], clock)
+    run()
+    got = plain_rows(spark.read.parquet(out).select(*names))
+    want = project_rows([ref_row(d) for d in scan_commit_log(root) if d["topic"] in ("S1", "S2")], names)
+    assert len(want) == 280
+    assert got == want  # exactly once: no loss, no duplicate
+    offsets = sorted((n for n in os.listdir(os.path.join(ckpt, "offsets")) if n.isdigit()), key=int)
+    last = json.loads(open(os.path.join(ckpt, "offsets", offsets[-1])).read().splitlines()[-1])
+    assert last == {"S1/0": 70, "S1/1": 70, "S2/0": 70, "S2/1": 70}
+
+
+def test_stream_refuses_a_schema_as_itself(spark, main_store, tmp_path):
+    q = (
+        spark.readStream.format("pystore").schema("queue_offset int").option("topics", "T1")
+        .load(main_store["root"])
+        .writeStream.format("memory").queryName("badschema")
+        .option("checkpointLocation", str(tmp_path / "ck")).start()
+    )
+    try:
+        with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps it; the words are checked
+            q.awaitTermination(120)
+    finally:
+        q.stop()
+    err = str(e.value)
+    assert "field queue_offset: the pystore source's type for it is bigint, the schema gives int" in err, err
+    assert "UnboundLocalError" not in err, err

@@ -10,7 +10,9 @@
 
 Records are decoded in C straight into Arrow buffers (``pystore._arrow``). The source does not push
 filters down (PySpark reuses a DataFrame's pushed filters across later queries of the same DataFrame,
-see docs/spark.md): use the ``topic``/``queue_id``/``start_time``/``end_time`` options to read less.
+see docs/spark.md): use the ``topic``/``queue_id``/``start_time``/``end_time`` options to read less, and a
+read schema of the columns a query uses (``.schema("queue_offset long, body binary")``, the source's
+projection: PySpark prunes no column of a Python source itself).
 Needs the ``spark`` extra: ``pip install pystore-mq[spark]`` (PySpark >= 4.0, PyArrow).
 """
 

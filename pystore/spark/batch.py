@@ -9,12 +9,14 @@ Partitions are planned on the driver without reading a body:
   ``bytes_per_partition`` bytes at record boundaries found by walking the record headers.
 
 Each partition decodes its records with ``pystore._arrow`` (C loops into Arrow buffers) and yields
-``pyarrow.RecordBatch``es of the exact schema. Time bounds (``start_time`` inclusive, ``end_time``
+``pyarrow.RecordBatch``es of the exact schema: the source's, or the columns of a user's ``.schema(...)``
+(a projection, so that Spark converts only those into rows). Time bounds (``start_time`` inclusive, ``end_time``
 exclusive, on the store timestamp) and the topic/queue filters run inside the decoder loop.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -31,7 +33,7 @@ from pystore._mapped_file import MappedFile
 from pystore.errors import StoreCorruptedError
 from pystore.spark import layout
 from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_time, roots
-from pystore.spark.schema import COLUMNS, add_headers, arrow_schema, check_read_schema
+from pystore.spark.schema import COLUMNS, arrow_schema, check_read_schema, project
 from pystore.spark.subscription import ending_offsets, queue_bounds_of, starting_offsets, subscription
 from pystore.tools import _common_size, _valid_after
 
@@ -101,29 +103,45 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
     """Slices of at most ``bytes_per_partition`` bytes, and at least ``target`` of them when the data allows
     (a small store still uses every core): cut at record boundaries found by walking the record headers."""
     files = []
-    for path in layout.commit_log_files(root):
-        mf = MappedFile(path, -1, read_only=True)
-        try:
-            _starts, data_end, _code = split_points(mf, 0)
-        finally:
+    # the files cut below are walked twice (their data's end first, then the cuts): the second walk reuses
+    # the first one's mapping, whose pages are then in place (a fresh mapping faults every page again)
+    mapped: dict[str, MappedFile] = {}
+    try:
+        for path in layout.commit_log_files(root):
+            mf = MappedFile(path, -1, read_only=True)
+            try:
+                _starts, data_end, _code = split_points(mf, 0)
+            except BaseException:
+                mf.close()
+                raise
+            if data_end > 0:
+                files.append((path, data_end))
+            if data_end > 0 and len(mapped) < _KEEP_MAPPED:
+                mapped[path] = mf
+            else:
+                mf.close()
+        total = sum(n for _, n in files)
+        chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
+        out: list[CommitLogSlice] = []
+        for path, data_end in files:
+            if data_end <= chunk:
+                out.append(CommitLogSlice(root, path, 0, -1))
+                continue
+            mf = mapped.pop(path) if path in mapped else MappedFile(path, -1, read_only=True)
+            try:
+                starts, _end, _code = split_points(mf, chunk)
+            finally:
+                mf.close()
+            ends = starts[1:] + [-1]
+            out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
+        return out
+    finally:
+        for mf in mapped.values():
             mf.close()
-        if data_end > 0:
-            files.append((path, data_end))
-    total = sum(n for _, n in files)
-    chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
-    out: list[CommitLogSlice] = []
-    for path, data_end in files:
-        if data_end <= chunk:
-            out.append(CommitLogSlice(root, path, 0, -1))
-            continue
-        mf = MappedFile(path, -1, read_only=True)
-        try:
-            starts, _end, _code = split_points(mf, chunk)
-        finally:
-            mf.close()
-        ends = starts[1:] + [-1]
-        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
-    return out
+
+
+# mappings (and descriptors) the planner keeps between its two walks of a store's files at most
+_KEEP_MAPPED = 64
 
 
 def plan_queue_slices(
@@ -171,13 +189,21 @@ def queue_ranges(
 def read_slice(
     part: InputPartition, filters: Filters, schema: pa.Schema, rows_per_batch: int = ROWS_PER_BATCH
 ) -> Iterator[pa.RecordBatch]:
-    """The record batches of one partition (with ``includeHeaders``' column when ``schema`` has it)."""
-    if len(schema) == len(COLUMNS):
+    """The record batches of one partition, of ``schema``: the source's columns, or any of them in any
+    order (a user's read schema, checked by ``check_read_schema``; ``headers`` with ``includeHeaders``)."""
+    if schema.names == list(COLUMNS):
         yield from _read_slice(part, filters, schema, rows_per_batch)
         return
-    base = pa.schema(list(schema)[: len(COLUMNS)])
-    for rb in _read_slice(part, filters, base, rows_per_batch):
-        yield add_headers(rb, schema)
+    full = decoder_schema()
+    for rb in _read_slice(part, filters, full, rows_per_batch):
+        yield project(rb, schema)
+
+
+@functools.cache
+def decoder_schema() -> pa.Schema:
+    """The Arrow schema of every source column, made once per process (the decoder checks a schema it has
+    not seen before, and pyarrow builds it field by field)."""
+    return arrow_schema()
 
 
 def _read_slice(

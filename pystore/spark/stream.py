@@ -6,7 +6,9 @@ enough for Spark's continuous polling), so queues created after the query starte
 offset without a restart. A micro-batch ``(start, end]`` is planned into
 :class:`~pystore.spark.batch.QueueSlice` partitions (small ones packed into a ``QueueGroup``: as many tasks
 as ``minPartitions``, else Spark's default parallelism) and decoded like a batch read; a restarted query
-replans the checkpointed batch from the same offsets, so nothing is lost or read twice.
+replans the checkpointed batch from the same offsets, so nothing is lost or read twice. A user's
+``.schema(...)`` narrows the rows as in a batch read; the offsets never come from rows (they are the queues'
+bounds, read from their files), so a query reading only ``body`` resumes as one reading every column.
 
 Options (docs/spark.md): one of ``topics`` / ``subscribe`` / ``subscribePattern`` / ``assign`` (required;
 a pattern is matched again at every trigger, so new topics join), ``startingOffsets`` (``earliest`` default,
@@ -24,7 +26,7 @@ into Kafka's offsets-behind figures.
 Under ``Trigger.AvailableNow`` without a limit, a drain is one micro-batch of everything there was at the
 start. Its time goes to the query's start (Spark's Python stream runner and planner processes, which
 import PySpark, PyArrow and pystore), then ``addBatch``: the tasks, where the decoder's share is small
-next to Spark's intake of the Arrow batches (rows built from the 19 columns); the offsets, planning and
+next to Spark's intake of the Arrow batches (rows built from every column read); the offsets, planning and
 checkpoint writes are a few percent (``bench/profile_spark_stream.py`` prints the split).
 """
 
