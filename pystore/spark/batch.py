@@ -33,7 +33,7 @@ from pystore._mapped_file import MappedFile
 from pystore.errors import StoreCorruptedError
 from pystore.spark import layout
 from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_time, roots
-from pystore.spark.schema import COLUMNS, arrow_schema, check_read_schema, project
+from pystore.spark.schema import arrow_schema, check_read_schema, project
 from pystore.spark.subscription import ending_offsets, queue_bounds_of, starting_offsets, subscription
 from pystore.tools import _common_size, _valid_after
 
@@ -191,12 +191,21 @@ def read_slice(
 ) -> Iterator[pa.RecordBatch]:
     """The record batches of one partition, of ``schema``: the source's columns, or any of them in any
     order (a user's read schema, checked by ``check_read_schema``; ``headers`` with ``includeHeaders``)."""
-    if schema.names == list(COLUMNS):
+    if "headers" not in schema.names:
+        # the decoder builds exactly these columns, and skips the work of the others
         yield from _read_slice(part, filters, schema, rows_per_batch)
         return
-    full = decoder_schema()
-    for rb in _read_slice(part, filters, full, rows_per_batch):
+    for rb in _read_slice(part, filters, _with_properties(schema), rows_per_batch):
         yield project(rb, schema)
+
+
+def _with_properties(schema: pa.Schema) -> pa.Schema:
+    """What the decoder builds for a read schema with ``headers`` (made from ``properties``): the schema
+    without it, and with ``properties`` when the schema lacks it."""
+    fields = [f for f in schema if f.name != "headers"]
+    if "properties" not in schema.names:
+        fields.append(decoder_schema().field("properties"))
+    return pa.schema(fields)
 
 
 @functools.cache

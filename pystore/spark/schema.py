@@ -157,12 +157,10 @@ def _unknown(name: str, headers: bool) -> str:
 
 
 def project(rb: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``rb`` (the decoder's batch: every source column, in order) narrowed to the columns of ``schema`` in
-    its order, without copying a buffer; ``headers`` is built from ``properties``. The one place a read
-    narrows a batch: once the decoder builds a subset schema itself, it gets ``schema`` (``properties`` in
-    place of ``headers``) directly and this keeps only the ``headers`` column's part."""
+    """``rb`` (a decoder's batch holding the columns of ``schema`` and ``properties``, in any order) as the
+    columns of ``schema`` in its order, without copying a buffer; ``headers`` is built from ``properties``."""
     cols = [
-        _headers(rb.column(COLUMNS.index("properties")), schema.field(i)) if n == "headers" else rb.column(n)
+        _headers(rb.column("properties"), schema.field(i)) if n == "headers" else rb.column(n)
         for i, n in enumerate(schema.names)
     ]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
