@@ -58,7 +58,7 @@ cdef int find_properties(const unsigned char *props, int32_t n, const char *name
 cdef int64_t tags_code_of(const unsigned char *rec, RecordView *v) noexcept nogil
 cdef MessageExt make_ext(const unsigned char *p, RecordView *v)
 cdef MessageExt make_ext_shared(bytes buf, int32_t base, RecordView *v)
-cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t limit,
+cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t magic_below, int64_t limit,
                               int64_t file_from) noexcept nogil
 
 

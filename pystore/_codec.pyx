@@ -431,22 +431,29 @@ cdef int64_t scan_records(const unsigned char *base, int64_t start, int64_t limi
         return pos
 
 
-cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t limit,
+cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t magic_below, int64_t limit,
                               int64_t file_from) noexcept nogil:
-    """The first position >= ``start`` holding a whole valid record (CRC checked) that also names its own
-    place (PHYSICALOFFSET == ``file_from`` + position), or -1. Tells a torn tail (nothing valid after the
-    damage) from damage in the middle of the log."""
+    """The first position >= ``start`` holding a whole valid record (CRC checked, within ``limit``) that also
+    names its own place (PHYSICALOFFSET == ``file_from`` + position) and whose magic code lies below
+    ``magic_below``, or -1. Tells a torn tail (nothing valid after the damage) from damage in the middle of the
+    log. The magic code's four bytes are never zero, so a caller that knows where the file holds data
+    (``_records.find_valid_record_after``) looks for magic codes only there, while the records they start
+    are checked against all of the file: the rest of a record may lie in blocks the file system reports as
+    holes (zeros of its body in a sparse copy, a page lost to a power cut)."""
     cdef const unsigned char *p
     cdef const unsigned char *hit
     cdef int64_t pos = start
     cdef RecordView v
-    while pos + 8 <= limit:
-        hit = <const unsigned char *>memchr(base + pos + 4, 0xDA, limit - pos - 4)
+    if magic_below > limit:
+        magic_below = limit
+    while pos + 8 <= limit and pos + 8 <= magic_below:
+        hit = <const unsigned char *>memchr(base + pos + 4, 0xDA, magic_below - pos - 4)
         if hit == NULL:
             return -1
         pos = (hit - base) - 4
         p = hit
-        if pos + _MIN_RECORD <= limit and p[1] == 0xA3 and p[2] == 0x20 and (p[3] == 0xA7 or p[3] == 0xAB):
+        if (pos + 8 <= magic_below and pos + _MIN_RECORD <= limit and p[1] == 0xA3 and p[2] == 0x20
+                and (p[3] == 0xA7 or p[3] == 0xAB)):
             if get_i64(base + pos + 28) == file_from + pos and check_record(base + pos, limit - pos, True, &v) > 0:
                 return pos
         pos += 1

@@ -207,9 +207,11 @@ def scan_file(MappedFile mf, long long start=0, bint check_crc=True, long long l
 
 def find_valid_record_after(MappedFile mf, long long start):
     """Position of the first whole valid record at or after ``start`` in ``mf`` (see
-    ``_codec.find_next_record``), or -1. Looks only where the file system reports data (``SEEK_DATA`` /
-    ``SEEK_HOLE``): a record is written whole, so none lies in a hole, and reading the holes of a mostly
-    unwritten 1 GiB file would fault in a zeroed page for every 4 KiB of them."""
+    ``_codec.find_next_record``), or -1. Looks for records' magic codes only where the file system reports
+    data (``SEEK_DATA`` / ``SEEK_HOLE``): the code's bytes are never zero, so they are data wherever a record
+    was written, and reading the holes of a mostly unwritten 1 GiB file would fault in a zeroed page for
+    every 4 KiB of them. A record found is checked against all of the file: its size field may begin in the
+    block before (three zero bytes of a small size) and its body may cover blocks reported as holes."""
     cdef int64_t pos = start, found = -1, lim = mf.file_size, data, hole
     if mf.base == NULL or start >= lim:
         return -1
@@ -221,7 +223,8 @@ def find_valid_record_after(MappedFile mf, long long start):
                 data = mf.data_extent(pos, &hole)
                 if data < 0:
                     break
-                found = find_next_record(mf.base, data, hole, mf.file_from_offset)
+                # a record starts 4 bytes before its magic code, which lies at or after data
+                found = find_next_record(mf.base, max(pos, data - 4), hole, lim, mf.file_from_offset)
                 if found >= 0:
                     break
                 pos = hole

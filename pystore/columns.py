@@ -373,7 +373,7 @@ _PROJECTIONS = 64
 
 
 def _projected(columns: Sequence[str] | None) -> Any:
-    """The schema of a page of ``columns`` (names of ``columns_schema()``, in their order; None: all of them).
+    """The schema of a page of ``columns`` (names of ``columns_schema()``, in the order given; None: all of them).
     ValueError for unknown or repeated names, or none."""
     schema = columns_schema()
     if columns is None:

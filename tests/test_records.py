@@ -166,6 +166,68 @@ def test_find_valid_record_after_reads_no_holes(tmp_path):
         mf.close()
 
 
+def punch(path: str, off: int, length: int) -> None:
+    """Make ``[off, off + length)`` of ``path`` a hole, its bytes zeros (what a sparse copy makes of zero blocks)."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        rc = libc.fallocate(fd, 3, ctypes.c_long(off), ctypes.c_long(length))   # KEEP_SIZE | PUNCH_HOLE
+        assert rc == 0, os.strerror(ctypes.get_errno())
+    finally:
+        os.close(fd)
+
+
+def test_record_spanning_a_hole_is_found(tmp_path):
+    """A record whose all-zero body blocks are holes (a sparse copy: `cp --sparse=always`, `rsync -S`; ZFS
+    with compression) is whole all the same: the search checks it against the file, not the data extent."""
+    size = 1 << 20
+    path = str(tmp_path / ("%020d" % 0))
+    first = encode_record(make_message(0), 0, 0, TS)
+    at = len(first)
+    big = encode_record(make_message(1, body=bytes(64 << 10)), 1, at, TS + 1)   # 64 KiB of zeros in its body
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.write(first)
+        f.write(big)
+    # what `cp --sparse=always` makes of it: the all-zero blocks inside the body become a hole
+    punch(path, 8192, 32 << 10)
+    with open(path, "rb") as f:
+        assert f.read(at + len(big))[at:] == big          # the bytes are unchanged
+    mf = MappedFile(path, size, read_only=True, from_offset=0)
+    try:
+        assert find_valid_record_after(mf, 1) == at       # the valid record after a damaged first one
+    finally:
+        mf.close()
+
+
+def test_record_starting_in_the_last_bytes_of_a_hole_block_is_found(tmp_path):
+    """A zeroed region (damage) then a valid record whose TOTALSIZE's leading zero bytes end a block: in a
+    sparse copy that block is a hole, and the file's data starts two bytes into the record."""
+    size = 1 << 20
+    path = str(tmp_path / ("%020d" % 0))
+    first = encode_record(make_message(0), 0, 0, TS)
+    at = 8192 - 2
+    rec = encode_record(make_message(1), 1, at, TS + 1)
+    assert rec[:2] == b"\0\0"
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.write(first)
+        f.seek(at)
+        f.write(rec)
+    punch(path, 4096, 4096)                      # all zeros: what cp --sparse=always leaves as a hole
+    with open(path, "rb") as f:
+        f.seek(at)
+        assert f.read(len(rec)) == rec
+    mf = MappedFile(path, size, read_only=True, from_offset=0)
+    try:
+        assert find_valid_record_after(mf, len(first)) == at
+    finally:
+        mf.close()
+
+
 def test_first_store_timestamp(log, tmp_path):
     mf, _ = log
     assert first_store_timestamp(mf) == TS

@@ -251,3 +251,55 @@ def test_damage_before_records_is_refused_when_the_checkpoint_cannot_tell_if_the
         assert recover_commit_log(cl, cp, cfg, abnormal=True).process_offset == victim.offset
     finally:
         cl.queue.close()
+
+
+def test_damage_before_a_record_with_holes_in_it_is_refused_not_cut(tmp_path):
+    """A store copied with `cp --sparse=always` (its last message's all-zero body becomes holes), then a record
+    before it damaged: recovery must refuse to cut durable data, as it does on the original."""
+    import subprocess
+
+    import crash_writer as cw
+    from conftest import FakeClock
+
+    from pystore import Message
+    from pystore.checkpoint import StoreCheckpoint
+    from pystore.commitlog import CommitLog
+    from pystore.config import StoreConfig
+    from pystore.errors import StoreCorruptedError
+    from pystore.mapped_file_queue import MappedFileQueue
+    from pystore.recovery import recover_commit_log
+    from pystore.store import MessageStore
+
+    TS = 1_700_000_000_000
+    FILE = 1 << 20
+    src = tmp_path / "src"
+    clock = FakeClock(TS)
+    with MessageStore.open(str(src), mapped_file_size_commit_log=FILE, clock=clock) as store:
+        for i in range(10):
+            clock.advance(1000)
+            assert store.put_message(Message("T", b"x" * 100 + b"%04d" % i)).is_ok()
+        clock.advance(1000)
+        assert store.put_message(Message("T", bytes(64 << 10))).is_ok()     # a zero-padded payload
+    dst = tmp_path / "dst"
+    subprocess.run(["cp", "-r", "--sparse=always", str(src), str(dst)], check=True)
+    w = cw.walk_log(str(dst))
+    victim = w.records[-2]
+    results = {}
+    for root in (src, dst):
+        path = os.path.join(cw.commitlog_dir(str(root)), "%020d" % 0)
+        with open(path, "r+b") as f:
+            f.seek(victim.offset + victim.size - 1)
+            f.write(b"\xff")                              # the body's last byte: a wrong CRC
+        cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE)
+        queue = MappedFileQueue(cfg.commit_log_paths(), FILE)
+        assert queue.load()
+        cp = StoreCheckpoint(cfg.checkpoint_path(), clock=FakeClock(TS + 10**9))
+        cl = CommitLog(cfg, queue)
+        try:
+            recover_commit_log(cl, cp, cfg, abnormal=True)
+            results[root.name] = "cut"
+        except StoreCorruptedError:
+            results[root.name] = "refused"
+        finally:
+            queue.close()
+    assert results == {"src": "refused", "dst": "refused"}
