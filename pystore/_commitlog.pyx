@@ -29,7 +29,7 @@ from pystore._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, 
 from pystore._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE,
                              TRANSACTION_TYPE_MASK, encode_like, encode_message, encode_with_body, enters_queue,
                              like_head_body, like_tail, message_length, write_blank)
-from pystore._mapped_file cimport MappedFile
+from pystore._mapped_file cimport MappedFile, prefault_follow_cpu
 from pystore._notify cimport ps_notify
 from pystore._hosts cimport encode_host
 from pystore._message cimport Message, copy_message
@@ -360,6 +360,7 @@ cdef class CommitLogCore:
         return mf
 
     cdef void _after_append(self, MappedFile mf) except *:
+        cdef int cpu
         # Keep pages ahead of the writer pre-faulted by the prefault worker (a page-table walk where they are
         # still writable; a no-op for transient-pool buffers).
         mf.prefault_ahead(mf.wrote, mf.window // 2 if mf.window >= 0 else CL_PREFAULT_LEAD)
@@ -371,7 +372,10 @@ cdef class CommitLogCore:
             if self.flush_wake_c:
                 self.flush_notified = 1
                 if self.follow_put_cpu:
-                    self.put_cpu = pinned_cpu()
+                    cpu = pinned_cpu()
+                    if cpu != self.put_cpu:
+                        self.put_cpu = cpu
+                        prefault_follow_cpu(cpu)
                 ps_notify(&self.flush_word, 0)
             elif self.flush_wakeup is not None:
                 self.flush_notified = 1

@@ -85,3 +85,7 @@ cdef class MappedFile:
     cdef void _unmap(self) noexcept
     cdef void _maybe_unmap(self) noexcept
     cdef void _drop_ref(self) noexcept
+
+
+# the CPU the process's prefault worker moves to before each request (a pinned put thread's; -1: its own set)
+cdef void prefault_follow_cpu(int cpu) noexcept nogil

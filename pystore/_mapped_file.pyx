@@ -95,6 +95,7 @@ cdef extern from "prefault_worker.h":
     int prefault_request "ps_pf_request"(void *addr, size_t length, void *lo, void *hi,
                                          uintptr_t *cursor) noexcept nogil
     uintptr_t *ps_pf_slot() noexcept nogil
+    void ps_pf_follow(int cpu) noexcept nogil
     unsigned long ps_pf_pending() noexcept nogil
     ctypedef struct ps_pf_req:
         char *addr
@@ -102,11 +103,18 @@ cdef extern from "prefault_worker.h":
         char *lo
         char *hi
         uintptr_t *cursor
-    int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped) noexcept nogil
+    ctypedef struct ps_cpu_follow:
+        int where
+    int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped,
+                       ps_cpu_follow *follow) noexcept nogil
     uintptr_t __atomic_load_n(uintptr_t *p, int order) noexcept nogil
     int __ATOMIC_RELAXED
     unsigned long long ps_pf_done_bytes, ps_pf_dropped, ps_pf_failed, ps_pf_skipped
     int ps_pf_unsupported
+
+
+cdef void prefault_follow_cpu(int cpu) noexcept nogil:
+    ps_pf_follow(cpu)
 
 
 def prefault_stats():
@@ -790,7 +798,7 @@ cdef class MappedFile:
             raise StoreClosedError("%s is closed" % self.file_name)
         try:
             with nogil:
-                rc = ps_pf_populate(&r, &done, &skipped)
+                rc = ps_pf_populate(&r, &done, &skipped, NULL)
                 err = errno if rc != 0 else 0
         finally:
             self.c_release()

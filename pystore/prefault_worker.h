@@ -26,6 +26,7 @@
 #include <sched.h>
 #include <string.h>
 #include <stdint.h>
+#include "cpu_follow.h"
 #define PS_PF_RING 256
 #define PS_PF_SLOTS 64
 #define PS_PF_PIECE (32 * 1024)
@@ -40,6 +41,12 @@ static unsigned long ps_pf_head, ps_pf_tail;
 static int ps_pf_started, ps_pf_atfork_set;
 static volatile int ps_pf_unsupported;
 static int ps_pf_active;        /* the worker is running a request it popped */
+/* the CPU the worker moves to before a request: a put thread's pinned CPU (CommitLogCore.follow_put_cpu
+   publishes it), or -1 (the worker's own CPU set). At idle priority it still takes 4 ms slices of a busy
+   CPU now and then: beside a pinned writer, not on the core a pinned consumer spins on. With several
+   stores in a process, the last one to publish decides. */
+static int ps_pf_cpu = -1;
+static void ps_pf_follow(int cpu) { __atomic_store_n(&ps_pf_cpu, cpu, __ATOMIC_RELAXED); }
 
 /* requests queued or running (for tests that must not meet a request left by an earlier file) */
 static unsigned long ps_pf_pending(void) {
@@ -58,9 +65,12 @@ static uintptr_t *ps_pf_slot(void) {
 
 /* populate [r.addr, r.addr + r.len) a piece at a time, each piece past the writer; the bytes go to
    *done and *skipped; -1 with errno set when madvise fails */
-static int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped) {
+static int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped,
+                          ps_cpu_follow *follow) {
     char *p = r->addr, *end = r->addr + r->len, *e, *c, *q;
     while (p < end) {
+        if (follow != NULL)     /* a request may span a whole file: the move is checked a piece at a time */
+            ps_follow_cpu(__atomic_load_n(&ps_pf_cpu, __ATOMIC_RELAXED), follow);
         c = (char *)__atomic_load_n(r->cursor, __ATOMIC_RELAXED);
         if (c >= r->lo && c < r->hi && c + PS_PF_GAP > p) {
             q = (char *)(((uintptr_t)c + PS_PF_GAP + 4095) & ~(uintptr_t)4095);
@@ -79,6 +89,9 @@ static int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned
 
 static void *ps_pf_main(void *arg) {
     (void)arg;
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "pystore-pfault");   /* as ps, top and perf show it (15 chars at most) */
+#endif
 #ifdef SCHED_IDLE
     /* Lowest class: it runs on a core nobody else wants and never preempts a writer (woken on the
        writer's core, a normal thread would take it over for the length of its faults, which a
@@ -100,6 +113,8 @@ static void *ps_pf_main(void *arg) {
             munmap(page, 4096);
         }
     }
+    ps_cpu_follow follow;
+    ps_cpu_follow_init(&follow);
     for (;;) {
         ps_pf_req r;
         pthread_mutex_lock(&ps_pf_mu);
@@ -109,7 +124,7 @@ static void *ps_pf_main(void *arg) {
         ps_pf_head++;
         ps_pf_active = 1;
         pthread_mutex_unlock(&ps_pf_mu);
-        if (ps_pf_populate(&r, &ps_pf_done_bytes, &ps_pf_skipped) != 0)
+        if (ps_pf_populate(&r, &ps_pf_done_bytes, &ps_pf_skipped, &follow) != 0)
             __atomic_add_fetch(&ps_pf_failed, 1, __ATOMIC_RELAXED);
         __atomic_store_n(&ps_pf_active, 0, __ATOMIC_RELEASE);
     }

@@ -193,9 +193,21 @@ def _service_cpus(store) -> tuple[set[int], set[int]]:
             os.sched_getaffinity(store._writer.index_builder._thread.native_id))
 
 
+def _prefault_worker_cpus() -> set[int]:
+    """The CPU set of the process's prefault worker (a C thread named ``pystore-pfault``)."""
+    import glob
+    import os
+
+    for task in glob.glob("/proc/self/task/*"):
+        with open(os.path.join(task, "comm")) as f:
+            if f.read().strip() == "pystore-pfault":
+                return os.sched_getaffinity(int(os.path.basename(task)))
+    raise AssertionError("no prefault worker thread")
+
+
 def test_the_waits_move_to_the_cpu_of_a_pinned_put_thread(store_factory):
-    """``follow_put_cpu``: while the put thread is pinned to one CPU, the flush service and the index builder
-    run on that CPU, not on a core another pinned thread (a spinning consumer) holds; when the put thread is
+    """``follow_put_cpu``: while the put thread is pinned to one CPU, the flush service, the index builder and
+    the prefault worker run on that CPU, not on a core another pinned thread (a spinning consumer) holds; when the put thread is
     not pinned they go back to their own CPU sets; with the option off they are never moved."""
     import os
 
@@ -210,10 +222,12 @@ def test_the_waits_move_to_the_cpu_of_a_pinned_put_thread(store_factory):
     time.sleep(0.7)                         # the flush service is in its wait (its pass after the first file)
     _put_from(store, None)
     assert _service_cpus(store) == (allowed, allowed)          # an unpinned put thread: nothing moves
-    _put_from(store, {cpu})
+    _put_from(store, {cpu}, 6000)       # 6 MB, into a new file: the prefault worker populates ahead of the puts
     assert _service_cpus(store) == ({cpu}, {cpu})
-    _put_from(store, None)
+    assert _prefault_worker_cpus() == {cpu}                      # it moves before each request
+    _put_from(store, None, 6000)
     assert _service_cpus(store) == (allowed, allowed)          # back to their own sets
+    assert _prefault_worker_cpus() == allowed
     off = store_factory("free", mapped_file_size_commit_log=4 << 20, follow_put_cpu=False)
     off.put_message(Message(TOPIC, b"first"))
     time.sleep(0.7)
