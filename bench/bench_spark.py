@@ -296,9 +296,28 @@ def _shapes() -> dict[str, Any]:
     }
 
 
+def _report_paired(record: Any, times: dict[str, dict[str, list[float]]], label: str) -> None:
+    """Each shape's rows/s per source and the median of the per-pair ratios (Parquet's time over pystore's),
+    recorded and printed."""
+    import statistics
+
+    for shape, by in times.items():
+        ratios = sorted(p / o for o, p in zip(by["pystore"], by["parquet"], strict=True))
+        med = {n: statistics.median(ts) for n, ts in by.items()}
+        record(
+            "paired %s%s: pystore %.2f M rows/s, parquet %.2f M rows/s" % (
+                label, shape, N / med["pystore"] / 1e6, N / med["parquet"] / 1e6),
+            msgs_per_op=0,
+            paired_ratio=statistics.median(ratios),
+            paired_ratios=ratios,
+        )
+        print("paired %s%-20s pystore %.3f s  parquet %.3f s  ratio (parquet time / pystore time) median %.2f, "
+              "pairs %s" % (label, shape, med["pystore"], med["parquet"], statistics.median(ratios),
+                            " ".join("%.2f" % r for r in ratios)))
+
+
 def test_spark_read_pystore_vs_parquet_paired(benchmark, record, spark, data):
     """Each shape on both sources, alternating; rows/s per source and the median of the per-pair ratios."""
-    import statistics
     import time
 
     sources = {
@@ -320,20 +339,7 @@ def test_spark_read_pystore_vs_parquet_paired(benchmark, record, spark, data):
                     assert got == want[shape], "%s on %s gave %r" % (shape, name, got)
         return times
 
-    times = benchmark.pedantic(run_all, rounds=1, iterations=1)
-    for shape, by in times.items():
-        ratios = sorted(p / o for o, p in zip(by["pystore"], by["parquet"], strict=True))
-        med = {n: statistics.median(ts) for n, ts in by.items()}
-        record(
-            "paired %s: pystore %.2f M rows/s, parquet %.2f M rows/s" % (
-                shape, N / med["pystore"] / 1e6, N / med["parquet"] / 1e6),
-            msgs_per_op=0,
-            paired_ratio=statistics.median(ratios),
-            paired_ratios=ratios,
-        )
-        print("paired %-18s pystore %.3f s  parquet %.3f s  ratio (parquet time / pystore time) median %.2f, "
-              "pairs %s" % (shape, med["pystore"], med["parquet"], statistics.median(ratios),
-                            " ".join("%.2f" % r for r in ratios)))
+    _report_paired(record, benchmark.pedantic(run_all, rounds=1, iterations=1), "")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -368,7 +374,6 @@ def test_spark_read_narrow_pystore_vs_parquet_paired(benchmark, record, spark, d
     """Each shape: ``spark.read.format("pystore").schema(<columns>)`` against
     ``spark.read.parquet(p).select(<columns>)`` (``count()``: Parquet's own count, which reads no column),
     alternating; rows/s per source and the median of the per-pair ratios (Parquet's time over pystore's)."""
-    import statistics
     import time
 
     def sources(ddl: str) -> dict[str, Any]:
@@ -397,20 +402,7 @@ def test_spark_read_narrow_pystore_vs_parquet_paired(benchmark, record, spark, d
                     assert got == seen[name], "%s on %s gave %r" % (shape, name, got)
         return times
 
-    times = benchmark.pedantic(run_all, rounds=1, iterations=1)
-    for shape, by in times.items():
-        ratios = sorted(p / o for o, p in zip(by["pystore"], by["parquet"], strict=True))
-        med = {n: statistics.median(ts) for n, ts in by.items()}
-        record(
-            "paired narrow %s: pystore %.2f M rows/s, parquet %.2f M rows/s" % (
-                shape, N / med["pystore"] / 1e6, N / med["parquet"] / 1e6),
-            msgs_per_op=0,
-            paired_ratio=statistics.median(ratios),
-            paired_ratios=ratios,
-        )
-        print("paired narrow %-20s pystore %.3f s  parquet %.3f s  ratio (parquet time / pystore time) median "
-              "%.2f, pairs %s" % (shape, med["pystore"], med["parquet"], statistics.median(ratios),
-                                  " ".join("%.2f" % r for r in ratios)))
+    _report_paired(record, benchmark.pedantic(run_all, rounds=1, iterations=1), "narrow ")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -144,8 +144,8 @@ class StoreConfig:
     # a file holds what was written plus this window, not its full size (warm_mapped_file_enable still takes
     # the whole commit-log file). Smaller saves disk at the cost of more page faults on the put path.
     prefault_window_bytes: int = 4 * 1024 * 1024
-    # pystore: while the thread that puts is pinned to one CPU (os.sched_setaffinity), the async flush service
-    # and the index builder move to that CPU, so that their work lands beside it instead of on a core another
+    # pystore: while the thread that puts is pinned to one CPU (os.sched_setaffinity), the async flush service,
+    # the index builder and the process's prefault worker move to that CPU, so that their work lands beside it instead of on a core another
     # pinned thread holds (a spinning consumer); they stay where the scheduler puts them while it is not
     # pinned (moving them then draws the put thread itself onto other cores). False: never moved
     follow_put_cpu: bool = True

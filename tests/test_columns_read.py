@@ -229,6 +229,19 @@ def test_small_queue_ranges_are_packed_into_a_task_per_core():
     assert len(parts) == 7 and all(isinstance(p, QueueSlice) for p in parts)
 
 
+def _scanned_batches(b, mf) -> list:
+    """The batches of one whole scan of commit-log file ``mf`` by the Spark decoder into builder ``b``."""
+    from pystore._arrow_source import scan_file
+
+    pos, done, got = 0, False, []
+    while not done:
+        pos, done = scan_file(b, mf, pos)
+        batch = b.build()
+        if batch is not None:
+            got.append(batch)
+    return got
+
+
 def test_hosts_topics_ids_and_properties_vary_from_row_to_row(store_factory):
     """Rows whose hosts (IPv4 and IPv6, born and store), commit-log offsets (across 64 KiB steps inside one file:
     the message id's digits) and properties (none, then keys and tags, then none again) change from one to the
@@ -260,7 +273,6 @@ def test_one_builder_over_many_batches_and_topics_equals_the_export(store_factor
     batch before, left empty or not) with rows of several topics is ``export.record_batch`` of the same
     messages."""
     from pystore._arrow import BatchBuilder
-    from pystore._arrow_source import scan_file
     from pystore._mapped_file import MappedFile
     from pystore.tools import iter_commitlog
 
@@ -277,12 +289,7 @@ def test_one_builder_over_many_batches_and_topics_equals_the_export(store_factor
     mf = MappedFile(path, -1, read_only=True)
     try:
         b = BatchBuilder(arrow_schema(), True, max_rows=16)
-        pos, done, got = 0, False, []
-        while not done:
-            pos, done = scan_file(b, mf, pos)
-            batch = b.build()
-            if batch is not None:
-                got.append(batch)
+        got = _scanned_batches(b, mf)
     finally:
         mf.close()
     table = pa.Table.from_batches(got, schema=arrow_schema())
@@ -699,7 +706,6 @@ def test_the_spark_decoder_builds_a_projection_over_many_batches(store_factory, 
     """``scan_file`` (records added one at a time, a builder reused over small batches, a topic filter) into a
     projected schema: the projected columns of the all-columns batches, batch for batch."""
     from pystore._arrow import BatchBuilder
-    from pystore._arrow_source import scan_file
     from pystore._mapped_file import MappedFile
 
     store = store_factory(**UNCAPPED)
@@ -713,12 +719,7 @@ def test_the_spark_decoder_builds_a_projection_over_many_batches(store_factory, 
     try:
         for s in (arrow_schema(), schema):
             b = BatchBuilder(s, True, ["Orders"], max_rows=16)
-            pos, done, got = 0, False, []
-            while not done:
-                pos, done = scan_file(b, mf, pos)
-                batch = b.build()
-                if batch is not None:
-                    got.append(batch)
+            got = _scanned_batches(b, mf)
             tables.append(pa.Table.from_batches(got, schema=s))
     finally:
         mf.close()

@@ -1004,6 +1004,19 @@ def test_offsets_json_both_forms():
         parse_assign('{"T1": 0}')
 
 
+def _stream_failure(q) -> str:
+    """The error a started streaming query ends with: the source's own (Spark wraps it), never the runner's
+    ``UnboundLocalError`` that masked option errors raised late."""
+    try:
+        with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps it; the words are checked
+            q.awaitTermination(120)
+    finally:
+        q.stop()
+    err = str(e.value)
+    assert "UnboundLocalError" not in err, err
+    return err
+
+
 def test_batch_read_refuses_a_typo_at_load(spark, main_store):
     with pytest.raises(Exception, match="did you mean startingOffsets"):
         read(spark, main_store["root"], startingOffset="earliest")
@@ -1031,14 +1044,8 @@ def test_stream_option_errors_surface_as_themselves(spark, main_store, tmp_path)
             .option("checkpointLocation", str(tmp_path / ("ck%d" % i)))
             .start()
         )
-        try:
-            with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps it; the words are checked
-                q.awaitTermination(120)
-        finally:
-            q.stop()
-        err = str(e.value)
+        err = _stream_failure(q)
         assert words in err, err
-        assert "UnboundLocalError" not in err, err
 
 
 def test_write_refuses_an_unknown_option(spark, tmp_path):
@@ -1505,11 +1512,5 @@ def test_stream_refuses_a_schema_as_itself(spark, main_store, tmp_path):
         .writeStream.format("memory").queryName("badschema")
         .option("checkpointLocation", str(tmp_path / "ck")).start()
     )
-    try:
-        with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps it; the words are checked
-            q.awaitTermination(120)
-    finally:
-        q.stop()
-    err = str(e.value)
+    err = _stream_failure(q)
     assert "field queue_offset: the pystore source's type for it is bigint, the schema gives int" in err, err
-    assert "UnboundLocalError" not in err, err
