@@ -760,13 +760,7 @@ cdef inline bint _fits(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t p
             or b[B_TOPIC].n + 3 * topic + 32 > b[B_TOPIC].cap or b[B_BH].n + host > b[B_BH].cap
             or b[B_SH].n + host > b[B_SH].cap or b[B_ID].n + host > b[B_ID].cap):
         return False
-    if props > 0 and (b[B_TAGS].n + 3 * props > b[B_TAGS].cap or b[B_KEYS].n + 3 * props > b[B_KEYS].cap
-                      or b[B_PK].n + 3 * props > b[B_PK].cap or b[B_PV].n + 3 * props > b[B_PV].cap
-                      or b[B_KEYS_O].n + 4 * (props + n) > b[B_KEYS_O].cap
-                      or b[B_PK_O].n + 4 * (props + n) > b[B_PK_O].cap
-                      or b[B_PV_O].n + 4 * (props + n) > b[B_PV_O].cap):
-        return False
-    return True
+    return props <= 0 or _props_fit(b, n, props)
 
 
 cdef bint _fits_some(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t props) noexcept nogil:
@@ -782,14 +776,16 @@ cdef bint _fits_some(Dec *d, int64_t n, int64_t body, int64_t topic, int64_t pro
     if ((on(d, B_BH) and b[B_BH].n + host > b[B_BH].cap) or (on(d, B_SH) and b[B_SH].n + host > b[B_SH].cap)
             or (on(d, B_ID) and b[B_ID].n + host > b[B_ID].cap)):
         return False
-    if props > 0 and on(d, B_PK) and (
-            b[B_TAGS].n + 3 * props > b[B_TAGS].cap or b[B_KEYS].n + 3 * props > b[B_KEYS].cap
-            or b[B_PK].n + 3 * props > b[B_PK].cap or b[B_PV].n + 3 * props > b[B_PV].cap
-            or b[B_KEYS_O].n + 4 * (props + n) > b[B_KEYS_O].cap
-            or b[B_PK_O].n + 4 * (props + n) > b[B_PK_O].cap
-            or b[B_PV_O].n + 4 * (props + n) > b[B_PV_O].cap):
-        return False
-    return True
+    return props <= 0 or not on(d, B_PK) or _props_fit(b, n, props)
+
+
+cdef inline bint _props_fit(Buf *b, int64_t n, int64_t props) noexcept nogil:
+    """Room for ``n`` rows' ``props`` bytes of properties in the property, tags and keys buffers."""
+    return not (b[B_TAGS].n + 3 * props > b[B_TAGS].cap or b[B_KEYS].n + 3 * props > b[B_KEYS].cap
+                or b[B_PK].n + 3 * props > b[B_PK].cap or b[B_PV].n + 3 * props > b[B_PV].cap
+                or b[B_KEYS_O].n + 4 * (props + n) > b[B_KEYS_O].cap
+                or b[B_PK_O].n + 4 * (props + n) > b[B_PK_O].cap
+                or b[B_PV_O].n + 4 * (props + n) > b[B_PV_O].cap)
 
 
 cdef inline int res(BatchBuilder self, int i, int64_t extra) except -1:
