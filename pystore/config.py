@@ -152,8 +152,11 @@ class StoreConfig:
     follow_put_cpu: bool = True
     # pystore: the least ms between two flushes of the async flush service while puts keep dirtying pages
     # (RocketMQ's service flushes whenever flush_commit_log_least_pages are dirty). Each flush wakes a thread,
-    # which takes a core from whatever runs beside; 10 ms of puts then reach the disk in one msync. 0: none
-    flush_commit_log_min_gap: int = 10
+    # and its msync sleeps on the disk and wakes it again several times, on whatever core: beside a consumer
+    # spinning on the other core of two, that is most of what delays it. 100 ms of puts then reach the disk in
+    # one msync (what ASYNC_FLUSH may lose to a power cut grows by as much; RocketMQ's timed interval is
+    # 500 ms). 0: none
+    flush_commit_log_min_gap: int = 100
     # What from_properties() could not place; not a setting.
     unknown_keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

@@ -89,7 +89,7 @@ EXTRA_DEFAULTS = [
     ("recover_truncate_corrupted", False),
     ("prefault_window_bytes", 4 * 1024 * 1024),
     ("follow_put_cpu", True),
-    ("flush_commit_log_min_gap", 10),
+    ("flush_commit_log_min_gap", 100),
 ]
 
 

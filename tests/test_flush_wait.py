@@ -217,7 +217,8 @@ def test_the_waits_move_to_the_cpu_of_a_pinned_put_thread(store_factory):
     if len(allowed) < 2:
         pytest.skip("needs two CPUs")
     cpu = max(allowed)
-    store = store_factory("follow", mapped_file_size_commit_log=4 << 20)
+    # the put thread's CPU is looked up when its puts wake the flush: at most one wake-up a min gap
+    store = store_factory("follow", mapped_file_size_commit_log=4 << 20, flush_commit_log_min_gap=10)
     store.put_message(Message(TOPIC, b"first"))
     time.sleep(0.7)                         # the flush service is in its wait (its pass after the first file)
     _put_from(store, None)
