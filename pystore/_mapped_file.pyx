@@ -50,7 +50,7 @@ from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, 
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
 
-from pystore._bytes cimport advance_i64, now_ms
+from pystore._bytes cimport advance_i64, now_ms, ps_cpu_follow
 from pystore._mapped_view cimport SelectMappedBufferResult
 
 import os
@@ -103,8 +103,6 @@ cdef extern from "prefault_worker.h":
         char *lo
         char *hi
         uintptr_t *cursor
-    ctypedef struct ps_cpu_follow:
-        int where
     int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped,
                        ps_cpu_follow *follow) noexcept nogil
     uintptr_t __atomic_load_n(uintptr_t *p, int order) noexcept nogil
