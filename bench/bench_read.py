@@ -375,6 +375,54 @@ def test_get_columns_body_sequential_paired(benchmark, data, record):
     benchlib.record_paired(benchmark, record, "get_columns_body_sequential (vs all columns)", N, ref, N)
 
 
+def test_get_columns_body_worker_paired(benchmark, data, record):
+    """One operation: the whole queue through ``get_columns(columns=["queue_offset", "body"])`` in pages of 32 k
+    as by default (windows of records decoded by the decode worker on the other core while the scan fills the
+    next, backing off when that core is not free). Paired with the same read with the worker turned off
+    (``_arrow.decode_worker(False)``: every window decoded in the scan's thread) in each round's setup;
+    ``paired_ratio`` is the median of (default rate / single-thread rate).
+
+    Checked: the count and the offset reached every round, then one more run's bodies and queue offsets."""
+    _needs("get_columns")
+    pytest.importorskip("pyarrow")
+
+    from pystore import GetMessageStatus
+    from pystore._arrow import decode_worker
+
+    get = data.store.get_columns
+    found = GetMessageStatus.FOUND
+
+    def read(keep: list[bytes] | None = None, offs: list[int] | None = None) -> tuple[int, int]:
+        count = off = 0
+        while off < N:
+            status, off, rb = get(GROUP, TOPIC, 0, off, PAGE, columns=BODY_COLUMNS)
+            if status != found:
+                raise AssertionError("get_columns at %d: %r" % (off, status))
+            count += rb.num_rows
+            if keep is not None and offs is not None:
+                keep += rb.column("body").to_pylist()
+                offs += rb.column("queue_offset").to_pylist()
+        return count, off
+
+    def single_thread() -> tuple[int, int]:
+        before = decode_worker(False)
+        try:
+            return read()
+        finally:
+            decode_worker(before)
+
+    benchmark.group = "sequential read"
+    kw, ref = benchlib.paired(benchmark, single_thread, 9)
+    count, end = benchmark.pedantic(read, **kw)
+    assert count == N and end == N
+    got: list[bytes] = []
+    offs: list[int] = []
+    assert read(got, offs) == (N, N)
+    assert offs == list(range(N))
+    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    benchlib.record_paired(benchmark, record, "get_columns_body (vs decode worker off)", N, ref, N)
+
+
 def test_get_message_sequential_retained(benchmark, data, record):
     """One operation: the same pages, every body kept in one list (200 k new bytes objects alive at the
     end); checked: the bodies' order-sensitive CRC. Beside it, ``floor_bytes_retained`` is what CPython

@@ -17,6 +17,7 @@ _RecordBatch = Any
 #: Column order of the data source (docs/api.md "Spark").
 COLUMNS: Final[tuple[str, ...]]
 
+def decode_worker_state() -> dict[str, int]: ...
 def decode_worker(enabled: bool | None = None) -> bool: ...
 @final
 class BatchBuilder(RecordSink):

@@ -37,7 +37,7 @@ from pystore._arrow_export cimport ArrowArray, Exporting, PS_ARRAYS, _array, ps_
 from pystore._bytes cimport body_crc32
 from pystore._codec cimport REC_BAD_CRC
 from pystore._record cimport RecordView
-from pystore._sink cimport Pending, same_bytes
+from pystore._sink cimport Pending, complete_plain, same_bytes
 from pystore._props cimport find_byte
 from pystore._textfmt cimport MAX_ITEMS, fmt_host, ms_to_us, parse_props, utf8_fix
 
@@ -206,21 +206,53 @@ cdef inline int64_t _row_bytes(int i, int64_t r) noexcept nogil:
 cdef extern from *:
     """
     #include <pthread.h>
+    #include <fcntl.h>
+    #include <stdio.h>
+    #include <unistd.h>
     typedef void (*ps_dw_fn)(void *);
     static pthread_mutex_t ps_dw_mu = PTHREAD_MUTEX_INITIALIZER;
     static pthread_cond_t ps_dw_cv = PTHREAD_COND_INITIALIZER;
     static ps_dw_fn ps_dw_job_fn;
     static void *ps_dw_job_arg;
     static int ps_dw_posted, ps_dw_done = 1, ps_dw_owned, ps_dw_started, ps_dw_atfork_set, ps_dw_failed;
-    /* off by default: on the shared 2-core machine it was measured on, a window's hand-off and the records'
-       trip to the other core's cache cost more than the decoding it moved; decode_worker(True) turns it on */
-    static int ps_dw_off = 1;
+    /* on by default: a job the worker has not started when the scan wants it done is taken back and run in
+       the scan's thread (ps_dw_wait), and after a job the worker was preempted in (the other core busy) the
+       owner decodes its next windows itself (ps_dw_skip, doubling while it happens again); decode_worker(False)
+       turns it off */
+    static int ps_dw_off = 0;
+    /* the worker waited for a CPU (on a run queue) more than a quarter of the time it ran over its last
+       PS_DW_SAMPLE jobs: the other core is not free (set by the worker before it says done; read by the owner
+       after) */
+    static int ps_dw_preempted;
+    /* windows the owners decode in their own thread before the worker is tried again, and that number the
+       next time the worker is found preempted (0: never found so since the last clean job) */
+    static int ps_dw_skip, ps_dw_backoff, ps_dw_clean;
+    static long long ps_dw_preemptions;
+    #define PS_DW_SAMPLE 4
+    #define PS_DW_FIRST_SKIP 8
+    #define PS_DW_MAX_SKIP 1024
+    /* clean jobs in a row after which the back-off starts again from PS_DW_FIRST_SKIP */
+    #define PS_DW_CLEAN 256
 
     /* how long each side spins before it sleeps: a window's hand-off is a few microseconds apart */
     #define PS_DW_SPIN 2000
 
+    /* this thread's time on a CPU and waiting on a run queue so far (ns), from the kernel's schedstat: 0 when
+       it cannot be read (the worker then never backs off) */
+    static int ps_dw_sched(int fd, long long *run, long long *wait) {
+        char buf[96];
+        ssize_t n;
+        if (fd < 0 || (n = pread(fd, buf, sizeof buf - 1, 0)) <= 0)
+            return 0;
+        buf[n] = 0;
+        return sscanf(buf, "%lld %lld", run, wait) == 2;
+    }
+
     static void *ps_dw_main(void *arg) {
+        long long jobs = 0, run = 0, wait = 0, last_run = 0, last_wait = 0;
+        int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
         (void)arg;
+        ps_dw_sched(fd, &last_run, &last_wait);
         for (;;) {
             int i;
             ps_dw_fn fn;
@@ -235,6 +267,11 @@ cdef extern from *:
             __atomic_store_n(&ps_dw_posted, 0, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&ps_dw_mu);
             fn(a);
+            if (++jobs % PS_DW_SAMPLE == 0 && ps_dw_sched(fd, &run, &wait)) {
+                ps_dw_preempted = 4 * (wait - last_wait) > run - last_run;
+                last_run = run;
+                last_wait = wait;
+            }
             pthread_mutex_lock(&ps_dw_mu);
             __atomic_store_n(&ps_dw_done, 1, __ATOMIC_RELEASE);
             pthread_cond_broadcast(&ps_dw_cv);
@@ -249,15 +286,22 @@ cdef extern from *:
         ps_dw_posted = 0;
         ps_dw_done = 1;
         ps_dw_owned = 0;
+        ps_dw_preempted = ps_dw_skip = ps_dw_backoff = ps_dw_clean = 0;
         ps_dw_started = 0;
     }
 
-    /* The worker for this caller (started on first use): 1, or 0 when another has it or none can start. */
+    /* The worker for this caller (started on first use): 1, or 0 when another has it, none can start, or the
+       owners are decoding in their own threads for a while (ps_dw_skip). */
     static int ps_dw_acquire(void) {
         int expect = 0;
         if (ps_dw_failed || ps_dw_off || !__atomic_compare_exchange_n(&ps_dw_owned, &expect, 1, 0, __ATOMIC_ACQUIRE,
                                                          __ATOMIC_RELAXED))
             return 0;
+        if (ps_dw_skip > 0) {
+            ps_dw_skip--;
+            __atomic_store_n(&ps_dw_owned, 0, __ATOMIC_RELEASE);
+            return 0;
+        }
         if (!ps_dw_started) {
             pthread_t t;
             pthread_attr_t at;
@@ -276,7 +320,21 @@ cdef extern from *:
         return 1;
     }
 
-    static void ps_dw_release(void) { __atomic_store_n(&ps_dw_owned, 0, __ATOMIC_RELEASE); }
+    /* The owner is done with the worker (its job done): after a job the worker was preempted in, the next
+       windows are decoded in their owners' threads. */
+    static void ps_dw_release(void) {
+        if (ps_dw_preempted) {
+            ps_dw_preempted = 0;
+            ps_dw_preemptions++;
+            ps_dw_backoff = ps_dw_backoff == 0 ? PS_DW_FIRST_SKIP
+                : (ps_dw_backoff >= PS_DW_MAX_SKIP ? PS_DW_MAX_SKIP : 2 * ps_dw_backoff);
+            ps_dw_skip = ps_dw_backoff;
+            ps_dw_clean = 0;
+        } else if (++ps_dw_clean >= PS_DW_CLEAN) {
+            ps_dw_backoff = 0;      /* the other core has been free for a while */
+        }
+        __atomic_store_n(&ps_dw_owned, 0, __ATOMIC_RELEASE);
+    }
 
     static void ps_dw_post(ps_dw_fn fn, void *arg) {
         pthread_mutex_lock(&ps_dw_mu);
@@ -288,9 +346,27 @@ cdef extern from *:
         pthread_mutex_unlock(&ps_dw_mu);
     }
 
-    /* until the job posted last is done (its writes then seen by this thread) */
+    /* until the job posted last is done (its writes then seen by this thread). A job the worker has not
+       taken yet is taken back and run here: waiting for a worker that is not running would cost the caller
+       the scheduler's delay, not the job's time. */
     static void ps_dw_wait(void) {
         int i;
+        ps_dw_fn fn = NULL;
+        void *a = NULL;
+        if (__atomic_load_n(&ps_dw_posted, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_lock(&ps_dw_mu);
+            if (ps_dw_posted) {
+                fn = ps_dw_job_fn;
+                a = ps_dw_job_arg;
+                __atomic_store_n(&ps_dw_posted, 0, __ATOMIC_RELAXED);
+            }
+            pthread_mutex_unlock(&ps_dw_mu);
+            if (fn != NULL) {
+                fn(a);
+                __atomic_store_n(&ps_dw_done, 1, __ATOMIC_RELEASE);
+                return;
+            }
+        }
         for (i = 0; i < PS_DW_SPIN && !__atomic_load_n(&ps_dw_done, __ATOMIC_ACQUIRE); i++)
             __builtin_ia32_pause();
         if (__atomic_load_n(&ps_dw_done, __ATOMIC_ACQUIRE))
@@ -302,6 +378,8 @@ cdef extern from *:
     }
     """
     int ps_dw_off
+    int ps_dw_skip, ps_dw_backoff
+    long long ps_dw_preemptions
     int ps_dw_acquire() noexcept nogil
     void ps_dw_release() noexcept nogil
     void ps_dw_post(void (*fn)(void *) noexcept nogil, void *arg) noexcept nogil
@@ -311,8 +389,14 @@ cdef extern from "crc32.h":
     uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
 
 
+def decode_worker_state():
+    """The decode worker's back-off, for tests and benchmarks: the jobs it was found preempted in so far, the
+    windows owners will still decode in their own threads, and the back-off's current length."""
+    return {"preemptions": ps_dw_preemptions, "skip": ps_dw_skip, "backoff": ps_dw_backoff}
+
+
 def decode_worker(enabled=None):
-    """Whether ``BatchBuilder`` hands windows of deferred records to the decode worker (off by default);
+    """Whether ``BatchBuilder`` hands windows of deferred records to the decode worker (on by default);
     ``enabled`` True or False sets it. Returns the setting before."""
     before = not ps_dw_off
     if enabled is not None:
@@ -819,6 +903,8 @@ cdef inline void _decode_window(Job *j, bint every) noexcept nogil:
     cdef int how = BODY_PLACED if j.crc else BODY_COPY
     while i < j.n:
         g = min(<int64_t>CRC_GROUP, j.n - i)
+        for k in range(g):
+            complete_plain(q[i + k].rec, &q[i + k].v)
         if j.crc:
             off = body.n
             for k in range(g):

@@ -20,7 +20,7 @@ from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
-from pystore._sink cimport Cut, Pending, RecordSink, same_bytes
+from pystore._sink cimport Cut, Pending, RecordSink, complete_plain, same_bytes
 from pystore._units cimport (DAMAGE_MISMATCH, DAMAGE_NONE, DAMAGE_RECORD, ConsumeQueueCore, is_filler, unit_damage,
                              unit_valid)
 
@@ -87,11 +87,10 @@ cdef object _record_tags(const unsigned char *rec, RecordView *v):
     return None
 
 
-cdef inline int32_t _check_plain(const unsigned char *p, int64_t remaining, int32_t size,
-                                 RecordView *v) noexcept nogil:
-    """``check_record`` without the CRC for the usual record: ``size`` bytes as its unit says, magic V1, IPv4
-    hosts, so that every field before the body is at a fixed place. Its size, with ``v`` filled as
-    ``check_record`` fills it; 0 for any other record (``check_record`` then says what it is)."""
+cdef inline int32_t _check_plain_part(const unsigned char *p, int64_t remaining, int32_t size,
+                                      RecordView *v) noexcept nogil:
+    """``_check_plain`` but for the fields no test needs (``complete_plain``: a deferring sink reads them
+    itself, off the scan's thread): ``v.magic`` is left 0 to say so."""
     cdef int32_t total = load_i32_acquire(p), sys_flag, bl, tl, pl, pos
     if (total != size or total > remaining or total < 91 or get_i32(p + 4) != MESSAGE_MAGIC_CODE):
         return 0
@@ -114,27 +113,28 @@ cdef inline int32_t _check_plain(const unsigned char *p, int64_t remaining, int3
     if pl < 0 or pos + pl != total:
         return 0
     v.total_size = total
-    v.magic = MESSAGE_MAGIC_CODE
-    v.body_crc = get_i32(p + 8)
+    v.magic = 0
     v.queue_id = get_i32(p + 12)
-    v.flag = get_i32(p + 16)
     v.queue_offset = get_i64(p + 20)
     v.phy_offset = get_i64(p + 28)
     v.sys_flag = sys_flag
-    v.born_ts = get_i64(p + 40)
-    v.born_host_pos = 48
-    v.born_host_len = 8
-    v.store_ts = get_i64(p + 56)
-    v.store_host_pos = 64
-    v.store_host_len = 8
-    v.reconsume_times = get_i32(p + 72)
-    v.prepared_tx_offset = get_i64(p + 76)
     v.body_len = bl
     v.body_pos = 88
     v.topic_pos = 89 + bl
     v.topic_len = tl
     v.props_pos = pos
     v.props_len = pl
+    return total
+
+
+cdef inline int32_t _check_plain(const unsigned char *p, int64_t remaining, int32_t size,
+                                 RecordView *v) noexcept nogil:
+    """``check_record`` without the CRC for the usual record: ``size`` bytes as its unit says, magic V1, IPv4
+    hosts, so that every field before the body is at a fixed place. Its size, with ``v`` filled as
+    ``check_record`` fills it; 0 for any other record (``check_record`` then says what it is)."""
+    cdef int32_t total = _check_plain_part(p, remaining, size, v)
+    if total != 0:
+        complete_plain(p, v)
     return total
 
 
@@ -343,7 +343,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                             prefetch_record(held_base + ahead, <int>min(rp - ahead, 256))
                     slot = sink.next
                     rec = held_base + rpos
-                    if (_check_plain(rec, rp - rpos, size, &slot.v) == 0 or slot.v.phy_offset != phy
+                    if (_check_plain_part(rec, rp - rpos, size, &slot.v) == 0 or slot.v.phy_offset != phy
                             or slot.v.queue_id != cq_qid or slot.v.queue_offset != qoff
                             or slot.v.topic_len != cq_topic_len
                             or not same_bytes(rec + slot.v.topic_pos, cq_topic, cq_topic_len)):

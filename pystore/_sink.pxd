@@ -10,10 +10,14 @@ wrong ends the page there, as when the scan finds it: ``commit``/``finish`` retu
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
+from pystore._bytes cimport get_i32, get_i64
+from pystore._codec cimport MESSAGE_MAGIC_CODE
 from pystore._record cimport RecordView
 
 
-# one record the scan accepted and deferred: its checked view, where it lies, its unit's place in the queue file
+# one record the scan accepted and deferred: its checked view, where it lies, its unit's place in the queue file.
+# The scan's tight loop leaves the fields no test needs unread (``v.magic`` 0): the sink completes the view
+# (``complete_plain``) before it uses them, in the thread that decodes
 cdef struct Pending:
     RecordView v
     const unsigned char *rec
@@ -47,6 +51,24 @@ cdef class RecordSink:
         if self.next == self.window_end:
             return self.hand_off()
         return 0
+
+
+cdef inline void complete_plain(const unsigned char *p, RecordView *v) noexcept nogil:
+    """The rest of the view of a checked plain record (magic V1, IPv4 hosts: every field before the body at a
+    fixed place) whose view the scan left partial (``v.magic`` 0); nothing for a view already whole."""
+    if v.magic != 0:
+        return
+    v.magic = MESSAGE_MAGIC_CODE
+    v.body_crc = get_i32(p + 8)
+    v.flag = get_i32(p + 16)
+    v.born_ts = get_i64(p + 40)
+    v.born_host_pos = 48
+    v.born_host_len = 8
+    v.store_ts = get_i64(p + 56)
+    v.store_host_pos = 64
+    v.store_host_len = 8
+    v.reconsume_times = get_i32(p + 72)
+    v.prepared_tx_offset = get_i64(p + 76)
 
 
 cdef inline bint same_bytes(const unsigned char *a, const unsigned char *b, Py_ssize_t n) noexcept nogil:

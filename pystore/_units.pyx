@@ -309,6 +309,22 @@ def units_below(MappedFile mf, long long phy_limit):
     return (pos, mx)
 
 
+def record_bytes(const unsigned char[::1] units not None, long long max_record):
+    """The records that whole units in ``units`` (a run of them, as bytes) point at, but for those whose size
+    is above ``max_record`` (fillers): ``(count, bytes)``. For sizing a page's buffers before it is read."""
+    cdef Py_ssize_t pos = 0, end = units.shape[0] - CQ_STORE_UNIT_SIZE
+    cdef int64_t count = 0, total = 0
+    cdef int32_t size
+    with nogil:
+        while pos <= end:
+            size = get_i32(&units[pos] + 8)
+            if size <= max_record:
+                count += 1
+                total += size
+            pos += CQ_STORE_UNIT_SIZE
+    return (count, total)
+
+
 def first_unit_at_or_above(MappedFile mf, long long low_pos, long long high_pos, long long min_phy):
     """Binary search (5.x ``correctMinOffset``): the first position in ``[low_pos, high_pos)`` whose unit points
     at or above ``min_phy`` (fillers count as below), or ``high_pos``."""

@@ -25,7 +25,7 @@ from pystore._message import Message
 from pystore._message_batch import MessageBatch
 from pystore._read import ReadLimits
 from pystore._results import PutMessageResult
-from pystore._units import UNIT_SIZE
+from pystore._units import UNIT_SIZE, record_bytes
 from pystore.results import PutColumnsResult
 from pystore.status import GetMessageStatus, PutMessageStatus
 
@@ -360,10 +360,9 @@ def _reserve(reads: StoreReads, builder: Any, topic: str, queue_id: int, offset:
         units = queue_units(reads, topic, queue_id, offset, max_msg_nums)
     except (TypeError, ValueError):
         return                      # the read itself says what is wrong
-    sizes = units["size"]
-    real = sizes[sizes <= _MAX_RECORD]          # no fillers
-    body = min(int(real.sum(dtype="int64")), PAGE_BYTES)
-    builder.reserve(len(real), body, len(real) * len(topic.encode("utf-8", "replace")))
+    rows, total = record_bytes(units.view(_np().uint8), _MAX_RECORD)         # no fillers
+    body = min(total, PAGE_BYTES)
+    builder.reserve(rows, body, rows * len(topic.encode("utf-8", "replace")))
 
 
 #: The schemas of the projections asked for (``_projected``), by their columns' names; at most

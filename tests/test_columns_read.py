@@ -534,6 +534,48 @@ def test_the_decode_worker_after_a_fork(store_factory):
         decode_worker(before)
 
 
+_ONE_CPU_READER = r"""
+import json, os, sys
+from pystore import MessageBatch, MessageStore
+from pystore._arrow import decode_worker, decode_worker_state
+
+# this thread and every thread it starts (the decode worker among them) on one CPU: the worker is never free
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+decode_worker(True)
+store = MessageStore.open(sys.argv[1], mapped_file_size_commit_log=1 << 22)
+n = int(sys.argv[2])
+for i in range(0, n, 1000):
+    store.put_messages(MessageBatch.from_bodies("T", [b"%07d" % j * 3 for j in range(i, min(n, i + 1000))]))
+want = [b"%07d" % j * 3 for j in range(n)]
+ok = True
+for _ in range(int(sys.argv[3])):
+    for cols in (None, ["queue_offset", "body"]):
+        status, nxt, batch = store.get_columns("g", "T", 0, 0, n, columns=cols)
+        ok = ok and nxt == n and batch.column("body").to_pylist() == want
+        ok = ok and batch.column("queue_offset").to_pylist() == list(range(n))
+store.shutdown()
+print(json.dumps({"ok": ok, **decode_worker_state()}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity")
+def test_the_decode_worker_backs_off_when_it_has_no_cpu_of_its_own(tmp_path):
+    """A reader and its decode worker on one CPU (another process's, in effect): the worker waits on the run
+    queue more than a quarter of the time it runs, so the owner decodes its next windows itself (the back-off),
+    and jobs the worker has not taken yet when the scan wants them are run by the scan's thread. The pages are
+    right all along: windows decoded by the worker, taken back, and decoded in the owner's thread mix."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _ONE_CPU_READER, str(tmp_path / "s"), str(8 * WINDOW), "12"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    state = json.loads(out.stdout.strip().splitlines()[-1])
+    assert state["ok"] is True
+    assert state["preemptions"] >= 1 and state["backoff"] >= 8
+
+
 # -- column projection (``columns=``) ---------------------------------------------------------------------
 
 ALL = tuple(columns_schema().names)

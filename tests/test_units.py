@@ -20,6 +20,7 @@ from pystore._units import (
     iter_units,
     next_valid_unit,
     read_unit,
+    record_bytes,
     recover_units,
     unit_at,
     units_below,
@@ -190,3 +191,15 @@ def test_next_valid_unit_finds_a_unit_whose_first_bytes_lie_in_a_hole(tmp_path):
         assert next_valid_unit(mf, 0) == u
     finally:
         mf.close()
+
+
+def test_record_bytes_counts_the_records_whole_units_point_at_but_fillers():
+    """``record_bytes``: the records a run of units points at and their bytes (what sizes a page's buffers),
+    fillers (and anything above the bound) left out, a partial unit at the end ignored."""
+    units = b"".join(struct.pack(">qiq", phy, size, 0) for phy, size in
+                     [(0, 2**31 - 1), (0, 200), (200, 333), (533, 2**30), (2**30 + 533, 2**30 + 1)])
+    assert record_bytes(units, 2**30) == (3, 200 + 333 + 2**30)
+    assert record_bytes(units, 300) == (1, 200)
+    assert record_bytes(units + b"\x00" * 19, 2**30) == (3, 200 + 333 + 2**30)
+    assert record_bytes(b"", 2**30) == (0, 0)
+    assert record_bytes(units[:19], 2**30) == (0, 0)
