@@ -224,6 +224,11 @@ cdef extern from *:
        PS_DW_SAMPLE jobs: the other core is not free (set by the worker before it says done; read by the owner
        after) */
     static int ps_dw_preempted;
+    /* the worker took a schedstat sample after the last job (set and read as ps_dw_preempted is): only those
+       jobs count as clean, not windows taken back or jobs between samples */
+    static int ps_dw_sampled;
+    /* the worker's own schedstat, open while it runs (closed in a forked child, which starts its own) */
+    static int ps_dw_fd = -1;
     /* windows the owners decode in their own thread before the worker is tried again, and that number the
        next time the worker is found preempted (0: never found so since the last clean job) */
     static int ps_dw_skip, ps_dw_backoff, ps_dw_clean;
@@ -231,8 +236,9 @@ cdef extern from *:
     #define PS_DW_SAMPLE 4
     #define PS_DW_FIRST_SKIP 8
     #define PS_DW_MAX_SKIP 1024
-    /* clean jobs in a row after which the back-off starts again from PS_DW_FIRST_SKIP */
-    #define PS_DW_CLEAN 256
+    /* clean samples in a row (PS_DW_SAMPLE jobs each) after which the back-off starts again from
+       PS_DW_FIRST_SKIP */
+    #define PS_DW_CLEAN 64
 
     /* how long each side spins before it sleeps: a window's hand-off is a few microseconds apart */
     #define PS_DW_SPIN 2000
@@ -250,9 +256,9 @@ cdef extern from *:
 
     static void *ps_dw_main(void *arg) {
         long long jobs = 0, run = 0, wait = 0, last_run = 0, last_wait = 0;
-        int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
         (void)arg;
-        ps_dw_sched(fd, &last_run, &last_wait);
+        ps_dw_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+        ps_dw_sched(ps_dw_fd, &last_run, &last_wait);
         for (;;) {
             int i;
             ps_dw_fn fn;
@@ -267,8 +273,9 @@ cdef extern from *:
             __atomic_store_n(&ps_dw_posted, 0, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&ps_dw_mu);
             fn(a);
-            if (++jobs % PS_DW_SAMPLE == 0 && ps_dw_sched(fd, &run, &wait)) {
+            if (++jobs % PS_DW_SAMPLE == 0 && ps_dw_sched(ps_dw_fd, &run, &wait)) {
                 ps_dw_preempted = 4 * (wait - last_wait) > run - last_run;
+                ps_dw_sampled = 1;
                 last_run = run;
                 last_wait = wait;
             }
@@ -286,7 +293,11 @@ cdef extern from *:
         ps_dw_posted = 0;
         ps_dw_done = 1;
         ps_dw_owned = 0;
-        ps_dw_preempted = ps_dw_skip = ps_dw_backoff = ps_dw_clean = 0;
+        ps_dw_preempted = ps_dw_sampled = ps_dw_skip = ps_dw_backoff = ps_dw_clean = 0;
+        if (ps_dw_fd >= 0) {        /* the parent's worker's: this child's worker opens its own */
+            close(ps_dw_fd);
+            ps_dw_fd = -1;
+        }
         ps_dw_started = 0;
     }
 
@@ -323,15 +334,18 @@ cdef extern from *:
     /* The owner is done with the worker (its job done): after a job the worker was preempted in, the next
        windows are decoded in their owners' threads. */
     static void ps_dw_release(void) {
-        if (ps_dw_preempted) {
-            ps_dw_preempted = 0;
-            ps_dw_preemptions++;
-            ps_dw_backoff = ps_dw_backoff == 0 ? PS_DW_FIRST_SKIP
-                : (ps_dw_backoff >= PS_DW_MAX_SKIP ? PS_DW_MAX_SKIP : 2 * ps_dw_backoff);
-            ps_dw_skip = ps_dw_backoff;
-            ps_dw_clean = 0;
-        } else if (++ps_dw_clean >= PS_DW_CLEAN) {
-            ps_dw_backoff = 0;      /* the other core has been free for a while */
+        if (ps_dw_sampled) {
+            ps_dw_sampled = 0;
+            if (ps_dw_preempted) {
+                ps_dw_preempted = 0;
+                ps_dw_preemptions++;
+                ps_dw_backoff = ps_dw_backoff == 0 ? PS_DW_FIRST_SKIP
+                    : (ps_dw_backoff >= PS_DW_MAX_SKIP ? PS_DW_MAX_SKIP : 2 * ps_dw_backoff);
+                ps_dw_skip = ps_dw_backoff;
+                ps_dw_clean = 0;
+            } else if (ps_dw_clean < PS_DW_CLEAN && ++ps_dw_clean == PS_DW_CLEAN) {
+                ps_dw_backoff = 0;      /* the other core has been free for a while */
+            }
         }
         __atomic_store_n(&ps_dw_owned, 0, __ATOMIC_RELEASE);
     }
@@ -412,7 +426,7 @@ cdef Pending *_spare_wins[2]
 _spare_wins[0] = _spare_wins[1] = NULL
 
 # records in a window of deferred ones: the worker takes a window once the scan has filled it, so a page of
-# fewer than two windows is decoded in the scan's thread alone
+# fewer records than a window holds is decoded in the scan's thread alone
 cdef enum:
     WINDOW = 2048
     # the bodies a window's decoding copies (and takes the CRC of) at a time
@@ -432,7 +446,7 @@ cdef class BatchBuilder(RecordSink):
     and hands them to Arrow as RecordBatches. As a ``RecordSink`` it takes the records ``get_message``'s
     scan serves (``get_columns``): the same decoder for Spark and the column API. It takes them deferred:
     the scan checks their structure, the builder their body CRC as it copies each body, a window at a time
-    (with ``decode_worker(True)``, on the decode worker while the scan fills the next window).
+    (unless ``decode_worker(False)``, on the decode worker while the scan fills the next window).
 
     ``BatchBuilder(schema, verify_crc=True, topics=None, queue_id=-1, start_ms=None, end_ms=None,
     max_rows=32768, max_bytes=64 MiB)``: ``schema`` is the exact ``pyarrow.Schema`` to produce: the data

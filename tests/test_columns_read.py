@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -508,7 +509,8 @@ def test_properties_are_split_as_rocketmq_splits_them_at_any_length_and_place():
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_the_decode_worker_after_a_fork(store_factory):
     """A child forked after the decode worker started (its thread is not in the child) decodes pages of several
-    windows with a worker of its own; the parent's goes on."""
+    windows with a worker of its own (its file of the parent's worker's run-queue figures closed); the parent's
+    goes on."""
     from pystore._arrow import decode_worker
 
     store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
@@ -516,15 +518,33 @@ def test_the_decode_worker_after_a_fork(store_factory):
     for i in range(0, n, 1000):
         bodies = [b"%06d" % j for j in range(i, min(n, i + 1000))]
         assert store.put_messages(MessageBatch.from_bodies("T", bodies)).is_ok()
+    def schedstat_fds_of(pid: int) -> list[str]:
+        """This process's open files that are a thread's schedstat of process ``pid`` (the worker's own)."""
+        found = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink("/proc/self/fd/" + fd)
+            except OSError:
+                continue
+            if target.endswith("/schedstat") and target.startswith("/proc/%d/" % pid):
+                found.append(target)
+        return found
+
     before = decode_worker(True)
     try:
         want = store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist()
         assert want == [b"%06d" % i for i in range(n)]
+        parent = os.getpid()
+        for _ in range(200):                           # the worker opens its schedstat as it starts
+            if schedstat_fds_of(parent) or not _schedstat_readable():
+                break
+            time.sleep(0.005)
         pid = os.fork()
-        if pid == 0:                                   # the child: exit status 0 only if it read the page right
+        if pid == 0:            # the child: exit status 0 only if it read the page right, without the parent's fd
             ok = False
             try:
                 ok = store.get_columns("g", "T", 0, 0, n)[2].column("body").to_pylist() == want
+                ok = ok and not schedstat_fds_of(parent)
             finally:
                 os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
@@ -558,7 +578,17 @@ print(json.dumps({"ok": ok, **decode_worker_state()}))
 """
 
 
+def _schedstat_readable() -> bool:
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return len(f.read().split()) >= 2
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity")
+@pytest.mark.skipif(not _schedstat_readable(), reason="needs /proc/thread-self/schedstat (the worker never backs "
+                                                      "off without it)")
 def test_the_decode_worker_backs_off_when_it_has_no_cpu_of_its_own(tmp_path):
     """A reader and its decode worker on one CPU (another process's, in effect): the worker waits on the run
     queue more than a quarter of the time it runs, so the owner decodes its next windows itself (the back-off),
