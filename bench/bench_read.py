@@ -286,23 +286,7 @@ def test_get_columns_sequential_paired(benchmark, data, record):
     np = pytest.importorskip("numpy")
     import mmap
 
-    from pystore import GetMessageStatus
-
     store = data.store
-    get = store.get_columns
-    found = GetMessageStatus.FOUND
-
-    def read(keep: list[bytes] | None = None) -> tuple[int, int]:
-        count = off = 0
-        while off < N:
-            status, off, rb = get(GROUP, TOPIC, 0, off, PAGE)
-            if status != found:
-                raise AssertionError("get_columns at %d: %r" % (off, status))
-            count += rb.num_rows
-            if keep is not None:
-                keep += rb.column("body").to_pylist()
-        return count, off
-
     path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -317,10 +301,11 @@ def test_get_columns_sequential_paired(benchmark, data, record):
 
     benchmark.group = "sequential read"
     kw, ref = benchlib.paired(benchmark, floor, 7)
-    count, end = benchmark.pedantic(read, **kw)
+    count, end = benchmark.pedantic(lambda: _read_pages(store, None), **kw)
     assert count == N and end == N
     got: list[bytes] = []
-    assert read(got) == (N, N)
+    offs: list[int] = []
+    assert _read_pages(store, None, got, offs) == (N, N)
     assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
     benchlib.record_paired(benchmark, record, "get_columns_sequential (vs memcpy of its records)", N, ref, N)
     records = None          # the view goes before its mapping
@@ -328,6 +313,35 @@ def test_get_columns_sequential_paired(benchmark, data, record):
 
 
 BODY_COLUMNS = ["queue_offset", "body"]      # what a reader of bodies asks get_columns for
+
+
+def _read_pages(store, columns: list[str] | None, keep: list[bytes] | None = None,
+                offs: list[int] | None = None) -> tuple[int, int]:
+    """The whole queue through ``get_columns(columns=...)`` in pages of PAGE: (messages read, offset reached);
+    with ``keep`` and ``offs``, the bodies and queue offsets go there."""
+    from pystore import GetMessageStatus
+
+    found = GetMessageStatus.FOUND
+    count = off = 0
+    while off < N:
+        status, off, rb = store.get_columns(GROUP, TOPIC, 0, off, PAGE, columns=columns)
+        if status != found:
+            raise AssertionError("get_columns at %d: %r" % (off, status))
+        count += rb.num_rows
+        if keep is not None and offs is not None:
+            keep += rb.column("body").to_pylist()
+            offs += rb.column("queue_offset").to_pylist()
+    return count, off
+
+
+def _check_body_pages(data) -> None:
+    """One more (untimed) read of the bodies: their order-sensitive CRC equals that of the bodies put, and the
+    queue offsets run from 0 to N - 1."""
+    got: list[bytes] = []
+    offs: list[int] = []
+    assert _read_pages(data.store, BODY_COLUMNS, got, offs) == (N, N)
+    assert offs == list(range(N))
+    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
 
 
 def test_get_columns_body_sequential_paired(benchmark, data, record):
@@ -341,37 +355,12 @@ def test_get_columns_body_sequential_paired(benchmark, data, record):
     _needs("get_columns")
     pytest.importorskip("pyarrow")
 
-    from pystore import GetMessageStatus
-
     store = data.store
-    get = store.get_columns
-    found = GetMessageStatus.FOUND
-
-    def read(columns: list[str] | None, keep: list[bytes] | None = None, offs: list[int] | None = None
-             ) -> tuple[int, int]:
-        count = off = 0
-        while off < N:
-            status, off, rb = get(GROUP, TOPIC, 0, off, PAGE, columns=columns)
-            if status != found:
-                raise AssertionError("get_columns at %d: %r" % (off, status))
-            count += rb.num_rows
-            if keep is not None and offs is not None:
-                keep += rb.column("body").to_pylist()
-                offs += rb.column("queue_offset").to_pylist()
-        return count, off
-
-    def projected() -> tuple[int, int]:
-        return read(BODY_COLUMNS)
-
     benchmark.group = "sequential read"
-    kw, ref = benchlib.paired(benchmark, lambda: read(None), 7)
-    count, end = benchmark.pedantic(projected, **kw)
+    kw, ref = benchlib.paired(benchmark, lambda: _read_pages(store, None), 7)
+    count, end = benchmark.pedantic(lambda: _read_pages(store, BODY_COLUMNS), **kw)
     assert count == N and end == N
-    got: list[bytes] = []
-    offs: list[int] = []
-    assert read(BODY_COLUMNS, got, offs) == (N, N)
-    assert offs == list(range(N))
-    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    _check_body_pages(data)
     benchlib.record_paired(benchmark, record, "get_columns_body_sequential (vs all columns)", N, ref, N)
 
 
@@ -386,40 +375,22 @@ def test_get_columns_body_worker_paired(benchmark, data, record):
     _needs("get_columns")
     pytest.importorskip("pyarrow")
 
-    from pystore import GetMessageStatus
     from pystore._arrow import decode_worker
 
-    get = data.store.get_columns
-    found = GetMessageStatus.FOUND
-
-    def read(keep: list[bytes] | None = None, offs: list[int] | None = None) -> tuple[int, int]:
-        count = off = 0
-        while off < N:
-            status, off, rb = get(GROUP, TOPIC, 0, off, PAGE, columns=BODY_COLUMNS)
-            if status != found:
-                raise AssertionError("get_columns at %d: %r" % (off, status))
-            count += rb.num_rows
-            if keep is not None and offs is not None:
-                keep += rb.column("body").to_pylist()
-                offs += rb.column("queue_offset").to_pylist()
-        return count, off
+    store = data.store
 
     def single_thread() -> tuple[int, int]:
         before = decode_worker(False)
         try:
-            return read()
+            return _read_pages(store, BODY_COLUMNS)
         finally:
             decode_worker(before)
 
     benchmark.group = "sequential read"
     kw, ref = benchlib.paired(benchmark, single_thread, 9)
-    count, end = benchmark.pedantic(read, **kw)
+    count, end = benchmark.pedantic(lambda: _read_pages(store, BODY_COLUMNS), **kw)
     assert count == N and end == N
-    got: list[bytes] = []
-    offs: list[int] = []
-    assert read(got, offs) == (N, N)
-    assert offs == list(range(N))
-    assert benchlib.bodies_checksum(got) == benchlib.bodies_checksum(data.bodies)
+    _check_body_pages(data)
     benchlib.record_paired(benchmark, record, "get_columns_body (vs decode worker off)", N, ref, N)
 
 
