@@ -578,6 +578,44 @@ print(json.dumps({"ok": ok, **decode_worker_state()}))
 """
 
 
+def test_pages_read_by_several_threads_at_once_equal_single_thread_pages(store_factory, worker):
+    """Three threads reading pages of several windows at once: one of them borrows the decode worker at a time,
+    the others decode in their own threads, and windows are taken back or backed off as it happens; every page
+    equals the same page decoded in one thread (the worker off), column for column."""
+    import threading
+
+    from pystore._arrow import decode_worker
+
+    store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
+    n = 5 * WINDOW + 333
+    _many(store, n, random.Random(5))
+    starts = [0, 17, WINDOW - 1, 2 * WINDOW + 5, 3 * WINDOW]
+    before = decode_worker(False)
+    try:
+        want = {s: store.get_columns("g", "T", 0, s, n) for s in starts}
+    finally:
+        decode_worker(before)
+    errors: list[BaseException] = []
+
+    def reader(k: int) -> None:
+        try:
+            for i in range(12):
+                s = starts[(k + i) % len(starts)]
+                status, nxt, batch = store.get_columns("g", "T", 0, s, n)
+                w = want[s]
+                assert (status, nxt) == w[:2] and batch.equals(w[2]), (k, i, s)
+        except BaseException as e:          # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors[0]
+
+
 def _schedstat_readable() -> bool:
     try:
         with open("/proc/thread-self/schedstat") as f:
