@@ -89,6 +89,15 @@ cdef struct Job:
     bint crc
     int64_t done
     int64_t done_bytes
+    # PART_ALL: decode the records whole (rows from ``d.rows``), checking their body CRCs; PART_REST: every
+    # column but the body for rows ``row0`` on, whose bodies the scan's thread placed and checked (``split``)
+    int part
+    int64_t row0
+
+
+cdef enum:
+    PART_ALL = 0
+    PART_REST = 1
 
 
 cdef inline bint on(Dec *d, int i) noexcept nogil:
@@ -121,6 +130,9 @@ cdef class BatchBuilder(RecordSink):
     cdef int fill                        # the window being filled (from ``next``, up to ``window_end``)
     cdef bint defer_crc, cut_found
     cdef bint busy                       # ``job`` is with the worker
+    # the page decodes text columns: the scan's thread copies each window's bodies (with their CRCs) itself and
+    # the worker builds the rest of the window's columns (``_fill_split``), which balances the two threads
+    cdef bint split
     cdef Job job
     cdef int64_t good, good_bytes, good_phy          # deferred records decoded so far
 
@@ -135,6 +147,8 @@ cdef class BatchBuilder(RecordSink):
     cdef int _wait(self) except -1
     cdef int _done(self, Job *j) except -1
     cdef int _decode_fill(self, bint worker) except -1
+    cdef int _fill_split(self, Pending *q, int64_t n) except -1
+    cdef int _room_rest(self, int64_t n, int64_t topic, int64_t props) except -1
     cdef int check_crc(self, const unsigned char *p, RecordView *v, str path, int64_t offset) except -1
     cdef int add(self, const unsigned char *p, RecordView *v) except -1
 

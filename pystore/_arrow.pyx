@@ -719,6 +719,7 @@ cdef class BatchBuilder(RecordSink):
         self.cut_found = False
         self.good = self.good_bytes = 0
         self.good_phy = -1
+        self.split = self.d.every or (self.d.cols & TEXT_COLS) != 0
         return True
 
     cdef int hand_off(self) except -1:
@@ -754,7 +755,10 @@ cdef class BatchBuilder(RecordSink):
         return self._done(&self.job)
 
     cdef int _done(self, Job *j) except -1:
-        """Account for a decoded window (1 when it ended at a wrong CRC: ``cut`` says where)."""
+        """Account for a decoded window (1 when it ended at a wrong CRC: ``cut`` says where); nothing for the rest
+        of a split window (``_fill_split`` accounted for it when it placed the bodies)."""
+        if j.part == PART_REST:
+            return 0
         self.good += j.done
         self.good_bytes += j.done_bytes
         if j.done > 0:
@@ -775,9 +779,13 @@ cdef class BatchBuilder(RecordSink):
         cdef Job *j = &self.job
         cdef Pending *q = self.wins[self.fill]
         cdef int64_t i, n, body = 0, topic = 0, props = 0
-        if self._wait() or self.cut_found:
+        if self.cut_found:
             return 1
         n = self.next - q
+        if worker and self.split and n > 0 and not ps_dw_off:
+            return self._fill_split(q, n)
+        if self._wait() or self.cut_found:
+            return 1
         if n == 0:
             return 0
         for i in range(n):
@@ -789,6 +797,7 @@ cdef class BatchBuilder(RecordSink):
         j.recs = q
         j.n = n
         j.crc = self.defer_crc
+        j.part = PART_ALL
         if worker and ps_dw_acquire():
             self.busy = True
             self.fill ^= 1
@@ -798,6 +807,85 @@ cdef class BatchBuilder(RecordSink):
         self._empty()
         _decode_job(j)
         return self._done(j)
+
+    cdef int _fill_split(self, Pending *q, int64_t n) except -1:
+        """``_decode_fill`` for a page with text columns: copy the window's bodies with their CRCs here (up to
+        the first wrong one: the ``cut``), while the worker may still be building the last window's other
+        columns, then hand this window's other columns to the worker (or build them here when it is not free)
+        and fill the other window. Only the scan's thread touches the body buffer meanwhile; the per-row
+        buffers, which the worker writes too, grow only once it is done."""
+        cdef Job *j = &self.job
+        cdef Job sb
+        cdef int64_t i, k, body = 0, topic = 0, props = 0
+        if self.d.rows + n > self.d.cap_rows:
+            if self._wait():
+                return 1
+            while self.d.rows + n > self.d.cap_rows:
+                self._more_rows()
+        for i in range(n):
+            body += q[i].v.body_len
+        self.d.spare = self.d.pspare = 0
+        res(self, B_BODY, body)
+        sb.d = &self.d
+        sb.recs = q
+        sb.n = n
+        sb.crc = self.defer_crc
+        sb.part = PART_ALL
+        sb.row0 = self.d.rows
+        if self.d.every:
+            _place_bodies(&sb, True)
+        else:
+            _place_bodies(&sb, False)
+        k = sb.done
+        if self._wait():
+            return 1
+        if k > 0:
+            for i in range(k):
+                topic += q[i].v.topic_len
+                props += q[i].v.props_len
+            self._room_rest(k, topic, props)
+            j.d = &self.d
+            j.recs = q
+            j.n = k
+            j.crc = False
+            j.part = PART_REST
+            j.row0 = self.d.rows
+            j.done = k
+            j.done_bytes = sb.done_bytes
+            self.d.rows += k
+            self.good += k
+            self.good_bytes += sb.done_bytes
+            self.good_phy = q[k - 1].v.phy_offset
+        if k < n:
+            self.cut_found = True
+            self.cut.good = self.good
+            self.cut.good_bytes = self.good_bytes
+            self.cut.last_phy = self.good_phy
+            self.cut.bad = q[k]
+        if k > 0 and ps_dw_acquire():
+            self.busy = True
+            self.fill ^= 1
+            self._empty()
+            ps_dw_post(_rest_job, j)
+        else:
+            self._empty()
+            if k > 0:
+                _rest_job(j)
+        return 1 if k < n else 0
+
+    cdef int _room_rest(self, int64_t n, int64_t topic, int64_t props) except -1:
+        """``_room`` for the columns but the body of ``n`` rows the per-row buffers already have room for."""
+        cdef int i
+        res(self, B_TOPIC, 3 * topic + 32)
+        res(self, B_BH, 48 * n + 64)
+        res(self, B_SH, 48 * n + 64)
+        res(self, B_ID, 48 * n + 64)
+        if props > 0 and self.d.cols & PROPS_COLS:
+            for i in (B_TAGS, B_KEYS, B_PK, B_PV):
+                res(self, i, 3 * props)
+            for i in (B_KEYS_O, B_PK_O, B_PV_O):
+                res(self, i, 4 * (props + n))
+        return 0
 
     def build(self, bint again=True):
         """The RecordBatch of the records added since the last build; None when there are none. With
@@ -946,18 +1034,31 @@ cdef inline void _decode(Dec *d, const unsigned char *p, RecordView *v, int body
     """Append one accepted record to the columns asked for (``every``: all of them, the tests folded away by the
     compiler), its body copied (``BODY_COPY``) or there already (``BODY_PLACED``: ``_decode_job`` copied it
     with its CRC)."""
-    cdef Buf *b = d.bufs
     cdef int64_t r = d.rows
+    _decode_body(d, p, v, r, body, every)
+    _decode_rest(d, p, v, r, every)
+    d.rows = r + 1
+
+
+cdef inline void _decode_body(Dec *d, const unsigned char *p, RecordView *v, int64_t r, int body,
+                              bint every) noexcept nogil:
+    """Row ``r``'s body (``_decode``'s first part)."""
+    cdef Buf *b = d.bufs
+    if every or d.cols & (1 << C_BODY):
+        if body == BODY_COPY:
+            memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
+        b[B_BODY].n += v.body_len
+        (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
+
+
+cdef inline void _decode_rest(Dec *d, const unsigned char *p, RecordView *v, int64_t r, bint every) noexcept nogil:
+    """Row ``r``'s columns but the body (``_decode``'s second part; the worker's share of a split window)."""
+    cdef Buf *b = d.bufs
     cdef int64_t phy = v.phy_offset
     cdef int32_t hl2
     cdef uint32_t cols = d.cols
     cdef HostCache *sc = &d.store_cache
     cdef unsigned char *dst
-    if every or cols & (1 << C_BODY):
-        if body == BODY_COPY:
-            memcpy(b[B_BODY].p + b[B_BODY].n, p + v.body_pos, v.body_len)
-        b[B_BODY].n += v.body_len
-        (<int32_t *>b[B_BODY_O].p)[r + 1] = <int32_t>b[B_BODY].n
     # fixed-width columns (the others tested as a group first: a projection names few)
     if every or cols & (1 << C_QOFF):
         (<int64_t *>b[B_QOFF].p)[r] = v.queue_offset
@@ -1021,7 +1122,56 @@ cdef inline void _decode(Dec *d, const unsigned char *p, RecordView *v, int body
             memcpy(dst + hl2 + 14, &HEX_PAIRS[2 * (phy & 0xFF)], 2)
             b[B_ID].n += hl2 + 16
             (<int32_t *>b[B_ID_O].p)[r + 1] = <int32_t>b[B_ID].n
-    d.rows = r + 1
+
+
+cdef void _place_bodies(Job *j, bint every) noexcept nogil:
+    """The first part of a split window (``BatchBuilder._fill_split``), in the scan's thread: each record's view
+    completed, its body copied into place with its CRC taken (or the CRC alone without a body column), up to
+    the first whose CRC is wrong (``j.done``), rows from ``j.row0``."""
+    cdef Dec *d = j.d
+    cdef Buf *body = &d.bufs[B_BODY]
+    cdef int64_t i = 0, k, g, off, nbytes = 0
+    cdef Pending *q = j.recs
+    cdef RecordView *v
+    cdef uint32_t crcs[CRC_GROUP]
+    cdef bint copy = every or on(d, B_BODY)
+    while i < j.n:
+        g = min(<int64_t>CRC_GROUP, j.n - i)
+        for k in range(g):
+            complete_plain(q[i + k].rec, &q[i + k].v)
+        if j.crc:
+            off = body.n
+            for k in range(g):
+                v = &q[i + k].v
+                if copy:
+                    crcs[k] = ps_copy_crc32(body.p + off, q[i + k].rec + v.body_pos, v.body_len) & 0x7FFFFFFF
+                else:
+                    crcs[k] = <uint32_t>body_crc32(q[i + k].rec + v.body_pos, v.body_len)
+                off += v.body_len
+        for k in range(g):
+            v = &q[i + k].v
+            if j.crc and v.body_len > 0 and <int32_t>crcs[k] != v.body_crc:
+                j.done = i + k
+                j.done_bytes = nbytes
+                return
+            _decode_body(d, q[i + k].rec, v, j.row0 + i + k, BODY_PLACED if j.crc else BODY_COPY, every)
+            nbytes += v.total_size
+        i += g
+    j.done = j.n
+    j.done_bytes = nbytes
+
+
+cdef void _rest_job(void *arg) noexcept nogil:
+    """The second part of a split window: every column but the body, rows ``row0`` on (the decode worker runs
+    it, or the scan's thread when the worker is not free)."""
+    cdef Job *j = <Job *>arg
+    cdef int64_t i
+    if j.d.every:
+        for i in range(j.n):
+            _decode_rest(j.d, j.recs[i].rec, &j.recs[i].v, j.row0 + i, True)
+    else:
+        for i in range(j.n):
+            _decode_rest(j.d, j.recs[i].rec, &j.recs[i].v, j.row0 + i, False)
 
 
 cdef void _add_props(Dec *d, int64_t r, const unsigned char *props, int32_t props_len) noexcept nogil:

@@ -713,6 +713,30 @@ def test_projections_over_many_windows(store_factory, worker):
             offset = nxt
 
 
+@pytest.mark.parametrize("cols", [None, ["topic", "body"], ["keys", "queue_offset"]])
+def test_windows_split_between_threads_grow_the_rows_midway(store_factory, worker, cols):
+    """A builder sized for few rows fed a page of several windows (no size hint: its per-row buffers grow while
+    windows are decoded, a split window's other columns perhaps still with the worker): the same batch as a
+    builder sized for the page up front, and as get_message's page."""
+    from pystore._arrow import BatchBuilder
+    from pystore.columns import _projected
+
+    store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
+    n = 4 * WINDOW + 123
+    _many(store, n, random.Random(21))
+    schema = _projected(cols)
+    small = BatchBuilder(schema, False, max_rows=100)
+    r = store._reads.get_message("g", "T", 0, 0, n, None, 0, lifted, small)
+    assert r.status is GetMessageStatus.FOUND and r.next_begin_offset == n
+    got = small.build(False)
+    status, nxt, want = store.get_columns("g", "T", 0, 0, n, columns=cols)
+    assert (status, nxt) == (GetMessageStatus.FOUND, n) and got.num_rows == n
+    assert got.equals(want)
+    expected = record_batch(store.get_message("g", "T", 0, 0, n).messages)
+    for name in got.schema.names:
+        assert got.column(name).equals(expected.column(name)), name
+
+
 def test_an_empty_projected_page_has_the_projected_schema(store_factory):
     store = store_factory()
     status, nxt, batch = store.get_columns("g", "T", 0, 0, 10, columns=["body", "queue_offset"])
