@@ -775,7 +775,8 @@ cdef class BatchBuilder(RecordSink):
 
     cdef int _decode_fill(self, bint worker) except -1:
         """Decode the window being filled: by the worker (``worker``, when it is free and the last window it
-        had was decoded whole) while the scan fills the other window, else here."""
+        had was decoded whole) while the scan fills the other window, else here. A page with text columns
+        splits the window between the threads instead (``_fill_split``) while the worker is on."""
         cdef Job *j = &self.job
         cdef Pending *q = self.wins[self.fill]
         cdef int64_t i, n, body = 0, topic = 0, props = 0
@@ -816,7 +817,13 @@ cdef class BatchBuilder(RecordSink):
         buffers, which the worker writes too, grow only once it is done."""
         cdef Job *j = &self.job
         cdef Job sb
-        cdef int64_t i, k, body = 0, topic = 0, props = 0
+        cdef int64_t i, k, body = 0, topic = 0, props = 0, body_n
+        cdef bint every = self.d.every, cut_before
+        if self.busy and j.part != PART_REST:
+            # a whole window posted while this page's windows were not split (``decode_worker`` turned on
+            # meanwhile, by another thread): it writes the body buffer and the rows too, so it must be done first
+            if self._wait():
+                return 1
         if self.d.rows + n > self.d.cap_rows:
             if self._wait():
                 return 1
@@ -832,18 +839,29 @@ cdef class BatchBuilder(RecordSink):
         sb.crc = self.defer_crc
         sb.part = PART_ALL
         sb.row0 = self.d.rows
-        if self.d.every:
-            _place_bodies(&sb, True)
-        else:
-            _place_bodies(&sb, False)
+        body_n = self.d.bufs[B_BODY].n
+        with nogil:
+            if every:
+                _place_bodies(&sb, True)
+            else:
+                _place_bodies(&sb, False)
         k = sb.done
-        if self._wait():
+        # the bodies placed are not rows until the rest is handed on: on any way out before that, the builder
+        # stays as it was before this window
+        try:
+            cut_before = self._wait()
+            if not cut_before and k > 0:
+                for i in range(k):
+                    topic += q[i].v.topic_len
+                    props += q[i].v.props_len
+                self._room_rest(k, topic, props)
+        except BaseException:
+            self.d.bufs[B_BODY].n = body_n
+            raise
+        if cut_before:
+            self.d.bufs[B_BODY].n = body_n
             return 1
         if k > 0:
-            for i in range(k):
-                topic += q[i].v.topic_len
-                props += q[i].v.props_len
-            self._room_rest(k, topic, props)
             j.d = &self.d
             j.recs = q
             j.n = k

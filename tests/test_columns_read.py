@@ -579,9 +579,9 @@ print(json.dumps({"ok": ok, **decode_worker_state()}))
 
 
 def test_pages_read_by_several_threads_at_once_equal_single_thread_pages(store_factory, worker):
-    """Three threads reading pages of several windows at once: one of them borrows the decode worker at a time,
-    the others decode in their own threads, and windows are taken back or backed off as it happens; every page
-    equals the same page decoded in one thread (the worker off), column for column."""
+    """Three threads reading pages of several windows at once, a fourth turning the decode worker off and on: one
+    reader borrows the worker at a time, the others decode in their own threads, windows are split, whole, taken
+    back or backed off as it happens; every page equals the same page decoded in one thread (the worker off)."""
     import threading
 
     from pystore._arrow import decode_worker
@@ -590,28 +590,48 @@ def test_pages_read_by_several_threads_at_once_equal_single_thread_pages(store_f
     n = 5 * WINDOW + 333
     _many(store, n, random.Random(5))
     starts = [0, 17, WINDOW - 1, 2 * WINDOW + 5, 3 * WINDOW]
+    projections = [None, ["topic"], ["keys", "queue_offset"], ["queue_offset", "body"], ["msg_id", "body"]]
     before = decode_worker(False)
     try:
-        want = {s: store.get_columns("g", "T", 0, s, n) for s in starts}
+        want = {(s, i): store.get_columns("g", "T", 0, s, n, columns=c)
+                for s in starts for i, c in enumerate(projections)}
     finally:
         decode_worker(before)
     errors: list[BaseException] = []
 
     def reader(k: int) -> None:
+        rng = random.Random(k)
         try:
-            for i in range(12):
-                s = starts[(k + i) % len(starts)]
-                status, nxt, batch = store.get_columns("g", "T", 0, s, n)
-                w = want[s]
-                assert (status, nxt) == w[:2] and batch.equals(w[2]), (k, i, s)
+            for i in range(60):
+                s, c = rng.choice(starts), rng.randrange(len(projections))
+                status, nxt, batch = store.get_columns("g", "T", 0, s, n, columns=projections[c])
+                w = want[(s, c)]
+                assert (status, nxt) == w[:2] and batch.equals(w[2]), (k, i, s, projections[c])
         except BaseException as e:          # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
+    stop = threading.Event()
+
+    def toggler() -> None:
+        # the worker turned off and on while pages are under way: a page's windows then go both ways
+        try:
+            flip = False
+            while not stop.is_set():
+                decode_worker(flip)
+                flip = not flip
+                time.sleep(0.0005)
+        finally:
+            decode_worker(worker)
+
     threads = [threading.Thread(target=reader, args=(k,)) for k in range(3)]
+    flipper = threading.Thread(target=toggler)
+    flipper.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
+    stop.set()
+    flipper.join(10)
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors[0]
 
