@@ -585,7 +585,6 @@ cdef class BatchBuilder(RecordSink):
         whatever their text becomes (``_decode`` then writes without a test): invalid UTF-8 grows at most 3x, a
         host's text and a message id take at most 48 bytes, a properties string of ``k`` bytes holds at most
         ``k`` items or keys; copies of a cached text may write up to 64 bytes past their end."""
-        cdef int i
         # records decoded by windows do not keep ``spare``: the next ``add`` finds it anew
         self.d.spare = self.d.pspare = 0
         if _fits(&self.d, n, body, topic, props):
@@ -593,16 +592,7 @@ cdef class BatchBuilder(RecordSink):
         while self.d.rows + n > self.d.cap_rows:
             self._more_rows()
         res(self, B_BODY, body)
-        res(self, B_TOPIC, 3 * topic + 32)
-        res(self, B_BH, 48 * n + 64)
-        res(self, B_SH, 48 * n + 64)
-        res(self, B_ID, 48 * n + 64)
-        if props > 0 and self.d.cols & PROPS_COLS:
-            for i in (B_TAGS, B_KEYS, B_PK, B_PV):
-                res(self, i, 3 * props)
-            for i in (B_KEYS_O, B_PK_O, B_PV_O):
-                res(self, i, 4 * (props + n))
-        return 0
+        return self._room_rest(n, topic, props)
 
     cdef int _room_one(self, int64_t m, int64_t pm) except -1:
         """Room for one more row and ``m`` free bytes in every main buffer, ``pm`` in every properties' one
@@ -1007,12 +997,14 @@ cdef void _decode_job(void *arg) noexcept nogil:
     cdef Job *j = <Job *>arg
     # one copy of the loop for all the columns, one for some (``every`` a constant in each)
     if j.d.every:
-        _decode_window(j, True)
+        _decode_window(j, True, False)
     else:
-        _decode_window(j, False)
+        _decode_window(j, False, False)
 
 
-cdef inline void _decode_window(Job *j, bint every) noexcept nogil:
+cdef inline void _decode_window(Job *j, bint every, bint bodies) noexcept nogil:
+    """``_decode_job``'s loop (``bodies`` False: whole rows from ``d.rows``), and ``_place_bodies``' (``bodies``:
+    only the bodies, rows from ``j.row0``); both flags are constants where it is inlined."""
     cdef Dec *d = j.d
     cdef Buf *body = &d.bufs[B_BODY]
     cdef int64_t i = 0, k, g, off, nbytes = 0
@@ -1041,7 +1033,10 @@ cdef inline void _decode_window(Job *j, bint every) noexcept nogil:
                 j.done = i + k
                 j.done_bytes = nbytes
                 return
-            _decode(d, q[i + k].rec, v, how, every)
+            if bodies:
+                _decode_body(d, q[i + k].rec, v, j.row0 + i + k, how, every)
+            else:
+                _decode(d, q[i + k].rec, v, how, every)
             nbytes += v.total_size
         i += g
     j.done = j.n
@@ -1146,37 +1141,10 @@ cdef void _place_bodies(Job *j, bint every) noexcept nogil:
     """The first part of a split window (``BatchBuilder._fill_split``), in the scan's thread: each record's view
     completed, its body copied into place with its CRC taken (or the CRC alone without a body column), up to
     the first whose CRC is wrong (``j.done``), rows from ``j.row0``."""
-    cdef Dec *d = j.d
-    cdef Buf *body = &d.bufs[B_BODY]
-    cdef int64_t i = 0, k, g, off, nbytes = 0
-    cdef Pending *q = j.recs
-    cdef RecordView *v
-    cdef uint32_t crcs[CRC_GROUP]
-    cdef bint copy = every or on(d, B_BODY)
-    while i < j.n:
-        g = min(<int64_t>CRC_GROUP, j.n - i)
-        for k in range(g):
-            complete_plain(q[i + k].rec, &q[i + k].v)
-        if j.crc:
-            off = body.n
-            for k in range(g):
-                v = &q[i + k].v
-                if copy:
-                    crcs[k] = ps_copy_crc32(body.p + off, q[i + k].rec + v.body_pos, v.body_len) & 0x7FFFFFFF
-                else:
-                    crcs[k] = <uint32_t>body_crc32(q[i + k].rec + v.body_pos, v.body_len)
-                off += v.body_len
-        for k in range(g):
-            v = &q[i + k].v
-            if j.crc and v.body_len > 0 and <int32_t>crcs[k] != v.body_crc:
-                j.done = i + k
-                j.done_bytes = nbytes
-                return
-            _decode_body(d, q[i + k].rec, v, j.row0 + i + k, BODY_PLACED if j.crc else BODY_COPY, every)
-            nbytes += v.total_size
-        i += g
-    j.done = j.n
-    j.done_bytes = nbytes
+    if every:
+        _decode_window(j, True, True)
+    else:
+        _decode_window(j, False, True)
 
 
 cdef void _rest_job(void *arg) noexcept nogil:
