@@ -142,35 +142,25 @@ def _schema_columns(schema):
     return ids, units == {"ms"}
 
 
+# each column's own buffers, by column number: its values (or offsets) and its data (-1: none); the tags, keys
+# and properties also write the buffers of their one shared parse (``_buffers_of``)
+cdef int _COL_FIRST[N_COLS]
+cdef int _COL_SECOND[N_COLS]
+_COL_FIRST[:] = [B_TOPIC_O, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_FLAG, B_SYS,
+                 B_BORN, B_STORE, B_BH_O, B_SH_O, B_RC, B_PREP, B_CRC, B_ID_O]
+_COL_SECOND[:] = [B_TOPIC, -1, -1, -1, -1, B_BODY, B_TAGS, -1, -1, -1, -1, -1, -1, B_BH, B_SH, -1, -1, -1, B_ID]
+
+
 cdef uint64_t _buffers_of(uint32_t cols) noexcept:
     """The buffers columns ``cols`` (bits ``1 << C_*``) write. The tags, keys and properties come from one parse
     of the properties: any of them writes the buffers of all three."""
     cdef uint64_t on = 0
     cdef int c
-    cdef int per[N_COLS][3]
-    for c in range(N_COLS):
-        per[c][0] = per[c][1] = per[c][2] = -1
-    per[C_TOPIC][0], per[C_TOPIC][1] = B_TOPIC_O, B_TOPIC
-    per[C_QID][0] = B_QID
-    per[C_QOFF][0] = B_QOFF
-    per[C_CLO][0] = B_CLO
-    per[C_SIZE][0] = B_SIZE
-    per[C_BODY][0], per[C_BODY][1] = B_BODY_O, B_BODY
-    per[C_FLAG][0] = B_FLAG
-    per[C_SYS][0] = B_SYS
-    per[C_BORN][0] = B_BORN
-    per[C_STORE][0] = B_STORE
-    per[C_BH][0], per[C_BH][1] = B_BH_O, B_BH
-    per[C_SH][0], per[C_SH][1] = B_SH_O, B_SH
-    per[C_RC][0] = B_RC
-    per[C_PREP][0] = B_PREP
-    per[C_CRC][0] = B_CRC
-    per[C_ID][0], per[C_ID][1] = B_ID_O, B_ID
     for c in range(N_COLS):
         if cols & (1u << c):
-            for k in range(3):
-                if per[c][k] >= 0:
-                    on |= <uint64_t>1 << per[c][k]
+            on |= <uint64_t>1 << _COL_FIRST[c]
+            if _COL_SECOND[c] >= 0:
+                on |= <uint64_t>1 << _COL_SECOND[c]
     if cols & PROPS_COLS:
         for c in (B_TAGS_V, B_TAGS_O, B_TAGS, B_KEYS_LO, B_KEYS_O, B_KEYS, B_MAP_O, B_PK_O, B_PK, B_PV_O, B_PV):
             on |= <uint64_t>1 << c
@@ -858,8 +848,6 @@ cdef class BatchBuilder(RecordSink):
             j.crc = False
             j.part = PART_REST
             j.row0 = self.d.rows
-            j.done = k
-            j.done_bytes = sb.done_bytes
             self.d.rows += k
             self.good += k
             self.good_bytes += sb.done_bytes
@@ -1320,12 +1308,6 @@ cdef int _describe(BatchBuilder bb, ps_batch *e, int64_t n) except -1:
     cdef ArrowArray *keys = NULL
     cdef ArrowArray *props = NULL
     cdef int k, col
-    # the buffers of each plain column (-1: none), by column number
-    cdef int first[N_COLS]
-    cdef int second[N_COLS]
-    first[:] = [B_TOPIC_O, B_QID, B_QOFF, B_CLO, B_SIZE, B_BODY_O, B_TAGS_O, B_KEYS_LO, B_MAP_O, B_FLAG, B_SYS,
-                B_BORN, B_STORE, B_BH_O, B_SH_O, B_RC, B_PREP, B_CRC, B_ID_O]
-    second[:] = [B_TOPIC, -1, -1, -1, -1, B_BODY, B_TAGS, -1, -1, -1, -1, -1, -1, B_BH, B_SH, -1, -1, -1, B_ID]
     x.e = e
     x.arrays = x.kids = x.bufs = 0
     top = _array(&x, n, 0, 1, bb.n_cols)
@@ -1341,7 +1323,7 @@ cdef int _describe(BatchBuilder bb, ps_batch *e, int64_t n) except -1:
         elif col == C_PROPS:
             a = props = _col(b, &x, n, 0, B_MAP_O, -1, 1)
         else:
-            a = _col(b, &x, n, 0, first[col], second[col])
+            a = _col(b, &x, n, 0, _COL_FIRST[col], _COL_SECOND[col])
         top.children[k] = a
     # the keys' strings, the properties' entries (a struct of key and value strings)
     if keys != NULL:
