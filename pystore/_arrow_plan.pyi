@@ -1,5 +1,6 @@
 """Types of ``pystore._arrow_plan`` (compiled): the Spark data source's planning helpers, run on the driver
-(``split_points``, ``queue_bounds``). Internal to pystore; typed so that its own modules type-check.
+(``split_points``, ``queue_bounds``, ``queue_boundaries``, ``record_size_at``). Internal to pystore; typed so
+that its own modules type-check.
 
 Kept in step with ``_arrow_plan.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
@@ -8,3 +9,5 @@ from pystore._mapped_file import MappedFile
 
 def split_points(mf: MappedFile, chunk: int) -> tuple[list[int], int, int]: ...
 def queue_bounds(cq_paths: list[str], cl_min: int) -> tuple[int, int]: ...
+def queue_boundaries(cq_paths: list[str], xs: list[int]) -> tuple[list[int], int]: ...
+def record_size_at(mf: MappedFile, pos: int) -> int: ...

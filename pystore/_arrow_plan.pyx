@@ -1,17 +1,18 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The Spark data source's planning helpers, run on the driver: :func:`split_points` (record boundaries of
-a commit-log file, from the record headers, without CRC and without decoding) and :func:`queue_bounds` (a
-consume queue's min and max offsets from its files, by binary search). The executors decode what these
-plan with ``_arrow``.
+a commit-log file, from the record headers, without CRC and without decoding), :func:`queue_boundaries`
+(record boundaries a consume queue points at, by binary search: a big store is cut without walking its
+records), :func:`record_size_at` (whether a record starts there) and :func:`queue_bounds` (a consume queue's
+min and max offsets from its files, by binary search). The executors decode what these plan with ``_arrow``.
 
-Both read read-only mappings and hold no lock: safe on a live store (a record's size is published last, so
+They read read-only mappings and hold no lock: safe on a live store (a record's size is published last, so
 a non-zero size means a whole record).
 """
 
 from libc.stdint cimport int32_t, int64_t
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire
-from pystore._codec cimport CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_END, RecordView, check_record
+from pystore._codec cimport CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BAD_LENGTH, REC_END, RecordView, check_record
 from pystore._mapped_file cimport MappedFile
 
 cdef int32_t FILLER = CQ_FILLER_SIZE
@@ -97,3 +98,71 @@ def queue_bounds(list cq_paths, long long cl_min):
         return (min_off, max_off)
     finally:
         last.close()
+
+
+def queue_boundaries(list cq_paths, list xs):
+    """Record boundaries a consume queue knows of: for each commit-log offset of ``xs`` (ascending), the
+    smallest offset at or above it at which one of the queue's units points (-1: none), and the end of the
+    last unit's record (-1: no unit). Binary searches per file (a queue's units are written in commit-log
+    order; fillers lead a queue, empty units trail its last file); only candidates for a planner, which checks
+    each against the record it points at, and a reader, which checks that its walk lands on it."""
+    cdef MappedFile mf
+    cdef int64_t lo, hi, mid, x, n_units, phy, end = -1
+    cdef int32_t size
+    cdef const unsigned char *p
+    cdef Py_ssize_t k, j = 0, nx = len(xs)
+    cdef list out = [-1] * nx
+    for k in range(len(cq_paths)):
+        mf = MappedFile(cq_paths[k], -1, read_only=True)
+        try:
+            n_units = mf.file_size // UNIT
+            # the first empty unit: the end of what this file holds
+            lo = 0
+            hi = n_units
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if load_i32_acquire(mf.base + mid * UNIT + 8) != 0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            n_units = lo
+            if n_units == 0:
+                continue
+            p = mf.base + (n_units - 1) * UNIT
+            size = get_i32(p + 8)
+            if size != FILLER and size > 0:
+                end = get_i64(p) + size
+            while j < nx:
+                x = xs[j]
+                lo = 0
+                hi = n_units
+                while lo < hi:               # the first real unit pointing at or above x
+                    mid = (lo + hi) >> 1
+                    p = mf.base + mid * UNIT
+                    if get_i32(p + 8) != FILLER and get_i64(p) >= x:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                if lo == n_units:
+                    break                    # beyond this file: the next file's units
+                phy = get_i64(mf.base + lo * UNIT)
+                out[j] = phy
+                j += 1
+        finally:
+            mf.close()
+    return (out, end)
+
+
+def record_size_at(MappedFile mf, long long pos):
+    """The size of a whole record at ``pos`` of ``mf`` whose PHYSICALOFFSET field is ``pos`` itself (header
+    checked, no CRC), or a result <= 0: no record starts there. The offset field tells a record apart from
+    record bytes carried inside another's body (a copied record names where it was first stored)."""
+    cdef RecordView v
+    cdef int32_t r
+    mf.check_mapped()
+    if pos < 0 or pos >= mf.file_size:
+        return REC_END
+    r = check_record(mf.base + pos, mf.file_size - pos, False, &v)
+    if r > 0 and v.phy_offset != mf.file_from_offset + pos:
+        return REC_BAD_LENGTH
+    return r

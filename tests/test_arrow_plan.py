@@ -1,6 +1,7 @@
 """The Spark source's planning helpers (``pystore._arrow_plan``): record boundaries of a commit-log file about
-every ``chunk`` bytes (``split_points``), and a consume queue's min and max offsets from its files
-(``queue_bounds``), compared with what the store itself says."""
+every ``chunk`` bytes (``split_points``), the record boundaries consume queues point at (``queue_boundaries``),
+whether a record starts at an offset (``record_size_at``), and a consume queue's min and max offsets from its
+files (``queue_bounds``), compared with what the store itself says."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 
 from conftest import drop_commit_log_head, make_message
 
-from pystore._arrow_plan import queue_bounds, split_points
+from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points
 from pystore._codec import RECORD_END
 from pystore._mapped_file import MappedFile
 
@@ -71,3 +72,48 @@ def test_queue_bounds_after_the_commit_log_head_was_deleted(store_factory):
     assert store.get_commit_log_offset_in_queue("TopicTest", 0, lo) >= cl_min
     assert lo == 0 or store.get_commit_log_offset_in_queue("TopicTest", 0, lo - 1) < cl_min
     store_factory.skip_check()
+
+
+def test_queue_boundaries_are_the_first_units_at_or_above_each_offset(store_factory):
+    store = store_factory(mapped_file_size_consume_queue=20 * 20)      # 20 units a file: several files
+    results: dict[int, list] = {0: [], 1: []}
+    for i in range(70):
+        q = i % 2
+        results[q].append(store.put_message(make_message(i, "TopicTest", q, body=b"b%d" % i * 40))
+                          .append_message_result)
+    files = _queue_files(store, "TopicTest", 0)
+    assert len(files) >= 2
+    offs = [r.wrote_offset for r in results[0]]
+    other = [r.wrote_offset for r in results[1]]
+    xs = [0, 1, offs[5], offs[5] + 1, other[20], offs[25], offs[-1], offs[-1] + 1, 10**12]
+    got, end = queue_boundaries(files, xs)
+    assert got == [min((o for o in offs if o >= x), default=-1) for x in xs]
+    assert end == results[0][-1].wrote_offset + results[0][-1].wrote_bytes
+    assert queue_boundaries(files[1:], [0]) == ([offs[20]], end)       # from the files given only
+    assert queue_boundaries([], [0, 5]) == ([-1, -1], -1)
+    store_factory.expect_messages(70)
+
+
+def test_record_size_at_only_where_a_record_starts(store_factory):
+    store = store_factory()
+    results = _fill(store, 6)
+    path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
+    with open(path, "rb") as f:
+        first = f.read(results[0].wrote_bytes)
+    # a body carrying a whole copy of the first record: its header checks, its offset field names offset 0
+    copy = store.put_message(make_message(6, body=first)).append_message_result
+    store.flush()
+    with open(path, "rb") as f:
+        data = f.read(copy.wrote_offset + copy.wrote_bytes)
+    inside = data.index(first, copy.wrote_offset)
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        for r in results + [copy]:
+            assert record_size_at(mf, r.wrote_offset) == r.wrote_bytes
+        assert record_size_at(mf, inside) <= 0
+        assert record_size_at(mf, results[1].wrote_offset + 4) <= 0
+        assert record_size_at(mf, copy.wrote_offset + copy.wrote_bytes) <= 0  # past the data
+        assert record_size_at(mf, -1) <= 0 and record_size_at(mf, mf.file_size) <= 0
+    finally:
+        mf.close()
+    store_factory.expect_messages(7)

@@ -866,6 +866,104 @@ def _decode_all(root):
     return out
 
 
+# -----------------------------------------------------------------------------------------------------
+# planning a commit-log read: cuts from the consume queues, checked in place and by the readers
+# -----------------------------------------------------------------------------------------------------
+
+
+def _queued_log(root, n=900, queues=3):
+    """A store of several 64 KiB commit-log files and ``queues`` queues; the offsets of its records."""
+    offsets = []
+    with MessageStore.open(root, mapped_file_size_commit_log=64 * 1024, max_hash_slot_num=64,
+                           max_index_num=256) as s:
+        for i in range(n):
+            r = s.put_message(Message("T0", b"m%d-" % i * (10 + i % 37), queue_id=i % queues))
+            offsets.append(r.append_message_result.wrote_offset)
+    return offsets
+
+
+def _read_offsets(root, parts):
+    from pystore.spark.batch import Filters, read_slice
+    from pystore.spark.schema import arrow_schema
+
+    out = []
+    for part in parts:
+        for b in read_slice(part, Filters([], -1, None, None, True), arrow_schema()):
+            out.extend(b.column("commit_log_offset").to_pylist())
+    return out
+
+
+def test_plan_cuts_at_queue_boundaries_without_walking_the_records(tmp_path, monkeypatch):
+    import pystore.spark.batch as batch
+
+    offsets = _queued_log(tmp_path)
+    walk = batch.split_points
+    monkeypatch.setattr(batch, "split_points", lambda *a: pytest.fail("the planner walked a file's records"))
+    parts = batch.plan_commit_log_slices(str(tmp_path), 8 * 1024)
+    files = {p.path for p in parts}
+    assert len(files) > 3 and len(parts) > 2 * len(files)
+    for path in files:
+        mine = [p for p in parts if p.path == path]
+        starts = [p.start for p in mine]
+        mf = batch.MappedFile(path, -1, read_only=True)
+        try:
+            every = walk(mf, 1)[0]                          # every record's start in the file
+        finally:
+            mf.close()
+        assert starts[0] == 0 and set(starts) <= set(every) and starts == sorted(set(starts))
+        assert [p.end for p in mine] == starts[1:] + [-1]
+    assert _read_offsets(tmp_path, parts) == offsets         # every record once, in order
+    # at least the parallelism asked for, still without a walk
+    few = batch.plan_commit_log_slices(str(tmp_path), 1 << 30, 6)
+    assert len(few) >= 6 and _read_offsets(tmp_path, few) == offsets
+
+
+def test_plan_without_consume_queues_walks_the_files(tmp_path):
+    from pystore.spark.batch import plan_commit_log_slices
+
+    offsets = _queued_log(tmp_path)
+    with_queues = plan_commit_log_slices(str(tmp_path), 8 * 1024)
+    shutil.rmtree(tmp_path / "consumequeue")
+    parts = plan_commit_log_slices(str(tmp_path), 8 * 1024)
+    assert len(parts) > len({p.path for p in parts})
+    assert _read_offsets(tmp_path, parts) == offsets == _read_offsets(tmp_path, with_queues)
+
+
+def test_plan_skips_a_queue_unit_pointing_inside_a_record(tmp_path, monkeypatch):
+    import pystore.spark.batch as batch
+
+    walked = []
+    walk = batch.split_points
+    monkeypatch.setattr(batch, "split_points", lambda mf, chunk: walked.append(mf.file_name) or walk(mf, chunk))
+    offsets = _queued_log(tmp_path, queues=1)
+    # every unit of the queue's first file moved 4 bytes into its record: the cuts are refused in place
+    cq = tmp_path / "consumequeue" / "T0" / "0" / ("%020d" % 0)
+    units = bytearray(cq.read_bytes())
+    for at in range(0, len(units), 20):
+        phy, size = struct.unpack_from(">qi", units, at)
+        if size > 0:
+            struct.pack_into(">q", units, at, phy + 4)
+    cq.write_bytes(bytes(units))
+    parts = batch.plan_commit_log_slices(str(tmp_path), 8 * 1024)
+    cut = {p.path for p in parts if p.start > 0}
+    assert len(cut) > 3 and cut <= set(walked)              # the files were walked instead
+    assert _read_offsets(tmp_path, parts) == offsets
+
+
+def test_a_slice_ending_between_records_is_refused(tmp_path):
+    from pystore.errors import StoreCorruptedError
+    from pystore.spark.batch import CommitLogSlice
+
+    offsets = _queued_log(tmp_path, n=60)
+    path = str(tmp_path / "commitlog" / ("%020d" % 0))
+    end = offsets[10] + 4                                   # inside the eleventh record
+    with pytest.raises(StoreCorruptedError) as ei:
+        _read_offsets(tmp_path, [CommitLogSlice(str(tmp_path), path, 0, end)])
+    assert ei.value.path == path and ei.value.offset == end
+    assert "not a record boundary" in ei.value.reason
+    assert _read_offsets(tmp_path, [CommitLogSlice(str(tmp_path), path, 0, offsets[10])]) == offsets[:10]
+
+
 @pytest.mark.parametrize("keep", [8, 40, 300])
 def test_decoder_stops_at_a_torn_tail(tmp_path, keep):
     import struct

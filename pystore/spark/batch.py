@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pystore._arrow import BatchBuilder
-from pystore._arrow_plan import queue_bounds, split_points
+from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points
 from pystore._arrow_source import QueueReader, scan_file
 from pystore._mapped_file import MappedFile
 from pystore.errors import StoreCorruptedError
@@ -100,48 +100,98 @@ class Filters:
 
 
 def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1) -> list[CommitLogSlice]:
-    """Slices of at most ``bytes_per_partition`` bytes, and at least ``target`` of them when the data allows
-    (a small store still uses every core): cut at record boundaries found by walking the record headers."""
-    files = []
-    # the files cut below are walked twice (their data's end first, then the cuts): the second walk reuses
-    # the first one's mapping, whose pages are then in place (a fresh mapping faults every page again)
-    mapped: dict[str, MappedFile] = {}
-    try:
-        for path in layout.commit_log_files(root):
+    """Slices of about ``bytes_per_partition`` bytes at most, and at least ``target`` of them when the data
+    allows (a small store still uses every core), cut at record boundaries.
+
+    The store is planned without walking its records: a file holds data when a record starts it (files made
+    ahead of the writer are empty); every such file but the last is full; the last one holds data up to the
+    end of the last record a consume queue points at. The cuts are records the consume queues point at (the
+    first unit at or above each wanted offset, by binary search in every queue), each checked against the
+    record header there. Where the queues tell nothing (no queue, a file no unit points into, the last file
+    beyond the queues' end), that file's record headers are walked instead. A reader checks that its walk
+    lands exactly on the next slice's start (``StoreCorruptedError`` if a queue pointed between records)."""
+    files = _data_files(root)
+    if not files:
+        return []
+    queues = [layout.queue_files(root, t, q) for t, q in layout.list_queues(root)]
+    queues = [paths for paths in queues if paths]
+    ends = [_queue_end(paths) for paths in queues]
+    cq_end = max(ends, default=-1)
+    path, first, size = files[-1]
+    if cq_end > first:
+        files[-1] = (path, first, min(size, cq_end - first))
+    else:
+        files[-1] = (path, first, _walked_end(path))
+    total = sum(n for _, _, n in files)
+    chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
+    wanted = [first + k * chunk for _, first, n in files if n > chunk for k in range(1, -(-n // chunk))]
+    found = [-1] * len(wanted)
+    for paths in queues:
+        got, _end = queue_boundaries(paths, wanted)
+        found = [g if f < 0 or 0 <= g < f else f for f, g in zip(found, got, strict=True)]
+    cut_at = dict(zip(wanted, found, strict=True))
+    out: list[CommitLogSlice] = []
+    for path, first, n in files:
+        if n <= chunk:
+            out.append(CommitLogSlice(root, path, 0, -1))
+            continue
+        starts = _queue_cuts(path, first, chunk, n, cut_at)
+        if starts is None:
             mf = MappedFile(path, -1, read_only=True)
-            try:
-                _starts, data_end, _code = split_points(mf, 0)
-            except BaseException:
-                mf.close()
-                raise
-            if data_end > 0:
-                files.append((path, data_end))
-            if data_end > 0 and len(mapped) < _KEEP_MAPPED:
-                mapped[path] = mf
-            else:
-                mf.close()
-        total = sum(n for _, n in files)
-        chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
-        out: list[CommitLogSlice] = []
-        for path, data_end in files:
-            if data_end <= chunk:
-                out.append(CommitLogSlice(root, path, 0, -1))
-                continue
-            mf = mapped.pop(path) if path in mapped else MappedFile(path, -1, read_only=True)
             try:
                 starts, _end, _code = split_points(mf, chunk)
             finally:
                 mf.close()
-            ends = starts[1:] + [-1]
-            out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
-        return out
-    finally:
-        for mf in mapped.values():
+        ends_ = starts[1:] + [-1]
+        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends_, strict=True))
+    return out
+
+
+def _data_files(root: str) -> list[tuple[str, int, int]]:
+    """``(path, first offset, size)`` of the commit-log files a record starts (the others are empty)."""
+    out = []
+    for path in layout.commit_log_files(root):
+        mf = MappedFile(path, -1, read_only=True)
+        try:
+            if mf.file_size > 0 and record_size_at(mf, 0) > 0:
+                out.append((path, mf.file_from_offset, mf.file_size))
+        finally:
             mf.close()
+    return out
 
 
-# mappings (and descriptors) the planner keeps between its two walks of a store's files at most
-_KEEP_MAPPED = 64
+def _queue_end(paths: list[str]) -> int:
+    """The end of the record the last unit of a consume queue points at (-1: no unit)."""
+    for i in range(len(paths) - 1, -1, -1):
+        _got, end = queue_boundaries(paths[i:i + 1], [])
+        if end >= 0:
+            return end
+    return -1
+
+
+def _walked_end(path: str) -> int:
+    """Where a commit-log file's records end, by walking their headers."""
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        return split_points(mf, 0)[1]
+    finally:
+        mf.close()
+
+
+def _queue_cuts(path: str, first: int, chunk: int, n: int, cut_at: dict[int, int]) -> list[int] | None:
+    """A file's slice starts from the consume queues' boundaries (``cut_at``: wanted offset -> the first
+    record a queue points at from there, -1 none), each a record header checked in place; None when the
+    queues gave none for this file (then it is walked)."""
+    starts = [0]
+    mf = MappedFile(path, -1, read_only=True)
+    try:
+        for k in range(1, -(-n // chunk)):
+            at = cut_at.get(first + k * chunk, -1) - first
+            if starts[-1] < at < n and record_size_at(mf, at) > 0:
+                starts.append(at)
+    finally:
+        mf.close()
+    return starts if len(starts) > 1 else None
 
 
 def plan_queue_slices(
@@ -244,6 +294,13 @@ def _read_slice(
                     log.info("%s: %s at %d with nothing valid after it: a torn tail, the end of the data",
                              part.path, e.reason, e.offset)
                     done = True
+                if done and 0 <= part.end != pos:
+                    # the next slice starts where no record of this walk does (a consume queue pointed
+                    # between records): its rows and these could overlap or miss some
+                    raise StoreCorruptedError(
+                        part.path, mf.file_from_offset + part.end,
+                        "a slice boundary that is not a record boundary (the records from %d end at %d)"
+                        % (mf.file_from_offset + part.start, mf.file_from_offset + pos))
                 rb = b.build()
                 if rb is not None:
                     yield rb
