@@ -163,6 +163,67 @@ class PyTupleSource(DataSource):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# the transport floor: a Python source that reads nothing and only hands Spark fresh Arrow batches
+# ---------------------------------------------------------------------------------------------------------
+
+
+class ArrowFloorReader(DataSourceReader):
+    """``rows`` rows in ``partitions`` partitions of the read schema's columns (long, timestamp, binary of
+    SIZE bytes), in batches of the pystore reader's size, each batch's buffers fresh copies of one template
+    (as a decoder's would be): what any Python source pays to get Arrow batches into Spark, with no decoding."""
+
+    def __init__(self, schema: Any, options: Any) -> None:
+        self.schema = schema
+        self.rows = int(options["rows"])
+        self.parts = int(options["partitions"])
+
+    def partitions(self) -> list[InputPartition]:
+        per = -(-self.rows // self.parts)
+        return [InputPartition((i * per, min(self.rows, (i + 1) * per))) for i in range(self.parts)]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        from pyspark.sql.types import BinaryType, LongType, TimestampType
+
+        from pystore.spark.batch import ROWS_PER_BATCH
+
+        start, end = partition.value
+        n = ROWS_PER_BATCH
+        ints = np.arange(n, dtype=np.int64)
+        values = np.frombuffer(benchlib.payloads(1, SIZE)[0] * n, dtype=np.uint8)
+        offsets = np.arange(0, n * SIZE + 1, SIZE, dtype=np.int32)
+        names = [f.name for f in self.schema.fields]
+        for lo in range(start, end, n):
+            k = min(n, end - lo)
+            cols = []
+            for f in self.schema.fields:
+                if isinstance(f.dataType, LongType):
+                    cols.append(pa.array(ints[:k] + lo))
+                elif isinstance(f.dataType, TimestampType):
+                    cols.append(pa.array(ints[:k] * 1000, type=pa.timestamp("us", tz="UTC")))
+                elif isinstance(f.dataType, BinaryType):
+                    cols.append(pa.Array.from_buffers(
+                        pa.binary(), k, [None, pa.py_buffer(offsets[: k + 1].copy()),
+                                         pa.py_buffer(values[: k * SIZE].copy())]))
+                else:
+                    raise TypeError("the floor source makes long, timestamp and binary columns, not %s" % f)
+            yield pa.RecordBatch.from_arrays(cols, names=names)
+
+
+class ArrowFloorSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "arrowfloor"
+
+    def schema(self) -> Any:
+        return "queue_offset long"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return ArrowFloorReader(schema, self.options)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # fixtures
 # ---------------------------------------------------------------------------------------------------------
 
@@ -171,6 +232,7 @@ class PyTupleSource(DataSource):
 def spark():
     session = benchlib.spark_session(2, "pystore-bench")
     session.dataSource.register(PyTupleSource)
+    session.dataSource.register(ArrowFloorSource)
     yield session
     session.stop()
 
@@ -298,22 +360,34 @@ def _shapes() -> dict[str, Any]:
 
 def _report_paired(record: Any, times: dict[str, dict[str, list[float]]], label: str) -> None:
     """Each shape's rows/s per source and the median of the per-pair ratios (Parquet's time over pystore's),
-    recorded and printed."""
+    recorded and printed; with the floor source in the rounds, also the floor against Parquet (the most a
+    Python source can reach) and pystore against the floor (what decoding costs on top of the transport)."""
     import statistics
 
+    def ratios(fast: list[float], slow: list[float]) -> list[float]:
+        return sorted(f / s for f, s in zip(fast, slow, strict=True))
+
     for shape, by in times.items():
-        ratios = sorted(p / o for o, p in zip(by["pystore"], by["parquet"], strict=True))
+        pairs = ratios(by["parquet"], by["pystore"])
         med = {n: statistics.median(ts) for n, ts in by.items()}
         record(
             "paired %s%s: pystore %.2f M rows/s, parquet %.2f M rows/s" % (
                 label, shape, N / med["pystore"] / 1e6, N / med["parquet"] / 1e6),
             msgs_per_op=0,
-            paired_ratio=statistics.median(ratios),
-            paired_ratios=ratios,
+            paired_ratio=statistics.median(pairs),
+            paired_ratios=pairs,
         )
         print("paired %s%-20s pystore %.3f s  parquet %.3f s  ratio (parquet time / pystore time) median %.2f, "
-              "pairs %s" % (label, shape, med["pystore"], med["parquet"], statistics.median(ratios),
-                            " ".join("%.2f" % r for r in ratios)))
+              "pairs %s" % (label, shape, med["pystore"], med["parquet"], statistics.median(pairs),
+                            " ".join("%.2f" % r for r in pairs)))
+        if "floor" in by:
+            for what, fast, slow in (("floor vs parquet", "parquet", "floor"), ("pystore vs floor", "floor",
+                                                                                 "pystore")):
+                rs = ratios(by[fast], by[slow])
+                record("paired %s%s: %s (floor %.2f M rows/s)" % (label, shape, what, N / med["floor"] / 1e6),
+                       msgs_per_op=0, paired_ratio=statistics.median(rs), paired_ratios=rs)
+                print("paired %s%-20s %s: median %.2f, pairs %s" % (
+                    label, shape, what, statistics.median(rs), " ".join("%.2f" % r for r in rs)))
 
 
 def test_spark_read_pystore_vs_parquet_paired(benchmark, record, spark, data):
@@ -376,11 +450,20 @@ def test_spark_read_narrow_pystore_vs_parquet_paired(benchmark, record, spark, d
     alternating; rows/s per source and the median of the per-pair ratios (Parquet's time over pystore's)."""
     import time
 
+    from pyspark.sql.types import StructType
+
+    from pystore.spark.source import PystoreDataSource
+
     def sources(ddl: str) -> dict[str, Any]:
         names = [c.split()[0] for c in ddl.split(", ")]
+        schema = StructType.fromDDL(ddl)
+        # the floor gets as many partitions and rows as pystore's read
+        parts = len(PystoreDataSource({"path": data["root"]}).reader(schema).partitions())
         return {
             "pystore": lambda: spark.read.format("pystore").schema(ddl).load(data["root"]),
             "parquet": lambda: spark.read.parquet(data["parquet"]).select(*names),
+            "floor": lambda: (spark.read.format("arrowfloor").schema(ddl).option("rows", N)
+                              .option("partitions", parts).load()),
         }
 
     def run_all() -> dict[str, dict[str, list[float]]]:
@@ -392,6 +475,10 @@ def test_spark_read_narrow_pystore_vs_parquet_paired(benchmark, record, spark, d
             seen = {name: q(src[name]()) for name in src}  # warm-up round of each
             assert seen["pystore"] == seen["parquet"], "%s: pystore %r, parquet %r" % (shape, seen["pystore"],
                                                                                           seen["parquet"])
+            if isinstance(seen["floor"], tuple):  # the floor's rows differ, their number does not
+                assert seen["floor"][0] == N, seen["floor"]
+            elif seen["floor"] != -1:
+                assert seen["floor"] in (N, N * SIZE), seen["floor"]
             if shape.endswith("hashed"):
                 assert seen["pystore"][:2] == (data["count"], data["crc_sum"]), seen
             for _ in range(PAIRED_ROUNDS):
@@ -403,6 +490,48 @@ def test_spark_read_narrow_pystore_vs_parquet_paired(benchmark, record, spark, d
         return times
 
     _report_paired(record, benchmark.pedantic(run_all, rounds=1, iterations=1), "narrow ")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# planning a commit-log read on the driver: before every query's tasks start
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_spark_plan_commit_log(benchmark, record, data):
+    """``plan_commit_log_slices`` of the 1 M-message store into two slices (what a ``local[2]`` read plans),
+    against a walk of every record header of its files (what the planner did before it cut at the records
+    the consume queues point at); ``paired_ratio`` is the walk's time over the plan's, round by round."""
+    import time
+
+    from pystore._arrow_plan import split_points
+    from pystore._mapped_file import MappedFile
+    from pystore.spark import layout
+    from pystore.spark.batch import plan_commit_log_slices
+
+    def walk() -> int:
+        ends = 0
+        for path in layout.commit_log_files(data["root"]):
+            mf = MappedFile(path, -1, read_only=True)
+            try:
+                ends += split_points(mf, 0)[1]
+            finally:
+                mf.close()
+        return ends
+
+    walks: list[float] = []
+
+    def timed_walk() -> None:                   # untimed by the benchmark: its setup before each round
+        t = time.perf_counter()
+        walk()
+        walks.append(time.perf_counter() - t)
+
+    parts = benchmark.pedantic(lambda: plan_commit_log_slices(data["root"], 256 << 20, 2), setup=timed_walk,
+                               rounds=10, iterations=1, warmup_rounds=1)
+    assert len(parts) == 2, parts
+    mine = list(benchmark.stats.stats.data)
+    ratios = sorted(w / m for w, m in zip(walks[-len(mine):], mine, strict=True))
+    record("plan a commit-log read of 1 M records (2 slices) vs walking their headers", msgs_per_op=0,
+           paired_ratio=ratios[len(ratios) // 2], paired_ratios=ratios)
 
 
 # ---------------------------------------------------------------------------------------------------------
