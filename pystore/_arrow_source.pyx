@@ -32,8 +32,9 @@ def scan_file(BatchBuilder b, MappedFile mf, long long pos, long long end=-1):
     """Add the records of ``mf`` from ``pos`` (a record boundary) until ``end`` (a record boundary; -1:
     the end-of-file blank or the end of written data), until ``b`` is full.
 
-    Returns ``(next_pos, done)``. A damaged record, or (with ``verify_crc``) a wrong body CRC, raises
-    ``StoreCorruptedError`` naming the file and the record's absolute offset."""
+    Returns ``(next_pos, done)``. A damaged record, a record whose PHYSICALOFFSET is not its own offset, or
+    (with ``verify_crc``) a wrong body CRC, raises ``StoreCorruptedError`` naming the file and the record's
+    absolute offset."""
     cdef RecordView v
     cdef int32_t r
     cdef int64_t limit = mf.file_size
@@ -51,6 +52,11 @@ def scan_file(BatchBuilder b, MappedFile mf, long long pos, long long end=-1):
             if r == REC_BLANK or r == REC_END:
                 return (pos, True)
             raise StoreCorruptedError(mf.file_name, mf.file_from_offset + pos, REASONS.get(r, "damaged record"))
+        if v.phy_offset != mf.file_from_offset + pos:
+            # a header that passes the checks but names another place (a damaged offset field, or record bytes
+            # copied from elsewhere): its row would carry a wrong commit_log_offset, or repeat another record
+            raise StoreCorruptedError(mf.file_name, mf.file_from_offset + pos,
+                                      "PHYSICALOFFSET %d names another offset" % v.phy_offset)
         if b.wanted(p, &v):
             b.check_crc(p, &v, mf.file_name, mf.file_from_offset + pos)
             b.add(p, &v)

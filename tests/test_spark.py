@@ -964,6 +964,39 @@ def test_a_slice_ending_between_records_is_refused(tmp_path):
     assert _read_offsets(tmp_path, [CommitLogSlice(str(tmp_path), path, 0, offsets[10])]) == offsets[:10]
 
 
+def test_a_record_naming_another_offset_is_refused(tmp_path):
+    """A record whose PHYSICALOFFSET field is damaged (its body and CRC intact) is not served with that offset
+    as its ``commit_log_offset`` (found by the fuzzer: case 39:178)."""
+    from pystore.errors import StoreCorruptedError
+    from pystore.spark.batch import plan_commit_log_slices
+
+    offsets = _queued_log(tmp_path, n=60)
+    path = tmp_path / "commitlog" / ("%020d" % 0)
+    data = bytearray(path.read_bytes())
+    data[offsets[20] + 28] ^= 0x80                       # the field's high byte
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptedError) as ei:
+        _read_offsets(tmp_path, plan_commit_log_slices(str(tmp_path), 1 << 30))
+    assert ei.value.offset == offsets[20] and "PHYSICALOFFSET" in ei.value.reason
+
+
+def test_a_zero_size_record_with_records_after_it_is_refused(tmp_path):
+    """A TOTALSIZE zeroed mid-file is not the end of the data when whole records follow: the read refuses
+    rather than hide them (found by the fuzzer: case 39:184); zeros after the last record stay the end."""
+    from pystore.errors import StoreCorruptedError
+    from pystore.spark.batch import plan_commit_log_slices
+
+    offsets = _queued_log(tmp_path, n=60)
+    assert _read_offsets(tmp_path, plan_commit_log_slices(str(tmp_path), 1 << 30)) == offsets
+    path = tmp_path / "commitlog" / ("%020d" % 0)
+    data = bytearray(path.read_bytes())
+    data[offsets[30]:offsets[30] + 4] = bytes(4)
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptedError) as ei:
+        _read_offsets(tmp_path, plan_commit_log_slices(str(tmp_path), 1 << 30))
+    assert ei.value.offset == offsets[30] and "size zero" in ei.value.reason
+
+
 @pytest.mark.parametrize("keep", [8, 40, 300])
 def test_decoder_stops_at_a_torn_tail(tmp_path, keep):
     import struct

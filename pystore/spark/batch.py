@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 from pystore._arrow import BatchBuilder
 from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points
 from pystore._arrow_source import QueueReader, scan_file
+from pystore._codec import RECORD_END
 from pystore._mapped_file import MappedFile
 from pystore.errors import StoreCorruptedError
 from pystore.spark import layout
@@ -294,6 +295,11 @@ def _read_slice(
                     log.info("%s: %s at %d with nothing valid after it: a torn tail, the end of the data",
                              part.path, e.reason, e.offset)
                     done = True
+                if done and part.end < 0 and _hole(mf, pos) and not _torn_tail(part.root, part.path, mf, pos):
+                    # a record of size zero before the file's end with whole records after it: a damaged size
+                    # field, not the end of the data (stopping here would hide the records after it)
+                    raise StoreCorruptedError(part.path, mf.file_from_offset + pos,
+                                              "a record of size zero with records after it")
                 if done and 0 <= part.end != pos:
                     # the next slice starts where no record of this walk does (a consume queue pointed
                     # between records): its rows and these could overlap or miss some
@@ -341,6 +347,12 @@ def _read_slice(
             part.topic,
             part.queue_id,
         )
+
+
+def _hole(mf: MappedFile, pos: int) -> bool:
+    """Did a walk stop at ``pos`` on a zero TOTALSIZE with room for a header (not a BLANK, not the file's
+    end)? At the writer's tail that is the end of the data; anywhere else, damage."""
+    return pos + 8 <= mf.file_size and record_size_at(mf, pos) == RECORD_END
 
 
 def _torn_tail(root: str, path: str, mf: MappedFile, pos: int) -> bool:

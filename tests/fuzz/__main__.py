@@ -20,6 +20,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cli-every", type=int, default=4, help="run the CLI on every K-th case and on those that delete, cut, "
                     "swap or extend a commit-log file (0: never)")
+    ap.add_argument("--spark-every", type=int, default=3, help="read the whole log as the Spark source does (its "
+                    "planner and decoder, no session) on every K-th case (0: never)")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds a case's reads may take")
     ap.add_argument("--case", help="run one case SEED:I and show everything (keeps its store folder)")
     ap.add_argument("--json", help="also write the results to this file")
@@ -29,7 +31,8 @@ def main() -> int:
         tmp = tempfile.mkdtemp(prefix="pystore-fuzz-case-")
         ref = os.path.join(tmp, "ref")
         layout = runner.build_reference(ref)
-        res = runner.run_case(seed, i, ref, layout, tmp, cli=True, timeout=a.timeout, keep=True)
+        res = runner.run_case(seed, i, ref, layout, tmp, cli=True, timeout=a.timeout, keep=True,
+                              spark=runner.has_spark())
         print("case %s  variant %s  kind %s  (%.1f s)" % (res["case"], res["variant"], res["kind"], res["seconds"]))
         for note in res["notes"]:
             print("  mutation: " + note)
@@ -40,7 +43,7 @@ def main() -> int:
             print("driver stderr (tail):\n" + res["stderr"].rstrip()[-1500:])
         print("damaged store kept at %s (reference: %s)" % (res["root"], ref))
         return 1 if res["outcome"] in BAD else 0
-    results = runner.run(a.n, a.seed, a.workers, a.cli_every, a.timeout, a.start)
+    results = runner.run(a.n, a.seed, a.workers, a.cli_every, a.timeout, a.start, spark_every=a.spark_every)
     print(runner.table(results, a.seed))
     if a.json:
         with open(a.json, "w") as f:

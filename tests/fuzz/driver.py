@@ -6,8 +6,9 @@ path (so a timeout says where it hung), ``OBS <json>`` for each observation (``c
 ``wrong``, ``loss``, ``timeout``), and ``DONE`` at the end.
 
 Order: the CLI (``pystore verify`` / ``inspect``, read-only), the offline tools (``iter_commitlog``,
-``iter_consume_queue``), a read-only open and every read path, then a read-write open (recovery), every read
-path, a few new puts read back.
+``iter_consume_queue``), the Spark source's planner and decoder over the whole log when the case asks for it
+(``spark``: no session, the slices read one by one), a read-only open and every read path, then a read-write
+open (recovery), every read path, a few new puts read back.
 
 What is checked against the manifest:
 
@@ -43,6 +44,7 @@ class Case:
         self.root = spec["root"]
         self.ref = spec["ref"]
         self.cli = spec.get("cli", False)
+        self.spark = spec.get("spark", False)
         self.cli_timeout = spec.get("cli_timeout", 10)
         self.manifest: list[dict] = load(os.path.join(self.ref, "manifest.json"))  # type: ignore[assignment]
         self.by_off = {r["off"]: r for r in self.manifest}
@@ -157,6 +159,10 @@ class Case:
         self.guard("iter_commitlog", self.tool_commitlog)
         step("iter_consume_queue")
         self.guard("iter_consume_queue", self.tool_consume_queue)
+        if self.spark:
+            self.part = "spark"
+            step("spark plan and read")
+            self.guard("spark read", self.spark_read)
         self.phase(True)
         self.phase(False)
 
@@ -199,6 +205,48 @@ class Case:
             for qid in sorted(os.listdir(os.path.join(base, topic))):
                 where = "iter_consume_queue(%s/%s)" % (topic, qid)
                 self.guard(where, lambda d: sum(1 for _ in iter_consume_queue(d)), os.path.join(base, topic, qid))
+
+    def spark_read(self) -> None:
+        """What a Spark task set reads of the whole log, offline (the data source's planner and decoder,
+        without a Spark session): the slices planned from the damaged files, every one read. A Spark job
+        fails when any task does, so one slice refusing (``StoreCorruptedError``) refuses the read; a read
+        that completes must serve each record at most once, as put, and every intact record."""
+        from pystore.errors import StoreCorruptedError
+        from pystore.spark.batch import Filters, plan_commit_log_slices, read_slice
+        from pystore.spark.schema import arrow_schema
+
+        schema = arrow_schema()
+        rows: list[dict] = []
+        try:
+            # slices of a fifth of a file, at least four: cuts inside files, taken from the consume queues
+            for part in plan_commit_log_slices(self.root, CL_FILE // 5, 4):
+                for rb in read_slice(part, Filters([], -1, None, None, True), schema):
+                    rows.extend(rb.select(["commit_log_offset", "topic", "queue_id", "queue_offset", "body"])
+                                .to_pylist())
+        except StoreCorruptedError as e:
+            self.error("spark read", e)
+            return
+        seen: set[int] = set()
+        for r in rows:
+            off = r["commit_log_offset"]
+            rec = self.by_off.get(off)
+            if off in seen:
+                self.obs("wrong", "spark read: the record at %d served twice" % off)
+                return
+            seen.add(off)
+            if rec is None or r["body"] != rec["body"]:
+                self.obs("wrong", "spark read: a row at %d that is not the record put there" % off)
+                return
+            if off in self.intact and (r["topic"], r["queue_id"], r["queue_offset"]) != (
+                    rec["topic"], rec["qid"], rec["qoff"]):
+                self.obs("wrong", "spark read: intact record %d served as %s/%d qoff %d" % (
+                    off, r["topic"], r["queue_id"], r["queue_offset"]))
+                return
+        missing = sorted(self.intact - seen)
+        if missing:
+            r = self.by_off[missing[0]]
+            self.obs("loss", "spark read: %d intact records not served, first offset %d (file %s)" % (
+                len(missing), r["off"], r["file"][-20:]))
 
     def phase(self, read_only: bool) -> None:
         from pystore import MessageStore

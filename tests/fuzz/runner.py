@@ -26,7 +26,7 @@ def build_reference(out: str) -> dict:
 
 
 def run_case(seed: int, i: int, ref: str, layout: dict, work: str, cli: bool, timeout: float = 10.0,
-             cli_timeout: float = 10.0, keep: bool = False, plan: dict | None = None) -> dict:
+             cli_timeout: float = 10.0, keep: bool = False, plan: dict | None = None, spark: bool = False) -> dict:
     """Case ``seed:i`` (or the given ``plan``) on a fresh copy of the reference at ``ref``."""
     if plan is None:
         plan = mutate.plan(seed, i, layout)
@@ -35,7 +35,7 @@ def run_case(seed: int, i: int, ref: str, layout: dict, work: str, cli: bool, ti
     shutil.copytree(os.path.join(ref, plan["variant"]), root)
     damage = mutate.apply(plan, root)
     spec = root + ".json"
-    dump(spec, {"root": root, "ref": ref, "damage": damage, "cli": cli, "cli_timeout": cli_timeout})
+    dump(spec, {"root": root, "ref": ref, "damage": damage, "cli": cli, "cli_timeout": cli_timeout, "spark": spark})
     limit = timeout + (2 * cli_timeout if cli else 0)
     t0 = time.monotonic()
     p = subprocess.Popen([sys.executable, "-m", "tests.fuzz.driver", spec], cwd=REPO, stdout=subprocess.PIPE,
@@ -79,7 +79,7 @@ def run_case(seed: int, i: int, ref: str, layout: dict, work: str, cli: bool, ti
 
 
 def run(n: int, seed: int, workers: int = 2, cli_every: int = 4, timeout: float = 10.0, start: int = 0,
-        progress: bool = True) -> list[dict]:
+        progress: bool = True, spark_every: int = 3) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="pystore-fuzz-") as tmp:
         ref = os.path.join(tmp, "ref")
         layout = build_reference(ref)
@@ -90,7 +90,8 @@ def run(n: int, seed: int, workers: int = 2, cli_every: int = 4, timeout: float 
         def one(i: int) -> dict:
             plan = mutate.plan(seed, i, layout)
             cli = cli_every > 0 and (i % cli_every == 0 or plan["cli"])
-            return run_case(seed, i, ref, layout, work, cli=cli, timeout=timeout, plan=plan)
+            spark = spark_every > 0 and i % spark_every == 1 and has_spark()
+            return run_case(seed, i, ref, layout, work, cli=cli, timeout=timeout, plan=plan, spark=spark)
 
         with ThreadPoolExecutor(workers) as pool:
             for k, res in enumerate(pool.map(one, range(start, start + n)), 1):
@@ -103,6 +104,13 @@ def run(n: int, seed: int, workers: int = 2, cli_every: int = 4, timeout: float 
                     bad = sum(r["outcome"] in BAD for r in results)
                     print("  %d/%d cases, %d bad" % (k, n, bad), file=sys.stderr, flush=True)
         return results
+
+
+def has_spark() -> bool:
+    """Whether the Spark read path can run in a case (the spark extra installed; no session is started)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("pyspark", "pyarrow"))
 
 
 def table(results: list[dict], seed: int) -> str:

@@ -40,7 +40,8 @@ def test_undamaged_store_is_ok(reference, tmp_path, variant):
     """A case without mutations runs every read path and the CLI and finds nothing to report."""
     ref, layout = reference
     plan = {"case": "0:0", "variant": variant, "kind": "none", "ops": [], "notes": []}
-    res = runner.run_case(0, 0, ref, layout, str(tmp_path), cli=variant == "clean", plan=plan)
+    res = runner.run_case(0, 0, ref, layout, str(tmp_path), cli=variant == "clean", plan=plan,
+                          spark=runner.has_spark())
     assert res["outcome"] == "ok", res
     assert res["obs"] == [], res
 
@@ -57,7 +58,7 @@ def test_fixed_seed_run_has_no_bad_outcome():
 #: Cases of ``make fuzz`` runs that found a defect (SEED:INDEX), kept as regression tests once fixed.
 FOUND = [
     "2:821", "2:1799", "4:2334", "4:2418", "4:4020", "5:364", "5:853", "5:991", "5:2359", "5:2793", "5:4249",
-    "6:4039", "8:582", "10:3846",
+    "6:4039", "8:582", "10:3846", "39:178", "39:184",
 ]
 
 
@@ -65,5 +66,5 @@ FOUND = [
 def test_cases_that_found_defects_stay_fixed(reference, tmp_path, case):
     seed, index = (int(x) for x in case.split(":"))
     ref, layout = reference
-    res = runner.run_case(seed, index, ref, layout, str(tmp_path), cli=False)
+    res = runner.run_case(seed, index, ref, layout, str(tmp_path), cli=False, spark=runner.has_spark())
     assert res["outcome"] not in BAD, res
