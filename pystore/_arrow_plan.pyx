@@ -9,7 +9,7 @@ They read read-only mappings and hold no lock: safe on a live store (a record's 
 a non-zero size means a whole record).
 """
 
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t
 
 from pystore._bytes cimport get_i32, get_i64, load_i32_acquire
 from pystore._codec cimport CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BAD_LENGTH, REC_END, RecordView, check_record
@@ -100,18 +100,20 @@ def queue_bounds(list cq_paths, long long cl_min):
         last.close()
 
 
-def queue_boundaries(list cq_paths, list xs):
+def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] out):
     """Record boundaries a consume queue knows of: for each commit-log offset of ``xs`` (ascending), the
-    smallest offset at or above it at which one of the queue's units points (-1: none), and the end of the
-    last unit's record (-1: no unit). Binary searches per file (a queue's units are written in commit-log
-    order; fillers lead a queue, empty units trail its last file); only candidates for a planner, which checks
-    each against the record it points at, and a reader, which checks that its walk lands on it."""
+    smallest offset at or above it at which one of the queue's units points, kept in ``out`` where it is
+    below what ``out`` holds (-1: nothing yet); returns the end of the last unit's record (-1: no unit).
+    Binary searches per file (a queue's units are written in commit-log order; fillers lead a queue, empty
+    units trail its last file): only candidates for a planner, which checks each against the record it
+    points at, and a reader, which checks that its walk lands on it."""
     cdef MappedFile mf
     cdef int64_t lo, hi, mid, x, n_units, phy, end = -1
     cdef int32_t size
     cdef const unsigned char *p
-    cdef Py_ssize_t k, j = 0, nx = len(xs)
-    cdef list out = [-1] * nx
+    cdef Py_ssize_t k, j = 0, nx = xs.shape[0]
+    if out.shape[0] != nx:
+        raise ValueError("xs and out differ in length (%d, %d)" % (nx, out.shape[0]))
     for k in range(len(cq_paths)):
         mf = MappedFile(cq_paths[k], -1, read_only=True)
         try:
@@ -130,8 +132,9 @@ def queue_boundaries(list cq_paths, list xs):
                 continue
             p = mf.base + (n_units - 1) * UNIT
             size = get_i32(p + 8)
-            if size != FILLER and size > 0:
-                end = get_i64(p) + size
+            phy = get_i64(p)
+            if size != FILLER and size > 0 and 0 <= phy <= INT64_MAX - size:
+                end = phy + size
             while j < nx:
                 x = xs[j]
                 lo = 0
@@ -146,11 +149,12 @@ def queue_boundaries(list cq_paths, list xs):
                 if lo == n_units:
                     break                    # beyond this file: the next file's units
                 phy = get_i64(mf.base + lo * UNIT)
-                out[j] = phy
+                if out[j] < 0 or phy < out[j]:
+                    out[j] = phy
                 j += 1
         finally:
             mf.close()
-    return (out, end)
+    return end
 
 
 def record_size_at(MappedFile mf, long long pos):

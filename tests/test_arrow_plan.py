@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 from conftest import drop_commit_log_head, make_message
 
 from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points
@@ -85,12 +86,22 @@ def test_queue_boundaries_are_the_first_units_at_or_above_each_offset(store_fact
     assert len(files) >= 2
     offs = [r.wrote_offset for r in results[0]]
     other = [r.wrote_offset for r in results[1]]
-    xs = [0, 1, offs[5], offs[5] + 1, other[20], offs[25], offs[-1], offs[-1] + 1, 10**12]
-    got, end = queue_boundaries(files, xs)
-    assert got == [min((o for o in offs if o >= x), default=-1) for x in xs]
+    xs = np.array([0, 1, offs[5], offs[5] + 1, other[20], offs[25], offs[-1], offs[-1] + 1, 10**12], dtype=np.int64)
+    got = np.full(len(xs), -1, dtype=np.int64)
+    end = queue_boundaries(files, xs, got)
+    assert got.tolist() == [min((o for o in offs if o >= x), default=-1) for x in xs.tolist()]
     assert end == results[0][-1].wrote_offset + results[0][-1].wrote_bytes
-    assert queue_boundaries(files[1:], [0]) == ([offs[20]], end)       # from the files given only
-    assert queue_boundaries([], [0, 5]) == ([-1, -1], -1)
+    one = np.full(1, -1, dtype=np.int64)
+    assert queue_boundaries(files[1:], np.zeros(1, dtype=np.int64), one) == end and one[0] == offs[20]
+    # a boundary already lower is kept: the lowest over the queues asked
+    low = np.array([offs[20] - 1], dtype=np.int64)
+    queue_boundaries(files, np.array([offs[19] + 1], dtype=np.int64), low)
+    assert low[0] == offs[20] - 1
+    high = np.array([offs[20] + 1], dtype=np.int64)
+    queue_boundaries(files, np.array([offs[19] + 1], dtype=np.int64), high)
+    assert high[0] == offs[20]
+    none = np.full(2, -1, dtype=np.int64)
+    assert queue_boundaries([], np.array([0, 5], dtype=np.int64), none) == -1 and none.tolist() == [-1, -1]
     store_factory.expect_messages(70)
 
 

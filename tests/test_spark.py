@@ -994,7 +994,7 @@ def test_a_zero_size_record_with_records_after_it_is_refused(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(StoreCorruptedError) as ei:
         _read_offsets(tmp_path, plan_commit_log_slices(str(tmp_path), 1 << 30))
-    assert ei.value.offset == offsets[30] and "size zero" in ei.value.reason
+    assert ei.value.offset == offsets[30] and "a size of zero" in ei.value.reason
 
 
 @pytest.mark.parametrize("keep", [8, 40, 300])

@@ -282,13 +282,11 @@ def test_a_queue_unit_at_a_forged_record_inside_a_body_is_refused(tmp_path):
 
 
 # -----------------------------------------------------------------------------------------------------------
-# defects found in review (xfail strict: each passes once fixed)
+# defects found in review, fixed
 # -----------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.no_verify
-@pytest.mark.xfail(strict=True, reason="a file whose first record's PHYSICALOFFSET field is damaged is left out of "
-                   "the plan (record_size_at(mf, 0) <= 0): every record of the file silently missing")
 def test_a_damaged_offset_field_at_a_file_start_is_not_a_silent_gap(tmp_path):
     _random_store(tmp_path, 1, n=400)
     expected = _record_offsets(tmp_path)
@@ -308,8 +306,6 @@ def test_a_damaged_offset_field_at_a_file_start_is_not_a_silent_gap(tmp_path):
 
 
 @pytest.mark.no_verify
-@pytest.mark.xfail(strict=True, reason="a file whose first record header is damaged (size, magic) is left out of the "
-                   "plan: every record of the file silently missing (as before the change)")
 def test_a_damaged_first_record_of_a_middle_file_is_refused(tmp_path):
     _random_store(tmp_path, 1, n=400)
     path = layout.commit_log_files(str(tmp_path))[2]
@@ -321,9 +317,6 @@ def test_a_damaged_first_record_of_a_middle_file_is_refused(tmp_path):
 
 
 @pytest.mark.no_verify
-@pytest.mark.xfail(strict=True, reason="a zeroed record header in the middle of a file (valid records after it) "
-                   "ends a slice read as the end of data: refused or silently cut depending on bytes_per_partition "
-                   "(scan_file takes REC_END as the end, before and after the change)")
 def test_a_zeroed_header_inside_a_file_is_refused_by_every_plan(tmp_path):
     _random_store(tmp_path, 1, n=400)
     path = layout.commit_log_files(str(tmp_path))[2]
@@ -340,9 +333,6 @@ def test_a_zeroed_header_inside_a_file_is_refused_by_every_plan(tmp_path):
             _read(plan_commit_log_slices(str(tmp_path), bpp))
 
 
-@pytest.mark.xfail(strict=True, reason="the planner asks the queues for a cut every chunk bytes: with "
-                   "bytes_per_partition=1 (or a huge minPartitions) its work and memory grow with the log's bytes "
-                   "(15 s and 3 GB for 16 MiB; a 1 GiB file runs out of memory), the walk it replaced with records")
 def test_planning_work_is_bounded_by_the_records_not_the_bytes(tmp_path, monkeypatch):
     with MessageStore.open(str(tmp_path), mapped_file_size_commit_log=256 * 1024, max_hash_slot_num=64,
                            max_index_num=256) as s:
@@ -351,7 +341,8 @@ def test_planning_work_is_bounded_by_the_records_not_the_bytes(tmp_path, monkeyp
     records = len(_record_offsets(tmp_path))
     asked = []
     boundaries = batch.queue_boundaries
-    monkeypatch.setattr(batch, "queue_boundaries", lambda paths, xs: asked.append(len(xs)) or boundaries(paths, xs))
+    monkeypatch.setattr(batch, "queue_boundaries",
+                        lambda paths, xs, out: asked.append(len(xs)) or boundaries(paths, xs, out))
     for bpp, target in ((1, 1), (1 << 28, 10**9)):
         asked.clear()
         parts = plan_commit_log_slices(str(tmp_path), bpp, target)
@@ -359,18 +350,15 @@ def test_planning_work_is_bounded_by_the_records_not_the_bytes(tmp_path, monkeyp
         assert max(asked, default=0) <= 2 * records
 
 
-@pytest.mark.xfail(strict=True, raises=FileNotFoundError, reason="a consume-queue file the store's cleaning deletes "
-                   "while a commit-log read is planned fails the plan (queue_boundaries maps every listed file); the "
-                   "plan read no consume queue before the change")
 def test_a_consume_queue_file_deleted_while_planning_does_not_fail_the_plan(tmp_path, monkeypatch):
     _random_store(tmp_path, 3, n=400, cq_units=8)
     expected = _record_offsets(tmp_path)
     boundaries = batch.queue_boundaries
 
-    def racing(paths, xs):
+    def racing(paths, xs, out):
         if len(paths) > 1 and os.path.exists(paths[0]):
             os.remove(paths[0])                             # the cleaner, between the listing and the mapping
-        return boundaries(paths, xs)
+        return boundaries(paths, xs, out)
 
     monkeypatch.setattr(batch, "queue_boundaries", racing)
     parts = plan_commit_log_slices(str(tmp_path), 8192)

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -100,40 +101,52 @@ class Filters:
     fail_on_data_loss: bool = False
 
 
+# cuts a plan asks the consume queues for at most: a plan of more (tiny slices of a big log) walks the files'
+# record headers instead, whose cost follows the records, not the bytes over the slice size
+_MAX_QUEUE_CUTS = 8192
+# consume queues a plan asks at most (those holding the most units): any of them gives true boundaries, and
+# a broker's thousands of queues would cost more to open than the walk they save
+_MAX_QUEUES = 256
+
+
 def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1) -> list[CommitLogSlice]:
     """Slices of about ``bytes_per_partition`` bytes at most, and at least ``target`` of them when the data
     allows (a small store still uses every core), cut at record boundaries.
 
     The store is planned without walking its records: a file holds data when a record starts it (files made
-    ahead of the writer are empty); every such file but the last is full; the last one holds data up to the
-    end of the last record a consume queue points at. The cuts are records the consume queues point at (the
-    first unit at or above each wanted offset, by binary search in every queue), each checked against the
+    ahead of the writer are empty; a file whose start is damaged while records follow it is planned whole,
+    and its reader refuses it); every such file but the last is full; the last one holds data up to the end
+    of the last record a consume queue points at. The cuts are records the consume queues point at (the
+    first unit at or above each wanted offset, by binary search in each queue), each checked against the
     record header there. Where the queues tell nothing (no queue, a file no unit points into, the last file
-    beyond the queues' end), that file's record headers are walked instead. A reader checks that its walk
-    lands exactly on the next slice's start (``StoreCorruptedError`` if a queue pointed between records)."""
+    beyond the queues' end) or more cuts are asked than ``_MAX_QUEUE_CUTS``, the files' record headers are
+    walked instead. A reader checks that its walk lands exactly on the next slice's start
+    (``StoreCorruptedError`` if a queue pointed between records)."""
     files = _data_files(root)
     if not files:
         return []
-    queues = [layout.queue_files(root, t, q) for t, q in layout.list_queues(root)]
-    queues = [paths for paths in queues if paths]
-    ends = [_queue_end(paths) for paths in queues]
-    cq_end = max(ends, default=-1)
-    path, first, size = files[-1]
-    if cq_end > first:
-        files[-1] = (path, first, min(size, cq_end - first))
-    else:
-        files[-1] = (path, first, _walked_end(path))
-    total = sum(n for _, _, n in files)
+    queues = _planning_queues(root)
+    ends = [e for e in (_queue_end(paths) for paths in queues) if e >= 0]
+    path, first, size, whole = files[-1]
+    if whole:
+        cq_end = max(ends, default=-1)
+        files[-1] = (path, first, min(size, cq_end - first) if cq_end > first else _walked_end(path), whole)
+    total = sum(n for _, _, n, _ in files)
     chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
-    wanted = [first + k * chunk for _, first, n in files if n > chunk for k in range(1, -(-n // chunk))]
-    found = [-1] * len(wanted)
-    for paths in queues:
-        got, _end = queue_boundaries(paths, wanted)
-        found = [g if f < 0 or 0 <= g < f else f for f, g in zip(found, got, strict=True)]
-    cut_at = dict(zip(wanted, found, strict=True))
+    cut = [(first, n) for _, first, n, whole in files if whole and n > chunk]
+    cut_at: dict[int, int] = {}
+    if 0 < sum(-(-n // chunk) - 1 for _, n in cut) <= _MAX_QUEUE_CUTS:
+        wanted = np.array([first + k * chunk for first, n in cut for k in range(1, -(-n // chunk))], dtype=np.int64)
+        found = np.full(len(wanted), -1, dtype=np.int64)
+        for paths in queues:
+            try:
+                queue_boundaries(paths, wanted, found)
+            except FileNotFoundError:
+                continue                         # cleaned meanwhile: the other queues' cuts serve
+        cut_at = dict(zip(wanted.tolist(), found.tolist(), strict=True))
     out: list[CommitLogSlice] = []
-    for path, first, n in files:
-        if n <= chunk:
+    for path, first, n, whole in files:
+        if n <= chunk or not whole:
             out.append(CommitLogSlice(root, path, 0, -1))
             continue
         starts = _queue_cuts(path, first, chunk, n, cut_at)
@@ -148,23 +161,48 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
     return out
 
 
-def _data_files(root: str) -> list[tuple[str, int, int]]:
-    """``(path, first offset, size)`` of the commit-log files a record starts (the others are empty)."""
+def _data_files(root: str) -> list[tuple[str, int, int, bool]]:
+    """``(path, first offset, size, whole)`` of the commit-log files with data: a record starts them
+    (``whole``), or their start is damaged and whole records follow in them or a later file (``whole``
+    False: planned as one slice, which its reader refuses). The others are empty: made ahead of the writer."""
     out = []
     for path in layout.commit_log_files(root):
         mf = MappedFile(path, -1, read_only=True)
         try:
-            if mf.file_size > 0 and record_size_at(mf, 0) > 0:
-                out.append((path, mf.file_from_offset, mf.file_size))
+            if mf.file_size <= 0:
+                continue
+            if record_size_at(mf, 0) > 0:
+                out.append((path, mf.file_from_offset, mf.file_size, True))
+            elif not _torn_tail(root, path, mf, 0):
+                out.append((path, mf.file_from_offset, mf.file_size, False))
         finally:
             mf.close()
     return out
 
 
+def _planning_queues(root: str) -> list[list[str]]:
+    """The consume-queue files of the queues a plan asks (at most ``_MAX_QUEUES``, those with the most units)."""
+    queues = [paths for paths in (layout.queue_files(root, t, q) for t, q in layout.list_queues(root)) if paths]
+    if len(queues) <= _MAX_QUEUES:
+        return queues
+
+    def units(paths: list[str]) -> tuple[int, int]:
+        try:
+            return len(paths), os.path.getsize(paths[-1])
+        except OSError:
+            return len(paths), 0
+
+    return sorted(queues, key=units, reverse=True)[:_MAX_QUEUES]
+
+
 def _queue_end(paths: list[str]) -> int:
-    """The end of the record the last unit of a consume queue points at (-1: no unit)."""
+    """The end of the record the last unit of a consume queue points at (-1: no unit, or its files gone)."""
+    none = np.empty(0, dtype=np.int64)
     for i in range(len(paths) - 1, -1, -1):
-        _got, end = queue_boundaries(paths[i:i + 1], [])
+        try:
+            end = queue_boundaries(paths[i:i + 1], none, none)
+        except FileNotFoundError:
+            return -1
         if end >= 0:
             return end
     return -1
@@ -184,6 +222,8 @@ def _queue_cuts(path: str, first: int, chunk: int, n: int, cut_at: dict[int, int
     record a queue points at from there, -1 none), each a record header checked in place; None when the
     queues gave none for this file (then it is walked)."""
     starts = [0]
+    if not cut_at:
+        return None
     mf = MappedFile(path, -1, read_only=True)
     try:
         for k in range(1, -(-n // chunk)):
@@ -295,11 +335,12 @@ def _read_slice(
                     log.info("%s: %s at %d with nothing valid after it: a torn tail, the end of the data",
                              part.path, e.reason, e.offset)
                     done = True
-                if done and part.end < 0 and _hole(mf, pos) and not _torn_tail(part.root, part.path, mf, pos):
-                    # a record of size zero before the file's end with whole records after it: a damaged size
-                    # field, not the end of the data (stopping here would hide the records after it)
+                if done and part.end < 0 and _no_blank(mf, pos) and not _torn_tail(part.root, part.path, mf, pos):
+                    # the records stop without the end-of-file record while whole records follow (a zeroed size
+                    # field, a file cut short): damage, not the end of the data, which stopping would hide
                     raise StoreCorruptedError(part.path, mf.file_from_offset + pos,
-                                              "a record of size zero with records after it")
+                                              "the records stop (a size of zero, or the file's end without "
+                                              "its end-of-file record) with records after them")
                 if done and 0 <= part.end != pos:
                     # the next slice starts where no record of this walk does (a consume queue pointed
                     # between records): its rows and these could overlap or miss some
@@ -349,10 +390,10 @@ def _read_slice(
         )
 
 
-def _hole(mf: MappedFile, pos: int) -> bool:
-    """Did a walk stop at ``pos`` on a zero TOTALSIZE with room for a header (not a BLANK, not the file's
-    end)? At the writer's tail that is the end of the data; anywhere else, damage."""
-    return pos + 8 <= mf.file_size and record_size_at(mf, pos) == RECORD_END
+def _no_blank(mf: MappedFile, pos: int) -> bool:
+    """Did a walk stop at ``pos`` without the end-of-file BLANK record: on a zero TOTALSIZE, or at the file's
+    end? At the writer's tail that is the end of the data; anywhere else, damage."""
+    return pos + 8 > mf.file_size or record_size_at(mf, pos) == RECORD_END
 
 
 def _torn_tail(root: str, path: str, mf: MappedFile, pos: int) -> bool:
