@@ -129,6 +129,31 @@ cdef class QueueReader:
         free(self.cl_from)
         free(self.cl_size)
 
+    cdef bint _written_after(self, int64_t index) noexcept:
+        """Is a unit after the empty unit ``index`` written (in its file, or a later file's first unit)? Units
+        are written in order, so one is damage there, and stopping would hide the messages after it."""
+        cdef int64_t byte = index * UNIT - self.cq_first
+        cdef Py_ssize_t fi = byte // self.cq_size, k
+        cdef int64_t pos
+        cdef MappedFile mf
+        for k in range(fi, len(self.cq)):
+            mf = <MappedFile>self.cq[k]
+            if mf.base == NULL:
+                continue
+            pos = byte - fi * self.cq_size + UNIT if k == fi else 0
+            while pos + UNIT <= mf.file_size:
+                if load_i32_acquire(mf.base + pos + 8) != 0:
+                    return True
+                if k != fi:
+                    break               # a later file: its first unit tells
+                pos += UNIT
+        return False
+
+    cdef str _cq_name(self, int64_t index):
+        """The consume-queue file holding unit ``index`` (for errors)."""
+        cdef Py_ssize_t fi = (index * UNIT - self.cq_first) // self.cq_size
+        return (<MappedFile>self.cq[min(max(fi, 0), len(self.cq) - 1)]).file_name if self.cq else self.topic
+
     cdef Py_ssize_t _cl_index(self, int64_t phy) noexcept:
         cdef Py_ssize_t lo = 0, hi = self.n_cl - 1, mid
         if self.n_cl == 0 or phy < self.cl_from[0]:
@@ -144,9 +169,12 @@ cdef class QueueReader:
     def scan(self, BatchBuilder b, long long start, long long end):
         """Add the messages of queue offsets ``[start, end)`` until ``b`` is full: ``(next_offset, done)``.
 
-        ``done`` is also set when the queue ends before ``end``. Units whose message was deleted (the
-        consume-queue file, or the commit-log file, is gone) are counted in ``lost`` and skipped."""
-        cdef int64_t i = start, phy, rel
+        ``done`` is also set when the queue's files end before ``end``. Units whose message was deleted (the
+        consume-queue file, or the commit-log file, is gone) are counted in ``lost`` and skipped. ``end`` is
+        at most the queue's end as planned (``queue_bounds``): an empty unit before it, or a unit not after the
+        one ahead of it (units follow the commit log), is damage and raises ``StoreCorruptedError``; skipping
+        it would hide the messages of the units after it."""
+        cdef int64_t i = start, phy, rel, prev = -1
         cdef int32_t usize, r
         cdef int state = 0
         cdef const unsigned char *u
@@ -154,6 +182,11 @@ cdef class QueueReader:
         cdef Py_ssize_t ci
         cdef MappedFile mf
         cdef RecordView v
+        if i > 0:
+            # the unit ahead of the first: where the units must continue from
+            u = _unit(self.cq, self.cq_size, self.cq_first, i - 1, &state)
+            if state == 0 and load_i32_acquire(u + 8) > 0 and load_i32_acquire(u + 8) != FILLER:
+                prev = get_i64(u)
         while i < end:
             if b.full():
                 return (i, False)
@@ -167,10 +200,19 @@ cdef class QueueReader:
             usize = load_i32_acquire(u + 8)
             phy = get_i64(u)
             if usize == 0 or phy < 0:
-                return (i, True)            # the end of written units
+                if usize == 0 and not self._written_after(i):
+                    return (i, True)        # the end of written units
+                raise StoreCorruptedError(self._cq_name(i), i * UNIT, "consume queue %s/%d unit %d is empty (or "
+                                          "points below 0) with written units after it"
+                                          % (self.topic, self.queue_id, i))
             i += 1
             if usize == FILLER:
                 continue
+            if phy <= prev:
+                raise StoreCorruptedError(self._cq_name(i - 1), (i - 1) * UNIT, "consume queue %s/%d unit %d points "
+                                          "at %d, not after the unit ahead of it (%d)"
+                                          % (self.topic, self.queue_id, i - 1, phy, prev))
+            prev = phy
             ci = self._cl_index(phy)
             if ci < 0:
                 self.lost += 1
@@ -184,7 +226,7 @@ cdef class QueueReader:
             r = check_record(p, mf.file_size - rel, False, &v)
             if r <= 0:
                 raise StoreCorruptedError(mf.file_name, phy, REASONS.get(r, "damaged record"))
-            if r != usize or v.phy_offset != phy or v.queue_id != self.queue_id or \
+            if r != usize or v.phy_offset != phy or v.queue_id != self.queue_id or v.queue_offset != i - 1 or \
                     v.topic_len != len(self.topic_b) or \
                     memcmp(p + v.topic_pos, <const char *>self.topic_b, v.topic_len) != 0:
                 raise StoreCorruptedError(mf.file_name, phy, "consume queue %s/%d unit %d does not match the "

@@ -6,6 +6,7 @@ test_spark.py."""
 from __future__ import annotations
 
 import os
+import struct
 
 import pytest
 from conftest import make_message
@@ -156,3 +157,52 @@ def test_queue_reader_reads_a_queue_by_offsets(filled):
     assert [(r["queue_offset"], r["body"]) for r in rows] == [(m.queue_offset, m.body) for m in want]
     assert done and nxt == filled.get_max_offset_in_queue("T0", 1)
     assert (reader.topic, reader.queue_id, reader.lost) == ("T0", 1, 0)
+
+
+def _damaged_queue_read(filled, store_factory, damage):
+    """Queue T0/1 read with ``QueueReader`` after ``damage(unit bytes, commit-log bytes)`` changed its files:
+    the rows, or the ``StoreCorruptedError`` raised."""
+    filled.shutdown()
+    store_factory.skip_check()
+    cq = os.path.join(filled.config.consume_queue_path(), "T0", "1", "%020d" % 0)
+    log = os.path.join(filled.config.commit_log_paths()[0], "%020d" % 0)
+    units, data = bytearray(open(cq, "rb").read()), bytearray(open(log, "rb").read())
+    damage(units, data)
+    open(cq, "wb").write(bytes(units))
+    open(log, "wb").write(bytes(data))
+    reader = QueueReader("T0", 1, [cq], [log])
+    b = BatchBuilder(arrow_schema())
+    reader.scan(b, 0, 100)
+    return b.build().column("queue_offset").to_pylist()
+
+
+def test_queue_reader_refuses_an_empty_unit_before_written_ones(filled, store_factory):
+    """A zeroed unit with written units after it is damage, not the queue's end (which would hide them)."""
+    def zero_unit_4(units, data):
+        units[4 * 20:5 * 20] = bytes(20)
+
+    with pytest.raises(StoreCorruptedError) as e:
+        _damaged_queue_read(filled, store_factory, zero_unit_4)
+    assert e.value.offset == 4 * 20 and "unit 4 is empty" in e.value.reason
+
+
+def test_queue_reader_refuses_a_unit_pointing_back(filled, store_factory):
+    """A unit pointing at a record before the unit ahead of it (here the first record of the log, into a file
+    a cleaner could have deleted) is damage: units follow the commit log."""
+    def unit_6_to_unit_1(units, data):
+        units[6 * 20:6 * 20 + 12] = units[1 * 20:1 * 20 + 12]
+
+    with pytest.raises(StoreCorruptedError) as e:
+        _damaged_queue_read(filled, store_factory, unit_6_to_unit_1)
+    assert e.value.offset == 6 * 20 and "not after the unit ahead of it" in e.value.reason
+
+
+def test_queue_reader_refuses_a_record_of_another_queue_offset(filled, store_factory):
+    """A record whose QUEUEOFFSET field is not its unit's offset (a damaged field) is not served with it."""
+    def qoff_of_unit_3(units, data):
+        phy = struct.unpack_from(">q", units, 3 * 20)[0]
+        struct.pack_into(">q", data, phy + 20, 0)
+
+    with pytest.raises(StoreCorruptedError) as e:
+        _damaged_queue_read(filled, store_factory, qoff_of_unit_3)
+    assert "does not match the record" in e.value.reason

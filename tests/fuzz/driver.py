@@ -34,7 +34,9 @@ import sys
 import time
 import traceback
 
-from tests.fuzz.common import BASE_MS, CL_FILE, CLI_SETS, CONFIG, SCHEDULE_TOPIC, half_full, load
+from tests.fuzz.common import BASE_MS, CL_FILE, CLI_SETS, CONFIG, CQ_FILE, SCHEDULE_TOPIC, half_full, load
+
+CQ_UNIT = 20
 
 MAX_NOTES = 3
 
@@ -163,6 +165,8 @@ class Case:
             self.part = "spark"
             step("spark plan and read")
             self.guard("spark read", self.spark_read)
+            step("spark read of the queues")
+            self.guard("spark queue read", self.spark_queue_read)
         self.phase(True)
         self.phase(False)
 
@@ -247,6 +251,61 @@ class Case:
             r = self.by_off[missing[0]]
             self.obs("loss", "spark read: %d intact records not served, first offset %d (file %s)" % (
                 len(missing), r["off"], r["file"][-20:]))
+
+    def spark_queue_read(self) -> None:
+        """What a Spark read of every topic (``topics``: through the consume queues, ``failOnDataLoss``
+        false, slices of a few units) returns, offline as above: a row must be the record its queue's unit
+        points at, at most once; every intact record must be served unless the read refused, or its unit's
+        record lies in a file deleted from the log's head (the loss that option accepts)."""
+        from pystore.errors import StoreCorruptedError
+        from pystore.spark.source import PystoreDataSource
+
+        topics = sorted({t for t, _ in self.queues})
+        ds = PystoreDataSource({"path": self.root, "topics": ",".join(topics), "failOnDataLoss": "false",
+                                "messages_per_partition": "7", "minPartitions": "4"})
+        reader = ds.reader(ds.schema())
+        rows: list[dict] = []
+        try:
+            for part in reader.partitions():
+                for rb in reader.read(part):
+                    rows.extend(rb.select(["commit_log_offset", "topic", "queue_id", "queue_offset", "body"])
+                                .to_pylist())
+        except StoreCorruptedError as e:
+            self.error("spark queue read", e)
+            return
+        seen: set[tuple[str, int, int]] = set()
+        served: set[int] = set()
+        for r in rows:
+            key = (r["topic"], r["queue_id"], r["queue_offset"])
+            rec = self.queues.get(key[:2], {}).get(key[2])
+            if key in seen:
+                self.obs("wrong", "spark queue read: %s/%d qoff %d served twice" % key)
+                return
+            seen.add(key)
+            if rec is None or rec["off"] != r["commit_log_offset"] or rec["body"] != r["body"]:
+                self.obs("wrong", "spark queue read: %s/%d qoff %d served offset %d, which is not the message put "
+                         "there" % (key + (r["commit_log_offset"],)))
+                return
+            served.add(rec["off"])
+        # a record whose unit is damaged or gone may be missing: a queue whose last units are lost reads as a
+        # shorter queue, as nothing in the queue's own files says otherwise (the store's open finds them in the
+        # commit log; a read of the log serves them); every intact unit's record must be served
+        missing = sorted(o for o in self.intact - served if self.by_off[o]["topic"] in topics
+                         and self._unit_intact(self.by_off[o]))
+        if missing:
+            r = self.by_off[missing[0]]
+            self.obs("loss", "spark queue read: %d intact messages not served, first offset %d (%s/%d qoff %d)" % (
+                len(missing), r["off"], r["topic"], r["qid"], r["qoff"]))
+
+    def _unit_place(self, r: dict) -> tuple[str, int]:
+        """The consume-queue file (relative to the root) and the position in it of record ``r``'s unit."""
+        byte = r["qoff"] * CQ_UNIT
+        first = byte - byte % CQ_FILE
+        return "consumequeue/%s/%d/%020d" % (r["topic"], r["qid"], first), byte - first
+
+    def _unit_intact(self, r: dict) -> bool:
+        name, pos = self._unit_place(r)
+        return name not in self.dead and not any(s < pos + CQ_UNIT and pos < e for s, e in self.ranges.get(name, ()))
 
     def phase(self, read_only: bool) -> None:
         from pystore import MessageStore
