@@ -66,7 +66,9 @@ def scan_file(BatchBuilder b, MappedFile mf, long long pos, long long end=-1):
 
 cdef inline const unsigned char *_unit(list files, int64_t fsize, int64_t first_from, int64_t index,
                                        int *state):
-    """The unit of queue offset ``index``: state 0 found, 1 below the first file (deleted), 2 past the last."""
+    """The unit of queue offset ``index``: state 0 found, 1 below the first file (deleted), 2 past the last,
+    3 in a file missing or cut short before the last (the files must follow each other, each ``fsize``
+    long)."""
     cdef int64_t byte = index * UNIT
     cdef Py_ssize_t fi
     cdef MappedFile mf
@@ -78,8 +80,11 @@ cdef inline const unsigned char *_unit(list files, int64_t fsize, int64_t first_
         state[0] = 2
         return NULL
     mf = <MappedFile>files[fi]
+    if mf.file_from_offset != first_from + fi * fsize:
+        state[0] = 3
+        return NULL
     if mf.base == NULL or (byte - first_from) - fi * fsize + UNIT > mf.file_size:
-        state[0] = 2
+        state[0] = 2 if fi == len(files) - 1 else 3
         return NULL
     state[0] = 0
     return mf.base + (byte - first_from - fi * fsize)
@@ -112,7 +117,8 @@ cdef class QueueReader:
         self.queue_id = queue_id
         self.cq = [MappedFile(p, -1, read_only=True) for p in cq_paths]
         self.cq = [m for m in self.cq if (<MappedFile>m).file_size > 0]
-        self.cq_size = (<MappedFile>self.cq[0]).file_size if self.cq else 1
+        # the files' size: the largest (a file cut short is damage, found where its units are wanted)
+        self.cq_size = max([(<MappedFile>m).file_size for m in self.cq]) if self.cq else 1
         self.cq_first = (<MappedFile>self.cq[0]).file_from_offset if self.cq else 0
         self.cl = [MappedFile(p, -1, read_only=True) for p in cl_paths]
         self.n_cl = len(self.cl)
@@ -197,6 +203,10 @@ cdef class QueueReader:
                 continue
             if state == 2:
                 return (i, True)
+            if state == 3:
+                raise StoreCorruptedError(self._cq_name(i), i * UNIT, "consume queue %s/%d: the file of unit %d is "
+                                          "missing or cut short, and later files hold units"
+                                          % (self.topic, self.queue_id, i))
             usize = load_i32_acquire(u + 8)
             phy = get_i64(u)
             if usize == 0 or phy < 0:

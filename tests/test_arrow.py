@@ -206,3 +206,27 @@ def test_queue_reader_refuses_a_record_of_another_queue_offset(filled, store_fac
     with pytest.raises(StoreCorruptedError) as e:
         _damaged_queue_read(filled, store_factory, qoff_of_unit_3)
     assert "does not match the record" in e.value.reason
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_queue_reader_refuses_a_missing_middle_file(store_factory, damage):
+    """A consume-queue file cut short or gone between others: its units' messages are not skipped as the
+    queue's end, nor are a later file's units read as theirs."""
+    store = store_factory(mapped_file_size_consume_queue=4 * 20)       # 4 units a file
+    for i in range(20):
+        assert store.put_message(make_message(i, "T0", 0)).is_ok()
+    store.shutdown()
+    store_factory.skip_check()
+    folder = os.path.join(store.config.consume_queue_path(), "T0", "0")
+    files = [os.path.join(folder, n) for n in sorted(os.listdir(folder))]
+    assert len(files) == 5
+    if damage == "truncated":
+        os.truncate(files[2], 1)
+    else:
+        os.remove(files[2])
+        files.pop(2)
+    reader = QueueReader("T0", 0, files, [os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)])
+    b = BatchBuilder(arrow_schema())
+    with pytest.raises(StoreCorruptedError) as e:
+        reader.scan(b, 0, 20)
+    assert e.value.offset == 8 * 20 and "missing or cut short" in e.value.reason
