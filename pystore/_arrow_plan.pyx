@@ -100,20 +100,21 @@ def queue_bounds(list cq_paths, long long cl_min):
         last.close()
 
 
-def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] out):
-    """Record boundaries a consume queue knows of: for each commit-log offset of ``xs`` (ascending), the
-    smallest offset at or above it at which one of the queue's units points, kept in ``out`` where it is
-    below what ``out`` holds (-1: nothing yet); returns the end of the last unit's record (-1: no unit).
-    Binary searches per file (a queue's units are written in commit-log order; fillers lead a queue, empty
-    units trail its last file): only candidates for a planner, which checks each against the record it
-    points at, and a reader, which checks that its walk lands on it."""
+def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] above, int64_t[::1] below):
+    """Record boundaries a consume queue knows of around each commit-log offset of ``xs`` (ascending): the
+    smallest offset at or above it at which one of the queue's units points, kept in ``above`` where lower
+    than what ``above`` holds (-1: nothing yet), and the largest below it, kept in ``below`` where higher.
+    Returns the end of the last unit's record (-1: no unit). Binary searches per file (a queue's units are
+    written in commit-log order; fillers lead a queue, empty units trail its last file): only candidates
+    for a planner, which checks each against the record it points at and walks the records from there, and a
+    reader, which checks that its walk lands on the planner's cuts."""
     cdef MappedFile mf
-    cdef int64_t lo, hi, mid, x, n_units, phy, end = -1
+    cdef int64_t lo, hi, mid, x, n_units, phy, end = -1, last = -1
     cdef int32_t size
     cdef const unsigned char *p
     cdef Py_ssize_t k, j = 0, nx = xs.shape[0]
-    if out.shape[0] != nx:
-        raise ValueError("xs and out differ in length (%d, %d)" % (nx, out.shape[0]))
+    if above.shape[0] != nx or below.shape[0] != nx:
+        raise ValueError("xs, above and below differ in length (%d, %d, %d)" % (nx, above.shape[0], below.shape[0]))
     for k in range(len(cq_paths)):
         mf = MappedFile(cq_paths[k], -1, read_only=True)
         try:
@@ -130,11 +131,6 @@ def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] out):
             n_units = lo
             if n_units == 0:
                 continue
-            p = mf.base + (n_units - 1) * UNIT
-            size = get_i32(p + 8)
-            phy = get_i64(p)
-            if size != FILLER and size > 0 and 0 <= phy <= INT64_MAX - size:
-                end = phy + size
             while j < nx:
                 x = xs[j]
                 lo = 0
@@ -146,15 +142,48 @@ def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] out):
                         hi = mid
                     else:
                         lo = mid + 1
+                if lo > 0 and get_i32(mf.base + (lo - 1) * UNIT + 8) != FILLER:
+                    phy = get_i64(mf.base + (lo - 1) * UNIT)
+                    if phy > below[j]:
+                        below[j] = phy
+                elif lo == 0 and last > below[j]:
+                    below[j] = last
                 if lo == n_units:
                     break                    # beyond this file: the next file's units
                 phy = get_i64(mf.base + lo * UNIT)
-                if out[j] < 0 or phy < out[j]:
-                    out[j] = phy
+                if above[j] < 0 or phy < above[j]:
+                    above[j] = phy
                 j += 1
+            p = mf.base + (n_units - 1) * UNIT
+            size = get_i32(p + 8)
+            phy = get_i64(p)
+            if size != FILLER and size > 0 and 0 <= phy <= INT64_MAX - size:
+                end = phy + size
+                last = phy
         finally:
             mf.close()
+    while j < nx:                            # past every unit: the last one is below them
+        if last > below[j]:
+            below[j] = last
+        j += 1
     return end
+
+
+def walk_to(MappedFile mf, long long pos, long long target):
+    """From the record boundary ``pos`` of ``mf``, the first record boundary at or after ``target``, by
+    walking record headers (no CRC); where the records stop if they stop first (a BLANK, zeros, damage)."""
+    cdef RecordView v
+    cdef int32_t r
+    cdef int64_t limit = mf.file_size
+    mf.check_mapped()
+    if target > limit:
+        target = limit
+    while pos < target:
+        r = check_record(mf.base + pos, limit - pos, False, &v)
+        if r <= 0:
+            break
+        pos += r
+    return pos
 
 
 def record_size_at(MappedFile mf, long long pos):

@@ -10,7 +10,7 @@ import os
 import numpy as np
 from conftest import drop_commit_log_head, make_message
 
-from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points
+from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points, walk_to
 from pystore._codec import RECORD_END
 from pystore._mapped_file import MappedFile
 
@@ -87,21 +87,23 @@ def test_queue_boundaries_are_the_first_units_at_or_above_each_offset(store_fact
     offs = [r.wrote_offset for r in results[0]]
     other = [r.wrote_offset for r in results[1]]
     xs = np.array([0, 1, offs[5], offs[5] + 1, other[20], offs[25], offs[-1], offs[-1] + 1, 10**12], dtype=np.int64)
-    got = np.full(len(xs), -1, dtype=np.int64)
-    end = queue_boundaries(files, xs, got)
-    assert got.tolist() == [min((o for o in offs if o >= x), default=-1) for x in xs.tolist()]
+    above = np.full(len(xs), -1, dtype=np.int64)
+    below = np.full(len(xs), -1, dtype=np.int64)
+    end = queue_boundaries(files, xs, above, below)
+    assert above.tolist() == [min((o for o in offs if o >= x), default=-1) for x in xs.tolist()]
+    assert below.tolist() == [max((o for o in offs if o < x), default=-1) for x in xs.tolist()]
     assert end == results[0][-1].wrote_offset + results[0][-1].wrote_bytes
-    one = np.full(1, -1, dtype=np.int64)
-    assert queue_boundaries(files[1:], np.zeros(1, dtype=np.int64), one) == end and one[0] == offs[20]
-    # a boundary already lower is kept: the lowest over the queues asked
-    low = np.array([offs[20] - 1], dtype=np.int64)
-    queue_boundaries(files, np.array([offs[19] + 1], dtype=np.int64), low)
-    assert low[0] == offs[20] - 1
-    high = np.array([offs[20] + 1], dtype=np.int64)
-    queue_boundaries(files, np.array([offs[19] + 1], dtype=np.int64), high)
-    assert high[0] == offs[20]
-    none = np.full(2, -1, dtype=np.int64)
-    assert queue_boundaries([], np.array([0, 5], dtype=np.int64), none) == -1 and none.tolist() == [-1, -1]
+    one, none = np.full(1, -1, dtype=np.int64), np.full(1, -1, dtype=np.int64)
+    assert queue_boundaries(files[1:], np.zeros(1, dtype=np.int64), one, none) == end and one[0] == offs[20]
+    # boundaries already closer are kept: the closest over the queues asked
+    low, high = np.array([offs[20] - 1], dtype=np.int64), np.array([offs[19] + 1], dtype=np.int64)
+    queue_boundaries(files, np.array([offs[19] + 2], dtype=np.int64), low, high)
+    assert (low[0], high[0]) == (offs[20] - 1, offs[19] + 1)
+    far_above, far_below = np.array([offs[20] + 1], dtype=np.int64), np.array([offs[18]], dtype=np.int64)
+    queue_boundaries(files, np.array([offs[19] + 2], dtype=np.int64), far_above, far_below)
+    assert (far_above[0], far_below[0]) == (offs[20], offs[19])
+    a, b = np.full(2, -1, dtype=np.int64), np.full(2, -1, dtype=np.int64)
+    assert queue_boundaries([], np.array([0, 5], dtype=np.int64), a, b) == -1 and a.tolist() == b.tolist() == [-1, -1]
     store_factory.expect_messages(70)
 
 
@@ -128,3 +130,19 @@ def test_record_size_at_only_where_a_record_starts(store_factory):
     finally:
         mf.close()
     store_factory.expect_messages(7)
+
+
+def test_walk_to_finds_the_first_record_at_or_after(store_factory):
+    store = store_factory()
+    results = _fill(store, 12)
+    offs = [r.wrote_offset for r in results]
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    mf = MappedFile(os.path.join(store.config.commit_log_paths()[0], "%020d" % 0), -1, read_only=True)
+    try:
+        assert walk_to(mf, 0, offs[5]) == offs[5]
+        assert walk_to(mf, offs[2], offs[5] - 1) == offs[5]
+        assert walk_to(mf, offs[7], offs[5]) == offs[7]                  # already past it
+        assert walk_to(mf, 0, mf.file_size) == end                         # where the records stop
+    finally:
+        mf.close()
+    store_factory.expect_messages(12)

@@ -27,6 +27,13 @@ from pystore.spark import layout  # noqa: E402
 from pystore.spark.batch import Filters, plan_commit_log_slices, read_slice  # noqa: E402
 from pystore.spark.schema import arrow_schema  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _plan_from_queues(monkeypatch):
+    """These stores are small: without this, the planner would walk them (``_WALK_BELOW``) instead of asking
+    the consume queues, which is what these tests are about."""
+    monkeypatch.setattr(batch, "_WALK_BELOW", 0)
+
 CL_FILE = 64 * 1024
 
 # -----------------------------------------------------------------------------------------------------------
@@ -243,8 +250,8 @@ def test_cleaned_lagging_and_ahead_stores_read_every_record_once(tmp_path, seed,
 @pytest.mark.no_verify
 def test_a_queue_unit_at_a_forged_record_inside_a_body_is_refused(tmp_path):
     """A body carrying a whole record whose PHYSICALOFFSET names the very place it lands (so record_size_at
-    accepts it), and a damaged unit pointing at it: the planner cuts there, the readers on either side refuse
-    (their walks do not land on it) and no row of the forged record is served."""
+    accepts it), and a damaged unit pointing at it: if the planner cuts there, the readers on either side
+    refuse (their walks do not land on it); no row of the forged record is ever served."""
     with MessageStore.open(str(tmp_path), mapped_file_size_commit_log=CL_FILE, max_hash_slot_num=64,
                            max_index_num=256) as s:
         rs = [s.put_message(Message("T", b"a%d" % i * 50, queue_id=0)).append_message_result for i in range(40)]
@@ -268,17 +275,19 @@ def test_a_queue_unit_at_a_forged_record_inside_a_body_is_refused(tmp_path):
     with open(cq, "r+b") as f:
         f.seek(20)
         f.write(struct.pack(">q", fake_at))
-    cut_there = 0
     for bpp in (1000, 2000, 4000):
         parts = plan_commit_log_slices(str(tmp_path), bpp)
-        cut_there += any(p.start == fake_at for p in parts)
-        for p in parts:
-            if p.start == fake_at or p.end == fake_at:
-                with pytest.raises(StoreCorruptedError):
-                    _read([p])
-        with pytest.raises(StoreCorruptedError):
-            _read(parts)
-    assert cut_there
+        if any(p.start == fake_at for p in parts):
+            # cut there: the readers on either side refuse
+            for p in parts:
+                if p.start == fake_at or p.end == fake_at:
+                    with pytest.raises(StoreCorruptedError):
+                        _read([p])
+            with pytest.raises(StoreCorruptedError):
+                _read(parts)
+        else:
+            # the walk from a record below the wanted offsets went past it: the log read whole and right
+            assert _read(parts) == expected
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -342,7 +351,7 @@ def test_planning_work_is_bounded_by_the_records_not_the_bytes(tmp_path, monkeyp
     asked = []
     boundaries = batch.queue_boundaries
     monkeypatch.setattr(batch, "queue_boundaries",
-                        lambda paths, xs, out: asked.append(len(xs)) or boundaries(paths, xs, out))
+                        lambda paths, xs, above, below: asked.append(len(xs)) or boundaries(paths, xs, above, below))
     for bpp, target in ((1, 1), (1 << 28, 10**9)):
         asked.clear()
         parts = plan_commit_log_slices(str(tmp_path), bpp, target)
@@ -355,11 +364,46 @@ def test_a_consume_queue_file_deleted_while_planning_does_not_fail_the_plan(tmp_
     expected = _record_offsets(tmp_path)
     boundaries = batch.queue_boundaries
 
-    def racing(paths, xs, out):
+    def racing(paths, xs, above, below):
         if len(paths) > 1 and os.path.exists(paths[0]):
             os.remove(paths[0])                             # the cleaner, between the listing and the mapping
-        return boundaries(paths, xs, out)
+        return boundaries(paths, xs, above, below)
 
     monkeypatch.setattr(batch, "queue_boundaries", racing)
     parts = plan_commit_log_slices(str(tmp_path), 8192)
     assert _read(parts) == expected
+
+
+def test_a_small_log_is_walked_without_listing_the_queues(tmp_path, monkeypatch):
+    """Below ``_WALK_BELOW`` bytes of files the plan walks the records (cheaper than the queues of a store of
+    many queues), and gives the slices a walk gives."""
+    _random_store(tmp_path, 5, n=400)
+    expected = _record_offsets(tmp_path)
+    monkeypatch.setattr(batch, "_WALK_BELOW", 1 << 40)
+    monkeypatch.setattr(batch.layout, "list_queues", lambda *a: pytest.fail("the plan listed the queues"))
+    for bpp, target in ((8192, 1), (1 << 30, 5)):
+        parts = plan_commit_log_slices(str(tmp_path), bpp, target)
+        assert len(parts) >= min(target, len(expected)) and _read(parts) == expected
+        for p in parts:
+            mf = MappedFile(p.path, -1, read_only=True)
+            try:
+                assert p.start in split_points(mf, 1)[0]
+            finally:
+                mf.close()
+
+
+def test_a_file_the_queues_know_few_records_of_is_walked(tmp_path, monkeypatch):
+    """When the queues asked point at too few records of a file to cut it as asked, the file is walked: as
+    many slices as a walk makes."""
+    with MessageStore.open(str(tmp_path), mapped_file_size_commit_log=64 * 1024, max_hash_slot_num=64,
+                           max_index_num=256) as s:
+        for i in range(900):
+            s.put_message(Message("T", b"y%d" % i * 20, queue_id=0 if i % 100 == 0 else 1))
+    expected = _record_offsets(tmp_path)
+    sparse = layout.queue_files(str(tmp_path), "T", 0)
+    monkeypatch.setattr(batch, "_planning_queues", lambda root: [sparse])
+    parts = plan_commit_log_slices(str(tmp_path), 4096)
+    monkeypatch.setattr(batch, "_WALK_BELOW", 1 << 40)
+    walked = plan_commit_log_slices(str(tmp_path), 4096)
+    assert len(parts) >= len(walked) - 2 * len({p.path for p in parts})
+    assert len(parts) > 3 * len({p.path for p in parts}) and _read(parts) == expected

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pystore._arrow import BatchBuilder
-from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points
+from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points, walk_to
 from pystore._arrow_source import QueueReader, scan_file
 from pystore._codec import RECORD_END
 from pystore._mapped_file import MappedFile
@@ -107,6 +107,9 @@ _MAX_QUEUE_CUTS = 8192
 # consume queues a plan asks at most (those holding the most units): any of them gives true boundaries, and
 # a broker's thousands of queues would cost more to open than the walk they save
 _MAX_QUEUES = 256
+# commit-log files of this many bytes in all, or fewer, are walked: a walk of them costs less than listing
+# and opening the queues of a store of many queues (a few milliseconds)
+_WALK_BELOW = 64 << 20
 
 
 def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1) -> list[CommitLogSlice]:
@@ -125,39 +128,66 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
     files = _data_files(root)
     if not files:
         return []
+    if sum(size for _, _, size, _ in files) <= _WALK_BELOW:
+        return _walked_plan(root, files, bytes_per_partition, target)
     queues = _planning_queues(root)
     ends = [e for e in (_queue_end(paths) for paths in queues) if e >= 0]
     path, first, size, whole = files[-1]
     if whole:
-        cq_end = max(ends, default=-1)
-        files[-1] = (path, first, min(size, cq_end - first) if cq_end > first else _walked_end(path), whole)
+        # from the end of the last record a queue points at, the records after it (not dispatched yet, or of
+        # queues not asked) are walked to the end of the data
+        cq_end = max(ends, default=-1) - first
+        files[-1] = (path, first, _walked_end(path, cq_end if 0 < cq_end <= size else 0), whole)
     total = sum(n for _, _, n, _ in files)
     chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
     cut = [(first, n) for _, first, n, whole in files if whole and n > chunk]
-    cut_at: dict[int, int] = {}
+    hints: dict[int, int] = {}
     if 0 < sum(-(-n // chunk) - 1 for _, n in cut) <= _MAX_QUEUE_CUTS:
         wanted = np.array([first + k * chunk for first, n in cut for k in range(1, -(-n // chunk))], dtype=np.int64)
-        found = np.full(len(wanted), -1, dtype=np.int64)
+        above = np.full(len(wanted), -1, dtype=np.int64)
+        below = np.full(len(wanted), -1, dtype=np.int64)
         for paths in queues:
             try:
-                queue_boundaries(paths, wanted, found)
+                queue_boundaries(paths, wanted, above, below)
             except FileNotFoundError:
-                continue                         # cleaned meanwhile: the other queues' cuts serve
-        cut_at = dict(zip(wanted.tolist(), found.tolist(), strict=True))
+                continue                         # cleaned meanwhile: the other queues' boundaries serve
+        hints = dict(zip(wanted.tolist(), below.tolist(), strict=True))
     out: list[CommitLogSlice] = []
     for path, first, n, whole in files:
         if n <= chunk or not whole:
             out.append(CommitLogSlice(root, path, 0, -1))
             continue
-        starts = _queue_cuts(path, first, chunk, n, cut_at)
-        if starts is None:
+        if hints:
+            starts = _cuts_from(path, first, chunk, n, hints)
+        else:
             mf = MappedFile(path, -1, read_only=True)
             try:
-                starts, _end, _code = split_points(mf, chunk)
+                starts = split_points(mf, chunk)[0]
             finally:
                 mf.close()
         ends_ = starts[1:] + [-1]
         out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends_, strict=True))
+    return out
+
+
+def _walked_plan(root: str, files: list[tuple[str, int, int, bool]], bytes_per_partition: int,
+                 target: int) -> list[CommitLogSlice]:
+    """The plan of a small log: every file's record headers walked, for its data's end and its cuts."""
+    ends = [(path, _walked_end(path) if whole else size, whole) for path, _first, size, whole in files]
+    total = sum(n for _, n, _ in ends)
+    chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
+    out: list[CommitLogSlice] = []
+    for path, n, whole in ends:
+        if n <= chunk or not whole:
+            if n > 0 or not whole:
+                out.append(CommitLogSlice(root, path, 0, -1))
+            continue
+        mf = MappedFile(path, -1, read_only=True)
+        try:
+            starts = split_points(mf, chunk)[0]
+        finally:
+            mf.close()
+        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, starts[1:] + [-1], strict=True))
     return out
 
 
@@ -200,7 +230,7 @@ def _queue_end(paths: list[str]) -> int:
     none = np.empty(0, dtype=np.int64)
     for i in range(len(paths) - 1, -1, -1):
         try:
-            end = queue_boundaries(paths[i:i + 1], none, none)
+            end = queue_boundaries(paths[i:i + 1], none, none, none)
         except FileNotFoundError:
             return -1
         if end >= 0:
@@ -208,31 +238,34 @@ def _queue_end(paths: list[str]) -> int:
     return -1
 
 
-def _walked_end(path: str) -> int:
-    """Where a commit-log file's records end, by walking their headers."""
+def _walked_end(path: str, pos: int = 0) -> int:
+    """Where a commit-log file's records end, by walking their headers from the record boundary ``pos``."""
     mf = MappedFile(path, -1, read_only=True)
     try:
-        return split_points(mf, 0)[1]
+        return walk_to(mf, pos, mf.file_size)
     finally:
         mf.close()
 
 
-def _queue_cuts(path: str, first: int, chunk: int, n: int, cut_at: dict[int, int]) -> list[int] | None:
-    """A file's slice starts from the consume queues' boundaries (``cut_at``: wanted offset -> the first
-    record a queue points at from there, -1 none), each a record header checked in place; None when the
-    queues gave none for this file (then it is walked)."""
+def _cuts_from(path: str, first: int, chunk: int, n: int, below: dict[int, int]) -> list[int]:
+    """A file's slice starts: for each wanted offset, the first record at or after it, walked to from the
+    nearest record below it that a consume queue points at (``below``: wanted offset -> that record, -1
+    none), checked in place, or from the previous cut. Where the queues point at every record, each walk is a
+    record or two; where they point at none, it is the whole file's walk, as without them."""
     starts = [0]
-    if not cut_at:
-        return None
     mf = MappedFile(path, -1, read_only=True)
     try:
         for k in range(1, -(-n // chunk)):
-            at = cut_at.get(first + k * chunk, -1) - first
-            if starts[-1] < at < n and record_size_at(mf, at) > 0:
+            x = k * chunk
+            b = below.get(first + x, -1) - first
+            if not (starts[-1] < b < x and record_size_at(mf, b) > 0):
+                b = starts[-1]
+            at = walk_to(mf, b, x)
+            if x <= at < n and at > starts[-1] and record_size_at(mf, at) > 0:
                 starts.append(at)
     finally:
         mf.close()
-    return starts if len(starts) > 1 else None
+    return starts
 
 
 def plan_queue_slices(
