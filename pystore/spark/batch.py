@@ -116,15 +116,15 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
     """Slices of about ``bytes_per_partition`` bytes at most, and at least ``target`` of them when the data
     allows (a small store still uses every core), cut at record boundaries.
 
-    The store is planned without walking its records: a file holds data when a record starts it (files made
-    ahead of the writer are empty; a file whose start is damaged while records follow it is planned whole,
-    and its reader refuses it); every such file but the last is full; the last one holds data up to the end
-    of the last record a consume queue points at. The cuts are records the consume queues point at (the
-    first unit at or above each wanted offset, by binary search in each queue), each checked against the
-    record header there. Where the queues tell nothing (no queue, a file no unit points into, the last file
-    beyond the queues' end) or more cuts are asked than ``_MAX_QUEUE_CUTS``, the files' record headers are
-    walked instead. A reader checks that its walk lands exactly on the next slice's start
-    (``StoreCorruptedError`` if a queue pointed between records)."""
+    A big log is planned without walking it all: a file holds data when a record starts it (files made ahead
+    of the writer are empty; a file whose start is damaged while records follow it is planned whole, and its
+    reader refuses it); every such file but the last is full; the last one's data end is walked to from the
+    end of the last record a consume queue points at. Each cut is the first record at or after its wanted
+    offset, walked to from the nearest record below it that a consume queue points at (binary searches in at
+    most ``_MAX_QUEUES`` queues; the record checked in place), or from the previous cut. A log of at most
+    ``_WALK_BELOW`` bytes of files, or a plan of more than ``_MAX_QUEUE_CUTS`` cuts, walks the files' record
+    headers outright. A reader checks that its walk lands exactly on the next slice's start
+    (``StoreCorruptedError`` if not)."""
     files = _data_files(root)
     if not files:
         return []
