@@ -25,12 +25,17 @@ def _queue_files(store, topic, queue_id):
     return [os.path.join(folder, n) for n in sorted(os.listdir(folder))]
 
 
-def test_split_points_are_record_boundaries_about_every_chunk(store_factory):
+def _filled_log(store_factory, n):
+    """A store of ``n`` messages: their offsets, where their records end, and its first commit-log file."""
     store = store_factory()
-    results = _fill(store, 40)
-    offsets = [r.wrote_offset for r in results]
+    results = _fill(store, n)
     end = results[-1].wrote_offset + results[-1].wrote_bytes
-    mf = MappedFile(os.path.join(store.config.commit_log_paths()[0], "%020d" % 0), -1, read_only=True)
+    path = os.path.join(store.config.commit_log_paths()[0], "%020d" % 0)
+    return [r.wrote_offset for r in results], end, MappedFile(path, -1, read_only=True)
+
+
+def test_split_points_are_record_boundaries_about_every_chunk(store_factory):
+    offsets, end, mf = _filled_log(store_factory, 40)
     try:
         starts, data_end, code = split_points(mf, 1000)
         assert starts[0] == 0 and set(starts) <= set(offsets)
@@ -133,11 +138,7 @@ def test_record_size_at_only_where_a_record_starts(store_factory):
 
 
 def test_walk_to_finds_the_first_record_at_or_after(store_factory):
-    store = store_factory()
-    results = _fill(store, 12)
-    offs = [r.wrote_offset for r in results]
-    end = results[-1].wrote_offset + results[-1].wrote_bytes
-    mf = MappedFile(os.path.join(store.config.commit_log_paths()[0], "%020d" % 0), -1, read_only=True)
+    offs, end, mf = _filled_log(store_factory, 12)
     try:
         assert walk_to(mf, 0, offs[5]) == offs[5]
         assert walk_to(mf, offs[2], offs[5] - 1) == offs[5]
