@@ -1,9 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The Spark data source's planning helpers, run on the driver: :func:`split_points` (record boundaries of
-a commit-log file, from the record headers, without CRC and without decoding), :func:`queue_boundaries`
-(record boundaries a consume queue points at, by binary search: a big store is cut without walking its
-records), :func:`record_size_at` (whether a record starts there) and :func:`queue_bounds` (a consume queue's
-min and max offsets from its files, by binary search). The executors decode what these plan with ``_arrow``.
+a commit-log file, from the record headers, without CRC and without decoding), :func:`queue_boundaries` (the
+records a consume queue points at below given offsets, by binary search: a big store is cut without walking
+all its records), :func:`walk_to` (the first record at or after an offset, from a record before it),
+:func:`record_size_at` (whether a record starts there) and :func:`queue_bounds` (a consume queue's min and
+max offsets from its files, by binary search). The executors decode what these plan with ``_arrow``.
 
 They read read-only mappings and hold no lock: safe on a live store (a record's size is published last, so
 a non-zero size means a whole record).
@@ -45,6 +46,19 @@ def split_points(MappedFile mf, long long chunk):
     return (starts, pos, r)
 
 
+cdef int64_t _written_units(MappedFile mf) noexcept:
+    """The units a consume-queue file holds: up to its first empty unit (units are written in order, so a
+    binary search finds it)."""
+    cdef int64_t lo = 0, hi = mf.file_size // UNIT, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if load_i32_acquire(mf.base + mid * UNIT + 8) != 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def queue_bounds(list cq_paths, long long cl_min):
     """``(min_offset, max_offset)`` of a consume queue from its files (sorted by name): max is the number
     of units ever written, min the first unit whose message is at or above commit-log offset ``cl_min``
@@ -64,17 +78,8 @@ def queue_bounds(list cq_paths, long long cl_min):
     if last is None:
         return (0, 0)
     try:
-        lo = 0
-        hi = last.file_size // UNIT
-        while lo < hi:                       # first empty unit of the last file
-            mid = (lo + hi) >> 1
-            p = last.base + mid * UNIT
-            if load_i32_acquire(p + 8) != 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        last_units = lo
-        max_off = (last.file_from_offset + lo * UNIT) // UNIT
+        last_units = _written_units(last)
+        max_off = (last.file_from_offset + last_units * UNIT) // UNIT
         min_off = max_off
         for k in range(n):
             mf = last if k == n - 1 else MappedFile(cq_paths[k], -1, read_only=True)
@@ -100,35 +105,24 @@ def queue_bounds(list cq_paths, long long cl_min):
         last.close()
 
 
-def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] above, int64_t[::1] below):
-    """Record boundaries a consume queue knows of around each commit-log offset of ``xs`` (ascending): the
-    smallest offset at or above it at which one of the queue's units points, kept in ``above`` where lower
-    than what ``above`` holds (-1: nothing yet), and the largest below it, kept in ``below`` where higher.
-    Returns the end of the last unit's record (-1: no unit). Binary searches per file (a queue's units are
-    written in commit-log order; fillers lead a queue, empty units trail its last file): only candidates
-    for a planner, which checks each against the record it points at and walks the records from there, and a
-    reader, which checks that its walk lands on the planner's cuts."""
+def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] below):
+    """Record boundaries a consume queue knows of below each commit-log offset of ``xs`` (ascending): the
+    largest offset below it at which one of the queue's units points, kept in ``below`` where higher than
+    what ``below`` holds (-1: nothing yet). Returns the end of the last unit's record (-1: no unit). Binary
+    searches per file (a queue's units are written in commit-log order; fillers lead a queue, empty units
+    trail its last file): only where a planner starts walking the records, after checking the record
+    there, and each reader checks that its walk lands on the planner's cuts."""
     cdef MappedFile mf
     cdef int64_t lo, hi, mid, x, n_units, phy, end = -1, last = -1
     cdef int32_t size
     cdef const unsigned char *p
     cdef Py_ssize_t k, j = 0, nx = xs.shape[0]
-    if above.shape[0] != nx or below.shape[0] != nx:
-        raise ValueError("xs, above and below differ in length (%d, %d, %d)" % (nx, above.shape[0], below.shape[0]))
+    if below.shape[0] != nx:
+        raise ValueError("xs and below differ in length (%d, %d)" % (nx, below.shape[0]))
     for k in range(len(cq_paths)):
         mf = MappedFile(cq_paths[k], -1, read_only=True)
         try:
-            n_units = mf.file_size // UNIT
-            # the first empty unit: the end of what this file holds
-            lo = 0
-            hi = n_units
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if load_i32_acquire(mf.base + mid * UNIT + 8) != 0:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            n_units = lo
+            n_units = _written_units(mf)
             if n_units == 0:
                 continue
             while j < nx:
@@ -150,9 +144,6 @@ def queue_boundaries(list cq_paths, const int64_t[::1] xs, int64_t[::1] above, i
                     below[j] = last
                 if lo == n_units:
                     break                    # beyond this file: the next file's units
-                phy = get_i64(mf.base + lo * UNIT)
-                if above[j] < 0 or phy < above[j]:
-                    above[j] = phy
                 j += 1
             p = mf.base + (n_units - 1) * UNIT
             size = get_i32(p + 8)

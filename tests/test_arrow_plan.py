@@ -80,7 +80,7 @@ def test_queue_bounds_after_the_commit_log_head_was_deleted(store_factory):
     store_factory.skip_check()
 
 
-def test_queue_boundaries_are_the_first_units_at_or_above_each_offset(store_factory):
+def test_queue_boundaries_are_the_last_units_below_each_offset(store_factory):
     store = store_factory(mapped_file_size_consume_queue=20 * 20)      # 20 units a file: several files
     results: dict[int, list] = {0: [], 1: []}
     for i in range(70):
@@ -92,23 +92,25 @@ def test_queue_boundaries_are_the_first_units_at_or_above_each_offset(store_fact
     offs = [r.wrote_offset for r in results[0]]
     other = [r.wrote_offset for r in results[1]]
     xs = np.array([0, 1, offs[5], offs[5] + 1, other[20], offs[25], offs[-1], offs[-1] + 1, 10**12], dtype=np.int64)
-    above = np.full(len(xs), -1, dtype=np.int64)
     below = np.full(len(xs), -1, dtype=np.int64)
-    end = queue_boundaries(files, xs, above, below)
-    assert above.tolist() == [min((o for o in offs if o >= x), default=-1) for x in xs.tolist()]
+    end = queue_boundaries(files, xs, below)
     assert below.tolist() == [max((o for o in offs if o < x), default=-1) for x in xs.tolist()]
     assert end == results[0][-1].wrote_offset + results[0][-1].wrote_bytes
-    one, none = np.full(1, -1, dtype=np.int64), np.full(1, -1, dtype=np.int64)
-    assert queue_boundaries(files[1:], np.zeros(1, dtype=np.int64), one, none) == end and one[0] == offs[20]
-    # boundaries already closer are kept: the closest over the queues asked
-    low, high = np.array([offs[20] - 1], dtype=np.int64), np.array([offs[19] + 1], dtype=np.int64)
-    queue_boundaries(files, np.array([offs[19] + 2], dtype=np.int64), low, high)
-    assert (low[0], high[0]) == (offs[20] - 1, offs[19] + 1)
-    far_above, far_below = np.array([offs[20] + 1], dtype=np.int64), np.array([offs[18]], dtype=np.int64)
-    queue_boundaries(files, np.array([offs[19] + 2], dtype=np.int64), far_above, far_below)
-    assert (far_above[0], far_below[0]) == (offs[20], offs[19])
-    a, b = np.full(2, -1, dtype=np.int64), np.full(2, -1, dtype=np.int64)
-    assert queue_boundaries([], np.array([0, 5], dtype=np.int64), a, b) == -1 and a.tolist() == b.tolist() == [-1, -1]
+    one = np.full(1, -1, dtype=np.int64)                                # from the files given only
+    assert queue_boundaries(files[1:], np.array([offs[21]], dtype=np.int64), one) == end and one[0] == offs[20]
+    assert queue_boundaries(files[1:], np.array([offs[20]], dtype=np.int64), one) == end and one[0] == offs[20]
+    none = np.full(1, -1, dtype=np.int64)
+    queue_boundaries(files[1:], np.array([offs[20]], dtype=np.int64), none)
+    assert none[0] == -1
+    # a boundary already closer is kept: the closest over the queues asked
+    high = np.array([offs[19] + 1], dtype=np.int64)
+    queue_boundaries(files, np.array([offs[19] + 2], dtype=np.int64), high)
+    assert high[0] == offs[19] + 1
+    far = np.array([offs[18]], dtype=np.int64)
+    queue_boundaries(files, np.array([offs[19] + 2], dtype=np.int64), far)
+    assert far[0] == offs[19]
+    b = np.full(2, -1, dtype=np.int64)
+    assert queue_boundaries([], np.array([0, 5], dtype=np.int64), b) == -1 and b.tolist() == [-1, -1]
     store_factory.expect_messages(70)
 
 

@@ -351,7 +351,7 @@ def test_planning_work_is_bounded_by_the_records_not_the_bytes(tmp_path, monkeyp
     asked = []
     boundaries = batch.queue_boundaries
     monkeypatch.setattr(batch, "queue_boundaries",
-                        lambda paths, xs, above, below: asked.append(len(xs)) or boundaries(paths, xs, above, below))
+                        lambda paths, xs, below: asked.append(len(xs)) or boundaries(paths, xs, below))
     for bpp, target in ((1, 1), (1 << 28, 10**9)):
         asked.clear()
         parts = plan_commit_log_slices(str(tmp_path), bpp, target)
@@ -364,10 +364,10 @@ def test_a_consume_queue_file_deleted_while_planning_does_not_fail_the_plan(tmp_
     expected = _record_offsets(tmp_path)
     boundaries = batch.queue_boundaries
 
-    def racing(paths, xs, above, below):
+    def racing(paths, xs, below):
         if len(paths) > 1 and os.path.exists(paths[0]):
             os.remove(paths[0])                             # the cleaner, between the listing and the mapping
-        return boundaries(paths, xs, above, below)
+        return boundaries(paths, xs, below)
 
     monkeypatch.setattr(batch, "queue_boundaries", racing)
     parts = plan_commit_log_slices(str(tmp_path), 8192)

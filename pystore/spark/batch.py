@@ -128,66 +128,45 @@ def plan_commit_log_slices(root: str, bytes_per_partition: int, target: int = 1)
     files = _data_files(root)
     if not files:
         return []
+    queues: list[list[str]] = []
     if sum(size for _, _, size, _ in files) <= _WALK_BELOW:
-        return _walked_plan(root, files, bytes_per_partition, target)
-    queues = _planning_queues(root)
-    ends = [e for e in (_queue_end(paths) for paths in queues) if e >= 0]
-    path, first, size, whole = files[-1]
-    if whole:
-        # from the end of the last record a queue points at, the records after it (not dispatched yet, or of
-        # queues not asked) are walked to the end of the data
-        cq_end = max(ends, default=-1) - first
-        files[-1] = (path, first, _walked_end(path, cq_end if 0 < cq_end <= size else 0), whole)
+        files = [(path, first, _walked_end(path) if whole else size, whole) for path, first, size, whole in files]
+    else:
+        queues = _planning_queues(root)
+        path, first, size, whole = files[-1]
+        if whole:
+            # from the end of the last record a queue points at, the records after it (not dispatched yet, or
+            # of queues not asked) are walked to the end of the data
+            cq_end = max((_queue_end(paths) for paths in queues), default=-1) - first
+            files[-1] = (path, first, _walked_end(path, cq_end if 0 < cq_end <= size else 0), whole)
     total = sum(n for _, _, n, _ in files)
     chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
     cut = [(first, n) for _, first, n, whole in files if whole and n > chunk]
-    hints: dict[int, int] = {}
-    if 0 < sum(-(-n // chunk) - 1 for _, n in cut) <= _MAX_QUEUE_CUTS:
+    below: dict[int, int] = {}
+    if queues and 0 < sum(-(-n // chunk) - 1 for _, n in cut) <= _MAX_QUEUE_CUTS:
         wanted = np.array([first + k * chunk for first, n in cut for k in range(1, -(-n // chunk))], dtype=np.int64)
-        above = np.full(len(wanted), -1, dtype=np.int64)
-        below = np.full(len(wanted), -1, dtype=np.int64)
+        found = np.full(len(wanted), -1, dtype=np.int64)
         for paths in queues:
             try:
-                queue_boundaries(paths, wanted, above, below)
+                queue_boundaries(paths, wanted, found)
             except FileNotFoundError:
                 continue                         # cleaned meanwhile: the other queues' boundaries serve
-        hints = dict(zip(wanted.tolist(), below.tolist(), strict=True))
+        below = dict(zip(wanted.tolist(), found.tolist(), strict=True))
     out: list[CommitLogSlice] = []
     for path, first, n, whole in files:
         if n <= chunk or not whole:
             out.append(CommitLogSlice(root, path, 0, -1))
             continue
-        if hints:
-            starts = _cuts_from(path, first, chunk, n, hints)
+        if below:
+            starts = _cuts_from(path, first, chunk, n, below)
         else:
             mf = MappedFile(path, -1, read_only=True)
             try:
                 starts = split_points(mf, chunk)[0]
             finally:
                 mf.close()
-        ends_ = starts[1:] + [-1]
-        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends_, strict=True))
-    return out
-
-
-def _walked_plan(root: str, files: list[tuple[str, int, int, bool]], bytes_per_partition: int,
-                 target: int) -> list[CommitLogSlice]:
-    """The plan of a small log: every file's record headers walked, for its data's end and its cuts."""
-    ends = [(path, _walked_end(path) if whole else size, whole) for path, _first, size, whole in files]
-    total = sum(n for _, n, _ in ends)
-    chunk = max(1, min(bytes_per_partition, -(-total // max(1, target))))
-    out: list[CommitLogSlice] = []
-    for path, n, whole in ends:
-        if n <= chunk or not whole:
-            if n > 0 or not whole:
-                out.append(CommitLogSlice(root, path, 0, -1))
-            continue
-        mf = MappedFile(path, -1, read_only=True)
-        try:
-            starts = split_points(mf, chunk)[0]
-        finally:
-            mf.close()
-        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, starts[1:] + [-1], strict=True))
+        ends = starts[1:] + [-1]
+        out.extend(CommitLogSlice(root, path, s, e) for s, e in zip(starts, ends, strict=True))
     return out
 
 
@@ -230,7 +209,7 @@ def _queue_end(paths: list[str]) -> int:
     none = np.empty(0, dtype=np.int64)
     for i in range(len(paths) - 1, -1, -1):
         try:
-            end = queue_boundaries(paths[i:i + 1], none, none, none)
+            end = queue_boundaries(paths[i:i + 1], none, none)
         except FileNotFoundError:
             return -1
         if end >= 0:
