@@ -81,10 +81,11 @@ class Case:
         self.part = "tools"              # which part of the run observations belong to (cli, tools, a mode)
 
     def _intact(self, r: dict) -> bool:
-        if r["file"] in self.dead:
-            return False
-        end = r["pos"] + r["size"]
-        return not any(s < end and r["pos"] < e for s, e in self.ranges.get(r["file"], ()))
+        return self._bytes_intact(r["file"], r["pos"], r["pos"] + r["size"])
+
+    def _bytes_intact(self, name: str, start: int, end: int) -> bool:
+        """Are bytes [start, end) of store file ``name`` as put (the file there, no damaged range over them)?"""
+        return name not in self.dead and not any(s < end and start < e for s, e in self.ranges.get(name, ()))
 
     def ref_bytes(self, r: dict) -> bytes:
         if r["file"] not in self.ref_files:
@@ -216,22 +217,16 @@ class Case:
         fails when any task does, so one slice refusing (``StoreCorruptedError``) refuses the read; a read
         that completes must serve each record at most once, as put, and every intact record."""
         import pystore.spark.batch as batch
-        from pystore.errors import StoreCorruptedError
         from pystore.spark.batch import Filters, plan_commit_log_slices, read_slice
         from pystore.spark.schema import arrow_schema
 
         # the cuts asked of the (possibly damaged) consume queues, not a walk, which a log this small gets
         batch._WALK_BELOW = 0
         schema = arrow_schema()
-        rows: list[dict] = []
-        try:
-            # slices of a fifth of a file, at least four: cuts inside files, taken from the consume queues
-            for part in plan_commit_log_slices(self.root, CL_FILE // 5, 4):
-                for rb in read_slice(part, Filters([], -1, None, None, True), schema):
-                    rows.extend(rb.select(["commit_log_offset", "topic", "queue_id", "queue_offset", "body"])
-                                .to_pylist())
-        except StoreCorruptedError as e:
-            self.error("spark read", e)
+        # slices of a fifth of a file, at least four: cuts inside files, taken from the consume queues
+        rows = self._spark_rows("spark read", plan_commit_log_slices(self.root, CL_FILE // 5, 4),
+                                lambda part: read_slice(part, Filters([], -1, None, None, True), schema))
+        if rows is None:
             return
         seen: set[int] = set()
         for r in rows:
@@ -260,21 +255,14 @@ class Case:
         false, slices of a few units) returns, offline as above: a row must be the record its queue's unit
         points at, at most once; every intact record must be served unless the read refused, or its unit's
         record lies in a file deleted from the log's head (the loss that option accepts)."""
-        from pystore.errors import StoreCorruptedError
         from pystore.spark.source import PystoreDataSource
 
         topics = sorted({t for t, _ in self.queues})
         ds = PystoreDataSource({"path": self.root, "topics": ",".join(topics), "failOnDataLoss": "false",
                                 "messages_per_partition": "7", "minPartitions": "4"})
         reader = ds.reader(ds.schema())
-        rows: list[dict] = []
-        try:
-            for part in reader.partitions():
-                for rb in reader.read(part):
-                    rows.extend(rb.select(["commit_log_offset", "topic", "queue_id", "queue_offset", "body"])
-                                .to_pylist())
-        except StoreCorruptedError as e:
-            self.error("spark queue read", e)
+        rows = self._spark_rows("spark queue read", reader.partitions(), reader.read)
+        if rows is None:
             return
         seen: set[tuple[str, int, int]] = set()
         served: set[int] = set()
@@ -300,6 +288,22 @@ class Case:
             self.obs("loss", "spark queue read: %d intact messages not served, first offset %d (%s/%d qoff %d)" % (
                 len(missing), r["off"], r["topic"], r["qid"], r["qoff"]))
 
+    def _spark_rows(self, where: str, parts, read) -> list[dict] | None:
+        """The rows of every partition, as ``read(partition)`` yields them in Arrow batches, or None when one
+        refused (``StoreCorruptedError``, observed): a Spark job fails when any of its tasks does."""
+        from pystore.errors import StoreCorruptedError
+
+        rows: list[dict] = []
+        try:
+            for part in parts:
+                for rb in read(part):
+                    rows.extend(rb.select(["commit_log_offset", "topic", "queue_id", "queue_offset", "body"])
+                                .to_pylist())
+        except StoreCorruptedError as e:
+            self.error(where, e)
+            return None
+        return rows
+
     def _unit_place(self, r: dict) -> tuple[str, int]:
         """The consume-queue file (relative to the root) and the position in it of record ``r``'s unit."""
         byte = r["qoff"] * CQ_UNIT
@@ -308,7 +312,7 @@ class Case:
 
     def _unit_intact(self, r: dict) -> bool:
         name, pos = self._unit_place(r)
-        return name not in self.dead and not any(s < pos + CQ_UNIT and pos < e for s, e in self.ranges.get(name, ()))
+        return self._bytes_intact(name, pos, pos + CQ_UNIT)
 
     def phase(self, read_only: bool) -> None:
         from pystore import MessageStore
