@@ -220,7 +220,7 @@ cdef class BatchBuilder(RecordSink):
 
     cdef int _room(self, int64_t n, int64_t body, int64_t topic, int64_t props) except -1:
         """Room for ``n`` more records of ``body`` body, ``topic`` topic and ``props`` properties bytes in all,
-        whatever their text becomes (``_decode`` then writes without a test): invalid UTF-8 grows at most 3x, a
+        whatever their text becomes (``_arrow_decode`` then writes without a test): invalid UTF-8 grows at most 3x, a
         host's text and a message id take at most 48 bytes, a properties string of ``k`` bytes holds at most
         ``k`` items or keys; copies of a cached text may write up to 64 bytes past their end."""
         # records decoded by windows do not keep ``spare``: the next ``add`` finds it anew
