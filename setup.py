@@ -32,11 +32,12 @@ ANNOTATE = os.environ.get("PYSTORE_ANNOTATE", "") not in ("", "0")
 # Modules on the per-message path: no bounds or wraparound checks, C division.
 HOT = {"_codec", "_jstring", "_hosts", "_props", "_message", "_message_batch", "_message_ext", "_mapped_file",
        "_put_lock", "_commitlog", "_records", "_units", "_timesearch", "_read", "_queue_reader", "_dispatch", "_index",
-       "_index_walk", "_arrow", "_arrow_source", "_arrow_plan", "_sink", "_bulk_put"}
+       "_index_walk", "_arrow", "_arrow_schema", "_arrow_decode", "_decode_worker", "_arrow_source", "_arrow_plan", "_sink",
+       "_bulk_put"}
 MODULES = ["_jstring", "_hosts", "_props", "_message", "_message_batch", "_message_ext", "_codec", "_mapped_file",
            "_mapped_view", "_results", "_put_lock", "_commitlog", "_records", "_units", "_timesearch", "_read",
-           "_queue_reader", "_dispatch", "_index", "_index_walk", "_arrow", "_arrow_source", "_arrow_plan", "_notify",
-           "_sink", "_bulk_put", "_flush_wait"]
+           "_queue_reader", "_dispatch", "_index", "_index_walk", "_arrow_decode", "_arrow_schema", "_decode_worker",
+           "_arrow", "_arrow_source", "_arrow_plan", "_notify", "_sink", "_bulk_put", "_flush_wait"]
 
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-strict-aliasing"]
 macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]

@@ -1,24 +1,23 @@
 """Types of ``pystore._arrow`` (compiled): the Spark data source's decoder — commit-log records straight into
-Arrow record batches (``BatchBuilder``), fed by ``pystore._arrow_source``'s readers or by ``get_columns``'s scan.
+Arrow record batches (``BatchBuilder``), fed by ``pystore._arrow_source``'s readers or by ``get_columns``'s scan;
+``COLUMNS`` and the decode worker's switch re-exported from ``_arrow_schema`` and ``_decode_worker``.
 Internal to pystore; typed so that its own modules type-check.
 
 Kept in step with ``_arrow.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
 
-from typing import Any, Final, final
+from typing import Any, final
 
+from pystore._arrow_schema import COLUMNS as COLUMNS
 from pystore._codec import REASONS as REASONS
+from pystore._decode_worker import decode_worker as decode_worker
+from pystore._decode_worker import decode_worker_state as decode_worker_state
 from pystore._sink import RecordSink
 
 # pyarrow ships no type information: its schema and record batch are Any here
 _Schema = Any
 _RecordBatch = Any
 
-#: Column order of the data source (docs/api.md "Spark").
-COLUMNS: Final[tuple[str, ...]]
-
-def decode_worker_state() -> dict[str, int]: ...
-def decode_worker(enabled: bool | None = None) -> bool: ...
 @final
 class BatchBuilder(RecordSink):
     @property

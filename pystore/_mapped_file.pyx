@@ -1,4 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# Over 800 lines: 680 are one cdef class (MappedFile; Cython keeps a class in one module) whose put-path calls stay inline.
 """One memory-mapped store file with RocketMQ's positions and reference counting (docs/format.md §5.1, §5.2).
 
 A file is named by the absolute offset of its first byte (20 decimal digits) and mapped whole::

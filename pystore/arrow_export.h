@@ -36,11 +36,11 @@ typedef struct {
 } ps_batch;
 
 /* a column's or child's release: its memory is the batch's block, released with the batch */
-static void ps_release_kid(struct ArrowArray *a) { a->release = NULL; }
+static inline void ps_release_kid(struct ArrowArray *a) { a->release = NULL; }
 
 /* the batch's release: its children's, then the buffers it kept (with the GIL: Arrow may release from any
    thread), then the block */
-static void ps_release_batch(struct ArrowArray *a) {
+static inline void ps_release_batch(struct ArrowArray *a) {
     ps_batch *e = (ps_batch *)a->private_data;
     int i;
     for (i = 1; i < PS_ARRAYS; i++)

@@ -22,7 +22,7 @@ STUBBED = ["pystore._jstring", "pystore._hosts", "pystore._props", "pystore._mes
            "pystore._timesearch", "pystore._read", "pystore._queue_reader", "pystore._dispatch", "pystore._codec",
            "pystore._put_lock",
            "pystore._commitlog", "pystore._records", "pystore._index", "pystore._index_walk", "pystore._arrow",
-           "pystore._arrow_source",
+           "pystore._arrow_schema", "pystore._arrow_decode", "pystore._decode_worker", "pystore._arrow_source",
            "pystore._arrow_plan", "pystore._notify", "pystore._sink", "pystore._bulk_put", "pystore._flush_wait"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
