@@ -391,7 +391,7 @@ class MessageStore:
     def get_commit_log_data(self, offset: int) -> SelectMappedBufferResult | None:
         """A read-only view of the commit log from ``offset`` to the end of written data in its file; it
         holds the file until ``release()`` or the end of its ``with`` block."""
-        return self._check_readable().select_data(offset)
+        return self._reads.select_data(offset)
 
     def get_topic_queue_table(self) -> dict[tuple[str, int], int]:
         """``{(topic, queue_id): next queue offset}`` (a read-only store follows the writer first)."""
