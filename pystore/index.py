@@ -155,7 +155,7 @@ class IndexService(IndexFilesBase):
             f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
             if not last_exit_ok and not self.read_only and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                 log.info("dropping %s: newer than the checkpoint's index time; dispatch rebuilds it", p)
-                mf.destroy(0)
+                mf.destroy(0, self.clock())
                 dropped = True
                 continue
             mf.set_positions(size)
@@ -365,10 +365,11 @@ class IndexService(IndexFilesBase):
                 gone.append(f)
             else:
                 break
+        now = self.clock()
         for f in gone:
             mf = f.mapped_file
-            if not mf.destroy(0):
-                mf.destroy(0)
+            if not mf.destroy(0, now):
+                mf.destroy(0, now)
         if gone:
             with self._lock:
                 ids = {id(f) for f in gone}
@@ -422,10 +423,11 @@ class IndexService(IndexFilesBase):
             self._full = []
         if not self.read_only:
             self._drop_spare()
+        now = self.clock()
         for f in self._files:
             mf = f.mapped_file
-            if not mf.destroy(0):
-                mf.destroy(0)
+            if not mf.destroy(0, now):
+                mf.destroy(0, now)
         self._files = []
         try:
             os.rmdir(self.path)

@@ -216,7 +216,8 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         commitlog = CommitLog(cfg, queue, clock=injected_clock)
         parts = StoreParts(StoreCheckpoint(cfg.checkpoint_path(), read_only=read_only, clock=clock), commitlog,
                            ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
-                                             read_only, on_error=on_queue_error, window=cfg.prefault_window_bytes),
+                                             read_only, on_error=on_queue_error, window=cfg.prefault_window_bytes,
+                                             clock=clock),
                            ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
                                       cfg.max_transfer_count_on_message_in_memory,
                                       cfg.max_transfer_bytes_on_message_in_disk,

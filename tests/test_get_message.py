@@ -264,7 +264,7 @@ def test_status_offset_found_null(store_factory):
     put_n(store, 40)
     cq = store._cq_store.find(TOPIC, 0)
     first = cq.queue.first()
-    while not first.destroy(0):
+    while not first.destroy(0, store.clock()):
         time.sleep(0.01)
     cq.queue._remove([first])                  # min_logic_offset still 0: the state between two steps
     r = store.get_message(GROUP, TOPIC, 0, 3)
