@@ -409,7 +409,9 @@ cdef IndexFileCore _next_file(IndexFilesBase service):
     cdef IndexFileCore f = _take_spare(service)
     if f is not None:
         return f
-    return <IndexFileCore?>service._new_file()
+    made = service._new_file()
+    # a checked cast refuses None: a file that cannot be made (no space) is no file, not a TypeError
+    return None if made is None else <IndexFileCore?>made
 
 
 cdef IndexFileCore writable_file(IndexFilesBase service):

@@ -201,7 +201,8 @@ class MessageStore:
         try:
             self.last_exit_ok = not self._abort.exists()
             parts, self.load_error = open_parts(cfg, last_exit_ok=self.last_exit_ok, running_flags=self.running_flags,
-                                                clock=self.clock, injected_clock=self._injected_clock)
+                                                clock=self.clock, injected_clock=self._injected_clock,
+                                                disk_usage=self.disk_usage)
         except BaseException:
             self._release_after_failure()
             raise
