@@ -157,7 +157,7 @@ class ConsumeQueue(ConsumeQueueCore):
         # folders this queue created but did not sync yet, which the new file list would not know about
         self.queue.pending_dirs.sync()
         sync_dirs(os.path.dirname(p) for p in paths)
-        self.queue = _file_queue(self.folder, self.file_size, self.read_only, self.window)
+        self.queue = _file_queue(self.folder, self.file_size, self.read_only, self.window, self.queue.clock)
         self.forget_time_samples()
         self.last_file = None
         self.max_physic_offset = 0
