@@ -100,9 +100,11 @@ class MessageStore:
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], int] | None = None,
                  disk_usage: DiskUsage | None = None) -> None:
         """``clock()``: epoch milliseconds, the time of every policy (store timestamps, file expiry, flush and
-        heartbeat intervals, the checkpoint's writes, the page-cache-busy check); default the system clock.
+        heartbeat intervals, the checkpoint's writes, the page-cache-busy check, forcing out a file a reader
+        still holds, index file names); default the system clock.
         ``disk_usage(path)``: what the partition holding ``path`` uses, as ``shutil.disk_usage`` answers (the
-        default) or as the used fraction in [0, 1]; cleaning and the DISK_FULL flag decide by it. Tests
+        default) or as the used fraction in [0, 1]; cleaning, the DISK_FULL flag and the free-space check before
+        a new index file decide by it. Tests
         inject both to move time and fill the disk without waiting or writing."""
         if config is not None and not isinstance(config, StoreConfig):
             raise TypeError("config must be a StoreConfig, got %s" % type(config).__name__)
