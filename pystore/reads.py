@@ -9,6 +9,8 @@ result are ``_read.read_queue``'s, the one function the compiled fast path (``_q
 ``pystore.wiring.StoreParts``' (a read-only store's compiled reader follows it in C in the common case and hands
 the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
+An offset argument is checked here (``offset_arg``): an integer of any type reads as its value, a float or str
+raises ``TypeError`` rather than being truncated.
 
 Thread-safety: any number of threads read at once; ``attach`` and ``closed`` are set by the lifecycle calls.
 """
