@@ -18,14 +18,14 @@ except ImportError as exc:  # pragma: no cover - a broken install
 from pystore import tools  # noqa: E402  (a module of the public API)
 from pystore._mapped_view import SelectMappedBufferResult
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
-from pystore.errors import ConfigError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
+from pystore.errors import ConfigError, FileCleanedError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError
 from pystore.message import MessageConst, MessageFilter, SysFlag, TagFilter
 from pystore.results import GetMessageResult, PutColumnsResult, QueryMessageResult
 from pystore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
 from pystore.store import MessageStore
 
 __all__ = [
-    "AppendMessageResult", "AppendMessageStatus", "BrokerRole", "ConfigError", "FlushDiskType",
+    "AppendMessageResult", "AppendMessageStatus", "BrokerRole", "ConfigError", "FileCleanedError", "FlushDiskType",
     "GetMessageResult", "GetMessageStatus", "Message", "MessageBatch", "MessageConst", "MessageExt",
     "MessageFilter", "MessageStore", "PutColumnsResult", "PutMessageResult", "PutMessageStatus",
     "QueryMessageResult",

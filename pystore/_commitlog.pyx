@@ -240,10 +240,6 @@ cdef class CommitLogCore:
         self.store_flag = STOREHOSTADDRESS_V6_FLAG if v6 else 0
 
     @property
-    def store_host_bytes(self):
-        return self.store_host_b
-
-    @property
     def last_file(self):
         return self.last
 

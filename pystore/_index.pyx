@@ -222,9 +222,6 @@ cdef class IndexFileCore:
             put_i32(b + 32, self.hash_slot_count)
             put_i32(b + 36, self.index_count)
 
-    def is_time_matched(self, long long begin, long long end):
-        return self._time_matched(begin, end)
-
     cdef bint _time_matched(self, int64_t begin, int64_t end) noexcept:
         return ((begin < self.begin_timestamp and end > self.end_timestamp)
                 or (self.begin_timestamp <= begin <= self.end_timestamp)
@@ -412,7 +409,9 @@ cdef IndexFileCore _next_file(IndexFilesBase service):
     cdef IndexFileCore f = _take_spare(service)
     if f is not None:
         return f
-    return <IndexFileCore?>service._new_file()
+    made = service._new_file()
+    # a checked cast refuses None: a file that cannot be made (no space) is no file, not a TypeError
+    return None if made is None else <IndexFileCore?>made
 
 
 cdef IndexFileCore writable_file(IndexFilesBase service):

@@ -31,7 +31,9 @@ its owner checks the free space before creating it).
 
 Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and ``release()``
 around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file is cleaned up
-when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms. Forcing deletes the
+when the count reaches zero, or when ``destroy`` forces it after ``interval_forcibly`` ms. The time is the
+caller's (``now``, its owner's injected clock: the file reads no clock, so the first shutdown and the one that
+forces are measured on one clock); ``close`` forces at once, without a time. Forcing deletes the
 file, but the *mapping* goes only when no reader hold and no buffer view (``SelectMappedBufferResult``, in
 ``_mapped_view``) remains: pins are counted apart from RocketMQ's reference count, so no reader, iterator or
 view can ever touch unmapped memory.
@@ -51,7 +53,7 @@ from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, 
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
 
-from pystore._bytes cimport advance_i64, now_ms, ps_cpu_follow
+from pystore._bytes cimport advance_i64, ps_cpu_follow
 from pystore._mapped_view cimport SelectMappedBufferResult
 
 import os
@@ -161,6 +163,17 @@ cdef int64_t _name_offset(str name):
 
 
 @cython.final
+cdef void _shutdown(MappedFile mf, int64_t interval_forcibly, int64_t now, bint force) noexcept:
+    """``MappedFile.shutdown``; ``force`` overrides the readers' references whatever the time (``close``)."""
+    if mf.available:
+        mf.available = False
+        mf.first_shutdown_ms = now
+        mf._drop_ref()
+    elif mf.ref_count > 0 and (force or now - mf.first_shutdown_ms >= interval_forcibly):
+        mf.ref_count = -1000 - mf.ref_count
+        mf._drop_ref()
+
+
 cdef class MappedFile:
     """A store file mapped whole: ``MappedFile(path, file_size=-1, read_only=False, create=False)``.
 
@@ -388,21 +401,16 @@ cdef class MappedFile:
     def is_cleanup_over(self):
         return self.ref_count <= 0 and self.cleanup_over
 
-    def shutdown(self, long long interval_forcibly, now=None):
-        """Stop handing out references and drop the owner's; after ``interval_forcibly`` ms, force it."""
-        cdef int64_t t = now_ms() if now is None else now
-        if self.available:
-            self.available = False
-            self.first_shutdown_ms = t
-            self._drop_ref()
-        elif self.ref_count > 0:
-            if t - self.first_shutdown_ms >= interval_forcibly:
-                self.ref_count = -1000 - self.ref_count
-                self._drop_ref()
+    def shutdown(self, long long interval_forcibly, long long now):
+        """Stop handing out references and drop the owner's; ``interval_forcibly`` ms after the first shutdown,
+        force it (the readers' references are overridden). ``now``: epoch ms on the owner's injected clock, the
+        one every shutdown of this file is given (a file reads no clock of its own)."""
+        _shutdown(self, interval_forcibly, now, False)
 
-    def destroy(self, long long interval_forcibly, now=None):
-        """Shut down and, once no reader holds the file, close and delete it. True when deleted."""
-        self.shutdown(interval_forcibly, now)
+    def destroy(self, long long interval_forcibly, long long now):
+        """Shut down and, once no reader holds the file, close and delete it. True when deleted. ``now`` as
+        for ``shutdown``."""
+        _shutdown(self, interval_forcibly, now, False)
         if not self.is_cleanup_over():
             return False
         self._close_fd()
@@ -413,10 +421,11 @@ cdef class MappedFile:
         return True
 
     def close(self):
-        """Unmap and close without deleting (the store's shutdown)."""
-        self.shutdown(0)
+        """Unmap and close without deleting (the store's shutdown): readers' references are overridden at once,
+        whatever the time."""
+        _shutdown(self, 0, 0, True)
         if not self.is_cleanup_over():
-            self.shutdown(0)
+            _shutdown(self, 0, 0, True)
         self._close_fd()
 
     # -- writing -------------------------------------------------------------------------------

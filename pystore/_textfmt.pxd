@@ -177,15 +177,6 @@ cdef inline int32_t parse_props(const unsigned char *p, int32_t n, int32_t *item
     return cnt
 
 
-cdef inline int32_t find_item(const unsigned char *p, const int32_t *items, int32_t cnt, const char *name,
-                              int32_t name_len) noexcept nogil:
-    cdef int32_t i
-    for i in range(cnt):
-        if items[4 * i + 1] == name_len and memcmp(p + items[4 * i], name, name_len) == 0:
-            return i
-    return -1
-
-
 cdef inline int64_t ms_to_us(int64_t ms) noexcept nogil:
     if ms > INT64_MAX // 1000:
         return INT64_MAX

@@ -121,13 +121,13 @@ class AllocateMappedFileService(ServiceThread):
             _fsync_file(path)
             fsync_dir(folder)           # the file's name: durable before any put is acknowledged in it
         except OSError:
-            mf.destroy(0)
+            mf.destroy(0, self.clock())
             raise
         if self.pool is not None:
             try:
                 self.pool.attach(mf)  # type: ignore[attr-defined]
             except OSError:
-                mf.destroy(0)         # no half-made file left behind for the next load
+                mf.destroy(0, self.clock())         # no half-made file left behind for the next load
                 raise
         if self.warm:
             mf.warm(True, self.sync_warm_every if self.pool is None else 0)
@@ -162,4 +162,4 @@ class AllocateMappedFileService(ServiceThread):
             mf = req.mapped_file
             if mf is not None:
                 log.info("deleting the pre-created, unused file %s", mf.file_name)
-                mf.destroy(0)
+                mf.destroy(0, self.clock())

@@ -103,7 +103,7 @@ class CleanCommitLog:
         if 0 <= now - self.last_redelete < cfg.redelete_hanged_file_interval:
             return
         self.last_redelete = now
-        if self.commitlog.queue.retry_delete_first_file(cfg.destroy_mapped_file_interval_forcibly):
+        if self.commitlog.queue.retry_delete_first_file(cfg.destroy_mapped_file_interval_forcibly, now):
             log.info("%s: deleted a commit-log file that readers held past its destroy", self.root)
 
     def is_time_to_delete(self) -> bool:

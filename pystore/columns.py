@@ -26,6 +26,7 @@ from pystore._message_batch import MessageBatch
 from pystore._read import ReadLimits
 from pystore._results import PutMessageResult
 from pystore._units import UNIT_SIZE, record_bytes
+from pystore.reads import offset_arg
 from pystore.results import PutColumnsResult
 from pystore.status import GetMessageStatus, PutMessageStatus
 
@@ -428,10 +429,18 @@ def queue_units(reads: StoreReads, topic: str, queue_id: int, start: int = 0, co
     or the end of the file holding ``start``. The array's base holds the file (a ``SelectMappedBufferResult``)
     and pins its mapping, so it stays readable after the store cleaned the file or closed."""
     np = _np()
-    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+    # a bool is refused here as before (it was never a position to start a view at); a float is a type error
+    if isinstance(start, bool):
+        raise TypeError("start must be an int, got bool")
+    start = offset_arg(start, "start")
+    if start < 0:
         raise ValueError("start must be an int >= 0, got %r" % (start,))
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
-        raise ValueError("count must be None or an int >= 0, got %r" % (count,))
+    if count is not None:
+        if isinstance(count, bool):
+            raise TypeError("count must be None or an int, got bool")
+        count = offset_arg(count, "count")
+        if count < 0:
+            raise ValueError("count must be None or an int >= 0, got %r" % (count,))
     empty = np.empty(0, dtype=UNIT_DTYPE)
     cq = reads.queue(topic, queue_id, start)
     if cq is None or count == 0:

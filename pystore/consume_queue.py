@@ -41,6 +41,7 @@ from pystore._units import (
 from pystore.durable import fsync_dir, sync_dirs
 from pystore.errors import StoreCorruptedError
 from pystore.mapped_file_queue import MappedFileQueue
+from pystore.service import Clock
 
 __all__ = ["ConsumeQueue", "ConsumeQueueStore", "queue_id_of"]
 
@@ -74,10 +75,10 @@ def queue_id_of(name: str) -> int | None:
     return qid if _INT_MIN <= qid <= _INT_MAX and str(qid) == name else None
 
 
-def _file_queue(folder: str, file_size: int, read_only: bool, window: int) -> MappedFileQueue:
+def _file_queue(folder: str, file_size: int, read_only: bool, window: int, clock: Clock | None) -> MappedFileQueue:
     """A queue's files: new ones are mapped without read-ahead (see ``MappedFileQueue.fresh_random``), with
-    ``window`` bytes allocated ahead of the writer."""
-    queue = MappedFileQueue(folder, file_size, read_only=read_only)
+    ``window`` bytes allocated ahead of the writer; ``clock`` times their destroys (the store's)."""
+    queue = MappedFileQueue(folder, file_size, read_only=read_only, clock=clock)
     queue.fresh_random = True
     queue.window = window
     return queue
@@ -93,9 +94,9 @@ class ConsumeQueue(ConsumeQueueCore):
     damage: tuple[str, int, str] | None = None
 
     def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False,
-                 window: int = -1) -> None:
+                 window: int = -1, clock: Clock | None = None) -> None:
         folder = os.path.join(store_path, topic, str(queue_id))
-        super().__init__(topic, queue_id, file_size, _file_queue(folder, file_size, read_only, window))
+        super().__init__(topic, queue_id, file_size, _file_queue(folder, file_size, read_only, window, clock))
         self.folder = folder
         self.read_only = read_only
         self.window = window
@@ -156,7 +157,7 @@ class ConsumeQueue(ConsumeQueueCore):
         # folders this queue created but did not sync yet, which the new file list would not know about
         self.queue.pending_dirs.sync()
         sync_dirs(os.path.dirname(p) for p in paths)
-        self.queue = _file_queue(self.folder, self.file_size, self.read_only, self.window)
+        self.queue = _file_queue(self.folder, self.file_size, self.read_only, self.window, self.queue.clock)
         self.forget_time_samples()
         self.last_file = None
         self.max_physic_offset = 0
@@ -344,8 +345,10 @@ class ConsumeQueueStore:
     """Every consume queue of a store, keyed by (topic, queue id)."""
 
     def __init__(self, store_path: str, file_size: int, read_only: bool = False,
-                 on_error: Callable[[str], None] | None = None, window: int = -1) -> None:
+                 on_error: Callable[[str], None] | None = None, window: int = -1, clock: Clock | None = None) -> None:
         self.store_path = store_path
+        #: the store's clock, handed to each queue's files (the destroys' forcing time)
+        self.clock = clock
         self.file_size = file_size
         self.read_only = read_only
         #: disk blocks allocated ahead of each queue's writer (``MappedFile(window=)``)
@@ -388,7 +391,8 @@ class ConsumeQueueStore:
                         # only a damaged record can carry such a topic (puts refuse it); never let it name a
                         # folder outside consumequeue/
                         raise ValueError("topic %r cannot name a consume-queue folder" % topic)
-                    cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size, self.read_only, self.window)
+                    cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size, self.read_only, self.window,
+                                      self.clock)
                     cq.on_error = self.on_error
                     self._queues[key] = cq
         return cq

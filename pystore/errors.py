@@ -14,6 +14,7 @@ __all__ = [
     "StoreCorruptedError",
     "ConfigError",
     "StoreClosedError",
+    "FileCleanedError",
 ]
 
 
@@ -67,3 +68,21 @@ class ConfigError(StoreError, ValueError):
 
 class StoreClosedError(StoreError):
     """The store, a released file or a stale view was used after it was closed."""
+
+
+class FileCleanedError(StoreError):
+    """A file a read had listed was deleted before the read reached it (the store cleaned its head under a
+    ``pystore.tools`` iteration that had already yielded the records before it): the records from ``offset``
+    on in ``path`` are gone, and going on with the next file would skip them silently.
+
+    ``path`` is the deleted file and ``offset`` its start offset in the log it belongs to (its 20-digit name).
+    """
+
+    def __init__(self, path: str, offset: int, reason: str = "deleted (cleaned) before the iteration reached it") -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__("%s: %s at offset %d" % (path, reason, offset))
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.offset, self.reason))

@@ -14,6 +14,8 @@ starts, in C, when the newest fills (``_index.take_spare``); and it flushes the 
 path only to make a file no spare was made for (``_new_file``: the first one, or files filling faster than
 the service looks). After an abnormal exit, files newer than the index time are dropped and rebuilt by
 dispatch, and an unused spare is deleted. ``query_offset`` walks files newest first (``_index.select_in_files``).
+A new file's name and every destroy's time come from the store's clock, and the free-space check before a new
+(sparse) file from the store's ``disk_usage`` (``pystore.service``), as in every other policy.
 
 A new file's name (and the ``index/`` folder's, the first time) is made durable by the next ``flush`` or
 full-file flush, before the checkpoint's index time can cover it (``pystore.durable``: RocketMQ does not
@@ -30,7 +32,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -50,7 +51,7 @@ from pystore._message_ext import MessageExt
 from pystore.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.geometry import index_geometry
 from pystore.results import QueryMessageResult
-from pystore.service import ServiceThread
+from pystore.service import DiskUsage, ServiceThread, disk_free_bytes, real_clock
 
 __all__ = ["IndexService", "IndexFileService", "IndexBuildService", "QueryOffsetResult", "SPARE_NAME"]
 
@@ -76,14 +77,17 @@ class QueryOffsetResult:
 
 class IndexService(IndexFilesBase):
     def __init__(self, path: str, hash_slot_num: int, index_num: int, checkpoint: Any, read_only: bool = False,
-                 clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64) -> None:
+                 clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64,
+                 disk_usage: DiskUsage | None = None) -> None:
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.file_size = index_file_size(hash_slot_num, index_num)
         self.checkpoint = checkpoint
         self.read_only = read_only
-        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        #: the store's clock (new files' names, the destroys' forcing time) and disk (the free-space check)
+        self.clock = clock or real_clock
+        self.disk_usage = disk_usage
         self.max_msgs_num_batch = max_msgs_num_batch
         self._files: list[IndexFileCore] = []           # a C field (IndexFilesBase): the compiled writer reads it
         self._full: list[IndexFileCore] = []            # a C field too: the writer adds a file it left full
@@ -155,7 +159,7 @@ class IndexService(IndexFilesBase):
             f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
             if not last_exit_ok and not self.read_only and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                 log.info("dropping %s: newer than the checkpoint's index time; dispatch rebuilds it", p)
-                mf.destroy(0)
+                mf.destroy(0, self.clock())
                 dropped = True
                 continue
             mf.set_positions(size)
@@ -183,8 +187,8 @@ class IndexService(IndexFilesBase):
         """A new sparse file of the index's size at ``p``, mapped (``OSError`` when it cannot be made)."""
         # Sparse like RocketMQ's index files; the free-space check stands in for fallocate's guarantee that
         # writes into the mapping cannot hit a full disk (SIGBUS).
-        free = shutil.disk_usage(os.path.dirname(p)).free
-        if free < self.file_size:
+        free = disk_free_bytes(self.disk_usage, os.path.dirname(p))
+        if free is not None and free < self.file_size:
             raise OSError(errno.ENOSPC, "%d bytes free, an index file needs %d" % (free, self.file_size), p)
         mf = MappedFile(p, self.file_size, create=True, from_offset=0, preallocate=False, window=PREFAULT_WINDOW)
         mf.set_positions(self.file_size)
@@ -365,10 +369,11 @@ class IndexService(IndexFilesBase):
                 gone.append(f)
             else:
                 break
+        now = self.clock()
         for f in gone:
             mf = f.mapped_file
-            if not mf.destroy(0):
-                mf.destroy(0)
+            if not mf.destroy(0, now):
+                mf.destroy(0, now)
         if gone:
             with self._lock:
                 ids = {id(f) for f in gone}
@@ -422,10 +427,11 @@ class IndexService(IndexFilesBase):
             self._full = []
         if not self.read_only:
             self._drop_spare()
+        now = self.clock()
         for f in self._files:
             mf = f.mapped_file
-            if not mf.destroy(0):
-                mf.destroy(0)
+            if not mf.destroy(0, now):
+                mf.destroy(0, now)
         self._files = []
         try:
             os.rmdir(self.path)

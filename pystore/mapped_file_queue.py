@@ -44,10 +44,11 @@ __all__ = ["MappedFileQueue"]
 log = logging.getLogger(__name__)
 
 
-def _destroy_now(f: MappedFile) -> None:
-    """Delete a file even if a reader still holds it (its views keep the mapping alive, not the file)."""
-    if not f.destroy(0):
-        f.destroy(0)
+def _destroy_now(f: MappedFile, now: int) -> None:
+    """Delete a file even if a reader still holds it (its views keep the mapping alive, not the file). ``now``:
+    the queue's clock, as every shutdown of its files is timed."""
+    if not f.destroy(0, now):
+        f.destroy(0, now)
 
 
 def _is_data_file(name: str) -> bool:
@@ -369,7 +370,7 @@ class MappedFileQueue:
                         f.close()          # a reader only narrows its view; the files are not its own
                     else:
                         log.info("deleting %s: it starts after the truncation offset %d", f.file_name, offset)
-                        _destroy_now(f)
+                        _destroy_now(f, self.clock())
                         removed.append(os.path.dirname(f.file_name))
                 else:
                     keep.append(f)
@@ -386,7 +387,7 @@ class MappedFileQueue:
             if not self._files:
                 return
             last = self._files[-1]
-            _destroy_now(last)
+            _destroy_now(last, self.clock())
             self._files = self._files[:-1]
             end = self.get_max_offset()
             self.flushed_where = min(self.flushed_where, end)
@@ -434,18 +435,21 @@ class MappedFileQueue:
                 destroy = int.from_bytes(raw, "big", signed=True) < min_phy_offset
             if not destroy:
                 break
-            if not f.destroy(60_000):
+            if not f.destroy(60_000, self.clock()):
                 break
             deleted.append(f)
         self._remove(deleted)
         return len(deleted)
 
-    def retry_delete_first_file(self, forcibly_ms: int) -> bool:
+    def retry_delete_first_file(self, forcibly_ms: int, now: int | None = None) -> bool:
+        """Destroy again a first file that was shut down but is still held (RocketMQ's ``retryDeleteFirstFile``),
+        forced once ``forcibly_ms`` passed since its first shutdown on the same clock: ``now``, the caller's
+        (the cleaning's), else this queue's."""
         first = self.first()
         if first is None or first.available:
             return False
         log.warning("retrying to delete %s, shut down but still held", first.file_name)
-        if first.destroy(forcibly_ms):
+        if first.destroy(forcibly_ms, self.clock() if now is None else now):
             self._remove([first])
             return True
         return False
@@ -464,8 +468,9 @@ class MappedFileQueue:
             log.exception("making the deletion of %d file(s) durable failed", len(gone))
 
     def shutdown(self, interval_forcibly: int = 0) -> None:
+        now = self.clock()
         for f in self._files:
-            f.shutdown(interval_forcibly)
+            f.shutdown(interval_forcibly, now)
 
     def close(self) -> None:
         """Unmap and close every file (the files stay)."""
@@ -478,7 +483,7 @@ class MappedFileQueue:
         """Delete every file of this log, and the folders if they end up empty."""
         with self._lock:
             for f in self._files:
-                _destroy_now(f)
+                _destroy_now(f, self.clock())
             self._files = []
             self.flushed_where = self.committed_where = 0
         changed = []

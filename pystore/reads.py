@@ -9,12 +9,15 @@ result are ``_read.read_queue``'s, the one function the compiled fast path (``_q
 ``pystore.wiring.StoreParts``' (a read-only store's compiled reader follows it in C in the common case and hands
 the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
+An offset argument is checked here (``offset_arg``): an integer of any type reads as its value, a float or str
+raises ``TypeError`` rather than being truncated.
 
 Thread-safety: any number of threads read at once; ``attach`` and ``closed`` are set by the lifecycle calls.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -29,18 +32,31 @@ from pystore.running_flags import RunningFlags
 from pystore.status import GetMessageStatus
 
 if TYPE_CHECKING:
+    from pystore._mapped_view import SelectMappedBufferResult
     from pystore._message_ext import MessageExt
     from pystore._sink import RecordSink
     from pystore.commitlog import CommitLog
     from pystore.consume_queue import ConsumeQueue
     from pystore.wiring import StoreParts
 
-__all__ = ["StoreReads"]
+__all__ = ["StoreReads", "offset_arg"]
 
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
 _SLAVE = BrokerRole.SLAVE
 
 Filter = MessageFilter | TagFilter | str | None
+
+
+def offset_arg(value: int, name: str) -> int:
+    """``value`` as an ``int`` when it is an integer (an ``int``, a bool as Python counts it, numpy's integers:
+    anything with ``__index__``); ``TypeError`` for a float, str or anything else, which the scans below would
+    otherwise truncate (1.5 read as 1) or compare as a number that no record starts at."""
+    if type(value) is int:
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an int, got %s" % (name, type(value).__name__)) from None
 
 
 class StoreReads:
@@ -183,6 +199,7 @@ class StoreReads:
         return 0 if cq is None else cq.get_max_offset_in_queue() - cq.get_min_offset_in_queue()
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        consume_queue_offset = offset_arg(consume_queue_offset, "consume_queue_offset")
         cq = self.queue(topic, queue_id, consume_queue_offset)
         u = None if cq is None else cq.unit(consume_queue_offset)
         return 0 if u is None else u[0]
@@ -204,6 +221,7 @@ class StoreReads:
         return -1 if cq is None else self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        consume_queue_offset = offset_arg(consume_queue_offset, "consume_queue_offset")
         cq = self.queue(topic, queue_id, consume_queue_offset)
         if cq is None or consume_queue_offset < cq.get_min_offset_in_queue():
             return -1
@@ -213,11 +231,19 @@ class StoreReads:
     # -- by commit-log offset and by key -----------------------------------------------------------------------
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
+        """``MessageStore.look_message_by_offset``; the compiled reader hands here every call whose offset is not
+        an exact ``int``."""
         cl = self.check()
+        commit_log_offset = offset_arg(commit_log_offset, "commit_log_offset")
         if self.read_only and (commit_log_offset >= cl.get_max_offset()
                                or cl.queue.find_mapped_file_by_offset(commit_log_offset) is None):
             self.refresh()
         return cl.look_message_by_offset(commit_log_offset)
+
+    def select_data(self, offset: int) -> SelectMappedBufferResult | None:
+        """``MessageStore.get_commit_log_data``."""
+        cl = self.check()
+        return cl.select_data(offset_arg(offset, "offset"))
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         cl = self.check()

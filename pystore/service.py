@@ -20,7 +20,8 @@ interval), and a clock that moved back counts as "due now" rather than "due once
 
 **The disk.** Decisions on disk usage (cleaning's ratios, the DISK_FULL flag) go through an injected
 ``disk_usage(path)`` (``MessageStore(disk_usage=...)``, default ``shutil.disk_usage``);
-``disk_used_ratio`` turns its answer into the used fraction.
+``disk_used_ratio`` turns its answer into the used fraction, ``disk_free_bytes`` into the bytes free (the
+index's check before it makes a sparse file).
 
 Services are daemon threads: a process that exits without ``shutdown()`` behaves like a crash, which is
 what recovery is for. An exception escaping ``run`` is logged, never swallowed silently.
@@ -35,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ServiceThread", "real_clock", "disk_used_ratio", "Clock", "DiskUsage"]
+__all__ = ["ServiceThread", "real_clock", "disk_used_ratio", "disk_free_bytes", "Clock", "DiskUsage"]
 
 #: epoch milliseconds, RocketMQ's ``SystemClock.now()``
 Clock = Callable[[], int]
@@ -65,6 +66,17 @@ def disk_used_ratio(disk_usage: DiskUsage | None, path: str) -> float:
         return float(usage)
     total = usage.total
     return usage.used / total if total else -1.0
+
+
+def disk_free_bytes(disk_usage: DiskUsage | None, path: str) -> int | None:
+    """The bytes free on the partition holding ``path`` by ``disk_usage`` (``shutil.disk_usage`` when None):
+    its ``free``, else ``total - used``. A hook that answers the used fraction alone says no byte count: 0
+    when the fraction is 1 or more (full), None below (unknown; the caller goes on). ``OSError`` propagates."""
+    usage = (disk_usage or shutil.disk_usage)(path)
+    if isinstance(usage, (int, float)):
+        return 0 if usage >= 1 else None
+    free = getattr(usage, "free", None)
+    return int(usage.total - usage.used if free is None else free)
 
 
 class ServiceThread:

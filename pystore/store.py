@@ -100,9 +100,11 @@ class MessageStore:
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], int] | None = None,
                  disk_usage: DiskUsage | None = None) -> None:
         """``clock()``: epoch milliseconds, the time of every policy (store timestamps, file expiry, flush and
-        heartbeat intervals, the checkpoint's writes, the page-cache-busy check); default the system clock.
+        heartbeat intervals, the checkpoint's writes, the page-cache-busy check, forcing out a file a reader
+        still holds, index file names); default the system clock.
         ``disk_usage(path)``: what the partition holding ``path`` uses, as ``shutil.disk_usage`` answers (the
-        default) or as the used fraction in [0, 1]; cleaning and the DISK_FULL flag decide by it. Tests
+        default) or as the used fraction in [0, 1]; cleaning, the DISK_FULL flag and the free-space check before
+        a new index file decide by it. Tests
         inject both to move time and fill the disk without waiting or writing."""
         if config is not None and not isinstance(config, StoreConfig):
             raise TypeError("config must be a StoreConfig, got %s" % type(config).__name__)
@@ -201,7 +203,8 @@ class MessageStore:
         try:
             self.last_exit_ok = not self._abort.exists()
             parts, self.load_error = open_parts(cfg, last_exit_ok=self.last_exit_ok, running_flags=self.running_flags,
-                                                clock=self.clock, injected_clock=self._injected_clock)
+                                                clock=self.clock, injected_clock=self._injected_clock,
+                                                disk_usage=self.disk_usage)
         except BaseException:
             self._release_after_failure()
             raise
@@ -391,7 +394,7 @@ class MessageStore:
     def get_commit_log_data(self, offset: int) -> SelectMappedBufferResult | None:
         """A read-only view of the commit log from ``offset`` to the end of written data in its file; it
         holds the file until ``release()`` or the end of its ``with`` block."""
-        return self._check_readable().select_data(offset)
+        return self._reads.select_data(offset)
 
     def get_topic_queue_table(self) -> dict[tuple[str, int], int]:
         """``{(topic, queue_id): next queue offset}`` (a read-only store follows the writer first)."""

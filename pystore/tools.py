@@ -4,7 +4,10 @@
 Everything here maps files read-only, takes no lock and writes nothing, so it is safe on a live store:
 it sees every whole record the writer has published (a record's size is written last) and stops at the
 first zero size, or at a record still being written (a torn tail: damage with nothing valid after it).
-File sizes come from the files themselves, never from a configuration.
+File sizes come from the files themselves, never from a configuration. The files are listed when the
+iteration starts; one the store's cleaning deletes before the iteration reaches it is passed over while
+nothing has been yielded yet (the log simply starts later), and raises
+:class:`~pystore.errors.FileCleanedError` after that (going on would skip its records in the middle).
 
 * :func:`iter_commitlog` — every message of a commit-log folder (or one file, or a store root), in offset
   order. With ``verify_crc`` (the default) a record whose body CRC is wrong raises
@@ -22,7 +25,7 @@ from pystore._codec import RECORD_END, decode_record
 from pystore._mapped_file import MappedFile
 from pystore._message_ext import MessageExt
 from pystore._records import RecordIterator, find_valid_record_after
-from pystore.errors import StoreCorruptedError
+from pystore.errors import FileCleanedError, StoreCorruptedError
 
 __all__ = ["iter_commitlog", "iter_consume_queue", "commit_log_files", "decode_record"]
 
@@ -67,12 +70,24 @@ def iter_commitlog(
     writer or a replication transfer has not finished): the iteration ends there, as recovery cuts it.
     Damage followed by valid records raises ``StoreCorruptedError`` at the damaged record, and so does
     damage in a file shorter than the log's others (a truncated file, not one being written).
+
+    Over a live store whose cleaning deletes the log's head meanwhile: a listed file deleted before the first
+    message is yielded is passed over, so the iteration starts at the oldest file left (as it does when
+    ``start_offset`` lies below the log's first file); one deleted after messages were yielded, when the
+    iteration reaches it, raises ``FileCleanedError`` naming the file and its start offset, rather than going
+    on with the next file and skipping its records or ending as if the log ended there. Restart from
+    ``start_offset`` = the first file left to go on. A file deleted while the iteration reads it is read to its
+    end (its mapping stays valid).
     """
     files = commit_log_files(path)
     full_size = _common_size(files)
     expected_next = -1
+    yielded = False
     for idx, name in enumerate(files):
-        mf = MappedFile(name, -1, read_only=True)
+        mf = _open_listed(name, yielded)
+        if mf is None:
+            expected_next = -1  # cleaned, not a hole: the log now starts at a later file
+            continue
         try:
             if mf.file_size == 0:
                 continue
@@ -90,7 +105,9 @@ def iter_commitlog(
             while True:
                 it = RecordIterator(mf, pos, verify_crc, end - mf.file_from_offset)
                 try:
-                    yield from it
+                    for msg in it:
+                        yielded = True
+                        yield msg
                     break
                 except StoreCorruptedError as e:
                     damaged = e.offset - mf.file_from_offset
@@ -105,7 +122,7 @@ def iter_commitlog(
                     pos = damaged
                 finally:
                     it.close()
-            if it.stop_reason == RECORD_END and idx + 1 < len(files) and _has_data(files[idx + 1]):
+            if it.stop_reason == RECORD_END and idx + 1 < len(files) and _has_data(files[idx + 1], missing=False):
                 if verify_crc:
                     raise StoreCorruptedError(name, mf.file_from_offset + it.position,
                                               "the file ends without its end-of-file blank, yet later files hold data")
@@ -150,13 +167,7 @@ def _valid_after(files: list[str], idx: int, mf: MappedFile, pos: int) -> bool:
     file? (From pos + 1: the record at pos may pass the per-record checks yet be torn.)"""
     if find_valid_record_after(mf, pos + 1) >= 0:
         return True
-    for later in files[idx + 1:]:
-        try:
-            if _has_data(later, anywhere=True):
-                return True
-        except FileNotFoundError:  # cleaned meanwhile
-            continue
-    return False
+    return any(_has_data(later, anywhere=True, missing=False) for later in files[idx + 1:])
 
 
 def _whole_now(mf: MappedFile, pos: int, verify_crc: bool, limit: int) -> bool:
@@ -170,8 +181,30 @@ def _whole_now(mf: MappedFile, pos: int, verify_crc: bool, limit: int) -> bool:
         it.close()
 
 
-def _has_data(path: str, anywhere: bool = False) -> bool:
-    mf = MappedFile(path, -1, read_only=True)
+def _open_listed(name: str, yielded: bool) -> MappedFile | None:
+    """A listed file mapped read-only; None when cleaning deleted it before anything was yielded (the
+    iteration starts at the log's new head, as it does when ``start_offset`` lies below it), and
+    ``FileCleanedError`` once records before it were yielded (going on would skip its records)."""
+    try:
+        return MappedFile(name, -1, read_only=True)
+    except FileNotFoundError:
+        if yielded:
+            raise FileCleanedError(name, _start_offset(name)) from None
+        log.info("%s was deleted (cleaned) before the iteration reached it; starting at the next file", name)
+        return None
+
+
+def _start_offset(name: str) -> int:
+    base = os.path.basename(name)
+    return int(base) if len(base) == 20 and base.isdigit() else 0
+
+
+def _has_data(path: str, anywhere: bool = False, missing: bool = True) -> bool:
+    """Does ``path`` start with a valid record (``anywhere``: hold one)? ``missing`` when it was deleted."""
+    try:
+        mf = MappedFile(path, -1, read_only=True)
+    except FileNotFoundError:  # cleaned meanwhile
+        return missing
     try:
         if mf.file_size <= 0:
             return False
@@ -184,13 +217,17 @@ def _has_data(path: str, anywhere: bool = False) -> bool:
 def iter_consume_queue(path: str | os.PathLike[str]) -> Iterator[tuple[int, int, int]]:
     """The units of one consume queue (its folder ``consumequeue/<topic>/<queue_id>``, or one file):
     ``(commit_log_offset, size, tags_code)``, stopping at the first empty unit. Filler units written before
-    a queue's first real unit (size 2**31-1) are skipped."""
+    a queue's first real unit (size 2**31-1) are skipped. A file cleaned meanwhile is passed over before the
+    first unit is yielded and raises ``FileCleanedError`` after, as in :func:`iter_commitlog`."""
     from pystore._units import iter_units  # the compiled consume-queue scan
 
     p = os.fspath(path)
     files = [p] if os.path.isfile(p) else _data_files(p)
+    yielded = False
     for name in files:
-        mf = MappedFile(name, -1, read_only=True)
+        mf = _open_listed(name, yielded)
+        if mf is None:
+            continue
         try:
             if mf.file_size == 0:
                 continue
@@ -200,6 +237,7 @@ def iter_consume_queue(path: str | os.PathLike[str]) -> Iterator[tuple[int, int,
                 if unit is None:
                     done = True
                     break
+                yielded = True
                 yield unit
             if done:
                 return

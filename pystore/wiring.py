@@ -183,11 +183,13 @@ class StoreParts:
 
 
 def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFlags, clock: Clock,
-               injected_clock: Clock | None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
+               injected_clock: Clock | None,
+               disk_usage: DiskUsage | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
     """Map the store's files and recover them: the parts, or (None, why) when the files are unusable (why is
     None when no file is to blame: the log says more). Whatever it opened is closed again when it refuses or
     raises. ``injected_clock``: the clock the store was given (None: the commit log stamps messages with
-    the system clock from C)."""
+    the system clock from C); ``clock`` and ``disk_usage`` (None: ``shutil.disk_usage``) go to every part that
+    decides by them."""
     read_only = cfg.read_only
     queue = MappedFileQueue(cfg.commit_log_paths(), cfg.mapped_file_size_commit_log, read_only=read_only,
                             clock=clock)
@@ -216,7 +218,8 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         commitlog = CommitLog(cfg, queue, clock=injected_clock)
         parts = StoreParts(StoreCheckpoint(cfg.checkpoint_path(), read_only=read_only, clock=clock), commitlog,
                            ConsumeQueueStore(cfg.consume_queue_path(), cfg.mapped_file_size_consume_queue,
-                                             read_only, on_error=on_queue_error, window=cfg.prefault_window_bytes),
+                                             read_only, on_error=on_queue_error, window=cfg.prefault_window_bytes,
+                                             clock=clock),
                            ReadLimits(cfg.max_transfer_bytes_on_message_in_memory,
                                       cfg.max_transfer_count_on_message_in_memory,
                                       cfg.max_transfer_bytes_on_message_in_disk,
@@ -235,7 +238,7 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
         # the log judged first: an open it refuses leaves the index as it was (see recover_queues)
         result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only)
-        reput = _make_reput(parts, cfg, last_exit_ok, clock)
+        reput = _make_reput(parts, cfg, last_exit_ok, clock, disk_usage)
         recover_queues(commitlog, parts.cq_store, reput, result, parts.checkpoint, cfg, abnormal, read_only)
         commitlog.attach_last()
     except BaseException:
@@ -246,13 +249,14 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
     return parts, None
 
 
-def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: Clock) -> ReputService:
+def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: Clock,
+                disk_usage: DiskUsage | None) -> ReputService:
     """The index, the dispatcher and the reput service, made once recovery judged the commit log: a refused
     open must leave the index as it was."""
     cl, cq_store = parts.commitlog, parts.cq_store
     if cfg.message_index_enable:
         parts.index = IndexService(cfg.index_path(), cfg.max_hash_slot_num, cfg.max_index_num, parts.checkpoint,
-                                   cfg.read_only, clock, cfg.max_msgs_num_batch)
+                                   cfg.read_only, clock, cfg.max_msgs_num_batch, disk_usage=disk_usage)
         parts.index.load(last_exit_ok)
 
     def cell_for(topic: str, queue_id: int) -> QueueCell:

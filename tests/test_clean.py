@@ -72,6 +72,59 @@ def test_manual_deletion_removes_expired_files_oldest_first_never_the_last(store
     assert s.get_max_offset_in_queue("TopicTest", 0) == 400
 
 
+def test_a_held_commit_log_file_is_forced_out_on_the_store_clock(store_factory, fake_clock):
+    """A head file a reader holds is shut down by the pass and kept (no file after it goes either), and forced
+    out once ``destroy_mapped_file_interval_forcibly`` has passed on the store's clock: the deletion and the
+    hanged-file retry time it on that one clock (the retry read the wall clock, which is years past this fake
+    one, and forced the file out in the pass that shut it down)."""
+    s = _open(store_factory, fake_clock, destroy_mapped_file_interval_forcibly=1000, redelete_hanged_file_interval=1)
+    store_factory.skip_check()
+    _fill(s, 400)
+    logs = _files(s, "commitlog")
+    head = os.path.join(s.root, "commitlog", logs[0])
+    _age_files(os.path.join(s.root, "commitlog"), 73 * HOUR, fake_clock())
+    view = s.get_commit_log_data(0)
+    s.execute_delete_files_manually()
+    assert s.clean_files()[0] == 0 and os.path.exists(head)
+    fake_clock.advance(999)
+    assert s.clean_files()[0] == 0 and os.path.exists(head)
+    fake_clock.advance(1)
+    assert s.clean_files()[0] == len(logs) - 1 and not os.path.exists(head)
+    assert bytes(view.buffer[:4]) == bytes(view.buffer[:4])     # the view still reads its mapping
+    view.release()
+
+
+def test_a_held_consume_queue_file_is_forced_out_on_the_store_clock(store_factory, fake_clock):
+    """A consume-queue file a reader holds (``queue_units``) is kept by the passes that would delete it until
+    60 s have passed on the store's clock since the first of them (its files read the wall clock, so no
+    movement of the store's clock forced it out)."""
+    s = _open(store_factory, fake_clock)
+    store_factory.skip_check()
+    _fill(s, 400)
+    folder = os.path.join(s.root, "consumequeue", "TopicTest", "0")
+    first = os.path.join(folder, sorted(os.listdir(folder))[0])
+    units = s.queue_units("TopicTest", 0, 0)
+
+    def a_pass_past_more_files():
+        _fill(s, 200)                               # the commit log's min offset moves at each pass
+        _age_files(os.path.join(s.root, "commitlog"), 73 * HOUR, fake_clock())
+        s.execute_delete_files_manually()
+        before = s.get_min_phy_offset()
+        s.clean_files()
+        assert s.get_min_phy_offset() > before
+
+    a_pass_past_more_files()
+    assert os.path.exists(first)
+    fake_clock.advance(59_999)
+    a_pass_past_more_files()
+    assert os.path.exists(first)
+    fake_clock.advance(1)
+    a_pass_past_more_files()
+    assert not os.path.exists(first)
+    assert len(units) == 64
+    del units
+
+
 def test_files_younger_than_the_reserved_time_stay(store_factory, fake_clock):
     s = _open(store_factory, fake_clock)
     _fill(s, 300)

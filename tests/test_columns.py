@@ -289,6 +289,23 @@ def test_queue_units_are_the_consume_queue_file_by_file(store_factory):
     assert len(store.queue_units("nope", 0)) == 0 and len(store.queue_units(T, 7)) == 0
     with pytest.raises(ValueError):
         store.queue_units(T, 0, -1)
+    with pytest.raises(ValueError):
+        store.queue_units(T, 0, 0, -1)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only"])
+def test_queue_units_takes_integer_positions(store_factory, read_only):
+    """A float (or bool, or str) ``start`` or ``count`` is a wrong type, as for the other offset reads; numpy's
+    integers are integers."""
+    writer = store_factory()
+    writer.put_columns(T, _bodies(10, 30))
+    store = store_factory(read_only=True) if read_only else writer
+    for bad in (1.5, 1.0, True, "1"):
+        with pytest.raises(TypeError):
+            store.queue_units(T, 0, bad)
+        with pytest.raises(TypeError):
+            store.queue_units(T, 0, 0, bad)
+    assert store.queue_units(T, 0, np.int64(4), np.int32(2)).tolist() == store.queue_units(T, 0, 4, 2).tolist()
 
 
 def test_queue_units_is_a_view_of_the_file_that_outlives_the_store(store_factory):

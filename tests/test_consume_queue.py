@@ -134,6 +134,29 @@ def cq(tmp_path):
     q.close()
 
 
+def test_a_queue_times_the_forced_destroy_of_a_held_file_on_its_clock(tmp_path):
+    """A file a reader holds is forced out 60 s after the first deletion tried it, on the clock the queue was
+    given (the store's), also after its files were discarded to be rebuilt."""
+    now = [1_000_000]
+    q = ConsumeQueue("T", 0, str(tmp_path / "consumequeue"), 20 * 10, clock=lambda: now[0])
+    try:
+        for rebuilt in (False, True):
+            if rebuilt:
+                q.discard_files()
+            for i in range(15):                          # two files of 10 units
+                q.put_message_position_info(100 * i, 100, 7, i)
+            first = q.queue.first()
+            held = first.select_mapped_buffer(0)
+            assert q.delete_expired_file(1 << 40) == 0 and os.path.exists(first.file_name)
+            now[0] += 59_999
+            assert q.delete_expired_file(1 << 40) == 0 and os.path.exists(first.file_name)
+            now[0] += 1
+            assert q.delete_expired_file(1 << 40) == 1 and not os.path.exists(first.file_name)
+            held.release()
+    finally:
+        q.close()
+
+
 def test_put_message_position_info_build_cq_repeatedly(cq):
     """``testPutMessagePositionInfo_buildCQRepeatedly``: re-putting a unit already there is ignored."""
     cq.put_message_position_info(0, 100, 7, 0)

@@ -68,8 +68,8 @@ def test_bug2_selected_buffer_after_forced_destroy_does_not_crash(tmp_path):
         f = MappedFile(%r, 8192, create=True)
         f.append_message(b"abcdef")
         r = f.select_mapped_buffer(0)
-        f.destroy(0)
-        f.destroy(0)                     # forced: the reader's reference is overridden
+        f.destroy(0, now=0)
+        f.destroy(0, now=0)                     # forced: the reader's reference is overridden
         try:
             print("READ", bytes(r.buffer))
         except StoreError as e:
@@ -93,8 +93,8 @@ def test_bug3_record_iterator_after_forced_destroy_does_not_crash(tmp_path):
         f.append_message(encode_record(Message("T", b"abc"), 1, len(a), 1))
         it = RecordIterator(f, 0, True)
         next(it)
-        f.destroy(0)
-        f.destroy(0)
+        f.destroy(0, now=0)
+        f.destroy(0, now=0)
         try:
             print("NEXT", next(it))
         except (StoreError, StopIteration) as e:

@@ -264,7 +264,7 @@ def test_status_offset_found_null(store_factory):
     put_n(store, 40)
     cq = store._cq_store.find(TOPIC, 0)
     first = cq.queue.first()
-    while not first.destroy(0):
+    while not first.destroy(0, store.clock()):
         time.sleep(0.01)
     cq.queue._remove([first])                  # min_logic_offset still 0: the state between two steps
     r = store.get_message(GROUP, TOPIC, 0, 3)
@@ -317,6 +317,33 @@ def test_argument_types(store_factory):
         store.get_message(GROUP, TOPIC, 0, "0")
     with pytest.raises(TypeError):
         store.get_message(GROUP, TOPIC, 0, 0, 32, object())
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only"])
+def test_offsets_are_integers(store_factory, read_only):
+    """A float offset was truncated (``get_commit_log_data(1.5)`` served offset 1, the queue reads read unit 1)
+    or compared as no record's start (``look_message_by_offset(1.5)`` None): each raises ``TypeError`` now, as
+    ``get_message`` does; an integer of another type (numpy's, from ``queue_units``) still reads as its value."""
+    np = pytest.importorskip("numpy")
+    writer = store_factory()
+    phys = [r.append_message_result.wrote_offset for r in put_n(writer, 3)]
+    store = store_factory(read_only=True) if read_only else writer
+    second = float(phys[1])
+    reads = [store.look_message_by_offset, store.get_commit_log_data,
+             lambda v: store.get_commit_log_offset_in_queue(TOPIC, 0, v),
+             lambda v: store.get_message_store_timestamp(TOPIC, 0, v)]
+    for read in reads:
+        for bad in (1.5, 1.0, second, second + 0.5, "1"):
+            with pytest.raises(TypeError, match="must be an int"):
+                read(bad)
+    assert store.look_message_by_offset(np.int64(phys[1])).commit_log_offset == phys[1]
+    assert store.look_message_by_offset(True) is None          # a bool is the int Python says it is
+    with store.get_commit_log_data(np.int64(phys[1])) as view:
+        assert view.start_offset == phys[1]
+    assert store.get_commit_log_offset_in_queue(TOPIC, 0, np.int64(1)) == phys[1]
+    assert store.get_message_store_timestamp(TOPIC, 0, np.int64(1)) == store.look_message_by_offset(
+        phys[1]).store_timestamp
+    store_factory.expect_messages(3)
 
 
 # ------------------------------------------------------------------------------------------------------

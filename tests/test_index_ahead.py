@@ -5,6 +5,7 @@ entries as the table has pages."""
 
 from __future__ import annotations
 
+import collections
 import os
 import struct
 import time
@@ -240,3 +241,41 @@ def test_a_reader_finds_keys_in_a_file_taken_from_the_spare(service, tmp_path):
             assert reader.query_offset("T", "k%d" % i, 4, 0, T0 + 10_000).phy_offsets == [phy]
     finally:
         reader.close()
+
+
+Usage = collections.namedtuple("Usage", "total used free")
+
+
+@pytest.mark.parametrize("answer, made", [
+    (Usage(10**12, 10**12 - 1000, 1000), False),      # 1000 bytes free: less than a file
+    (Usage(10**12, 0, 10**12), True),
+    (1.0, False),                                       # a used-fraction hook: full
+    (0.5, True),                                        # not full; it says no byte count
+], ids=["few-bytes", "room", "ratio-full", "ratio-half"])
+def test_a_new_file_asks_the_store_disk_usage(store_factory, answer, made):
+    """The free-space check before a new (sparse) index file asks the store's ``disk_usage``, as cleaning does:
+    a store whose injected disk is full makes no index file, whatever the machine's own disk has free."""
+    asked = []
+
+    def disk_usage(path):
+        asked.append(path)
+        return answer
+
+    s = store_factory(disk_usage=disk_usage)
+    assert s.put_message(Message("T", b"m", keys=["k1"])).is_ok()
+    found = s.query_message("T", "k1").messages
+    folder = os.path.join(s.root, "index")
+    files = os.listdir(folder) if os.path.isdir(folder) else []
+    assert (len(files) == 1 and [m.body for m in found] == [b"m"]) if made else (files == [] and found == [])
+    assert folder in asked
+    store_factory.expect_messages(1)
+
+
+def test_the_index_service_takes_the_injected_disk_usage(tmp_path):
+    s = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), clock=lambda: T0,
+                     disk_usage=lambda path: Usage(10**12, 10**12, 0))
+    try:
+        index_keys(s, b"T", _keys(0, 4), 5, T0, 0)
+        assert s.files == [] and not os.listdir(tmp_path / "index")
+    finally:
+        s.close()

@@ -346,7 +346,7 @@ def test_flush_of_a_file_being_shut_down_does_not_claim_unsynced_bytes(mf):
     mf.append_message(b"a" * 100)
     assert mf.flush(0) == 100
     mf.append_message(b"b" * 100)
-    mf.shutdown(0)
+    mf.shutdown(0, now=0)
     assert mf.flush(0) == 100 and mf.flushed_position == 100
 
 
@@ -508,11 +508,11 @@ def test_use_after_close_raises(path, method, args, how):
     if how == "close":
         f.close()
     elif how == "destroy":
-        assert f.destroy(0)
+        assert f.destroy(0, now=0)
     else:
         held = f.select_mapped_buffer(0)
-        f.destroy(0)
-        assert f.destroy(0)
+        f.destroy(0, now=0)
+        assert f.destroy(0, now=0)
         held.release()
     with pytest.raises(StoreClosedError) as ei:
         getattr(f, method)(*args)

@@ -101,7 +101,7 @@ def test_rocketmq_select_mapped_buffer_lifecycle(path):
     r = f.select_mapped_buffer(0)
     assert bytes(r.buffer) == msg
 
-    f.shutdown(1000)
+    f.shutdown(1000, now=0)
     assert not f.available
     assert f.select_mapped_buffer(0) is None
     assert f.hold() is False
@@ -111,7 +111,7 @@ def test_rocketmq_select_mapped_buffer_lifecycle(path):
 
     r.release()
     assert f.is_cleanup_over()
-    assert f.destroy(1000) is True
+    assert f.destroy(1000, now=0) is True
     assert not os.path.exists(path)
 
 
@@ -123,7 +123,7 @@ def test_slice_of_a_view_outlives_release_and_destroy(path):
     part = r.buffer[6:11]
     r.release()
     assert f.ref_count == 1                           # only the owner now; the view is not a reference
-    assert f.destroy(0) is True
+    assert f.destroy(0, now=0) is True
     assert not os.path.exists(path)
     assert bytes(part) == b"world"
     gc.collect()
@@ -136,8 +136,8 @@ def test_raw_view_outlives_a_forced_destroy(path):
     f.append_message(b"pinned bytes")
     r = f.select_mapped_buffer(0)
     view = memoryview(r)
-    assert f.destroy(0) is False                      # held by r
-    assert f.destroy(0) is True                       # forced: interval 0 has passed
+    assert f.destroy(0, now=0) is False                      # held by r
+    assert f.destroy(0, now=0) is True                       # forced: interval 0 has passed
     assert not os.path.exists(path)
     assert bytes(view) == b"pinned bytes"
     r.release()
@@ -151,8 +151,8 @@ def test_buffer_taken_before_a_forced_destroy_stays_readable(path):
     f.append_message(b"abcdef")
     r = f.select_mapped_buffer(0)
     buf = r.buffer
-    f.destroy(0)
-    assert f.destroy(0) is True
+    f.destroy(0, now=0)
+    assert f.destroy(0, now=0) is True
     assert bytes(buf) == b"abcdef"
     assert bytes(r.buffer[2:4]) == b"cd"
     r.release()

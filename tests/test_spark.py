@@ -1462,6 +1462,32 @@ def test_stream_min_offsets_per_trigger_and_pattern_joins(tmp_path):
                              "maxmessagespertrigger": "2"}, None)
 
 
+def test_stream_max_trigger_delay_runs_on_the_injected_clock(tmp_path):
+    """``maxTriggerDelay`` is measured on the reader's clock: a fake one moved by hand releases a batch below
+    ``minOffsetsPerTrigger`` exactly when the delay has passed since the last batch, with no sleep."""
+    from pyspark.sql.streaming.datasource import ReadMinRows
+
+    from pystore.spark.stream import PystoreStreamReader
+
+    root = str(tmp_path / "m")
+    put_all(root, [message(i, topic="M1", queue_id=0) for i in range(10)], StepClock())
+    now = [1000.0]
+    opts = {"path": root, "topics": "M1", "minoffsetspertrigger": "20", "maxtriggerdelay": "30s"}
+    r = PystoreStreamReader(opts, None, clock=lambda: now[0])
+    start = r.initialOffset()
+    assert r.latestOffset(start, ReadMinRows(20)) == start          # 10 of 20, no time passed
+    now[0] += 29.999
+    assert r.latestOffset(start, ReadMinRows(20)) == start          # 1 ms short of the delay
+    now[0] += 0.001
+    end = r.latestOffset(start, ReadMinRows(20))
+    assert end == {"M1/0": 10}                                      # the delay passed: what there is
+    # the batch restarts the delay
+    put_all(root, [message(i, topic="M1", queue_id=0) for i in range(10, 15)], StepClock(BASE + 10_000))
+    assert r.latestOffset(end, ReadMinRows(20)) == end
+    now[0] += 30.0
+    assert r.latestOffset(end, ReadMinRows(20)) == {"M1/0": 15}
+
+
 # -----------------------------------------------------------------------------------------------------
 # a user schema is the projection
 # -----------------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ import zlib
 import pytest
 from conftest import SMALL_FILE, make_message
 
-from pystore.errors import StoreCorruptedError, StoreError
-from pystore.tools import iter_commitlog
+from pystore import tools
+from pystore.errors import FileCleanedError, StoreCorruptedError, StoreError
+from pystore.tools import commit_log_files, iter_commitlog, iter_consume_queue
 
 MAGIC_V1, MAGIC_V2, BLANK_MAGIC = 0xDAA320A7, 0xDAA320AB, 0xCBD43194
 FILE = 4096
@@ -560,3 +561,93 @@ def test_multi_folder_commit_log_given_as_any_sequence(store_factory, tmp_path):
     folders = collections.UserList([a, b])
     assert [m.body for m in iter_commitlog(folders)] == [make_message(i, body_size=4000).body for i in range(40)]
     store_factory.expect_messages(40)
+
+
+# -- a live store whose cleaning deletes the log's head under an iteration -------------------------------
+
+
+HOUR = 3_600_000
+
+
+def _cleaned_store(store_factory, fake_clock, n=400):
+    """A started store of ~6 commit-log files (and 7 consume-queue files) whose next cleaning pass deletes every
+    commit-log file but the last, and the consume-queue files that only point below it."""
+    s = store_factory(clock=fake_clock, mapped_file_size_consume_queue=20 * 64, delete_commit_log_files_interval=0,
+                      delete_consume_queue_files_interval=0, clean_resource_interval=HOUR,
+                      disk_usage=lambda path: 0.10)
+    store_factory.skip_check()
+    for i in range(n):
+        assert s.put_message(make_message(i, body_size=1000)).is_ok()
+    s.flush()
+    folder = os.path.join(s.root, "commitlog")
+    t = (fake_clock() - 73 * HOUR) / 1000
+    for name in os.listdir(folder):
+        os.utime(os.path.join(folder, name), (t, t))
+    s.execute_delete_files_manually()
+    return s
+
+
+def _clean(s):
+    files = sorted(os.listdir(os.path.join(s.root, "commitlog")))
+    deleted, _ = s.clean_files()
+    assert deleted >= 4
+    return files
+
+
+def test_iter_commitlog_raises_a_typed_error_at_a_file_cleaned_after_records_were_yielded(store_factory, fake_clock):
+    """Cleaning deletes the next files while the iteration is in the first: the records of those files are gone;
+    the iteration says so at the first of them (a ``FileCleanedError`` naming it) instead of a bare
+    ``FileNotFoundError``, and never goes on with a later file past the records it could not read."""
+    s = _cleaned_store(store_factory, fake_clock)
+    it = iter_commitlog(s.root)
+    first = next(it)
+    assert first.commit_log_offset == 0
+    files = _clean(s)
+    rest = []
+    with pytest.raises(FileCleanedError) as ei:
+        for m in it:
+            rest.append(m)
+    assert isinstance(ei.value, StoreError)
+    # the file being read when cleaning ran is read to its end (its mapping stays valid); the next one is named
+    assert ei.value.path == os.path.join(s.root, "commitlog", files[1]) and ei.value.offset == int(files[1])
+    assert len(rest) > 0 and all(m.commit_log_offset < int(files[1]) for m in rest)
+
+
+def test_iter_commitlog_cleaned_before_its_first_message_begins_at_the_oldest_file_left(store_factory, fake_clock,
+                                                                                       monkeypatch):
+    """Files cleaned after the iteration listed them but before its first message: it starts at the log's new
+    head, as an iteration begun after the cleaning does (nothing yielded yet, so nothing skipped in the middle)."""
+    s = _cleaned_store(store_factory, fake_clock)
+    listed = []
+
+    def list_then_clean(path):
+        listed.extend(commit_log_files(path))
+        _clean(s)
+        return list(listed)
+
+    monkeypatch.setattr(tools, "commit_log_files", list_then_clean)
+    got = [m.commit_log_offset for m in iter_commitlog(s.root)]
+    monkeypatch.undo()
+    assert len(listed) >= 5 and not os.path.exists(listed[0])
+    after = [m.commit_log_offset for m in iter_commitlog(s.root)]
+    assert got == after and got[0] == s.get_min_phy_offset() > int(os.path.basename(listed[1]))
+
+
+def test_iter_consume_queue_raises_a_typed_error_at_a_file_cleaned_after_units_were_yielded(store_factory,
+                                                                                             fake_clock):
+    s = _cleaned_store(store_factory, fake_clock)
+    folder = os.path.join(s.root, "consumequeue", "TopicTest", "0")
+    files = sorted(os.listdir(folder))
+    assert len(files) >= 5
+    it = iter_consume_queue(folder)
+    assert next(it)[0] == 0
+    _clean(s)
+    gone = [f for f in files if not os.path.exists(os.path.join(folder, f))]
+    assert gone[0] == files[0] and len(gone) >= 2
+    with pytest.raises(FileCleanedError) as ei:
+        list(it)
+    assert ei.value.path == os.path.join(folder, files[1]) and ei.value.offset == int(files[1])
+    # a fresh iteration starts at the queue's first file left
+    first_left = sorted(os.listdir(folder))[0]
+    assert int(first_left) > int(files[1])
+    assert list(iter_consume_queue(folder))[0] == next(iter_consume_queue(os.path.join(folder, first_left)))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -119,9 +119,13 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream reader of one store root (see the module docstring for the options)."""
 
     def __init__(
-        self, options: Mapping[str, str], schema: StructType | None, parallelism: int | None = None
+        self, options: Mapping[str, str], schema: StructType | None, parallelism: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: seconds on a clock that never goes back, the time ``maxTriggerDelay`` is measured on
+        (``time.monotonic``; a test drives the delay with a fake one instead of sleeping)."""
         check_options(options, "stream")
+        self.clock = clock
         self.parallelism = parallelism
         self.options = dict(options)
         self.headers = parse_bool(options, "includeHeaders", False)
@@ -155,7 +159,7 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         self.min_partitions = parse_int(options, "minPartitions", None, lowest=1)
         self._target: Offsets | None = None
-        self._last_batch_ms = time.monotonic() * 1000.0
+        self._last_batch_ms = clock() * 1000.0
         # fail at query start on a bad starting position, not at the first offsets asked
         for name in ("startingOffsets", "startingOffsetsByTimestamp"):
             raw = (options.get(name.lower()) or "").strip()
@@ -229,13 +233,13 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_rows = self.min_per_trigger  # both limits given: the engine passes only the max
         if min_rows is not None and self._target is None:
             backlog = sum(max(0, latest[k] - begin[k]) for k in latest)
-            waited = time.monotonic() * 1000.0 - self._last_batch_ms
+            waited = self.clock() * 1000.0 - self._last_batch_ms
             if backlog < min_rows and waited < self.max_trigger_delay_ms:
                 return dict(start)
         max_rows = getattr(limit, "max_rows", None)
         end = share_limit(begin, latest, int(max_rows)) if max_rows is not None else latest
         if any(end[k] > begin[k] for k in end):
-            self._last_batch_ms = time.monotonic() * 1000.0
+            self._last_batch_ms = self.clock() * 1000.0
         return end
 
     # -- planning and reading -------------------------------------------------------------------------
