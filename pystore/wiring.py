@@ -236,7 +236,7 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         # the log judged first: an open it refuses leaves the index as it was (see recover_queues)
         result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only)
         reput = _make_reput(parts, cfg, last_exit_ok, clock)
-        recover_queues(commitlog, parts.cq_store, reput, result, parts.checkpoint, cfg, abnormal, read_only)
+        recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only)
         commitlog.attach_last()
     except BaseException:
         parts.close()
