@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from pystore.dispatch import ReputService
     from pystore.index import IndexService
 
-__all__ = ["RecoveryResult", "recover_commit_log", "recover_queues"]
+__all__ = ["RecoveryResult", "corrupted", "recover_commit_log", "recover_queues"]
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config
     verdict = judge_log(scan, cp, read_only=read_only, truncate_corrupted=config.recover_truncate_corrupted)
     _log_notes(verdict.notes)
     if verdict.refuse is not None:
-        raise _error(queue, verdict.refuse)
+        raise corrupted(queue, verdict.refuse)
     offset = verdict.cut
     result = RecoveryResult(offset, scan.walk_from, abnormal, scan.start_file, scan.records, scan.bytes_scanned,
                             scan.seconds, verdict.damage, verdict.follows,
@@ -286,7 +286,7 @@ def _apply(plan: RecoveryPlan, commitlog: CommitLog, cq_store: ConsumeQueueStore
     walk for lost units (a reader)."""
     queue = commitlog.queue
     if plan.refuse is not None:
-        raise _error(queue, plan.refuse)
+        raise corrupted(queue, plan.refuse)
     if plan.drop_all:
         if len(cq_store):
             log.warning("no commit log: dropping %d consume queues (docs/format.md §8.6)", len(cq_store))
@@ -303,7 +303,7 @@ def _apply(plan: RecoveryPlan, commitlog: CommitLog, cq_store: ConsumeQueueStore
                                       dict(cq_store.items()), check.tails, check.stored_before, check.dispatched_end)
         refusal, note = judge_reader_walk(check, gaps, reached, queues, _log_ends(commitlog, result))
         if refusal is not None:
-            raise _error(queue, refusal)
+            raise corrupted(queue, refusal)
         if note is not None:
             _log_notes((note,))
     for rebuild in plan.rebuild:
@@ -333,10 +333,10 @@ def _redispatch(reput: ReputService, cq_store: ConsumeQueueStore, queue: MappedF
         reached = reput.redispatch(plan.low, plan.cut)
         refusal = judge_rebuilt_walk(reached.gaps)
         if refusal is not None:
-            raise _error(queue, refusal)
+            raise corrupted(queue, refusal)
     refusal = judge_reached(reached.offset, plan.cut)
     if refusal is not None:
-        raise _error(queue, refusal)
+        raise corrupted(queue, refusal)
 
 
 def _flush_repaired(cq_store: ConsumeQueueStore) -> None:
@@ -368,7 +368,7 @@ def _log_notes(notes: Sequence[Note]) -> None:
         log.log(level, "%s", text)
 
 
-def _error(queue: MappedFileQueue, refusal: Refusal) -> StoreCorruptedError:
+def corrupted(queue: MappedFileQueue, refusal: Refusal) -> StoreCorruptedError:
     """The error of a refusal; one without a path names the commit-log file that holds its offset (or would)."""
     path = refusal.path
     if path is None:

@@ -6,6 +6,8 @@ the messages to log as :data:`Note`), so each case of docs/integrity.md is a uni
 
 The order of an open, and who decides what:
 
+0. ``abnormal_open``, ``log_geometry``, ``log_hole`` (``wiring.open_parts``): normal or abnormal, the commit
+   log's file size, a missing file refusing the open.
 1. ``walk_start``: which commit-log file the walk starts from (normal: the third-last; abnormal: the newest
    whose first message is not newer than the checkpoint's horizon).
 2. the walk (``recovery``, reading): a :class:`LogScan`, what it found and where it stopped.
@@ -26,14 +28,16 @@ The order of an open, and who decides what:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pystore._codec import REASONS, RECORD_END
 
 __all__ = ["CheckpointView", "GapCheck", "LogEnds", "LogScan", "LogVerdict", "Note", "QueueEnd", "QueueKey",
-           "QueueRebuild", "RecoveryPlan", "Refusal", "Stop", "judge_log", "judge_reached", "judge_reader_walk",
-           "judge_rebuilt_walk", "plan_recovery", "queues_to_rebuild", "walk_start"]
+           "QueueRebuild", "RecoveryPlan", "Refusal", "Stop", "abnormal_open", "judge_log", "judge_reached",
+           "judge_reader_walk", "judge_rebuilt_walk", "log_geometry", "log_hole", "plan_recovery",
+           "queues_to_rebuild", "walk_start"]
 
 #: a queue: ``(topic, queue id)``
 QueueKey = tuple[str, int]
@@ -191,6 +195,36 @@ class RecoveryPlan:
     refuse: Refusal | None = None
     #: a reader: the walk looking for lost units, judged by ``judge_reader_walk``
     gap_check: GapCheck | None = None
+
+
+# -- the open -----------------------------------------------------------------------------------------------------
+
+def abnormal_open(*, last_exit_ok: bool, read_only: bool) -> bool:
+    """A writer whose last writer did not shut down cleanly (its ``abort`` file is there) recovers abnormally:
+    its walk starts at the checkpoint, short last files are padded, the queues and the index are rebuilt from
+    there. A reader never does: it writes nothing, so it walks as after a clean shutdown and judges a crashed
+    writer's queues by the abort file itself (``plan_recovery``)."""
+    return not last_exit_ok and not read_only
+
+
+def log_geometry(configured: int, existing: int | None, paths: Sequence[str]) -> int:
+    """The commit log's file size: the size its existing files share (``existing``, None when they do not
+    agree or there are none) when it differs from the configured one yet may be the store's: whole pages, and
+    every file name on its grid; a single file must not be mistaken for the geometry when it was cut short
+    (it is then refused, naming the file). Else the configured size."""
+    if existing is None or existing == configured or existing % 4096:
+        return configured
+    if all(int(os.path.basename(p)) % existing == 0 for p in paths):
+        return existing
+    return configured
+
+
+def log_hole(gap: int) -> Refusal | None:
+    """A commit-log file missing between two others (``first_gap``, -1: none) refuses the open: cleaning only
+    ever deletes from the front, so a hole is lost data."""
+    if gap < 0:
+        return None
+    return Refusal(gap, "commit-log file missing: the log has a hole from offset %d" % gap)
 
 
 # -- the commit log ---------------------------------------------------------------------------------------------

@@ -21,10 +21,13 @@ from pystore.recovery_plan import (
     RecoveryPlan,
     Refusal,
     Stop,
+    abnormal_open,
     judge_log,
     judge_reached,
     judge_reader_walk,
     judge_rebuilt_walk,
+    log_geometry,
+    log_hole,
     plan_recovery,
     queues_to_rebuild,
     walk_start,
@@ -336,3 +339,25 @@ def test_plans_and_verdicts_are_values():
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.cut = 2
     assert plan == RecoveryPlan(1, 0) and hash(plan) == hash(RecoveryPlan(1, 0))
+
+
+# -- the open ------------------------------------------------------------------------------------------------------
+
+def test_only_a_writer_after_a_crash_opens_abnormally():
+    assert abnormal_open(last_exit_ok=False, read_only=False)
+    assert not abnormal_open(last_exit_ok=True, read_only=False)
+    assert not abnormal_open(last_exit_ok=False, read_only=True)
+
+
+def test_the_store_keeps_the_geometry_of_its_files():
+    names = ["/log/%020d" % (i * 8192) for i in range(3)]
+    assert log_geometry(4096, None, names) == 4096              # no files, or files of different sizes
+    assert log_geometry(8192, 8192, names) == 8192
+    assert log_geometry(4096, 8192, names) == 8192              # files of another size, on its grid
+    assert log_geometry(4096, 6000, names) == 4096              # not whole pages: a file cut short
+    assert log_geometry(4096, 16384, names) == 4096             # names off the grid of that size
+
+
+def test_a_hole_in_the_commit_log_refuses_the_open():
+    assert log_hole(-1) is None
+    assert log_hole(8192) == Refusal(8192, "commit-log file missing: the log has a hole from offset 8192")
