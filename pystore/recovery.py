@@ -134,9 +134,8 @@ def _walk(files: list[MappedFile], start: int, check_crc: bool) -> tuple[LogScan
     i = start
     offset = files[start].file_from_offset
     tally = QueueTally()
-    stop: Stop | None = None
     stopped: MappedFile | None = None
-    pos = 0
+    pos = reason = 0
     while i < len(files):
         mf = files[i]
         end, reason, count, _ = scan_file(mf, 0, check_crc, -1, tally)
@@ -147,10 +146,10 @@ def _walk(files: list[MappedFile], start: int, check_crc: bool) -> tuple[LogScan
             i += 1
             continue
         offset = mf.file_from_offset + end
-        stop = _what_follows(files, i, end, reason)
         stopped, pos = mf, end
         break
     seconds = time.perf_counter() - t0
+    stop = _what_follows(files, i, pos, reason) if stopped is not None else None
     return (LogScan(files[start].file_name, files[start].file_from_offset, offset, stop, records, scanned, seconds,
                     None if tally.overflow else tally.queues()), stopped, pos)
 
@@ -183,7 +182,10 @@ def _starts_with_filler(mf: MappedFile) -> bool:
         return False
 
 
-def _queue_end(cq: ConsumeQueue, was_cut: bool = False) -> QueueEnd:
+def _queue_end(cq: ConsumeQueue, low: int, was_cut: bool = False) -> QueueEnd:
+    """What the plan needs of a queue. Its first unit is read only where the plan asks about it: a queue whose
+    first file starts past 0 in a log that was never cleaned (``low`` 0); a store of many cleaned queues
+    reads no page of each."""
     last = cq.queue.last()
     first = cq.queue.first()
     first_from = first.file_from_offset if first is not None else -1
@@ -191,7 +193,7 @@ def _queue_end(cq: ConsumeQueue, was_cut: bool = False) -> QueueEnd:
                     cq.queue.get_max_offset(), last.file_name if last is not None else cq.folder,
                     last is not None, last.read_position if last is not None else 0,
                     last.file_size if last is not None else 0, first_from,
-                    first is not None and first_from > 0 and _starts_with_filler(first), was_cut)
+                    first is not None and low == 0 and first_from > 0 and _starts_with_filler(first), was_cut)
 
 
 def _log_ends(commitlog: CommitLog, result: RecoveryResult) -> LogEnds:
@@ -262,7 +264,8 @@ def recover_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore, reput: Rep
         # no choice here: units pointing past the log's end point at nothing (a cut queue's records after its
         # new end, if a damaged unit rather than a crash put it there, are re-dispatched: plan_recovery)
         cut = {(cq.topic, cq.queue_id) for cq in _cut_queues(cq_store, result.process_offset)}
-    queues = [_queue_end(cq, (cq.topic, cq.queue_id) in cut) for cq in cq_store.queues()]
+    low = commitlog.get_min_offset()
+    queues = [_queue_end(cq, low, (cq.topic, cq.queue_id) in cut) for cq in cq_store.queues()]
     abort = read_only and has_log and os.path.exists(config.abort_path())
     plan = plan_recovery(_log_ends(commitlog, result), queues, _checkpoint_view(checkpoint), read_only=read_only,
                          abnormal=abnormal, rebuilt=bool(cq_store.rebuilt),

@@ -142,7 +142,7 @@ class QueueEnd:
     last_file_size: int = 0
     first_from: int = -1        # its first file's offset (-1: no file)
     #: its first file opens with filler units (it began at that offset in this store); read only when
-    #: ``first_from`` > 0
+    #: ``first_from`` > 0 in a log never cleaned (its head at 0), the only case ``plan_recovery`` asks
     starts_with_filler: bool = False
     was_cut: bool = False       # a writer cut units past the log's end from it
 
