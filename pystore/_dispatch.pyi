@@ -32,7 +32,6 @@ class QueueDispatcher(Dispatcher):
     inline_index: bool
     last_store_ts: int
     schedule_topic: str
-    gaps: dict[tuple[str, int], int] | None
     arriving: Callable[[str, int, int, int, int, bytes], object] | None
     schedule_wake: Callable[[], object] | None
     wake: WakeWord | None
@@ -45,3 +44,6 @@ class QueueDispatcher(Dispatcher):
         schedule_topic: str = "SCHEDULE_TOPIC_XXXX",
     ) -> None: ...
     def reput(self, cl_files: list[MappedFile], cl_file_size: int, from_offset: int, end_offset: int) -> int: ...
+    def reput_checked(
+        self, cl_files: list[MappedFile], cl_file_size: int, from_offset: int, end_offset: int
+    ) -> tuple[int, dict[tuple[str, int], int]]: ...

@@ -2,7 +2,8 @@
 """Dispatch: ``QueueDispatcher`` turns appended records into consume-queue units (and index entries), inline from
 the put path (ASYNC_FLUSH: ``dispatch``/``dispatch_run`` under the put lock; index entries there only with
 ``inline_index``, else an index builder follows the log: ``_index.index_log``), or by walking the commit log
-(``reput``: recovery, SYNC_FLUSH after each group commit, a store whose queues are missing). Recovery's read-only
+(``reput``: SYNC_FLUSH after each group commit, a store whose queues are missing; ``reput_checked``: recovery's
+re-dispatch, which also returns the queues found lacking units before a record of theirs). Recovery's read-only
 gap check (``queues_behind``) walks the log the same way (``_next_record``) and writes nothing."""
 
 cimport cython
@@ -135,7 +136,6 @@ cdef class QueueDispatcher(Dispatcher):
     cdef int32_t max_level
     cdef public int64_t last_store_ts
     cdef public str schedule_topic
-    cdef public object gaps                    # recovery: (topic, queue id) -> where the walk found it behind
     # None, or arriving(topic, queue_id, queue_offset, tags_code, store_ts, properties bytes) after each unit
     # (pystore.arrival sets it only while a listener or a waiter exists: the put path pays one pointer test)
     cdef public object arriving
@@ -163,7 +163,6 @@ cdef class QueueDispatcher(Dispatcher):
         self.create_queue = create_queue
         self.index = index
         self.inline_index = True
-        self.gaps = None
         self.arriving = None
         self.schedule_wake = None
         self.schedule_topic = schedule_topic
@@ -319,6 +318,22 @@ cdef class QueueDispatcher(Dispatcher):
     def reput(self, list cl_files, long long cl_file_size, long long from_offset, long long end_offset):
         """Dispatch every record in ``[from_offset, end_offset)`` (RocketMQ ``ReputMessageService.doReput``);
         returns the offset reached: ``end_offset``, or where an unreadable record stopped the walk."""
+        return self._reput(cl_files, cl_file_size, from_offset, end_offset, None)
+
+    def reput_checked(self, list cl_files, long long cl_file_size, long long from_offset, long long end_offset):
+        """Recovery's re-dispatch of ``[from_offset, end_offset)``: as ``reput``, but a record whose queue lacks
+        the units before it (``_behind``: the queue's tail was lost, a file of it deleted, or its folder is gone
+        while its records are not at the log's head) gets no unit, and units below a queue's end that disagree
+        with their record are rewritten (``repair_unit``). Returns ``(reached, gaps)``: ``gaps`` maps each
+        such queue's ``(topic, queue id)`` to the offset of its first record found past its units (-1 when
+        the queue had no units at all)."""
+        cdef dict gaps = {}
+        reached = self._reput(cl_files, cl_file_size, from_offset, end_offset, gaps)
+        return reached, gaps
+
+    cdef int64_t _reput(self, list cl_files, int64_t cl_file_size, int64_t from_offset, int64_t end_offset,
+                        dict gaps) except -1:
+        """The walk of ``reput`` (``gaps`` None) and ``reput_checked`` (``gaps`` a dict to fill)."""
         cdef int64_t off = from_offset, tags, level
         cdef int32_t r, vp = 0, vl = 0
         cdef bint gap, delayed = False
@@ -341,16 +356,16 @@ cdef class QueueDispatcher(Dispatcher):
                         tags = self._deliver_time(level, v.store_ts)
                         delayed = True
                 gap = False
-                if self.gaps is not None and _behind(cq, v.queue_offset, off + r):
+                if gaps is not None and _behind(cq, v.queue_offset, off + r):
                     # the queue lacks units before this record (files lost, or never written before a crash):
                     # recovery rebuilds it from the log's head; a unit here would sit at the wrong offset.
                     # Kept: where the first record past a queue with units was (-1: only an empty queue's)
                     gap = cq.last is not None
                     key = (cell.topic, cell.queue_id)
-                    first = self.gaps.get(key, -1)
-                    self.gaps[key] = first if first >= 0 else (off if gap else -1)
+                    first = gaps.get(key, -1)
+                    gaps[key] = first if first >= 0 else (off if gap else -1)
                 if not gap:
-                    if self.gaps is not None:
+                    if gaps is not None:
                         cq.repair_unit(off, r, tags, v.queue_offset, cl_files, cl_file_size)
                     cq.put_unit(off, r, tags, v.queue_offset)
                     if self.arriving is not None:

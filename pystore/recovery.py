@@ -19,6 +19,13 @@ data, and truncating would silently drop acknowledged messages. Then recovery ra
 
 A read-only opener runs the same walk and judges the same way, but writes nothing: a torn tail (or a live
 writer's record in flight) ends its view; damage before durable records is refused as a writer refuses it.
+
+This module reads and writes; the deciding is ``pystore.recovery_plan``'s (pure functions over what was read):
+``recover_commit_log`` reads where to start (``walk_start``), walks (a ``LogScan``), asks ``judge_log`` and
+cuts the log; ``recover_queues`` runs the queues' own recovery, reads their ends (``QueueEnd``), asks
+``plan_recovery`` and applies the ``RecoveryPlan``: rebuild the queues whose units are not theirs, re-dispatch
+(``ReputService.redispatch``, whose gaps ``queues_to_rebuild`` and ``judge_rebuilt_walk`` judge), or, for a
+reader, walk for lost units (``queues_behind``, judged by ``judge_reader_walk``).
 """
 
 from __future__ import annotations
@@ -26,18 +33,45 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, overload
 
-from pystore._codec import REASONS, RECORD_BLANK, RECORD_END
+from pystore._codec import RECORD_BLANK
 from pystore._dispatch import queues_behind
+from pystore._mapped_file import MappedFile
 from pystore._records import QueueTally, find_valid_record_after, first_store_timestamp, read_message, scan_file
 from pystore._units import FILLER_SIZE, read_unit
-from pystore.checkpoint import writer_holds_lock
+from pystore.checkpoint import StoreCheckpoint, writer_holds_lock
 from pystore.crashpoint import crashpoint
 from pystore.errors import StoreCorruptedError
+from pystore.mapped_file_queue import MappedFileQueue
+from pystore.recovery_plan import (
+    CheckpointView,
+    LogEnds,
+    LogScan,
+    Note,
+    QueueEnd,
+    RecoveryPlan,
+    Refusal,
+    Stop,
+    judge_log,
+    judge_reached,
+    judge_reader_walk,
+    judge_rebuilt_walk,
+    plan_recovery,
+    queues_to_rebuild,
+    walk_start,
+)
 
-__all__ = ["RecoveryResult", "recover_commit_log", "recover_queues"]
+if TYPE_CHECKING:
+    from pystore.commitlog import CommitLog
+    from pystore.config import StoreConfig
+    from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
+    from pystore.dispatch import ReputService
+    from pystore.index import IndexService
+
+__all__ = ["RecoveryResult", "corrupted", "recover_commit_log", "recover_queues"]
 
 log = logging.getLogger(__name__)
 
@@ -63,32 +97,45 @@ class RecoveryResult:
         return self.bytes_scanned / self.seconds if self.seconds > 0 else 0.0
 
 
-def _abnormal_start_index(files: list[Any], checkpoint: Any, config: Any) -> int:
-    min_ts = checkpoint.min_timestamp()
-    if config.message_index_enable and config.message_index_safe:
-        min_ts = checkpoint.min_timestamp_index()
-    for i in range(len(files) - 1, -1, -1):
-        ts = first_store_timestamp(files[i])
-        if ts != 0 and ts <= min_ts:
-            return i
-    return 0
+# -- reads -------------------------------------------------------------------------------------------------------
+
+class _FirstTimestamps(Sequence[int]):
+    """Each commit-log file's first store time, read when ``walk_start`` asks (it looks newest first and stops
+    at the first that fits)."""
+
+    def __init__(self, files: list[MappedFile]) -> None:
+        self._files = files
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        if isinstance(i, slice):
+            return [first_store_timestamp(mf) for mf in self._files[i]]
+        return first_store_timestamp(self._files[i])
 
 
-def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: bool,
-                       read_only: bool = False) -> RecoveryResult:
-    queue = commitlog.queue
-    files = queue.files
-    if not files:
-        queue.flushed_where = queue.committed_where = 0
-        return RecoveryResult(0, 0, abnormal, None)
-    start = _abnormal_start_index(files, checkpoint, config) if abnormal and not read_only else max(0, len(files) - 3)
-    check_crc = config.check_crc_on_recover
+def _checkpoint_view(checkpoint: StoreCheckpoint) -> CheckpointView:
+    return CheckpointView(checkpoint.trusted, checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp,
+                          checkpoint.min_timestamp(), checkpoint.min_timestamp_index())
+
+
+def _walk(files: list[MappedFile], start: int, check_crc: bool) -> tuple[LogScan, MappedFile | None, int]:
+    """The recovery walk from ``files[start]`` (the Cython scan, GIL released): a file's blank record moves it
+    to the next file; the first record that is not whole and valid ends it. The scan, and the file and
+    position it stopped at (None: it ran to the end of the files)."""
     t0 = time.perf_counter()
     records = scanned = 0
     i = start
     offset = files[start].file_from_offset
-    stop: tuple[Any, int, int] | None = None
     tally = QueueTally()
+    stopped: MappedFile | None = None
+    pos = reason = 0
     while i < len(files):
         mf = files[i]
         end, reason, count, _ = scan_file(mf, 0, check_crc, -1, tally)
@@ -99,21 +146,94 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
             i += 1
             continue
         offset = mf.file_from_offset + end
-        stop = (mf, end, reason)
+        stopped, pos = mf, end
         break
     seconds = time.perf_counter() - t0
-    result = RecoveryResult(offset, files[start].file_from_offset, abnormal, files[start].file_name, records,
-                            scanned, seconds, walked=None if tally.overflow else tally.queues())
-    if stop is not None:
-        _judge_damage(stop, files, i, checkpoint, config, result, read_only)
-        if read_only and result.follows >= 0 and scan_file(stop[0], stop[1], check_crc)[0] == stop[1]:
-            # damage with valid records after it: a reader's later refreshes stay before it (a torn tail is
-            # no fence: a writer's recovery zeroes it and appends there). Judged again once followers were
-            # found: on a live store the record at the stop was being written, and the writer appends in
-            # order, so by now it is whole unless it really is damaged.
-            commitlog.damage_fence = offset
+    stop = _what_follows(files, i, pos, reason) if stopped is not None else None
+    return (LogScan(files[start].file_name, files[start].file_from_offset, offset, stop, records, scanned, seconds,
+                    None if tally.overflow else tally.queues()), stopped, pos)
+
+
+def _what_follows(files: list[MappedFile], index: int, pos: int, reason: int) -> Stop:
+    """The walk stopped at ``pos`` of ``files[index]``: the first valid record after it, and its store time."""
+    mf = files[index]
+    # from pos + 1: the record at pos may pass the per-record checks yet be torn (it ends in zeros)
+    follow_file, follow_pos = mf, find_valid_record_after(mf, pos + 1)
+    if follow_pos < 0:
+        for later in files[index + 1:]:
+            p = find_valid_record_after(later, 0)
+            if p >= 0:
+                follow_file, follow_pos = later, p
+                break
+    where = mf.file_from_offset + pos
+    if follow_pos < 0:
+        return Stop(mf.file_name, where, reason)
+    follower = read_message(follow_file, follow_pos)
+    return Stop(mf.file_name, where, reason, follow_file.file_from_offset + follow_pos,
+                None if follower is None else follower.store_timestamp)
+
+
+def _starts_with_filler(mf: MappedFile) -> bool:
+    """Does a queue's first file open with filler units (RocketMQ's ``fillPreBlank``: the queue began at that
+    offset, its earlier messages never had units in this store)?"""
+    try:
+        return bool(read_unit(mf, 0)[1] == FILLER_SIZE)
+    except (ValueError, OSError):
+        return False
+
+
+def _queue_end(cq: ConsumeQueue, low: int, was_cut: bool = False) -> QueueEnd:
+    """What the plan needs of a queue. Its first unit is read only where the plan asks about it: a queue whose
+    first file starts past 0 in a log that was never cleaned (``low`` 0); a store of many cleaned queues
+    reads no page of each."""
+    last = cq.queue.last()
+    first = cq.queue.first()
+    first_from = first.file_from_offset if first is not None else -1
+    return QueueEnd(cq.topic, cq.queue_id, cq.folder, cq.get_max_offset_in_queue(), cq.max_physic_offset,
+                    cq.queue.get_max_offset(), last.file_name if last is not None else cq.folder,
+                    last is not None, last.read_position if last is not None else 0,
+                    last.file_size if last is not None else 0, first_from,
+                    first is not None and low == 0 and first_from > 0 and _starts_with_filler(first), was_cut)
+
+
+def _log_ends(commitlog: CommitLog, result: RecoveryResult) -> LogEnds:
+    files = commitlog.queue.files
+    return LogEnds(bool(files), commitlog.get_min_offset(), result.process_offset, result.dispatch_from,
+                   result.walked, result.start_file is not None, files[-1].file_from_offset if files else 0,
+                   os.path.dirname(files[0].file_name) if files else "")
+
+
+# -- the commit log ----------------------------------------------------------------------------------------------
+
+def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig, abnormal: bool,
+                       read_only: bool = False) -> RecoveryResult:
+    """Walk the commit log (``walk_start``), judge where it ends (``judge_log``: refused with
+    :class:`StoreCorruptedError` before anything is written), and cut it there."""
+    queue = commitlog.queue
+    files = queue.files
+    if not files:
+        queue.flushed_where = queue.committed_where = 0
+        return RecoveryResult(0, 0, abnormal, None)
+    cp = _checkpoint_view(checkpoint)
+    start = walk_start(_FirstTimestamps(files), cp, abnormal=abnormal, read_only=read_only,
+                       index_safe=config.message_index_enable and config.message_index_safe)
+    scan, stopped, pos = _walk(files, start, config.check_crc_on_recover)
+    verdict = judge_log(scan, cp, read_only=read_only, truncate_corrupted=config.recover_truncate_corrupted)
+    _log_notes(verdict.notes)
+    if verdict.refuse is not None:
+        raise corrupted(queue, verdict.refuse)
+    offset = verdict.cut
+    result = RecoveryResult(offset, scan.walk_from, abnormal, scan.start_file, scan.records, scan.bytes_scanned,
+                            scan.seconds, verdict.damage, verdict.follows,
+                            None if scan.walked is None else dict(scan.walked))
+    if verdict.fence and stopped is not None and scan_file(stopped, pos, config.check_crc_on_recover)[0] == pos:
+        # damage with valid records after it: a reader's later refreshes stay before it (a torn tail is
+        # no fence: a writer's recovery zeroes it and appends there). Judged again once followers were
+        # found: on a live store the record at the stop was being written, and the writer appends in
+        # order, so by now it is whole unless it really is damaged.
+        commitlog.damage_fence = offset
     log.info("commit log %s recovery from %s: %d messages, valid end at %d (%.1f MB/s)",
-             "abnormal" if abnormal else "normal", result.start_file, records, offset,
+             "abnormal" if abnormal else "normal", result.start_file, result.records, offset,
              result.scan_rate / 1e6)
     crashpoint("recovery.scanned")
     if not read_only:
@@ -123,145 +243,106 @@ def recover_commit_log(commitlog: Any, checkpoint: Any, config: Any, abnormal: b
     return result
 
 
-def _judge_damage(stop: tuple[Any, int, int], files: list[Any], index: int, checkpoint: Any, config: Any,
-                  result: RecoveryResult, read_only: bool) -> None:
-    """The walk stopped at ``stop`` (file, position, reason). Is anything valid beyond it, and may we drop it?"""
-    mf, pos, reason = stop
-    where = mf.file_from_offset + pos
-    # from pos + 1: the record at pos may pass the per-record checks yet be torn (it ends in zeros)
-    follow_file, follow_pos = mf, find_valid_record_after(mf, pos + 1)
-    if follow_pos < 0:
-        for later in files[index + 1:]:
-            p = find_valid_record_after(later, 0)
-            if p >= 0:
-                follow_file, follow_pos = later, p
-                break
-    if reason != RECORD_END:
-        result.damage = "%s at %d in %s" % (REASONS.get(reason, "invalid record"), where, mf.file_name)
-    if follow_pos < 0:
-        if reason != RECORD_END:
-            if read_only:
-                log.info("commit log: %s; nothing valid follows: the writer's tail, read up to it", result.damage)
-            else:
-                log.warning("commit log: %s; nothing valid follows, so it is a torn tail and is cut", result.damage)
+# -- the queues --------------------------------------------------------------------------------------------------
+
+def recover_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore, reput: ReputService,
+                   index: IndexService | None, result: RecoveryResult, checkpoint: StoreCheckpoint,
+                   config: StoreConfig, abnormal: bool, read_only: bool = False) -> RecoveryPlan:
+    """RocketMQ ``recover`` once ``recover_commit_log`` judged the log (its ``result``): the consume queues'
+    valid ends, cut units pointing past the log's end, re-dispatch what the queues miss (``reput``, the
+    ``ReputService``; it writes ``index`` too), and rebuild the topic-queue table (``recoverTopicQueueTable``:
+    next offsets from the queues, min offsets corrected). Returns the plan it applied.
+
+    Two steps, so that the caller builds the index and the dispatch between them: when the commit log refuses
+    to open (:class:`StoreCorruptedError`) nothing has been written, neither in the log nor in the queues or
+    the index (an abnormal recovery drops index files newer than the checkpoint, which must not happen for an
+    open that is refused)."""
+    cq_store.recover()
+    has_log = bool(commitlog.queue.files)
+    cut: set[tuple[str, int]] = set()
+    if not read_only and has_log:
+        # no choice here: units pointing past the log's end point at nothing (a cut queue's records after its
+        # new end, if a damaged unit rather than a crash put it there, are re-dispatched: plan_recovery)
+        cut = {(cq.topic, cq.queue_id) for cq in _cut_queues(cq_store, result.process_offset)}
+    low = commitlog.get_min_offset()
+    queues = [_queue_end(cq, low, (cq.topic, cq.queue_id) in cut) for cq in cq_store.queues()]
+    abort = read_only and has_log and os.path.exists(config.abort_path())
+    plan = plan_recovery(_log_ends(commitlog, result), queues, _checkpoint_view(checkpoint), read_only=read_only,
+                         abnormal=abnormal, rebuilt=bool(cq_store.rebuilt),
+                         index_end=index.last_end_phy_offset() if index is not None else None, abort_exists=abort,
+                         writer_running=writer_holds_lock(config.lock_path()) if abort else None)
+    _apply(plan, commitlog, cq_store, reput, index, result, queues)
+    _attach_queues(commitlog, cq_store)
+    return plan
+
+
+def _cut_queues(cq_store: ConsumeQueueStore, phy_offset: int) -> list[ConsumeQueue]:
+    """Cut units pointing at or past ``phy_offset``; the queues that were cut."""
+    cut = [cq for cq in cq_store.queues() if cq.max_physic_offset > phy_offset]
+    cq_store.truncate_dirty(phy_offset)
+    return cut
+
+
+def _apply(plan: RecoveryPlan, commitlog: CommitLog, cq_store: ConsumeQueueStore, reput: ReputService,
+           index: IndexService | None, result: RecoveryResult, queues: list[QueueEnd]) -> None:
+    """Do what ``plan`` says: drop everything (no log), rebuild queues and re-dispatch (a writer), refuse or
+    walk for lost units (a reader)."""
+    queue = commitlog.queue
+    if plan.refuse is not None:
+        raise corrupted(queue, plan.refuse)
+    if plan.drop_all:
+        if len(cq_store):
+            log.warning("no commit log: dropping %d consume queues (docs/format.md §8.6)", len(cq_store))
+        cq_store.destroy_all()
+        if index is not None and index.files:
+            # its entries point into the lost log, and its end offset would make every new message look
+            # already indexed (_index.index_message skips what lies below it): dropped with the queues
+            log.warning("no commit log: dropping %d index files", len(index.files))
+            index.destroy()
         return
-    follower = read_message(follow_file, follow_pos)
-    follow_offset = follow_file.file_from_offset + follow_pos
-    result.follows = follow_offset
-    what = REASONS.get(reason, "invalid record") if reason != RECORD_END else "zeroed region"
-    # A writer that cannot trust the checkpoint cannot tell flushed from unflushed followers, so it takes them
-    # as flushed: refusing costs a `recover --truncate` after a rare double fault, cutting could drop every
-    # acknowledged message after the damage. A reader then only ends its view at the damage (it cuts nothing,
-    # and a live writer's record in flight looks the same).
-    unknown = not checkpoint.trusted and not read_only
-    durable = follower is not None and (
-        unknown or (checkpoint.trusted and follower.store_timestamp <= checkpoint.physic_msg_timestamp))
-    if durable and not config.recover_truncate_corrupted:
-        # a reader refuses it too: a view ending at the damage would hide every durable message after it
-        # (a live writer's record in flight is newer than the checkpoint's flush, so it is never "durable")
-        raise StoreCorruptedError(
-            mf.file_name, where,
-            "%s, followed by valid %s from offset %d: refusing to truncate durable data "
-            "(set recover_truncate_corrupted or run `pystore recover --truncate` to cut the log here)"
-            % (what, "messages and a checkpoint that cannot be trusted to tell whether they were flushed"
-               if unknown else "flushed messages", follow_offset))
-    result.damage = "%s at %d in %s" % (what, where, mf.file_name)
-    if read_only:
-        # a reader drops nothing: a live writer may be appending there (a record not whole yet, records
-        # after it already written); the reader's view ends at it until a refresh finds it whole
-        log.info("commit log: %s with valid records from offset %d after it: this reader's view ends there (a "
-                 "record in flight, or damage a writer's open will judge)", result.damage, follow_offset)
-        return
-    log.warning("commit log: %s; valid messages from offset %d are dropped with it (%s)", result.damage,
-                follow_offset, "not yet flushed when the writer stopped" if not durable else "forced")
+    if plan.gap_check is not None:
+        check = plan.gap_check
+        gaps, reached = queues_behind(queue.files, queue.mapped_file_size, check.start, check.end,
+                                      dict(cq_store.items()), check.tails, check.stored_before, check.dispatched_end)
+        refusal, note = judge_reader_walk(check, gaps, reached, queues, _log_ends(commitlog, result))
+        if refusal is not None:
+            raise corrupted(queue, refusal)
+        if note is not None:
+            _log_notes((note,))
+    for rebuild in plan.rebuild:
+        cq = cq_store.find(*rebuild.key)
+        if cq is not None:
+            why = rebuild.why
+            cq.damage = (why.path if why.path is not None else cq.folder, why.offset, why.reason)
+            cq_store.rebuild_or_refuse(cq)
+    if plan.dispatch_from >= 0:
+        _redispatch(reput, cq_store, queue, plan)
+        _flush_repaired(cq_store)
 
 
-def _maybe_cut_short(cq_store: Any, low: int, window: int) -> int:
-    """Where a walk must start to see every record of the queues that may have lost files at their end
-    (-1: none may have). A queue whose last file is exactly full (the file after it may be gone: a queue
-    rolls to a new file with its next unit, so this is rare) is walked from its end, within the window
-    recovery scanned; one left without units (every file gone, cut or zeroed), or whose first file starts
-    past offset 0 in a log that was never cleaned (its first files are gone), from the log's head."""
-    start = -1
-    for cq in cq_store.queues():
-        last = cq.queue.last()
-        first = cq.queue.first()
-        if last is None or cq.get_max_offset_in_queue() == 0 or last.read_position == 0:
-            at = low
-        elif low == 0 and first is not None and first.file_from_offset > 0 and not _starts_with_filler(first):
-            at = low
-        elif last.read_position >= last.file_size:
-            at = max(low, min(cq.max_physic_offset, window))
-        else:
-            continue
-        start = at if start < 0 else min(start, at)
-    return start
+def _redispatch(reput: ReputService, cq_store: ConsumeQueueStore, queue: MappedFileQueue, plan: RecoveryPlan) -> None:
+    """Re-dispatch ``[plan.dispatch_from, plan.cut)``; queues found lacking units before a record of theirs
+    (``queues_to_rebuild``) are deleted and rebuilt by a second walk from the log's head."""
+    reached = reput.redispatch(plan.dispatch_from, plan.cut)
+    lost = queues_to_rebuild(reached.gaps)
+    if lost:
+        for topic, queue_id in lost:
+            cq = cq_store.find(topic, queue_id)
+            if cq is not None:
+                gone = cq.discard_files()
+                log.warning("consume queue %s/%d: units missing before commit-log records of it; its %d file(s) "
+                            "are deleted and the queue is rebuilt from the commit log's head", topic, queue_id,
+                            len(gone))
+        reached = reput.redispatch(plan.low, plan.cut)
+        refusal = judge_rebuilt_walk(reached.gaps)
+        if refusal is not None:
+            raise corrupted(queue, refusal)
+    refusal = judge_reached(reached.offset, plan.cut)
+    if refusal is not None:
+        raise corrupted(queue, refusal)
 
 
-def _tally_start(cq_store: Any, result: RecoveryResult, low: int) -> int:
-    """Where a walk must start to give units to the records recovery walked whose queue lacks them (-1:
-    none): a queue whose highest queue offset walked is at or past its end lost units at its end (a zeroed
-    or damaged last unit, a cut last file), so its missing records follow its last unit's record; a queue
-    with no units at all, from its first record walked (the dispatch's gap check decides whether that is
-    its first message ever or a queue to rebuild). Read off the recovery walk, so a clean open walks no
-    further than before when every queue is whole."""
-    walked = result.walked
-    if walked is None:
-        return max(low, result.dispatch_from) if result.start_file is not None else -1
-    start = -1
-    for (topic, queue_id), (first, top) in walked.items():
-        cq = cq_store.find(topic, queue_id)
-        end = cq.get_max_offset_in_queue() if cq is not None else 0
-        if end == 0:
-            at = first
-        elif top >= end:
-            # from its first record walked, not from its last unit's: a damaged last unit may point past
-            # the records it lacks (the walk is longer only for a queue that lost units)
-            at = min(first, cq.max_physic_offset)
-        else:
-            continue
-        at = max(low, at)
-        start = at if start < 0 else min(start, at)
-    return start
-
-
-def _queues_past_their_records(cq_store: Any, result: RecoveryResult) -> list[tuple[Any, int]]:
-    """Queues whose last unit points into the range recovery walked, yet whose end lies past the highest
-    queue offset of their records there: the units at their end are not theirs (a file of another queue
-    swapped in, a unit's offset rewritten), and a re-dispatch cannot take units away. The last unit's record
-    is in the walk, so it was tallied: a whole queue always has ``top >= end - 1``. Each with ``top``."""
-    seen = result.walked
-    if seen is None:
-        return []
-    out = []
-    for cq in cq_store.queues():
-        end = cq.get_max_offset_in_queue()
-        if end == 0 or not result.dispatch_from < cq.max_physic_offset <= result.process_offset:
-            continue                # its last unit's record was not walked (a reader's units past the end)
-        top = seen.get((cq.topic, cq.queue_id), (0, -1))[1]
-        if top < end - 1:
-            out.append((cq, top))
-    return out
-
-
-def _foreign_units(cq: Any, top: int) -> tuple[str, int, str]:
-    """``cq.damage`` for a queue found by ``_queues_past_their_records``."""
-    last = cq.queue.last()
-    return (last.file_name if last is not None else cq.folder, cq.queue.get_max_offset(),
-            "consume queue %s/%d ends at offset %d but its records in the commit log's last files go up to %d: "
-            "its last units point at records of another queue" % (cq.topic, cq.queue_id,
-                                                                  cq.get_max_offset_in_queue(), top))
-
-
-def _rebuild_foreign(cq_store: Any, result: RecoveryResult) -> None:
-    """A writer rebuilds from the log's head each queue ``_queues_past_their_records`` finds (a reader
-    refuses the store: ``_check_readers_queues``)."""
-    for cq, top in _queues_past_their_records(cq_store, result):
-        cq.damage = _foreign_units(cq, top)
-        cq_store.rebuild_or_refuse(cq)
-
-
-def _flush_repaired(cq_store: Any) -> None:
+def _flush_repaired(cq_store: ConsumeQueueStore) -> None:
     """Force the queue files whose units the re-dispatch rewrote (``repair_unit``): their pages lie below
     what the flush service will flush again, and the checkpoint must not claim them before they are on disk."""
     for cq in cq_store.queues():
@@ -273,171 +354,9 @@ def _flush_repaired(cq_store: Any) -> None:
             cq.repaired = 0
 
 
-def _starts_with_filler(mf: Any) -> bool:
-    """Does a queue's first file open with filler units (RocketMQ's ``fillPreBlank``: the queue began at that
-    offset, its earlier messages never had units in this store)?"""
-    try:
-        return bool(read_unit(mf, 0)[1] == FILLER_SIZE)
-    except (ValueError, OSError):
-        return False
-
-
-def _check_readers_queues(commitlog: Any, cq_store: Any, result: RecoveryResult, tails: bool,
-                          stored_before: int = 0) -> None:
-    """A reader of a store no writer is running (no ``abort`` file) checks, as a writer's recovery does, that
-    no queue lacks units for records of it (lost files at its end or head): it cannot rebuild the queue, so
-    it refuses the store rather than hide those messages. With ``tails`` False (a crashed writer), a record
-    past its queue's end counts when stored before ``stored_before`` or before the furthest unit any queue
-    holds (dispatch follows the log in order: a crash leaves the queues lagging only as a common suffix)."""
-    low = commitlog.get_min_offset()
-    queue = commitlog.queue
-    if low < 0 or not queue.files:
-        return
-    for cq, top in _queues_past_their_records(cq_store, result):
-        path, offset, reason = _foreign_units(cq, top)
-        raise StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from the commit log)")
-    start = _maybe_cut_short(cq_store, low, result.dispatch_from)
-    # a queue's last units lost: records of it after its end, found in the last commit-log file
-    ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
-    if ends:
-        tail = max(low, min(ends), queue.files[-1].file_from_offset)
-        start = tail if start < 0 else min(start, tail)
-    if start < 0:
-        return
-    dispatched_end = min(max(ends, default=0), result.process_offset)
-    gaps, reached = queues_behind(queue.files, queue.mapped_file_size, start, result.process_offset,
-                                  dict(cq_store.items()), tails, stored_before, dispatched_end)
-    if reached < result.process_offset and not gaps:
-        # a record the check cannot pass: the records after it may be a queue's lost units (a writer's
-        # open refuses the same record in its re-dispatch)
-        raise _corrupted_at(queue, reached, "a commit-log record that cannot be read, before the log's end %d "
-                            "(a writer's open refuses it too; `pystore recover --truncate` cuts the log here)"
-                            % result.process_offset)
-    for topic, queue_id in sorted(gaps):
-        cq = cq_store.find(topic, queue_id)
-        raise StoreCorruptedError(cq.folder, cq.queue.get_max_offset(),
-                                  "consume queue %s/%d lacks units for records of it in the commit log (files lost): "
-                                  "a writer's open rebuilds it from the commit log" % (topic, queue_id))
-    if not tails and dispatched_end < result.process_offset:
-        # a crash's lag, or last units lost (zeroed) that look the same: not served until a writer's open
-        log.warning("%s: the commit log holds %d bytes of records after the furthest consume-queue unit (from "
-                    "offset %d): the writer stopped before dispatching them, or their units were lost; this "
-                    "reader serves each queue up to its last unit, a writer's open (`pystore recover`) "
-                    "dispatches the rest", os.path.dirname(queue.files[0].file_name),
-                    result.process_offset - dispatched_end, dispatched_end)
-
-
-def _dispatch_checking_gaps(reput: Any, cq_store: Any, start: int, low: int, end: int) -> None:
-    """Re-dispatch ``[start, end)``. A record whose queue lacks the units before it (``QueueDispatcher.gaps``:
-    the queue's tail was lost, a file of it deleted, or a queue folder is gone while its records are not at
-    the log's head) means that queue cannot be trusted: its files are deleted and it is rebuilt by a walk
-    from the log's head ``low``, so every acknowledged message stays readable and new puts continue its
-    offsets instead of reusing them."""
-    dispatcher = getattr(reput, "dispatcher", None)
-    if dispatcher is not None:
-        dispatcher.gaps = {}
-    try:
-        reput.reput_from = start
-        reached = reput.dispatch_until(end)
-        gaps = dict(dispatcher.gaps) if dispatcher is not None else {}
-        if gaps and dispatcher is not None:
-            for topic, queue_id in sorted(gaps):
-                cq = cq_store.find(topic, queue_id)
-                if cq is not None:
-                    gone = cq.discard_files()
-                    log.warning("consume queue %s/%d: units missing before commit-log records of it; its %d file(s) "
-                                "are deleted and the queue is rebuilt from the commit log's head", topic, queue_id,
-                                len(gone))
-            dispatcher.gaps = {}
-            reput.reput_from = low
-            reached = reput.dispatch_until(end)
-            # walked from the head, a queue's records follow each other; one whose queue offset jumps past
-            # its queue's end is a record with a damaged header (a hole in the queue, or a wrong answer)
-            jumps = sorted(at for at in dispatcher.gaps.values() if at >= 0)
-            if jumps:
-                raise _corrupted_at(reput.commitlog.queue, jumps[0], "a record whose queue offset does not follow "
-                                    "its queue's (its header is damaged)")
-    finally:
-        if dispatcher is not None:
-            dispatcher.gaps = None
-    if reached < end:
-        # recovery judged the log whole up to ``end`` from its last files; a record before them that cannot
-        # be read stops the re-dispatch, and the queues would silently end there
-        raise _corrupted_at(reput.commitlog.queue, reached, "a commit-log record the re-dispatch cannot read, "
-                            "before the log's end %d (set recover_truncate_corrupted or run `pystore recover "
-                            "--truncate` to cut the log here)" % end)
-
-
-def _corrupted_at(queue: Any, offset: int, reason: str) -> StoreCorruptedError:
-    """The error naming the commit-log file that holds ``offset`` (or would)."""
-    mf = queue.find_mapped_file_by_offset(offset)
-    return StoreCorruptedError(mf.file_name if mf is not None else queue.path_for(offset), offset, reason)
-
-
-def recover_queues(commitlog: Any, cq_store: Any, reput: Any, result: RecoveryResult, checkpoint: Any, config: Any,
-                   abnormal: bool, read_only: bool = False) -> None:
-    """RocketMQ ``recover`` once ``recover_commit_log`` judged the log (its ``result``): the consume queues'
-    valid ends, cut units pointing past the log's end, re-dispatch what the queues miss (``reput``, the
-    ``ReputService``), and rebuild the topic-queue table (``recoverTopicQueueTable``: next offsets from the
-    queues, min offsets corrected).
-
-    Two steps, so that the caller builds the index and the dispatch between them: when the commit log refuses
-    to open (:class:`StoreCorruptedError`) nothing has been written, neither in the log nor in the queues or
-    the index (an abnormal recovery drops index files newer than the checkpoint, which must not happen for an
-    open that is refused)."""
-    cq_store.recover()
-    queue = commitlog.queue
-    if read_only and queue.files:
-        if not os.path.exists(config.abort_path()):
-            _check_readers_queues(commitlog, cq_store, result, True)       # shut down cleanly: all judged
-        elif writer_holds_lock(config.lock_path()) is False:
-            # the writer crashed: its queues may lag its log at their end (its next open re-dispatches), but
-            # not at their head, nor before the checkpoint's time of their last flush. A checkpoint that
-            # cannot be read tells no such time: any lag may be lost units, refused until a writer's open.
-            # Nor before the furthest unit any queue holds; a power cut the writer did not recover from may
-            # break that rule, and the reader then refuses what the writer's open would re-dispatch
-            _check_readers_queues(commitlog, cq_store, result, not checkpoint.trusted,
-                                  checkpoint.logics_msg_timestamp)
-    if not read_only:
-        if not queue.files:
-            if len(cq_store):
-                log.warning("no commit log: dropping %d consume queues (docs/format.md §8.6)", len(cq_store))
-            cq_store.destroy_all()
-            index = getattr(getattr(reput, "dispatcher", None), "index", None)
-            if index is not None and index.files:
-                # its entries point into the lost log, and its end offset would make every new message look
-                # already indexed (_index.index_message skips what lies below it): dropped with the queues
-                log.warning("no commit log: dropping %d index files", len(index.files))
-                index.destroy()
-        else:
-            cut = cq_store.truncate_dirty(result.process_offset)
-            _rebuild_foreign(cq_store, result)
-            ends = [cq.max_physic_offset for cq in cq_store.queues() if cq.get_max_offset_in_queue() > 0]
-            low = commitlog.get_min_offset()
-            start = low if not ends else max(low, max(ends))
-            if cut:
-                start = max(low, min(start, min(cut)))    # a cut queue's records after its new end, if any
-            suspect = _maybe_cut_short(cq_store, low, result.dispatch_from)
-            if suspect >= 0:
-                # a queue that may have lost files: walk from where its records may be, so that a record
-                # beyond its end shows the gap (see _dispatch_checking_gaps)
-                start = min(start, suspect)
-            behind = _tally_start(cq_store, result, low)
-            if behind >= 0:
-                start = min(start, behind)
-            if getattr(cq_store, "rebuilt", None):
-                start = low                 # queues whose files could not be trusted: rebuilt from the head
-            if abnormal:
-                start = min(start, result.dispatch_from)
-                # the index dropped its files newer than the checkpoint's index time (their content may be
-                # torn): rebuild it from where the files it kept end, or messages between that point and
-                # the queues' start would stay unfindable by key (RocketMQ only does this with
-                # messageIndexSafe; the cost is re-reading at most one index file's worth of the log)
-                index = getattr(getattr(reput, "dispatcher", None), "index", None)
-                if index is not None:
-                    start = min(start, max(low, index.last_end_phy_offset()))
-            _dispatch_checking_gaps(reput, cq_store, start, low, result.process_offset)
-            _flush_repaired(cq_store)
+def _attach_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore) -> None:
+    """The topic-queue table (``recoverTopicQueueTable``): each queue's cell with its next offset, min offsets
+    corrected to the log's head."""
     low = commitlog.get_min_offset()
     for cq in cq_store.queues():
         cell = commitlog.get_cell(cq.topic, cq.queue_id)
@@ -445,3 +364,17 @@ def recover_queues(commitlog: Any, cq_store: Any, reput: Any, result: RecoveryRe
         cell.next_offset = cq.get_max_offset_in_queue()
         if low >= 0:
             cq.correct_min_offset(low)
+
+
+def _log_notes(notes: Sequence[Note]) -> None:
+    for level, text in notes:
+        log.log(level, "%s", text)
+
+
+def corrupted(queue: MappedFileQueue, refusal: Refusal) -> StoreCorruptedError:
+    """The error of a refusal; one without a path names the commit-log file that holds its offset (or would)."""
+    path = refusal.path
+    if path is None:
+        mf = queue.find_mapped_file_by_offset(refusal.offset)
+        path = mf.file_name if mf is not None else queue.path_for(refusal.offset)
+    return StoreCorruptedError(path, refusal.offset, refusal.reason)

@@ -63,6 +63,7 @@ from pystore.message import SCHEDULE_TOPIC
 from pystore.pool import TransientStorePool
 from pystore.put_waits import PutWaits
 from pystore.recovery import RecoveryResult, recover_commit_log, recover_queues
+from pystore.recovery_plan import abnormal_open, log_geometry, log_hole
 from pystore.running_flags import RunningFlags
 from pystore.schedule import ScheduleMessageService
 from pystore.service import Clock, DiskUsage
@@ -190,23 +191,25 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
     raises. ``injected_clock``: the clock the store was given (None: the commit log stamps messages with
     the system clock from C); ``clock`` and ``disk_usage`` (None: ``shutil.disk_usage``) go to every part that
     decides by them."""
+    # read -> plan -> execute: what the files say is read here and in pystore.recovery, every decision is
+    # pystore.recovery_plan's (geometry, a hole, normal or abnormal, where to cut, what to rebuild)
     read_only = cfg.read_only
+    abnormal = abnormal_open(last_exit_ok=last_exit_ok, read_only=read_only)
     queue = MappedFileQueue(cfg.commit_log_paths(), cfg.mapped_file_size_commit_log, read_only=read_only,
                             clock=clock)
-    existing = queue.detect_file_size()
-    if existing is not None and existing != cfg.mapped_file_size_commit_log and _plausible_geometry(queue, existing):
+    size = log_geometry(cfg.mapped_file_size_commit_log, queue.detect_file_size(), queue.list_file_paths())
+    if size != cfg.mapped_file_size_commit_log:
         (log.info if read_only else log.warning)(
             "%s: commit-log files are %d bytes, not the configured %d; the store keeps its geometry",
-            cfg.store_path_root_dir, existing, cfg.mapped_file_size_commit_log)
-        queue.mapped_file_size = existing
+            cfg.store_path_root_dir, size, cfg.mapped_file_size_commit_log)
+        queue.mapped_file_size = size
     # a crashed writer's last files may be short: a power cut took back a size no flush made durable
-    if not queue.load(pad_short=not last_exit_ok and not read_only):
+    if not queue.load(pad_short=abnormal):
         return None, None if queue.load_error is None else StoreCorruptedError(*queue.load_error)
-    gap = queue.first_gap()
-    if gap >= 0:
+    hole = log_hole(queue.first_gap())
+    if hole is not None:
         queue.close()
-        error = StoreCorruptedError(queue.path_for(gap), gap, "commit-log file missing: the log has a hole from "
-                                    "offset %d" % gap)
+        error = StoreCorruptedError(queue.path_for(hole.offset), hole.offset, hole.reason)
         log.error("%s", error)
         return None, error
 
@@ -233,13 +236,12 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         if not parts.cq_store.load():
             parts.close()
             return None, parts.cq_store.load_error
-        abnormal = not last_exit_ok and not read_only
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
         # the log judged first: an open it refuses leaves the index as it was (see recover_queues)
         result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only)
         reput = _make_reput(parts, cfg, last_exit_ok, clock, disk_usage)
-        recover_queues(commitlog, parts.cq_store, reput, result, parts.checkpoint, cfg, abnormal, read_only)
+        recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only)
         commitlog.attach_last()
     except BaseException:
         parts.close()
@@ -572,15 +574,6 @@ def delete_store(cfg: StoreConfig, unopened: bool) -> None:
         os.rmdir(root)
     except OSError:          # it holds something else
         pass
-
-
-def _plausible_geometry(queue: MappedFileQueue, size: int) -> bool:
-    """May the size the existing commit-log files share be the store's file size? It must be whole pages and
-    put every file name on its grid; a single file must not be mistaken for the geometry when it was cut
-    short (it is then refused, naming the file)."""
-    if size % 4096:
-        return False
-    return all(int(os.path.basename(p)) % size == 0 for p in queue.list_file_paths())
 
 
 def _physical_memory() -> int:

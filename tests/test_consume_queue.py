@@ -511,10 +511,10 @@ def test_unit_whose_record_names_another_queue_offset_is_damage(tmp_path):
     with pytest.raises(StoreCorruptedError) as e:
         MessageStore.open(root, read_only=True, **SMALL_INDEX)
     assert e.value.path == os.path.join(d, "%020d" % 0) and "another queue" in str(e.value)
-    import pystore.recovery as recovery
+    import pystore.recovery_plan as recovery_plan
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(recovery, "_queues_past_their_records", lambda cq_store, result: [])
+        mp.setattr(recovery_plan, "_queues_past_their_records", lambda queues, log: [])
         with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
             with pytest.raises(StoreCorruptedError) as e:
                 store.get_message(GROUP, "TopicX", 0, 4, 32)

@@ -287,6 +287,25 @@ def test_re_dispatching_everything_changes_nothing(store_factory):
     store_factory.expect_messages(n + 1)
 
 
+@pytest.mark.no_verify
+def test_a_checked_re_dispatch_returns_the_queues_found_behind(store_factory):
+    """Recovery's re-dispatch (``reput_checked``) returns what it reached and, for each queue lacking units
+    before a record of it, where the first such record is; it gives that record no unit. The dispatcher
+    keeps no attribute for it."""
+    store = store_factory()
+    offsets = [store.put_message(make_message(i)).append_message_result.wrote_offset for i in range(10)]
+    cl = store._commitlog.queue
+    end = store.get_max_phy_offset()
+    assert store._dispatcher.reput_checked(cl.files, cl.mapped_file_size, 0, end) == (end, {})
+    cq = store._cq_store.find(TOPIC, 0)
+    cq.truncate_dirty_logic_files(offsets[5])             # the queue lost its last 5 units
+    assert cq.get_max_offset_in_queue() == 5
+    assert store._dispatcher.reput_checked(cl.files, cl.mapped_file_size, offsets[7], end) == \
+        (end, {(TOPIC, 0): offsets[7]})
+    assert cq.get_max_offset_in_queue() == 5              # no unit at the wrong offset
+    assert not hasattr(store._dispatcher, "gaps")
+
+
 # ------------------------------------------------------------------------------------------------------
 # what enters a queue
 # ------------------------------------------------------------------------------------------------------
