@@ -14,6 +14,8 @@ import logging
 import os
 from typing import Any
 
+from pystore._mapped_file import is_file_name
+
 __all__ = ["detect_overrides", "index_geometry"]
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,7 @@ def index_geometry(file_size: int) -> tuple[int, int] | None:
 
 def _first_size(folder: str) -> int | None:
     try:
-        names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+        names = sorted(n for n in os.listdir(folder) if is_file_name(n))
     except OSError:
         return None
     for n in names:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pystore._mapped_file import MappedFile
+from pystore._mapped_file import MappedFile, is_file_name
 from pystore._records import find_valid_record_after
 from pystore.consume_queue import queue_id_of
 from pystore.errors import StoreCorruptedError, StoreError
@@ -289,7 +289,7 @@ def _check_queues(
     total = 0
     for _, _, qdir in folders:
         for n in os.listdir(qdir):
-            if n.isdigit():
+            if is_file_name(n):
                 total += os.path.getsize(os.path.join(qdir, n)) // _UNIT
     low = report.min_offset if report.min_offset >= 0 else report.end_offset
     end = report.end_offset
