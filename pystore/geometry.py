@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from pystore._mapped_file import is_file_name
+from pystore._units import UNIT_SIZE
 
 __all__ = ["detect_overrides", "index_geometry"]
 
@@ -75,7 +76,7 @@ def detect_overrides(root: str | os.PathLike[str]) -> dict[str, Any]:
     if size:
         out["mapped_file_size_commit_log"] = size
     size = _cq_file_size(os.path.join(root, "consumequeue"))
-    if size and size % 20 == 0:
+    if size and size % UNIT_SIZE == 0:
         out["mapped_file_size_consume_queue"] = size
     out.update(_index_overrides(os.path.join(root, "index")))
     return out
