@@ -45,6 +45,7 @@ from pystore._hosts cimport encode_host
 from pystore._jstring cimport java_hash_utf8
 from pystore._message cimport Message
 from pystore._message_ext cimport MessageExt
+from pystore._props cimport next_prop
 
 from pystore.errors import StoreCorruptedError
 
@@ -279,27 +280,19 @@ cdef int find_properties(const unsigned char *props, int32_t n, const char *name
                          int32_t *vpos1, int32_t *vlen1, const char *name2, int32_t len2, int32_t *vpos2,
                          int32_t *vlen2) noexcept nogil:
     """``find_property`` of two names in one pass (``name2`` NULL: one): bit 0 set when ``name1`` was found,
-    bit 1 when ``name2`` was."""
-    cdef int32_t start = 0, end, sep
+    bit 1 when ``name2`` was. The items are those of the one splitter, ``_props.next_prop``."""
+    cdef Py_ssize_t at = 0
+    cdef Py_ssize_t item[4]
     cdef int found = 0
-    while start < n:
-        end = start
-        while end < n and props[end] != 2:
-            end += 1
-        if end - start >= 3:
-            sep = start
-            while sep < end and props[sep] != 1:
-                sep += 1
-            if sep > start and sep < end - 1:
-                if sep - start == len1 and memcmp(props + start, name1, len1) == 0:
-                    vpos1[0] = sep + 1
-                    vlen1[0] = end - sep - 1
-                    found |= 1
-                elif name2 != NULL and sep - start == len2 and memcmp(props + start, name2, len2) == 0:
-                    vpos2[0] = sep + 1
-                    vlen2[0] = end - sep - 1
-                    found |= 2
-        start = end + 1
+    while next_prop(props, n, &at, item):
+        if item[1] == len1 and memcmp(props + item[0], name1, len1) == 0:
+            vpos1[0] = <int32_t>item[2]
+            vlen1[0] = <int32_t>item[3]
+            found |= 1
+        elif name2 != NULL and item[1] == len2 and memcmp(props + item[0], name2, len2) == 0:
+            vpos2[0] = <int32_t>item[2]
+            vlen2[0] = <int32_t>item[3]
+            found |= 2
     return found
 
 
