@@ -4,14 +4,15 @@ from libc.string cimport memcpy
 
 from cpython.object cimport PyObject
 
-from pystore._bytes cimport bytes_size, put_i32, put_i64, store_i32_release
+from pystore._bytes cimport bytes_size, get_i16, get_i32, get_i64, put_i32, put_i64, store_i32_release
 
 cdef extern from "crc32.h":
     uint32_t ps_copy_crc32(unsigned char *dst, const unsigned char *src, size_t n) noexcept nogil
 
 from pystore._message cimport Message
 from pystore._message_ext cimport MessageExt
-from pystore._record cimport RecordView
+from pystore._record cimport (AT_BODYCRC, AT_BORNTIMESTAMP, AT_FLAG, AT_PHYSICALOFFSET, AT_QUEUEID, AT_QUEUEOFFSET,
+                              IPV4_HOST_SIZE, IPV6_HOST_SIZE, PLAIN_AT_BODY, RecordView)
 
 cdef enum:
     MESSAGE_MAGIC_CODE = -626843481       # 0xDAA320A7, V1: 1-byte topic length
@@ -100,7 +101,65 @@ cdef inline bint enters_queue(int32_t sys_flag) noexcept nogil:
 # Inline: called once per record of a batch, from the commit log's put loop.
 
 cdef inline int32_t host_len(int32_t sys_flag, int32_t bit) noexcept nogil:
-    return 20 if (sys_flag & bit) else 8
+    return IPV6_HOST_SIZE if (sys_flag & bit) else IPV4_HOST_SIZE
+
+
+# The one header reader, in parts (inline: the page scan, ``_read._check_plain_part``, runs them on every
+# record it serves, with the plain record's places as constants): ``check_record`` runs them all.
+
+cdef inline void read_unit_fields(const unsigned char *p, RecordView *v) noexcept nogil:
+    """The fields a consume-queue unit's record is checked against: queue id, queue offset, physical offset."""
+    v.queue_id = get_i32(p + AT_QUEUEID)
+    v.queue_offset = get_i64(p + AT_QUEUEOFFSET)
+    v.phy_offset = get_i64(p + AT_PHYSICALOFFSET)
+
+
+cdef inline void read_other_fixed(const unsigned char *p, RecordView *v) noexcept nogil:
+    """The other fields at the same place in every record: body CRC, flag, born time."""
+    v.body_crc = get_i32(p + AT_BODYCRC)
+    v.flag = get_i32(p + AT_FLAG)
+    v.born_ts = get_i64(p + AT_BORNTIMESTAMP)
+
+
+cdef inline int32_t check_lengths(const unsigned char *p, int32_t total, int32_t pos, bint v2,
+                                  RecordView *v) noexcept nogil:
+    """The record's variable part, from its BODYLENGTH field at ``pos``: body, topic (a 2-byte length in a V2
+    record, ``v2``, else one byte) and properties, each length checked against TOTALSIZE before it is used and
+    the last ending exactly at ``total``. 0 with ``v``'s positions set, or REC_BAD_LENGTH."""
+    cdef int32_t n
+    if pos + 4 > total:
+        return REC_BAD_LENGTH
+    n = get_i32(p + pos)
+    pos += 4
+    if n < 0 or n > total - pos:
+        return REC_BAD_LENGTH
+    v.body_pos = pos
+    v.body_len = n
+    pos += n
+    if v2:
+        if pos + 2 > total:
+            return REC_BAD_LENGTH
+        n = get_i16(p + pos)
+        pos += 2
+    else:
+        if pos + 1 > total:
+            return REC_BAD_LENGTH
+        n = p[pos]
+        pos += 1
+    if n < 0 or n > total - pos:
+        return REC_BAD_LENGTH
+    v.topic_pos = pos
+    v.topic_len = n
+    pos += n
+    if pos + 2 > total:
+        return REC_BAD_LENGTH
+    n = get_i16(p + pos)
+    pos += 2
+    if n < 0 or n != total - pos:
+        return REC_BAD_LENGTH
+    v.props_pos = pos
+    v.props_len = n
+    return 0
 
 
 cdef inline int32_t cal_msg_length(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
@@ -148,14 +207,14 @@ cdef inline void like_head(unsigned char *dst, const unsigned char *first, int32
                            int64_t born_ts) noexcept nogil:
     """``encode_like`` up to the body: the header copied from ``first`` with this record's fields patched in
     (the column put, ``_bulk_put``, runs it without the GIL and copies the body itself)."""
-    if body_pos == 88:
-        memcpy(dst + 4, first + 4, 84)          # both hosts IPv4: a constant size, inlined by the compiler
+    if body_pos == PLAIN_AT_BODY:
+        memcpy(dst + 4, first + 4, PLAIN_AT_BODY - 4)   # both hosts IPv4: a constant size, inlined by the compiler
     else:
         memcpy(dst + 4, first + 4, body_pos - 4)
-    put_i32(dst + 8, body_crc)
-    put_i64(dst + 20, queue_offset)
-    put_i64(dst + 28, phy_offset)
-    put_i64(dst + 40, born_ts)
+    put_i32(dst + AT_BODYCRC, body_crc)
+    put_i64(dst + AT_QUEUEOFFSET, queue_offset)
+    put_i64(dst + AT_PHYSICALOFFSET, phy_offset)
+    put_i64(dst + AT_BORNTIMESTAMP, born_ts)
     put_i32(dst + body_pos - 4, <int32_t>body_len)
 
 

@@ -35,16 +35,18 @@ Thread-safety: every function here works on memory the caller owns or has pinned
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
-from pystore._bytes cimport (body_crc32, crc_built, crc_force, crc_level, get_i16, get_i32, get_i64,
+from pystore._bytes cimport (body_crc32, crc_built, crc_force, crc_level, get_i32, get_i64,
                              load_i32_acquire, ps_fast_crc32, put_i16, put_i32, put_i64)
 from pystore._bytes cimport store_i32_release
 from pystore._hosts cimport encode_host
 from pystore._jstring cimport java_hash_utf8
 from pystore._message cimport Message
 from pystore._message_ext cimport MessageExt
+from pystore._props cimport next_prop
+from pystore._record cimport AT_BORNHOST, AT_MAGIC, AT_SYSFLAG, AT_TOTALSIZE, MIN_RECORD_SIZE
 
 from pystore.errors import StoreCorruptedError
 
@@ -60,17 +62,17 @@ RECORD_BAD_MAGIC = REC_BAD_MAGIC
 RECORD_BAD_LENGTH = REC_BAD_LENGTH
 RECORD_BAD_CRC = REC_BAD_CRC
 
-# Offsets of fixed fields (the same for every variant up to BORNHOST).
-POS_TOTALSIZE = 0
-POS_MAGIC = 4
-POS_BODYCRC = 8
-POS_QUEUEID = 12
-POS_FLAG = 16
-POS_QUEUEOFFSET = 20
-POS_PHYSICALOFFSET = 28
-POS_SYSFLAG = 36
-POS_BORNTIMESTAMP = 40
-POS_BORNHOST = 48
+# Offsets of fixed fields (the same for every variant up to BORNHOST; _record.pxd holds them).
+POS_TOTALSIZE = AT_TOTALSIZE
+POS_MAGIC = AT_MAGIC
+POS_BODYCRC = AT_BODYCRC
+POS_QUEUEID = AT_QUEUEID
+POS_FLAG = AT_FLAG
+POS_QUEUEOFFSET = AT_QUEUEOFFSET
+POS_PHYSICALOFFSET = AT_PHYSICALOFFSET
+POS_SYSFLAG = AT_SYSFLAG
+POS_BORNTIMESTAMP = AT_BORNTIMESTAMP
+POS_BORNHOST = AT_BORNHOST
 
 REASONS = {
     REC_BLANK: "end-of-file blank",
@@ -80,8 +82,6 @@ REASONS = {
     REC_BAD_LENGTH: "record field lengths disagree with its TOTALSIZE",
     REC_BAD_CRC: "body CRC mismatch",
 }
-
-cdef int32_t _MIN_RECORD = 91
 
 
 _CRC_PATHS = ("zlib", "pclmulqdq", "vpclmulqdq")
@@ -137,20 +137,20 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
     cdef int version = m._version
     cdef int32_t sys_flag = m._sys_flag | store_flag
     cdef int32_t bhl = <int32_t>PyBytes_GET_SIZE(born_host_b)
-    cdef int32_t shl = 20 if store_flag else 8
+    cdef int32_t shl = IPV6_HOST_SIZE if store_flag else IPV4_HOST_SIZE
     cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_b)
     cdef Py_ssize_t props_len = PyBytes_GET_SIZE(props_b)
     cdef unsigned char *q
-    put_i32(dst + 4, MESSAGE_MAGIC_CODE_V2 if version == 2 else MESSAGE_MAGIC_CODE)
-    put_i32(dst + 8, body_crc)
-    put_i32(dst + 12, m._queue_id)
-    put_i32(dst + 16, m._flag)
-    put_i64(dst + 20, queue_offset)
-    put_i64(dst + 28, phy_offset)
-    put_i32(dst + 36, sys_flag)
-    put_i64(dst + 40, born_ts)
-    memcpy(dst + 48, PyBytes_AS_STRING(born_host_b), bhl)
-    q = dst + 48 + bhl
+    put_i32(dst + AT_MAGIC, MESSAGE_MAGIC_CODE_V2 if version == 2 else MESSAGE_MAGIC_CODE)
+    put_i32(dst + AT_BODYCRC, body_crc)
+    put_i32(dst + AT_QUEUEID, m._queue_id)
+    put_i32(dst + AT_FLAG, m._flag)
+    put_i64(dst + AT_QUEUEOFFSET, queue_offset)
+    put_i64(dst + AT_PHYSICALOFFSET, phy_offset)
+    put_i32(dst + AT_SYSFLAG, sys_flag)
+    put_i64(dst + AT_BORNTIMESTAMP, born_ts)
+    memcpy(dst + AT_BORNHOST, PyBytes_AS_STRING(born_host_b), bhl)
+    q = dst + AT_BORNHOST + bhl
     put_i64(q, store_ts)
     q += 8
     memcpy(q, store_host, shl)
@@ -178,7 +178,7 @@ cdef void encode_with_body(unsigned char *dst, Message m, const char *body, Py_s
 
 
 cdef void write_blank(unsigned char *dst, int32_t max_blank) noexcept nogil:
-    put_i32(dst + 4, BLANK_MAGIC_CODE)
+    put_i32(dst + AT_MAGIC, BLANK_MAGIC_CODE)
     store_i32_release(dst, max_blank)
 
 
@@ -186,38 +186,34 @@ cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_
                           RecordView *v) noexcept nogil:
     """Is there a whole, valid record at ``p``? Its size, or a REC_* code (RocketMQ's
     ``checkMessageAndReturnSize``, with corruption and a clean end told apart)."""
-    cdef int32_t total, magic, bhl, shl, pos, tl, pl
+    cdef int32_t total, magic, bhl, shl, pos
     if remaining < 8:
         return REC_END
     total = load_i32_acquire(p)
     if total == 0:
         return REC_END
-    magic = get_i32(p + 4)
+    magic = get_i32(p + AT_MAGIC)
     v.total_size = total
     v.magic = magic
     if magic == BLANK_MAGIC_CODE:
         return REC_BLANK
     if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
         return REC_BAD_MAGIC
-    if total < _MIN_RECORD:
+    if total < MIN_RECORD_SIZE:
         return REC_BAD_LENGTH
     if total > remaining:
         return REC_SHORT
-    v.body_crc = get_i32(p + 8)
-    v.queue_id = get_i32(p + 12)
-    v.flag = get_i32(p + 16)
-    v.queue_offset = get_i64(p + 20)
-    v.phy_offset = get_i64(p + 28)
-    v.sys_flag = get_i32(p + 36)
-    v.born_ts = get_i64(p + 40)
+    read_unit_fields(p, v)
+    read_other_fixed(p, v)
+    v.sys_flag = get_i32(p + AT_SYSFLAG)
     bhl = host_len(v.sys_flag, BORNHOST_V6_FLAG)
     shl = host_len(v.sys_flag, STOREHOSTADDRESS_V6_FLAG)
-    # fixed part up to and including the body length, then the topic and properties length fields
-    if total < 72 + bhl + shl + (2 if magic == MESSAGE_MAGIC_CODE_V2 else 1) + 2:
+    # the fields up to BODYLENGTH, whose places depend on the hosts' sizes
+    if total < AT_BORNHOST + bhl + 8 + shl + 4 + 8:
         return REC_BAD_LENGTH
-    v.born_host_pos = 48
+    v.born_host_pos = AT_BORNHOST
     v.born_host_len = bhl
-    pos = 48 + bhl
+    pos = AT_BORNHOST + bhl
     v.store_ts = get_i64(p + pos)
     pos += 8
     v.store_host_pos = pos
@@ -227,41 +223,10 @@ cdef int32_t check_record(const unsigned char *p, int64_t remaining, bint check_
     pos += 4
     v.prepared_tx_offset = get_i64(p + pos)
     pos += 8
-    # From here every length comes from the record: check each against TOTALSIZE before using it.
-    if pos + 4 > total:
-        return REC_BAD_LENGTH
-    v.body_len = get_i32(p + pos)
-    pos += 4
-    if v.body_len < 0 or v.body_len > total - pos:
-        return REC_BAD_LENGTH
-    v.body_pos = pos
-    pos += v.body_len
-    if magic == MESSAGE_MAGIC_CODE_V2:
-        if pos + 2 > total:
-            return REC_BAD_LENGTH
-        tl = get_i16(p + pos)
-        pos += 2
-    else:
-        if pos + 1 > total:
-            return REC_BAD_LENGTH
-        tl = (<const uint8_t *>p)[pos]
-        pos += 1
-    if tl < 0 or tl > total - pos:
-        return REC_BAD_LENGTH
-    v.topic_pos = pos
-    v.topic_len = tl
-    pos += tl
-    if pos + 2 > total:
-        return REC_BAD_LENGTH
-    pl = get_i16(p + pos)
-    pos += 2
-    if pl < 0 or pl > total - pos:
-        return REC_BAD_LENGTH
-    v.props_pos = pos
-    v.props_len = pl
-    pos += pl
-    if pos != total:
-        return REC_BAD_LENGTH
+    # From here every length comes from the record: each is checked against TOTALSIZE before it is used.
+    pos = check_lengths(p, total, pos, magic == MESSAGE_MAGIC_CODE_V2, v)
+    if pos != 0:
+        return pos
     if check_crc and v.body_len > 0:
         if <int32_t>(ps_fast_crc32(p + v.body_pos, v.body_len) & 0x7FFFFFFF) != v.body_crc:
             return REC_BAD_CRC
@@ -279,27 +244,19 @@ cdef int find_properties(const unsigned char *props, int32_t n, const char *name
                          int32_t *vpos1, int32_t *vlen1, const char *name2, int32_t len2, int32_t *vpos2,
                          int32_t *vlen2) noexcept nogil:
     """``find_property`` of two names in one pass (``name2`` NULL: one): bit 0 set when ``name1`` was found,
-    bit 1 when ``name2`` was."""
-    cdef int32_t start = 0, end, sep
+    bit 1 when ``name2`` was. The items are those of the one splitter, ``_props.next_prop``."""
+    cdef Py_ssize_t at = 0
+    cdef Py_ssize_t item[4]
     cdef int found = 0
-    while start < n:
-        end = start
-        while end < n and props[end] != 2:
-            end += 1
-        if end - start >= 3:
-            sep = start
-            while sep < end and props[sep] != 1:
-                sep += 1
-            if sep > start and sep < end - 1:
-                if sep - start == len1 and memcmp(props + start, name1, len1) == 0:
-                    vpos1[0] = sep + 1
-                    vlen1[0] = end - sep - 1
-                    found |= 1
-                elif name2 != NULL and sep - start == len2 and memcmp(props + start, name2, len2) == 0:
-                    vpos2[0] = sep + 1
-                    vlen2[0] = end - sep - 1
-                    found |= 2
-        start = end + 1
+    while next_prop(props, n, &at, item):
+        if item[1] == len1 and memcmp(props + item[0], name1, len1) == 0:
+            vpos1[0] = <int32_t>item[2]
+            vlen1[0] = <int32_t>item[3]
+            found |= 1
+        elif name2 != NULL and item[1] == len2 and memcmp(props + item[0], name2, len2) == 0:
+            vpos2[0] = <int32_t>item[2]
+            vlen2[0] = <int32_t>item[3]
+            found |= 2
     return found
 
 
@@ -452,9 +409,9 @@ cdef int64_t find_next_record(const unsigned char *base, int64_t start, int64_t 
             return -1
         pos = (hit - base) - 4
         p = hit
-        if (pos + 8 <= magic_below and pos + _MIN_RECORD <= limit and p[1] == 0xA3 and p[2] == 0x20
+        if (pos + 8 <= magic_below and pos + MIN_RECORD_SIZE <= limit and p[1] == 0xA3 and p[2] == 0x20
                 and (p[3] == 0xA7 or p[3] == 0xAB)):
-            if get_i64(base + pos + 28) == file_from + pos and check_record(base + pos, limit - pos, True, &v) > 0:
+            if get_i64(base + pos + AT_PHYSICALOFFSET) == file_from + pos and check_record(base + pos, limit - pos, True, &v) > 0:
                 return pos
         pos += 1
     return -1

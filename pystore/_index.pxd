@@ -4,6 +4,7 @@ from libc.string cimport memchr, memcmp, memcpy
 
 from pystore._jstring cimport java_hash_utf8_from
 from pystore._mapped_file cimport MappedFile
+from pystore._props cimport next_prop
 
 cdef enum:
     TOPIC_CACHE = 256           # a stored topic's length is one byte
@@ -88,24 +89,21 @@ cdef void next_hashes(const unsigned char *props, KeyScan *ks) noexcept nogil
 
 
 cdef inline int find_keys(const unsigned char *props, int32_t n, KeyScan *ks) noexcept nogil:
-    """``find_properties(props, n, "KEYS", 4, ..., "UNIQ_KEY", 8, ...)`` for these two names only: the same
-    answer (the last property of a name wins; an empty name or value is no property) from one compare of
-    each property's head. Fills ``ks``'s positions; bit 0 set when KEYS was found, bit 1 when UNIQ_KEY."""
-    cdef int32_t start = 0, end
+    """``find_properties(props, n, "KEYS", 4, ..., "UNIQ_KEY", 8, ...)`` filling ``ks``'s positions: the items
+    of the one splitter (``_props.next_prop``; the last of a name wins), the name told by its length and one
+    compare. Bit 0 set when KEYS was found, bit 1 when UNIQ_KEY."""
+    cdef Py_ssize_t at = 0
+    cdef Py_ssize_t item[4]
     cdef int found = 0
-    cdef const unsigned char *e
-    while start < n:
-        e = <const unsigned char *>memchr(props + start, 2, n - start)
-        end = n if e == NULL else <int32_t>(e - props)
-        if end - start >= 6 and props[start + 4] == 1 and memcmp(props + start, b"KEYS", 4) == 0:
-            ks.keys_pos = start + 5
-            ks.keys_end = end
+    while next_prop(props, n, &at, item):
+        if item[1] == 4 and memcmp(props + item[0], b"KEYS", 4) == 0:
+            ks.keys_pos = <int32_t>item[2]
+            ks.keys_end = <int32_t>(item[2] + item[3])
             found |= 1
-        elif end - start >= 10 and props[start + 8] == 1 and memcmp(props + start, b"UNIQ_KEY", 8) == 0:
-            ks.uniq_pos = start + 9
-            ks.uniq_len = end - start - 9
+        elif item[1] == 8 and memcmp(props + item[0], b"UNIQ_KEY", 8) == 0:
+            ks.uniq_pos = <int32_t>item[2]
+            ks.uniq_len = <int32_t>item[3]
             found |= 2
-        start = end + 1
     return found
 
 

@@ -52,7 +52,9 @@ from pystore._jstring cimport java_hash_str, java_hash_utf8_from
 
 HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
-INDEX_SIZE = 20
+cdef enum:
+    _ENTRY = 20                 # an index entry: key hash i32, phy offset i64, time diff i32, previous i32
+INDEX_SIZE = _ENTRY
 cdef int64_t _HEADER = 40
 cdef int64_t _PAGE = 4096
 # how far ahead of the writer the prefault worker is asked to have the entries' pages (13,107 entries)
@@ -70,7 +72,7 @@ cpdef int32_t key_hash(str key) except? -1:
 
 
 def index_file_size(long long slots, long long num):
-    return _HEADER + slots * 4 + num * 20
+    return _HEADER + slots * 4 + num * _ENTRY
 
 
 @cython.final
@@ -78,7 +80,7 @@ cdef class IndexFileCore:
     """One index file over its mapping (the attributes are declared in ``_index.pxd``)."""
 
     def __init__(self, MappedFile mf not None, long long hash_slot_num, long long index_num):
-        if mf.file_size != _HEADER + hash_slot_num * 4 + index_num * 20:
+        if mf.file_size != _HEADER + hash_slot_num * 4 + index_num * _ENTRY:
             raise ValueError("%s is %d bytes, not an index of %d slots and %d entries" % (
                 mf.file_name, mf.file_size, hash_slot_num, index_num))
         self.mapped_file = mf
@@ -162,7 +164,7 @@ cdef class IndexFileCore:
         cdef int64_t entries = _HEADER + self.hash_slot_num * 4, entry_pos, room
         if self.index_count >= self.index_num:
             return 0
-        entry_pos = entries + <int64_t>self.index_count * 20
+        entry_pos = entries + <int64_t>self.index_count * _ENTRY
         if entry_pos + _PREFAULT_LEAD > self.mapped_file.warmed:
             # a sparse file written through its mapping: without the prefault worker, the writer takes two
             # page faults on each new page
@@ -172,8 +174,8 @@ cdef class IndexFileCore:
         room = self.index_num - self.index_count
         if self.slots_prefault_at - self.index_count < room:
             room = self.slots_prefault_at - self.index_count
-        if (self.mapped_file.warmed - _PREFAULT_LEAD - entries) // 20 + 1 - self.index_count < room:
-            room = (self.mapped_file.warmed - _PREFAULT_LEAD - entries) // 20 + 1 - self.index_count
+        if (self.mapped_file.warmed - _PREFAULT_LEAD - entries) // _ENTRY + 1 - self.index_count < room:
+            room = (self.mapped_file.warmed - _PREFAULT_LEAD - entries) // _ENTRY + 1 - self.index_count
         # the worker could not be asked: write on, the next entry asks again
         return room if room > 0 else 1
 
@@ -186,7 +188,7 @@ cdef class IndexFileCore:
         cdef int64_t slot_pos = _HEADER + slot * 4
         cdef int32_t slot_value = get_i32(b + slot_pos)
         cdef int64_t diff
-        cdef int64_t entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * 20
+        cdef int64_t entry_pos = _HEADER + self.hash_slot_num * 4 + <int64_t>self.index_count * _ENTRY
         if slot_value <= 0 or slot_value >= self.index_count:
             # links must point back to an older entry, or lookups could loop
             slot_value = 0
@@ -255,7 +257,7 @@ cdef class IndexFileCore:
             self._broken(_HEADER + slot * 4, "slot points at entry %d of %d" % (cur, self.index_num))
             return 0
         while PyList_GET_SIZE(out) < max_num:
-            entry_pos = entries + <int64_t>cur * 20
+            entry_pos = entries + <int64_t>cur * _ENTRY
             entry_hash = get_i32(b + entry_pos)
             phy = get_i64(b + entry_pos + 4)
             diff = get_i32(b + entry_pos + 12)
@@ -303,7 +305,7 @@ cdef class IndexFileCore:
                 continue
             if cur == count and count < self.index_num:
                 # the entry a live writer is publishing (its header count is written last)
-                cur = get_i32(b + entries + <int64_t>cur * 20 + 16)
+                cur = get_i32(b + entries + <int64_t>cur * _ENTRY + 16)
                 if cur == 0:
                     continue
             if cur < 0 or cur >= count:
@@ -311,7 +313,7 @@ cdef class IndexFileCore:
                                  % (slot, cur, count - 1)))
                 continue
             while True:
-                pos = entries + <int64_t>cur * 20
+                pos = entries + <int64_t>cur * _ENTRY
                 if sp[cur]:
                     problems.append((pos, "entry %d is on two chains (reached again from slot %d)"
                                      % (cur, slot)))
@@ -335,7 +337,7 @@ cdef class IndexFileCore:
             lost = count - 1 - reached
             for cur in range(1, count):
                 if not sp[cur]:
-                    pos = entries + <int64_t>cur * 20
+                    pos = entries + <int64_t>cur * _ENTRY
                     problems.append((pos, "%d written entr%s on no chain, the first %d"
                                      % (lost, "y is" if lost == 1 else "ies are", cur)))
                     break

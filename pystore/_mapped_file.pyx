@@ -154,12 +154,18 @@ def offset_to_file_name(long long offset):
     return "%020d" % offset
 
 
+cpdef bint is_file_name(str name):
+    """Is ``name`` a data file's name, ``offset_to_file_name`` of its start offset (20 ASCII digits)? The one
+    test every listing of a commit-log or consume-queue folder applies: anything else there is not the log's."""
+    return len(name) == 20 and name.isascii() and name.isdigit()
+
+
 cdef inline int64_t _page_up(int64_t n) noexcept nogil:
     return (n + PAGE - 1) // PAGE * PAGE
 
 
 cdef int64_t _name_offset(str name):
-    return int(name) if len(name) == 20 and name.isdigit() else 0
+    return int(name) if is_file_name(name) else 0
 
 
 @cython.final

@@ -1,7 +1,9 @@
 # cython: language_level=3
 """The properties string (docs/format.md §1.7). Its one splitter, ``next_prop``, is inline: the Arrow decoder
-(``_textfmt.parse_props``) runs it on every record without the GIL, and ``props_from_utf8`` builds from it the
-dict that ``MessageExt.properties`` and ``string_to_properties`` return. ``find_byte`` looks for a byte eight
+(``_textfmt.parse_props``) runs it on every record without the GIL, ``props_from_utf8`` builds from it the
+dict that ``MessageExt.properties`` and ``string_to_properties`` return, ``_codec.find_properties`` (TAGS for
+tags codes and filters) and ``_index.find_keys`` (KEYS and UNIQ_KEY for the index) look up names in its items:
+every reader of a record sees the same properties. ``find_byte`` looks for a byte eight
 at a time (the decoder splits ``KEYS`` with it), and so does ``next_prop`` for both separators at once."""
 from libc.stdint cimport int32_t, uint64_t
 from libc.string cimport memcpy

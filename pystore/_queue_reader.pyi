@@ -8,6 +8,7 @@ from pystore._message_ext import MessageExt
 from pystore._notify import WakeWord
 from pystore._read import GetMessageResult, ReadLimits
 
+def follow_in_place(cq: Any, cl_files: list[Any]) -> int: ...
 @final
 class QueueReader:
     # Internal: MessageStore.get_message and look_message_by_offset without a Python frame (store.py binds them).

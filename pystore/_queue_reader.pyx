@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The frameless reader (``QueueReader``): ``get_message`` and ``look_message_by_offset`` without a Python frame
-for the common calls, a read-only store's follow of a live writer in C (``_follow_live``), the one-new-unit
+for the common calls, a read-only store's follow of a live writer in C (``follow_live``, the refresh's too), the one-new-unit
 tail read, and the long-polling wait on the writer's wake word. Every answer is ``_read``'s: the general get is
 ``_read._read_queue``, and anything this module cannot settle goes to the store class's own method.
 """
@@ -23,72 +23,110 @@ from pystore._units cimport DAMAGE_NONE, ConsumeQueueCore, unit_damage, unit_val
 
 from pystore._records import message_at
 
-# the most commit log a compiled follow scans (it holds the GIL): a reader further behind follows in Python,
-# whose scan lets other threads run
+# the most commit log the get's follow scans (it holds the GIL): a reader further behind follows under the
+# refresh lock (``StoreParts.refresh_queue_read_only``), whose follow scans without the GIL
 cdef int64_t FOLLOW_MAX_SCAN = 1 << 20
 
+# follow_live's answers
+cdef enum:
+    FOLLOW_HAND_OVER = 0       # a file to open or damage to look at: the Python follow's (folder listings)
+    FOLLOW_COVERED = 1         # every unit seen has its record in view; nothing moved
+    FOLLOW_MOVED = 2           # the same, after moving the queue's or the commit log's end seen
 
-cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
-    """A read-only store's follow of a live writer in the common case, the compiled twin of
-    ``StoreParts._follow_in_place`` (run while no Python follow is under way, with the GIL held throughout:
-    nothing else moves the reader's view meanwhile): the units written since into the
-    queue's last file, then the records written since into the commit log's last file. 1 when that covers
-    every unit seen; 0 when a file must be opened or damage looked at (a file filled or rolled, a unit
-    pointing past the log's last file, the log's blank end, more than ``FOLLOW_MAX_SCAN`` of it to scan):
-    the Python follow does it all then.
+
+cdef int follow_live(ConsumeQueueCore cq, list cl_files, bint in_refresh) except -1:
+    """A read-only store's follow of a live writer in the common case, the one follow of a known queue: the
+    units written since into the queue's last file, then the records written since into the commit log's last
+    file ``cl_files[-1]``. ``FOLLOW_MOVED`` or ``FOLLOW_COVERED`` when that covers every unit seen;
+    ``FOLLOW_HAND_OVER`` when a file must be opened or damage looked at (a file filled or rolled, a unit
+    pointing past the log's last file, the log's blank end; the queue's file found full, since the units after
+    it are in the next one), which only the full follow in Python does
+    (``StoreParts.refresh_queue_read_only``: folder listings, files mapped, damage reported).
+
+    Two callers: the frameless get (``QueueReader._get_live``, ``in_refresh`` False) runs it with the GIL held
+    throughout, while no Python follow is under way, so nothing else moves the reader's view meanwhile, and
+    hands over past ``FOLLOW_MAX_SCAN`` of commit log; the refresh (``in_refresh`` True, under the refresh lock,
+    ``StoreParts.following`` counted so that the get's follow does not start) walks without the GIL and
+    without that cap.
 
     Units first, then records: the writer publishes a unit only after its record (and every record before it)
     is whole, so a commit log scanned after the units covers each of them; a unit whose record lies past the
     scanned end is not served (``_scan`` stops at it) and sends the get to the Python follow."""
     cdef MappedFile mf = cq.last, last
     cdef Py_ssize_t ncl = PyList_GET_SIZE(cl_files)
-    cdef int64_t start, pos, mx = -1, phy, count = 0, ts = -1, end, target
-    cdef int32_t size, reason = REC_END
-    cdef const unsigned char *p
+    cdef int64_t start, pos, mx = -1, count = 0, ts = -1, end, target
+    cdef int32_t reason = REC_END
+    cdef bint moved = False
     if mf is None or ncl == 0:
-        return 0
+        return FOLLOW_HAND_OVER
     start = mf.read_position()
     if start >= mf.file_size or not mf.c_hold():
-        return 0
+        return FOLLOW_HAND_OVER
     try:
         if mf.base == NULL:
-            return 0
-        pos = start
-        while pos + CQ_STORE_UNIT_SIZE <= mf.file_size:
-            p = mf.base + pos
-            if not unit_valid(p):
-                break
-            phy = get_i64(p)
-            size = get_i32(p + 8)
-            if size != CQ_FILLER_SIZE:
-                mx = phy + size
-            pos += CQ_STORE_UNIT_SIZE
+            return FOLLOW_HAND_OVER
+        if in_refresh:
+            with nogil:
+                pos = _walk_units(mf.base, start, mf.file_size, &mx)
+        else:
+            pos = _walk_units(mf.base, start, mf.file_size, &mx)
     finally:
         mf.c_release()
     if pos != start:
-        # the next unit lands in this file while it has room: these are all the new ones
         mf.wrote = mf.committed = mf.flushed = pos
         if mx >= 0:
             cq.max_physic_offset = mx
+        moved = True
+    if pos >= mf.file_size:
+        # the file is full: the units after it are in a file this follow does not open
+        return FOLLOW_HAND_OVER
+    # the next unit lands in this file while it has room: these are all the new ones
     last = <MappedFile>PyList_GET_ITEM(cl_files, ncl - 1)
     start = last.read_position()
     if cq.max_physic_offset <= last.file_from_offset + start:
-        return 1
+        return FOLLOW_MOVED if moved else FOLLOW_COVERED
     target = cq.max_physic_offset - last.file_from_offset
-    if start >= last.file_size or target > last.file_size or target - start > FOLLOW_MAX_SCAN \
+    if start >= last.file_size or target > last.file_size or (target - start > FOLLOW_MAX_SCAN and not in_refresh) \
             or not last.c_hold():
-        return 0
+        return FOLLOW_HAND_OVER
     try:
         if last.base == NULL:
-            return 0
+            return FOLLOW_HAND_OVER
         # up to the end of the last unit's record: what this queue's get needs
-        end = scan_records(last.base, start, target, False, &reason, &count, &ts, NULL)
+        if in_refresh:
+            with nogil:
+                end = scan_records(last.base, start, target, False, &reason, &count, &ts, NULL)
+        else:
+            end = scan_records(last.base, start, target, False, &reason, &count, &ts, NULL)
     finally:
         last.c_release()
     if reason == REC_BLANK:
-        return 0
+        return FOLLOW_HAND_OVER
     last.wrote = last.committed = last.flushed = end
-    return 1 if cq.max_physic_offset <= last.file_from_offset + end else 0
+    return FOLLOW_MOVED if cq.max_physic_offset <= last.file_from_offset + end else FOLLOW_HAND_OVER
+
+
+cdef inline int64_t _walk_units(const unsigned char *base, int64_t pos, int64_t file_size,
+                                int64_t *mx) noexcept nogil:
+    """The end of the valid units from ``pos`` (RocketMQ's recovery rule, ``unit_valid``); ``mx`` set to the
+    end of the last real unit's record, left as it was when there is none."""
+    cdef const unsigned char *p
+    cdef int32_t size
+    while pos + CQ_STORE_UNIT_SIZE <= file_size:
+        p = base + pos
+        if not unit_valid(p):
+            break
+        size = get_i32(p + 8)
+        if size != CQ_FILLER_SIZE:
+            mx[0] = get_i64(p) + size
+        pos += CQ_STORE_UNIT_SIZE
+    return pos
+
+
+def follow_in_place(ConsumeQueueCore cq not None, list cl_files not None):
+    """``follow_live`` for the refresh (``StoreParts._follow_in_place``): 2 when it moved the ends seen, 1 when
+    it covered the queue without moving them, 0 when the full follow must run."""
+    return follow_live(cq, cl_files, True)
 
 
 cdef inline bint _unit_after(MappedFile mf) noexcept:
@@ -136,7 +174,7 @@ cdef class QueueReader:
     with its state.
 
     A read-only store's reader (``live``: its ``StoreParts``) follows the writer of another process first when
-    the offset is at or past the queue's end it has seen (``_follow_live``, while no Python follow is under
+    the offset is at or past the queue's end it has seen (``follow_live``, while no Python follow is under
     way); whatever that cannot settle (a new file, damage, a Python follow under way, a record not seen yet)
     is the Python method's get, which follows in full. ``wait_message`` is its
     long-polling get on the writer's wake word, spinning and getting again without a Python frame between."""
@@ -220,7 +258,7 @@ cdef class QueueReader:
         if offset >= max_o and (last is None or last is not cq.last or _unit_after(last)):
             # no lock: the follow runs with the GIL held throughout, and only while no Python follow is under
             # way (one that started would have released the GIL in a scan or a folder listing)
-            if self.parts.following or self.commitlog.damage_fence >= 0 or not _follow_live(cq, _files_of(q)):
+            if self.parts.following or self.commitlog.damage_fence >= 0 or not follow_live(cq, _files_of(q), False):
                 return None
         r = _read_queue(cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None, None,
                         None, False, None)
@@ -232,7 +270,7 @@ cdef class QueueReader:
         """The fast case of ``_get_live``: the unit at ``offset``, the end seen of the queue's last file ``mf``,
         was just written, it is the only new one, and its record lies at the end seen of the commit log's last
         file (or below it). Then that record alone is checked (as ``_scan`` checks what it serves, and the
-        follow's record scan would), the two ends move past them (what ``_follow_live`` would do) and the
+        follow's record scan would), the two ends move past them (what ``follow_live`` would do) and the
         result is made from them, as ``_read_queue`` would make it; None for anything else (no new unit,
         several, a filler, a record elsewhere, damage), which the follow and read of ``_get_live`` settle.
 

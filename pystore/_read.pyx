@@ -12,12 +12,13 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint64_t
 
-from pystore._bytes cimport body_crc32, get_i16, get_i32, get_i64, load_i32_acquire
+from pystore._bytes cimport body_crc32, get_i32, get_i64, load_i32_acquire
 from pystore._codec cimport (BORNHOST_V6_FLAG, CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, MESSAGE_MAGIC_CODE, REC_BAD_CRC,
-                             SPLIT_BODY, STOREHOSTADDRESS_V6_FLAG, RecordView, check_record, find_property, make_ext,
-                             make_ext_shared)
+                             SPLIT_BODY, STOREHOSTADDRESS_V6_FLAG, RecordView, check_lengths, check_record,
+                             find_property, make_ext, make_ext_shared, read_unit_fields)
 from pystore._files cimport find_file
 from pystore._mapped_file cimport MappedFile
+from pystore._record cimport AT_MAGIC, AT_SYSFLAG, MIN_RECORD_SIZE, PLAIN_AT_BODYLENGTH
 from pystore._jstring cimport utf8_text
 from pystore._message_ext cimport MessageExt
 from pystore._sink cimport Cut, Pending, RecordSink, complete_plain, same_bytes
@@ -90,40 +91,20 @@ cdef object _record_tags(const unsigned char *rec, RecordView *v):
 cdef inline int32_t _check_plain_part(const unsigned char *p, int64_t remaining, int32_t size,
                                       RecordView *v) noexcept nogil:
     """``_check_plain`` but for the fields no test needs (``complete_plain``: a deferring sink reads them
-    itself, off the scan's thread): ``v.magic`` is left 0 to say so."""
-    cdef int32_t total = load_i32_acquire(p), sys_flag, bl, tl, pl, pos
-    if (total != size or total > remaining or total < 91 or get_i32(p + 4) != MESSAGE_MAGIC_CODE):
+    itself, off the scan's thread): ``v.magic`` is left 0 to say so. ``check_record``'s parts, with the plain
+    record's places as constants."""
+    cdef int32_t total = load_i32_acquire(p), sys_flag
+    if total != size or total > remaining or total < MIN_RECORD_SIZE or get_i32(p + AT_MAGIC) != MESSAGE_MAGIC_CODE:
         return 0
-    sys_flag = get_i32(p + 36)
+    sys_flag = get_i32(p + AT_SYSFLAG)
     if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
         return 0
-    # the lengths, each within TOTALSIZE (a record of 91 bytes or more has room for the fixed part and the
-    # topic length byte)
-    bl = get_i32(p + 84)
-    if bl < 0 or bl > total - 89:
-        return 0
-    pos = 88 + bl
-    tl = p[pos]
-    pos += 1
-    if tl > total - pos - 2:
-        return 0
-    pos += tl
-    pl = get_i16(p + pos)
-    pos += 2
-    if pl < 0 or pos + pl != total:
+    if check_lengths(p, total, PLAIN_AT_BODYLENGTH, False, v) != 0:
         return 0
     v.total_size = total
     v.magic = 0
-    v.queue_id = get_i32(p + 12)
-    v.queue_offset = get_i64(p + 20)
-    v.phy_offset = get_i64(p + 28)
+    read_unit_fields(p, v)
     v.sys_flag = sys_flag
-    v.body_len = bl
-    v.body_pos = 88
-    v.topic_pos = 89 + bl
-    v.topic_len = tl
-    v.props_pos = pos
-    v.props_len = pl
     return total
 
 

@@ -11,8 +11,9 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pystore._bytes cimport get_i32, get_i64
-from pystore._codec cimport MESSAGE_MAGIC_CODE
-from pystore._record cimport RecordView
+from pystore._codec cimport MESSAGE_MAGIC_CODE, read_other_fixed
+from pystore._record cimport (AT_BORNHOST, IPV4_HOST_SIZE, PLAIN_AT_PREPAREDTXOFFSET, PLAIN_AT_RECONSUMETIMES,
+                              PLAIN_AT_STOREHOST, PLAIN_AT_STORETIMESTAMP, RecordView)
 
 
 # one record the scan accepted and deferred: its checked view, where it lies, its unit's place in the queue file.
@@ -59,16 +60,14 @@ cdef inline void complete_plain(const unsigned char *p, RecordView *v) noexcept 
     if v.magic != 0:
         return
     v.magic = MESSAGE_MAGIC_CODE
-    v.body_crc = get_i32(p + 8)
-    v.flag = get_i32(p + 16)
-    v.born_ts = get_i64(p + 40)
-    v.born_host_pos = 48
-    v.born_host_len = 8
-    v.store_ts = get_i64(p + 56)
-    v.store_host_pos = 64
-    v.store_host_len = 8
-    v.reconsume_times = get_i32(p + 72)
-    v.prepared_tx_offset = get_i64(p + 76)
+    read_other_fixed(p, v)
+    v.born_host_pos = AT_BORNHOST
+    v.born_host_len = IPV4_HOST_SIZE
+    v.store_ts = get_i64(p + PLAIN_AT_STORETIMESTAMP)
+    v.store_host_pos = PLAIN_AT_STOREHOST
+    v.store_host_len = IPV4_HOST_SIZE
+    v.reconsume_times = get_i32(p + PLAIN_AT_RECONSUMETIMES)
+    v.prepared_tx_offset = get_i64(p + PLAIN_AT_PREPAREDTXOFFSET)
 
 
 cdef inline bint same_bytes(const unsigned char *a, const unsigned char *b, Py_ssize_t n) noexcept nogil:

@@ -86,7 +86,8 @@ cdef class ConsumeQueueCore:
 
     def __init__(self, str topic, int queue_id, long long file_size, queue):
         if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
-            raise ValueError("consume-queue file size must be a positive multiple of 20, got %d" % file_size)
+            raise ValueError("consume-queue file size must be a positive multiple of %d, got %d"
+                             % (CQ_STORE_UNIT_SIZE, file_size))
         self.topic = topic
         self.topic_utf8 = topic.encode("utf-8", "surrogatepass")
         self.queue_id = queue_id

@@ -34,6 +34,7 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 
+from pystore._units import UNIT_SIZE as _CQ_STORE_UNIT_SIZE  # docs/format.md §2.1
 from pystore.errors import ConfigError
 
 __all__ = ["StoreConfig", "FlushDiskType", "BrokerRole", "UnknownConfigKeyWarning"]
@@ -67,7 +68,7 @@ class StoreConfig:
     store_path_root_dir: str = "./store"
     store_path_commit_log: str | None = None
     mapped_file_size_commit_log: int = 1 << 30
-    mapped_file_size_consume_queue: int = 300_000 * 20
+    mapped_file_size_consume_queue: int = 300_000 * _CQ_STORE_UNIT_SIZE
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval_commit_log: int = 500
     flush_commit_log_least_pages: int = 4
@@ -302,7 +303,7 @@ _JAVA_INT_MAX = 2**31 - 1
 # (lowest, highest) of each integer field; others are 1 .. _JAVA_INT_MAX.
 _INT_RANGES = {
     "mapped_file_size_commit_log": (64, 2**40),
-    "mapped_file_size_consume_queue": (20, _JAVA_INT_MAX),
+    "mapped_file_size_consume_queue": (_CQ_STORE_UNIT_SIZE, _JAVA_INT_MAX),
     "prefault_window_bytes": (0, 2**40),
     "flush_commit_log_min_gap": (0, 60_000),
     "disk_max_used_space_ratio": (10, 95),
@@ -324,7 +325,6 @@ _INT_RANGES = {
         (0, _JAVA_INT_MAX),
     ),
 }
-_CQ_STORE_UNIT_SIZE = 20  # docs/format.md §2.1
 _DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DELAY_TOKEN = re.compile(r"[0-9]+[smhd]")
 _HOUR = re.compile(r"[0-9]{1,2}")

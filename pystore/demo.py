@@ -26,13 +26,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from pystore import Message, MessageBatch, MessageStore, StoreConfig, TagFilter
+from pystore._units import UNIT_SIZE
 
 __all__ = ["DEMO_CONFIG", "run_demo"]
 
 #: StoreConfig overrides of the demo store (see the module docstring).
 DEMO_CONFIG: dict[str, Any] = {
     "mapped_file_size_commit_log": 4 << 20,
-    "mapped_file_size_consume_queue": 30_000 * 20,
+    "mapped_file_size_consume_queue": 30_000 * UNIT_SIZE,
     "max_hash_slot_num": 40_000,
     "max_index_num": 160_000,
 }

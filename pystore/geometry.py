@@ -14,6 +14,9 @@ import logging
 import os
 from typing import Any
 
+from pystore._mapped_file import is_file_name
+from pystore._units import UNIT_SIZE
+
 __all__ = ["detect_overrides", "index_geometry"]
 
 log = logging.getLogger(__name__)
@@ -33,7 +36,7 @@ def index_geometry(file_size: int) -> tuple[int, int] | None:
 
 def _first_size(folder: str) -> int | None:
     try:
-        names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+        names = sorted(n for n in os.listdir(folder) if is_file_name(n))
     except OSError:
         return None
     for n in names:
@@ -73,7 +76,7 @@ def detect_overrides(root: str | os.PathLike[str]) -> dict[str, Any]:
     if size:
         out["mapped_file_size_commit_log"] = size
     size = _cq_file_size(os.path.join(root, "consumequeue"))
-    if size and size % 20 == 0:
+    if size and size % UNIT_SIZE == 0:
         out["mapped_file_size_consume_queue"] = size
     out.update(_index_overrides(os.path.join(root, "index")))
     return out

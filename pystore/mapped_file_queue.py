@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pystore._mapped_file import MappedFile, offset_to_file_name
+from pystore._mapped_file import MappedFile, is_file_name, offset_to_file_name
 from pystore._units import find_file
 from pystore.durable import PendingDirs, make_dirs, sync_dirs
 from pystore.service import real_clock
@@ -49,10 +49,6 @@ def _destroy_now(f: MappedFile, now: int) -> None:
     the queue's clock, as every shutdown of its files is timed."""
     if not f.destroy(0, now):
         f.destroy(0, now)
-
-
-def _is_data_file(name: str) -> bool:
-    return len(name) == 20 and name.isdigit()
 
 
 class MappedFileQueue:
@@ -119,7 +115,7 @@ class MappedFileQueue:
             except FileNotFoundError:
                 continue
             for name in names:
-                if not _is_data_file(name):
+                if not is_file_name(name):
                     continue
                 path = os.path.join(folder, name)
                 if os.path.isfile(path):

@@ -19,7 +19,7 @@ import datetime
 import os
 from typing import Any
 
-from pystore._mapped_file import MappedFile
+from pystore._mapped_file import MappedFile, is_file_name
 from pystore._records import first_store_timestamp
 from pystore.checkpoint import StoreCheckpoint
 from pystore.geometry import detect_overrides
@@ -88,7 +88,7 @@ def _commit_log_files(store: MessageStore) -> list[dict[str, Any]]:
     out = []
     for folder in store.config.commit_log_paths():
         try:
-            names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+            names = sorted(n for n in os.listdir(folder) if is_file_name(n))
         except OSError:
             continue
         for name in names:

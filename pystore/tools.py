@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from pystore._codec import RECORD_END, decode_record
-from pystore._mapped_file import MappedFile
+from pystore._mapped_file import MappedFile, is_file_name
 from pystore._message_ext import MessageExt
 from pystore._records import RecordIterator, find_valid_record_after
 from pystore.errors import FileCleanedError, StoreCorruptedError
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def _data_files(folder: str) -> list[str]:
-    names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+    names = sorted(n for n in os.listdir(folder) if is_file_name(n))
     return [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
 
 

@@ -34,8 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pystore._mapped_file import MappedFile
+from pystore._mapped_file import MappedFile, is_file_name
 from pystore._records import find_valid_record_after
+from pystore._units import UNIT_SIZE
 from pystore.consume_queue import queue_id_of
 from pystore.errors import StoreCorruptedError, StoreError
 from pystore.message import SCHEDULE_TOPIC, SysFlag
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 
 _PREPARED = 0x4
-_UNIT = 20
 _QUERY_MAX = 64  # the store answers at most max_msgs_num_batch (64) messages a query
 
 
@@ -289,8 +289,8 @@ def _check_queues(
     total = 0
     for _, _, qdir in folders:
         for n in os.listdir(qdir):
-            if n.isdigit():
-                total += os.path.getsize(os.path.join(qdir, n)) // _UNIT
+            if is_file_name(n):
+                total += os.path.getsize(os.path.join(qdir, n)) // UNIT_SIZE
     low = report.min_offset if report.min_offset >= 0 else report.end_offset
     end = report.end_offset
     seen: set[int] = set()

@@ -30,12 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pystore._codec import RECORD_BLANK
 from pystore._commitlog import QueueCell
 from pystore._dispatch import QueueDispatcher
+from pystore._queue_reader import follow_in_place
 from pystore._read import ReadLimits
-from pystore._records import scan_file
-from pystore._units import recover_units
 from pystore.allocate import AllocateMappedFileService
 from pystore.arrival import WAKE_FILE, open_wake_file
 from pystore.checkpoint import AbortFile, StoreCheckpoint, StoreLock
@@ -94,7 +92,7 @@ class StoreParts:
 
     #: a reader's refreshes, one at a time (``get_message`` reads again under it after following its queue)
     refresh_lock: threading.RLock = field(default_factory=threading.RLock)
-    #: a reader's refreshes under way: the compiled follow (``_queue_reader._follow_live``) runs only while there is
+    #: a reader's refreshes under way: the get's compiled follow (``_queue_reader.follow_live``) runs only while there is
     #: none, and holds the GIL from start to end, so none starts while it runs
     following: int = 0
 
@@ -135,38 +133,17 @@ class StoreParts:
 
     def _follow_in_place(self, cq: ConsumeQueue) -> bool:
         """A reader's quick follow of a known queue (a waiting get looks after each wake-up; the folder listings
-        of the full follow cost far more): the units written since into the queue's last file, then the records
-        written since into the commit log's last file. False when that does not cover it (a file filled or
-        rolled, damage seen, a unit pointing past the log's last file): the full follow does it all then.
-        ``_queue_reader._follow_live`` is its compiled twin, which a read-only store's ``get_message`` runs first: the
-        two keep the same order (units, then records) and the same reasons to hand over to the full follow."""
-        mf = cq.last_file
-        cl = self.commitlog
-        if mf is None or mf.read_position >= mf.file_size or cl.damage_fence >= 0:
+        of the full follow cost far more): the compiled follow the frameless get runs first
+        (``_queue_reader.follow_live``), here without the GIL while it walks and without its cap on the commit
+        log scanned. False when that does not cover the queue (a file filled or rolled, damage seen, a unit
+        pointing past the log's last file): what C cannot do, opening files and reporting damage, is the full
+        follow's, in Python."""
+        if self.commitlog.damage_fence >= 0:
             return False
-        pos, mx = recover_units(mf, mf.read_position)
-        grew = pos != mf.read_position
-        if grew:
-            # the next unit lands in this file while it has room: these are all the new ones
-            mf.set_positions(pos)
-            if mx >= 0:
-                cq.max_physic_offset = mx
-        if cq.max_physic_offset <= cl.get_max_offset():
-            if grew:
-                self._attach(cq)
-            return True
-        last = cl.queue.last()
-        if last is None or last.read_position >= last.file_size or \
-                cq.max_physic_offset > last.file_from_offset + last.file_size:
-            return False
-        end, reason, _, _ = scan_file(last, last.read_position, False, -1)
-        if reason == RECORD_BLANK:
-            return False
-        last.set_positions(end)
-        if cq.max_physic_offset > cl.get_max_offset():
-            return False
-        self._attach(cq)
-        return True
+        moved = follow_in_place(cq, self.commitlog.queue.files)
+        if moved == 2:
+            self._attach(cq)
+        return moved != 0
 
     def _attach(self, cq: ConsumeQueue) -> None:
         """The commit log's cell of ``cq``'s queue follows what the reader now sees of it."""

@@ -507,6 +507,28 @@ def test_tags_code_last_duplicate_wins():
     assert tags_code(rec) == java_string_hash("b") == decode_record(rec).tags_code
 
 
+def test_tags_code_and_the_properties_dict_split_alike():
+    """``tags_code`` (``find_property``) and ``string_to_properties`` run the one splitter (``next_prop``):
+    for properties strings built at random from the pieces that matter (names that are prefixes or extensions
+    of TAGS, separators in a row, empty names and values, repeated names, strings shorter and longer than the
+    eight bytes it reads at a time) they find the same TAGS."""
+    import random
+
+    rnd = random.Random(23)
+    names = [b"TAGS", b"TAG", b"TAGSX", b"XTAGS", b"", b"a", b"KEYS"]
+    values = [b"", b"a", b"b c", b"\x01x", b"\xc3\xa9", b"t1234567890"]
+    seen = 0
+    for _ in range(3000):
+        props = rnd.choice([b"\x02", b"\x02\x02"]).join(
+            rnd.choice(names) + (b"\x01" if rnd.random() < 0.9 else b"") + rnd.choice(values)
+            for _ in range(rnd.randint(1, 4)))
+        props += rnd.choice([b"", b"\x02"])
+        tags = string_to_properties(props.decode("utf-8")).get("TAGS")
+        seen += tags is not None
+        assert tags_code(raw_record(b"T", props)) == (java_string_hash(tags) if tags else 0), props
+    assert seen > 500
+
+
 def test_tags_code_of_a_bad_record_raises_value_error():
     with pytest.raises(ValueError):
         tags_code(bytes(200))

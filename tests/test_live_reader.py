@@ -1,5 +1,5 @@
 """A read-only store's compiled get (``_queue_reader.QueueReader`` with ``live``): it follows the live writer in C
-(``_follow_live``) and answers exactly as the Python get (``StoreReads.get_message``, which follows in full) on
+(``follow_live``) and answers exactly as the Python get (``StoreReads.get_message``, which follows in full) on
 the same store states: appends within a file, a file roll of the queue and of the commit log, a writer restart;
 a unit whose record is not whole is never served; ``wait_message`` (the compiled long-polling get, and the
 consumer of one fixed queue over it) returns what arrives and its timeout's answer.
@@ -117,6 +117,20 @@ def test_a_roll_of_the_queue_and_of_the_commit_log_while_following(pair, monkeyp
     monkeypatch.undo()
     _same(ro, py, sent + 1)
     _same(ro, py, sent + 1, n=5)
+
+
+@pytest.mark.parametrize("python_get", [False, True])
+def test_a_follow_that_fills_the_queues_file_goes_on_in_the_next(pair, python_get):
+    """The units after the one seen filled the queue's last file and went on in a new one, all in one commit-log
+    file: the follow's walk of the units ends at the full file, which does not mean it saw them all (a get
+    past it once answered OFFSET_OVERFLOW_BADLY with the first file's end as the queue's end)."""
+    w, ro, py = pair
+    for i in range(1, CQ_UNITS + 5):
+        assert w.put_message(make_message(i)).is_ok()
+    get = _py_get if python_get else _get
+    r = get(py if python_get else ro, CQ_UNITS + 2)
+    assert r[0] is GetMessageStatus.FOUND and [m[0] for m in r[4]] == [CQ_UNITS + 2, CQ_UNITS + 3, CQ_UNITS + 4]
+    assert r[3] == CQ_UNITS + 5
 
 
 def test_a_writer_restart_while_following(pair, store_factory):
@@ -297,6 +311,31 @@ def test_a_reader_far_behind_follows_in_python(store_factory, monkeypatch):
     assert fb.calls == 1
     monkeypatch.undo()
     for off in (302, 301, 300, 299, 100, 1, 0):           # the end first: both follow there
+        assert _get(ro, off) == _py_get(py, off), off
+
+
+def test_the_refresh_follows_a_reader_far_behind_in_place(store_factory, monkeypatch):
+    """The Python get's quick follow (``StoreParts._follow_in_place``) is the compiled one without its cap on the
+    log scanned: a reader more than a MiB behind within one file is followed in place, with no folder listing
+    (the full follow, ``ConsumeQueueStore.refresh_queue_read_only``, is only for new files and damage)."""
+    size = 4 << 20
+    w = store_factory(mapped_file_size_commit_log=size)
+    assert w.put_message(make_message(0)).is_ok()
+    ro = store_factory(read_only=True, mapped_file_size_commit_log=size)
+    py = store_factory(read_only=True, mapped_file_size_commit_log=size)
+    assert [m.queue_offset for m in ro.get_message("g", TOPIC, 0, 0, 32).messages] == [0]
+    for i in range(1, 301):                # 1.2 MB after what the reader saw
+        assert w.put_message(make_message(i, body=b"f" * 4000)).is_ok()
+    listings = []
+    cq_store = ro._reads.parts.cq_store
+    real = type(cq_store).refresh_queue_read_only
+    monkeypatch.setattr(cq_store, "refresh_queue_read_only", lambda *a: listings.append(a) or real(cq_store, *a))
+    assert [m.queue_offset for m in ro.get_message("g", TOPIC, 0, 1, 32).messages] == list(range(1, 33))
+    assert listings == []
+    assert ro._reads.parts.commitlog.get_max_offset() == w.get_max_phy_offset()
+    assert ro.get_topic_queue_table()[(TOPIC, 0)] == 301          # the queue's cell follows what it sees
+    monkeypatch.undo()
+    for off in (301, 300, 100, 1, 0):
         assert _get(ro, off) == _py_get(py, off), off
 
 

@@ -13,6 +13,7 @@ from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, reside
 from pystore._mapped_file import (
     OS_PAGE_SIZE,
     MappedFile,
+    is_file_name,
     offset_to_file_name,
     prefault_stats,
 )
@@ -91,6 +92,13 @@ def test_size_minus_one_maps_the_file_at_its_size(path):
         assert f.read_any(0, 300) == b"\x07" * 300
     finally:
         f.close()
+
+
+def test_is_file_name():
+    """The one test of a data file's name: ``offset_to_file_name``'s 20 ASCII digits, nothing else."""
+    assert is_file_name(offset_to_file_name(0)) and is_file_name(offset_to_file_name(2**63 - 1))
+    for name in ("0" * 19, "0" * 21, "0" * 19 + "a", "\u00b2" * 20, "\uff10" * 20, "-" + "0" * 19, ""):
+        assert not is_file_name(name), name
 
 
 def test_offset_to_file_name():

@@ -494,3 +494,18 @@ def test_multi_folder_truncate_and_destroy(tmp_path):
     q.destroy()
     assert len(q) == 0
     assert not os.path.exists(a) and not os.path.exists(b)
+
+
+def test_a_name_of_twenty_non_ascii_digits_is_not_a_data_file(tmp_path):
+    """``str.isdigit`` holds for superscripts and other Unicode digits that ``int`` cannot read: a stray file
+    so named is not the log's (it once made the listing raise ValueError)."""
+    q = MappedFileQueue(str(tmp_path / "a"), 1024)
+    fill(q, 1)
+    q.close()
+    (tmp_path / "a" / ("\u00b2" * 20)).write_bytes(b"")
+    q = MappedFileQueue(str(tmp_path / "a"), 1024)
+    try:
+        assert [os.path.basename(p) for p in q.list_file_paths()] == ["0" * 20]
+        assert q.load()
+    finally:
+        q.close()

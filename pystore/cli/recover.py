@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from pystore._mapped_file import is_file_name
 from pystore.cli.common import (
     OK,
     PROBLEM,
@@ -29,7 +30,7 @@ def _cl_listing(cfg: Any) -> dict[str, int]:
     for folder in cfg.commit_log_paths():
         if os.path.isdir(folder):
             for n in os.listdir(folder):
-                if len(n) == 20 and n.isdigit():
+                if is_file_name(n):
                     out[n] = os.path.getsize(os.path.join(folder, n))
     return out
 

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from pystore import Message, MessageBatch, MessageStore, PutMessageStatus
 from pystore._codec import record_length
+from pystore._mapped_file import is_file_name
 from pystore.refusal import refusal_reason
 
 __all__ = ["append_staged", "staged_rows", "stored_prefix"]
@@ -43,7 +44,7 @@ MAX_BATCH = 1024
 def _file_size(store: MessageStore) -> int:
     folder = store.config.commit_log_paths()[0]
     try:
-        names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+        names = sorted(n for n in os.listdir(folder) if is_file_name(n))
     except FileNotFoundError:
         names = []
     for n in names:

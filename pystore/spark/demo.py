@@ -64,9 +64,11 @@ def demo_pipeline(root: str, console: Any) -> None:
         console.print("  batch read + aggregate: %.1f s" % (time.perf_counter() - t))
 
         # 2. write a DataFrame into a second store, through the store's own put path
+        from pystore._units import UNIT_SIZE
+
         out = root.rstrip(os.sep) + "-spark"
         shutil.rmtree(out, ignore_errors=True)
-        small = {"mapped_file_size_commit_log": str(4 << 20), "mapped_file_size_consume_queue": str(20 * 30000),
+        small = {"mapped_file_size_commit_log": str(4 << 20), "mapped_file_size_consume_queue": str(UNIT_SIZE * 30000),
                  "max_hash_slot_num": "40000", "max_index_num": "160000"}
         summary = (df.groupBy("topic", "tags").count()
                    .select(F.lit("DemoSummary").alias("topic"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 
+from pystore._mapped_file import is_file_name
 from pystore.consume_queue import queue_id_of
 
 __all__ = [
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 def data_files(folder: str) -> list[str]:
     """The 20-digit numbered files of ``folder`` (by name = start offset), empty ones left out."""
     try:
-        names = sorted(n for n in os.listdir(folder) if len(n) == 20 and n.isdigit())
+        names = sorted(n for n in os.listdir(folder) if is_file_name(n))
     except FileNotFoundError:
         return []
     out = []
