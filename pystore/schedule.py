@@ -72,9 +72,9 @@ from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
 if TYPE_CHECKING:
+    from pystore._results import PutMessageResult
     from pystore.commitlog import CommitLog
     from pystore.config import StoreConfig
-    from pystore._results import PutMessageResult
     from pystore.consume_queue import ConsumeQueueStore
 
 __all__ = ["ScheduleMessageService", "delay_level_to_queue_id", "queue_id_to_delay_level",
