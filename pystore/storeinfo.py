@@ -94,6 +94,17 @@ class ReadOnlyView(TypedDict):
     damage: str | None
 
 
+class ConsumerLag(TypedDict):
+    """A group's committed offset of one queue and how far it lags (None: a queue the store does not have)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    committed: int
+    max_offset: int | None
+    lag: int | None
+
+
 class StoreInfo(TypedDict):
     """``store_info``'s answer (a plain ``dict`` at runtime)."""
 
@@ -110,7 +121,7 @@ class StoreInfo(TypedDict):
     dispatch_behind_bytes: int
     read_only_view: ReadOnlyView
     #: added by ``pystore inspect`` (the committed offsets' lag), not by ``store_info``
-    consumer_groups: NotRequired[list[dict[str, Any]]]
+    consumer_groups: NotRequired[list[ConsumerLag]]
     consumer_groups_error: NotRequired[str]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.text import Text
@@ -29,7 +29,7 @@ from pystore.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from pystore.storeinfo import QueueInfo
+    from pystore.storeinfo import ConsumerLag, QueueInfo
 
 
 @click.command(short_help="topics, queues, offsets, files, disk ratio, checkpoint")
@@ -179,7 +179,7 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         )
 
 
-def consumer_lags(config_dir: str, queues: Sequence[QueueInfo]) -> tuple[list[dict[str, Any]], str | None]:
+def consumer_lags(config_dir: str, queues: Sequence[QueueInfo]) -> tuple[list[ConsumerLag], str | None]:
     """Rows ``group, topic, queue_id, committed, max_offset, lag`` of the committed offsets in ``config_dir``
     against ``queues`` (``store_info``'s); ``max_offset`` and ``lag`` are None for a queue the store does not
     have. The second item says why the file could not be read (None when it could, or there is none)."""
@@ -192,7 +192,7 @@ def consumer_lags(config_dir: str, queues: Sequence[QueueInfo]) -> tuple[list[di
     except StoreError as e:
         return [], str(e)
     by_queue = {(q["topic"], q["queue_id"]): q for q in queues}
-    rows = []
+    rows: list[ConsumerLag] = []
     for key, offsets in sorted(table_.items()):
         topic, _, group = key.partition(SEPARATOR)
         for qid, committed in sorted(offsets.items()):
