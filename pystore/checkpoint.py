@@ -86,8 +86,8 @@ class StoreCheckpoint:
         self.auto_flush_ms = auto_flush_ms
 
     # The three times: setting a new value marks the checkpoint dirty and, with ``auto_flush_ms``, writes it
-    # once that long has passed since the last write (``_after_set``). Spelled out three times rather than made
-    # by a factory so that each is an ``int`` to the type checker.
+    # once that long has passed since the last write. Spelled out three times rather than made by a factory so
+    # that each is an ``int`` to the type checker.
 
     @property
     def physic_msg_timestamp(self) -> int:
@@ -98,7 +98,8 @@ class StoreCheckpoint:
         if value != self._physic_msg_timestamp:
             self._physic_msg_timestamp = value
             self._dirty = True
-        self._after_set()
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
 
     @property
     def logics_msg_timestamp(self) -> int:
@@ -109,7 +110,8 @@ class StoreCheckpoint:
         if value != self._logics_msg_timestamp:
             self._logics_msg_timestamp = value
             self._dirty = True
-        self._after_set()
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
 
     @property
     def index_msg_timestamp(self) -> int:
@@ -120,9 +122,6 @@ class StoreCheckpoint:
         if value != self._index_msg_timestamp:
             self._index_msg_timestamp = value
             self._dirty = True
-        self._after_set()
-
-    def _after_set(self) -> None:
         if self._dirty and self.auto_flush_ms > 0:
             self._maybe_flush()
 
