@@ -1,10 +1,10 @@
 """What a store folder holds, as plain data (``pystore inspect``): files, offsets, queues, checkpoint, abort.
 
 :func:`store_info` opens the store read-only (no lock, no writes: safe on a live store) and returns a
-JSON-serialisable ``dict``, typed as the ``StoreInfo`` ``TypedDict`` below. Figures come from the public ``MessageStore`` API where it has them; file lists
-and sizes come from the folder. ``dispatch_behind_bytes`` is measured from the files: the commit log's end
-minus the end of the newest record any consume queue points at (a read-only store has no dispatcher of its
-own to ask).
+JSON-serialisable ``dict``, typed as the ``StoreInfo`` ``TypedDict`` below. Figures come from the public
+``MessageStore`` API where it has them; file lists and sizes come from the folder. ``dispatch_behind_bytes`` is
+measured from the files: the commit log's end minus the end of the newest record any consume queue points at (a
+read-only store has no dispatcher of its own to ask).
 
 Every file and folder has two sizes: ``size`` / ``bytes``, the apparent size (``st_size``: what ``ls`` and
 ``du --apparent-size`` show), and ``allocated`` / ``allocated_bytes``, the disk it takes (``st_blocks * 512``:
