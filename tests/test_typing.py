@@ -3,9 +3,9 @@ signatures; ``mypy --strict`` clean for the engine and recovery modules at least
 signatures.
 
 One mypy run over the modules below; mypy follows their imports, so what they use (the stubs of the compiled
-modules, the flush services, the errors ...) is checked as strictly. ``MYPYPATH`` is left out of mypy's
-environment on purpose: with it pointing at this checkout, mypy does not report the errors of the modules it
-follows, only of those named on its command line."""
+modules, the flush services, the errors ...) is checked as strictly. ``PYTHONPATH`` is left out of mypy's
+environment on purpose: with it pointing at this checkout, mypy takes the modules it follows for an installed
+package and reports none of their errors, only those of the files named on its command line."""
 
 from __future__ import annotations
 
@@ -33,11 +33,19 @@ STRICT = [*ENGINE, "errors", "pool", "ha_slave", "flush"]
 CONFIG_OVERRIDES = {"config_overrides", "overrides"}
 
 
+def _source(module: str) -> Path:
+    """The file of ``module`` wherever it lies under ``pystore/`` (but ``pystore/cli``, whose commands share some of
+    the names), so that the lists above outlive moving the modules into subpackages."""
+    found = [p for p in (ROOT / "pystore").rglob(module + ".py") if "cli" not in p.relative_to(ROOT).parts]
+    assert len(found) == 1, (module, found)
+    return found[0]
+
+
 def test_the_engine_and_recovery_modules_are_mypy_strict_clean(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
     p = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"),
-         *("pystore/%s.py" % m for m in STRICT)],
+         *(str(_source(m).relative_to(ROOT)) for m in STRICT)],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
     )
     assert p.returncode == 0, p.stdout + p.stderr
@@ -77,4 +85,4 @@ def test_the_signature_check_finds_any():
 
 @pytest.mark.parametrize("module", ENGINE)
 def test_no_any_in_the_signatures_of(module):
-    assert _any_in_signatures((ROOT / "pystore" / ("%s.py" % module)).read_text()) == []
+    assert _any_in_signatures(_source(module).read_text()) == []
