@@ -51,24 +51,6 @@ _LAYOUT = struct.Struct(">qqqqq")
 _ONE_DAY_MS = 86_400_000
 
 
-def _field(name: str) -> property:
-    """A checkpoint time: setting a new value marks the checkpoint dirty and, with ``auto_flush_ms``, writes
-    it once that long has passed since the last write."""
-    attr = "_" + name
-
-    def get(self: StoreCheckpoint) -> int:
-        return getattr(self, attr)
-
-    def set(self: StoreCheckpoint, value: int) -> None:
-        if value != getattr(self, attr):
-            setattr(self, attr, value)
-            self._dirty = True
-        if self._dirty and self.auto_flush_ms > 0:
-            self._maybe_flush()
-
-    return property(get, set)
-
-
 class StoreCheckpoint:
     """The checkpoint file. Thread-safe: a lock guards the write.
 
@@ -80,10 +62,6 @@ class StoreCheckpoint:
     few milliseconds (group commit) or every flush interval, so a change reaches the file within about
     ``auto_flush_ms`` plus one interval. Recovery's guard against truncating durable data
     (``recovery._judge_damage``) relies on it after a crash."""
-
-    physic_msg_timestamp = _field("physic_msg_timestamp")
-    logics_msg_timestamp = _field("logics_msg_timestamp")
-    index_msg_timestamp = _field("index_msg_timestamp")
 
     def __init__(self, path: str, read_only: bool = False, auto_flush_ms: int = 0,
                  clock: Callable[[], int] | None = None) -> None:
@@ -106,6 +84,46 @@ class StoreCheckpoint:
         self._load()
         self._dirty = False
         self.auto_flush_ms = auto_flush_ms
+
+    # The three times: setting a new value marks the checkpoint dirty and, with ``auto_flush_ms``, writes it
+    # once that long has passed since the last write. Spelled out three times rather than made by a factory so
+    # that each is an ``int`` to the type checker.
+
+    @property
+    def physic_msg_timestamp(self) -> int:
+        return self._physic_msg_timestamp
+
+    @physic_msg_timestamp.setter
+    def physic_msg_timestamp(self, value: int) -> None:
+        if value != self._physic_msg_timestamp:
+            self._physic_msg_timestamp = value
+            self._dirty = True
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
+
+    @property
+    def logics_msg_timestamp(self) -> int:
+        return self._logics_msg_timestamp
+
+    @logics_msg_timestamp.setter
+    def logics_msg_timestamp(self, value: int) -> None:
+        if value != self._logics_msg_timestamp:
+            self._logics_msg_timestamp = value
+            self._dirty = True
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
+
+    @property
+    def index_msg_timestamp(self) -> int:
+        return self._index_msg_timestamp
+
+    @index_msg_timestamp.setter
+    def index_msg_timestamp(self, value: int) -> None:
+        if value != self._index_msg_timestamp:
+            self._index_msg_timestamp = value
+            self._dirty = True
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
 
     def _maybe_flush(self) -> None:
         if self.read_only:
@@ -131,7 +149,7 @@ class StoreCheckpoint:
             log.warning("checkpoint %s is %d bytes: ignored, recovery starts from the first file", self.path, len(data))
             self.trusted = False
             return
-        values = _LAYOUT.unpack_from(data)
+        values: tuple[int, ...] = _LAYOUT.unpack_from(data)
         horizon = self.clock() + _ONE_DAY_MS
         if any(v < 0 for v in values) or any(v > horizon for v in values[:3]):
             log.warning("checkpoint %s holds impossible values %r: ignored", self.path, values)

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from pystore.message import SCHEDULE_TOPIC
 from pystore.service import Clock, DiskUsage, ServiceThread, disk_used_ratio, real_clock
@@ -38,7 +38,8 @@ from pystore.service import Clock, DiskUsage, ServiceThread, disk_used_ratio, re
 if TYPE_CHECKING:
     from pystore.commitlog import CommitLog
     from pystore.config import StoreConfig
-    from pystore.consume_queue import ConsumeQueueStore
+    from pystore.consume_queue import ConsumeQueue, ConsumeQueueStore
+    from pystore.index import IndexService
     from pystore.running_flags import RunningFlags
 
 log = logging.getLogger(__name__)
@@ -140,8 +141,8 @@ class CleanCommitLog:
 class CleanConsumeQueue:
     """The consume-queue and index half of a pass (docs/format.md §9.3)."""
 
-    def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: Any, config: StoreConfig,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: IndexService | None,
+                 config: StoreConfig, sleep: Callable[[float], None] = time.sleep) -> None:
         self.commitlog = commitlog
         self.cq_store = cq_store
         self.index = index
@@ -175,8 +176,8 @@ class CleanService(ServiceThread):
     consume-queue store, index), what decides (config, clock, ``disk_usage``) and the running flags it sets
     DISK_FULL in."""
 
-    def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: Any, config: StoreConfig,
-                 running_flags: RunningFlags, clock: Clock | None = None,
+    def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: IndexService | None,
+                 config: StoreConfig, running_flags: RunningFlags, clock: Clock | None = None,
                  disk_usage: DiskUsage | None = None) -> None:
         super().__init__("CleanService", clock)
         self.config = config
@@ -208,7 +209,7 @@ class CleanService(ServiceThread):
         cq = self.consume_queue
         return clean_expired_consumer_queue(cq.commitlog, cq.cq_store)
 
-    def unused_topics(self, keep: Any) -> list[tuple[str, int]]:
+    def unused_topics(self, keep: Iterable[str]) -> list[tuple[str, int]]:
         """``MessageStore.clean_unused_topic``, on the parts this service cleans."""
         cq = self.consume_queue
         return clean_unused_topic(cq.commitlog, cq.cq_store, keep)
@@ -233,15 +234,15 @@ def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[
     return removed
 
 
-def clean_unused_topic(cl: CommitLog, cqs: ConsumeQueueStore, keep: Any) -> list[tuple[str, int]]:
+def clean_unused_topic(cl: CommitLog, cqs: ConsumeQueueStore, keep: Iterable[str]) -> list[tuple[str, int]]:
     """Destroy the queues of every topic not in ``keep`` (RocketMQ's ``cleanUnusedTopic``); system topics
     are kept. Returns the removed (topic, queue id)s."""
     if isinstance(keep, str) or not all(isinstance(t, str) for t in keep):
         raise TypeError("keep must be a set of topic names")
-    keep = set(keep)
+    kept = set(keep)
     removed = []
     for cq in cqs.queues():
-        if cq.topic in keep or cq.topic in SYSTEM_TOPICS:
+        if cq.topic in kept or cq.topic in SYSTEM_TOPICS:
             continue
         log.info("%s/%d: consume queue of an unused topic destroyed", cq.topic, cq.queue_id)
         _drop_queue(cl, cqs, cq)
@@ -249,7 +250,7 @@ def clean_unused_topic(cl: CommitLog, cqs: ConsumeQueueStore, keep: Any) -> list
     return removed
 
 
-def _drop_queue(cl: CommitLog, cqs: ConsumeQueueStore, cq: Any) -> None:
+def _drop_queue(cl: CommitLog, cqs: ConsumeQueueStore, cq: ConsumeQueue) -> None:
     cl.remove_cell(cq.topic, cq.queue_id)
     cqs.remove(cq.topic, cq.queue_id)
     cq.destroy()

@@ -16,8 +16,8 @@ them and a call that needs one raises ``ImportError`` naming the extra.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pystore._bulk_put import batch_ends, put_bodies, put_bytes
 from pystore._codec import record_length
@@ -31,11 +31,27 @@ from pystore.results import PutColumnsResult
 from pystore.status import GetMessageStatus, PutMessageStatus
 
 if TYPE_CHECKING:
+    import numpy
+    import numpy.typing as npt
+    import pyarrow
+    from typing_extensions import Buffer
 
     from pystore._commitlog import CommitLogCore
     from pystore.message import MessageFilter, TagFilter
     from pystore.reads import StoreReads
     from pystore.store import MessageStore
+
+    #: ``put_columns``' bodies (docs/api.md): a pyarrow binary array, a (uint8 values, int32/int64 offsets) pair of
+    #: numpy arrays, or bytes-like objects
+    BodiesColumn: TypeAlias = (pyarrow.Array | pyarrow.ChunkedArray
+                               | tuple[npt.NDArray[numpy.uint8], npt.NDArray[numpy.int32] | npt.NDArray[numpy.int64]]
+                               | Iterable[Buffer])
+    #: its ``keys`` (an entry may be a list of keys) and ``tags``: one entry per body, a list, numpy or pyarrow array
+    KeysColumn: TypeAlias = Iterable[str | Sequence[str] | None] | pyarrow.Array | pyarrow.ChunkedArray
+    TagsColumn: TypeAlias = Iterable[str | None] | pyarrow.Array | pyarrow.ChunkedArray
+    #: its ``properties``: one mapping for every message, or one mapping, list of pairs or None per message
+    PropertiesColumn: TypeAlias = (Mapping[str, str] | Iterable[Mapping[str, str] | Iterable[tuple[str, str]] | None]
+                                   | pyarrow.Array | pyarrow.ChunkedArray)
 
 __all__ = ["UNIT_DTYPE", "PutColumnsResult", "get_columns", "put_columns", "queue_units"]
 
@@ -213,8 +229,9 @@ def _chunks(store: MessageStore, msgs: list[Message]) -> list[list[Message]]:
     return out
 
 
-def put_columns(store: MessageStore, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None,
-                tags: Any = None, properties: Any = None, batch: bool = False) -> PutColumnsResult:
+def put_columns(store: MessageStore, topic: str, bodies: BodiesColumn, queue_id: int = 0, keys: KeysColumn | None = None,
+                tags: TagsColumn | None = None, properties: PropertiesColumn | None = None,
+                batch: bool = False) -> PutColumnsResult:
     """``MessageStore.put_columns`` (docs/api.md): the messages put one by one (``batch=False``) or as batches
     (``_chunks``), stopping at the first refusal.
 
@@ -402,7 +419,7 @@ def _projected(columns: Sequence[str] | None) -> Any:
 
 def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                 message_filter: MessageFilter | TagFilter | str | None = None, timeout_ms: int = 0,
-                columns: Sequence[str] | None = None) -> tuple[GetMessageStatus, int, Any]:
+                columns: Sequence[str] | None = None) -> tuple[GetMessageStatus, int, pyarrow.RecordBatch]:
     """``MessageStore.get_columns`` (docs/api.md): ``get_message``'s own scan and decision table, with the caps
     ``lifted``, handing each record it serves to the Arrow decoder (``_arrow.BatchBuilder``) in C, which builds
     only the ``columns`` asked for (every record served is checked all the same: structure, body CRC)."""
@@ -424,7 +441,8 @@ def get_columns(reads: StoreReads, group: str, topic: str, queue_id: int, offset
 # -- queue_units ------------------------------------------------------------------------------------------
 
 
-def queue_units(reads: StoreReads, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
+def queue_units(reads: StoreReads, topic: str, queue_id: int, start: int = 0,
+                count: int | None = None) -> npt.NDArray[numpy.void]:
     """``MessageStore.queue_units`` (docs/api.md): a read-only numpy view of the units from ``start`` to ``count``
     or the end of the file holding ``start``. The array's base holds the file (a ``SelectMappedBufferResult``)
     and pins its mapping, so it stays readable after the store cleaned the file or closed."""
@@ -441,7 +459,7 @@ def queue_units(reads: StoreReads, topic: str, queue_id: int, start: int = 0, co
         count = offset_arg(count, "count")
         if count < 0:
             raise ValueError("count must be None or an int >= 0, got %r" % (count,))
-    empty = np.empty(0, dtype=UNIT_DTYPE)
+    empty: npt.NDArray[numpy.void] = np.empty(0, dtype=UNIT_DTYPE)
     cq = reads.queue(topic, queue_id, start)
     if cq is None or count == 0:
         return empty
@@ -456,4 +474,5 @@ def queue_units(reads: StoreReads, topic: str, queue_id: int, start: int = 0, co
     view = mf.select_mapped_buffer(pos, n * UNIT_SIZE) if n > 0 else None
     if view is None:
         return empty
-    return np.frombuffer(view, dtype=UNIT_DTYPE, count=n)
+    units: npt.NDArray[numpy.void] = np.frombuffer(view, dtype=UNIT_DTYPE, count=n)
+    return units

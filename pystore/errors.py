@@ -46,7 +46,8 @@ class StoreCorruptedError(StoreError):
         self.reason = reason
         super().__init__("%s: %s at offset %d" % (path, reason, offset))
 
-    def __reduce__(self):  # keep attributes across pickling (Spark executors, multiprocessing)
+    def __reduce__(self) -> tuple[type[StoreCorruptedError], tuple[str, int, str]]:
+        # keep attributes across pickling (Spark executors, multiprocessing)
         return (type(self), (self.path, self.offset, self.reason))
 
 
@@ -62,7 +63,7 @@ class ConfigError(StoreError, ValueError):
         self.reason = reason
         super().__init__("%s=%r: %s" % (key, value, reason))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, object, str]]:
         return (type(self), (self.key, self.value, self.reason))
 
 
@@ -84,5 +85,5 @@ class FileCleanedError(StoreError):
         self.reason = reason
         super().__init__("%s: %s at offset %d" % (path, reason, offset))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[FileCleanedError], tuple[str, int, str]]:
         return (type(self), (self.path, self.offset, self.reason))

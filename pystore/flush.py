@@ -41,12 +41,18 @@ import time
 from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pystore._flush_wait import FLUSH_ERROR, FlushStop, follow_flush
 from pystore.crashpoint import crashpoint
 from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
+
+if TYPE_CHECKING:
+    from pystore.checkpoint import StoreCheckpoint
+    from pystore.commitlog import CommitLog
+    from pystore.config import StoreConfig
+    from pystore.mapped_file_queue import MappedFileQueue
 
 __all__ = ["FlushRealTimeService", "GroupCommitService", "GroupCommitRequest", "CommitRealTimeService",
            "FlushConsumeQueueService", "flush_all"]
@@ -62,7 +68,7 @@ if SKIP_GROUP_COMMIT_FSYNC:
     log.warning("PYSTORE_TEST_SKIP_GROUP_COMMIT_FSYNC=1: SYNC_FLUSH acknowledges puts it never syncs (test only)")
 
 
-def flush_all(queue: Any) -> int:
+def flush_all(queue: MappedFileQueue) -> int:
     """Commit and flush the whole commit log ``queue`` (a ``MappedFileQueue``); returns the flushed offset."""
     for _ in range(len(queue.files) + 2):
         committed_still = queue.commit(0)
@@ -79,7 +85,8 @@ class FlushRealTimeService(ServiceThread):
     returns at the time of the next thorough flush, at a file's end, on ``wakeup`` or at the shutdown, after
     which this loop runs its pass as before (a thorough flush when due, the checkpoint's time)."""
 
-    def __init__(self, commitlog: Any, config: Any, checkpoint: Any, clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, commitlog: CommitLog, config: StoreConfig, checkpoint: StoreCheckpoint,
+                 clock: Callable[[], int] | None = None) -> None:
         super().__init__("FlushRealTimeService", clock)
         self.commitlog = commitlog
         self.config = config
@@ -121,7 +128,7 @@ class FlushRealTimeService(ServiceThread):
             if self._flush(0):
                 break
 
-    def _follow(self, cfg: Any) -> None:
+    def _follow(self, cfg: StoreConfig) -> None:
         """Flush the newest file as puts dirty it, without the GIL, until the next thorough flush is due."""
         queue = self.commitlog.queue
         mf = queue.last()
@@ -183,7 +190,7 @@ class GroupCommitRequest:
 
 
 class GroupCommitService(ServiceThread):
-    def __init__(self, commitlog: Any, checkpoint: Any, after_flush: Callable[[int], object] | None = None,
+    def __init__(self, commitlog: CommitLog, checkpoint: StoreCheckpoint, after_flush: Callable[[int], object] | None = None,
                  clock: Callable[[], int] | None = None) -> None:
         super().__init__("GroupCommitService", clock)
         self.commitlog = commitlog
@@ -425,7 +432,7 @@ class GroupCommitService(ServiceThread):
         return flushed
 
 
-    def _claim_unsynced(self, queue: Any) -> int:
+    def _claim_unsynced(self, queue: MappedFileQueue) -> int:
         """The broken build's flush (``SKIP_GROUP_COMMIT_FSYNC``): every file's bytes count as flushed, no
         msync; the rest (checkpoint time, dispatch) as after a real flush."""
         for mf in queue.files:

@@ -17,7 +17,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pystore._codec import REASONS, RECORD_SHORT
 from pystore._records import scan_file
@@ -25,6 +25,12 @@ from pystore.config import FlushDiskType, StoreConfig
 from pystore.errors import StoreClosedError
 from pystore.ha_protocol import HEADER, REPORT, due, parse_address, wake_up
 from pystore.service import ServiceThread
+
+if TYPE_CHECKING:
+    from pystore._dispatch import QueueDispatcher
+    from pystore.checkpoint import StoreCheckpoint
+    from pystore.commitlog import CommitLog
+    from pystore.dispatch import ReputService
 
 __all__ = ["HAClient", "SlaveLog"]
 
@@ -41,7 +47,11 @@ _VERIFY_BYTES = 64 * 1024
 class SlaveLog:
     """A slave's commit log as replication writes it; the parts are the store's (``pystore.wiring``)."""
 
-    def __init__(self, commitlog: Any, reput: Any, dispatcher: Any, checkpoint: Any, config: StoreConfig) -> None:
+    def __init__(self, commitlog: CommitLog, reput: ReputService, dispatcher: QueueDispatcher | None,
+                 checkpoint: StoreCheckpoint, config: StoreConfig) -> None:
+        # the dispatcher ``reput`` dispatches with: a loaded store's parts always hold one (wiring's
+        # ``_make_reput`` makes both), only the parts' field is optional
+        assert dispatcher is not None
         self.commitlog = commitlog
         self.reput = reput
         self.dispatcher = dispatcher

@@ -36,7 +36,8 @@ def _mlock(buf: mmap.mmap, size: int, lock: bool) -> bool:
     addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     fn = _libc.mlock if lock else _libc.munlock
     fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-    return fn(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0
+    ok: bool = fn(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0
+    return ok
 
 
 class TransientStorePool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
@@ -22,6 +22,9 @@ from pystore._results import PutMessageResult
 from pystore.flush import GroupCommitRequest, GroupCommitService
 from pystore.ha_master import ReplicaWait
 from pystore.status import PutMessageStatus
+
+if TYPE_CHECKING:
+    from pystore.config import StoreConfig
 
 __all__ = ["PutWaits", "done"]
 
@@ -39,7 +42,7 @@ class PutWaits:
     """The waits of a started writer. ``group_commit``: the SYNC_FLUSH service, None with ASYNC_FLUSH;
     ``replicas``: the SYNC_MASTER wait, None on any other role."""
 
-    def __init__(self, config: Any, group_commit: GroupCommitService | None, replicas: ReplicaWait | None,
+    def __init__(self, config: StoreConfig, group_commit: GroupCommitService | None, replicas: ReplicaWait | None,
                  name: str) -> None:
         self.config = config
         self.group_commit = group_commit

@@ -10,13 +10,16 @@ store's configuration, by the same checks in the same order as the put path (``_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from pystore._codec import record_length
 from pystore._message import Message
 from pystore._message_batch import MessageBatch
 from pystore._props import properties_to_string
 from pystore.status import PutMessageStatus
+
+if TYPE_CHECKING:
+    from pystore.config import StoreConfig
 
 __all__ = [
     "MAX_PROPERTIES_BYTES",
@@ -83,7 +86,7 @@ def properties_problem(size: int) -> str | None:
     return None
 
 
-def refusal_reason(msg: Message, config: Any, status: PutMessageStatus | None = None) -> str | None:
+def refusal_reason(msg: Message, config: StoreConfig, status: PutMessageStatus | None = None) -> str | None:
     """Why a store with ``config`` (a :class:`~pystore.config.StoreConfig`) refuses ``msg``, or refused it
     with ``status``; None when the message would be taken (or ``status`` is ``PUT_OK``).
 
@@ -102,7 +105,8 @@ def refusal_reason(msg: Message, config: Any, status: PutMessageStatus | None = 
     if why is None:
         why = body_problem(len(msg.body), int(config.max_message_size))
     if why is None:
-        size = record_length(msg, tuple(config.store_host))
+        # StoreConfig checks store_host into an (address, port) pair; tuple() copes with a list assigned since
+        size = record_length(msg, cast("tuple[str, int]", tuple(config.store_host)))
         file_size = int(config.mapped_file_size_commit_log)
         if size + _END_FILE_MIN_BLANK > file_size:
             why = "the record (%d bytes) does not fit a commit-log file of %d bytes" % (size, file_size)
@@ -120,7 +124,8 @@ _GENERIC = {
 }
 
 
-def refusal_reason_of(what: Message | MessageBatch | None, config: Any, status: PutMessageStatus) -> str | None:
+def refusal_reason_of(what: Message | MessageBatch | None, config: StoreConfig | None,
+                      status: PutMessageStatus) -> str | None:
     """``PutMessageResult.reason``: why a put of ``what`` (a message, a batch, or None when the result does not
     say) into a store with ``config`` ended with ``status``. For a batch, the first of its messages that is
     refused on its own, else what holds for the batch as a whole."""

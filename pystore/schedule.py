@@ -61,7 +61,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pystore._message import Message
 from pystore._message_ext import MessageExt
@@ -72,6 +72,7 @@ from pystore.service import ServiceThread
 from pystore.status import PutMessageStatus
 
 if TYPE_CHECKING:
+    from pystore._results import PutMessageResult
     from pystore.commitlog import CommitLog
     from pystore.config import StoreConfig
     from pystore.consume_queue import ConsumeQueueStore
@@ -122,7 +123,8 @@ def encode_delay_offsets(offset_table: dict[int, int]) -> str:
 def decode_delay_offsets(text: str) -> dict[int, int]:
     """``offsetTable`` of a ``delayOffset.json`` (fastjson's bare integer keys or quoted ones); ValueError if
     the text is not such a document."""
-    return {int(key): offset_value(value, "level %s" % key) for key, value in read_offset_table(text).items()}
+    table: dict[str, object] = read_offset_table(text)
+    return {int(key): offset_value(value, "level %s" % key) for key, value in table.items()}
 
 
 class ScheduleMessageService(ServiceThread):
@@ -366,7 +368,7 @@ class ScheduleMessageService(ServiceThread):
 
     def message_timeup(self, ext: MessageExt) -> Message:
         """The message to put for a due record (RocketMQ ``messageTimeup``)."""
-        props: dict[str, Any] = ext.properties
+        props = ext.properties
         real_topic = props.get(MessageConst.REAL_TOPIC)
         real_qid = props.get(MessageConst.REAL_QID)
         if real_topic is None or real_qid is None:
@@ -376,7 +378,7 @@ class ScheduleMessageService(ServiceThread):
                        sys_flag=ext.sys_flag & ~(SysFlag.BORNHOST_V6_FLAG | SysFlag.STOREHOSTADDRESS_V6_FLAG),
                        reconsume_times=ext.reconsume_times)
 
-    def _put(self, msg: Message) -> Any:
+    def _put(self, msg: Message) -> PutMessageResult:
         """Append without waiting for a flush or a slave (``waitStoreMsgOK=false``), past the rewrite."""
         cl = self.commitlog
         self._timeup = msg

@@ -35,7 +35,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from pystore import columns
 from pystore._message import Message
@@ -59,11 +59,16 @@ from pystore.status import PutMessageStatus
 from pystore.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
 
 if TYPE_CHECKING:
+    import numpy
+    import pyarrow
+    from numpy.typing import NDArray
+
     from pystore._mapped_view import SelectMappedBufferResult
     from pystore._message_ext import MessageExt
     from pystore._read import ReadLimits
     from pystore.arrival import ArrivingListener
     from pystore.clean import CleanService
+    from pystore.columns import BodiesColumn, KeysColumn, PropertiesColumn, TagsColumn
     from pystore.commitlog import CommitLog
     from pystore.consume_queue import ConsumeQueueStore
     from pystore.errors import StoreCorruptedError
@@ -79,6 +84,8 @@ __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
 
 
@@ -88,10 +95,28 @@ def _not_available(msg: object) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
 
-def _part(holder: str, name: str) -> property:
-    """A part of what load() opened (``_parts``) or of a started writer's services (``_writer``), None before:
-    white-box tests reach for them."""
-    return property(lambda self: getattr(getattr(self, holder), name, None))
+class _Part(Generic[_T]):
+    """A read-only part of what load() opened (``_parts``) or of a started writer's services (``_writer``), None
+    before: a property typed as the part (white-box tests reach for them)."""
+
+    def __init__(self, get: Callable[[MessageStore], _T | None]) -> None:
+        self._get = get
+
+    @overload
+    def __get__(self, store: None, owner: type[MessageStore]) -> _Part[_T]: ...
+    @overload
+    def __get__(self, store: MessageStore, owner: type[MessageStore]) -> _T | None: ...
+    def __get__(self, store: MessageStore | None, owner: type[MessageStore]) -> _Part[_T] | _T | None:
+        return self if store is None else self._get(store)
+
+    def __set__(self, store: MessageStore, value: object) -> None:
+        raise AttributeError("a part of the store cannot be replaced")
+
+
+class _Service(Protocol):
+    """What the store asks of each service a started writer runs (``Writer.services``): to stop."""
+
+    def shutdown(self) -> None: ...
 
 
 class MessageStore:
@@ -128,7 +153,7 @@ class MessageStore:
         self._limits: ReadLimits | None = None
         #: a started writer's services (pystore.wiring.Writer); ``_services`` are those still to stop
         self._writer: Writer | None = None
-        self._services: list[Any] = []
+        self._services: list[_Service] = []
         self.schedule_message_service: ScheduleMessageService | None = None
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
@@ -138,9 +163,15 @@ class MessageStore:
         #: a read-only store's committed offsets, read when first asked for (a writer's are ``_writer.offsets``)
         self._read_offsets: ConsumerOffsets | None = None
 
-    _checkpoint, _index, _dispatcher, _reput = (_part("_parts", n) for n in ("checkpoint", "index", "dispatcher", "reput"))
-    _ha, _ha_client, _flush_service, _allocate, _pool = (
-        _part("_writer", n) for n in ("ha", "ha_client", "flush_service", "allocate", "pool"))
+    _checkpoint = _Part(lambda s: None if s._parts is None else s._parts.checkpoint)
+    _index = _Part(lambda s: None if s._parts is None else s._parts.index)
+    _dispatcher = _Part(lambda s: None if s._parts is None else s._parts.dispatcher)
+    _reput = _Part(lambda s: None if s._parts is None else s._parts.reput)
+    _ha = _Part(lambda s: None if s._writer is None else s._writer.ha)
+    _ha_client = _Part(lambda s: None if s._writer is None else s._writer.ha_client)
+    _flush_service = _Part(lambda s: None if s._writer is None else s._writer.flush_service)
+    _allocate = _Part(lambda s: None if s._writer is None else s._writer.allocate)
+    _pool = _Part(lambda s: None if s._writer is None else s._writer.pool)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -460,20 +491,21 @@ class MessageStore:
 
     # -- columns: the work is pystore.columns' ---------------------------------------------------------------
 
-    def put_columns(self, topic: str, bodies: Any, queue_id: int = 0, keys: Any = None, tags: Any = None,
-                    properties: Any = None, batch: bool = False) -> PutColumnsResult:
+    def put_columns(self, topic: str, bodies: BodiesColumn, queue_id: int = 0, keys: KeysColumn | None = None,
+                    tags: TagsColumn | None = None, properties: PropertiesColumn | None = None,
+                    batch: bool = False) -> PutColumnsResult:
         """One message per body, stored as ``put_message`` (``batch``: ``put_messages``) would, to a refusal."""
         return columns.put_columns(self, topic, bodies, queue_id, keys, tags, properties, batch)
 
     def get_columns(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
-                    message_filter: MessageFilter | TagFilter | str | None = None,
-                    timeout_ms: int = 0, columns: Sequence[str] | None = None) -> tuple[GetMessageStatus, int, Any]:
+                    message_filter: MessageFilter | TagFilter | str | None = None, timeout_ms: int = 0,
+                    columns: Sequence[str] | None = None) -> tuple[GetMessageStatus, int, pyarrow.RecordBatch]:
         """``get_message`` without its in-memory caps: ``(status, next_begin_offset, pyarrow.RecordBatch)``; the
         batch has the ``columns`` named (of ``columns_schema()``, in that order; None: all of them)."""
         return _get_columns(self._reads, group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms,
                             columns)
 
-    def queue_units(self, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> Any:
+    def queue_units(self, topic: str, queue_id: int, start: int = 0, count: int | None = None) -> NDArray[numpy.void]:
         """A read-only numpy view of the consume-queue units from ``start``, to a file's end or ``count``."""
         return columns.queue_units(self._reads, topic, queue_id, start, count)
 

@@ -1,10 +1,10 @@
 """What a store folder holds, as plain data (``pystore inspect``): files, offsets, queues, checkpoint, abort.
 
 :func:`store_info` opens the store read-only (no lock, no writes: safe on a live store) and returns a
-JSON-serialisable ``dict``. Figures come from the public ``MessageStore`` API where it has them; file lists
-and sizes come from the folder. ``dispatch_behind_bytes`` is measured from the files: the commit log's end
-minus the end of the newest record any consume queue points at (a read-only store has no dispatcher of its
-own to ask).
+JSON-serialisable ``dict``, typed as the ``StoreInfo`` ``TypedDict`` below. Figures come from the public
+``MessageStore`` API where it has them; file lists and sizes come from the folder. ``dispatch_behind_bytes`` is
+measured from the files: the commit log's end minus the end of the newest record any consume queue points at (a
+read-only store has no dispatcher of its own to ask).
 
 Every file and folder has two sizes: ``size`` / ``bytes``, the apparent size (``st_size``: what ``ls`` and
 ``du --apparent-size`` show), and ``allocated`` / ``allocated_bytes``, the disk it takes (``st_blocks * 512``:
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from pystore._mapped_file import MappedFile, is_file_name
 from pystore._records import first_store_timestamp
@@ -26,6 +26,103 @@ from pystore.geometry import detect_overrides
 from pystore.store import MessageStore
 
 __all__ = ["store_info", "iso_ms"]
+
+
+class FileInfo(TypedDict):
+    name: str
+    size: int
+    allocated: int
+    sparse: bool
+
+
+class CommitLogFileInfo(FileInfo):
+    path: str
+    first_store_time: str | None
+    first_store_timestamp: int
+
+
+class AbortInfo(TypedDict):
+    exists: bool
+    pid: int | None
+    writer_alive: bool
+
+
+class QueueInfo(TypedDict):
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    messages: int
+    first_store_time: str | None
+    last_store_time: str | None
+
+
+class CheckpointInfo(TypedDict):
+    exists: bool
+    trusted: bool
+    physic_msg_timestamp: int
+    physic_msg_time: str | None
+    logics_msg_timestamp: int
+    logics_msg_time: str | None
+    index_msg_timestamp: int
+    index_msg_time: str | None
+    master_flushed_offset: int
+    confirm_phy_offset: int
+
+
+class CommitLogInfo(TypedDict):
+    min_offset: int
+    max_offset: int
+    file_size: int
+    files: list[CommitLogFileInfo]
+    earliest_message_time: str | None
+
+
+class DiskInfo(TypedDict):
+    #: by kind: "commitlog", "consumequeue", "index"
+    bytes: dict[str, int]
+    allocated_bytes: dict[str, int]
+    sparse: dict[str, bool]
+    commit_log_disk_ratio: float
+    disk_max_used_space_ratio: int
+    disk_space_clean_forcibly_ratio: float
+    disk_space_warning_level_ratio: float
+
+
+class ReadOnlyView(TypedDict):
+    valid_end: int | None
+    damage: str | None
+
+
+class ConsumerLag(TypedDict):
+    """A group's committed offset of one queue and how far it lags (None: a queue the store does not have)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    committed: int
+    max_offset: int | None
+    lag: int | None
+
+
+class StoreInfo(TypedDict):
+    """``store_info``'s answer (a plain ``dict`` at runtime)."""
+
+    root: str
+    abort: AbortInfo
+    unclean_shutdown: bool
+    writer_running: bool
+    checkpoint: CheckpointInfo
+    commit_log: CommitLogInfo
+    queues: list[QueueInfo]
+    topics: list[str]
+    index_files: list[FileInfo]
+    disk: DiskInfo
+    dispatch_behind_bytes: int
+    read_only_view: ReadOnlyView
+    #: added by ``pystore inspect`` (the committed offsets' lag), not by ``store_info``
+    consumer_groups: NotRequired[list[ConsumerLag]]
+    consumer_groups_error: NotRequired[str]
 
 
 def iso_ms(ms: int) -> str | None:
@@ -41,7 +138,7 @@ def _sizes(path: str) -> tuple[int, int]:
     return st.st_size, st.st_blocks * 512
 
 
-def _file_entry(name: str, path: str) -> dict[str, Any]:
+def _file_entry(name: str, path: str) -> FileInfo:
     size, allocated = _sizes(path)
     return {"name": name, "size": size, "allocated": allocated, "sparse": allocated < size}
 
@@ -71,7 +168,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _abort_state(path: str) -> dict[str, Any]:
+def _abort_state(path: str) -> AbortInfo:
     if not os.path.exists(path):
         return {"exists": False, "pid": None, "writer_alive": False}
     pid = None
@@ -84,8 +181,8 @@ def _abort_state(path: str) -> dict[str, Any]:
     return {"exists": True, "pid": pid, "writer_alive": bool(pid and _pid_alive(pid))}
 
 
-def _commit_log_files(store: MessageStore) -> list[dict[str, Any]]:
-    out = []
+def _commit_log_files(store: MessageStore) -> list[CommitLogFileInfo]:
+    out: list[CommitLogFileInfo] = []
     for folder in store.config.commit_log_paths():
         try:
             names = sorted(n for n in os.listdir(folder) if is_file_name(n))
@@ -101,12 +198,11 @@ def _commit_log_files(store: MessageStore) -> list[dict[str, Any]]:
                     ts = first_store_timestamp(mf)
                 finally:
                     mf.close()
-            entry.update(path=path, first_store_time=iso_ms(ts), first_store_timestamp=ts)
-            out.append(entry)
+            out.append({**entry, "path": path, "first_store_time": iso_ms(ts), "first_store_timestamp": ts})
     return out
 
 
-def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[str, Any]:
+def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> StoreInfo:
     """Everything ``pystore inspect`` shows about the store at ``root`` (see the module docstring)."""
     root = os.fspath(root)
     over = detect_overrides(root)
@@ -116,8 +212,8 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
     try:
         cfg = store.config
         cp = StoreCheckpoint(cfg.checkpoint_path(), read_only=True)
-        queues = []
-        ends = []
+        queues: list[QueueInfo] = []
+        ends: list[int] = []
         for (topic, qid), _next in sorted(store.get_topic_queue_table().items()):
             lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
             last_ts = store.get_message_store_timestamp(topic, qid, hi - 1) if hi > lo else -1
@@ -142,7 +238,7 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
         min_phy, max_phy = store.get_min_phy_offset(), store.get_max_phy_offset()
         runtime = store.get_runtime_info()
         cl_files = _commit_log_files(store)
-        index_files: list[dict[str, Any]] = []
+        index_files: list[FileInfo] = []
         if os.path.isdir(cfg.index_path()):
             for name in sorted(os.listdir(cfg.index_path())):
                 if name.isdigit():
@@ -159,7 +255,7 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> dict[st
             "index": sum(f["allocated"] for f in index_files),
         }
         recovery = store.recovery
-        info: dict[str, Any] = {
+        info: StoreInfo = {
             "root": os.path.abspath(root),
             "abort": abort,
             "unclean_shutdown": abort["exists"] and not abort["writer_alive"],

@@ -100,8 +100,8 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems and not self.problems_dropped
 
-    def as_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
+    def as_dict(self) -> dict[str, object]:
+        d: dict[str, object] = dict(self.__dict__)
         d["problems"] = [dict(p.__dict__) for p in self.problems]
         d["ok"] = self.ok
         return d

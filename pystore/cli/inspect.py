@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 from rich.text import Text
@@ -26,6 +27,9 @@ from pystore.cli.common import (
     store_options,
     table,
 )
+
+if TYPE_CHECKING:
+    from pystore.storeinfo import ConsumerLag, QueueInfo
 
 
 @click.command(short_help="topics, queues, offsets, files, disk ratio, checkpoint")
@@ -150,14 +154,14 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         g = table("consumer groups (config/consumerOffset.json)")
         for col in ("group", "topic", "queue", "committed", "max offset", "lag"):
             g.add_column(col, justify="left" if col in ("group", "topic") else "right")
-        for row in groups:
+        for lag in groups:
             g.add_row(
-                Text(row["group"]),
-                Text(row["topic"]),
-                str(row["queue_id"]),
-                str(row["committed"]),
-                "-" if row["max_offset"] is None else str(row["max_offset"]),
-                "-" if row["lag"] is None else str(row["lag"]),
+                Text(lag["group"]),
+                Text(lag["topic"]),
+                str(lag["queue_id"]),
+                str(lag["committed"]),
+                "-" if lag["max_offset"] is None else str(lag["max_offset"]),
+                "-" if lag["lag"] is None else str(lag["lag"]),
             )
         console.print(g)
         if groups_error:
@@ -165,8 +169,8 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
     f = table("commit-log files")
     for col in ("file", "allocated / apparent", "first store time"):
         f.add_column(col, justify="left" if col == "file" or col == "first store time" else "right")
-    for row in cl["files"]:
-        f.add_row(row["name"], _sizes(row["size"], row["allocated"]), iso(row["first_store_timestamp"]))
+    for file in cl["files"]:
+        f.add_row(file["name"], _sizes(file["size"], file["allocated"]), iso(file["first_store_timestamp"]))
     console.print(f)
     if info["index_files"]:
         console.print(
@@ -175,7 +179,7 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         )
 
 
-def consumer_lags(config_dir: str, queues: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+def consumer_lags(config_dir: str, queues: Sequence[QueueInfo]) -> tuple[list[ConsumerLag], str | None]:
     """Rows ``group, topic, queue_id, committed, max_offset, lag`` of the committed offsets in ``config_dir``
     against ``queues`` (``store_info``'s); ``max_offset`` and ``lag`` are None for a queue the store does not
     have. The second item says why the file could not be read (None when it could, or there is none)."""
@@ -188,7 +192,7 @@ def consumer_lags(config_dir: str, queues: list[dict[str, Any]]) -> tuple[list[d
     except StoreError as e:
         return [], str(e)
     by_queue = {(q["topic"], q["queue_id"]): q for q in queues}
-    rows = []
+    rows: list[ConsumerLag] = []
     for key, offsets in sorted(table_.items()):
         topic, _, group = key.partition(SEPARATOR)
         for qid, committed in sorted(offsets.items()):
