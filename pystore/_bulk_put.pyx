@@ -425,7 +425,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
             if props_lens != NULL:
                 _tail_each(first + body_pos + first_body_len, NULL, topic_part, b, i, shared, shared_len)
                 store_i32_release(first, sizes[i])
-            mf.wrote = pos + sizes[i]
+            mf.publish(pos + sizes[i])
             with nogil:
                 dst = first + sizes[i]
                 for k in range(i + 1, end):
@@ -441,7 +441,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
                         like_tail(dst, first, body_pos, first_body_len, tail_len, blen, size)
                     dst += size
                     # published record by record: a concurrent reader sees a growing prefix
-                    mf.wrote = dst - mf.write_base
+                    mf.publish(dst - mf.write_base)
             mf.store_timestamp = ts
             cell.next_offset = qoff + (end - i)
             if cl.dispatcher is not None:

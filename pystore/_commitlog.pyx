@@ -208,7 +208,7 @@ cdef void _like_first(MappedFile mf, const unsigned char *first, int32_t body_po
                        born_ts)
         like_tail(dst, first, body_pos, first_body_len, tail_len, blen, sizes[i])
         dst += sizes[i]
-        mf.wrote = dst - mf.write_base
+        mf.publish(dst - mf.write_base)
 
 
 cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
@@ -346,7 +346,7 @@ cdef class CommitLogCore:
         pos = mf.wrote
         if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
             write_blank(mf.write_base + pos, <int32_t>(mf.file_size - pos))
-            mf.wrote = mf.file_size
+            mf.fill_to_end()
             mf.settle()
             mf = self._roll(mf.file_from_offset + mf.file_size)
             if mf is None:
@@ -463,7 +463,7 @@ cdef class CommitLogCore:
                 phy = mf.file_from_offset + pos
                 encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
                                PyBytes_AS_STRING(self.store_host_b), self.store_flag, private)
-                mf.wrote = pos + total
+                mf.publish(pos + total)
                 mf.store_timestamp = ts
                 if enters:
                     cell.next_offset = qoff + 1
@@ -598,7 +598,7 @@ cdef class CommitLogCore:
                     encode_message(first, m0, size_arr[0], qoff, first_phy, ts,
                                    <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, False)
                     pos += size_arr[0]
-                    mf.wrote = pos
+                    mf.publish(pos)
                     first_body_len = <int32_t>PyBytes_GET_SIZE(m0._body)
                     tail_len = _tail_length(m0)
                     body_pos = size_arr[0] - first_body_len - tail_len
@@ -620,7 +620,7 @@ cdef class CommitLogCore:
                             one_run = False
                         pos += size_arr[i]
                         # publish record by record, so a concurrent reader sees a growing prefix
-                        mf.wrote = pos
+                        mf.publish(pos)
                 else:
                     # the first record in full, the others copied from it with their own fields patched in;
                     # every record shares the template's topic and properties, so the units go in as one run
@@ -633,7 +633,7 @@ cdef class CommitLogCore:
                                      body_crc32(ptr_arr[0], first_body_len), size_arr[0], qoff, first_phy,
                                      batch._born_ts, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
                                      self.store_flag, True)
-                    mf.wrote = pos + size_arr[0]
+                    mf.publish(pos + size_arr[0])
                     tail_len = _tail_length(tmpl)
                     body_pos = base_len - tail_len
                     if total >= BIG_BODY:

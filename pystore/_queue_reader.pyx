@@ -67,7 +67,7 @@ cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
         mf.c_release()
     if pos != start:
         # the next unit lands in this file while it has room: these are all the new ones
-        mf.wrote = mf.committed = mf.flushed = pos
+        mf.followed_to(pos)
         if mx >= 0:
             cq.max_physic_offset = mx
     last = <MappedFile>PyList_GET_ITEM(cl_files, ncl - 1)
@@ -87,7 +87,7 @@ cdef int _follow_live(ConsumeQueueCore cq, list cl_files) except -1:
         last.c_release()
     if reason == REC_BLANK:
         return 0
-    last.wrote = last.committed = last.flushed = end
+    last.followed_to(end)
     return 1 if cq.max_physic_offset <= last.file_from_offset + end else 0
 
 
@@ -287,11 +287,12 @@ cdef class QueueReader:
         finally:
             cl.c_release()
             mf.c_release()
-        mf.wrote = mf.committed = mf.flushed = rp + CQ_STORE_UNIT_SIZE
+        mf.followed_to(rp + CQ_STORE_UNIT_SIZE)
         if phy + size > cq.max_physic_offset:
             cq.max_physic_offset = phy + size
         if rpos + size > crp:
-            cl.wrote = cl.committed = cl.flushed = crp = rpos + size
+            crp = rpos + size
+            cl.followed_to(crp)
         cl_max = cl.file_from_offset + crp
         min_o = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
         self.tail_reads += 1
