@@ -44,6 +44,8 @@ cdef class CommitLogCore:
     cdef dict table
     cdef str last_key                 # the cell of the last put's topic-queue key, reused while the key repeats
     cdef QueueCell last_cell
+    # bumped by remove_cell: whoever remembers cells (the reput's table, _dispatch) forgets them when it moves
+    cdef readonly int64_t cells_removed
     cdef bytes store_host_b
     cdef int32_t store_flag
     cdef public int64_t max_message_size
@@ -75,6 +77,7 @@ cdef class CommitLogCore:
     cdef int64_t buckets[13]
 
     cdef int find_cell(self, Message m) except -1
+    cdef QueueCell cell_of(self, str topic, int32_t queue_id)
     cdef bint _page_cache_busy(self) except -1
 
     # -- the put protocol, shared by the single put, the batch put and the column put's chunks --------------

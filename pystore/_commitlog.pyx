@@ -286,13 +286,19 @@ cdef class CommitLogCore:
         self.last_cell = <QueueCell>c
         return 0
 
-    def get_cell(self, str topic, int queue_id, bint create=True):
-        key = "%s-%d" % (topic, queue_id)
-        c = self.table.get(key)
-        if c is None and create:
+    cdef QueueCell cell_of(self, str topic, int32_t queue_id):
+        """The cell of ``(topic, queue_id)``, created when missing."""
+        cdef str key = "%s-%d" % (topic, queue_id)
+        cdef object c = self.table.get(key)
+        if c is None:
             c = QueueCell(topic, queue_id, 0)
             self.table[key] = c
-        return c
+        return <QueueCell>c
+
+    def get_cell(self, str topic, int queue_id, bint create=True):
+        if create:
+            return self.cell_of(topic, queue_id)
+        return self.table.get("%s-%d" % (topic, queue_id))
 
     def cells(self):
         return list(self.table.values())
@@ -300,6 +306,7 @@ cdef class CommitLogCore:
     def remove_cell(self, str topic, int queue_id):
         self.last_key = None
         self.last_cell = None
+        self.cells_removed += 1
         return self.table.pop("%s-%d" % (topic, queue_id), None)
 
     def get_topic_queue_table(self):
