@@ -23,7 +23,7 @@ from pystore._codec cimport (CQ_STORE_UNIT_SIZE, REC_BLANK, RecordView, check_re
                              tags_code_of)
 from pystore._bytes cimport bytes_data, bytes_size
 from pystore._commitlog cimport CommitLogCore, Dispatcher, QueueCell
-from pystore._files cimport find_file
+from pystore._files cimport files_of, find_file
 from pystore._index cimport IndexFilesBase, KeyScan, index_message, index_scanned, key_scan
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
@@ -54,7 +54,7 @@ cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset, int64_t reco
     cdef list files
     if mf is None:
         return queue_offset > 0
-    files = cq.queue.files
+    files = files_of(cq.queue)
     if PyList_GET_SIZE(files) > 0 and \
             queue_offset * CQ_STORE_UNIT_SIZE < (<MappedFile>PyList_GET_ITEM(files, 0)).file_from_offset:
         return True
@@ -118,12 +118,12 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
             found = queues.get(key)
             if found is not None:
                 cq = <ConsumeQueueCore>found
-                if cq.last is None or PyList_GET_SIZE(cq.queue.files) == 0:
+                if cq.last is None or PyList_GET_SIZE(files_of(cq.queue)) == 0:
                     head = False
                     tail = True
                 else:
                     head = v.queue_offset * CQ_STORE_UNIT_SIZE < \
-                        (<MappedFile>PyList_GET_ITEM(cq.queue.files, 0)).file_from_offset
+                        (<MappedFile>PyList_GET_ITEM(files_of(cq.queue), 0)).file_from_offset
                     tail = off + r > cq.max_physic_offset and \
                         v.queue_offset * CQ_STORE_UNIT_SIZE >= cq.last.file_from_offset + cq.last.wrote
                 if head or (tail and (tails or v.store_ts < stored_before or off + r <= dispatched_end)):

@@ -196,7 +196,7 @@ cdef class QueueReader:
                 return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums)
             return r
         q = self.cl_queue
-        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
+        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None,
                            None, None, False, q)
 
     cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
@@ -425,4 +425,4 @@ cdef class QueueReader:
         if not self.open or type(commit_log_offset) is not int:
             return self.cls.look_message_by_offset(self.store, commit_log_offset)
         q = self.cl_queue
-        return message_at(q.files, q.mapped_file_size, commit_log_offset, self.lim.check_crc)
+        return message_at(_files_of(q), q.mapped_file_size, commit_log_offset, self.lim.check_crc)

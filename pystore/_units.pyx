@@ -197,7 +197,7 @@ cdef class ConsumeQueueCore:
         cdef unsigned char *p
         if self.last is None or at >= self.last.file_from_offset + self.last.wrote or at < self.min_logic_offset:
             return 0
-        f = _files.find_file(self.queue.files, self.last.file_size, at)     # the files' size, kept from disk
+        f = _files.find_file(_files.files_of(self.queue), self.last.file_size, at)     # the files' size, kept from disk
         if f is None or f.base == NULL or f.read_only or f.write_base != f.base:
             return 0
         pos = at - f.file_from_offset
