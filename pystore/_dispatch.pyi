@@ -26,7 +26,8 @@ def queues_behind(
 
 @final
 class QueueDispatcher(Dispatcher):
-    cells: CommitLogCore
+    @property
+    def cells(self) -> CommitLogCore: ...
     create_queue: Callable[[str, int], Any]
     index: Any
     inline_index: bool

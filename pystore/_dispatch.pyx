@@ -154,7 +154,7 @@ cdef inline uint64_t _cell_hash(const unsigned char *p, Py_ssize_t n, int32_t qu
 @cython.final
 cdef class QueueDispatcher(Dispatcher):
     """Builds consume-queue units (and index entries) from appended records."""
-    cdef public CommitLogCore cells            # the topic-queue table (the commit log's): reput's cells
+    cdef readonly CommitLogCore cells          # the topic-queue table (the commit log's): reput's cells
     cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
     cdef public IndexFilesBase index           # IndexService, or None
     # whether the inline path (dispatch, dispatch_run) writes index entries; False while an index builder
