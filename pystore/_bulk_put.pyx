@@ -6,9 +6,11 @@ Input: the bodies as one values buffer (uint8) and ``n + 1`` int64 offsets into 
 tuple of ``bytes`` read where they are (``put_bytes``); optionally a tags and a keys column of UTF-8 texts
 (values, offsets, validity), written as each message's TAGS and KEYS before the template's properties, as
 ``Message`` orders them. The messages go in *chunks*: one put-lock hold each, at most ``CHUNK_BYTES`` of
-records and never past the end of a commit-log file. For a chunk, under the lock: one clock read (the store
-time of its records), the queue offset, the file (``CommitLogCore._file_with_room``: END_OF_FILE blank and
-roll), the blocks reserved; then the records are encoded straight into the mapping with the GIL released
+records and never past the end of a commit-log file. A chunk follows the put protocol every put shares
+(``CommitLogCore._room_refusal`` before the lock, ``_enter`` and ``_exit`` around its hold, ``_finish``
+after): under the lock, one clock read (the store time of its records), the queue offset, the file with room
+for its first message or batch (END_OF_FILE blank and roll), then as many more as fit and the blocks
+reserved; then the records are encoded straight into the mapping with the GIL released
 (the first in full, the others copied from it with their own fields patched in, as ``put_messages`` does for
 a batch built from bodies), the write position published record by record, and the consume-queue units,
 index entries and wake-ups handed to the store's dispatcher as one run (``Dispatcher.dispatch_run``, or
@@ -34,7 +36,7 @@ from libc.string cimport memcpy, memset
 
 from pystore._bytes cimport body_crc32, mono_coarse_ns, put_i16, store_i32_release
 from pystore._codec cimport END_FILE_MIN_BLANK_LENGTH, encode_with_body, like_head_body, like_tail, message_length
-from pystore._commitlog cimport CommitLogCore, QueueCell
+from pystore._commitlog cimport REFUSE_NONE, CommitLogCore, QueueCell, refusal_status
 from pystore._jstring cimport java_hash_utf8
 from pystore._mapped_file cimport MappedFile
 from pystore._message cimport MAX_PROPERTIES_BYTES, Message
@@ -55,7 +57,6 @@ cdef object ST_PUT_OK = PutMessageStatus.PUT_OK
 cdef object ST_SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
 cdef object ST_MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 cdef object ST_PROPERTIES_SIZE_EXCEEDED = PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-cdef object ST_OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
 cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
 
 # A chunk's records: one lock hold, one store time, one dispatch run, one wait. Small enough that another
@@ -348,6 +349,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
     cdef QueueCell cell
     cdef MappedFile mf
     cdef object status = ST_PUT_OK, waited = ST_PUT_OK, failed = None
+    cdef int code
     cdef PutMessageResult r
     cdef const int32_t *props_lens = b.props_lens           # NULL: every message has the template's properties
     cdef int32_t shared_len = <int32_t>PyBytes_GET_SIZE(tmpl._props_b)
@@ -376,21 +378,18 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
         if lens[i] > max_body:
             failed = ST_MESSAGE_ILLEGAL
             break
-        if cl.begin_time_in_lock != 0 and cl.is_os_page_cache_busy():
-            failed = ST_OS_PAGE_CACHE_BUSY
-            break
         unit_end = _unit_end(sizes, lens, props_lens, i, n, batch, cap, max_body, &total)
-        if total + END_FILE_MIN_BLANK_LENGTH > file_size:
-            failed = ST_MESSAGE_ILLEGAL
+        code = cl._room_refusal(total)
+        if code != REFUSE_NONE:
+            failed = refusal_status(code)
             break
         t0 = mono_coarse_ns()
-        cl.put_lock.lock()
         try:
-            ts = cl._now()
-            cl.begin_time_in_lock = ts
-            cell = cl.cell_for(tmpl)
+            # the file with room for the chunk's first unit (a message, or a batch); more are added below
+            mf = cl._enter(tmpl, total, False)
+            ts = cl.begin_time_in_lock
+            cell = cl.last_cell
             qoff = cell.next_offset
-            mf = cl._file_with_room(total)
             if mf is None:
                 failed = ST_CREATE_MAPPED_FILE_FAILED
                 break
@@ -425,7 +424,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
             if props_lens != NULL:
                 _tail_each(first + body_pos + first_body_len, NULL, topic_part, b, i, shared, shared_len)
                 store_i32_release(first, sizes[i])
-            mf.wrote = pos + sizes[i]
+            mf.publish(pos + sizes[i])
             with nogil:
                 dst = first + sizes[i]
                 for k in range(i + 1, end):
@@ -441,7 +440,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
                         like_tail(dst, first, body_pos, first_body_len, tail_len, blen, size)
                     dst += size
                     # published record by record: a concurrent reader sees a growing prefix
-                    mf.wrote = dst - mf.write_base
+                    mf.publish(dst - mf.write_base)
             mf.store_timestamp = ts
             cell.next_offset = qoff + (end - i)
             if cl.dispatcher is not None:
@@ -451,9 +450,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
                 else:
                     cl.dispatcher.dispatch_run(cell, tmpl, first_phy, sizes + i, end - i, ts, qoff)
         finally:
-            cl.begin_time_in_lock = 0
-            cl.put_lock.unlock()
-        cl._account(t0, acc)
+            cl._exit()
         # the put path counts one put per message, or per batch
         if batch:
             k = i
@@ -470,7 +467,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
             commit_log_offsets[k] = phy
             store_timestamps[k] = ts
             phy += sizes[k]
-        cl._after_append(mf)
+        cl._finish(t0, acc, mf)
         if cl.after_put is not None:
             r = cl.after_put(put_ok(first_phy, <int32_t>acc, ts, qoff, <int32_t>(end - i), cl.store_host_b,
                                     store_flag, None), tmpl)

@@ -5,7 +5,10 @@ One call per message (``put_message``) or per batch (``put_messages``) does ever
 §1.11, 4.x order): refuse what must be refused with a status; take the put lock; stamp the store time
 (the lock time); take the queue offset from the topic-queue table (so a failed append never burns one);
 encode straight into the mapped file; if the record and an 8-byte blank do not fit, write the blank
-(END_OF_FILE), roll to the next file and encode there; a batch never spans two files. Under the lock the
+(END_OF_FILE), roll to the next file and encode there; a batch never spans two files. The single put, the
+batch put and the column put (``_bulk_put``) share one protocol for the refusals, the lock, the store time,
+the cell and the file with room (``_room_refusal``, ``_enter``, ``_exit``, ``_finish``, inline in
+``_commitlog.pxd``) and keep only their own checks and encoding. Under the lock the
 record is also handed to the inline dispatcher (consume queue, index) when there is one. Afterwards the
 flush service is woken (a C flag keeps that to one Python call per flush cycle) and, if set, the
 ``after_put`` hook decides the final status (group commit, replication).
@@ -143,29 +146,36 @@ cdef inline bint _built_alike(Message m, Message m0) noexcept:
             and _same_bytes(<PyObject *>m._born_host_b, <PyObject *>m0._born_host_b))
 
 
-# why a batch refuses a message (_refusal); the statuses are PutMessageStatus members
-cdef enum:
-    REFUSE_NONE = 0
-    REFUSE_ILLEGAL = 1
-    REFUSE_PROPERTIES = 2
+cdef object refusal_status(int code):
+    """The status of a refusal (``REFUSE_*``, _commitlog.pxd)."""
+    if code == REFUSE_PROPERTIES:
+        return ST_PROPERTIES_SIZE_EXCEEDED
+    if code == REFUSE_BUSY:
+        return ST_OS_PAGE_CACHE_BUSY
+    return ST_MESSAGE_ILLEGAL
 
 
-cdef inline int _refusal(Message m, str tq_key, int64_t max_size) noexcept:
-    """Why a batch refuses this message of it (or its template, for ``from_bodies``), REFUSE_NONE if it may go
-    in: properties and topic legal, body within ``max_size``, no delay, not transactional, and the batch's
-    topic and queue (keys of one topic and queue are one interned object, so the compare is by identity
-    first)."""
+cdef inline int _own_refusal(Message m, int64_t max_size) noexcept:
+    """Why every put refuses a message, REFUSE_NONE if it may go in: properties and topic legal, body within
+    ``max_size``."""
     if m._illegal:
         return REFUSE_PROPERTIES if m._illegal == 2 else REFUSE_ILLEGAL
-    if (bytes_size(<PyObject *>m._body) > max_size or m._delay_level > 0
-            or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
-            or not (m._tq_key is tq_key or m._tq_key == tq_key)):
+    if bytes_size(<PyObject *>m._body) > max_size:
         return REFUSE_ILLEGAL
     return REFUSE_NONE
 
 
-cdef inline object _refusal_status(int code):
-    return ST_PROPERTIES_SIZE_EXCEEDED if code == REFUSE_PROPERTIES else ST_MESSAGE_ILLEGAL
+cdef inline int _refusal(Message m, str tq_key, int64_t max_size) noexcept:
+    """Why a batch refuses this message of it (or its template, for ``from_bodies``), REFUSE_NONE if it may go
+    in: ``_own_refusal``'s checks, then no delay, not transactional, and the batch's topic and queue (keys of
+    one topic and queue are one interned object, so the compare is by identity first)."""
+    cdef int code = _own_refusal(m, max_size)
+    if code != REFUSE_NONE:
+        return code
+    if (m._delay_level > 0 or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
+            or not (m._tq_key is tq_key or m._tq_key == tq_key)):
+        return REFUSE_ILLEGAL
+    return REFUSE_NONE
 
 
 cdef inline int32_t _crc_of(Message m) noexcept:
@@ -208,13 +218,15 @@ cdef void _like_first(MappedFile mf, const unsigned char *first, int32_t body_po
                        born_ts)
         like_tail(dst, first, body_pos, first_body_len, tail_len, blen, sizes[i])
         dst += sizes[i]
-        mf.wrote = dst - mf.write_base
+        mf.publish(dst - mf.write_base)
 
 
 cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
-    """A refused put's result, which keeps what was refused and the store's configuration so that its
-    ``reason`` can say why in words (computed only if asked: the refusal path makes no text)."""
+    """A refused put's result (counted as a failed put), which keeps what was refused and the store's
+    configuration so that its ``reason`` can say why in words (computed only if asked: the refusal path makes
+    no text)."""
     cdef PutMessageResult r = put_failed(status)
+    cl.put_failed_times += 1
     r._refused = (what, getattr(cl, "config", None))
     return r
 
@@ -253,29 +265,36 @@ cdef class CommitLogCore:
 
     # -- topic-queue table ---------------------------------------------------------------------
 
-    cdef QueueCell cell_for(self, Message m):
+    cdef int find_cell(self, Message m) except -1:
+        """Make ``last_cell`` the cell of ``m``'s topic and queue (created when missing)."""
         # puts mostly repeat a topic and queue: one string compare (the same object when a template or a
         # message is reused) instead of a dict lookup. Cells are only added when missing or removed
         # (remove_cell forgets the last one), so the remembered cell is the table's.
         cdef str key = m._tq_key
         cdef object c
         if self.last_cell is not None and (key is self.last_key or key == self.last_key):
-            return self.last_cell
+            return 0
         c = self.table.get(key)
         if c is None:
             c = QueueCell(m._topic, m._queue_id, 0)
             self.table[key] = c
         self.last_key = key
         self.last_cell = <QueueCell>c
+        return 0
+
+    cdef QueueCell cell_of(self, str topic, int32_t queue_id):
+        """The cell of ``(topic, queue_id)``, created when missing."""
+        cdef str key = "%s-%d" % (topic, queue_id)
+        cdef object c = self.table.get(key)
+        if c is None:
+            c = QueueCell(topic, queue_id, 0)
+            self.table[key] = c
         return <QueueCell>c
 
     def get_cell(self, str topic, int queue_id, bint create=True):
-        key = "%s-%d" % (topic, queue_id)
-        c = self.table.get(key)
-        if c is None and create:
-            c = QueueCell(topic, queue_id, 0)
-            self.table[key] = c
-        return c
+        if create:
+            return self.cell_of(topic, queue_id)
+        return self.table.get("%s-%d" % (topic, queue_id))
 
     def cells(self):
         return list(self.table.values())
@@ -283,6 +302,7 @@ cdef class CommitLogCore:
     def remove_cell(self, str topic, int queue_id):
         self.last_key = None
         self.last_cell = None
+        self.cells_removed += 1
         return self.table.pop("%s-%d" % (topic, queue_id), None)
 
     def get_topic_queue_table(self):
@@ -295,6 +315,9 @@ cdef class CommitLogCore:
     # (the C clock when none was injected) makes the others fail fast (pystore.service states the rule).
 
     def is_os_page_cache_busy(self):
+        return self._page_cache_busy()
+
+    cdef bint _page_cache_busy(self) except -1:
         cdef int64_t begin = self.begin_time_in_lock
         cdef int64_t diff = self._now() - begin
         return diff < 10000000 and diff > self.os_page_cache_busy_timeout
@@ -342,7 +365,7 @@ cdef class CommitLogCore:
         pos = mf.wrote
         if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
             write_blank(mf.write_base + pos, <int32_t>(mf.file_size - pos))
-            mf.wrote = mf.file_size
+            mf.fill_to_end()
             mf.settle()
             mf = self._roll(mf.file_from_offset + mf.file_size)
             if mf is None:
@@ -355,7 +378,7 @@ cdef class CommitLogCore:
             return None
         return mf
 
-    cdef void _after_append(self, MappedFile mf) except *:
+    cdef int _after_append(self, MappedFile mf) except -1:
         cdef int cpu
         # Keep pages ahead of the writer pre-faulted by the prefault worker (a page-table walk where they are
         # still writable; a no-op for transient-pool buffers).
@@ -376,6 +399,7 @@ cdef class CommitLogCore:
             elif self.flush_wakeup is not None:
                 self.flush_notified = 1
                 self.flush_wakeup()
+        return 0
 
     cdef int64_t _now(self):
         return now_ms() if self.clock is None else <int64_t>self.clock()
@@ -404,29 +428,23 @@ cdef class CommitLogCore:
         cdef QueueCell cell
         cdef MappedFile mf
         cdef bint enters
+        cdef int code
         cdef object status = None
         cdef PutMessageResult result
         if not self.writeable:
-            self.put_failed_times += 1
             return _refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
-        if msg._illegal:
-            self.put_failed_times += 1
-            return _refused(self, msg, ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
-        if PyBytes_GET_SIZE(msg._body) > self.max_message_size:
-            self.put_failed_times += 1
-            return _refused(self, msg, ST_MESSAGE_ILLEGAL)
+        code = _own_refusal(msg, self.max_message_size)
+        if code != REFUSE_NONE:
+            return _refused(self, msg, refusal_status(code))
         if msg._delay_level > 0 and self.delay_rewrite is not None and enters_queue(msg._sys_flag):
             msg = self.delay_rewrite(msg)
-            if msg._illegal:
-                self.put_failed_times += 1
-                return _refused(self, msg, ST_PROPERTIES_SIZE_EXCEEDED if msg._illegal == 2 else ST_MESSAGE_ILLEGAL)
-        if self.begin_time_in_lock != 0 and self.is_os_page_cache_busy():
-            self.put_failed_times += 1
-            return _refused(self, msg, ST_OS_PAGE_CACHE_BUSY)
+            code = _own_refusal(msg, self.max_message_size)
+            if code != REFUSE_NONE:
+                return _refused(self, msg, refusal_status(code))
         total = message_length(msg, self.store_flag)
-        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            self.put_failed_times += 1
-            return _refused(self, msg, ST_MESSAGE_ILLEGAL)
+        code = self._room_refusal(total)
+        if code != REFUSE_NONE:
+            return _refused(self, msg, refusal_status(code))
         msg.body_crc()
         if PyBytes_GET_SIZE(msg._body) >= BIG_BODY:
             # its body is copied without the GIL, and other threads may change the message meanwhile: the
@@ -438,18 +456,12 @@ cdef class CommitLogCore:
         enters = enters_queue(msg._sys_flag)
         tq_key = msg._tq_key
         t0 = mono_coarse_ns()
-        self.put_lock.lock()
         try:
-            if self.dispatcher is not None:
-                self.dispatcher.prepare(msg)
-            ts = self._now()
-            # one clock read per put: the lock time is the store time (RocketMQ's beginLockTimestamp), so the
-            # page-cache-busy check runs on the store's clock, a test's fake one included
-            self.begin_time_in_lock = ts
-            cell = self.cell_for(msg)
+            mf = self._enter(msg, total, True)
+            ts = self.begin_time_in_lock
+            cell = self.last_cell
             if enters:
                 qoff = cell.next_offset
-            mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
             elif not _unchanged(msg, total, tq_key, enters, self.store_flag):
@@ -459,21 +471,18 @@ cdef class CommitLogCore:
                 phy = mf.file_from_offset + pos
                 encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
                                PyBytes_AS_STRING(self.store_host_b), self.store_flag, private)
-                mf.wrote = pos + total
+                mf.publish(pos + total)
                 mf.store_timestamp = ts
                 if enters:
                     cell.next_offset = qoff + 1
                 if self.dispatcher is not None:     # PREPARED records are indexed, not queued
                     self.dispatcher.dispatch(cell, msg, phy, total, ts, qoff)
         finally:
-            self.begin_time_in_lock = 0
-            self.put_lock.unlock()
+            self._exit()
         if status is not None:
-            self.put_failed_times += 1
             return _refused(self, msg, status)
-        self._account(t0, total)
         result = put_ok(phy, total, ts, qoff, 1, self.store_host_b, self.store_flag, None)
-        self._after_append(mf)
+        self._finish(t0, total, mf)
         if run_after and self.after_put is not None:
             return self.after_put(result, msg)
         return result
@@ -521,7 +530,6 @@ cdef class CommitLogCore:
         cdef str tq_key = batch._tq_key
         cdef int code
         if not self.writeable:
-            self.put_failed_times += 1
             return _refused(self, batch, ST_SERVICE_NOT_AVAILABLE)
         n = len(ms) if bodies is None else len(bodies)
         sizes = PyBytes_FromStringAndSize(NULL, n * 4)
@@ -532,8 +540,7 @@ cdef class CommitLogCore:
                 mp = PyTuple_GET_ITEM(ms, i)
                 code = _refusal(<Message>mp, tq_key, self.max_message_size)
                 if code != REFUSE_NONE:
-                    self.put_failed_times += 1
-                    return _refused(self, batch, _refusal_status(code))
+                    return _refused(self, batch, refusal_status(code))
                 size_arr[i] = message_length(<Message>mp, self.store_flag)
                 total += size_arr[i]
                 _crc_of(<Message>mp)                  # computed now, outside the lock, and kept by the message
@@ -542,8 +549,7 @@ cdef class CommitLogCore:
             # are folded into the copies, under the lock)
             code = _refusal(tmpl, tq_key, self.max_message_size)
             if code != REFUSE_NONE:
-                self.put_failed_times += 1
-                return _refused(self, batch, _refusal_status(code))
+                return _refused(self, batch, refusal_status(code))
             base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
             if n <= PTR_STACK:
                 ptr_arr = ptr_stack
@@ -555,27 +561,20 @@ cdef class CommitLogCore:
             for i in range(n):
                 bp = PyTuple_GET_ITEM(bodies, i)
                 if bytes_size(bp) > self.max_message_size:
-                    self.put_failed_times += 1
                     return _refused(self, batch, ST_MESSAGE_ILLEGAL)
                 size_arr[i] = base_len + <int32_t>bytes_size(bp)
                 total += size_arr[i]
                 ptr_arr[i] = <const unsigned char *>bytes_data(bp)
-        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            self.put_failed_times += 1
-            return _refused(self, batch, ST_MESSAGE_ILLEGAL)
-        if self.begin_time_in_lock != 0 and self.is_os_page_cache_busy():
-            self.put_failed_times += 1
-            return _refused(self, batch, ST_OS_PAGE_CACHE_BUSY)
+        code = self._room_refusal(total)
+        if code != REFUSE_NONE:
+            return _refused(self, batch, refusal_status(code))
         t0 = mono_coarse_ns()
-        self.put_lock.lock()
         try:
-            ts = self._now()
-            # one clock read per put: the lock time is the store time (RocketMQ's beginLockTimestamp), so the
-            # page-cache-busy check runs on the store's clock, a test's fake one included
-            self.begin_time_in_lock = ts
-            cell = self.cell_for(<Message>ms[0] if bodies is None else tmpl)
+            # the whole batch goes into the one file _enter finds room in
+            mf = self._enter(<Message>ms[0] if bodies is None else tmpl, total, False)
+            ts = self.begin_time_in_lock
+            cell = self.last_cell
             qoff = cell.next_offset
-            mf = self._file_with_room(total)
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
             elif bodies is None and not _batch_unchanged(ms, size_arr, tq_key, self.max_message_size,
@@ -594,7 +593,7 @@ cdef class CommitLogCore:
                     encode_message(first, m0, size_arr[0], qoff, first_phy, ts,
                                    <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, False)
                     pos += size_arr[0]
-                    mf.wrote = pos
+                    mf.publish(pos)
                     first_body_len = <int32_t>PyBytes_GET_SIZE(m0._body)
                     tail_len = _tail_length(m0)
                     body_pos = size_arr[0] - first_body_len - tail_len
@@ -616,7 +615,7 @@ cdef class CommitLogCore:
                             one_run = False
                         pos += size_arr[i]
                         # publish record by record, so a concurrent reader sees a growing prefix
-                        mf.wrote = pos
+                        mf.publish(pos)
                 else:
                     # the first record in full, the others copied from it with their own fields patched in;
                     # every record shares the template's topic and properties, so the units go in as one run
@@ -629,7 +628,7 @@ cdef class CommitLogCore:
                                      body_crc32(ptr_arr[0], first_body_len), size_arr[0], qoff, first_phy,
                                      batch._born_ts, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
                                      self.store_flag, True)
-                    mf.wrote = pos + size_arr[0]
+                    mf.publish(pos + size_arr[0])
                     tail_len = _tail_length(tmpl)
                     body_pos = base_len - tail_len
                     if total >= BIG_BODY:
@@ -654,14 +653,11 @@ cdef class CommitLogCore:
                                                      qoff + i)
                             phy += size
         finally:
-            self.begin_time_in_lock = 0
-            self.put_lock.unlock()
+            self._exit()
         if status is not None:
-            self.put_failed_times += 1
             return _refused(self, batch, status)
-        self._account(t0, total)
         result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, sizes)
-        self._after_append(mf)
+        self._finish(t0, total, mf)
         if run_after and self.after_put is not None:
             return self.after_put(result, batch)
         return result

@@ -8,7 +8,7 @@ Internal (typed for pystore's own modules). Kept in step with ``_dispatch.pyx`` 
 from collections.abc import Callable, Mapping
 from typing import Any, final
 
-from pystore._commitlog import Dispatcher
+from pystore._commitlog import CommitLogCore, Dispatcher
 from pystore._mapped_file import MappedFile
 from pystore._notify import WakeWord
 from pystore._units import ConsumeQueueCore
@@ -26,7 +26,8 @@ def queues_behind(
 
 @final
 class QueueDispatcher(Dispatcher):
-    cell_factory: Callable[[str, int], Any]
+    @property
+    def cells(self) -> CommitLogCore: ...
     create_queue: Callable[[str, int], Any]
     index: Any
     inline_index: bool
@@ -37,7 +38,7 @@ class QueueDispatcher(Dispatcher):
     wake: WakeWord | None
     def __init__(
         self,
-        cell_factory: Callable[[str, int], Any],
+        cells: CommitLogCore,
         create_queue: Callable[[str, int], Any],
         delay_levels: Mapping[int, int] | None = None,
         index: Any = None,

@@ -4,17 +4,27 @@ the put path (ASYNC_FLUSH: ``dispatch``/``dispatch_run`` under the put lock; ind
 ``inline_index``, else an index builder follows the log: ``_index.index_log``), or by walking the commit log
 (``reput``: SYNC_FLUSH after each group commit, a store whose queues are missing; ``reput_checked``: recovery's
 re-dispatch, which also returns the queues found lacking units before a record of theirs). Recovery's read-only
-gap check (``queues_behind``) walks the log the same way (``_next_record``) and writes nothing."""
+gap check (``queues_behind``) walks the log the same way (``_next_record``) and writes nothing.
+
+``reput`` finds a record's topic-queue cell from the record's bytes in C (``_cell``: the last record's, else
+the dispatcher's open-addressing table of the cells it met, keyed by topic bytes and queue id): no Python call
+and no object per record. A queue new to the dispatcher crosses into Python once: its cell from the commit
+log's table (``CommitLogCore.cell_of``: the topic's text and the cell's key made once) and, on its first
+record, its consume queue (``create_queue``)."""
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from cpython.object cimport PyObject
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcmp
 
 from pystore._codec cimport (CQ_STORE_UNIT_SIZE, REC_BLANK, RecordView, check_record, enters_queue, find_property,
                              tags_code_of)
-from pystore._commitlog cimport Dispatcher, QueueCell
-from pystore._files cimport find_file
+from pystore._bytes cimport bytes_data, bytes_size
+from pystore._commitlog cimport CommitLogCore, Dispatcher, QueueCell
+from pystore._files cimport files_of, find_file
 from pystore._index cimport IndexFilesBase, KeyScan, index_message, index_scanned, key_scan
 from pystore._mapped_file cimport MappedFile
 from pystore._jstring cimport utf8_text
@@ -45,7 +55,7 @@ cdef inline bint _behind(ConsumeQueueCore cq, int64_t queue_offset, int64_t reco
     cdef list files
     if mf is None:
         return queue_offset > 0
-    files = cq.queue.files
+    files = files_of(cq.queue)
     if PyList_GET_SIZE(files) > 0 and \
             queue_offset * CQ_STORE_UNIT_SIZE < (<MappedFile>PyList_GET_ITEM(files, 0)).file_from_offset:
         return True
@@ -109,12 +119,12 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
             found = queues.get(key)
             if found is not None:
                 cq = <ConsumeQueueCore>found
-                if cq.last is None or PyList_GET_SIZE(cq.queue.files) == 0:
+                if cq.last is None or PyList_GET_SIZE(files_of(cq.queue)) == 0:
                     head = False
                     tail = True
                 else:
                     head = v.queue_offset * CQ_STORE_UNIT_SIZE < \
-                        (<MappedFile>PyList_GET_ITEM(cq.queue.files, 0)).file_from_offset
+                        (<MappedFile>PyList_GET_ITEM(files_of(cq.queue), 0)).file_from_offset
                     tail = off + r > cq.max_physic_offset and \
                         v.queue_offset * CQ_STORE_UNIT_SIZE >= cq.last.file_from_offset + cq.last.wrote
                 if head or (tail and (tails or v.store_ts < stored_before or off + r <= dispatched_end)):
@@ -123,10 +133,29 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
     return gaps, off
 
 
+# reput's table of the cells it met (QueueDispatcher._cell): open addressing over (topic bytes, queue id), so that
+# a record's cell is found from the bytes in the record, with no Python object made or called
+cdef struct CellSlot:
+    uint64_t hash                   # 0: an empty slot
+    int32_t queue_id
+    PyObject *topic                 # the topic's UTF-8 bytes; both held by QueueDispatcher._held
+    PyObject *cell
+
+
+cdef inline uint64_t _cell_hash(const unsigned char *p, Py_ssize_t n, int32_t queue_id) noexcept:
+    # FNV-1a over the topic, then the queue id; never 0 (an empty slot)
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * 1099511628211ULL
+    h = (h ^ <uint32_t>queue_id) * 1099511628211ULL
+    return h | 1
+
+
 @cython.final
 cdef class QueueDispatcher(Dispatcher):
     """Builds consume-queue units (and index entries) from appended records."""
-    cdef public object cell_factory            # (topic, queue_id) -> QueueCell with its consume queue
+    cdef readonly CommitLogCore cells          # the topic-queue table (the commit log's): reput's cells
     cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
     cdef public IndexFilesBase index           # IndexService, or None
     # whether the inline path (dispatch, dispatch_run) writes index entries; False while an index builder
@@ -155,12 +184,19 @@ cdef class QueueDispatcher(Dispatcher):
     cdef object _ks_props
     cdef bytes _last_topic                     # the last record's topic and queue id, and their cell (reput)
     cdef int32_t _last_qid
-    cdef object _last_cell
+    cdef QueueCell _last_cell
+    cdef CellSlot *_slots                      # reput's cells by (topic, queue id): _cell
+    cdef Py_ssize_t _mask                      # the table's size less one (a power of two less one)
+    cdef Py_ssize_t _used
+    cdef list _held                            # what the slots point at: (topic bytes, cell) pairs
+    cdef int64_t _cells_removed                # the table's cells_removed when the slots were filled
 
-    def __init__(self, cell_factory, create_queue, delay_levels=None, index=None,
+    def __init__(self, CommitLogCore cells not None, create_queue, delay_levels=None, index=None,
                  str schedule_topic="SCHEDULE_TOPIC_XXXX"):
-        self.cell_factory = cell_factory
+        self.cells = cells
         self.create_queue = create_queue
+        self._held = []
+        self._cells_removed = cells.cells_removed
         self.index = index
         self.inline_index = True
         self.arriving = None
@@ -173,6 +209,9 @@ cdef class QueueDispatcher(Dispatcher):
                     self.delay_ms[lvl] = ms
                     if lvl > self.max_level:
                         self.max_level = lvl
+
+    def __dealloc__(self):
+        free(self._slots)
 
     @property
     def wake(self):
@@ -306,14 +345,82 @@ cdef class QueueDispatcher(Dispatcher):
         return 0
 
     cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v):
-        cdef bytes topic = rec[v.topic_pos:v.topic_pos + v.topic_len]
-        if self._last_cell is not None and v.queue_id == self._last_qid and topic == self._last_topic:
-            return <QueueCell>self._last_cell
-        cell = self.cell_factory(utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
+        """The cell of a record's topic and queue (reput), from the record's bytes: the last record's when they
+        repeat, else from the dispatcher's table of cells met, else (a queue new to this dispatcher) from the
+        commit log's topic-queue table, which makes the topic's text and the cell's key once. A cell removed
+        from that table (its queue destroyed by cleaning) empties this one."""
+        cdef const unsigned char *t = rec + v.topic_pos
+        cdef Py_ssize_t n = v.topic_len, i
+        cdef uint64_t h
+        cdef CellSlot *slot
+        if self.cells.cells_removed != self._cells_removed:
+            self._forget_cells()
+        if self._last_cell is not None and v.queue_id == self._last_qid and \
+                bytes_size(<PyObject *>self._last_topic) == n and \
+                memcmp(bytes_data(<PyObject *>self._last_topic), t, n) == 0:
+            return self._last_cell
+        h = _cell_hash(t, n, v.queue_id)
+        if self._slots != NULL:
+            i = <Py_ssize_t>(h & <uint64_t>self._mask)
+            while self._slots[i].hash != 0:
+                slot = &self._slots[i]
+                if slot.hash == h and slot.queue_id == v.queue_id and bytes_size(slot.topic) == n and \
+                        memcmp(bytes_data(slot.topic), t, n) == 0:
+                    self._last_topic = <bytes>slot.topic
+                    self._last_qid = v.queue_id
+                    self._last_cell = <QueueCell>slot.cell
+                    return self._last_cell
+                i = (i + 1) & self._mask
+        return self._add_cell(t, n, v.queue_id, h)
+
+    cdef QueueCell _add_cell(self, const unsigned char *t, Py_ssize_t n, int32_t queue_id, uint64_t h):
+        cdef bytes topic = PyBytes_FromStringAndSize(<const char *>t, n)
+        cdef QueueCell cell = self.cells.cell_of(utf8_text(t, n), queue_id)
+        cdef Py_ssize_t i
+        if (self._used + 1) * 2 > self._mask + 1:
+            self._grow()
+        i = <Py_ssize_t>(h & <uint64_t>self._mask)
+        while self._slots[i].hash != 0:
+            i = (i + 1) & self._mask
+        self._held.append((topic, cell))
+        self._slots[i].hash = h
+        self._slots[i].queue_id = queue_id
+        self._slots[i].topic = <PyObject *>topic
+        self._slots[i].cell = <PyObject *>cell
+        self._used += 1
         self._last_topic = topic
-        self._last_qid = v.queue_id
+        self._last_qid = queue_id
         self._last_cell = cell
-        return <QueueCell>cell
+        return cell
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t size = 16 if self._slots == NULL else 2 * (self._mask + 1), i, j
+        cdef CellSlot *old = self._slots
+        cdef CellSlot *slots = <CellSlot *>calloc(size, sizeof(CellSlot))
+        if slots == NULL:
+            raise MemoryError()
+        if old != NULL:
+            for i in range(self._mask + 1):
+                if old[i].hash != 0:
+                    j = <Py_ssize_t>(old[i].hash & <uint64_t>(size - 1))
+                    while slots[j].hash != 0:
+                        j = (j + 1) & (size - 1)
+                    slots[j] = old[i]
+            free(old)
+        self._slots = slots
+        self._mask = size - 1
+        return 0
+
+    cdef int _forget_cells(self) except -1:
+        free(self._slots)
+        self._slots = NULL
+        self._mask = 0
+        self._used = 0
+        self._held = []
+        self._last_cell = None
+        self._last_topic = None
+        self._cells_removed = self.cells.cells_removed
+        return 0
 
     def reput(self, list cl_files, long long cl_file_size, long long from_offset, long long end_offset):
         """Dispatch every record in ``[from_offset, end_offset)`` (RocketMQ ``ReputMessageService.doReput``);
@@ -347,7 +454,7 @@ cdef class QueueDispatcher(Dispatcher):
                 break
             if enters_queue(v.sys_flag):
                 cell = self._cell(rec, &v)
-                cq = <ConsumeQueueCore>cell.consume_queue
+                cq = self._queue_of(cell)
                 tags = tags_code_of(rec, &v)
                 if cell.topic == self.schedule_topic and v.props_len > 0 and \
                         find_property(rec + v.props_pos, v.props_len, "DELAY", 5, &vp, &vl):

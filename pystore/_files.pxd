@@ -1,7 +1,8 @@
 # cython: language_level=3
 """Which file of a log (the commit log, or one consume queue) holds a byte offset: the one lookup every compiled
 reader uses, header-only and inlined (the scans call it per record or unit). ``_units.find_file`` is its Python
-face, behind ``MappedFileQueue.find_mapped_file_by_offset``. Declarations only, no module."""
+face, behind ``MappedFileQueue.find_mapped_file_by_offset``; ``files_of`` reads a log's list. Declarations only,
+no module."""
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int64_t
 
@@ -33,3 +34,9 @@ cdef inline MappedFile find_file(list files, int64_t file_size, int64_t offset):
         return None
     f = <MappedFile>PyList_GET_ITEM(files, lo - 1)
     return f if offset < f.file_from_offset + file_size else None
+
+
+cdef inline list files_of(object queue):
+    """``queue.files`` of a ``MappedFileQueue`` without running its property's Python code (the list is replaced
+    whole, never changed in place: the one read is a snapshot, as the property's is)."""
+    return <list>queue._files

@@ -1,7 +1,7 @@
 # cython: language_level=3
 from libc.stdint cimport int64_t, uintptr_t
 
-from pystore._bytes cimport load_i64_acquire
+from pystore._bytes cimport load_i64_acquire, store_i64_release
 
 
 cdef extern from *:
@@ -40,6 +40,36 @@ cdef class MappedFile:
     cdef uintptr_t *pf_cursor           # where the writer is, for the prefault worker (ps_pf_publish)
     cdef object pool_buffer             # the transient-pool buffer object while attached
     cdef object pool                    # where it goes back
+
+    # -- positions --------------------------------------------------------------------------------------
+    # ``wrote``, ``committed`` and ``flushed`` are assigned only by MappedFile's own methods: the inline ones
+    # below (named for the event that moves them), ``commit``/``flush``/``sync_nogil`` and ``set_positions``.
+    # Every other module, compiled or Python, calls these instead of assigning a field.
+
+    cdef inline void publish(self, int64_t pos) noexcept nogil:
+        """The writer made whole records of ``[wrote, pos)``: readers may see them (a release store, paired
+        with ``read_position_acquire``)."""
+        store_i64_release(&self.wrote, pos)
+
+    cdef inline void advance(self, int64_t n) noexcept nogil:
+        """``publish`` of ``n`` bytes appended at the write position (consume-queue units)."""
+        store_i64_release(&self.wrote, self.wrote + n)
+
+    cdef inline void fill_to_end(self) noexcept nogil:
+        """The rest of the file was written as a blank (END_OF_FILE): nothing more goes in."""
+        store_i64_release(&self.wrote, self.file_size)
+
+    cdef inline void reset_to(self, int64_t pos) noexcept nogil:
+        """Loading, recovery and truncation (and units written before a queue's first): the file holds
+        ``[0, pos)``, written, committed and flushed. ``set_positions`` is its checked Python face."""
+        self.wrote = self.committed = self.flushed = pos
+
+    cdef inline void followed_to(self, int64_t pos) noexcept nogil:
+        """Another process writes this file and a reader saw whole data up to ``pos`` (the live follow):
+        this process never writes or flushes it, so its three positions are what it has seen."""
+        self.wrote = self.committed = self.flushed = pos
+
+    cpdef void unflush_from(self, int64_t pos) noexcept
 
     cdef inline int64_t read_position(self) noexcept nogil:
         # what readers see: ``wrote`` without a transient pool buffer, ``committed`` with one

@@ -12,6 +12,12 @@ A file is named by the absolute offset of its first byte (20 decimal digits) and
 * ``committed``: bytes copied from that buffer into the file (= ``wrote`` without a pool);
 * ``flushed``: bytes forced to disk by ``msync``/``fdatasync`` (without the GIL); readers see ``read_position``.
 
+The file is the only owner of these positions: other modules move them through methods named for the event
+(``publish``/``advance`` after an append, ``fill_to_end`` after an END_OF_FILE blank, ``reset_to`` on loading,
+recovery and truncation, ``followed_to`` for a file another process writes, ``unflush_from`` after a rewrite
+below ``flushed``; inline in ``_mapped_file.pxd``; ``set_positions`` and ``claim_flushed`` from Python), and
+never assign a field; the Python properties are read-only.
+
 Page faults are kept off the writer's thread: a flush unmaps the whole pages it is about to write back
 (``_unmap_whole_pages``: no per-page TLB shootdown on the writer's core), and a small C thread pre-faults the
 pages just ahead of each writer (``prefault_ahead``), warmed files included, since the kernel write-protects a
@@ -276,28 +282,26 @@ cdef class MappedFile:
     def wrote_position(self):
         return self.wrote
 
-    @wrote_position.setter
-    def wrote_position(self, long long v):
-        self._check_pos(v)
-        self.wrote = v
-
     @property
     def committed_position(self):
         return self.committed
-
-    @committed_position.setter
-    def committed_position(self, long long v):
-        self._check_pos(v)
-        self.committed = v
 
     @property
     def flushed_position(self):
         return self.flushed
 
-    @flushed_position.setter
-    def flushed_position(self, long long v):
-        self._check_pos(v)
-        self.flushed = v
+    cpdef void unflush_from(self, int64_t pos) noexcept:
+        """The bytes from ``pos`` on were rewritten below the flushed position (a repaired unit, index slots):
+        the next flush syncs again from ``pos``'s page."""
+        if self.flushed > pos:
+            self.flushed = pos - pos % PAGE
+
+    def claim_flushed(self, long long pos):
+        """Count ``[0, pos)`` as flushed without a sync (the broken build's flush, ``SKIP_GROUP_COMMIT_FSYNC``);
+        the flushed position only moves up."""
+        self._check_pos(pos)
+        if pos > self.flushed:
+            self.flushed = pos
 
     @property
     def prefaulted_position(self):

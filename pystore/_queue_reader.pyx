@@ -73,7 +73,7 @@ cdef int follow_live(ConsumeQueueCore cq, list cl_files, bint in_refresh) except
     finally:
         mf.c_release()
     if pos != start:
-        mf.wrote = mf.committed = mf.flushed = pos
+        mf.followed_to(pos)
         if mx >= 0:
             cq.max_physic_offset = mx
         moved = True
@@ -102,7 +102,7 @@ cdef int follow_live(ConsumeQueueCore cq, list cl_files, bint in_refresh) except
         last.c_release()
     if reason == REC_BLANK:
         return FOLLOW_HAND_OVER
-    last.wrote = last.committed = last.flushed = end
+    last.followed_to(end)
     return FOLLOW_MOVED if cq.max_physic_offset <= last.file_from_offset + end else FOLLOW_HAND_OVER
 
 
@@ -234,7 +234,7 @@ cdef class QueueReader:
                 return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums)
             return r
         q = self.cl_queue
-        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, q.files, q.mapped_file_size, self.lim, None,
+        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None,
                            None, None, False, q)
 
     cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
@@ -325,11 +325,12 @@ cdef class QueueReader:
         finally:
             cl.c_release()
             mf.c_release()
-        mf.wrote = mf.committed = mf.flushed = rp + CQ_STORE_UNIT_SIZE
+        mf.followed_to(rp + CQ_STORE_UNIT_SIZE)
         if phy + size > cq.max_physic_offset:
             cq.max_physic_offset = phy + size
         if rpos + size > crp:
-            cl.wrote = cl.committed = cl.flushed = crp = rpos + size
+            crp = rpos + size
+            cl.followed_to(crp)
         cl_max = cl.file_from_offset + crp
         min_o = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
         self.tail_reads += 1
@@ -462,4 +463,4 @@ cdef class QueueReader:
         if not self.open or type(commit_log_offset) is not int:
             return self.cls.look_message_by_offset(self.store, commit_log_offset)
         q = self.cl_queue
-        return message_at(q.files, q.mapped_file_size, commit_log_offset, self.lim.check_crc)
+        return message_at(_files_of(q), q.mapped_file_size, commit_log_offset, self.lim.check_crc)

@@ -10,7 +10,7 @@ from libc.stdint cimport INT64_MIN, int32_t, int64_t
 
 from pystore._bytes cimport get_i32, get_i64, put_i64
 from pystore._codec cimport CQ_STORE_UNIT_SIZE, RecordView, check_record
-from pystore._files cimport find_file
+from pystore._files cimport files_of, find_file
 from pystore._mapped_file cimport MappedFile
 from pystore._units cimport ConsumeQueueCore, unit_ptr, unit_valid
 
@@ -115,7 +115,7 @@ def queue_offset_by_time(ConsumeQueueCore cq, list cl_files, long long cl_file_s
     5.x ``getOffsetInQueueByTime``, LOWER = the first offset stored at or after ``timestamp`` (the queue's
     end when none is), UPPER = the last offset stored at or before it (0 when none is); units whose record
     is gone count as older than anything."""
-    cdef list files = cq.queue.files
+    cdef list files = files_of(cq.queue)
     cdef int64_t cq_size = cq.queue.mapped_file_size
     cdef Py_ssize_t n = PyList_GET_SIZE(files)
     cdef MappedFile last

@@ -134,7 +134,7 @@ cdef class ConsumeQueueCore:
                 while p < pos:
                     write_unit(mf.write_base + p, 0, FILLER, 0)
                     p += CQ_STORE_UNIT_SIZE
-                mf.wrote = mf.committed = mf.flushed = pos
+                mf.reset_to(pos)
                 self.min_logic_offset = expect
         cur = mf.file_from_offset + mf.wrote
         if expect < cur:
@@ -144,7 +144,7 @@ cdef class ConsumeQueueCore:
                         self.queue_id, cq_offset, cur // CQ_STORE_UNIT_SIZE)
         _prefault_ahead(self, mf)
         write_unit(mf.write_base + mf.wrote, phy, size, tags_code)
-        mf.wrote += CQ_STORE_UNIT_SIZE
+        mf.advance(CQ_STORE_UNIT_SIZE)
         self.max_physic_offset = phy + size
         return 0
 
@@ -171,7 +171,7 @@ cdef class ConsumeQueueCore:
                         write_unit(p, phy, sizes[i + j], tags_code)
                         phy += sizes[i + j]
                         p += CQ_STORE_UNIT_SIZE
-                    mf.wrote += k * CQ_STORE_UNIT_SIZE
+                    mf.advance(k * CQ_STORE_UNIT_SIZE)
                     self.max_physic_offset = phy
                     i += k
                     continue
@@ -198,7 +198,7 @@ cdef class ConsumeQueueCore:
         cdef unsigned char *p
         if self.last is None or at >= self.last.file_from_offset + self.last.wrote or at < self.min_logic_offset:
             return 0
-        f = _files.find_file(self.queue.files, self.last.file_size, at)     # the files' size, kept from disk
+        f = _files.find_file(_files.files_of(self.queue), self.last.file_size, at)     # the files' size, kept from disk
         if f is None or f.base == NULL or f.read_only or f.write_base != f.base:
             return 0
         pos = at - f.file_from_offset
@@ -217,8 +217,7 @@ cdef class ConsumeQueueCore:
                         "commit log (a page lost or torn by a power cut)", self.topic, self.queue_id, cq_offset,
                         get_i64(p), get_i32(p + 8), get_i64(p + 12), phy, size, tags_code)
         write_unit(p, phy, size, tags_code)
-        if f.flushed > pos:
-            f.flushed = pos - pos % 4096
+        f.unflush_from(pos)
         if f is self.last and pos + CQ_STORE_UNIT_SIZE == f.wrote:
             # the queue's high-water mark came from the unit replaced: later records must not look built
             self.max_physic_offset = phy + size

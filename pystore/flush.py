@@ -437,8 +437,7 @@ class GroupCommitService(ServiceThread):
         msync; the rest (checkpoint time, dispatch) as after a real flush."""
         for mf in queue.files:
             pos = mf.read_position
-            if pos > mf.flushed_position:
-                mf.flushed_position = pos
+            mf.claim_flushed(pos)
             queue.flushed_where = max(queue.flushed_where, mf.file_from_offset + pos)
         last = queue.last()
         ts = queue.store_timestamp = last.store_timestamp if last is not None else 0

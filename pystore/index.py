@@ -281,7 +281,7 @@ class IndexService(IndexFilesBase):
                 try:
                     self.pending_dirs.sync()
                     fsync_dir(self.path)
-                    f.mapped_file.flushed_position = 0
+                    f.mapped_file.unflush_from(0)
                     f.mapped_file.flush(0)
                 except Exception:  # noqa: BLE001 - the store keeps running; the next pass tries again
                     log.exception("flushing the full index file %s failed", f.mapped_file.file_name)
@@ -393,7 +393,7 @@ class IndexService(IndexFilesBase):
         if not files:
             return
         last = files[-1]
-        last.mapped_file.flushed_position = 0
+        last.mapped_file.unflush_from(0)
         last.mapped_file.flush(0)
         if last.is_write_full():
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, last.end_timestamp)

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pystore._commitlog import QueueCell
 from pystore._dispatch import QueueDispatcher
 from pystore._queue_reader import follow_in_place
 from pystore._read import ReadLimits
@@ -238,14 +237,9 @@ def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: 
                                    cfg.read_only, clock, cfg.max_msgs_num_batch, disk_usage=disk_usage)
         parts.index.load(last_exit_ok)
 
-    def cell_for(topic: str, queue_id: int) -> QueueCell:
-        """The topic-queue cell with its consume queue (the dispatcher's factory)."""
-        cell = cl.get_cell(topic, queue_id)
-        if cell.consume_queue is None:
-            cell.consume_queue = cq_store.find_or_create(topic, queue_id)
-        return cell
-
-    parts.dispatcher = QueueDispatcher(cell_for, cq_store.find_or_create, cfg.delay_level_table(), parts.index,
+    # the dispatcher finds a record's cell in the commit log's topic-queue table itself (in C); a cell's
+    # consume queue is made through cq_store on its first record
+    parts.dispatcher = QueueDispatcher(cl, cq_store.find_or_create, cfg.delay_level_table(), parts.index,
                                        SCHEDULE_TOPIC)
     if not cfg.read_only:
         # readers in other processes wait on this file's word; the dispatcher wakes them (pystore.arrival)

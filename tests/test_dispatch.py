@@ -73,6 +73,25 @@ def fill(store, n=1200, queues=3, topics=("TopicTest", "TopicOther")):
 # ------------------------------------------------------------------------------------------------------
 
 
+def test_sync_flush_dispatches_into_a_queue_made_again_after_its_topic_was_cleaned(store_factory):
+    """SYNC_FLUSH dispatches by reput, which remembers the cells it looked up: a queue destroyed by cleaning
+    (its cell removed from the topic-queue table) and made again by a later put must get that put's unit,
+    not the destroyed queue it replaced."""
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    assert store.put_message(make_message(0, topic="A")).status is PutMessageStatus.PUT_OK
+    assert store.put_message(make_message(1, topic="B")).status is PutMessageStatus.PUT_OK
+    assert store.put_message(make_message(2, topic="A")).status is PutMessageStatus.PUT_OK
+    assert store.clean_unused_topic({"B"}) == [("A", 0)]
+    r = store.put_message(make_message(3, topic="A"))
+    assert r.status is PutMessageStatus.PUT_OK and r.append_message_result.logics_offset == 0
+    assert wait_for(lambda: store.get_max_offset_in_queue("A", 0) == 1, timeout=5)
+    g = store.get_message(GROUP, "A", 0, 0)
+    assert g.status is GetMessageStatus.FOUND
+    assert g.messages[0].commit_log_offset == r.append_message_result.wrote_offset
+    assert [u[0] for u in iter_consume_queue(os.path.join(store.root, "consumequeue", "A", "0"))] == \
+        [r.append_message_result.wrote_offset]
+
+
 def test_async_flush_dispatches_inline(store_factory):
     store = store_factory()
     for i in range(50):

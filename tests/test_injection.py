@@ -11,7 +11,7 @@ import time
 
 from conftest import SMALL_FILE, make_message
 
-from pystore import PutMessageStatus
+from pystore import MessageBatch, PutMessageStatus
 from pystore.checkpoint import StoreCheckpoint
 
 HOUR = 3_600_000
@@ -162,6 +162,14 @@ def test_page_cache_busy_follows_the_stores_clock(store_factory, fake_clock):
         fake_clock.advance(s.config.os_page_cache_busy_timeout_mills + 1)
         assert s.is_os_page_cache_busy()
         assert s.put_message(make_message(i + 1)).status is PutMessageStatus.OS_PAGE_CACHE_BUSY
+        # the batch and column puts share the single put's protocol: refused alike, and before the check of
+        # their size against a file, as a single put is
+        assert s.put_messages(MessageBatch([make_message(i + 1), make_message(i + 2)])).status \
+            is PutMessageStatus.OS_PAGE_CACHE_BUSY
+        too_big = MessageBatch([make_message(j, body_size=1000) for j in range(SMALL_FILE // 1000 + 1)])
+        assert s.put_messages(too_big).status is PutMessageStatus.OS_PAGE_CACHE_BUSY
+        r = s.put_columns("TopicTest", [b"x" * 10] * 3)
+        assert r.status is PutMessageStatus.OS_PAGE_CACHE_BUSY and r.count == 0
     finally:
         release.set()
         t.join(60)

@@ -297,14 +297,33 @@ def test_write_at_does_not_move_positions(mf):
 
 
 @pytest.mark.parametrize("attr", ["wrote_position", "committed_position", "flushed_position"])
-def test_position_setters_are_bounded(mf, attr):
-    setattr(mf, attr, SIZE)
-    assert getattr(mf, attr) == SIZE
-    setattr(mf, attr, 0)
+def test_positions_are_read_only(mf, attr):
+    """Positions move only through MappedFile's own methods (named for the event), never by assignment."""
+    with pytest.raises(AttributeError):
+        setattr(mf, attr, 0)
+
+
+def test_claim_flushed_moves_up_only_and_is_bounded(mf):
+    mf.set_positions(2 * PAGE)
+    mf.claim_flushed(PAGE)
+    assert mf.flushed_position == 2 * PAGE
+    mf.set_positions(100)
+    mf.claim_flushed(PAGE + 1)
+    assert mf.flushed_position == PAGE + 1
     for bad in (-1, SIZE + 1):
         with pytest.raises(ValueError):
-            setattr(mf, attr, bad)
-        assert getattr(mf, attr) == 0
+            mf.claim_flushed(bad)
+    assert mf.flushed_position == PAGE + 1
+
+
+def test_unflush_from_goes_back_to_the_page_and_never_up(mf):
+    mf.set_positions(3 * PAGE)
+    mf.unflush_from(PAGE + 100)
+    assert mf.flushed_position == PAGE
+    mf.unflush_from(2 * PAGE)
+    assert mf.flushed_position == PAGE
+    mf.unflush_from(0)
+    assert (mf.flushed_position, mf.wrote_position) == (0, 3 * PAGE)
 
 
 def test_set_positions_bounds(mf):
@@ -342,8 +361,8 @@ def test_set_positions_bounds(mf):
     ],
 )
 def test_is_able_to_flush(mf, flushed, wrote, least_pages, able):
-    mf.wrote_position = wrote
-    mf.flushed_position = flushed
+    mf.set_positions(flushed)
+    mf.append_message(bytes(wrote - flushed))
     assert mf.is_able_to_flush(least_pages) is able
 
 
