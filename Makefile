@@ -3,8 +3,11 @@ PY       ?= python3.11
 VENV     := .venv
 VPY      := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed
-PYX      := $(wildcard pystore/*.pyx pystore/*.pxd pystore/*.h)
-BUILT    := pystore/.built
+PYX      := $(shell find pystore -name '*.pyx' -o -name '*.pxd' -o -name '*.h')
+# The compiled modules are built out of tree, into $(EXT_LIB); pystore/__init__.py adds $(EXT_LIB)/pystore to its
+# __path__ and each package extends its own there (pkgutil.extend_path), so the checkout's sources import them.
+EXT_LIB  := build/ext
+BUILT    := build/.built
 
 .PHONY: venv build debug annotate lint typecheck docs test test-fast powerloss-deps fuzz bench bench-baseline bench-compare bench-instructions bench-instructions-save peers demo wheel clean
 
@@ -16,27 +19,28 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q "setuptools>=77" wheel "Cython>=3.0,<4"
-	$(VPY) -m pip install -q --no-build-isolation -e ".[test,bench,spark,columns,dev]"
+	PYSTORE_NO_EXTENSIONS=1 $(VPY) -m pip install -q --no-build-isolation -e ".[test,bench,spark,columns,dev]"
 	touch $(STAMP)
 
-# Compile the extensions in place (the editable install imports them from pystore/).
+# Compile the extensions out of tree: the C into build/cython/, the modules into $(EXT_LIB)/pystore/<package>/.
 $(BUILT): $(STAMP) $(PYX) setup.py
-	$(VPY) setup.py -q build_ext --inplace -j 2
+	$(VPY) setup.py -q build_ext --build-lib $(EXT_LIB) -j 2
 	touch $(BUILT)
 
 build: $(BUILT)
 
 debug: $(STAMP)
-	PYSTORE_DEBUG=1 $(VPY) setup.py -q build_ext --inplace --force -j 2
+	PYSTORE_DEBUG=1 $(VPY) setup.py -q build_ext --build-lib $(EXT_LIB) --force -j 2
 	rm -f $(BUILT)
 
 annotate: $(STAMP)
-	PYSTORE_ANNOTATE=1 $(VPY) setup.py -q build_ext --inplace --force -j 2
-	@echo "annotations: pystore/*.html"
+	PYSTORE_ANNOTATE=1 $(VPY) setup.py -q build_ext --build-lib $(EXT_LIB) --force -j 2
+	@echo "annotations: build/cython/pystore/*/*.html"
 
 lint: venv
 	$(VENV)/bin/ruff check pystore tests bench
-	$(VENV)/bin/cython-lint pystore/*.pyx pystore/*.pxd
+	@# cython-lint runs pycodestyle from PATH: the venv's
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint $(shell find pystore -name '*.pyx' -o -name '*.pxd')
 
 typecheck: venv
 	$(VENV)/bin/mypy pystore
@@ -45,7 +49,7 @@ typecheck: venv
 docs: venv
 	$(VPY) -m pytest -q -p no:cacheprovider tests/test_docs.py
 
-test: venv powerloss-deps docs
+test: venv powerloss-deps lint docs
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 test-fast: venv
@@ -125,4 +129,4 @@ wheel: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair --strip -w dist $(WHEEL_TMP)/*.whl
 
 clean:
-	rm -rf build dist *.egg-info pystore/*.c pystore/*.so pystore/*.html $(BUILT) .pytest_cache .benchmarks
+	rm -rf build dist *.egg-info .pytest_cache .benchmarks

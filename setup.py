@@ -7,7 +7,8 @@ message that says what is missing.
 Environment switches:
   PYSTORE_DEBUG=1     compile with -O0 -g and Cython's bounds, wraparound and initialisation checks on
                       (the hot modules run without them otherwise)
-  PYSTORE_ANNOTATE=1  write Cython's HTML annotation next to each .pyx (``make annotate``)
+  PYSTORE_NO_EXTENSIONS=1  build none (``make venv``'s editable install: it builds them out of tree itself)
+  PYSTORE_ANNOTATE=1  write Cython's HTML annotation beside the generated C in build/cython/ (``make annotate``)
 """
 
 import os
@@ -29,27 +30,33 @@ from setuptools import Extension
 DEBUG = os.environ.get("PYSTORE_DEBUG", "") not in ("", "0")
 ANNOTATE = os.environ.get("PYSTORE_ANNOTATE", "") not in ("", "0")
 
-# Modules on the per-message path: no bounds or wraparound checks, C division.
-HOT = {"_codec", "_jstring", "_hosts", "_props", "_message", "_message_batch", "_message_ext", "_mapped_file",
-       "_put_lock", "_commitlog", "_records", "_units", "_timesearch", "_read", "_queue_reader", "_dispatch", "_index",
-       "_index_walk", "_arrow", "_arrow_schema", "_arrow_decode", "_decode_worker", "_arrow_source", "_arrow_plan", "_sink",
-       "_bulk_put"}
-MODULES = ["_jstring", "_hosts", "_props", "_message", "_message_batch", "_message_ext", "_codec", "_mapped_file",
-           "_mapped_view", "_results", "_put_lock", "_commitlog", "_records", "_units", "_timesearch", "_read",
-           "_queue_reader", "_dispatch", "_index", "_index_walk", "_arrow_decode", "_arrow_schema", "_decode_worker",
-           "_arrow", "_arrow_source", "_arrow_plan", "_notify", "_sink", "_bulk_put", "_flush_wait"]
+# Every .pyx under pystore/ is an extension named by its path (pystore/log/_commitlog.pyx -> pystore.log._commitlog).
+# The generated C goes to build/cython/ and the compiled modules to the build folder (out of tree: nothing
+# lands beside a source); a wheel packs them in the usual place.
+SOURCES = sorted(os.path.join(dp, f) for dp, _, fs in os.walk("pystore") for f in fs if f.endswith(".pyx"))
+HEADERS = sorted(os.path.join(dp, f) for dp, _, fs in os.walk("pystore") for f in fs if f.endswith(".h"))
+# The C headers (the body CRC, the pre-fault worker, the wake word, Arrow's C data interface) are included by
+# name from the .pxd files of several packages: every folder that holds one is on the include path.
+INCLUDE_DIRS = sorted({os.path.dirname(h) for h in HEADERS})
+# Modules off the per-message path keep Cython's bounds and wraparound checks; the rest run without them.
+COLD = {"pystore.log._mapped_view", "pystore.log._results", "pystore.read._notify", "pystore.log._flush_wait"}
 
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-strict-aliasing"]
 macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 
 
-def _ext(name: str) -> Extension:
+def _name(source: str) -> str:
+    return source[: -len(".pyx")].replace(os.sep, ".")
+
+
+def _ext(source: str) -> Extension:
     return Extension(
-        f"pystore.{name}",
-        [f"pystore/{name}.pyx"],
+        _name(source),
+        [source],
         libraries=["z"],
-        # C kept in headers (the body CRC, the prefault worker): a change there recompiles every module
-        depends=sorted(f"pystore/{h}" for h in os.listdir("pystore") if h.endswith(".h")),
+        include_dirs=INCLUDE_DIRS,
+        # C kept in headers: a change there recompiles every module
+        depends=HEADERS,
         extra_compile_args=compile_args,
         define_macros=macros,
     )
@@ -57,21 +64,23 @@ def _ext(name: str) -> Extension:
 
 def _directives(name: str) -> dict:
     d = {"language_level": 3, "embedsignature": True, "cdivision": True}
-    if name in HOT and not DEBUG:
+    if name not in COLD and not DEBUG:
         d.update(boundscheck=False, wraparound=False, initializedcheck=False)
     return d
 
 
 extensions = []
-for mod in MODULES:
-    if os.path.exists(f"pystore/{mod}.pyx"):
-        extensions += cythonize(
-            [_ext(mod)],
-            compiler_directives=_directives(mod),
-            annotate=ANNOTATE,
-            compile_time_env={"PYSTORE_DEBUG": DEBUG},
-            quiet=True,
-        )
+# `make venv` installs the package in editable mode for its Python files alone (PYSTORE_NO_EXTENSIONS=1) and then
+# builds the extensions out of tree itself: an editable install would copy them beside their sources.
+for src in [] if os.environ.get("PYSTORE_NO_EXTENSIONS") else SOURCES:
+    extensions += cythonize(
+        [_ext(src)],
+        compiler_directives=_directives(_name(src)),
+        annotate=ANNOTATE,
+        build_dir=os.path.join("build", "cython"),
+        compile_time_env={"PYSTORE_DEBUG": DEBUG},
+        quiet=True,
+    )
 
 
 class StrictBuildExt(build_ext):

@@ -1,7 +1,7 @@
 """Put → consumer latency and consumer throughput.
 
 ``test_put_to_consumer_latency``: in one process, a consumer thread blocks in ``Consumer.poll`` (the
-long-polling wait of ``pystore.arrival``) while the main thread puts one message at a time; each message carries
+long-polling wait of ``pystore.read.arrival``) while the main thread puts one message at a time; each message carries
 its put time (``perf_counter_ns``) in its body, and the consumer records when it got it. p50/p99 go to
 ``extra_info``; the benchmark's own timing is the put-and-wait-for-delivery round trip.
 
@@ -109,7 +109,7 @@ _PYPATH = os.path.dirname(os.path.dirname(os.path.abspath(API["pystore"].__file_
 _CONSUMER = r"""
 import sys, time
 import numpy as np
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
 root, topic, n, spin, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 store = MessageStore.open(root, read_only=True, mapped_file_size_commit_log=int(sys.argv[6]))
 c = store.consumer("bench", topic, queue_ids=[0], auto_commit=False, spin_us=spin)
@@ -134,7 +134,7 @@ print("DONE %d" % k, flush=True)
 _FLOOR = r"""
 import mmap, sys, time
 import numpy as np
-from pystore._notify import WakeWord
+from pystore.system._notify import WakeWord
 path, n, spin, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 with open(path, "r+b") as f:
     word = WakeWord(mmap.mmap(f.fileno(), 64), 16)
@@ -159,7 +159,7 @@ def _floor(root: str, n: int, pinned: bool = False) -> dict[str, float]:
     from the move to the waiter holding it, under the same load as the other cases."""
     import mmap
 
-    from pystore._notify import WakeWord
+    from pystore.system._notify import WakeWord
     path = os.path.join(root, "floor.word")
     with open(path, "wb") as f:
         f.write(b"\0" * 64)
@@ -319,8 +319,9 @@ PC_CHUNK = 1024
 
 _PRODUCER = r"""
 import sys, time
-from pystore import Message, MessageBatch
-from pystore.store import MessageStore
+from pystore import Message
+from pystore import MessageBatch
+from pystore.engine.store import MessageStore
 root, topic, n, chunk, file_size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 store = MessageStore.open(root, mapped_file_size_commit_log=file_size)
 store.put_message(Message(topic + "Warm", b"x"))
@@ -399,7 +400,7 @@ COST_ROUNDS = 9
 
 _FOREVER = r"""
 import sys
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
 store = MessageStore.open(sys.argv[1], read_only=True, mapped_file_size_commit_log=int(sys.argv[3]))
 c = store.consumer("bench", sys.argv[2], queue_ids=[0], auto_commit=False)
 print("READY", flush=True)

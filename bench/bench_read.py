@@ -375,7 +375,7 @@ def test_get_columns_body_worker_paired(benchmark, data, record):
     _needs("get_columns")
     pytest.importorskip("pyarrow")
 
-    from pystore._arrow import decode_worker
+    from pystore.columns._arrow import decode_worker
 
     store = data.store
 

@@ -1,4 +1,4 @@
-"""Recovery: the record scan over a warm 1 GiB commit-log file (``pystore._records.scan_file``, with and
+"""Recovery: the record scan over a warm 1 GiB commit-log file (``pystore.log._records.scan_file``, with and
 without the body CRC) and a full ``MessageStore.open`` of a cleanly shut store (normal recovery: map, walk the
 last files with CRC, start the services), against the same run's pure-Python ``struct`` scan of the same
 records.
@@ -66,7 +66,7 @@ def gib_log():
 @pytest.mark.parametrize("crc", [True, False], ids=["crc", "nocrc"])
 def test_scan_file_1gib(benchmark, gib_log, record, crc):
     """One operation: ``scan_file`` over the whole 1 GiB file (GIL released inside)."""
-    from pystore._codec import RECORD_END
+    from pystore.format._codec import RECORD_END
 
     mf = MappedFile(gib_log.path, FILE_SIZE, read_only=True)
     try:

@@ -503,8 +503,8 @@ def test_spark_plan_commit_log(benchmark, record, data):
     the consume queues point at); ``paired_ratio`` is the walk's time over the plan's, round by round."""
     import time
 
-    from pystore._arrow_plan import split_points
-    from pystore._mapped_file import MappedFile
+    from pystore.columns._arrow_plan import split_points
+    from pystore.log._mapped_file import MappedFile
     from pystore.spark import layout
     from pystore.spark.batch import plan_commit_log_slices
 

@@ -44,14 +44,14 @@ def store_api() -> dict[str, Any]:
     try:
         from pystore import MessageStore  # type: ignore[attr-defined]
     except ImportError:
-        from pystore.store import MessageStore
+        from pystore.engine.store import MessageStore
     try:
         from pystore import FlushDiskType  # type: ignore[attr-defined]
     except ImportError:
         from pystore.config import FlushDiskType
-    from pystore._codec import record_length
-    from pystore._mapped_file import MappedFile
-    from pystore._records import scan_file
+    from pystore.format._codec import record_length
+    from pystore.log._mapped_file import MappedFile
+    from pystore.log._records import scan_file
 
     return {
         "pystore": pystore,
@@ -186,7 +186,7 @@ def scan_store(store: Any) -> tuple[int, int]:
     this with what they believe they wrote, so a fast but wrong put path fails."""
     api = store_api()
     scan_file = api["scan_file"]
-    from pystore._codec import RECORD_BLANK, RECORD_END
+    from pystore.format._codec import RECORD_BLANK, RECORD_END
 
     records = 0
     end = 0

@@ -52,7 +52,9 @@ N = 2000
 
 _SETUP = r"""
 import sys, tempfile
-from pystore import Message, MessageBatch, MessageStore
+from pystore import Message
+from pystore import MessageBatch
+from pystore import MessageStore
 root = tempfile.mkdtemp()
 store = MessageStore.open(root, mapped_file_size_commit_log=64 << 20)
 body = b"x" * 128
@@ -105,10 +107,10 @@ for i in range(%d):
 """ % N),
     "arrow_decode": ("*_arrow_*scan_file", N, """
 import pyarrow as pa
-from pystore._arrow import BatchBuilder
-from pystore._arrow_source import scan_file
-from pystore._mapped_file import MappedFile
-from pystore.export import arrow_schema
+from pystore.columns._arrow import BatchBuilder
+from pystore.columns._arrow_source import scan_file
+from pystore.log._mapped_file import MappedFile
+from pystore.columns.export import arrow_schema
 for i in range(%d):
     store.put_message(Message("T", body, tags="t"))
 store.flush()

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import benchlib  # noqa: E402
 
-from pystore._mapped_file import prefault_stats  # noqa: E402
+from pystore.log._mapped_file import prefault_stats  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

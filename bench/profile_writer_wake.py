@@ -42,7 +42,7 @@ N = 2000
 _WRITER = r"""
 import os, subprocess, sys, time
 from pystore import Message
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
 root, mode, n, consumer = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 store = MessageStore.open(root, mapped_file_size_commit_log=64 << 20)
 store.put_message(Message("T", b"x" * 128))
@@ -84,7 +84,7 @@ store.shutdown()
 
 _CONSUMER = r"""
 import sys
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
 root, topic, spin = sys.argv[1], sys.argv[2], float(sys.argv[3])
 store = MessageStore.open(root, read_only=True, mapped_file_size_commit_log=64 << 20)
 c = store.consumer("bench", topic, queue_ids=[0], auto_commit=False, spin_us=spin)

@@ -34,8 +34,8 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 
-from pystore._units import UNIT_SIZE as _CQ_STORE_UNIT_SIZE  # docs/format.md §2.1
 from pystore.errors import ConfigError
+from pystore.queue._units import UNIT_SIZE as _CQ_STORE_UNIT_SIZE  # docs/format.md §2.1
 
 __all__ = ["StoreConfig", "FlushDiskType", "BrokerRole", "UnknownConfigKeyWarning"]
 

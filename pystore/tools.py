@@ -21,11 +21,11 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from pystore._codec import RECORD_END, decode_record
-from pystore._mapped_file import MappedFile, is_file_name
-from pystore._message_ext import MessageExt
-from pystore._records import RecordIterator, find_valid_record_after
 from pystore.errors import FileCleanedError, StoreCorruptedError
+from pystore.format._codec import RECORD_END, decode_record
+from pystore.log._mapped_file import MappedFile, is_file_name
+from pystore.log._records import RecordIterator, find_valid_record_after
+from pystore.message._message_ext import MessageExt
 
 __all__ = ["iter_commitlog", "iter_consume_queue", "commit_log_files", "decode_record"]
 
@@ -219,7 +219,7 @@ def iter_consume_queue(path: str | os.PathLike[str]) -> Iterator[tuple[int, int,
     ``(commit_log_offset, size, tags_code)``, stopping at the first empty unit. Filler units written before
     a queue's first real unit (size 2**31-1) are skipped. A file cleaned meanwhile is passed over before the
     first unit is yielded and raises ``FileCleanedError`` after, as in :func:`iter_commitlog`."""
-    from pystore._units import iter_units  # the compiled consume-queue scan
+    from pystore.queue._units import iter_units  # the compiled consume-queue scan
 
     p = os.fspath(path)
     files = [p] if os.path.isfile(p) else _data_files(p)

@@ -4,8 +4,8 @@
   every one down and re-reads every commit-log file with ``iter_commitlog(verify_crc=True)`` (bbolt's
   post-test check): nothing may be corrupt, and the message count must equal what the test recorded
   with ``store_factory.expect_messages(...)``, if it recorded one.
-* ``_verify_stores_after_test`` (autouse) — after every test, ``pystore.verify.verify_store`` (CRCs, every
-  consume-queue unit against its record, index chains and a sample of keys looked up) on every writable
+* ``_verify_stores_after_test`` (autouse) — after every test, ``pystore.engine.verify.verify_store`` (CRCs, every
+         consume-queue unit against its record, index chains and a sample of keys looked up) on every writable
   store the test started and shut down cleanly, whose files nothing changed since, and that still exists;
   a problem fails the test (bbolt's and diskcache's post-test consistency check). Not checked: tests
   marked ``no_verify`` (damage on purpose), tests in which a ``StoreCorruptedError`` was raised (they
@@ -36,12 +36,12 @@ from typing import Any
 import pytest
 from writer_procs import Procs
 
-import pystore.store as store_module
+import pystore.engine.store as store_module
 from pystore import Message
-from pystore._mapped_file import OS_PAGE_SIZE, MappedFile
 from pystore.config import StoreConfig
+from pystore.engine.store import MessageStore
 from pystore.errors import StoreCorruptedError
-from pystore.store import MessageStore
+from pystore.log._mapped_file import OS_PAGE_SIZE, MappedFile
 from pystore.tools import iter_commitlog
 
 #: Commit-log file size the fixtures use: small, so rolling and recovery are fast.
@@ -134,9 +134,9 @@ def mf(path: str) -> Iterator[MappedFile]:
 @pytest.fixture
 def fast_reconnect(monkeypatch):
     """A slave tries again after 50 ms instead of a second (tests that make it reconnect)."""
-    import pystore.ha_slave
+    import pystore.ha.slave
 
-    monkeypatch.setattr(pystore.ha_slave, "_RECONNECT_S", 0.05)
+    monkeypatch.setattr(pystore.ha.slave, "_RECONNECT_S", 0.05)
 
 
 @pytest.fixture
@@ -298,7 +298,7 @@ class _StoreWatch:
         self.roots[root] = ({k: getattr(cfg, k) for k in _GEOMETRY}, _files_state(root))
 
     def problems(self) -> list[str]:
-        from pystore.verify import verify_store
+        from pystore.engine.verify import verify_store
 
         found = []
         for root, (over, state) in self.roots.items():

@@ -174,7 +174,7 @@ SMALL_FILES = {
 
 def open_store(root, file_size: int, **kw):
     """``MessageStore.open`` with the crash tests' small files (commit log of ``file_size`` bytes)."""
-    from pystore.store import MessageStore
+    from pystore.engine.store import MessageStore
 
     opts = dict(SMALL_FILES, mapped_file_size_commit_log=file_size)
     opts.update(kw)
@@ -208,7 +208,7 @@ class _Writer:
 
     def run_thread(self, tid: int) -> None:
         from pystore import Message, MessageBatch
-        from pystore._codec import record_length
+        from pystore.format._codec import record_length
 
         args = self.args
         rng = random.Random(args.seed * 1000 + args.run * 100 + tid)
@@ -291,7 +291,7 @@ class _Writer:
 
 
 def cmd_write(args) -> int:
-    from pystore.store import MessageStore
+    from pystore.engine.store import MessageStore
 
     store = MessageStore.open(args.root, **_store_options(args))
     if args.sync_master:

@@ -16,7 +16,7 @@ import time
 from conftest import make_message
 
 from pystore import BrokerRole, FlushDiskType, GetMessageStatus, Message, MessageBatch
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
 
 TOPIC = "HATopic"
 F = 16384            # commit-log files: small, so a few hundred messages roll several

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pickle
 
 from pystore import Message
-from pystore._codec import encode_record
+from pystore.format._codec import encode_record
 
 STORE = ("192.168.0.1", 10911)
 

@@ -1,8 +1,8 @@
 """The tests' independent reference for the commit-log record (docs/format.md §1, §1.8, §2.2, §14).
 
 Written from docs/format.md alone, with ``struct`` and nothing from pystore, so that the compiled codec in
-``pystore._codec`` / ``pystore._message`` can be checked against it byte for byte (the C path must equal
-this Python reference, as yarl's and msgpack's test suites check their C speed-ups). It is slow on
+``pystore.format._codec`` / ``pystore.message._message`` can be checked against it byte for byte (the C path must equal
+               this Python reference, as yarl's and msgpack's test suites check their C speed-ups). It is slow on
 purpose: clarity over speed.
 
 Record layout (big-endian; every integer signed)::

@@ -1,4 +1,4 @@
-"""The service that creates commit-log files ahead of the put path (``pystore.allocate``; RocketMQ
+"""The service that creates commit-log files ahead of the put path (``pystore.log.allocate``; RocketMQ
 ``AllocateMappedFileService``, docs/format.md §5.5): file N and N+1 per request, inline creation when not
 running, the give-up after ``wait_timeout_ms``, failures handed to the put, the transient pool's say on
 N+1, and pre-created files deleted at shutdown."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pystore.allocate import AllocateMappedFileService
+from pystore.log.allocate import AllocateMappedFileService
 
 SIZE = 64 * 1024
 DEADLINE = 60.0

@@ -1,4 +1,4 @@
-"""Message arrival (``pystore.arrival``): the dispatcher's hook set only while someone listens or waits, the
+"""Message arrival (``pystore.read.arrival``): the dispatcher's hook set only while someone listens or waits, the
 listeners' calls, waiting gets woken by an arrival in their topic or by shutdown, a read-only store's polling
 wait, ``found_something``, and ``open_wake_file``. Through a store and across processes:
 test_consumer_wake.py, test_consumer.py."""
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pystore.arrival import WAKE_FILE, Arrivals, found_something, open_wake_file
+from pystore.read.arrival import WAKE_FILE, Arrivals, found_something, open_wake_file
 from pystore.status import GetMessageStatus
 
 DEADLINE = 60.0
@@ -66,7 +66,7 @@ def test_listeners_get_the_arrival_with_its_properties_and_one_that_fails_stops_
 
     a.add_listener(bad)
     a.add_listener(fn)
-    with caplog.at_level(logging.ERROR, logger="pystore.arrival"):
+    with caplog.at_level(logging.ERROR, logger="pystore.read.arrival"):
         a.arrived("T", 3, 17, 42, 1_700_000_000_000, b"TAGS\x01a\x02KEYS\x01k1 k2\x02")
     assert calls == [("T", 3, 17, 42, 1_700_000_000_000, None, {"TAGS": "a", "KEYS": "k1 k2"})]
     assert "listener bug" in caplog.text and "T/3 offset 17" in caplog.text

@@ -1,4 +1,4 @@
-"""The Spark source's decoder on its own (``pystore._arrow``): commit-log records straight into Arrow record
+"""The Spark source's decoder on its own (``pystore.columns._arrow``): commit-log records straight into Arrow record
 batches, from a file range (``scan_file``) or through a consume queue (``QueueReader``), with the builder's
 filters and limits; rows compared with ``get_message``. Through Spark and ``pystore.spark.batch``:
 test_spark.py."""
@@ -16,10 +16,10 @@ pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installe
 
 import pyarrow as pa  # noqa: E402
 
-from pystore._arrow import COLUMNS, BatchBuilder  # noqa: E402
-from pystore._arrow_source import QueueReader, scan_file  # noqa: E402
-from pystore._mapped_file import MappedFile  # noqa: E402
+from pystore.columns._arrow import COLUMNS, BatchBuilder  # noqa: E402
+from pystore.columns._arrow_source import QueueReader, scan_file  # noqa: E402
 from pystore.errors import StoreCorruptedError  # noqa: E402
+from pystore.log._mapped_file import MappedFile  # noqa: E402
 from pystore.spark.schema import arrow_schema  # noqa: E402
 
 

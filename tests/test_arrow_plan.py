@@ -1,4 +1,4 @@
-"""The Spark source's planning helpers (``pystore._arrow_plan``): record boundaries of a commit-log file about
+"""The Spark source's planning helpers (``pystore.columns._arrow_plan``): record boundaries of a commit-log file about
 every ``chunk`` bytes (``split_points``), the record boundaries consume queues point at (``queue_boundaries``),
 whether a record starts at an offset (``record_size_at``), and a consume queue's min and max offsets from its
 files (``queue_bounds``), compared with what the store itself says."""
@@ -10,9 +10,9 @@ import os
 import numpy as np
 from conftest import drop_commit_log_head, make_message
 
-from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points, walk_to
-from pystore._codec import RECORD_END
-from pystore._mapped_file import MappedFile
+from pystore.columns._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points, walk_to
+from pystore.format._codec import RECORD_END
+from pystore.log._mapped_file import MappedFile
 
 
 def _fill(store, n, topic="TopicTest", queue_id=0):

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pystore import FlushDiskType, GetMessageStatus, Message, MessageBatch, PutMessageStatus, TagFilter
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
 from pystore.tools import iter_commitlog
 
 TOPIC = "TopicTest"

@@ -1,4 +1,4 @@
-"""The compiled column put (``pystore._bulk_put``, through ``put_columns``): what it stores equals, byte for byte,
+"""The compiled column put (``pystore.log._bulk_put``, through ``put_columns``): what it stores equals, byte for byte,
 what the same messages put one by one (``put_message``) or as ``MessageBatch``es store — commit log, consume
 queue and index files — on stores with one fake clock; refusals stop it at the refused message; a writer
 SIGKILLed in the middle of one leaves a log whose every acknowledged message reads back.
@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from writer_procs import kill, read_line
 
-from pystore import Message, MessageBatch, MessageStore, columns
-from pystore._bulk_put import CHUNK_BYTES, _copy_crc32, batch_ends, put_bodies
-from pystore.columns import _chunks, _messages, _put_messages
+from pystore import Message, MessageBatch, MessageStore
+from pystore.columns import api as columns
+from pystore.columns.api import _chunks, _messages, _put_messages
+from pystore.log._bulk_put import CHUNK_BYTES, _copy_crc32, batch_ends, put_bodies
 from pystore.status import PutMessageStatus
 from pystore.tools import iter_commitlog
 

@@ -1,4 +1,4 @@
-"""The store folder's small files (``pystore.checkpoint``): the checkpoint's bytes and its trust rule, its
+"""The store folder's small files (``pystore.engine.checkpoint``): the checkpoint's bytes and its trust rule, its
 timed writes on the store's clock, the ``abort`` marker and the writer's ``lock``.
 
 The checkpoint is what abnormal recovery starts from, so a wrong byte here means recovery starts too late
@@ -15,13 +15,13 @@ import sys
 import pytest
 from conftest import FakeClock
 
-from pystore.checkpoint import (
-    CHECKPOINT_FILE_SIZE,
-    AbortFile,
-    StoreCheckpoint,
-    StoreLock,
-    writer_holds_lock,
-)
+from pystore.engine.checkpoint import (
+           CHECKPOINT_FILE_SIZE,
+           AbortFile,
+           StoreCheckpoint,
+           StoreLock,
+           writer_holds_lock,
+       )
 from pystore.errors import StoreLockedError
 
 NOW = 1_700_000_000_000
@@ -154,7 +154,7 @@ def test_a_failed_timed_write_is_logged_not_raised_into_the_setter(tmp_path, cap
     path = str(folder / "checkpoint")
     cp = StoreCheckpoint(path, auto_flush_ms=1, clock=FakeClock(NOW))
     folder.rmdir()
-    with caplog.at_level(logging.ERROR, logger="pystore.checkpoint"):
+    with caplog.at_level(logging.ERROR, logger="pystore.engine.checkpoint"):
         cp.physic_msg_timestamp = NOW
     assert "writing the checkpoint" in caplog.text
     with pytest.raises(OSError):

@@ -428,7 +428,7 @@ def test_clean_usage(tmp_path):
 
 def test_export_parquet(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
-    from pystore.export import COLUMNS
+    from pystore.columns.export import COLUMNS
 
     root = tmp_path / "s"
     results = make_store(root, 300)
@@ -454,7 +454,7 @@ def test_export_parquet(tmp_path):
 
 
 def test_export_without_pyarrow(tmp_path, monkeypatch):
-    import pystore.export as ex
+    import pystore.columns.export as ex
 
     def no_pyarrow():
         raise ImportError(ex.MISSING_PYARROW)
@@ -684,7 +684,7 @@ def test_export_spark_sets_the_python_of_its_workers(tmp_path, monkeypatch):
 
 def test_export_progress_counts_records_not_file_sizes(tmp_path):
     pytest.importorskip("pyarrow")
-    from pystore.export import export_parquet
+    from pystore.columns.export import export_parquet
 
     root = tmp_path / "s"
     make_store(root, 300)

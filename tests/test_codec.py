@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pystore import AppendMessageResult, Message, PutMessageResult
-from pystore._codec import (
+from pystore.errors import StoreCorruptedError
+from pystore.format._codec import (
     BLANK_CODE,
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
@@ -49,10 +50,9 @@ from pystore._codec import (
     scan,
     tags_code,
 )
-from pystore._hosts import normalize_host
-from pystore._jstring import java_string_hash
-from pystore._props import properties_to_string, string_to_properties
-from pystore.errors import StoreCorruptedError
+from pystore.format._hosts import normalize_host
+from pystore.format._jstring import java_string_hash
+from pystore.format._props import properties_to_string, string_to_properties
 from pystore.status import AppendMessageStatus, PutMessageStatus
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -693,7 +693,7 @@ GUARD = textwrap.dedent(r"""
     sys.path.insert(0, %r)
     import reference_codec as ref
     from pystore import Message
-    from pystore._codec import check_record_at, decode_record, encode_record, scan, tags_code
+    from pystore.format._codec import check_record_at, decode_record, encode_record, scan, tags_code
     from pystore.errors import StoreCorruptedError
     PAGE = mmap.PAGESIZE
     libc = ctypes.CDLL(None, use_errno=True)
@@ -1008,7 +1008,7 @@ def test_body_crc_every_length_and_alignment_is_zlibs(path):
     # alignments of the start
     import random
 
-    from pystore._codec import _force_crc_implementation, crc_implementation, fast_body_crc
+    from pystore.format._codec import _force_crc_implementation, crc_implementation, fast_body_crc
 
     before = _force_crc_implementation(path)
     try:
@@ -1028,7 +1028,7 @@ def test_body_crc_every_length_and_alignment_is_zlibs(path):
 
 
 def test_crc_implementation_follows_the_cpu():
-    from pystore._codec import crc_implementation, crc_implementations_built
+    from pystore.format._codec import crc_implementation, crc_implementations_built
 
     impl = crc_implementation()
     built = crc_implementations_built()

@@ -9,8 +9,8 @@ import reference_codec as ref
 from test_codec import run_guarded
 
 from pystore import Message
-from pystore._codec import check_record_at, decode_record, encode_record
-from pystore._jstring import java_string_hash
+from pystore.format._codec import check_record_at, decode_record, encode_record
+from pystore.format._jstring import java_string_hash
 
 
 def test_bug1_check_record_reads_fixed_fields_past_the_buffer_for_ipv6_flags():
@@ -118,7 +118,7 @@ def test_stored_delay_level_beyond_int_reads_as_the_message_reads_it():
     """A DELAY property above 2^31-1 is clamped the same way by Message and by the decoded MessageExt
     (found by hypothesis: 2200000000 decoded unclamped); a negative one reads as no delay."""
     from pystore import Message
-    from pystore._codec import decode_record, encode_record
+    from pystore.format._codec import decode_record, encode_record
 
     for text, level in (("2200000000", 0x7FFFFFFF), ("-3", 0), ("7", 7)):
         m = Message("T", b"", properties={"DELAY": text})

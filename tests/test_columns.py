@@ -1,4 +1,4 @@
-"""The column API: ``put_columns``, ``get_columns``, ``queue_units`` (``pystore.columns``).
+"""The column API: ``put_columns``, ``get_columns``, ``queue_units`` (``pystore.columns.api``).
 
 What is stored is compared byte for byte with the same messages put by hand (two stores on one fake clock);
 what is read is compared with ``get_message`` and ``pystore.tools.iter_consume_queue``.
@@ -17,9 +17,9 @@ import pytest
 from conftest import FakeClock, drop_commit_log_head
 
 from pystore import Message, MessageBatch, PutColumnsResult, PutMessageResult, TagFilter
-from pystore._codec import record_length
-from pystore.columns import _chunks
-from pystore.export import format_host
+from pystore.columns.api import _chunks
+from pystore.columns.export import format_host
+from pystore.format._codec import record_length
 from pystore.status import GetMessageStatus, PutMessageStatus
 from pystore.tools import iter_consume_queue
 

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 
 from pystore import Message, MessageBatch, TagFilter
-from pystore.columns import PAGE_BYTES, columns_schema, lifted
+from pystore.columns.api import PAGE_BYTES, columns_schema, lifted
+from pystore.columns.export import arrow_schema, record_batch
 from pystore.config import BrokerRole
 from pystore.errors import StoreCorruptedError
-from pystore.export import arrow_schema, record_batch
 from pystore.status import GetMessageStatus
 
 #: get_message as get_columns runs it: no in-memory transfer caps
@@ -232,7 +232,7 @@ def test_small_queue_ranges_are_packed_into_a_task_per_core():
 
 def _scanned_batches(b, mf) -> list:
     """The batches of one whole scan of commit-log file ``mf`` by the Spark decoder into builder ``b``."""
-    from pystore._arrow_source import scan_file
+    from pystore.columns._arrow_source import scan_file
 
     pos, done, got = 0, False, []
     while not done:
@@ -273,8 +273,8 @@ def test_one_builder_over_many_batches_and_topics_equals_the_export(store_factor
     """The Spark decoder over a commit-log file in small batches (a builder reused: buffers sized from the
     batch before, left empty or not) with rows of several topics is ``export.record_batch`` of the same
     messages."""
-    from pystore._arrow import BatchBuilder
-    from pystore._mapped_file import MappedFile
+    from pystore.columns._arrow import BatchBuilder
+    from pystore.log._mapped_file import MappedFile
     from pystore.tools import iter_commitlog
 
     store = store_factory(**UNCAPPED)
@@ -327,7 +327,7 @@ BODY_AT = 88
 
 @pytest.fixture(params=[True, False], ids=["worker", "no-worker"])
 def worker(request):
-    from pystore._arrow import decode_worker
+    from pystore.columns._arrow import decode_worker
 
     before = decode_worker(request.param)
     yield request.param
@@ -401,8 +401,8 @@ def test_a_body_crc_error_found_while_decoding_ends_the_page_there(store_factory
     _same_error(store, bad, n)
     assert _same(store, "T", 0, bad + 1, n)[1] == n
     # with the CRC not checked (check_crc_on_read off) the record is decoded as stored
-    from pystore._arrow import BatchBuilder
-    from pystore._read import ReadLimits
+    from pystore.columns._arrow import BatchBuilder
+    from pystore.read._read import ReadLimits
 
     def unchecked(limits):
         lim = lifted(limits)
@@ -459,9 +459,9 @@ def test_topics_longer_than_the_decoders_topic_cache(tmp_path):
     files): such topics are decoded as they come, with the rows around them."""
     import reference_codec as ref
 
-    from pystore._arrow import BatchBuilder
-    from pystore._arrow_source import scan_file
-    from pystore._mapped_file import MappedFile
+    from pystore.columns._arrow import BatchBuilder
+    from pystore.columns._arrow_source import scan_file
+    from pystore.log._mapped_file import MappedFile
 
     topics = ["é" * 200, "T", "L" * 300, "L" * 300, "T", "ü" * 129]
     out = bytearray()
@@ -497,7 +497,7 @@ def _reference_properties(s: str) -> dict[str, str]:
 def test_properties_are_split_as_rocketmq_splits_them_at_any_length_and_place():
     """The properties splitter reads eight bytes at a time (and a string's last eight for its tail): on random
     strings of 0-40 characters drawn mostly from the separators, its split is RocketMQ's."""
-    from pystore._props import string_to_properties
+    from pystore.format._props import string_to_properties
 
     rng = random.Random(7)
     alphabet = ["\x01", "\x02", "a", "b", "é", "\x01\x01", "\x02\x02", "KEYS", "TAGS"]
@@ -511,7 +511,7 @@ def test_the_decode_worker_after_a_fork(store_factory):
     """A child forked after the decode worker started (its thread is not in the child) decodes pages of several
     windows with a worker of its own (its file of the parent's worker's run-queue figures closed); the parent's
     goes on."""
-    from pystore._arrow import decode_worker
+    from pystore.columns._arrow import decode_worker
 
     store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
     n = 3 * WINDOW
@@ -556,8 +556,9 @@ def test_the_decode_worker_after_a_fork(store_factory):
 
 _ONE_CPU_READER = r"""
 import json, os, sys
-from pystore import MessageBatch, MessageStore
-from pystore._arrow import decode_worker, decode_worker_state
+from pystore import MessageBatch
+from pystore import MessageStore
+from pystore.columns._arrow import decode_worker, decode_worker_state
 
 # this thread and every thread it starts (the decode worker among them) on one CPU: the worker is never free
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -584,7 +585,7 @@ def test_pages_read_by_several_threads_at_once_equal_single_thread_pages(store_f
     back or backed off as it happens; every page equals the same page decoded in one thread (the worker off)."""
     import threading
 
-    from pystore._arrow import decode_worker
+    from pystore.columns._arrow import decode_worker
 
     store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
     n = 5 * WINDOW + 333
@@ -738,8 +739,8 @@ def test_windows_split_between_threads_grow_the_rows_midway(store_factory, worke
     """A builder sized for few rows fed a page of several windows (no size hint: its per-row buffers grow while
     windows are decoded, a split window's other columns perhaps still with the worker): the same batch as a
     builder sized for the page up front, and as get_message's page."""
-    from pystore._arrow import BatchBuilder
-    from pystore.columns import _projected
+    from pystore.columns._arrow import BatchBuilder
+    from pystore.columns.api import _projected
 
     store = store_factory(mapped_file_size_commit_log=1 << 20, **UNCAPPED)
     n = 4 * WINDOW + 123
@@ -782,7 +783,7 @@ def test_unknown_or_repeated_columns_are_refused_by_name(store_factory, cols, wo
 
 
 def test_a_builder_refuses_a_schema_of_other_columns_or_types():
-    from pystore._arrow import BatchBuilder
+    from pystore.columns._arrow import BatchBuilder
 
     full = columns_schema()
     BatchBuilder(pa.schema([full.field("body"), full.field("topic")]))
@@ -859,8 +860,8 @@ def test_the_on_disk_caps_hold_as_in_get_message(store_factory, cols):
 def test_the_spark_decoder_builds_a_projection_over_many_batches(store_factory, cols):
     """``scan_file`` (records added one at a time, a builder reused over small batches, a topic filter) into a
     projected schema: the projected columns of the all-columns batches, batch for batch."""
-    from pystore._arrow import BatchBuilder
-    from pystore._mapped_file import MappedFile
+    from pystore.columns._arrow import BatchBuilder
+    from pystore.log._mapped_file import MappedFile
 
     store = store_factory(**UNCAPPED)
     rng = random.Random(21)

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pystore import Message, MessageBatch, PutMessageStatus
+from pystore.engine.store import MessageStore
 from pystore.errors import StoreClosedError
 from pystore.status import AppendMessageStatus
-from pystore.store import MessageStore
 
 # Record layout, docs/format.md §1.2 (both hosts IPv4)
 POS_TOTALSIZE, POS_MAGIC, POS_BODYCRC, POS_QUEUEID, POS_FLAG = 0, 4, 8, 12, 16

@@ -1,4 +1,4 @@
-"""The broker's ``config/*.json`` files (``pystore.config_json``; RocketMQ ``ConfigManager``,
+"""The broker's ``config/*.json`` files (``pystore.consumer.config_json``; RocketMQ ``ConfigManager``,
 ``MixAll.string2File``): fastjson's bare integer keys, ``offsetTable`` only, the ``.bak`` fallback of a load
 and the write that keeps the previous content as ``.bak``. Through the stores that use it:
 test_consumer_offsets.py and test_schedule.py."""
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from pystore.config_json import load_config_file, offset_value, persist_config_file, read_offset_table
+from pystore.consumer.config_json import load_config_file, offset_value, persist_config_file, read_offset_table
 from pystore.errors import StoreError
 
 

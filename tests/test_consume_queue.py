@@ -20,8 +20,8 @@ import reference_codec as ref
 from conftest import BORN_HOST, SMALL_INDEX, make_message
 
 from pystore import GetMessageStatus, MessageStore
-from pystore.consume_queue import ConsumeQueue
 from pystore.errors import StoreCorruptedError
+from pystore.queue.consume_queue import ConsumeQueue
 from pystore.tools import iter_commitlog, iter_consume_queue
 
 UNIT = struct.Struct(">qiq")
@@ -511,7 +511,7 @@ def test_unit_whose_record_names_another_queue_offset_is_damage(tmp_path):
     with pytest.raises(StoreCorruptedError) as e:
         MessageStore.open(root, read_only=True, **SMALL_INDEX)
     assert e.value.path == os.path.join(d, "%020d" % 0) and "another queue" in str(e.value)
-    import pystore.recovery_plan as recovery_plan
+    import pystore.engine.recovery_plan as recovery_plan
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(recovery_plan, "_queues_past_their_records", lambda queues, log: [])

@@ -15,7 +15,7 @@ from writer_procs import WORKTREE
 
 from pystore import GetMessageStatus, Message, MessageBatch, StoreClosedError, StoreError
 from pystore.config import BrokerRole, FlushDiskType
-from pystore.consumer import Consumer
+from pystore.consumer.consumer import Consumer
 
 FOUND = GetMessageStatus.FOUND
 

@@ -15,7 +15,7 @@ from conftest import FakeClock
 from writer_procs import kill, read_line
 
 from pystore import Message, MessageStore, StoreConfig, StoreError
-from pystore.consumer_offsets import ConsumerOffsets, decode_consumer_offsets, encode_consumer_offsets
+from pystore.consumer.offsets import ConsumerOffsets, decode_consumer_offsets, encode_consumer_offsets
 
 # what a RocketMQ broker writes (fastjson, pretty, integer keys bare), with 5.x's dataVersion
 BROKER_FILE = ('{\n\t"dataVersion":{\n\t\t"counter":3,\n\t\t"stateVersion":0,\n\t\t"timestamp":1700000000000\n\t},'
@@ -151,7 +151,8 @@ def test_read_only_follows_the_writer_and_refuses_commit(store_factory) -> None:
 
 CONSUME = r"""
 import sys, threading
-from pystore import Message, MessageStore
+from pystore import Message
+from pystore import MessageStore
 root, total = sys.argv[1], int(sys.argv[2])
 store = MessageStore.open(root, mapped_file_size_commit_log=64 * 1024, flush_consumer_offset_interval=20)
 def produce():

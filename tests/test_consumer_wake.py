@@ -1,5 +1,5 @@
 """Consumers across processes: a read-only store of a live writer in another process waits on the store's
-``wakeup`` file (``pystore.arrival``, ``pystore._notify``; its layout is in docs/format.md
+``wakeup`` file (``pystore.read.arrival``, ``pystore.system._notify``; its layout is in docs/format.md
 §15). Tested with real processes: every message reaches the waiting reader, in order; a reader outlives a
 SIGKILLed writer and follows the restarted one; the file's bytes are the documented layout; a reader writes
 nothing else. No assertion on how fast (bench/bench_consumer.py measures that); timeouts only bound hangs."""
@@ -19,8 +19,8 @@ from ha_helpers import master_and_slave
 from writer_procs import kill, stderr_of
 
 from pystore import GetMessageStatus, Message, MessageBatch
-from pystore.arrival import WAKE_FILE, open_wake_file
 from pystore.config import FlushDiskType
+from pystore.read.arrival import WAKE_FILE, open_wake_file
 
 HEADER = b"PSWAKEUP" + struct.pack("<I", 1)
 
@@ -41,7 +41,8 @@ print("END", flush=True)
 
 WRITER = r"""
 import sys, time
-from pystore import Message, MessageStore
+from pystore import Message
+from pystore import MessageStore
 root, n = sys.argv[1], int(sys.argv[2])
 store = MessageStore.open(root, mapped_file_size_commit_log=64 * 1024)
 base = store.get_max_offset_in_queue("T", 0)

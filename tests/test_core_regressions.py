@@ -15,7 +15,7 @@ from conftest import SMALL_FILE, make_message
 
 from pystore import Message, MessageBatch
 from pystore.config import StoreConfig
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
 from pystore.tools import iter_commitlog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +44,7 @@ def test_bug1_queue_table_survives_a_restart(store_factory):
 # store shuts down (or the file is force-destroyed) `.buffer` maps address NULL+pos and reading segfaults.
 def test_bug2_commit_log_data_buffer_after_shutdown_does_not_crash(tmp_path):
     proc = run_python("""
-        from pystore.store import MessageStore
+        from pystore.engine.store import MessageStore
         from pystore import Message
         from pystore.errors import StoreError
         s = MessageStore.open(%r, mapped_file_size_commit_log=65536)
@@ -63,7 +63,7 @@ def test_bug2_commit_log_data_buffer_after_shutdown_does_not_crash(tmp_path):
 
 def test_bug2_selected_buffer_after_forced_destroy_does_not_crash(tmp_path):
     proc = run_python("""
-        from pystore._mapped_file import MappedFile
+        from pystore.log._mapped_file import MappedFile
         from pystore.errors import StoreError
         f = MappedFile(%r, 8192, create=True)
         f.append_message(b"abcdef")
@@ -82,9 +82,9 @@ def test_bug2_selected_buffer_after_forced_destroy_does_not_crash(tmp_path):
 # while iterating makes the next step read NULL+pos.
 def test_bug3_record_iterator_after_forced_destroy_does_not_crash(tmp_path):
     proc = run_python("""
-        from pystore._mapped_file import MappedFile
-        from pystore._records import RecordIterator
-        from pystore._codec import encode_record
+        from pystore.log._mapped_file import MappedFile
+        from pystore.log._records import RecordIterator
+        from pystore.format._codec import encode_record
         from pystore import Message
         from pystore.errors import StoreError
         f = MappedFile(%r, 8192, create=True)

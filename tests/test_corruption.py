@@ -1,7 +1,7 @@
 """Corruption tests: damaged store files either recover to the last whole record or raise
 ``StoreCorruptedError`` naming the file and the absolute offset; never a crash, and nothing before the
 damage is lost (docs/architecture.md "What the store promises", docs/format.md §1, §4, §8, §12 ``testRecover``;
-``pystore/recovery.py`` for the guard against truncating durable data).
+``pystore/engine/recovery.py`` for the guard against truncating durable data).
 
 Stores are built in this process with SYNC_FLUSH and small files (16 KiB) so the log rolls often, shut
 down cleanly (the checkpoint then says every message is flushed), damaged with plain file writes at
@@ -33,10 +33,10 @@ import crash_writer as cw  # noqa: E402
 from conftest import FakeClock  # noqa: E402
 
 from pystore import Message, MessageBatch, TagFilter  # noqa: E402
-from pystore.checkpoint import StoreCheckpoint  # noqa: E402
 from pystore.config import FlushDiskType  # noqa: E402
+from pystore.engine.checkpoint import StoreCheckpoint  # noqa: E402
+from pystore.engine.store import MessageStore  # noqa: E402
 from pystore.errors import StoreCorruptedError  # noqa: E402
-from pystore.store import MessageStore  # noqa: E402
 from pystore.tools import iter_commitlog  # noqa: E402
 
 FILE_SIZE = 16384
@@ -276,7 +276,7 @@ def test_short_index_file_after_a_crash_is_deleted(tmp_path):
     """An index file whose creation a power cut took back (0 bytes: its size was never flushed) is deleted
     by a writer's abnormal open; before, it was only ignored, stayed a file of no geometry for good, and
     ``verify_store`` reported the store damaged after every later open."""
-    from pystore.verify import verify_store
+    from pystore.engine.verify import verify_store
 
     root = tmp_path / "store"
     w = build_store(root)
@@ -1117,7 +1117,7 @@ def test_reader_of_a_crashed_store_says_its_last_records_are_not_served(tmp_path
         f.seek(last.queue_offset * 20 - int(os.path.basename(files[-1])))
         f.write(garbage)
     make_abnormal(root)
-    with caplog.at_level(logging.WARNING, logger="pystore.recovery"):
+    with caplog.at_level(logging.WARNING, logger="pystore.engine.recovery"):
         with MessageStore.open(str(root), read_only=True) as store:
             assert store.get_max_offset_in_queue(last.topic, last.queue_id) == last.queue_offset
             cw.check_message(store.look_message_by_offset(last.offset), last.idx)
@@ -1242,7 +1242,7 @@ def test_recovery_crc_is_zlibs(data, skip):
     CRC-32 (masked to 31 bits) for every length and alignment."""
     import zlib
 
-    from pystore._codec import fast_body_crc
+    from pystore.format._codec import fast_body_crc
 
     view = memoryview(bytes(skip) + data)[skip:]
     assert fast_body_crc(view) == zlib.crc32(data) & 0x7FFFFFFF

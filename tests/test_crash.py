@@ -1,6 +1,6 @@
 """Crash tests: a real writer process (``tests/crash_writer.py``) is SIGKILLed, at random moments and at the
-named crash points of ``pystore.crashpoint``, and the store is checked afterwards (docs/architecture.md "What the store
-promises", docs/format.md §6.2, §8).
+named crash points of ``pystore.system.crashpoint``, and the store is checked afterwards (docs/architecture.md "What the store
+       promises", docs/format.md §6.2, §8).
 
 After every kill:
 
@@ -324,8 +324,8 @@ def test_async_flush_lost_unflushed_tail(procs, tmp_path):
 # named crash points
 # ----------------------------------------------------------------------------------------------
 
-#: The points of ``pystore.crashpoint.POINTS`` the tests below kill at (``checkpoint.written``: the power-cut
-#: tests of tests/powerloss, where a write not yet synced is lost; a SIGKILL alone keeps it in the page cache).
+#: The points of ``pystore.system.crashpoint.POINTS`` the tests below kill at (``checkpoint.written``: the power-cut
+       #: tests of tests/powerloss, where a write not yet synced is lost; a SIGKILL alone keeps it in the page cache).
 COVERED_POINTS = {
     "checkpoint.written",
     "commitlog.roll",
@@ -339,7 +339,7 @@ COVERED_POINTS = {
 
 
 def test_every_crash_point_has_a_test():
-    from pystore.crashpoint import POINTS
+    from pystore.system.crashpoint import POINTS
 
     missing = set(POINTS) - COVERED_POINTS
     assert not missing, "crash points no test kills at: %s" % sorted(missing)
@@ -431,7 +431,7 @@ def test_crashpoint_shutdown(procs, tmp_path, point, mode):
     assert len(w.records) == len(acks) > 250, "every put returned before the shutdown: all are acknowledged"
     assert w.end == acks[-1].offset + acks[-1].size
     assert os.path.exists(root / "abort"), "the abort file must survive a shutdown that did not finish"
-    from pystore.checkpoint import StoreCheckpoint
+    from pystore.engine.checkpoint import StoreCheckpoint
 
     cp = StoreCheckpoint(str(root / "checkpoint"), read_only=True)
     last = cw.walk_log(str(root)).records[-1]
@@ -454,8 +454,8 @@ def _store_needing_truncation(root, file_size: int, abort: bool) -> list[cw.RawR
     and, after it, an empty pre-created file, as a writer killed mid-append while the next file was being
     prepared would leave. Returns the whole records."""
     from pystore import Message
-    from pystore._codec import encode_record
     from pystore.config import FlushDiskType
+    from pystore.format._codec import encode_record
 
     with cw.open_store(root, file_size, flush_disk_type=FlushDiskType.SYNC_FLUSH) as store:
         for i in range(120):
@@ -633,7 +633,7 @@ def test_read_only_max_offset_of_a_live_writer(tmp_path):
 
 
 def _checkpoint_physic(root) -> int:
-    from pystore.checkpoint import StoreCheckpoint
+    from pystore.engine.checkpoint import StoreCheckpoint
 
     cp = StoreCheckpoint(str(root / "checkpoint"), read_only=True)
     return cp.physic_msg_timestamp if cp.trusted else 0

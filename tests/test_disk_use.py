@@ -10,9 +10,9 @@ import os
 import pytest
 
 from pystore import Message, MessageBatch, MessageStore
-from pystore._index import PREFAULT_WINDOW as INDEX_WINDOW
-from pystore._mapped_file import OS_PAGE_SIZE as PAGE
 from pystore.config import FlushDiskType
+from pystore.index._index import PREFAULT_WINDOW as INDEX_WINDOW
+from pystore.log._mapped_file import OS_PAGE_SIZE as PAGE
 
 MiB = 1 << 20
 WINDOW = 4 * MiB                # StoreConfig's default prefault_window_bytes

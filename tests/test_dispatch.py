@@ -21,7 +21,7 @@ from conftest import SMALL_FILE, make_message
 from reference_codec import java_hash
 
 from pystore import FlushDiskType, GetMessageStatus, Message, MessageBatch, PutMessageStatus
-from pystore.message import SCHEDULE_TOPIC, SysFlag
+from pystore.message.constants import SCHEDULE_TOPIC, SysFlag
 from pystore.tools import iter_commitlog, iter_consume_queue
 
 TOPIC = "TopicTest"

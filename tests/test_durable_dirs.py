@@ -1,4 +1,4 @@
-"""Durable names (``pystore.durable``): every file and folder the store creates, renames or removes is
+"""Durable names (``pystore.system.durable``): every file and folder the store creates, renames or removes is
 followed by an fsync of its directory, once per file, never per put.
 
 A power cut under strict POSIX metadata keeps a new file's name only if its directory was fsynced after
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import make_message
 
-from pystore.consume_queue import ConsumeQueue
-from pystore.durable import PendingDirs, fsync_dir, make_dirs, make_dirs_durable, sync_dirs
-from pystore.mapped_file_queue import MappedFileQueue
+from pystore.log.mapped_file_queue import MappedFileQueue
+from pystore.queue.consume_queue import ConsumeQueue
+from pystore.system.durable import PendingDirs, fsync_dir, make_dirs, make_dirs_durable, sync_dirs
 
 CQ_UNITS = 50           # units per consume-queue file: a few hundred puts roll it many times
 
@@ -164,7 +164,7 @@ def test_a_new_queue_is_durable_after_its_flush_not_before(store_factory, fsyncs
 
 
 def test_checkpoint_names_itself_once(tmp_path, fsyncs):
-    from pystore.checkpoint import StoreCheckpoint
+    from pystore.engine.checkpoint import StoreCheckpoint
     cp = StoreCheckpoint(str(tmp_path / "checkpoint"))
     cp.physic_msg_timestamp = 1
     cp.flush()
@@ -305,7 +305,7 @@ def test_make_dirs_when_another_thread_made_the_folder_between_its_looks(tmp_pat
     """The consumer-offset and delay-offset services both make config/: when the folder appears between
     make_dirs' first look and its walk up, it still names the parent to sync (it raised IndexError, which
     stopped the consumer-offset service)."""
-    import pystore.durable as durable
+    import pystore.system.durable as durable
 
     target = str(tmp_path / "config")
     real_isdir = os.path.isdir

@@ -1,4 +1,4 @@
-"""Export to Parquet with pyarrow (``pystore.export``): one row per message with the source's columns, topics
+"""Export to Parquet with pyarrow (``pystore.columns.export``): one row per message with the source's columns, topics
 picked, batches bounded by ``batch_rows``, progress by records, a damaged record leaving no output, hosts
 formatted. The ``pystore export`` command: test_cli.py."""
 
@@ -9,8 +9,8 @@ import os
 import pytest
 from conftest import BORN_HOST, make_message
 
+from pystore.columns.export import COLUMNS, arrow_schema, export_parquet, format_host, record_batch
 from pystore.errors import StoreCorruptedError
-from pystore.export import COLUMNS, arrow_schema, export_parquet, format_host, record_batch
 
 pq = pytest.importorskip("pyarrow.parquet", reason="the spark extra (pyarrow) is not installed")
 

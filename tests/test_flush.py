@@ -1,4 +1,4 @@
-"""Flush services (``pystore.flush``): the leader/follower group commit and the SYNC_FLUSH warm."""
+"""Flush services (``pystore.log.flush``): the leader/follower group commit and the SYNC_FLUSH warm."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_a_lone_sync_put_flushes_on_its_own_thread(store_factory):
 
 def test_a_puts_flush_completes_requests_it_covers(store_factory):
     """A request handed to the service that a put's flush covers is completed by that put."""
-    from pystore.flush import GroupCommitRequest
+    from pystore.log.flush import GroupCommitRequest
 
     store = _sync_store(store_factory)
     gc = store._flush_service
@@ -162,7 +162,7 @@ def test_a_leader_waits_for_the_last_group_to_come_back(store_factory):
 def test_a_leader_interrupted_while_gathering_ends_its_flush(store_factory, monkeypatch):
     """Whatever stops a leader (here an exception while it waits for its group), the flush ends: later
     puts do not wait for it."""
-    import pystore.flush as flush
+    import pystore.log.flush as flush
 
     store = _sync_store(store_factory)
     gc = store._flush_service
@@ -195,7 +195,7 @@ def test_a_leader_interrupted_while_gathering_ends_its_flush(store_factory, monk
 def test_a_lone_put_never_waits(store_factory, monkeypatch):
     """A put alone leads every flush and never sleeps: neither as a follower nor gathering a group (both
     would take a lock of their own)."""
-    import pystore.flush as flush
+    import pystore.log.flush as flush
 
     store = _sync_store(store_factory)
     gc = store._flush_service
@@ -367,7 +367,7 @@ def test_completing_a_request_its_timer_already_expired_is_quiet():
     would raise in the thread of whichever put led the flush)."""
     from concurrent.futures import Future
 
-    from pystore.flush import GroupCommitRequest
+    from pystore.log.flush import GroupCommitRequest
 
     class RacedFuture(Future):
         def done(self) -> bool:          # as if the timer set it just after this check
@@ -385,8 +385,8 @@ def test_a_failed_consume_queue_flush_is_not_claimed_by_the_checkpoint(store_fac
     """When a consume queue's flush fails (logged, the service goes on), neither the thorough flush nor
     shutdown moves the checkpoint's logics time past it, and shutdown leaves the abort file: the next open
     rebuilds the queues from the commit log. Before, the time moved on as if the units were on disk."""
-    from pystore.checkpoint import StoreCheckpoint
-    from pystore.consume_queue import ConsumeQueue
+    from pystore.engine.checkpoint import StoreCheckpoint
+    from pystore.queue.consume_queue import ConsumeQueue
 
     store = store_factory()
     for i in range(10):

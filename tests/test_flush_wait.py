@@ -1,4 +1,4 @@
-"""The async flush service's wait without the GIL (``pystore._flush_wait``): ``follow_flush`` flushes the commit
+"""The async flush service's wait without the GIL (``pystore.log._flush_wait``): ``follow_flush`` flushes the commit
 log's newest file whenever the puts dirtied ``least_pages`` pages (they wake it through the commit log's word,
 ``CommitLogCore.flush_wake_c``), and returns at its time limit, on ``FlushStop.poke`` (the service's
 ``wakeup``), at the file's end, or on ``stop``. The service's passes around it: test_flush.py."""
@@ -9,8 +9,8 @@ import threading
 import time
 
 from pystore import Message
-from pystore._flush_wait import FLUSH_FILE_DONE, FLUSH_STOPPED, FLUSH_TIMEOUT, FlushStop, follow_flush
-from pystore.flush import FlushRealTimeService
+from pystore.log._flush_wait import FLUSH_FILE_DONE, FLUSH_STOPPED, FLUSH_TIMEOUT, FlushStop, follow_flush
+from pystore.log.flush import FlushRealTimeService
 
 TOPIC = "TopicTest"
 MS = 1_000_000

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pystore import GetMessageStatus, Message, MessageBatch, TagFilter
-from pystore._queue_reader import QueueReader
+from pystore.engine.store import MessageStore
 from pystore.errors import StoreClosedError, StoreError
-from pystore.store import MessageStore
+from pystore.read._queue_reader import QueueReader
 from pystore.tools import decode_record, iter_commitlog
 
 TOPIC = "TopicTest"
@@ -317,7 +317,7 @@ def test_a_page_crossing_into_a_commit_log_file_newer_than_the_readers_view(stor
     new file in between (a thread switch): units then point past the files in view. They are not readable
     yet, never skipped: a FOUND page's next offset is always its offset plus the messages returned. (A live
     consumer lost up to a queue file's worth of messages at such a moment.)"""
-    from pystore._read import read_queue
+    from pystore.read._read import read_queue
 
     store = store_factory(mapped_file_size_consume_queue=640)
     stale = store._commitlog.queue.files              # the view before the roll

@@ -119,7 +119,7 @@ def test_sync_master_put_returns_once_the_slave_holds_it(store_factory, flush):
 
 
 def test_sync_flush_slave_records_its_store_time_in_the_checkpoint(store_factory):
-    from pystore.checkpoint import StoreCheckpoint
+    from pystore.engine.checkpoint import StoreCheckpoint
 
     master, slave = master_and_slave(store_factory, flush=FlushDiskType.SYNC_FLUSH)
     put_mix(master, 50)

@@ -1,4 +1,4 @@
-"""The replication master (``pystore.ha_master``) against hand-made slaves on loopback TCP: the wire protocol
+"""The replication master (``pystore.ha.master``) against hand-made slaves on loopback TCP: the wire protocol
 it speaks, SYNC_MASTER statuses with a silent, lagging or absent slave, slaves it drops, heartbeats by the
 store's clock, and a shutdown that leaves no thread and frees the port.
 
@@ -30,8 +30,8 @@ from ha_helpers import (
 )
 
 from pystore import BrokerRole, Message, PutMessageStatus
+from pystore.engine.store import MessageStore
 from pystore.errors import StoreError
-from pystore.store import MessageStore
 
 
 def test_sync_master_without_a_slave(store_factory):

@@ -1,4 +1,4 @@
-"""The HA wire protocol's pieces (``pystore.ha_protocol``): the two frames' layouts, the heartbeat rule, address
+"""The HA wire protocol's pieces (``pystore.ha.protocol``): the two frames' layouts, the heartbeat rule, address
 parsing, and the socket helpers (``send_all`` over a real socket pair, ``wake_up`` from another thread). The
 protocol spoken by each side: test_ha_master.py, test_ha_slave.py."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from pystore.ha_protocol import HEADER, REPORT, due, parse_address, send_all, wake_up
+from pystore.ha.protocol import HEADER, REPORT, due, parse_address, send_all, wake_up
 
 
 def test_the_frames_are_big_endian_offset_length_and_offset():

@@ -1,4 +1,4 @@
-"""The replication slave (``pystore.ha_slave``) against a hand-made master on loopback TCP (``FakeMaster``):
+"""The replication slave (``pystore.ha.slave``) against a hand-made master on loopback TCP (``FakeMaster``):
 torn records and wrong offsets, a shutdown inside a record, frame headers it could never apply, the checks a
 reconnecting slave makes, and reports and give-up by the store's clock.
 

@@ -1,11 +1,11 @@
-"""A host's normal form (``pystore._hosts.normalize_host``): the ``(address, port)`` a message's born and store
+"""A host's normal form (``pystore.format._hosts.normalize_host``): the ``(address, port)`` a message's born and store
 hosts are kept as, IPv6 compressed as Java prints it, and what is refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from pystore._hosts import normalize_host
+from pystore.format._hosts import normalize_host
 
 
 @pytest.mark.parametrize("host,expected", [

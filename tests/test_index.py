@@ -16,7 +16,7 @@ import reference_codec as ref
 from conftest import make_message
 
 from pystore import Message, MessageBatch
-from pystore.message import SysFlag
+from pystore.message.constants import SysFlag
 
 TOPIC = "TopicTest"
 T0 = 1_700_000_000_000
@@ -81,7 +81,7 @@ def test_query_max_num_above_max_msgs_num_batch_is_cut_and_says_so_once(store_fa
     (once per store, not per call); a store with a larger max_msgs_num_batch returns more."""
     store = store_factory()
     store.put_messages(MessageBatch([make_message(i, keys="shared") for i in range(100)]))
-    with caplog.at_level(logging.WARNING, logger="pystore.store"):
+    with caplog.at_level(logging.WARNING, logger="pystore.engine.store"):
         assert len(store.query_message(TOPIC, "shared", max_num=1000).messages) == 64
         assert len(store.query_message(TOPIC, "shared", max_num=1000).messages) == 64
         assert len(store.query_message(TOPIC, "shared", max_num=64).messages) == 64
@@ -378,8 +378,8 @@ def test_damaged_index_lookups_stay_inside_the_file(tmp_path, damage):
 
 
 def test_check_chains_of_a_sound_file(store_factory):
-    from pystore._index import IndexFileCore
-    from pystore._mapped_file import MappedFile
+    from pystore.index._index import IndexFileCore
+    from pystore.log._mapped_file import MappedFile
 
     store = store_factory(**GEOMETRY)
     for i in range(300):                         # 600 entries: rolls over three files
@@ -395,8 +395,8 @@ def test_check_chains_of_a_sound_file(store_factory):
 
 @pytest.mark.no_verify
 def test_check_chains_reports_each_break(tmp_path):
-    from pystore._index import IndexFileCore
-    from pystore._mapped_file import MappedFile
+    from pystore.index._index import IndexFileCore
+    from pystore.log._mapped_file import MappedFile
 
     root = tmp_path / "s"
     _keyed_store(root)
@@ -422,8 +422,8 @@ def test_a_reader_walks_an_entry_linked_after_its_header(tmp_path):
     """A reader whose header is older than the slot it reads (the builder thread links entries while
     lookups run beside it; a read-only process loads the header before newer puts) walks the newer entry:
     the entry is whole before the slot names it, and it links to the older ones, which stay findable."""
-    from pystore._index import IndexFileCore, index_file_size, select_in_files
-    from pystore._mapped_file import MappedFile
+    from pystore.index._index import IndexFileCore, index_file_size, select_in_files
+    from pystore.log._mapped_file import MappedFile
 
     path = str(tmp_path / "idx")
     size = index_file_size(1, 8)                      # one slot: every key shares one chain

@@ -19,9 +19,9 @@ from test_crash import check_crashed, write_args  # noqa: E402
 from writer_procs import kill, read_line, stderr_of  # noqa: E402
 
 from pystore import Message, MessageBatch  # noqa: E402
-from pystore._index_walk import index_log  # noqa: E402
-from pystore.index import IndexService  # noqa: E402
-from pystore.verify import verify_store  # noqa: E402
+from pystore.engine.verify import verify_store  # noqa: E402
+from pystore.index._index_walk import index_log  # noqa: E402
+from pystore.index.service import IndexService  # noqa: E402
 
 TOPIC = "TopicTest"
 T0 = 1_700_000_000_000
@@ -160,7 +160,7 @@ def test_a_query_beside_the_puts_sees_old_or_new_chains_never_damage(store_facto
     t = threading.Thread(target=put)
     t.start()
     lookups = 0
-    with caplog.at_level("WARNING", logger="pystore.index"):
+    with caplog.at_level("WARNING", logger="pystore.index.service"):
         while not stop.is_set() or lookups < 5:
             n = put_count[0]
             got = store.query_message(TOPIC, "all", 64).messages

@@ -15,9 +15,9 @@ import pytest
 import reference_codec as ref
 
 from pystore import Message, MessageBatch
-from pystore._index import index_keys
-from pystore.index import IndexService
-from pystore.message import SysFlag
+from pystore.index._index import index_keys
+from pystore.index.service import IndexService
+from pystore.message.constants import SysFlag
 
 TOPIC = "TopicTest"
 T0 = 1_700_000_000_000

@@ -1,5 +1,5 @@
-"""The index builder's walk (``pystore._index_walk``): its cursor (``IndexCursor``: moved only forward, by a
-walk's ``advance`` or the follow's compare-and-swap) and ``follow_keyless``, the wait between walks that moves
+"""The index builder's walk (``pystore.index._index_walk``): its cursor (``IndexCursor``: moved only forward, by a
+      walk's ``advance`` or the follow's compare-and-swap) and ``follow_keyless``, the wait between walks that moves
 the cursor over records without keys without the GIL and hands back to ``index_log`` when there is anything
 else to do. ``index_log`` itself: test_index_build.py."""
 
@@ -9,14 +9,14 @@ import threading
 import time
 
 from pystore import Message
-from pystore._index_walk import (
-    FOLLOW_STOPPED,
-    FOLLOW_TIMEOUT,
-    FOLLOW_WORK,
-    IndexCursor,
-    follow_keyless,
-    log_end,
-)
+from pystore.index._index_walk import (
+          FOLLOW_STOPPED,
+          FOLLOW_TIMEOUT,
+          FOLLOW_WORK,
+          IndexCursor,
+          follow_keyless,
+          log_end,
+      )
 
 TOPIC = "TopicTest"
 MS = 1_000_000

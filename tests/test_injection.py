@@ -1,4 +1,4 @@
-"""The store's injected clock and disk (``MessageStore(clock=..., disk_usage=...)``, ``pystore.service``): every
+"""The store's injected clock and disk (``MessageStore(clock=..., disk_usage=...)``, ``pystore.system.service``): every
 policy that depends on the time or on disk usage follows them, so these tests move a fake clock or fill a fake
 disk instead of waiting or writing."""
 
@@ -12,7 +12,7 @@ import time
 from conftest import SMALL_FILE, make_message
 
 from pystore import MessageBatch, PutMessageStatus
-from pystore.checkpoint import StoreCheckpoint
+from pystore.engine.checkpoint import StoreCheckpoint
 
 HOUR = 3_600_000
 Usage = collections.namedtuple("Usage", "total used free")

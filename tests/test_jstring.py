@@ -1,4 +1,4 @@
-"""Java's ``String.hashCode`` of a ``str`` (``pystore._jstring.java_string_hash``; docs/format.md §2.2, §14):
+"""Java's ``String.hashCode`` of a ``str`` (``pystore.format._jstring.java_string_hash``; docs/format.md §2.2, §14):
 over UTF-16 code units, so a character beyond the BMP counts as its two surrogates and a lone surrogate as
 itself; compared with references written out in Python. The same hash straight from stored UTF-8 bytes (the
 tags code of a record) is tested with the codec in test_codec.py."""
@@ -10,7 +10,7 @@ import reference_codec as ref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pystore._jstring import java_string_hash
+from pystore.format._jstring import java_string_hash
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -19,9 +19,9 @@ import pytest
 from conftest import make_message
 
 from pystore import GetMessageStatus
-from pystore.arrival import Arrivals
 from pystore.errors import StoreCorruptedError
-from pystore.reads import StoreReads
+from pystore.read.arrival import Arrivals
+from pystore.read.store_reads import StoreReads
 
 TOPIC = "TopicTest"
 CQ_UNITS = 10

@@ -10,14 +10,14 @@ import pytest
 from conftest import MAPPED_FILE_SIZE
 from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, resident_pages
 
-from pystore._mapped_file import (
+from pystore.errors import StoreClosedError, StoreError
+from pystore.log._mapped_file import (
     OS_PAGE_SIZE,
     MappedFile,
     is_file_name,
     offset_to_file_name,
     prefault_stats,
 )
-from pystore.errors import StoreClosedError, StoreError
 
 PAGE = OS_PAGE_SIZE
 SIZE = MAPPED_FILE_SIZE  # the size of the ``mf`` fixture's file (conftest)

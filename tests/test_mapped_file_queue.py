@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from pystore._mapped_file import MappedFile
-from pystore.mapped_file_queue import MappedFileQueue
+from pystore.log._mapped_file import MappedFile
+from pystore.log.mapped_file_queue import MappedFileQueue
 
 FIXED_MSG = b"0123456789abcdef"          # RocketMQ's 16-byte fixedMsg
 CQ_UNIT = 20

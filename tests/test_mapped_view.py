@@ -1,4 +1,4 @@
-"""The held view of a mapped file (``pystore._mapped_view.SelectMappedBufferResult``; docs/format.md §5.2;
+"""The held view of a mapped file (``pystore.log._mapped_view.SelectMappedBufferResult``; docs/format.md §5.2;
 RocketMQ ``SelectMappedBufferResult``, ``MappedFileTest.testSelectMappedBuffer``): what it shows, the hold it
 keeps on its file until ``release()``, and exported buffers that outlive the release and the file."""
 
@@ -11,9 +11,9 @@ import os
 import pytest
 from conftest import MAPPED_FILE_SIZE
 
-from pystore._mapped_file import OS_PAGE_SIZE, MappedFile
-from pystore._mapped_view import SelectMappedBufferResult
 from pystore.errors import StoreClosedError
+from pystore.log._mapped_file import OS_PAGE_SIZE, MappedFile
+from pystore.log._mapped_view import SelectMappedBufferResult
 
 PAGE = OS_PAGE_SIZE
 SIZE = MAPPED_FILE_SIZE  # the size of the ``mf`` fixture's file (conftest)

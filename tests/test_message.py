@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from message_helpers import STORE, base_message, enc, roundtrip
 
 from pystore import Message, MessageBatch
-from pystore._codec import (
+from pystore.format._codec import (
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
     POS_MAGIC,
@@ -24,7 +24,7 @@ from pystore._codec import (
     decode_record,
     record_length,
 )
-from pystore._jstring import java_string_hash
+from pystore.format._jstring import java_string_hash
 
 
 def stored_props(m) -> bytes:

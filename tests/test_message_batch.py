@@ -1,4 +1,4 @@
-"""``MessageBatch`` (``pystore._message_batch``; docs/api.md "Messages"): what a batch holds and refuses, and
+"""``MessageBatch`` (``pystore.message._message_batch``; docs/api.md "Messages"): what a batch holds and refuses, and
 pickling. Batches built from bodies: test_batch_from_bodies.py; batches through the store: test_commitlog.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from message_helpers import enc, roundtrip
 
 from pystore import Message, MessageBatch
-from pystore._codec import decode_record
+from pystore.format._codec import decode_record
 
 
 def test_pickle_message_batch():

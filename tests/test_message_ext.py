@@ -1,4 +1,4 @@
-"""``MessageExt`` (``pystore._message_ext``; docs/api.md "Messages"): a stored message as reads return it:
+"""``MessageExt`` (``pystore.message._message_ext``; docs/api.md "Messages"): a stored message as reads return it:
 not constructible, read-only, its own copy of what it shows, pickling, and ``to_message`` re-encoding to the
 same bytes."""
 
@@ -8,7 +8,7 @@ import pytest
 from message_helpers import STORE, base_message, enc, roundtrip
 
 from pystore import Message, MessageExt
-from pystore._codec import decode_record, encode_record
+from pystore.format._codec import decode_record, encode_record
 
 
 def test_pickle_message_ext():

@@ -1,4 +1,4 @@
-"""The wake-up word (``pystore._notify.WakeWord``; docs/format.md §15): register / notify / unregister on the
+"""The wake-up word (``pystore.system._notify.WakeWord``; docs/format.md §15): register / notify / unregister on the
 state word of a shared mapping, as the writer and the waiters of other processes see it (two ``WakeWord``
 objects on one mapping stand for two processes). The ``wakeup`` file and real reader processes:
 test_consumer_wake.py."""
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pystore._notify import HAVE_FUTEX, WakeWord
+from pystore.system._notify import HAVE_FUTEX, WakeWord
 
 OFFSET = 16                      # the state word's place in the wake file; the flags word is the 4 bytes before
 ONE_WAITER = 1 << 32

@@ -22,7 +22,7 @@ def test_the_wheel_holds_stubs_and_no_sources(tmp_path):
     assert compiled, "no .pyx found"
     # every compiled module comes with its stub, and the package says it is typed
     assert [m for m in compiled if "pystore/%s.pyi" % m not in shipped] == []
-    assert "pystore/py.typed" in shipped and "pystore/store.py" in shipped
+    assert "pystore/py.typed" in shipped and "pystore/engine/store.py" in shipped
 
 
 def test_the_license_is_the_one_pyproject_names():

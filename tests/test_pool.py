@@ -9,7 +9,7 @@ import pytest
 from conftest import SMALL_FILE, make_message
 
 from pystore import FlushDiskType, GetMessageStatus, PutMessageStatus
-from pystore.pool import TransientStorePool
+from pystore.log.pool import TransientStorePool
 from pystore.tools import iter_commitlog
 
 NEVER = 3_600_000

@@ -1,6 +1,6 @@
 """The properties string (docs/format.md §1.7) read back by both of pystore's decoders: the dict of
 ``MessageExt.properties`` (``get_message``, ``look_message_by_offset``, ``get_columns``) and the Arrow decoder
-of the Spark source (``pystore._arrow``). Both split it with ``_props.next_prop`` and keep what RocketMQ's
+of the Spark source (``pystore.columns._arrow``). Both split it with ``_props.next_prop`` and keep what RocketMQ's
 ``MessageDecoder.string2messageProperties`` keeps; RocketMQ decodes into a HashMap, so a name that repeats takes
 its last value, and both decoders keep that name at its first place."""
 
@@ -11,7 +11,7 @@ import os
 import pytest
 
 from pystore import Message, MessageStore
-from pystore._props import properties_to_string, string_to_properties
+from pystore.format._props import properties_to_string, string_to_properties
 
 
 def test_a_repeated_name_takes_its_last_value_at_its_first_place():
@@ -64,9 +64,9 @@ def test_a_repeated_name_reads_alike_through_get_message_and_by_offset(tmp_path)
 def test_a_repeated_name_reads_alike_in_the_arrow_decoder(tmp_path):
     pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
     pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installed")
-    from pystore._arrow import BatchBuilder
-    from pystore._arrow_source import scan_file
-    from pystore._mapped_file import MappedFile
+    from pystore.columns._arrow import BatchBuilder
+    from pystore.columns._arrow_source import scan_file
+    from pystore.log._mapped_file import MappedFile
     from pystore.spark.schema import arrow_schema
 
     root = str(tmp_path / "s")

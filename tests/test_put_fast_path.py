@@ -15,8 +15,8 @@ import pytest
 from conftest import SMALL_FILE, SMALL_INDEX, make_message
 
 from pystore import AppendMessageResult, AppendMessageStatus, Message, MessageBatch, PutMessageResult, PutMessageStatus
-from pystore._mapped_file import prefault_stats
-from pystore.store import MessageStore
+from pystore.engine.store import MessageStore
+from pystore.log._mapped_file import prefault_stats
 from pystore.tools import iter_commitlog, iter_consume_queue
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
@@ -477,8 +477,10 @@ _REINIT_WHILE_WAITING = r"""
 import sys, threading, time
 sys.path.insert(0, sys.argv[2])
 from test_put_fast_path import wait_spinning_on_the_put_lock
-from pystore import Message, MessageBatch, PutMessageStatus
-from pystore.store import MessageStore
+from pystore import Message
+from pystore import MessageBatch
+from pystore import PutMessageStatus
+from pystore.engine.store import MessageStore
 
 with MessageStore.open(sys.argv[1], mapped_file_size_commit_log=1 << 20) as store:
     # queue id 99: past the keys a topic caches, so the batch's topic-queue key is a string of its own
@@ -596,7 +598,7 @@ def test_a_message_changed_while_its_big_body_is_copied_is_stored_whole(store_fa
         stop.set()
         t.join()
         sys.setswitchinterval(old_switch)
-    from pystore._codec import tags_code
+    from pystore.format._codec import tags_code
 
     stored = list(iter_commitlog(os.path.join(store.root, "commitlog"), verify_crc=True))
     assert len(stored) == (2 * ok if as_batch else ok) and ok > 0
@@ -649,7 +651,7 @@ def test_a_body_grown_big_while_its_put_waits_keeps_its_unit_and_record_of_one_s
             assert res[0].status == PutMessageStatus.PUT_OK
     finally:
         sys.setswitchinterval(old_switch)
-    from pystore._codec import tags_code
+    from pystore.format._codec import tags_code
 
     units = {u[0]: u for u in iter_consume_queue(os.path.join(store.config.consume_queue_path(), "Grown", "0"))}
     stored = list(iter_commitlog(os.path.join(store.root, "commitlog"), verify_crc=True))

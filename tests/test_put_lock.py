@@ -1,4 +1,4 @@
-"""The put lock (``pystore._put_lock``; RocketMQ ``PutMessageSpinLock`` / ``PutMessageReentrantLock``): both
+"""The put lock (``pystore.log._put_lock``; RocketMQ ``PutMessageSpinLock`` / ``PutMessageReentrantLock``): both
 kinds exclude other threads, only the reentrant one may be taken again by its holder."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pystore._put_lock import PutMessageLock
+from pystore.log._put_lock import PutMessageLock
 
 
 def test_the_default_is_the_spin_lock():

@@ -1,5 +1,5 @@
-"""``pystore.put_waits`` on its own: what a put waits for once its record is stored (real results of an
-ASYNC_MASTER store's puts), with stand-ins for the group commit (SYNC_FLUSH) and the replica wait
+"""``pystore.engine.put_waits`` on its own: what a put waits for once its record is stored (real results of an
+       ASYNC_MASTER store's puts), with stand-ins for the group commit (SYNC_FLUSH) and the replica wait
 (SYNC_MASTER), so that each verdict is set by the test rather than by a flush or a slave. The stores' own
 SYNC_FLUSH and SYNC_MASTER runs are in test_flush.py and test_ha.py."""
 
@@ -13,8 +13,8 @@ import pytest
 from conftest import make_message
 
 from pystore import MessageBatch, StoreConfig
-from pystore._results import PutMessageResult
-from pystore.put_waits import PutWaits, done
+from pystore.engine.put_waits import PutWaits, done
+from pystore.log._results import PutMessageResult
 from pystore.status import PutMessageStatus
 
 OK = PutMessageStatus.PUT_OK

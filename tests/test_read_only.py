@@ -33,7 +33,9 @@ CQ_UNITS = 100
 
 WRITER = textwrap.dedent('''
     import sys
-    from pystore import Message, MessageBatch, MessageStore
+    from pystore import Message
+    from pystore import MessageBatch
+    from pystore import MessageStore
 
     root, cl_file, cq_units = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 

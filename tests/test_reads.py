@@ -1,5 +1,5 @@
-"""``pystore.reads.StoreReads`` on its own, over the parts ``pystore.wiring.open_parts`` opens (no
-``MessageStore``): the readability check, ``get`` and its transfer caps, the queue-offset and time queries,
+"""``pystore.read.store_reads.StoreReads`` on its own, over the parts ``pystore.engine.wiring.open_parts`` opens (no
+                  ``MessageStore``): the readability check, ``get`` and its transfer caps, the queue-offset and time queries,
 the look-up by commit-log offset and by key, a reader following a live writer, and the waiting get's
 arguments. The same reads through the store, and the compiled fast path, are in test_get_message.py and
 test_get_fast_path.py."""
@@ -13,13 +13,13 @@ import pytest
 from conftest import SMALL_FILE, SMALL_INDEX, make_message
 
 from pystore import StoreConfig
-from pystore._read import ReadLimits
+from pystore.engine.wiring import StoreParts, open_parts
 from pystore.errors import StoreClosedError, StoreError
-from pystore.reads import StoreReads
-from pystore.running_flags import RunningFlags
-from pystore.service import real_clock
+from pystore.read._read import ReadLimits
+from pystore.read.store_reads import StoreReads
 from pystore.status import GetMessageStatus
-from pystore.wiring import StoreParts, open_parts
+from pystore.system.running_flags import RunningFlags
+from pystore.system.service import real_clock
 
 TOPIC = "TopicTest"
 

@@ -1,4 +1,4 @@
-"""Reading records out of commit-log files (``pystore._records``; docs/format.md §1.2): one message by its
+"""Reading records out of commit-log files (``pystore.log._records``; docs/format.md §1.2): one message by its
 offset (``read_message``, ``message_at``), the iterator over a file, the recovery walk and its per-queue tally,
 the search for the next valid record, a file's first store time. Damage is ``StoreCorruptedError`` with the
 file and the absolute offset; a record that does not name its own place is never served as the message
@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 from conftest import BORN_BASE, SMALL_FILE, make_message
 
-from pystore._codec import RECORD_END, encode_record
-from pystore._mapped_file import MappedFile
-from pystore._records import (
+from pystore.errors import StoreCorruptedError
+from pystore.format._codec import RECORD_END, encode_record
+from pystore.log._mapped_file import MappedFile
+from pystore.log._records import (
     RecordIterator,
     find_valid_record_after,
     first_store_timestamp,
@@ -19,7 +20,6 @@ from pystore._records import (
     read_message,
     scan_file,
 )
-from pystore.errors import StoreCorruptedError
 
 TS = 1_700_000_000_000
 
@@ -244,8 +244,8 @@ def test_first_store_timestamp(log, tmp_path):
 def test_queue_tally_counts_each_queue_its_first_record_and_highest_offset(store_factory):
     """``scan_file(..., tally=)`` notes, per (topic, queue id) that enters a queue, the commit-log offset of
     its first record walked and the highest queue offset; prepared transaction records enter no queue."""
-    from pystore._records import QueueTally, scan_file
-    from pystore.message import SysFlag
+    from pystore.log._records import QueueTally, scan_file
+    from pystore.message.constants import SysFlag
 
     store = store_factory()
     first: dict[tuple[str, int], int] = {}
@@ -265,9 +265,9 @@ def test_queue_tally_counts_each_queue_its_first_record_and_highest_offset(store
 def test_queue_tally_overflows_rather_than_guess(tmp_path):
     """More queues than the table holds, or a topic longer than a slot: ``overflow`` (recovery then walks
     from the start of its window instead of trusting the tally)."""
-    from pystore._codec import encode_record
-    from pystore._mapped_file import MappedFile
-    from pystore._records import QueueTally, scan_file
+    from pystore.format._codec import encode_record
+    from pystore.log._mapped_file import MappedFile
+    from pystore.log._records import QueueTally, scan_file
 
     def walk(path, msgs, tally):
         data = b"".join(encode_record(m, 0, 0, BORN_BASE) for m in msgs)

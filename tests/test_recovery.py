@@ -1,5 +1,5 @@
-"""``pystore.recovery.recover_commit_log`` on its own: where the walk starts (normal: the third-last file;
-abnormal: the newest file not newer than the checkpoint), where it stops, what it cuts, and its guard
+"""``pystore.engine.recovery.recover_commit_log`` on its own: where the walk starts (normal: the third-last file;
+       abnormal: the newest file not newer than the checkpoint), where it stops, what it cuts, and its guard
 against truncating durable data.
 
 The commit log here is a store's, written through the public API with a clock that moves 1 s a message (so
@@ -18,13 +18,13 @@ import pytest
 from conftest import FakeClock
 
 from pystore import Message
-from pystore.checkpoint import StoreCheckpoint
-from pystore.commitlog import CommitLog
 from pystore.config import StoreConfig
+from pystore.engine.checkpoint import StoreCheckpoint
+from pystore.engine.recovery import recover_commit_log
+from pystore.engine.store import MessageStore
 from pystore.errors import StoreCorruptedError
-from pystore.mapped_file_queue import MappedFileQueue
-from pystore.recovery import recover_commit_log
-from pystore.store import MessageStore
+from pystore.log.commitlog import CommitLog
+from pystore.log.mapped_file_queue import MappedFileQueue
 
 FILE_SIZE = 8192
 START = 1_700_000_000_000
@@ -179,7 +179,7 @@ def test_damage_before_records_newer_than_the_checkpoint_is_a_crash_and_is_cut(l
     set_checkpoint(log_root, stored_at(len(w.records) - 3) - 1, START)
     cfg, cl, cp = pieces(log_root)
     try:
-        with caplog.at_level(logging.WARNING, logger="pystore.recovery"):
+        with caplog.at_level(logging.WARNING, logger="pystore.engine.recovery"):
             r = recover_commit_log(cl, cp, cfg, abnormal=True)
         assert r.process_offset == victim.offset
         assert r.follows == w.records[-2].offset
@@ -262,13 +262,13 @@ def test_damage_before_a_record_with_holes_in_it_is_refused_not_cut(tmp_path):
     from conftest import FakeClock
 
     from pystore import Message
-    from pystore.checkpoint import StoreCheckpoint
-    from pystore.commitlog import CommitLog
     from pystore.config import StoreConfig
+    from pystore.engine.checkpoint import StoreCheckpoint
+    from pystore.engine.recovery import recover_commit_log
+    from pystore.engine.store import MessageStore
     from pystore.errors import StoreCorruptedError
-    from pystore.mapped_file_queue import MappedFileQueue
-    from pystore.recovery import recover_commit_log
-    from pystore.store import MessageStore
+    from pystore.log.commitlog import CommitLog
+    from pystore.log.mapped_file_queue import MappedFileQueue
 
     TS = 1_700_000_000_000
     FILE = 1 << 20

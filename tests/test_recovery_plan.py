@@ -1,4 +1,4 @@
-"""``pystore.recovery_plan``: recovery's decisions, without files. Each case of docs/integrity.md's "When a
+"""``pystore.engine.recovery_plan``: recovery's decisions, without files. Each case of docs/integrity.md's "When a
 store is opened" that recovery decides (and those test_recovery.py, test_crash.py and test_corruption.py
 cover through real stores) as values in, a verdict or a plan out: where the walk starts, where the log is cut
 or why the open is refused, which queues are rebuilt (a writer) or refused (a reader), where the re-dispatch
@@ -11,8 +11,7 @@ import logging
 
 import pytest
 
-from pystore._codec import RECORD_END
-from pystore.recovery_plan import (
+from pystore.engine.recovery_plan import (
     CheckpointView,
     GapCheck,
     LogEnds,
@@ -32,6 +31,7 @@ from pystore.recovery_plan import (
     queues_to_rebuild,
     walk_start,
 )
+from pystore.format._codec import RECORD_END
 
 FILE = 1 << 20
 TS = 1_700_000_000_000

@@ -1,4 +1,4 @@
-"""Why the store refuses a put, in words (``pystore.refusal``): each refusal of the put path gets its reason,
+"""Why the store refuses a put, in words (``pystore.log.refusal``): each refusal of the put path gets its reason,
 the first check that fails is the one named, the statuses that are not about the message say what they are,
 and ``PutMessageResult.reason`` says the same as ``refusal_reason``."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pystore import Message, MessageBatch
-from pystore._codec import record_length
-from pystore.refusal import MAX_PROPERTIES_BYTES, MAX_TOPIC_BYTES, refusal_reason, refusal_reason_of
+from pystore.format._codec import record_length
+from pystore.log.refusal import MAX_PROPERTIES_BYTES, MAX_TOPIC_BYTES, refusal_reason, refusal_reason_of
 from pystore.status import PutMessageStatus
 
 SMALL = {
@@ -21,7 +21,7 @@ SMALL = {
 
 def test_refusal_reason_is_none_for_a_message_the_store_takes(tmp_path):
     from pystore.config import StoreConfig
-    from pystore.refusal import refusal_reason
+    from pystore.log.refusal import refusal_reason
 
     cfg = StoreConfig(store_path_root_dir=str(tmp_path), **SMALL)
     assert refusal_reason(Message("T", b"x", tags="a", keys=["k"]), cfg) is None

@@ -1,4 +1,4 @@
-"""The store's running flags (``pystore.running_flags``, docs/format.md §9.4; RocketMQ ``RunningFlags``): which
+"""The store's running flags (``pystore.system.running_flags``, docs/format.md §9.4; RocketMQ ``RunningFlags``): which
 bits make the store unwriteable or unreadable, what the ``get_and_make_*`` calls return, and the listeners."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from pystore.running_flags import RunningFlags
+from pystore.system.running_flags import RunningFlags
 
 F = RunningFlags
 

@@ -16,9 +16,9 @@ import reference_codec as ref
 from conftest import BORN_BASE, BORN_HOST, make_message
 
 from pystore import Message, MessageBatch, PutMessageStatus
+from pystore.engine.schedule import ScheduleMessageService, decode_delay_offsets, encode_delay_offsets
+from pystore.engine.store import MessageStore
 from pystore.errors import StoreError
-from pystore.schedule import ScheduleMessageService, decode_delay_offsets, encode_delay_offsets
-from pystore.store import MessageStore
 from pystore.tools import iter_consume_queue
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -334,7 +334,7 @@ def test_a_damaged_delayed_record_is_skipped_with_an_error_and_the_rest_delivere
         f.seek(bad + 4)
         f.write(bytes(4))
     fake_clock.advance(1000)
-    with caplog.at_level("ERROR", logger="pystore.schedule"):
+    with caplog.at_level("ERROR", logger="pystore.engine.schedule"):
         store.schedule_message_service.deliver_once()
     assert [m.body for m in delivered(store, queue_id=0)] == [b"Hello RocketMQ 0", b"Hello RocketMQ 2"]
     assert "queue offset 1: no readable record at commit-log offset %d" % bad in caplog.text
@@ -344,7 +344,7 @@ def test_a_damaged_delayed_record_is_skipped_with_an_error_and_the_rest_delivere
 def test_levels_due_within_a_few_ms_run_in_one_pass(store, fake_clock):
     """Idle levels rescheduled a few ms apart share one pass (``RUN_TOGETHER_MS``): one wake-up of the thread
     (and one take of the GIL) for all, not one each. Early is harmless: nothing is delivered before its time."""
-    from pystore.schedule import RUN_TOGETHER_MS
+    from pystore.engine.schedule import RUN_TOGETHER_MS
 
     svc = store.schedule_message_service
     svc.shutdown()                                  # only this test runs passes
@@ -367,7 +367,7 @@ def test_levels_due_within_a_few_ms_run_in_one_pass(store, fake_clock):
 def test_a_level_with_nothing_to_deliver_looks_again_after_a_second(store):
     """RocketMQ looks at every level every 100 ms; pystore's idle levels look once a second (each look wakes
     the thread and takes the GIL from a busy put thread), and dispatch wakes them when a delayed message comes."""
-    from pystore import schedule
+    from pystore.engine import schedule
     svc = store.schedule_message_service
     svc.deliver_once()
     assert svc.run_due() == schedule.IDLE_LEVEL_MS
@@ -377,7 +377,7 @@ def test_a_level_with_nothing_to_deliver_looks_again_after_a_second(store):
 def test_a_delayed_put_wakes_its_idle_level(store_factory, fake_clock, monkeypatch, flush_disk_type):
     # idle levels would next look in an hour: only dispatch's wake-up (inline, or reput after a sync flush)
     # gets the message delivered at its due time
-    from pystore import schedule
+    from pystore.engine import schedule
     monkeypatch.setattr(schedule, "IDLE_LEVEL_MS", 3_600_000)
     store = store_factory(message_delay_level="1s 2s", clock=fake_clock, flush_disk_type=flush_disk_type)
     store.schedule_message_service.deliver_once()

@@ -1,4 +1,4 @@
-"""The base of the background services and the store's injected clock and disk (``pystore.service``):
+"""The base of the background services and the store's injected clock and disk (``pystore.system.service``):
 ``ServiceThread``'s loop (wake-ups, sleeps that only shutdown ends, restart, errors logged), ``real_clock`` and
 ``disk_used_ratio``. Policies following the injected clock and disk through a store: test_injection.py."""
 
@@ -15,7 +15,7 @@ import pytest
 from conftest import SMALL_FILE
 
 from pystore import MessageStore
-from pystore.service import ServiceThread, disk_used_ratio, real_clock
+from pystore.system.service import ServiceThread, disk_used_ratio, real_clock
 
 Usage = collections.namedtuple("Usage", "total used free")
 DEADLINE = 60.0
@@ -143,7 +143,7 @@ class Failing(ServiceThread):
 
 def test_an_error_escaping_run_is_logged(caplog):
     s = Failing("Failing")
-    with caplog.at_level(logging.ERROR, logger="pystore.service"):
+    with caplog.at_level(logging.ERROR, logger="pystore.system.service"):
         s.start()
         s._thread.join(DEADLINE)
     assert "Failing stopped by an unexpected error" in caplog.text and "boom" in caplog.text

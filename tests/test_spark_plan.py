@@ -20,9 +20,9 @@ pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installe
 
 import pystore.spark.batch as batch  # noqa: E402
 from pystore import Message, MessageBatch, MessageStore  # noqa: E402
-from pystore._arrow_plan import split_points  # noqa: E402
-from pystore._mapped_file import MappedFile  # noqa: E402
+from pystore.columns._arrow_plan import split_points  # noqa: E402
 from pystore.errors import StoreCorruptedError  # noqa: E402
+from pystore.log._mapped_file import MappedFile  # noqa: E402
 from pystore.spark import layout  # noqa: E402
 from pystore.spark.batch import Filters, plan_commit_log_slices, read_slice  # noqa: E402
 from pystore.spark.schema import arrow_schema  # noqa: E402

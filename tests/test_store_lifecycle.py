@@ -15,10 +15,10 @@ import pytest
 from conftest import SMALL_FILE, make_message
 
 from pystore import MessageBatch, PutMessageStatus
-from pystore.checkpoint import StoreCheckpoint
 from pystore.config import StoreConfig
+from pystore.engine.checkpoint import StoreCheckpoint
+from pystore.engine.store import MessageStore
 from pystore.errors import StoreClosedError, StoreError, StoreLockedError
-from pystore.store import MessageStore
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,7 +222,7 @@ def test_second_writer_in_another_process_is_locked_out(store_factory):
     s.flush()
     before = settled_writer_state(s, results[-1].append_message_result.store_timestamp)
     proc = run_python("""
-        from pystore.store import MessageStore
+        from pystore.engine.store import MessageStore
         from pystore.errors import StoreLockedError
         try:
             MessageStore.open(%r, mapped_file_size_commit_log=%d)
@@ -237,7 +237,7 @@ def test_second_writer_in_another_process_is_locked_out(store_factory):
     end = s.get_max_phy_offset()
     s.shutdown()
     proc = run_python("""
-        from pystore.store import MessageStore
+        from pystore.engine.store import MessageStore
         with MessageStore.open(%r, mapped_file_size_commit_log=%d) as s:
             print(s.get_max_phy_offset())
     """ % (s.root, SMALL_FILE))
@@ -292,7 +292,7 @@ def test_read_only_open_in_another_process_sees_the_writers_messages(store_facto
     w = store_factory()
     results = [w.put_message(make_message(i, body_size=2000)).append_message_result for i in range(40)]
     proc = run_python("""
-        from pystore.store import MessageStore
+        from pystore.engine.store import MessageStore
         with MessageStore.open(%r, read_only=True) as ro:
             for off in %r:
                 m = ro.look_message_by_offset(off)

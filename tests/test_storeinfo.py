@@ -1,4 +1,4 @@
-"""What ``pystore inspect`` reports about a store folder (``pystore.storeinfo.store_info``): queues and their
+"""What ``pystore inspect`` reports about a store folder (``pystore.engine.storeinfo.store_info``): queues and their
 offsets, commit-log files, the abort file and whether its writer is alive, the dispatch lag, sizes; and
 ``iso_ms``. The command's output is tested in test_cli.py."""
 
@@ -11,7 +11,7 @@ import sys
 
 from conftest import make_message
 
-from pystore.storeinfo import iso_ms, store_info
+from pystore.engine.storeinfo import iso_ms, store_info
 
 
 def test_iso_ms():

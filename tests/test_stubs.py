@@ -17,13 +17,13 @@ import pytest
 pytest.importorskip("mypy.stubtest", reason="mypy is not installed (the dev extra)")
 
 ROOT = Path(__file__).resolve().parents[1]
-STUBBED = ["pystore._jstring", "pystore._hosts", "pystore._props", "pystore._message", "pystore._message_batch",
-           "pystore._message_ext", "pystore._results", "pystore._mapped_file", "pystore._mapped_view", "pystore._units",
-           "pystore._timesearch", "pystore._read", "pystore._queue_reader", "pystore._dispatch", "pystore._codec",
-           "pystore._put_lock",
-           "pystore._commitlog", "pystore._records", "pystore._index", "pystore._index_walk", "pystore._arrow",
-           "pystore._arrow_schema", "pystore._arrow_decode", "pystore._decode_worker", "pystore._arrow_source",
-           "pystore._arrow_plan", "pystore._notify", "pystore._sink", "pystore._bulk_put", "pystore._flush_wait"]
+STUBBED = ["pystore.format._jstring", "pystore.format._hosts", "pystore.format._props", "pystore.message._message", "pystore.message._message_batch",
+           "pystore.message._message_ext", "pystore.log._results", "pystore.log._mapped_file", "pystore.log._mapped_view", "pystore.queue._units",
+           "pystore.queue._timesearch", "pystore.read._read", "pystore.read._queue_reader", "pystore.queue._dispatch", "pystore.format._codec",
+           "pystore.log._put_lock",
+           "pystore.log._commitlog", "pystore.log._records", "pystore.index._index", "pystore.index._index_walk", "pystore.columns._arrow",
+           "pystore.columns._arrow_schema", "pystore.columns._arrow_decode", "pystore.columns._decode_worker", "pystore.columns._arrow_source",
+           "pystore.columns._arrow_plan", "pystore.system._notify", "pystore.read._sink", "pystore.log._bulk_put", "pystore.log._flush_wait"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 
@@ -48,26 +48,30 @@ from __future__ import annotations
 import sys
 from typing import reveal_type
 
-from pystore import Message, MessageBatch, MessageExt, MessageStore, PutMessageStatus
+from pystore import Message
+from pystore import MessageBatch
+from pystore import MessageExt
+from pystore import MessageStore
+from pystore import PutMessageStatus
 
 
 def main(root: str) -> None:
     with MessageStore.open(root) as store:
-        reveal_type(store)  # pystore.store.MessageStore
+        reveal_type(store)  # pystore.engine.store.MessageStore
         msg = Message("TopicTest", b"hello", tags="TagA", keys=["k1", "k2"], properties={"a": "b"})
         r = store.put_message(msg)
-        reveal_type(r)  # pystore._results.PutMessageResult
+        reveal_type(r)  # pystore.log._results.PutMessageResult
         reveal_type(r.status)  # pystore.status.PutMessageStatus
         reveal_type(r.is_ok())  # bool
-        reveal_type(r.append_message_result)  # pystore._results.AppendMessageResult | None
+        reveal_type(r.append_message_result)  # pystore.log._results.AppendMessageResult | None
         assert r.status is PutMessageStatus.PUT_OK
         batch = MessageBatch.from_bodies("TopicTest", [b"x", bytearray(b"y")], tags="TagB")
-        reveal_type(batch)  # pystore._message_batch.MessageBatch
+        reveal_type(batch)  # pystore.message._message_batch.MessageBatch
         reveal_type(store.put_messages(batch).next_offset)  # int
         res = store.get_message("group", "TopicTest", 0, 0)
-        reveal_type(res)  # pystore._read.GetMessageResult
+        reveal_type(res)  # pystore.read._read.GetMessageResult
         assert res.message_count == 3
-        reveal_type(res.messages)  # list[pystore._message_ext.MessageExt]
+        reveal_type(res.messages)  # list[pystore.message._message_ext.MessageExt]
         m = res.messages[0]
         reveal_type(m.body)  # bytes
         reveal_type(m.keys)  # list[str]
@@ -76,9 +80,9 @@ def main(root: str) -> None:
         reveal_type(m.tags)  # str | None
         reveal_type(m.queue_offset)  # int
         reveal_type(m.msg_id)  # str
-        reveal_type(m.to_message())  # pystore._message.Message
+        reveal_type(m.to_message())  # pystore.message._message.Message
         data = store.get_commit_log_data(0)
-        reveal_type(data)  # pystore._mapped_view.SelectMappedBufferResult | None
+        reveal_type(data)  # pystore.log._mapped_view.SelectMappedBufferResult | None
         assert data is not None
         with data as d:
             reveal_type(d.buffer)  # memoryview[int]
@@ -97,7 +101,7 @@ if __name__ == "__main__":
 
 
 def _outer_names(static: str) -> set[str]:
-    """``pystore._read.GetMessageResult | None`` -> {"GetMessageResult", "NoneType"}; ``list[str]`` -> {"list"}."""
+    """``pystore.read._read.GetMessageResult | None`` -> {"GetMessageResult", "NoneType"}; ``list[str]`` -> {"list"}."""
     names = set()
     for member in static.split(" | "):
         name = member.split("[", 1)[0].rsplit(".", 1)[-1]

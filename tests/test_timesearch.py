@@ -1,4 +1,4 @@
-"""Consume queues searched by store time (``pystore._timesearch``): ``pickup_store_timestamp`` of a commit-log
+"""Consume queues searched by store time (``pystore.queue._timesearch``): ``pickup_store_timestamp`` of a commit-log
 offset, and ``queue_offset_by_time`` against a brute-force reference over a queue whose store times repeat and
 that spans several consume-queue and commit-log files. ``get_offset_in_queue_by_time`` through the store (times
 between and beyond the stored ones, deleted heads): test_get_message.py, test_consume_queue.py."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from conftest import make_message
 
-from pystore._timesearch import pickup_store_timestamp, queue_offset_by_time
+from pystore.queue._timesearch import pickup_store_timestamp, queue_offset_by_time
 
 T0 = 1_700_000_000_000
 

@@ -1,4 +1,4 @@
-"""The scans of one consume-queue file (``pystore._units``; docs/format.md §2): units as
+"""The scans of one consume-queue file (``pystore.queue._units``; docs/format.md §2): units as
 ``(commit_log_offset, size, tags_code)``, fillers skipped, the end of a queue inside a file, the recovery walk,
 the walk bounded by the commit log's end, the ``correctMinOffset`` binary search, and lookups by queue offset.
 Files are built here with ``struct`` (``>qiq`` units, the filler ``(0, 0x7FFFFFFF, 0)``). The consume queue
@@ -10,21 +10,21 @@ import struct
 
 import pytest
 
-from pystore._mapped_file import MappedFile
-from pystore._units import (
-    FILLER_SIZE,
-    UNIT_SIZE,
-    UnitIterator,
-    find_file,
-    first_unit_at_or_above,
-    iter_units,
-    next_valid_unit,
-    read_unit,
-    record_bytes,
-    recover_units,
-    unit_at,
-    units_below,
-)
+from pystore.log._mapped_file import MappedFile
+from pystore.queue._units import (
+          FILLER_SIZE,
+          UNIT_SIZE,
+          UnitIterator,
+          find_file,
+          first_unit_at_or_above,
+          iter_units,
+          next_valid_unit,
+          read_unit,
+          record_bytes,
+          recover_units,
+          unit_at,
+          units_below,
+      )
 
 UNIT = struct.Struct(">qiq")
 FILLER = (0, 0x7FFFFFFF, 0)

@@ -14,9 +14,9 @@ import pytest
 from conftest import make_message
 
 from pystore import Message, MessageStore
+from pystore.engine.verify import verify_store
 from pystore.errors import StoreCorruptedError
 from pystore.tools import iter_commitlog
-from pystore.verify import verify_store
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILE = 64 * 1024
@@ -179,7 +179,7 @@ def test_damage_followed_by_valid_records_is_still_reported(tmp_path):
 
 
 def test_queue_id_of():
-    from pystore.verify import queue_id_of
+    from pystore.engine.verify import queue_id_of
 
     assert queue_id_of("0") == 0 and queue_id_of("17") == 17 and queue_id_of("-3") == -3
     for bad in ("99999999999999999999999", "2147483648", "--5", "-", "", "1e3", "٣", "x"):

@@ -1,5 +1,5 @@
-"""``pystore.wiring`` on its own, without ``MessageStore``: the parts ``open_parts`` opens and recovers (and
-what it refuses), the services ``wire_writer`` builds for each configuration and hooks into the commit log,
+"""``pystore.engine.wiring`` on its own, without ``MessageStore``: the parts ``open_parts`` opens and recovers (and
+       what it refuses), the services ``wire_writer`` builds for each configuration and hooks into the commit log,
 ``close_writer``'s clean shutdown (the abort file goes only when everything is on disk), ``dispatch_behind``,
 ``pool_enabled`` and ``delete_store``. The store's lifecycle over them is in test_store_lifecycle.py."""
 
@@ -13,13 +13,9 @@ import pytest
 from conftest import SMALL_FILE, SMALL_INDEX, make_message
 
 from pystore import StoreConfig
-from pystore.checkpoint import AbortFile, StoreLock
 from pystore.config import BrokerRole, FlushDiskType
-from pystore.errors import StoreCorruptedError, StoreLockedError
-from pystore.flush import FlushRealTimeService, GroupCommitService, flush_all
-from pystore.running_flags import RunningFlags
-from pystore.service import real_clock
-from pystore.wiring import (
+from pystore.engine.checkpoint import AbortFile, StoreLock
+from pystore.engine.wiring import (
     StoreParts,
     Writer,
     close_writer,
@@ -29,6 +25,10 @@ from pystore.wiring import (
     pool_enabled,
     wire_writer,
 )
+from pystore.errors import StoreCorruptedError, StoreLockedError
+from pystore.log.flush import FlushRealTimeService, GroupCommitService, flush_all
+from pystore.system.running_flags import RunningFlags
+from pystore.system.service import real_clock
 
 
 def config(root: Any, **overrides: Any) -> StoreConfig:

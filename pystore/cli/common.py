@@ -187,7 +187,7 @@ def build_config(
     ``--sync``) and the geometry of existing files < ``-o``."""
     from pystore.config import StoreConfig, UnknownConfigKeyWarning, _field_for_key
     from pystore.errors import ConfigError
-    from pystore.geometry import detect_overrides
+    from pystore.format.geometry import detect_overrides
 
     lines = []
     explicit = set()
@@ -251,8 +251,8 @@ def open_store(
 ) -> Iterator[Any]:
     """A loaded and started store (shut down at the end of the block). A path that holds no store is an
     error (``hint`` is added to it) unless ``create`` (a writer's first open makes the store)."""
+    from pystore.engine.store import MessageStore
     from pystore.errors import StoreError
-    from pystore.store import MessageStore
 
     cfg = build_config(root, config_file, sets, read_only, **defaults)
     if create:

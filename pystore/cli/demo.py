@@ -1,4 +1,4 @@
-"""``pystore demo``: the tour of the store (the work is :func:`pystore.demo.run_demo`)."""
+"""``pystore demo``: the tour of the store (the work is :func:`pystore.cli.tour.run_demo`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pystore.cli.common import OK, PROBLEM, console, handle_store_errors
 @handle_store_errors
 def demo(root: str, fresh: bool, spark: bool | None, messages: int) -> None:
     """Put, read, query, restart and show what survived, in a store at ROOT (default ./pystore-demo)."""
-    from pystore.demo import run_demo
+    from pystore.cli.tour import run_demo
 
     ok = run_demo(root, console, fresh=fresh, spark=spark, messages=messages)
     sys.exit(OK if ok else PROBLEM)

@@ -32,7 +32,7 @@ def export(root: str, out: str, topics: tuple[str, ...], use_spark: bool, no_ver
     if use_spark:
         _export_spark(root, out, topics, not no_verify_crc)
         return
-    from pystore import export as ex
+    from pystore.columns import export as ex
 
     try:
         ex._pa()
@@ -88,7 +88,7 @@ def _export_spark(root: str, out: str, topics: tuple[str, ...], verify_crc: bool
         .appName("pystore-export")
         .config("spark.ui.enabled", "false")
         # Spark's default writes timestamps as INT96, which readers take as naive nanoseconds: UTC
-        # milliseconds instead, the type the pyarrow path writes (pystore.export.arrow_schema)
+        # milliseconds instead, the type the pyarrow path writes (pystore.columns.export.arrow_schema)
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
         # Spark's stage bar redraws itself with carriage returns: for a terminal's eyes only
         .config("spark.ui.showConsoleProgress", str(err_console.is_terminal).lower())

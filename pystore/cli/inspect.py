@@ -29,7 +29,7 @@ from pystore.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from pystore.storeinfo import ConsumerLag, QueueInfo
+    from pystore.engine.storeinfo import ConsumerLag, QueueInfo
 
 
 @click.command(short_help="topics, queues, offsets, files, disk ratio, checkpoint")
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 @handle_store_errors
 def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, ...]) -> None:
     """Topics, queues, offsets, files, disk usage, checkpoint and shutdown state (read-only)."""
-    from pystore.storeinfo import store_info
+    from pystore.engine.storeinfo import store_info
 
     cfg = build_config(root, config_file, sets, True)
     require_store(root, cfg)
@@ -183,8 +183,8 @@ def consumer_lags(config_dir: str, queues: Sequence[QueueInfo]) -> tuple[list[Co
     """Rows ``group, topic, queue_id, committed, max_offset, lag`` of the committed offsets in ``config_dir``
     against ``queues`` (``store_info``'s); ``max_offset`` and ``lag`` are None for a queue the store does not
     have. The second item says why the file could not be read (None when it could, or there is none)."""
-    from pystore.config_json import load_config_file
-    from pystore.consumer_offsets import CONSUMER_OFFSET_FILE, SEPARATOR, decode_consumer_offsets
+    from pystore.consumer.config_json import load_config_file
+    from pystore.consumer.offsets import CONSUMER_OFFSET_FILE, SEPARATOR, decode_consumer_offsets
     from pystore.errors import StoreError
 
     try:

@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 
-from pystore._mapped_file import is_file_name
 from pystore.cli.common import (
     OK,
     PROBLEM,
@@ -23,6 +22,7 @@ from pystore.cli.common import (
     store_options,
     table,
 )
+from pystore.log._mapped_file import is_file_name
 
 
 def _cl_listing(cfg: Any) -> dict[str, int]:

@@ -49,7 +49,7 @@ def verify(
     """Check CRCs of the commit log, every consume-queue unit against it, and the index (read-only)."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-    from pystore.verify import verify_store
+    from pystore.engine.verify import verify_store
 
     cfg = build_config(root, config_file, sets, True)
     require_store(root, cfg)

@@ -8,7 +8,7 @@
 * ``df.write.format("pystore").mode("append").save(root)`` — appends rows as messages
   (:mod:`pystore.spark.writer`).
 
-Records are decoded in C straight into Arrow buffers (``pystore._arrow``). The source does not push
+Records are decoded in C straight into Arrow buffers (``pystore.columns._arrow``). The source does not push
 filters down (PySpark reuses a DataFrame's pushed filters across later queries of the same DataFrame,
 see docs/spark.md): use the ``topic``/``queue_id``/``start_time``/``end_time`` options to read less, and a
 read schema of the columns a query uses (``.schema("queue_offset long, body binary")``, the source's

@@ -9,7 +9,7 @@ with properties become ``Message``s, put as ``MessageBatch``es of consecutive ro
 (at most 1024 messages and a quarter of a commit-log file); all in the order of the staged files. Rows were
 checked by the tasks, so a refusal here means the store itself failed (disk full ...) or has settings the
 tasks did not see: it raises, naming how many messages were already appended and why the store refused
-(:func:`pystore.refusal.refusal_reason`, the words ``pystore put`` prints).
+(:func:`pystore.log.refusal.refusal_reason`, the words ``pystore put`` prints).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pystore import Message, MessageBatch, MessageStore, PutMessageStatus
-from pystore._codec import record_length
-from pystore._mapped_file import is_file_name
-from pystore.refusal import refusal_reason
+from pystore.format._codec import record_length
+from pystore.log._mapped_file import is_file_name
+from pystore.log.refusal import refusal_reason
 
 __all__ = ["append_staged", "staged_rows", "stored_prefix"]
 

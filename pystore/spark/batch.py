@@ -8,7 +8,7 @@ Partitions are planned on the driver without reading a body:
 * otherwise from the commit log: one :class:`CommitLogSlice` per (root, commit-log file), cut every
   ``bytes_per_partition`` bytes at record boundaries found by walking the record headers.
 
-Each partition decodes its records with ``pystore._arrow`` (C loops into Arrow buffers) and yields
+Each partition decodes its records with ``pystore.columns._arrow`` (C loops into Arrow buffers) and yields
 ``pyarrow.RecordBatch``es of the exact schema: the source's, or the columns of a user's ``.schema(...)``
 (a projection, so that Spark converts only those into rows). Time bounds (``start_time`` inclusive, ``end_time``
 exclusive, on the store timestamp) and the topic/queue filters run inside the decoder loop.
@@ -27,12 +27,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from pystore._arrow import BatchBuilder
-from pystore._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points, walk_to
-from pystore._arrow_source import QueueReader, scan_file
-from pystore._codec import RECORD_END
-from pystore._mapped_file import MappedFile
+from pystore.columns._arrow import BatchBuilder
+from pystore.columns._arrow_plan import queue_boundaries, queue_bounds, record_size_at, split_points, walk_to
+from pystore.columns._arrow_source import QueueReader, scan_file
 from pystore.errors import StoreCorruptedError
+from pystore.format._codec import RECORD_END
+from pystore.log._mapped_file import MappedFile
 from pystore.spark import layout
 from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_time, roots
 from pystore.spark.schema import arrow_schema, check_read_schema, project

@@ -64,7 +64,7 @@ def demo_pipeline(root: str, console: Any) -> None:
         console.print("  batch read + aggregate: %.1f s" % (time.perf_counter() - t))
 
         # 2. write a DataFrame into a second store, through the store's own put path
-        from pystore._units import UNIT_SIZE
+        from pystore.queue._units import UNIT_SIZE
 
         out = root.rstrip(os.sep) + "-spark"
         shutil.rmtree(out, ignore_errors=True)

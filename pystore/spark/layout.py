@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import os
 
-from pystore._mapped_file import is_file_name
-from pystore.consume_queue import queue_id_of
+from pystore.log._mapped_file import is_file_name
+from pystore.queue.consume_queue import queue_id_of
 
 __all__ = [
     "commit_log_dir",

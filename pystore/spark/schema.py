@@ -22,7 +22,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pystore._arrow import COLUMNS as _COLUMNS
+from pystore.columns._arrow import COLUMNS as _COLUMNS
 
 __all__ = [
     "DDL",

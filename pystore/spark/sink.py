@@ -34,7 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from pystore.config_json import load_config_file, persist_config_file
+from pystore.consumer.config_json import load_config_file, persist_config_file
 from pystore.spark.options import OptionError, check_options, option_value
 from pystore.spark.writer import STAGING_DIR, StagedPart, stage_rows, write_target
 

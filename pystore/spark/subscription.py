@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pystore._arrow_plan import queue_bounds
+from pystore.columns._arrow_plan import queue_bounds
 from pystore.spark import layout
 from pystore.spark.options import OptionError, option_value, parse_assign, parse_int, parse_list, parse_offsets
 

@@ -46,14 +46,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pystore.refusal import (  # the put path's limits and words (pystore put says the same)
-    MAX_PROPERTIES_BYTES,
-    MAX_TOPIC_BYTES,
-    TOPIC_CHARACTERS,
-    body_problem,
-    properties_problem,
-    topic_problem,
-)
+from pystore.log.refusal import (  # the put path's limits and words (pystore put says the same)
+        MAX_PROPERTIES_BYTES,
+        MAX_TOPIC_BYTES,
+        TOPIC_CHARACTERS,
+        body_problem,
+        properties_problem,
+        topic_problem,
+    )
 from pystore.spark.options import roots, store_config_overrides
 from pystore.spark.schema import COLUMNS
 

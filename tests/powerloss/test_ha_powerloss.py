@@ -13,7 +13,7 @@ log of whole records, queues and index agreeing with it, recovery idempotent) ag
   those its flush had reached when the put returned (the ack log's fourth column): SYNC_MASTER's ack means
   "on the slave", not "durable on the master". The test counts what the master lost.
 * Slave cut: a SYNC_FLUSH slave reports an offset only after it flushed what it appended
-  (``pystore/ha.py``), so every acknowledged message is in what its disk holds. An ASYNC_FLUSH slave reports
+  (``pystore/ha/__init__.py``), so every acknowledged message is in what its disk holds. An ASYNC_FLUSH slave reports
   on receipt, as RocketMQ's does: the cut takes the acknowledged messages past its last flush (a tail; the
   test prints how many), and what remains is a consistent store.
 """

@@ -1,6 +1,6 @@
 """pystore through a power cut: a writer process runs on the power-cut layer (``powercut.py``), is killed
-(SIGKILL at a random moment, or by a named crash point of ``pystore.crashpoint``), the power is cut (the
-layer's ``crash``: drop / torn / subset+torn) and the store is reopened from what the disk holds.
+(SIGKILL at a random moment, or by a named crash point of ``pystore.system.crashpoint``), the power is cut (the
+       layer's ``crash``: drop / torn / subset+torn) and the store is reopened from what the disk holds.
 
 Checked after every cut (docs/powerloss.md, "What pystore promises through a power cut"):
 

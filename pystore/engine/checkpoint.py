@@ -1,0 +1,293 @@
+"""The store folder's small files: ``checkpoint``, ``abort`` and ``lock`` (docs/format.md §4).
+
+``checkpoint`` (4096 bytes, big-endian, the 5.x layout)::
+
+    0    8    physicMsgTimestamp   store time of the last flushed commit-log message
+    8    8    logicsMsgTimestamp   store time of the last message built into a consume queue (and flushed)
+    16   8    indexMsgTimestamp    end time of the last full, flushed index file
+    24   8    masterFlushedOffset  (5.x)
+    32   8    confirmPhyOffset     (5.x)
+    40 .. 4096  zeros
+
+Abnormal recovery starts from the newest commit-log file whose first message is not newer than
+``min_timestamp()`` = max(0, min(physic, logics) − 3000). A checkpoint that cannot be trusted (short file,
+negative or future times) reads as all zeros, which makes recovery start from the first file: slower,
+never wrong.
+
+``abort`` exists while a writer runs; finding it at load means the last writer did not shut down
+cleanly. ``lock`` carries an exclusive ``flock`` for as long as a writer has the store open; a second
+writer, in this process or another, gets :class:`~pystore.errors.StoreLockedError` before it touches a file.
+
+Time is the store's clock (``clock``, epoch ms; ``pystore.system.service``): it decides when the next automatic write
+is due and how far in the future a time may lie before the file counts as impossible, so a test's fake clock
+drives both.
+
+Names are durable (``pystore.system.durable``; RocketMQ does not fsync directories): the folder is fsynced after
+``abort`` is created or removed, and after the checkpoint's first write creates the file (once, not at
+every write).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable
+
+from pystore.errors import StoreLockedError
+from pystore.system.crashpoint import crashpoint
+from pystore.system.durable import fsync_dir
+from pystore.system.service import real_clock
+
+__all__ = ["StoreCheckpoint", "AbortFile", "StoreLock", "CHECKPOINT_FILE_SIZE"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE_SIZE = 4096
+_LAYOUT = struct.Struct(">qqqqq")
+_ONE_DAY_MS = 86_400_000
+
+
+class StoreCheckpoint:
+    """The checkpoint file. Thread-safe: a lock guards the write.
+
+    The flush services set the times as data reaches disk (the commit log's ``physic_msg_timestamp`` after
+    every flush, the queues' ``logics_msg_timestamp`` after a thorough queue flush, the index's time when a
+    full index file is flushed). With ``auto_flush_ms`` > 0 (a writer, once loaded) a changed time is
+    written to the file by whichever service sets a time once ``auto_flush_ms`` has passed since the last
+    write: 5.x's once-a-second checkpoint task, without a thread of its own. The services call setters every
+    few milliseconds (group commit) or every flush interval, so a change reaches the file within about
+    ``auto_flush_ms`` plus one interval. Recovery's guard against truncating durable data
+    (``recovery._judge_damage``) relies on it after a crash."""
+
+    def __init__(self, path: str, read_only: bool = False, auto_flush_ms: int = 0,
+                 clock: Callable[[], int] | None = None) -> None:
+        self.path = path
+        self.read_only = read_only
+        #: epoch ms: when the next automatic write is due, and the horizon of a trusted time
+        self.clock = clock or real_clock
+        self._lock = threading.Lock()
+        self.auto_flush_ms = 0          # no writes while loading the fields
+        self._dirty = False
+        self._last_flush = 0            # the clock's ms at the last write (0: never written)
+        self._physic_msg_timestamp = 0
+        self._logics_msg_timestamp = 0
+        self._index_msg_timestamp = 0
+        self.master_flushed_offset = 0
+        self.confirm_phy_offset = 0
+        self.trusted = True
+        #: the file's name is durable (it existed at load, or its directory was fsynced after creating it)
+        self._named = True
+        self._load()
+        self._dirty = False
+        self.auto_flush_ms = auto_flush_ms
+
+    # The three times: setting a new value marks the checkpoint dirty and, with ``auto_flush_ms``, writes it
+    # once that long has passed since the last write. Spelled out three times rather than made by a factory so
+    # that each is an ``int`` to the type checker.
+
+    @property
+    def physic_msg_timestamp(self) -> int:
+        return self._physic_msg_timestamp
+
+    @physic_msg_timestamp.setter
+    def physic_msg_timestamp(self, value: int) -> None:
+        if value != self._physic_msg_timestamp:
+            self._physic_msg_timestamp = value
+            self._dirty = True
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
+
+    @property
+    def logics_msg_timestamp(self) -> int:
+        return self._logics_msg_timestamp
+
+    @logics_msg_timestamp.setter
+    def logics_msg_timestamp(self, value: int) -> None:
+        if value != self._logics_msg_timestamp:
+            self._logics_msg_timestamp = value
+            self._dirty = True
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
+
+    @property
+    def index_msg_timestamp(self) -> int:
+        return self._index_msg_timestamp
+
+    @index_msg_timestamp.setter
+    def index_msg_timestamp(self, value: int) -> None:
+        if value != self._index_msg_timestamp:
+            self._index_msg_timestamp = value
+            self._dirty = True
+        if self._dirty and self.auto_flush_ms > 0:
+            self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if self.read_only:
+            return
+        since = self.clock() - self._last_flush
+        # a clock that went back (since < 0) writes now: waiting for it to catch up could leave the file
+        # that much older than the data after a crash, which recovery's damage guard relies on
+        if 0 <= since < self.auto_flush_ms:
+            return
+        try:
+            self.flush()
+        except OSError:
+            log.exception("writing the checkpoint %s failed", self.path)
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(CHECKPOINT_FILE_SIZE)
+        except FileNotFoundError:
+            self._named = False
+            return
+        if len(data) < _LAYOUT.size:
+            log.warning("checkpoint %s is %d bytes: ignored, recovery starts from the first file", self.path, len(data))
+            self.trusted = False
+            return
+        values: tuple[int, ...] = _LAYOUT.unpack_from(data)
+        horizon = self.clock() + _ONE_DAY_MS
+        if any(v < 0 for v in values) or any(v > horizon for v in values[:3]):
+            log.warning("checkpoint %s holds impossible values %r: ignored", self.path, values)
+            self.trusted = False
+            return
+        (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+         self.master_flushed_offset, self.confirm_phy_offset) = values
+
+    def min_timestamp(self) -> int:
+        """RocketMQ ``getMinTimestamp``: max(0, min(physic, logics) − 3000)."""
+        m = min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000
+        return m if m > 0 else 0
+
+    def min_timestamp_index(self) -> int:
+        return min(self.min_timestamp(), self.index_msg_timestamp)
+
+    def to_bytes(self) -> bytes:
+        head = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+                            self.master_flushed_offset, self.confirm_phy_offset)
+        return head + bytes(CHECKPOINT_FILE_SIZE - len(head))
+
+    def flush(self) -> None:
+        """Write the fields and force them to disk."""
+        if self.read_only:
+            return
+        with self._lock:
+            self._dirty = False
+            self._last_flush = self.clock()
+            data = self.to_bytes()
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.pwrite(fd, data, 0)
+                crashpoint("checkpoint.written")
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            if not self._named:
+                fsync_dir(os.path.dirname(self.path))     # once: the first write created the file
+                self._named = True
+
+    def __repr__(self) -> str:
+        return "StoreCheckpoint(physic=%d, logics=%d, index=%d, master_flushed=%d, confirm=%d)" % (
+            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+            self.master_flushed_offset, self.confirm_phy_offset)
+
+
+class AbortFile:
+    """The ``abort`` marker: created at start (with the writer's PID, as 5.x does), removed at a clean
+    shutdown."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def create(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(os.path.dirname(self.path))
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return
+        try:
+            fsync_dir(os.path.dirname(self.path))
+        except OSError:
+            # the marker may come back after a power cut: the next open then recovers as after a crash (slower,
+            # never wrong), so a clean shutdown is not failed for it
+            log.exception("making the removal of %s durable failed", self.path)
+
+
+class StoreLock:
+    """Exclusive ``flock`` on ``<root>/lock``. ``acquire`` raises StoreLockedError when held elsewhere."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreLockedError(self.path) from None
+            raise
+        os.pwrite(fd, b"lock", 0)
+        os.fsync(fd)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
+def writer_holds_lock(path: str) -> bool | None:
+    """Does a process hold the ``flock`` on the store's ``lock`` file at ``path`` (a writer is running)?
+    Read from ``/proc/locks`` without touching the lock (taking even a shared lock for a moment would make a
+    writer starting at that instant fail with StoreLockedError). None when it cannot tell (no such file, or
+    no ``/proc``)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (a blocked waiter's line has "->" first)
+        if "FLOCK" not in parts or "->" in parts:
+            continue
+        for field in parts:
+            if field.count(":") == 2:
+                try:
+                    inode = int(field.rsplit(":", 1)[1])
+                except ValueError:
+                    break
+                if inode == st.st_ino:
+                    return True
+                break
+    return False
+

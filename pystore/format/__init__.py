@@ -1,0 +1,6 @@
+"""The bytes: the commit-log record layout (encode, check, decode), its properties string, hosts,
+Java strings, the CRC, and the file geometry read from a store's files.
+"""
+
+# a checkout's compiled modules are built out of tree (see pystore/__init__.py): look there too
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)

@@ -1,0 +1,130 @@
+# cython: language_level=3
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+
+from pystore.format._codec cimport END_FILE_MIN_BLANK_LENGTH
+from pystore.log._mapped_file cimport MappedFile
+from pystore.message._message cimport Message
+from pystore.log._put_lock cimport PutMessageLock
+
+
+# why a put refuses (the statuses are PutMessageStatus members: ``refusal_status``)
+cdef enum:
+    REFUSE_NONE = 0
+    REFUSE_ILLEGAL = 1          # MESSAGE_ILLEGAL
+    REFUSE_PROPERTIES = 2       # PROPERTIES_SIZE_EXCEEDED
+    REFUSE_BUSY = 3             # OS_PAGE_CACHE_BUSY
+
+cdef object refusal_status(int code)
+
+
+cdef class QueueCell:
+    """One (topic, queue id): the next queue offset to assign and, once dispatch exists, its consume queue."""
+    cdef readonly str topic
+    cdef readonly int32_t queue_id
+    cdef public int64_t next_offset
+    cdef public object consume_queue
+
+
+cdef class Dispatcher:
+    """Inline dispatch hook: called under the put lock for every appended record that enters a queue."""
+    cdef void prepare(self, Message msg) noexcept
+    cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
+                      int64_t queue_offset) except -1
+    cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
+                          int64_t store_ts, int64_t queue_offset) except -1
+    cdef int dispatch_each(self, QueueCell cell, Message msg, const unsigned char *rec, int64_t phy_offset,
+                           const int32_t *sizes, const int32_t *props_lens, const int64_t *tags_codes, Py_ssize_t n,
+                           int64_t store_ts, int64_t queue_offset, bint keyed) except -1
+
+
+cdef class CommitLogCore:
+    cdef PutMessageLock put_lock
+    cdef MappedFile last
+    cdef readonly int64_t file_size
+    cdef dict table
+    cdef str last_key                 # the cell of the last put's topic-queue key, reused while the key repeats
+    cdef QueueCell last_cell
+    # bumped by remove_cell: whoever remembers cells (the reput's table, _dispatch) forgets them when it moves
+    cdef readonly int64_t cells_removed
+    cdef bytes store_host_b
+    cdef int32_t store_flag
+    cdef public int64_t max_message_size
+    cdef public bint writeable
+    cdef int64_t begin_time_in_lock
+    cdef public int64_t os_page_cache_busy_timeout
+    cdef public object roll_file
+    cdef public object after_put
+    cdef public object delay_rewrite
+    cdef public object flush_wakeup
+    cdef int64_t flush_notified       # the flush service was woken since it last looked (cleared by it)
+    # The flush service's wake-up when it waits in C (``_flush_wait``): _notify's state word, in this process's
+    # memory, and its flags word (0: the put path fences before it looks for a waiter). flush_wake_c: puts
+    # wake the service through it rather than by calling flush_wakeup.
+    cdef uint64_t flush_word
+    cdef uint32_t flush_flags
+    cdef public bint flush_wake_c
+    # the CPU the thread that last woke the flush service is pinned to (-1: none, or not pinned), where the
+    # store's service threads that follow the puts go when ``follow_put_cpu`` is set
+    cdef public int put_cpu
+    cdef public bint follow_put_cpu
+    cdef public long long wake_bytes
+    cdef public Dispatcher dispatcher
+    cdef public object clock
+    cdef readonly int64_t put_times_total
+    cdef readonly int64_t put_size_total
+    cdef readonly int64_t put_failed_times
+    cdef readonly int64_t put_max_ns
+    cdef int64_t buckets[13]
+
+    cdef int find_cell(self, Message m) except -1
+    cdef QueueCell cell_of(self, str topic, int32_t queue_id)
+    cdef bint _page_cache_busy(self) except -1
+
+    # -- the put protocol, shared by the single put, the batch put and the column put's chunks --------------
+    # Before the lock: SERVICE_NOT_AVAILABLE when not ``writeable``, the put's own checks of its messages, then
+    # ``_room_refusal``. Under it: ``try: mf = _enter(...) ... finally: _exit()``. After it: ``_finish`` (and
+    # the ``after_put`` hook). Each put keeps its specifics: a batch never spans two files, a column put goes
+    # in chunks (as many as fit in the file and the chunk after ``_enter`` found one).
+
+    cdef inline int _room_refusal(self, int64_t total) except -1:
+        """The last checks before the lock, for ``total`` bytes of records: the page cache busy (a put has held
+        the lock too long: fail fast), then more than a file can hold with its END_OF_FILE blank."""
+        if self.begin_time_in_lock != 0 and self._page_cache_busy():
+            return REFUSE_BUSY
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return REFUSE_ILLEGAL
+        return REFUSE_NONE
+
+    cdef inline MappedFile _enter(self, Message m, int64_t total, bint prepare):
+        """Take the put lock and what every put needs under it: the dispatcher's ``prepare(m)`` (``prepare``:
+        a single put, whose dispatch work may overlap its append), one clock read that is the store time and
+        the lock time (``begin_time_in_lock``, RocketMQ's beginLockTimestamp: the page-cache-busy check runs
+        on the store's clock, a test's fake one included), the cell of ``m``'s topic and queue (``last_cell``
+        on return) and the file with room for ``total`` bytes (None: CREATE_MAPPED_FILE_FAILED). The lock is
+        taken first and taking it cannot fail, so the caller's ``try``/``finally: _exit()`` around this call
+        releases it whatever is raised after."""
+        self.put_lock.lock()
+        if prepare and self.dispatcher is not None:
+            self.dispatcher.prepare(m)
+        self.begin_time_in_lock = self._now()
+        self.find_cell(m)
+        return self._file_with_room(total)
+
+    cdef inline void _exit(self) noexcept:
+        self.begin_time_in_lock = 0
+        self.put_lock.unlock()
+
+    cdef inline int _finish(self, int64_t t0, int64_t size, MappedFile mf) except -1:
+        """After the lock, for a put that stored ``size`` bytes into ``mf`` (``t0``: before the lock): the
+        statistics, then the pre-fault and the flush wake-up."""
+        self._account(t0, size)
+        self._after_append(mf)
+        return 0
+
+    cdef int64_t _now(self)
+    cdef void _account(self, int64_t t0, int64_t size) noexcept
+    cdef MappedFile _roll(self, int64_t next_offset)
+    cdef MappedFile _file_with_room(self, int64_t total)
+    cdef int _after_append(self, MappedFile mf) except -1
+    cdef object _put(self, Message msg, bint run_after)
+    cdef object _put_batch(self, object batch, bint run_after)

@@ -1,0 +1,668 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The put path: checks, the put lock, queue offsets, encode into the last commit-log file, roll.
+
+One call per message (``put_message``) or per batch (``put_messages``) does everything in C (docs/format.md
+§1.11, 4.x order): refuse what must be refused with a status; take the put lock; stamp the store time
+(the lock time); take the queue offset from the topic-queue table (so a failed append never burns one);
+encode straight into the mapped file; if the record and an 8-byte blank do not fit, write the blank
+(END_OF_FILE), roll to the next file and encode there; a batch never spans two files. The single put, the
+batch put and the column put (``_bulk_put``) share one protocol for the refusals, the lock, the store time,
+the cell and the file with room (``_room_refusal``, ``_enter``, ``_exit``, ``_finish``, inline in
+``_commitlog.pxd``) and keep only their own checks and encoding. Under the lock the
+record is also handed to the inline dispatcher (consume queue, index) when there is one. Afterwards the
+flush service is woken (a C flag keeps that to one Python call per flush cycle) and, if set, the
+``after_put`` hook decides the final status (group commit, replication).
+
+Policy stays in Python (``commitlog.py``): where the next file comes from (``roll_file``), what happens
+after a put (``after_put``), delay-level rewriting (``delay_rewrite``), whether the store is writeable.
+
+Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by default
+(an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a
+big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.object cimport PyObject
+from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcmp
+
+from pystore.format._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, pinned_cpu, now_ms, store_i64_release
+from pystore.format._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE,
+                                    TRANSACTION_TYPE_MASK, encode_like, encode_message, encode_with_body, enters_queue,
+                                    like_head_body, like_tail, message_length, write_blank)
+from pystore.log._mapped_file cimport MappedFile, prefault_follow_cpu
+from pystore.system._notify cimport ps_notify
+from pystore.format._hosts cimport encode_host
+from pystore.message._message cimport Message, copy_message
+from pystore.message._message_batch cimport MessageBatch
+from pystore.log._put_lock cimport PutMessageLock
+from pystore.log._results cimport PutMessageResult, put_failed, put_ok
+
+cdef extern from *:
+    """
+    /* A prefetch for writing (PREFETCHW where the build targets it, else a plain prefetch, which brings the line in
+       as well) */
+    static inline void ps_prefetch_write(const void *p) { __builtin_prefetch(p, 1, 3); }
+    """
+    void prefetch_write "ps_prefetch_write"(const void *p) noexcept nogil
+
+import logging
+import os
+
+from pystore.status import PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+cdef object ST_SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
+cdef object ST_MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
+cdef object ST_PROPERTIES_SIZE_EXCEEDED = PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+cdef object ST_OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
+cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
+
+# how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too,
+# as the kernel write-protects a warmed file's zeros when it writes them back; a file with a window (the
+# store's prefault_window_bytes) uses half of it instead
+cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
+
+cdef enum:
+    PTR_STACK = 256     # a batch from bodies of up to this many keeps its body pointers on the stack
+
+# RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
+cdef int64_t[12] _BUCKET_MS = [1, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000]
+BUCKET_NAMES = ("<=0ms", "0~10ms", "10~50ms", "50~100ms", "100~200ms", "200~500ms", "500ms~1s", "1~2s", "2~3s",
+                "3~4s", "4~5s", "5~10s", "10s~")
+
+
+@cython.final
+cdef class QueueCell:
+    def __init__(self, str topic, int queue_id, long long next_offset=0):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.next_offset = next_offset
+
+    def __repr__(self):
+        return "QueueCell(%r, %d, next_offset=%d)" % (self.topic, self.queue_id, self.next_offset)
+
+
+cdef class Dispatcher:
+    cdef void prepare(self, Message msg) noexcept:
+        """A record of ``msg`` is about to be appended (a single put, under the put lock): work its dispatch
+        will need may start now, to overlap the append."""
+        pass
+
+    cdef int dispatch(self, QueueCell cell, Message msg, int64_t phy_offset, int32_t size, int64_t store_ts,
+                      int64_t queue_offset) except -1:
+        return 0
+
+    cdef int dispatch_run(self, QueueCell cell, Message msg, int64_t phy_offset, const int32_t *sizes, Py_ssize_t n,
+                          int64_t store_ts, int64_t queue_offset) except -1:
+        """``dispatch`` for ``n`` consecutive records that share ``msg``'s topic, queue and properties (a batch
+        built from bodies, or a batch of messages with one tags code and type and no keys): record i is
+        ``sizes[i]`` bytes and takes queue offset ``queue_offset + i``."""
+        cdef Py_ssize_t i
+        for i in range(n):
+            self.dispatch(cell, msg, phy_offset, sizes[i], store_ts, queue_offset + i)
+            phy_offset += sizes[i]
+        return 0
+
+    cdef int dispatch_each(self, QueueCell cell, Message msg, const unsigned char *rec, int64_t phy_offset,
+                           const int32_t *sizes, const int32_t *props_lens, const int64_t *tags_codes, Py_ssize_t n,
+                           int64_t store_ts, int64_t queue_offset, bint keyed) except -1:
+        """``dispatch_run`` for ``n`` consecutive records of ``msg``'s topic, queue and type whose properties
+        differ (the column put with a tags or keys column): record i starts at ``rec`` plus the sizes before
+        it, ends with its ``props_lens[i]`` bytes of properties and has the tags code ``tags_codes[i]``;
+        ``keyed``: whether any may have keys to index."""
+        return 0
+
+
+# A put reserves room for a record before it takes the lock and, under it, may wait (for the lock, for a new
+# file) with the GIL released. Another thread that changes the message meanwhile (its body, properties,
+# topic) would make the record longer than its room: the put is refused instead (MESSAGE_ILLEGAL).
+cdef inline bint _unchanged(Message m, int32_t total, str tq_key, bint enters, int32_t store_flag) noexcept:
+    return (message_length(m, store_flag) == total and enters_queue(m._sys_flag) == enters
+            and (m._tq_key is tq_key or m._tq_key == tq_key))
+
+
+cdef inline int32_t _tail_length(Message m) noexcept:
+    """The bytes of ``m``'s record after its body: topic and properties with their lengths."""
+    return ((2 if m._version == 2 else 1) + <int32_t>bytes_size(<PyObject *>m._topic_b) + 2
+            + <int32_t>bytes_size(<PyObject *>m._props_b))
+
+
+cdef inline bint _same_bytes(PyObject *a, PyObject *b) noexcept:
+    return a == b or (bytes_size(a) == bytes_size(b) and memcmp(bytes_data(a), bytes_data(b), bytes_size(a)) == 0)
+
+
+cdef inline bint _built_alike(Message m, Message m0) noexcept:
+    """Whether ``m``'s record equals ``m0``'s but for the fields ``encode_like`` patches (both of one batch:
+    one topic and queue). Messages built by one line of code share their encoded topic, properties and host."""
+    return (m._flag == m0._flag and m._sys_flag == m0._sys_flag and m._reconsume_times == m0._reconsume_times
+            and m._prepared_transaction_offset == m0._prepared_transaction_offset and m._version == m0._version
+            and _same_bytes(<PyObject *>m._topic_b, <PyObject *>m0._topic_b)
+            and _same_bytes(<PyObject *>m._props_b, <PyObject *>m0._props_b)
+            and _same_bytes(<PyObject *>m._born_host_b, <PyObject *>m0._born_host_b))
+
+
+cdef object refusal_status(int code):
+    """The status of a refusal (``REFUSE_*``, _commitlog.pxd)."""
+    if code == REFUSE_PROPERTIES:
+        return ST_PROPERTIES_SIZE_EXCEEDED
+    if code == REFUSE_BUSY:
+        return ST_OS_PAGE_CACHE_BUSY
+    return ST_MESSAGE_ILLEGAL
+
+
+cdef inline int _own_refusal(Message m, int64_t max_size) noexcept:
+    """Why every put refuses a message, REFUSE_NONE if it may go in: properties and topic legal, body within
+    ``max_size``."""
+    if m._illegal:
+        return REFUSE_PROPERTIES if m._illegal == 2 else REFUSE_ILLEGAL
+    if bytes_size(<PyObject *>m._body) > max_size:
+        return REFUSE_ILLEGAL
+    return REFUSE_NONE
+
+
+cdef inline int _refusal(Message m, str tq_key, int64_t max_size) noexcept:
+    """Why a batch refuses this message of it (or its template, for ``from_bodies``), REFUSE_NONE if it may go
+    in: ``_own_refusal``'s checks, then no delay, not transactional, and the batch's topic and queue (keys of
+    one topic and queue are one interned object, so the compare is by identity first)."""
+    cdef int code = _own_refusal(m, max_size)
+    if code != REFUSE_NONE:
+        return code
+    if (m._delay_level > 0 or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
+            or not (m._tq_key is tq_key or m._tq_key == tq_key)):
+        return REFUSE_ILLEGAL
+    return REFUSE_NONE
+
+
+cdef inline int32_t _crc_of(Message m) noexcept:
+    """``m.body_crc()`` without the call when the CRC is known (it always is on the put path: the checks before
+    the lock computed it)."""
+    return m._body_crc if m._crc_known else m.body_crc()
+
+
+cdef bint _batch_unchanged(tuple ms, int32_t *sizes, str tq_key, int64_t max_size, int32_t store_flag) noexcept:
+    """Whether every message of the batch still has the size and verdict it was checked with before the lock
+    (another thread may change a message while this one waits for the lock)."""
+    cdef Py_ssize_t i
+    cdef PyObject *mp
+    for i in range(PyTuple_GET_SIZE(ms)):
+        mp = PyTuple_GET_ITEM(ms, i)
+        if message_length(<Message>mp, store_flag) != sizes[i] or _refusal(<Message>mp, tq_key, max_size):
+            return False
+    return True
+
+
+cdef void _like_first(MappedFile mf, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
+                      int32_t tail_len, const unsigned char **bodies, const int32_t *sizes, Py_ssize_t n,
+                      int64_t qoff, int64_t born_ts) noexcept nogil:
+    """Records 1 to ``n - 1`` of a batch built from bodies, after its first (``first``, at the write position
+    less ``sizes[0]``): each copied from the first with its own fields patched in and its body copied with its CRC
+    folded in (``like_head_body``, the column put's writer), published record by record so that a concurrent
+    reader sees a growing prefix."""
+    cdef unsigned char *dst = <unsigned char *>first + sizes[0]
+    cdef Py_ssize_t i
+    cdef int32_t blen, base_len = sizes[0] - first_body_len
+    for i in range(1, n):
+        blen = sizes[i] - base_len
+        # the lines two records ahead, for writing: a fresh line of the mapping is read from memory before it is
+        # written, and asked for here it arrives while this record and the next are written
+        prefetch_write(dst + 512)
+        prefetch_write(dst + 576)
+        prefetch_write(dst + 640)
+        prefetch_write(dst + 704)
+        like_head_body(dst, first, body_pos, bodies[i], blen, qoff + i, mf.file_from_offset + (dst - mf.write_base),
+                       born_ts)
+        like_tail(dst, first, body_pos, first_body_len, tail_len, blen, sizes[i])
+        dst += sizes[i]
+        mf.publish(dst - mf.write_base)
+
+
+cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
+    """A refused put's result (counted as a failed put), which keeps what was refused and the store's
+    configuration so that its ``reason`` can say why in words (computed only if asked: the refusal path makes
+    no text)."""
+    cdef PutMessageResult r = put_failed(status)
+    cl.put_failed_times += 1
+    r._refused = (what, getattr(cl, "config", None))
+    return r
+
+
+cdef class CommitLogCore:
+    """The compiled half of the commit log (``commitlog.CommitLog`` is the Python half)."""
+
+    def __init__(self, long long file_size, store_host=("127.0.0.1", 10911), long long max_message_size=4194304,
+                 bint reentrant_lock=False, long long os_page_cache_busy_timeout=1000):
+        if file_size <= END_FILE_MIN_BLANK_LENGTH:
+            raise ValueError("commit-log file size %d is too small" % file_size)
+        self.file_size = file_size
+        self.put_lock = PutMessageLock(reentrant_lock)
+        self.table = {}
+        self.max_message_size = max_message_size
+        self.os_page_cache_busy_timeout = os_page_cache_busy_timeout
+        self.put_cpu = -1
+        self.set_store_host(store_host)
+
+    def set_store_host(self, host):
+        cdef bint v6 = False
+        self.store_host_b = encode_host(tuple(host), &v6)
+        self.store_flag = STOREHOSTADDRESS_V6_FLAG if v6 else 0
+
+    @property
+    def last_file(self):
+        return self.last
+
+    @last_file.setter
+    def last_file(self, MappedFile mf):
+        self.last = mf
+
+    @property
+    def put_lock(self):
+        return self.put_lock
+
+    # -- topic-queue table ---------------------------------------------------------------------
+
+    cdef int find_cell(self, Message m) except -1:
+        """Make ``last_cell`` the cell of ``m``'s topic and queue (created when missing)."""
+        # puts mostly repeat a topic and queue: one string compare (the same object when a template or a
+        # message is reused) instead of a dict lookup. Cells are only added when missing or removed
+        # (remove_cell forgets the last one), so the remembered cell is the table's.
+        cdef str key = m._tq_key
+        cdef object c
+        if self.last_cell is not None and (key is self.last_key or key == self.last_key):
+            return 0
+        c = self.table.get(key)
+        if c is None:
+            c = QueueCell(m._topic, m._queue_id, 0)
+            self.table[key] = c
+        self.last_key = key
+        self.last_cell = <QueueCell>c
+        return 0
+
+    cdef QueueCell cell_of(self, str topic, int32_t queue_id):
+        """The cell of ``(topic, queue_id)``, created when missing."""
+        cdef str key = "%s-%d" % (topic, queue_id)
+        cdef object c = self.table.get(key)
+        if c is None:
+            c = QueueCell(topic, queue_id, 0)
+            self.table[key] = c
+        return <QueueCell>c
+
+    def get_cell(self, str topic, int queue_id, bint create=True):
+        if create:
+            return self.cell_of(topic, queue_id)
+        return self.table.get("%s-%d" % (topic, queue_id))
+
+    def cells(self):
+        return list(self.table.values())
+
+    def remove_cell(self, str topic, int queue_id):
+        self.last_key = None
+        self.last_cell = None
+        self.cells_removed += 1
+        return self.table.pop("%s-%d" % (topic, queue_id), None)
+
+    def get_topic_queue_table(self):
+        """``{(topic, queue_id): next queue offset}``."""
+        return {(c.topic, c.queue_id): c.next_offset for c in self.table.values()}
+
+    # -- page-cache busy (docs/format.md §6.6) --------------------------------------------------------
+
+    # Policy time: a put that has held the lock longer than os_page_cache_busy_timeout by the store's clock
+    # (the C clock when none was injected) makes the others fail fast (pystore.system.service states the rule).
+
+    def is_os_page_cache_busy(self):
+        return self._page_cache_busy()
+
+    cdef bint _page_cache_busy(self) except -1:
+        cdef int64_t begin = self.begin_time_in_lock
+        cdef int64_t diff = self._now() - begin
+        return diff < 10000000 and diff > self.os_page_cache_busy_timeout
+
+    def lock_time_mills(self):
+        cdef int64_t begin = self.begin_time_in_lock
+        cdef int64_t diff = self._now() - begin
+        return diff if diff < 10000000 else 0
+
+    # -- flush wake-up ----------------------------------------------------------------------------
+
+    def clear_flush_notified(self):
+        """The flush service calls this when it wakes, so the next put notifies it again."""
+        store_i64_release(&self.flush_notified, 0)
+
+    # -- putting -----------------------------------------------------------------------------------
+
+    cdef MappedFile _roll(self, int64_t next_offset):
+        """The next file, from Python policy (allocate service); None when it cannot be created."""
+        cdef object mf
+        if self.roll_file is None:
+            return None
+        try:
+            mf = self.roll_file(next_offset)
+        except Exception:
+            log.exception("creating the commit-log file at offset %d failed", next_offset)
+            return None
+        if mf is None:
+            return None
+        self.last = <MappedFile>mf
+        return self.last
+
+    cdef MappedFile _file_with_room(self, int64_t total):
+        """Under the put lock: the file the next ``total`` bytes go into (docs/format.md §1.4). A full or missing
+        last file rolls; when the rest of the file cannot hold them plus the blank, an 8-byte blank fills it
+        (END_OF_FILE) and the next file is taken. None when a file cannot be created."""
+        cdef MappedFile mf = self.last
+        cdef int64_t pos
+        if mf is None or mf.wrote >= mf.file_size:
+            if mf is not None:
+                mf.settle()
+            mf = self._roll(0 if mf is None else mf.file_from_offset + mf.file_size)
+            if mf is None:
+                return None
+        pos = mf.wrote
+        if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
+            write_blank(mf.write_base + pos, <int32_t>(mf.file_size - pos))
+            mf.fill_to_end()
+            mf.settle()
+            mf = self._roll(mf.file_from_offset + mf.file_size)
+            if mf is None:
+                return None
+            pos = mf.wrote
+        # the blocks the record (and a blank after it) will take: a write into a hole of a full disk is SIGBUS
+        if mf.reserve(pos, pos + total + END_FILE_MIN_BLANK_LENGTH) != 0:
+            log.error("%s: cannot allocate %d bytes at %d: %s", mf.file_name, total, pos,
+                      os.strerror(mf.reserve_errno))
+            return None
+        return mf
+
+    cdef int _after_append(self, MappedFile mf) except -1:
+        cdef int cpu
+        # Keep pages ahead of the writer pre-faulted by the prefault worker (a page-table walk where they are
+        # still writable; a no-op for transient-pool buffers).
+        mf.prefault_ahead(mf.wrote, mf.window // 2 if mf.window >= 0 else CL_PREFAULT_LEAD)
+        # Wake the flush (or commit) service once enough is dirty for it to act on: it flushes no less than
+        # flush_commit_log_least_pages between its timed passes anyway. Waiting in C (_flush_wait), it is
+        # woken through flush_word: a fence and, only while it sleeps, a FUTEX_WAKE; a Python service's
+        # wake-up (an Event) would cost the putting thread the GIL each time (RocketMQ's Java one is free).
+        if not self.flush_notified and mf.wrote - mf.flushed >= self.wake_bytes:
+            if self.flush_wake_c:
+                self.flush_notified = 1
+                if self.follow_put_cpu:
+                    cpu = pinned_cpu()
+                    if cpu != self.put_cpu:
+                        self.put_cpu = cpu
+                        prefault_follow_cpu(cpu)
+                ps_notify(&self.flush_word, 0)
+            elif self.flush_wakeup is not None:
+                self.flush_notified = 1
+                self.flush_wakeup()
+        return 0
+
+    cdef int64_t _now(self):
+        return now_ms() if self.clock is None else <int64_t>self.clock()
+
+    def put_message(self, Message msg not None):
+        """Append one message; returns a ``PutMessageResult`` (never raises for a bad message)."""
+        return self._put(msg, True)
+
+    def put_messages(self, MessageBatch batch not None):
+        """Append a batch under one lock hold, in one file, with consecutive queue offsets."""
+        return self._put_batch(batch, True)
+
+    def append_message(self, Message msg not None):
+        """Like ``put_message`` without the ``after_put`` hook: the result of the append alone (async puts
+        hand it to the flush service themselves)."""
+        return self._put(msg, False)
+
+    def append_messages(self, MessageBatch batch not None):
+        return self._put_batch(batch, False)
+
+    cdef object _put(self, Message msg, bint run_after):
+        cdef bint private = False
+        cdef int32_t total
+        cdef str tq_key
+        cdef int64_t ts = 0, qoff = 0, phy = 0, pos, t0
+        cdef QueueCell cell
+        cdef MappedFile mf
+        cdef bint enters
+        cdef int code
+        cdef object status = None
+        cdef PutMessageResult result
+        if not self.writeable:
+            return _refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
+        code = _own_refusal(msg, self.max_message_size)
+        if code != REFUSE_NONE:
+            return _refused(self, msg, refusal_status(code))
+        if msg._delay_level > 0 and self.delay_rewrite is not None and enters_queue(msg._sys_flag):
+            msg = self.delay_rewrite(msg)
+            code = _own_refusal(msg, self.max_message_size)
+            if code != REFUSE_NONE:
+                return _refused(self, msg, refusal_status(code))
+        total = message_length(msg, self.store_flag)
+        code = self._room_refusal(total)
+        if code != REFUSE_NONE:
+            return _refused(self, msg, refusal_status(code))
+        msg.body_crc()
+        if PyBytes_GET_SIZE(msg._body) >= BIG_BODY:
+            # its body is copied without the GIL, and other threads may change the message meanwhile: the
+            # record, its unit and its index entries are made from a private copy, all of one state (only a
+            # private copy is ever copied without the GIL: a body that grows big while the put waits for the
+            # lock is copied with it held)
+            msg = copy_message(msg, True)
+            private = True
+        enters = enters_queue(msg._sys_flag)
+        tq_key = msg._tq_key
+        t0 = mono_coarse_ns()
+        try:
+            mf = self._enter(msg, total, True)
+            ts = self.begin_time_in_lock
+            cell = self.last_cell
+            if enters:
+                qoff = cell.next_offset
+            if mf is None:
+                status = ST_CREATE_MAPPED_FILE_FAILED
+            elif not _unchanged(msg, total, tq_key, enters, self.store_flag):
+                status = ST_MESSAGE_ILLEGAL
+            else:
+                pos = mf.wrote
+                phy = mf.file_from_offset + pos
+                encode_message(mf.write_base + pos, msg, total, qoff, phy, ts, <const unsigned char *>
+                               PyBytes_AS_STRING(self.store_host_b), self.store_flag, private)
+                mf.publish(pos + total)
+                mf.store_timestamp = ts
+                if enters:
+                    cell.next_offset = qoff + 1
+                if self.dispatcher is not None:     # PREPARED records are indexed, not queued
+                    self.dispatcher.dispatch(cell, msg, phy, total, ts, qoff)
+        finally:
+            self._exit()
+        if status is not None:
+            return _refused(self, msg, status)
+        result = put_ok(phy, total, ts, qoff, 1, self.store_host_b, self.store_flag, None)
+        self._finish(t0, total, mf)
+        if run_after and self.after_put is not None:
+            return self.after_put(result, msg)
+        return result
+
+    cdef void _account(self, int64_t t0, int64_t size) noexcept:
+        # coarse clock (tick resolution): the statistics are RocketMQ's, in milliseconds
+        cdef int64_t dt = mono_coarse_ns() - t0
+        cdef int64_t ms = dt // 1000000
+        cdef int i
+        self.put_times_total += 1
+        self.put_size_total += size
+        if dt > self.put_max_ns:
+            self.put_max_ns = dt
+        if ms <= 0:
+            self.buckets[0] += 1
+            return
+        for i in range(1, 12):
+            if ms < _BUCKET_MS[i]:
+                self.buckets[i] += 1
+                return
+        self.buckets[12] += 1
+
+    cdef object _put_batch(self, object batch_obj, bint run_after):
+        cdef MessageBatch batch = <MessageBatch>batch_obj
+        cdef tuple ms = batch._messages
+        cdef tuple bodies = batch._bodies
+        cdef Message tmpl = batch._template
+        cdef Py_ssize_t i, n
+        cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
+        cdef int32_t size, base_len = 0, body_pos, tail_len, first_body_len
+        cdef unsigned char *first
+        cdef Message m0
+        cdef bint one_run = False
+        cdef QueueCell cell
+        cdef MappedFile mf
+        cdef object status = None
+        cdef PutMessageResult result
+        cdef bytes sizes, ptrs = None
+        cdef int32_t *size_arr
+        cdef const unsigned char **ptr_arr = NULL
+        cdef const unsigned char *ptr_stack[PTR_STACK]
+        cdef PyObject *bp
+        cdef PyObject *mp
+        # held: another thread could re-run the batch's __init__ while this put waits for the lock
+        cdef str tq_key = batch._tq_key
+        cdef int code
+        if not self.writeable:
+            return _refused(self, batch, ST_SERVICE_NOT_AVAILABLE)
+        n = len(ms) if bodies is None else len(bodies)
+        sizes = PyBytes_FromStringAndSize(NULL, n * 4)
+        size_arr = <int32_t *>PyBytes_AS_STRING(sizes)
+        if bodies is None:
+            # the messages are the batch's own tuple: read through borrowed references (no reference counting)
+            for i in range(n):
+                mp = PyTuple_GET_ITEM(ms, i)
+                code = _refusal(<Message>mp, tq_key, self.max_message_size)
+                if code != REFUSE_NONE:
+                    return _refused(self, batch, refusal_status(code))
+                size_arr[i] = message_length(<Message>mp, self.store_flag)
+                total += size_arr[i]
+                _crc_of(<Message>mp)                  # computed now, outside the lock, and kept by the message
+        else:
+            # from_bodies: the template's checks once, then each body's length (no Message per body; the CRCs
+            # are folded into the copies, under the lock)
+            code = _refusal(tmpl, tq_key, self.max_message_size)
+            if code != REFUSE_NONE:
+                return _refused(self, batch, refusal_status(code))
+            base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
+            if n <= PTR_STACK:
+                ptr_arr = ptr_stack
+            else:
+                ptrs = PyBytes_FromStringAndSize(NULL, n * sizeof(void *))
+                ptr_arr = <const unsigned char **>PyBytes_AS_STRING(ptrs)
+            # the bodies are the batch's own tuple of bytes (from_bodies made it): it keeps them alive, and nothing
+            # can replace one while they are read through borrowed pointers (some copies run without the GIL)
+            for i in range(n):
+                bp = PyTuple_GET_ITEM(bodies, i)
+                if bytes_size(bp) > self.max_message_size:
+                    return _refused(self, batch, ST_MESSAGE_ILLEGAL)
+                size_arr[i] = base_len + <int32_t>bytes_size(bp)
+                total += size_arr[i]
+                ptr_arr[i] = <const unsigned char *>bytes_data(bp)
+        code = self._room_refusal(total)
+        if code != REFUSE_NONE:
+            return _refused(self, batch, refusal_status(code))
+        t0 = mono_coarse_ns()
+        try:
+            # the whole batch goes into the one file _enter finds room in
+            mf = self._enter(<Message>ms[0] if bodies is None else tmpl, total, False)
+            ts = self.begin_time_in_lock
+            cell = self.last_cell
+            qoff = cell.next_offset
+            if mf is None:
+                status = ST_CREATE_MAPPED_FILE_FAILED
+            elif bodies is None and not _batch_unchanged(ms, size_arr, tq_key, self.max_message_size,
+                                                         self.store_flag):
+                status = ST_MESSAGE_ILLEGAL
+            else:
+                pos = mf.wrote
+                first_phy = mf.file_from_offset + pos
+                if bodies is None:
+                    # the first record in full; a message built like it (same topic, properties, hosts and
+                    # flags) is copied from it with its own fields patched in, any other encoded in full
+                    m0 = <Message>ms[0]
+                    first = mf.write_base + pos
+                    # the GIL is kept throughout (release_gil False): every size was checked before this loop, and
+                    # another thread changing a later message while a big body is copied would make it overrun
+                    encode_message(first, m0, size_arr[0], qoff, first_phy, ts,
+                                   <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, False)
+                    pos += size_arr[0]
+                    mf.publish(pos)
+                    first_body_len = <int32_t>PyBytes_GET_SIZE(m0._body)
+                    tail_len = _tail_length(m0)
+                    body_pos = size_arr[0] - first_body_len - tail_len
+                    one_run = not m0._has_keys
+                    for i in range(1, n):
+                        mp = PyTuple_GET_ITEM(ms, i)
+                        if _built_alike(<Message>mp, m0):
+                            bp = <PyObject *>(<Message>mp)._body
+                            encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len,
+                                        bytes_data(bp), bytes_size(bp), _crc_of(<Message>mp), size_arr[i], qoff + i,
+                                        mf.file_from_offset + pos, (<Message>mp)._born_timestamp, False)
+                        else:
+                            encode_message(mf.write_base + pos, <Message>mp, size_arr[i], qoff + i,
+                                           mf.file_from_offset + pos, ts,
+                                           <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                           self.store_flag, False)
+                        if one_run and ((<Message>mp)._has_keys or (<Message>mp)._tags_code != m0._tags_code
+                                        or (<Message>mp)._sys_flag != m0._sys_flag):
+                            one_run = False
+                        pos += size_arr[i]
+                        # publish record by record, so a concurrent reader sees a growing prefix
+                        mf.publish(pos)
+                else:
+                    # the first record in full, the others copied from it with their own fields patched in;
+                    # every record shares the template's topic and properties, so the units go in as one run
+                    m0 = tmpl
+                    one_run = True
+                    first = mf.write_base + pos
+                    first_body_len = size_arr[0] - base_len
+                    # the template is frozen and the tuple of bodies immutable: no other thread can change them
+                    encode_with_body(first, tmpl, <const char *>ptr_arr[0], first_body_len,
+                                     body_crc32(ptr_arr[0], first_body_len), size_arr[0], qoff, first_phy,
+                                     batch._born_ts, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
+                                     self.store_flag, True)
+                    mf.publish(pos + size_arr[0])
+                    tail_len = _tail_length(tmpl)
+                    body_pos = base_len - tail_len
+                    if total >= BIG_BODY:
+                        # nothing the copies read can change (see above): other threads run meanwhile
+                        with nogil:
+                            _like_first(mf, first, body_pos, first_body_len, tail_len, ptr_arr, size_arr, n, qoff,
+                                        batch._born_ts)
+                    else:
+                        _like_first(mf, first, body_pos, first_body_len, tail_len, ptr_arr, size_arr, n, qoff,
+                                    batch._born_ts)
+                mf.store_timestamp = ts
+                cell.next_offset = qoff + n
+                if self.dispatcher is not None:
+                    if one_run:
+                        # one tags code and type and no keys (or the template's): the units go in as one run
+                        self.dispatcher.dispatch_run(cell, m0, first_phy, size_arr, n, ts, qoff)
+                    else:
+                        phy = first_phy
+                        for i in range(n):
+                            size = size_arr[i]
+                            self.dispatcher.dispatch(cell, <Message>PyTuple_GET_ITEM(ms, i), phy, size, ts,
+                                                     qoff + i)
+                            phy += size
+        finally:
+            self._exit()
+        if status is not None:
+            return _refused(self, batch, status)
+        result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, sizes)
+        self._finish(t0, total, mf)
+        if run_after and self.after_put is not None:
+            return self.after_put(result, batch)
+        return result
+
+    # -- stats ----------------------------------------------------------------------------------------
+
+    def put_latency_buckets(self):
+        return {BUCKET_NAMES[i]: self.buckets[i] for i in range(13)}

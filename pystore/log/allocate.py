@@ -1,0 +1,165 @@
+"""Creates commit-log files before they are needed (RocketMQ ``AllocateMappedFileService``, docs/format.md §5.5).
+
+When the put path needs file *N*, it asks for *N* and *N+1*: *N* is usually ready already (it was the
+previous request's *N+1*), so a roll costs a dictionary lookup, not an ``fallocate`` and page faults under
+the put lock. The service thread creates files at full size with their first ``window`` bytes allocated
+(``posix_fallocate``; the put path allocates the rest a window at a time), pre-faults them when
+``warm_mapped_file_enable`` is set (with SYNC_FLUSH, like RocketMQ's ``warmMappedFile``, it also writes
+the zeros to disk every ``flush_least_pages_when_warm_mapped_file`` pages, so a durable put's flush carries
+data only, never block allocation), maps them a page at a time (a flush then writes what the puts wrote,
+not a large folio around it; ``MappedFile.write_page_by_page``), and attaches a transient-pool buffer when
+the pool is on. A put waits at most ``allocate_wait_timeout`` ms for its file (then
+``CREATE_MAPPED_FILE_FAILED``). Pre-created files that were never used are deleted at shutdown; after a
+crash one may remain, empty, and recovery keeps or trims it like any other file.
+
+The service also makes each new file's name durable (``pystore.system.durable``): it creates missing folders
+durably, fsyncs the new file (its size) and then the folder, before the put path gets it, so a put never writes
+into a file that a power cut could unname. RocketMQ does not fsync directories; pystore adds it here, in the
+service's thread, once per file (a commit-log file holds 1 GiB by default), never on the put path's account
+unless the service is not running (before start, after shutdown) and the file is created inline.
+
+Thread-safety: requests come from the put path (under the put lock); one service thread creates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from pystore.log._mapped_file import MappedFile
+from pystore.system.crashpoint import crashpoint
+from pystore.system.durable import fsync_dir, make_dirs_durable
+from pystore.system.service import ServiceThread
+
+__all__ = ["AllocateMappedFileService"]
+
+log = logging.getLogger(__name__)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Request:
+    __slots__ = ("path", "size", "done", "mapped_file", "error")
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.size = size
+        self.done = threading.Event()
+        self.mapped_file: MappedFile | None = None
+        self.error: BaseException | None = None
+
+
+class AllocateMappedFileService(ServiceThread):
+    def __init__(
+        self,
+        wait_timeout_ms: int = 5000,
+        warm: bool = False,
+        pool: object | None = None,
+        sync_warm_every: int = 0,
+        clock: Callable[[], int] | None = None,
+        window: int = -1,
+    ) -> None:
+        super().__init__("AllocateMappedFileService", clock)
+        self.wait_timeout_ms = wait_timeout_ms
+        self.warm = warm
+        #: with SYNC_FLUSH, warming also writes the zeros to disk every this many bytes (RocketMQ)
+        self.sync_warm_every = sync_warm_every
+        self.pool = pool
+        #: blocks allocated ahead of the writer (``MappedFile(window=)``); -1: whole files
+        self.window = window
+        self._lock = threading.Lock()
+        self._requests: dict[str, _Request] = {}
+        self._queue: list[_Request] = []
+        self._cond = threading.Condition(self._lock)
+
+    def __call__(self, path: str, next_path: str, size: int) -> MappedFile | None:
+        return self.put_request_and_return_mapped_file(path, next_path, size)
+
+    def put_request_and_return_mapped_file(self, path: str, next_path: str, size: int) -> MappedFile | None:
+        if not self.started:
+            return self._create(path, size)          # before start / after shutdown: create inline
+        with self._cond:
+            req = self._requests.get(path)
+            if req is None:
+                req = self._requests[path] = _Request(path, size)
+                self._queue.append(req)
+            if next_path not in self._requests and self._pool_allows_next():
+                nxt = self._requests[next_path] = _Request(next_path, size)
+                self._queue.append(nxt)
+            self._cond.notify()
+        if not req.done.wait(self.wait_timeout_ms / 1000):
+            log.warning("creating %s took longer than %d ms", path, self.wait_timeout_ms)
+            return None
+        with self._cond:
+            self._requests.pop(path, None)
+        if req.error is not None:
+            log.error("cannot create %s: %s", path, req.error)
+            return None
+        return req.mapped_file
+
+    def _pool_allows_next(self) -> bool:
+        pool = self.pool
+        return pool is None or getattr(pool, "available_buffer_nums", lambda: 1)() > 1
+
+    def _create(self, path: str, size: int) -> MappedFile:
+        folder = os.path.dirname(path)
+        make_dirs_durable(folder)
+        # without read-ahead until full: a flush then writes what the puts wrote (MappedFile.write_page_by_page)
+        mf = MappedFile(path, size, create=True, fresh_random=True, window=self.window)
+        try:
+            # the file's size first (strict POSIX keeps a size change only with the file's own fsync): else a
+            # power cut can leave the file named but 0 bytes long, and a log holding two such files (a full
+            # file not yet flushed under ASYNC_FLUSH, and the one made ahead) refuses to load
+            _fsync_file(path)
+            fsync_dir(folder)           # the file's name: durable before any put is acknowledged in it
+        except OSError:
+            mf.destroy(0, self.clock())
+            raise
+        if self.pool is not None:
+            try:
+                self.pool.attach(mf)  # type: ignore[attr-defined]
+            except OSError:
+                mf.destroy(0, self.clock())         # no half-made file left behind for the next load
+                raise
+        if self.warm:
+            mf.warm(True, self.sync_warm_every if self.pool is None else 0)
+        return mf
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            with self._cond:
+                while not self._queue and not self.is_stopped():
+                    self._cond.wait(0.5)
+                if self.is_stopped():
+                    break
+                req = min(self._queue, key=lambda r: r.path.rsplit(os.sep, 1)[-1])
+                self._queue.remove(req)
+            try:
+                req.mapped_file = self._create(req.path, req.size)
+                crashpoint("allocate.created")
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting put
+                req.error = e
+            req.done.set()
+
+    def shutdown(self, join: bool = True) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        super().shutdown(join)
+        with self._cond:
+            leftovers = list(self._requests.values())
+            self._requests.clear()
+            self._queue.clear()
+        for req in leftovers:
+            mf = req.mapped_file
+            if mf is not None:
+                log.info("deleting the pre-created, unused file %s", mf.file_name)
+                mf.destroy(0, self.clock())
