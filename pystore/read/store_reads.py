@@ -5,9 +5,9 @@ read-only store, after following the live writer as far as the read needs.
 The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/format.md §11.1) and the
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_queue_reader.QueueReader``, bound by
 ``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
-``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.read.arrival``'s; following the writer is
-``pystore.engine.wiring.StoreParts``' (a read-only store's compiled reader follows it in C in the common case and hands
-       the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
+``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.read.arrival``'s;
+following the writer is ``pystore.engine.wiring.StoreParts``' (a read-only store's compiled reader follows it in
+C in the common case and hands the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
 An offset argument is checked here (``offset_arg``): an integer of any type reads as its value, a float or str
 raises ``TypeError`` rather than being truncated.
