@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - a broken install
         "pure-Python fallback." % exc
     ) from exc
 
-from pystore import tools  # noqa: E402  (a module of the public API)
+from pystore import tools  # a module of the public API
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.engine.store import MessageStore
 from pystore.errors import ConfigError, FileCleanedError, StoreClosedError, StoreCorruptedError, StoreError, StoreLockedError

@@ -35,7 +35,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from pystore.errors import ConfigError
-from pystore.queue._units import UNIT_SIZE as _CQ_STORE_UNIT_SIZE  # docs/format.md §2.1
+from pystore.format._codec import UNIT_SIZE as _CQ_STORE_UNIT_SIZE  # docs/format.md §2.1
 
 __all__ = ["StoreConfig", "FlushDiskType", "BrokerRole", "UnknownConfigKeyWarning"]
 

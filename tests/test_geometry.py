@@ -1,4 +1,4 @@
-"""The geometry of a store on disk read back from its files (``pystore.format.geometry``): index file sizes to
+"""The geometry of a store on disk read back from its files (``pystore.log.geometry``): index file sizes to
 (slots, entries), and the overrides that open a store of unknown configuration in its own geometry."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import pytest
 from conftest import make_message
 
-from pystore.format.geometry import detect_overrides, index_geometry
+from pystore.log.geometry import detect_overrides, index_geometry
 
 
 @pytest.mark.parametrize("slots", [1, 1000, 5_000_000])
@@ -70,7 +70,7 @@ def test_index_files_of_several_sizes_give_no_index_override_and_a_warning(tmp_p
     _file(tmp_path / "index" / "20240101000000000", 40 + 84 * 10)
     assert detect_overrides(tmp_path) == {"max_hash_slot_num": 10, "max_index_num": 40}
     _file(tmp_path / "index" / "20240101000000001", 40 + 84 * 20)
-    with caplog.at_level(logging.WARNING, logger="pystore.format.geometry"):
+    with caplog.at_level(logging.WARNING, logger="pystore.log.geometry"):
         assert detect_overrides(tmp_path) == {}
     assert "several sizes" in caplog.text
 

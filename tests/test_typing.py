@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ["recovery", "recovery_plan", "store", "checkpoint", "clean", "put_waits", "schedule", "storeinfo",
           "verify", "running_flags", "refusal"]
 #: with the modules whose errors recovery's own check reported
-STRICT = [*ENGINE, "errors", "pool", "ha_slave", "flush"]
+STRICT = [*ENGINE, "errors", "pool", "slave", "flush"]
 
 #: the one kind of ``Any`` left in their signatures: keyword overrides handed on to ``StoreConfig(**...)``, whose
 #: fields have as many types (it checks each value itself)

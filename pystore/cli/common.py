@@ -187,7 +187,7 @@ def build_config(
     ``--sync``) and the geometry of existing files < ``-o``."""
     from pystore.config import StoreConfig, UnknownConfigKeyWarning, _field_for_key
     from pystore.errors import ConfigError
-    from pystore.format.geometry import detect_overrides
+    from pystore.log.geometry import detect_overrides
 
     lines = []
     explicit = set()

@@ -21,9 +21,9 @@ from typing import Any, NotRequired, TypedDict
 
 from pystore.engine.checkpoint import StoreCheckpoint
 from pystore.engine.store import MessageStore
-from pystore.format.geometry import detect_overrides
 from pystore.log._mapped_file import MappedFile, is_file_name
 from pystore.log._records import first_store_timestamp
+from pystore.log.geometry import detect_overrides
 
 __all__ = ["store_info", "iso_ms"]
 

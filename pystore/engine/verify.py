@@ -380,8 +380,8 @@ def _check_index_files(index_dir: str, report: VerifyReport, out: _Collector, ov
     """The structure of every index file: header counts and hash chains (``IndexFileCore.check_chains``).
     The commit-log offset of the first indexed message (-1 if none)."""
     first = -1
-    from pystore.format.geometry import index_geometry
     from pystore.index._index import IndexFileCore, index_file_size
+    from pystore.log.geometry import index_geometry
 
     configured: tuple[int, int] | None = None
     if overrides.get("max_hash_slot_num") and overrides.get("max_index_num"):
@@ -421,7 +421,7 @@ def _check_index(
     overrides: dict[str, Any],
 ) -> None:
     from pystore.engine.store import MessageStore
-    from pystore.format.geometry import detect_overrides
+    from pystore.log.geometry import detect_overrides
 
     index_dir = os.path.join(root, "index")
     report.index_present = os.path.isdir(index_dir) and any(n.isdigit() for n in os.listdir(index_dir))

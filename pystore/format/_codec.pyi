@@ -16,6 +16,7 @@ MAGIC_CODE_V1: Final[int]
 MAGIC_CODE_V2: Final[int]
 BLANK_CODE: Final[int]
 MIN_BLANK: Final[int]
+UNIT_SIZE: Final[int]
 
 # check_record_at and scan's reasons: a record's size is positive; these are zero or negative
 RECORD_BLANK: Final[int]

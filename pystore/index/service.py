@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pystore.format.geometry import index_geometry
 from pystore.index._index import (
     PREFAULT_WINDOW,
     IndexFileCore,
@@ -48,6 +47,7 @@ from pystore.index._index import (
 )
 from pystore.index._index_walk import FOLLOW_WORK, IndexCursor, follow_keyless, index_log, log_end
 from pystore.log._mapped_file import MappedFile
+from pystore.log.geometry import index_geometry
 from pystore.message._message_ext import MessageExt
 from pystore.read.results import QueryMessageResult
 from pystore.system.durable import PendingDirs, fsync_dir, make_dirs

@@ -1,4 +1,4 @@
-"""The commit log: mapped files and their positions, the log of files, the put lock and the one put
+"""The commit log: mapped files and their positions, the log of files and its geometry, the put lock and the one put
 protocol (single, batch, columns), records read back, file allocation, the transient pool, flushing.
 """
 

@@ -14,8 +14,8 @@ import logging
 import os
 from typing import Any
 
+from pystore.format._codec import UNIT_SIZE
 from pystore.log._mapped_file import is_file_name
-from pystore.queue._units import UNIT_SIZE
 
 __all__ = ["detect_overrides", "index_geometry"]
 
