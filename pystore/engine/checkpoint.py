@@ -51,6 +51,21 @@ _LAYOUT = struct.Struct(">qqqqq")
 _ONE_DAY_MS = 86_400_000
 
 
+class _Time:
+    """One of the checkpoint's three times, an ``int`` to the type checker: read from ``_<name>``, set through
+    ``StoreCheckpoint._set_time`` (which marks the checkpoint dirty and may write it)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = "_" + name
+
+    def __get__(self, obj: StoreCheckpoint, objtype: type | None = None) -> int:
+        value: int = getattr(obj, self.attr)
+        return value
+
+    def __set__(self, obj: StoreCheckpoint, value: int) -> None:
+        obj._set_time(self.attr, value)
+
+
 class StoreCheckpoint:
     """The checkpoint file. Thread-safe: a lock guards the write.
 
@@ -85,42 +100,15 @@ class StoreCheckpoint:
         self._dirty = False
         self.auto_flush_ms = auto_flush_ms
 
-    # The three times: setting a new value marks the checkpoint dirty and, with ``auto_flush_ms``, writes it
-    # once that long has passed since the last write. Spelled out three times rather than made by a factory so
-    # that each is an ``int`` to the type checker.
+    # The three times (``_Time``): setting a new value marks the checkpoint dirty and, with ``auto_flush_ms``,
+    # writes it once that long has passed since the last write.
+    physic_msg_timestamp = _Time()
+    logics_msg_timestamp = _Time()
+    index_msg_timestamp = _Time()
 
-    @property
-    def physic_msg_timestamp(self) -> int:
-        return self._physic_msg_timestamp
-
-    @physic_msg_timestamp.setter
-    def physic_msg_timestamp(self, value: int) -> None:
-        if value != self._physic_msg_timestamp:
-            self._physic_msg_timestamp = value
-            self._dirty = True
-        if self._dirty and self.auto_flush_ms > 0:
-            self._maybe_flush()
-
-    @property
-    def logics_msg_timestamp(self) -> int:
-        return self._logics_msg_timestamp
-
-    @logics_msg_timestamp.setter
-    def logics_msg_timestamp(self, value: int) -> None:
-        if value != self._logics_msg_timestamp:
-            self._logics_msg_timestamp = value
-            self._dirty = True
-        if self._dirty and self.auto_flush_ms > 0:
-            self._maybe_flush()
-
-    @property
-    def index_msg_timestamp(self) -> int:
-        return self._index_msg_timestamp
-
-    @index_msg_timestamp.setter
-    def index_msg_timestamp(self, value: int) -> None:
-        if value != self._index_msg_timestamp:
-            self._index_msg_timestamp = value
+    def _set_time(self, attr: str, value: int) -> None:
+        if value != getattr(self, attr):
+            setattr(self, attr, value)
             self._dirty = True
         if self._dirty and self.auto_flush_ms > 0:
             self._maybe_flush()
