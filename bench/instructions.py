@@ -120,13 +120,13 @@ pos, done = scan_file(b, mf, 0, -1)
 assert b.build().num_rows == %d
 """ % (N, N)),
     # get_message's scan feeding the Arrow decoder (check_crc_on_read on, as by default)
-    "get_columns": ("*pw_7pystore_5_read_*read_queue", N, """
+    "get_columns": ("*pw_7pystore_4read_5_read_*read_queue", N, """
 store.put_messages(MessageBatch.from_bodies("T", [body] * %d))
 status, nxt, rb = store.get_columns("g", "T", 0, 0, %d)
 assert rb.num_rows == %d
 """ % (N, N, N)),
     # the same page, only the columns a reader of bodies needs (a projection: the others are not built)
-    "get_columns_body": ("*pw_7pystore_5_read_*read_queue", N, """
+    "get_columns_body": ("*pw_7pystore_4read_5_read_*read_queue", N, """
 store.put_messages(MessageBatch.from_bodies("T", [body] * %d))
 status, nxt, rb = store.get_columns("g", "T", 0, 0, %d, columns=["queue_offset", "body"])
 assert rb.num_rows == %d and rb.schema.names == ["queue_offset", "body"]
