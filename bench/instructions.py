@@ -25,6 +25,10 @@ get_columns_body        ``_read.read_queue``                            the same
 put_columns             ``_bulk_put._put`` (the column put's loop)      20 ``put_columns`` of 1,000 x 128 B bodies
                                                                         (a numpy pair), per message
 put_columns_1k          ``_bulk_put._put``                              the same with 1 KiB bodies, per message
+recover_scan            ``_records.scan_file`` (recovery's walk)        a reopen's walk of 40,000 x 128 B, per
+                                                                        record
+recover_reput           ``QueueDispatcher.reput`` (re-dispatch)         the queues rebuilt on open from 40,000
+                                                                        x 128 B records, per record
 ======================  ==============================================  =========================================
 
 A count more than ``--tolerance`` (default 5 %) above the baseline fails the check (exit 1). The baseline
@@ -131,6 +135,22 @@ store.put_messages(MessageBatch.from_bodies("T", [body] * %d))
 status, nxt, rb = store.get_columns("g", "T", 0, 0, %d, columns=["queue_offset", "body"])
 assert rb.num_rows == %d and rb.schema.names == ["queue_offset", "body"]
 """ % (N, N, N)),
+    "recover_scan": ("*pw_*_records_*scan_file", 20 * N, """
+m = Message("T", body)
+for _ in range(%d):
+    store.put_message(m)
+store.shutdown()
+store = MessageStore.open(root, mapped_file_size_commit_log=64 << 20)   # normal recovery walks the log's files
+""" % (20 * N)),
+    "recover_reput": ("*pw_*QueueDispatcher_*reput*", 20 * N, """
+import shutil
+m = Message("T", body)
+for _ in range(%d):
+    store.put_message(m)
+store.shutdown()
+shutil.rmtree(root + "/consumequeue")
+store = MessageStore.open(root, mapped_file_size_commit_log=64 << 20)   # the queues rebuilt: every record dispatched
+""" % (20 * N)),
     "put_columns": ("*_bulk_put__put*", 20 * 1000, """
 import numpy as np
 values = np.frombuffer(b"y" * (1000 * 128), dtype=np.uint8)
