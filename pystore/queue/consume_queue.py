@@ -394,7 +394,7 @@ class ConsumeQueueStore:
         A queue whose files cannot be trusted as a whole (``ConsumeQueue.load``: a hole, a file cut short or
         grown) is not read as it is: a writer deletes its files and lists it in ``rebuilt``, and recovery
         builds it again from the commit log, the source of truth; a read-only opener cannot rebuild, so the
-        open fails with ``load_error`` (a ``StoreCorruptedError`` naming the file)."""
+        open fails with ``load_error`` (a ``StoreCorruptedError`` naming the file): ``rebuild_or_refuse``."""
         self.rebuilt = []
         self.load_error = None
         for topic, qid in self._folders():
