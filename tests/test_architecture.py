@@ -31,6 +31,9 @@ UPWARD = {
     # the commit log's time queries and file lookup reuse the compiled searches of the queues' units
     ("log/commitlog.py", "queue"): "time queries use the unit time search (_timesearch)",
     ("log/mapped_file_queue.py", "queue"): "find_file is exported by _units for every log",
+    # a queue's load and recovery read its files and ask recovery's pure decisions about them (no file, no
+    # state: engine/queue_damage.py imports nothing above format), so that every recovery decision is in one place
+    ("queue/consume_queue.py", "engine"): "a queue's damage is judged by engine/queue_damage.py (pure)",
     # query_message's result is made where the lookup runs
     ("index/service.py", "read"): "the index lookup builds QueryMessageResult (read/results.py)",
 }

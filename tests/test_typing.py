@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: recovery and the engine: the store facade, checkpoint, cleaning, put waits, delay levels, inspection,
 #: verification, flags, refusals
-ENGINE = ["recovery", "recovery_plan", "store", "checkpoint", "clean", "put_waits", "schedule", "storeinfo",
-          "verify", "running_flags", "refusal"]
+ENGINE = ["recovery", "recovery_plan", "queue_damage", "store", "checkpoint", "clean", "put_waits", "schedule",
+          "storeinfo", "verify", "running_flags", "refusal"]
 #: with the modules whose errors recovery's own check reported
 STRICT = [*ENGINE, "errors", "pool", "slave", "flush"]
 

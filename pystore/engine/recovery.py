@@ -312,9 +312,7 @@ def _apply(plan: RecoveryPlan, commitlog: CommitLog, cq_store: ConsumeQueueStore
     for rebuild in plan.rebuild:
         cq = cq_store.find(*rebuild.key)
         if cq is not None:
-            why = rebuild.why
-            cq.damage = (why.path if why.path is not None else cq.folder, why.offset, why.reason)
-            cq_store.rebuild_or_refuse(cq)
+            cq_store.rebuild_or_refuse(cq, rebuild.why)
     if plan.dispatch_from >= 0:
         _redispatch(reput, cq_store, queue, plan)
         _flush_repaired(cq_store)

@@ -14,7 +14,9 @@ The order of an open, and who decides what:
 3. ``judge_log``: where the log is cut, whether damage with durable records after it refuses the open, or a
    reader's view is fenced there (:class:`LogVerdict`). Nothing was written yet when it refuses.
 4. the cut, and the consume queues' own recovery (``recovery``, writing): each queue's valid end, and for a
-   writer, units pointing past the log's cut dropped (no choice there: they point at nothing).
+   writer, units pointing past the log's cut dropped (no choice there: they point at nothing). Whether a
+   queue's files can be trusted, at its load and in its walk, is decided beside this module
+   (``pystore.engine.queue_damage``: a hole, a file cut short, an invalid unit; rebuild or refuse).
 5. ``plan_recovery``: from the log's ends (:class:`LogEnds`), the queues' ends (:class:`QueueEnd`) and the
    checkpoint (:class:`CheckpointView`), the :class:`RecoveryPlan`: queues whose last units are not theirs
    (a writer rebuilds them, a reader refuses), where the re-dispatch starts (with the index's start folded

@@ -6,6 +6,11 @@ recovering each queue's valid end, cutting units that point past the commit log'
 offset up after the commit log's head was deleted (``correctMinOffset``), deleting whole files below the
 commit log's min offset, and following a live writer from a read-only store.
 
+Whether a queue's files can be trusted (a hole between files, a file cut short or grown, an invalid unit
+inside a full file or with units after it) and what is then done (a writer rebuilds the queue, a reader
+refuses) is decided by ``pystore.engine.queue_damage``'s pure functions: this module reads the files, asks
+them, and applies the answer.
+
 Queue offsets count units: offset *i* is byte ``i * 20`` of the queue's logical space. ``max offset`` is
 the number of units ever written; ``min offset`` the first one whose message still exists.
 
@@ -26,6 +31,18 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 
+from pystore.engine.queue_damage import (
+    QueueAction,
+    QueueFile,
+    WalkedFile,
+    judge_queue_files,
+    judge_unit_walk,
+    queue_layout,
+    repair,
+    unit_walk_start,
+    units_to_check,
+)
+from pystore.engine.recovery_plan import Refusal
 from pystore.errors import StoreCorruptedError
 from pystore.log._mapped_file import MappedFile
 from pystore.log.mapped_file_queue import MappedFileQueue
@@ -48,19 +65,6 @@ __all__ = ["ConsumeQueue", "ConsumeQueueStore", "queue_id_of"]
 log = logging.getLogger(__name__)
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-
-
-def _common_size(paths: list[str], configured: int) -> int | None:
-    """The size most of a queue's files have (the configured one on a tie): its geometry, so that the one
-    file cut short or grown is the one named as damaged."""
-    counts: dict[int, int] = {}
-    for path in paths:
-        size = os.path.getsize(path)
-        if size:
-            counts[size] = counts.get(size, 0) + 1
-    if not counts:
-        return None
-    return max(counts, key=lambda size: (counts[size], size == configured))
 
 
 def queue_id_of(name: str) -> int | None:
@@ -90,8 +94,8 @@ class ConsumeQueue(ConsumeQueueCore):
     max_physic_offset: int
     queue: MappedFileQueue
     last_file: MappedFile | None
-    #: why ``load`` refused the files: ``(path, absolute offset, reason)``
-    damage: tuple[str, int, str] | None = None
+    #: why ``load`` or ``recover`` did not trust the files (its path names the queue's file)
+    damage: Refusal | None = None
 
     def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False,
                  window: int = -1, clock: Clock | None = None) -> None:
@@ -108,39 +112,28 @@ class ConsumeQueue(ConsumeQueueCore):
     # -- loading and recovery ----------------------------------------------------------------------
 
     def load(self) -> bool:
-        """Map the queue's files. False, with ``damage`` set to ``(path, offset, reason)``, when they cannot be
-        trusted as a whole: a file of another size than its neighbours (cut short or grown), a size that is
-        not whole units, a name off the files' grid, or a file missing between two others (a hole). Such a
-        queue is rebuilt from the commit log by a writer (``ConsumeQueueStore.load``), never read as is."""
+        """Map the queue's files. False, with ``damage`` set, when they cannot be trusted as a whole: a file of
+        another size than its neighbours (cut short or grown), a size that is not whole units, a name off the
+        files' grid, an invalid unit inside a full file, or a file missing between two others (a hole). Such a
+        queue is rebuilt from the commit log by a writer (``ConsumeQueueStore.load``), never read as is. What
+        is read here is judged by ``pystore.engine.queue_damage`` (``queue_layout``, ``judge_queue_files``)."""
         self.damage = None
-        size = _common_size(self.queue.list_file_paths(), self.queue.mapped_file_size)
-        if size is not None and size != self.queue.mapped_file_size:
-            if size % UNIT_SIZE:
-                path = self.queue.list_file_paths()[0]
-                self.damage = (path, int(os.path.basename(path)) + size - size % UNIT_SIZE,
-                               "files of %d bytes are not a whole number of %d-byte units" % (size, UNIT_SIZE))
-                return False
-            log.info("%s: files of %d bytes; the queue keeps its geometry", self.folder, size)
-            self.queue.mapped_file_size = size
-        if not self.queue.load():
-            self.damage = self.queue.load_error or (self.folder, 0, "the queue's files cannot be mapped")
+        listed = [QueueFile(p, int(os.path.basename(p)), os.path.getsize(p)) for p in self.queue.list_file_paths()]
+        layout = queue_layout(listed, self.queue.mapped_file_size, self.folder)
+        if layout.damage is not None:
+            self.damage = layout.damage
             return False
-        size = self.queue.mapped_file_size
-        for mf in self.queue.files:
-            if mf.file_from_offset % size and self.damage is None:
-                self.damage = (mf.file_name, mf.file_from_offset,
-                               "a file name off the queue's grid of %d-byte files" % size)
-        for mf in self.queue.files[:-1]:
-            # a full file's first and last units are valid (fillers count): a file zeroed or cut inside shows
-            # here at the cost of two units a file (recovery walks only the last files, as RocketMQ does)
-            for pos in (0, size - UNIT_SIZE):
-                if self.damage is None and not unit_at(self.queue.files, size, (mf.file_from_offset + pos) // UNIT_SIZE):
-                    self.damage = (mf.file_name, mf.file_from_offset + pos, "an empty or invalid unit inside a full "
-                                   "consume-queue file")
-        gap = self.queue.first_gap()
-        if gap >= 0 and self.damage is None:
-            self.damage = (self.queue.path_for(gap), gap, "consume-queue file missing: the queue has a hole from "
-                           "queue offset %d" % (gap // UNIT_SIZE))
+        if layout.note is not None:
+            log.log(*layout.note)
+        size = self.queue.mapped_file_size = layout.file_size
+        mapped = self.queue.load()
+        files = [QueueFile(mf.file_name, mf.file_from_offset) for mf in self.queue.files]
+        bad = -1
+        if mapped:
+            bad = next((i for i in units_to_check(files, size) if not unit_at(self.queue.files, size, i)), -1)
+        error = self.queue.load_error
+        self.damage = judge_queue_files(self.folder, files, size, mapped=mapped, bad_unit=bad,
+                                        load_error=None if error is None else Refusal(error[1], error[2], error[0]))
         if self.damage is not None:
             self.queue.close()
             return False
@@ -165,38 +158,36 @@ class ConsumeQueue(ConsumeQueueCore):
         return paths
 
     def recover(self) -> bool:
-        """Find the end of valid units (from the third-last file), cut the rest (docs/format.md §8.1). False, with
-        ``damage`` set and nothing cut, when an invalid unit is not the end of the queue's units: it lies in a
-        file that is not the last, or valid units follow it (one writer writes a queue's units in order, so
-        only damage leaves a hole); such a queue is rebuilt from the commit log (``ConsumeQueueStore``)."""
+        """Find the end of valid units (the walk of the last files), cut the rest (docs/format.md §8.1). False,
+        with ``damage`` set and nothing cut, when an invalid unit is not the end of the queue's units
+        (``pystore.engine.queue_damage.judge_unit_walk`` judges the walk); such a queue is rebuilt from the
+        commit log (``ConsumeQueueStore``)."""
         self.forget_time_samples()
         files = self.queue.files
         if not files:
             self.last_file = None
             return True
-        start = max(0, len(files) - 3)
-        max_phy = -1
-        end = files[start].file_from_offset
+        start = unit_walk_start(len(files))
+        walked = []
         for mf in files[start:]:
             pos, mx = recover_units(mf, 0)
-            if mx >= 0:
-                max_phy = mx
-            end = mf.file_from_offset + pos
+            last = mf is files[-1]
             if pos < mf.file_size:
                 phy, size, _ = read_unit(mf, pos)
-                # the end of a queue's units is an empty unit, or one torn by a crash (its size, written last,
-                # still 0); a negative offset or size there was written by something else
-                if mf is not files[-1] or phy < 0 or size < 0 or next_valid_unit(mf, pos + UNIT_SIZE) >= 0:
-                    self.damage = (mf.file_name, mf.file_from_offset + pos, "an empty or invalid unit with units "
-                                   "after it" if mf is files[-1] else "an empty or invalid unit inside a full "
-                                   "consume-queue file")
-                    return False
+                walked.append(WalkedFile(mf.file_name, mf.file_from_offset, mf.file_size, pos, mx, last, phy, size,
+                                         next_valid_unit(mf, pos + UNIT_SIZE) >= 0))
                 break
-        if max_phy >= 0:
-            self.max_physic_offset = max_phy
-        elif start > 0:
+            walked.append(WalkedFile(mf.file_name, mf.file_from_offset, mf.file_size, pos, mx, last))
+        verdict = judge_unit_walk(walked, start)
+        if verdict.damage is not None:
+            self.damage = verdict.damage
+            return False
+        if verdict.max_phy >= 0:
+            self.max_physic_offset = verdict.max_phy
+        elif verdict.from_before:
             _, mx = recover_units(files[start - 1], 0)
             self.max_physic_offset = max(mx, 0)
+        end = verdict.end
         if not self.read_only:
             self.queue.flushed_where = self.queue.committed_where = end
         self.queue.truncate_dirty_files(end)
@@ -403,7 +394,7 @@ class ConsumeQueueStore:
         A queue whose files cannot be trusted as a whole (``ConsumeQueue.load``: a hole, a file cut short or
         grown) is not read as it is: a writer deletes its files and lists it in ``rebuilt``, and recovery
         builds it again from the commit log, the source of truth; a read-only opener cannot rebuild, so the
-        open fails with ``load_error`` (a ``StoreCorruptedError`` naming the file)."""
+        open fails with ``load_error`` (a ``StoreCorruptedError`` naming the file): ``rebuild_or_refuse``."""
         self.rebuilt = []
         self.load_error = None
         for topic, qid in self._folders():
@@ -415,17 +406,19 @@ class ConsumeQueueStore:
                     return False
         return True
 
-    def rebuild_or_refuse(self, cq: ConsumeQueue) -> StoreCorruptedError | None:
-        """A queue whose files cannot be trusted (``cq.damage``): a writer deletes them, to be rebuilt from the
-        commit log (``rebuilt``); a reader cannot rebuild, and gets the error to refuse the store with."""
-        assert cq.damage is not None
-        path, offset, reason = cq.damage
-        if self.read_only:
-            return StoreCorruptedError(path, offset, reason + " (a writer's open rebuilds the queue from the "
-                                       "commit log)")
+    def rebuild_or_refuse(self, cq: ConsumeQueue, damage: Refusal | None = None) -> StoreCorruptedError | None:
+        """A queue whose files cannot be trusted (``damage``, else ``cq.damage``), as ``queue_damage.repair``
+        decides: a writer deletes them, to be rebuilt from the commit log (``rebuilt``); a reader cannot
+        rebuild, and gets the error to refuse the store with."""
+        damage = damage if damage is not None else cq.damage
+        assert damage is not None
+        decision = repair(damage, read_only=self.read_only)
+        why = decision.why
+        if decision.action is QueueAction.REFUSE:
+            return StoreCorruptedError(why.path if why.path is not None else cq.folder, why.offset, why.reason)
         gone = cq.discard_files()
         log.warning("consume queue %s/%d: %s at offset %d; its %d file(s) are deleted and the queue is rebuilt from "
-                    "the commit log", cq.topic, cq.queue_id, reason, offset, len(gone))
+                    "the commit log", cq.topic, cq.queue_id, why.reason, why.offset, len(gone))
         self.rebuilt.append(cq)
         return None
 
