@@ -14,10 +14,10 @@ replication is ``pystore.ha.master`` and ``pystore.ha.slave``'s; loops over byte
 A read-only store takes no lock, writes nothing and refuses puts (``SERVICE_NOT_AVAILABLE``); it follows a
 live writer by re-reading the folder when asked for data beyond what it has seen.
 
-One put and its read, module by module: ``put_message`` is the commit log's compiled ``put_message``
-(``_bind_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
-says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` is ``_queue_reader.QueueReader``'s
-(``_bind_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
+One put and its read, module by module: ``put_message`` calls the commit log's compiled ``put_message``
+(``_attach_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
+says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` calls ``_queue_reader.QueueReader``'s
+(``_attach_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
 run ``_read.read_queue``, which reads the consume queue's units and the records they point at.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
@@ -95,6 +95,29 @@ def _not_available(msg: object) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
 
+class _Puts(Protocol):
+    def put_message(self, msg: Message) -> PutMessageResult: ...
+    def put_messages(self, batch: MessageBatch) -> PutMessageResult: ...
+
+
+class _NotLoaded:
+    """Where ``MessageStore``'s puts go before ``load``: SERVICE_NOT_AVAILABLE (a refused put is a status), as the
+    commit log's compiled puts answer once the store is shut down."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def put_message(msg: Message) -> PutMessageResult:
+        return _not_available(msg)
+
+    @staticmethod
+    def put_messages(batch: MessageBatch) -> PutMessageResult:
+        return _not_available(batch)
+
+
+_NOT_LOADED = _NotLoaded()
+
+
 class _Part(Generic[_T]):
     """A read-only part of what load() opened (``_parts``) or of a started writer's services (``_writer``), None
     before: a property typed as the part (white-box tests reach for them)."""
@@ -140,9 +163,14 @@ class MessageStore:
         self.read_only = self.config.read_only
         self.running_flags = RunningFlags()
         self.running_flags.add_listener(self._update_writeable)
-        #: the Python reads (``pystore.read.store_reads``); the compiled ``get_message`` of a writer (``_bind_fast_paths``)
+        #: the Python reads (``pystore.read.store_reads``); the compiled ``get_message`` of a writer (``_attach_fast_paths``)
         self._reads = StoreReads(self.config, self.running_flags)
         self._reader: QueueReader | None = None
+        #: what ``put_message``/``put_messages``, ``get_message`` and ``look_message_by_offset`` call: until
+        #: ``load``, and in the cases ``_attach_fast_paths`` names, the Python ones; after it, compiled ones
+        self._puts: _Puts = _NOT_LOADED
+        self._gets: QueueReader | StoreReads = self._reads
+        self._looks: QueueReader | StoreReads = self._reads
         self._state = _NEW
         self._lock = StoreLock(self.config.lock_path())
         self._abort = AbortFile(self.config.abort_path())
@@ -245,39 +273,35 @@ class MessageStore:
         self._parts, self.recovery = parts, parts.recovery
         self._commitlog, self._cq_store, self._limits = parts.commitlog, parts.cq_store, parts.limits
         self._reads.attach(parts)
-        self._bind_fast_paths()
+        self._attach_fast_paths()
         self._state = _LOADED
         return True
 
-    def _bind_fast_paths(self) -> None:
-        """The one place where instance attributes replace methods, so that the common calls cost one call
-        into C and no Python frame (on the put and get paths a Python frame would cost more than the work):
+    def _attach_fast_paths(self) -> None:
+        """Point the common calls at compiled objects, so that each costs one Python frame (the method's) and one
+        call into C, whatever it reaches (on the put and get paths the work is little more than that):
 
         * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
           SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
         * ``get_message``, ``look_message_by_offset``, on a ``MessageStore`` itself: a ``_queue_reader.QueueReader``'s,
           which serves the common call (no filter, a known queue, a readable master, int arguments) and hands
-          every other to the ``StoreReads`` methods these delegate to. A read-only store's reader follows the
-          writer first (``QueueReader`` says how far in C); its ``look_message_by_offset`` stays the Python
-          method's, which follows the writer too. A subclass may override these methods: it keeps them.
+          every other to the ``StoreReads`` methods. A read-only store's reader follows the writer first
+          (``QueueReader`` says how far in C); its ``look_message_by_offset`` stays ``StoreReads``', which follows
+          the writer too. A subclass reads through ``StoreReads`` (no reader), whatever it overrides.
 
-        The methods below are what the bound ones do, and what runs before ``load``, in a read-only store (for
-        reads) and in a subclass that overrides them."""
+        The methods stay the class's: nothing here is an instance attribute named as a method."""
         cl, cq_store, limits = self._commitlog, self._cq_store, self._limits
         assert cl is not None and cq_store is not None and limits is not None
-        if type(self).put_message is MessageStore.put_message:
-            self.put_message = cl.put_message  # type: ignore[method-assign]
-        if type(self).put_messages is MessageStore.put_messages:
-            self.put_messages = cl.put_messages  # type: ignore[method-assign]
+        self._puts = cl
         if type(self) is not MessageStore:
             return
         self._reader = QueueReader(cq_store.table, cl.queue, limits, self.running_flags, RunningFlags.NOT_READABLE_BIT,
                                    self.config, BrokerRole.SLAVE, StoreReads, self._reads,
                                    self._parts if self.read_only else None)
         self._reads.reader = self._reader
-        self.get_message = self._reader.get_message  # type: ignore[method-assign]
+        self._gets = self._reader
         if not self.read_only:
-            self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
+            self._looks = self._reader
 
     def start(self) -> None:
         """Start the services and accept puts (a read-only store only serves reads)."""
@@ -361,14 +385,12 @@ class MessageStore:
 
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``).
-        Once loaded, the commit log's compiled method answers instead (``_bind_fast_paths``)."""
-        cl = self._commitlog
-        return _not_available(msg) if cl is None else cl.put_message(msg)
+        Once loaded, the commit log's compiled method answers (``_attach_fast_paths``)."""
+        return self._puts.put_message(msg)
 
     def put_messages(self, batch: MessageBatch) -> PutMessageResult:
         """Store a ``MessageBatch``: consecutive queue offsets, one lock hold, never split across files."""
-        cl = self._commitlog
-        return _not_available(batch) if cl is None else cl.put_messages(batch)
+        return self._puts.put_messages(batch)
 
     def async_put_message(self, msg: Message) -> Future[PutMessageResult]:
         """Like ``put_message``, returning a ``Future``; with SYNC_FLUSH it completes once the message is on
@@ -410,7 +432,7 @@ class MessageStore:
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         """The message stored at ``commit_log_offset``, or None if no message starts there."""
-        return self._reads.look_message_by_offset(commit_log_offset)
+        return self._looks.look_message_by_offset(commit_log_offset)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message with this offset message id (store host + port + commit-log offset, hex)."""
@@ -451,7 +473,7 @@ class MessageStore:
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
         instead, because a refused put is a status (docs/api.md)."""
-        return self._reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+        return self._gets.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""

@@ -4,7 +4,7 @@ read-only store, after following the live writer as far as the read needs.
 
 The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/format.md §11.1) and the
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_queue_reader.QueueReader``, bound by
-``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
+``MessageStore._attach_fast_paths``) also runs; that reader hands the calls it does not serve to
 ``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.read.arrival``'s;
 following the writer is ``pystore.engine.wiring.StoreParts``' (a read-only store's compiled reader follows it in
 C in the common case and hands the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
@@ -71,7 +71,7 @@ class StoreReads:
         #: None while the store is readable (loaded or started), else its state ("new", "shutdown")
         self.closed: str | None = "new"
         self._arrivals: Arrivals | None = None
-        #: the store's compiled reader (``MessageStore._bind_fast_paths``); a read-only store's waits use it
+        #: the store's compiled reader (``MessageStore._attach_fast_paths``); a read-only store's waits use it
         self.reader: QueueReader | None = None
 
     def attach(self, parts: StoreParts) -> None:
