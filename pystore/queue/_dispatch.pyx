@@ -157,7 +157,7 @@ cdef class QueueDispatcher(Dispatcher):
     """Builds consume-queue units (and index entries) from appended records."""
     cdef readonly CommitLogCore cells          # the topic-queue table (the commit log's): reput's cells
     cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
-    cdef public IndexFilesBase index           # IndexService, or None
+    cdef public IndexFilesBase index           # IndexService.core, or None
     # whether the inline path (dispatch, dispatch_run) writes index entries; False while an index builder
     # (pystore.index.service.IndexBuildService) follows the log off the put thread. reput always indexes
     cdef public bint inline_index
