@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import Any
 
 from pystore.index._index import (
     PREFAULT_WINDOW,
@@ -53,6 +53,7 @@ from pystore.log._mapped_file import MappedFile
 from pystore.log.geometry import index_geometry
 from pystore.message._message_ext import MessageExt
 from pystore.read.results import QueryMessageResult
+from pystore.system.core_field import CoreField
 from pystore.system.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.system.service import DiskUsage, ServiceThread, disk_free_bytes, real_clock
 
@@ -62,29 +63,6 @@ log = logging.getLogger(__name__)
 
 #: the file made ahead of need, beside the index folder (``IndexService.prepare_next``)
 SPARE_NAME = "index.spare"
-
-
-_T = TypeVar("_T")
-
-
-class _OnCore(Generic[_T]):
-    """A field of the compiled core (``IndexService.core``), read and set through the service."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> _OnCore[_T]: ...
-    @overload
-    def __get__(self, obj: IndexService, owner: type | None = None) -> _T: ...
-    def __get__(self, obj: IndexService | None, owner: type | None = None) -> _T | _OnCore[_T]:
-        if obj is None:
-            return self
-        value: _T = getattr(obj.core, self.name)
-        return value
-
-    def __set__(self, obj: IndexService, value: _T) -> None:
-        setattr(obj.core, self.name, value)
 
 
 def _file_name(ms: int) -> str:
@@ -104,11 +82,11 @@ class QueryOffsetResult:
 class IndexService:
     #: the core's fields: the files oldest first (a new list on every change; the compiled writer reads it), the
     #: files the writer left full (it adds to it), the spare made ahead and where it lies and is renamed to
-    _files: _OnCore[list[IndexFileCore]] = _OnCore("_files")
-    _full: _OnCore[list[IndexFileCore]] = _OnCore("_full")
-    _spare: _OnCore[IndexFileCore | None] = _OnCore("_spare")
-    _spare_path: _OnCore[str | None] = _OnCore("_spare_path")
-    _spare_name: _OnCore[str | None] = _OnCore("_spare_name")
+    _files: CoreField[list[IndexFileCore]] = CoreField("_files")
+    _full: CoreField[list[IndexFileCore]] = CoreField("_full")
+    _spare: CoreField[IndexFileCore | None] = CoreField("_spare")
+    _spare_path: CoreField[str | None] = CoreField("_spare_path")
+    _spare_name: CoreField[str | None] = CoreField("_spare_name")
 
     def __init__(self, path: str, hash_slot_num: int, index_num: int, checkpoint: Any, read_only: bool = False,
                  clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64,
