@@ -330,7 +330,7 @@ def test_a_page_crossing_into_a_commit_log_file_newer_than_the_readers_view(stor
     offset = 0
     seen = []
     while offset < n:
-        r = read_queue(cq, offset, 32, stale, cl.mapped_file_size, store._limits, None, None, None, False)
+        r = read_queue(cq.core, offset, 32, stale, cl.mapped_file_size, store._limits, None, None, None, False)
         if r.status is GetMessageStatus.FOUND:
             assert r.next_begin_offset == offset + len(r.messages)
             seen.extend(m.queue_offset for m in r.messages)

@@ -95,8 +95,9 @@ class CommitLog(CommitLogCore):
         return int(pickup_store_timestamp(self.queue.files, self.queue.mapped_file_size, offset, size))
 
     def queue_offset_by_time(self, cq: Any, timestamp: int, lower: bool) -> int:
-        """``MessageStore.get_offset_in_queue_by_time`` on consume queue ``cq``, whose units point here."""
-        return int(queue_offset_by_time(cq, self.queue.files, self.queue.mapped_file_size, timestamp, lower))
+        """``MessageStore.get_offset_in_queue_by_time`` on consume queue ``cq`` (a ``ConsumeQueue``), whose units
+        point here."""
+        return int(queue_offset_by_time(cq.core, self.queue.files, self.queue.mapped_file_size, timestamp, lower))
 
     def runtime_info(self, boot_timestamp: int, now: int, disk_ratio: float, dispatch_behind: int) -> dict[str, str]:
         """``MessageStore.get_runtime_info``: the put figures under RocketMQ's key names, with the store's own."""

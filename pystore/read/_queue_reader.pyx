@@ -178,7 +178,7 @@ cdef class QueueReader:
     way); whatever that cannot settle (a new file, damage, a Python follow under way, a record not seen yet)
     is the Python method's get, which follows in full. ``wait_message`` is its
     long-polling get on the writer's wake word, spinning and getting again without a Python frame between."""
-    cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
+    cdef dict queues                     # ConsumeQueueStore.table: (topic, queue_id) -> ConsumeQueueCore
     cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
     cdef ReadLimits lim
     cdef object flags                    # RunningFlags
@@ -229,12 +229,12 @@ cdef class QueueReader:
         if cq is None:
             return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
         if self.live:
-            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+            r = self._get_live(<ConsumeQueueCore?>cq, offset, max_msg_nums)
             if r is None:
                 return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums)
             return r
         q = self.cl_queue
-        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None,
+        return _read_queue(<ConsumeQueueCore?>cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None,
                            None, None, False, q)
 
     cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
@@ -343,7 +343,7 @@ cdef class QueueReader:
         cdef object cq = self._queue_of(key)
         cdef GetMessageResult r = None
         if cq is not None:
-            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+            r = self._get_live(<ConsumeQueueCore?>cq, offset, max_msg_nums)
         if r is None:
             r = self.cls.get_message(self.store, "", key[0], key[1], offset, max_msg_nums)
         return r
@@ -417,11 +417,11 @@ cdef class QueueReader:
             word_spin = spin_ns
             cq = self._queue_of(key) if unit_spin else None
             if cq is not None:
-                s = self._spin_on_unit(<ConsumeQueueCore>cq, offset, spin_ns if spin_ns < left else left)
+                s = self._spin_on_unit(<ConsumeQueueCore?>cq, offset, spin_ns if spin_ns < left else left)
                 if s >= 0:
                     # the queue and the store's state were looked up just before the spin: only a shutdown
                     # meanwhile sends this get the long way
-                    r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums) if self.open else None
+                    r = self._get_live(<ConsumeQueueCore?>cq, offset, max_msg_nums) if self.open else None
                     if r is None:
                         r = self._get_any(key, offset, max_msg_nums)
                     # spun in full, or the unit came and is still not an answer (the Python get settles it

@@ -155,12 +155,12 @@ class StoreReads:
         # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
-        r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits, tag_codes,
-                       tag_names, filt, slave, None if self.read_only else queue, sink)
+        r = read_queue(None if cq is None else cq.core, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
+                       tag_codes, tag_names, filt, slave, None if self.read_only else queue, sink)
         if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
             parts.refresh_queue_read_only(topic, queue_id)
             with parts.refresh_lock:
-                r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
+                r = read_queue(cq.core, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
                                tag_codes, tag_names, filt, slave, queue, sink)
         return r
 
