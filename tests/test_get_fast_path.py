@@ -29,7 +29,7 @@ FIELDS = ("topic", "queue_id", "flag", "queue_offset", "commit_log_offset", "sys
 
 
 def slow(store: MessageStore, *args):
-    """The same call through the Python method (the fast path's fallback and its specification)."""
+    """The same call through the Python reads (``StoreReads``: the fast path's fallback and its specification)."""
     return store._reads.get_message(*args)
 
 
