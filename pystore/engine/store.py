@@ -292,7 +292,7 @@ class MessageStore:
         The methods stay the class's: nothing here is an instance attribute named as a method."""
         cl, cq_store, limits = self._commitlog, self._cq_store, self._limits
         assert cl is not None and cq_store is not None and limits is not None
-        self._puts = cl
+        self._puts = cl.core
         if type(self) is not MessageStore:
             return
         self._reader = QueueReader(cq_store.table, cl.queue, limits, self.running_flags, RunningFlags.NOT_READABLE_BIT,

@@ -239,7 +239,7 @@ def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: 
 
     # the dispatcher finds a record's cell in the commit log's topic-queue table itself (in C); a cell's
     # consume queue is made through cq_store on its first record
-    parts.dispatcher = QueueDispatcher(cl, cq_store.find_or_create_core, cfg.delay_level_table(),
+    parts.dispatcher = QueueDispatcher(cl.core, cq_store.find_or_create_core, cfg.delay_level_table(),
                                        None if parts.index is None else parts.index.core,
                                        SCHEDULE_TOPIC)
     if not cfg.read_only:

@@ -569,4 +569,4 @@ class IndexBuildService(ServiceThread):
                 self.wait_for_running(self.idle_ms)
             handed = follow_keyless(self.cursor, self.commitlog.queue.files, int(self.busy_ms * 1e6),
                                     int(self.idle_ms * 1e6), self.FOLLOW_MAX_MS * 1_000_000,
-                                    self.commitlog, int(self.idle_max_ms * 1e6)) == FOLLOW_WORK
+                                    self.commitlog.core, int(self.idle_max_ms * 1e6)) == FOLLOW_WORK

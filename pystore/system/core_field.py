@@ -1,8 +1,9 @@
 """``CoreField``: a field of the compiled core a Python class holds (``self.core``), read and set through it.
 
-The Python halves of the logs (``IndexService``, ``ConsumeQueue``) hold their compiled halves rather than
-subclass them, and hand the core to the compiled code that takes one; their own code and their callers keep
-reading and setting the core's fields under the names they had (``cq.max_physic_offset``, ``index._files``).
+The Python halves of the logs (``CommitLog``, ``ConsumeQueue``, ``IndexService``) hold their compiled halves
+rather than subclass them, and hand the core to the compiled code that takes one; their own code and their
+callers keep reading and setting the core's fields under the names they had (``cq.max_physic_offset``,
+``index._files``).
 A Python-level descriptor: for the policy code's reads, never on a compiled path.
 """
 
