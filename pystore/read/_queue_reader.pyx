@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The frameless reader (``QueueReader``): ``get_message`` and ``look_message_by_offset`` without a Python frame
-for the common calls, a read-only store's follow of a live writer in C (``follow_live``, the refresh's too), the one-new-unit
-tail read, and the long-polling wait on the writer's wake word. Every answer is ``_read``'s: the general get is
-``_read._read_queue``, and anything this module cannot settle goes to the store class's own method.
+"""The frameless reader (``QueueReader``): ``get_message`` and ``look_message_by_offset`` with no Python frame past
+``MessageStore``'s own method for the common calls, a read-only store's follow of a live writer in C
+(``follow_live``, the refresh's too), the one-new-unit tail read, and the long-polling wait on the writer's wake
+word. Every answer is ``_read``'s: the general get is ``_read._read_queue``, and anything this module cannot settle
+goes to the Python reads (``StoreReads``).
 """
 
 cimport cython
@@ -166,11 +167,11 @@ cdef int64_t WAKE_POLL_NS = 1000000
 
 @cython.final
 cdef class QueueReader:
-    """``MessageStore.get_message`` and ``look_message_by_offset`` without a Python frame, for the common
-    call on a writable store that is loaded: ``get_message`` with a plain ``(group, topic, queue_id, offset,
-    max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an int. Anything else (a
-    filter, arguments of other types, an unknown queue, a store not readable or shut down, a slave) goes to
-    the store class's own method, so there is one reading of every rule. The store keeps ``open`` in step
+    """``MessageStore.get_message`` and ``look_message_by_offset`` (the store's methods call these) with no further
+    Python frame, for the common call on a writable store that is loaded: ``get_message`` with a plain ``(group,
+    topic, queue_id, offset, max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an
+    int. Anything else (a filter, arguments of other types, an unknown queue, a store not readable or shut down, a
+    slave) goes to the Python reads (``StoreReads``), so there is one reading of every rule. The store keeps ``open`` in step
     with its state.
 
     A read-only store's reader (``live``: its ``StoreParts``) follows the writer of another process first when
