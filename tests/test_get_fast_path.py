@@ -43,6 +43,20 @@ def summary(r) -> tuple | None:
 # -- binding ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("read_only", [False, True])
+def test_no_instance_attribute_shadows_a_method(store_factory, read_only):
+    """The store's methods are the class's in every state: load points them at compiled objects, it does not
+    rebind them on the instance."""
+    w = store_factory("w")
+    assert w.put_message(make_message(0)).is_ok()
+    store = store_factory("w", read_only=True) if read_only else w
+    methods = {name for name in dir(MessageStore) if callable(getattr(MessageStore, name, None))}
+    assert not methods & set(vars(store))
+    assert store.get_message(GROUP, TOPIC, 0, 0).status is GetMessageStatus.FOUND
+    assert not methods & set(vars(store))
+    store_factory.expect_messages(1, "w")
+
+
 def test_writable_store_binds_the_compiled_reader(store_factory):
     store = store_factory()
     assert store.put_message(make_message(0)).is_ok()
