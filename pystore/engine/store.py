@@ -48,12 +48,12 @@ from pystore.engine.wiring import close_writer, delete_store, dispatch_behind, o
 from pystore.errors import StoreClosedError, StoreError
 from pystore.log._results import PutMessageResult
 from pystore.log.flush import flush_all
+from pystore.log.refusal import NOT_LOADED, NotLoaded, not_available
 from pystore.message._message import Message
 from pystore.message._message_batch import MessageBatch
 from pystore.message.constants import offset_of_message_id
 from pystore.read._queue_reader import QueueReader
 from pystore.read.store_reads import StoreReads
-from pystore.status import PutMessageStatus
 from pystore.system.durable import make_dirs_durable
 from pystore.system.running_flags import RunningFlags
 from pystore.system.service import disk_used_ratio, real_clock
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from pystore.engine.schedule import ScheduleMessageService
     from pystore.engine.wiring import StoreParts, Writer
     from pystore.errors import StoreCorruptedError
+    from pystore.log._commitlog import CommitLogCore
     from pystore.log._mapped_view import SelectMappedBufferResult
     from pystore.log.commitlog import CommitLog
     from pystore.message._message_ext import MessageExt
@@ -87,35 +88,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
-
-
-def _not_available(msg: object) -> PutMessageResult:
-    if not isinstance(msg, (Message, MessageBatch)):
-        raise TypeError("expected a Message or MessageBatch, got %s" % type(msg).__name__)
-    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
-
-
-class _Puts(Protocol):
-    def put_message(self, msg: Message) -> PutMessageResult: ...
-    def put_messages(self, batch: MessageBatch) -> PutMessageResult: ...
-
-
-class _NotLoaded:
-    """Where ``MessageStore``'s puts go before ``load``: SERVICE_NOT_AVAILABLE (a refused put is a status), as the
-    commit log's compiled puts answer once the store is shut down."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def put_message(msg: Message) -> PutMessageResult:
-        return _not_available(msg)
-
-    @staticmethod
-    def put_messages(batch: MessageBatch) -> PutMessageResult:
-        return _not_available(batch)
-
-
-_NOT_LOADED = _NotLoaded()
 
 
 class _Part(Generic[_T]):
@@ -168,7 +140,7 @@ class MessageStore:
         self._reader: QueueReader | None = None
         #: what ``put_message``/``put_messages``, ``get_message`` and ``look_message_by_offset`` call: until
         #: ``load``, and in the cases ``_attach_fast_paths`` names, the Python ones; after it, compiled ones
-        self._puts: _Puts = _NOT_LOADED
+        self._puts: CommitLogCore | NotLoaded = NOT_LOADED
         self._gets: QueueReader | StoreReads = self._reads
         self._looks: QueueReader | StoreReads = self._reads
         self._state = _NEW
@@ -396,11 +368,11 @@ class MessageStore:
         """Like ``put_message``, returning a ``Future``; with SYNC_FLUSH it completes once the message is on
         disk (the group commit service completes it)."""
         cl = self._commitlog
-        return done(_not_available(msg)) if cl is None else self._waited(cl.append_message(msg), msg)
+        return done(not_available(msg)) if cl is None else self._waited(cl.append_message(msg), msg)
 
     def async_put_messages(self, batch: MessageBatch) -> Future[PutMessageResult]:
         cl = self._commitlog
-        return done(_not_available(batch)) if cl is None else self._waited(cl.append_messages(batch), batch)
+        return done(not_available(batch)) if cl is None else self._waited(cl.append_messages(batch), batch)
 
     def _waited(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
         """``result`` with what the put waits for (a flush, a slave) once the writer started."""
