@@ -43,12 +43,11 @@ from pystore.config import BrokerRole, StoreConfig
 from pystore.consumer.consumer import Consumer
 from pystore.consumer.offsets import ConsumerOffsets
 from pystore.engine.checkpoint import AbortFile, StoreLock
-from pystore.engine.put_waits import done
+from pystore.engine.put_waits import NOT_LOADED, NotLoaded, done, not_available
 from pystore.engine.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
 from pystore.errors import StoreClosedError, StoreError
 from pystore.log._results import PutMessageResult
 from pystore.log.flush import flush_all
-from pystore.log.refusal import NOT_LOADED, NotLoaded, not_available
 from pystore.message._message import Message
 from pystore.message._message_batch import MessageBatch
 from pystore.message.constants import offset_of_message_id

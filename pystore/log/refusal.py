@@ -6,9 +6,6 @@ The put path answers a refusal with a status only (``MESSAGE_ILLEGAL`` is a bad 
 keeps the accepted put free of any extra work. The reason is derived afterwards, from the message and the
 store's configuration, by the same checks in the same order as the put path (``_commitlog.pyx``
 ``CommitLog._put``, and ``Message`` for the topic and properties verdicts).
-
-A store that is not loaded refuses every put with SERVICE_NOT_AVAILABLE: :data:`NOT_LOADED` stands in for the
-commit log's puts until it is (``MessageStore``), :func:`not_available` for any other put then.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from typing import TYPE_CHECKING, cast
 
 from pystore.format._codec import record_length
 from pystore.format._props import properties_to_string
-from pystore.log._results import PutMessageResult
 from pystore.message._message import Message
 from pystore.message._message_batch import MessageBatch
 from pystore.status import PutMessageStatus
@@ -28,9 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_PROPERTIES_BYTES",
     "MAX_TOPIC_BYTES",
-    "NOT_LOADED",
-    "NotLoaded",
-    "not_available",
     "body_problem",
     "properties_problem",
     "refusal_reason",
@@ -44,31 +37,6 @@ MAX_PROPERTIES_BYTES = 32767
 TOPIC_CHARACTERS = "[%|a-zA-Z0-9_-]"
 
 _END_FILE_MIN_BLANK = 8  # a commit-log file keeps room for its end-of-file blank
-
-
-def not_available(msg: object) -> PutMessageResult:
-    """SERVICE_NOT_AVAILABLE for a put to a store not loaded; ``TypeError`` for what no put takes."""
-    if not isinstance(msg, (Message, MessageBatch)):
-        raise TypeError("expected a Message or MessageBatch, got %s" % type(msg).__name__)
-    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
-
-
-class NotLoaded:
-    """Where ``MessageStore``'s puts go before ``load``: SERVICE_NOT_AVAILABLE (a refused put is a status), as the
-    commit log's compiled puts answer once the store is shut down."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def put_message(msg: Message) -> PutMessageResult:
-        return not_available(msg)
-
-    @staticmethod
-    def put_messages(batch: MessageBatch) -> PutMessageResult:
-        return not_available(batch)
-
-
-NOT_LOADED = NotLoaded()
 
 _STATUS_TEXT = {
     PutMessageStatus.SERVICE_NOT_AVAILABLE: "the store takes no puts now: it is read-only, a slave, not "
