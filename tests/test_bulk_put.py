@@ -175,10 +175,10 @@ def test_put_bodies_checks_its_arrays(store_factory):
     out = np.empty(2, dtype=np.int64)
     values = np.zeros(10, dtype=np.uint8)
     with pytest.raises(ValueError, match="outside the values"):
-        put_bodies(store._commitlog, tmpl, values, np.array([0, 5, 11]), False, 0, out, out, out)
+        put_bodies(store._commitlog.core, tmpl, values, np.array([0, 5, 11]), False, 0, out, out, out)
     with pytest.raises(ValueError, match="fewer than"):
-        put_bodies(store._commitlog, tmpl, values, np.array([0, 5, 6, 7]), False, 0, out, out, out)
-    assert put_bodies(store._commitlog, tmpl, values, np.array([0]), False, 0, out, out, out)[1] == 0
+        put_bodies(store._commitlog.core, tmpl, values, np.array([0, 5, 6, 7]), False, 0, out, out, out)
+    assert put_bodies(store._commitlog.core, tmpl, values, np.array([0]), False, 0, out, out, out)[1] == 0
     store_factory.expect_messages(0)
 
 

@@ -32,7 +32,7 @@ def quiet_store(store_factory, **kw):
 def run_follow(cl, stop, least_pages, max_ns, interval_ns=None):
     interval_ns = max_ns if interval_ns is None else interval_ns
     got: list[int] = []
-    t = threading.Thread(target=lambda: got.append(follow_flush(cl, cl.queue.last(), stop, least_pages, interval_ns,
+    t = threading.Thread(target=lambda: got.append(follow_flush(cl.core, cl.queue.last(), stop, least_pages, interval_ns,
                                                                 max_ns)))
     t.start()
     return t, got
@@ -57,7 +57,7 @@ def test_puts_wake_the_wait_and_it_flushes_each_time_enough_is_dirty(store_facto
         # every page dirtied is flushed by the waiting follow; the put path's wake-up needs no Python thread
         wait_for(lambda b=before: mf.flushed_position >= mf.wrote_position - 4 * PAGE and mf.flushed_position > b)
     assert t.is_alive() and got == []
-    stop.stop(cl)
+    stop.stop(cl.core)
     t.join(30)
     assert got == [FLUSH_STOPPED]
 
@@ -68,11 +68,11 @@ def test_less_than_least_pages_is_left_dirty_until_the_time_is_up(store_factory)
     flushed = mf.flushed_position
     store.put_message(Message(TOPIC, b"y" * 3000))
     t0 = time.monotonic()
-    assert follow_flush(cl, mf, FlushStop(), 4, 50 * MS, 50 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl.core, mf, FlushStop(), 4, 50 * MS, 50 * MS) == FLUSH_TIMEOUT
     assert time.monotonic() - t0 >= 0.04
     assert mf.flushed_position == flushed
     # with least_pages 0 anything dirty is flushed
-    assert follow_flush(cl, mf, FlushStop(), 0, 20 * MS, 20 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl.core, mf, FlushStop(), 0, 20 * MS, 20 * MS) == FLUSH_TIMEOUT
     assert mf.flushed_position == mf.wrote_position
 
 
@@ -81,22 +81,22 @@ def test_a_poke_ends_the_wait_once(store_factory):
     stop = FlushStop()
     t, got = run_follow(cl, stop, 4, 600_000 * MS)
     time.sleep(0.05)
-    stop.poke(cl)
+    stop.poke(cl.core)
     t.join(30)
     assert got == [FLUSH_TIMEOUT]
     # the poke was taken: the next wait runs its time
     t0 = time.monotonic()
-    assert follow_flush(cl, cl.queue.last(), stop, 4, 30 * MS, 30 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl.core, cl.queue.last(), stop, 4, 30 * MS, 30 * MS) == FLUSH_TIMEOUT
     assert time.monotonic() - t0 >= 0.02
 
 
 def test_a_stop_holds_for_later_waits_until_resumed(store_factory):
     store, cl = quiet_store(store_factory)
     stop = FlushStop()
-    stop.stop(cl)
-    assert follow_flush(cl, cl.queue.last(), stop, 4, 600_000 * MS, 600_000 * MS) == FLUSH_STOPPED
+    stop.stop(cl.core)
+    assert follow_flush(cl.core, cl.queue.last(), stop, 4, 600_000 * MS, 600_000 * MS) == FLUSH_STOPPED
     stop.resume()
-    assert follow_flush(cl, cl.queue.last(), stop, 4, 10 * MS, 10 * MS) == FLUSH_TIMEOUT
+    assert follow_flush(cl.core, cl.queue.last(), stop, 4, 10 * MS, 10 * MS) == FLUSH_TIMEOUT
 
 
 def test_a_full_file_is_flushed_to_its_end_and_handed_back(store_factory):
@@ -148,7 +148,7 @@ def test_a_log_that_grows_without_wake_ups_is_flushed_at_the_interval(store_fact
             store.put_message(Message(TOPIC, b"s" * 1000))
         wait_for(lambda: mf.flushed_position >= mf.wrote_position - 4 * PAGE and mf.flushed_position > before)
     finally:
-        stop.stop(cl)
+        stop.stop(cl.core)
         t.join(30)
         cl.flush_wake_c = True
     assert got == [FLUSH_STOPPED]
@@ -245,7 +245,7 @@ def test_flushes_while_puts_go_on_are_a_min_gap_apart(store_factory):
     stop = FlushStop()
     flushes = []
     got: list[int] = []
-    t = threading.Thread(target=lambda: got.append(follow_flush(cl, mf, stop, 4, 600_000 * MS, 600_000 * MS,
+    t = threading.Thread(target=lambda: got.append(follow_flush(cl.core, mf, stop, 4, 600_000 * MS, 600_000 * MS,
                                                                 200 * MS)))
     t.start()
     seen = mf.flushed_position
@@ -261,6 +261,6 @@ def test_flushes_while_puts_go_on_are_a_min_gap_apart(store_factory):
     assert all(b - a >= 0.15 for a, b in zip(flushes, flushes[1:]))
     wait_for(lambda: mf.flushed_position >= mf.wrote_position - 4 * PAGE)
     t1 = time.monotonic()
-    stop.stop(cl)
+    stop.stop(cl.core)
     t.join(30)
     assert got == [FLUSH_STOPPED] and time.monotonic() - t1 < 5

@@ -29,8 +29,8 @@ FIELDS = ("topic", "queue_id", "flag", "queue_offset", "commit_log_offset", "sys
 
 
 def slow(store: MessageStore, *args):
-    """The same call through the Python method (the fast path's fallback and its specification)."""
-    return MessageStore.get_message(store, *args)
+    """The same call through the Python reads (``StoreReads``: the fast path's fallback and its specification)."""
+    return store._reads.get_message(*args)
 
 
 def summary(r) -> tuple | None:
@@ -43,11 +43,25 @@ def summary(r) -> tuple | None:
 # -- binding ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("read_only", [False, True])
+def test_no_instance_attribute_shadows_a_method(store_factory, read_only):
+    """The store's methods are the class's in every state: load points them at compiled objects, it does not
+    rebind them on the instance."""
+    w = store_factory("w")
+    assert w.put_message(make_message(0)).is_ok()
+    store = store_factory("w", read_only=True) if read_only else w
+    methods = {name for name in dir(MessageStore) if callable(getattr(MessageStore, name, None))}
+    assert not methods & set(vars(store))
+    assert store.get_message(GROUP, TOPIC, 0, 0).status is GetMessageStatus.FOUND
+    assert not methods & set(vars(store))
+    store_factory.expect_messages(1, "w")
+
+
 def test_writable_store_binds_the_compiled_reader(store_factory):
     store = store_factory()
     assert store.put_message(make_message(0)).is_ok()
     assert isinstance(store._reader, QueueReader) and store._reader.open
-    assert store.get_message == store._reader.get_message
+    assert store._gets is store._reader and "get_message" not in vars(store)
     r = store.get_message(GROUP, TOPIC, 0, 0, 32)
     assert r.status is GetMessageStatus.FOUND and [m.queue_offset for m in r.messages] == [0]
     store_factory.expect_messages(1)
@@ -60,7 +74,7 @@ def test_read_only_store_binds_the_following_reader(store_factory):
     assert w.put_messages(MessageBatch([make_message(i) for i in range(5)])).is_ok()
     w.flush()
     ro = store_factory("w", read_only=True)
-    assert ro.get_message == ro._reader.get_message and "look_message_by_offset" not in vars(ro)
+    assert ro._gets is ro._reader and ro._looks is ro._reads and not {"get_message", "look_message_by_offset"} & set(vars(ro))
     assert [m.body for m in ro.get_message(GROUP, TOPIC, 0, 0, 32).messages] == \
         [m.body for m in w.get_message(GROUP, TOPIC, 0, 0, 32).messages]
     store_factory.expect_messages(5, "w")
@@ -83,7 +97,7 @@ def test_subclass_override_survives_open(store_factory):
 
 
 class PlainSubclass(MessageStore):
-    """Overrides nothing: a subclass keeps the Python methods all the same (``_bind_fast_paths``)."""
+    """Overrides nothing: a subclass keeps the Python methods all the same (``_attach_fast_paths``)."""
 
 
 def test_a_subclass_reads_through_the_python_methods(store_factory):
@@ -100,13 +114,13 @@ def test_a_subclass_reads_through_the_python_methods(store_factory):
 def test_look_message_by_offset_agrees_with_the_python_method(store_factory):
     store = store_factory(mapped_file_size_commit_log=4096)
     results = [store.put_message(make_message(i, body_size=300 + i)) for i in range(40)]
-    assert store.look_message_by_offset == store._reader.look_message_by_offset
+    assert store._looks is store._reader and "look_message_by_offset" not in vars(store)
     offsets = [r.append_message_result.wrote_offset for r in results]
     probes = offsets + [o + 1 for o in offsets[:5]] + [-1, 0, 4095, 4096, store.get_max_phy_offset(),
                                                        store.get_max_phy_offset() + 10**6, True, 10**9]
     for off in probes:
         fast = store.look_message_by_offset(off)
-        slow_m = MessageStore.look_message_by_offset(store, off)
+        slow_m = store._reads.look_message_by_offset(off)
         assert (fast is None) == (slow_m is None), off
         if fast is not None:
             assert (fast.raw, fast.commit_log_offset) == (slow_m.raw, slow_m.commit_log_offset)
@@ -330,7 +344,7 @@ def test_a_page_crossing_into_a_commit_log_file_newer_than_the_readers_view(stor
     offset = 0
     seen = []
     while offset < n:
-        r = read_queue(cq, offset, 32, stale, cl.mapped_file_size, store._limits, None, None, None, False)
+        r = read_queue(cq.core, offset, 32, stale, cl.mapped_file_size, store._limits, None, None, None, False)
         if r.status is GetMessageStatus.FOUND:
             assert r.next_begin_offset == offset + len(r.messages)
             seen.extend(m.queue_offset for m in r.messages)

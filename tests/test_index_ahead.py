@@ -34,7 +34,7 @@ def _keys(lo: int, hi: int) -> bytes:
 
 
 def _no_python_file(*args: object) -> None:
-    raise AssertionError("the writer called IndexService._new_file")
+    raise AssertionError("the writer called its new_file hook (IndexService._new_file)")
 
 
 def _entries(path: str) -> list[tuple[int, int]]:
@@ -54,21 +54,21 @@ def service(tmp_path):
 
 def test_no_spare_before_the_newest_is_half_full(service, tmp_path):
     assert not service.prepare_next()                    # no file yet
-    index_keys(service, b"T", _keys(0, 30), 5, T0, 0)     # 30 entries of 63
+    index_keys(service.core, b"T", _keys(0, 30), 5, T0, 0)     # 30 entries of 63
     assert not service.prepare_next()
     assert not (tmp_path / SPARE_NAME).exists()
-    index_keys(service, b"T", _keys(30, 32), 6, T0, 0)    # the count (the next free entry) reaches 32 of 64
+    index_keys(service.core, b"T", _keys(30, 32), 6, T0, 0)    # the count (the next free entry) reaches 32 of 64
     assert service.prepare_next() and not service.prepare_next()
     assert (tmp_path / SPARE_NAME).stat().st_size == os.path.getsize(service.files[0].mapped_file.file_name)
     assert os.listdir(tmp_path / "index") == [os.path.basename(service.files[0].mapped_file.file_name)]
 
 
 def test_the_writer_takes_the_spare_without_python(service, tmp_path):
-    index_keys(service, b"T", _keys(0, 40), 5, T0, 0)
+    index_keys(service.core, b"T", _keys(0, 40), 5, T0, 0)
     assert service.prepare_next()
     name = service._spare_name
-    service._new_file = _no_python_file                   # the put path must not come here
-    index_keys(service, b"T", _keys(40, 70), 9, T0 + 3000, 0)
+    service.core.new_file = _no_python_file                  # the put path must not come here
+    index_keys(service.core, b"T", _keys(40, 70), 9, T0 + 3000, 0)
     first, second = service.files
     assert second.mapped_file.file_name == name and os.path.basename(name) in os.listdir(tmp_path / "index")
     assert name > first.mapped_file.file_name
@@ -86,14 +86,14 @@ def test_the_writer_takes_the_spare_without_python(service, tmp_path):
 def test_without_a_spare_python_makes_the_file_and_wakes_the_service(service):
     woken = []
     service.wake = lambda: woken.append(1)
-    index_keys(service, b"T", _keys(0, 70), 5, T0, 0)
+    index_keys(service.core, b"T", _keys(0, 70), 5, T0, 0)
     assert [f.index_count for f in service.files] == [64, 8] and woken == [1]
     assert service.flush_full() == 1 and service.checkpoint.index_msg_timestamp == T0
 
 
 def test_a_failed_flush_keeps_the_file_and_the_index_time(service, monkeypatch):
-    index_keys(service, b"T", _keys(0, 70), 5, T0, 0)
-    index_keys(service, b"T", _keys(70, 140), 6, T0 + 5000, 0)
+    index_keys(service.core, b"T", _keys(0, 70), 5, T0, 0)
+    index_keys(service.core, b"T", _keys(70, 140), 6, T0 + 5000, 0)
     first = service._full[0]
     assert len(service._full) == 2
     real, calls = index_module.fsync_dir, []
@@ -113,10 +113,10 @@ def test_a_failed_flush_keeps_the_file_and_the_index_time(service, monkeypatch):
 
 
 def test_a_failed_rename_leaves_the_file_to_python(service, tmp_path):
-    index_keys(service, b"T", _keys(0, 40), 5, T0, 0)
+    index_keys(service.core, b"T", _keys(0, 40), 5, T0, 0)
     assert service.prepare_next()
     service._spare_name = str(tmp_path / "gone" / "20990101000000000")     # no such folder: rename fails
-    index_keys(service, b"T", _keys(40, 70), 9, T0, 0)
+    index_keys(service.core, b"T", _keys(40, 70), 9, T0, 0)
     assert [f.index_count for f in service.files] == [64, 8]
     assert service._spare is None and not (tmp_path / SPARE_NAME).exists()
     assert sorted(os.listdir(tmp_path / "index")) == [os.path.basename(f.mapped_file.file_name) for f in service.files]
@@ -124,7 +124,7 @@ def test_a_failed_rename_leaves_the_file_to_python(service, tmp_path):
 
 def test_close_deletes_an_unused_spare_and_load_a_leftover_one(tmp_path):
     s = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), clock=lambda: T0)
-    index_keys(s, b"T", _keys(0, 40), 5, T0, 0)
+    index_keys(s.core, b"T", _keys(0, 40), 5, T0, 0)
     assert s.prepare_next()
     s.close()
     assert not (tmp_path / SPARE_NAME).exists()
@@ -150,10 +150,10 @@ def test_the_service_makes_the_spare_and_flushes_full_files(service):
     svc = IndexFileService(service, interval_ms=10)
     svc.start()
     try:
-        index_keys(service, b"T", _keys(0, 70), 5, T0, 0)   # fills the first file: Python makes the second
+        index_keys(service.core, b"T", _keys(0, 70), 5, T0, 0)   # fills the first file: Python makes the second
         deadline = time.monotonic() + 30
         while (service._full or service._spare is None) and time.monotonic() < deadline:
-            index_keys(service, b"T", _keys(0, 1), 6, T0, 0)
+            index_keys(service.core, b"T", _keys(0, 1), 6, T0, 0)
             time.sleep(0.01)
         assert service._full == [] and service.checkpoint.index_msg_timestamp == T0
         assert service._spare is not None and service.files[-1].index_count >= 32
@@ -171,12 +171,12 @@ def test_a_store_switches_files_on_the_put_path_without_python(tmp_path):
         deadline = time.monotonic() + 30
         while index._spare is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        index._new_file = _no_python_file
+        index.core.new_file = _no_python_file
         for i in range(40, 70):
             assert store.put_message(Message("T", b"m%d" % i, keys="k%d" % i)).is_ok()
         store.flush()
         assert len(index.files) == 2
-        del index._new_file
+        index.core.new_file = index._new_file
     with MessageStore.open(tmp_path / "s", max_hash_slot_num=SLOTS, max_index_num=64) as store:
         for i in (0, 62, 69):
             assert [m.body for m in store.query_message("T", "k%d" % i).messages] == [b"m%d" % i]
@@ -189,7 +189,7 @@ def test_the_slot_table_is_prefaulted_once_a_file_holds_as_many_entries_as_it_ha
     slots, pages = 1_000_000, (40 + 4_000_000 + 4095) // 4096
     s = IndexService(str(sparse_tmp / "index"), slots, 4 * slots, _Checkpoint(), clock=lambda: T0)
     try:
-        index_keys(s, b"T", _keys(0, pages - 2), 5, T0, 0)
+        index_keys(s.core, b"T", _keys(0, pages - 2), 5, T0, 0)
         path = s.files[0].mapped_file.file_name
 
         def slot_table_allocated() -> int:
@@ -218,7 +218,7 @@ def test_the_slot_table_is_prefaulted_once_a_file_holds_as_many_entries_as_it_ha
         if not prefault_stats()["supported"]:
             pytest.skip("no MADV_POPULATE_WRITE on this kernel")
         assert slot_table_allocated() < pages * 4096 // 2
-        index_keys(s, b"T", _keys(pages, pages + 2), 6, T0, 0)    # the count reaches the page count
+        index_keys(s.core, b"T", _keys(pages, pages + 2), 6, T0, 0)    # the count reaches the page count
         settled()
         assert slot_table_allocated() >= 40 + 4 * slots - 4096
     finally:
@@ -226,7 +226,7 @@ def test_the_slot_table_is_prefaulted_once_a_file_holds_as_many_entries_as_it_ha
 
 
 def test_a_reader_finds_keys_in_a_file_taken_from_the_spare(service, tmp_path):
-    index_keys(service, b"T", _keys(0, 40), 5, T0, 0)
+    index_keys(service.core, b"T", _keys(0, 40), 5, T0, 0)
     service.flush()
     reader = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), read_only=True)
     try:
@@ -234,7 +234,7 @@ def test_a_reader_finds_keys_in_a_file_taken_from_the_spare(service, tmp_path):
         assert service.prepare_next()
         reader.refresh_read_only()
         assert len(reader.files) == 1                     # the spare is not in the folder
-        index_keys(service, b"T", _keys(40, 70), 9, T0 + 3000, 0)
+        index_keys(service.core, b"T", _keys(40, 70), 9, T0 + 3000, 0)
         reader.refresh_read_only()
         assert [f.index_count for f in reader.files] == [64, 8]
         for i, phy in ((0, 5), (62, 9), (69, 9)):
@@ -275,7 +275,7 @@ def test_the_index_service_takes_the_injected_disk_usage(tmp_path):
     s = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), clock=lambda: T0,
                      disk_usage=lambda path: Usage(10**12, 10**12, 0))
     try:
-        index_keys(s, b"T", _keys(0, 4), 5, T0, 0)
+        index_keys(s.core, b"T", _keys(0, 4), 5, T0, 0)
         assert s.files == [] and not os.listdir(tmp_path / "index")
     finally:
         s.close()

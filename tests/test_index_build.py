@@ -93,7 +93,7 @@ def test_index_log_writes_what_the_reput_writes(store_factory, tmp_path):
 
     fresh = IndexService(str(tmp_path / "fresh"), 101, 1000, _Checkpoint(), clock=store._parts.index.clock)
     try:
-        assert index_log(fresh, q.files, q.mapped_file_size, 0, end) == end
+        assert index_log(fresh.core, q.files, q.mapped_file_size, 0, end) == end
         fresh.flush()
         got = [open(f.mapped_file.file_name, "rb").read() for f in fresh.files]
     finally:
@@ -102,12 +102,12 @@ def test_index_log_writes_what_the_reput_writes(store_factory, tmp_path):
     assert got == want
     part = IndexService(str(tmp_path / "part"), 101, 1000, _Checkpoint())
     try:
-        assert index_log(part, q.files, q.mapped_file_size, offsets[20], end) == end
+        assert index_log(part.core, q.files, q.mapped_file_size, offsets[20], end) == end
         assert part.files[0].begin_phy_offset == offsets[20]
         assert part.query_offset(TOPIC, "k19", 10, 0, 2**62).phy_offsets == []
         assert part.query_offset(TOPIC, "k20", 10, 0, 2**62).phy_offsets == [offsets[20]]
         # a walk that ends inside a record stops before it
-        assert index_log(part, q.files, q.mapped_file_size, end, end + 7) == end
+        assert index_log(part.core, q.files, q.mapped_file_size, end, end + 7) == end
     finally:
         part.close()
 

@@ -76,7 +76,7 @@ def test_hash_of_the_stored_bytes_is_the_java_hash_of_the_decoded_string(service
     """The reput indexes record bytes: each part decoded on its own with U+FFFD for what is not UTF-8, as
     the Python path decoded them before hashing, then hashed as Java does over UTF-16 code units."""
     topic = "Top\u00efc".encode()
-    index_keys(service, topic, b"KEYS\x01" + key, 100, T0, 0)
+    index_keys(service.core, topic, b"KEYS\x01" + key, 100, T0, 0)
     want = expected(topic.decode("utf-8", "replace"), [(key.decode("utf-8", "replace"), None, 100)])
     assert entries(service.files[-1].mapped_file.file_name, 97) == want
 
@@ -110,14 +110,14 @@ def test_non_ascii_keys_inline_and_rebuilt_alike(store_factory, fake_clock):
 
 def test_keys_split_on_single_spaces(service):
     """``"a  b   c "``: three keys; the empty ones between repeated spaces and at either end are skipped."""
-    index_keys(service, b"T", b"KEYS\x01 a  b   c ", 7, T0, 0)
+    index_keys(service.core, b"T", b"KEYS\x01 a  b   c ", 7, T0, 0)
     assert entries(service.files[-1].mapped_file.file_name, 97) == expected("T", [(" a  b   c ", None, 7)])
     assert len(entries(service.files[-1].mapped_file.file_name, 97)) == 3
 
 
 def test_uniq_key_first_then_keys_whatever_the_stored_order(service):
-    index_keys(service, b"T", b"KEYS\x01k1 k2\x02UNIQ_KEY\x01U", 7, T0, 0)
-    index_keys(service, b"T", b"UNIQ_KEY\x01V\x02KEYS\x01k3", 9, T0, 0)
+    index_keys(service.core, b"T", b"KEYS\x01k1 k2\x02UNIQ_KEY\x01U", 7, T0, 0)
+    index_keys(service.core, b"T", b"UNIQ_KEY\x01V\x02KEYS\x01k3", 9, T0, 0)
     assert entries(service.files[-1].mapped_file.file_name, 97) == expected(
         "T", [("k1 k2", "U", 7), ("k3", "V", 9)])
 
@@ -132,7 +132,7 @@ def test_uniq_key_only(store_factory):
 
 
 def test_no_keys_no_entry(service):
-    index_keys(service, b"T", b"TAGS\x01a\x02KEYSX\x01b\x02XKEYS\x01c\x02KEYS\x01", 7, T0, 0)
+    index_keys(service.core, b"T", b"TAGS\x01a\x02KEYSX\x01b\x02XKEYS\x01c\x02KEYS\x01", 7, T0, 0)
     assert service.files == []
 
 
@@ -163,14 +163,14 @@ def test_a_message_whose_keys_fill_a_file_goes_on_in_the_next(store_factory, fak
 def test_a_full_file_rolls_in_the_function(service):
     """Called directly: 64 entries a file, 63 usable; 70 keys of one message fill the first and go on."""
     keys = " ".join("k%d" % i for i in range(70))
-    index_keys(service, b"T", b"KEYS\x01" + keys.encode(), 5, T0, 0)
+    index_keys(service.core, b"T", b"KEYS\x01" + keys.encode(), 5, T0, 0)
     assert [f.index_count for f in service.files] == [64, 8]
     got = [e for f in service.files for e in entries(f.mapped_file.file_name, 97)]
     assert got == expected("T", [(keys, None, 5)])
 
 
 def test_rollback_messages_are_not_indexed(store_factory, service):
-    index_keys(service, b"T", b"KEYS\x01r", 5, T0, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+    index_keys(service.core, b"T", b"KEYS\x01r", 5, T0, SysFlag.TRANSACTION_ROLLBACK_TYPE)
     assert service.files == []
     store = store_factory()
     store.put_message(Message(TOPIC, b"r", keys="rb", properties={"UNIQ_KEY": "UR"}))
@@ -218,13 +218,13 @@ def test_full_files_wait_for_their_flush_on_no_thread_of_their_own(tmp_path):
     s = IndexService(str(tmp_path / "index"), 97, 64, RecordingCheckpoint(), clock=lambda: T0)
     keys = " ".join("k%d" % i for i in range(200))
     before = set(threading.enumerate())
-    index_keys(s, b"T", b"KEYS\x01" + keys.encode(), 5, T0, 0)
+    index_keys(s.core, b"T", b"KEYS\x01" + keys.encode(), 5, T0, 0)
     assert [f.index_count for f in s.files] == [64, 64, 64, 12]
     assert set(threading.enumerate()) <= before
     assert s._full == s.files[:3] and s.checkpoint.index_msg_timestamp == 0
     assert s.flush_full() == 3 and s._full == []
     assert flushed_at == [T0] * 3
-    index_keys(s, b"T", b"KEYS\x01" + keys.encode(), 6, T0 + 5000, 0)
+    index_keys(s.core, b"T", b"KEYS\x01" + keys.encode(), 6, T0 + 5000, 0)
     assert len(s._full) == 3
     s.close()
     assert s._full == [] and s.checkpoint.index_msg_timestamp == T0 + 5000 and len(flushed_at) == 6
@@ -270,7 +270,7 @@ def test_hash_of_ascii_words_with_a_non_ascii_byte_anywhere(tmp_path, length):
                 keys.append(b"abcdefghijkl"[:pos] + odd + b"abcdefghijkl"[pos:length])
         want = []
         for phy, k in enumerate(keys, 1):
-            index_keys(s, b"Topic", b"KEYS\x01" + k, phy, T0, 0)
+            index_keys(s.core, b"Topic", b"KEYS\x01" + k, phy, T0, 0)
             want += expected("Topic", [(k.decode("utf-8", "replace"), None, phy)])
         assert entries(s.files[-1].mapped_file.file_name, 97) == want
     finally:
@@ -295,7 +295,7 @@ def test_properties_scan_matches_the_record_readers(tmp_path):
         for phy in range(1, 3001):
             props = rnd.choice([b"\x02", b"\x02\x02"]).join(segment() for _ in range(rnd.randint(1, 4)))
             props += rnd.choice([b"", b"\x02"])
-            index_keys(s, b"T", props, phy, T0, 0)
+            index_keys(s.core, b"T", props, phy, T0, 0)
             want += _expected_from_props(b"T", props, phy)
         assert len(want) > 500
         got = entries(s.files[-1].mapped_file.file_name, 97) if s.files else []
@@ -310,7 +310,7 @@ def test_topics_taking_turns_each_hash_under_their_own_name(service):
     topics = [b"TopicA", b"TopicB", b"Topic", b"TopicA", b"", b"TopicB", b"\xc3\xa9t\xc3\xa9", b"TopicA"]
     want = []
     for phy, t in enumerate(topics, 1):
-        index_keys(service, t, b"KEYS\x01k", phy, T0, 0)
+        index_keys(service.core, t, b"KEYS\x01k", phy, T0, 0)
         want += expected(t.decode(), [("k", None, phy)])
     assert entries(service.files[-1].mapped_file.file_name, 97) == want
 

@@ -78,7 +78,7 @@ def pair(store_factory: Any) -> tuple[Any, Any, Any]:
 
 def test_a_get_at_the_end_follows_in_c_within_a_file(pair, monkeypatch):
     w, ro, py = pair
-    assert ro.get_message == ro._reader.get_message
+    assert ro._gets is ro._reader
     assert _get(ro, 0) == _py_get(py, 0)
     fb = Fallbacks(monkeypatch)
     for i in range(1, 5):

@@ -48,5 +48,5 @@ def test_queue_offset_by_time_equals_a_brute_force_search(store_factory, fake_cl
     for t in sorted(set(times)):
         first = times.index(t)
         last = len(times) - 1 - times[::-1].index(t)
-        assert queue_offset_by_time(cq, cl.files, cl.mapped_file_size, t, True) == first
-        assert queue_offset_by_time(cq, cl.files, cl.mapped_file_size, t, False) == last
+        assert queue_offset_by_time(cq.core, cl.files, cl.mapped_file_size, t, True) == first
+        assert queue_offset_by_time(cq.core, cl.files, cl.mapped_file_size, t, False) == last

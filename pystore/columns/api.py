@@ -245,7 +245,7 @@ def put_columns(store: MessageStore, topic: str, bodies: BodiesColumn, queue_id:
     born = store.clock()
     cl = store._commitlog
     if cl is not None and (properties is None or isinstance(properties, Mapping)):
-        done, packed = _compiled(cl, topic, packed, queue_id, keys, tags, properties, batch, born)
+        done, packed = _compiled(cl.core, topic, packed, queue_id, keys, tags, properties, batch, born)
         if done is not None:
             return done
     return _put_messages(store, _messages(topic, _bodies(packed), queue_id, keys, tags, properties, born), batch)

@@ -8,6 +8,9 @@ A blocking put runs ``after_put`` on the caller's thread (the commit log calls i
 hook, only when there is something to wait for: ASYNC_FLUSH on an ASYNC_MASTER keeps Python off the put
 path); an async put gets a ``Future`` from ``complete_async``, completed by the group commit service and the
 HA service's transfer thread.
+
+A put to a store not loaded waits for nothing: it is refused at once with SERVICE_NOT_AVAILABLE
+(:data:`NOT_LOADED` stands in for the commit log's puts until ``load``, :func:`not_available` answers the others).
 """
 
 from __future__ import annotations
@@ -26,9 +29,34 @@ from pystore.status import PutMessageStatus
 if TYPE_CHECKING:
     from pystore.config import StoreConfig
 
-__all__ = ["PutWaits", "done"]
+__all__ = ["NOT_LOADED", "NotLoaded", "PutWaits", "done", "not_available"]
 
 log = logging.getLogger(__name__)
+
+
+def not_available(msg: object) -> PutMessageResult:
+    """SERVICE_NOT_AVAILABLE for a put to a store not loaded; ``TypeError`` for what no put takes."""
+    if not isinstance(msg, (Message, MessageBatch)):
+        raise TypeError("expected a Message or MessageBatch, got %s" % type(msg).__name__)
+    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+
+
+class NotLoaded:
+    """Where ``MessageStore``'s puts go before ``load``: SERVICE_NOT_AVAILABLE (a refused put is a status), as the
+    commit log's compiled puts answer once the store is shut down."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def put_message(msg: Message) -> PutMessageResult:
+        return not_available(msg)
+
+    @staticmethod
+    def put_messages(batch: MessageBatch) -> PutMessageResult:
+        return not_available(batch)
+
+
+NOT_LOADED = NotLoaded()
 
 
 def done(result: PutMessageResult) -> Future[PutMessageResult]:

@@ -303,7 +303,7 @@ def _apply(plan: RecoveryPlan, commitlog: CommitLog, cq_store: ConsumeQueueStore
     if plan.gap_check is not None:
         check = plan.gap_check
         gaps, reached = queues_behind(queue.files, queue.mapped_file_size, check.start, check.end,
-                                      dict(cq_store.items()), check.tails, check.stored_before, check.dispatched_end)
+                                      dict(cq_store.table), check.tails, check.stored_before, check.dispatched_end)
         refusal, note = judge_reader_walk(check, gaps, reached, queues, _log_ends(commitlog, result))
         if refusal is not None:
             raise corrupted(queue, refusal)
@@ -358,7 +358,7 @@ def _attach_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore) -> None:
     low = commitlog.get_min_offset()
     for cq in cq_store.queues():
         cell = commitlog.get_cell(cq.topic, cq.queue_id)
-        cell.consume_queue = cq
+        cell.consume_queue = cq.core
         cell.next_offset = cq.get_max_offset_in_queue()
         if low >= 0:
             cq.correct_min_offset(low)

@@ -14,10 +14,10 @@ replication is ``pystore.ha.master`` and ``pystore.ha.slave``'s; loops over byte
 A read-only store takes no lock, writes nothing and refuses puts (``SERVICE_NOT_AVAILABLE``); it follows a
 live writer by re-reading the folder when asked for data beyond what it has seen.
 
-One put and its read, module by module: ``put_message`` is the commit log's compiled ``put_message``
-(``_bind_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
-says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` is ``_queue_reader.QueueReader``'s
-(``_bind_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
+One put and its read, module by module: ``put_message`` calls the commit log's compiled ``put_message``
+(``_attach_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
+says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` calls ``_queue_reader.QueueReader``'s
+(``_attach_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
 run ``_read.read_queue``, which reads the consume queue's units and the records they point at.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
@@ -43,7 +43,7 @@ from pystore.config import BrokerRole, StoreConfig
 from pystore.consumer.consumer import Consumer
 from pystore.consumer.offsets import ConsumerOffsets
 from pystore.engine.checkpoint import AbortFile, StoreLock
-from pystore.engine.put_waits import done
+from pystore.engine.put_waits import NOT_LOADED, NotLoaded, done, not_available
 from pystore.engine.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
 from pystore.errors import StoreClosedError, StoreError
 from pystore.log._results import PutMessageResult
@@ -53,7 +53,6 @@ from pystore.message._message_batch import MessageBatch
 from pystore.message.constants import offset_of_message_id
 from pystore.read._queue_reader import QueueReader
 from pystore.read.store_reads import StoreReads
-from pystore.status import PutMessageStatus
 from pystore.system.durable import make_dirs_durable
 from pystore.system.running_flags import RunningFlags
 from pystore.system.service import disk_used_ratio, real_clock
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
     from pystore.engine.schedule import ScheduleMessageService
     from pystore.engine.wiring import StoreParts, Writer
     from pystore.errors import StoreCorruptedError
+    from pystore.log._commitlog import CommitLogCore
     from pystore.log._mapped_view import SelectMappedBufferResult
     from pystore.log.commitlog import CommitLog
     from pystore.message._message_ext import MessageExt
@@ -87,12 +87,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
-
-
-def _not_available(msg: object) -> PutMessageResult:
-    if not isinstance(msg, (Message, MessageBatch)):
-        raise TypeError("expected a Message or MessageBatch, got %s" % type(msg).__name__)
-    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
 
 class _Part(Generic[_T]):
@@ -140,9 +134,14 @@ class MessageStore:
         self.read_only = self.config.read_only
         self.running_flags = RunningFlags()
         self.running_flags.add_listener(self._update_writeable)
-        #: the Python reads (``pystore.read.store_reads``); the compiled ``get_message`` of a writer (``_bind_fast_paths``)
+        #: the Python reads (``pystore.read.store_reads``); the compiled ``get_message`` of a writer (``_attach_fast_paths``)
         self._reads = StoreReads(self.config, self.running_flags)
         self._reader: QueueReader | None = None
+        #: what ``put_message``/``put_messages``, ``get_message`` and ``look_message_by_offset`` call: until
+        #: ``load``, and in the cases ``_attach_fast_paths`` names, the Python ones; after it, compiled ones
+        self._puts: CommitLogCore | NotLoaded = NOT_LOADED
+        self._gets: QueueReader | StoreReads = self._reads
+        self._looks: QueueReader | StoreReads = self._reads
         self._state = _NEW
         self._lock = StoreLock(self.config.lock_path())
         self._abort = AbortFile(self.config.abort_path())
@@ -245,39 +244,35 @@ class MessageStore:
         self._parts, self.recovery = parts, parts.recovery
         self._commitlog, self._cq_store, self._limits = parts.commitlog, parts.cq_store, parts.limits
         self._reads.attach(parts)
-        self._bind_fast_paths()
+        self._attach_fast_paths()
         self._state = _LOADED
         return True
 
-    def _bind_fast_paths(self) -> None:
-        """The one place where instance attributes replace methods, so that the common calls cost one call
-        into C and no Python frame (on the put and get paths a Python frame would cost more than the work):
+    def _attach_fast_paths(self) -> None:
+        """Point the common calls at compiled objects, so that each costs one Python frame (the method's) and one
+        call into C, whatever it reaches (on the put and get paths the work is little more than that):
 
         * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
           SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
         * ``get_message``, ``look_message_by_offset``, on a ``MessageStore`` itself: a ``_queue_reader.QueueReader``'s,
           which serves the common call (no filter, a known queue, a readable master, int arguments) and hands
-          every other to the ``StoreReads`` methods these delegate to. A read-only store's reader follows the
-          writer first (``QueueReader`` says how far in C); its ``look_message_by_offset`` stays the Python
-          method's, which follows the writer too. A subclass may override these methods: it keeps them.
+          every other to the ``StoreReads`` methods. A read-only store's reader follows the writer first
+          (``QueueReader`` says how far in C); its ``look_message_by_offset`` stays ``StoreReads``', which follows
+          the writer too. A subclass reads through ``StoreReads`` (no reader), whatever it overrides.
 
-        The methods below are what the bound ones do, and what runs before ``load``, in a read-only store (for
-        reads) and in a subclass that overrides them."""
+        The methods stay the class's: nothing here is an instance attribute named as a method."""
         cl, cq_store, limits = self._commitlog, self._cq_store, self._limits
         assert cl is not None and cq_store is not None and limits is not None
-        if type(self).put_message is MessageStore.put_message:
-            self.put_message = cl.put_message  # type: ignore[method-assign]
-        if type(self).put_messages is MessageStore.put_messages:
-            self.put_messages = cl.put_messages  # type: ignore[method-assign]
+        self._puts = cl.core
         if type(self) is not MessageStore:
             return
         self._reader = QueueReader(cq_store.table, cl.queue, limits, self.running_flags, RunningFlags.NOT_READABLE_BIT,
                                    self.config, BrokerRole.SLAVE, StoreReads, self._reads,
                                    self._parts if self.read_only else None)
         self._reads.reader = self._reader
-        self.get_message = self._reader.get_message  # type: ignore[method-assign]
+        self._gets = self._reader
         if not self.read_only:
-            self.look_message_by_offset = self._reader.look_message_by_offset  # type: ignore[method-assign]
+            self._looks = self._reader
 
     def start(self) -> None:
         """Start the services and accept puts (a read-only store only serves reads)."""
@@ -361,24 +356,22 @@ class MessageStore:
 
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``).
-        Once loaded, the commit log's compiled method answers instead (``_bind_fast_paths``)."""
-        cl = self._commitlog
-        return _not_available(msg) if cl is None else cl.put_message(msg)
+        Once loaded, the commit log's compiled method answers (``_attach_fast_paths``)."""
+        return self._puts.put_message(msg)
 
     def put_messages(self, batch: MessageBatch) -> PutMessageResult:
         """Store a ``MessageBatch``: consecutive queue offsets, one lock hold, never split across files."""
-        cl = self._commitlog
-        return _not_available(batch) if cl is None else cl.put_messages(batch)
+        return self._puts.put_messages(batch)
 
     def async_put_message(self, msg: Message) -> Future[PutMessageResult]:
         """Like ``put_message``, returning a ``Future``; with SYNC_FLUSH it completes once the message is on
         disk (the group commit service completes it)."""
         cl = self._commitlog
-        return done(_not_available(msg)) if cl is None else self._waited(cl.append_message(msg), msg)
+        return done(not_available(msg)) if cl is None else self._waited(cl.append_message(msg), msg)
 
     def async_put_messages(self, batch: MessageBatch) -> Future[PutMessageResult]:
         cl = self._commitlog
-        return done(_not_available(batch)) if cl is None else self._waited(cl.append_messages(batch), batch)
+        return done(not_available(batch)) if cl is None else self._waited(cl.append_messages(batch), batch)
 
     def _waited(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
         """``result`` with what the put waits for (a flush, a slave) once the writer started."""
@@ -410,7 +403,7 @@ class MessageStore:
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         """The message stored at ``commit_log_offset``, or None if no message starts there."""
-        return self._reads.look_message_by_offset(commit_log_offset)
+        return self._looks.look_message_by_offset(commit_log_offset)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message with this offset message id (store host + port + commit-log offset, hex)."""
@@ -451,7 +444,7 @@ class MessageStore:
         not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
         flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
         instead, because a refused put is a status (docs/api.md)."""
-        return self._reads.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
+        return self._gets.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Number of units ever written to the queue (the next offset to consume from its end); 0 if unknown."""

@@ -139,7 +139,7 @@ class StoreParts:
         follow's, in Python."""
         if self.commitlog.damage_fence >= 0:
             return False
-        moved = follow_in_place(cq, self.commitlog.queue.files)
+        moved = follow_in_place(cq.core, self.commitlog.queue.files)
         if moved == 2:
             self._attach(cq)
         return moved != 0
@@ -147,7 +147,7 @@ class StoreParts:
     def _attach(self, cq: ConsumeQueue) -> None:
         """The commit log's cell of ``cq``'s queue follows what the reader now sees of it."""
         cell = self.commitlog.get_cell(cq.topic, cq.queue_id)
-        cell.consume_queue = cq
+        cell.consume_queue = cq.core
         cell.next_offset = cq.get_max_offset_in_queue()
 
     def close(self) -> None:
@@ -239,7 +239,8 @@ def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: 
 
     # the dispatcher finds a record's cell in the commit log's topic-queue table itself (in C); a cell's
     # consume queue is made through cq_store on its first record
-    parts.dispatcher = QueueDispatcher(cl, cq_store.find_or_create, cfg.delay_level_table(), parts.index,
+    parts.dispatcher = QueueDispatcher(cl.core, cq_store.find_or_create_core, cfg.delay_level_table(),
+                                       None if parts.index is None else parts.index.core,
                                        SCHEDULE_TOPIC)
     if not cfg.read_only:
         # readers in other processes wait on this file's word; the dispatcher wakes them (pystore.read.arrival)

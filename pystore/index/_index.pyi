@@ -1,10 +1,11 @@
 """Types of ``pystore.index._index`` (compiled): the hash index files (docs/format.md §3) — one file's header, slots and
-entry chains (``IndexFileCore``), and the per-message indexing that ``IndexService`` (``pystore.index.service``, a
-subclass of ``IndexFilesBase``) runs. Internal to pystore; typed so that its own modules type-check.
+entry chains (``IndexFileCore``), and the per-message indexing over ``IndexFilesBase``, the compiled core an
+``IndexService`` (``pystore.index.service``) holds. Internal to pystore; typed so that its own modules type-check.
 
 Kept in step with ``_index.pyx`` by ``tests/test_stubs.py`` (mypy's stubtest).
 """
 
+from collections.abc import Callable
 from typing import Final, final
 
 from typing_extensions import disjoint_base
@@ -49,7 +50,7 @@ class IndexFileCore:
 
 @disjoint_base
 class IndexFilesBase:
-    # the index files, oldest first (a new list on every change); the subclass adds _new_file()
+    # the index files, oldest first (a new list on every change)
     _files: list[IndexFileCore]
     # files the writer left full, until their flush
     _full: list[IndexFileCore]
@@ -57,6 +58,8 @@ class IndexFilesBase:
     _spare: IndexFileCore | None
     _spare_path: str | None
     _spare_name: str | None
+    # makes a file when there is no spare (IndexService._new_file); None: no file
+    new_file: Callable[[], IndexFileCore | None] | None
     def take_spare(self) -> IndexFileCore | None: ...
 
 def index_keys(

@@ -361,9 +361,11 @@ cdef inline int32_t _abs_hash(uint32_t h) noexcept nogil:
 
 
 cdef class IndexFilesBase:
-    """The base of ``IndexService``: its list of files as a C field, which ``index_message`` reads on every
-    message (an attribute of a Python object would be a dictionary lookup), and the hash of the last topic
-    indexed (messages of one topic come in runs: its ``topic#`` part is hashed once a run)."""
+    """The compiled core an ``IndexService`` holds (``IndexService.core``, what dispatch, ``index_keys`` and
+    ``index_log`` take): its list of files as a C field, which ``index_message`` reads on every message (an
+    attribute of a Python object would be a dictionary lookup), the spare made ahead, the ``new_file`` hook,
+    and the hash of the last topic indexed (messages of one topic come in runs: its ``topic#`` part is hashed
+    once a run)."""
 
     def __cinit__(self, *args, **kwargs):
         self._topic_len = -1
@@ -396,7 +398,7 @@ cdef IndexFileCore _take_spare(IndexFilesBase service):
     src = service._spare_path.encode("utf-8", "surrogateescape")
     dst = service._spare_name.encode("utf-8", "surrogateescape")
     if rename(src, dst) != 0:
-        # left to IndexService._new_file, which makes a file of its own and deletes this one
+        # left to the new_file hook (IndexService._new_file), which makes a file of its own and deletes this one
         return None
     service._spare = None
     f.mapped_file.file_name = service._spare_name
@@ -406,12 +408,15 @@ cdef IndexFileCore _take_spare(IndexFilesBase service):
 
 
 cdef IndexFileCore _next_file(IndexFilesBase service):
-    """A new newest file once the newest is full: the spare, else one made by Python
-    (``IndexService._new_file``: the first file, or no spare in time; None if none can be made)."""
+    """A new newest file once the newest is full: the spare, else one made by Python (the ``new_file`` hook,
+    ``IndexService._new_file``: the first file, or no spare in time; None if there is no hook or no file can
+    be made)."""
     cdef IndexFileCore f = _take_spare(service)
     if f is not None:
         return f
-    made = service._new_file()
+    if service.new_file is None:
+        return None
+    made = service.new_file()
     # a checked cast refuses None: a file that cannot be made (no space) is no file, not a TypeError
     return None if made is None else <IndexFileCore?>made
 

@@ -11,9 +11,12 @@ dispatch (``_index.index_message``, called with the stored topic and properties 
 one (``prepare_next``) as ``index.spare`` beside the folder, which the writer renames into the folder and
 starts, in C, when the newest fills (``_index.take_spare``); and it flushes the files the writer left full
 (``flush_full``), after which the checkpoint's index time moves to their end time. Python runs on the put
-path only to make a file no spare was made for (``_new_file``: the first one, or files filling faster than
-the service looks). After an abnormal exit, files newer than the index time are dropped and rebuilt by
-dispatch, and an unused spare is deleted. ``query_offset`` walks files newest first (``_index.select_in_files``).
+path only to make a file no spare was made for (``_new_file``, the core's ``new_file`` hook: the first one, or
+files filling faster than the service looks). ``IndexService`` holds its compiled core (``core``, an
+``_index.IndexFilesBase``: the files, the spare, the last topic's hash), which it hands to the compiled writers
+(dispatch, ``index_keys``, ``index_log``); its ``_files``, ``_full`` and ``_spare*`` are the core's fields.
+After an abnormal exit, files newer than the index time are dropped and rebuilt by dispatch, and an unused spare
+is deleted. ``query_offset`` walks files newest first (``_index.select_in_files``).
 A new file's name and every destroy's time come from the store's clock, and the free-space check before a new
 (sparse) file from the store's ``disk_usage`` (``pystore.system.service``), as in every other policy.
 
@@ -50,6 +53,7 @@ from pystore.log._mapped_file import MappedFile
 from pystore.log.geometry import index_geometry
 from pystore.message._message_ext import MessageExt
 from pystore.read.results import QueryMessageResult
+from pystore.system.core_field import CoreField
 from pystore.system.durable import PendingDirs, fsync_dir, make_dirs
 from pystore.system.service import DiskUsage, ServiceThread, disk_free_bytes, real_clock
 
@@ -75,10 +79,22 @@ class QueryOffsetResult:
         self.index_last_update_phyoffset = phy
 
 
-class IndexService(IndexFilesBase):
+class IndexService:
+    #: the core's fields: the files oldest first (a new list on every change; the compiled writer reads it), the
+    #: files the writer left full (it adds to it), the spare made ahead and where it lies and is renamed to
+    _files: CoreField[list[IndexFileCore]] = CoreField("_files")
+    _full: CoreField[list[IndexFileCore]] = CoreField("_full")
+    _spare: CoreField[IndexFileCore | None] = CoreField("_spare")
+    _spare_path: CoreField[str | None] = CoreField("_spare_path")
+    _spare_name: CoreField[str | None] = CoreField("_spare_name")
+
     def __init__(self, path: str, hash_slot_num: int, index_num: int, checkpoint: Any, read_only: bool = False,
                  clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64,
                  disk_usage: DiskUsage | None = None) -> None:
+        #: what the compiled writers take (dispatch, ``index_keys``, ``index_log``); it calls ``_new_file`` back
+        #: only when it has neither a file with room nor a spare
+        self.core = IndexFilesBase()
+        self.core.new_file = self._new_file
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
@@ -89,8 +105,6 @@ class IndexService(IndexFilesBase):
         self.clock = clock or real_clock
         self.disk_usage = disk_usage
         self.max_msgs_num_batch = max_msgs_num_batch
-        self._files: list[IndexFileCore] = []           # a C field (IndexFilesBase): the compiled writer reads it
-        self._full: list[IndexFileCore] = []            # a C field too: the writer adds a file it left full
         self._lock = threading.RLock()
         #: folders whose new entries are not durable yet; synced by the flushes, before the checkpoint's time
         self.pending_dirs = PendingDirs()
@@ -98,7 +112,7 @@ class IndexService(IndexFilesBase):
         #: where the next file is made ahead of need (``prepare_next``): beside the folder, not in it, so that a
         #: reader of the folder (RocketMQ's too) sees only files in use
         self.spare_path = os.path.join(os.path.dirname(os.path.abspath(path)), SPARE_NAME)
-        self._spare_path = self.spare_path              # a C field: the compiled writer renames the file
+        self._spare_path = self.spare_path              # the compiled writer renames the file
         #: serialises the flushes of full files: the checkpoint's index time moves in file order
         self._flush_lock = threading.Lock()
         #: ``IndexFileService.wakeup`` while that service runs: a file filled without a spare (see ``_new_file``)
@@ -209,7 +223,7 @@ class IndexService(IndexFilesBase):
         if self.read_only:
             return None
         with self._lock:
-            f = self.take_spare()
+            f = self.core.take_spare()
             if f is None and self._spare is not None:
                 log.warning("cannot take the spare index file %s; making a new one", self.spare_path)
                 self._drop_spare()
@@ -301,7 +315,7 @@ class IndexService(IndexFilesBase):
             props.append("UNIQ_KEY\x01" + uniq_key)
         if keys:
             props.append("KEYS\x01" + keys)
-        index_keys(self, topic.encode("utf-8", "surrogatepass"), "\x02".join(props).encode("utf-8", "surrogatepass"),
+        index_keys(self.core, topic.encode("utf-8", "surrogatepass"), "\x02".join(props).encode("utf-8", "surrogatepass"),
                    phy_offset, store_ts, sys_flag)
 
     def query_messages(self, commitlog: Any, topic: str, key: str, max_num: int, begin: int,
@@ -535,7 +549,7 @@ class IndexBuildService(ServiceThread):
         low = queue.get_min_offset()
         if low > start:
             start = low             # cleaned away unindexed: nothing left to index there
-        return self.cursor.advance(index_log(self.index, queue.files, queue.mapped_file_size, start, end)) - start
+        return self.cursor.advance(index_log(self.index.core, queue.files, queue.mapped_file_size, start, end)) - start
 
     def catch_up(self) -> int:
         """Index all the log holds now; the bytes walked."""
@@ -555,4 +569,4 @@ class IndexBuildService(ServiceThread):
                 self.wait_for_running(self.idle_ms)
             handed = follow_keyless(self.cursor, self.commitlog.queue.files, int(self.busy_ms * 1e6),
                                     int(self.idle_ms * 1e6), self.FOLLOW_MAX_MS * 1_000_000,
-                                    self.commitlog, int(self.idle_max_ms * 1e6)) == FOLLOW_WORK
+                                    self.commitlog.core, int(self.idle_max_ms * 1e6)) == FOLLOW_WORK

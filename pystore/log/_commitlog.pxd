@@ -70,6 +70,8 @@ cdef class CommitLogCore:
     cdef public long long wake_bytes
     cdef public Dispatcher dispatcher
     cdef public object clock
+    # the store's configuration (StoreConfig, or None): read only by a refused put's ``reason``
+    cdef public object config
     cdef readonly int64_t put_times_total
     cdef readonly int64_t put_size_total
     cdef readonly int64_t put_failed_times

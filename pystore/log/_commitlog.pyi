@@ -1,5 +1,5 @@
-"""Types of ``pystore.log._commitlog`` (compiled): the put path (``CommitLogCore``, whose Python half is
-    ``pystore.log.commitlog.CommitLog``) and the topic-queue cells and inline-dispatch hook it works with. Internal to
+"""Types of ``pystore.log._commitlog`` (compiled): the put path (``CommitLogCore``, held by its Python half
+    ``pystore.log.commitlog.CommitLog`` as ``core``) and the topic-queue cells and inline-dispatch hook it works with. Internal to
 pystore; typed so that its own modules type-check. The put lock is in ``pystore.log._put_lock``, the record readers
 in ``pystore.log._records``.
 
@@ -50,6 +50,7 @@ class CommitLogCore:
     wake_bytes: int
     dispatcher: Dispatcher | None
     clock: Callable[[], int] | None
+    config: Any
     @property
     def put_times_total(self) -> int: ...
     @property

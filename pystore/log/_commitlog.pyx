@@ -13,8 +13,9 @@ record is also handed to the inline dispatcher (consume queue, index) when there
 flush service is woken (a C flag keeps that to one Python call per flush cycle) and, if set, the
 ``after_put`` hook decides the final status (group commit, replication).
 
-Policy stays in Python (``commitlog.py``): where the next file comes from (``roll_file``), what happens
-after a put (``after_put``), delay-level rewriting (``delay_rewrite``), whether the store is writeable.
+Policy stays in Python (``commitlog.CommitLog``, which holds this core as its ``core``): the hooks it and the
+wiring set say where the next file comes from (``roll_file``), what happens after a put (``after_put``),
+delay-level rewriting (``delay_rewrite``), whether the store is writeable.
 
 Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by default
 (an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a
@@ -227,12 +228,12 @@ cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
     no text)."""
     cdef PutMessageResult r = put_failed(status)
     cl.put_failed_times += 1
-    r._refused = (what, getattr(cl, "config", None))
+    r._refused = (what, cl.config)
     return r
 
 
 cdef class CommitLogCore:
-    """The compiled half of the commit log (``commitlog.CommitLog`` is the Python half)."""
+    """The compiled half of the commit log, held by the Python half (``commitlog.CommitLog.core``)."""
 
     def __init__(self, long long file_size, store_host=("127.0.0.1", 10911), long long max_message_size=4194304,
                  bint reentrant_lock=False, long long os_page_cache_busy_timeout=1000):

@@ -1,10 +1,12 @@
 """The commit log: every message of every topic, in arrival order, in one ``MappedFileQueue``
 (docs/format.md §1, §5; RocketMQ ``CommitLog``).
 
-``CommitLog`` is the Python half of ``_commitlog.CommitLogCore``: the compiled half appends (checks, put
-lock, queue offsets, encode, roll); this half decides policy: where the next file comes from (the queue,
-through the allocate service), the min offset while the first file is being deleted, reads by offset, and
-keeping a read-only view in step with a live writer.
+``CommitLog`` is the Python half of the commit log and holds the compiled half (``core``, a
+``_commitlog.CommitLogCore``: what the store's puts, dispatch, the column put, the flush follow and the index
+follow take): the core appends (checks, put lock, queue offsets, encode, roll); this half decides policy:
+where the next file comes from (the queue, through the allocate service: the core's ``roll_file`` hook), the
+min offset while the first file is being deleted, reads by offset, and keeping a read-only view in step with a
+live writer. The core's fields and methods are reachable through the commit log under their own names.
 
 Thread-safety: as ``CommitLogCore`` (puts from any thread) and ``MappedFileQueue`` (copy-on-write list).
 """
@@ -12,16 +14,22 @@ Thread-safety: as ``CommitLogCore`` (puts from any thread) and ``MappedFileQueue
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, overload
 
 from pystore.format._codec import RECORD_BLANK
-from pystore.log._commitlog import BUCKET_NAMES, CommitLogCore
+from pystore.log._commitlog import BUCKET_NAMES, CommitLogCore, Dispatcher, QueueCell
 from pystore.log._mapped_file import MappedFile
 from pystore.log._mapped_view import SelectMappedBufferResult
+from pystore.log._put_lock import PutMessageLock
 from pystore.log._records import message_at, scan_file
+from pystore.log._results import PutMessageResult
 from pystore.log.mapped_file_queue import MappedFileQueue
+from pystore.message._message import Message
+from pystore.message._message_batch import MessageBatch
 from pystore.message._message_ext import MessageExt
 from pystore.queue._timesearch import pickup_store_timestamp, queue_offset_by_time
+from pystore.system.core_field import CoreField
 from pystore.system.crashpoint import crashpoint
 
 __all__ = ["CommitLog"]
@@ -29,10 +37,36 @@ __all__ = ["CommitLog"]
 log = logging.getLogger(__name__)
 
 
-class CommitLog(CommitLogCore):
+class CommitLog:
+    # the core's fields (``_commitlog.pxd`` says what each is)
+    file_size: CoreField[int] = CoreField("file_size")
+    max_message_size: CoreField[int] = CoreField("max_message_size")
+    writeable: CoreField[bool] = CoreField("writeable")
+    os_page_cache_busy_timeout: CoreField[int] = CoreField("os_page_cache_busy_timeout")
+    roll_file: CoreField[Callable[[int], MappedFile | None] | None] = CoreField("roll_file")
+    after_put: CoreField[Callable[[PutMessageResult, Message | MessageBatch], PutMessageResult] | None] = \
+        CoreField("after_put")
+    delay_rewrite: CoreField[Callable[[Message], Message | None] | None] = CoreField("delay_rewrite")
+    flush_wakeup: CoreField[Callable[[], object] | None] = CoreField("flush_wakeup")
+    flush_wake_c: CoreField[bool] = CoreField("flush_wake_c")
+    put_cpu: CoreField[int] = CoreField("put_cpu")
+    follow_put_cpu: CoreField[bool] = CoreField("follow_put_cpu")
+    wake_bytes: CoreField[int] = CoreField("wake_bytes")
+    dispatcher: CoreField[Dispatcher | None] = CoreField("dispatcher")
+    clock: CoreField[Callable[[], int] | None] = CoreField("clock")
+    config: CoreField[Any] = CoreField("config")
+    put_times_total: CoreField[int] = CoreField("put_times_total")
+    put_size_total: CoreField[int] = CoreField("put_size_total")
+    put_failed_times: CoreField[int] = CoreField("put_failed_times")
+    put_max_ns: CoreField[int] = CoreField("put_max_ns")
+    cells_removed: CoreField[int] = CoreField("cells_removed")
+    last_file: CoreField[MappedFile | None] = CoreField("last_file")
+    put_lock: CoreField[PutMessageLock] = CoreField("put_lock")
+
     def __init__(self, config: Any, queue: MappedFileQueue, clock: Any = None) -> None:
-        super().__init__(queue.mapped_file_size, config.store_host, config.max_message_size,
-                         config.use_reentrant_lock_when_put_message, config.os_page_cache_busy_timeout_mills)
+        #: the compiled half: what the compiled code that puts or follows the puts takes
+        self.core = CommitLogCore(queue.mapped_file_size, config.store_host, config.max_message_size,
+                                  config.use_reentrant_lock_when_put_message, config.os_page_cache_busy_timeout_mills)
         self.config = config
         self.queue = queue
         # blocks allocated ahead of the writer: in the files loaded, and in those the queue creates inline
@@ -40,6 +74,7 @@ class CommitLog(CommitLogCore):
         for mf in queue.files:
             mf.window = queue.window
         self.clock = clock
+        # the core's one call back here: a roll with no file ready (the allocate service usually made it)
         self.roll_file = self._roll_file
         #: read-only: where recovery found damage (-1: none); a refresh never reads past it
         self.damage_fence = -1
@@ -47,6 +82,52 @@ class CommitLog(CommitLogCore):
     def _roll_file(self, next_offset: int) -> MappedFile | None:
         crashpoint("commitlog.roll")
         return self.queue.get_last_mapped_file(next_offset, True)
+
+    # -- the core's puts and topic-queue table ---------------------------------------------------------------
+
+    def put_message(self, msg: Message) -> PutMessageResult:
+        return self.core.put_message(msg)
+
+    def put_messages(self, batch: MessageBatch) -> PutMessageResult:
+        return self.core.put_messages(batch)
+
+    def append_message(self, msg: Message) -> PutMessageResult:
+        """``put_message`` without the ``after_put`` waits (the async put adds them)."""
+        return self.core.append_message(msg)
+
+    def append_messages(self, batch: MessageBatch) -> PutMessageResult:
+        return self.core.append_messages(batch)
+
+    def set_store_host(self, host: tuple[str, int]) -> None:
+        self.core.set_store_host(host)
+
+    @overload
+    def get_cell(self, topic: str, queue_id: int, create: Literal[True] = True) -> QueueCell: ...
+    @overload
+    def get_cell(self, topic: str, queue_id: int, create: bool) -> QueueCell | None: ...
+    def get_cell(self, topic: str, queue_id: int, create: bool = True) -> QueueCell | None:
+        return self.core.get_cell(topic, queue_id, create)
+
+    def cells(self) -> list[QueueCell]:
+        return self.core.cells()
+
+    def remove_cell(self, topic: str, queue_id: int) -> QueueCell | None:
+        return self.core.remove_cell(topic, queue_id)
+
+    def get_topic_queue_table(self) -> dict[tuple[str, int], int]:
+        return self.core.get_topic_queue_table()
+
+    def is_os_page_cache_busy(self) -> bool:
+        return self.core.is_os_page_cache_busy()
+
+    def lock_time_mills(self) -> int:
+        return self.core.lock_time_mills()
+
+    def clear_flush_notified(self) -> None:
+        self.core.clear_flush_notified()
+
+    def put_latency_buckets(self) -> dict[str, int]:
+        return self.core.put_latency_buckets()
 
     def attach_last(self) -> None:
         """After loading or recovery: appends continue in the queue's last file."""
@@ -95,8 +176,9 @@ class CommitLog(CommitLogCore):
         return int(pickup_store_timestamp(self.queue.files, self.queue.mapped_file_size, offset, size))
 
     def queue_offset_by_time(self, cq: Any, timestamp: int, lower: bool) -> int:
-        """``MessageStore.get_offset_in_queue_by_time`` on consume queue ``cq``, whose units point here."""
-        return int(queue_offset_by_time(cq, self.queue.files, self.queue.mapped_file_size, timestamp, lower))
+        """``MessageStore.get_offset_in_queue_by_time`` on consume queue ``cq`` (a ``ConsumeQueue``), whose units
+        point here."""
+        return int(queue_offset_by_time(cq.core, self.queue.files, self.queue.mapped_file_size, timestamp, lower))
 
     def runtime_info(self, boot_timestamp: int, now: int, disk_ratio: float, dispatch_behind: int) -> dict[str, str]:
         """``MessageStore.get_runtime_info``: the put figures under RocketMQ's key names, with the store's own."""

@@ -100,10 +100,10 @@ class FlushRealTimeService(ServiceThread):
 
     def wakeup(self) -> None:
         super().wakeup()
-        self._follow_stop.poke(self.commitlog)
+        self._follow_stop.poke(self.commitlog.core)
 
     def shutdown(self, join: bool = True) -> None:
-        self._follow_stop.stop(self.commitlog)
+        self._follow_stop.stop(self.commitlog.core)
         super().shutdown(join)
 
     def run(self) -> None:
@@ -143,7 +143,7 @@ class FlushRealTimeService(ServiceThread):
             return
         queue.pending_dirs.sync()          # the file's name is durable before any of its bytes count as flushed
         budget = min(due_ms, cfg.flush_commit_log_thorough_interval)
-        if follow_flush(self.commitlog, mf, self._follow_stop, cfg.flush_commit_log_least_pages,
+        if follow_flush(self.commitlog.core, mf, self._follow_stop, cfg.flush_commit_log_least_pages,
                         max(cfg.flush_interval_commit_log, 1) * 1_000_000, max(budget, 1) * 1_000_000,
                         cfg.flush_commit_log_min_gap * 1_000_000) == FLUSH_ERROR:
             err = self._follow_stop.errno

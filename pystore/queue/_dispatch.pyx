@@ -118,7 +118,7 @@ def queues_behind(list cl_files, long long cl_file_size, long long from_offset, 
             key = (utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
             found = queues.get(key)
             if found is not None:
-                cq = <ConsumeQueueCore>found
+                cq = <ConsumeQueueCore?>found
                 if cq.last is None or PyList_GET_SIZE(files_of(cq.queue)) == 0:
                     head = False
                     tail = True
@@ -156,8 +156,8 @@ cdef inline uint64_t _cell_hash(const unsigned char *p, Py_ssize_t n, int32_t qu
 cdef class QueueDispatcher(Dispatcher):
     """Builds consume-queue units (and index entries) from appended records."""
     cdef readonly CommitLogCore cells          # the topic-queue table (the commit log's): reput's cells
-    cdef public object create_queue            # (topic, queue_id) -> ConsumeQueue
-    cdef public IndexFilesBase index           # IndexService, or None
+    cdef public object create_queue            # (topic, queue_id) -> ConsumeQueueCore (find_or_create_core)
+    cdef public IndexFilesBase index           # IndexService.core, or None
     # whether the inline path (dispatch, dispatch_run) writes index entries; False while an index builder
     # (pystore.index.service.IndexBuildService) follows the log off the put thread. reput always indexes
     cdef public bint inline_index
@@ -262,7 +262,7 @@ cdef class QueueDispatcher(Dispatcher):
         """The cell's consume queue, created on its first record."""
         if cell.consume_queue is None:
             cell.consume_queue = self.create_queue(cell.topic, cell.queue_id)
-        return <ConsumeQueueCore>cell.consume_queue
+        return <ConsumeQueueCore?>cell.consume_queue
 
     cdef void prepare(self, Message msg) noexcept:
         # a keyed message's keys are hashed before its record is written: key_scan starts the fetch of their

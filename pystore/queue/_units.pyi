@@ -16,7 +16,7 @@ FILLER_SIZE: Final[int]
 
 @disjoint_base
 class ConsumeQueueCore:
-    # subclassed by consume_queue.ConsumeQueue (the Python half)
+    # held by consume_queue.ConsumeQueue (the Python half, as its ``core``)
     @property
     def topic(self) -> str: ...
     @property

@@ -82,7 +82,7 @@ cdef bint _record_claims(ConsumeQueueCore cq, list cl_files, int64_t cl_file_siz
 
 
 cdef class ConsumeQueueCore:
-    """The compiled half of a consume queue (``consume_queue.ConsumeQueue`` is the Python half)."""
+    """The compiled half of a consume queue, held by the Python half (``consume_queue.ConsumeQueue.core``)."""
 
     def __init__(self, str topic, int queue_id, long long file_size, queue):
         if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:

@@ -1,7 +1,9 @@
 """Consume queues: one ``consumequeue/<topic>/<queue_id>/`` log of 20-byte units per queue (docs/format.md §2,
 §8.1, §8.4, §8.5; RocketMQ ``ConsumeQueue``), and ``ConsumeQueueStore``, the table of all of them.
 
-Units are written by ``_dispatch.QueueDispatcher`` (compiled); this module holds the policy: loading the folders,
+Units are written by ``_dispatch.QueueDispatcher`` (compiled) through each queue's compiled core
+(``ConsumeQueue.core``, a ``_units.ConsumeQueueCore``: what dispatch, the readers and the time search take; the
+store's ``table`` maps each queue's key to it); this module holds the policy: loading the folders,
 recovering each queue's valid end, cutting units that point past the commit log's end, moving the min
 offset up after the commit log's head was deleted (``correctMinOffset``), deleting whole files below the
 commit log's min offset, and following a live writer from a read-only store.
@@ -57,6 +59,7 @@ from pystore.queue._units import (
     unit_at,
     units_below,
 )
+from pystore.system.core_field import CoreField
 from pystore.system.durable import fsync_dir, sync_dirs
 from pystore.system.service import Clock
 
@@ -88,19 +91,29 @@ def _file_queue(folder: str, file_size: int, read_only: bool, window: int, clock
     return queue
 
 
-class ConsumeQueue(ConsumeQueueCore):
-    # declared by the compiled base (cdef public ... in _units.pxd), which the stub leaves untyped
-    min_logic_offset: int
-    max_physic_offset: int
-    queue: MappedFileQueue
-    last_file: MappedFile | None
+class ConsumeQueue:
+    """One queue: its compiled core (``core``: the units' writer, the end and min offsets, the time samples),
+    which compiled code takes, and the policy around it. The core's fields read and set through the queue."""
+
+    topic: CoreField[str] = CoreField("topic")
+    topic_utf8: CoreField[bytes] = CoreField("topic_utf8")
+    queue_id: CoreField[int] = CoreField("queue_id")
+    file_size: CoreField[int] = CoreField("file_size")
+    queue: CoreField[MappedFileQueue] = CoreField("queue")
+    last_file: CoreField[MappedFile | None] = CoreField("last_file")
+    max_physic_offset: CoreField[int] = CoreField("max_physic_offset")
+    min_logic_offset: CoreField[int] = CoreField("min_logic_offset")
+    last_store_ts: CoreField[int] = CoreField("last_store_ts")
+    on_error: CoreField[Callable[[str], object] | None] = CoreField("on_error")
+    repaired: CoreField[int] = CoreField("repaired")
     #: why ``load`` or ``recover`` did not trust the files (its path names the queue's file)
     damage: Refusal | None = None
 
     def __init__(self, topic: str, queue_id: int, store_path: str, file_size: int, read_only: bool = False,
                  window: int = -1, clock: Clock | None = None) -> None:
         folder = os.path.join(store_path, topic, str(queue_id))
-        super().__init__(topic, queue_id, file_size, _file_queue(folder, file_size, read_only, window, clock))
+        self.core = ConsumeQueueCore(topic, queue_id, file_size,
+                                     _file_queue(folder, file_size, read_only, window, clock))
         self.folder = folder
         self.read_only = read_only
         self.window = window
@@ -108,6 +121,21 @@ class ConsumeQueue(ConsumeQueueCore):
     def __repr__(self) -> str:
         return "ConsumeQueue(%r, %d, min=%d, max=%d)" % (self.topic, self.queue_id, self.get_min_offset_in_queue(),
                                                         self.get_max_offset_in_queue())
+
+    # -- the core's ----------------------------------------------------------------------------------
+
+    def put_message_position_info(self, phy: int, size: int, tags_code: int, cq_offset: int) -> None:
+        """Write the unit of queue offset ``cq_offset`` (the core's writer; dispatch calls it in C)."""
+        self.core.put_message_position_info(phy, size, tags_code, cq_offset)
+
+    def get_max_offset_in_queue(self) -> int:
+        return self.core.get_max_offset_in_queue()
+
+    def get_min_offset_in_queue(self) -> int:
+        return self.core.get_min_offset_in_queue()
+
+    def forget_time_samples(self) -> None:
+        self.core.forget_time_samples()
 
     # -- loading and recovery ----------------------------------------------------------------------
 
@@ -346,6 +374,8 @@ class ConsumeQueueStore:
         self.window = window
         self.on_error = on_error
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        #: the same keys to the queues' compiled cores (``table``), changed with ``_queues`` under the lock
+        self._cores: dict[tuple[str, int], ConsumeQueueCore] = {}
         self._lock = threading.Lock()
         #: queues whose files could not be trusted, deleted to be rebuilt from the commit log (load, recover)
         self.rebuilt: list[ConsumeQueue] = []
@@ -366,10 +396,15 @@ class ConsumeQueueStore:
         return self._queues.get((topic, queue_id))
 
     @property
-    def table(self) -> dict[tuple[str, int], ConsumeQueue]:
-        """The live table itself, for the compiled reader's lookups without a Python frame
-        (``_queue_reader.QueueReader``): read it, never change it (this class adds and removes, under its lock)."""
-        return self._queues
+    def table(self) -> dict[tuple[str, int], ConsumeQueueCore]:
+        """The live table of the queues' compiled cores, for the compiled reader's lookups without a Python frame
+        (``_queue_reader.QueueReader``) and recovery's gap walk: read it, never change it (this class adds and
+        removes, under its lock)."""
+        return self._cores
+
+    def find_or_create_core(self, topic: str, queue_id: int) -> ConsumeQueueCore:
+        """``find_or_create``'s queue's core: what dispatch's ``create_queue`` hands a cell (once per queue)."""
+        return self.find_or_create(topic, queue_id).core
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
@@ -385,6 +420,7 @@ class ConsumeQueueStore:
                     cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size, self.read_only, self.window,
                                       self.clock)
                     cq.on_error = self.on_error
+                    self._cores[key] = cq.core
                     self._queues[key] = cq
         return cq
 
@@ -488,6 +524,7 @@ class ConsumeQueueStore:
 
     def remove(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         with self._lock:
+            self._cores.pop((topic, queue_id), None)
             return self._queues.pop((topic, queue_id), None)
 
     def destroy_all(self) -> None:
@@ -495,6 +532,7 @@ class ConsumeQueueStore:
             for cq in self._queues.values():
                 cq.destroy()
             self._queues.clear()
+            self._cores.clear()
         if not self.read_only:
             shutil.rmtree(self.store_path, ignore_errors=True)
             fsync_dir(os.path.dirname(os.path.abspath(self.store_path)))

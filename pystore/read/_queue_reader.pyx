@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The frameless reader (``QueueReader``): ``get_message`` and ``look_message_by_offset`` without a Python frame
-for the common calls, a read-only store's follow of a live writer in C (``follow_live``, the refresh's too), the one-new-unit
-tail read, and the long-polling wait on the writer's wake word. Every answer is ``_read``'s: the general get is
-``_read._read_queue``, and anything this module cannot settle goes to the store class's own method.
+"""The frameless reader (``QueueReader``): ``get_message`` and ``look_message_by_offset`` with no Python frame past
+``MessageStore``'s own method for the common calls, a read-only store's follow of a live writer in C
+(``follow_live``, the refresh's too), the one-new-unit tail read, and the long-polling wait on the writer's wake
+word. Every answer is ``_read``'s: the general get is ``_read._read_queue``, and anything this module cannot settle
+goes to the Python reads (``StoreReads``).
 """
 
 cimport cython
@@ -166,11 +167,11 @@ cdef int64_t WAKE_POLL_NS = 1000000
 
 @cython.final
 cdef class QueueReader:
-    """``MessageStore.get_message`` and ``look_message_by_offset`` without a Python frame, for the common
-    call on a writable store that is loaded: ``get_message`` with a plain ``(group, topic, queue_id, offset,
-    max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an int. Anything else (a
-    filter, arguments of other types, an unknown queue, a store not readable or shut down, a slave) goes to
-    the store class's own method, so there is one reading of every rule. The store keeps ``open`` in step
+    """``MessageStore.get_message`` and ``look_message_by_offset`` (the store's methods call these) with no further
+    Python frame, for the common call on a writable store that is loaded: ``get_message`` with a plain ``(group,
+    topic, queue_id, offset, max_msg_nums)``, no filter, a queue that exists; ``look_message_by_offset`` with an
+    int. Anything else (a filter, arguments of other types, an unknown queue, a store not readable or shut down, a
+    slave) goes to the Python reads (``StoreReads``), so there is one reading of every rule. The store keeps ``open`` in step
     with its state.
 
     A read-only store's reader (``live``: its ``StoreParts``) follows the writer of another process first when
@@ -178,7 +179,7 @@ cdef class QueueReader:
     way); whatever that cannot settle (a new file, damage, a Python follow under way, a record not seen yet)
     is the Python method's get, which follows in full. ``wait_message`` is its
     long-polling get on the writer's wake word, spinning and getting again without a Python frame between."""
-    cdef dict queues                     # ConsumeQueueStore._queues: (topic, queue_id) -> ConsumeQueue
+    cdef dict queues                     # ConsumeQueueStore.table: (topic, queue_id) -> ConsumeQueueCore
     cdef object cl_queue                 # the commit log's MappedFileQueue (its ``files`` list is replaced)
     cdef ReadLimits lim
     cdef object flags                    # RunningFlags
@@ -229,12 +230,12 @@ cdef class QueueReader:
         if cq is None:
             return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums, message_filter)
         if self.live:
-            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+            r = self._get_live(<ConsumeQueueCore?>cq, offset, max_msg_nums)
             if r is None:
                 return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums)
             return r
         q = self.cl_queue
-        return _read_queue(<ConsumeQueueCore>cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None,
+        return _read_queue(<ConsumeQueueCore?>cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None,
                            None, None, False, q)
 
     cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
@@ -343,7 +344,7 @@ cdef class QueueReader:
         cdef object cq = self._queue_of(key)
         cdef GetMessageResult r = None
         if cq is not None:
-            r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums)
+            r = self._get_live(<ConsumeQueueCore?>cq, offset, max_msg_nums)
         if r is None:
             r = self.cls.get_message(self.store, "", key[0], key[1], offset, max_msg_nums)
         return r
@@ -417,11 +418,11 @@ cdef class QueueReader:
             word_spin = spin_ns
             cq = self._queue_of(key) if unit_spin else None
             if cq is not None:
-                s = self._spin_on_unit(<ConsumeQueueCore>cq, offset, spin_ns if spin_ns < left else left)
+                s = self._spin_on_unit(<ConsumeQueueCore?>cq, offset, spin_ns if spin_ns < left else left)
                 if s >= 0:
                     # the queue and the store's state were looked up just before the spin: only a shutdown
                     # meanwhile sends this get the long way
-                    r = self._get_live(<ConsumeQueueCore>cq, offset, max_msg_nums) if self.open else None
+                    r = self._get_live(<ConsumeQueueCore?>cq, offset, max_msg_nums) if self.open else None
                     if r is None:
                         r = self._get_any(key, offset, max_msg_nums)
                     # spun in full, or the unit came and is still not an answer (the Python get settles it

@@ -4,7 +4,7 @@ read-only store, after following the live writer as far as the read needs.
 
 The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/format.md §11.1) and the
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_queue_reader.QueueReader``, bound by
-``MessageStore._bind_fast_paths``) also runs; that reader hands the calls it does not serve to
+``MessageStore._attach_fast_paths``) also runs; that reader hands the calls it does not serve to
 ``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.read.arrival``'s;
 following the writer is ``pystore.engine.wiring.StoreParts``' (a read-only store's compiled reader follows it in
 C in the common case and hands the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
@@ -71,7 +71,7 @@ class StoreReads:
         #: None while the store is readable (loaded or started), else its state ("new", "shutdown")
         self.closed: str | None = "new"
         self._arrivals: Arrivals | None = None
-        #: the store's compiled reader (``MessageStore._bind_fast_paths``); a read-only store's waits use it
+        #: the store's compiled reader (``MessageStore._attach_fast_paths``); a read-only store's waits use it
         self.reader: QueueReader | None = None
 
     def attach(self, parts: StoreParts) -> None:
@@ -155,12 +155,12 @@ class StoreReads:
         # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
-        r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits, tag_codes,
-                       tag_names, filt, slave, None if self.read_only else queue, sink)
+        r = read_queue(None if cq is None else cq.core, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
+                       tag_codes, tag_names, filt, slave, None if self.read_only else queue, sink)
         if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
             parts.refresh_queue_read_only(topic, queue_id)
             with parts.refresh_lock:
-                r = read_queue(cq, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
+                r = read_queue(cq.core, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
                                tag_codes, tag_names, filt, slave, queue, sink)
         return r
 
