@@ -82,11 +82,11 @@ class QueryOffsetResult:
 class IndexService:
     #: the core's fields: the files oldest first (a new list on every change; the compiled writer reads it), the
     #: files the writer left full (it adds to it), the spare made ahead and where it lies and is renamed to
-    _files: CoreField[list[IndexFileCore]] = CoreField("_files")
-    _full: CoreField[list[IndexFileCore]] = CoreField("_full")
-    _spare: CoreField[IndexFileCore | None] = CoreField("_spare")
-    _spare_path: CoreField[str | None] = CoreField("_spare_path")
-    _spare_name: CoreField[str | None] = CoreField("_spare_name")
+    _files: CoreField[list[IndexFileCore]] = CoreField()
+    _full: CoreField[list[IndexFileCore]] = CoreField()
+    _spare: CoreField[IndexFileCore | None] = CoreField()
+    _spare_path: CoreField[str | None] = CoreField()
+    _spare_name: CoreField[str | None] = CoreField()
 
     def __init__(self, path: str, hash_slot_num: int, index_num: int, checkpoint: Any, read_only: bool = False,
                  clock: Callable[[], int] | None = None, max_msgs_num_batch: int = 64,

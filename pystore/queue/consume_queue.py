@@ -95,17 +95,17 @@ class ConsumeQueue:
     """One queue: its compiled core (``core``: the units' writer, the end and min offsets, the time samples),
     which compiled code takes, and the policy around it. The core's fields read and set through the queue."""
 
-    topic: CoreField[str] = CoreField("topic")
-    topic_utf8: CoreField[bytes] = CoreField("topic_utf8")
-    queue_id: CoreField[int] = CoreField("queue_id")
-    file_size: CoreField[int] = CoreField("file_size")
-    queue: CoreField[MappedFileQueue] = CoreField("queue")
-    last_file: CoreField[MappedFile | None] = CoreField("last_file")
-    max_physic_offset: CoreField[int] = CoreField("max_physic_offset")
-    min_logic_offset: CoreField[int] = CoreField("min_logic_offset")
-    last_store_ts: CoreField[int] = CoreField("last_store_ts")
-    on_error: CoreField[Callable[[str], object] | None] = CoreField("on_error")
-    repaired: CoreField[int] = CoreField("repaired")
+    topic: CoreField[str] = CoreField()
+    topic_utf8: CoreField[bytes] = CoreField()
+    queue_id: CoreField[int] = CoreField()
+    file_size: CoreField[int] = CoreField()
+    queue: CoreField[MappedFileQueue] = CoreField()
+    last_file: CoreField[MappedFile | None] = CoreField()
+    max_physic_offset: CoreField[int] = CoreField()
+    min_logic_offset: CoreField[int] = CoreField()
+    last_store_ts: CoreField[int] = CoreField()
+    on_error: CoreField[Callable[[str], object] | None] = CoreField()
+    repaired: CoreField[int] = CoreField()
     #: why ``load`` or ``recover`` did not trust the files (its path names the queue's file)
     damage: Refusal | None = None
 

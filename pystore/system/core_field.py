@@ -17,11 +17,12 @@ _T = TypeVar("_T")
 
 
 class CoreField(Generic[_T]):
-    """The core's field ``name`` (``owner.core.<name>``); set it too unless the core declares it read-only."""
+    """The core's field of the attribute's own name (``owner.core.<name>``); set it too unless the core declares it
+    read-only."""
 
     __slots__ = ("name",)
 
-    def __init__(self, name: str) -> None:
+    def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
     @overload
