@@ -27,7 +27,7 @@ import enum
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pystore.engine.recovery_plan import Note, Refusal
 from pystore.format._codec import UNIT_SIZE
@@ -201,6 +201,5 @@ def repair(damage: Refusal, *, read_only: bool) -> QueueRepair:
     """A queue whose files cannot be trusted (``damage``): a writer deletes them and rebuilds the queue from the
     commit log; a reader cannot, and refuses, saying who can."""
     if read_only:
-        return QueueRepair(QueueAction.REFUSE, replace(damage, reason=damage.reason + " (a writer's open rebuilds the "
-                                                       "queue from the commit log)"))
+        return QueueRepair(QueueAction.REFUSE, damage.for_reader())
     return QueueRepair(QueueAction.REBUILD, damage)

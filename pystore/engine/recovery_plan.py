@@ -58,6 +58,10 @@ class Refusal:
     reason: str
     path: str | None = None
 
+    def for_reader(self) -> Refusal:
+        """The refusal a reader gives for a queue a writer would rebuild: saying who can."""
+        return replace(self, reason=self.reason + " (a writer's open rebuilds the queue from the commit log)")
+
 
 @dataclass(frozen=True)
 class CheckpointView:
@@ -363,9 +367,7 @@ def _plan_reader(log: LogEnds, queues: Sequence[QueueEnd], checkpoint: Checkpoin
         return plan
     low = log.low
     for q, top in _queues_past_their_records(queues, log):
-        why = _foreign_units(q, top)
-        return replace(plan, refuse=replace(why, reason=why.reason + " (a writer's open rebuilds the queue from "
-                                            "the commit log)"))
+        return replace(plan, refuse=_foreign_units(q, top).for_reader())
     start = _maybe_cut_short(queues, low, log.walk_from)
     # a queue's last units lost: records of it after its end, found in the last commit-log file
     ends = [q.max_physic_offset for q in queues if q.units > 0]
