@@ -15,11 +15,12 @@ from posix.unistd cimport usleep
 from pystore.format._bytes cimport get_i32, get_i64, load_i32_acquire
 from pystore.format._codec cimport (CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, REC_BLANK, REC_END, RecordView, check_record,
                                     make_ext, scan_records)
+from pystore.log._files cimport files_of
 from pystore.log._mapped_file cimport MappedFile
 from pystore.message._message_ext cimport MessageExt
 from pystore.system._notify cimport WakeWord, ps_now_ns, ps_register, ps_spin_nonzero, ps_unregister, ps_wait
 from pystore.read._read cimport (GM_NO_MESSAGE_IN_QUEUE, GM_OFFSET_OVERFLOW_ONE, SCAN_FOUND, SCAN_NO_MATCHED, STATUSES,
-                                 GetMessageResult, ReadLimits, _files_of, _read_queue, _result)
+                                 GetMessageResult, ReadLimits, _read_queue, _result)
 from pystore.queue._units cimport DAMAGE_NONE, ConsumeQueueCore, unit_damage, unit_valid
 
 from pystore.log._records import message_at
@@ -235,7 +236,7 @@ cdef class QueueReader:
                 return self.cls.get_message(self.store, group, topic, queue_id, offset, max_msg_nums)
             return r
         q = self.cl_queue
-        return _read_queue(<ConsumeQueueCore?>cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None,
+        return _read_queue(<ConsumeQueueCore?>cq, offset, max_msg_nums, files_of(q), q.mapped_file_size, self.lim, None,
                            None, None, False, q)
 
     cdef GetMessageResult _get_live(self, ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums):
@@ -244,7 +245,7 @@ cdef class QueueReader:
         seen). Its fast case is a tailing consumer's: ``offset`` is the end seen and the writer has added just
         the one unit there (``_next_at_end``)."""
         cdef object q = self.cl_queue
-        cdef list files = _files_of(cq.queue)
+        cdef list files = files_of(cq.queue)
         cdef Py_ssize_t n = PyList_GET_SIZE(files)
         cdef MappedFile last = None
         cdef int64_t max_o = 0
@@ -259,9 +260,9 @@ cdef class QueueReader:
         if offset >= max_o and (last is None or last is not cq.last or _unit_after(last)):
             # no lock: the follow runs with the GIL held throughout, and only while no Python follow is under
             # way (one that started would have released the GIL in a scan or a folder listing)
-            if self.parts.following or self.commitlog.damage_fence >= 0 or not follow_live(cq, _files_of(q), False):
+            if self.parts.following or self.commitlog.damage_fence >= 0 or not follow_live(cq, files_of(q), False):
                 return None
-        r = _read_queue(cq, offset, max_msg_nums, _files_of(q), q.mapped_file_size, self.lim, None, None,
+        r = _read_queue(cq, offset, max_msg_nums, files_of(q), q.mapped_file_size, self.lim, None, None,
                         None, False, None)
         if r.status is STATUSES[SCAN_NO_MATCHED] and r.next_begin_offset == offset:
             return None
@@ -300,7 +301,7 @@ cdef class QueueReader:
         # as the follow: never while a Python follow is under way or the commit log has a damage fence
         if self.parts.following or self.commitlog.damage_fence >= 0:
             return None
-        cl_files = _files_of(self.cl_queue)
+        cl_files = files_of(self.cl_queue)
         ncl = PyList_GET_SIZE(cl_files)
         if ncl == 0:
             return None
@@ -464,4 +465,4 @@ cdef class QueueReader:
         if not self.open or type(commit_log_offset) is not int:
             return self.cls.look_message_by_offset(self.store, commit_log_offset)
         q = self.cl_queue
-        return message_at(_files_of(q), q.mapped_file_size, commit_log_offset, self.lim.check_crc)
+        return message_at(files_of(q), q.mapped_file_size, commit_log_offset, self.lim.check_crc)

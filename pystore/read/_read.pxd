@@ -45,9 +45,3 @@ cdef GetMessageResult _result(object status, int64_t next_offset, int64_t min_o,
 cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t max_msg_nums, list cl_files,
                                   int64_t cl_file_size, ReadLimits lim, object tag_codes, object tag_names,
                                   object filt, bint keep_offset, object cl_queue=*, RecordSink sink=*)
-
-
-cdef inline list _files_of(object q):
-    """``q.files`` of a ``MappedFileQueue`` without its property's Python frame (the list is replaced whole,
-    never changed in place: the one read is a snapshot as the property's is)."""
-    return <list>q._files

@@ -16,7 +16,7 @@ from pystore.format._bytes cimport body_crc32, get_i32, get_i64, load_i32_acquir
 from pystore.format._codec cimport (BORNHOST_V6_FLAG, CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, MESSAGE_MAGIC_CODE, REC_BAD_CRC,
                                     SPLIT_BODY, STOREHOSTADDRESS_V6_FLAG, RecordView, check_lengths, check_record,
                                     find_property, make_ext, make_ext_shared, read_unit_fields)
-from pystore.log._files cimport find_file
+from pystore.log._files cimport files_of, find_file
 from pystore.log._mapped_file cimport MappedFile
 from pystore.format._record cimport AT_MAGIC, AT_SYSFLAG, MIN_RECORD_SIZE, PLAIN_AT_BODYLENGTH
 from pystore.format._jstring cimport utf8_text
@@ -178,7 +178,7 @@ cdef int64_t _prev_unit_phy(ConsumeQueueCore cq, MappedFile cqf, int64_t pos):
     if pos >= CQ_STORE_UNIT_SIZE:
         p = cqf.base + pos - CQ_STORE_UNIT_SIZE
     elif cq is not None:
-        files = cq.queue.files
+        files = files_of(cq.queue)
         for i in range(1, PyList_GET_SIZE(files)):
             if <object>PyList_GET_ITEM(files, i) is cqf:
                 prev = <MappedFile>PyList_GET_ITEM(files, i - 1)
@@ -366,7 +366,7 @@ cdef int _scan(MappedFile cqf, int64_t start_pos, int64_t end_pos, list cl_files
                 # that rolled to a new file meanwhile wrote units pointing into it). Not readable yet, never
                 # skipped: the next call sees it. Unless it points past all the log ever written (``cl_queue``
                 # given: its files now): then the unit is damage, and waiting would stall the consumer for good.
-                if count == 0 and cl_queue is not None and phy + size > _written_end(cl_queue.files):
+                if count == 0 and cl_queue is not None and phy + size > _written_end(files_of(cl_queue)):
                     _raise_past(cqf, pos, phy, size, "the commit log")
                 break
             if count > 0 and total > 0:
@@ -608,7 +608,7 @@ cdef GetMessageResult _read_queue(ConsumeQueueCore cq, int64_t offset, int64_t m
     cdef int code
     if cq is None:
         return _result(STATUSES[GM_NO_MESSAGE_IN_QUEUE], offset if keep_offset else 0, 0, 0, [], 0, False)
-    files = _files_of(cq.queue)
+    files = files_of(cq.queue)
     cq_size = cq.queue.mapped_file_size
     units = cq_size // CQ_STORE_UNIT_SIZE
     n = PyList_GET_SIZE(files)
