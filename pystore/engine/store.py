@@ -17,7 +17,7 @@ live writer by re-reading the folder when asked for data beyond what it has seen
 One put and its read, module by module: ``put_message`` calls the commit log's compiled ``put_message``
 (``_attach_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
 says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` calls ``_queue_reader.QueueReader``'s
-(``_attach_fast_paths``), which hands the calls it does not serve to ``reads.StoreReads.get_message``: both
+(``_attach_fast_paths``), which hands the calls it does not serve to ``store_reads.StoreReads.get_message``: both
 run ``_read.read_queue``, which reads the consume queue's units and the records they point at.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
