@@ -536,3 +536,39 @@ def test_a_full_flush_reaches_the_end_of_every_queue(store_factory):
     store._cq_store.flush(0)
     assert cq.queue.flushed_where == cq.queue.get_max_offset() == 30 * 20
     assert all(mf.flushed_position == mf.wrote_position for mf in cq.queue.files)
+
+
+@pytest.mark.parametrize("filled", [True, False])
+def test_a_reader_walks_on_over_a_unit_a_live_writer_filled_behind_its_walk(tmp_path, monkeypatch, filled):
+    """A reader's open walks a live writer's last queue file: the walk stops at a unit not written yet, and by the
+    time it looks for units after it the writer has written that one and the next (in order). The reader walks
+    on from the unit (``_walk_on_live``) instead of refusing the store; a unit that stays empty while units
+    follow it (``filled`` False) is still damage, refused as before."""
+    import pystore.queue.consume_queue as consume_queue
+
+    root = str(tmp_path / "live")
+    with MessageStore.open(root, **SMALL_INDEX) as w:
+        for i in range(8):
+            assert w.put_message(make_message(i, topic=TOPIC)).is_ok()
+    path = os.path.join(cq_dir(root), "%020d" % 0)
+    unit = read_file(path)[5 * 20:6 * 20]
+    with open(path, "r+b") as f:                  # unit 5 not yet written: the walk stops there
+        f.seek(5 * 20)
+        f.write(b"\0" * 20)
+    real = consume_queue.next_valid_unit
+
+    def writer_fills_it(mf, start):
+        if filled:
+            with open(path, "r+b") as f:           # the writer writes unit 5 meanwhile
+                f.seek(5 * 20)
+                f.write(unit)
+        return real(mf, start)
+
+    monkeypatch.setattr(consume_queue, "next_valid_unit", writer_fills_it)
+    if not filled:
+        with pytest.raises(StoreCorruptedError, match="an empty or invalid unit with units after it"):
+            MessageStore.open(root, read_only=True, **SMALL_INDEX)
+        return
+    with MessageStore.open(root, read_only=True, **SMALL_INDEX) as store:
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 8
+        assert [m.queue_offset for m in store.get_message(GROUP, TOPIC, 0, 0, 32).messages] == list(range(8))

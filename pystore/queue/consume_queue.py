@@ -91,6 +91,20 @@ def _file_queue(folder: str, file_size: int, read_only: bool, window: int, clock
     return queue
 
 
+def _walk_on_live(mf: MappedFile, pos: int, mx: int) -> tuple[int, int, bool]:
+    """A reader's walk of a live writer's last queue file that stopped at ``pos`` with valid units after it: the
+    unit at ``pos`` may have been written after the walk passed it and before the units after it were read (a
+    writer writes a queue's units in order). Walk on from it while it moves; ``(end, max_phy, units after)``, the
+    end where a unit stayed invalid (damage: nothing changed between the two reads) or the valid units ran out."""
+    while True:
+        end, more = recover_units(mf, pos)
+        if end == pos:
+            return pos, mx, True
+        pos, mx = end, max(mx, more)
+        if pos >= mf.file_size or next_valid_unit(mf, pos + UNIT_SIZE) < 0:
+            return pos, mx, False
+
+
 class ConsumeQueue:
     """One queue: its compiled core (``core``: the units' writer, the end and min offsets, the time samples),
     which compiled code takes, and the policy around it. The core's fields read and set through the queue."""
@@ -201,9 +215,12 @@ class ConsumeQueue:
             pos, mx = recover_units(mf, 0)
             last = mf is files[-1]
             if pos < mf.file_size:
+                followed = next_valid_unit(mf, pos + UNIT_SIZE) >= 0
+                if followed and last and self.read_only:
+                    pos, mx, followed = _walk_on_live(mf, pos, mx)
                 phy, size, _ = read_unit(mf, pos)
                 walked.append(WalkedFile(mf.file_name, mf.file_from_offset, mf.file_size, pos, mx, last, phy, size,
-                                         next_valid_unit(mf, pos + UNIT_SIZE) >= 0))
+                                         followed))
                 break
             walked.append(WalkedFile(mf.file_name, mf.file_from_offset, mf.file_size, pos, mx, last))
         verdict = judge_unit_walk(walked, start)
