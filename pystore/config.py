@@ -107,6 +107,10 @@ class StoreConfig:
     # (IndexBuildService, as RocketMQ's reput builds the index), not under the put lock; False writes them
     # inline with each put. query_message catches the builder up first either way
     index_build_async: bool = True
+    # pystore: how much the index builder lowers its own thread's scheduling priority (its nice value; Linux).
+    # When every core is busy, the put threads then win the CPU and the builder catches up when there is
+    # room (a lookup indexes what it lags itself). 0: not lowered
+    index_build_nice: int = 10
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -306,6 +310,7 @@ _INT_RANGES = {
     "mapped_file_size_consume_queue": (_CQ_STORE_UNIT_SIZE, _JAVA_INT_MAX),
     "prefault_window_bytes": (0, 2**40),
     "flush_commit_log_min_gap": (0, 60_000),
+    "index_build_nice": (0, 19),
     "disk_max_used_space_ratio": (10, 95),
     "access_message_in_memory_max_ratio": (0, 100),
     "ha_listen_port": (0, 65535),

@@ -53,6 +53,7 @@ API_DEFAULTS = [
     ("message_index_enable", True),
     ("message_index_safe", False),
     ("index_build_async", True),
+    ("index_build_nice", 10),
     ("max_hash_slot_num", 5_000_000),
     ("max_index_num", 20_000_000),
     ("message_delay_level", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"),
@@ -460,6 +461,7 @@ _SPECIAL = {
     | st.builds(lambda a, p: (f"[{a}]" if ":" in a else a) + f":{p}", _host_address, st.integers(1, 65535)),
     "access_message_in_memory_max_ratio": st.integers(0, 100),
     "flush_commit_log_min_gap": st.integers(0, 60_000),
+    "index_build_nice": st.integers(0, 19),
 }
 
 

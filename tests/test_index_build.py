@@ -218,7 +218,7 @@ def test_every_acknowledged_key_is_found_after_a_kill(procs, tmp_path):
 
 
 def test_puts_without_keys_need_no_walk_from_the_builder(store_factory):
-    """While messages without keys come, the builder follows them without the GIL (``follow_keyless``) and
+    """While messages without keys come, the builder follows them without the GIL (``follow_log``) and
     walks (``catch_up``, which takes the GIL and the lock) only about once a ``FOLLOW_MAX_MS``; a keyed put
     hands over at once. Before, it walked every ``busy_ms`` while records came (hundreds of walks here)."""
     store = store_factory(mapped_file_size_commit_log=4 << 20)
@@ -250,3 +250,27 @@ def test_puts_without_keys_need_no_walk_from_the_builder(store_factory):
     assert builder.behind() == 0
     index = store._parts.index
     assert index.query_offset(TOPIC, "late-key", 10, 0, 2**62).phy_offsets == [keyed]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+@pytest.mark.parametrize("nice", [10, 0])
+def test_the_builder_thread_lowers_its_own_priority(store_factory, nice):
+    """``index_build_nice``: the builder's thread alone runs that much nicer (put threads win a busy machine);
+    the threads that put keep theirs."""
+    store = store_factory(index_build_nice=nice)
+    builder = store._writer.index_builder
+    deadline = time.monotonic() + 10
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    while builder._thread.native_id is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    want = min(19, mine + nice)
+    got = None
+    while time.monotonic() < deadline:
+        got = os.getpriority(os.PRIO_PROCESS, builder._thread.native_id)
+        if got == want:
+            break
+        time.sleep(0.01)
+    assert got == want
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    r = store.put_message(Message(TOPIC, b"k", keys="nice-key")).append_message_result
+    assert store._parts.index.query_offset(TOPIC, "nice-key", 4, 0, 2**62).phy_offsets == [r.wrote_offset]

@@ -453,7 +453,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         parts.dispatcher.inline_index = not (inline and parts.index is not None and cfg.index_build_async)
         if not parts.dispatcher.inline_index:
             assert parts.index is not None
-            index_builder = IndexBuildService(parts.index, cl, cl.get_max_offset(), clock=clock)
+            index_builder = IndexBuildService(parts.index, cl, cl.get_max_offset(), clock=clock,
+                                              nice=cfg.index_build_nice)
     replicas = ReplicaWait(ha, cfg, cfg.store_path_root_dir) if cfg.broker_role == BrokerRole.SYNC_MASTER else None
     put_waits = PutWaits(cfg, group_commit, replicas, cfg.store_path_root_dir)
     cl.after_put = put_waits.after_put if put_waits.blocking else None

@@ -25,9 +25,9 @@ cdef class IndexFileCore:
 
     cdef void _store_header(self) noexcept
     cdef void _start(self, int64_t begin_ts, int64_t end_ts, int64_t begin_phy, int64_t end_phy) noexcept
-    cdef void _prefault_slots(self) noexcept
+    cdef void _prefault_slots(self) noexcept nogil
     cdef int _put_hash(self, int32_t h, int64_t phy_offset, int64_t store_timestamp) except -1
-    cdef int64_t _room(self) noexcept
+    cdef int64_t _room(self) noexcept nogil
     cdef void _put_entry(self, unsigned char *b, bint read_only, int32_t h, int64_t phy_offset,
                          int64_t store_timestamp) noexcept nogil
     cdef void _broken(self, int64_t pos, str what)

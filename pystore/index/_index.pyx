@@ -135,7 +135,7 @@ cdef class IndexFileCore:
         put_i32(b + 32, self.hash_slot_count)
         put_i32(b + 36, self.index_count)
 
-    cdef void _prefault_slots(self) noexcept:
+    cdef void _prefault_slots(self) noexcept nogil:
         """Have the prefault worker take the whole hash slot table, or try again 1024 entries later when it
         could not be asked."""
         if self.mapped_file.prefault_range(0, _HEADER + self.hash_slot_num * 4):
@@ -158,7 +158,7 @@ cdef class IndexFileCore:
         self._put_entry(self.mapped_file.base, self.mapped_file.read_only, h, phy_offset, store_timestamp)
         return 1
 
-    cdef int64_t _room(self) noexcept:
+    cdef int64_t _room(self) noexcept nogil:
         """How many entries ``_put_entry`` may write from here without the GIL (0: the file is full): what the
         prefault worker is asked first, where the entries' pages or the slot table need it, bounds it."""
         cdef int64_t entries = _HEADER + self.hash_slot_num * 4, entry_pos, room

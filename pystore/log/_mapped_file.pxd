@@ -81,19 +81,19 @@ cdef class MappedFile:
 
     cdef int check_mapped(self) except -1
     cdef void settle(self) noexcept
-    cdef void _prefault(self, int64_t pos, int64_t lead) noexcept
-    cdef bint prefault_range(self, int64_t start, int64_t end) noexcept
+    cdef void _prefault(self, int64_t pos, int64_t lead) noexcept nogil
+    cdef bint prefault_range(self, int64_t start, int64_t end) noexcept nogil
 
-    cdef int _reserve(self, int64_t pos, int64_t end) noexcept
+    cdef int _reserve(self, int64_t pos, int64_t end) noexcept nogil
 
-    cdef inline int reserve(self, int64_t pos, int64_t end) noexcept:
+    cdef inline int reserve(self, int64_t pos, int64_t end) noexcept nogil:
         """Before writing ``[pos, end)`` through the mapping: 0 once its blocks are allocated, else the errno
         of the failed allocation (a write there could raise SIGBUS)."""
         if end <= self.reserved:
             return 0
         return self._reserve(pos, end)
 
-    cdef inline void prefault_ahead(self, int64_t pos, int64_t lead) noexcept:
+    cdef inline void prefault_ahead(self, int64_t pos, int64_t lead) noexcept nogil:
         """Writers call this after each append; it asks for more only within ``lead`` of what was asked
         (``lead`` is capped at half the file's window)."""
         ps_pf_publish(self.pf_cursor, self.base + pos)

@@ -698,7 +698,7 @@ cdef class MappedFile:
             if self.base != NULL:
                 madvise(self.base, self.file_size, MADV_NORMAL)
 
-    cdef void _prefault(self, int64_t pos, int64_t lead) noexcept:
+    cdef void _prefault(self, int64_t pos, int64_t lead) noexcept nogil:
         """Ask the prefault worker for ``[warmed, pos + 2 * lead)`` (``prefault_ahead``, inline in the .pxd,
         calls this once the writer at ``pos`` is within ``lead`` bytes of what was asked for before), after
         allocating the blocks there (``reserve``). ``2 * lead`` is capped at the file's window.
@@ -734,7 +734,7 @@ cdef class MappedFile:
                              self.pf_cursor)
             self.warmed = end
 
-    cdef bint prefault_range(self, int64_t start, int64_t end) noexcept:
+    cdef bint prefault_range(self, int64_t start, int64_t end) noexcept nogil:
         """Ask the prefault worker for ``[start, end)`` whatever the window, for a writer that writes all over a
         range (the index's hash slots). No blocks are allocated first: the range's owner checks the free space
         (the index does when it makes a file). False when nothing was queued (the worker's ring full or busy,
@@ -752,7 +752,7 @@ cdef class MappedFile:
             self.warmed = end
         return True
 
-    cdef int _reserve(self, int64_t pos, int64_t end) noexcept:
+    cdef int _reserve(self, int64_t pos, int64_t end) noexcept nogil:
         """``reserve``'s slow path: allocate ``[max(reserved, pos), end)`` with ``posix_fallocate`` (to the
         end of the file without a window). Below ``pos`` the writer has written already, and a writer that
         goes back (the index's hash slots) writes into a sparse file."""
@@ -764,8 +764,9 @@ cdef class MappedFile:
         start = start // PAGE * PAGE
         if self.fd < 0 or self.read_only or target <= start:
             return 0
-        # with the GIL: allocating a window is short, and the put path runs this under the put lock, where
-        # handing the GIL to another thread could cost it a whole switch interval to get it back
+        # a caller holding the GIL keeps it: allocating a window is short, and the put path runs this under the
+        # put lock, where handing the GIL to another thread could cost it a whole switch interval to get it back
+        # (the index builder's follow calls it without the GIL)
         rc = posix_fallocate(self.fd, start, target - start)
         self.reserve_errno = rc
         if rc == 0:
