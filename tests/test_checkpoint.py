@@ -15,13 +15,14 @@ import sys
 import pytest
 from conftest import FakeClock
 
+from pystore import Message
 from pystore.engine.checkpoint import (
-           CHECKPOINT_FILE_SIZE,
-           AbortFile,
-           StoreCheckpoint,
-           StoreLock,
-           writer_holds_lock,
-       )
+    CHECKPOINT_FILE_SIZE,
+    AbortFile,
+    StoreCheckpoint,
+    StoreLock,
+    writer_holds_lock,
+)
 from pystore.errors import StoreLockedError
 
 NOW = 1_700_000_000_000
@@ -214,3 +215,29 @@ def test_lock_held_by_another_process(tmp_path):
 
 def test_writer_holds_lock_cannot_tell_without_the_file(tmp_path):
     assert writer_holds_lock(str(tmp_path / "nothing")) is None
+
+
+def test_a_new_store_has_a_durable_checkpoint_before_its_first_put(store_factory):
+    """A new store writes its checkpoint (all zeros: nothing flushed yet) when it opens: a crash before the
+    first timed write, then a power cut, must not leave an empty file that recovery cannot trust (a log that
+    lost an unflushed middle would then be refused instead of cut at the loss)."""
+    store = store_factory()
+    path = store.config.checkpoint_path()
+    with open(path, "rb") as f:
+        data = f.read()
+    assert len(data) == 4096 and data == bytes(4096)
+    reader = StoreCheckpoint(path, read_only=True)
+    assert reader.trusted and reader.physic_msg_timestamp == 0
+
+
+def test_an_existing_store_without_a_checkpoint_is_not_given_a_zero_one(store_factory):
+    """A log with data but no checkpoint file (deleted): zeros would claim nothing of that data was flushed,
+    so the open writes none; the flush service writes real values when it next flushes."""
+    store = store_factory()
+    store.put_message(Message("T", b"x"))
+    path = store.config.checkpoint_path()
+    store.shutdown()
+    os.unlink(path)
+    store_factory()
+    if os.path.exists(path):
+        assert StoreCheckpoint(path, read_only=True).physic_msg_timestamp > 0

@@ -159,6 +159,11 @@ class StoreCheckpoint:
                             self.master_flushed_offset, self.confirm_phy_offset)
         return head + bytes(CHECKPOINT_FILE_SIZE - len(head))
 
+    @property
+    def on_disk(self) -> bool:
+        """Whether the file existed when it was loaded or has been written since."""
+        return self._named
+
     def flush(self) -> None:
         """Write the fields and force them to disk."""
         if self.read_only:

@@ -223,6 +223,12 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         parts.close()
         raise
     if not read_only:
+        if not parts.checkpoint.on_disk and commitlog.get_max_offset() == 0:
+            # a new store: a durable checkpoint that says nothing was flushed yet, before the first put. Without
+            # it, a crash before the first timed write, then a power cut, can leave the file empty (created, its
+            # bytes lost): recovery cannot trust it, and a log whose unflushed middle was lost while later pages
+            # were written back is refused instead of cut at the loss
+            parts.checkpoint.flush()
         parts.checkpoint.auto_flush_ms = _CHECKPOINT_FLUSH_MS
     return parts, None
 

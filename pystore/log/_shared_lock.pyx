@@ -1,0 +1,324 @@
+# cython: language_level=3
+"""The append lock that several writer processes of one store share, in a small mapped state page
+(``pystore.log.shared_state`` opens the file and decides who initialises it).
+
+::
+
+    0        8        12        16           24              32             40          44          48
+    | magic  | version | lock    | generation | published end | reserved end | holder pid | leader pid |
+    | PYSTSW01| u32 (1)| kind u32| i64        | i64           | i64          | i32        | i32        |
+
+    48             56             64           72        128                     168            4000 4001 4002
+    | locked at ns | acquisitions | recoveries | zero    | pthread_mutex_t (40)  | zero ...       | byte locks
+    | i64          | i64          | i64        |         | robust, process-shared|                |
+
+Native byte order: only processes of this machine map the page, and a sole opener rewrites it before anyone
+else may use it. The bytes at 4000-4002 hold no data: processes lock them (open-file-description ``fcntl``
+locks, which the kernel releases when a process dies): 4000, the dead-man byte (shared while open); 4001,
+the append lock where no robust mutex can be had; 4002, the services' leader.
+
+The lock is a robust process-shared pthread mutex (LMDB's choice: 16-17 ns uncontended here): when its
+holder dies, the next locker gets it at once (``EOWNERDEAD``), never a live holder's. Where the mutex cannot
+be made robust and shared, an OFD lock on byte 4001 (1.3-1.6 us). Either way the page itself says whether a
+put was in progress when its holder died: a holder sets ``reserved end`` before it writes a record and
+``published end`` after (``reserve``/``publish``, inline in ``_shared_lock.pxd``), so a locker that finds
+them apart knows the bytes between may be torn and repairs them before it writes (``needs_repair``,
+``repaired``). The mutex is marked consistent as soon as it is taken from a dead owner: the repair's state
+lives in the page, so a repairer that dies as well leaves the next locker the same repair to do.
+"""
+
+import os
+
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport int64_t
+from libc.string cimport memcmp, memcpy, memset
+
+from pystore.format._bytes cimport load_i64_acquire, mono_ns
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutexattr_t:
+        pass
+    int pthread_mutexattr_init(pthread_mutexattr_t *)
+    int pthread_mutexattr_destroy(pthread_mutexattr_t *)
+    int pthread_mutexattr_setpshared(pthread_mutexattr_t *, int)
+    int pthread_mutexattr_setrobust(pthread_mutexattr_t *, int)
+    int pthread_mutex_init(pthread_mutex_t *, const pthread_mutexattr_t *)
+    int pthread_mutex_lock(pthread_mutex_t *)
+    int pthread_mutex_trylock(pthread_mutex_t *)
+    int pthread_mutex_unlock(pthread_mutex_t *)
+    int pthread_mutex_consistent(pthread_mutex_t *)
+    int PTHREAD_PROCESS_SHARED
+    int PTHREAD_MUTEX_ROBUST
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    int EOWNERDEAD
+    int ENOTRECOVERABLE
+    int EINTR
+
+cdef extern from *:
+    """
+    #include <fcntl.h>
+    #include <unistd.h>
+    /* An open-file-description lock on one byte of ``fd``: F_WRLCK, F_RDLCK or F_UNLCK; ``wait``: block. */
+    static int ps_ofd_lock(int fd, int type, long start, int wait) {
+        struct flock fl;
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = (short)type;
+        fl.l_whence = SEEK_SET;
+        fl.l_start = start;
+        fl.l_len = 1;
+        return fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+    }
+    """
+    int ofd_lock "ps_ofd_lock"(int fd, int type, long start, int wait) noexcept nogil
+    int F_WRLCK
+    int F_RDLCK
+    int F_UNLCK
+    int getpid() noexcept nogil
+
+MAGIC = b"PYSTSW01"
+VERSION = 1
+ROBUST_MUTEX = LOCK_ROBUST_MUTEX
+OFD = LOCK_OFD
+DEAD_MAN = DEAD_MAN_BYTE
+APPEND_BYTE = APPEND_LOCK_BYTE
+LEADER = LEADER_BYTE
+PAGE_SIZE = PAGE_SIZE_BYTES
+KIND_NAMES = {LOCK_ROBUST_MUTEX: "robust-mutex", LOCK_OFD: "ofd"}
+
+# what a detached ``SharedLock`` points at: zeros, never locked
+cdef ps_shared_page _detached
+memset(&_detached, 0, sizeof(ps_shared_page))
+
+
+def ofd_try_lock(int fd, long start, bint exclusive):
+    """Take an OFD lock on byte ``start`` of ``fd`` without waiting: True, or False when another open file
+    holds a conflicting one. Raises ``OSError`` for anything else (a file system without these locks)."""
+    if ofd_lock(fd, F_WRLCK if exclusive else F_RDLCK, start, 0) == 0:
+        return True
+    e = errno
+    if e in (11, 13):           # EAGAIN, EACCES: held elsewhere
+        return False
+    raise OSError(e, os.strerror(e))
+
+
+def ofd_wait_lock(int fd, long start, bint exclusive):
+    """Take an OFD lock on byte ``start``, waiting (without the GIL) while another open file holds one."""
+    cdef int rc, e = 0
+    cdef int kind = F_WRLCK if exclusive else F_RDLCK
+    while True:
+        with nogil:
+            rc = ofd_lock(fd, kind, start, 1)
+            if rc != 0:
+                e = errno
+        if rc == 0:
+            return
+        if e != EINTR:
+            raise OSError(e, os.strerror(e))
+
+
+def ofd_unlock(int fd, long start):
+    ofd_lock(fd, F_UNLCK, start, 0)
+
+
+cdef class SharedLock:
+    """The append lock over a mapped state page (``buffer``: a writable mapping of the state file ``fd``,
+    ``PAGE_SIZE`` bytes at least). The page is initialised by ``init_page`` (only by an opener that is alone:
+    ``shared_state``), else taken as it is after a check of its magic and version (``check_page``)."""
+
+    def __cinit__(self, object buffer not None, int fd):
+        # the export is kept until this object goes: the mapping cannot be closed under ``page``
+        PyObject_GetBuffer(buffer, &self._view, PyBUF_WRITABLE)
+        self._viewing = True
+        if self._view.len < PAGE_SIZE_BYTES:
+            raise ValueError("the state page needs %d bytes, the mapping has %d" % (PAGE_SIZE_BYTES, self._view.len))
+        self.page = <ps_shared_page *>self._view.buf
+        self._buffer = buffer
+        self.fd = fd
+        self.kind = 0
+        self.held = False
+
+    def __dealloc__(self):
+        if self._viewing:
+            PyBuffer_Release(&self._view)
+
+    def detach(self):
+        """Let go of the mapping (so that it can be closed): the lock must not be held. Afterwards the object
+        reads as an empty page and refuses to lock."""
+        if self.held:
+            raise RuntimeError("the append lock is held: release it first")
+        if self._viewing:
+            PyBuffer_Release(&self._view)
+            self._viewing = False
+        self.page = &_detached
+        self.kind = 0
+        self._buffer = None
+
+    # -- the page -----------------------------------------------------------------------------------------
+
+    def init_page(self, long long published_end, bint prefer_mutex=True):
+        """Write a fresh page (the caller is alone: it holds the dead-man byte exclusively): magic, version,
+        both ends at ``published_end``, and the lock: a robust process-shared mutex, or, when one cannot be
+        made (or ``prefer_mutex`` is False), the OFD lock. Returns the kind chosen."""
+        cdef pthread_mutexattr_t attr
+        cdef int rc = -1
+        memset(self.page, 0, sizeof(ps_shared_page))
+        memcpy(self.page.magic, b"PYSTSW01", 8)
+        self.page.version = VERSION
+        self.page.published_end = published_end
+        self.page.reserved_end = published_end
+        if prefer_mutex:
+            pthread_mutexattr_init(&attr)
+            rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED)
+            if rc == 0:
+                rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST)
+            if rc == 0:
+                rc = pthread_mutex_init(&self.page.mutex, &attr)
+            pthread_mutexattr_destroy(&attr)
+        self.page.lock_kind = LOCK_ROBUST_MUTEX if rc == 0 else LOCK_OFD
+        self.kind = self.page.lock_kind
+        return self.kind
+
+    def check_page(self):
+        """Take a page another process initialised: None when it is one this version knows, else why not."""
+        if memcmp(self.page.magic, b"PYSTSW01", 8) != 0:
+            return "not a pystore writers' state page (magic %r)" % bytes(self.page.magic[:8])
+        if self.page.version != VERSION:
+            return "a writers' state page of layout %d (this pystore knows %d)" % (self.page.version, VERSION)
+        if self.page.lock_kind not in (LOCK_ROBUST_MUTEX, LOCK_OFD):
+            return "a writers' state page with an unknown lock kind %d" % self.page.lock_kind
+        self.kind = self.page.lock_kind
+        return None
+
+    # -- the lock -----------------------------------------------------------------------------------------
+
+    cdef int lock(self) noexcept nogil:
+        """Take the lock, waiting as long as a live holder keeps it (a dead one's passes at once). 0, or an
+        errno (``ENOTRECOVERABLE``: a mutex left inconsistent, which only a sole opener's re-initialisation
+        mends). Call without the GIL when others may hold it."""
+        cdef int rc
+        if self.kind == LOCK_ROBUST_MUTEX:
+            rc = pthread_mutex_lock(&self.page.mutex)
+            if rc == EOWNERDEAD:
+                # the holder died: whatever it left half done, ``reserved_end`` says; the mutex is usable again
+                self.page.recoveries += 1
+                rc = pthread_mutex_consistent(&self.page.mutex)
+            if rc != 0:
+                return rc
+        else:
+            while ofd_lock(self.fd, F_WRLCK, APPEND_LOCK_BYTE, 1) != 0:
+                if errno != EINTR:
+                    return errno
+        self.held = True
+        self.page.holder_pid = getpid()
+        self.page.locked_at_ns = mono_ns()
+        self.page.acquisitions += 1
+        return 0
+
+    cdef void unlock(self) noexcept nogil:
+        self.page.holder_pid = 0
+        self.page.locked_at_ns = 0
+        self.held = False
+        if self.kind == LOCK_ROBUST_MUTEX:
+            pthread_mutex_unlock(&self.page.mutex)
+        else:
+            ofd_lock(self.fd, F_UNLCK, APPEND_LOCK_BYTE, 0)
+
+    def acquire(self):
+        """``lock`` for Python (waits without the GIL); raises ``OSError`` when the lock cannot be had."""
+        cdef int rc
+        if self.kind == 0:
+            raise RuntimeError("the state page is neither initialised nor checked, or was detached")
+        if self.held:
+            raise RuntimeError("the append lock is held by this object already")
+        with nogil:
+            rc = self.lock()
+        if rc != 0:
+            raise OSError(rc, "the writers' append lock: " + os.strerror(rc))
+
+    def release(self):
+        if not self.held:
+            raise RuntimeError("the append lock is not held")
+        self.unlock()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    # -- under the lock: the ends -----------------------------------------------------------------------
+
+    def needs_repair(self):
+        """Under the lock: ``(published_end, reserved_end)`` when the last holder died between reserving and
+        publishing (the bytes between may be torn), else None."""
+        cdef int64_t p = load_i64_acquire(&self.page.published_end)
+        cdef int64_t r = load_i64_acquire(&self.page.reserved_end)
+        return None if p == r else (p, r)
+
+    def repaired(self, long long end):
+        """Under the lock, once the torn bytes are gone: both ends at ``end`` (where whole records end now),
+        and a new generation (each repair is one)."""
+        self._require_held()
+        self.page.generation += 1
+        self.publish(end)
+
+    def reserve_end(self, long long end):
+        self._require_held()
+        self.reserve(end)
+
+    def publish_end(self, long long end):
+        self._require_held()
+        self.publish(end)
+
+    cdef int _require_held(self) except -1:
+        if not self.held:
+            raise RuntimeError("the append lock is not held")
+        return 0
+
+    # -- what others see ----------------------------------------------------------------------------------
+
+    @property
+    def published_end(self):
+        return load_i64_acquire(&self.page.published_end)
+
+    @property
+    def reserved_end(self):
+        return load_i64_acquire(&self.page.reserved_end)
+
+    @property
+    def generation(self):
+        return self.page.generation
+
+    @property
+    def holder_pid(self):
+        return self.page.holder_pid
+
+    @property
+    def held_for_ns(self):
+        """How long the present holder has held the lock (0: nobody holds it)."""
+        cdef int64_t at = self.page.locked_at_ns
+        return 0 if at == 0 or self.page.holder_pid == 0 else max(0, mono_ns() - at)
+
+    @property
+    def acquisitions(self):
+        return self.page.acquisitions
+
+    @property
+    def recoveries(self):
+        """How many times a locker took the mutex from a dead holder."""
+        return self.page.recoveries
+
+    @property
+    def leader_pid(self):
+        return self.page.leader_pid
+
+    @leader_pid.setter
+    def leader_pid(self, int pid):
+        self.page.leader_pid = pid
+
+    @property
+    def kind_name(self):
+        return KIND_NAMES.get(self.kind, "none")

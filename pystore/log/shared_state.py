@@ -1,0 +1,120 @@
+"""The writers' state page of a store that several processes write (``<root>/writers``): opening it, and who
+initialises it.
+
+Initialisation follows LMDB's lock file and SQLite's shared-memory file: every process that has the store
+open holds a shared OFD lock on the page's dead-man byte (``_shared_lock.DEAD_MAN``) for as long as it is
+open. An opener first tries to take that byte exclusively: when it can, no other process has the store open
+(the kernel dropped the locks of any that died), so the page is whatever the last of them left, perhaps a
+mutex some dead process held, and the opener writes a fresh one (``SharedLock.init_page``) before it lets
+anyone else in by turning its lock into a shared one. When it cannot, the page is live: it waits for the
+shared lock (an initialiser may hold the byte exclusively for a moment) and checks the page's magic and
+version, refusing one it does not know rather than guessing at its layout.
+
+The lock itself, its page layout and the repair of a put its holder died in: ``_shared_lock.pyx``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+
+from pystore.errors import StoreError
+from pystore.log._shared_lock import DEAD_MAN, PAGE_SIZE, SharedLock, ofd_try_lock, ofd_unlock, ofd_wait_lock
+
+log = logging.getLogger("pystore.log.shared_state")
+
+#: the state file's name under the store root
+FILE_NAME = "writers"
+
+
+class SharedStateError(StoreError):
+    """The writers' state page cannot be used: ``path`` and why."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__("%s: %s" % (path, reason))
+
+
+class SharedState:
+    """One process's handle on the state page: ``open`` maps it (initialising it when alone), ``lock`` is the
+    append lock, ``close`` lets go (the last process out leaves the page for the next sole opener).
+
+    ``first`` is True when this opener was alone and wrote the page (it then recovers the store's end and sets
+    it with ``lock.repaired``/``publish_end`` before puts begin)."""
+
+    def __init__(self, root: str, prefer_mutex: bool = True) -> None:
+        self.path = os.path.join(root, FILE_NAME)
+        self.prefer_mutex = prefer_mutex
+        self.fd = -1
+        self.map: mmap.mmap | None = None
+        self.lock: SharedLock | None = None
+        self.first = False
+
+    def open(self, published_end: int = 0) -> SharedLock:
+        """Map the page and return its lock; a sole opener writes a fresh page whose ends are
+        ``published_end``. Raises ``SharedStateError`` for a file system without OFD locks or a page this
+        version does not know."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                alone = ofd_try_lock(fd, DEAD_MAN, True)
+            except OSError as e:
+                if e.errno in (errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise SharedStateError(self.path, "the file system offers no open-file-description locks (%s): "
+                                           "several writers need a local file system" % e.strerror) from None
+                raise
+            if alone:
+                # nobody else has the store open: the page is ours to write
+                if os.fstat(fd).st_size < PAGE_SIZE:
+                    os.ftruncate(fd, PAGE_SIZE)
+                m = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                lock = SharedLock(m, fd)
+                lock.init_page(published_end, self.prefer_mutex)
+                m.flush()
+                # a shared lock replaces the exclusive one at once (no moment without either)
+                ofd_wait_lock(fd, DEAD_MAN, False)
+                self.first = True
+                log.info("%s: writers' state page initialised (%s lock)", self.path, lock.kind_name)
+            else:
+                ofd_wait_lock(fd, DEAD_MAN, False)
+                if os.fstat(fd).st_size < PAGE_SIZE:
+                    raise SharedStateError(self.path, "the writers' state page is %d bytes (%d expected)"
+                                           % (os.fstat(fd).st_size, PAGE_SIZE))
+                m = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                lock = SharedLock(m, fd)
+                why = lock.check_page()
+                if why is not None:
+                    del lock
+                    m.close()
+                    raise SharedStateError(self.path, why)
+        except BaseException:
+            ofd_unlock(fd, DEAD_MAN)
+            os.close(fd)
+            raise
+        self.fd, self.map, self.lock = fd, m, lock
+        return lock
+
+    def alone(self) -> bool:
+        """Whether no other process has the store open now (a moment's exclusive try of the dead-man byte,
+        given back at once)."""
+        assert self.fd >= 0
+        if ofd_try_lock(self.fd, DEAD_MAN, True):
+            ofd_wait_lock(self.fd, DEAD_MAN, False)
+            return True
+        return False
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        if self.lock is not None:
+            self.lock.detach()    # gives back the mapping's export
+            self.lock = None
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        ofd_unlock(self.fd, DEAD_MAN)
+        os.close(self.fd)
+        self.fd = -1

@@ -1,0 +1,221 @@
+"""The writers' append lock and its state page (``pystore.log._shared_lock``, ``pystore.log.shared_state``), with
+real processes: mutual exclusion across processes, a holder killed with SIGKILL (the next locker gets the lock at
+once and is told what to repair), a live holder never broken into, the sole opener's fresh page, a page of an
+unknown layout refused. Both lock kinds: the robust process-shared mutex and the OFD lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from pystore.log._shared_lock import DEAD_MAN, MAGIC, OFD, ROBUST_MUTEX, SharedLock
+from pystore.log.shared_state import FILE_NAME, SharedState, SharedStateError
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="OFD locks and robust mutexes: Linux")
+
+KINDS = pytest.mark.parametrize("prefer_mutex", [True, False], ids=["robust-mutex", "ofd"])
+
+
+def child(root, prefer_mutex: bool, body: str) -> subprocess.Popen:
+    """A process that opens the page under ``root`` and runs ``body`` with ``lock`` (its ``SharedLock``) and
+    ``say`` (a line to the parent) in scope."""
+    code = textwrap.dedent("""
+        import sys, time
+        from pystore.log.shared_state import SharedState
+        def say(s):
+            print(s, flush=True)
+        state = SharedState(sys.argv[1], prefer_mutex=sys.argv[2] == "1")
+        lock = state.open()
+    """) + textwrap.dedent(body)
+    return subprocess.Popen([sys.executable, "-c", code, str(root), "1" if prefer_mutex else "0"],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def expect(p: subprocess.Popen, line: str) -> None:
+    got = p.stdout.readline().strip()
+    assert got == line, (got, p.poll())
+
+
+@KINDS
+def test_the_first_opener_writes_the_page_and_the_next_takes_it(tmp_path, prefer_mutex):
+    a = SharedState(str(tmp_path), prefer_mutex)
+    lock = a.open(1234)
+    assert a.first and lock.kind == (ROBUST_MUTEX if prefer_mutex else OFD)
+    assert lock.published_end == lock.reserved_end == 1234 and lock.generation == 0
+    raw = (tmp_path / FILE_NAME).read_bytes()
+    assert raw[:8] == MAGIC and len(raw) == 4096
+    b = SharedState(str(tmp_path), prefer_mutex)
+    lock_b = b.open(0)                  # not alone: the page is taken as it is, the end too
+    assert not b.first and lock_b.published_end == 1234 and lock_b.kind == lock.kind
+    assert not a.alone()
+    b.close()
+    assert a.alone()
+    a.close()
+
+
+@KINDS
+def test_processes_take_turns_under_the_lock(tmp_path, prefer_mutex):
+    """Three processes add 1 to the published end 3000 times each, read-modify-write under the lock: not one
+    update is lost."""
+    first = SharedState(str(tmp_path), prefer_mutex)
+    first.open(0)
+    n = 3000
+    procs = [child(tmp_path, prefer_mutex, """
+        say("ready")
+        sys.stdin = None
+        for _ in range(%d):
+            with lock:
+                end = lock.published_end
+                lock.reserve_end(end + 1)
+                lock.publish_end(end + 1)
+        say("done")
+    """ % n) for _ in range(3)]
+    for p in procs:
+        expect(p, "ready")
+        expect(p, "done")
+        assert p.wait(60) == 0
+    assert first.lock.published_end == 3 * n and first.lock.needs_repair() is None
+    assert first.lock.acquisitions == 3 * n
+    first.close()
+
+
+@KINDS
+def test_a_holder_killed_mid_put_hands_the_lock_over_at_once_with_its_repair(tmp_path, prefer_mutex):
+    first = SharedState(str(tmp_path), prefer_mutex)
+    lock = first.open(4096)
+    p = child(tmp_path, prefer_mutex, """
+        lock.acquire()
+        lock.reserve_end(lock.published_end + 300)      # a put in progress: its bytes may be torn
+        say("holding")
+        time.sleep(600)
+    """)
+    expect(p, "holding")
+    assert lock.holder_pid == p.pid and lock.held_for_ns > 0
+    p.send_signal(signal.SIGKILL)
+    p.wait(30)
+    t = time.monotonic()
+    lock.acquire()
+    waited = time.monotonic() - t
+    try:
+        assert waited < 1.0
+        assert lock.needs_repair() == (4096, 4396)
+        if prefer_mutex:
+            assert lock.recoveries == 1
+        lock.repaired(4096)
+        assert lock.needs_repair() is None and lock.generation == 1
+        assert lock.published_end == lock.reserved_end == 4096
+    finally:
+        lock.release()
+    # the lock works on: another process takes it and gives it back
+    q = child(tmp_path, prefer_mutex, """
+        with lock:
+            lock.publish_end(5000)
+        say("ok")
+    """)
+    expect(q, "ok")
+    assert q.wait(30) == 0 and lock.published_end == 5000
+    first.close()
+
+
+@KINDS
+def test_a_holder_killed_between_puts_leaves_nothing_to_repair(tmp_path, prefer_mutex):
+    first = SharedState(str(tmp_path), prefer_mutex)
+    lock = first.open(0)
+    p = child(tmp_path, prefer_mutex, """
+        lock.acquire()
+        lock.reserve_end(100)
+        lock.publish_end(100)
+        say("holding")
+        time.sleep(600)
+    """)
+    expect(p, "holding")
+    p.send_signal(signal.SIGKILL)
+    p.wait(30)
+    with lock:
+        assert lock.needs_repair() is None and lock.published_end == 100
+    first.close()
+
+
+@KINDS
+def test_a_live_holder_is_never_broken_into(tmp_path, prefer_mutex):
+    first = SharedState(str(tmp_path), prefer_mutex)
+    lock = first.open(0)
+    p = child(tmp_path, prefer_mutex, """
+        lock.acquire()
+        say("holding")
+        sys.stdin.readline() if sys.stdin else None
+        time.sleep(600)
+    """)
+    expect(p, "holding")
+    got = threading.Event()
+
+    def take() -> None:
+        lock.acquire()
+        got.set()
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    assert not got.wait(0.5)                # waits as long as the holder lives
+    assert lock.holder_pid == p.pid and lock.held_for_ns >= 400_000_000
+    p.send_signal(signal.SIGKILL)
+    p.wait(30)
+    assert got.wait(10)
+    lock.release()
+    first.close()
+
+
+@KINDS
+def test_the_next_sole_opener_writes_a_fresh_page(tmp_path, prefer_mutex):
+    """Every process gone (one of them killed holding the lock): the next opener is alone and starts over from
+    the end it recovered, whatever the page held."""
+    p = child(tmp_path, prefer_mutex, """
+        lock.acquire()
+        lock.reserve_end(999)
+        say("holding")
+        time.sleep(600)
+    """)
+    expect(p, "holding")
+    p.send_signal(signal.SIGKILL)
+    p.wait(30)
+    s = SharedState(str(tmp_path), prefer_mutex)
+    lock = s.open(777)
+    assert s.first and lock.published_end == lock.reserved_end == 777 and lock.holder_pid == 0
+    with lock:
+        assert lock.needs_repair() is None
+    s.close()
+
+
+def test_a_page_of_an_unknown_layout_is_refused(tmp_path):
+    first = SharedState(str(tmp_path))
+    first.open(0)
+    fd = os.open(tmp_path / FILE_NAME, os.O_RDWR)
+    try:
+        os.pwrite(fd, (99).to_bytes(4, sys.byteorder), 8)
+    finally:
+        os.close(fd)
+    with pytest.raises(SharedStateError, match="layout 99"):
+        SharedState(str(tmp_path)).open(0)
+    first.close()
+
+
+def test_the_lock_refuses_misuse(tmp_path):
+    s = SharedState(str(tmp_path))
+    lock = s.open(0)
+    with pytest.raises(RuntimeError):
+        lock.release()
+    with pytest.raises(RuntimeError):
+        lock.publish_end(5)
+    with lock:
+        with pytest.raises(RuntimeError):
+            lock.acquire()
+    with pytest.raises(ValueError):
+        SharedLock(bytearray(100), -1)
+    s.close()
+    assert DEAD_MAN == 4000
