@@ -145,3 +145,90 @@ def test_inline_creation_raises_what_went_wrong(tmp_path, service):
     s = service()
     with pytest.raises(OSError):
         s(str(tmp_path / "file" / ("%020d" % 0)), str(tmp_path / "file" / ("%020d" % SIZE)), SIZE)
+
+
+# -- the commit log's ready file (``keep_ready``: made ahead into ``CommitLogCore.ready``, taken in C) -------------
+
+
+def _rolling_store(store_factory, **kw):
+    """A store with 64 KiB commit-log files and a counter on the roll's one call into Python."""
+    store = store_factory(mapped_file_size_commit_log=SIZE, **kw)
+    core = store._commitlog.core
+    calls = []
+    slow = core.roll_file
+
+    def counted(offset: int):
+        calls.append(offset)
+        return slow(offset)
+
+    core.roll_file = counted
+    return store, core, calls
+
+
+def _fill_files(store, n_files: int) -> None:
+    from pystore import Message
+
+    queue = store._commitlog.queue
+    while len(queue.files) < n_files:
+        assert store.put_message(Message("T", b"x" * 1000)).is_ok()
+
+
+def test_after_the_first_roll_the_put_path_takes_the_ready_file_without_python(store_factory):
+    """The first roll of a process asks the allocate service (in Python) for the next file and the one after; the
+    one after becomes the core's ready file, and from then on each roll takes the ready file in C and the
+    service makes the next one ahead."""
+    store, core, calls = _rolling_store(store_factory)
+    _fill_files(store, 2)       # the first file through Python; the second too, unless made ahead in time
+    assert 1 <= len(calls) <= 2
+    before, rolls = len(calls), core.ready_rolls
+    for n in range(3, 7):
+        _until(lambda: core.ready is not None)
+        assert core.ready.file_from_offset == (n - 1) * SIZE
+        _fill_files(store, n)
+        assert core.ready_rolls == rolls + n - 2
+    assert len(calls) == before                 # no roll came through Python since
+    queue = store._commitlog.queue
+    assert [f.file_from_offset for f in queue.files] == [i * SIZE for i in range(6)]
+    assert core.last_file is queue.files[-1]
+    # every record reads back, across the files the ready rolls added
+    from pystore.tools import iter_commitlog
+
+    got = list(iter_commitlog(store.config.store_path_root_dir + "/commitlog", verify_crc=True))
+    assert len(got) == store.get_max_offset_in_queue("T", 0)
+
+
+def test_the_unused_ready_file_is_deleted_at_shutdown_and_an_idle_store_makes_none(store_factory):
+    store, core, calls = _rolling_store(store_factory)
+    _fill_files(store, 2)
+    _until(lambda: core.ready is not None)
+    ready = core.ready.file_name
+    root = store.config.store_path_root_dir
+    store.shutdown()
+    assert not os.path.exists(ready)
+    again = store_factory()                     # reopened, no puts: nothing past the log's end
+    time.sleep(1.2)                             # two looks of the service
+    assert again._commitlog.core.ready is None
+    names = sorted(os.listdir(os.path.join(root, "commitlog")))
+    assert names == ["%020d" % 0, "%020d" % SIZE]
+
+
+def test_a_ready_file_that_does_not_follow_the_log_is_dropped_never_taken(store_factory, tmp_path):
+    """A ready file that does not start where the log ends (as after a truncation) is not taken by the roll (it
+    calls Python, which makes the right file) and the service deletes it."""
+    from pystore.log._mapped_file import MappedFile
+
+    store, core, calls = _rolling_store(store_factory)
+    _fill_files(store, 2)
+    _until(lambda: core.ready is not None)
+    alloc = store._writer.allocate
+    with alloc._cond:
+        good = core.ready
+        wrong = MappedFile(str(tmp_path / ("%020d" % (7 * SIZE))), SIZE, create=True)
+        core.ready = wrong
+    good.destroy(0, 0)
+    _until(lambda: core.ready is not wrong)
+    _until(lambda: not os.path.exists(wrong.file_name))
+    n_calls = len(calls)
+    _fill_files(store, 3)
+    assert [f.file_from_offset for f in store._commitlog.queue.files] == [0, SIZE, 2 * SIZE]
+    assert len(calls) >= n_calls

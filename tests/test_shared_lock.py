@@ -38,6 +38,18 @@ def child(root, prefer_mutex: bool, body: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True)
 
 
+def holder(root, prefer_mutex: bool, then: str = "") -> subprocess.Popen:
+    """A process that takes the lock, runs ``then`` (one line) holding it and sleeps (until killed)."""
+    p = child(root, prefer_mutex, "lock.acquire()\n%s\nsay(\"holding\")\ntime.sleep(600)\n" % then)
+    expect(p, "holding")
+    return p
+
+
+def kill(p: subprocess.Popen) -> None:
+    p.send_signal(signal.SIGKILL)
+    p.wait(30)
+
+
 def expect(p: subprocess.Popen, line: str) -> None:
     got = p.stdout.readline().strip()
     assert got == line, (got, p.poll())
@@ -90,16 +102,9 @@ def test_processes_take_turns_under_the_lock(tmp_path, prefer_mutex):
 def test_a_holder_killed_mid_put_hands_the_lock_over_at_once_with_its_repair(tmp_path, prefer_mutex):
     first = SharedState(str(tmp_path), prefer_mutex)
     lock = first.open(4096)
-    p = child(tmp_path, prefer_mutex, """
-        lock.acquire()
-        lock.reserve_end(lock.published_end + 300)      # a put in progress: its bytes may be torn
-        say("holding")
-        time.sleep(600)
-    """)
-    expect(p, "holding")
+    p = holder(tmp_path, prefer_mutex, "lock.reserve_end(lock.published_end + 300)")    # a put in progress
     assert lock.holder_pid == p.pid and lock.held_for_ns > 0
-    p.send_signal(signal.SIGKILL)
-    p.wait(30)
+    kill(p)
     t = time.monotonic()
     lock.acquire()
     waited = time.monotonic() - t
@@ -128,16 +133,7 @@ def test_a_holder_killed_mid_put_hands_the_lock_over_at_once_with_its_repair(tmp
 def test_a_holder_killed_between_puts_leaves_nothing_to_repair(tmp_path, prefer_mutex):
     first = SharedState(str(tmp_path), prefer_mutex)
     lock = first.open(0)
-    p = child(tmp_path, prefer_mutex, """
-        lock.acquire()
-        lock.reserve_end(100)
-        lock.publish_end(100)
-        say("holding")
-        time.sleep(600)
-    """)
-    expect(p, "holding")
-    p.send_signal(signal.SIGKILL)
-    p.wait(30)
+    kill(holder(tmp_path, prefer_mutex, "lock.reserve_end(100); lock.publish_end(100)"))
     with lock:
         assert lock.needs_repair() is None and lock.published_end == 100
     first.close()
@@ -147,13 +143,7 @@ def test_a_holder_killed_between_puts_leaves_nothing_to_repair(tmp_path, prefer_
 def test_a_live_holder_is_never_broken_into(tmp_path, prefer_mutex):
     first = SharedState(str(tmp_path), prefer_mutex)
     lock = first.open(0)
-    p = child(tmp_path, prefer_mutex, """
-        lock.acquire()
-        say("holding")
-        sys.stdin.readline() if sys.stdin else None
-        time.sleep(600)
-    """)
-    expect(p, "holding")
+    p = holder(tmp_path, prefer_mutex)
     got = threading.Event()
 
     def take() -> None:
@@ -164,8 +154,7 @@ def test_a_live_holder_is_never_broken_into(tmp_path, prefer_mutex):
     t.start()
     assert not got.wait(0.5)                # waits as long as the holder lives
     assert lock.holder_pid == p.pid and lock.held_for_ns >= 400_000_000
-    p.send_signal(signal.SIGKILL)
-    p.wait(30)
+    kill(p)
     assert got.wait(10)
     lock.release()
     first.close()
@@ -175,15 +164,7 @@ def test_a_live_holder_is_never_broken_into(tmp_path, prefer_mutex):
 def test_the_next_sole_opener_writes_a_fresh_page(tmp_path, prefer_mutex):
     """Every process gone (one of them killed holding the lock): the next opener is alone and starts over from
     the end it recovered, whatever the page held."""
-    p = child(tmp_path, prefer_mutex, """
-        lock.acquire()
-        lock.reserve_end(999)
-        say("holding")
-        time.sleep(600)
-    """)
-    expect(p, "holding")
-    p.send_signal(signal.SIGKILL)
-    p.wait(30)
+    kill(holder(tmp_path, prefer_mutex, "lock.reserve_end(999)"))
     s = SharedState(str(tmp_path), prefer_mutex)
     lock = s.open(777)
     assert s.first and lock.published_end == lock.reserved_end == 777 and lock.holder_pid == 0

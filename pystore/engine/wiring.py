@@ -60,6 +60,7 @@ from pystore.queue.dispatch import ReputService
 from pystore.read._queue_reader import follow_in_place
 from pystore.read._read import ReadLimits
 from pystore.read.arrival import WAKE_FILE, open_wake_file
+from pystore.system.crashpoint import armed as crashpoint_armed
 from pystore.system.crashpoint import crashpoint
 from pystore.system.durable import sync_dirs
 from pystore.system.running_flags import RunningFlags
@@ -228,7 +229,7 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
             # it, a crash before the first timed write, then a power cut, can leave the file empty (created, its
             # bytes lost): recovery cannot trust it, and a log whose unflushed middle was lost while later pages
             # were written back is refused instead of cut at the loss
-            parts.checkpoint.flush()
+            parts.checkpoint.flush(crash_point=False)
         parts.checkpoint.auto_flush_ms = _CHECKPOINT_FLUSH_MS
     return parts, None
 
@@ -420,6 +421,10 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     if last is not None:
         last.write_page_by_page(last.wrote_position)
     cl.queue.allocate = allocate
+    if not slave and not crashpoint_armed("commitlog.roll"):
+        # the next file made ahead into the core, where the roll takes it in C (a crash test of the roll
+        # needs the roll to come through Python, where the point is)
+        allocate.keep_ready(cl.core, cl.queue)
     slave_log = SlaveLog(cl, reput, parts.dispatcher, checkpoint, cfg) if slave else None
     commit: CommitRealTimeService | None = None
     group_commit: GroupCommitService | None = None

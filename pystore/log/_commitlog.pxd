@@ -53,6 +53,14 @@ cdef class CommitLogCore:
     cdef int64_t begin_time_in_lock
     cdef public int64_t os_page_cache_busy_timeout
     cdef public object roll_file
+    # the roll's ready file: the next commit-log file, made ahead by the allocate service (which sets it, and
+    # takes it back, under its own lock), taken by ``_roll`` in C when it starts where the log goes on.
+    # ``files_owner`` holds the log's file list (``_files``) and ``files_lock`` (a reentrant PutMessageLock)
+    # guards its changes: the roll publishes the file there without calling Python
+    cdef public MappedFile ready
+    cdef public object files_owner
+    cdef public PutMessageLock files_lock
+    cdef readonly int64_t ready_rolls       # rolls that took the ready file (the others called ``roll_file``)
     cdef public object after_put
     cdef public object delay_rewrite
     cdef public object flush_wakeup

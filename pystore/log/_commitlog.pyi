@@ -41,6 +41,11 @@ class CommitLogCore:
     writeable: bool
     os_page_cache_busy_timeout: int
     roll_file: Callable[[int], MappedFile | None] | None
+    ready: MappedFile | None
+    files_owner: Any
+    files_lock: PutMessageLock | None
+    @property
+    def ready_rolls(self) -> int: ...
     after_put: Callable[[PutMessageResult, Message | MessageBatch], PutMessageResult] | None
     delay_rewrite: Callable[[Message], Message | None] | None
     flush_wakeup: Callable[[], object] | None

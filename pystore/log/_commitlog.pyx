@@ -24,6 +24,7 @@ big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
@@ -337,8 +338,28 @@ cdef class CommitLogCore:
     # -- putting -----------------------------------------------------------------------------------
 
     cdef MappedFile _roll(self, int64_t next_offset):
-        """The next file, from Python policy (allocate service); None when it cannot be created."""
+        """The next file: the ready one (``ready``, made ahead by the allocate service) when it starts at
+        ``next_offset``, published into the log's file list here; else from Python policy (``roll_file``: the
+        allocate service, waited for); None when it cannot be created."""
         cdef object mf
+        cdef MappedFile r = self.ready
+        cdef list files
+        if r is not None and r.file_from_offset == next_offset and self.files_lock is not None:
+            # the list is copy-on-write: readers keep the one they took; changes hold its lock (the cleaner
+            # deletes old files under it). The ready file is taken only where the list ends; otherwise (it
+            # cannot follow a list that changed) it is left to the allocate service, which drops it
+            self.files_lock.lock()
+            try:
+                files = self.files_owner._files
+                if PyList_GET_SIZE(files) > 0 and (<MappedFile>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
+                                                   ).file_from_offset + self.file_size == next_offset:
+                    self.ready = None
+                    self.files_owner._files = files + [r]
+                    self.last = r
+                    self.ready_rolls += 1
+                    return r
+            finally:
+                self.files_lock.unlock()
         if self.roll_file is None:
             return None
         try:

@@ -18,7 +18,17 @@ into a file that a power cut could unname. RocketMQ does not fsync directories; 
 service's thread, once per file (a commit-log file holds 1 GiB by default), never on the put path's account
 unless the service is not running (before start, after shutdown) and the file is created inline.
 
-Thread-safety: requests come from the put path (under the put lock); one service thread creates.
+The ready file (``keep_ready``): once the log has rolled in this process, the file after its last is made
+ahead and handed to the commit log's compiled core (``CommitLogCore.ready``), where the roll takes it and
+publishes it into the log's file list itself, in C, under the list's lock: a roll then calls no Python. The
+service looks after each file it made and every half second: it asks for the next file once the roll took
+the ready one, hands a made-ahead file over, and deletes a ready file that no longer follows the log. A roll
+that finds no ready file (the first of a process, or one that came too soon) asks through Python as before,
+and takes the ready file there if it is the one wanted. A file some put waits for never goes to the ready slot.
+
+Thread-safety: requests come from the put path (under the put lock); one service thread creates. The ready
+slot is set, and taken from Python, under the service's lock; the compiled roll takes it holding the GIL,
+without running Python code between its look and its take.
 """
 
 from __future__ import annotations
@@ -27,11 +37,16 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pystore.log._mapped_file import MappedFile
 from pystore.system.crashpoint import crashpoint
 from pystore.system.durable import fsync_dir, make_dirs_durable
 from pystore.system.service import ServiceThread
+
+if TYPE_CHECKING:
+    from pystore.log._commitlog import CommitLogCore
+    from pystore.log.mapped_file_queue import MappedFileQueue
 
 __all__ = ["AllocateMappedFileService"]
 
@@ -47,11 +62,13 @@ def _fsync_file(path: str) -> None:
 
 
 class _Request:
-    __slots__ = ("path", "size", "done", "mapped_file", "error")
+    __slots__ = ("path", "size", "done", "mapped_file", "error", "claimed")
 
     def __init__(self, path: str, size: int) -> None:
         self.path = path
         self.size = size
+        #: a put waits for this file (it goes to that put, never to the ready slot)
+        self.claimed = False
         self.done = threading.Event()
         self.mapped_file: MappedFile | None = None
         self.error: BaseException | None = None
@@ -79,6 +96,51 @@ class AllocateMappedFileService(ServiceThread):
         self._requests: dict[str, _Request] = {}
         self._queue: list[_Request] = []
         self._cond = threading.Condition(self._lock)
+        #: the commit log whose next file this service keeps ready in its core (``keep_ready``), or None
+        self._core: CommitLogCore | None = None
+        self._log: MappedFileQueue | None = None
+        self._rolls_seen = 0        # ``core.ready_rolls`` when the service last looked
+
+    def keep_ready(self, core: CommitLogCore, queue: MappedFileQueue) -> None:
+        """Keep the commit log's next file made ahead in ``core.ready`` (``CommitLogCore``), where the put
+        path's roll takes it in C; ``queue`` is the log's ``MappedFileQueue``. Set before ``start``."""
+        self._core, self._log = core, queue
+        self._rolls_seen = core.ready_rolls
+
+    def _fill_ready(self) -> None:
+        """(The service's thread.) The ready file: drop one that no longer follows the log (a truncation since
+        it was made), hand over the made-ahead file that does, or ask for it once the roll took the last one."""
+        core, queue = self._core, self._log
+        if core is None or queue is None:
+            return
+        last = queue.last()
+        if last is None:
+            return
+        path = queue.path_for(last.file_from_offset + queue.mapped_file_size)
+        stale = None
+        with self._cond:
+            ready = core.ready
+            if ready is not None:
+                if ready.file_name == path:
+                    return
+                stale, core.ready = ready, None
+            req = self._requests.get(path)
+            took = core.ready_rolls != self._rolls_seen
+            self._rolls_seen = core.ready_rolls
+            if req is None:
+                # asked for only after the roll took the last one: a log that has not rolled in this process
+                # gets its next file when it first rolls (the put path asks for it and the one after, as
+                # before), so an idle store holds no file past its end
+                if took and self._pool_allows_next():
+                    self._requests[path] = req = _Request(path, queue.mapped_file_size)
+                    self._queue.append(req)
+                    self._cond.notify()
+            elif req.done.is_set() and req.mapped_file is not None and not req.claimed:
+                self._requests.pop(path)
+                core.ready = req.mapped_file
+        if stale is not None and not any(f is stale for f in queue.files):
+            log.info("deleting the ready file %s: the log no longer ends before it", stale.file_name)
+            stale.destroy(0, self.clock())
 
     def __call__(self, path: str, next_path: str, size: int) -> MappedFile | None:
         return self.put_request_and_return_mapped_file(path, next_path, size)
@@ -87,10 +149,17 @@ class AllocateMappedFileService(ServiceThread):
         if not self.started:
             return self._create(path, size)          # before start / after shutdown: create inline
         with self._cond:
+            core = self._core
+            ready = core.ready if core is not None else None
+            if core is not None and ready is not None and ready.file_name == path:
+                # made ahead and handed to the core, which did not take it (the roll came through Python)
+                core.ready = None
+                return ready
             req = self._requests.get(path)
             if req is None:
                 req = self._requests[path] = _Request(path, size)
                 self._queue.append(req)
+            req.claimed = True
             if next_path not in self._requests and self._pool_allows_next():
                 nxt = self._requests[next_path] = _Request(next_path, size)
                 self._queue.append(nxt)
@@ -135,11 +204,15 @@ class AllocateMappedFileService(ServiceThread):
 
     def run(self) -> None:
         while not self.is_stopped():
+            self._fill_ready()
             with self._cond:
-                while not self._queue and not self.is_stopped():
+                if not self._queue and not self.is_stopped():
+                    # looks again within half a second: the put path takes the ready file without a word
                     self._cond.wait(0.5)
                 if self.is_stopped():
                     break
+                if not self._queue:
+                    continue
                 req = min(self._queue, key=lambda r: r.path.rsplit(os.sep, 1)[-1])
                 self._queue.remove(req)
             try:
@@ -148,6 +221,7 @@ class AllocateMappedFileService(ServiceThread):
             except BaseException as e:  # noqa: BLE001 - handed to the waiting put
                 req.error = e
             req.done.set()
+            self._fill_ready()
 
     def shutdown(self, join: bool = True) -> None:
         with self._cond:
@@ -158,6 +232,10 @@ class AllocateMappedFileService(ServiceThread):
             leftovers = list(self._requests.values())
             self._requests.clear()
             self._queue.clear()
+            core = self._core
+            if core is not None and core.ready is not None:
+                leftovers.append(_Request(core.ready.file_name, 0))
+                leftovers[-1].mapped_file, core.ready = core.ready, None
         for req in leftovers:
             mf = req.mapped_file
             if mf is not None:

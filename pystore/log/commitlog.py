@@ -73,8 +73,11 @@ class CommitLog:
         for mf in queue.files:
             mf.window = queue.window
         self.clock = clock
-        # the core's one call back here: a roll with no file ready (the allocate service usually made it)
+        # the core's one call back here: a roll with no file ready (the allocate service keeps one in
+        # ``core.ready``, which the roll publishes into the queue's list itself, under the list's lock)
         self.roll_file = self._roll_file
+        self.core.files_owner = queue
+        self.core.files_lock = queue._lock
         #: read-only: where recovery found damage (-1: none); a refresh never reads past it
         self.damage_fence = -1
 

@@ -23,7 +23,8 @@ that a power cut could unname. Removals (recovery's truncation, a damaged queue'
 folder right after unlinking, outside the list's lock: a file recovery cut must not come back.
 
 Thread-safety: the file list is copy-on-write (readers take the current list without locking); changes
-(create, truncate, delete) take ``self._lock``.
+(create, truncate, delete) take ``self._lock``, and so does the commit log's roll when it publishes the ready
+file in C (``CommitLogCore._roll``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from pystore.log._mapped_file import MappedFile, is_file_name, offset_to_file_name
+from pystore.log._put_lock import PutMessageLock
 from pystore.queue._units import find_file
 from pystore.system.durable import PendingDirs, make_dirs, sync_dirs
 from pystore.system.service import real_clock
@@ -68,7 +70,9 @@ class MappedFileQueue:
         self.read_only = read_only
         self.clock = clock or real_clock
         self._files: list[MappedFile] = []
-        self._lock = threading.RLock()
+        # a reentrant lock the commit log's roll also takes in C (``CommitLogCore.files_lock``), waited for
+        # without the GIL
+        self._lock = PutMessageLock(reentrant=True)
         self.flushed_where = 0
         self.committed_where = 0
         self._flush_lock = threading.Lock()
