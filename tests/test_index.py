@@ -443,3 +443,28 @@ def test_a_reader_walks_an_entry_linked_after_its_header(tmp_path):
     finally:
         reader.mapped_file.close()
         writer.mapped_file.close()
+
+
+def test_only_ascii_digit_names_are_index_files(store_factory):
+    """An index folder's files are named by ASCII digits; a name of other digits (``str.isdigit`` takes
+    superscripts and other scripts' digits) is not an index file: the store opens, looks up and verifies as
+    if it were not there."""
+    from pystore.engine.verify import verify_store
+    from pystore.log.geometry import is_index_file_name
+
+    assert is_index_file_name("20261204180000123")
+    assert not is_index_file_name("²⁰²⁶") and not is_index_file_name("١٢٣") and not is_index_file_name("")
+    store = store_factory()
+    r = store.put_message(Message(TOPIC, b"k", keys="digits")).append_message_result
+    root = store.config.store_path_root_dir
+    store.shutdown()
+    stray = os.path.join(root, "index", "١٢٣")
+    with open(stray, "wb") as f:
+        f.write(b"not an index file")
+    again = store_factory()
+    assert [m.commit_log_offset for m in again.query_message(TOPIC, "digits", 4).messages] == [r.wrote_offset]
+    assert all(not f.mapped_file.file_name.endswith("١٢٣") for f in again._parts.index._files)
+    again.shutdown()
+    report = verify_store(root)
+    assert report.ok, report
+    os.unlink(stray)

@@ -23,7 +23,7 @@ from pystore.engine.checkpoint import StoreCheckpoint
 from pystore.engine.store import MessageStore
 from pystore.log._mapped_file import MappedFile, is_file_name
 from pystore.log._records import first_store_timestamp
-from pystore.log.geometry import detect_overrides
+from pystore.log.geometry import detect_overrides, is_index_file_name
 
 __all__ = ["store_info", "iso_ms"]
 
@@ -241,7 +241,7 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> StoreIn
         index_files: list[FileInfo] = []
         if os.path.isdir(cfg.index_path()):
             for name in sorted(os.listdir(cfg.index_path())):
-                if name.isdigit():
+                if is_index_file_name(name):
                     index_files.append(_file_entry(name, os.path.join(cfg.index_path(), name)))
         _, cq_size, cq_allocated = _du(cfg.consume_queue_path())
         usage = {

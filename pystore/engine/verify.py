@@ -37,6 +37,7 @@ from typing import Any
 from pystore.errors import StoreCorruptedError, StoreError
 from pystore.log._mapped_file import MappedFile, is_file_name
 from pystore.log._records import find_valid_record_after
+from pystore.log.geometry import is_index_file_name
 from pystore.message.constants import SCHEDULE_TOPIC, SysFlag
 from pystore.queue._units import UNIT_SIZE
 from pystore.queue.consume_queue import queue_id_of
@@ -388,7 +389,7 @@ def _check_index_files(index_dir: str, report: VerifyReport, out: _Collector, ov
         configured = (int(overrides["max_hash_slot_num"]), int(overrides["max_index_num"]))
     for name in sorted(os.listdir(index_dir)):
         p = os.path.join(index_dir, name)
-        if not (name.isdigit() and os.path.isfile(p)):
+        if not (is_index_file_name(name) and os.path.isfile(p)):
             continue
         size = os.path.getsize(p)
         geometry: tuple[int, int] | None
@@ -424,7 +425,7 @@ def _check_index(
     from pystore.log.geometry import detect_overrides
 
     index_dir = os.path.join(root, "index")
-    report.index_present = os.path.isdir(index_dir) and any(n.isdigit() for n in os.listdir(index_dir))
+    report.index_present = os.path.isdir(index_dir) and any(is_index_file_name(n) for n in os.listdir(index_dir))
     first_indexed = -1
     if report.index_present:
         first_indexed = _check_index_files(index_dir, report, out, overrides)

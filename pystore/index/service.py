@@ -51,7 +51,7 @@ from pystore.index._index import (
 )
 from pystore.index._index_walk import FOLLOW_WORK, IndexCursor, follow_log, index_log, log_end
 from pystore.log._mapped_file import MappedFile
-from pystore.log.geometry import index_geometry
+from pystore.log.geometry import index_geometry, is_index_file_name
 from pystore.message._message_ext import MessageExt
 from pystore.read.results import QueryMessageResult
 from pystore.system.core_field import CoreField
@@ -136,7 +136,7 @@ class IndexService:
         dropped = False
         for name in sorted(os.listdir(self.path)):
             p = os.path.join(self.path, name)
-            if not (name.isdigit() and os.path.isfile(p)):
+            if not (is_index_file_name(name) and os.path.isfile(p)):
                 continue
             size = os.path.getsize(p)
             if size == 0 and not self.read_only:
@@ -420,7 +420,7 @@ class IndexService:
         new = []
         for name in sorted(os.listdir(self.path)):
             p = os.path.join(self.path, name)
-            if p in known or not name.isdigit() or os.path.getsize(p) != self.file_size:
+            if p in known or not is_index_file_name(name) or os.path.getsize(p) != self.file_size:
                 continue
             new.append(IndexFileCore(MappedFile(p, self.file_size, read_only=True, from_offset=0),
                                      self.hash_slot_num, self.index_num))

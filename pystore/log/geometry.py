@@ -17,7 +17,13 @@ from typing import Any
 from pystore.format._codec import UNIT_SIZE
 from pystore.log._mapped_file import is_file_name
 
-__all__ = ["detect_overrides", "index_geometry"]
+__all__ = ["detect_overrides", "index_geometry", "is_index_file_name"]
+
+
+def is_index_file_name(name: str) -> bool:
+    """An index file's name: ASCII digits (RocketMQ names them by their creation time, ``yyyyMMddHHmmssSSS``).
+    ``str.isdigit`` alone would take other scripts' digits and superscripts."""
+    return bool(name) and name.isascii() and name.isdigit()
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +90,7 @@ def detect_overrides(root: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _index_overrides(folder: str) -> dict[str, Any]:
     try:
-        names = [n for n in os.listdir(folder) if n.isdigit()]
+        names = [n for n in os.listdir(folder) if is_index_file_name(n)]
     except OSError:
         return {}
     sizes = set()
