@@ -1361,6 +1361,7 @@ if kind != "none":
         else:
             # a new commit-log file: inside a put, between two records of it
             store._commitlog.roll_file = counted(store._commitlog.roll_file)
+            store._commitlog.core.files_lock = None     # every roll through the hook (none from the ready file in C)
         return store
     MessageStore.open = open_
 w.commit([StagedPart(i, p, 60) for i, p in enumerate(staged)], 5)
