@@ -36,6 +36,7 @@ UPWARD = {
     # a queue's load and recovery read its files and ask recovery's pure decisions about them (no file, no
     # state: engine/queue_damage.py imports nothing above format), so that every recovery decision is in one place
     ("queue/consume_queue.py", "engine"): "a queue's damage is judged by engine/queue_damage.py (pure)",
+    ("queue/queue_store.py", "engine"): "a damaged queue is rebuilt or refused as engine/queue_damage.py decides",
     # query_message's result is made where the lookup runs
     ("index/service.py", "read"): "the index lookup builds QueryMessageResult (read/results.py)",
 }

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from pystore.config import StoreConfig
     from pystore.index.service import IndexService
     from pystore.log.commitlog import CommitLog
-    from pystore.queue.consume_queue import ConsumeQueue, ConsumeQueueStore
+    from pystore.queue.consume_queue import ConsumeQueue
+    from pystore.queue.queue_store import ConsumeQueueStore
     from pystore.system.running_flags import RunningFlags
 
 log = logging.getLogger(__name__)

@@ -68,8 +68,9 @@ if TYPE_CHECKING:
     from pystore.config import StoreConfig
     from pystore.index.service import IndexService
     from pystore.log.commitlog import CommitLog
-    from pystore.queue.consume_queue import ConsumeQueue, ConsumeQueueStore
+    from pystore.queue.consume_queue import ConsumeQueue
     from pystore.queue.dispatch import ReputService
+    from pystore.queue.queue_store import ConsumeQueueStore
 
 __all__ = ["RecoveryResult", "corrupted", "recover_commit_log", "recover_queues"]
 

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from pystore.config import StoreConfig
     from pystore.log._results import PutMessageResult
     from pystore.log.commitlog import CommitLog
-    from pystore.queue.consume_queue import ConsumeQueueStore
+    from pystore.queue.queue_store import ConsumeQueueStore
 
 __all__ = ["ScheduleMessageService", "delay_level_to_queue_id", "queue_id_to_delay_level",
            "encode_delay_offsets", "decode_delay_offsets"]

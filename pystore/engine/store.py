@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from pystore.log.commitlog import CommitLog
     from pystore.message._message_ext import MessageExt
     from pystore.message.constants import MessageFilter, TagFilter
-    from pystore.queue.consume_queue import ConsumeQueueStore
+    from pystore.queue.queue_store import ConsumeQueueStore
     from pystore.read._read import ReadLimits
     from pystore.read.arrival import ArrivingListener
     from pystore.read.results import GetMessageResult, PutColumnsResult, QueryMessageResult

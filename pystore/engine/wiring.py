@@ -55,8 +55,9 @@ from pystore.log.mapped_file_queue import MappedFileQueue
 from pystore.log.pool import TransientStorePool
 from pystore.message.constants import SCHEDULE_TOPIC
 from pystore.queue._dispatch import QueueDispatcher
-from pystore.queue.consume_queue import ConsumeQueue, ConsumeQueueStore
+from pystore.queue.consume_queue import ConsumeQueue
 from pystore.queue.dispatch import ReputService
+from pystore.queue.queue_store import ConsumeQueueStore
 from pystore.read._queue_reader import follow_in_place
 from pystore.read._read import ReadLimits
 from pystore.read.arrival import WAKE_FILE, open_wake_file
@@ -425,6 +426,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         # the next file made ahead into the core, where the roll takes it in C (a crash test of the roll
         # needs the roll to come through Python, where the point is)
         allocate.keep_ready(cl.core, cl.queue)
+    # each consume queue's next file made ahead by its flushes, renamed into place by the roll in C
+    parts.cq_store.keep_ready()
     slave_log = SlaveLog(cl, reput, parts.dispatcher, checkpoint, cfg) if slave else None
     commit: CommitRealTimeService | None = None
     group_commit: GroupCommitService | None = None

@@ -41,12 +41,12 @@ from pystore.queue._units import find_file
 from pystore.system.durable import PendingDirs, make_dirs, sync_dirs
 from pystore.system.service import real_clock
 
-__all__ = ["MappedFileQueue"]
+__all__ = ["MappedFileQueue", "destroy_now"]
 
 log = logging.getLogger(__name__)
 
 
-def _destroy_now(f: MappedFile, now: int) -> None:
+def destroy_now(f: MappedFile, now: int) -> None:
     """Delete a file even if a reader still holds it (its views keep the mapping alive, not the file). ``now``:
     the queue's clock, as every shutdown of its files is timed."""
     if not f.destroy(0, now):
@@ -370,7 +370,7 @@ class MappedFileQueue:
                         f.close()          # a reader only narrows its view; the files are not its own
                     else:
                         log.info("deleting %s: it starts after the truncation offset %d", f.file_name, offset)
-                        _destroy_now(f, self.clock())
+                        destroy_now(f, self.clock())
                         removed.append(os.path.dirname(f.file_name))
                 else:
                     keep.append(f)
@@ -387,7 +387,7 @@ class MappedFileQueue:
             if not self._files:
                 return
             last = self._files[-1]
-            _destroy_now(last, self.clock())
+            destroy_now(last, self.clock())
             self._files = self._files[:-1]
             end = self.get_max_offset()
             self.flushed_where = min(self.flushed_where, end)
@@ -483,7 +483,7 @@ class MappedFileQueue:
         """Delete every file of this log, and the folders if they end up empty."""
         with self._lock:
             for f in self._files:
-                _destroy_now(f, self.clock())
+                destroy_now(f, self.clock())
             self._files = []
             self.flushed_where = self.committed_where = 0
         changed = []

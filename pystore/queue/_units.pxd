@@ -25,11 +25,19 @@ cdef class ConsumeQueueCore:
     cdef bytearray ts_samples                  # (phy i64, store time i64) of units 0, K, 2K ... (_timesearch)
     cdef int64_t pf_lead                       # how far ahead its file is pre-faulted (grows to 1 MiB)
     cdef public int64_t repaired               # units recovery's re-dispatch rewrote (repair_unit)
+    # the next file, made ahead by the flush service in the store's ready folder (``offer_ready``); the roll
+    # renames it into the queue's folder and publishes it in C (``_take_ready``) under the file list's lock
+    cdef readonly MappedFile ready
+    cdef bytes ready_from                      # its path in the ready folder
+    cdef bytes ready_to                        # its path in the queue's folder
+    cdef str ready_name                        # ``ready_to`` as the file's name once taken
+    cdef readonly int64_t ready_rolls          # rolls that took the ready file (the others asked Python)
 
     cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1
     cdef int put_units(self, int64_t phy, const int32_t *sizes, Py_ssize_t n, int64_t tags_code,
                        int64_t cq_offset) except -1
     cdef MappedFile _file_for(self, int64_t expect)
+    cdef MappedFile _take_ready(self, int64_t file_offset)
     cdef int repair_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset, list cl_files,
                          int64_t cl_file_size) except -1
 

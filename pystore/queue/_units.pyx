@@ -21,13 +21,17 @@ under the put lock, or the dispatch service: ``_dispatch``); readers see whole u
 """
 
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int32_t, int64_t
 
 from pystore.format._bytes cimport get_i32, get_i64, put_i64, store_i32_release
 from pystore.format._codec cimport CQ_FILLER_SIZE, CQ_STORE_UNIT_SIZE, RecordView, check_record
 from pystore.log._mapped_file cimport MappedFile
+from pystore.log._put_lock cimport PutMessageLock
 
 import logging
+import os
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,27 @@ cdef int32_t FILLER = CQ_FILLER_SIZE
 # disk) for it.
 cdef int64_t CQ_PREFAULT_FIRST_LEAD = 65536
 cdef int64_t CQ_PREFAULT_MAX_LEAD = 1024 * 1024
+
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <fcntl.h>
+    #include <stdio.h>
+    #include <sys/syscall.h>
+    #include <unistd.h>
+    /* rename that refuses to replace an existing file (renameat2 RENAME_NOREPLACE, through syscall(2): glibc
+       before 2.28 has no wrapper); 0 or an errno (EINVAL where the file system cannot refuse atomically) */
+    static int ps_rename_noreplace(const char *from, const char *to) {
+    #ifdef SYS_renameat2
+        return syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 1 /* RENAME_NOREPLACE */) == 0 ? 0 : errno;
+    #else
+        (void)from; (void)to;
+        return ENOSYS;
+    #endif
+    }
+    """
+    int ps_rename_noreplace(const char *from_path, const char *to_path) noexcept nogil
 
 
 cdef inline void write_unit(unsigned char *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
@@ -104,11 +129,80 @@ cdef class ConsumeQueueCore:
         self.last = mf
 
     cdef MappedFile _file_for(self, int64_t expect):
-        cdef object mf = self.queue.get_last_mapped_file(expect, True)
+        cdef object mf = self._take_ready(expect - expect % self.file_size)
+        if mf is None:
+            mf = self.queue.get_last_mapped_file(expect, True)     # no ready file: Python makes one
         if mf is None:
             return None
         self.last = <MappedFile>mf
         return self.last
+
+    cdef MappedFile _take_ready(self, int64_t file_offset):
+        """The ready file when it is the one starting at ``file_offset`` and the queue's files end, full,
+        right before it: renamed into the queue's folder and appended to the file list (copy-on-write, under its
+        lock, as ``MappedFileQueue.create_file`` does), or None. A ready file that does not fit stays where it is
+        for the flush service to delete; one whose rename fails (the folder went away, the name is taken, the
+        file system cannot refuse a replacing rename) is left to it too, and the roll asks Python."""
+        cdef MappedFile r = self.ready
+        cdef MappedFile tail
+        cdef PutMessageLock lock
+        cdef list files
+        cdef int rc
+        cdef const char *src
+        cdef const char *dst
+        if r is None or r.file_from_offset != file_offset:
+            return None
+        lock = <PutMessageLock?>self.queue._lock
+        lock.lock()
+        try:
+            r = self.ready
+            files = self.queue._files
+            if r is None or r.file_from_offset != file_offset or PyList_GET_SIZE(files) == 0:
+                return None
+            tail = <MappedFile>PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)
+            if tail.file_from_offset + self.file_size != file_offset or tail.wrote < tail.file_size:
+                return None
+            src, dst = PyBytes_AS_STRING(self.ready_from), PyBytes_AS_STRING(self.ready_to)
+            with nogil:         # the lock's waiters wait without the GIL (PutMessageLock.lock)
+                rc = ps_rename_noreplace(src, dst)
+            if rc != 0:
+                log.warning("consume queue %s/%d: cannot move the ready file %s to %s (%s); making the file "
+                            "in place", self.topic, self.queue_id, self.ready_from, self.ready_to, os.strerror(rc))
+                return None
+            r.file_name = self.ready_name
+            self.ready = None
+            self.queue._files = files + [r]
+            self.ready_rolls += 1
+            return r
+        finally:
+            lock.unlock()
+
+    def offer_ready(self, MappedFile mf not None, str path not None):
+        """(The flush service.) Hand over ``mf``, the queue's next file made in the ready folder, to be
+        renamed to ``path`` (in the queue's folder) by the roll that needs it. Refused while one is held."""
+        cdef PutMessageLock lock = <PutMessageLock?>self.queue._lock
+        lock.lock()
+        try:
+            if self.ready is not None:
+                raise ValueError("consume queue %s/%d holds a ready file already" % (self.topic, self.queue_id))
+            self.ready_from = os.fsencode(mf.file_name)
+            self.ready_to = os.fsencode(path)
+            self.ready_name = path
+            self.ready = mf
+        finally:
+            lock.unlock()
+
+    def take_back_ready(self):
+        """(The flush service, closing, and every path that deletes the queue's files.) The ready file,
+        no longer offered (the caller deletes it), or None."""
+        cdef PutMessageLock lock = <PutMessageLock?>self.queue._lock
+        cdef MappedFile r
+        lock.lock()
+        try:
+            r, self.ready = self.ready, None
+            return r
+        finally:
+            lock.unlock()
 
     cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags_code, int64_t cq_offset) except -1:
         """RocketMQ ``putMessagePositionInfo``: a unit already built (by offset) is accepted and ignored."""
