@@ -20,9 +20,8 @@ is deleted. ``query_offset`` walks files newest first (``_index.select_in_files`
 A new file's name and every destroy's time come from the store's clock, and the free-space check before a new
 (sparse) file from the store's ``disk_usage`` (``pystore.system.service``), as in every other policy.
 
-A new file's name (and the ``index/`` folder's, the first time) is made durable by the next ``flush`` or
-full-file flush, before the checkpoint's index time can cover it (``pystore.system.durable``: RocketMQ does not
-fsync directories, pystore does, once per file). Deleted files are made durable at once.
+A new file's name (and ``index/``'s, the first time) is made durable by the next ``flush`` or full-file flush,
+before the checkpoint's index time covers it (``pystore.system.durable``; RocketMQ syncs no folder); deletions at once.
 
 Thread-safety: one writer (the builder, or dispatch); lookups run beside it: the writer puts an entry whole
 before it links it into its slot (release), and a lookup that finds a slot naming an entry past the count it
