@@ -412,6 +412,7 @@ cdef object _put(CommitLogCore cl, Message tmpl, Bodies *b, Py_ssize_t n, bint b
                 failed = ST_CREATE_MAPPED_FILE_FAILED
                 break
             first_phy = mf.file_from_offset + pos
+            cl._reserve(first_phy + acc)
             first = mf.write_base + pos
             first_body_len = <int32_t>lens[i]
             # the first record in full (its CRC from the caller's buffer: another thread changing it meanwhile

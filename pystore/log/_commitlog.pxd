@@ -5,6 +5,7 @@ from pystore.format._codec cimport END_FILE_MIN_BLANK_LENGTH
 from pystore.log._mapped_file cimport MappedFile
 from pystore.message._message cimport Message
 from pystore.log._put_lock cimport PutMessageLock
+from pystore.log._shared_lock cimport SharedLock
 
 
 # why a put refuses (the statuses are PutMessageStatus members: ``refusal_status``)
@@ -85,6 +86,16 @@ cdef class CommitLogCore:
     cdef readonly int64_t put_failed_times
     cdef readonly int64_t put_max_ns
     cdef int64_t buckets[13]
+    # Several writer processes (``CommitLog.share``): the append lock they share, taken inside the put lock;
+    # under it, this process first catches up on the records the others appended since it last held it
+    # (``_catch_up``, in C), and ``shared_repair`` (Python, only after a holder died mid-put) mends the torn
+    # bytes. None: this process is the log's only writer.
+    cdef readonly SharedLock shared
+    cdef public object shared_repair
+    cdef readonly int64_t caught_up         # records of other writers walked by ``_catch_up``
+    cdef bytes catch_topic                  # the topic (UTF-8) and queue of ``catch_cell``: the walk's last cell
+    cdef int32_t catch_queue
+    cdef QueueCell catch_cell
 
     cdef int find_cell(self, Message m) except -1
     cdef QueueCell cell_of(self, str topic, int32_t queue_id)
@@ -114,6 +125,8 @@ cdef class CommitLogCore:
         taken first and taking it cannot fail, so the caller's ``try``/``finally: _exit()`` around this call
         releases it whatever is raised after."""
         self.put_lock.lock()
+        if self.shared is not None:
+            self._shared_enter()        # raises (the caller's ``finally`` runs ``_exit``) when it cannot be had
         if prepare and self.dispatcher is not None:
             self.dispatcher.prepare(m)
         self.begin_time_in_lock = self._now()
@@ -122,7 +135,15 @@ cdef class CommitLogCore:
 
     cdef inline void _exit(self) noexcept:
         self.begin_time_in_lock = 0
+        if self.shared is not None and self.shared.held:
+            self._shared_exit()
         self.put_lock.unlock()
+
+    cdef inline void _reserve(self, int64_t end) noexcept:
+        """Before bytes up to log offset ``end`` are written under the lock: other writers repair them if this
+        process dies before ``_exit`` publishes them."""
+        if self.shared is not None:
+            self.shared.reserve(end)
 
     cdef inline int _finish(self, int64_t t0, int64_t size, MappedFile mf) except -1:
         """After the lock, for a put that stored ``size`` bytes into ``mf`` (``t0``: before the lock): the
@@ -131,6 +152,10 @@ cdef class CommitLogCore:
         self._after_append(mf)
         return 0
 
+    cdef int _shared_enter(self) except -1
+    cdef void _shared_exit(self) noexcept
+    cdef int _catch_up(self, int64_t target) except -1
+    cdef int64_t _end(self) noexcept
     cdef int64_t _now(self)
     cdef void _account(self, int64_t t0, int64_t size) noexcept
     cdef MappedFile _roll(self, int64_t next_offset)

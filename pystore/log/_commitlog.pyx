@@ -31,16 +31,29 @@ from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
 from pystore.format._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, pinned_cpu, now_ms, store_i64_release
-from pystore.format._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_NOT_TYPE,
-                                    TRANSACTION_TYPE_MASK, encode_like, encode_message, encode_with_body, enters_queue,
-                                    like_head_body, like_tail, message_length, write_blank)
+from pystore.format._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, STOREHOSTADDRESS_V6_FLAG,
+                                    TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like,
+                                    encode_message, encode_with_body, enters_queue, like_head_body, like_tail,
+                                    message_length, write_blank)
+from pystore.format._jstring cimport utf8_text
 from pystore.log._mapped_file cimport MappedFile, prefault_follow_cpu
 from pystore.system._notify cimport ps_notify
 from pystore.format._hosts cimport encode_host
 from pystore.message._message cimport Message, copy_message
 from pystore.message._message_batch cimport MessageBatch
 from pystore.log._put_lock cimport PutMessageLock
+from pystore.log._shared_lock cimport SharedLock
 from pystore.log._results cimport PutMessageResult, put_failed, put_ok
+
+cdef extern from "<errno.h>" nogil:
+    int EBUSY
+
+cdef extern from "<signal.h>" nogil:
+    int kill(int pid, int sig)
+    int SIGKILL
+
+cdef extern from "<unistd.h>" nogil:
+    int getpid()
 
 cdef extern from *:
     """
@@ -53,7 +66,9 @@ cdef extern from *:
 import logging
 import os
 
+from pystore.errors import StoreCorruptedError, StoreError
 from pystore.status import PutMessageStatus
+from pystore.system.crashpoint import nth as crash_nth
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +89,19 @@ cdef enum:
 
 # RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
 cdef int64_t[12] _BUCKET_MS = [1, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000]
+# the shared append's crash points (pystore.system.crashpoint): the arrival that kills (0: not armed)
+cdef int64_t _crash_reserved = crash_nth("shared.reserved")
+cdef int64_t _crash_copied = crash_nth("shared.copied")
+cdef int64_t _crash_catching = crash_nth("shared.catching_up")
+
+
+cdef inline void _crash_at(int64_t *countdown) noexcept nogil:
+    if countdown[0] > 0:
+        countdown[0] -= 1
+        if countdown[0] == 0:
+            kill(getpid(), SIGKILL)
+
+
 BUCKET_NAMES = ("<=0ms", "0~10ms", "10~50ms", "50~100ms", "100~200ms", "200~500ms", "500ms~1s", "1~2s", "2~3s",
                 "3~4s", "4~5s", "5~10s", "10s~")
 
@@ -386,6 +414,7 @@ cdef class CommitLogCore:
                 return None
         pos = mf.wrote
         if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
+            self._reserve(mf.file_from_offset + mf.file_size + total)      # the blank, then the record
             write_blank(mf.write_base + pos, <int32_t>(mf.file_size - pos))
             mf.fill_to_end()
             mf.settle()
@@ -398,7 +427,120 @@ cdef class CommitLogCore:
             log.error("%s: cannot allocate %d bytes at %d: %s", mf.file_name, total, pos,
                       os.strerror(mf.reserve_errno))
             return None
+        self._reserve(mf.file_from_offset + pos + total)
+        if self.shared is not None:
+            _crash_at(&_crash_reserved)
         return mf
+
+    # -- several writer processes -------------------------------------------------------------------------
+
+    cdef int64_t _end(self) noexcept:
+        """Where this process's view of the log ends (0 before its first file)."""
+        return 0 if self.last is None else self.last.file_from_offset + self.last.wrote
+
+    cdef int _shared_enter(self) except -1:
+        """Under the put lock: take the shared append lock (tried first; waited for without the GIL only when
+        another process holds it), repair what a holder that died mid-put left (Python: once per death), then
+        catch up on what the others appended."""
+        cdef SharedLock lock = self.shared
+        cdef int rc = lock.try_lock()
+        cdef int64_t target
+        if rc == EBUSY:
+            with nogil:
+                rc = lock.lock()
+        if rc != 0:
+            raise OSError(rc, "the writers' append lock: " + os.strerror(rc))
+        if lock.torn():
+            if self.shared_repair is None:
+                raise StoreError("a writer died in the middle of a put and no repair is set")
+            self.shared_repair()
+        target = lock.published()
+        if target != self._end():
+            self._catch_up(target)
+        return 0
+
+    cdef void _shared_exit(self) noexcept:
+        # whatever this hold wrote ends at this process's end (a put that failed wrote nothing, or only a blank
+        # and a roll, which are whole too)
+        _crash_at(&_crash_copied)
+        self.shared.publish(self._end())
+        self.shared.unlock()
+
+    cdef int _catch_up(self, int64_t target) except -1:
+        """Walk the records other writers published after this process's end up to ``target`` (their headers,
+        checked as recovery checks them, without the CRC), moving the files' write positions and the queue
+        offsets of the records' queues on; files others made are mapped through ``roll_file`` (once each).
+        A record that is not whole below the published end is damage: StoreCorruptedError."""
+        cdef MappedFile mf = self.last
+        cdef int64_t start, pos
+        cdef int32_t r
+        cdef RecordView v
+        cdef const unsigned char *rec
+        cdef QueueCell cell
+        cdef bytes topic
+        if mf is None:
+            mf = self._roll(0)
+        while mf is not None:
+            start = mf.file_from_offset
+            pos = mf.wrote
+            if start + pos == target:
+                return 0
+            if start + pos > target:
+                raise StoreCorruptedError(mf.file_name, pos, "this writer's end %d is past the published end %d"
+                                          % (start + pos, target))
+            if pos >= mf.file_size:
+                mf.settle()
+                mf = self._roll(start + mf.file_size)
+                continue
+            rec = mf.base + pos
+            r = check_record(rec, min(mf.file_size, target - start) - pos, False, &v)
+            if r == REC_BLANK:
+                mf.fill_to_end()
+                continue
+            if r <= 0 or v.phy_offset != start + pos:
+                raise StoreCorruptedError(mf.file_name, pos, "no whole record where another writer published one"
+                                          " (check %d)" % r)
+            if enters_queue(v.sys_flag):
+                if (self.catch_cell is None or v.queue_id != self.catch_queue
+                        or PyBytes_GET_SIZE(self.catch_topic) != v.topic_len
+                        or memcmp(PyBytes_AS_STRING(self.catch_topic), rec + v.topic_pos, v.topic_len) != 0):
+                    topic = PyBytes_FromStringAndSize(<const char *>rec + v.topic_pos, v.topic_len)
+                    self.catch_cell = self.cell_of(utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
+                    self.catch_topic = topic
+                    self.catch_queue = v.queue_id
+                cell = self.catch_cell
+                if v.queue_offset >= cell.next_offset:
+                    cell.next_offset = v.queue_offset + 1
+            mf.publish(pos + r)
+            mf.store_timestamp = v.store_ts
+            self.caught_up += 1
+            _crash_at(&_crash_catching)
+        raise StoreError("cannot map the commit-log file another writer made (offset %d)" % target)
+
+    def share(self, SharedLock lock, repair):
+        """Append under ``lock`` with other processes from now on (``repair()``: called under the lock when
+        the last holder died mid-put); ``share(None, None)`` goes back to being the only writer."""
+        self.put_lock.lock()
+        try:
+            self.shared = lock
+            self.shared_repair = repair
+            self.catch_cell = None
+        finally:
+            self.put_lock.unlock()
+
+    def catch_up(self):
+        """Take both locks and catch up on the others' records (a process that reads or flushes the log
+        without putting); returns the published end."""
+        cdef int64_t end
+        if self.shared is None:
+            return self._end()
+        self.put_lock.lock()
+        try:
+            self._shared_enter()
+            end = self._end()
+        finally:
+            self._exit()
+        return end
 
     cdef int _after_append(self, MappedFile mf) except -1:
         cdef int cpu

@@ -71,7 +71,9 @@ cdef class SharedLock:
     cdef readonly int kind      # LOCK_ROBUST_MUTEX or LOCK_OFD
     cdef bint held
 
+    cdef int try_lock(self) noexcept nogil
     cdef int lock(self) noexcept nogil
+    cdef int _take(self, bint wait) noexcept nogil
     cdef void unlock(self) noexcept nogil
     cdef int _require_held(self) except -1
 
@@ -87,3 +89,7 @@ cdef class SharedLock:
 
     cdef inline int64_t published(self) noexcept nogil:
         return load_i64_acquire(&self.page.published_end)
+
+    cdef inline bint torn(self) noexcept nogil:
+        """Under the lock: the last holder died between ``reserve`` and ``publish`` (``needs_repair``)."""
+        return load_i64_acquire(&self.page.reserved_end) != load_i64_acquire(&self.page.published_end)

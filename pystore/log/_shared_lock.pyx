@@ -55,6 +55,9 @@ cdef extern from "<errno.h>" nogil:
     int EOWNERDEAD
     int ENOTRECOVERABLE
     int EINTR
+    int EBUSY
+    int EAGAIN
+    int EACCES
 
 cdef extern from *:
     """
@@ -193,13 +196,21 @@ cdef class SharedLock:
 
     # -- the lock -----------------------------------------------------------------------------------------
 
+    cdef int try_lock(self) noexcept nogil:
+        """``lock`` without waiting: 0, ``EBUSY`` while another holds it, or ``lock``'s errors. The put path
+        tries first and waits without the GIL only when the lock is held."""
+        return self._take(False)
+
     cdef int lock(self) noexcept nogil:
         """Take the lock, waiting as long as a live holder keeps it (a dead one's passes at once). 0, or an
         errno (``ENOTRECOVERABLE``: a mutex left inconsistent, which only a sole opener's re-initialisation
         mends). Call without the GIL when others may hold it."""
+        return self._take(True)
+
+    cdef int _take(self, bint wait) noexcept nogil:
         cdef int rc
         if self.kind == LOCK_ROBUST_MUTEX:
-            rc = pthread_mutex_lock(&self.page.mutex)
+            rc = pthread_mutex_lock(&self.page.mutex) if wait else pthread_mutex_trylock(&self.page.mutex)
             if rc == EOWNERDEAD:
                 # the holder died: whatever it left half done, ``reserved_end`` says; the mutex is usable again
                 self.page.recoveries += 1
@@ -207,7 +218,9 @@ cdef class SharedLock:
             if rc != 0:
                 return rc
         else:
-            while ofd_lock(self.fd, F_WRLCK, APPEND_LOCK_BYTE, 1) != 0:
+            while ofd_lock(self.fd, F_WRLCK, APPEND_LOCK_BYTE, wait) != 0:
+                if errno == EAGAIN or errno == EACCES:
+                    return EBUSY
                 if errno != EINTR:
                     return errno
         self.held = True

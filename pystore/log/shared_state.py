@@ -19,6 +19,7 @@ import errno
 import logging
 import mmap
 import os
+from collections.abc import Callable
 
 from pystore.errors import StoreError
 from pystore.log._shared_lock import DEAD_MAN, PAGE_SIZE, SharedLock, ofd_try_lock, ofd_unlock, ofd_wait_lock
@@ -53,10 +54,12 @@ class SharedState:
         self.lock: SharedLock | None = None
         self.first = False
 
-    def open(self, published_end: int = 0) -> SharedLock:
+    def open(self, published_end: int = 0, recover_end: Callable[[], int] | None = None) -> SharedLock:
         """Map the page and return its lock; a sole opener writes a fresh page whose ends are
-        ``published_end``. Raises ``SharedStateError`` for a file system without OFD locks or a page this
-        version does not know."""
+        ``recover_end()`` (called while it still holds the dead-man byte exclusively, so that nobody else can
+        open the store, let alone put, before the end of the log is known), or ``published_end``. Raises
+        ``SharedStateError`` for a file system without OFD locks or a page this version does not know; what
+        ``recover_end`` raises leaves the page for the next sole opener."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             try:
@@ -72,7 +75,12 @@ class SharedState:
                     os.ftruncate(fd, PAGE_SIZE)
                 m = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 lock = SharedLock(m, fd)
-                lock.init_page(published_end, self.prefer_mutex)
+                try:
+                    lock.init_page(recover_end() if recover_end is not None else published_end, self.prefer_mutex)
+                except BaseException:
+                    del lock
+                    m.close()
+                    raise
                 m.flush()
                 # a shared lock replaces the exclusive one at once (no moment without either)
                 ofd_wait_lock(fd, DEAD_MAN, False)

@@ -2,8 +2,9 @@
 
 ``PYSTORE_CRASHPOINT=name`` (or ``name:n``) in the environment makes the process SIGKILL itself the first
 (or n-th) time it reaches ``crashpoint("name")``; ``PYSTORE_CRASHPOINT=*:n`` kills at the n-th point of any
-name. Points sit in the Python layer only, at the moments a crash is most interesting: rolling to a new
-file, mid-recovery, mid-shutdown. Without the variable a point costs one global lookup.
+name. Points sit in the Python layer, at the moments a crash is most interesting: rolling to a new file,
+mid-recovery, mid-shutdown; a few in compiled code (the shared append), which reads ``nth`` once at import and
+costs a compare of a C int. Without the variable a point costs one global lookup.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import signal
 import threading
 
-__all__ = ["armed", "crashpoint", "POINTS"]
+__all__ = ["armed", "crashpoint", "nth", "POINTS"]
 
 #: Every point the store defines, for tests that iterate them.
 POINTS = (
@@ -24,6 +25,11 @@ POINTS = (
     "recovery.truncated",      # commit log truncated, consume queues not yet
     "shutdown.flushed",        # final flush done, checkpoint not written
     "shutdown.checkpoint",     # checkpoint written, abort file still there
+    # several writer processes (compiled points in ``_commitlog``, armed at its import: ``nth``)
+    "shared.reserved",         # the append lock held, the reserved end set, nothing of the record written
+    "shared.copied",           # the record written in full, the published end not yet moved
+    "shared.catching_up",      # one record of another writer walked, the rest not
+    "shared.repairing",        # a dead writer's torn bytes zeroed, the repair not yet published
 )
 
 _spec = os.environ.get("PYSTORE_CRASHPOINT", "")
@@ -49,3 +55,8 @@ def armed(name: str) -> bool:
     """Whether the environment asks for a crash at ``name`` (``*`` asks at every point): a fast path that would
     go around the point (the commit log's ready file, taken in C) steps aside while it is armed."""
     return bool(_name) and (_name == name or _name == "*")
+
+
+def nth(name: str) -> int:
+    """For a compiled point: at which arrival the process kills itself (0: never), read once at import."""
+    return _target if _name == name else 0
