@@ -142,6 +142,7 @@ class StoreConfig:
     put_message_timeout: int = 8_000
     slave_timeout: int = 3_000
     read_only: bool = False  # pystore: open without the lock and without writing
+    shared_writers: bool = False  # pystore: several writer processes (pystore.engine.shared_writers)
     # pystore: recovery truncates at damage that valid, already-flushed records follow, instead of raising
     # StoreCorruptedError (RocketMQ always truncates; pystore refuses to drop durable messages silently).
     recover_truncate_corrupted: bool = False
@@ -150,10 +151,8 @@ class StoreConfig:
     # the whole commit-log file). Smaller saves disk at the cost of more page faults on the put path.
     prefault_window_bytes: int = 4 * 1024 * 1024
     # pystore: while the thread that puts is pinned to one CPU (os.sched_setaffinity), the async flush service,
-    # the index builder and the process's prefault worker move to that CPU, so that their work lands beside
-    # it instead of on a core another pinned thread holds (a spinning consumer); they stay where the scheduler
-    # puts them while it is not pinned (moving them then draws the put thread itself onto other cores).
-    # False: never moved
+    # the index builder and the prefault worker move to that CPU, beside it rather than on a core another pinned
+    # thread holds (a spinning consumer); unpinned, they stay where the scheduler puts them. False: never moved
     follow_put_cpu: bool = True
     # pystore: the least ms between two flushes of the async flush service while puts keep dirtying pages
     # (RocketMQ's service flushes whenever flush_commit_log_least_pages are dirty). Each flush wakes a thread,

@@ -87,6 +87,7 @@ EXTRA_DEFAULTS = [
     ("put_message_timeout", 8_000),
     ("slave_timeout", 3_000),
     ("read_only", False),
+    ("shared_writers", False),
     ("recover_truncate_corrupted", False),
     ("prefault_window_bytes", 4 * 1024 * 1024),
     ("follow_put_cpu", True),

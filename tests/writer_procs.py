@@ -27,9 +27,10 @@ class Procs:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, *argv: str, env: dict[str, str] | None = None, script: str | None = None,
-              crashpoint: str | None = None) -> subprocess.Popen[bytes]:
+              crashpoint: str | None = None, stdin: bool = False) -> subprocess.Popen[bytes]:
         """``crash_writer.py argv`` (or ``python -c script argv``) with ``env`` (default: ours), the work tree
-        and tests/ on PYTHONPATH, and ``PYSTORE_CRASHPOINT`` only when ``crashpoint`` asks for one; stderr
+        and tests/ on PYTHONPATH, and ``PYSTORE_CRASHPOINT`` only when ``crashpoint`` asks for one; a pipe for
+        stdin when ``stdin`` (else none); stderr
         goes to a file that failures quote (``stderr_of``)."""
         env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYSTORE_CRASHPOINT"}
         env["PYTHONPATH"] = os.pathsep.join([str(WORKTREE), str(TESTS)]
@@ -39,7 +40,8 @@ class Procs:
         err_path = self.tmp_path / ("writer-%d.err" % (len(self.procs) + 1))
         cmd = [sys.executable, "-c", script, *argv] if script is not None else [sys.executable, str(WRITER), *argv]
         with open(err_path, "wb") as err:
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env,
+                                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                  cwd=str(self.tmp_path))
         p.err_path = err_path  # type: ignore[attr-defined]
         self.procs.append(p)

@@ -136,10 +136,18 @@ def handle_store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except BrokenPipeError:
             raise  # the reader went away: CliGroup ends quietly
         except StoreLockedError as e:
+            from pystore.engine.checkpoint import lock_holders
+
+            holders = lock_holders(e.path) or []
+            pids = ", ".join(str(pid) for pid, _ in holders) or "unknown"
+            shared = any(s for _, s in holders)
             fail(
-                "the store at %s is locked: another process has it open for writing (lock file %s). The "
-                "read-only verbs (get, query, inspect, verify, export) work next to it; put, recover, clean and demo "
-                "need it closed first" % (os.path.dirname(e.path) or ".", e.path)
+                "the store at %s is locked: %s (lock file %s). The read-only verbs (get, query, inspect, verify, "
+                "export) work next to it; put, recover, clean and demo need it closed first%s"
+                % (os.path.dirname(e.path) or ".",
+                   "%d process(es) write it as shared writers (pid %s)" % (len(holders), pids) if shared
+                   else "another process has it open for writing (pid %s)" % pids, e.path,
+                   " (put --shared-writers joins them)" if shared else "")
             )
         except StoreCorruptedError as e:
             fail("store corrupted: %s" % e)

@@ -76,6 +76,16 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
     s.add_column("what", style="bold")
     s.add_column("value")
     s.add_row("state", state)
+    w = info["writers"]
+    if w is not None:
+        held = str(w["held_for_s"])
+        s.add_row(
+            "shared writers",
+            "%s lock, leader pid %s, published end %s, %s repair(s)%s"
+            % (w["lock"], w["leader_pid"] or "none", w["published_end"], w["generation"],
+               "; [red]pid %s has held the append lock for %s s[/red]" % (w["holder_pid"], held)
+               if float(held) >= 1.0 else ""),
+        )
     s.add_row(
         "commit log",
         "offsets %d .. %d (%s), %d file(s) of %s"

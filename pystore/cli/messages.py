@@ -51,6 +51,8 @@ def _split_keys(keys: tuple[str, ...]) -> list[str]:
 @click.option("--stdin", "from_stdin", is_flag=True, help="one message per line of stdin")
 @click.option("--sync", is_flag=True, help="SYNC_FLUSH: each put returns once on disk")
 @click.option("--create", is_flag=True, help="make a new store at ROOT when there is none (else an error)")
+@click.option("--shared-writers", is_flag=True,
+              help="open as one of several writer processes (the store's other writers must open it so too)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
 @handle_store_errors
@@ -66,6 +68,7 @@ def put(
     from_stdin: bool,
     sync: bool,
     create: bool,
+    shared_writers: bool,
     as_json: bool,
     config_file: str | None,
     sets: tuple[str, ...],
@@ -95,7 +98,9 @@ def put(
             # a text-only stdin (IDLE, an embedding program's StringIO) yields str: encode as BODY is
             bodies = (line.rstrip("\r\n").encode("utf-8") for line in sys.stdin)
     key_list = _split_keys(keys) or None
-    defaults = {"flush_disk_type": "SYNC_FLUSH"} if sync else {}
+    defaults: dict[str, Any] = {"flush_disk_type": "SYNC_FLUSH"} if sync else {}
+    if shared_writers:
+        defaults["shared_writers"] = True
     rows = []
     bad = 0
     hint = "; `pystore put --create %s ...` makes one" % root

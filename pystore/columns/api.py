@@ -243,7 +243,7 @@ def put_columns(store: MessageStore, topic: str, bodies: BodiesColumn, queue_id:
     packed = _packed(bodies)
     # one born time for the call, from the store's clock (a test's fake one included)
     born = store.clock()
-    cl = store._commitlog
+    cl = store._put_log         # a follower of several writers puts through its own appender
     if cl is not None and (properties is None or isinstance(properties, Mapping)):
         done, packed = _compiled(cl.core, topic, packed, queue_id, keys, tags, properties, batch, born)
         if done is not None:

@@ -225,30 +225,35 @@ class AbortFile:
 
 
 class StoreLock:
-    """Exclusive ``flock`` on ``<root>/lock``. ``acquire`` raises StoreLockedError when held elsewhere."""
+    """``flock`` on ``<root>/lock``: exclusive for a store's only writer, shared by the writers of a store opened
+    with ``shared_writers`` (several processes). ``acquire`` raises StoreLockedError when the lock is held in
+    the other mode (or, exclusively, at all), naming the mode it is held in and the holders' pids."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = None
+        self.shared = False
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> None:
+    def acquire(self, shared: bool = False) -> None:
         if self._fd is not None:
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise StoreLockedError(self.path) from None
+                raise StoreLockedError(self.path, _locked_message(self.path, shared)) from None
             raise
-        os.pwrite(fd, b"lock", 0)
-        os.fsync(fd)
+        if not shared:
+            os.pwrite(fd, b"lock", 0)
+            os.fsync(fd)
         self._fd = fd
+        self.shared = shared
 
     def release(self) -> None:
         if self._fd is None:
@@ -260,30 +265,50 @@ class StoreLock:
             self._fd = None
 
 
-def writer_holds_lock(path: str) -> bool | None:
-    """Does a process hold the ``flock`` on the store's ``lock`` file at ``path`` (a writer is running)?
-    Read from ``/proc/locks`` without touching the lock (taking even a shared lock for a moment would make a
-    writer starting at that instant fail with StoreLockedError). None when it cannot tell (no such file, or
-    no ``/proc``)."""
+def _locked_message(path: str, wanted_shared: bool) -> str:
+    holders = lock_holders(path) or []
+    pids = ", ".join(str(pid) for pid, _ in holders) or "unknown"
+    if any(shared for _, shared in holders):
+        held = "by %d process(es) that opened it with shared_writers=True (pid %s)" % (len(holders), pids)
+    else:
+        held = "by its only writer (pid %s)" % pids
+    wanted = "with shared_writers=True" if wanted_shared else "as its only writer"
+    return "%s: the store is locked %s; it cannot be opened %s (open it the same way, or read_only=True)" % (
+        path, held, wanted)
+
+
+def lock_holders(path: str) -> list[tuple[int, bool]] | None:
+    """``(pid, shared)`` of every process that holds the ``flock`` on the store's ``lock`` file at ``path``, read
+    from ``/proc/locks`` without touching the lock (taking even a shared lock for a moment would make a writer
+    starting at that instant fail with StoreLockedError). None when it cannot tell (no such file, or no
+    ``/proc``)."""
     try:
         st = os.stat(path)
         with open("/proc/locks") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
+    found = []
     for line in lines:
         parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (a blocked waiter's line has "->" first)
+        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (a blocked waiter's line has "->" first; READ: shared)
         if "FLOCK" not in parts or "->" in parts:
             continue
-        for field in parts:
-            if field.count(":") == 2:
+        for i, fld in enumerate(parts):
+            if fld.count(":") == 2:
                 try:
-                    inode = int(field.rsplit(":", 1)[1])
+                    inode = int(fld.rsplit(":", 1)[1])
+                    pid = int(parts[i - 1])
                 except ValueError:
                     break
                 if inode == st.st_ino:
-                    return True
+                    found.append((pid, "READ" in parts))
                 break
-    return False
+    return found
 
+
+def writer_holds_lock(path: str) -> bool | None:
+    """Does a process hold the ``flock`` on the store's ``lock`` file at ``path`` (a writer is running)? None when
+    it cannot tell (``lock_holders``)."""
+    holders = lock_holders(path)
+    return None if holders is None else bool(holders)

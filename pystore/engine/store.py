@@ -14,11 +14,11 @@ replication is ``pystore.ha.master`` and ``pystore.ha.slave``'s; loops over byte
 A read-only store takes no lock, writes nothing and refuses puts (``SERVICE_NOT_AVAILABLE``); it follows a
 live writer by re-reading the folder when asked for data beyond what it has seen.
 
-One put and its read, module by module: ``put_message`` calls the commit log's compiled ``put_message``
-(``_attach_fast_paths``) -> ``_commitlog`` appends, dispatches inline or leaves it to a service (``wiring``
-says which), then runs ``put_waits`` -> disk by ``flush``; ``get_message`` calls ``_queue_reader.QueueReader``'s
-(``_attach_fast_paths``), which hands the calls it does not serve to ``store_reads.StoreReads.get_message``: both
-run ``_read.read_queue``, which reads the consume queue's units and the records they point at.
+One put and its read: ``put_message`` calls the commit log's compiled ``put_message`` -> ``_commitlog`` appends,
+dispatches inline or leaves it to a service (``wiring``), runs ``put_waits`` -> disk by ``flush``; ``get_message``
+calls ``_queue_reader.QueueReader``'s, which hands what it does not serve to ``store_reads.StoreReads``: both run
+``_read.read_queue`` over the consume queue's units and their records. Several writer processes:
+``pystore.engine.shared_writers``.
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
 policy that depends on the time and its ``disk_usage`` to every decision on disk usage (``pystore.system.service``
@@ -35,7 +35,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 from pystore.columns import api as columns
 from pystore.columns.api import get_columns as _get_columns
@@ -44,6 +44,8 @@ from pystore.consumer.consumer import Consumer
 from pystore.consumer.offsets import ConsumerOffsets
 from pystore.engine.checkpoint import AbortFile, StoreLock
 from pystore.engine.put_waits import NOT_LOADED, NotLoaded, done, not_available
+from pystore.engine.shared_writers import SharedWriting, take_over, writer_info
+from pystore.engine.store_part import Part, Service
 from pystore.engine.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
 from pystore.errors import StoreClosedError, StoreError
 from pystore.log._results import PutMessageResult
@@ -84,33 +86,7 @@ __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
-
-
-class _Part(Generic[_T]):
-    """A read-only part of what load() opened (``_parts``) or of a started writer's services (``_writer``), None
-    before: a property typed as the part (white-box tests reach for them)."""
-
-    def __init__(self, get: Callable[[MessageStore], _T | None]) -> None:
-        self._get = get
-
-    @overload
-    def __get__(self, store: None, owner: type[MessageStore]) -> _Part[_T]: ...
-    @overload
-    def __get__(self, store: MessageStore, owner: type[MessageStore]) -> _T | None: ...
-    def __get__(self, store: MessageStore | None, owner: type[MessageStore]) -> _Part[_T] | _T | None:
-        return self if store is None else self._get(store)
-
-    def __set__(self, store: MessageStore, value: object) -> None:
-        raise AttributeError("a part of the store cannot be replaced")
-
-
-class _Service(Protocol):
-    """What the store asks of each service a started writer runs (``Writer.services``): to stop."""
-
-    def shutdown(self) -> None: ...
 
 
 class MessageStore:
@@ -118,13 +94,11 @@ class MessageStore:
 
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], int] | None = None,
                  disk_usage: DiskUsage | None = None) -> None:
-        """``clock()``: epoch milliseconds, the time of every policy (store timestamps, file expiry, flush and
-        heartbeat intervals, the checkpoint's writes, the page-cache-busy check, forcing out a file a reader
-        still holds, index file names); default the system clock.
+        """``clock()``: epoch ms, the time of every policy (store timestamps, file expiry, intervals, the checkpoint,
+        the page-cache-busy check, forcing out a held file, index file names); default the system clock.
         ``disk_usage(path)``: what the partition holding ``path`` uses, as ``shutil.disk_usage`` answers (the
-        default) or as the used fraction in [0, 1]; cleaning, the DISK_FULL flag and the free-space check before
-        a new index file decide by it. Tests
-        inject both to move time and fill the disk without waiting or writing."""
+        default) or as the used fraction in [0, 1]: cleaning, DISK_FULL and the index's free-space check decide by
+        it. Tests inject both to move time and fill the disk without waiting or writing."""
         if config is not None and not isinstance(config, StoreConfig):
             raise TypeError("config must be a StoreConfig, got %s" % type(config).__name__)
         self.config = config if config is not None else StoreConfig()
@@ -137,8 +111,7 @@ class MessageStore:
         #: the Python reads (``pystore.read.store_reads``); the compiled ``get_message`` of a writer (``_attach_fast_paths``)
         self._reads = StoreReads(self.config, self.running_flags)
         self._reader: QueueReader | None = None
-        #: what ``put_message``/``put_messages``, ``get_message`` and ``look_message_by_offset`` call: until
-        #: ``load``, and in the cases ``_attach_fast_paths`` names, the Python ones; after it, compiled ones
+        #: what ``put_message``/``put_messages``, ``get_message``, ``look_message_by_offset`` call (``_attach_fast_paths``)
         self._puts: CommitLogCore | NotLoaded = NOT_LOADED
         self._gets: QueueReader | StoreReads = self._reads
         self._looks: QueueReader | StoreReads = self._reads
@@ -152,7 +125,7 @@ class MessageStore:
         self._limits: ReadLimits | None = None
         #: a started writer's services (pystore.engine.wiring.Writer); ``_services`` are those still to stop
         self._writer: Writer | None = None
-        self._services: list[_Service] = []
+        self._services: list[Service] = []
         self.schedule_message_service: ScheduleMessageService | None = None
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
@@ -161,23 +134,25 @@ class MessageStore:
         self.boot_timestamp = self.clock()
         #: a read-only store's committed offsets, read when first asked for (a writer's are ``_writer.offsets``)
         self._read_offsets: ConsumerOffsets | None = None
+        #: this process's part in a store several writers share (``shared_writers``), else None
+        self._shared: SharedWriting | None = None
 
-    _checkpoint = _Part(lambda s: None if s._parts is None else s._parts.checkpoint)
-    _index = _Part(lambda s: None if s._parts is None else s._parts.index)
-    _dispatcher = _Part(lambda s: None if s._parts is None else s._parts.dispatcher)
-    _reput = _Part(lambda s: None if s._parts is None else s._parts.reput)
-    _ha = _Part(lambda s: None if s._writer is None else s._writer.ha)
-    _ha_client = _Part(lambda s: None if s._writer is None else s._writer.ha_client)
-    _flush_service = _Part(lambda s: None if s._writer is None else s._writer.flush_service)
-    _allocate = _Part(lambda s: None if s._writer is None else s._writer.allocate)
-    _pool = _Part(lambda s: None if s._writer is None else s._writer.pool)
+    _checkpoint = Part(lambda s: None if s._parts is None else s._parts.checkpoint)
+    _index = Part(lambda s: None if s._parts is None else s._parts.index)
+    _dispatcher = Part(lambda s: None if s._parts is None else s._parts.dispatcher)
+    _reput = Part(lambda s: None if s._parts is None else s._parts.reput)
+    _ha = Part(lambda s: None if s._writer is None else s._writer.ha)
+    _ha_client = Part(lambda s: None if s._writer is None else s._writer.ha_client)
+    _flush_service = Part(lambda s: None if s._writer is None else s._writer.flush_service)
+    _allocate = Part(lambda s: None if s._writer is None else s._writer.allocate)
+    _pool = Part(lambda s: None if s._writer is None else s._writer.pool)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], read_only: bool = False, **config_overrides: Any) -> MessageStore:
-        """A loaded and started store at ``root``; ``with MessageStore.open(root) as store:`` shuts it down.
-        ``clock=`` and ``disk_usage=`` among the keywords go to the constructor, the rest to ``StoreConfig``."""
+        """A loaded and started store at ``root`` (``with`` shuts it down); ``clock=`` and ``disk_usage=`` go to the
+        constructor, the other keywords to ``StoreConfig``."""
         clock = config_overrides.pop("clock", None)
         disk_usage = config_overrides.pop("disk_usage", None)
         config = StoreConfig(store_path_root_dir=os.fspath(root), read_only=read_only, **config_overrides)
@@ -227,52 +202,68 @@ class MessageStore:
         cfg = self.config
         if not self.read_only:
             make_dirs_durable(cfg.store_path_root_dir)
-            self._lock.acquire()
+            self._lock.acquire(shared=cfg.shared_writers)
         elif not os.path.isdir(cfg.store_path_root_dir):
             raise StoreError("no store at %s" % cfg.store_path_root_dir)
         try:
             self.last_exit_ok = not self._abort.exists()
-            parts, self.load_error = open_parts(cfg, last_exit_ok=self.last_exit_ok, running_flags=self.running_flags,
-                                                clock=self.clock, injected_clock=self._injected_clock,
-                                                disk_usage=self.disk_usage)
+            if cfg.shared_writers:
+                self._shared = SharedWriting(cfg, self.clock, self._injected_clock)
+                parts, self.load_error = self._shared.open(self._open_parts, lambda: self._open_parts(
+                    self.config.replace(read_only=True, shared_writers=False)))
+            else:
+                parts, self.load_error = self._open_parts()
         except BaseException:
             self._release_after_failure()
             raise
         if parts is None:
             self._release_after_failure()
             return False
-        self._parts, self.recovery = parts, parts.recovery
-        self._commitlog, self._cq_store, self._limits = parts.commitlog, parts.cq_store, parts.limits
-        self._reads.attach(parts)
-        self._attach_fast_paths()
+        self._attach(parts)
         self._state = _LOADED
         return True
 
+    def _attach(self, parts: StoreParts) -> None:
+        self._parts, self.recovery = parts, parts.recovery
+        self._commitlog, self._cq_store, self._limits = parts.commitlog, parts.cq_store, parts.limits
+        self._reads.read_only = self.read_only or self._follower
+        self._reads.attach(parts)
+        self._attach_fast_paths()
+
+    def _open_parts(self, config: StoreConfig | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
+        return open_parts(config or self.config, last_exit_ok=self.last_exit_ok, running_flags=self.running_flags,
+                          clock=self.clock, injected_clock=self._injected_clock, disk_usage=self.disk_usage)
+
+    @property
+    def _follower(self) -> bool:
+        """One of several writers that is not their leader (``pystore.engine.shared_writers``)."""
+        return self._shared is not None and not self._shared.leader
+
+    @property
+    def _put_log(self) -> CommitLog | None:
+        """The commit log puts go to: a follower's appender, else the store's."""
+        shared = self._shared
+        return shared.appender if shared is not None and not shared.leader and shared.appender else self._commitlog
+
+    def _not_leading(self) -> str:
+        return "is read-only" if self.read_only else "does not lead the writers (it runs no service)"
+
     def _attach_fast_paths(self) -> None:
-        """Point the common calls at compiled objects, so that each costs one Python frame (the method's) and one
-        call into C, whatever it reaches (on the put and get paths the work is little more than that):
-
-        * ``put_message``, ``put_messages``: the commit log's compiled methods, which refuse with
-          SERVICE_NOT_AVAILABLE themselves while the store is not started, read-only or shut down;
-        * ``get_message``, ``look_message_by_offset``, on a ``MessageStore`` itself: a ``_queue_reader.QueueReader``'s,
-          which serves the common call (no filter, a known queue, a readable master, int arguments) and hands
-          every other to the ``StoreReads`` methods. A read-only store's reader follows the writer first
-          (``QueueReader`` says how far in C); its ``look_message_by_offset`` stays ``StoreReads``', which follows
-          the writer too. A subclass reads through ``StoreReads`` (no reader), whatever it overrides.
-
-        The methods stay the class's: nothing here is an instance attribute named as a method."""
+        """The common calls at compiled objects (one frame, one call into C): puts at the put log's core (it refuses
+        itself while not writeable); on a ``MessageStore`` itself, gets and looks at a ``QueueReader``, which hands
+        what it does not serve to ``StoreReads`` (a store that follows a writer looks through ``StoreReads``)."""
         cl, cq_store, limits = self._commitlog, self._cq_store, self._limits
         assert cl is not None and cq_store is not None and limits is not None
-        self._puts = cl.core
+        follows = self.read_only or self._follower
+        self._puts = (self._put_log or cl).core
         if type(self) is not MessageStore:
             return
         self._reader = QueueReader(cq_store.table, cl.queue, limits, self.running_flags, RunningFlags.NOT_READABLE_BIT,
                                    self.config, BrokerRole.SLAVE, StoreReads, self._reads,
-                                   self._parts if self.read_only else None)
+                                   self._parts if follows else None)
         self._reads.reader = self._reader
         self._gets = self._reader
-        if not self.read_only:
-            self._looks = self._reader
+        self._looks = self._reads if follows else self._reader
 
     def start(self) -> None:
         """Start the services and accept puts (a read-only store only serves reads)."""
@@ -285,27 +276,49 @@ class MessageStore:
             self._state = _STARTED
             return
         assert self._parts is not None
-        w = self._writer = wire_writer(self._parts, self.config, lock=self._lock, abort=self._abort,
+        if not self._follower:
+            self._run_writer(self._parts)
+        self._state = _STARTED
+        self._update_writeable()
+        if self._shared is not None and not self._shared.leader:
+            self._shared.watch(self._take_over)       # the follower of several writers leads when the leader goes
+        log.info("store %s started (%s, %s)", self.root, self.config.flush_disk_type.name,
+                 self.config.broker_role.name)
+
+    def _run_writer(self, parts: StoreParts) -> None:
+        w = self._writer = wire_writer(parts, self.config, lock=self._lock, abort=self._abort, shared=self._shared,
                                        running_flags=self.running_flags, clock=self.clock, disk_usage=self.disk_usage)
         self.schedule_message_service = w.schedule
         self._services = list(w.services)
         w.start()
-        self._state = _STARTED
+
+    def _take_over(self) -> None:
+        """(A follower's watch thread, holding the leader's lock.) Lead: open and run a writer (``take_over``)."""
+        assert self._shared is not None
+        if self._state != _STARTED:
+            return
+        parts = take_over(self._shared, self._open_parts)
+        old = self._parts
+        self._attach(parts)
+        self._run_writer(parts)
         self._update_writeable()
-        log.info("store %s started (%s, %s)", self.root, self.config.flush_disk_type.name,
-                 self.config.broker_role.name)
+        if old is not None:
+            self._shared.retired.append(old)
+
+    def writer_info(self) -> dict[str, object]:
+        """Who writes the store (``shared_writers.writer_info``: mode, lock kind, writers, the leader's pid)."""
+        return writer_info(self._shared, self._lock.held)
 
     def _update_writeable(self) -> None:
-        cl = self._commitlog
+        cl = self._put_log
         if cl is not None:
             cl.writeable = (self._state == _STARTED and not self.read_only and self.running_flags.is_writeable()
                             and self.config.broker_role != BrokerRole.SLAVE)
 
     def shutdown(self) -> None:
-        """Stop accepting puts, stop the services (they flush what is left), write the checkpoint, remove
-        the abort file, unmap and unlock. Idempotent. Afterwards a put answers ``SERVICE_NOT_AVAILABLE`` (a
-        refused put is a status, as in RocketMQ) and every read, ``get_message`` included, raises
-        ``StoreClosedError``."""
+        """Stop accepting puts, stop the services (they flush what is left), write the checkpoint, remove the abort
+        file, unmap and unlock. Idempotent. Afterwards a put answers ``SERVICE_NOT_AVAILABLE`` (a refused put is a
+        status, as in RocketMQ) and every read, ``get_message`` included, raises ``StoreClosedError``."""
         if self._state in (_NEW, _SHUTDOWN):
             self._state = _SHUTDOWN
             self._lock.release()
@@ -314,13 +327,15 @@ class MessageStore:
         self._state = _SHUTDOWN
         self._update_writeable()
         self._reads.wake_waiters()
+        if self._shared is not None:
+            self._shared.stop_watch()      # a takeover under way finishes first: its services are stopped below
         w = self._writer
         if w is not None:
             w.stop_appends()
         for s in reversed(self._services):
             s.shutdown()
         self._services = []
-        if self._parts is not None and not self.read_only:
+        if self._parts is not None and not self.read_only and not self._follower:
             close_writer(self._parts, w if was_started else None, abort=self._abort,
                          running_flags=self.running_flags)
         self._close_files()
@@ -333,6 +348,8 @@ class MessageStore:
     def _close_files(self) -> None:
         if self._parts is not None:
             self._parts.close()
+        if self._shared is not None:
+            self._shared.close()
 
     def _release_after_failure(self) -> None:
         if self._writer is not None:
@@ -355,8 +372,7 @@ class MessageStore:
     # -- writing ---------------------------------------------------------------------------------------------
 
     def put_message(self, msg: Message) -> PutMessageResult:
-        """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``).
-        Once loaded, the commit log's compiled method answers (``_attach_fast_paths``)."""
+        """Store one message; a refused put returns a status (``TypeError`` only for a non-``Message``)."""
         return self._puts.put_message(msg)
 
     def put_messages(self, batch: MessageBatch) -> PutMessageResult:
@@ -364,24 +380,24 @@ class MessageStore:
         return self._puts.put_messages(batch)
 
     def async_put_message(self, msg: Message) -> Future[PutMessageResult]:
-        """Like ``put_message``, returning a ``Future``; with SYNC_FLUSH it completes once the message is on
-        disk (the group commit service completes it)."""
-        cl = self._commitlog
+        """``put_message`` as a ``Future``; with SYNC_FLUSH it completes once the message is on disk."""
+        cl = self._put_log
         return done(not_available(msg)) if cl is None else self._waited(cl.append_message(msg), msg)
 
     def async_put_messages(self, batch: MessageBatch) -> Future[PutMessageResult]:
-        cl = self._commitlog
+        cl = self._put_log
         return done(not_available(batch)) if cl is None else self._waited(cl.append_messages(batch), batch)
 
     def _waited(self, result: PutMessageResult, msg: Message | MessageBatch) -> Future[PutMessageResult]:
         """``result`` with what the put waits for (a flush, a slave) once the writer started."""
-        w = self._writer
-        return done(result) if w is None else w.put_waits.complete_async(result, msg)
+        w, cl = self._writer, self._put_log
+        if w is None:       # a follower of several writers waits in its appender's after_put (SYNC_FLUSH)
+            return done(result if cl is None or cl.after_put is None else cl.after_put(result, msg))
+        return w.put_waits.complete_async(result, msg)
 
     @property
     def ha_port(self) -> int | None:
-        """The port the HA listener is bound to (with ``ha_listen_port=0``, the one the OS chose); None
-        when the store does not listen (no ``ha_listen_port``, a slave, or not started)."""
+        """The HA listener's port (``ha_listen_port=0``: the OS's choice); None when the store does not listen."""
         ha = self._ha
         return ha.port if ha is not None and self._state == _STARTED else None
 
@@ -390,6 +406,8 @@ class MessageStore:
         cl = self._check_readable()
         if self.read_only:
             return self.get_max_phy_offset()
+        if self._follower and self._put_log is not None:
+            return flush_all(self._put_log.queue)      # the leader flushes the rest
         flushed = flush_all(cl.queue)
         if self._state == _STARTED and self._writer is not None and self._parts is not None:
             self._writer.catch_up(self._parts)
@@ -416,8 +434,7 @@ class MessageStore:
         return self._reads.followed().get_max_offset()
 
     def get_commit_log_data(self, offset: int) -> SelectMappedBufferResult | None:
-        """A read-only view of the commit log from ``offset`` to the end of written data in its file; it
-        holds the file until ``release()`` or the end of its ``with`` block."""
+        """A read-only view of the log from ``offset`` to its file's written end (held until ``release()``)."""
         return self._reads.select_data(offset)
 
     def get_topic_queue_table(self) -> dict[tuple[str, int], int]:
@@ -425,8 +442,7 @@ class MessageStore:
         return self._reads.followed().get_topic_queue_table()
 
     def dispatch_behind_bytes(self, _internal: bool = False) -> int:
-        """How far the consume queues lag the commit log, in bytes: 0 with inline dispatch (ASYNC_FLUSH);
-        with SYNC_FLUSH, the flushed bytes not dispatched yet."""
+        """How far the consume queues lag the commit log in bytes (0 with inline dispatch: ASYNC_FLUSH)."""
         if not _internal:
             self._check_readable()
         return dispatch_behind(self._parts, self._writer)
@@ -436,14 +452,9 @@ class MessageStore:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
                     message_filter: MessageFilter | TagFilter | str | None = None,
                     timeout_ms: int = 0) -> GetMessageResult:
-        """Up to ``max_msg_nums`` messages of (topic, queue_id) from queue offset ``offset``, with RocketMQ's
-        statuses and next-offset rules (docs/format.md §11.1). With ``timeout_ms > 0``, a get that finds nothing at
-        the queue's end waits up to that long for a message to arrive there (``pystore.read.arrival``).
-
-        Always a ``GetMessageResult`` (RocketMQ's null has no place in docs/api.md's signature): a store that is
-        not loaded or is shut down raises ``StoreClosedError``, as every read does, and one whose running
-        flags say not readable raises ``StoreError``; a put in either case answers ``SERVICE_NOT_AVAILABLE``
-        instead, because a refused put is a status (docs/api.md)."""
+        """Up to ``max_msg_nums`` messages of (topic, queue_id) from ``offset`` (RocketMQ's statuses and next-offset
+        rules, docs/format.md §11.1); ``timeout_ms > 0`` waits that long at the queue's end (``pystore.read.arrival``).
+        A store not loaded or shut down raises ``StoreClosedError``; one not readable ``StoreError``."""
         return self._gets.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter, timeout_ms)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -463,8 +474,7 @@ class MessageStore:
         return self._reads.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
-        """Store time of the commit log's first message, or (with a topic and queue) of the queue's first
-        message; -1 when there is none."""
+        """Store time of the log's (with a topic and queue: the queue's) first message; -1 when there is none."""
         return self._reads.get_earliest_message_time(topic, queue_id)
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
@@ -476,10 +486,8 @@ class MessageStore:
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
                       end: int = 2**63 - 1) -> QueryMessageResult:
-        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end].
-
-        At most ``config.max_msgs_num_batch`` (RocketMQ's ``maxMsgsNumBatch``, 64 by default) whatever
-        ``max_num`` asks: a larger ``max_num`` is cut to it, with a warning logged once per store."""
+        """Messages of ``topic`` whose keys (or ``UNIQ_KEY``) include ``key``, stored in [begin, end]; at most
+        ``config.max_msgs_num_batch`` (64) whatever ``max_num`` asks (a warning logged once per store)."""
         return self._reads.query_message(topic, key, max_num, begin, end)
 
     # -- columns: the work is pystore.columns.api' ---------------------------------------------------------------
@@ -509,8 +517,7 @@ class MessageStore:
         self._check_writable_service().commit_log.execute_delete_files_manually()
 
     def clean_files(self) -> tuple[int, int]:
-        """Run one cleaning pass now (pystore addition; the service runs one every
-        ``clean_resource_interval``). Returns (commit-log files deleted, consume-queue and index files deleted)."""
+        """Run one cleaning pass now (pystore): (commit-log files deleted, consume-queue and index files deleted)."""
         return self._check_writable_service().run_once()
 
     def clean_expired_consumer_queue(self) -> list[tuple[str, int]]:
@@ -524,8 +531,8 @@ class MessageStore:
         return self._check_writable_service().unused_topics(keep)
 
     def _check_writable_service(self) -> CleanService:
-        if self.read_only:
-            raise StoreError("%s is open read-only: cleaning writes" % self.root)
+        if self.read_only or self._follower:
+            raise StoreError("%s: cleaning writes; this process %s" % (self.root, self._not_leading()))
         if self._state != _STARTED or self._writer is None:
             raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
         return self._writer.clean
@@ -536,8 +543,8 @@ class MessageStore:
         """Call ``fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)``
         after each message is dispatched to its consume queue (not on a slave; see ``pystore.read.arrival`` for the
         thread it runs on). A read-only store dispatches nothing: ``StoreError``."""
-        if self.read_only:
-            raise StoreError("%s is open read-only: it dispatches no message to listen to" % self.root)
+        if self.read_only or self._follower:
+            raise StoreError("%s: no message to listen to; this process %s" % (self.root, self._not_leading()))
         self._reads.arrivals().add_listener(fn)
 
     def remove_arriving_listener(self, fn: ArrivingListener) -> None:
@@ -546,7 +553,7 @@ class MessageStore:
 
     def _consumer_offsets(self) -> ConsumerOffsets:
         self._check_readable()
-        if self.read_only:
+        if self.read_only or self._follower:
             if self._read_offsets is None:
                 self._read_offsets = ConsumerOffsets(self.config.config_path(), 0, self._reads.get_min_offset_in_queue,
                                                      read_only=True)

@@ -24,6 +24,7 @@ from pystore.engine.store import MessageStore
 from pystore.log._mapped_file import MappedFile, is_file_name
 from pystore.log._records import first_store_timestamp
 from pystore.log.geometry import detect_overrides, is_index_file_name
+from pystore.log.shared_state import describe as describe_writers
 
 __all__ = ["store_info", "iso_ms"]
 
@@ -120,6 +121,8 @@ class StoreInfo(TypedDict):
     disk: DiskInfo
     dispatch_behind_bytes: int
     read_only_view: ReadOnlyView
+    #: the writers' state page of a store opened with ``shared_writers`` (``shared_state.describe``), else None
+    writers: dict[str, object] | None
     #: added by ``pystore inspect`` (the committed offsets' lag), not by ``store_info``
     consumer_groups: NotRequired[list[ConsumerLag]]
     consumer_groups_error: NotRequired[str]
@@ -260,6 +263,7 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> StoreIn
             "abort": abort,
             "unclean_shutdown": abort["exists"] and not abort["writer_alive"],
             "writer_running": abort["writer_alive"],
+            "writers": describe_writers(root),
             "checkpoint": {
                 "exists": os.path.exists(cfg.checkpoint_path()),
                 "trusted": cp.trusted,

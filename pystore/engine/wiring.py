@@ -28,7 +28,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.consumer.offsets import ConsumerOffsets
@@ -66,6 +66,9 @@ from pystore.system.crashpoint import crashpoint
 from pystore.system.durable import sync_dirs
 from pystore.system.running_flags import RunningFlags
 from pystore.system.service import Clock, DiskUsage
+
+if TYPE_CHECKING:
+    from pystore.engine.shared_writers import SharedWriting
 
 __all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "dispatch_behind", "open_parts", "pool_enabled",
            "wire_writer"]
@@ -351,7 +354,8 @@ class Writer:
 
 
 def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: AbortFile,
-                running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage) -> Writer:
+                running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage,
+                shared: SharedWriting | None = None) -> Writer:
     """Build a writer's services around ``parts`` and hook them into the commit log; the lock is taken and the
     abort file created once nothing that can refuse (delay offsets, the HA port) is left."""
     cl = parts.commitlog
@@ -385,6 +389,9 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         lock.acquire()
         abort.create()
         w = _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, slave, sync_flush)
+        if shared is not None:
+            # the leader of several writers: every record, its own too, is dispatched behind the log's end
+            w.services.append(shared.follow_service(parts))
         w.offsets = offsets
         w.services.append(offsets)               # stops first, then writes what changed
         return w
@@ -392,6 +399,11 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         if ha is not None:
             ha.shutdown()
         raise
+
+
+def _no_dispatch(end: int) -> int:
+    """Several writers: the leader's follow thread dispatches (``shared_writers.LeaderFollow``)."""
+    return end
 
 
 def _min_offset_of(cq_store: ConsumeQueueStore) -> Callable[[str, int], int]:
@@ -421,8 +433,9 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     last = cl.queue.last()
     if last is not None:
         last.write_page_by_page(last.wrote_position)
-    cl.queue.allocate = allocate
-    if not slave and not crashpoint_armed("commitlog.roll"):
+    # several writers: files are made inline, under the append lock (the service's files are not others')
+    cl.queue.allocate = None if cfg.shared_writers else allocate
+    if not slave and not cfg.shared_writers and not crashpoint_armed("commitlog.roll"):
         # the next file made ahead into the core, where the roll takes it in C (a crash test of the roll
         # needs the roll to come through Python, where the point is)
         allocate.keep_ready(cl.core, cl.queue)
@@ -440,7 +453,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         # consume queues follow the flushed offset: nobody reads what a crash could take back
         flush_service = group_commit = GroupCommitService(
             cl, checkpoint, clock=clock,
-            after_flush=slave_log.dispatch_flushed if slave_log is not None else reput.dispatch_until)
+            after_flush=slave_log.dispatch_flushed if slave_log is not None
+            else _no_dispatch if cfg.shared_writers else reput.dispatch_until)
         if schedule is not None:
             # its deliveries wait for no flush: the group commit is woken to make them durable soon
             schedule.flush_wakeup = group_commit.wakeup
@@ -458,7 +472,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
             cl.follow_put_cpu = cfg.follow_put_cpu
             cl.wake_bytes = cfg.flush_commit_log_least_pages * _PAGE
             # a slave's log grows by transfers, never by puts: queues are built by walking what arrived
-            inline = not slave
+            inline = not slave and not cfg.shared_writers
             cl.dispatcher = parts.dispatcher if inline else None
     index_builder = None
     if parts.dispatcher is not None:

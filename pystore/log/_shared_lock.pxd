@@ -31,7 +31,8 @@ cdef extern from *:
         int64_t locked_at_ns;
         int64_t acquisitions;
         int64_t recoveries;
-        unsigned char _pad[56];
+        int64_t dispatched_end;
+        unsigned char _pad[48];
         pthread_mutex_t mutex;
     } ps_shared_page;
     _Static_assert(offsetof(ps_shared_page, mutex) == 128, "the mutex's place in the page");
@@ -49,6 +50,7 @@ cdef extern from *:
         int64_t locked_at_ns
         int64_t acquisitions
         int64_t recoveries
+        int64_t dispatched_end
         pthread_mutex_t mutex
 
 

@@ -8,9 +8,9 @@
     | magic  | version | lock    | generation | published end | reserved end | holder pid | leader pid |
     | PYSTSW01| u32 (1)| kind u32| i64        | i64           | i64          | i32        | i32        |
 
-    48             56             64           72        128                     168            4000 4001 4002
-    | locked at ns | acquisitions | recoveries | zero    | pthread_mutex_t (40)  | zero ...       | byte locks
-    | i64          | i64          | i64        |         | robust, process-shared|                |
+    48             56             64           72               80       128                     168    4000 4001 4002
+    | locked at ns | acquisitions | recoveries | dispatched end | zero   | pthread_mutex_t (40)  | zero  | byte locks
+    | i64          | i64          | i64        | i64            |        | robust, process-shared|       |
 
 Native byte order: only processes of this machine map the page, and a sole opener rewrites it before anyone
 else may use it. The bytes at 4000-4002 hold no data: processes lock them (open-file-description ``fcntl``
@@ -33,7 +33,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t
 from libc.string cimport memcmp, memcpy, memset
 
-from pystore.format._bytes cimport load_i64_acquire, mono_ns
+from pystore.format._bytes cimport load_i64_acquire, mono_ns, store_i64_release
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutexattr_t:
@@ -171,6 +171,7 @@ cdef class SharedLock:
         self.page.version = VERSION
         self.page.published_end = published_end
         self.page.reserved_end = published_end
+        self.page.dispatched_end = published_end
         if prefer_mutex:
             pthread_mutexattr_init(&attr)
             rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED)
@@ -323,6 +324,16 @@ cdef class SharedLock:
     def recoveries(self):
         """How many times a locker took the mutex from a dead holder."""
         return self.page.recoveries
+
+    @property
+    def dispatched_end(self):
+        """Where the services' leader has dispatched the log to: every record below it has its consume-queue
+        unit (a process that joins reads the queues' ends after this, and walks the log from here)."""
+        return load_i64_acquire(&self.page.dispatched_end)
+
+    @dispatched_end.setter
+    def dispatched_end(self, long long end):
+        store_i64_release(&self.page.dispatched_end, end)
 
     @property
     def leader_pid(self):

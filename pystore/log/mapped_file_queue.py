@@ -233,6 +233,18 @@ class MappedFileQueue:
             self._files = files
             return files
 
+    def view_until(self, end: int) -> None:
+        """A writer that joins other writers: its files end at log offset ``end`` (the files before it full, the
+        one holding it written up to it); files after it are closed, not deleted (others write them; the writer
+        maps them again when it walks their records)."""
+        with self._lock:
+            keep = [f for f in self._files if f.file_from_offset <= end]
+            for f in self._files[len(keep):]:
+                f.close()
+            for f in keep:
+                f.set_positions(min(f.file_size, end - f.file_from_offset))
+            self._files = keep
+
     def trim_unused_tail(self) -> None:
         """Read-only view: drop trailing files with no data while the file before them is still being
         written (a writer's pre-created next file is not part of the log yet)."""

@@ -19,6 +19,8 @@ import errno
 import logging
 import mmap
 import os
+import struct
+import time
 from collections.abc import Callable
 
 from pystore.errors import StoreError
@@ -60,7 +62,11 @@ class SharedState:
         open the store, let alone put, before the end of the log is known), or ``published_end``. Raises
         ``SharedStateError`` for a file system without OFD locks or a page this version does not know; what
         ``recover_end`` raises leaves the page for the next sole opener."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        remote = network_file_system(os.path.dirname(self.path))
+        if remote is not None:
+            raise SharedStateError(self.path, "the store is on a %s file system: several writers need a local file "
+                                   "system (its locks and shared mappings are per machine)" % remote)
+        fd = self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             try:
                 alone = ofd_try_lock(fd, DEAD_MAN, True)
@@ -101,6 +107,7 @@ class SharedState:
         except BaseException:
             ofd_unlock(fd, DEAD_MAN)
             os.close(fd)
+            self.fd = -1
             raise
         self.fd, self.map, self.lock = fd, m, lock
         return lock
@@ -126,3 +133,51 @@ class SharedState:
         ofd_unlock(self.fd, DEAD_MAN)
         os.close(self.fd)
         self.fd = -1
+
+
+#: file system types whose locks or shared mappings do not reach every process that maps the files
+NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs",
+                        "fuse.glusterfs", "lustre", "gfs2", "ocfs2"})
+
+
+def network_file_system(path: str, mounts: str = "/proc/mounts") -> str | None:
+    """The type of the file system holding ``path`` when it is a network one (``NETWORK_FS``), else None (also
+    when ``mounts`` cannot be read)."""
+    try:
+        with open(mounts) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, fstype = "", ""
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount = fields[1].replace("\\040", " ")
+        if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+            best, fstype = mount, fields[2]
+    return fstype if fstype in NETWORK_FS else None
+
+
+def describe(root: str) -> dict[str, object] | None:
+    """The writers' state page of the store at ``root`` as ``pystore inspect`` shows it (read from the file:
+    no lock is taken and nothing is written), or None when the store has none. ``held_for_s``: how long the
+    present holder of the append lock has held it (a live holder stuck for long shows here; it is never broken
+    into)."""
+    try:
+        with open(os.path.join(root, FILE_NAME), "rb") as f:
+            page = f.read(80)
+    except OSError:
+        return None
+    if len(page) < 80 or page[:8] != b"PYSTSW01":
+        return None
+    version, kind = struct.unpack_from("=II", page, 8)
+    generation, published, reserved = struct.unpack_from("=qqq", page, 16)
+    holder, leader = struct.unpack_from("=ii", page, 40)
+    locked_at, acquisitions, recoveries, dispatched = struct.unpack_from("=qqqq", page, 48)
+    held = (time.monotonic_ns() - locked_at) / 1e9 if holder and locked_at else 0.0
+    return {"version": version, "lock": {1: "robust-mutex", 2: "ofd"}.get(kind, "unknown"),
+            "generation": generation, "published_end": published, "reserved_end": reserved,
+            "dispatched_end": dispatched, "holder_pid": holder, "held_for_s": round(max(0.0, held), 3),
+            "leader_pid": leader, "acquisitions": acquisitions, "recoveries": recoveries}

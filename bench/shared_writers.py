@@ -1,0 +1,125 @@
+"""Several writer processes on one store (``shared_writers=True``) against one process, side by side in one run.
+
+Each round, on a fresh store of the same geometry: one process puts N prebuilt 128 B messages (the single-writer
+rate, in shared mode and, for reference, as a store's only writer); then K processes open the store with
+``shared_writers=True`` and each puts N/K, started together behind a barrier (the aggregate rate: all messages
+over the time from the first put to the last). The same with batches of 32. Then the latency of single puts in
+shared mode, uncontended (one process), p50 and p99 over every put.
+
+    python bench/shared_writers.py --rounds 3 [-k 4] [-n 200000]
+
+Prints each round's rates and the ratios aggregate/one process; then their medians and the lowest. A script, not
+a timed test: the figures go into docs/performance.md with the command that made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import shutil
+import statistics
+import tempfile
+import time
+
+from pystore import Message, MessageBatch, MessageStore
+
+BODY = b"x" * 128
+GEOMETRY = {"mapped_file_size_commit_log": 256 * 1024 * 1024}
+
+
+def _put(root: str, shared: bool, n: int, batch: int, queue_id: int, barrier: mp.Barrier | None,
+         out: mp.Queue | None) -> tuple[float, float]:
+    store = MessageStore.open(root, shared_writers=shared, **GEOMETRY)
+    try:
+        if batch > 1:
+            units = [MessageBatch([Message("T", BODY, queue_id=queue_id) for _ in range(batch)])
+                     for _ in range(n // batch)]
+            put = store.put_messages
+        else:
+            units = [Message("T", BODY, queue_id=queue_id) for _ in range(n)]
+            put = store.put_message
+        if barrier is not None:
+            barrier.wait()
+        t0 = time.perf_counter()
+        for u in units:
+            if not put(u).is_ok():
+                raise RuntimeError("a put was refused")
+        t1 = time.perf_counter()
+    finally:
+        store.shutdown()
+    if out is not None:
+        out.put((t0, t1))
+    return t0, t1
+
+
+def one_process(shared: bool, n: int, batch: int) -> float:
+    root = tempfile.mkdtemp(prefix="shared-bench-")
+    try:
+        t0, t1 = _put(root, shared, n, batch, 0, None, None)
+    finally:
+        shutil.rmtree(root)
+    return n / (t1 - t0)
+
+
+def k_processes(k: int, n: int, batch: int) -> float:
+    root = tempfile.mkdtemp(prefix="shared-bench-")
+    try:
+        # the first opener leads: open once so that every worker joins a store that exists
+        MessageStore.open(root, shared_writers=True, **GEOMETRY).shutdown()
+        barrier, out = mp.Barrier(k), mp.Queue()
+        ps = [mp.Process(target=_put, args=(root, True, n // k, batch, i % 4, barrier, out)) for i in range(k)]
+        for p in ps:
+            p.start()
+        spans = [out.get() for _ in ps]
+        for p in ps:
+            p.join()
+            if p.exitcode != 0:
+                raise RuntimeError("a writer process failed")
+    finally:
+        shutil.rmtree(root)
+    start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    return (n // k) * k / (end - start)
+
+
+def latency(n: int) -> tuple[float, float]:
+    root = tempfile.mkdtemp(prefix="shared-bench-")
+    store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    try:
+        msgs = [Message("T", BODY) for _ in range(n)]
+        put, clock = store.put_message, time.perf_counter_ns
+        times = []
+        for m in msgs:
+            t = clock()
+            put(m)
+            times.append(clock() - t)
+    finally:
+        store.shutdown()
+        shutil.rmtree(root)
+    times.sort()
+    return times[len(times) // 2] / 1000, times[len(times) * 99 // 100] / 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-k", type=int, default=4, help="writer processes (default 4)")
+    ap.add_argument("-n", type=int, default=200_000, help="messages per measurement (default 200000)")
+    args = ap.parse_args()
+    ratios: dict[int, list[float]] = {1: [], 32: []}
+    for r in range(args.rounds):
+        for batch in (1, 32):
+            alone = one_process(False, args.n, batch)
+            single = one_process(True, args.n, batch)
+            many = k_processes(args.k, args.n, batch)
+            ratios[batch].append(many / single)
+            print("round %d batch %2d: only writer %9.0f/s, shared 1 process %9.0f/s, %d processes %9.0f/s: "
+                  "%.2fx" % (r + 1, batch, alone, single, args.k, many, many / single), flush=True)
+    for batch, rs in ratios.items():
+        print("batch %2d: %d processes / 1 process: median %.2fx, lowest %.2fx" % (batch, args.k,
+                                                                                 statistics.median(rs), min(rs)))
+    p50, p99 = latency(args.n)
+    print("single put in shared mode, one process: p50 %.2f us, p99 %.2f us" % (p50, p99))
+
+
+if __name__ == "__main__":
+    main()

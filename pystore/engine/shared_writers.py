@@ -1,0 +1,338 @@
+"""Several writer processes on one store (``StoreConfig.shared_writers``): who does what, and how a process joins,
+leads and takes over. RocketMQ has one broker per store; this mode is pystore's own.
+
+Every process that opens the store this way holds a shared ``flock`` on ``<root>/lock`` (a single writer holds
+it exclusively, so the two modes refuse each other: ``StoreLock``) and maps the writers' state page
+(``<root>/writers``, ``pystore.log.shared_state``), whose append lock serialises the puts of all of them
+(``pystore.log.shared_append``: each process catches up on the others' records when it takes the lock, so
+queue offsets stay continuous, and repairs a put whose writer died holding it).
+
+One process at a time is the **leader**: it holds an OFD lock on byte 4002 of the state file (the kernel drops
+it when the process dies) and runs the services: dispatch into the consume queues and the index, flushing,
+cleaning, the checkpoint, the delay levels, the consumer offsets' file. Its commit log is a writer's, opened
+and recovered as a single writer's is, and appended to under the shared lock; a ``LeaderFollow`` thread catches
+it up on the others' records and dispatches them (the leader dispatches its own puts that way too, never
+inline), and publishes how far it dispatched in the page (``dispatched end``).
+
+The other processes are **followers**: they read as a read-only store does (following the leader's queues
+and the log), and put through an **appender**: a commit log of their own over the same files, positioned at
+the leader's dispatched end with each queue's offset from the queues (everything below that end has its unit),
+which its first put catches up from. Under SYNC_FLUSH a follower's put flushes the log itself before it returns.
+A ``LeaderWatch`` thread tries the leader's byte every ``_WATCH_S``; when the leader has died (or shut down) one
+follower gets it and **takes over**: under the append lock (no put runs meanwhile) it opens the store as a
+writer, recovering from the checkpoint as after any crash (the log's end is the published end: every record
+below it is whole), starts the services, and serves from then on through them; what it used as a follower is
+kept until it shuts down (calls already inside it finish).
+
+The first opener (alone: no other process has the store open) recovers the store as a single writer does
+while it still holds the page's dead-man byte exclusively, so nobody can open, let alone put, before the log's
+end is known; it is the first leader.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pystore.config import BrokerRole, FlushDiskType, StoreConfig
+from pystore.engine.checkpoint import lock_holders
+from pystore.engine.schedule import ScheduleMessageService
+from pystore.errors import ConfigError, StoreError
+from pystore.log._shared_lock import LEADER, SharedLock, ofd_try_lock, ofd_unlock
+from pystore.log.commitlog import CommitLog
+from pystore.log.flush import flush_all
+from pystore.log.mapped_file_queue import MappedFileQueue
+from pystore.log.shared_append import TornPutRepair, share
+from pystore.log.shared_state import SharedState
+from pystore.system.service import ServiceThread
+
+if TYPE_CHECKING:
+    from pystore.engine.wiring import StoreParts
+    from pystore.errors import StoreCorruptedError
+    from pystore.log._results import PutMessageResult
+    from pystore.message._message import Message
+    from pystore.message._message_batch import MessageBatch
+    from pystore.queue.dispatch import ReputService
+
+__all__ = ["LeaderFollow", "SharedWriting", "check_shared_config", "take_over", "writer_info"]
+
+log = logging.getLogger(__name__)
+
+#: how often a follower tries to become the leader (a dead leader's successor starts within about this)
+_WATCH_S = 0.2
+#: how long the leader's follow thread sleeps when the log did not move (ms)
+_FOLLOW_IDLE_MS = 1
+
+
+def check_shared_config(cfg: StoreConfig) -> None:
+    """What ``shared_writers`` cannot be combined with: ``ConfigError`` naming the setting."""
+    if not cfg.shared_writers:
+        return
+    if cfg.read_only:
+        raise ConfigError("shared_writers", True, "a read-only store is no writer: open it with read_only=True alone")
+    if cfg.transient_store_pool_enable:
+        raise ConfigError("transient_store_pool_enable", True, "puts into private buffers cannot be shared by "
+                          "several writer processes")
+    if cfg.broker_role == BrokerRole.SLAVE:
+        raise ConfigError("broker_role", cfg.broker_role.name, "a slave's log grows by replication, not by puts")
+    if cfg.warm_mapped_file_enable:
+        raise ConfigError("warm_mapped_file_enable", True, "warming writes zeros into a file other writers may "
+                          "be writing")
+
+
+#: what opening the store's parts gives: the parts, or None and the damaged file to blame (None: see the log)
+_Opened = tuple["StoreParts | None", "StoreCorruptedError | None"]
+
+
+class _OpenRefused(Exception):
+    def __init__(self, error: StoreCorruptedError | None) -> None:
+        self.error = error
+
+
+class SharedWriting:
+    """One process's part in a store several writer processes share (held by the ``MessageStore``)."""
+
+    def __init__(self, cfg: StoreConfig, clock: Callable[[], int], injected_clock: Callable[[], int] | None) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.injected_clock = injected_clock
+        self.state = SharedState(cfg.store_path_root_dir)
+        self.lock: SharedLock | None = None
+        self.leader = False
+        #: a follower's commit log (None for the leader, whose commit log is the store's)
+        self.appender: CommitLog | None = None
+        self.repairs: list[TornPutRepair] = []
+        #: what a follower used before it took over (closed at shutdown)
+        self.retired: list[object] = []
+        self._watch: LeaderWatch | None = None
+
+    # -- opening ------------------------------------------------------------------------------------------
+
+    def open(self, open_writer: Callable[[], _Opened], open_reader: Callable[[], _Opened]) -> _Opened:
+        """Join the store: as its first opener, ``open_writer()`` (recovery as a single writer) while nobody
+        else may open, and lead; else ``open_reader()`` and an appender. ``(parts, None)`` or ``(None, why)``."""
+        check_shared_config(self.cfg)
+        opened: list[StoreParts] = []
+
+        def recover_end() -> int:
+            parts, error = open_writer()
+            if parts is None:
+                raise _OpenRefused(error)
+            opened.append(parts)
+            if not ofd_try_lock(self.state.fd, LEADER, True):     # alone: nobody can hold it
+                raise StoreError("%s: the leader's lock is held although no other process has the store open"
+                                 % self.state.path)
+            return int(parts.commitlog.get_max_offset())
+
+        try:
+            self.lock = self.state.open(recover_end=recover_end)
+        except _OpenRefused as refused:
+            return None, refused.error
+        except BaseException:
+            for parts in opened:
+                parts.close()
+            raise
+        if self.state.first:
+            self.leader = True
+            self.lock.leader_pid = os.getpid()
+            parts = opened[0]
+            self._lead(parts)
+            log.info("%s: first of the shared writers, leading (%s lock)", self.cfg.store_path_root_dir,
+                     self.lock.kind_name)
+            return parts, None
+        dispatched = self.lock.dispatched_end          # before the queues are read: every unit below it is there
+        reader, error = open_reader()
+        if reader is None:
+            self.state.close()
+            return None, error
+        self.appender = self._make_appender(reader, dispatched)
+        log.info("%s: joined the shared writers (leader pid %d)", self.cfg.store_path_root_dir, self.lock.leader_pid)
+        return reader, None
+
+    def _lead(self, parts: StoreParts) -> None:
+        cl = parts.commitlog
+        assert self.lock is not None
+        cl.queue.allocate = None
+        self.repairs.append(share(cl, self.lock))
+
+    def _make_appender(self, parts: StoreParts, dispatched: int) -> CommitLog:
+        cfg = self.cfg
+        assert self.lock is not None
+        queue = MappedFileQueue(cfg.commit_log_paths(), parts.commitlog.queue.mapped_file_size, clock=self.clock)
+        if not queue.load():
+            raise StoreError("%s: the commit-log files cannot be mapped for writing" % cfg.store_path_root_dir)
+        queue.view_until(dispatched)
+        appender = CommitLog(cfg, queue, clock=self.injected_clock)
+        appender.attach_last()
+        for cq in parts.cq_store.queues():
+            appender.get_cell(cq.topic, cq.queue_id).next_offset = cq.get_max_offset_in_queue()
+        self.repairs.append(share(appender, self.lock))
+        # a delay level rewrites the message for the schedule topic here too; the leader delivers it when due
+        appender.delay_rewrite = ScheduleMessageService(appender, parts.cq_store, cfg, clock=self.clock).rewrite
+        if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            appender.after_put = _flush_before_returning(appender)
+        return appender
+
+    # -- leading ------------------------------------------------------------------------------------------
+
+    def follow_service(self, parts: StoreParts) -> LeaderFollow:
+        assert self.lock is not None and parts.reput is not None
+        return LeaderFollow(parts.commitlog, parts.reput, self.lock,
+                            self.cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH, self.clock)
+
+    def watch(self, take_over: Callable[[], None]) -> None:
+        """(A follower, once started.) Try the leader's lock now and then; ``take_over()`` when it is had."""
+        self._watch = LeaderWatch(self, take_over)
+        self._watch.start()
+
+    def try_lead(self) -> bool:
+        return bool(ofd_try_lock(self.state.fd, LEADER, True))
+
+    def took_over(self, parts: StoreParts) -> None:
+        """The follower got the lead: ``parts`` are its new writer's (opened under the append lock)."""
+        assert self.lock is not None
+        self.leader = True
+        self.lock.leader_pid = os.getpid()
+        self._lead(parts)
+
+    # -- what others see ----------------------------------------------------------------------------------
+
+    def info(self) -> dict[str, object]:
+        lock = self.lock
+        if lock is None:
+            return {"shared": True, "lock": "none", "writers": 0, "leader_pid": 0, "leader": False}
+        return {"shared": True, "lock": lock.kind_name, "writers": len(lock_holders(self.cfg.lock_path()) or []),
+                "leader_pid": lock.leader_pid, "leader": self.leader, "published_end": lock.published_end,
+                "generation": lock.generation}
+
+    def stop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.shutdown()
+            self._watch = None
+
+    def close(self) -> None:
+        self.stop_watch()
+        if self.leader and self.state.fd >= 0:
+            if self.lock is not None and self.lock.leader_pid == os.getpid():
+                self.lock.leader_pid = 0
+            ofd_unlock(self.state.fd, LEADER)
+        if self.appender is not None:
+            self.appender.core.share(None, None)
+            self.appender.queue.close()
+        for part in self.retired:
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
+        self.retired = []
+        self.state.close()
+
+
+def writer_info(shared: SharedWriting | None, writing: bool) -> dict[str, object]:
+    """``MessageStore.writer_info``: ``shared`` (several writer processes), ``lock`` (``robust-mutex`` or ``ofd``
+    between them; ``flock`` for a single writer), ``writers`` (processes that have it open for writing),
+    ``leader_pid`` (the process running the services), and, with several writers, ``leader`` (this process),
+    ``published_end`` and ``generation`` (repairs of puts whose writer died). ``writing``: this process holds the
+    store's lock (a single writer)."""
+    if shared is not None:
+        return shared.info()
+    return {"shared": False, "lock": "flock", "writers": 1 if writing else 0, "leader_pid": os.getpid() if writing else 0}
+
+
+def take_over(shared: SharedWriting, open_writer: Callable[[], _Opened]) -> StoreParts:
+    """(A follower holding the leader's lock.) Under the append lock, so that no put runs meanwhile: repair a put
+    a writer died in, open the store as a writer (recovery from the checkpoint as after any crash: the log's
+    valid end is the published end), and share its commit log. Raises when the writer cannot open or finds
+    another end than the published one (nothing was changed then but the repair)."""
+    lock = shared.lock
+    assert lock is not None and shared.appender is not None
+    lock.acquire()
+    try:
+        if lock.needs_repair() is not None:
+            TornPutRepair(shared.appender, lock)()
+        parts, error = open_writer()
+        if parts is None:
+            raise StoreError("%s: this process cannot take over as the leader: %s" % (shared.cfg.store_path_root_dir,
+                                                                                   error or "see the log"))
+        end = int(parts.commitlog.get_max_offset())
+        if end != lock.published_end:
+            parts.close()
+            raise StoreError("%s: recovery found the log's end at %d, the writers published %d: not taking over"
+                             % (shared.cfg.store_path_root_dir, end, lock.published_end))
+        shared.took_over(parts)
+    finally:
+        lock.release()
+    return parts
+
+
+def _flush_before_returning(appender: CommitLog) -> Callable[[PutMessageResult, Message | MessageBatch],
+                                                               PutMessageResult]:
+    """A follower's SYNC_FLUSH: its put returns once the log is flushed past its record (by this process)."""
+    lock = threading.Lock()
+
+    def after_put(result: PutMessageResult, msg: Message | MessageBatch) -> PutMessageResult:
+        with lock:
+            flush_all(appender.queue)
+        return result
+
+    return after_put
+
+
+class LeaderFollow(ServiceThread):
+    """(The leader.) Catch the commit log up on every writer's records and dispatch them; publish how far."""
+
+    def __init__(self, commitlog: CommitLog, reput: ReputService, lock: SharedLock, sync_flush: bool,
+                 clock: Callable[[], int]) -> None:
+        super().__init__("LeaderFollow", clock)
+        self.commitlog = commitlog
+        self.reput = reput
+        self.lock = lock
+        self.sync_flush = sync_flush
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            if not self.pass_once():
+                self.wait_for_running(_FOLLOW_IDLE_MS)
+        self.pass_once()
+
+    def pass_once(self) -> bool:
+        """One catch-up and dispatch; True when it moved."""
+        try:
+            end = int(self.commitlog.core.catch_up())
+            if self.sync_flush:
+                # queues follow the flushed offset under SYNC_FLUSH: nobody reads what a crash could take back
+                end = min(end, flush_all(self.commitlog.queue))
+            before = self.lock.dispatched_end
+            reached = self.reput.dispatch_until(end)
+            self.lock.dispatched_end = reached
+            return bool(reached != before)
+        except Exception:
+            log.exception("the leader's catch-up or dispatch failed")
+            return False
+
+
+class LeaderWatch(ServiceThread):
+    """(A follower.) Take the lead when the leader's lock is free (its holder died or shut down)."""
+
+    def __init__(self, shared: SharedWriting, take_over: Callable[[], None]) -> None:
+        super().__init__("LeaderWatch")
+        self.shared = shared
+        self.take_over = take_over
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            self.wait_for_running(int(_WATCH_S * 1000))
+            if self.is_stopped():
+                return
+            try:
+                if self.shared.try_lead():
+                    log.warning("%s: the leader (pid %d) is gone; this process (pid %d) takes over",
+                                self.shared.cfg.store_path_root_dir, self.shared.lock.leader_pid
+                                if self.shared.lock is not None else 0, os.getpid())
+                    self.take_over()
+                    return
+            except Exception:
+                log.exception("taking over as the leader failed")
+                ofd_unlock(self.shared.state.fd, LEADER)

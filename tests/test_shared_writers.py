@@ -1,0 +1,228 @@
+"""Several writer processes on one store (``MessageStore.open(root, shared_writers=True)``,
+``pystore.engine.shared_writers``): the two open modes refuse each other naming the mode and the holder's pid;
+real processes (``tests/shared_store_writer.py``) put at once and every process serves every process's messages
+with continuous queue offsets; the leader SIGKILLed, another process takes over and dispatches what comes after;
+a store reopened by a single writer afterwards holds every acknowledged message where it was told."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from writer_procs import stderr_of
+
+from pystore import GetMessageStatus, Message, MessageStore
+from pystore.config import StoreConfig
+from pystore.errors import ConfigError, StoreLockedError
+
+TESTS = Path(__file__).resolve().parent
+SCRIPT = "import runpy; runpy.run_path(%r, run_name='__main__')" % str(TESTS / "shared_store_writer.py")
+GEOMETRY = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 64}
+
+
+def _start(procs, root, name, count, flush="ASYNC_FLUSH", hold=True):
+    p = procs.start(str(root), name, str(count), flush, "hold" if hold else "", script=SCRIPT, stdin=True)
+    line = p.stdout.readline().decode().split()
+    assert line and line[0] == "open", stderr_of(p)
+    p.leader = line[2] == "1"  # type: ignore[attr-defined]
+    return p
+
+
+def _acks(p, acks):
+    for raw in p.stdout:
+        parts = raw.decode().split()
+        if parts[0] == "ack":
+            acks[(parts[1], int(parts[2]))] = (parts[3], int(parts[4]), int(parts[5]), int(parts[6]))
+        elif parts[0] == "done":
+            return True
+        else:
+            raise AssertionError("%s\n%s" % (raw, stderr_of(p)))
+    return False
+
+
+def _ask(p, line):
+    p.stdin.write(line.encode() + b"\n")
+    p.stdin.flush()
+    return p.stdout.readline().decode().split()
+
+
+def _count_until(p, topic, qid, want, limit_s=20.0):
+    deadline = time.monotonic() + limit_s
+    while True:
+        got = int(_ask(p, "count %s %d" % (topic, qid))[1])
+        if got >= want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def _quit(p):
+    p.stdin.write(b"quit\n")
+    p.stdin.flush()
+    assert p.stdout.readline().strip() == b"closed", stderr_of(p)
+    assert p.wait() == 0
+
+
+def _check_store(root, acks):
+    """A single writer reopening the store serves every acknowledged message where it was told, and each queue
+    is 0..n-1 without a gap or a duplicate."""
+    by_queue: dict[tuple[str, int], dict[int, str]] = defaultdict(dict)
+    with MessageStore.open(str(root), **GEOMETRY) as store:
+        for topic, qid in [("Orders", 0), ("Orders", 1), ("Audit", 0), ("Audit", 3)]:
+            offset = 0
+            while True:
+                r = store.get_message("G", topic, qid, offset, 256)
+                if r.status is not GetMessageStatus.FOUND:
+                    break
+                for m in r.messages:
+                    by_queue[(topic, qid)][m.queue_offset] = m.body.rstrip(b".").decode()
+                offset = r.next_begin_offset
+    for q, offs in by_queue.items():
+        assert sorted(offs) == list(range(len(offs))), q
+    for (name, i), (topic, qid, qoff, _) in acks.items():
+        assert by_queue[(topic, qid)].get(qoff) == "%s-%d-" % (name, i), (name, i, topic, qid, qoff)
+    return by_queue
+
+
+def test_the_two_modes_refuse_each_other_naming_mode_and_pid(tmp_path):
+    root = str(tmp_path / "store")
+    with MessageStore.open(root, **GEOMETRY):
+        with pytest.raises(StoreLockedError, match=r"only writer \(pid %d\).*shared_writers=True" % os.getpid()):
+            MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    with MessageStore.open(root, shared_writers=True, **GEOMETRY) as shared:
+        assert shared.writer_info()["shared"] is True and shared.writer_info()["leader_pid"] == os.getpid()
+        with pytest.raises(StoreLockedError, match=r"shared_writers=True \(pid %d\).*as its only writer" % os.getpid()):
+            MessageStore.open(root, **GEOMETRY)
+        with MessageStore.open(root, read_only=True, **GEOMETRY) as reader:      # readers work with both
+            assert reader.get_max_phy_offset() == 0
+
+
+def test_settings_a_shared_store_cannot_have_are_refused(tmp_path):
+    for bad in ({"transient_store_pool_enable": True}, {"broker_role": "SLAVE"}, {"warm_mapped_file_enable": True}):
+        with pytest.raises(ConfigError):
+            MessageStore.open(str(tmp_path / "s"), shared_writers=True, **bad, **GEOMETRY)
+    assert StoreConfig(shared_writers=True).shared_writers is True
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_three_writer_processes_share_one_store(tmp_path, procs, flush):
+    root = tmp_path / "store"
+    acks: dict = {}
+    ps = [_start(procs, root, "w%d" % k, 300, flush) for k in range(3)]
+    assert [p.leader for p in ps] == [True, False, False]
+    for p in ps:
+        assert _acks(p, acks)
+    # every process serves every process's messages (the followers read what the leader dispatched)
+    for p in ps:
+        assert [_count_until(p, "Orders", 0, 225), _count_until(p, "Audit", 3, 225)] == [225, 225]
+    for p in reversed(ps):
+        _quit(p)
+    by_queue = _check_store(root, acks)
+    assert sum(len(v) for v in by_queue.values()) == 900
+
+
+def test_a_killed_leader_is_replaced_and_dispatch_goes_on(tmp_path, procs):
+    root = tmp_path / "store"
+    acks: dict = {}
+    leader = _start(procs, root, "L", 100)
+    follower = _start(procs, root, "F", 100)
+    assert leader.leader and not follower.leader
+    assert _acks(leader, acks) and _acks(follower, acks)
+    leader.kill()
+    leader.wait()
+    deadline = time.monotonic() + 5
+    while _ask(follower, "info")[1] != "1":
+        assert time.monotonic() < deadline, "no takeover within 5 s"
+        time.sleep(0.05)
+    late = _start(procs, root, "N", 100)          # joins the new leader
+    assert not late.leader and _acks(late, acks)
+    assert _count_until(follower, "Orders", 0, 75) == 75 and _count_until(late, "Audit", 3, 75) == 75
+    _quit(late)
+    _quit(follower)
+    _check_store(root, acks)
+
+
+def test_a_killed_follower_loses_nothing_acknowledged(tmp_path, procs):
+    root = tmp_path / "store"
+    acks: dict = {}
+    leader = _start(procs, root, "L", 0)
+    follower = _start(procs, root, "F", 0)
+    time.sleep(0.3)
+    follower.kill()
+    follower.wait()
+    _acks(follower, acks)
+    assert len([k for k in acks if k[0] == "F"]) > 0
+    leader.stdin.close()
+    leader.kill()
+    leader.wait()
+    _acks(leader, acks)
+    _check_store(root, acks)
+
+
+def test_a_single_process_in_shared_mode_puts_and_reads_as_a_writer(tmp_path):
+    root = str(tmp_path / "store")
+    with MessageStore.open(root, shared_writers=True, **GEOMETRY) as store:
+        for i in range(50):
+            assert store.put_message(Message("T", b"m%d" % i)).is_ok()
+        deadline = time.monotonic() + 5
+        while store.get_max_offset_in_queue("T", 0) < 50 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        r = store.get_message("G", "T", 0, 0, 64)
+        assert r.status is GetMessageStatus.FOUND and [m.body for m in r.messages] == [b"m%d" % i for i in range(32)]
+        info = store.writer_info()
+        assert info["writers"] == 1 and info["leader"] is True and info["lock"] in ("robust-mutex", "ofd")
+    with MessageStore.open(root, **GEOMETRY) as store:
+        assert store.get_max_offset_in_queue("T", 0) == 50 and store.writer_info()["shared"] is False
+
+
+def test_a_store_on_a_network_file_system_is_refused_with_that_reason(tmp_path, monkeypatch):
+    from pystore.log import shared_state
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("server:/export %s nfs4 rw 0 0\n/dev/sda1 / ext4 rw 0 0\n" % tmp_path)
+    assert shared_state.network_file_system(str(tmp_path / "store"), str(mounts)) == "nfs4"
+    assert shared_state.network_file_system("/elsewhere", str(mounts)) is None
+    monkeypatch.setattr(shared_state, "network_file_system", lambda path: "nfs4")
+    with pytest.raises(shared_state.SharedStateError, match="nfs4 file system"):
+        MessageStore.open(str(tmp_path / "store"), shared_writers=True, **GEOMETRY)
+    with MessageStore.open(str(tmp_path / "store"), **GEOMETRY) as store:     # a single writer is fine there
+        assert store.put_message(Message("T", b"x")).is_ok()
+
+
+def test_inspect_shows_the_writers_and_a_holder_stuck_with_the_lock(tmp_path):
+    from click.testing import CliRunner
+
+    from pystore.cli import cli
+    from pystore.log.shared_state import describe
+
+    root = str(tmp_path / "store")
+    with MessageStore.open(root, shared_writers=True, **GEOMETRY) as store:
+        assert store.put_message(Message("T", b"x")).is_ok()
+        lock = store._shared.lock
+        lock.acquire()                      # a holder that keeps the lock (alive, never broken into)
+        try:
+            time.sleep(1.1)
+            page = describe(root)
+            assert page["holder_pid"] == os.getpid() and page["held_for_s"] >= 1.0
+            assert page["leader_pid"] == os.getpid() and page["lock"] == store.writer_info()["lock"]
+            r = CliRunner().invoke(cli, ["inspect", root])
+            assert r.exit_code == 0, r.output
+            assert "shared writers" in r.output and "has held the append lock" in r.output
+        finally:
+            lock.release()
+    assert describe(str(tmp_path / "nothing")) is None
+
+
+def test_a_delayed_message_put_by_a_follower_is_delivered_by_the_leader(tmp_path, procs):
+    root = tmp_path / "store"
+    leader = _start(procs, root, "L", 4)
+    follower = _start(procs, root, "F", 4)
+    acks: dict = {}
+    assert _acks(leader, acks) and _acks(follower, acks)
+    status = _ask(follower, "delayed Late 2")
+    assert status[:2] == ["delayed", "PUT_OK"]
+    assert _count_until(follower, "Late", 2, 1, limit_s=15) == 1        # due after level 1 (1 s)
+    _quit(follower)
+    _quit(leader)
