@@ -63,8 +63,8 @@ log = logging.getLogger(__name__)
 
 #: how often a follower tries to become the leader (a dead leader's successor starts within about this)
 _WATCH_S = 0.2
-#: how long the leader's follow thread sleeps when the log did not move (ms)
-_FOLLOW_IDLE_MS = 1
+#: how long the leader's follow thread sleeps between passes (ms): the dispatch lag behind the writers
+_FOLLOW_MS = 1
 
 
 def check_shared_config(cfg: StoreConfig) -> None:
@@ -292,9 +292,11 @@ class LeaderFollow(ServiceThread):
         self.sync_flush = sync_flush
 
     def run(self) -> None:
+        # one pass a millisecond, busy or not: each takes what the writers published meanwhile in one walk,
+        # leaving the GIL to this process's puts in between
         while not self.is_stopped():
-            if not self.pass_once():
-                self.wait_for_running(_FOLLOW_IDLE_MS)
+            self.pass_once()
+            self.wait_for_running(_FOLLOW_MS)
         self.pass_once()
 
     def pass_once(self) -> bool:

@@ -1,7 +1,7 @@
 # cython: language_level=3
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-from pystore.format._codec cimport END_FILE_MIN_BLANK_LENGTH
+from pystore.format._codec cimport END_FILE_MIN_BLANK_LENGTH, RecordView
 from pystore.log._mapped_file cimport MappedFile
 from pystore.message._message cimport Message
 from pystore.log._put_lock cimport PutMessageLock
@@ -9,6 +9,9 @@ from pystore.log._shared_lock cimport SharedLock
 
 
 # why a put refuses (the statuses are PutMessageStatus members: ``refusal_status``)
+cdef enum:
+    CATCH_SLOTS = 8             # cells the catch-up walk remembers (catch_queues' length)
+
 cdef enum:
     REFUSE_NONE = 0
     REFUSE_ILLEGAL = 1          # MESSAGE_ILLEGAL
@@ -93,9 +96,13 @@ cdef class CommitLogCore:
     cdef readonly SharedLock shared
     cdef public object shared_repair
     cdef readonly int64_t caught_up         # records of other writers walked by ``_catch_up``
-    cdef bytes catch_topic                  # the topic (UTF-8) and queue of ``catch_cell``: the walk's last cell
-    cdef int32_t catch_queue
-    cdef QueueCell catch_cell
+    # the walk's recent cells (``_catch_cell``): topics (UTF-8 bytes), queue ids, cells; the slot a miss fills;
+    # ``cells_removed`` when the slots were filled (a removed cell empties them)
+    cdef list catch_topics
+    cdef int32_t catch_queues[8]
+    cdef list catch_cells
+    cdef int catch_next
+    cdef int64_t catch_removed
 
     cdef int find_cell(self, Message m) except -1
     cdef QueueCell cell_of(self, str topic, int32_t queue_id)
@@ -155,6 +162,7 @@ cdef class CommitLogCore:
     cdef int _shared_enter(self) except -1
     cdef void _shared_exit(self) noexcept
     cdef int _catch_up(self, int64_t target) except -1
+    cdef QueueCell _catch_cell(self, const unsigned char *rec, RecordView *v)
     cdef int64_t _end(self) noexcept
     cdef int64_t _now(self)
     cdef void _account(self, int64_t t0, int64_t size) noexcept

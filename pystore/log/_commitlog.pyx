@@ -48,6 +48,12 @@ from pystore.log._results cimport PutMessageResult, put_failed, put_ok
 cdef extern from "<errno.h>" nogil:
     int EBUSY
 
+cdef extern from "_notify.h" nogil:
+    void cpu_relax "ps_cpu_relax"() noexcept      # a pause between tries of a lock (the wake word's, shared)
+
+cdef enum:
+    LOCK_SPINS = 200        # tries of the writers' append lock before waiting on it (about 2-8 us of pause)
+
 cdef extern from "<signal.h>" nogil:
     int kill(int pid, int sig)
     int SIGKILL
@@ -443,11 +449,24 @@ cdef class CommitLogCore:
         another process holds it), repair what a holder that died mid-put left (Python: once per death), then
         catch up on what the others appended."""
         cdef SharedLock lock = self.shared
-        cdef int rc = lock.try_lock()
-        cdef int64_t target
+        cdef int rc, spins
+        cdef int64_t target = lock.published()
+        # most of the walk before the shared lock: records below the published end are whole and never change
+        # (a repair zeroes only past it), so other writers need not wait for this process to read them
+        if target != self._end():
+            self._catch_up(target)
+        rc = lock.try_lock()
         if rc == EBUSY:
             with nogil:
-                rc = lock.lock()
+                # a holder keeps the lock for a put (well under a microsecond): spin a little before sleeping
+                # on it (a futex wait and wake-up cost microseconds each)
+                for spins in range(LOCK_SPINS):
+                    cpu_relax()
+                    rc = lock.try_lock()
+                    if rc != EBUSY:
+                        break
+                if rc == EBUSY:
+                    rc = lock.lock()
         if rc != 0:
             raise OSError(rc, "the writers' append lock: " + os.strerror(rc))
         if lock.torn():
@@ -477,7 +496,6 @@ cdef class CommitLogCore:
         cdef RecordView v
         cdef const unsigned char *rec
         cdef QueueCell cell
-        cdef bytes topic
         if mf is None:
             mf = self._roll(0)
         while mf is not None:
@@ -501,14 +519,7 @@ cdef class CommitLogCore:
                 raise StoreCorruptedError(mf.file_name, pos, "no whole record where another writer published one"
                                           " (check %d)" % r)
             if enters_queue(v.sys_flag):
-                if (self.catch_cell is None or v.queue_id != self.catch_queue
-                        or PyBytes_GET_SIZE(self.catch_topic) != v.topic_len
-                        or memcmp(PyBytes_AS_STRING(self.catch_topic), rec + v.topic_pos, v.topic_len) != 0):
-                    topic = PyBytes_FromStringAndSize(<const char *>rec + v.topic_pos, v.topic_len)
-                    self.catch_cell = self.cell_of(utf8_text(rec + v.topic_pos, v.topic_len), v.queue_id)
-                    self.catch_topic = topic
-                    self.catch_queue = v.queue_id
-                cell = self.catch_cell
+                cell = self._catch_cell(rec, &v)
                 if v.queue_offset >= cell.next_offset:
                     cell.next_offset = v.queue_offset + 1
             mf.publish(pos + r)
@@ -517,6 +528,28 @@ cdef class CommitLogCore:
             _crash_at(&_crash_catching)
         raise StoreError("cannot map the commit-log file another writer made (offset %d)" % target)
 
+    cdef QueueCell _catch_cell(self, const unsigned char *rec, RecordView *v):
+        """The cell of the walked record's topic and queue: from the walk's last ``CATCH_SLOTS`` cells (several
+        writers interleave their queues' records), else the table's (a text and a key made, once per miss)."""
+        cdef int i
+        cdef bytes t
+        cdef const unsigned char *topic = rec + v.topic_pos
+        if self.catch_removed != self.cells_removed:        # a cell left the table: the slots may hold it
+            for i in range(CATCH_SLOTS):
+                self.catch_topics[i] = None
+            self.catch_removed = self.cells_removed
+        for i in range(CATCH_SLOTS):
+            t = <bytes>self.catch_topics[i]
+            if (t is not None and self.catch_queues[i] == v.queue_id and PyBytes_GET_SIZE(t) == v.topic_len
+                    and memcmp(PyBytes_AS_STRING(t), topic, v.topic_len) == 0):
+                return <QueueCell>self.catch_cells[i]
+        i = self.catch_next
+        self.catch_next = (i + 1) % CATCH_SLOTS
+        self.catch_cells[i] = self.cell_of(utf8_text(topic, v.topic_len), v.queue_id)
+        self.catch_topics[i] = PyBytes_FromStringAndSize(<const char *>topic, v.topic_len)
+        self.catch_queues[i] = v.queue_id
+        return <QueueCell>self.catch_cells[i]
+
     def share(self, SharedLock lock, repair):
         """Append under ``lock`` with other processes from now on (``repair()``: called under the lock when
         the last holder died mid-put); ``share(None, None)`` goes back to being the only writer."""
@@ -524,22 +557,27 @@ cdef class CommitLogCore:
         try:
             self.shared = lock
             self.shared_repair = repair
-            self.catch_cell = None
+            self.catch_topics = [None] * CATCH_SLOTS
+            self.catch_cells = [None] * CATCH_SLOTS
+            self.catch_removed = self.cells_removed
         finally:
             self.put_lock.unlock()
 
     def catch_up(self):
-        """Take both locks and catch up on the others' records (a process that reads or flushes the log
-        without putting); returns the published end."""
-        cdef int64_t end
+        """Catch up on the others' records up to the published end (a process that reads or flushes the log
+        without putting): under this process's put lock only, as records below that end never change; returns
+        where this process's view of the log now ends."""
+        cdef int64_t end, target
         if self.shared is None:
             return self._end()
         self.put_lock.lock()
         try:
-            self._shared_enter()
+            target = self.shared.published()
+            if target != self._end():
+                self._catch_up(target)
             end = self._end()
         finally:
-            self._exit()
+            self.put_lock.unlock()
         return end
 
     cdef int _after_append(self, MappedFile mf) except -1:
