@@ -7,6 +7,7 @@ over the time from the first put to the last). The same with batches of 32. Then
 shared mode, uncontended (one process), p50 and p99 over every put.
 
     python bench/shared_writers.py --rounds 3 [-k 4] [-n 200000]
+    python bench/shared_writers.py --kills 20      # a survivor's longest wait while others die mid-put
 
 Prints each round's rates and the ratios aggregate/one process; then their medians and the lowest. A script, not
 a timed test: the figures go into docs/performance.md with the command that made them.
@@ -99,12 +100,75 @@ def latency(n: int) -> tuple[float, float]:
     return times[len(times) // 2] / 1000, times[len(times) * 99 // 100] / 1000
 
 
+def _survivor(root: str, seconds: float, out: mp.Queue) -> None:
+    store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    gaps: list[int] = []
+    try:
+        msg, put, clock = Message("T", BODY, queue_id=1), store.put_message, time.perf_counter_ns
+        end = clock() + int(seconds * 1e9)
+        last = clock()
+        while last < end:
+            put(msg)
+            now = clock()
+            gaps.append(now - last)
+            last = now
+    finally:
+        store.shutdown()
+    gaps.sort()
+    out.put((len(gaps), gaps[-1] / 1e6, gaps[len(gaps) * 9999 // 10000] / 1e6, sum(g > 10_000_000 for g in gaps)))
+
+
+def _victim(root: str) -> None:
+    store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    msg = Message("T", BODY * 8, queue_id=2)
+    while True:
+        store.put_message(msg)
+
+
+def death_stalls(kills: int, seconds: float) -> None:
+    """A writer putting for ``seconds`` while other writers are SIGKILLed at random moments (each holds the
+    append lock most of the time it runs): the survivor's longest wait between two puts."""
+    import os
+    import random
+    import signal
+
+    root = tempfile.mkdtemp(prefix="shared-bench-")
+    rng = random.Random(36)
+    try:
+        MessageStore.open(root, shared_writers=True, **GEOMETRY).shutdown()
+        out: mp.Queue = mp.Queue()
+        survivor = mp.Process(target=_survivor, args=(root, seconds, out))
+        survivor.start()
+        deadline = time.monotonic() + seconds - 0.5
+        done = 0
+        while done < kills and time.monotonic() < deadline:
+            v = mp.Process(target=_victim, args=(root,))
+            v.start()
+            time.sleep(rng.uniform(0.3, 0.6))
+            if v.pid is not None:
+                os.kill(v.pid, signal.SIGKILL)
+            v.join()
+            done += 1
+        n, worst, p9999, over = out.get()
+        survivor.join()
+        with open(os.path.join(root, "writers"), "rb") as f:
+            generation = int.from_bytes(f.read(24)[16:24], "little")
+    finally:
+        shutil.rmtree(root)
+    print("%d writers killed (%d of them mid-put: repaired), survivor's %d puts: longest wait %.1f ms, p99.99 %.2f ms, "
+          "%d waits over 10 ms" % (done, generation, n, worst, p9999, over))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-k", type=int, default=4, help="writer processes (default 4)")
     ap.add_argument("-n", type=int, default=200_000, help="messages per measurement (default 200000)")
+    ap.add_argument("--kills", type=int, default=0, help="only measure the survivor's stalls over this many kills")
     args = ap.parse_args()
+    if args.kills:
+        death_stalls(args.kills, args.kills * 0.5 + 2)
+        return
     ratios: dict[int, list[float]] = {1: [], 32: []}
     for r in range(args.rounds):
         for batch in (1, 32):

@@ -226,3 +226,35 @@ def test_a_delayed_message_put_by_a_follower_is_delivered_by_the_leader(tmp_path
     assert _count_until(follower, "Late", 2, 1, limit_s=15) == 1        # due after level 1 (1 s)
     _quit(follower)
     _quit(leader)
+
+
+def test_a_follower_in_the_same_process_puts_reads_and_refuses_the_leaders_work(tmp_path):
+    """Two stores of one root in one process (each its own open files, so its own locks): the second follows.
+    Its puts (single, batch, async under SYNC_FLUSH, columns) land in the one log with continuous offsets; it
+    serves what the leader dispatched; cleaning, listeners and offset commits are the leader's."""
+    from pystore import MessageBatch
+    from pystore.errors import StoreError
+
+    root = str(tmp_path / "store")
+    with MessageStore.open(root, shared_writers=True, flush_disk_type="SYNC_FLUSH", **GEOMETRY) as leader, \
+            MessageStore.open(root, shared_writers=True, flush_disk_type="SYNC_FLUSH", **GEOMETRY) as follower:
+        assert leader.writer_info()["leader"] and not follower.writer_info()["leader"]
+        assert leader.writer_info()["writers"] == 2
+        assert leader.put_message(Message("T", b"l0")).append_message_result.logics_offset == 0
+        assert follower.put_message(Message("T", b"f1")).append_message_result.logics_offset == 1
+        r = follower.put_messages(MessageBatch([Message("T", b"f2"), Message("T", b"f3")]))
+        assert r.append_message_result.logics_offset == 2
+        assert follower.async_put_message(Message("T", b"f4")).result(5).append_message_result.logics_offset == 4
+        assert follower.put_columns("T", [b"f5", b"f6"]).status.name == "PUT_OK"
+        assert leader.put_message(Message("T", b"l7")).append_message_result.logics_offset == 7
+        deadline = time.monotonic() + 5
+        while follower.get_max_offset_in_queue("T", 0) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = follower.get_message("G", "T", 0, 0, 32)
+        assert [m.body for m in got.messages] == [b"l0", b"f1", b"f2", b"f3", b"f4", b"f5", b"f6", b"l7"]
+        for refused in (follower.clean_files, lambda: follower.commit_offset("G", "T", 0, 3),
+                        lambda: follower.add_arriving_listener(lambda *a: None)):
+            with pytest.raises(StoreError, match="does not lead"):
+                refused()
+        leader.commit_offset("G", "T", 0, 3)
+        assert leader.fetch_offset("G", "T", 0) == 3

@@ -235,15 +235,13 @@ class MessageStore:
                           clock=self.clock, injected_clock=self._injected_clock, disk_usage=self.disk_usage)
 
     @property
-    def _follower(self) -> bool:
-        """One of several writers that is not their leader (``pystore.engine.shared_writers``)."""
+    def _follower(self) -> bool:   # one of several writers that is not their leader (pystore.engine.shared_writers)
         return self._shared is not None and not self._shared.leader
 
     @property
-    def _put_log(self) -> CommitLog | None:
-        """The commit log puts go to: a follower's appender, else the store's."""
-        shared = self._shared
-        return shared.appender if shared is not None and not shared.leader and shared.appender else self._commitlog
+    def _put_log(self) -> CommitLog | None:   # where puts go: a follower's appender, else the store's log
+        s = self._shared
+        return s.appender if s is not None and not s.leader and s.appender else self._commitlog
 
     def _not_leading(self) -> str:
         return "is read-only" if self.read_only else "does not lead the writers (it runs no service)"
@@ -565,7 +563,10 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next offset it will read);
         persisted to ``config/consumerOffset.json`` every ``flush_consumer_offset_interval`` ms and at shutdown.
-        ``StoreError`` on a read-only store."""
+        ``StoreError`` on a read-only store, and in a writer that does not lead several (the leader commits)."""
+        if self._follower:
+            raise StoreError("%s: this process %s: offsets are committed by the leader (pid %s)" % (
+                self.root, self._not_leading(), self.writer_info()["leader_pid"]))
         self._consumer_offsets().commit(group, topic, queue_id, offset)
 
     def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
