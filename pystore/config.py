@@ -143,6 +143,7 @@ class StoreConfig:
     slave_timeout: int = 3_000
     read_only: bool = False  # pystore: open without the lock and without writing
     shared_writers: bool = False  # pystore: several writer processes (pystore.engine.shared_writers)
+    shared_writers_stuck_ms: int = 5_000  # pystore: a live holder of their append lock this long is reported
     # pystore: recovery truncates at damage that valid, already-flushed records follow, instead of raising
     # StoreCorruptedError (RocketMQ always truncates; pystore refuses to drop durable messages silently).
     recover_truncate_corrupted: bool = False

@@ -88,6 +88,7 @@ EXTRA_DEFAULTS = [
     ("slave_timeout", 3_000),
     ("read_only", False),
     ("shared_writers", False),
+    ("shared_writers_stuck_ms", 5_000),
     ("recover_truncate_corrupted", False),
     ("prefault_window_bytes", 4 * 1024 * 1024),
     ("follow_put_cpu", True),

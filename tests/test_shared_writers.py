@@ -191,14 +191,14 @@ def test_a_store_on_a_network_file_system_is_refused_with_that_reason(tmp_path, 
         assert store.put_message(Message("T", b"x")).is_ok()
 
 
-def test_inspect_shows_the_writers_and_a_holder_stuck_with_the_lock(tmp_path):
+def test_inspect_and_the_log_report_a_holder_stuck_with_the_lock(tmp_path, caplog):
     from click.testing import CliRunner
 
     from pystore.cli import cli
     from pystore.log.shared_state import describe
 
     root = str(tmp_path / "store")
-    with MessageStore.open(root, shared_writers=True, **GEOMETRY) as store:
+    with MessageStore.open(root, shared_writers=True, shared_writers_stuck_ms=300, **GEOMETRY) as store:
         assert store.put_message(Message("T", b"x")).is_ok()
         lock = store._shared.lock
         lock.acquire()                      # a holder that keeps the lock (alive, never broken into)
@@ -212,6 +212,9 @@ def test_inspect_shows_the_writers_and_a_holder_stuck_with_the_lock(tmp_path):
             assert "shared writers" in r.output and "has held the append lock" in r.output
         finally:
             lock.release()
+        reports = [rec.getMessage() for rec in caplog.records if "append lock has been held" in rec.getMessage()]
+        assert len(reports) == 1 and "pid %d" % os.getpid() in reports[0]     # once per hold, naming the holder
+        assert store.put_message(Message("T", b"after")).is_ok()
     assert describe(str(tmp_path / "nothing")) is None
 
 

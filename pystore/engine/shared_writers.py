@@ -181,7 +181,8 @@ class SharedWriting:
     def follow_service(self, parts: StoreParts) -> LeaderFollow:
         assert self.lock is not None and parts.reput is not None
         return LeaderFollow(parts.commitlog, parts.reput, self.lock,
-                            self.cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH, self.clock)
+                            self.cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH, self.clock,
+                            self.cfg.shared_writers_stuck_ms)
 
     def watch(self, take_over: Callable[[], None]) -> None:
         """(A follower, once started.) Try the leader's lock now and then; ``take_over()`` when it is had."""
@@ -284,12 +285,16 @@ class LeaderFollow(ServiceThread):
     """(The leader.) Catch the commit log up on every writer's records and dispatch them; publish how far."""
 
     def __init__(self, commitlog: CommitLog, reput: ReputService, lock: SharedLock, sync_flush: bool,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], stuck_ms: int = 5_000) -> None:
         super().__init__("LeaderFollow", clock)
         self.commitlog = commitlog
         self.reput = reput
         self.lock = lock
         self.sync_flush = sync_flush
+        self.stuck_ns = stuck_ms * 1_000_000
+        #: the holder reported as stuck in its present hold (0: none), and every report made
+        self._reported = 0
+        self.stuck_reports: list[tuple[int, float]] = []
 
     def run(self) -> None:
         # one pass a millisecond, busy or not: each takes what the writers published meanwhile in one walk,
@@ -299,8 +304,21 @@ class LeaderFollow(ServiceThread):
             self.wait_for_running(_FOLLOW_MS)
         self.pass_once()
 
+    def report_stuck(self) -> None:
+        """Log, once per hold, a live holder that has kept the append lock past ``stuck_ms`` (never broken
+        into: a holder that is alive may be paged out or stopped in a debugger; a dead one's lock passes on)."""
+        held, holder = self.lock.held_for_ns, self.lock.holder_pid
+        if held < self.stuck_ns or holder == 0:
+            self._reported = 0
+        elif self._reported != holder:
+            self._reported = holder
+            self.stuck_reports.append((holder, held / 1e9))
+            log.warning("the writers' append lock has been held by pid %d for %.1f s: puts of every writer wait "
+                        "for it (it is not taken from a live process)", holder, held / 1e9)
+
     def pass_once(self) -> bool:
         """One catch-up and dispatch; True when it moved."""
+        self.report_stuck()
         try:
             end = int(self.commitlog.core.catch_up())
             if self.sync_flush:
