@@ -230,3 +230,45 @@ def test_config_field_and_broker_conf_key() -> None:
     cfg = StoreConfig.from_properties("flushConsumerOffsetInterval=1234\n")
     assert cfg.flush_consumer_offset_interval == 1234
     assert "flushConsumerOffsetInterval=1234" in cfg.to_properties()
+
+
+# -- several writers: the journal (ConsumerOffsets(journal=True)) ------------------------------------------
+
+
+def _journaled(tmp_path, read_only: bool) -> ConsumerOffsets:
+    return ConsumerOffsets(str(tmp_path / "config"), 1000, lambda t, q: 0, read_only=read_only, journal=True)
+
+
+def test_a_follower_commits_through_the_journal_and_the_leader_writes_it_into_the_file(tmp_path) -> None:
+    leader, follower = _journaled(tmp_path, False), _journaled(tmp_path, True)
+    leader.load()
+    follower.commit("g", "T", 0, 4)
+    follower.commit("g", "T", 0, 6)
+    journal = tmp_path / "config" / "consumerOffset.journal"
+    assert journal.read_bytes() == b'["T@g", 0, 4]\n["T@g", 0, 6]\n'
+    assert follower.fetch("g", "T", 0) == 6 and leader.fetch("g", "T", 0) == 6
+    leader.commit("g", "T", 1, 2)
+    leader.persist()
+    assert journal.read_bytes() == b""
+    assert decode_consumer_offsets((tmp_path / "config" / "consumerOffset.json").read_text()) == {"T@g": {0: 6, 1: 2}}
+    assert follower.fetch("g", "T", 1) == 2                 # the file, re-read when it changed
+
+
+def test_a_journal_line_cut_by_a_kill_or_not_a_commit_is_skipped(tmp_path, caplog) -> None:
+    leader = _journaled(tmp_path, False)
+    leader.load()
+    journal = tmp_path / "config" / "consumerOffset.journal"
+    journal.parent.mkdir(exist_ok=True)
+    journal.write_bytes(b'["T@g", 0, 4]\n["T@g", 0, -1]\nnot json\n["T@g", 1, 9')
+    assert leader.fetch("g", "T", 0) == 4 and leader.fetch("g", "T", 1) == -1
+    assert sum("not a commit" in r.getMessage() for r in caplog.records) >= 2
+
+
+def test_a_single_writer_takes_in_a_journal_no_leader_wrote(tmp_path) -> None:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "consumerOffset.journal").write_bytes(b'["T@g", 2, 11]\n')
+    single = ConsumerOffsets(str(tmp_path / "config"), 1000, lambda t, q: 0, read_only=False)
+    single.load()
+    assert single.fetch("g", "T", 2) == 11
+    assert not (tmp_path / "config" / "consumerOffset.journal").exists()
+    assert decode_consumer_offsets((tmp_path / "config" / "consumerOffset.json").read_text()) == {"T@g": {2: 11}}

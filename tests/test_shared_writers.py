@@ -255,9 +255,23 @@ def test_a_follower_in_the_same_process_puts_reads_and_refuses_the_leaders_work(
             time.sleep(0.01)
         got = follower.get_message("G", "T", 0, 0, 32)
         assert [m.body for m in got.messages] == [b"l0", b"f1", b"f2", b"f3", b"f4", b"f5", b"f6", b"l7"]
-        for refused in (follower.clean_files, lambda: follower.commit_offset("G", "T", 0, 3),
-                        lambda: follower.add_arriving_listener(lambda *a: None)):
+        for refused in (follower.clean_files, lambda: follower.add_arriving_listener(lambda *a: None)):
             with pytest.raises(StoreError, match="does not lead"):
                 refused()
-        leader.commit_offset("G", "T", 0, 3)
-        assert leader.fetch_offset("G", "T", 0) == 3
+        # committed offsets from either: the follower's go through the journal into the leader's file
+        follower.commit_offset("G", "T", 0, 3)
+        assert follower.fetch_offset("G", "T", 0) == 3 and leader.fetch_offset("G", "T", 0) == 3
+        leader.commit_offset("G", "T", 1, 9)
+        leader._writer.offsets.persist()
+        assert os.path.getsize(os.path.join(root, "config", "consumerOffset.journal")) == 0
+        follower.commit_offset("G", "T", 0, 5)
+        assert follower.fetch_offset("G", "T", 1) == 9 and follower.fetch_offset("G", "T", 0) == 5
+        assert leader.fetch_offset("G", "T", 0) == 5
+        c = follower.consumer("C", "T", [0])
+        got = c.poll()
+        assert [m.body for m in got][:2] == [b"l0", b"f1"]
+        c.commit()
+        handed = len(got)
+    with MessageStore.open(root, **GEOMETRY) as single:        # the file holds every process's commits
+        assert single.fetch_offset("G", "T", 0) == 5 and single.fetch_offset("G", "T", 1) == 9
+        assert single.fetch_offset("C", "T", 0) == handed

@@ -20,11 +20,19 @@ and ``shutdown`` writes it a last time. A crash loses at most one interval of co
 those messages again (at-least-once, as RocketMQ). A read-only store re-reads the file when it changed on disk
 (a live writer's commits show up there once persisted) and refuses ``commit`` with ``StoreError``.
 
+Several writer processes (``journal``): the leader keeps the table and the file as a writer does; the others
+append their commits to ``config/consumerOffset.journal`` (pystore's own: one JSON array ``[key, queue id,
+offset]`` a line, each append under an exclusive ``flock`` of the journal), and read the file with the journal's
+lines on top. The leader applies the lines it has not seen at each fetch, and at each write of the file takes
+the rest under that lock, writes the file, and empties the journal before it lets go (a commit is in the file or
+in the journal, never in neither). Two processes committing one queue for one group: the later applied wins.
+
 Thread-safety: every method may be called from any thread.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -36,11 +44,14 @@ from pystore.consumer.config_json import load_config_file, offset_value, persist
 from pystore.errors import StoreError
 from pystore.system.service import ServiceThread
 
-__all__ = ["ConsumerOffsets", "encode_consumer_offsets", "decode_consumer_offsets", "CONSUMER_OFFSET_FILE"]
+__all__ = ["ConsumerOffsets", "encode_consumer_offsets", "decode_consumer_offsets", "CONSUMER_OFFSET_FILE",
+           "JOURNAL_FILE"]
 
 log = logging.getLogger(__name__)
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
+#: several writers: the commits of the processes that do not lead, until the leader writes them into the file
+JOURNAL_FILE = "consumerOffset.journal"
 #: RocketMQ's ``TOPIC_GROUP_SEPARATOR``: a topic name cannot hold it, so the key splits at its first one
 SEPARATOR = "@"
 
@@ -93,7 +104,7 @@ class ConsumerOffsets(ServiceThread):
     queue's min offset: a committed offset below it reads as it (the messages there were cleaned)."""
 
     def __init__(self, config_dir: str, interval_ms: int, min_offset: Callable[[str, int], int], *,
-                 read_only: bool, clock: Callable[[], int] | None = None) -> None:
+                 read_only: bool, clock: Callable[[], int] | None = None, journal: bool = False) -> None:
         super().__init__("ConsumerOffsetService", clock)
         self.path = os.path.join(config_dir, CONSUMER_OFFSET_FILE)
         self.interval_ms = interval_ms
@@ -106,6 +117,9 @@ class ConsumerOffsets(ServiceThread):
         #: a reader's view of the file it last read: (inode, size, mtime), None before any
         self._seen: tuple[int, int, int] | None = None
         self._next_persist = 0
+        #: several writers: the journal's path, and how far the leader applied it
+        self.journal = os.path.join(config_dir, JOURNAL_FILE) if journal else None
+        self._journal_pos = 0
 
     def load(self) -> None:
         """Read the file (or its ``.bak``); ``StoreError`` when neither is readable."""
@@ -113,6 +127,15 @@ class ConsumerOffsets(ServiceThread):
         with self._lock:
             self._table = table
         log.debug("%s: %d topic@group entries loaded", self.path, len(table))
+        leftover = os.path.join(os.path.dirname(self.path), JOURNAL_FILE)
+        if not self.read_only and self.journal is None and os.path.exists(leftover):
+            # several writers' commits that no leader wrote into the file: taken in now, then the journal goes
+            self.journal = leftover
+            try:
+                self.persist()
+            finally:
+                self.journal = None
+            os.unlink(leftover)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = _check(group, topic, queue_id)
@@ -120,6 +143,9 @@ class ConsumerOffsets(ServiceThread):
             raise TypeError("offset must be int, got %s" % type(offset).__name__)
         if offset < 0:
             raise ValueError("offset must be >= 0, got %d" % offset)
+        if self.read_only and self.journal is not None:
+            _append_journal(self.journal, key, queue_id, offset)
+            return
         if self.read_only:
             raise StoreError("a read-only store cannot commit offsets (%s)" % self.path)
         with self._lock:
@@ -131,8 +157,12 @@ class ConsumerOffsets(ServiceThread):
         key = _check(group, topic, queue_id)
         if self.read_only:
             self._follow()
-        with self._lock:
-            offset = self._table.get(key, {}).get(queue_id, -1)
+        offset = -1
+        if self.journal is not None:
+            offset = self._journal_offset(key, queue_id)
+        if offset < 0:
+            with self._lock:
+                offset = self._table.get(key, {}).get(queue_id, -1)
         if offset < 0:
             return -1
         return max(offset, self._min_offset(topic, queue_id))
@@ -149,10 +179,13 @@ class ConsumerOffsets(ServiceThread):
             self._seen = seen
 
     def persist(self) -> None:
-        """Write the table now (atomically, the previous file kept as ``.bak``)."""
+        """Write the table now (atomically, the previous file kept as ``.bak``); with a journal, its lines first,
+        and the journal emptied once the file holds them."""
         if self.read_only:
             return
-        with self._persist_lock:
+        with self._persist_lock, _JournalLock(self.journal, fcntl.LOCK_EX) as fd:
+            if fd is not None:
+                self._apply_journal(fd)
             with self._lock:
                 text = encode_consumer_offsets({k: dict(v) for k, v in self._table.items()})
                 self._dirty = False
@@ -161,9 +194,36 @@ class ConsumerOffsets(ServiceThread):
             except BaseException:
                 self._dirty = True
                 raise
+            if fd is not None:
+                os.ftruncate(fd, 0)
+                self._journal_pos = 0
+
+    def _journal_offset(self, key: str, queue_id: int) -> int:
+        """Several writers: the leader applies the journal's new lines to its table (-1: look there); another
+        writer answers from the journal's last line for the queue, if any."""
+        with _JournalLock(self.journal, fcntl.LOCK_SH) as fd:
+            if fd is None:
+                return -1
+            if not self.read_only:
+                self._apply_journal(fd)
+                return -1
+            found = -1
+            for k, qid, offset in _journal_lines(fd, 0)[0]:
+                if k == key and qid == queue_id:
+                    found = offset
+            return found
+
+    def _apply_journal(self, fd: int) -> None:
+        lines, self._journal_pos = _journal_lines(fd, self._journal_pos)
+        if lines:
+            with self._lock:
+                for key, qid, offset in lines:
+                    self._table.setdefault(key, {})[qid] = offset
+                self._dirty = True
 
     def _persist_if_changed(self) -> None:
-        if self._dirty:
+        if self._dirty or (self.journal is not None and os.path.exists(self.journal)
+                           and os.path.getsize(self.journal) > self._journal_pos):
             try:
                 self.persist()
             except OSError:
@@ -186,3 +246,50 @@ class ConsumerOffsets(ServiceThread):
         """Stop the thread and write what changed since the last write."""
         super().shutdown(join)
         self._persist_if_changed()
+
+
+class _JournalLock:
+    """The journal (created when missing) opened and ``flock``-ed for a block: its fd, or None without one."""
+
+    def __init__(self, path: str | None, mode: int) -> None:
+        self.path, self.mode, self.fd = path, mode, -1
+
+    def __enter__(self) -> int | None:
+        if self.path is None:
+            return None
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.fd, self.mode)
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)       # drops the flock
+
+
+def _append_journal(path: str, key: str, queue_id: int, offset: int) -> None:
+    line = (json.dumps([key, queue_id, offset], ensure_ascii=False) + "\n").encode("utf-8")
+    with _JournalLock(path, fcntl.LOCK_EX) as fd:
+        assert fd is not None
+        os.write(fd, line)
+
+
+def _journal_lines(fd: int, start: int) -> tuple[list[tuple[str, int, int]], int]:
+    """The whole lines of the journal from byte ``start`` and where they end (a line cut by a killed writer,
+    or one that does not parse, is skipped with a warning)."""
+    size = os.fstat(fd).st_size
+    if size <= start:
+        return [], min(start, size)
+    data = os.pread(fd, size - start, start)
+    end = data.rfind(b"\n") + 1
+    out = []
+    for raw in data[:end].split(b"\n")[:-1]:
+        try:
+            key, qid, offset = json.loads(raw)
+            if isinstance(key, str) and type(qid) is int and type(offset) is int and qid >= 0 and offset >= 0:
+                out.append((key, qid, offset))
+                continue
+        except ValueError:
+            pass
+        log.warning("consumer offsets' journal: a line that is not a commit was skipped: %r", raw[:200])
+    return out, start + end

@@ -554,7 +554,7 @@ class MessageStore:
         if self.read_only or self._follower:
             if self._read_offsets is None:
                 self._read_offsets = ConsumerOffsets(self.config.config_path(), 0, self._reads.get_min_offset_in_queue,
-                                                     read_only=True)
+                                                     read_only=True, journal=self._follower)
             return self._read_offsets
         if self._writer is None or self._writer.offsets is None or self._state != _STARTED:
             raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
@@ -563,10 +563,7 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next offset it will read);
         persisted to ``config/consumerOffset.json`` every ``flush_consumer_offset_interval`` ms and at shutdown.
-        ``StoreError`` on a read-only store, and in a writer that does not lead several (the leader commits)."""
-        if self._follower:
-            raise StoreError("%s: this process %s: offsets are committed by the leader (pid %s)" % (
-                self.root, self._not_leading(), self.writer_info()["leader_pid"]))
+        ``StoreError`` on a read-only store. Several writers: ``ConsumerOffsets``' journal."""
         self._consumer_offsets().commit(group, topic, queue_id, offset)
 
     def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:

@@ -370,7 +370,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         if parts.dispatcher is not None:
             parts.dispatcher.schedule_wake = schedule.wake
     offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),
-                              read_only=False, clock=clock)
+                              read_only=False, clock=clock, journal=cfg.shared_writers)
     offsets.load()                               # before the lock too: a bad consumerOffset.json fails start()
     ha = None
     if not slave and cfg.ha_listen_port is not None:
