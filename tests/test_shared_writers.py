@@ -275,3 +275,24 @@ def test_a_follower_in_the_same_process_puts_reads_and_refuses_the_leaders_work(
     with MessageStore.open(root, **GEOMETRY) as single:        # the file holds every process's commits
         assert single.fetch_offset("G", "T", 0) == 5 and single.fetch_offset("G", "T", 1) == 9
         assert single.fetch_offset("C", "T", 0) == handed
+
+
+def test_a_follower_lets_go_of_the_files_the_leaders_cleaning_deleted(tmp_path):
+    root = str(tmp_path / "store")
+    opts = dict(GEOMETRY, file_reserved_time=0, mapped_file_size_commit_log=16 * 1024)
+    with MessageStore.open(root, shared_writers=True, **opts) as leader, \
+            MessageStore.open(root, shared_writers=True, **opts) as follower:
+        for i in range(300):
+            assert follower.put_message(Message("T", b"x" * 200)).is_ok()
+        appender = follower._shared.appender
+        assert len(appender.queue.files) >= 4
+        deadline = time.monotonic() + 5
+        while leader.get_max_offset_in_queue("T", 0) < 300 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        leader.execute_delete_files_manually()
+        deleted, _ = leader.clean_files()
+        assert deleted >= 2
+        while time.monotonic() < deadline and any(not os.path.exists(f.file_name) for f in appender.queue.files):
+            time.sleep(0.05)
+        assert all(os.path.exists(f.file_name) for f in appender.queue.files)
+        assert follower.put_message(Message("T", b"after")).is_ok()

@@ -334,7 +334,8 @@ class LeaderFollow(ServiceThread):
 
 
 class LeaderWatch(ServiceThread):
-    """(A follower.) Take the lead when the leader's lock is free (its holder died or shut down)."""
+    """(A follower.) Take the lead when the leader's lock is free (its holder died or shut down); meanwhile let go
+    of the commit-log files the leader's cleaning deleted."""
 
     def __init__(self, shared: SharedWriting, take_over: Callable[[], None]) -> None:
         super().__init__("LeaderWatch")
@@ -346,6 +347,9 @@ class LeaderWatch(ServiceThread):
             self.wait_for_running(int(_WATCH_S * 1000))
             if self.is_stopped():
                 return
+            appender = self.shared.appender
+            if appender is not None:
+                appender.queue.drop_deleted_head()      # what the leader's cleaning deleted
             try:
                 if self.shared.try_lead():
                     log.warning("%s: the leader (pid %d) is gone; this process (pid %d) takes over",

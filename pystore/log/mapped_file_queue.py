@@ -245,6 +245,19 @@ class MappedFileQueue:
                 f.set_positions(min(f.file_size, end - f.file_from_offset))
             self._files = keep
 
+    def drop_deleted_head(self) -> list[MappedFile]:
+        """A writer that joins other writers: close the files at the head of its view that another process's
+        cleaning deleted (held open, their disk blocks would never be freed). The last file always stays."""
+        with self._lock:
+            files = self._files
+            k = 0
+            while k < len(files) - 1 and not os.path.exists(files[k].file_name):
+                k += 1
+            gone, self._files = files[:k], files[k:]
+        for f in gone:
+            f.close()
+        return gone
+
     def trim_unused_tail(self) -> None:
         """Read-only view: drop trailing files with no data while the file before them is still being
         written (a writer's pre-created next file is not part of the log yet)."""
