@@ -296,3 +296,20 @@ def test_a_follower_lets_go_of_the_files_the_leaders_cleaning_deleted(tmp_path):
             time.sleep(0.05)
         assert all(os.path.exists(f.file_name) for f in appender.queue.files)
         assert follower.put_message(Message("T", b"after")).is_ok()
+
+
+def test_destroy_is_refused_while_another_process_writes(tmp_path, procs):
+    from pystore.errors import StoreError
+
+    root = tmp_path / "store"
+    other = _start(procs, root, "o", 3)
+    acks: dict = {}
+    assert _acks(other, acks)
+    store = MessageStore.open(str(root), shared_writers=True, **GEOMETRY)
+    try:
+        with pytest.raises(StoreError, match="beside other writer processes"):
+            store.destroy()
+    finally:
+        store.shutdown()
+    _quit(other)
+    _check_store(root, acks)

@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 #: how often a follower tries to become the leader (a dead leader's successor starts within about this)
 _WATCH_S = 0.2
+#: how long a follower whose takeover failed waits before it tries again (s)
+_RETRY_S = 5
 #: how long the leader's follow thread sleeps between passes (ms): the dispatch lag behind the writers
 _FOLLOW_MS = 1
 
@@ -200,6 +202,10 @@ class SharedWriting:
         self._lead(parts)
 
     # -- what others see ----------------------------------------------------------------------------------
+
+    def others_writing(self) -> bool:
+        """Another process has the store open for writing (``destroy`` is refused then)."""
+        return len([pid for pid, _ in lock_holders(self.cfg.lock_path()) or [] if pid != os.getpid()]) > 0
 
     def info(self) -> dict[str, object]:
         lock = self.lock
@@ -358,5 +364,7 @@ class LeaderWatch(ServiceThread):
                     self.take_over()
                     return
             except Exception:
-                log.exception("taking over as the leader failed")
+                # the lead is left to the others a while: a takeover holds every writer's puts while it recovers
+                log.exception("taking over as the leader failed; trying again in %d s", _RETRY_S)
                 ofd_unlock(self.shared.state.fd, LEADER)
+                self.wait_for_running(_RETRY_S * 1000)

@@ -358,8 +358,9 @@ class MessageStore:
 
     def destroy(self) -> None:
         """Shut down and delete every file of the store (the root folder too, if nothing else is in it)."""
-        if self.read_only:
-            raise StoreError("a read-only store cannot destroy files")
+        if self.read_only or (self._shared is not None and self._shared.others_writing()):
+            raise StoreError("%s: %s cannot destroy files" % (self.root, "a read-only store" if self.read_only else
+                                                                "a writer beside other writer processes"))
         was_new = self._state == _NEW
         self.shutdown()
         delete_store(self.config, was_new)

@@ -449,7 +449,7 @@ cdef class CommitLogCore:
         another process holds it), repair what a holder that died mid-put left (Python: once per death), then
         catch up on what the others appended."""
         cdef SharedLock lock = self.shared
-        cdef int rc, spins
+        cdef int rc, _spin
         cdef int64_t target = lock.published()
         # most of the walk before the shared lock: records below the published end are whole and never change
         # (a repair zeroes only past it), so other writers need not wait for this process to read them
@@ -460,7 +460,7 @@ cdef class CommitLogCore:
             with nogil:
                 # a holder keeps the lock for a put (well under a microsecond): spin a little before sleeping
                 # on it (a futex wait and wake-up cost microseconds each)
-                for spins in range(LOCK_SPINS):
+                for _spin in range(LOCK_SPINS):
                     cpu_relax()
                     rc = lock.try_lock()
                     if rc != EBUSY:
