@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -779,3 +780,18 @@ def test_tables_off_a_terminal_are_plain_rows(tmp_path, verb):
     assert str(root) in r.output or verb[0] == "get"
     # a cell is padded to its column's width: not the last one of a line
     assert [line for line in r.output.splitlines() if line.endswith(" ")] == []
+
+
+def test_put_joins_shared_writers_only_with_the_flag(tmp_path):
+    root = tmp_path / "s"
+    with MessageStore.open(root, shared_writers=True, **SMALL) as store:
+        assert store.put_message(Message("T", b"first")).is_ok()
+        r = run("put", root, "-t", "T", "x")
+        assert r.exit_code == 1 and "shared writers (pid %d)" % os.getpid() in r.output, r.output
+        assert "put --shared-writers joins them" in r.output
+        r = run("put", root, "--shared-writers", "-t", "T", "joined")
+        assert r.exit_code == 0, r.output
+        deadline = time.monotonic() + 5
+        while store.get_max_offset_in_queue("T", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [m.body for m in store.get_message("G", "T", 0, 0).messages] == [b"first", b"joined"]
