@@ -29,9 +29,9 @@ WRITER = str(TESTS / "shared_writer.py")
 FILE_SIZE = 64 * 1024
 
 
-def _start(procs, root, name, count, body=64, batch=1, crashpoint=None):
+def _start(procs, root, name, count, body=64, batch=1, crashpoint=None, file_size=FILE_SIZE):
     script = "import runpy; runpy.run_path(%r, run_name='__main__')" % WRITER
-    return procs.start(str(root), name, str(count), str(FILE_SIZE), str(body), str(batch), script=script,
+    return procs.start(str(root), name, str(count), str(file_size), str(body), str(batch), script=script,
                        crashpoint=crashpoint)
 
 
@@ -219,9 +219,10 @@ def test_writers_killed_at_random_moments(tmp_path, procs):
                 acks.update(local)
 
     def start(name):
-        batch = rng.choice([1, 1, 2, 16])       # a batch fits one 64 KiB file
+        # 4 MiB files: a writer maps every file of the log (one descriptor each), and these run for seconds
+        batch = rng.choice([1, 1, 2, 16])
         p = _start(procs, root, name, 0, body=rng.choice([100, 5000, 37_500] if batch == 1 else [100, 2000]),
-                   batch=batch)
+                   batch=batch, file_size=4 << 20)
         t = threading.Thread(target=reader, args=(p,))
         t.start()
         return p, t

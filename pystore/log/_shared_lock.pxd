@@ -72,6 +72,7 @@ cdef class SharedLock:
     cdef int fd                 # the state file (OFD locks)
     cdef readonly int kind      # LOCK_ROBUST_MUTEX or LOCK_OFD
     cdef bint held
+    cdef int pid                # this process's (the holder's pid written at each lock)
 
     cdef int try_lock(self) noexcept nogil
     cdef int lock(self) noexcept nogil

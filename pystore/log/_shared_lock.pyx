@@ -141,6 +141,7 @@ cdef class SharedLock:
         self.fd = fd
         self.kind = 0
         self.held = False
+        self.pid = getpid()
 
     def __dealloc__(self):
         if self._viewing:
@@ -225,7 +226,7 @@ cdef class SharedLock:
                 if errno != EINTR:
                     return errno
         self.held = True
-        self.page.holder_pid = getpid()
+        self.page.holder_pid = self.pid     # getpid() is a system call in glibc 2.25+: read once
         self.page.locked_at_ns = mono_ns()
         self.page.acquisitions += 1
         return 0
