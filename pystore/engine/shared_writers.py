@@ -65,8 +65,10 @@ log = logging.getLogger(__name__)
 _WATCH_S = 0.2
 #: how long a follower whose takeover failed waits before it tries again (s)
 _RETRY_S = 5
-#: how long the leader's follow thread sleeps between passes (ms): the dispatch lag behind the writers
+#: how long the leader's follow thread sleeps between passes (ms): the dispatch lag behind the writers; and the
+#: longest it sleeps once the log has stopped moving
 _FOLLOW_MS = 1
+_FOLLOW_IDLE_MS = 16
 
 
 def check_shared_config(cfg: StoreConfig) -> None:
@@ -303,11 +305,13 @@ class LeaderFollow(ServiceThread):
         self.stuck_reports: list[tuple[int, float]] = []
 
     def run(self) -> None:
-        # one pass a millisecond, busy or not: each takes what the writers published meanwhile in one walk,
-        # leaving the GIL to this process's puts in between
+        # one pass a millisecond while the log moves: each takes what the writers published meanwhile in one walk,
+        # leaving the GIL to this process's puts in between; an idle log is looked at less and less often, down
+        # to every ``_FOLLOW_IDLE_MS`` (the first message after a quiet spell is dispatched that much later)
+        wait = _FOLLOW_MS
         while not self.is_stopped():
-            self.pass_once()
-            self.wait_for_running(_FOLLOW_MS)
+            wait = _FOLLOW_MS if self.pass_once() else min(wait * 2, _FOLLOW_IDLE_MS)
+            self.wait_for_running(wait)
         self.pass_once()
 
     def report_stuck(self) -> None:
