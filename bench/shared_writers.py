@@ -7,7 +7,8 @@ over the time from the first put to the last). The same with batches of 32. Then
 shared mode, uncontended (one process), p50 and p99 over every put.
 
     python bench/shared_writers.py --rounds 3 [-k 4] [-n 200000]
-    python bench/shared_writers.py --kills 20      # a survivor's longest wait while others die mid-put
+    python bench/shared_writers.py --kills 20 [--idle]   # a survivor's waits while others die (mid-put, or idle)
+    python bench/shared_writers.py --handover 10        # a waiting put across its holder's death
 
 Prints each round's rates and the ratios aggregate/one process; then their medians and the lowest. A script, not
 a timed test: the figures go into docs/performance.md with the command that made them.
@@ -103,6 +104,7 @@ def latency(n: int) -> tuple[float, float]:
 def _survivor(root: str, seconds: float, out: mp.Queue) -> None:
     store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
     gaps: list[int] = []
+    long: list[tuple[int, int]] = []        # (end, length) of every wait over half a millisecond
     try:
         msg, put, clock = Message("T", BODY, queue_id=1), store.put_message, time.perf_counter_ns
         end = clock() + int(seconds * 1e9)
@@ -110,53 +112,123 @@ def _survivor(root: str, seconds: float, out: mp.Queue) -> None:
         while last < end:
             put(msg)
             now = clock()
-            gaps.append(now - last)
+            gap = now - last
+            gaps.append(gap)
+            if gap > 500_000:
+                long.append((now, gap))
             last = now
     finally:
         store.shutdown()
     gaps.sort()
-    out.put((len(gaps), gaps[-1] / 1e6, gaps[len(gaps) * 9999 // 10000] / 1e6, sum(g > 10_000_000 for g in gaps)))
+    out.put((len(gaps), gaps[-1] / 1e6, gaps[len(gaps) * 9999 // 10000] / 1e6, sum(g > 10_000_000 for g in gaps),
+             long))
 
 
-def _victim(root: str) -> None:
+def _victim(root: str, ready: mp.Event, idle: bool) -> None:
     store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
     msg = Message("T", BODY * 8, queue_id=2)
+    store.put_message(msg)
+    ready.set()
+    while idle:
+        time.sleep(1)
     while True:
         store.put_message(msg)
 
 
-def death_stalls(kills: int, seconds: float) -> None:
-    """A writer putting for ``seconds`` while other writers are SIGKILLed at random moments (each holds the
-    append lock most of the time it runs): the survivor's longest wait between two puts."""
+def death_stalls(kills: int, seconds: float, idle: bool = False) -> None:
+    """A writer putting for ``seconds`` while other writers are SIGKILLed at random moments once they put (each
+    holds the append lock most of the time it runs): the survivor's longest wait overall, and the longest wait
+    that overlaps the 20 ms after each kill (what a death costs the others, beside a process's start-up). With
+    ``idle``, the victims put once and sleep (never holding the lock when killed): what any process's exit costs."""
     import os
     import random
     import signal
 
     root = tempfile.mkdtemp(prefix="shared-bench-")
     rng = random.Random(36)
+    kill_times: list[int] = []
     try:
         MessageStore.open(root, shared_writers=True, **GEOMETRY).shutdown()
         out: mp.Queue = mp.Queue()
         survivor = mp.Process(target=_survivor, args=(root, seconds, out))
         survivor.start()
         deadline = time.monotonic() + seconds - 0.5
-        done = 0
-        while done < kills and time.monotonic() < deadline:
-            v = mp.Process(target=_victim, args=(root,))
+        while len(kill_times) < kills and time.monotonic() < deadline:
+            ready = mp.Event()
+            v = mp.Process(target=_victim, args=(root, ready, idle))
             v.start()
-            time.sleep(rng.uniform(0.3, 0.6))
+            ready.wait(10)
+            time.sleep(rng.uniform(0.1, 0.3))           # putting, its start-up over
             if v.pid is not None:
+                kill_times.append(time.perf_counter_ns())
                 os.kill(v.pid, signal.SIGKILL)
             v.join()
-            done += 1
-        n, worst, p9999, over = out.get()
+            time.sleep(0.1)         # the next victim's start-up stays out of the 20 ms after this death
+        n, worst, p9999, over, long = out.get()
         survivor.join()
         with open(os.path.join(root, "writers"), "rb") as f:
             generation = int.from_bytes(f.read(24)[16:24], "little")
     finally:
         shutil.rmtree(root)
+    stalls = []
+    for k in kill_times:
+        stalls.append(max([g for e, g in long if e >= k and e - g <= k + 20_000_000] or [0]) / 1e6)
+    stalls.sort()
     print("%d writers killed (%d of them mid-put: repaired), survivor's %d puts: longest wait %.1f ms, p99.99 %.2f ms, "
-          "%d waits over 10 ms" % (done, generation, n, worst, p9999, over))
+          "%d waits over 10 ms; around each kill (its 20 ms): median %.2f ms, longest %.1f ms, %d of %d within 10 ms"
+          % (len(kill_times), generation, n, worst, p9999, over, statistics.median(stalls) if stalls else 0,
+             stalls[-1] if stalls else 0, sum(x <= 10 for x in stalls), len(stalls)))
+
+
+_HOLDER = """
+import sys, time
+from pystore import MessageStore
+s = MessageStore.open(sys.argv[1], shared_writers=True, mapped_file_size_commit_log=1 << 26)
+lock = s._shared.lock
+lock.acquire()
+lock.reserve_end(lock.published_end + 100)      # as a put that reserved its bytes and died writing them
+print("held", flush=True)
+time.sleep(100)
+"""
+
+
+def _put_then_time(store: MessageStore, out: list[int]) -> None:
+    store.put_message(Message("T", BODY))
+    out.append(time.perf_counter_ns())
+
+
+def handover(reps: int) -> None:
+    """A put waiting on the append lock while its holder is SIGKILLed mid-put: how long after the kill the put
+    returns (the mutex handed over with ``EOWNERDEAD``, the torn bytes repaired, the put made)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    times = []
+    for _ in range(reps):
+        root = tempfile.mkdtemp(prefix="shared-bench-")
+        store = MessageStore.open(root, shared_writers=True, mapped_file_size_commit_log=1 << 26)
+        try:
+            store.put_message(Message("T", BODY))
+            holder = subprocess.Popen([sys.executable, "-c", _HOLDER, root], stdout=subprocess.PIPE)
+            assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+            returned: list[int] = []
+            t = threading.Thread(target=_put_then_time, args=(store, returned))
+            t.start()
+            time.sleep(0.2)                         # the put is waiting on the lock
+            killed = time.perf_counter_ns()
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.wait()
+            t.join()
+            times.append((returned[0] - killed) / 1e6)
+        finally:
+            store.shutdown()
+            shutil.rmtree(root)
+    times.sort()
+    print("a put waiting on a holder SIGKILLed mid-put returns after: median %.2f ms, longest %.2f ms (%d kills)"
+          % (statistics.median(times), times[-1], len(times)))
 
 
 def main() -> None:
@@ -165,9 +237,14 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=4, help="writer processes (default 4)")
     ap.add_argument("-n", type=int, default=200_000, help="messages per measurement (default 200000)")
     ap.add_argument("--kills", type=int, default=0, help="only measure the survivor's stalls over this many kills")
+    ap.add_argument("--idle", action="store_true", help="with --kills: victims that do not put when killed")
+    ap.add_argument("--handover", type=int, default=0, help="only time a waiting put across this many holder deaths")
     args = ap.parse_args()
+    if args.handover:
+        handover(args.handover)
+        return
     if args.kills:
-        death_stalls(args.kills, args.kills * 0.5 + 2)
+        death_stalls(args.kills, args.kills * 0.6 + 2, args.idle)
         return
     ratios: dict[int, list[float]] = {1: [], 32: []}
     for r in range(args.rounds):
