@@ -338,9 +338,10 @@ class ConsumeQueue:
 
     # -- the next file, made ahead -----------------------------------------------------------------
 
-    def fill_ready(self, ready_dir: str, name: str) -> bool:
+    def fill_ready(self, ready_dir: str, name: Callable[[], str]) -> bool:
         """(The flush service.) Drop a ready file that no longer follows the queue's last file; make the next
-        one, as ``ready_dir/name``, once the last is half full. True when a file was made."""
+        one, as ``ready_dir/name()`` (the folder made when missing), once the last is half full. True when a file
+        was made."""
         last = self.queue.last()
         core = self.core
         if last is None or self.read_only:
@@ -353,7 +354,8 @@ class ConsumeQueue:
             self.drop_ready()
         if last.wrote_position * 2 < self.file_size:
             return False
-        mf = MappedFile(os.path.join(ready_dir, name), self.file_size, create=True, from_offset=follows,
+        os.makedirs(ready_dir, exist_ok=True)
+        mf = MappedFile(os.path.join(ready_dir, name()), self.file_size, create=True, from_offset=follows,
                         fresh_random=True, window=self.window)
         try:
             core.offer_ready(mf, self.queue.path_for(follows))

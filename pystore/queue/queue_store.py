@@ -204,14 +204,16 @@ class ConsumeQueueStore:
             return
         for cq in self.queues():
             try:
-                if cq.core.ready is None and not os.path.isdir(ready_dir):
-                    os.makedirs(ready_dir, exist_ok=True)
-                if cq.fill_ready(ready_dir, "%d-%d" % (os.getpid(), self._ready_made)):
-                    self._ready_made += 1
+                cq.fill_ready(ready_dir, self._ready_name)
             except OSError:
                 # the roll makes the file inline then, as without a ready folder; a full disk says so there
                 log.warning("cannot make the next file of consume queue %s/%d ahead", cq.topic, cq.queue_id,
                             exc_info=True)
+
+    def _ready_name(self) -> str:
+        """A made-ahead file's name in the ready folder: this process's, never given twice."""
+        self._ready_made += 1
+        return "%d-%d" % (os.getpid(), self._ready_made)
 
     def flush(self, least_pages: int) -> bool:
         """Flush each queue's file at its flushed position. A full flush (``least_pages`` 0: the thorough
