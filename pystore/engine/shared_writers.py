@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -45,7 +44,7 @@ from pystore.log._shared_lock import LEADER, SharedLock, ofd_try_lock, ofd_unloc
 from pystore.log.commitlog import CommitLog
 from pystore.log.flush import flush_all
 from pystore.log.mapped_file_queue import MappedFileQueue
-from pystore.log.shared_append import TornPutRepair, share
+from pystore.log.shared_append import TornPutRepair, share, unshare
 from pystore.log.shared_state import SharedState
 from pystore.system.service import ServiceThread
 
@@ -108,7 +107,6 @@ class SharedWriting:
         self.leader = False
         #: a follower's commit log (None for the leader, whose commit log is the store's)
         self.appender: CommitLog | None = None
-        self.repairs: list[TornPutRepair] = []
         #: what a follower used before it took over (closed at shutdown)
         self.retired: list[object] = []
         self._watch: LeaderWatch | None = None
@@ -160,7 +158,7 @@ class SharedWriting:
         cl = parts.commitlog
         assert self.lock is not None
         cl.queue.allocate = None
-        self.repairs.append(share(cl, self.lock))
+        share(cl, self.lock)
 
     def _make_appender(self, parts: StoreParts, dispatched: int) -> CommitLog:
         cfg = self.cfg
@@ -173,7 +171,7 @@ class SharedWriting:
         appender.attach_last()
         for cq in parts.cq_store.queues():
             appender.get_cell(cq.topic, cq.queue_id).next_offset = cq.get_max_offset_in_queue()
-        self.repairs.append(share(appender, self.lock))
+        share(appender, self.lock)
         # a delay level rewrites the message for the schedule topic here too; the leader delivers it when due
         appender.delay_rewrite = ScheduleMessageService(appender, parts.cq_store, cfg, clock=self.clock).rewrite
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
@@ -229,7 +227,7 @@ class SharedWriting:
                 self.lock.leader_pid = 0
             ofd_unlock(self.state.fd, LEADER)
         if self.appender is not None:
-            self.appender.core.share(None, None)
+            unshare(self.appender)
             self.appender.queue.close()
         for part in self.retired:
             close = getattr(part, "close", None)
@@ -278,12 +276,11 @@ def take_over(shared: SharedWriting, open_writer: Callable[[], _Opened]) -> Stor
 
 def _flush_before_returning(appender: CommitLog) -> Callable[[PutMessageResult, Message | MessageBatch],
                                                                PutMessageResult]:
-    """A follower's SYNC_FLUSH: its put returns once the log is flushed past its record (by this process)."""
-    lock = threading.Lock()
+    """A follower's SYNC_FLUSH: its put returns once the log is flushed past its record (by this process; the
+    queue serialises concurrent flushes itself)."""
 
     def after_put(result: PutMessageResult, msg: Message | MessageBatch) -> PutMessageResult:
-        with lock:
-            flush_all(appender.queue)
+        flush_all(appender.queue)
         return result
 
     return after_put
@@ -300,9 +297,8 @@ class LeaderFollow(ServiceThread):
         self.lock = lock
         self.sync_flush = sync_flush
         self.stuck_ns = stuck_ms * 1_000_000
-        #: the holder reported as stuck in its present hold (0: none), and every report made
+        #: the holder reported as stuck in its present hold (0: none)
         self._reported = 0
-        self.stuck_reports: list[tuple[int, float]] = []
 
     def run(self) -> None:
         # one pass a millisecond while the log moves: each takes what the writers published meanwhile in one walk,
@@ -322,7 +318,6 @@ class LeaderFollow(ServiceThread):
             self._reported = 0
         elif self._reported != holder:
             self._reported = holder
-            self.stuck_reports.append((holder, held / 1e9))
             log.warning("the writers' append lock has been held by pid %d for %.1f s: puts of every writer wait "
                         "for it (it is not taken from a live process)", holder, held / 1e9)
 

@@ -450,11 +450,8 @@ cdef class CommitLogCore:
         catch up on what the others appended."""
         cdef SharedLock lock = self.shared
         cdef int rc, _spin
-        cdef int64_t target = lock.published()
-        # most of the walk before the shared lock: records below the published end are whole and never change
-        # (a repair zeroes only past it), so other writers need not wait for this process to read them
-        if target != self._end():
-            self._catch_up(target)
+        # most of the walk before the shared lock, so that other writers need not wait for this process to read
+        self._follow_published()
         rc = lock.try_lock()
         if rc == EBUSY:
             with nogil:
@@ -473,7 +470,13 @@ cdef class CommitLogCore:
             if self.shared_repair is None:
                 raise StoreError("a writer died in the middle of a put and no repair is set")
             self.shared_repair()
-        target = lock.published()
+        self._follow_published()
+        return 0
+
+    cdef int _follow_published(self) except -1:
+        """Catch up to the published end, with or without the shared lock: records below it are whole and never
+        change (a repair zeroes only past it)."""
+        cdef int64_t target = self.shared.published()
         if target != self._end():
             self._catch_up(target)
         return 0
@@ -567,14 +570,12 @@ cdef class CommitLogCore:
         """Catch up on the others' records up to the published end (a process that reads or flushes the log
         without putting): under this process's put lock only, as records below that end never change; returns
         where this process's view of the log now ends."""
-        cdef int64_t end, target
+        cdef int64_t end
         if self.shared is None:
             return self._end()
         self.put_lock.lock()
         try:
-            target = self.shared.published()
-            if target != self._end():
-                self._catch_up(target)
+            self._follow_published()
             end = self._end()
         finally:
             self.put_lock.unlock()

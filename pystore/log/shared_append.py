@@ -47,8 +47,6 @@ class TornPutRepair:
     def __init__(self, commitlog: CommitLog, lock: SharedLock) -> None:
         self.commitlog = commitlog
         self.lock = lock
-        #: ``(published end, reserved end)`` of every repair this process made
-        self.repairs: list[tuple[int, int]] = []
 
     def __call__(self) -> None:
         torn = self.lock.needs_repair()
@@ -60,7 +58,6 @@ class TornPutRepair:
         crashpoint("shared.repairing")
         log.warning("a writer died in the middle of a put: the %d bytes it reserved at commit-log offset %d are "
                     "zeroed (that put was never acknowledged)", max(0, reserved - published), published)
-        self.repairs.append((published, reserved))
         self.lock.repaired(published)
 
     def _zero(self, start: int, end: int) -> None:
