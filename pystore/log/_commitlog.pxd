@@ -6,17 +6,11 @@ from pystore.log._mapped_file cimport MappedFile
 from pystore.message._message cimport Message
 from pystore.log._put_lock cimport PutMessageLock
 from pystore.log._shared_lock cimport SharedLock
+from pystore.log._put_checks cimport REFUSE_BUSY, REFUSE_ILLEGAL, REFUSE_NONE, REFUSE_PROPERTIES
 
 
-# why a put refuses (the statuses are PutMessageStatus members: ``refusal_status``)
 cdef enum:
     CATCH_SLOTS = 8             # cells the catch-up walk remembers (catch_queues' length)
-
-cdef enum:
-    REFUSE_NONE = 0
-    REFUSE_ILLEGAL = 1          # MESSAGE_ILLEGAL
-    REFUSE_PROPERTIES = 2       # PROPERTIES_SIZE_EXCEEDED
-    REFUSE_BUSY = 3             # OS_PAGE_CACHE_BUSY
 
 cdef object refusal_status(int code)
 

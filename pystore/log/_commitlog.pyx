@@ -1,25 +1,24 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The put path: checks, the put lock, queue offsets, encode into the last commit-log file, roll.
 
-One call per message (``put_message``) or per batch (``put_messages``) does everything in C (docs/format.md
-§1.11, 4.x order): refuse what must be refused with a status; take the put lock; stamp the store time
-(the lock time); take the queue offset from the topic-queue table (so a failed append never burns one);
-encode straight into the mapped file; if the record and an 8-byte blank do not fit, write the blank
-(END_OF_FILE), roll to the next file and encode there; a batch never spans two files. The single put, the
-batch put and the column put (``_bulk_put``) share one protocol for the refusals, the lock, the store time,
-the cell and the file with room (``_room_refusal``, ``_enter``, ``_exit``, ``_finish``, inline in
-``_commitlog.pxd``) and keep only their own checks and encoding. Under the lock the
-record is also handed to the inline dispatcher (consume queue, index) when there is one. Afterwards the
-flush service is woken (a C flag keeps that to one Python call per flush cycle) and, if set, the
-``after_put`` hook decides the final status (group commit, replication).
+One call per message (``put_message``) or per batch (``put_messages``) does everything in C (docs/format.md §1.11,
+4.x order): refuse what must be refused with a status; take the put lock; stamp the store time (the lock time); take
+the queue offset from the topic-queue table (so a failed append never burns one); encode straight into the mapped
+file; if the record and an 8-byte blank do not fit, write the blank (END_OF_FILE), roll to the next file and encode
+there; a batch never spans two files. The single put, the batch put and the column put (``_bulk_put``) share one
+protocol for the refusals, the lock, the store time, the cell and the file with room (``_room_refusal``, ``_enter``,
+``_exit``, ``_finish``, inline in ``_commitlog.pxd``; the messages' checks inline from ``_put_checks.pxd``) and keep
+only their own checks and encoding. Under the lock the record is also handed to the inline dispatcher (consume
+queue, index) when there is one. Afterwards the flush service is woken (a C flag keeps that to one Python call per
+flush cycle) and, if set, the ``after_put`` hook decides the final status (group commit, replication).
 
-Policy stays in Python (``commitlog.CommitLog``, which holds this core as its ``core``): the hooks it and the
-wiring set say where the next file comes from (``roll_file``), what happens after a put (``after_put``),
-delay-level rewriting (``delay_rewrite``), whether the store is writeable.
+Policy stays in Python (``commitlog.CommitLog``, which holds this core as its ``core``): the hooks it and the wiring
+set say where the next file comes from (``roll_file``), what happens after a put (``after_put``), delay-level
+rewriting (``delay_rewrite``), whether the store is writeable.
 
-Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by default
-(an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a
-big body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
+Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by
+default (an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a big
+body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 """
 
 cimport cython
@@ -32,9 +31,8 @@ from libc.string cimport memcmp
 
 from pystore.format._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, pinned_cpu, now_ms, store_i64_release
 from pystore.format._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, STOREHOSTADDRESS_V6_FLAG,
-                                    TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, RecordView, check_record, encode_like,
-                                    encode_message, encode_with_body, enters_queue, like_head_body, like_tail,
-                                    message_length, write_blank)
+                                    RecordView, check_record, encode_like, encode_message, encode_with_body,
+                                    enters_queue, like_head_body, like_tail, message_length, write_blank)
 from pystore.format._jstring cimport utf8_text
 from pystore.log._mapped_file cimport MappedFile, prefault_follow_cpu
 from pystore.system._notify cimport ps_notify
@@ -43,6 +41,8 @@ from pystore.message._message cimport Message, copy_message
 from pystore.message._message_batch cimport MessageBatch
 from pystore.log._put_lock cimport PutMessageLock
 from pystore.log._shared_lock cimport SharedLock
+from pystore.log._put_checks cimport (batch_refusal, batch_unchanged, built_alike, crc_of, own_refusal,
+                                         tail_length, unchanged)
 from pystore.log._results cimport PutMessageResult, put_failed, put_ok
 
 cdef extern from "<errno.h>" nogil:
@@ -85,9 +85,8 @@ cdef object ST_OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
 cdef object ST_CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
 cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 
-# how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too,
-# as the kernel write-protects a warmed file's zeros when it writes them back; a file with a window (the
-# store's prefault_window_bytes) uses half of it instead
+# how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too, as the
+# kernel write-protects a warmed file's zeros when it writes them back; a file with a window uses half of it instead
 cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
 
 cdef enum:
@@ -154,34 +153,6 @@ cdef class Dispatcher:
         return 0
 
 
-# A put reserves room for a record before it takes the lock and, under it, may wait (for the lock, for a new
-# file) with the GIL released. Another thread that changes the message meanwhile (its body, properties,
-# topic) would make the record longer than its room: the put is refused instead (MESSAGE_ILLEGAL).
-cdef inline bint _unchanged(Message m, int32_t total, str tq_key, bint enters, int32_t store_flag) noexcept:
-    return (message_length(m, store_flag) == total and enters_queue(m._sys_flag) == enters
-            and (m._tq_key is tq_key or m._tq_key == tq_key))
-
-
-cdef inline int32_t _tail_length(Message m) noexcept:
-    """The bytes of ``m``'s record after its body: topic and properties with their lengths."""
-    return ((2 if m._version == 2 else 1) + <int32_t>bytes_size(<PyObject *>m._topic_b) + 2
-            + <int32_t>bytes_size(<PyObject *>m._props_b))
-
-
-cdef inline bint _same_bytes(PyObject *a, PyObject *b) noexcept:
-    return a == b or (bytes_size(a) == bytes_size(b) and memcmp(bytes_data(a), bytes_data(b), bytes_size(a)) == 0)
-
-
-cdef inline bint _built_alike(Message m, Message m0) noexcept:
-    """Whether ``m``'s record equals ``m0``'s but for the fields ``encode_like`` patches (both of one batch:
-    one topic and queue). Messages built by one line of code share their encoded topic, properties and host."""
-    return (m._flag == m0._flag and m._sys_flag == m0._sys_flag and m._reconsume_times == m0._reconsume_times
-            and m._prepared_transaction_offset == m0._prepared_transaction_offset and m._version == m0._version
-            and _same_bytes(<PyObject *>m._topic_b, <PyObject *>m0._topic_b)
-            and _same_bytes(<PyObject *>m._props_b, <PyObject *>m0._props_b)
-            and _same_bytes(<PyObject *>m._born_host_b, <PyObject *>m0._born_host_b))
-
-
 cdef object refusal_status(int code):
     """The status of a refusal (``REFUSE_*``, _commitlog.pxd)."""
     if code == REFUSE_PROPERTIES:
@@ -189,47 +160,6 @@ cdef object refusal_status(int code):
     if code == REFUSE_BUSY:
         return ST_OS_PAGE_CACHE_BUSY
     return ST_MESSAGE_ILLEGAL
-
-
-cdef inline int _own_refusal(Message m, int64_t max_size) noexcept:
-    """Why every put refuses a message, REFUSE_NONE if it may go in: properties and topic legal, body within
-    ``max_size``."""
-    if m._illegal:
-        return REFUSE_PROPERTIES if m._illegal == 2 else REFUSE_ILLEGAL
-    if bytes_size(<PyObject *>m._body) > max_size:
-        return REFUSE_ILLEGAL
-    return REFUSE_NONE
-
-
-cdef inline int _refusal(Message m, str tq_key, int64_t max_size) noexcept:
-    """Why a batch refuses this message of it (or its template, for ``from_bodies``), REFUSE_NONE if it may go
-    in: ``_own_refusal``'s checks, then no delay, not transactional, and the batch's topic and queue (keys of
-    one topic and queue are one interned object, so the compare is by identity first)."""
-    cdef int code = _own_refusal(m, max_size)
-    if code != REFUSE_NONE:
-        return code
-    if (m._delay_level > 0 or (m._sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_NOT_TYPE
-            or not (m._tq_key is tq_key or m._tq_key == tq_key)):
-        return REFUSE_ILLEGAL
-    return REFUSE_NONE
-
-
-cdef inline int32_t _crc_of(Message m) noexcept:
-    """``m.body_crc()`` without the call when the CRC is known (it always is on the put path: the checks before
-    the lock computed it)."""
-    return m._body_crc if m._crc_known else m.body_crc()
-
-
-cdef bint _batch_unchanged(tuple ms, int32_t *sizes, str tq_key, int64_t max_size, int32_t store_flag) noexcept:
-    """Whether every message of the batch still has the size and verdict it was checked with before the lock
-    (another thread may change a message while this one waits for the lock)."""
-    cdef Py_ssize_t i
-    cdef PyObject *mp
-    for i in range(PyTuple_GET_SIZE(ms)):
-        mp = PyTuple_GET_ITEM(ms, i)
-        if message_length(<Message>mp, store_flag) != sizes[i] or _refusal(<Message>mp, tq_key, max_size):
-            return False
-    return True
 
 
 cdef void _like_first(MappedFile mf, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
@@ -455,8 +385,7 @@ cdef class CommitLogCore:
         rc = lock.try_lock()
         if rc == EBUSY:
             with nogil:
-                # a holder keeps the lock for a put (well under a microsecond): spin a little before sleeping
-                # on it (a futex wait and wake-up cost microseconds each)
+                # a holder keeps the lock for a put (under a microsecond): spin before a futex wait (microseconds)
                 for _spin in range(LOCK_SPINS):
                     cpu_relax()
                     rc = lock.try_lock()
@@ -482,8 +411,7 @@ cdef class CommitLogCore:
         return 0
 
     cdef void _shared_exit(self) noexcept:
-        # whatever this hold wrote ends at this process's end (a put that failed wrote nothing, or only a blank
-        # and a roll, which are whole too)
+        # what this hold wrote ends at this process's end (a failed put wrote nothing, or a whole blank and roll)
         _crash_at(&_crash_copied)
         self.shared.publish(self._end())
         self.shared.unlock()
@@ -636,12 +564,12 @@ cdef class CommitLogCore:
         cdef PutMessageResult result
         if not self.writeable:
             return _refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
-        code = _own_refusal(msg, self.max_message_size)
+        code = own_refusal(msg, self.max_message_size)
         if code != REFUSE_NONE:
             return _refused(self, msg, refusal_status(code))
         if msg._delay_level > 0 and self.delay_rewrite is not None and enters_queue(msg._sys_flag):
             msg = self.delay_rewrite(msg)
-            code = _own_refusal(msg, self.max_message_size)
+            code = own_refusal(msg, self.max_message_size)
             if code != REFUSE_NONE:
                 return _refused(self, msg, refusal_status(code))
         total = message_length(msg, self.store_flag)
@@ -667,7 +595,7 @@ cdef class CommitLogCore:
                 qoff = cell.next_offset
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
-            elif not _unchanged(msg, total, tq_key, enters, self.store_flag):
+            elif not unchanged(msg, total, tq_key, enters, self.store_flag):
                 status = ST_MESSAGE_ILLEGAL
             else:
                 pos = mf.wrote
@@ -741,16 +669,16 @@ cdef class CommitLogCore:
             # the messages are the batch's own tuple: read through borrowed references (no reference counting)
             for i in range(n):
                 mp = PyTuple_GET_ITEM(ms, i)
-                code = _refusal(<Message>mp, tq_key, self.max_message_size)
+                code = batch_refusal(<Message>mp, tq_key, self.max_message_size)
                 if code != REFUSE_NONE:
                     return _refused(self, batch, refusal_status(code))
                 size_arr[i] = message_length(<Message>mp, self.store_flag)
                 total += size_arr[i]
-                _crc_of(<Message>mp)                  # computed now, outside the lock, and kept by the message
+                crc_of(<Message>mp)                  # computed now, outside the lock, and kept by the message
         else:
             # from_bodies: the template's checks once, then each body's length (no Message per body; the CRCs
             # are folded into the copies, under the lock)
-            code = _refusal(tmpl, tq_key, self.max_message_size)
+            code = batch_refusal(tmpl, tq_key, self.max_message_size)
             if code != REFUSE_NONE:
                 return _refused(self, batch, refusal_status(code))
             base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
@@ -780,7 +708,7 @@ cdef class CommitLogCore:
             qoff = cell.next_offset
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
-            elif bodies is None and not _batch_unchanged(ms, size_arr, tq_key, self.max_message_size,
+            elif bodies is None and not batch_unchanged(ms, size_arr, tq_key, self.max_message_size,
                                                          self.store_flag):
                 status = ST_MESSAGE_ILLEGAL
             else:
@@ -798,15 +726,15 @@ cdef class CommitLogCore:
                     pos += size_arr[0]
                     mf.publish(pos)
                     first_body_len = <int32_t>PyBytes_GET_SIZE(m0._body)
-                    tail_len = _tail_length(m0)
+                    tail_len = tail_length(m0)
                     body_pos = size_arr[0] - first_body_len - tail_len
                     one_run = not m0._has_keys
                     for i in range(1, n):
                         mp = PyTuple_GET_ITEM(ms, i)
-                        if _built_alike(<Message>mp, m0):
+                        if built_alike(<Message>mp, m0):
                             bp = <PyObject *>(<Message>mp)._body
                             encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len,
-                                        bytes_data(bp), bytes_size(bp), _crc_of(<Message>mp), size_arr[i], qoff + i,
+                                        bytes_data(bp), bytes_size(bp), crc_of(<Message>mp), size_arr[i], qoff + i,
                                         mf.file_from_offset + pos, (<Message>mp)._born_timestamp, False)
                         else:
                             encode_message(mf.write_base + pos, <Message>mp, size_arr[i], qoff + i,
@@ -832,7 +760,7 @@ cdef class CommitLogCore:
                                      batch._born_ts, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
                                      self.store_flag, True)
                     mf.publish(pos + size_arr[0])
-                    tail_len = _tail_length(tmpl)
+                    tail_len = tail_length(tmpl)
                     body_pos = base_len - tail_len
                     if total >= BIG_BODY:
                         # nothing the copies read can change (see above): other threads run meanwhile
