@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from pystore import Message, MessageBatch, MessageStore
+from pystore.log.shared_state import describe
 
 BODY = b"x" * 128
 GEOMETRY = {"mapped_file_size_commit_log": 256 * 1024 * 1024}
@@ -166,8 +167,7 @@ def death_stalls(kills: int, seconds: float, idle: bool = False) -> None:
             time.sleep(0.1)         # the next victim's start-up stays out of the 20 ms after this death
         n, worst, p9999, over, long = out.get()
         survivor.join()
-        with open(os.path.join(root, "writers"), "rb") as f:
-            generation = int.from_bytes(f.read(24)[16:24], "little")
+        generation = describe(root)["generation"]
     finally:
         shutil.rmtree(root)
     stalls = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import struct
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -21,7 +20,7 @@ from pystore.config import StoreConfig
 from pystore.log.commitlog import CommitLog
 from pystore.log.mapped_file_queue import MappedFileQueue
 from pystore.log.shared_append import share
-from pystore.log.shared_state import SharedState
+from pystore.log.shared_state import SharedState, describe
 from pystore.tools import iter_commitlog
 
 TESTS = Path(__file__).resolve().parent
@@ -75,11 +74,9 @@ def _check_log(root, acks):
 def _published_end(root):
     """``(published end, reserved end, recoveries, generation)`` as the page holds them (read from the file: an
     opener would be alone now and write a fresh page)."""
-    with open(os.path.join(str(root), "writers"), "rb") as f:
-        page = f.read(72)
-    generation, published, reserved = struct.unpack_from("=qqq", page, 16)
-    (recoveries,) = struct.unpack_from("=q", page, 64)
-    return published, reserved, recoveries, generation
+    page = describe(str(root))
+    assert page is not None
+    return page["published_end"], page["reserved_end"], page["recoveries"], page["generation"]
 
 
 @pytest.mark.parametrize("batch", [1, 8])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from pystore.log._shared_lock import DEAD_MAN, MAGIC, OFD, ROBUST_MUTEX, SharedLock
-from pystore.log.shared_state import FILE_NAME, SharedState, SharedStateError
+from pystore.log.shared_state import FILE_NAME, SharedState, SharedStateError, describe
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="OFD locks and robust mutexes: Linux")
 
@@ -70,6 +71,33 @@ def test_the_first_opener_writes_the_page_and_the_next_takes_it(tmp_path, prefer
     b.close()
     assert a.alone()
     a.close()
+
+
+@KINDS
+def test_the_page_holds_its_fields_where_the_format_says(tmp_path, prefer_mutex):
+    # docs/format.md §16, byte by byte (machine order: little-endian here), read back by ``describe`` too
+    state = SharedState(str(tmp_path), prefer_mutex)
+    lock = state.open(1000)
+    with lock:
+        lock.reserve_end(1300)
+        lock.publish_end(1300)
+        lock.dispatched_end = 1200
+        lock.leader_pid = 4242
+        raw = (tmp_path / FILE_NAME).read_bytes()
+        assert struct.unpack_from("<8sII", raw, 0) == (MAGIC, 1, ROBUST_MUTEX if prefer_mutex else OFD)
+        generation, published, reserved, holder, leader = struct.unpack_from("<qqqii", raw, 16)
+        assert (generation, published, reserved, holder, leader) == (0, 1300, 1300, os.getpid(), 4242)
+        locked_at, acquisitions, recoveries, dispatched = struct.unpack_from("<qqqq", raw, 48)
+        assert 0 < locked_at <= time.monotonic_ns() and acquisitions >= 1 and recoveries == 0 and dispatched == 1200
+        assert raw[80:128] == bytes(48) and raw[168:4000] == bytes(3832)
+        page = describe(str(tmp_path))
+        assert page is not None and page["holder_pid"] == os.getpid() and page["held_for_s"] >= 0
+        assert (page["published_end"], page["reserved_end"], page["dispatched_end"], page["leader_pid"],
+                page["generation"], page["lock"]) == (1300, 1300, 1200, 4242, 0, lock.kind_name)
+    assert describe(str(tmp_path))["holder_pid"] == 0
+    state.close()
+    (tmp_path / FILE_NAME).write_bytes(b"PYSTSW99" + bytes(4088))
+    assert describe(str(tmp_path)) is None              # a page this version does not know: nothing to show
 
 
 @KINDS

@@ -24,7 +24,7 @@ body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
@@ -42,7 +42,7 @@ from pystore.message._message_batch cimport MessageBatch
 from pystore.log._put_lock cimport PutMessageLock
 from pystore.log._shared_lock cimport SharedLock
 from pystore.log._put_checks cimport (batch_refusal, batch_unchanged, built_alike, crc_of, own_refusal,
-                                         tail_length, unchanged)
+                                      tail_length, unchanged)
 from pystore.log._results cimport PutMessageResult, put_failed, put_ok
 
 cdef extern from "<errno.h>" nogil:
@@ -709,7 +709,7 @@ cdef class CommitLogCore:
             if mf is None:
                 status = ST_CREATE_MAPPED_FILE_FAILED
             elif bodies is None and not batch_unchanged(ms, size_arr, tq_key, self.max_message_size,
-                                                         self.store_flag):
+                                                        self.store_flag):
                 status = ST_MESSAGE_ILLEGAL
             else:
                 pos = mf.wrote

@@ -19,8 +19,6 @@ import errno
 import logging
 import mmap
 import os
-import struct
-import time
 from collections.abc import Callable
 
 from pystore.errors import StoreError
@@ -161,23 +159,21 @@ def network_file_system(path: str, mounts: str = "/proc/mounts") -> str | None:
 
 
 def describe(root: str) -> dict[str, object] | None:
-    """The writers' state page of the store at ``root`` as ``pystore inspect`` shows it (read from the file:
-    no lock is taken and nothing is written), or None when the store has none. ``held_for_s``: how long the
-    present holder of the append lock has held it (a live holder stuck for long shows here; it is never broken
-    into)."""
+    """The writers' state page of the store at ``root`` as ``pystore inspect`` shows it (a copy of the file read
+    through ``SharedLock``, so the layout has one reader: no lock is taken and nothing is written), or None when
+    the store has no page this version knows. ``held_for_s``: how long the present holder of the append lock
+    has held it (a live holder stuck for long shows here; it is never broken into)."""
     try:
         with open(os.path.join(root, FILE_NAME), "rb") as f:
-            page = f.read(80)
+            page = f.read(PAGE_SIZE)
     except OSError:
         return None
-    if len(page) < 80 or page[:8] != b"PYSTSW01":
+    if len(page) < PAGE_SIZE:
         return None
-    version, kind = struct.unpack_from("=II", page, 8)
-    generation, published, reserved = struct.unpack_from("=qqq", page, 16)
-    holder, leader = struct.unpack_from("=ii", page, 40)
-    locked_at, acquisitions, recoveries, dispatched = struct.unpack_from("=qqqq", page, 48)
-    held = (time.monotonic_ns() - locked_at) / 1e9 if holder and locked_at else 0.0
-    return {"version": version, "lock": {1: "robust-mutex", 2: "ofd"}.get(kind, "unknown"),
-            "generation": generation, "published_end": published, "reserved_end": reserved,
-            "dispatched_end": dispatched, "holder_pid": holder, "held_for_s": round(max(0.0, held), 3),
-            "leader_pid": leader, "acquisitions": acquisitions, "recoveries": recoveries}
+    copy = SharedLock(bytearray(page), -1)
+    if copy.check_page() is not None:
+        return None
+    return {"lock": copy.kind_name, "generation": copy.generation, "published_end": copy.published_end,
+            "reserved_end": copy.reserved_end, "dispatched_end": copy.dispatched_end,
+            "holder_pid": copy.holder_pid, "held_for_s": round(copy.held_for_ns / 1e9, 3),
+            "leader_pid": copy.leader_pid, "acquisitions": copy.acquisitions, "recoveries": copy.recoveries}
