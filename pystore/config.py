@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from pystore.errors import ConfigError
 from pystore.format._codec import UNIT_SIZE as _CQ_STORE_UNIT_SIZE  # docs/format.md §2.1
+from pystore.system.java_properties import decode_properties, escape_properties, parse_properties
 
 __all__ = ["StoreConfig", "FlushDiskType", "BrokerRole", "UnknownConfigKeyWarning"]
 
@@ -239,7 +240,7 @@ class StoreConfig:
         if isinstance(path_or_text, os.PathLike) or os.path.isfile(path_or_text):
             source = os.fspath(path_or_text)
             with open(source, "rb") as f:
-                text = _decode(f.read())
+                text = decode_properties(f.read())
         else:
             source, text = "broker.conf text", path_or_text
         kwargs: dict[str, typing.Any] = {}
@@ -247,7 +248,7 @@ class StoreConfig:
         unknown: list[str] = []
         address, port = _DEFAULTS["store_host"]
         host_given = False
-        for key, raw in _parse_properties(text).items():
+        for key, raw in parse_properties(text).items():
             if key == "brokerIP1":
                 address, host_given = _check_address(key, raw), True
             elif key == "listenPort":
@@ -288,10 +289,10 @@ class StoreConfig:
             if value is None or (not all and value == _DEFAULTS[name]):
                 continue
             if name == "store_host":
-                lines.append("brokerIP1=" + _escape(value[0]))
+                lines.append("brokerIP1=" + escape_properties(value[0]))
                 lines.append(f"listenPort={value[1]}")
             else:
-                lines.append(_escape(_key_for_field(name), key=True) + "=" + _escape(_format(value)))
+                lines.append(escape_properties(_key_for_field(name), key=True) + "=" + escape_properties(_format(value)))
         return "".join(line + "\n" for line in lines)
 
 
@@ -502,98 +503,3 @@ def _format(value: typing.Any) -> str:
 
 
 # -- Java .properties syntax (java.util.Properties.load / store) ----------------------------------------
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-_UNESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\\": "\\\\"}
-_BLANK = " \t\f"
-
-
-def _decode(data: bytes) -> str:
-    """UTF-8 (what editors write) when it decodes, else ISO-8859-1 (what Java's ``Properties.load`` reads)."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
-
-
-def _parse_properties(text: str) -> dict[str, str]:
-    """Keys to unescaped, trimmed values; a repeated key keeps its last value, as in Java."""
-    props: dict[str, str] = {}
-    pending: str | None = None
-    for natural in re.split(r"\r\n|\r|\n", text):
-        line = natural.lstrip(_BLANK)
-        if pending is None:
-            if not line or line[0] in "#!":
-                continue
-            pending = ""
-        backslashes = len(line) - len(line.rstrip("\\"))
-        if backslashes % 2:  # continued on the next line, whose leading blanks are dropped
-            pending += line[:-1]
-            continue
-        key, value = _split_entry(pending + line)
-        pending = None
-        key = _unescape(key, key)
-        props[key] = _unescape(value, key).strip()
-    if pending:
-        key, value = _split_entry(pending)
-        props[_unescape(key, key)] = _unescape(value, key).strip()
-    return props
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    end = 0
-    while end < len(line) and line[end] not in "=:" + _BLANK:
-        end += 2 if line[end] == "\\" else 1
-    end = min(end, len(line))
-    start = end
-    while start < len(line) and line[start] in _BLANK:
-        start += 1
-    if start < len(line) and line[start] in "=:":
-        start += 1
-    while start < len(line) and line[start] in _BLANK:
-        start += 1
-    return line[:end], line[start:]
-
-
-def _unescape(text: str, key: str) -> str:
-    if "\\" not in text:
-        return text
-    out = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        i += 1
-        if char != "\\" or i == len(text):
-            out.append(char if char != "\\" else "")
-            continue
-        char = text[i]
-        i += 1
-        if char == "u":
-            digits = text[i : i + 4]
-            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
-                raise ConfigError(key, text, "malformed \\uXXXX escape")
-            out.append(chr(int(digits, 16)))
-            i += 4
-        else:
-            out.append(_ESCAPES.get(char, char))
-    result = "".join(out)
-    if re.search("[\ud800-\udfff]", result):  # Java writes astral characters as surrogate pairs
-        result = result.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-    return result
-
-
-def _escape(text: str, key: bool = False) -> str:
-    out = []
-    for i, char in enumerate(text):
-        if char in _UNESCAPES:
-            out.append(_UNESCAPES[char])
-        elif char == " ":
-            out.append("\\ " if key or i == 0 else " ")
-        elif char in "=:#!":
-            out.append("\\" + char)
-        elif " " < char <= "~":
-            out.append(char)
-        else:
-            units = char.encode("utf-16-be", "surrogatepass")
-            out.extend(f"\\u{units[j]:02X}{units[j + 1]:02X}" for j in range(0, len(units), 2))
-    return "".join(out)
