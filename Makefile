@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q "setuptools>=77" wheel "Cython>=3.0,<4"
-	PYSTORE_NO_EXTENSIONS=1 $(VPY) -m pip install -q --no-build-isolation -e ".[test,bench,spark,columns,dev]"
+	PYSTORE_NO_EXTENSIONS=1 $(VPY) -m pip install -q --no-build-isolation -e ".[test,bench,spark,columns,archive,dev]"
 	touch $(STAMP)
 
 # Compile the extensions out of tree: the C into build/cython/, the modules into $(EXT_LIB)/pystore/<package>/.

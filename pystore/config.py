@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -145,6 +146,14 @@ class StoreConfig:
     read_only: bool = False  # pystore: open without the lock and without writing
     shared_writers: bool = False  # pystore: several writer processes (pystore.engine.shared_writers)
     shared_writers_stuck_ms: int = 5_000  # pystore: a live holder of their append lock this long is reported
+    # pystore: the archive tier (pystore.archive): sealed files copied to this pyarrow.fs URI ("": none), the
+    # options its file system is made with, hours kept locally once archived (0: file_reserved_time), the bytes
+    # of archived data cached locally for reads, and the ms between two upload passes
+    archive_uri: str = ""
+    archive_options: dict[str, typing.Any] = field(default_factory=dict)
+    archive_local_retention_hours: int = 0
+    archive_cache_bytes: int = 256 * 1024 * 1024
+    archive_interval_ms: int = 1_000
     # pystore: recovery truncates at damage that valid, already-flushed records follow, instead of raising
     # StoreCorruptedError (RocketMQ always truncates; pystore refuses to drop durable messages silently).
     recover_truncate_corrupted: bool = False
@@ -298,7 +307,11 @@ class StoreConfig:
 
 # -- validation -------------------------------------------------------------------------------------
 
-_DEFAULTS: dict[str, typing.Any] = {f.name: f.default for f in dataclasses.fields(StoreConfig)}
+_DEFAULTS: dict[str, typing.Any] = {
+    f.name: typing.cast(typing.Callable[[], typing.Any], f.default_factory)() if f.default is dataclasses.MISSING
+    else f.default
+    for f in dataclasses.fields(StoreConfig)
+}
 _HINTS: dict[str, typing.Any] = {
     name: hint for name, hint in typing.get_type_hints(StoreConfig).items() if name in _DEFAULTS
 }
@@ -310,6 +323,9 @@ _INT_RANGES = {
     "mapped_file_size_commit_log": (64, 2**40),
     "mapped_file_size_consume_queue": (_CQ_STORE_UNIT_SIZE, _JAVA_INT_MAX),
     "prefault_window_bytes": (0, 2**40),
+    "archive_local_retention_hours": (0, _JAVA_INT_MAX),
+    "archive_cache_bytes": (1 << 20, 2**50),
+    "archive_interval_ms": (10, 3_600_000),
     "flush_commit_log_min_gap": (0, 60_000),
     "index_build_nice": (0, 19),
     "disk_max_used_space_ratio": (10, 95),
@@ -334,6 +350,7 @@ _INT_RANGES = {
 _DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DELAY_TOKEN = re.compile(r"[0-9]+[smhd]")
 _HOUR = re.compile(r"[0-9]{1,2}")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://.+")
 _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*):([0-9]{1,5})")
 
 
@@ -345,6 +362,12 @@ def _normalise(name: str, value: typing.Any, root: typing.Any) -> typing.Any:
         (hint,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
     if name == "store_host":
         return _check_store_host(name, value)
+    if name == "archive_uri":
+        return _check_archive_uri(name, value)
+    if name == "archive_options":
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(name, value, "expected a dict with str keys (handed to the pyarrow.fs file system)")
+        return dict(value)
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(name, value, "expected a bool")
@@ -380,6 +403,15 @@ def _normalise(name: str, value: typing.Any, root: typing.Any) -> typing.Any:
         if match is None or not match.group(1).strip("[]"):
             raise ConfigError(name, value, "expected 'host:port' or '[ipv6]:port'")
         _check_port(name, int(match.group(2)), 1)
+    return value
+
+
+def _check_archive_uri(name: str, value: typing.Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(name, value, "expected a string")
+    value = value.strip().rstrip("/")
+    if value and not _URI.fullmatch(value):
+        raise ConfigError(name, value, "expected a URI such as s3://bucket/prefix or file:///absolute/path")
     return value
 
 
@@ -484,6 +516,12 @@ def _parse_value(key: str, hint: typing.Any, raw: str) -> typing.Any:
         if not re.fullmatch(r"[+-]?[0-9]+", raw):
             raise ConfigError(key, raw, "expected an integer")
         return int(raw)
+    if typing.get_origin(hint) is dict:
+        try:
+            options = json.loads(raw) if raw.strip() else {}
+        except ValueError as e:
+            raise ConfigError(key, raw, "expected a JSON object (%s)" % e) from None
+        return options
     if hint is float:
         if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", raw):
             raise ConfigError(key, raw, "expected a number")
@@ -494,6 +532,8 @@ def _parse_value(key: str, hint: typing.Any, raw: str) -> typing.Any:
 def _format(value: typing.Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
     if isinstance(value, enum.Enum):
         return value.name
     if isinstance(value, float):  # a ratio: 5.x's percent integer when that is exact and unambiguous

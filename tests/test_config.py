@@ -89,6 +89,11 @@ EXTRA_DEFAULTS = [
     ("read_only", False),
     ("shared_writers", False),
     ("shared_writers_stuck_ms", 5_000),
+    ("archive_uri", ""),
+    ("archive_options", {}),
+    ("archive_local_retention_hours", 0),
+    ("archive_cache_bytes", 256 * 1024 * 1024),
+    ("archive_interval_ms", 1_000),
     ("recover_truncate_corrupted", False),
     ("prefault_window_bytes", 4 * 1024 * 1024),
     ("follow_put_cpu", True),
@@ -464,6 +469,11 @@ _SPECIAL = {
     "access_message_in_memory_max_ratio": st.integers(0, 100),
     "flush_commit_log_min_gap": st.integers(0, 60_000),
     "index_build_nice": st.integers(0, 19),
+    "archive_uri": st.sampled_from(["", "file:///tmp/archive", "s3://bucket/a prefix/x", "gs://b"]),
+    "archive_options": st.dictionaries(st.text(min_size=1), st.integers() | st.text() | st.booleans(), max_size=3),
+    "archive_local_retention_hours": st.integers(0, _INT_MAX),
+    "archive_cache_bytes": st.integers(1 << 20, 2**50),
+    "archive_interval_ms": st.integers(10, 3_600_000),
 }
 
 

@@ -26,6 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pystore import Message, MessageBatch, MessageStore, StoreConfig, TagFilter
+from pystore.cli.tour_archive import archive_part
 from pystore.queue._units import UNIT_SIZE
 
 __all__ = ["DEMO_CONFIG", "run_demo"]
@@ -396,6 +397,9 @@ def run_demo(
     for what, result in figures:
         f.add_row(what, result)
     console.print(f)
+
+    archive_ok, archive_detail = archive_part(console)
+    checks.append(("archive (file://)", archive_ok, archive_detail))
 
     c = _table(console, "checks")
     c.add_column("check")

@@ -17,6 +17,10 @@ after ``start()``. A pass:
 2. **consume queues and index** — when the commit log's min offset moved: every queue drops the files whose
    last unit points below it and corrects its min offset, then the index drops files that end below it.
 
+With an archive (``archive_uri``, ``pystore.archive``) a commit-log or consume-queue file is deleted only once
+its copy to the archive is finished (disk pressure included: the store fills up rather than lose data), and
+``archive_local_retention_hours`` (when not 0) replaces ``file_reserved_time`` as the local expiry.
+
 Every decision reads injected collaborators, never the machine or the store's insides: the time (expiry,
 the delete hours, the hanged-file retry) is the store's ``clock``, the disk ratio is ``used / total`` of what
 the store's ``disk_usage(path)`` says of the partition holding each path (``shutil.disk_usage`` by default;
@@ -36,6 +40,7 @@ from pystore.message.constants import SCHEDULE_TOPIC
 from pystore.system.service import Clock, DiskUsage, ServiceThread, disk_used_ratio, real_clock
 
 if TYPE_CHECKING:
+    from pystore.archive.archive import Archive
     from pystore.config import StoreConfig
     from pystore.index.service import IndexService
     from pystore.log.commitlog import CommitLog
@@ -55,9 +60,10 @@ class CleanCommitLog:
 
     def __init__(self, commitlog: CommitLog, config: StoreConfig, running_flags: RunningFlags,
                  clock: Clock | None = None, disk_usage: DiskUsage | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, archive: Archive | None = None) -> None:
         self.commitlog = commitlog
         self.config = config
+        self.archive = archive
         self.running_flags = running_flags
         self.clock = clock or real_clock
         self.disk_usage = disk_usage
@@ -87,10 +93,17 @@ class CleanCommitLog:
             self.manual_passes -= 1
         clean_at_once = cfg.clean_file_forcibly_enable and self.clean_immediately
         cl = self.commitlog
+        hours, below = cfg.file_reserved_time, None
+        if self.archive is not None:
+            hours = cfg.archive_local_retention_hours or hours
+            below = self.archive.deletable_end()
+        before = cl.queue.files
         n = cl.queue.delete_expired_file_by_time(
-            cfg.file_reserved_time * 3_600_000, cfg.delete_commit_log_files_interval,
+            hours * 3_600_000, cfg.delete_commit_log_files_interval,
             cfg.destroy_mapped_file_interval_forcibly, clean_at_once, cfg.delete_file_batch_max,
-            now=self.clock(), sleep=self.sleep)
+            now=self.clock(), sleep=self.sleep, archived_below=below)
+        if n and self.archive is not None:
+            self.archive.record_deleted(before, cl.queue.files)
         if n:
             log.info("%s: deleted %d commit-log file(s) (time %s, space %s, manual %s, at once %s); min offset "
                      "now %d", self.root, n, time_up, space_full, manual, clean_at_once, cl.get_min_offset())
@@ -143,7 +156,9 @@ class CleanConsumeQueue:
     """The consume-queue and index half of a pass (docs/format.md §9.3)."""
 
     def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: IndexService | None,
-                 config: StoreConfig, sleep: Callable[[float], None] = time.sleep) -> None:
+                 config: StoreConfig, sleep: Callable[[float], None] = time.sleep,
+                 archive: Archive | None = None) -> None:
+        self.archive = archive
         self.commitlog = commitlog
         self.cq_store = cq_store
         self.index = index
@@ -159,8 +174,9 @@ class CleanConsumeQueue:
         self.last_min_offset = min_offset
         interval = self.config.delete_consume_queue_files_interval
         deleted = 0
+        archive = self.archive
         for cq in cqs.queues():
-            n = cq.delete_expired_file(min_offset)
+            n = cq.delete_expired_file(min_offset, None if archive is None else archive.queue_file_archived)
             deleted += n
             if n and interval > 0:
                 self.sleep(interval / 1000)
@@ -179,12 +195,13 @@ class CleanService(ServiceThread):
 
     def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index: IndexService | None,
                  config: StoreConfig, running_flags: RunningFlags, clock: Clock | None = None,
-                 disk_usage: DiskUsage | None = None) -> None:
+                 disk_usage: DiskUsage | None = None, archive: Archive | None = None) -> None:
         super().__init__("CleanService", clock)
         self.config = config
         self.commit_log = CleanCommitLog(commitlog, config, running_flags, self.clock, disk_usage,
-                                         sleep=self._sleep)
-        self.consume_queue = CleanConsumeQueue(commitlog, cq_store, index, config, sleep=self._sleep)
+                                         sleep=self._sleep, archive=archive)
+        self.consume_queue = CleanConsumeQueue(commitlog, cq_store, index, config, sleep=self._sleep,
+                                               archive=archive)
 
     def _sleep(self, seconds: float) -> None:
         # deletions pace themselves, but shutdown must not wait for a whole batch

@@ -94,11 +94,9 @@ class MessageStore:
 
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], int] | None = None,
                  disk_usage: DiskUsage | None = None) -> None:
-        """``clock()``: epoch ms, the time of every policy (store timestamps, file expiry, intervals, the checkpoint,
-        the page-cache-busy check, forcing out a held file, index file names); default the system clock.
-        ``disk_usage(path)``: what the partition holding ``path`` uses, as ``shutil.disk_usage`` answers (the
-        default) or as the used fraction in [0, 1]: cleaning, DISK_FULL and the index's free-space check decide by
-        it. Tests inject both to move time and fill the disk without waiting or writing."""
+        """``clock()``: epoch ms, the time of every policy (store times, expiry, intervals, the checkpoint, index
+        names); default the system clock. ``disk_usage(path)``: as ``shutil.disk_usage`` (default) or a used fraction
+        in [0, 1], for cleaning, DISK_FULL and the index. Tests inject both to move time and fill the disk."""
         if config is not None and not isinstance(config, StoreConfig):
             raise TypeError("config must be a StoreConfig, got %s" % type(config).__name__)
         self.config = config if config is not None else StoreConfig()
@@ -262,6 +260,8 @@ class MessageStore:
         self._reads.reader = self._reader
         self._gets = self._reader
         self._looks = self._reads if follows else self._reader
+        if self._parts is not None and self._parts.archive is not None:    # reads below the local data: Python's
+            self._gets = self._looks = self._reads
 
     def start(self) -> None:
         """Start the services and accept puts (a read-only store only serves reads)."""
@@ -429,6 +429,14 @@ class MessageStore:
     def get_min_phy_offset(self) -> int:
         return self._check_readable().get_min_offset()
 
+    def get_archive_min_phy_offset(self) -> int:
+        """The archive's first commit-log offset (``archive_uri``); -1 without an archive or before its first copy."""
+        return self._reads.archive_min_phy_offset()
+
+    def archive_info(self) -> dict[str, object]:
+        """The archive tier: ``uri``, files uploaded, its commit-log range, ``lag_bytes``, ``last_error``, the cache."""
+        return self._reads.archive_info()
+
     def get_max_phy_offset(self) -> int:
         return self._reads.followed().get_max_offset()
 
@@ -520,13 +528,11 @@ class MessageStore:
         return self._check_writable_service().run_once()
 
     def clean_expired_consumer_queue(self) -> list[tuple[str, int]]:
-        """Destroy the consume queues whose messages are all below the commit log's min offset; returns the
-        (topic, queue id)s removed."""
+        """Destroy the queues whose messages are all below the log's min offset; the (topic, queue id)s removed."""
         return self._check_writable_service().expired_consumer_queues()
 
     def clean_unused_topic(self, keep: set[str]) -> list[tuple[str, int]]:
-        """Destroy the consume queues of every topic not in ``keep`` (system topics stay); returns the
-        (topic, queue id)s removed. The commit log is untouched."""
+        """Destroy the queues of topics not in ``keep`` (system topics stay); the (topic, queue id)s removed."""
         return self._check_writable_service().unused_topics(keep)
 
     def _check_writable_service(self) -> CleanService:
@@ -539,16 +545,14 @@ class MessageStore:
     # -- consumers -------------------------------------------------------------------------------------------
 
     def add_arriving_listener(self, fn: ArrivingListener) -> None:
-        """Call ``fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)``
-        after each message is dispatched to its consume queue (not on a slave; see ``pystore.read.arrival`` for the
-        thread it runs on). A read-only store dispatches nothing: ``StoreError``."""
+        """Call ``fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)`` after
+        each dispatch to a consume queue (not on a slave; ``pystore.read.arrival``); read-only: ``StoreError``."""
         if self.read_only or self._follower:
             raise StoreError("%s: no message to listen to; this process %s" % (self.root, self._not_leading()))
         self._reads.arrivals().add_listener(fn)
 
     def remove_arriving_listener(self, fn: ArrivingListener) -> None:
-        """Stop calling ``fn``; ValueError if it was not added."""
-        self._reads.arrivals().remove_listener(fn)
+        self._reads.arrivals().remove_listener(fn)          # ValueError if it was not added
 
     def _consumer_offsets(self) -> ConsumerOffsets:
         self._check_readable()
@@ -568,8 +572,7 @@ class MessageStore:
         self._consumer_offsets().commit(group, topic, queue_id, offset)
 
     def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """``group``'s committed offset of (topic, queue_id), at least the queue's min offset; -1 if never
-        committed."""
+        """``group``'s committed offset of (topic, queue_id), at least the queue's min; -1 if never committed."""
         return self._consumer_offsets().fetch(group, topic, queue_id)
 
     def consumer(self, group: str, topic: str, queue_ids: Iterable[int] | None = None,
@@ -580,8 +583,7 @@ class MessageStore:
                         arrivals=self._reads.arrivals())
 
     def is_os_page_cache_busy(self) -> bool:
-        cl = self._commitlog
-        return bool(cl is not None and cl.is_os_page_cache_busy())
+        return bool(self._commitlog is not None and self._commitlog.is_os_page_cache_busy())
 
     def refresh(self) -> None:
         """Read-only stores: pick up what the writer appended since (new files, the new end of data)."""

@@ -38,7 +38,7 @@ from pystore.engine.put_waits import PutWaits
 from pystore.engine.recovery import RecoveryResult, recover_commit_log, recover_queues
 from pystore.engine.recovery_plan import abnormal_open, log_geometry, log_hole
 from pystore.engine.schedule import ScheduleMessageService
-from pystore.errors import StoreCorruptedError, StoreError
+from pystore.errors import ConfigError, StoreCorruptedError, StoreError
 from pystore.ha.master import HAService, ReplicaWait
 from pystore.ha.slave import HAClient, SlaveLog
 from pystore.index.service import IndexBuildService, IndexFileService, IndexService
@@ -68,6 +68,7 @@ from pystore.system.running_flags import RunningFlags
 from pystore.system.service import Clock, DiskUsage
 
 if TYPE_CHECKING:
+    from pystore.archive.archive import Archive
     from pystore.engine.shared_writers import SharedWriting
 
 __all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "dispatch_behind", "open_parts", "pool_enabled",
@@ -93,6 +94,7 @@ class StoreParts:
     dispatcher: QueueDispatcher | None = None
     reput: ReputService | None = None
     recovery: RecoveryResult | None = None
+    archive: Archive | None = None      # the archive tier (``archive_uri``)
 
     #: a reader's refreshes, one at a time (``get_message`` reads again under it after following its queue)
     refresh_lock: threading.RLock = field(default_factory=threading.RLock)
@@ -157,11 +159,21 @@ class StoreParts:
 
     def close(self) -> None:
         """Unmap every file (nothing is flushed: the store's shutdown did that, or there is nothing to keep)."""
+        if self.archive is not None:
+            self.archive.close()
         self.commitlog.dispatcher = None
         self.commitlog.queue.close()
         self.cq_store.close()
         if self.index is not None:
             self.index.close()
+
+
+def _open_archive(cfg: StoreConfig) -> Archive:
+    try:    # pyarrow (pyarrow.fs): imported only by a store that has an archive
+        from pystore.archive.archive import Archive
+    except ImportError as e:
+        raise ConfigError("archive_uri", cfg.archive_uri, "needs pyarrow (pystore-mq[archive]): %s" % e) from e
+    return Archive(cfg)
 
 
 def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFlags, clock: Clock,
@@ -224,6 +236,7 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         reput = _make_reput(parts, cfg, last_exit_ok, clock, disk_usage)
         recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only)
         commitlog.attach_last()
+        parts.archive = _open_archive(cfg) if cfg.archive_uri else None
     except BaseException:
         parts.close()
         raise
@@ -489,8 +502,11 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
     services: list[Any] = [allocate, flush_service]
     if commit is not None:
         services.append(commit)        # stops before the flush service: its last commit gets flushed
-    clean = CleanService(cl, parts.cq_store, parts.index, cfg, running_flags, clock=clock, disk_usage=disk_usage)
+    clean = CleanService(cl, parts.cq_store, parts.index, cfg, running_flags, clock=clock, disk_usage=disk_usage,
+                         archive=parts.archive)
     services.append(clean)
+    if parts.archive is not None:   # sealed files copied once flushed and dispatched (inline: as they are written)
+        services.append(parts.archive.serve(cl, parts.cq_store, cl.get_max_offset if inline else lambda: reput.reput_from))
     services.append(FlushConsumeQueueService(parts.cq_store, parts.index, parts.dispatcher, cfg, checkpoint,
                                              clock=clock))
     if parts.index is not None:

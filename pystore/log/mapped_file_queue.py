@@ -428,12 +428,16 @@ class MappedFileQueue:
         batch_max: int = 10,
         now: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        archived_below: int | None = None,
     ) -> int:
         """Delete files (never the last) older than ``expired_ms`` by modification time, oldest first; stop
-        at the first that is not expired or cannot be deleted yet, or after ``batch_max``."""
+        at the first that is not expired or cannot be deleted yet, or after ``batch_max``; with
+        ``archived_below``, also at the first that ends past it (its archive copy is not finished)."""
         now = self.clock() if now is None else now
         deleted: list[MappedFile] = []
         for f in self._files[:-1]:
+            if archived_below is not None and f.file_from_offset + self.mapped_file_size > archived_below:
+                break
             try:
                 mtime = int(os.stat(f.file_name).st_mtime * 1000)
             except FileNotFoundError:
@@ -450,10 +454,14 @@ class MappedFileQueue:
         self._remove(deleted)
         return len(deleted)
 
-    def delete_expired_file_by_offset(self, min_phy_offset: int, unit_size: int) -> int:
-        """Consume queues: delete files (never the last) whose last unit points below ``min_phy_offset``."""
+    def delete_expired_file_by_offset(self, min_phy_offset: int, unit_size: int,
+                                      archived: Callable[[MappedFile], bool] | None = None) -> int:
+        """Consume queues: delete files (never the last) whose last unit points below ``min_phy_offset`` (and,
+        with ``archived``, whose archive copy is finished)."""
         deleted: list[MappedFile] = []
         for f in self._files[:-1]:
+            if archived is not None and not archived(f):
+                break
             destroy = True
             if f.available:
                 raw = f.read_any(self.mapped_file_size - unit_size, 8)

@@ -370,8 +370,12 @@ class ConsumeQueue:
         if ready is not None:
             destroy_now(ready, self.queue.clock())
 
-    def delete_expired_file(self, min_commit_log_offset: int) -> int:
-        n = int(self.queue.delete_expired_file_by_offset(min_commit_log_offset, UNIT_SIZE))
+    def delete_expired_file(self, min_commit_log_offset: int,
+                            archived: Callable[[str, int, MappedFile], bool] | None = None) -> int:
+        """Drop the files whose units all point below ``min_commit_log_offset`` (with ``archived``: only those
+        whose archive copy is finished) and correct the min offset."""
+        keep = None if archived is None else (lambda mf: archived(self.topic, self.queue_id, mf))
+        n = int(self.queue.delete_expired_file_by_offset(min_commit_log_offset, UNIT_SIZE, keep))
         self.correct_min_offset(min_commit_log_offset)
         return n
 

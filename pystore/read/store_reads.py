@@ -42,9 +42,16 @@ if TYPE_CHECKING:
 __all__ = ["StoreReads", "offset_arg"]
 
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
+_TOO_SMALL = GetMessageStatus.OFFSET_TOO_SMALL
 _SLAVE = BrokerRole.SLAVE
 
 Filter = MessageFilter | TagFilter | str | None
+
+
+def _unit_below(cq: ConsumeQueue, offset: int, local_min: int) -> bool:
+    """Whether the unit at ``offset`` points below the local commit log (at an archived record)."""
+    u = cq.unit(offset)
+    return u is not None and u[0] < local_min
 
 
 def offset_arg(value: int, name: str) -> int:
@@ -155,6 +162,15 @@ class StoreReads:
         # a writer's units point into what was written: one past it is damage (``queue``); a reader's view
         # may lag its queue's (another thread refreshed the queue meanwhile): it catches the commit log up
         # and looks again, under the refresh lock so that no refresh runs between the two
+        archive = parts.archive
+        if archive is not None and (cq is None or offset < cq.get_min_offset_in_queue()
+                                    or _unit_below(cq, offset, parts.commitlog.get_min_offset())):
+            local_min = parts.commitlog.get_min_offset()
+            ra = archive.get_message(cq, topic, queue_id, offset, max_msg_nums, local_min, parts.commitlog, limits,
+                                     tag_codes, tag_names, filt, slave, sink,
+                                     lambda res: self._archive_bounds(res, cq, topic, queue_id, offset, slave))
+            if ra is not None:
+                return ra
         r = read_queue(None if cq is None else cq.core, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
                        tag_codes, tag_names, filt, slave, None if self.read_only else queue, sink)
         if cq is not None and self.read_only and r.status is _NO_MATCHED and r.next_begin_offset == offset:
@@ -162,6 +178,19 @@ class StoreReads:
             with parts.refresh_lock:
                 r = read_queue(cq.core, offset, max_msg_nums, queue.files, queue.mapped_file_size, limits,
                                tag_codes, tag_names, filt, slave, queue, sink)
+        return r if archive is None else self._archive_bounds(r, cq, topic, queue_id, offset, slave)
+
+    def _archive_bounds(self, r: GetMessageResult, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int,
+                        slave: bool) -> GetMessageResult:
+        """A result's bounds as the queue's, archive included: its min offset is the archive's when that is lower,
+        its max the local queue's; an offset below both is too small, and the next read starts at the archive's
+        first offset."""
+        low = self.get_min_offset_in_queue(topic, queue_id)
+        r.min_offset = low
+        if cq is not None:
+            r.max_offset = cq.get_max_offset_in_queue()
+        if r.status is _TOO_SMALL and not slave:
+            r.next_begin_offset = low
         return r
 
     def _wait(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int, message_filter: Filter,
@@ -191,8 +220,24 @@ class StoreReads:
         return 0 if cq is None else cq.get_max_offset_in_queue()
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset; with an archive, the first it holds (archived, or local but for its record)."""
         cq = self.queue(topic, queue_id, fresh=True)
-        return 0 if cq is None else cq.get_min_offset_in_queue()
+        local = 0 if cq is None else cq.get_min_offset_in_queue()
+        archive = self.parts.archive if self.parts is not None else None
+        if archive is None:
+            return local
+        low = archive.queue_min_offset(topic, queue_id)
+        phy_low = archive.min_phy_offset()
+        if cq is not None and phy_low >= 0:
+            # a local file's units below the local min offset whose records the archive holds
+            first = cq.queue.first()
+            start = local if first is None else first.file_from_offset // 20
+            u = cq.unit(start) if start < local else None
+            if u is not None and u[0] >= phy_low:
+                local = start
+        if low < 0:
+            return local
+        return low if cq is None else min(low, local)
 
     def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.queue(topic, queue_id, fresh=True)
@@ -228,6 +273,18 @@ class StoreReads:
         u = cq.unit(consume_queue_offset)
         return -1 if u is None else self.check().unit_store_timestamp(*u[:2])
 
+    # -- the archive tier (pystore.archive) --------------------------------------------------------------------
+
+    def archive_min_phy_offset(self) -> int:
+        self.check()
+        archive = self.parts.archive if self.parts is not None else None
+        return -1 if archive is None else archive.min_phy_offset()
+
+    def archive_info(self) -> dict[str, object]:
+        cl = self.check()
+        archive = self.parts.archive if self.parts is not None else None
+        return {"uri": None} if archive is None else archive.info(cl.get_max_offset())
+
     # -- by commit-log offset and by key -----------------------------------------------------------------------
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
@@ -238,6 +295,9 @@ class StoreReads:
         if self.read_only and (commit_log_offset >= cl.get_max_offset()
                                or cl.queue.find_mapped_file_by_offset(commit_log_offset) is None):
             self.refresh()
+        archive = self.parts.archive if self.parts is not None else None
+        if archive is not None and 0 <= commit_log_offset < cl.get_min_offset():
+            return archive.look_message(commit_log_offset)
         return cl.look_message_by_offset(commit_log_offset)
 
     def select_data(self, offset: int) -> SelectMappedBufferResult | None:

@@ -1,0 +1,230 @@
+"""A store's archive tier: the target, its manifest, the local cache, and the reads served below the local minimum.
+
+``Archive`` is made by ``pystore.engine.wiring.open_parts`` when ``archive_uri`` is set (for writers and read-only
+stores alike); a writer also runs its ``ArchiveService`` (``service``) and cleans only what it copied
+(``deletable_end``, ``queue_file_archived``). Reads go to it only below the local data:
+
+- ``look_message``: a commit-log offset below the local minimum, in an archived commit-log file.
+- ``get_message``: a queue offset whose unit (in an archived consume-queue file, or in a local one whose record
+  is archived) points below the local minimum. The read runs the store's compiled scan (``_read.read_queue``)
+  over a view of that queue file cut after a span of units whose records were all fetched (archived commit-log
+  files from the cache, local files for what is still local), so every status, offset and message is what the
+  same read of local files gives; a read that reaches the cut ends there, and the next starts from it.
+- ``queue_min_offset`` / ``min_phy_offset``: where the archive's data begins.
+
+What RocketMQ 5's tiered store does differently and pystore does not copy: it serves a queue from a separate
+index of its own; here the archive holds RocketMQ's own files, so a broker could read a restored folder as is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pystore.archive.cache import ArchiveCache
+from pystore.archive.manifest import VISIBLE, Manifest
+from pystore.archive.target import open_target
+from pystore.archive.uploader import ArchiveService, commitlog_object, queue_object
+from pystore.log._mapped_file import MappedFile
+from pystore.log._records import message_at
+from pystore.queue._units import ConsumeQueueCore
+from pystore.read._read import read_queue
+
+if TYPE_CHECKING:
+    from pystore.config import StoreConfig
+    from pystore.log.commitlog import CommitLog
+    from pystore.message._message_ext import MessageExt
+    from pystore.queue.consume_queue import ConsumeQueue
+    from pystore.queue.queue_store import ConsumeQueueStore
+    from pystore.read._read import GetMessageResult, ReadLimits
+    from pystore.read._sink import RecordSink
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Archive", "CACHE_FOLDER"]
+
+CACHE_FOLDER = "archive.cache"
+_UNIT = 20
+_SPAN_MIN = 32          # units a read below the local minimum fetches the records of, at least
+
+
+class _View:
+    """A consume queue of one file, cut at a unit: what ``read_queue`` reads a queue through (``_files`` and
+    ``mapped_file_size``, as a ``MappedFileQueue`` has them)."""
+
+    def __init__(self, mf: MappedFile, file_size: int) -> None:
+        self._files = [mf]
+        self.mapped_file_size = file_size
+
+
+class Archive:
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.target = open_target(config.archive_uri, config.archive_options)
+        self.manifest = Manifest(self.target)
+        self.cache = ArchiveCache(self.target, os.path.join(config.store_path_root_dir, CACHE_FOLDER),
+                                  config.archive_cache_bytes)
+        self.service: ArchiveService | None = None
+        self.loaded = False
+        self.last_error: str | None = None
+
+    def serve(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, dispatched: Callable[[], int]) -> ArchiveService:
+        """A writer's archiving service for this archive (the store starts and stops it with its others)."""
+        self.service = ArchiveService(self.target, self.manifest, commitlog, cq_store, self.config, dispatched)
+        return self.service
+
+    def ensure_loaded(self) -> None:
+        """The manifest read once (a writer's service reads it on its first pass; a reader on its first read)."""
+        if not self.loaded:
+            self.manifest.load()
+            self.loaded = True
+
+    def refresh(self) -> None:
+        if self.service is None:        # a reader follows the writer's records; a writer made them
+            self.manifest.refresh()
+
+    # -- cleaning ---------------------------------------------------------------------------------------------
+
+    def deletable_end(self) -> int:
+        """Local commit-log files that end at or below this offset may be deleted: their copy is finished."""
+        return max(0, self.manifest.contiguous_end())
+
+    def queue_file_archived(self, topic: str, queue_id: int, mf: MappedFile) -> bool:
+        return self.manifest.state_of(queue_object(topic, queue_id, mf)) in VISIBLE
+
+    def record_deleted(self, before: list[MappedFile], after: list[MappedFile]) -> None:
+        """Cleaning deleted the commit-log files of ``before`` not in ``after``: their records say so."""
+        if self.service is None:
+            return
+        kept = {id(f) for f in after}
+        self.service.record_deleted([(commitlog_object(f), "commitlog", f.file_from_offset, f.file_size)
+                                     for f in before if id(f) not in kept])
+
+    # -- where the archive begins -----------------------------------------------------------------------------
+
+    def min_phy_offset(self) -> int:
+        self.ensure_loaded()
+        return self.manifest.min_phy_offset()
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        self.ensure_loaded()
+        return self.manifest.queue_min_offset(topic, queue_id)
+
+    # -- reads ------------------------------------------------------------------------------------------------
+
+    def look_message(self, offset: int) -> MessageExt | None:
+        """The message at commit-log ``offset`` from the archive, None when no message starts there (or the
+        archive does not hold it)."""
+        self.ensure_loaded()
+        record = self.manifest.commitlog_file_for(offset)
+        if record is None:
+            self.refresh()
+            record = self.manifest.commitlog_file_for(offset)
+            if record is None:
+                return None
+        mf = self.cache.mapped(record)
+        try:
+            return message_at([mf], mf.file_size, offset, self.config.check_crc_on_read)
+        finally:
+            mf.release()
+
+    def get_message(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    local_min: int, cl: CommitLog, limits: ReadLimits, tag_codes: Any, tag_names: Any, filt: Any,
+                    slave: bool, sink: RecordSink | None,
+                    fix: Callable[[GetMessageResult], GetMessageResult]) -> GetMessageResult | None:
+        """``get_message`` from ``offset`` when its unit points below ``local_min`` (the local commit log's
+        first offset), else None (the local read serves it). ``fix`` sets the result's bounds as the queue's."""
+        self.ensure_loaded()
+        held: list[MappedFile] = []
+        cut_mf: MappedFile | None = None
+        try:
+            view = self._queue_view(cq, topic, queue_id, offset, held)
+            if view is None and self.service is None:
+                self.refresh()                  # a reader: the writer may have archived more since
+                view = self._queue_view(cq, topic, queue_id, offset, held)
+            if view is None:
+                return None
+            mf, file_size, first_unit = view
+            units = mf.read_position // _UNIT
+            pos = offset - first_unit
+            first_phy = int.from_bytes(mf.read_any(pos * _UNIT, 8), "big", signed=True)
+            if first_phy >= local_min:
+                return None
+            span = max(_SPAN_MIN, min(max_msg_nums, 1 << 16))
+            cut = min(units, pos + span)
+            last = mf.read_any((cut - 1) * _UNIT, 12)
+            last_end = int.from_bytes(last[:8], "big", signed=True) + int.from_bytes(last[8:12], "big", signed=True)
+            archived = self._commitlog_between(first_phy, min(last_end, local_min), held)
+            if archived is None:
+                return None
+            # a second mapping of the same file (named by its first unit's byte offset), read only up to the cut
+            cut_mf = MappedFile(mf.file_name, file_size, read_only=True)
+            cut_mf.set_positions(cut * _UNIT)
+            core = ConsumeQueueCore(topic, queue_id, file_size, _View(cut_mf, file_size))
+            core.min_logic_offset = first_unit * _UNIT
+            cl_files = archived + [f for f in cl.queue.files if f.file_from_offset + f.file_size > local_min]
+            r = read_queue(core, offset, max_msg_nums, cl_files, cl.queue.mapped_file_size, limits, tag_codes,
+                           tag_names, filt, slave, None, sink)
+            return fix(r)
+        finally:
+            for f in held:
+                f.release()
+            if cut_mf is not None:
+                cut_mf.close()
+
+    def _queue_view(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int,
+                    held: list[MappedFile]) -> tuple[MappedFile, int, int] | None:
+        """The file holding queue ``offset``'s unit, held: a local one if the queue still has it, else the
+        archived one; with its size and its first unit's queue offset."""
+        if cq is not None:
+            local = cq.queue.find_mapped_file_by_offset(offset * _UNIT)
+            if local is not None and local.hold():
+                held.append(local)
+                if offset * _UNIT - local.file_from_offset < local.read_position:
+                    return local, cq.queue.mapped_file_size, local.file_from_offset // _UNIT
+        for record in self.manifest.queue_files(topic, queue_id):
+            if record["first"] <= offset <= record["last"]:
+                mf = self.cache.mapped(record)
+                held.append(mf)
+                return mf, int(record["size"]), int(record["first"])
+        return None
+
+    def _commitlog_between(self, start: int, end: int, held: list[MappedFile]) -> list[MappedFile] | None:
+        """The archived commit-log files covering [start, end), held, in offset order; None if one is missing."""
+        out: list[MappedFile] = []
+        at = start
+        while at < end:
+            record = self.manifest.commitlog_file_for(at)
+            if record is None:
+                return None
+            mf = self.cache.mapped(record)
+            held.append(mf)
+            out.append(mf)
+            at = int(record["base"]) + int(record["size"])
+        return out
+
+    def info(self, local_max: int) -> dict[str, object]:
+        """``MessageStore.archive_info``: what the archive holds, how far it lags ``local_max`` (the local commit
+        log's end), the last error of the copies (None when the last pass worked), and the read cache."""
+        error = self.last_error
+        service = self.service
+        if service is not None:
+            error = service.last_error
+        else:
+            try:
+                self.ensure_loaded()
+            except Exception as e:           # a reader shows why, as the writer's service does
+                error = str(e)
+        files = self.manifest.commitlog_files()
+        end = self.manifest.contiguous_end()
+        return {"uri": self.target.shown, "uploaded_files": len(files) + sum(
+                    len(self.manifest.queue_files(*q)) for q in self.manifest.queues()),
+                "commitlog_files": len(files), "min_phy_offset": self.manifest.min_phy_offset(),
+                "end_phy_offset": end, "lag_bytes": max(0, local_max - max(end, 0)), "last_error": error,
+                "uploaded_by_this_process": 0 if service is None else service.uploaded,
+                "cache_bytes": self.cache.bytes, "cache_fetches": self.cache.fetched, "cache_hits": self.cache.hits}
+
+    def close(self) -> None:
+        self.cache.close()

@@ -1,0 +1,218 @@
+"""The archive's manifest: which files the archive holds, in an append-only list of records, one object each.
+
+An archive (``archive_uri``) is laid out as::
+
+    <uri>/commitlog/<20-digit base offset>                  a sealed commit-log file, whole (its blank end too)
+    <uri>/consumequeue/<topic>/<queue id>/<20-digit name>   a sealed consume-queue file, whole
+    <uri>/manifest/<20-digit seq>.json                      one manifest record, written once, never changed
+
+A record is one JSON object (UTF-8, keys sorted) with a ``crc`` field: the CRC32 of the same object's JSON
+without that field, so a record torn by a power cut (a ``file://`` archive on a disk that lost its tail) or
+changed behind the store's back is recognised and skipped. Fields: ``seq`` (its object's number), ``state``,
+``kind`` (``commitlog`` or ``consumequeue``), ``name`` (the data object's path under the archive), ``base``
+(the file's first byte offset: commit-log offset, or consume-queue byte offset), ``size`` and ``at`` (wall ms).
+A finished copy adds ``crc32`` (of the whole object), ``min_ts``/``max_ts`` (store times of its first and last
+record, commit log) and, for a commit-log file, ``queues``: ``{"topic/queue id": [first record's offset, highest
+queue offset]}`` of its records; for a consume-queue file ``topic``, ``queue_id``, ``first`` and ``last`` (the
+queue offsets of its first and last unit).
+
+The states follow Kafka's tiered storage: ``copy-started`` (the object may be partial or missing: never read),
+``copy-finished`` (the object was written whole and its size checked: readable), ``local-deleted`` (the local
+file is gone; the object is still the copy). A file's state is that of its record with the highest ``seq``;
+only finished (or locally deleted) files are visible to readers, whatever the order in which a reader lists
+the records. Records are appended by the store's one archiving service, so seqs never collide; a reader lists
+them and folds them (``load``), and folds again to follow a writer (``refresh``: only the new ones are read).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import threading
+import time
+import zlib
+from typing import Any
+
+from pystore.archive.target import ArchiveTarget
+
+log = logging.getLogger(__name__)
+
+__all__ = ["COPY_FINISHED", "COPY_STARTED", "LOCAL_DELETED", "Manifest", "decode_record", "encode_record"]
+
+COPY_STARTED = "copy-started"
+COPY_FINISHED = "copy-finished"
+LOCAL_DELETED = "local-deleted"
+STATES = (COPY_STARTED, COPY_FINISHED, LOCAL_DELETED)
+KINDS = ("commitlog", "consumequeue")
+FOLDER = "manifest"
+VISIBLE = frozenset({COPY_FINISHED, LOCAL_DELETED})
+
+
+def _canonical(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """A record's bytes: its JSON with the ``crc`` of its JSON without it."""
+    body = {k: v for k, v in record.items() if k != "crc"}
+    return _canonical({**body, "crc": zlib.crc32(_canonical(body))})
+
+
+def decode_record(data: bytes) -> dict[str, Any] | None:
+    """The record in ``data``, or None when it is not a whole, unchanged record of a known state and kind."""
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("crc"), int):
+        return None
+    body = {k: v for k, v in record.items() if k != "crc"}
+    if zlib.crc32(_canonical(body)) != record["crc"]:
+        return None
+    if (record.get("state") not in STATES or record.get("kind") not in KINDS or not isinstance(record.get("seq"), int)
+            or not isinstance(record.get("name"), str) or not isinstance(record.get("base"), int)
+            or not isinstance(record.get("size"), int)):
+        return None
+    return body
+
+
+class Manifest:
+    """The folded manifest of one archive: the last record of every file, and the visible ones by kind.
+
+    Thread-safety: ``append`` and ``refresh`` take a lock; the lookups read snapshots (lists replaced whole)."""
+
+    def __init__(self, target: ArchiveTarget) -> None:
+        self.target = target
+        self._lock = threading.Lock()
+        self._last: dict[str, dict[str, Any]] = {}     # name -> its record with the highest seq
+        self._seen: set[str] = set()                  # record objects already read (or skipped)
+        self.next_seq = 1
+        self.skipped = 0                              # records torn or changed, not folded
+        # the visible commit-log files in offset order, their bases (for bisect), and each queue's files
+        self._commitlog: list[dict[str, Any]] = []
+        self._bases: list[int] = []
+        self._queues: dict[tuple[str, int], list[dict[str, Any]]] = {}
+
+    # -- reading ----------------------------------------------------------------------------------------------
+
+    def load(self) -> Manifest:
+        """Read every record of the archive (``refresh`` from nothing)."""
+        self.refresh()
+        return self
+
+    def refresh(self) -> int:
+        """Read the records written since the last refresh and fold them; returns how many were new."""
+        with self._lock:
+            names = self.target.list(FOLDER)
+            new = 0
+            for name in names:
+                if name in self._seen or not name.endswith(".json"):
+                    continue
+                self._seen.add(name)
+                try:
+                    seq = int(name.rsplit("/", 1)[-1][:-5])
+                except ValueError:
+                    continue
+                self.next_seq = max(self.next_seq, seq + 1)
+                record = decode_record(self.target.read(name))
+                if record is None or record["seq"] != seq:
+                    self.skipped += 1
+                    log.warning("%s: manifest record %s is torn or was changed: skipped", self.target.shown, name)
+                    continue
+                self._fold(record)
+                new += 1
+            if new:
+                self._rebuild()
+            return new
+
+    def _fold(self, record: dict[str, Any]) -> None:
+        last = self._last.get(record["name"])
+        if last is None or last["seq"] < record["seq"]:
+            if last is not None and last["state"] in VISIBLE and record["state"] == LOCAL_DELETED:
+                record = {**last, **record}           # a deletion keeps what the finished copy said
+            self._last[record["name"]] = record
+
+    def _rebuild(self) -> None:
+        cl = sorted((r for r in self._last.values() if r["kind"] == "commitlog" and r["state"] in VISIBLE),
+                    key=lambda r: r["base"])
+        queues: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for r in self._last.values():
+            if r["kind"] == "consumequeue" and r["state"] in VISIBLE:
+                queues.setdefault((r["topic"], r["queue_id"]), []).append(r)
+        for files in queues.values():
+            files.sort(key=lambda r: r["base"])
+        self._commitlog, self._bases, self._queues = cl, [r["base"] for r in cl], queues
+
+    # -- writing ----------------------------------------------------------------------------------------------
+
+    def append(self, state: str, kind: str, name: str, base: int, size: int, **fields: Any) -> dict[str, Any]:
+        """Write the next record (its object first: a record is folded only once it is in the archive)."""
+        if state not in STATES or kind not in KINDS:
+            raise ValueError("unknown manifest state %r or kind %r" % (state, kind))
+        with self._lock:
+            seq = self.next_seq
+            record = {"seq": seq, "state": state, "kind": kind, "name": name, "base": base, "size": size,
+                      "at": int(time.time() * 1000), **fields}
+            obj = "%s/%020d.json" % (FOLDER, seq)
+            self.target.put(obj, encode_record(record))
+            self.next_seq = seq + 1
+            self._seen.add(obj)
+            self._fold(record)
+            self._rebuild()
+            return record
+
+    # -- what readers ask -------------------------------------------------------------------------------------
+
+    def state_of(self, name: str) -> str | None:
+        r = self._last.get(name)
+        return None if r is None else str(r["state"])
+
+    def record_of(self, name: str) -> dict[str, Any] | None:
+        return self._last.get(name)
+
+    def commitlog_files(self) -> list[dict[str, Any]]:
+        """The visible commit-log files, in offset order."""
+        return self._commitlog
+
+    def min_phy_offset(self) -> int:
+        """The archive's first commit-log offset, -1 when it holds none."""
+        cl = self._commitlog
+        return -1 if not cl else int(cl[0]["base"])
+
+    def contiguous_end(self, start: int | None = None) -> int:
+        """Where the run of visible commit-log files from ``start`` (the archive's first) ends without a gap:
+        every byte below it is in the archive. ``start`` when none is (-1 with neither)."""
+        cl = self._commitlog
+        if not cl:
+            return -1 if start is None else start
+        end = cl[0]["base"] if start is None else start
+        i = bisect.bisect_right(self._bases, end) - 1
+        if i < 0:
+            return end
+        for r in cl[i:]:
+            if r["base"] > end:
+                break
+            end = max(end, r["base"] + r["size"])
+        return int(end)
+
+    def commitlog_file_for(self, offset: int) -> dict[str, Any] | None:
+        """The visible commit-log file holding ``offset``, or None."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            return None
+        r = self._commitlog[i]
+        return r if offset < r["base"] + r["size"] else None
+
+    def queue_files(self, topic: str, queue_id: int) -> list[dict[str, Any]]:
+        """The visible consume-queue files of one queue, in offset order."""
+        return self._queues.get((topic, queue_id), [])
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset the archive holds for the queue, -1 when it holds none."""
+        files = self.queue_files(topic, queue_id)
+        return -1 if not files else int(files[0]["first"])
+
+    def queues(self) -> list[tuple[str, int]]:
+        return sorted(self._queues)
+

@@ -1,0 +1,205 @@
+"""The archiving service: copies each sealed file of the store to the archive and records it in the manifest.
+
+A pass (every ``archive_interval_ms``, and when woken) copies, oldest first:
+
+1. **commit-log files** that are sealed (a later file exists), flushed whole (a power cut cannot take back what
+   the archive holds) and dispatched (their consume-queue units exist): ``copy-started``, the object written,
+   its size read back, then ``copy-finished`` with the file's CRC32, first and last store times and per queue
+   the first record's offset and the highest queue offset of its records. The first file that is not ready
+   ends the commit-log part of the pass, so the archive's commit log grows without gaps from its first file.
+2. **consume-queue files** that are sealed (a later file of the queue exists), flushed whole, and whose last
+   unit's record lies below the end of what the archive's commit log holds.
+
+Nothing here blocks a put: the service reads the files through their own descriptors, and a failure (the
+archive unreachable, a wrong credential, a missing bucket) is logged once per distinct error, kept as
+``last_error`` for ``archive_info`` and ``pystore inspect``, and the pass is tried again next time. Local
+cleaning deletes a file only once its copy is finished (``Archive.deletable_end``), so a failure never loses
+data: the local disk fills instead, which the store's usual disk-full rules handle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pystore.archive.manifest import COPY_FINISHED, COPY_STARTED, LOCAL_DELETED, Manifest
+from pystore.archive.target import ArchiveError, ArchiveTarget
+from pystore.log._records import QueueTally, first_store_timestamp, scan_file
+from pystore.system.service import ServiceThread
+
+if TYPE_CHECKING:
+    from pystore.config import StoreConfig
+    from pystore.log._mapped_file import MappedFile
+    from pystore.log.commitlog import CommitLog
+    from pystore.queue.queue_store import ConsumeQueueStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ArchiveService", "commitlog_object", "queue_object"]
+
+_UNIT = 20
+_CHUNK = 8 << 20
+
+
+def commitlog_object(mf: MappedFile) -> str:
+    return "commitlog/" + os.path.basename(mf.file_name)
+
+
+def queue_object(topic: str, queue_id: int, mf: MappedFile) -> str:
+    return "consumequeue/%s/%d/%s" % (topic, queue_id, os.path.basename(mf.file_name))
+
+
+def _crc_of_file(path: str, size: int) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            crc = zlib.crc32(chunk, crc)
+            left -= len(chunk)
+        if left > 0:
+            # a sparse or short file reads as zeros past its end, as its mapping does
+            crc = zlib.crc32(bytes(left), crc)
+    return crc
+
+
+class ArchiveService(ServiceThread):
+    """Copies sealed files to ``target`` and records them in ``manifest``; ``dispatched()`` says where the
+    consume queues are built to."""
+
+    def __init__(self, target: ArchiveTarget, manifest: Manifest, commitlog: CommitLog, cq_store: ConsumeQueueStore,
+                 config: StoreConfig, dispatched: Callable[[], int]) -> None:
+        super().__init__("ArchiveService")
+        self.target = target
+        self.manifest = manifest
+        self.commitlog = commitlog
+        self.cq_store = cq_store
+        self.config = config
+        self.dispatched = dispatched
+        self.loaded = False
+        self.last_error: str | None = None
+        self.uploaded = 0                 # files this process copied
+        self.uploaded_bytes = 0
+        self.last_upload_ms = 0
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            self.run_once()
+            self.wait_for_running(self.config.archive_interval_ms)
+
+    def run_once(self) -> int:
+        """One pass; returns how many files it copied (errors are kept, logged, and tried again next pass)."""
+        try:
+            if not self.loaded:
+                self.manifest.load()
+                self.loaded = True
+            n = self._copy_commitlog() + self._copy_queues()
+        except (ArchiveError, OSError) as e:
+            text = str(e)
+            if text != self.last_error:
+                log.error("%s: archiving to %s failed: %s (tried again every %d ms; local files are kept until "
+                          "their copy is finished)", self.config.store_path_root_dir, self.target.shown, text,
+                          self.config.archive_interval_ms)
+            self.last_error = text
+            return 0
+        if self.last_error is not None:
+            log.info("%s: archiving to %s works again", self.config.store_path_root_dir, self.target.shown)
+            self.last_error = None
+        return n
+
+    # -- the commit log ---------------------------------------------------------------------------------------
+
+    def _copy_commitlog(self) -> int:
+        files = self.commitlog.queue.files
+        dispatched = self.dispatched()
+        n = 0
+        for mf in files[:-1]:
+            if self.is_stopped():
+                break
+            name = commitlog_object(mf)
+            if self.manifest.state_of(name) in (COPY_FINISHED, LOCAL_DELETED):
+                continue
+            end = mf.file_from_offset + mf.file_size
+            if mf.flushed_position < mf.file_size or end > dispatched or not mf.hold():
+                break
+            try:
+                fields = self._commitlog_fields(mf)
+                self._copy(name, "commitlog", mf, fields)
+            finally:
+                mf.release()
+            n += 1
+        return n
+
+    def _commitlog_fields(self, mf: MappedFile) -> dict[str, Any]:
+        tally = QueueTally()
+        _end, _reason, _count, last_ts = scan_file(mf, 0, False, -1, tally)
+        queues = {} if tally.overflow else {"%s/%d" % k: list(v) for k, v in sorted(tally.queues().items())}
+        return {"min_ts": first_store_timestamp(mf), "max_ts": last_ts, "queues": queues}
+
+    # -- the consume queues -----------------------------------------------------------------------------------
+
+    def _copy_queues(self) -> int:
+        archived_end = self.manifest.contiguous_end()
+        if archived_end < 0:
+            return 0
+        n = 0
+        for cq in self.cq_store.queues():
+            for mf in cq.queue.files[:-1]:
+                if self.is_stopped():
+                    return n
+                name = queue_object(cq.topic, cq.queue_id, mf)
+                if self.manifest.state_of(name) in (COPY_FINISHED, LOCAL_DELETED):
+                    continue
+                if mf.flushed_position < mf.file_size or not mf.hold():
+                    break
+                try:
+                    last = mf.read_any(mf.file_size - _UNIT, _UNIT)
+                    phy = int.from_bytes(last[:8], "big", signed=True)
+                    size = int.from_bytes(last[8:12], "big", signed=True)
+                    if phy + size > archived_end:
+                        break
+                    first = mf.file_from_offset // _UNIT
+                    self._copy(name, "consumequeue", mf, {"topic": cq.topic, "queue_id": cq.queue_id,
+                                                          "first": first, "last": first + mf.file_size // _UNIT - 1})
+                finally:
+                    mf.release()
+                n += 1
+        return n
+
+    # -- one copy ---------------------------------------------------------------------------------------------
+
+    def _copy(self, name: str, kind: str, mf: MappedFile, fields: dict[str, Any]) -> None:
+        size = mf.file_size
+        base = mf.file_from_offset
+        if self.manifest.state_of(name) is None:
+            self.manifest.append(COPY_STARTED, kind, name, base, size)
+        wrote = self.target.put_file(name, mf.file_name)
+        crc = _crc_of_file(mf.file_name, size)
+        if wrote != size:
+            raise ArchiveError("%s: the copy of %s wrote %d bytes, the file has %d" % (self.target.shown, name, wrote,
+                                                                                     size))
+        seen = self.target.size(name)
+        if seen != size:
+            raise ArchiveError("%s: %s reads back as %s bytes after its copy, not %d" % (self.target.shown, name, seen,
+                                                                                       size))
+        self.manifest.append(COPY_FINISHED, kind, name, base, size, crc32=crc, **fields)
+        self.uploaded += 1
+        self.uploaded_bytes += size
+        self.last_upload_ms = int(time.time() * 1000)
+        log.info("%s: archived %s (%d bytes) to %s", self.config.store_path_root_dir, name, size, self.target.shown)
+
+    def record_deleted(self, names: list[tuple[str, str, int, int]]) -> None:
+        """The cleaner deleted these local files (``(object, kind, base, size)``) after their copy finished."""
+        for name, kind, base, size in names:
+            try:
+                self.manifest.append(LOCAL_DELETED, kind, name, base, size)
+            except (ArchiveError, OSError) as e:
+                # the deletion is only news for readers of the manifest: the copy stays finished either way
+                log.warning("%s: could not record the local deletion of %s: %s", self.config.store_path_root_dir,
+                            name, e)

@@ -1,0 +1,239 @@
+"""The archive tier (``pystore.archive``) on a ``file://`` archive: sealed files copied byte for byte with their
+manifest records, local cleaning that deletes only what was copied, and reads below the local minimum served
+from the archive exactly as the same reads of local files (statuses, offsets, messages), through
+``get_message``, ``look_message_by_offset``, ``get_columns``, consumers, a reopened store and a read-only one.
+Damage: an archived object changed or deleted behind the store's back is refused, naming the object; an
+archive that cannot be written keeps every local file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from pystore import Message, MessageStore
+from pystore.archive.manifest import COPY_FINISHED, FOLDER, LOCAL_DELETED, Manifest, decode_record, encode_record
+from pystore.archive.target import ArchiveError, open_target
+from pystore.errors import StoreCorruptedError
+from pystore.status import GetMessageStatus
+
+GEOMETRY = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 64}
+TOPIC = "Orders"
+
+
+def _open(root, archive, **kw):
+    return MessageStore.open(str(root), archive_uri=archive, archive_interval_ms=3_600_000, **GEOMETRY, **kw)
+
+
+def _fill(store, n=1200, queues=2):
+    """``n`` messages of 200 B over ``queues`` queues (about 4 commit-log files); ``{queue: [bodies]}``."""
+    put: dict[int, list[bytes]] = {q: [] for q in range(queues)}
+    for i in range(n):
+        q = i % queues
+        body = b"m%06d-" % i + bytes([i % 251]) * 190
+        assert store.put_message(Message(TOPIC, body, queue_id=q, keys="k%d" % i)).is_ok()
+        put[q].append(body)
+    store.flush()
+    store._cq_store.flush(0)        # the consume queues' flush service's work, done now
+    return put
+
+
+def _archive_pass(store):
+    return store._parts.archive.service.run_once()
+
+
+def _clean_all(store):
+    store.execute_delete_files_manually()
+    return store.clean_files()
+
+
+def _read_all(store, queue_id, start=0, batch=32):
+    """Every message of the queue from ``start``, page by page through next_begin_offset: (bodies, offsets)."""
+    bodies, offsets, offset = [], [], start
+    for _ in range(10_000):
+        r = store.get_message("g", TOPIC, queue_id, offset, batch)
+        if r.status is not GetMessageStatus.FOUND:
+            assert r.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MATCHED_MESSAGE), r
+            if r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE:
+                break
+        for m in r.messages:
+            bodies.append(m.body)
+            offsets.append(m.queue_offset)
+        assert r.next_begin_offset > offset or r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        offset = r.next_begin_offset
+    return bodies, offsets
+
+
+@pytest.fixture
+def archive(tmp_path):
+    return "file://" + str(tmp_path / "archive")
+
+
+def test_sealed_files_are_copied_byte_for_byte_with_finished_records(tmp_path, archive):
+    root = tmp_path / "store"
+    with _open(root, archive) as store:
+        _fill(store)
+        copied = _archive_pass(store)
+        files = [os.path.basename(mf.file_name) for mf in store._commitlog.queue.files]
+        assert len(files) >= 3 and copied >= len(files) - 1
+        target = open_target(archive)
+        for name in files[:-1]:                     # every sealed file, the last (open) one never
+            assert target.read("commitlog/" + name) == (root / "commitlog" / name).read_bytes()
+        assert target.size("commitlog/" + files[-1]) is None
+        manifest = Manifest(target).load()
+        assert [r["base"] for r in manifest.commitlog_files()] == [int(n) for n in files[:-1]]
+        first = manifest.commitlog_files()[0]
+        assert first["state"] == COPY_FINISHED and first["size"] == 64 * 1024 and first["min_ts"] > 0
+        assert set(first["queues"]) == {TOPIC + "/0", TOPIC + "/1"}
+        # sealed consume-queue files whose records are archived, byte for byte too
+        for q in (0, 1):
+            qfiles = sorted(os.listdir(root / "consumequeue" / TOPIC / str(q)))
+            archived = manifest.queue_files(TOPIC, q)
+            assert archived and len(archived) <= len(qfiles) - 1
+            for r in archived:
+                assert target.read(r["name"]) == (root / "consumequeue" / TOPIC / str(q) / r["name"].rsplit("/", 1)[1]
+                                                  ).read_bytes()
+                assert r["last"] - r["first"] + 1 == 64
+        info = store.archive_info()
+        assert info["uri"] == archive and info["last_error"] is None and info["min_phy_offset"] == 0
+        assert info["end_phy_offset"] == int(files[-1]) and info["lag_bytes"] == store.get_max_phy_offset() - int(
+            files[-1])
+        assert _archive_pass(store) == 0              # nothing copied twice
+
+
+def test_cleaning_deletes_only_copied_files_and_reads_come_back_from_the_archive(tmp_path, archive):
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        put = _fill(store)
+        cl_files = [os.path.basename(mf.file_name) for mf in store._commitlog.queue.files]
+        # nothing copied yet: nothing may go
+        assert _clean_all(store) == (0, 0)
+        assert [os.path.basename(mf.file_name) for mf in store._commitlog.queue.files] == cl_files
+        _archive_pass(store)
+        deleted, _ = _clean_all(store)
+        assert deleted == len(cl_files) - 1
+        states = Manifest(open_target(archive)).load()
+        assert all(states.state_of("commitlog/" + n) == LOCAL_DELETED for n in cl_files[:-1])
+        assert store.get_min_phy_offset() == int(cl_files[-1]) > 0
+        assert store.get_archive_min_phy_offset() == 0
+        for q in (0, 1):
+            assert store.get_min_offset_in_queue(TOPIC, q) == 0
+            bodies, offsets = _read_all(store, q)
+            assert bodies == put[q] and offsets == list(range(len(put[q])))
+        m = store.look_message_by_offset(0)
+        assert m is not None and m.body == put[0][0] and m.commit_log_offset == 0 and m.queue_offset == 0
+        assert store.look_message_by_offset(1) is None            # no message starts there, archived or not
+
+
+def test_a_reopened_and_a_read_only_store_read_the_archive(tmp_path, archive):
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        put = _fill(store)
+        _archive_pass(store)
+        _clean_all(store)
+        local_min = store.get_min_phy_offset()
+        with _open(root, archive, read_only=True) as reader:
+            assert reader.get_min_phy_offset() == local_min and reader.get_archive_min_phy_offset() == 0
+            assert _read_all(reader, 1)[0] == put[1]
+    with _open(root, archive) as store:
+        for q in (0, 1):
+            assert _read_all(store, q)[0] == put[q]
+        # a mid-queue start inside the archive, with a small page: the same messages a local read gives
+        r = store.get_message("g", TOPIC, 0, 100, 5)
+        assert r.status is GetMessageStatus.FOUND and [m.queue_offset for m in r.messages] == list(range(100, 105))
+        assert r.next_begin_offset == 105 and r.min_offset == 0 and r.max_offset == len(put[0])
+
+
+def test_columns_and_consumers_read_archived_messages(tmp_path, archive):
+    pytest.importorskip("pyarrow")
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        put = _fill(store, n=600)
+        _archive_pass(store)
+        _clean_all(store)
+        assert store.get_min_phy_offset() > 0
+        status, next_offset, batch = store.get_columns("g", TOPIC, 0, 0, 50, columns=["queue_offset", "body"])
+        assert status is GetMessageStatus.FOUND and batch.num_rows >= 1
+        assert batch.column("queue_offset").to_pylist() == list(range(batch.num_rows))
+        assert batch.column("body").to_pylist() == put[0][:batch.num_rows] and next_offset == batch.num_rows
+        consumer = store.consumer("g", TOPIC, queue_ids=[1])
+        got = []
+        while len(got) < len(put[1]):
+            msgs = consumer.poll(timeout_ms=0)
+            if not msgs:
+                break
+            got.extend(m.body for m in msgs)
+        assert got == put[1]
+
+
+def test_an_offset_below_the_archive_is_too_small(tmp_path, archive):
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        _fill(store, n=300)
+        r = store.get_message("g", TOPIC, 0, -5, 4)
+        assert r.status is GetMessageStatus.OFFSET_TOO_SMALL and r.next_begin_offset == 0
+
+
+def test_an_archived_object_changed_or_deleted_is_refused_naming_it(tmp_path, archive):
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        _fill(store)
+        _archive_pass(store)
+        _clean_all(store)
+        obj = tmp_path / "archive" / "commitlog" / ("%020d" % 0)
+        data = bytearray(obj.read_bytes())
+        data[5000] ^= 0xFF
+        obj.write_bytes(bytes(data))
+        with pytest.raises(StoreCorruptedError, match="commitlog/%020d" % 0):
+            store.get_message("g", TOPIC, 0, 0, 8)
+        obj.unlink()
+        with pytest.raises(StoreCorruptedError, match="missing"):
+            store.look_message_by_offset(0)
+
+
+def test_an_archive_that_cannot_be_written_keeps_every_local_file(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_bytes(b"x")
+    with pytest.raises(ArchiveError, match="not-a-folder"):          # refused at open, naming it
+        _open(tmp_path / "other", "file://" + str(blocker))
+    root, folder = tmp_path / "store", tmp_path / "archive"
+    with _open(root, "file://" + str(folder), file_reserved_time=0) as store:
+        _fill(store, n=600)
+        shutil.rmtree(folder)
+        folder.write_bytes(b"the archive went away")                 # every write to it fails from now on
+        files = sorted(os.listdir(root / "commitlog"))
+        assert _archive_pass(store) == 0
+        info = store.archive_info()
+        assert "not-a-folder" not in info["last_error"] and str(folder) in info["last_error"]
+        assert info["end_phy_offset"] == -1 and info["lag_bytes"] == store.get_max_phy_offset()
+        assert _clean_all(store) == (0, 0) and sorted(os.listdir(root / "commitlog")) == files
+        assert store.put_message(Message(TOPIC, b"still accepted")).is_ok()
+
+
+def test_manifest_records_torn_or_changed_are_skipped(tmp_path, archive):
+    target = open_target(archive)
+    m = Manifest(target)
+    m.append(COPY_FINISHED, "commitlog", "commitlog/%020d" % 0, 0, 100)
+    good = encode_record({"seq": 2, "state": COPY_FINISHED, "kind": "commitlog", "name": "commitlog/%020d" % 100,
+                          "base": 100, "size": 100})
+    assert decode_record(good) is not None and decode_record(good[:-3]) is None
+    target.put("%s/%020d.json" % (FOLDER, 2), good[:-3])                       # torn
+    target.put("%s/%020d.json" % (FOLDER, 3), good.replace(b'"base":100', b'"base":200'))   # changed
+    fresh = Manifest(target).load()
+    assert [r["base"] for r in fresh.commitlog_files()] == [0] and fresh.skipped == 2
+    assert fresh.next_seq == 4 and fresh.contiguous_end() == 100
+
+
+def test_a_reader_opened_before_the_copies_follows_the_manifest(tmp_path, archive):
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        put = _fill(store)
+        with _open(root, archive, read_only=True) as reader:
+            assert reader.get_archive_min_phy_offset() == -1 and reader.archive_info()["commitlog_files"] == 0
+            _archive_pass(store)
+            _clean_all(store)
+            reader.refresh()
+            assert reader.get_min_phy_offset() > 0
+            assert _read_all(reader, 0)[0] == put[0]
+            assert reader.get_archive_min_phy_offset() == 0
