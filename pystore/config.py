@@ -409,10 +409,10 @@ def _normalise(name: str, value: typing.Any, root: typing.Any) -> typing.Any:
 def _check_archive_uri(name: str, value: typing.Any) -> str:
     if not isinstance(value, str):
         raise ConfigError(name, value, "expected a string")
-    value = value.strip().rstrip("/")
-    if value and not _URI.fullmatch(value):
-        raise ConfigError(name, value, "expected a URI such as s3://bucket/prefix or file:///absolute/path")
-    return value
+    uri = value.strip().rstrip("/")
+    if uri and not _URI.fullmatch(uri):
+        raise ConfigError(name, uri, "expected a URI such as s3://bucket/prefix or file:///absolute/path")
+    return uri
 
 
 def _check_int(name: str, value: typing.Any, root: typing.Any) -> int:

@@ -18,12 +18,16 @@ from pystore.archive.target import ArchiveError, open_target
 from pystore.errors import StoreCorruptedError
 from pystore.status import GetMessageStatus
 
+pytest_plugins = ["s3server"]       # the s3_archive and s3_server fixtures (moto's S3 on 127.0.0.1)
+
 GEOMETRY = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 64}
 TOPIC = "Orders"
 
 
-def _open(root, archive, **kw):
-    return MessageStore.open(str(root), archive_uri=archive, archive_interval_ms=3_600_000, **GEOMETRY, **kw)
+def _open(root, archive, options=None, **kw):
+    # the service's own passes an hour apart: each test runs the passes it needs (``_archive_pass``)
+    return MessageStore.open(str(root), archive_uri=archive, archive_options=options or {},
+                             archive_interval_ms=3_600_000, **GEOMETRY, **kw)
 
 
 def _fill(store, n=1200, queues=2):
@@ -237,3 +241,79 @@ def test_a_reader_opened_before_the_copies_follows_the_manifest(tmp_path, archiv
             assert reader.get_min_phy_offset() > 0
             assert _read_all(reader, 0)[0] == put[0]
             assert reader.get_archive_min_phy_offset() == 0
+
+
+def test_on_s3_every_message_comes_back_after_the_local_files_are_gone(tmp_path, s3_archive):
+    uri, options = s3_archive
+    root = tmp_path / "store"
+    with _open(root, uri, options, file_reserved_time=0) as store:
+        put = _fill(store)
+        assert _archive_pass(store) > 0 and store.archive_info()["last_error"] is None
+        sealed = store._commitlog.queue.files[:-1]
+        target = open_target(uri, options)
+        for mf in sealed:                                   # byte for byte on the server
+            name = "commitlog/" + os.path.basename(mf.file_name)
+            assert target.read(name) == (root / "commitlog" / os.path.basename(mf.file_name)).read_bytes()
+        _clean_all(store)
+        assert store.get_min_phy_offset() > 0
+    with _open(root, uri, options) as store:                 # a new process' view: the manifest from the server
+        for q in (0, 1):
+            bodies, offsets = _read_all(store, q)
+            assert bodies == put[q] and offsets == list(range(len(put[q])))
+        assert store.look_message_by_offset(0).body == put[0][0]
+
+
+def test_a_server_killed_in_the_middle_of_the_copies_leaves_nothing_half_finished(tmp_path, s3_server):
+    bucket = s3_server.create_bucket()
+    uri, options = "s3://%s/archive" % bucket, s3_server.options()
+    root = tmp_path / "store"
+    with _open(root, uri, options, file_reserved_time=0) as store:
+        put = _fill(store)
+        service = store._parts.archive.service
+        real_put_file, calls = service.target.put_file, []
+
+        def dying_put_file(name, path, *a, **kw):
+            calls.append(name)
+            if len(calls) == 2:
+                s3_server.stop()                            # the server dies as the second file's copy starts
+            return real_put_file(name, path, *a, **kw)
+
+        service.target.put_file = dying_put_file
+        assert service.run_once() == 0                      # the pass ends at the failure
+        assert service.last_error is not None and s3_server.endpoint in service.last_error
+        files = [os.path.basename(mf.file_name) for mf in store._commitlog.queue.files]
+        assert calls[0] == "commitlog/%020d" % 0
+        assert _clean_all(store)[0] == 1                    # only the file whose copy finished goes
+        s3_server.start()
+        manifest = Manifest(open_target(uri, options)).load()
+        assert manifest.state_of(calls[1]) == "copy-started"        # begun, never finished: not readable
+        assert manifest.commitlog_file_for(int(os.path.basename(calls[1]))) is None
+        service.target.put_file = real_put_file
+        assert service.run_once() > 0 and service.last_error is None
+        assert Manifest(open_target(uri, options)).load().state_of(calls[1]) == COPY_FINISHED
+        _clean_all(store)
+        assert [os.path.basename(mf.file_name) for mf in store._commitlog.queue.files] == files[-1:]
+        for q in (0, 1):
+            assert _read_all(store, q)[0] == put[q]
+
+
+def test_inspect_shows_the_archive_beside_the_local_data(tmp_path, archive):
+    from click.testing import CliRunner
+
+    from pystore.cli import cli
+
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        _fill(store)
+        _archive_pass(store)
+        _clean_all(store)
+        end = store.archive_info()["end_phy_offset"]
+    r = CliRunner().invoke(cli, ["inspect", str(root), "-o", "archive_uri=" + archive, "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    info = json.loads(r.output)
+    assert info["archive"]["min_phy_offset"] == 0 and info["archive"]["end_phy_offset"] == end
+    assert info["commit_log"]["min_offset"] == end and all(q["min_offset"] == 0 for q in info["queues"])
+    r = CliRunner().invoke(cli, ["inspect", str(root), "-o", "archive_uri=" + archive])
+    assert r.exit_code == 0 and "archive" in r.output and "0 .. %d" % end in r.output, r.output

@@ -203,6 +203,9 @@ class Archive:
             held.append(mf)
             out.append(mf)
             at = int(record["base"]) + int(record["size"])
+        following = self.manifest.commitlog_file_for(at)
+        if following is not None:
+            self.cache.read_ahead(following)
         return out
 
     def info(self, local_max: int) -> dict[str, object]:

@@ -2,9 +2,10 @@
 
 Reads below the local minimum run the store's own compiled scans over archived data, so an archived file is
 served as what the scans read: a ``MappedFile``. ``mapped(record)`` fetches the object named by a manifest record
-into ``<root>/archive.cache/<object name>`` in chunks (``read_at`` ranges, never the whole object in memory),
+into ``<root>/archive.cache/<pid>/<object name>`` in one streamed read (never the whole object in memory),
 checks its size and CRC32 against the manifest (an object deleted or changed behind the store's back is a
-``StoreCorruptedError`` naming it: never a wrong answer), renames it into place and maps it read-only.
+``StoreCorruptedError`` naming it: never a wrong answer), renames it into place and maps it read-only. An object
+of a ``file://`` archive is already a local file: it is checked the same way and mapped where it lies.
 
 The cache holds at most ``archive_cache_bytes`` of files, least recently used first out; a file some read
 holds (``hold``) stays until it is let go, and the file asked for last is kept even when it alone is larger
@@ -12,29 +13,35 @@ holds (``hold``) stays until it is let go, and the file asked for last is kept e
 has its own folder, ``archive.cache/<pid>``, emptied when it opens the store and when it closes it (nothing in
 it is trusted across processes); folders of processes no longer alive are removed at open.
 
-Thread-safety: one lock around fetching and eviction; a mapped file handed out is held by the caller's read.
+A read that maps the commit-log files it needs asks for the next one to be fetched meanwhile (``read_ahead``,
+one background thread): a reader going through the archive in order waits for the network once.
+
+Thread-safety: one lock around the table and eviction (fetches run outside it, each file fetched once however
+many reads want it); a mapped file handed out is held by the caller's read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import mmap
 import os
 import shutil
 import threading
 import time
-import zlib
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pystore.archive.target import ArchiveError, ArchiveTarget
 from pystore.errors import StoreCorruptedError
+from pystore.format._codec import fast_body_crc
 from pystore.log._mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ArchiveCache"]
 
-_CHUNK = 8 << 20
 
 
 class ArchiveCache:
@@ -45,6 +52,10 @@ class ArchiveCache:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._files: OrderedDict[str, MappedFile] = OrderedDict()
+        self._borrowed: set[str] = set()           # mapped where they lie in a file:// archive
+        self._pending: dict[str, Future[None]] = {}  # fetches under way
+        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pystore-archive-ahead")
+        self._closed = False
         self.bytes = 0
         self.fetched = 0               # objects fetched (misses)
         self.hits = 0
@@ -52,55 +63,114 @@ class ArchiveCache:
 
     def mapped(self, record: dict[str, Any]) -> MappedFile:
         """The archived file of ``record`` (a visible manifest record), mapped and held: the caller releases it
-        (``mf.release()``) when its read is done."""
+        (``mf.release()``) when its read is done. A file being fetched (by a read-ahead or another read) is
+        waited for, not fetched twice."""
         name = record["name"]
+        while True:
+            with self._lock:
+                mf = self._files.get(name)
+                if mf is not None and mf.hold():
+                    self._files.move_to_end(name)
+                    self.hits += 1
+                    return mf
+                pending = self._pending.get(name)
+                if pending is None:
+                    pending = self._pending[name] = Future()
+                    mine = True
+                else:
+                    mine = False
+            if mine:
+                self._load(record, pending)
+            pending.result()                    # raises what the fetch raised
+
+    def read_ahead(self, record: dict[str, Any]) -> None:
+        """Fetch ``record``'s file in the background (a sequential reader will want it next)."""
         with self._lock:
-            mf = self._files.get(name)
-            if mf is not None and mf.hold():
-                self._files.move_to_end(name)
-                self.hits += 1
-                return mf
+            if self._closed or record["name"] in self._files or record["name"] in self._pending:
+                return
+            pending = self._pending[record["name"]] = Future()
+        self._ahead.submit(self._load, record, pending)
+
+    def _load(self, record: dict[str, Any], pending: Future[None]) -> None:
+        name = record["name"]
+        try:
             mf = self._fetch(record)
-            mf.hold()
+        except BaseException as e:
+            with self._lock:
+                self._pending.pop(name, None)
+            pending.set_exception(e)
+            return
+        with self._lock:
+            self._pending.pop(name, None)
             self._files[name] = mf
             self.bytes += mf.file_size
             self._evict(keep=name)
-            return mf
+        pending.set_result(None)
 
     def _fetch(self, record: dict[str, Any]) -> MappedFile:
         name, size = record["name"], int(record["size"])
-        path = os.path.join(self.folder, *name.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        part = path + ".part"
-        crc = 0
-        try:
-            with open(part, "wb") as f:
-                pos = 0
-                while pos < size:
-                    n = min(_CHUNK, size - pos)
-                    data = self.target.read(name, pos, n)
-                    crc = zlib.crc32(data, crc)
-                    f.write(data)
-                    pos += n
-        except ArchiveError as e:
-            os.unlink(part)
-            if self.target.size(name) is None:
-                raise StoreCorruptedError(self.target.shown + "/" + name, 0,
-                                          "the archived object the manifest lists is missing") from e
-            if "asked for" in str(e):
-                raise StoreCorruptedError(self.target.shown + "/" + name, 0,
-                                          "the archived object is shorter than the manifest says") from e
-            raise
-        if "crc32" in record and crc != record["crc32"]:
-            os.unlink(part)
-            raise StoreCorruptedError(self.target.shown + "/" + name, 0, "the archived object changed behind the store's "
-                                      "back (CRC32 %08x, the manifest says %08x)" % (crc, record["crc32"]))
-        os.replace(part, path)
-        mf = MappedFile(path, size, read_only=True)
+        shown = self.target.shown + "/" + name
+        local = self.target.local_path(name)
+        if local is not None:
+            # a file:// archive: the object is mapped where it lies (checked as a fetched copy is)
+            try:
+                have = os.stat(local).st_size
+            except FileNotFoundError:
+                raise StoreCorruptedError(shown, 0, "the archived object the manifest lists is missing") from None
+            if have != size:
+                raise StoreCorruptedError(shown, 0, "the archived object is %d bytes, the manifest says %d"
+                                          % (have, size))
+            self._check_crc(local, record, shown)
+            mf = MappedFile(local, size, read_only=True)
+            self._borrowed.add(name)
+        else:
+            path = os.path.join(self.folder, *name.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            part = path + ".part"
+            try:
+                got = self.target.download(name, part)
+            except ArchiveError as e:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
+                if self.target.size(name) is None:
+                    raise StoreCorruptedError(shown, 0, "the archived object the manifest lists is missing") from e
+                raise
+            if got != size:
+                os.unlink(part)
+                raise StoreCorruptedError(shown, 0, "the archived object is %d bytes, the manifest says %d"
+                                          % (got, size))
+            try:
+                self._check_crc(part, record, shown)
+            except StoreCorruptedError:
+                os.unlink(part)
+                raise
+            os.replace(part, path)
+            mf = MappedFile(path, size, read_only=True)
         mf.set_positions(size)
         self.fetched += 1
         log.debug("fetched %s (%d bytes) from %s", name, size, self.target.shown)
         return mf
+
+    @staticmethod
+    def _check_crc(path: str, record: dict[str, Any], shown: str) -> None:
+        """The object's CRC32 against the manifest's, over a read-only mapping with the compiled CRC (which
+        gives the CRC32's low 31 bits, as RocketMQ's body CRC: the manifest's value is compared so)."""
+        want = record.get("crc32")
+        if want is None:
+            return
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                got = 0
+            else:
+                with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+                    view = memoryview(m)
+                    try:
+                        got = fast_body_crc(view)
+                    finally:
+                        view.release()
+        if got != want & 0x7FFFFFFF:
+            raise StoreCorruptedError(shown, 0, "the archived object changed behind the store's back (CRC32 low bits "
+                                      "%08x, the manifest says %08x)" % (got, want & 0x7FFFFFFF))
 
     def _evict(self, keep: str) -> None:
         for name in list(self._files):
@@ -111,9 +181,16 @@ class ArchiveCache:
                 continue                       # in use by a read: later
             del self._files[name]
             self.bytes -= mf.file_size
-            mf.destroy(0, int(time.time() * 1000))
+            if name in self._borrowed:
+                self._borrowed.discard(name)
+                mf.close()                      # the archive's own file: unmapped, never deleted
+            else:
+                mf.destroy(0, int(time.time() * 1000))
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._ahead.shutdown(wait=True)
         with self._lock:
             for mf in self._files.values():
                 mf.close()

@@ -52,6 +52,8 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
             "mapped_file_size_consume_queue",
             "store_path_commit_log",
             "message_index_enable",
+            "archive_uri",
+            "archive_options",
         )
     }
     info = store_info(root, **over)
@@ -85,6 +87,15 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
             % (w["lock"], w["leader_pid"] or "none", w["published_end"], w["generation"],
                "; [red]pid %s has held the append lock for %s s[/red]" % (w["holder_pid"], held)
                if float(held) >= 1.0 else ""),
+        )
+    a = info.get("archive")
+    if a is not None:
+        s.add_row(
+            "archive",
+            "%s: commit log %s .. %s in %s file(s), %s uploaded file(s), %s behind%s"
+            % (esc(str(a["uri"])), a["min_phy_offset"], a["end_phy_offset"], a["commitlog_files"], a["uploaded_files"],
+               human_bytes(int(str(a["lag_bytes"]))),
+               "" if a["last_error"] is None else "; [red]last error: %s[/red]" % esc(str(a["last_error"]))),
         )
     s.add_row(
         "commit log",

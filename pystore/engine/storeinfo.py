@@ -123,6 +123,8 @@ class StoreInfo(TypedDict):
     read_only_view: ReadOnlyView
     #: the writers' state page of a store opened with ``shared_writers`` (``shared_state.describe``), else None
     writers: dict[str, object] | None
+    #: the archive tier (``MessageStore.archive_info``) of a store inspected with ``archive_uri``, else None
+    archive: dict[str, object] | None
     #: added by ``pystore inspect`` (the committed offsets' lag), not by ``store_info``
     consumer_groups: NotRequired[list[ConsumerLag]]
     consumer_groups_error: NotRequired[str]
@@ -264,6 +266,7 @@ def store_info(root: str | os.PathLike[str], **config_overrides: Any) -> StoreIn
             "unclean_shutdown": abort["exists"] and not abort["writer_alive"],
             "writer_running": abort["writer_alive"],
             "writers": describe_writers(root),
+            "archive": store.archive_info() if cfg.archive_uri else None,
             "checkpoint": {
                 "exists": os.path.exists(cfg.checkpoint_path()),
                 "trusted": cp.trusted,
