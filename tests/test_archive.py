@@ -52,6 +52,12 @@ def _clean_all(store):
     return store.clean_files()
 
 
+def _archive_and_clean(store):
+    """A pass of the archiving service, then a cleaning pass that may delete every copied file."""
+    _archive_pass(store)
+    return _clean_all(store)
+
+
 def _read_all(store, queue_id, start=0, batch=32):
     """Every message of the queue from ``start``, page by page through next_begin_offset: (bodies, offsets)."""
     bodies, offsets, offset = [], [], start
@@ -134,8 +140,7 @@ def test_a_reopened_and_a_read_only_store_read_the_archive(tmp_path, archive):
     root = tmp_path / "store"
     with _open(root, archive, file_reserved_time=0) as store:
         put = _fill(store)
-        _archive_pass(store)
-        _clean_all(store)
+        _archive_and_clean(store)
         local_min = store.get_min_phy_offset()
         with _open(root, archive, read_only=True) as reader:
             assert reader.get_min_phy_offset() == local_min and reader.get_archive_min_phy_offset() == 0
@@ -154,8 +159,7 @@ def test_columns_and_consumers_read_archived_messages(tmp_path, archive):
     root = tmp_path / "store"
     with _open(root, archive, file_reserved_time=0) as store:
         put = _fill(store, n=600)
-        _archive_pass(store)
-        _clean_all(store)
+        _archive_and_clean(store)
         assert store.get_min_phy_offset() > 0
         status, next_offset, batch = store.get_columns("g", TOPIC, 0, 0, 50, columns=["queue_offset", "body"])
         assert status is GetMessageStatus.FOUND and batch.num_rows >= 1
@@ -183,8 +187,7 @@ def test_an_archived_object_changed_or_deleted_is_refused_naming_it(tmp_path, ar
     root = tmp_path / "store"
     with _open(root, archive, file_reserved_time=0) as store:
         _fill(store)
-        _archive_pass(store)
-        _clean_all(store)
+        _archive_and_clean(store)
         obj = tmp_path / "archive" / "commitlog" / ("%020d" % 0)
         data = bytearray(obj.read_bytes())
         data[5000] ^= 0xFF
@@ -305,8 +308,7 @@ def test_inspect_shows_the_archive_beside_the_local_data(tmp_path, archive):
     root = tmp_path / "store"
     with _open(root, archive, file_reserved_time=0) as store:
         _fill(store)
-        _archive_pass(store)
-        _clean_all(store)
+        _archive_and_clean(store)
         end = store.archive_info()["end_phy_offset"]
     r = CliRunner().invoke(cli, ["inspect", str(root), "-o", "archive_uri=" + archive, "--json"])
     assert r.exit_code == 0, r.output

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from pystore.errors import StoreError
+from pystore.system.durable import fsync_dir
 
 __all__ = ["ArchiveError", "ArchiveTarget", "open_target"]
 
@@ -66,14 +67,6 @@ def _check_name(name: str) -> str:
     if any(part in ("", ".", "..") for part in name.split("/")):
         raise ValueError("archive object name %r has an empty, '.' or '..' component" % name)
     return name
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> int:
@@ -161,7 +154,7 @@ class ArchiveTarget:
             finally:
                 os.close(fd)
             os.replace(part, path)
-            _fsync_dir(folder)
+            fsync_dir(folder)
         except BaseException as e:
             with contextlib.suppress(OSError):
                 os.unlink(part)
@@ -176,7 +169,7 @@ class ArchiveTarget:
             self._makedirs(parent)
             with contextlib.suppress(FileExistsError):
                 os.mkdir(folder)
-            _fsync_dir(parent)      # the new folder's entry must survive a power cut with the file in it
+            fsync_dir(parent)      # the new folder's entry must survive a power cut with the file in it
 
     def _upload(self, name: str, path: str, chunks: Iterable[Any]) -> int:
         try:
