@@ -4,17 +4,19 @@ An archive (``archive_uri``) is laid out as::
 
     <uri>/commitlog/<20-digit base offset>                  a sealed commit-log file, whole (its blank end too)
     <uri>/consumequeue/<topic>/<queue id>/<20-digit name>   a sealed consume-queue file, whole
+    <uri>/index/<yyyyMMddHHmmssSSS>                         a full index file, whole, once its messages are archived
     <uri>/manifest/<20-digit seq>.json                      one manifest record, written once, never changed
 
 A record is one JSON object (UTF-8, keys sorted) with a ``crc`` field: the CRC32 of the same object's JSON
 without that field, so a record torn by a power cut (a ``file://`` archive on a disk that lost its tail) or
 changed behind the store's back is recognised and skipped. Fields: ``seq`` (its object's number), ``state``,
-``kind`` (``commitlog`` or ``consumequeue``), ``name`` (the data object's path under the archive), ``base``
+``kind`` (``commitlog``, ``consumequeue`` or ``index``), ``name`` (the data object's path under the archive), ``base``
 (the file's first byte offset: commit-log offset, or consume-queue byte offset), ``size`` and ``at`` (wall ms).
 A finished copy adds ``crc32`` (of the whole object), ``min_ts``/``max_ts`` (store times of its first and last
 record, commit log) and, for a commit-log file, ``queues``: ``{"topic/queue id": [first record's offset, highest
 queue offset]}`` of its records; for a consume-queue file ``topic``, ``queue_id``, ``first`` and ``last`` (the
-queue offsets of its first and last unit).
+queue offsets of its first and last unit); for an index file ``begin_ts``, ``end_ts``, ``begin_phy``, ``end_phy``
+(its header) and ``slots``, ``entries`` (its geometry).
 
 The states follow Kafka's tiered storage: ``copy-started`` (the object may be partial or missing: never read),
 ``copy-finished`` (the object was written whole and its size checked: readable), ``local-deleted`` (the local
@@ -38,13 +40,14 @@ from pystore.archive.target import ArchiveTarget
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COPY_FINISHED", "COPY_STARTED", "LOCAL_DELETED", "Manifest", "decode_record", "encode_record"]
+__all__ = ["COPY_FINISHED", "COPY_STARTED", "LOCAL_DELETED", "Manifest", "commitlog_for_queue", "decode_record", "encode_record",
+           "queue_entry", "queue_files_from", "queue_keys", "queue_span"]
 
 COPY_STARTED = "copy-started"
 COPY_FINISHED = "copy-finished"
 LOCAL_DELETED = "local-deleted"
 STATES = (COPY_STARTED, COPY_FINISHED, LOCAL_DELETED)
-KINDS = ("commitlog", "consumequeue")
+KINDS = ("commitlog", "consumequeue", "index")
 FOLDER = "manifest"
 VISIBLE = frozenset({COPY_FINISHED, LOCAL_DELETED})
 
@@ -93,6 +96,7 @@ class Manifest:
         self._commitlog: list[dict[str, Any]] = []
         self._bases: list[int] = []
         self._queues: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self._index: list[dict[str, Any]] = []
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -142,7 +146,9 @@ class Manifest:
                 queues.setdefault((r["topic"], r["queue_id"]), []).append(r)
         for files in queues.values():
             files.sort(key=lambda r: r["base"])
-        self._commitlog, self._bases, self._queues = cl, [r["base"] for r in cl], queues
+        index = sorted((r for r in self._last.values() if r["kind"] == "index" and r["state"] in VISIBLE),
+                       key=lambda r: r["name"])
+        self._commitlog, self._bases, self._queues, self._index = cl, [r["base"] for r in cl], queues, index
 
     # -- writing ----------------------------------------------------------------------------------------------
 
@@ -216,3 +222,90 @@ class Manifest:
     def queues(self) -> list[tuple[str, int]]:
         return sorted(self._queues)
 
+    def index_files(self) -> list[dict[str, Any]]:
+        """The visible index files, oldest first (their names are their creation times)."""
+        return self._index
+
+
+
+# -- what a reader that plans from the manifest alone asks (the Spark source over archives) --------------------------
+
+def queue_entry(record: dict[str, Any], key: str) -> tuple[int, int] | None:
+    """``(first, highest)`` queue offsets of queue ``key`` ("topic/queue id") in a finished commit-log record,
+    None when the file holds none of it. A record without a tally (``queues`` null: too many queues) may hold
+    any: ``(0, 2**63 - 1)``. A record of an earlier pystore, without the first offset, gives ``(0, highest)``."""
+    queues = record.get("queues")
+    if queues is None:
+        return (0, (1 << 63) - 1)
+    entry = queues.get(key)
+    if entry is None:
+        return None
+    return (int(entry[2]) if len(entry) > 2 else 0, int(entry[1]))
+
+
+def queue_keys(manifest: Manifest) -> set[tuple[str, int]]:
+    """Every queue with messages in the archive (of the tallied commit-log files, and the archived queue files)."""
+    out = set(manifest.queues())
+    for r in manifest.commitlog_files():
+        for key in r.get("queues") or {}:
+            topic, _, q = key.rpartition("/")
+            out.add((topic, int(q)))
+    return out
+
+
+def queue_span(manifest: Manifest, topic: str, queue_id: int) -> tuple[int, int] | None:
+    """``(first, end)``: the queue offsets the archive holds for a queue (end exclusive), None for none. The end
+    is the highest offset of the tallied commit-log files plus one; the first is that of its first archived
+    queue file, or of the first commit-log file holding it."""
+    key = "%s/%d" % (topic, queue_id)
+    first = end = None
+    for r in manifest.commitlog_files():
+        if r.get("queues") is None:
+            continue
+        e = queue_entry(r, key)
+        if e is not None:
+            first = e[0] if first is None else first
+            end = e[1] + 1
+    files = manifest.queue_files(topic, queue_id)
+    if files:
+        first = int(files[0]["first"]) if first is None else min(first, int(files[0]["first"]))
+        end = max(end or 0, int(files[-1]["last"]) + 1)
+    return None if first is None or end is None else (first, end)
+
+
+def commitlog_for_queue(manifest: Manifest, topic: str, queue_id: int, start: int, end: int) -> list[dict[str, Any]]:
+    """The finished commit-log records that may hold queue offsets ``[start, end)`` of a queue, in offset order:
+    those whose tallied range meets it, and untallied ones between the last tallied file below ``start`` and the
+    first tallied file past ``end``."""
+    key = "%s/%d" % (topic, queue_id)
+    cl = manifest.commitlog_files()
+    entries = [queue_entry(r, key) if r.get("queues") is not None else None for r in cl]
+    lo_i, hi_i = 0, len(cl)
+    for i, e in enumerate(entries):
+        if e is not None and e[1] < start:
+            lo_i = i + 1                        # wholly below: nothing earlier is wanted
+        if e is not None and e[0] >= end:
+            hi_i = i                            # wholly past: nothing later is wanted
+            break
+    out = []
+    for r, e in zip(cl[lo_i:hi_i], entries[lo_i:hi_i], strict=True):
+        if r.get("queues") is None or (e is not None and e[0] < end and e[1] >= start):
+            out.append(r)
+    return out
+
+
+def queue_files_from(manifest: Manifest, topic: str, queue_id: int, start: int, end: int) -> tuple[list[dict[str, Any]], int]:
+    """The archived queue files holding offsets from ``start`` on, without a gap, up to ``end``: ``(records,
+    covered_end)``: every offset of ``[start, covered_end)`` has its unit in them (``covered_end`` is ``start``
+    when the archive holds no queue file of ``start``)."""
+    out: list[dict[str, Any]] = []
+    covered = start
+    for r in manifest.queue_files(topic, queue_id):
+        first, last = int(r["first"]), int(r["last"])
+        if last < covered:
+            continue
+        if first > covered or covered >= end:
+            break
+        out.append(r)
+        covered = last + 1
+    return out, min(covered, end) if out else start

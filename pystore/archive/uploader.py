@@ -5,10 +5,11 @@ A pass (every ``archive_interval_ms``, and when woken) copies, oldest first:
 1. **commit-log files** that are sealed (a later file exists), flushed whole (a power cut cannot take back what
    the archive holds) and dispatched (their consume-queue units exist): ``copy-started``, the object written,
    its size read back, then ``copy-finished`` with the file's CRC32, first and last store times and per queue
-   the first record's offset and the highest queue offset of its records. The first file that is not ready
+   the first record's offset, the highest queue offset and the first queue offset of its records. The first file that is not ready
    ends the commit-log part of the pass, so the archive's commit log grows without gaps from its first file.
 2. **consume-queue files** that are sealed (a later file of the queue exists), flushed whole, and whose last
    unit's record lies below the end of what the archive's commit log holds.
+3. **index files** that are full (not the newest) and flushed, whose last entry points below that end.
 
 Nothing here blocks a put: the service reads the files through their own descriptors, and a failure (the
 archive unreachable, a wrong credential, a missing bucket) is logged once per distinct error, kept as
@@ -33,13 +34,14 @@ from pystore.system.service import ServiceThread
 
 if TYPE_CHECKING:
     from pystore.config import StoreConfig
+    from pystore.index.service import IndexService
     from pystore.log._mapped_file import MappedFile
     from pystore.log.commitlog import CommitLog
     from pystore.queue.queue_store import ConsumeQueueStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ArchiveService", "commitlog_object", "queue_object"]
+__all__ = ["ArchiveService", "commitlog_object", "index_object", "queue_object"]
 
 _UNIT = 20
 _CHUNK = 8 << 20
@@ -47,6 +49,10 @@ _CHUNK = 8 << 20
 
 def commitlog_object(mf: MappedFile) -> str:
     return "commitlog/" + os.path.basename(mf.file_name)
+
+
+def index_object(mf: MappedFile) -> str:
+    return "index/" + os.path.basename(mf.file_name)
 
 
 def queue_object(topic: str, queue_id: int, mf: MappedFile) -> str:
@@ -74,8 +80,9 @@ class ArchiveService(ServiceThread):
     consume queues are built to."""
 
     def __init__(self, target: ArchiveTarget, manifest: Manifest, commitlog: CommitLog, cq_store: ConsumeQueueStore,
-                 config: StoreConfig, dispatched: Callable[[], int]) -> None:
+                 config: StoreConfig, dispatched: Callable[[], int], index: IndexService | None = None) -> None:
         super().__init__("ArchiveService")
+        self.index = index
         self.target = target
         self.manifest = manifest
         self.commitlog = commitlog
@@ -99,7 +106,7 @@ class ArchiveService(ServiceThread):
             if not self.loaded:
                 self.manifest.load()
                 self.loaded = True
-            n = self._copy_commitlog() + self._copy_queues()
+            n = self._copy_commitlog() + self._copy_queues() + self._copy_index()
         except (ArchiveError, OSError) as e:
             text = str(e)
             if text != self.last_error:
@@ -139,7 +146,14 @@ class ArchiveService(ServiceThread):
     def _commitlog_fields(self, mf: MappedFile) -> dict[str, Any]:
         tally = QueueTally()
         _end, _reason, _count, last_ts = scan_file(mf, 0, False, -1, tally)
-        queues = {} if tally.overflow else {"%s/%d" % k: list(v) for k, v in sorted(tally.queues().items())}
+        queues: dict[str, list[int]] | None = None      # None: too many queues to tally, any may be in the file
+        if not tally.overflow:
+            queues = {}
+            for (topic, qid), (first_phy, highest) in sorted(tally.queues().items()):
+                # the queue offset of the queue's first record here, read from that record (QUEUEOFFSET, byte
+                # 20): with the highest, the planner of a read knows which files hold which offsets
+                first = int.from_bytes(mf.read_any(first_phy - mf.file_from_offset + 20, 8), "big", signed=True)
+                queues["%s/%d" % (topic, qid)] = [first_phy, highest, first]
         return {"min_ts": first_store_timestamp(mf), "max_ts": last_ts, "queues": queues}
 
     # -- the consume queues -----------------------------------------------------------------------------------
@@ -172,11 +186,40 @@ class ArchiveService(ServiceThread):
                 n += 1
         return n
 
+    # -- the index --------------------------------------------------------------------------------------------
+
+    def _copy_index(self) -> int:
+        """Full index files (not the newest, flushed), oldest first, once every message they point at is in
+        the archive: a query below the local data then finds its keys there."""
+        index = self.index
+        if index is None:
+            return 0
+        archived_end = self.manifest.contiguous_end()
+        n = 0
+        pending = {id(f) for f in index._full}          # full, not flushed yet
+        for f in index.files[:-1]:
+            if self.is_stopped() or id(f) in pending or f.end_phy_offset >= archived_end:
+                break
+            mf = f.mapped_file
+            name = index_object(mf)
+            if self.manifest.state_of(name) in (COPY_FINISHED, LOCAL_DELETED):
+                continue
+            if not mf.hold():
+                break
+            try:
+                self._copy(name, "index", mf, {"begin_ts": f.begin_timestamp, "end_ts": f.end_timestamp,
+                                               "begin_phy": f.begin_phy_offset, "end_phy": f.end_phy_offset,
+                                               "slots": f.hash_slot_num, "entries": f.index_num}, base=0)
+            finally:
+                mf.release()
+            n += 1
+        return n
+
     # -- one copy ---------------------------------------------------------------------------------------------
 
-    def _copy(self, name: str, kind: str, mf: MappedFile, fields: dict[str, Any]) -> None:
+    def _copy(self, name: str, kind: str, mf: MappedFile, fields: dict[str, Any], base: int | None = None) -> None:
         size = mf.file_size
-        base = mf.file_from_offset
+        base = mf.file_from_offset if base is None else base
         if self.manifest.state_of(name) is None:
             self.manifest.append(COPY_STARTED, kind, name, base, size)
         wrote = self.target.put_file(name, mf.file_name)

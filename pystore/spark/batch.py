@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,9 +35,11 @@ from pystore.errors import StoreCorruptedError
 from pystore.format._codec import RECORD_END
 from pystore.log._mapped_file import MappedFile
 from pystore.spark import layout
-from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_time, roots
+from pystore.spark.archive_read import ArchiveLogSlice, ArchiveQueueSlice, read_archive
+from pystore.spark.fleet import Member, StoreView, member_options, members
+from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_time, per_partition
 from pystore.spark.schema import arrow_schema, check_read_schema, project
-from pystore.spark.subscription import ending_offsets, queue_bounds_of, starting_offsets, subscription
+from pystore.spark.subscription import ending_offsets, starting_offsets, subscription
 from pystore.tools import _common_size, _valid_after
 
 __all__ = [
@@ -86,7 +89,7 @@ class QueueSlice(InputPartition):
 class QueueGroup(InputPartition):
     """Several queue slices (:class:`QueueSlice`) read one after the other by one task (small queues packed)."""
 
-    slices: list[QueueSlice]
+    slices: list[Any]  # QueueSlice, or ArchiveQueueSlice (pystore.spark.archive_read)
 
 
 @dataclass
@@ -330,6 +333,9 @@ def _read_slice(
         filters.end_ms,
         rows_per_batch,
     )
+    if isinstance(part, (ArchiveLogSlice, ArchiveQueueSlice)):
+        yield from read_archive(part, b, filters, schema, rows_per_batch)
+        return
     if isinstance(part, CommitLogSlice):
         try:
             mf = MappedFile(part.path, -1, read_only=True)
@@ -445,7 +451,7 @@ class PystoreBatchReader(DataSourceReader):
         self.options = dict(options)
         self.headers = parse_bool(options, "includeHeaders", False)
         self.schema = check_read_schema(schema, self.headers)
-        self.roots = roots(options)
+        self.fleet = members(options)
         self.sub = subscription(options, stream=False)
         self.by_offsets = any(
             (options.get(n.lower()) or "").strip()
@@ -454,17 +460,26 @@ class PystoreBatchReader(DataSourceReader):
         self.start_ms = parse_time("start_time", options.get("start_time"))
         self.end_ms = parse_time("end_time", options.get("end_time"))
         self.verify_crc = parse_bool(options, "verify_crc", True)
-        self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
+        for m in self.fleet:
+            mine = member_options(options, self.fleet, m)
+            parse_bool(mine, "failOnDataLoss", True)
+            if m.archive is not None:
+                _refuse_time_start(mine, m)
         self.bytes_per_partition = parse_int(options, "bytes_per_partition", DEFAULT_BYTES_PER_PARTITION, 1)
-        self.messages_per_partition = parse_int(
-            options, "messages_per_partition", DEFAULT_MESSAGES_PER_PARTITION, 1
-        )
+        self.messages_per_partition = per_partition(options, DEFAULT_MESSAGES_PER_PARTITION)
         self.min_partitions = parse_int(options, "minPartitions", None, lowest=1)
-        for r in self.roots:
-            if not os.path.isdir(r):
-                raise FileNotFoundError("no store at %s" % r)
 
-    def _filters(self) -> Filters:
+    def _member_of(self, part: InputPartition) -> Member | None:
+        if isinstance(part, QueueGroup) and part.slices:
+            return self._member_of(part.slices[0])
+        if isinstance(part, (ArchiveLogSlice, ArchiveQueueSlice)):
+            return part.member
+        root = getattr(part, "root", None)
+        return next((m for m in self.fleet if m.root == root), None)
+
+    def _filters(self, part: InputPartition | None = None) -> Filters:
+        member = self._member_of(part) if part is not None else None
+        options = member_options(self.options, self.fleet, member) if member is not None else self.options
         return Filters(
             list(self.sub.topics or []),
             self.sub.queue_id,
@@ -472,20 +487,22 @@ class PystoreBatchReader(DataSourceReader):
             self.end_ms,
             self.verify_crc,
             # messages deleted while the read runs: skipped unless failOnDataLoss was asked for
-            parse_bool(self.options, "failOnDataLoss", False),
+            parse_bool(options, "failOnDataLoss", False) if member is not None or not _per_store(options) else False,
         )
 
-    def _queue_ranges(self, root: str) -> dict[tuple[str, int], tuple[int, int]]:
-        bounds = queue_bounds_of(root, self.sub.queues(root))
-        starts = starting_offsets(self.options, self.sub, root, bounds, stream=False) or {}
-        ends = ending_offsets(self.options, self.sub, bounds)
+    def _queue_ranges(self, view: StoreView) -> dict[tuple[str, int], tuple[int, int]]:
+        m = view.member
+        options = member_options(self.options, self.fleet, m)
+        bounds = view.bounds(view.queues(self.sub))
+        starts = starting_offsets(options, self.sub, m.root or "", bounds, stream=False) or {}
+        ends = ending_offsets(options, self.sub, bounds)
         out = {}
         for k, (lo, hi) in bounds.items():
             s, e = starts.get(k, lo), ends.get(k, hi)
             if s < lo:
                 msg = "%s: offsets [%d, %d) of %s/%d were deleted by the store's cleaning (its min offset is %d)" % (
-                    root, s, min(e, lo), k[0], k[1], lo)
-                if self.fail_on_data_loss:
+                    m.root or m.archive, s, min(e, lo), k[0], k[1], lo)
+                if parse_bool(options, "failOnDataLoss", True):
                     raise DataLossError(msg + "; set failOnDataLoss=false to read from there")
                 log.warning("%s; reading from %d", msg, lo)
                 s = lo
@@ -496,29 +513,44 @@ class PystoreBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         target = self.min_partitions or default_partitions(self.parallelism)
         by_queue = not self.sub.everything or self.by_offsets
-        ranges: dict[str, dict[tuple[str, int], tuple[int, int]]] = {}
-        cl_roots = []
-        for root in self.roots:
-            if by_queue and layout.consume_queue_dir(root) is not None:
-                ranges[root] = self._queue_ranges(root)
+        ranges: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
+        views = [StoreView(m) for m in self.fleet]
+        log_views = []
+        for i, view in enumerate(views):
+            m = view.member
+            if by_queue and (m.archive is not None or layout.consume_queue_dir(m.root or "") is not None):
+                ranges[i] = self._queue_ranges(view)
             elif self.by_offsets or self.sub.pattern is not None or self.sub.assign is not None:
                 raise OptionError(
                     "%s has no consume queues: offsets, subscribePattern and assign need them (read by "
-                    "topic, queue_id and time instead)" % root
+                    "topic, queue_id and time instead)" % m.root
                 )
             else:
-                cl_roots.append(root)
+                log_views.append(view)
         parts: list[InputPartition] = []
-        # each root gets its share of the target, by its size
+        # each store gets its share of the target, by its size
         n_msgs = sum(hi - lo for r in ranges.values() for lo, hi in r.values())
-        for root, r in ranges.items():
+        for i, r in ranges.items():
             share = sum(hi - lo for lo, hi in r.values())
             want = max(1, -(-target * share // n_msgs)) if n_msgs else 1
-            parts.extend(plan_queue_slices(root, r, self.messages_per_partition, want))
-        for root in cl_roots:
-            parts.extend(plan_commit_log_slices(root, self.bytes_per_partition, -(-target // len(self.roots))))
-        log.info("pystore read of %s: %d partition(s)", ",".join(self.roots), len(parts))
+            parts.extend(views[i].plan_queues(r, self.messages_per_partition, want))
+        for view in log_views:
+            parts.extend(view.plan_log(self.bytes_per_partition, -(-target // len(views))))
+        log.info("pystore read of %s: %d partition(s)", ",".join(m.name for m in self.fleet), len(parts))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_slice(partition, self._filters(), arrow_schema(self.schema))
+        yield from read_slice(partition, self._filters(partition), arrow_schema(self.schema))
+
+
+def _per_store(options: Mapping[str, str]) -> bool:
+    return (options.get("failondataloss") or "").strip().startswith("{")
+
+
+def _refuse_time_start(options: Mapping[str, str], member: Member) -> None:
+    """A start by store time needs the store's time search over its files: an archive's are not opened on the
+    driver, so such a start is refused for a store with an archive rather than approximated."""
+    for name in ("startingTimestamp", "startingOffsetsByTimestamp"):
+        if (options.get(name.lower()) or "").strip():
+            raise OptionError("option %s: store %s has an archive (%s), which a start by time cannot search yet; "
+                              "start by offsets instead" % (name, member.name, member.archive))

@@ -25,6 +25,7 @@ __all__ = [
     "parse_bool",
     "parse_int",
     "parse_list",
+    "per_partition",
     "parse_offsets",
     "parse_assign",
     "store_config_overrides",
@@ -41,17 +42,19 @@ _SPARK_OWN = ("path", "paths")
 _SUBSCRIBE = ("subscribe", "subscribePattern", "assign")
 _KAFKA_BOTH = _SUBSCRIBE + (
     "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "minPartitions", "includeHeaders",
-    "failOnDataLoss",
+    "failOnDataLoss", "maxRecordsPerPartition",
 )
+# a fleet of stores (pystore.spark.fleet): named locations, and the archives' file system options
+_FLEET = ("stores", "archive_options")
 #: The options of each use, as documented (case is Spark's to ignore).
 BATCH_READ = frozenset(
-    _SPARK_OWN + _KAFKA_BOTH + (
+    _SPARK_OWN + _KAFKA_BOTH + _FLEET + (
         "topic", "topics", "queue_id", "start_time", "end_time", "verify_crc", "endingOffsets",
         "bytes_per_partition", "messages_per_partition",
     )
 )
 STREAM_READ = frozenset(
-    _SPARK_OWN + _KAFKA_BOTH + (
+    _SPARK_OWN + _KAFKA_BOTH + _FLEET + (
         "topics", "verify_crc", "maxMessagesPerTrigger", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
         "maxTriggerDelay", "messages_per_partition",
     )
@@ -194,6 +197,15 @@ def parse_int(
     if lowest is not None and v < lowest:
         raise OptionError("option %s: must be >= %d, got %d" % (name, lowest, v))
     return v
+
+
+def per_partition(options: Mapping[str, str], default: int) -> int:
+    """Queue offsets per partition at most: ``maxRecordsPerPartition`` (the Kafka source's name) or
+    ``messages_per_partition``, not both."""
+    given = [n for n in ("maxRecordsPerPartition", "messages_per_partition") if option_value(options, n) is not None]
+    if len(given) > 1:
+        raise OptionError("options maxRecordsPerPartition and messages_per_partition are one limit: give one")
+    return parse_int(options, given[0], default, 1) if given else default
 
 
 def parse_list(options: Mapping[str, str], name: str) -> list[str]:

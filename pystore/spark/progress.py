@@ -25,9 +25,22 @@ def offsets_behind_latest(progress: Any, source: int = 0) -> dict[str, float | i
     latest = json.loads(latest) if isinstance(latest, str) else latest
     if not latest:
         return None
+    end, latest = _flat(end), _flat(latest)
     behind = [max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items()]
     return {
         "avgOffsetsBehindLatest": sum(behind) / len(behind),
         "maxOffsetsBehindLatest": max(behind),
         "minOffsetsBehindLatest": min(behind),
     }
+
+
+def _flat(offsets: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """Offsets of any nesting (one store's ``{"topic/0": n}``, a fleet's ``{"store": {"topic": {"0": n}}}``)
+    keyed by their path."""
+    out: dict[tuple[str, ...], Any] = {}
+    for k, v in offsets.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, prefix + (k,)))
+        else:
+            out[prefix + (k,)] = v
+    return out

@@ -46,13 +46,14 @@ from pystore.spark.batch import (
     DEFAULT_MESSAGES_PER_PARTITION,
     DataLossError,
     Filters,
+    _refuse_time_start,
     default_partitions,
-    plan_queue_slices,
     read_slice,
 )
-from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_offsets, roots
+from pystore.spark.fleet import StoreView, is_fleet, member_options, members
+from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_offsets, per_partition
 from pystore.spark.schema import arrow_schema, check_read_schema
-from pystore.spark.subscription import queue_bounds_of, starting_offsets, subscription
+from pystore.spark.subscription import starting_offsets, subscription
 
 try:  # PySpark 4.2+: admission control and Trigger.AvailableNow for Python stream readers
     from pyspark.sql.streaming.datasource import (
@@ -72,7 +73,9 @@ __all__ = ["PystoreStreamReader", "queue_key", "parse_key", "share_limit"]
 
 log = logging.getLogger(__name__)
 
-Offsets = dict[str, int]
+Offsets = dict[str, Any]
+# an offset's key inside the reader: (store name, topic, queue id)
+Key = tuple[str, str, int]
 
 
 def queue_key(topic: str, queue_id: int) -> str:
@@ -86,7 +89,7 @@ def parse_key(key: str) -> tuple[str, int]:
     return topic, int(q)
 
 
-def share_limit(start: Mapping[str, int], latest: Mapping[str, int], limit: int) -> Offsets:
+def share_limit(start: Mapping[Any, int], latest: Mapping[Any, int], limit: int) -> dict[Any, int]:
     """End offsets reading at most ``limit`` messages from ``start`` towards ``latest``: each queue gets a
     share in proportion to its backlog (largest remainders first, ties by key), so none starves."""
     backlog = {k: max(0, latest[k] - start[k]) for k in latest}
@@ -116,7 +119,8 @@ def parse_duration(name: str, raw: str) -> int:
 
 
 class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The stream reader of one store root (see the module docstring for the options)."""
+    """The stream reader of one store, or of a fleet of stores (roots, archives or both: see
+    ``pystore.spark.fleet``), with the options of the module docstring."""
 
     def __init__(
         self, options: Mapping[str, str], schema: StructType | None, parallelism: int | None = None,
@@ -130,13 +134,10 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = dict(options)
         self.headers = parse_bool(options, "includeHeaders", False)
         self.schema = check_read_schema(schema, self.headers)
-        rs = roots(options)
-        if len(rs) != 1:
-            raise OptionError(
-                "a pystore stream reads one store (offsets are per topic/queue); got %d roots: "
-                "start one query per root and union them" % len(rs)
-            )
-        self.root = rs[0]
+        self.fleet = members(options)
+        self.views = [StoreView(m) for m in self.fleet]
+        self.keyed = is_fleet(options, self.fleet)
+        self.by_name = {v.member.name: v for v in self.views}
         self.sub = subscription(options, stream=True)
         self.topics = list(self.sub.topics or [])
         limits = [n for n in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger") if options.get(n.lower())]
@@ -152,19 +153,22 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.min_per_trigger > self.max_per_trigger:
                 raise OptionError("option minOffsetsPerTrigger (%d) is above maxOffsetsPerTrigger (%d)"
                                   % (self.min_per_trigger, self.max_per_trigger))
-        self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
+        self.fail_on_data_loss = {v.member.name: parse_bool(member_options(options, self.fleet, v.member),
+                                                            "failOnDataLoss", True) for v in self.views}
         self.verify_crc = parse_bool(options, "verify_crc", True)
-        self.messages_per_partition = parse_int(
-            options, "messages_per_partition", DEFAULT_MESSAGES_PER_PARTITION, 1
-        )
+        self.messages_per_partition = per_partition(options, DEFAULT_MESSAGES_PER_PARTITION)
         self.min_partitions = parse_int(options, "minPartitions", None, lowest=1)
-        self._target: Offsets | None = None
+        self._target: dict[Key, int] | None = None
         self._last_batch_ms = clock() * 1000.0
         # fail at query start on a bad starting position, not at the first offsets asked
-        for name in ("startingOffsets", "startingOffsetsByTimestamp"):
-            raw = (options.get(name.lower()) or "").strip()
-            if raw and raw.lower() not in ("earliest", "latest"):
-                self.sub.check(name, parse_offsets(name, raw, lowest=-2 if name == "startingOffsets" else 0))
+        for v in self.views:
+            mine = member_options(options, self.fleet, v.member)
+            for name in ("startingOffsets", "startingOffsetsByTimestamp"):
+                raw = (mine.get(name.lower()) or "").strip()
+                if raw and raw.lower() not in ("earliest", "latest"):
+                    self.sub.check(name, parse_offsets(name, raw, lowest=-2 if name == "startingOffsets" else 0))
+            if v.member.archive is not None:
+                _refuse_time_start(mine, v.member)
         if (options.get("startingtimestamp") or "").strip():
             parse_int(options, "startingTimestamp", None, lowest=0)
         given = [n for n in ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
@@ -174,22 +178,57 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets --------------------------------------------------------------------------------------
 
-    def _ranges(self) -> dict[str, tuple[int, int]]:
-        return {queue_key(t, q): r for (t, q), r in queue_bounds_of(self.root, self.sub.queues(self.root)).items()}
+    # -- offsets: (store, topic, queue id) inside, JSON for Spark -------------------------------------------------
+
+    def _encode(self, offsets: Mapping[Key, int]) -> Offsets:
+        """Offsets as Spark checkpoints them: ``{"topic/queue_id": n}`` for one store, ``{"store": {"topic":
+        {"queue_id": n}}}`` (the Kafka form nested by store) for a fleet."""
+        if not self.keyed:
+            return {queue_key(t, q): n for (_, t, q), n in sorted(offsets.items())}
+        out: dict[str, Any] = {}
+        for (store, t, q), n in sorted(offsets.items()):
+            out.setdefault(store, {}).setdefault(t, {})[str(q)] = n
+        return out
+
+    def _decode(self, offsets: Mapping[str, Any]) -> dict[Key, int]:
+        if not self.keyed:
+            name = self.fleet[0].name
+            return {(name, *parse_key(k)): int(n) for k, n in offsets.items()}
+        out: dict[Key, int] = {}
+        for store, topics in offsets.items():
+            if not isinstance(topics, dict):
+                raise ValueError("offsets of a fleet are keyed by store: %r is not {topic: {queue id: offset}}" % store)
+            for t, qs in topics.items():
+                for q, n in qs.items():
+                    out[(store, t, int(q))] = int(n)
+        return out
+
+    def _ranges(self) -> dict[Key, tuple[int, int]]:
+        out = {}
+        for v in self.views:
+            v.refresh()
+            for (t, q), r in v.bounds(v.queues(self.sub)).items():
+                out[(v.member.name, t, q)] = r
+        return out
 
     def initialOffset(self) -> Offsets:
-        bounds = queue_bounds_of(self.root, self.sub.queues(self.root))
-        start = starting_offsets(self.options, self.sub, self.root, bounds, stream=True)
-        if start is None:
-            return {queue_key(t, q): lo for (t, q), (lo, _) in bounds.items()}
-        return {queue_key(t, q): v for (t, q), v in start.items()}
+        out: dict[Key, int] = {}
+        for v in self.views:
+            bounds = v.bounds(v.queues(self.sub))
+            mine = member_options(self.options, self.fleet, v.member)
+            start = starting_offsets(mine, self.sub, v.member.root or "", bounds, stream=True)
+            for (t, q), (lo, _) in bounds.items():
+                out[(v.member.name, t, q)] = lo if start is None else start.get((t, q), lo)
+            for (t, q), n in (start or {}).items():
+                out.setdefault((v.member.name, t, q), n)
+        return self._encode(out)
 
-    def _latest(self) -> dict[str, int]:
+    def _latest(self) -> dict[Key, int]:
         return {k: hi for k, (_, hi) in self._ranges().items()}
 
     def reportLatestOffset(self) -> Offsets:
         """The latest offset of every subscribed queue, for the query's progress (``latestOffset``)."""
-        return self._latest()
+        return self._encode(self._latest())
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
@@ -209,8 +248,8 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:  # AvailableNow: never past what existed when the query started
             latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
         if start is None:  # PySpark 4.0/4.1 call latestOffset() without arguments
-            return latest
-        begin = dict(start)
+            return self._encode(latest)
+        begin = self._decode(start)
         for k in latest:
             if k not in begin:
                 begin[k] = ranges[k][0]  # a new queue joins at its min offset
@@ -219,10 +258,10 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 latest[k] = s  # a queue that vanished (or is outside the AvailableNow target)
             elif latest[k] < s:
                 msg = (
-                    "%s: queue %s ends at offset %d, behind the query's offset %d (was the store "
-                    "replaced or truncated?)" % (self.root, k, latest[k], s)
+                    "store %s: queue %s/%d ends at offset %d, behind the query's offset %d (was the store "
+                    "replaced or truncated?)" % (k[0], k[1], k[2], latest[k], s)
                 )
-                if self.fail_on_data_loss:
+                if self.fail_on_data_loss.get(k[0], True):
                     raise DataLossError(msg + "; set failOnDataLoss=false to wait for new messages instead")
                 log.warning("%s; waiting", msg)
                 latest[k] = s
@@ -240,34 +279,51 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = share_limit(begin, latest, int(max_rows)) if max_rows is not None else latest
         if any(end[k] > begin[k] for k in end):
             self._last_batch_ms = self.clock() * 1000.0
-        return end
+        return self._encode(end)
 
     # -- planning and reading -------------------------------------------------------------------------
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         ranges = self._ranges()
-        todo: dict[tuple[str, int], tuple[int, int]] = {}
-        for k, e in end.items():
+        begin, stop = self._decode(start), self._decode(end)
+        todo: dict[str, dict[tuple[str, int], tuple[int, int]]] = {}
+        for k, e in stop.items():
+            if k[0] not in self.by_name:
+                raise DataLossError("the query's offsets name store %s, which it no longer reads (stores: %s)"
+                                    % (k[0], ", ".join(sorted(self.by_name))))
             lo_now = ranges.get(k, (0, 0))[0]
-            s = start.get(k)
+            s = begin.get(k)
             if s is None:
                 s = lo_now  # joined in this batch
             elif s < lo_now:
                 msg = (
-                    "%s: offsets [%d, %d) of %s were deleted by the store's cleaning before they were read "
-                    "(its min offset is now %d)" % (self.root, s, min(e, lo_now), k, lo_now)
+                    "store %s: offsets [%d, %d) of %s/%d were deleted by the store's cleaning before they were read "
+                    "(its min offset is now %d)" % (k[0], s, min(e, lo_now), k[1], k[2], lo_now)
                 )
-                if self.fail_on_data_loss:
+                if self.fail_on_data_loss.get(k[0], True):
                     raise DataLossError(msg + "; set failOnDataLoss=false to skip ahead")
                 log.warning("%s; skipping ahead", msg)
                 s = lo_now
             if e > s:
-                todo[parse_key(k)] = (s, e)
+                todo.setdefault(k[0], {})[(k[1], k[2])] = (s, e)
         target = self.min_partitions or default_partitions(self.parallelism)
-        return list(plan_queue_slices(self.root, todo, self.messages_per_partition, target))
+        total = sum(e - s for r in todo.values() for s, e in r.values()) or 1
+        out: list[InputPartition] = []
+        for name, r in todo.items():
+            want = max(1, -(-target * sum(e - s for s, e in r.values()) // total))
+            out.extend(self.by_name[name].plan_queues(r, self.messages_per_partition, want))
+        return out
+
+    def _store_of(self, part: InputPartition) -> str:
+        slices = getattr(part, "slices", None)
+        one = slices[0] if slices else part
+        member = getattr(one, "member", None)
+        if member is not None:
+            return str(member.name)
+        return next((v.member.name for v in self.views if v.member.root == getattr(one, "root", None)), "")
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        f = Filters([], -1, None, None, self.verify_crc, self.fail_on_data_loss)
+        f = Filters([], -1, None, None, self.verify_crc, self.fail_on_data_loss.get(self._store_of(partition), True))
         yield from read_slice(partition, f, arrow_schema(self.schema))
 
     def commit(self, end: Offsets) -> None:
