@@ -319,3 +319,95 @@ def test_inspect_shows_the_archive_beside_the_local_data(tmp_path, archive):
     assert info["commit_log"]["min_offset"] == end and all(q["min_offset"] == 0 for q in info["queues"])
     r = CliRunner().invoke(cli, ["inspect", str(root), "-o", "archive_uri=" + archive])
     assert r.exit_code == 0 and "archive" in r.output and "0 .. %d" % end in r.output, r.output
+
+
+def test_full_index_files_are_archived_and_query_message_reads_them(tmp_path, archive):
+    """Full index files are copied once their messages are, cleaning deletes them only then, and
+    ``query_message`` finds keys of messages below the local data through the archived files, as a store that
+    kept everything local finds them (a reopened and a read-only store too)."""
+    root = tmp_path / "s"
+    small_index = {"max_hash_slot_num": 64, "max_index_num": 200}
+    with _open(root, archive, file_reserved_time=0, **small_index) as store:
+        _fill(store, 1200)
+        store._parts.index.flush()
+        want = {k: store.query_message(TOPIC, k).messages[0].body for k in ("k0", "k7", "k555", "k1100")}
+        n_local = len(store._parts.index.files)
+        assert n_local > 3
+        _archive_and_clean(store)
+        m = Manifest(open_target(archive)).load()
+        archived = m.index_files()
+        assert archived and all(r["state"] in (COPY_FINISHED, LOCAL_DELETED) for r in archived)
+        assert len(store._parts.index.files) < n_local          # some were deleted, after their copy
+        local = {os.path.basename(f.mapped_file.file_name) for f in store._parts.index.files}
+        gone = [r for r in archived if r["name"].split("/")[-1] not in local]
+        assert gone and all(r["end_phy"] < store.get_min_phy_offset() for r in gone)
+        # the archived object is the local file byte for byte (its header names its range)
+        assert open(str(tmp_path / "archive" / archived[0]["name"]), "rb").read(8) != bytes(8)
+        for k, body in want.items():
+            r = store.query_message(TOPIC, k)
+            assert [x.body for x in r.messages] == [body], k
+        assert store.query_message(TOPIC, "no-such-key").messages == []
+    for opts in ({}, {"read_only": True}):
+        with _open(root, archive, **small_index, **opts) as store:
+            for k, body in want.items():
+                assert [x.body for x in store.query_message(TOPIC, k).messages] == [body], (k, opts)
+
+
+def test_index_files_stay_local_until_archived(tmp_path):
+    """An archive that cannot be written: cleaning keeps every index file (as it keeps the other files)."""
+    folder = tmp_path / "gone"
+    root = tmp_path / "s"
+    with _open(root, "file://" + str(folder), file_reserved_time=0, max_hash_slot_num=64, max_index_num=200) as store:
+        _fill(store, 1200)
+        store._parts.index.flush()
+        shutil.rmtree(folder)
+        folder.write_bytes(b"the archive went away")                 # every write to it fails from now on
+        n = len(store._parts.index.files)
+        assert n > 3
+        _archive_and_clean(store)
+        assert len(store._parts.index.files) == n
+        assert [m.body for m in store.query_message(TOPIC, "k3").messages]
+
+
+def test_cli_get_query_and_verify_archive(tmp_path, archive):
+    """``pystore get`` and ``query`` read below the local data with ``-o archive_uri=``; ``verify --archive``
+    checks every archived object, and names one changed behind the store's back."""
+    import json
+
+    from click.testing import CliRunner
+
+    from pystore.cli import cli
+
+    root = tmp_path / "store"
+    small_index = {"max_hash_slot_num": 64, "max_index_num": 200}
+    with _open(root, archive, file_reserved_time=0, **small_index) as store:
+        put = _fill(store, 1200)
+        store._parts.index.flush()
+        _archive_and_clean(store)
+        assert store.get_min_phy_offset() > 0
+    o = ["-o", "archive_uri=" + archive, "-o", "max_hash_slot_num=64", "-o", "max_index_num=200"]
+    run = CliRunner().invoke
+    r = run(cli, ["get", str(root), TOPIC, "0", "0", "--json", *o])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["status"] == "FOUND" and got["messages"][0]["queue_offset"] == 0
+    r = run(cli, ["query", str(root), TOPIC, "k2", "--json", *o])
+    assert r.exit_code == 0, r.output
+    assert [m["keys"] for m in json.loads(r.output)["messages"]] == [["k2"]]
+    r = run(cli, ["verify", str(root), "--archive", "--json", *o])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report["ok"] and report["archive"]["commitlog_files"] >= 3 and report["archive"]["index_files"] >= 1
+    assert report["archive"]["records"] >= 1200 - len(put[0]) // 2
+    r = run(cli, ["verify", str(root), "--archive"])
+    assert r.exit_code != 0 and "archive_uri" in r.output                  # no archive to check: said so
+    # a byte of an archived commit-log object changed: named, with the exit status of a problem
+    name = sorted(os.listdir(tmp_path / "archive" / "commitlog"))[1]
+    path = tmp_path / "archive" / "commitlog" / name
+    data = bytearray(path.read_bytes())
+    data[500] ^= 0xFF
+    path.write_bytes(bytes(data))
+    r = run(cli, ["verify", str(root), "--archive", "--json", *o])
+    report = json.loads(r.output)
+    assert r.exit_code != 0 and not report["ok"]
+    assert any(p["path"].endswith("commitlog/" + name) for p in report["archive"]["problems"])

@@ -10,6 +10,8 @@ stores alike); a writer also runs its ``ArchiveService`` (``service``) and clean
   over a view of that queue file cut after a span of units whose records were all fetched (archived commit-log
   files from the cache, local files for what is still local), so every status, offset and message is what the
   same read of local files gives; a read that reaches the cut ends there, and the next starts from it.
+- ``select_index``: ``query_message``'s keys in the archived index files no longer local (their messages
+  then read through ``look_message``).
 - ``queue_min_offset`` / ``min_phy_offset``: where the archive's data begins.
 
 What RocketMQ 5's tiered store does differently and pystore does not copy: it serves a queue from a separate
@@ -26,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from pystore.archive.cache import ArchiveCache
 from pystore.archive.manifest import VISIBLE, Manifest
 from pystore.archive.target import open_target
-from pystore.archive.uploader import ArchiveService, commitlog_object, queue_object
+from pystore.archive.uploader import ArchiveService, commitlog_object, index_object, queue_object
+from pystore.index._index import IndexFileCore, select_in_files
 from pystore.log._mapped_file import MappedFile
 from pystore.log._records import message_at
 from pystore.queue._units import ConsumeQueueCore
@@ -34,6 +37,7 @@ from pystore.read._read import read_queue
 
 if TYPE_CHECKING:
     from pystore.config import StoreConfig
+    from pystore.index.service import IndexService
     from pystore.log.commitlog import CommitLog
     from pystore.message._message_ext import MessageExt
     from pystore.queue.consume_queue import ConsumeQueue
@@ -70,9 +74,10 @@ class Archive:
         self.loaded = False
         self.last_error: str | None = None
 
-    def serve(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, dispatched: Callable[[], int]) -> ArchiveService:
+    def serve(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, dispatched: Callable[[], int],
+              index: IndexService | None = None) -> ArchiveService:
         """A writer's archiving service for this archive (the store starts and stops it with its others)."""
-        self.service = ArchiveService(self.target, self.manifest, commitlog, cq_store, self.config, dispatched)
+        self.service = ArchiveService(self.target, self.manifest, commitlog, cq_store, self.config, dispatched, index)
         return self.service
 
     def ensure_loaded(self) -> None:
@@ -102,6 +107,17 @@ class Archive:
         self.service.record_deleted([(commitlog_object(f), "commitlog", f.file_from_offset, f.file_size)
                                      for f in before if id(f) not in kept])
 
+    def index_file_archived(self, f: IndexFileCore) -> bool:
+        return self.manifest.state_of(index_object(f.mapped_file)) in VISIBLE
+
+    def record_index_deleted(self, before: list[IndexFileCore], after: list[IndexFileCore]) -> None:
+        """Cleaning deleted the index files of ``before`` not in ``after``: their records say so."""
+        if self.service is None:
+            return
+        kept = {id(f) for f in after}
+        self.service.record_deleted([(index_object(f.mapped_file), "index", 0, f.mapped_file.file_size)
+                                     for f in before if id(f) not in kept])
+
     # -- where the archive begins -----------------------------------------------------------------------------
 
     def min_phy_offset(self) -> int:
@@ -129,6 +145,30 @@ class Archive:
             return message_at([mf], mf.file_size, offset, self.config.check_crc_on_read)
         finally:
             mf.release()
+
+    def select_index(self, full_key: str, max_num: int, begin: int, end: int, out: list[int],
+                     local_names: set[str]) -> None:
+        """Append to ``out`` the commit-log offsets of ``full_key``'s entries (``topic#key``) stored in [begin, end]
+        from the archived index files that are no longer local (newest first, one fetched file at a time), until
+        ``max_num``: ``query_message`` below the local index."""
+        self.ensure_loaded()
+        self.refresh()
+        for r in reversed(self.manifest.index_files()):
+            if len(out) >= max_num:
+                break
+            if r["name"].rsplit("/", 1)[-1] in local_names or "slots" not in r:
+                continue
+            if r["end_ts"] < begin:
+                break                             # older files end earlier still
+            if r["begin_ts"] > end:
+                continue
+            mf = self.cache.mapped(r)
+            try:
+                core = IndexFileCore(mf, int(r["slots"]), int(r["entries"]))
+                core.load_header()
+                select_in_files([core], full_key, max_num - len(out), begin, end, out)
+            finally:
+                mf.release()
 
     def get_message(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     local_min: int, cl: CommitLog, limits: ReadLimits, tag_codes: Any, tag_names: Any, filt: Any,

@@ -181,7 +181,11 @@ class CleanConsumeQueue:
             if n and interval > 0:
                 self.sleep(interval / 1000)
         if index is not None:
-            deleted += index.delete_expired_file(min_offset)
+            before = list(index.files)
+            n = index.delete_expired_file(min_offset, None if archive is None else archive.index_file_archived)
+            if n and archive is not None:
+                archive.record_index_deleted(before, index.files)
+            deleted += n
         if deleted:
             log.info("%s: deleted %d consume-queue/index file(s) below commit-log offset %d",
                      self.config.store_path_root_dir, deleted, min_offset)

@@ -506,7 +506,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
                          archive=parts.archive)
     services.append(clean)
     if parts.archive is not None:   # sealed files copied once flushed and dispatched (inline: as they are written)
-        services.append(parts.archive.serve(cl, parts.cq_store, cl.get_max_offset if inline else lambda: reput.reput_from))
+        services.append(parts.archive.serve(cl, parts.cq_store, cl.get_max_offset if inline else lambda: reput.reput_from,
+                                            parts.index))
     services.append(FlushConsumeQueueService(parts.cq_store, parts.index, parts.dispatcher, cfg, checkpoint,
                                              clock=clock))
     if parts.index is not None:

@@ -319,10 +319,12 @@ class IndexService:
                    phy_offset, store_ts, sys_flag)
 
     def query_messages(self, commitlog: Any, topic: str, key: str, max_num: int, begin: int,
-                       end: int) -> QueryMessageResult:
+                       end: int, more: Callable[[str, int, int, int, list[int]], None] | None = None
+                       ) -> QueryMessageResult:
         """``MessageStore.query_message``: the messages of ``topic`` in ``commitlog`` whose keys (or
         ``UNIQ_KEY``) include ``key``, stored in [begin, end], in offset order; at most
-        ``max_msgs_num_batch`` (said once in the log when ``max_num`` asks for more)."""
+        ``max_msgs_num_batch`` (said once in the log when ``max_num`` asks for more). ``more(full_key, max_num,
+        begin, end, out)`` adds the offsets of files beyond these (the archive's)."""
         if max_num > self.max_msgs_num_batch and not self._cap_warned:
             self._cap_warned = True
             log.warning("%s: query_message(max_num=%d) returns at most %d messages (max_msgs_num_batch, RocketMQ's "
@@ -335,6 +337,8 @@ class IndexService:
         for _ in range(3):                       # RocketMQ queries up to three rounds
             offsets: list[int] = []
             last_ts, last_phy = self._select(topic, key, max_num, begin, hi, offsets)
+            if more is not None and len(offsets) < min(max_num, self.max_msgs_num_batch):
+                more(topic + "#" + key, min(max_num, self.max_msgs_num_batch) - len(offsets), begin, hi, offsets)
             if len(offsets) > 1:
                 offsets.sort()
             for off in offsets:
@@ -374,12 +378,13 @@ class IndexService:
             builder.build_locked()
             return select_in_files(self._files, full_key, max_num, begin, end, out)
 
-    def delete_expired_file(self, min_offset: int) -> int:
-        """Delete files (never the newest) whose entries all point below ``min_offset``."""
+    def delete_expired_file(self, min_offset: int, archived: Callable[[IndexFileCore], bool] | None = None) -> int:
+        """Delete files (never the newest) whose entries all point below ``min_offset`` (with ``archived``, a
+        store's archive tier: only files whose copy is finished, oldest first)."""
         files = self._files
         gone = []
         for f in files[:-1]:
-            if f.end_phy_offset < min_offset:
+            if f.end_phy_offset < min_offset and (archived is None or archived(f)):
                 gone.append(f)
             else:
                 break

@@ -18,6 +18,7 @@ Thread-safety: any number of threads read at once; ``attach`` and ``closed`` are
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -313,4 +314,27 @@ class StoreReads:
         if index is None:
             return QueryMessageResult([], 0, 0)
         self.refresh()
-        return index.query_messages(cl, topic, key, max_num, begin, end)
+        archive = self.parts.archive  # type: ignore[union-attr]
+        if archive is None:
+            return index.query_messages(cl, topic, key, max_num, begin, end)
+        # keys of messages below the local data: the archived index files no longer here, read through the archive
+        local = {os.path.basename(f.mapped_file.file_name) for f in index.files}
+        return index.query_messages(_WithArchive(self, cl), topic, key, max_num, begin, end,
+                                    lambda k, n, b, e, out: archive.select_index(k, n, b, e, out, local))
+
+
+class _WithArchive:
+    """The commit log as ``query_message`` reads it with an archive: a record below the local data from there."""
+
+    def __init__(self, reads: StoreReads, cl: CommitLog) -> None:
+        self.reads = reads
+        self.cl = cl
+
+    def look_message_by_offset(self, offset: int) -> MessageExt | None:
+        return self.reads.look_message_by_offset(offset)
+
+    def pickup_store_timestamp(self, offset: int) -> int:
+        if offset >= self.cl.get_min_offset():
+            return self.cl.pickup_store_timestamp(offset)
+        m = self.reads.look_message_by_offset(offset)
+        return -1 if m is None else m.store_timestamp
