@@ -16,7 +16,7 @@ MAP = ROOT / "docs" / "architecture.md"
 SOURCES = (".py", ".pyx", ".pxd", ".h")
 
 # The packages from the ground up: a package may import from a lower rank (or its own), not from a higher one.
-RANK: dict[str, float] = {"system": 0, "format": 1, "message": 1, "log": 2, "index": 3, "queue": 4, "read": 5,
+RANK: dict[str, float] = {"system": 0, "format": 1, "message": 1, "log": 2, "index": 3, "queue": 4, "timer": 4.5, "read": 5,
         "archive": 5.5, "columns": 6, "consumer": 6, "ha": 6, "engine": 7, "spark": 8, "cli": 9}
 # The top-level modules: the errors and statuses at the ground (anyone may import them); the configuration just
 # above the record format (it takes the unit size from there); the offline tools beside the reads.
