@@ -152,6 +152,9 @@ class StoreConfig:
     archive_uri: str = ""
     archive_options: dict[str, typing.Any] = field(default_factory=dict)
     archive_local_retention_hours: int = 0
+    # with an archive: the local commit log's size above which its oldest archived files are deleted at once,
+    # whatever their age (0: no such bound; files still go only once their copy finished)
+    archive_local_retention_bytes: int = 0
     archive_cache_bytes: int = 256 * 1024 * 1024
     archive_interval_ms: int = 1_000
     # pystore: recovery truncates at damage that valid, already-flushed records follow, instead of raising
@@ -324,6 +327,7 @@ _INT_RANGES = {
     "mapped_file_size_consume_queue": (_CQ_STORE_UNIT_SIZE, _JAVA_INT_MAX),
     "prefault_window_bytes": (0, 2**40),
     "archive_local_retention_hours": (0, _JAVA_INT_MAX),
+    "archive_local_retention_bytes": (0, 2**62),
     "archive_cache_bytes": (1 << 20, 2**50),
     "archive_interval_ms": (10, 3_600_000),
     "flush_commit_log_min_gap": (0, 60_000),

@@ -411,3 +411,22 @@ def test_cli_get_query_and_verify_archive(tmp_path, archive):
     report = json.loads(r.output)
     assert r.exit_code != 0 and not report["ok"]
     assert any(p["path"].endswith("commitlog/" + name) for p in report["archive"]["problems"])
+
+
+def test_local_retention_bytes_deletes_copied_files_at_any_age(tmp_path, archive):
+    """``archive_local_retention_bytes``: the oldest copied files go at once, whatever their age, until the local
+    log fits; files not yet copied stay however large the log; every message still reads back."""
+    size = GEOMETRY["mapped_file_size_commit_log"]
+    with _open(tmp_path / "s", archive, archive_local_retention_bytes=2 * size) as store:
+        put = _fill(store, 1500)
+        n_files = len(store._parts.commitlog.queue.files)
+        assert n_files > 4
+        assert store.clean_files()[0] == 0                       # nothing copied yet: nothing deleted
+        assert len(store._parts.commitlog.queue.files) == n_files
+        _archive_pass(store)
+        store.clean_files()
+        files = store._parts.commitlog.queue.files
+        assert len(files) <= 2 and store.get_min_phy_offset() > 0
+        assert store.get_min_phy_offset() <= store.archive_info()["end_phy_offset"]
+        for q in put:
+            assert _read_all(store, q)[0] == put[q]

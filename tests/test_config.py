@@ -92,6 +92,7 @@ EXTRA_DEFAULTS = [
     ("archive_uri", ""),
     ("archive_options", {}),
     ("archive_local_retention_hours", 0),
+    ("archive_local_retention_bytes", 0),
     ("archive_cache_bytes", 256 * 1024 * 1024),
     ("archive_interval_ms", 1_000),
     ("recover_truncate_corrupted", False),
@@ -472,6 +473,7 @@ _SPECIAL = {
     "archive_uri": st.sampled_from(["", "file:///tmp/archive", "s3://bucket/a prefix/x", "gs://b"]),
     "archive_options": st.dictionaries(st.text(min_size=1), st.integers() | st.text() | st.booleans(), max_size=3),
     "archive_local_retention_hours": st.integers(0, _INT_MAX),
+    "archive_local_retention_bytes": st.integers(0, 2**62),
     "archive_cache_bytes": st.integers(1 << 20, 2**50),
     "archive_interval_ms": st.integers(10, 3_600_000),
 }

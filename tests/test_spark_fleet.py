@@ -137,6 +137,11 @@ def test_members_are_named_and_a_root_joins_its_archive(fleet):
     # the stores option, explicit names, archive options carried as canonical JSON
     ms = members({"stores": "x=%s" % fleet["c"][0], "archive_options": '{"b": 1, "a": 2}'})
     assert ms == [Member("x", fleet["c"][0], None, '{"a": 2, "b": 1}')]
+    # storeNames: one name per location, in order (a root and an archive of one name are one store)
+    ms = members({"path": "%s,%s,%s" % (fleet["a"][0], fleet["a"][1], fleet["c"][0]), "storenames": "x,x,y"})
+    assert [(m.name, m.root is not None, m.archive is not None) for m in ms] == [("x", True, True), ("y", True, False)]
+    with pytest.raises(OptionError, match="storeNames"):
+        members({"path": fleet["c"][0], "storenames": "x,y"})
     with pytest.raises(OptionError, match="stores and load"):
         members({"stores": fleet["c"][0], "path": fleet["c"][0]})
     with pytest.raises(OptionError, match="two archives"):

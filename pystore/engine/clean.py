@@ -19,7 +19,9 @@ after ``start()``. A pass:
 
 With an archive (``archive_uri``, ``pystore.archive``) a commit-log or consume-queue file is deleted only once
 its copy to the archive is finished (disk pressure included: the store fills up rather than lose data), and
-``archive_local_retention_hours`` (when not 0) replaces ``file_reserved_time`` as the local expiry.
+``archive_local_retention_hours`` (when not 0) replaces ``file_reserved_time`` as the local expiry;
+``archive_local_retention_bytes`` (when not 0) deletes the oldest archived files at once, whatever their age,
+while the local commit log is larger (pystore's: RocketMQ 5's tiered store keeps local data by time only).
 
 Every decision reads injected collaborators, never the machine or the store's insides: the time (expiry,
 the delete hours, the hanged-file retry) is the store's ``clock``, the disk ratio is ``used / total`` of what
@@ -87,6 +89,9 @@ class CleanCommitLog:
         time_up = self.is_time_to_delete()
         space_full = self.is_space_to_delete()
         manual = self.manual_passes > 0
+        over = self._over_local_bytes()
+        if over:
+            return self._delete_archived(over)
         if not (time_up or space_full or manual):
             return 0
         if manual:
@@ -109,6 +114,31 @@ class CleanCommitLog:
                      "now %d", self.root, n, time_up, space_full, manual, clean_at_once, cl.get_min_offset())
         elif space_full:
             log.warning("%s: the disk is full but no commit-log file could be deleted", self.root)
+        return n
+
+    def _over_local_bytes(self) -> int:
+        """With ``archive_local_retention_bytes``: how far the local commit log's files exceed it (0: not)."""
+        limit = self.config.archive_local_retention_bytes
+        if self.archive is None or limit <= 0:
+            return 0
+        files = self.commitlog.queue.files
+        return max(0, sum(f.file_size for f in files) - limit)
+
+    def _delete_archived(self, over: int) -> int:
+        """Delete the oldest local commit-log files whose copy finished, whatever their age, until the local log is
+        within ``archive_local_retention_bytes`` (never the newest; at most ``delete_file_batch_max`` a pass)."""
+        cfg, cl = self.config, self.commitlog
+        assert self.archive is not None
+        size = max(1, cl.queue.mapped_file_size)
+        before = cl.queue.files
+        n = cl.queue.delete_expired_file_by_time(
+            0, cfg.delete_commit_log_files_interval, cfg.destroy_mapped_file_interval_forcibly, True,
+            min(cfg.delete_file_batch_max, -(-over // size)), now=self.clock(), sleep=self.sleep,
+            archived_below=self.archive.deletable_end())
+        if n:
+            self.archive.record_deleted(before, cl.queue.files)
+            log.info("%s: deleted %d archived commit-log file(s) over archive_local_retention_bytes (%d); min offset "
+                     "now %d", self.root, n, cfg.archive_local_retention_bytes, cl.get_min_offset())
         return n
 
     def redelete_hanged_file(self) -> None:

@@ -6,7 +6,8 @@
 * a URI (``s3://bucket/prefix``, ``file:///mnt/archive``, any ``pyarrow.fs`` URI) is a store's archive
   (``archive_uri``), opened with the ``archive_options`` option (JSON, handed to the ``pyarrow.fs`` file system).
 
-A store's name is the one given, else the location's last folder (``/data/broker-a/store`` -> ``broker-a``: a
+A store's name is the one given (``name=location``, or the ``storeNames`` option: one name per location, in
+order), else the location's last folder (``/data/broker-a/store`` -> ``broker-a``: a
 broker's ``store/`` folder is named by its parent; ``s3://arch/broker-a`` -> ``broker-a``). A root and an
 archive of the same name are one store: its archived files below the local data are read from the archive,
 the rest from the root. Names key the offsets of a fleet (``{"broker-a": {"Orders": {"0": 123}}}``); two
@@ -95,6 +96,15 @@ def members(options: Mapping[str, str]) -> list[Member]:
         m = _NAMED.match(loc)
         name, where = (m.group(1), m.group(2).strip()) if m and not _URI.match(loc) else (None, loc)
         given.append((name, where, bool(_URI.match(where))))
+    raw_names = (option_value(options, "storeNames") or "").strip()
+    if raw_names:
+        names = [n.strip() for n in raw_names.split(",")]
+        if len(names) != len(given) or not all(names):
+            raise OptionError("option storeNames: %d name(s) for %d location(s) (%r): one name per location, in "
+                              "order" % (len(names), len(given), raw_names))
+        if any(name is not None for name, _w, _a in given):
+            raise OptionError("option storeNames and name=location: name the stores one way")
+        given = [(n, where, arch) for n, (_none, where, arch) in zip(names, given, strict=True)]
     derived = [name or _derived_name(where, arch) for name, where, arch in given]
     # two locations of one kind under one derived name: each keeps its whole location as its name
     for i, (name, where, arch) in enumerate(given):

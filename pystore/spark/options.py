@@ -45,7 +45,7 @@ _KAFKA_BOTH = _SUBSCRIBE + (
     "failOnDataLoss", "maxRecordsPerPartition",
 )
 # a fleet of stores (pystore.spark.fleet): named locations, and the archives' file system options
-_FLEET = ("stores", "archive_options")
+_FLEET = ("stores", "storeNames", "archive_options")
 #: The options of each use, as documented (case is Spark's to ignore).
 BATCH_READ = frozenset(
     _SPARK_OWN + _KAFKA_BOTH + _FLEET + (
