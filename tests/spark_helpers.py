@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from typing import Any
 
 import reference_codec as ref
@@ -250,3 +251,30 @@ def project_rows(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str,
             d[n] = [(k, v.encode("utf-8")) for k, v in r["properties"].items()] if n == "headers" else r[n]
         out.append(d)
     return canonical(out)
+
+
+def start_spark(app: str) -> Any:
+    """A local[2] session for the tests (2 partitions, UTC, quiet, a small JVM), with the pystore source
+    registered; the Python workers import pystore and these helpers from the tests' own path."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    import pystore.spark
+
+    pystore.spark.register(session)
+    return session

@@ -32,6 +32,7 @@ from spark_helpers import (  # noqa: E402
     scan_commit_log,
     sort_rows,
     spark_rows,
+    start_spark,
 )
 
 from pystore import Message, MessageStore  # noqa: E402
@@ -55,27 +56,7 @@ class StepClock:
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # workers import pystore + helpers
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pystore-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    import pystore.spark
-
-    pystore.spark.register(session)
+    session = start_spark("pystore-tests")
     yield session
     session.stop()
 

@@ -10,12 +10,16 @@ import json
 import os
 import pickle
 import shutil
-import sys
 from collections import Counter
 from typing import Any
 
-import pyarrow as pa
 import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installed")
+
+import pyarrow as pa  # noqa: E402
+from spark_helpers import start_spark  # noqa: E402
 
 from pystore import Message, MessageStore
 from pystore.archive.target import ArchiveTarget
@@ -28,6 +32,7 @@ from pystore.spark.stream import PystoreStreamReader
 from pystore.status import GetMessageStatus
 
 pytest_plugins = ["s3server"]
+pytestmark = pytest.mark.spark
 
 GEOMETRY = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 64,
             "max_hash_slot_num": 1024, "max_index_num": 4096}
@@ -331,27 +336,7 @@ def test_stream_fail_on_data_loss_per_store(fleet):
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pystore-fleet-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    import pystore.spark
-
-    pystore.spark.register(session)
+    session = start_spark("pystore-fleet-tests")
     yield session
     session.stop()
 
