@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: recovery and the engine: the store facade, checkpoint, cleaning, put waits, delay levels, inspection,
 #: verification, flags, refusals
 ENGINE = ["recovery", "recovery_plan", "queue_damage", "store", "checkpoint", "clean", "put_waits", "schedule",
-          "storeinfo", "verify", "running_flags", "refusal"]
+          "storeinfo", "engine/verify", "running_flags", "refusal"]
 #: with the modules whose errors recovery's own check reported
 STRICT = [*ENGINE, "errors", "pool", "slave", "flush"]
 
@@ -35,7 +35,8 @@ CONFIG_OVERRIDES = {"config_overrides", "overrides"}
 
 def _source(module: str) -> Path:
     """The file of ``module`` wherever it lies under ``pystore/`` (but ``pystore/cli``, whose commands share some of
-    the names), so that the lists above outlive moving the modules into subpackages."""
+    the names), so that the lists above outlive moving the modules into subpackages. A name another subpackage
+    also uses is given with its folder (``engine/verify``: the archive has its own ``verify``)."""
     found = [p for p in (ROOT / "pystore").rglob(module + ".py") if "cli" not in p.relative_to(ROOT).parts]
     assert len(found) == 1, (module, found)
     return found[0]
