@@ -175,6 +175,21 @@ class StoreConfig:
     # one msync (what ASYNC_FLUSH may lose to a power cut grows by as much; RocketMQ's timed interval is
     # 500 ms). 0: none
     flush_commit_log_min_gap: int = 100
+    # RocketMQ 5's timer messages (pystore.timer; docs/api.md "Timers"): the put-side transform and the timer
+    # store's services. timer_precision_ms is rounded down to 100, 200, 500 or 1000 as RocketMQ's setter does;
+    # timer_roll_window_slots is RocketMQ's timerRollWindowSlot (slots, whatever the precision)
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    timer_roll_window_slots: int = 3600 * 24 * 2
+    mapped_file_size_timer_log: int = 100 * 1024 * 1024
+    timer_flush_interval_ms: int = 1000
+    timer_congest_num_each_slot: int = 2**31 - 1
+    timer_enable_retry_until_success: bool = False
+    timer_skip_unknown_error: bool = False
+    timer_stop_enqueue: bool = False
+    timer_stop_dequeue: bool = False
+    timer_progress_log_interval_ms: int = 10_000
     # What from_properties() could not place; not a setting.
     unknown_keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
@@ -332,6 +347,9 @@ _INT_RANGES = {
     "archive_interval_ms": (10, 3_600_000),
     "flush_commit_log_min_gap": (0, 60_000),
     "index_build_nice": (0, 19),
+    # a timer-log file holds at least one 52-byte unit and the 16-byte blank that ends it (TimerLog)
+    "mapped_file_size_timer_log": (68, _JAVA_INT_MAX),
+    "timer_flush_interval_ms": (10, 3_600_000),
     "disk_max_used_space_ratio": (10, 95),
     "access_message_in_memory_max_ratio": (0, 100),
     "ha_listen_port": (0, 65535),
@@ -425,6 +443,12 @@ def _check_int(name: str, value: typing.Any, root: typing.Any) -> int:
     lowest, highest = _INT_RANGES.get(name, (1, _JAVA_INT_MAX))
     if name == "mapped_file_size_consume_queue" and value > 0:
         value = -(-value // _CQ_STORE_UNIT_SIZE) * _CQ_STORE_UNIT_SIZE
+    elif name == "timer_precision_ms" and lowest <= value <= highest:
+        # MessageStoreConfig.setTimerPrecisionMs: the largest of 100, 200, 500, 1000 not above the value
+        rounded = max([p for p in (100, 200, 500, 1000) if p <= value] or [100])
+        if rounded != value:
+            log.debug("%s: timer_precision_ms %d rounded to %d as RocketMQ does", root, value, rounded)
+        return rounded
     elif name == "disk_max_used_space_ratio" and not lowest <= value <= highest:
         clamped = min(max(value, lowest), highest)
         log.debug("%s: disk_max_used_space_ratio %d clamped to %d as RocketMQ does", root, value, clamped)
@@ -485,6 +509,7 @@ _ROCKETMQ_KEYS = {
     "destroy_mapped_file_interval_forcibly": "destroyMapedFileIntervalForcibly",
     "warm_mapped_file_enable": "warmMapedFileEnable",
     "flush_least_pages_when_warm_mapped_file": "flushLeastPagesWhenWarmMapedFile",
+    "timer_roll_window_slots": "timerRollWindowSlot",
 }
 # Also read: the spellings of RocketMQ before 4.4.
 _KEY_TO_FIELD = {

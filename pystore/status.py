@@ -32,6 +32,11 @@ class PutMessageStatus(_Named):
     PROPERTIES_SIZE_EXCEEDED = 7
     OS_PAGE_CACHE_BUSY = 8
     UNKNOWN_ERROR = 9
+    # 5.x: RocketMQ 5's timer messages (pystore.timer): a slot over timer_congest_num_each_slot, a timer
+    # property that is not a delay the store takes, a timer message while timer_wheel_enable is off
+    WHEEL_TIMER_FLOW_CONTROL = 10
+    WHEEL_TIMER_MSG_ILLEGAL = 11
+    WHEEL_TIMER_NOT_ENABLE = 12
 
 
 class AppendMessageStatus(_Named):

@@ -99,6 +99,18 @@ EXTRA_DEFAULTS = [
     ("prefault_window_bytes", 4 * 1024 * 1024),
     ("follow_put_cpu", True),
     ("flush_commit_log_min_gap", 100),
+    ("timer_wheel_enable", True),
+    ("timer_precision_ms", 1000),
+    ("timer_max_delay_sec", 259_200),
+    ("timer_roll_window_slots", 172_800),
+    ("mapped_file_size_timer_log", 100 * 1024 * 1024),
+    ("timer_flush_interval_ms", 1000),
+    ("timer_congest_num_each_slot", 2**31 - 1),
+    ("timer_enable_retry_until_success", False),
+    ("timer_skip_unknown_error", False),
+    ("timer_stop_enqueue", False),
+    ("timer_stop_dequeue", False),
+    ("timer_progress_log_interval_ms", 10_000),
 ]
 
 
@@ -357,6 +369,23 @@ def test_disk_max_used_space_ratio_is_clamped(given, clamped):
     assert StoreConfig(disk_max_used_space_ratio=given).disk_max_used_space_ratio == clamped
 
 
+@pytest.mark.parametrize(("given", "rounded"), [(1, 100), (100, 100), (199, 100), (200, 200), (499, 200),
+                                                 (500, 500), (999, 500), (1000, 1000), (60_000, 1000)])
+def test_timer_precision_ms_is_rounded_down_as_rocketmq(given, rounded):
+    # MessageStoreConfig.setTimerPrecisionMs keeps 100, 200, 500 or 1000
+    assert StoreConfig(timer_precision_ms=given).timer_precision_ms == rounded
+    assert StoreConfig.from_properties("timerPrecisionMs=%d" % given).timer_precision_ms == rounded
+
+
+def test_timer_keys_are_rocketmqs():
+    text = StoreConfig(timer_roll_window_slots=7200, mapped_file_size_timer_log=4096, timer_max_delay_sec=60,
+                       timer_wheel_enable=False).to_properties()
+    assert set(text.splitlines()) == {"timerRollWindowSlot=7200", "mappedFileSizeTimerLog=4096",
+                                      "timerMaxDelaySec=60", "timerWheelEnable=false"}
+    with pytest.raises(ConfigError, match="mapped_file_size_timer_log"):
+        StoreConfig(mapped_file_size_timer_log=67)
+
+
 def test_validate_after_mutation_and_replace():
     config = StoreConfig()
     config.flush_disk_type = "SYNC_FLUSH"
@@ -476,6 +505,8 @@ _SPECIAL = {
     "archive_local_retention_bytes": st.integers(0, 2**62),
     "archive_cache_bytes": st.integers(1 << 20, 2**50),
     "archive_interval_ms": st.integers(10, 3_600_000),
+    "mapped_file_size_timer_log": st.integers(68, _INT_MAX),
+    "timer_flush_interval_ms": st.integers(10, 3_600_000),
 }
 
 

@@ -61,6 +61,9 @@ cdef class CommitLogCore:
     cdef readonly int64_t ready_rolls       # rolls that took the ready file (the others called ``roll_file``)
     cdef public object after_put
     cdef public object delay_rewrite
+    # RocketMQ 5's timer transform (pystore.timer.timer_put): called only for a message with a timer property
+    # (Message._timer); returns the message to store, or (status, reason) to refuse it
+    cdef public object timer_rewrite
     cdef public object flush_wakeup
     cdef int64_t flush_notified       # the flush service was woken since it last looked (cleared by it)
     # The flush service's wake-up when it waits in C (``_flush_wait``): _notify's state word, in this process's

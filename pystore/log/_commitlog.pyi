@@ -17,6 +17,7 @@ from pystore.log._results import PutMessageResult
 from pystore.log._shared_lock import SharedLock
 from pystore.message._message import Message
 from pystore.message._message_batch import MessageBatch
+from pystore.status import PutMessageStatus
 
 BUCKET_NAMES: Final[tuple[str, ...]]
 
@@ -49,6 +50,7 @@ class CommitLogCore:
     def ready_rolls(self) -> int: ...
     after_put: Callable[[PutMessageResult, Message | MessageBatch], PutMessageResult] | None
     delay_rewrite: Callable[[Message], Message | None] | None
+    timer_rewrite: Callable[[Message], Message | tuple[PutMessageStatus, str]] | None
     flush_wakeup: Callable[[], object] | None
     flush_wake_c: bool
     put_cpu: int

@@ -14,7 +14,9 @@ flush cycle) and, if set, the ``after_put`` hook decides the final status (group
 
 Policy stays in Python (``commitlog.CommitLog``, which holds this core as its ``core``): the hooks it and the wiring
 set say where the next file comes from (``roll_file``), what happens after a put (``after_put``), delay-level
-rewriting (``delay_rewrite``), whether the store is writeable.
+rewriting (``delay_rewrite``), RocketMQ 5's timer transform (``timer_rewrite``, called only for a message with a
+timer property, before the delay rewrite as ``HookUtils.handleScheduleMessage`` orders them; batches never call it,
+as RocketMQ's hook skips a ``MessageExtBatch``), whether the store is writeable.
 
 Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by
 default (an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a big
@@ -194,6 +196,14 @@ cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
     cdef PutMessageResult r = put_failed(status)
     cl.put_failed_times += 1
     r._refused = (what, cl.config)
+    return r
+
+
+cdef PutMessageResult _refused_because(CommitLogCore cl, object msg, tuple refusal):
+    """A put the timer hook refused: ``refusal`` is (status, reason); the reason is kept in words, since it
+    depends on the clock at the time of the put and cannot be derived again afterwards."""
+    cdef PutMessageResult r = _refused(cl, msg, refusal[0])
+    r._refused = (refusal[1], cl.config)
     return r
 
 
@@ -562,11 +572,20 @@ cdef class CommitLogCore:
         cdef int code
         cdef object status = None
         cdef PutMessageResult result
+        cdef object rewritten
         if not self.writeable:
             return _refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
         code = own_refusal(msg, self.max_message_size)
         if code != REFUSE_NONE:
             return _refused(self, msg, refusal_status(code))
+        if msg._timer and self.timer_rewrite is not None and enters_queue(msg._sys_flag):
+            rewritten = self.timer_rewrite(msg)
+            if not isinstance(rewritten, Message):
+                return _refused_because(self, msg, <tuple>rewritten)
+            msg = <Message>rewritten
+            code = own_refusal(msg, self.max_message_size)
+            if code != REFUSE_NONE:
+                return _refused(self, msg, refusal_status(code))
         if msg._delay_level > 0 and self.delay_rewrite is not None and enters_queue(msg._sys_flag):
             msg = self.delay_rewrite(msg)
             code = own_refusal(msg, self.max_message_size)

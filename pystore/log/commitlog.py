@@ -29,6 +29,7 @@ from pystore.message._message import Message
 from pystore.message._message_batch import MessageBatch
 from pystore.message._message_ext import MessageExt
 from pystore.queue._timesearch import pickup_store_timestamp, queue_offset_by_time
+from pystore.status import PutMessageStatus
 from pystore.system.core_field import CoreField
 from pystore.system.crashpoint import crashpoint
 
@@ -46,6 +47,7 @@ class CommitLog:
     roll_file: CoreField[Callable[[int], MappedFile | None] | None] = CoreField()
     after_put: CoreField[Callable[[PutMessageResult, Message | MessageBatch], PutMessageResult] | None] = CoreField()
     delay_rewrite: CoreField[Callable[[Message], Message | None] | None] = CoreField()
+    timer_rewrite: CoreField[Callable[[Message], Message | tuple[PutMessageStatus, str]] | None] = CoreField()
     flush_wakeup: CoreField[Callable[[], object] | None] = CoreField()
     flush_wake_c: CoreField[bool] = CoreField()
     put_cpu: CoreField[int] = CoreField()

@@ -124,13 +124,15 @@ _GENERIC = {
 }
 
 
-def refusal_reason_of(what: Message | MessageBatch | None, config: StoreConfig | None,
+def refusal_reason_of(what: Message | MessageBatch | str | None, config: StoreConfig | None,
                       status: PutMessageStatus) -> str | None:
     """``PutMessageResult.reason``: why a put of ``what`` (a message, a batch, or None when the result does not
     say) into a store with ``config`` ended with ``status``. For a batch, the first of its messages that is
     refused on its own, else what holds for the batch as a whole."""
     if status is PutMessageStatus.PUT_OK:
         return None
+    if isinstance(what, str):
+        return what             # a timer refusal: the put path kept its words (they depend on the put's clock)
     if status in _STATUS_TEXT or config is None:
         return _STATUS_TEXT.get(status) or _GENERIC.get(status) or status.name
     if isinstance(what, MessageBatch):

@@ -29,6 +29,7 @@ cdef class Message:
     cdef int _version                 # 1 or 2 (topic longer than 127 characters)
     cdef int64_t _tags_code
     cdef int32_t _delay_level
+    cdef bint _timer                  # a RocketMQ 5 timer property is set: the put path calls its timer hook
     cdef bint _has_keys               # KEYS or UNIQ_KEY present: the index wants it
     cdef bint _frozen                 # a from_bodies template: every setter refuses
 

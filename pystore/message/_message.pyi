@@ -34,6 +34,8 @@ class Message:
         sys_flag: int = 0,
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
+        deliver_at_ms: int | None = None,
+        delay_ms: int | None = None,
     ) -> None: ...
     @property
     def topic(self) -> str: ...

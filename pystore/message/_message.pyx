@@ -142,6 +142,16 @@ cdef inline tuple _checked_host(object host):
     return t
 
 
+cdef tuple _timer_property(object deliver_at_ms, object delay_ms):
+    """(property name, value) of ``Message(deliver_at_ms=..., delay_ms=...)``: one of the two, a non-negative int
+    that fits the Java long RocketMQ parses it into."""
+    if deliver_at_ms is not None and delay_ms is not None:
+        raise ValueError("deliver_at_ms and delay_ms are two delays for one message: give one of them")
+    if deliver_at_ms is not None:
+        return "TIMER_DELIVER_MS", str(int_arg(deliver_at_ms, "deliver_at_ms", 0, INT64_MAX))
+    return "TIMER_DELAY_MS", str(int_arg(delay_ms, "delay_ms", 0, INT64_MAX))
+
+
 cdef object _keys_text(keys):
     """The stored KEYS text of ``keys`` (str, or an iterable of str joined by spaces), None for None. A C
     function, not a static method: a Message is built per put, and the method lookup cost ~300 instructions."""
@@ -162,11 +172,17 @@ cdef object _keys_text(keys):
 cdef class Message:
     """A message to put: ``Message(topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
     delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None, born_host=("127.0.0.1", 0), sys_flag=0,
-    reconsume_times=0, prepared_transaction_offset=0)``.
+    reconsume_times=0, prepared_transaction_offset=0, deliver_at_ms=None, delay_ms=None)``.
 
     ``tags`` and ``keys`` are stored as the ``TAGS`` / ``KEYS`` properties (several keys space-separated);
     ``delay_time_level`` as ``DELAY`` and ``wait_store_msg_ok=False`` as ``WAIT=false``; empty ``tags`` or
     ``keys`` are not set (as RocketMQ's ``Message``).
+
+    ``deliver_at_ms`` (epoch ms) and ``delay_ms`` make a RocketMQ 5 timer message: they set the
+    ``TIMER_DELIVER_MS`` or ``TIMER_DELAY_MS`` property (over one of that name in ``properties``), as the
+    Java client's ``setDeliverTimeMs`` / ``setDelayTimeMs`` do. At most one of them, an ``int`` (not bool or
+    float: ``TypeError``) that is not negative (``ValueError``); whether the store takes the delay is decided
+    when it is put (docs/api.md "Timers").
 
     Every argument is stored as given or refused, here and in every setter: a wrong Python type raises
     ``TypeError`` (integer fields take ``int`` and other integers with ``__index__``, never a float, str or
@@ -185,7 +201,8 @@ cdef class Message:
 
     def __init__(self, topic, body, tags=None, keys=None, flag=0, properties=None, queue_id=0,
                  delay_time_level=0, wait_store_msg_ok=True, born_timestamp=None,
-                 born_host=("127.0.0.1", 0), sys_flag=0, reconsume_times=0, prepared_transaction_offset=0):
+                 born_host=("127.0.0.1", 0), sys_flag=0, reconsume_times=0, prepared_transaction_offset=0,
+                 deliver_at_ms=None, delay_ms=None):
         self._mutable()                 # __init__ called again on a shared template would bypass the setters
         # everything is checked before anything is set: a second __init__ that raises leaves the message whole
         cdef int64_t born
@@ -213,6 +230,9 @@ cdef class Message:
             prep = int_arg(prepared_transaction_offset, "prepared_transaction_offset", INT64_MIN, INT64_MAX)
             sys_flag_v = _sys_flag_arg(sys_flag, host)
         props = self._build_props(tags, keys, delay, bool_arg(wait_store_msg_ok), properties)
+        if deliver_at_ms is not None or delay_ms is not None:
+            name, value = _timer_property(deliver_at_ms, delay_ms)
+            props[name] = value
         self._topic = topic
         self._body = body_b
         self._crc_known = False
@@ -283,6 +303,7 @@ cdef class Message:
             self._tags_code = 0
             self._has_keys = False
             self._delay_level = 0
+            self._timer = False
             return 0
         # every way into _props checked the names and values (_check_prop): non-empty, no separators, UTF-8
         cdef str ps = properties_to_string(self._props)
@@ -297,6 +318,9 @@ cdef class Message:
             self._tags_code = 0
         self._has_keys = "KEYS" in self._props or "UNIQ_KEY" in self._props
         self._delay_level = delay_level_of(self._props.get("DELAY"))
+        # three lookups per message with properties; the put path then calls no Python for a message without
+        self._timer = ("TIMER_DELIVER_MS" in self._props or "TIMER_DELAY_MS" in self._props
+                       or "TIMER_DELAY_SEC" in self._props)
         return 0
 
     cdef int32_t body_crc(self) noexcept:
@@ -534,5 +558,6 @@ cdef Message copy_message(Message src, bint own_properties):
     t._version = src._version
     t._tags_code = src._tags_code
     t._delay_level = src._delay_level
+    t._timer = src._timer
     t._has_keys = src._has_keys
     return t
