@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.engine.checkpoint import lock_holders
 from pystore.engine.schedule import ScheduleMessageService
+from pystore.timer.timer_put import TimerPutHook
 from pystore.errors import ConfigError, StoreError
 from pystore.log._shared_lock import LEADER, SharedLock, ofd_try_lock, ofd_unlock
 from pystore.log.commitlog import CommitLog
@@ -174,6 +175,8 @@ class SharedWriting:
         share(appender, self.lock)
         # a delay level rewrites the message for the schedule topic here too; the leader delivers it when due
         appender.delay_rewrite = ScheduleMessageService(appender, parts.cq_store, cfg, clock=self.clock).rewrite
+        # and a timer message for the timer topic (no flow control here: the wheel is the leader's)
+        appender.timer_rewrite = TimerPutHook(cfg, self.clock)
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             appender.after_put = _flush_before_returning(appender)
         return appender

@@ -58,6 +58,7 @@ from pystore.read.store_reads import StoreReads
 from pystore.system.durable import make_dirs_durable
 from pystore.system.running_flags import RunningFlags
 from pystore.system.service import disk_used_ratio, real_clock
+from pystore.timer.timer_stats import stats_from_files
 
 if TYPE_CHECKING:
     import numpy
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from pystore.engine.clean import CleanService
     from pystore.engine.recovery import RecoveryResult
     from pystore.engine.schedule import ScheduleMessageService
+    from pystore.timer.timer_store import TimerMessageStore
     from pystore.engine.wiring import StoreParts, Writer
     from pystore.errors import StoreCorruptedError
     from pystore.log._commitlog import CommitLogCore
@@ -125,6 +127,8 @@ class MessageStore:
         self._writer: Writer | None = None
         self._services: list[Service] = []
         self.schedule_message_service: ScheduleMessageService | None = None
+        #: RocketMQ 5's timer store, where this process runs the services (pystore.timer)
+        self.timer_message_store: TimerMessageStore | None = None
         self.last_exit_ok = True
         self.recovery: RecoveryResult | None = None
         #: why ``load()`` returned False, when a file is at fault (``MessageStore.open`` raises it)
@@ -287,6 +291,7 @@ class MessageStore:
         w = self._writer = wire_writer(parts, self.config, lock=self._lock, abort=self._abort, shared=self._shared,
                                        running_flags=self.running_flags, clock=self.clock, disk_usage=self.disk_usage)
         self.schedule_message_service = w.schedule
+        self.timer_message_store = w.timer
         self._services = list(w.services)
         w.start()
 
@@ -436,6 +441,15 @@ class MessageStore:
     def archive_info(self) -> dict[str, object]:
         """The archive tier: ``uri``, files uploaded, its commit-log range, ``lag_bytes``, ``last_error``, the cache."""
         return self._reads.archive_info()
+
+    def timer_stats(self) -> dict[str, object]:
+        """RocketMQ 5 timer messages: ``pending`` (in the wheel or still to enqueue), ``next_due_ms`` (when the
+        earliest becomes deliverable, None when none waits), ``lag_ms`` (how far delivery is behind the clock);
+        from the files as last flushed where this process does not run the timer store."""
+        ts = self.timer_message_store
+        if ts is not None and ts.opened and not ts.closed:
+            return ts.stats()
+        return stats_from_files(self.root, self.config.timer_precision_ms, self.clock())
 
     def get_max_phy_offset(self) -> int:
         return self._reads.followed().get_max_offset()

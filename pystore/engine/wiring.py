@@ -1,6 +1,6 @@
 """How a store is put together and taken apart: the parts ``MessageStore.load`` opens (``open_parts``: the
 commit log, the consume queues, the index, dispatch, recovered), the services ``MessageStore.start`` runs for
-a writer (``wire_writer``: allocation, flush, cleaning, delay levels, replication, the put path's waits), a
+a writer (``wire_writer``: allocation, flush, cleaning, delay levels, timers, replication, the put path's waits), a
 writer's last flush and checkpoint at shutdown (``close_writer``) and ``destroy``'s deletion
 (``delete_store``). Which services run, and what each is handed, follows the configuration: flush type,
 broker role, transient store pool. Each part gets the parts it works on, the clock and the disk usage,
@@ -58,6 +58,10 @@ from pystore.queue._dispatch import QueueDispatcher
 from pystore.queue.consume_queue import ConsumeQueue
 from pystore.queue.dispatch import ReputService
 from pystore.queue.queue_store import ConsumeQueueStore
+from pystore.timer import timer_log_path, timer_wheel_path
+from pystore.timer.timer_put import TimerPutHook
+from pystore.timer.timer_services import TimerServices
+from pystore.timer.timer_store import TimerMessageStore
 from pystore.read._queue_reader import follow_in_place
 from pystore.read._read import ReadLimits
 from pystore.read.arrival import WAKE_FILE, open_wake_file
@@ -303,6 +307,8 @@ class Writer:
     inline_dispatch: bool
     #: a writable master's delay levels
     schedule: ScheduleMessageService | None = None
+    #: a writable master's timer store (RocketMQ 5 timer messages; ``timer_wheel_enable``)
+    timer: TimerMessageStore | None = None
     #: committed consumer offsets (config/consumerOffset.json)
     offsets: ConsumerOffsets | None = None
     pool: TransientStorePool | None = None
@@ -382,6 +388,14 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         cl.delay_rewrite = schedule.rewrite
         if parts.dispatcher is not None:
             parts.dispatcher.schedule_wake = schedule.wake
+    # timer properties are checked and rewritten on every writer (a disabled wheel refuses them)
+    cl.timer_rewrite = TimerPutHook(cfg, clock)
+    timer = None
+    if not slave and cfg.timer_wheel_enable:
+        # a damaged timer log or wheel fails start() here, before any service runs
+        timer = TimerMessageStore(cl, parts.cq_store, cfg, clock, put=cl.append_message)
+        timer.load()
+        cl.timer_rewrite = TimerPutHook(cfg, clock, slot_num=timer.slot_num)
     offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),
                               read_only=False, clock=clock, journal=cfg.shared_writers)
     offsets.load()                               # before the lock too: a bad consumerOffset.json fails start()
@@ -401,7 +415,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     try:
         lock.acquire()
         abort.create()
-        w = _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, slave, sync_flush)
+        w = _wire_services(parts, cfg, schedule, ha, running_flags, clock, disk_usage, slave, sync_flush, timer)
         if shared is not None:
             # the leader of several writers: every record, its own too, is dispatched behind the log's end
             w.services.append(shared.follow_service(parts))
@@ -411,6 +425,8 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     except BaseException:
         if ha is not None:
             ha.shutdown()
+        if timer is not None:
+            timer.close()
         raise
 
 
@@ -428,7 +444,7 @@ def _min_offset_of(cq_store: ConsumeQueueStore) -> Callable[[str, int], int]:
 
 def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessageService | None,
                    ha: HAService | None, running_flags: RunningFlags, clock: Clock, disk_usage: DiskUsage,
-                   slave: bool, sync_flush: bool) -> Writer:
+                   slave: bool, sync_flush: bool, timer: TimerMessageStore | None = None) -> Writer:
     """``wire_writer`` once the lock is held: the services, and the commit log's hooks into them."""
     cl, checkpoint, reput = parts.commitlog, parts.checkpoint, parts.reput
     assert reput is not None
@@ -471,6 +487,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         if schedule is not None:
             # its deliveries wait for no flush: the group commit is woken to make them durable soon
             schedule.flush_wakeup = group_commit.wakeup
+        if timer is not None:
+            timer.flush_wakeup = group_commit.wakeup
     else:
         flush_service = FlushRealTimeService(cl, cfg, checkpoint, clock=clock)
         if pool is not None:
@@ -516,6 +534,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         services.append(index_builder)  # stops before IndexFileService: the files it filled get flushed
     if schedule is not None:
         services.append(schedule)      # stops first, then persists its offsets
+    if timer is not None:
+        services.append(TimerServices(timer, clock))    # stops first, then flushes its files and checkpoint
     ha_client = None
     if slave_log is not None:
         # a SYNC_FLUSH slave acknowledges only what it flushed; an ASYNC_FLUSH one on receipt (RocketMQ)
@@ -524,7 +544,8 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         services.append(ha_client)     # stops first: nothing arrives after
     elif ha is not None:
         services.append(ha)
-    return Writer(services, allocate, flush_service, clean, put_waits, inline, schedule=schedule, pool=pool, ha=ha,
+    return Writer(services, allocate, flush_service, clean, put_waits, inline, schedule=schedule, timer=timer,
+                  pool=pool, ha=ha,
                   ha_client=ha_client, slave_log=slave_log, sync_flush=sync_flush, index_builder=index_builder)
 
 
@@ -575,7 +596,8 @@ def delete_store(cfg: StoreConfig, unopened: bool) -> None:
         folders = cfg.commit_log_paths() + [cfg.consume_queue_path(), cfg.index_path(), cfg.config_path()]
         for path in folders:
             shutil.rmtree(path, ignore_errors=True)
-        for path in (cfg.checkpoint_path(), cfg.abort_path(), os.path.join(root, WAKE_FILE)):
+        folders.append(timer_log_path(root))
+        for path in (cfg.checkpoint_path(), cfg.abort_path(), os.path.join(root, WAKE_FILE), timer_wheel_path(root)):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -115,8 +115,8 @@ class TimerWheel:
     ``TimerWheel(path, slots_total=DEFAULT_SLOTS_TOTAL, precision_ms=1000, read_only=False)`` creates the file at
     ``2 * slots_total * 32`` bytes (zeros) when it is missing or empty. ``get_slot(time_ms)``,
     ``get_raw_slot(time_ms)``, ``get_slot_checked(time_ms, log_end)``, ``put_slot(time_ms, first, last, num, magic)``,
-    ``revise_slot(time_ms, first, last, force)``, ``scan(start_ms, end_ms)``, ``check_phy_pos(start_ms,
-    max_offset)``, ``get_num(time_ms)``, ``get_all_num(start_ms)``, ``flush()``, ``close()``.
+    ``revise_slot(time_ms, first, last, force)``, ``scan(start_ms, end_ms)``, ``occupied(start_ms)``,
+    ``check_phy_pos(start_ms, max_offset)``, ``get_num(time_ms)``, ``get_all_num(start_ms)``, ``flush()``, ``close()``.
     """
 
     def __init__(self, path: str, slots_total: int = DEFAULT_SLOTS_TOTAL, precision_ms: int = DEFAULT_PRECISION_MS,
@@ -253,6 +253,20 @@ class TimerWheel:
             if last > max_offset and first < min_first:
                 min_first = first
         return min_first
+
+    def occupied(self, time_start_ms: int) -> list[Slot]:
+        """The slots of the two turns from ``time_start_ms`` that hold their own time (the ones ``get_slot``
+        returns), in time order: one pass over the wheel, for recovery and the pending count."""
+        p = self.precision_ms
+        n = self.slots_total * 2
+        tick0 = time_start_ms // p
+        first = tick0 % n
+        out = []
+        for index, (t, first_pos, last_pos, num, magic) in enumerate(_SLOT.iter_unpack(self._buf)):
+            if t and t == tick0 + (index - first) % n:
+                out.append(Slot(t * p, first_pos, last_pos, num, magic))
+        out.sort()
+        return out
 
     def get_num(self, time_ms: int) -> int:
         """``getNum``: the unit count of the slot of ``time_ms`` (0 when empty)."""
