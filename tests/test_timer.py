@@ -18,7 +18,7 @@ from conftest import BORN_BASE
 from pystore import Message, MessageBatch, PutMessageStatus
 from pystore.errors import StoreCorruptedError, StoreError
 from pystore.format._jstring import java_string_hash
-from pystore.timer import TIMER_TOPIC, MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, TimerCheckpoint, checkpoint_path
+from pystore.timer import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, TIMER_TOPIC, TimerCheckpoint, checkpoint_path
 from pystore.timer.timer_put import round_deliver_ms
 
 P = 1000              # timer_precision_ms

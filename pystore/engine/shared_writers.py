@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 from pystore.config import BrokerRole, FlushDiskType, StoreConfig
 from pystore.engine.checkpoint import lock_holders
 from pystore.engine.schedule import ScheduleMessageService
-from pystore.timer.timer_put import TimerPutHook
 from pystore.errors import ConfigError, StoreError
 from pystore.log._shared_lock import LEADER, SharedLock, ofd_try_lock, ofd_unlock
 from pystore.log.commitlog import CommitLog
@@ -48,6 +47,7 @@ from pystore.log.mapped_file_queue import MappedFileQueue
 from pystore.log.shared_append import TornPutRepair, share, unshare
 from pystore.log.shared_state import SharedState
 from pystore.system.service import ServiceThread
+from pystore.timer.timer_put import TimerPutHook
 
 if TYPE_CHECKING:
     from pystore.engine.wiring import StoreParts

@@ -69,7 +69,6 @@ if TYPE_CHECKING:
     from pystore.engine.clean import CleanService
     from pystore.engine.recovery import RecoveryResult
     from pystore.engine.schedule import ScheduleMessageService
-    from pystore.timer.timer_store import TimerMessageStore
     from pystore.engine.wiring import StoreParts, Writer
     from pystore.errors import StoreCorruptedError
     from pystore.log._commitlog import CommitLogCore
@@ -83,6 +82,7 @@ if TYPE_CHECKING:
     from pystore.read.results import GetMessageResult, PutColumnsResult, QueryMessageResult
     from pystore.status import GetMessageStatus
     from pystore.system.service import DiskUsage
+    from pystore.timer.timer_store import TimerMessageStore
 
 __all__ = ["MessageStore"]
 

@@ -58,10 +58,6 @@ from pystore.queue._dispatch import QueueDispatcher
 from pystore.queue.consume_queue import ConsumeQueue
 from pystore.queue.dispatch import ReputService
 from pystore.queue.queue_store import ConsumeQueueStore
-from pystore.timer import timer_log_path, timer_wheel_path
-from pystore.timer.timer_put import TimerPutHook
-from pystore.timer.timer_services import TimerServices
-from pystore.timer.timer_store import TimerMessageStore
 from pystore.read._queue_reader import follow_in_place
 from pystore.read._read import ReadLimits
 from pystore.read.arrival import WAKE_FILE, open_wake_file
@@ -70,6 +66,10 @@ from pystore.system.crashpoint import crashpoint
 from pystore.system.durable import sync_dirs
 from pystore.system.running_flags import RunningFlags
 from pystore.system.service import Clock, DiskUsage
+from pystore.timer import timer_log_path, timer_wheel_path
+from pystore.timer.timer_put import TimerPutHook
+from pystore.timer.timer_services import TimerServices
+from pystore.timer.timer_store import TimerMessageStore
 
 if TYPE_CHECKING:
     from pystore.archive.archive import Archive

@@ -60,11 +60,20 @@ from pystore.errors import StoreCorruptedError
 from pystore.message._message import Message
 from pystore.message._message_ext import MessageExt
 from pystore.message.constants import MessageConst, SysFlag
-from pystore.queue._units import FILLER_SIZE, UNIT_SIZE as CQ_UNIT_SIZE, read_unit
+from pystore.queue._units import FILLER_SIZE, read_unit
+from pystore.queue._units import UNIT_SIZE as CQ_UNIT_SIZE
 from pystore.status import PutMessageStatus
 from pystore.timer.timer_checkpoint import TimerCheckpoint, checkpoint_path
-from pystore.timer.timer_log import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, UNIT_SIZE, TimerLog, TimerUnit, \
-    encode_unit, topic_hash
+from pystore.timer.timer_log import (
+    MAGIC_DEFAULT,
+    MAGIC_DELETE,
+    MAGIC_ROLL,
+    UNIT_SIZE,
+    TimerLog,
+    TimerUnit,
+    encode_unit,
+    topic_hash,
+)
 from pystore.timer.timer_wheel import DEFAULT_SLOTS_TOTAL, IGNORE, TIMER_BLANK_SLOTS, TimerWheel, roll_window_slots
 
 if TYPE_CHECKING:
@@ -444,9 +453,9 @@ class TimerMessageStore:
         if roll:
             topic, queue_id = ext.topic, ext.queue_id
         else:
-            topic = props.pop(MessageConst.REAL_TOPIC, None) or ""
-            qid = props.pop(MessageConst.REAL_QID, None)
-            if not topic or qid is None:
+            topic = props.pop(MessageConst.REAL_TOPIC, "")
+            qid = props.pop(MessageConst.REAL_QID, "")
+            if not topic or not qid:
                 raise ValueError("no %s/%s property" % (MessageConst.REAL_TOPIC, MessageConst.REAL_QID))
             queue_id = int(qid)
         return Message(topic, ext.body, flag=ext.flag, properties=props, queue_id=queue_id,
