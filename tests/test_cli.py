@@ -289,6 +289,31 @@ def test_inspect(tmp_path):
     assert run("inspect", tmp_path).exit_code == 1  # a folder, not a store
 
 
+def test_inspect_shows_the_timer_store(tmp_path):
+    root = tmp_path / "s"
+    now = [1_700_000_000_000]
+    store = MessageStore.open(str(root), clock=lambda: now[0], **SMALL)
+    for i in range(3):
+        assert store.put_message(Message("T0", b"t%d" % i, delay_ms=60_000)).is_ok()
+    deadline = time.monotonic() + 20
+    while store.timer_stats()["pending"] != 3 or store.timer_stats()["enqueue_behind"] != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    store.shutdown()
+    info = json.loads(run("inspect", root, "--json").stdout)["timer"]
+    assert info["pending"] == 3 and info["next_due_ms"] == now[0] + 60_000
+    assert info["checkpoint"]["last_timer_log_flush_pos"] == 3 * 52
+    assert info["checkpoint"]["last_timer_queue_offset"] == 3
+    assert info["files"]["timerwheel"] == 2 * 604800 * 32 and info["files"]["timercheck"] == 4096
+    out = run("inspect", root).output
+    assert "timers" in out and "3 pending" in out
+    # a store without timers shows none
+    make_store(tmp_path / "plain", 5)
+    plain = json.loads(run("inspect", tmp_path / "plain", "--json").stdout)["timer"]
+    assert (plain["pending"], plain["checkpoint"]) == (0, None)
+    assert "timers" not in run("inspect", tmp_path / "plain").output
+
+
 def test_inspect_reports_allocated_and_apparent_sizes(sparse_tmp):
     root = sparse_tmp / "s"
     with MessageStore.open(root) as s:     # default sizes: a 1 GiB commit-log file, a 400 MB index file

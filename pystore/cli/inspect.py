@@ -1,4 +1,5 @@
-"""``pystore inspect``: topics, queues, offsets, files, disk usage and checkpoint of a store (read-only), and
+"""``pystore inspect``: topics, queues, offsets, files, disk usage and checkpoint of a store (read-only), the timer
+store (RocketMQ 5 timer messages: its files, checkpoint and pending count, when it has any), and
 each consumer group's lag per queue (``config/consumerOffset.json``: the queue's max offset less the committed
 offset, which reads as the queue's min offset when it lies below it, as ``fetch_offset`` reads it).
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, ...]) -> None:
     """Topics, queues, offsets, files, disk usage, checkpoint and shutdown state (read-only)."""
     from pystore.engine.storeinfo import store_info
+    from pystore.system.service import real_clock
+    from pystore.timer.timer_stats import stats_from_files
 
     cfg = build_config(root, config_file, sets, True)
     require_store(root, cfg)
@@ -57,6 +60,8 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         )
     }
     info = store_info(root, **over)
+    # RocketMQ 5 timer messages: the timer files, the checkpoint and the pending count as last flushed
+    info["timer"] = stats_from_files(root, cfg.timer_precision_ms, real_clock())
     groups, groups_error = consumer_lags(cfg.config_path(), info["queues"])
     info["consumer_groups"] = groups
     if groups_error:
@@ -144,6 +149,18 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         )
         + ("" if cp["trusted"] else " [red](not trusted)[/red]"),
     )
+    t = info["timer"]
+    if t["checkpoint"] is not None or t["files"]["timerwheel"] is not None:
+        tcp = t["checkpoint"] or {}
+        logs = t["files"]["timerlog"]
+        s.add_row(
+            "timers",
+            "%d pending, next due %s, %d ms behind; timerlog %d file(s) (%s), timerwheel %s; timercheck: read time "
+            "%s, timer log flushed to %s, queue offset %s"
+            % (t["pending"], iso(t["next_due_ms"]), t["lag_ms"], len(logs), human_bytes(sum(n for _, n in logs)),
+               human_bytes(t["files"]["timerwheel"] or 0), iso(tcp.get("last_read_time_ms")),
+               tcp.get("last_timer_log_flush_pos", "-"), tcp.get("last_timer_queue_offset", "-")),
+        )
     if info["read_only_view"]["damage"]:
         s.add_row("damage", "[red]%s[/red] (run `pystore verify`)" % esc(info["read_only_view"]["damage"]))
     console.print(s)
