@@ -61,13 +61,13 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
     }
     info = store_info(root, **over)
     # RocketMQ 5 timer messages: the timer files, the checkpoint and the pending count as last flushed
-    info["timer"] = stats_from_files(root, cfg.timer_precision_ms, real_clock())
+    timer = stats_from_files(root, cfg.timer_precision_ms, real_clock())
     groups, groups_error = consumer_lags(cfg.config_path(), info["queues"])
     info["consumer_groups"] = groups
     if groups_error:
         info["consumer_groups_error"] = groups_error
     if as_json:
-        print_json(info)
+        print_json({**info, "timer": timer})
         return
     cl = info["commit_log"]
     cp = info["checkpoint"]
@@ -149,7 +149,7 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         )
         + ("" if cp["trusted"] else " [red](not trusted)[/red]"),
     )
-    t = info["timer"]
+    t = timer
     if t["checkpoint"] is not None or t["files"]["timerwheel"] is not None:
         tcp = t["checkpoint"] or {}
         logs = t["files"]["timerlog"]
