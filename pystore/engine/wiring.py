@@ -395,7 +395,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         # a damaged timer log or wheel fails start() here, before any service runs
         timer = TimerMessageStore(cl, parts.cq_store, cfg, clock, put=cl.append_message)
         timer.load()
-        cl.timer_rewrite = TimerPutHook(cfg, clock, slot_num=timer.slot_num)
+        cl.timer_rewrite = TimerPutHook(cfg, clock, slot_num=timer.slot_num, on_timer=timer.note_timer_put)
     offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),
                               read_only=False, clock=clock, journal=cfg.shared_writers)
     offsets.load()                               # before the lock too: a bad consumerOffset.json fails start()

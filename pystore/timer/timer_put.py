@@ -96,16 +96,18 @@ class TimerPutHook:
     ``(status, reason)`` to refuse the put.
 
     ``clock`` is the store's (epoch ms); ``slot_num(deliver_ms)`` the unit count of the wheel slot (None: no
-    flow control, as in a writer process without the timer store)."""
+    flow control, as in a writer process without the timer store); ``on_timer()`` is called for each message
+    rewritten for the timer topic (the timer store's enqueue looks sooner)."""
 
     def __init__(self, config: StoreConfig, clock: Callable[[], int],
-                 slot_num: Callable[[int], int] | None = None) -> None:
+                 slot_num: Callable[[int], int] | None = None, on_timer: Callable[[], None] | None = None) -> None:
         self.enabled = bool(config.timer_wheel_enable)
         self.precision_ms = int(config.timer_precision_ms)
         self.max_delay_ms = int(config.timer_max_delay_sec) * 1000
         self.congest_num = int(config.timer_congest_num_each_slot)
         self.clock = clock
         self.slot_num = slot_num
+        self.on_timer = on_timer
 
     def __call__(self, msg: Message) -> Message | Refusal:
         props = msg.properties
@@ -158,6 +160,8 @@ class TimerPutHook:
         props[_TIMER_OUT_MS] = str(deliver)
         props[MessageConst.REAL_TOPIC] = msg.topic
         props[MessageConst.REAL_QID] = str(msg.queue_id)
+        if self.on_timer is not None:
+            self.on_timer()
         return _copy(msg, props, _TIMER_TOPIC, 0)
 
     def _reject(self, deliver_ms: int) -> bool:

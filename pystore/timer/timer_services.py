@@ -3,7 +3,8 @@
 ``TimerFlushService``), one of each kind here: :class:`TimerServices` starts and stops them together and closes the
 timer store once they stopped.
 
-* enqueue: ``TimerMessageStore.enqueue()`` until it finds nothing, then waits ``100 * precision / 1000`` ms;
+* enqueue: ``TimerMessageStore.enqueue()`` until it finds nothing, then waits ``100 * precision / 1000`` ms (1 s
+  while the store has no timer files and no put has rewritten a timer message: ``idle_wait_ms``);
 * dequeue: ``dequeue()`` slot after slot; waits as long when nothing is due (``-1``); an error waits 1 s and, with
   ``timer_skip_unknown_error``, moves past the slot (RocketMQ ``dequeue``'s catch), else tries the slot again;
 * flush: ``flush()`` (log, wheel, checkpoint), the timer log's expired files, and a progress line in the log every
@@ -36,11 +37,10 @@ class TimerEnqueueService(ServiceThread):
         self.store = store
 
     def run(self) -> None:
-        idle = 100 * self.store.precision_ms / 1000
         while not self.is_stopped():
             try:
                 if not self.store.enqueue():
-                    self.wait_for_running(idle)
+                    self.wait_for_running(self.store.idle_wait_ms())
             except Exception:
                 log.exception("%s: timer enqueue failed", self.store.root)
                 self.wait_for_running(_ERROR_WAIT_MS)
@@ -52,12 +52,11 @@ class TimerDequeueService(ServiceThread):
         self.store = store
 
     def run(self) -> None:
-        idle = 100 * self.store.precision_ms / 1000
         store = self.store
         while not self.is_stopped():
             try:
                 if store.dequeue() == -1:
-                    self.wait_for_running(idle)
+                    self.wait_for_running(store.idle_wait_ms())
             except Exception:
                 log.exception("%s: timer dequeue failed at %d", store.root, store.curr_read_time_ms)
                 if store.config.timer_skip_unknown_error:
@@ -95,6 +94,7 @@ class TimerServices:
         self.store = store
         self.threads: list[ServiceThread] = [TimerFlushService(store, clock), TimerEnqueueService(store, clock),
                                              TimerDequeueService(store, clock)]
+        store.wake_enqueue = self.threads[1].wakeup
 
     def start(self) -> None:
         for t in self.threads:

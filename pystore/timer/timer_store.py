@@ -148,6 +148,10 @@ class TimerMessageStore:
         self._lock = threading.RLock()          # enqueue's appends and slot updates against flush
         self._pending_lock = threading.Lock()
         self.closed = False
+        #: a put rewrote a timer message (``note_timer_put``): the enqueue polls at its RocketMQ rate from now on
+        self.expecting = False
+        #: wakes the enqueue thread (set by ``timer_services``)
+        self.wake_enqueue: Callable[[], object] | None = None
 
     # -- files and recovery ------------------------------------------------------------------------
 
@@ -270,6 +274,21 @@ class TimerMessageStore:
             self.curr_write_time_ms = now
 
     # -- enqueue -----------------------------------------------------------------------------------
+
+    def note_timer_put(self) -> None:
+        """The put hook rewrote a timer message (its unit follows once it is dispatched)."""
+        self.expecting = True
+        wake = self.wake_enqueue
+        if wake is not None:
+            wake()
+
+    def idle_wait_ms(self) -> float:
+        """How long the enqueue and dequeue threads wait when there is nothing to do: RocketMQ's
+        ``100 * precision / 1000`` ms once the store has timer messages, 1 s before (pystore: a store that never
+        takes a timer should not wake two threads ten times a second beside its puts)."""
+        if self.opened or self.expecting:
+            return 100 * self.precision_ms / 1000
+        return 1000
 
     def enqueue(self) -> bool:
         """Enqueue what the timer queue holds from ``curr_queue_offset`` (up to a batch); whether anything was."""
