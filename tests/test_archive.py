@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -25,7 +26,8 @@ TOPIC = "Orders"
 
 
 def _open(root, archive, options=None, **kw):
-    # the service's own passes an hour apart: each test runs the passes it needs (``_archive_pass``)
+    # the service's own passes an hour apart and none on a seal: each test runs the passes it needs (``_archive_pass``)
+    kw.setdefault("archive_on_seal", False)
     return MessageStore.open(str(root), archive_uri=archive, archive_options=options or {},
                              archive_interval_ms=3_600_000, **GEOMETRY, **kw)
 
@@ -430,3 +432,28 @@ def test_local_retention_bytes_deletes_copied_files_at_any_age(tmp_path, archive
         assert store.get_min_phy_offset() <= store.archive_info()["end_phy_offset"]
         for q in put:
             assert _read_all(store, q)[0] == put[q]
+
+
+def _finished_commitlog(store):
+    return [r["name"] for r in store._parts.archive.manifest.commitlog_files()]
+
+
+@pytest.mark.parametrize("on_seal", [True, False])
+def test_a_sealed_file_is_copied_as_soon_as_it_is_flushed_with_archive_on_seal(tmp_path, archive, on_seal):
+    # the passes an hour apart: only the look for a sealed file (every 50 ms) can copy it
+    with _open(tmp_path / "store", archive, archive_on_seal=on_seal) as store:
+        store._parts.archive.service.wakeup()
+        _fill(store, n=700)                 # more than two commit-log files
+        sealed = ["commitlog/" + os.path.basename(mf.file_name) for mf in store._commitlog.queue.files[:-1]]
+        assert len(sealed) >= 2
+        manifest = store._parts.archive.manifest
+        deadline = time.monotonic() + 30
+        while on_seal and _finished_commitlog(store) != sealed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if on_seal:
+            assert _finished_commitlog(store) == sealed
+            assert open(os.path.join(str(tmp_path / "archive"), sealed[0]), "rb").read() == open(
+                store._commitlog.queue.files[0].file_name, "rb").read()
+        else:
+            time.sleep(0.5)                 # ten looks' worth: none copies
+            assert _finished_commitlog(store) == [] and manifest.state_of(sealed[0]) is None

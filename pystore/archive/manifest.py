@@ -24,6 +24,8 @@ file is gone; the object is still the copy). A file's state is that of its recor
 only finished (or locally deleted) files are visible to readers, whatever the order in which a reader lists
 the records. Records are appended by the store's one archiving service, so seqs never collide; a reader lists
 them and folds them (``load``), and folds again to follow a writer (``refresh``: only the new ones are read).
+The records of a refresh are fetched up to ``_READERS`` at once (on an object store each is a round trip) and
+folded in ``seq`` order; a record whose read failed is read again by the next refresh.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import logging
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pystore.archive.target import ArchiveTarget
@@ -50,6 +53,8 @@ STATES = (COPY_STARTED, COPY_FINISHED, LOCAL_DELETED)
 KINDS = ("commitlog", "consumequeue", "index")
 FOLDER = "manifest"
 VISIBLE = frozenset({COPY_FINISHED, LOCAL_DELETED})
+#: how many manifest records a refresh reads at once
+_READERS = 16
 
 
 def _canonical(record: dict[str, Any]) -> bytes:
@@ -110,16 +115,26 @@ class Manifest:
         with self._lock:
             names = self.target.list(FOLDER)
             new = 0
+            fresh: list[tuple[str, int]] = []
             for name in names:
                 if name in self._seen or not name.endswith(".json"):
                     continue
-                self._seen.add(name)
                 try:
                     seq = int(name.rsplit("/", 1)[-1][:-5])
                 except ValueError:
+                    self._seen.add(name)
                     continue
+                fresh.append((name, seq))
+            # one GET per record: many at once (an object store answers each after a round trip), folded in order
+            if len(fresh) > 1:
+                with ThreadPoolExecutor(max_workers=min(_READERS, len(fresh))) as pool:
+                    blobs = list(pool.map(self.target.read, [name for name, _ in fresh]))
+            else:
+                blobs = [self.target.read(name) for name, _ in fresh]
+            for (name, seq), blob in zip(fresh, blobs, strict=True):
+                self._seen.add(name)
                 self.next_seq = max(self.next_seq, seq + 1)
-                record = decode_record(self.target.read(name))
+                record = decode_record(blob)
                 if record is None or record["seq"] != seq:
                     self.skipped += 1
                     log.warning("%s: manifest record %s is torn or was changed: skipped", self.target.shown, name)
