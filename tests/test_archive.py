@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import zlib
 
 import pytest
 
@@ -98,6 +99,9 @@ def test_sealed_files_are_copied_byte_for_byte_with_finished_records(tmp_path, a
         first = manifest.commitlog_files()[0]
         assert first["state"] == COPY_FINISHED and first["size"] == 64 * 1024 and first["min_ts"] > 0
         assert set(first["queues"]) == {TOPIC + "/0", TOPIC + "/1"}
+        st = os.stat(os.path.join(archive[len("file://"):], first["name"]))
+        assert first["stamp"] == [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        assert first["crc32"] == zlib.crc32(target.read(first["name"]))
         # sealed consume-queue files whose records are archived, byte for byte too
         for q in (0, 1):
             qfiles = sorted(os.listdir(root / "consumequeue" / TOPIC / str(q)))
@@ -259,6 +263,7 @@ def test_on_s3_every_message_comes_back_after_the_local_files_are_gone(tmp_path,
         for mf in sealed:                                   # byte for byte on the server
             name = "commitlog/" + os.path.basename(mf.file_name)
             assert target.read(name) == (root / "commitlog" / os.path.basename(mf.file_name)).read_bytes()
+            assert "stamp" not in store._parts.archive.manifest.record_of(name)     # a file:// archive's only
         _clean_all(store)
         assert store.get_min_phy_offset() > 0
     with _open(root, uri, options) as store:                 # a new process' view: the manifest from the server
@@ -457,3 +462,21 @@ def test_a_sealed_file_is_copied_as_soon_as_it_is_flushed_with_archive_on_seal(t
         else:
             time.sleep(0.5)                 # ten looks' worth: none copies
             assert _finished_commitlog(store) == [] and manifest.state_of(sealed[0]) is None
+
+
+def test_unit_bytes_give_the_archived_queue_units_that_size_a_columns_page(tmp_path, archive):
+    root = tmp_path / "store"
+    with _open(root, archive, file_reserved_time=0) as store:
+        _fill(store)
+        qdir = root / "consumequeue" / TOPIC / "0"
+        first_file = (qdir / sorted(os.listdir(qdir))[0]).read_bytes()
+        _archive_pass(store)
+        _archive_and_clean(store)
+        arch = store._parts.archive
+        assert arch.unit_bytes(TOPIC, 0, 3, 5) == first_file[3 * 20:8 * 20]
+        assert arch.unit_bytes(TOPIC, 0, 60, 1000) == first_file[60 * 20:]        # to the end of its file
+        assert arch.unit_bytes(TOPIC, 0, 10_000, 5) is None                       # not in the archive
+        assert arch.unit_bytes("Nope", 0, 0, 5) is None
+        # the page those units size is the archived messages' page
+        status, nxt, batch = store.get_columns("g", TOPIC, 0, 3, 5, columns=["queue_offset"])
+        assert status.name == "FOUND" and batch.column(0).to_pylist() == [3, 4, 5, 6, 7] and nxt == 8

@@ -165,3 +165,36 @@ def test_missing_short_or_changed_objects_are_refused_and_nothing_half_fetched_s
         assert leftovers == []
     finally:
         cache.close()
+
+
+def test_a_file_archive_object_with_the_stamp_of_its_copy_is_not_read_for_its_crc(tmp_path, crc_calls):
+    records = _objects(tmp_path / "archive", 2)
+    cache = _cache(tmp_path, local=True, capacity=1 << 30)
+    try:
+        for r in records:
+            r["stamp"] = cache.target.local_stamp(r["name"])
+        path = tmp_path / "archive" / records[1]["name"]
+        with open(path, "r+b") as f:                   # changed after its stamp was taken: checked, refused
+            f.write(b"\xee")
+        assert _read(cache, records[0]) == b"\x01" * 4
+        with pytest.raises(StoreCorruptedError, match="changed behind the store's back"):
+            cache.mapped(records[1])
+        assert crc_calls == [records[1]["name"]]
+    finally:
+        cache.close()
+
+
+def test_a_stamp_of_another_object_does_not_spare_the_check(tmp_path, crc_calls):
+    records = _objects(tmp_path / "archive", 1)
+    cache = _cache(tmp_path, local=True, capacity=1 << 30)
+    try:
+        stamp = cache.target.local_stamp(records[0]["name"])
+        path = tmp_path / "archive" / records[0]["name"]
+        os.replace(tmp_path / "archive" / records[0]["name"], tmp_path / "old")
+        path.write_bytes(b"\x09" * SIZE)               # another file of the same size under the name
+        records[0]["stamp"] = stamp
+        with pytest.raises(StoreCorruptedError, match="changed behind the store's back"):
+            cache.mapped(records[0])
+        assert crc_calls == [records[0]["name"]]
+    finally:
+        cache.close()

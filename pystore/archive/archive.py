@@ -214,6 +214,22 @@ class Archive:
             if cut_mf is not None:
                 cut_mf.close()
 
+    def unit_bytes(self, topic: str, queue_id: int, offset: int, count: int) -> bytes | None:
+        """Up to ``count`` units of the queue from ``offset`` (to the end of the file holding it) as bytes, from
+        the archive's copy of that queue file; None when the archive holds no copy of it. For sizing a page's
+        buffers before a read below the local data (``get_columns``), as the local units size a local read."""
+        self.ensure_loaded()
+        for record in self.manifest.queue_files(topic, queue_id):
+            if record["first"] <= offset <= record["last"]:
+                mf = self.cache.mapped(record)
+                try:
+                    pos = (offset - int(record["first"])) * _UNIT
+                    n = min(max(count, 0) * _UNIT, int(record["size"]) - pos)
+                    return mf.read_any(pos, n) if n > 0 else b""
+                finally:
+                    mf.release()
+        return None
+
     def _queue_view(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int,
                     held: list[MappedFile]) -> tuple[MappedFile, int, int] | None:
         """The file holding queue ``offset``'s unit, held: a local one if the queue still has it, else the

@@ -15,7 +15,10 @@ a local store's files are), so they are not counted in ``archive_cache_bytes``; 
 apart, by ``MAP_BUDGET`` bytes of address space. Once checked, such an object is not checked again while its
 inode, size, modification and change times stay what they were (a write behind the store's back changes the
 change time, which no one can set back): readers of several queues that go through the same files in turn map
-each file again without reading it all for its CRC again. Each process
+each file again without reading it all for its CRC again. The manifest record of a ``file://`` copy carries the
+same four figures as the object had when its copy finished (``stamp``): an object that still has them is the
+one that was copied and checked then, and is not read for its CRC at all; any other (changed, replaced,
+restored from a backup, the archive moved to another disk) is checked in full once. Each process
 has its own folder, ``archive.cache/<pid>``, emptied when it opens the store and when it closes it (nothing in
 it is trusted across processes); folders of processes no longer alive are removed at open.
 
@@ -138,7 +141,7 @@ class ArchiveCache:
                 raise StoreCorruptedError(shown, 0, "the archived object is %d bytes, the manifest says %d"
                                           % (st.st_size, size))
             stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if self._verified.get(name) != stamp:
+            if self._verified.get(name) != stamp and record.get("stamp") != list(stamp):
                 self._check_crc(local, record, shown)
                 after = os.stat(local)
                 # remembered only when nothing changed it while it was being read

@@ -12,7 +12,9 @@ without that field, so a record torn by a power cut (a ``file://`` archive on a 
 changed behind the store's back is recognised and skipped. Fields: ``seq`` (its object's number), ``state``,
 ``kind`` (``commitlog``, ``consumequeue`` or ``index``), ``name`` (the data object's path under the archive), ``base``
 (the file's first byte offset: commit-log offset, or consume-queue byte offset), ``size`` and ``at`` (wall ms).
-A finished copy adds ``crc32`` (of the whole object), ``min_ts``/``max_ts`` (store times of its first and last
+A finished copy adds ``crc32`` (of the whole object), on a ``file://`` archive ``stamp`` (the object's inode,
+size, modification and change times right after the copy: a reader that finds them unchanged skips the CRC),
+``min_ts``/``max_ts`` (store times of its first and last
 record, commit log) and, for a commit-log file, ``queues``: ``{"topic/queue id": [first record's offset, highest
 queue offset]}`` of its records; for a consume-queue file ``topic``, ``queue_id``, ``first`` and ``last`` (the
 queue offsets of its first and last unit); for an index file ``begin_ts``, ``end_ts``, ``begin_phy``, ``end_phy``

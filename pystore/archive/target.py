@@ -311,6 +311,19 @@ class ArchiveTarget:
             for f in [pool.submit(own, at) for at in starts]:
                 f.result()
 
+    def local_stamp(self, name: str) -> list[int] | None:
+        """For a ``file://`` archive, what says the object is still the file it was: its inode, size, modification
+        and change times (no one can set a change time back: any write, rename or ``utime`` moves it); None for
+        other archives or when the object is missing."""
+        local = self.local_path(name)
+        if local is None:
+            return None
+        try:
+            st = os.stat(local)
+        except FileNotFoundError:
+            return None
+        return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
     def size(self, name: str) -> int | None:
         """The object's size, or None when there is no such object."""
         try:

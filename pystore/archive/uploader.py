@@ -267,6 +267,9 @@ class ArchiveService(ServiceThread):
         if seen != size:
             raise ArchiveError("%s: %s reads back as %s bytes after its copy, not %d" % (self.target.shown, name, seen,
                                                                                        size))
+        stamp = self.target.local_stamp(name)
+        if stamp is not None:
+            fields = {**fields, "stamp": stamp}       # a reader of this file:// archive need not read it for its CRC
         self.manifest.append(COPY_FINISHED, kind, name, base, size, crc32=crc, **fields)
         self.uploaded += 1
         self.uploaded_bytes += size
