@@ -480,3 +480,20 @@ def test_unit_bytes_give_the_archived_queue_units_that_size_a_columns_page(tmp_p
         # the page those units size is the archived messages' page
         status, nxt, batch = store.get_columns("g", TOPIC, 0, 3, 5, columns=["queue_offset"])
         assert status.name == "FOUND" and batch.column(0).to_pylist() == [3, 4, 5, 6, 7] and nxt == 8
+
+
+def test_cleaning_makes_the_queue_units_durable_before_it_deletes_archived_files(tmp_path, archive):
+    """The consume-queue units pointing into archived commit-log files are flushed before cleaning deletes those
+    files: after a power cut, recovery can rebuild lost units only from the local commit log, which no longer holds
+    them (found by tests/powerloss/test_archive_powerloss.py: acknowledged messages in the archive, in no queue)."""
+    size = GEOMETRY["mapped_file_size_commit_log"]
+    with _open(tmp_path / "s", archive, archive_local_retention_bytes=2 * size, flush_interval_consume_queue=3_600_000,
+               flush_consume_queue_least_pages=1000) as store:
+        for i in range(1200):
+            assert store.put_message(Message(TOPIC, b"x" * 200, queue_id=i % 2)).is_ok()
+        store.flush()                                   # the commit log only: the queues' units are not flushed
+        queues = [store._cq_store.find(TOPIC, q) for q in (0, 1)]
+        assert all(cq.queue.flushed_where < cq.queue.get_max_offset() for cq in queues)
+        _archive_pass(store)
+        assert store.clean_files()[0] > 0
+        assert all(cq.queue.flushed_where == cq.queue.get_max_offset() for cq in queues)

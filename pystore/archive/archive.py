@@ -93,8 +93,24 @@ class Archive:
     # -- cleaning ---------------------------------------------------------------------------------------------
 
     def deletable_end(self) -> int:
-        """Local commit-log files that end at or below this offset may be deleted: their copy is finished."""
-        return max(0, self.manifest.contiguous_end())
+        """Local commit-log files that end at or below this offset may be deleted: their copy is finished, and the
+        consume-queue units pointing into them are durable (flushed here when a local file is about to qualify)."""
+        end = max(0, self.manifest.contiguous_end())
+        service = self.service
+        if service is not None:
+            files = service.commitlog.queue.files
+            if len(files) > 1 and files[0].file_from_offset + files[0].file_size <= end:
+                # The units of these files' messages were only dispatched (the queues' flush service may be many
+                # files behind); after a power cut, recovery could rebuild lost units only from the local commit
+                # log, which will not hold these files: the messages would be in the archive but in no queue.
+                # Flush every queue to its end before the cleaner deletes (the power-cut round of issue 37); queue by
+                # queue (each flush is serialised with the flush service's), not ConsumeQueueStore.flush, whose
+                # making of ready files is the flush service's alone. A failed flush raises: nothing is deleted.
+                for cq in service.cq_store.queues():
+                    for _ in range(len(cq.queue.files) + 1):
+                        if cq.flush(0):
+                            break
+        return end
 
     def queue_file_archived(self, topic: str, queue_id: int, mf: MappedFile) -> bool:
         return self.manifest.state_of(queue_object(topic, queue_id, mf)) in VISIBLE

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from pystore.errors import StoreError
-from pystore.system.durable import fsync_dir
+from pystore.system.durable import fsync_dir, make_dirs_durable
 
 __all__ = ["ArchiveError", "ArchiveTarget", "open_target"]
 
@@ -416,7 +416,10 @@ def open_target(uri: str, options: dict[str, Any] | None = None) -> ArchiveTarge
         fs = _construct(shown, pafs.LocalFileSystem, options) if options else pafs.LocalFileSystem()
         root = os.path.normpath(path)
         try:
-            os.makedirs(root, exist_ok=True)
+            # its folders synced into their parents: under bare POSIX metadata (no journal) a power cut otherwise
+            # takes back a new archive folder with every object and manifest record in it, while cleaning has
+            # deleted the local copies (the power-cut round of issue 37: every archived message lost)
+            make_dirs_durable(root)
         except OSError as e:
             raise ArchiveError("archive %s: cannot create its folder %s: %s" % (shown, root, _cause(e))) from e
         return ArchiveTarget(uri, fs, root, local=True)
