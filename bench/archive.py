@@ -5,7 +5,9 @@ is archived, then read whole through ``get_columns`` three ways, in rounds that 
 
 - **local**: the store's own files (before its local copies are deleted: a second store, a copy of the first);
 - **archive**: the copy whose local files were cleaned away, every read below the local data, from a cold cache
-  (each round empties it), over ``file://`` or, with ``--s3``, moto's S3 server on 127.0.0.1;
+  (each round empties it), over ``file://`` or, with ``--s3``, moto's S3 server on 127.0.0.1; the queues are
+  read one after the other, so with several queues a cache smaller than the data fetches each object once per
+  queue (``--cache-mib``; a ``file://`` archive's objects are mapped where they lie and take no room of it);
 - **floor**: pyarrow reading the same objects' bytes from the same archive (``open_input_file().read()``), what
   any reader of the archive must at least pay.
 
@@ -16,7 +18,7 @@ archive and the service at its default pace; every 100 ms the archive's lag (in 
 not yet archived / file size) is sampled, and the put latencies are compared with the same run without an
 archive (p50, p99).
 
-    python bench/archive.py read --mib 1024 --rounds 3 [--s3]
+    python bench/archive.py read --mib 1024 --rounds 3 [--queues 1] [--s3] [--cache-mib 128]
     python bench/archive.py lag --rate 100 --seconds 20
 """
 
@@ -75,8 +77,8 @@ def read(args: argparse.Namespace) -> None:
             uri, options = "file://" + os.path.join(work, "archive"), {}
         n = _fill(local, args.mib, args.queues)
         shutil.copytree(local, archived)
-        cfg = {"archive_uri": uri, "archive_options": options, "archive_interval_ms": 3_600_000,
-               "mapped_file_size_commit_log": FILE, "file_reserved_time": 0, "archive_cache_bytes": 2 * FILE}
+        cfg = {"archive_uri": uri, "archive_options": options, "archive_interval_ms": 3_600_000, "archive_on_seal": False,
+               "mapped_file_size_commit_log": FILE, "file_reserved_time": 0, "archive_cache_bytes": args.cache_mib << 20}
         with MessageStore.open(archived, **cfg) as store:   # type: ignore[arg-type]
             parts = store._parts
             assert parts is not None and parts.archive is not None and parts.archive.service is not None
@@ -174,6 +176,7 @@ def main() -> None:
     r.add_argument("--queues", type=int, default=4)
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--s3", action="store_true")
+    r.add_argument("--cache-mib", type=int, default=128, help="archive_cache_bytes in MiB (fetched copies)")
     g = sub.add_parser("lag")
     g.add_argument("--rate", type=int, default=100)
     g.add_argument("--seconds", type=float, default=20)

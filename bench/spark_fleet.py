@@ -39,7 +39,7 @@ def _build(work: str, stores: int, messages: int, queues: int, archive: bool) ->
         kw: dict[str, object] = {"mapped_file_size_commit_log": FILE}
         if archive:
             uri = "file://" + os.path.join(work, "arch", "broker-%02d" % s)
-            kw.update(archive_uri=uri, archive_interval_ms=3_600_000, file_reserved_time=0)
+            kw.update(archive_uri=uri, archive_interval_ms=3_600_000, archive_on_seal=False, file_reserved_time=0)
             locations.append(uri)
         with MessageStore.open(root, **kw) as store:  # type: ignore[arg-type]
             step = 8192

@@ -157,6 +157,9 @@ class StoreConfig:
     archive_local_retention_bytes: int = 0
     archive_cache_bytes: int = 256 * 1024 * 1024
     archive_interval_ms: int = 1_000
+    # with an archive: a sealed commit-log file is copied as soon as it is flushed and dispatched (looked for every
+    # 50 ms), not at the next pass; False: only the passes copy (a test or a tool that runs them itself)
+    archive_on_seal: bool = True
     # pystore: recovery truncates at damage that valid, already-flushed records follow, instead of raising
     # StoreCorruptedError (RocketMQ always truncates; pystore refuses to drop durable messages silently).
     recover_truncate_corrupted: bool = False

@@ -95,6 +95,7 @@ EXTRA_DEFAULTS = [
     ("archive_local_retention_bytes", 0),
     ("archive_cache_bytes", 256 * 1024 * 1024),
     ("archive_interval_ms", 1_000),
+    ("archive_on_seal", True),
     ("recover_truncate_corrupted", False),
     ("prefault_window_bytes", 4 * 1024 * 1024),
     ("follow_put_cpu", True),

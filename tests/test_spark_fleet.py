@@ -61,7 +61,7 @@ def _make_store(root: str, archive: str, name: str, options: dict[str, Any] | No
                 tail: int = 300) -> None:
     """A store of ``n`` messages whose head was archived and deleted locally, then ``tail`` more messages."""
     with MessageStore.open(root, archive_uri=archive, archive_options=options or {}, archive_interval_ms=3_600_000,
-                           file_reserved_time=0, **GEOMETRY) as store:
+                           archive_on_seal=False, file_reserved_time=0, **GEOMETRY) as store:
         _put(store, name, 0, n)
         _archive_and_clean(store)
         _put(store, name, n, tail)

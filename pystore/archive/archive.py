@@ -93,8 +93,24 @@ class Archive:
     # -- cleaning ---------------------------------------------------------------------------------------------
 
     def deletable_end(self) -> int:
-        """Local commit-log files that end at or below this offset may be deleted: their copy is finished."""
-        return max(0, self.manifest.contiguous_end())
+        """Local commit-log files that end at or below this offset may be deleted: their copy is finished, and the
+        consume-queue units pointing into them are durable (flushed here when a local file is about to qualify)."""
+        end = max(0, self.manifest.contiguous_end())
+        service = self.service
+        if service is not None:
+            files = service.commitlog.queue.files
+            if len(files) > 1 and files[0].file_from_offset + files[0].file_size <= end:
+                # The units of these files' messages were only dispatched (the queues' flush service may be many
+                # files behind); after a power cut, recovery could rebuild lost units only from the local commit
+                # log, which will not hold these files: the messages would be in the archive but in no queue.
+                # Flush every queue to its end before the cleaner deletes (the power-cut round of issue 37); queue by
+                # queue (each flush is serialised with the flush service's), not ConsumeQueueStore.flush, whose
+                # making of ready files is the flush service's alone. A failed flush raises: nothing is deleted.
+                for cq in service.cq_store.queues():
+                    for _ in range(len(cq.queue.files) + 1):
+                        if cq.flush(0):
+                            break
+        return end
 
     def queue_file_archived(self, topic: str, queue_id: int, mf: MappedFile) -> bool:
         return self.manifest.state_of(queue_object(topic, queue_id, mf)) in VISIBLE
@@ -213,6 +229,22 @@ class Archive:
                 f.release()
             if cut_mf is not None:
                 cut_mf.close()
+
+    def unit_bytes(self, topic: str, queue_id: int, offset: int, count: int) -> bytes | None:
+        """Up to ``count`` units of the queue from ``offset`` (to the end of the file holding it) as bytes, from
+        the archive's copy of that queue file; None when the archive holds no copy of it. For sizing a page's
+        buffers before a read below the local data (``get_columns``), as the local units size a local read."""
+        self.ensure_loaded()
+        for record in self.manifest.queue_files(topic, queue_id):
+            if record["first"] <= offset <= record["last"]:
+                mf = self.cache.mapped(record)
+                try:
+                    pos = (offset - int(record["first"])) * _UNIT
+                    n = min(max(count, 0) * _UNIT, int(record["size"]) - pos)
+                    return mf.read_any(pos, n) if n > 0 else b""
+                finally:
+                    mf.release()
+        return None
 
     def _queue_view(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int,
                     held: list[MappedFile]) -> tuple[MappedFile, int, int] | None:

@@ -7,9 +7,18 @@ checks its size and CRC32 against the manifest (an object deleted or changed beh
 ``StoreCorruptedError`` naming it: never a wrong answer), renames it into place and maps it read-only. An object
 of a ``file://`` archive is already a local file: it is checked the same way and mapped where it lies.
 
-The cache holds at most ``archive_cache_bytes`` of files, least recently used first out; a file some read
-holds (``hold``) stays until it is let go, and the file asked for last is kept even when it alone is larger
-(a commit-log file of 1 GiB with the default 256 MiB cache: the cache then holds that one file). Each process
+The cache holds at most ``archive_cache_bytes`` of fetched files, least recently used first out; a file some
+read holds (``hold``) stays until it is let go, and the file asked for last is kept even when it alone is larger
+(a commit-log file of 1 GiB with the default 256 MiB cache: the cache then holds that one file). The objects of a
+``file://`` archive take no room of the cache (they are not copied: their pages are the kernel's page cache, as
+a local store's files are), so they are not counted in ``archive_cache_bytes``; their mappings are bounded
+apart, by ``MAP_BUDGET`` bytes of address space. Once checked, such an object is not checked again while its
+inode, size, modification and change times stay what they were (a write behind the store's back changes the
+change time, which no one can set back): readers of several queues that go through the same files in turn map
+each file again without reading it all for its CRC again. The manifest record of a ``file://`` copy carries the
+same four figures as the object had when its copy finished (``stamp``): an object that still has them is the
+one that was copied and checked then, and is not read for its CRC at all; any other (changed, replaced,
+restored from a backup, the archive moved to another disk) is checked in full once. Each process
 has its own folder, ``archive.cache/<pid>``, emptied when it opens the store and when it closes it (nothing in
 it is trusted across processes); folders of processes no longer alive are removed at open.
 
@@ -35,13 +44,16 @@ from typing import Any
 
 from pystore.archive.target import ArchiveError, ArchiveTarget
 from pystore.errors import StoreCorruptedError
-from pystore.format._codec import fast_body_crc
+from pystore.format._codec import file_crc32
 from pystore.log._mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ArchiveCache"]
+__all__ = ["ArchiveCache", "MAP_BUDGET"]
 
+#: the address space the mappings of a ``file://`` archive's objects may take together (least recently used
+#: unmapped first): far below a 64-bit process's, far above what a read holds at once
+MAP_BUDGET = 256 << 30
 
 
 class ArchiveCache:
@@ -53,6 +65,8 @@ class ArchiveCache:
         self._lock = threading.Lock()
         self._files: OrderedDict[str, MappedFile] = OrderedDict()
         self._borrowed: set[str] = set()           # mapped where they lie in a file:// archive
+        self._verified: dict[str, tuple[int, int, int, int]] = {}   # file:// objects checked: their stat then
+        self.borrowed_bytes = 0
         self._pending: dict[str, Future[None]] = {}  # fetches under way
         self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pystore-archive-ahead")
         self._closed = False
@@ -66,12 +80,14 @@ class ArchiveCache:
         (``mf.release()``) when its read is done. A file being fetched (by a read-ahead or another read) is
         waited for, not fetched twice."""
         name = record["name"]
+        waited = False
         while True:
             with self._lock:
                 mf = self._files.get(name)
                 if mf is not None and mf.hold():
                     self._files.move_to_end(name)
-                    self.hits += 1
+                    if not waited:
+                        self.hits += 1              # a fetch this read waited for is no hit
                     return mf
                 pending = self._pending.get(name)
                 if pending is None:
@@ -82,6 +98,7 @@ class ArchiveCache:
             if mine:
                 self._load(record, pending)
             pending.result()                    # raises what the fetch raised
+            waited = True
 
     def read_ahead(self, record: dict[str, Any]) -> None:
         """Fetch ``record``'s file in the background (a sequential reader will want it next)."""
@@ -103,7 +120,10 @@ class ArchiveCache:
         with self._lock:
             self._pending.pop(name, None)
             self._files[name] = mf
-            self.bytes += mf.file_size
+            if name in self._borrowed:
+                self.borrowed_bytes += mf.file_size
+            else:
+                self.bytes += mf.file_size
             self._evict(keep=name)
         pending.set_result(None)
 
@@ -114,15 +134,22 @@ class ArchiveCache:
         if local is not None:
             # a file:// archive: the object is mapped where it lies (checked as a fetched copy is)
             try:
-                have = os.stat(local).st_size
+                st = os.stat(local)
             except FileNotFoundError:
                 raise StoreCorruptedError(shown, 0, "the archived object the manifest lists is missing") from None
-            if have != size:
+            if st.st_size != size:
                 raise StoreCorruptedError(shown, 0, "the archived object is %d bytes, the manifest says %d"
-                                          % (have, size))
-            self._check_crc(local, record, shown)
+                                          % (st.st_size, size))
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if self._verified.get(name) != stamp and record.get("stamp") != list(stamp):
+                self._check_crc(local, record, shown)
+                after = os.stat(local)
+                # remembered only when nothing changed it while it was being read
+                if (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) == stamp:
+                    self._verified[name] = stamp
             mf = MappedFile(local, size, read_only=True)
-            self._borrowed.add(name)
+            with self._lock:
+                self._borrowed.add(name)
         else:
             path = os.path.join(self.folder, *name.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -153,8 +180,8 @@ class ArchiveCache:
 
     @staticmethod
     def _check_crc(path: str, record: dict[str, Any], shown: str) -> None:
-        """The object's CRC32 against the manifest's, over a read-only mapping with the compiled CRC (which
-        gives the CRC32's low 31 bits, as RocketMQ's body CRC: the manifest's value is compared so)."""
+        """The object's CRC32 against the manifest's, over a read-only mapping with the compiled CRC (without the
+        GIL: a read-ahead checks the next file while the reader decodes this one)."""
         want = record.get("crc32")
         if want is None:
             return
@@ -165,26 +192,32 @@ class ArchiveCache:
                 with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
                     view = memoryview(m)
                     try:
-                        got = fast_body_crc(view)
+                        got = file_crc32(view)
                     finally:
                         view.release()
-        if got != want & 0x7FFFFFFF:
-            raise StoreCorruptedError(shown, 0, "the archived object changed behind the store's back (CRC32 low bits "
-                                      "%08x, the manifest says %08x)" % (got, want & 0x7FFFFFFF))
+        if got != want:
+            raise StoreCorruptedError(shown, 0, "the archived object changed behind the store's back (CRC32 %08x, "
+                                      "the manifest says %08x)" % (got, want))
 
     def _evict(self, keep: str) -> None:
         for name in list(self._files):
-            if self.bytes <= self.capacity:
+            if self.bytes <= self.capacity and self.borrowed_bytes <= MAP_BUDGET:
                 return
             mf = self._files[name]
             if name == keep or mf.ref_count > 1:
                 continue                       # in use by a read: later
-            del self._files[name]
-            self.bytes -= mf.file_size
             if name in self._borrowed:
+                if self.borrowed_bytes <= MAP_BUDGET:
+                    continue                   # the fetched copies are over: these take no room
+                del self._files[name]
+                self.borrowed_bytes -= mf.file_size
                 self._borrowed.discard(name)
                 mf.close()                      # the archive's own file: unmapped, never deleted
             else:
+                if self.bytes <= self.capacity:
+                    continue
+                del self._files[name]
+                self.bytes -= mf.file_size
                 mf.destroy(0, int(time.time() * 1000))
 
     def close(self) -> None:
@@ -195,7 +228,8 @@ class ArchiveCache:
             for mf in self._files.values():
                 mf.close()
             self._files.clear()
-            self.bytes = 0
+            self._borrowed.clear()
+            self.bytes = self.borrowed_bytes = 0
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

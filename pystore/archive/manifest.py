@@ -12,7 +12,9 @@ without that field, so a record torn by a power cut (a ``file://`` archive on a 
 changed behind the store's back is recognised and skipped. Fields: ``seq`` (its object's number), ``state``,
 ``kind`` (``commitlog``, ``consumequeue`` or ``index``), ``name`` (the data object's path under the archive), ``base``
 (the file's first byte offset: commit-log offset, or consume-queue byte offset), ``size`` and ``at`` (wall ms).
-A finished copy adds ``crc32`` (of the whole object), ``min_ts``/``max_ts`` (store times of its first and last
+A finished copy adds ``crc32`` (of the whole object), on a ``file://`` archive ``stamp`` (the object's inode,
+size, modification and change times right after the copy: a reader that finds them unchanged skips the CRC),
+``min_ts``/``max_ts`` (store times of its first and last
 record, commit log) and, for a commit-log file, ``queues``: ``{"topic/queue id": [first record's offset, highest
 queue offset]}`` of its records; for a consume-queue file ``topic``, ``queue_id``, ``first`` and ``last`` (the
 queue offsets of its first and last unit); for an index file ``begin_ts``, ``end_ts``, ``begin_phy``, ``end_phy``
@@ -24,6 +26,8 @@ file is gone; the object is still the copy). A file's state is that of its recor
 only finished (or locally deleted) files are visible to readers, whatever the order in which a reader lists
 the records. Records are appended by the store's one archiving service, so seqs never collide; a reader lists
 them and folds them (``load``), and folds again to follow a writer (``refresh``: only the new ones are read).
+The records of a refresh are fetched up to ``_READERS`` at once (on an object store each is a round trip) and
+folded in ``seq`` order; a record whose read failed is read again by the next refresh.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import logging
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pystore.archive.target import ArchiveTarget
@@ -50,6 +55,8 @@ STATES = (COPY_STARTED, COPY_FINISHED, LOCAL_DELETED)
 KINDS = ("commitlog", "consumequeue", "index")
 FOLDER = "manifest"
 VISIBLE = frozenset({COPY_FINISHED, LOCAL_DELETED})
+#: how many manifest records a refresh reads at once
+_READERS = 16
 
 
 def _canonical(record: dict[str, Any]) -> bytes:
@@ -110,16 +117,26 @@ class Manifest:
         with self._lock:
             names = self.target.list(FOLDER)
             new = 0
+            fresh: list[tuple[str, int]] = []
             for name in names:
                 if name in self._seen or not name.endswith(".json"):
                     continue
-                self._seen.add(name)
                 try:
                     seq = int(name.rsplit("/", 1)[-1][:-5])
                 except ValueError:
+                    self._seen.add(name)
                     continue
+                fresh.append((name, seq))
+            # one GET per record: many at once (an object store answers each after a round trip), folded in order
+            if len(fresh) > 1:
+                with ThreadPoolExecutor(max_workers=min(_READERS, len(fresh))) as pool:
+                    blobs = list(pool.map(self.target.read, [name for name, _ in fresh]))
+            else:
+                blobs = [self.target.read(name) for name, _ in fresh]
+            for (name, seq), blob in zip(fresh, blobs, strict=True):
+                self._seen.add(name)
                 self.next_seq = max(self.next_seq, seq + 1)
-                record = decode_record(self.target.read(name))
+                record = decode_record(blob)
                 if record is None or record["seq"] != seq:
                     self.skipped += 1
                     log.warning("%s: manifest record %s is torn or was changed: skipped", self.target.shown, name)

@@ -1,6 +1,8 @@
 """The archiving service: copies each sealed file of the store to the archive and records it in the manifest.
 
-A pass (every ``archive_interval_ms``, and when woken) copies, oldest first:
+A pass (every ``archive_interval_ms``, when woken, and as soon as the newest sealed commit-log file is flushed
+and dispatched: the service looks every 50 ms, so the archive follows a fast writer one file behind) copies,
+oldest first:
 
 1. **commit-log files** that are sealed (a later file exists), flushed whole (a power cut cannot take back what
    the archive holds) and dispatched (their consume-queue units exist): ``copy-started``, the object written,
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pystore.archive.manifest import COPY_FINISHED, COPY_STARTED, LOCAL_DELETED, Manifest
 from pystore.archive.target import ArchiveError, ArchiveTarget
+from pystore.format._codec import file_crc32
 from pystore.log._records import QueueTally, first_store_timestamp, scan_file
 from pystore.system.service import ServiceThread
 
@@ -45,6 +48,8 @@ __all__ = ["ArchiveService", "commitlog_object", "index_object", "queue_object"]
 
 _UNIT = 20
 _CHUNK = 8 << 20
+# how often the service looks for a newly sealed commit-log file between its passes
+_SEAL_POLL_MS = 50
 
 
 def commitlog_object(mf: MappedFile) -> str:
@@ -57,6 +62,19 @@ def index_object(mf: MappedFile) -> str:
 
 def queue_object(topic: str, queue_id: int, mf: MappedFile) -> str:
     return "consumequeue/%s/%d/%s" % (topic, queue_id, os.path.basename(mf.file_name))
+
+
+def _crc_of(mf: MappedFile, size: int) -> int:
+    """The CRC32 of the file's first ``size`` bytes: over its own mapping, without the GIL (puts go on meanwhile),
+    when the mapping holds them all, else read from the file."""
+    view = mf.select_mapped_buffer(0, size) if size > 0 else None
+    if view is None:
+        return _crc_of_file(mf.file_name, size)
+    try:
+        with memoryview(view) as b:
+            return file_crc32(b)
+    finally:
+        view.release()
 
 
 def _crc_of_file(path: str, size: int) -> int:
@@ -96,9 +114,27 @@ class ArchiveService(ServiceThread):
         self.last_upload_ms = 0
 
     def run(self) -> None:
+        interval = self.config.archive_interval_ms
+        last = 0.0
         while not self.is_stopped():
-            self.run_once()
-            self.wait_for_running(self.config.archive_interval_ms)
+            now = time.monotonic()
+            if (now - last) * 1000 >= interval or (self.config.archive_on_seal and self._sealed_ready()):
+                last = now
+                self.run_once()
+            self.wait_for_running(min(interval, _SEAL_POLL_MS))
+
+    def _sealed_ready(self) -> bool:
+        """The newest sealed commit-log file is flushed and dispatched and not yet copied: a pass now keeps the
+        archive one file behind the log (after a failed pass, the interval decides: a broken archive is not
+        tried again every few milliseconds)."""
+        if self.last_error is not None or not self.loaded:
+            return False
+        files = self.commitlog.queue.files
+        if len(files) < 2:
+            return False
+        mf = files[-2]
+        return (mf.flushed_position >= mf.file_size and mf.file_from_offset + mf.file_size <= self.dispatched()
+                and self.manifest.state_of(commitlog_object(mf)) not in (COPY_FINISHED, LOCAL_DELETED))
 
     def run_once(self) -> int:
         """One pass; returns how many files it copied (errors are kept, logged, and tried again next pass)."""
@@ -223,7 +259,7 @@ class ArchiveService(ServiceThread):
         if self.manifest.state_of(name) is None:
             self.manifest.append(COPY_STARTED, kind, name, base, size)
         wrote = self.target.put_file(name, mf.file_name)
-        crc = _crc_of_file(mf.file_name, size)
+        crc = _crc_of(mf, size)
         if wrote != size:
             raise ArchiveError("%s: the copy of %s wrote %d bytes, the file has %d" % (self.target.shown, name, wrote,
                                                                                      size))
@@ -231,6 +267,9 @@ class ArchiveService(ServiceThread):
         if seen != size:
             raise ArchiveError("%s: %s reads back as %s bytes after its copy, not %d" % (self.target.shown, name, seen,
                                                                                        size))
+        stamp = self.target.local_stamp(name)
+        if stamp is not None:
+            fields = {**fields, "stamp": stamp}       # a reader of this file:// archive need not read it for its CRC
         self.manifest.append(COPY_FINISHED, kind, name, base, size, crc32=crc, **fields)
         self.uploaded += 1
         self.uploaded_bytes += size

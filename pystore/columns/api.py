@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from pystore.errors import StoreError
 from pystore.format._codec import record_length
 from pystore.log._bulk_put import batch_ends, put_bodies, put_bytes
 from pystore.log._results import PutMessageResult
@@ -375,10 +376,20 @@ def _reserve(reads: StoreReads, builder: Any, topic: str, queue_id: int, offset:
     """Room in ``builder`` for the page the units from ``offset`` point at (their record sizes bound the
     bodies): its buffers then never grow, and nothing is copied twice."""
     try:
-        units = queue_units(reads, topic, queue_id, offset, max_msg_nums)
+        units = queue_units(reads, topic, queue_id, offset, max_msg_nums).view(_np().uint8)
     except (TypeError, ValueError):
-        return                      # the read itself says what is wrong
-    rows, total = record_bytes(units.view(_np().uint8), _MAX_RECORD)         # no fillers
+        # below the local units: the archive's copy of the queue file sizes the page, if it has one
+        archive = reads.parts.archive if reads.parts is not None else None
+        if archive is None or not isinstance(offset, int) or not isinstance(max_msg_nums, int) or offset < 0:
+            return                  # the read itself says what is wrong
+        try:
+            found = archive.unit_bytes(topic, queue_id, offset, max_msg_nums)
+        except StoreError:
+            return                  # the read itself refuses it, naming the object
+        if not found:
+            return
+        units = _np().frombuffer(found, dtype=_np().uint8)
+    rows, total = record_bytes(units, _MAX_RECORD)         # no fillers
     body = min(total, PAGE_BYTES)
     builder.reserve(rows, body, rows * len(topic.encode("utf-8", "replace")))
 
