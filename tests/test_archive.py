@@ -547,3 +547,39 @@ def _zero_unit_on_disk(root, queue_id, index):
     with open(folder / ("%020d" % base), "r+b") as f:
         f.seek(index * 20 - base)
         f.write(bytes(20))
+
+
+def test_time_searches_and_store_times_answer_below_the_local_data_as_if_it_were_local(tmp_path, archive):
+    """``get_offset_in_queue_by_time`` (both boundaries), ``get_message_store_timestamp`` and
+    ``get_earliest_message_time`` give the same answers once the local files were cleaned away (the records in the
+    archive) as they gave while every file was local; also from a reopened store (an empty cache)."""
+    root = tmp_path / "store"
+    size = GEOMETRY["mapped_file_size_commit_log"]
+
+    def answers(store, times):
+        out = {"earliest": store.get_earliest_message_time()}
+        for q in (0, 1):
+            hi = store.get_max_offset_in_queue(TOPIC, q)
+            out[q] = ([store.get_message_store_timestamp(TOPIC, q, i) for i in range(hi)],
+                      [store.get_offset_in_queue_by_time(TOPIC, q, t, b) for t in times for b in ("lower", "upper")],
+                      store.get_earliest_message_time(TOPIC, q))
+        return out
+
+    with _open(root, archive, archive_local_retention_bytes=size) as store:
+        for i in range(1500):
+            if i % 100 == 0:
+                time.sleep(0.003)       # store times a few milliseconds apart
+            assert store.put_message(Message(TOPIC, b"t%06d-" % i + bytes(190), queue_id=i % 2)).is_ok()
+        store.flush()
+        store._cq_store.flush(0)
+        stamps = sorted({store.get_message_store_timestamp(TOPIC, 0, i) for i in range(750)})
+        assert len(stamps) > 5
+        times = [0, stamps[0] - 1] + [t + d for t in stamps for d in (-1, 0, 1)] + [stamps[-1] + 10**6]
+        local = answers(store, times)
+        _archive_pass(store)
+        store.clean_files()
+        assert store.get_min_phy_offset() > 0
+        assert store.get_min_offset_in_queue(TOPIC, 0) == 0 and store._cq_store.find(TOPIC, 0).get_min_offset_in_queue() > 0
+        assert answers(store, times) == local
+    with _open(root, archive, archive_local_retention_bytes=size) as store:
+        assert answers(store, times) == local
