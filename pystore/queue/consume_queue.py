@@ -200,8 +200,15 @@ class ConsumeQueue:
         self.drop_ready()
         self.queue.close()
         paths = self.queue.list_file_paths()
+        self._start_over(paths, [])
+        return paths
+
+    def _start_over(self, paths: list[str], kept: list[str]) -> None:
+        """Delete the queue's files ``paths`` but ``kept`` and start it again on an empty file list (its files
+        closed already)."""
         for path in paths:
-            os.unlink(path)
+            if path not in kept:
+                os.unlink(path)
         # durable at once: deleted files coming back after a power cut would be the damage again; and the
         # folders this queue created but did not sync yet, which the new file list would not know about
         self.queue.pending_dirs.sync()
@@ -211,7 +218,6 @@ class ConsumeQueue:
         self.last_file = None
         self.max_physic_offset = 0
         self.min_logic_offset = 0
-        return paths
 
     def keep_units_below(self, limit: int) -> int:
         """(A writer rebuilding this queue, whose files cannot be trusted as a whole, when the commit log's head
@@ -254,16 +260,7 @@ class ConsumeQueue:
             expected = base + size
         if not real:
             kept_paths, end = [], 0
-        for path in paths:
-            if path not in kept_paths:
-                os.unlink(path)
-        self.queue.pending_dirs.sync()
-        sync_dirs(os.path.dirname(p) for p in paths)
-        self.queue = _file_queue(self.folder, self.file_size, self.read_only, self.window, self.queue.clock)
-        self.forget_time_samples()
-        self.last_file = None
-        self.max_physic_offset = 0
-        self.min_logic_offset = 0
+        self._start_over(paths, kept_paths)
         if kept_paths:
             self.queue.mapped_file_size = size
             if not self.queue.load() or not self.recover():
