@@ -4,9 +4,10 @@ JVM) and resumed on its checkpoint, checked for loss and duplicates.
 
 ``--stores`` stores of ``--messages`` messages each (64 B bodies naming their store and sequence, over
 ``--queues`` queues of one topic, 64 MiB commit-log files); with ``--archive`` each store's sealed files are
-copied to a ``file://`` archive and deleted locally, so the fleet is read as root + archive per store.
+copied to a ``file://`` archive (``--s3``: to moto's S3 server on 127.0.0.1, started in this process) and deleted
+locally, so the fleet is read as root + archive per store.
 
-    python bench/spark_fleet.py --stores 10 --messages 1000000 [--archive] [--no-stream]
+    python bench/spark_fleet.py --stores 10 --messages 1000000 [--archive [--s3]] [--no-stream]
 
 Prints: the build time; planning (``partitions()`` of the batch reader, as the driver runs it) by topic and of the
 whole log, with the partition counts; the batch query's count and time; the stream's micro-batches before the
@@ -32,14 +33,20 @@ FILE = 64 * 1024 * 1024
 TOPIC = "Fleet"
 
 
-def _build(work: str, stores: int, messages: int, queues: int, archive: bool) -> list[str]:
+#: the archive's file system options (JSON) when the archives are on S3, handed to every read
+ARCHIVE_OPTIONS = ""
+
+
+def _build(work: str, stores: int, messages: int, queues: int, archive: bool, bucket: str | None) -> list[str]:
     locations = []
     for s in range(stores):
         root = os.path.join(work, "broker-%02d" % s, "store")
         kw: dict[str, object] = {"mapped_file_size_commit_log": FILE}
         if archive:
-            uri = "file://" + os.path.join(work, "arch", "broker-%02d" % s)
-            kw.update(archive_uri=uri, archive_interval_ms=3_600_000, archive_on_seal=False, file_reserved_time=0)
+            uri = ("s3://%s/broker-%02d" % (bucket, s) if bucket else
+                   "file://" + os.path.join(work, "arch", "broker-%02d" % s))
+            kw.update(archive_uri=uri, archive_interval_ms=3_600_000, archive_on_seal=False, file_reserved_time=0,
+                      archive_options=json.loads(ARCHIVE_OPTIONS or "{}"))
             locations.append(uri)
         with MessageStore.open(root, **kw) as store:  # type: ignore[arg-type]
             step = 8192
@@ -64,6 +71,8 @@ def _plan(locations: list[str], topic: bool) -> tuple[float, int]:
     from pystore.spark.batch import PystoreBatchReader
 
     options = {"path": ",".join(locations)}
+    if ARCHIVE_OPTIONS:
+        options["archive_options"] = ARCHIVE_OPTIONS
     if topic:
         options["subscribe"] = TOPIC
     best, n = float("inf"), 0
@@ -87,9 +96,11 @@ pystore.spark.register(spark)
 """
 
 _STREAM = _SESSION + """
-locations, out, ckpt, per_trigger, mode = sys.argv[1:6]
-r = (spark.readStream.format("pystore").option("subscribe", "Fleet").option("maxOffsetsPerTrigger", per_trigger)
-     .load(locations))
+locations, out, ckpt, per_trigger, mode, archive_options = sys.argv[1:7]
+r = spark.readStream.format("pystore").option("subscribe", "Fleet").option("maxOffsetsPerTrigger", per_trigger)
+if archive_options:
+    r = r.option("archive_options", archive_options)
+r = r.load(locations)
 w = r.select("body").writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
 q = (w.trigger(availableNow=True) if mode == "drain" else w.trigger(processingTime="0 seconds")).start()
 q.awaitTermination()
@@ -107,10 +118,13 @@ def _batch(locations: list[str]) -> tuple[float, int]:
     code = _SESSION + textwrap.dedent("""
         import time
         t = time.perf_counter()
-        n = spark.read.format("pystore").option("subscribe", "Fleet").load(sys.argv[1]).select("queue_offset").count()
+        r = spark.read.format("pystore").option("subscribe", "Fleet")
+        if sys.argv[2]:
+            r = r.option("archive_options", sys.argv[2])
+        n = r.load(sys.argv[1]).select("queue_offset").count()
         print("RESULT", n, time.perf_counter() - t)
     """)
-    out = subprocess.run([sys.executable, "-c", code, ",".join(locations)], env=_env(), capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, ",".join(locations), ARCHIVE_OPTIONS], env=_env(), capture_output=True,
                          text=True, check=True).stdout
     line = next(x for x in out.splitlines() if x.startswith("RESULT"))
     _, n, secs = line.split()
@@ -138,7 +152,8 @@ def _committed_files(out: str) -> list[str]:
 def _stream_with_kill(locations: list[str], work: str, total: int) -> dict[str, object]:
     out, ckpt = os.path.join(work, "stream-out"), os.path.join(work, "stream-ckpt")
     per = str(max(1, total // 8))
-    p = subprocess.Popen([sys.executable, "-c", _STREAM, ",".join(locations), out, ckpt, per, "run"], env=_env(),
+    p = subprocess.Popen([sys.executable, "-c", _STREAM, ",".join(locations), out, ckpt, per, "run", ARCHIVE_OPTIONS],
+                         env=_env(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
     while _commits(ckpt) < 2 and p.poll() is None and time.monotonic() < deadline:
@@ -148,7 +163,8 @@ def _stream_with_kill(locations: list[str], work: str, total: int) -> dict[str, 
     os.killpg(p.pid, signal.SIGKILL)         # the driver and its JVM, at once
     p.wait()
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", _STREAM, ",".join(locations), out, ckpt, per, "drain"], env=_env(),
+    subprocess.run([sys.executable, "-c", _STREAM, ",".join(locations), out, ckpt, per, "drain", ARCHIVE_OPTIONS],
+                   env=_env(),
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     resumed = time.perf_counter() - t
     import pyarrow.parquet as pq
@@ -167,13 +183,22 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--archive", action="store_true")
+    ap.add_argument("--s3", action="store_true", help="the archives on moto's S3 server (with --archive)")
     ap.add_argument("--no-stream", action="store_true")
     ap.add_argument("--work", help="folder for the stores (default: a temporary one, removed after)")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="pystore-fleet-")
+    server, bucket = None, None
     try:
+        if a.s3:
+            global ARCHIVE_OPTIONS
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+            from s3server import S3Server
+            server = S3Server().start()
+            bucket = server.create_bucket()
+            ARCHIVE_OPTIONS = json.dumps(server.options())
         t = time.perf_counter()
-        locations = _build(work, a.stores, a.messages, a.queues, a.archive)
+        locations = _build(work, a.stores, a.messages, a.queues, a.archive, bucket)
         total = a.stores * a.messages
         print("built %d store(s) x %d messages in %.1f s%s" % (a.stores, a.messages, time.perf_counter() - t,
                                                                " (archived, local files cleaned)" if a.archive else ""))
@@ -191,6 +216,8 @@ def main() -> None:
             if not ok:
                 sys.exit(1)
     finally:
+        if server is not None:
+            server.stop()
         if not a.work:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -497,3 +497,89 @@ def test_cleaning_makes_the_queue_units_durable_before_it_deletes_archived_files
         _archive_pass(store)
         assert store.clean_files()[0] > 0
         assert all(cq.queue.flushed_where == cq.queue.get_max_offset() for cq in queues)
+
+
+@pytest.mark.parametrize("where", ["full-file", "walked-file"])
+def test_a_damaged_queue_keeps_its_units_of_archived_messages_when_rebuilt(tmp_path, archive, where):
+    """A queue whose files cannot be trusted is rebuilt from the local commit log; with an archive, its units of
+    messages below the local log (archived, their local files deleted) are kept, since no walk of the local log
+    can write them again: every message reads back at its offset (found by tests/powerloss/
+    test_archive_powerloss.py: a full queue file left unflushed by a cut before a later one lost them).
+    ``full-file``: the last unit of a full file inside the queue (the open's check of whole files);
+    ``walked-file``: a unit followed by others in the last file (the recovery walk)."""
+    root = tmp_path / "store"
+    size = GEOMETRY["mapped_file_size_commit_log"]
+    with _open(root, archive, archive_local_retention_bytes=size) as store:
+        put = _fill(store, 1500, queues=1)[0]
+        _archive_pass(store)
+        # more puts after the pass: the queue file that was being written fills (not archived: the pass found it
+        # open), and cleaning deletes the commit-log files the pass copied, some of whose units it holds
+        put += [b"late-%d" % i for i in range(300)]
+        for body in put[1500:]:
+            assert store.put_message(Message(TOPIC, body, queue_id=0)).is_ok()
+        store.flush()
+        store._cq_store.flush(0)
+        store.clean_files()
+        local_min = store.get_min_phy_offset()
+        cq = store._cq_store.find(TOPIC, 0)
+        first_local = cq.queue.files[0].file_from_offset // 20
+        below = next(i for i in range(first_local, cq.get_max_offset_in_queue()) if cq.unit(i)[0] >= local_min)
+        records = store._parts.archive.manifest.queue_files(TOPIC, 0)
+        # the units of the last archived messages are only in a local queue file: the rebuild must keep them
+        assert local_min > 0 and first_local < below and int(records[-1]["last"]) < first_local
+        if where == "full-file":
+            target = next(mf.file_from_offset // 20 for mf in cq.queue.files[:-1] if mf.file_from_offset // 20 > below)
+            target += 63
+        else:
+            target = cq.get_max_offset_in_queue() - 3
+    _zero_unit_on_disk(root, 0, target)
+    with _open(root, archive, archive_local_retention_bytes=size) as store:
+        assert store._cq_store.rebuilt        # the damage was seen, the queue rebuilt
+        bodies, offsets = _read_all(store, 0)
+        assert bodies == put and offsets == list(range(len(put)))
+        assert store.get_min_offset_in_queue(TOPIC, 0) == 0
+
+
+def _zero_unit_on_disk(root, queue_id, index):
+    folder = root / "consumequeue" / TOPIC / str(queue_id)
+    file_size = GEOMETRY["mapped_file_size_consume_queue"]
+    base = index * 20 // file_size * file_size
+    with open(folder / ("%020d" % base), "r+b") as f:
+        f.seek(index * 20 - base)
+        f.write(bytes(20))
+
+
+def test_time_searches_and_store_times_answer_below_the_local_data_as_if_it_were_local(tmp_path, archive):
+    """``get_offset_in_queue_by_time`` (both boundaries), ``get_message_store_timestamp`` and
+    ``get_earliest_message_time`` give the same answers once the local files were cleaned away (the records in the
+    archive) as they gave while every file was local; also from a reopened store (an empty cache)."""
+    root = tmp_path / "store"
+    size = GEOMETRY["mapped_file_size_commit_log"]
+
+    def answers(store, times):
+        out = {"earliest": store.get_earliest_message_time()}
+        for q in (0, 1):
+            hi = store.get_max_offset_in_queue(TOPIC, q)
+            out[q] = ([store.get_message_store_timestamp(TOPIC, q, i) for i in range(hi)],
+                      [store.get_offset_in_queue_by_time(TOPIC, q, t, b) for t in times for b in ("lower", "upper")],
+                      store.get_earliest_message_time(TOPIC, q))
+        return out
+
+    with _open(root, archive, archive_local_retention_bytes=size) as store:
+        for i in range(1500):
+            if i % 100 == 0:
+                time.sleep(0.003)       # store times a few milliseconds apart
+            assert store.put_message(Message(TOPIC, b"t%06d-" % i + bytes(190), queue_id=i % 2)).is_ok()
+        store.flush()
+        store._cq_store.flush(0)
+        stamps = sorted({store.get_message_store_timestamp(TOPIC, 0, i) for i in range(750)})
+        assert len(stamps) > 5
+        times = [0, stamps[0] - 1] + [t + d for t in stamps for d in (-1, 0, 1)] + [stamps[-1] + 10**6]
+        local = answers(store, times)
+        _archive_pass(store)
+        store.clean_files()
+        assert store.get_min_phy_offset() > 0
+        assert store.get_min_offset_in_queue(TOPIC, 0) == 0 and store._cq_store.find(TOPIC, 0).get_min_offset_in_queue() > 0
+        assert answers(store, times) == local
+    with _open(root, archive, archive_local_retention_bytes=size) as store:
+        assert answers(store, times) == local

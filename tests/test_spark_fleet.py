@@ -221,6 +221,24 @@ def test_offsets_keyed_by_store_in_a_batch_read(fleet):
         PystoreBatchReader({"path": _locations(fleet), "startingtimestamp": "0", "subscribe": "Orders"}, None)
 
 
+def test_a_start_by_time_searches_a_root_with_its_archive(fleet):
+    """``startingTimestamp`` on a store whose head is only in its archive starts each queue where the store's own
+    time search (which searches the archive below the local data) says; an archive without a root is refused."""
+    a_root, a_arch = fleet["a"]
+    with MessageStore.open(a_root, read_only=True, archive_uri=a_arch, **GEOMETRY) as store:
+        local = {q: store._cq_store.find("Orders", q).get_min_offset_in_queue() for q in range(3)}
+        ms = store.get_message_store_timestamp("Orders", 0, 40)
+        assert 40 < local[0] and ms > 0                   # offset 40 is archived only
+        starts = {q: store.get_offset_in_queue_by_time("Orders", q, ms, "lower") for q in range(3)}
+    assert starts[0] <= 40 and all(0 < starts[q] < local[q] for q in range(3))
+    rows, _ = _collect({"path": "%s,%s" % (a_root, a_arch), "subscribe": "Orders", "startingTimestamp": str(ms)})
+    want = Counter({k: v for k, v in fleet["want"]["a"].items() if k[0] == "Orders" and k[2] >= starts[k[1]]})
+    assert rows == want
+    with pytest.raises(OptionError, match="without a local root"):
+        PystoreBatchReader({"path": "broker-b=" + fleet["b"][1], "startingtimestamp": "0", "subscribe": "Orders"},
+                           None)
+
+
 def test_planning_reads_only_the_manifests(fleet, monkeypatch):
     seen: list[str] = []
     real_read, real_download = ArchiveTarget.read, ArchiveTarget.download

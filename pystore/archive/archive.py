@@ -29,6 +29,7 @@ from pystore.archive.cache import ArchiveCache
 from pystore.archive.manifest import VISIBLE, Manifest
 from pystore.archive.target import open_target
 from pystore.archive.uploader import ArchiveService, commitlog_object, index_object, queue_object
+from pystore.errors import StoreCorruptedError
 from pystore.index._index import IndexFileCore, select_in_files
 from pystore.log._mapped_file import MappedFile
 from pystore.log._records import message_at
@@ -229,6 +230,75 @@ class Archive:
                 f.release()
             if cut_mf is not None:
                 cut_mf.close()
+
+    def queue_end(self, topic: str, queue_id: int) -> int:
+        """One past the last queue offset the archive holds for the queue, 0 when it holds none."""
+        self.ensure_loaded()
+        files = self.manifest.queue_files(topic, queue_id)
+        return int(files[-1]["last"]) + 1 if files else 0
+
+    def unit(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int) -> tuple[int, int] | None:
+        """``(commit_log_offset, size)`` of queue ``offset``'s unit from a local queue file that still has it,
+        else the archive's copy; None when neither holds it."""
+        self.ensure_loaded()
+        held: list[MappedFile] = []
+        try:
+            view = self._queue_view(cq, topic, queue_id, offset, held)
+            if view is None:
+                return None
+            mf, _, first_unit = view
+            raw = mf.read_any((offset - first_unit) * _UNIT, 12)
+            return int.from_bytes(raw[:8], "big", signed=True), int.from_bytes(raw[8:12], "big", signed=True)
+        finally:
+            for f in held:
+                f.release()
+
+    def store_time(self, commit_log_offset: int) -> int:
+        """Store time of the archived record at ``commit_log_offset``; -1 when the archive holds none there."""
+        m = self.look_message(commit_log_offset)
+        return -1 if m is None else m.store_timestamp
+
+    def first_store_time(self) -> int:
+        """Store time of the archive's first record (its manifest's, no object read); -1 when it holds none."""
+        self.ensure_loaded()
+        files = self.manifest.commitlog_files()
+        return int(files[0]["min_ts"]) if files else -1
+
+    def queue_offset_by_time(self, cq: ConsumeQueue | None, topic: str, queue_id: int, low: int, high: int,
+                             timestamp: int, lower: bool) -> int:
+        """A binary search of the queue's offsets ``[low, high)`` (records in the archive): with ``lower`` the
+        first stored at or after ``timestamp`` (``high`` when none is), else the last stored at or before it
+        (``low - 1`` when none is). A probe compares with the store-time range its commit-log file's manifest
+        record gives, and reads the record (fetching its file) only when ``timestamp`` falls inside that range:
+        a search fetches the queue files it probes and at most the commit-log files holding ``timestamp``."""
+        self.ensure_loaded()
+
+        def after(offset: int) -> bool:
+            """Whether the message at ``offset`` was stored after ``timestamp`` (``lower``: at or after)."""
+            u = self.unit(cq, topic, queue_id, offset)
+            if u is None:
+                raise StoreCorruptedError(self.target.shown, offset, "queue %s/%d: no unit of offset %d in the "
+                                          "archive or the local queue" % (topic, queue_id, offset))
+            record = self.manifest.commitlog_file_for(u[0])
+            if record is not None and "min_ts" in record:
+                if int(record["max_ts"]) < timestamp or (not lower and int(record["max_ts"]) == timestamp):
+                    return False
+                if int(record["min_ts"]) > timestamp or (lower and int(record["min_ts"]) == timestamp):
+                    return True
+            ts = self.store_time(u[0])
+            if ts < 0:
+                raise StoreCorruptedError(self.target.shown, u[0], "queue %s/%d: offset %d points at no archived "
+                                          "record" % (topic, queue_id, offset))
+            return ts >= timestamp if lower else ts > timestamp
+
+        lo, hi = low, high          # the first offset for which ``after`` holds lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if after(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo if lower else lo - 1
 
     def unit_bytes(self, topic: str, queue_id: int, offset: int, count: int) -> bytes | None:
         """Up to ``count`` units of the queue from ``offset`` (to the end of the file holding it) as bytes, from

@@ -20,6 +20,7 @@ from typing import Any
 from pystore.archive.cache import ArchiveCache
 from pystore.archive.manifest import Manifest
 from pystore.archive.target import open_target
+from pystore.engine.verify import ProblemsReport
 from pystore.errors import StoreCorruptedError
 from pystore.format._codec import RECORD_BLANK, RECORD_END
 from pystore.index._index import IndexFileCore
@@ -41,7 +42,7 @@ class ArchiveProblem:
 
 
 @dataclass
-class ArchiveReport:
+class ArchiveReport(ProblemsReport):
     uri: str
     objects: int = 0
     object_bytes: int = 0
@@ -56,15 +57,6 @@ class ArchiveReport:
     problems: list[ArchiveProblem] = field(default_factory=list)
     problems_dropped: int = 0
 
-    @property
-    def ok(self) -> bool:
-        return not self.problems and not self.problems_dropped
-
-    def as_dict(self) -> dict[str, object]:
-        d: dict[str, object] = dict(self.__dict__)
-        d["problems"] = [dict(p.__dict__) for p in self.problems]
-        d["ok"] = self.ok
-        return d
 
 
 def verify_archive(uri: str, options: dict[str, Any] | None = None,

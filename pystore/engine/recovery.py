@@ -328,6 +328,14 @@ def _redispatch(reput: ReputService, cq_store: ConsumeQueueStore, queue: MappedF
         for topic, queue_id in lost:
             cq = cq_store.find(topic, queue_id)
             if cq is not None:
+                first = cq.unit(cq.get_min_offset_in_queue())
+                if 0 < cq_store.keep_below and first is not None and first[0] < cq_store.keep_below:
+                    # units missing between the archived messages' and the local log's: the kept ones cannot be
+                    # joined to what the local log rebuilds, and the archive's queue files are the only copy left
+                    log.error("consume queue %s/%d: units lost between its units of archived messages and the "
+                              "local commit log; its archived messages below queue offset %d are served only "
+                              "where the archive holds their queue files", topic, queue_id,
+                              cq.get_max_offset_in_queue())
                 gone = cq.discard_files()
                 log.warning("consume queue %s/%d: units missing before commit-log records of it; its %d file(s) "
                             "are deleted and the queue is rebuilt from the commit log's head", topic, queue_id,

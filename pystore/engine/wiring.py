@@ -230,6 +230,9 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         queue.close()
         raise
     try:
+        if cfg.archive_uri and not read_only:
+            # a queue rebuilt from the local log keeps its units of the archived messages below it
+            parts.cq_store.keep_below = queue.get_min_offset()
         if not parts.cq_store.load():
             parts.close()
             return None, parts.cq_store.load_error

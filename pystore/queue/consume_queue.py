@@ -44,6 +44,7 @@ from pystore.engine.queue_damage import (
     units_to_check,
 )
 from pystore.engine.recovery_plan import Refusal
+from pystore.errors import StoreCorruptedError
 from pystore.log._mapped_file import MappedFile
 from pystore.log.mapped_file_queue import MappedFileQueue, destroy_now
 from pystore.queue._units import (
@@ -87,6 +88,19 @@ def _file_queue(folder: str, file_size: int, read_only: bool, window: int, clock
     queue.fresh_random = True
     queue.window = window
     return queue
+
+
+def _zero_tail(path: str, pos: int, size: int) -> None:
+    """Zero ``[pos, size)`` of the file at ``path`` and sync it: units past a kept prefix, durably gone."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        zeros = bytes(min(size - pos, 1 << 20))
+        at = pos
+        while at < size:
+            at += os.pwrite(fd, zeros[:size - at], at)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _walk_on_live(mf: MappedFile, pos: int, mx: int) -> tuple[int, int, bool]:
@@ -186,8 +200,15 @@ class ConsumeQueue:
         self.drop_ready()
         self.queue.close()
         paths = self.queue.list_file_paths()
+        self._start_over(paths, [])
+        return paths
+
+    def _start_over(self, paths: list[str], kept: list[str]) -> None:
+        """Delete the queue's files ``paths`` but ``kept`` and start it again on an empty file list (its files
+        closed already)."""
         for path in paths:
-            os.unlink(path)
+            if path not in kept:
+                os.unlink(path)
         # durable at once: deleted files coming back after a power cut would be the damage again; and the
         # folders this queue created but did not sync yet, which the new file list would not know about
         self.queue.pending_dirs.sync()
@@ -197,7 +218,57 @@ class ConsumeQueue:
         self.last_file = None
         self.max_physic_offset = 0
         self.min_logic_offset = 0
-        return paths
+
+    def keep_units_below(self, limit: int) -> int:
+        """(A writer rebuilding this queue, whose files cannot be trusted as a whole, when the commit log's head
+        below ``limit`` is no longer local but in the archive.) Keep the queue's leading units whose records end
+        at or below ``limit``, delete the rest; returns the queue offset where the kept units end, 0 when no
+        message's unit was kept (every file deleted, as ``discard_files``).
+
+        The re-dispatch that rebuilds the queue walks the local commit log only, so it cannot write those units
+        again: without them the archived messages would be in no queue. Kept: the files in order from the first,
+        each of the queue's file size and following the one before, up to the first invalid unit or the first
+        unit whose record does not end at or below ``limit`` (``units_below``); the tail of the file where that
+        walk stopped is zeroed and synced, later files deleted, and the queue's recovery finds the new end. The
+        re-dispatch then continues the queue where the kept units end, or, if the local log's first record of
+        the queue does not follow them (units lost in between), rebuilds it from nothing as before."""
+        size = self.queue.mapped_file_size
+        self.drop_ready()
+        self.queue.close()
+        paths = self.queue.list_file_paths()
+        kept_paths: list[str] = []
+        real = False
+        end = 0
+        expected = -1
+        for path in paths:
+            base = int(os.path.basename(path))
+            if (expected >= 0 and base != expected) or base % size or os.path.getsize(path) != size:
+                break
+            mf = MappedFile(path, size, read_only=True, from_offset=base)
+            try:
+                pos, mx = units_below(mf, limit)
+            finally:
+                mf.close()
+            if pos == 0:
+                break
+            kept_paths.append(path)
+            real = real or mx >= 0
+            end = (base + pos) // UNIT_SIZE
+            if pos < size:
+                _zero_tail(path, pos, size)
+                break
+            expected = base + size
+        if not real:
+            kept_paths, end = [], 0
+        self._start_over(paths, kept_paths)
+        if kept_paths:
+            self.queue.mapped_file_size = size
+            if not self.queue.load() or not self.recover():
+                raise StoreCorruptedError(kept_paths[-1], 0, "the units kept below the local commit log cannot "
+                                          "be loaded again")
+            first = self.queue.first()
+            self.min_logic_offset = first.file_from_offset if first is not None else 0
+        return end
 
     def recover(self) -> bool:
         """Find the end of valid units (the walk of the last files), cut the rest (docs/format.md §8.1). False,

@@ -1,7 +1,8 @@
 """The table of a store's consume queues (``ConsumeQueueStore``): every ``consumequeue/<topic>/<queue_id>/``
 queue (``consume_queue.ConsumeQueue``) keyed by (topic, queue id), with what is done to all of them at once:
 loading the folders (a queue whose files cannot be trusted is rebuilt by a writer, refused by a reader),
-recovery, cutting units past the commit log's end, flushing, following a live writer from a read-only store,
+recovery, cutting units past the commit log's end (a damaged queue of a store with an archive keeps its units of
+archived messages: ``keep_below``), flushing, following a live writer from a read-only store,
 and making each busy queue's next file ahead.
 
 The next file made ahead (``keep_ready``): the flush makes a queue's next file once its last file is half
@@ -62,6 +63,9 @@ class ConsumeQueueStore:
         self._ready_made = 0
         #: queues whose files could not be trusted, deleted to be rebuilt from the commit log (load, recover)
         self.rebuilt: list[ConsumeQueue] = []
+        #: (a writer with an archive) the local commit log's first offset: a queue rebuilt from the local log keeps
+        #: its units below it (``ConsumeQueue.keep_units_below``), which no walk of the local log can write again
+        self.keep_below = 0
         self.load_error: StoreCorruptedError | None = None
         #: folders skipped as not a queue id, each warned about once
         self._skipped: set[tuple[str, str]] = set()
@@ -135,6 +139,14 @@ class ConsumeQueueStore:
         why = decision.why
         if decision.action is QueueAction.REFUSE:
             return StoreCorruptedError(why.path if why.path is not None else cq.folder, why.offset, why.reason)
+        if self.keep_below > 0:
+            kept = cq.keep_units_below(self.keep_below)
+            if kept > 0:
+                log.warning("consume queue %s/%d: %s at offset %d; its units up to queue offset %d (archived "
+                            "messages below the local commit log) are kept, the rest is rebuilt from the commit log",
+                            cq.topic, cq.queue_id, why.reason, why.offset, kept)
+                self.rebuilt.append(cq)
+                return None
         gone = cq.discard_files()
         log.warning("consume queue %s/%d: %s at offset %d; its %d file(s) are deleted and the queue is rebuilt from "
                     "the commit log", cq.topic, cq.queue_id, why.reason, why.offset, len(gone))

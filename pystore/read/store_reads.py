@@ -33,6 +33,7 @@ from pystore.status import GetMessageStatus
 from pystore.system.running_flags import RunningFlags
 
 if TYPE_CHECKING:
+    from pystore.archive.archive import Archive
     from pystore.engine.wiring import StoreParts
     from pystore.log._mapped_view import SelectMappedBufferResult
     from pystore.log.commitlog import CommitLog
@@ -254,21 +255,55 @@ class StoreReads:
         if boundary not in ("lower", "upper"):
             raise ValueError("boundary must be 'lower' or 'upper', got %r" % (boundary,))
         cq = self.queue(topic, queue_id, fresh=True)
+        archive = self.parts.archive if self.parts is not None else None
+        if archive is not None:
+            found = self._archive_offset_by_time(archive, cq, topic, queue_id, timestamp, boundary == "lower")
+            if found is not None:
+                return found
         return 0 if cq is None else self.check().queue_offset_by_time(cq, timestamp, boundary == "lower")
+
+    def _archive_offset_by_time(self, archive: Archive, cq: ConsumeQueue | None, topic: str, queue_id: int,
+                                timestamp: int, lower: bool) -> int | None:
+        """``get_offset_in_queue_by_time`` when the answer lies in the archived offsets below the local ones (those
+        whose records are local start at the local queue's min offset); None when the local search answers."""
+        low = self.get_min_offset_in_queue(topic, queue_id)
+        local_low = cq.get_min_offset_in_queue() if cq is not None else archive.queue_end(topic, queue_id)
+        high = cq.get_max_offset_in_queue() if cq is not None else local_low
+        if low >= local_low:
+            return None
+        if local_low < high:
+            first_local = self.get_message_store_timestamp(topic, queue_id, local_low)
+            if first_local >= 0 and (first_local < timestamp if lower else first_local <= timestamp):
+                return None             # the answer is at or past the first local record
+        found = archive.queue_offset_by_time(cq, topic, queue_id, low, local_low, timestamp, lower)
+        if lower:
+            return found if found < local_low else (local_low if local_low < high else high)
+        return found if found >= low else 0
 
     def get_earliest_message_time(self, topic: str | None, queue_id: int | None) -> int:
         cl = self.check()
         if topic is None:
+            archive = self.parts.archive if self.parts is not None else None
+            first = archive.first_store_time() if archive is not None else -1
+            if first >= 0:
+                return first
             low = cl.get_min_offset()
             return -1 if low < 0 else cl.pickup_store_timestamp(low)
         if queue_id is None:
             raise TypeError("get_earliest_message_time needs a queue_id with a topic")
         cq = self.queue(topic, queue_id, fresh=True)
+        if self.parts is not None and self.parts.archive is not None:
+            return self.get_message_store_timestamp(topic, queue_id, self.get_min_offset_in_queue(topic, queue_id))
         return -1 if cq is None else self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
         consume_queue_offset = offset_arg(consume_queue_offset, "consume_queue_offset")
         cq = self.queue(topic, queue_id, consume_queue_offset)
+        archive = self.parts.archive if self.parts is not None else None
+        if archive is not None and (cq is None or consume_queue_offset < cq.get_min_offset_in_queue()):
+            # below the local records: the archived record's time (a unit kept locally, or the archive's)
+            unit = archive.unit(cq, topic, queue_id, consume_queue_offset)
+            return -1 if unit is None else archive.store_time(unit[0])
         if cq is None or consume_queue_offset < cq.get_min_offset_in_queue():
             return -1
         u = cq.unit(consume_queue_offset)

@@ -17,6 +17,7 @@ exclusive, on the store timestamp) and the topic/queue filters run inside the de
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -494,7 +495,7 @@ class PystoreBatchReader(DataSourceReader):
         m = view.member
         options = member_options(self.options, self.fleet, m)
         bounds = view.bounds(view.queues(self.sub))
-        starts = starting_offsets(options, self.sub, m.root or "", bounds, stream=False) or {}
+        starts = starting_offsets(options, self.sub, m.root or "", bounds, stream=False, archive=time_archive(m)) or {}
         ends = ending_offsets(options, self.sub, bounds)
         out = {}
         for k, (lo, hi) in bounds.items():
@@ -548,9 +549,18 @@ def _per_store(options: Mapping[str, str]) -> bool:
 
 
 def _refuse_time_start(options: Mapping[str, str], member: Member) -> None:
-    """A start by store time needs the store's time search over its files: an archive's are not opened on the
-    driver, so such a start is refused for a store with an archive rather than approximated."""
+    """A start by store time runs the store's time search (``get_offset_in_queue_by_time``) on the driver, which
+    reads the archive below the local data through a read-only store on the member's root; an archive without a
+    root has no store to search through, so such a start is refused rather than approximated."""
+    if member.root is not None:
+        return
     for name in ("startingTimestamp", "startingOffsetsByTimestamp"):
         if (options.get(name.lower()) or "").strip():
-            raise OptionError("option %s: store %s has an archive (%s), which a start by time cannot search yet; "
-                              "start by offsets instead" % (name, member.name, member.archive))
+            raise OptionError("option %s: store %s is an archive without a local root (%s), which a start by time "
+                              "cannot search yet; start by offsets, or name the store's root with its archive"
+                              % (name, member.name, member.archive))
+
+
+def time_archive(member: Member) -> tuple[str, dict[str, Any]] | None:
+    """The member's archive as a start by time searches it: (URI, options), None without one."""
+    return None if member.archive is None else (member.archive, json.loads(member.archive_options))

@@ -49,6 +49,7 @@ from pystore.spark.batch import (
     _refuse_time_start,
     default_partitions,
     read_slice,
+    time_archive,
 )
 from pystore.spark.fleet import StoreView, is_fleet, member_options, members
 from pystore.spark.options import OptionError, check_options, parse_bool, parse_int, parse_offsets, per_partition
@@ -216,7 +217,8 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for v in self.views:
             bounds = v.bounds(v.queues(self.sub))
             mine = member_options(self.options, self.fleet, v.member)
-            start = starting_offsets(mine, self.sub, v.member.root or "", bounds, stream=True)
+            start = starting_offsets(mine, self.sub, v.member.root or "", bounds, stream=True,
+                                     archive=time_archive(v.member))
             for (t, q), (lo, _) in bounds.items():
                 out[(v.member.name, t, q)] = lo if start is None else start.get((t, q), lo)
             for (t, q), n in (start or {}).items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pystore.columns._arrow_plan import queue_bounds
 from pystore.spark import layout
@@ -99,13 +100,15 @@ def queue_bounds_of(root: str, queues: list[Queue]) -> dict[Queue, tuple[int, in
     return {(t, q): queue_bounds(layout.queue_files(root, t, q), cl_min) for t, q in queues}
 
 
-def _by_time(root: str, when: Mapping[Queue, int]) -> dict[Queue, int]:
+def _by_time(root: str, when: Mapping[Queue, int], archive: tuple[str, dict[str, Any]] | None = None) -> dict[Queue, int]:
     """The first offset of each queue stored at or after its time (the queue's max offset when none is yet),
-    by the store's own time search, on a read-only store (no lock: a live writer may run)."""
+    by the store's own time search, on a read-only store (no lock: a live writer may run); with ``archive``
+    (its URI and file system options), the store's archive searched too, for times below the local data."""
     from pystore import MessageStore
 
     out = {}
-    with MessageStore.open(root, read_only=True) as store:
+    extra: dict[str, Any] = {} if archive is None else {"archive_uri": archive[0], "archive_options": archive[1]}
+    with MessageStore.open(root, read_only=True, **extra) as store:
         for (t, q), ms in when.items():
             out[(t, q)] = store.get_offset_in_queue_by_time(t, q, ms, "lower")
     return out
@@ -117,10 +120,12 @@ def starting_offsets(
     root: str,
     bounds: Mapping[Queue, tuple[int, int]],
     stream: bool,
+    archive: tuple[str, dict[str, Any]] | None = None,
 ) -> dict[Queue, int] | None:
     """Where each queue of ``bounds`` starts, from ``startingOffsets`` / ``startingTimestamp`` /
     ``startingOffsetsByTimestamp`` (at most one of them); None when none is given (earliest). A queue left
-    out of a JSON starts at its earliest offset."""
+    out of a JSON starts at its earliest offset. ``archive``: the store's (URI, options), searched by a start by
+    time below the local data."""
     given = [
         n for n in ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
         if (option_value(options, n) or "").strip()
@@ -134,11 +139,11 @@ def starting_offsets(
     if name == "startingTimestamp":
         ms = parse_int(options, name, None, lowest=0)
         assert ms is not None
-        return _by_time(root, {k: ms for k in bounds})
+        return _by_time(root, {k: ms for k in bounds}, archive)
     if name == "startingOffsetsByTimestamp":
         when = parse_offsets(name, raw, lowest=0)
         sub.check(name, when)
-        at = _by_time(root, {k: v for k, v in when.items()})
+        at = _by_time(root, {k: v for k, v in when.items()}, archive)
         return {k: at.get(k, lo) for k, (lo, _) in bounds.items()} | at
     mode = raw.lower()
     if mode == "earliest":
