@@ -20,11 +20,11 @@ from typing import Any
 from pystore.archive.cache import ArchiveCache
 from pystore.archive.manifest import Manifest
 from pystore.archive.target import open_target
-from pystore.engine.verify import ProblemsReport
 from pystore.errors import StoreCorruptedError
 from pystore.format._codec import RECORD_BLANK, RECORD_END
 from pystore.index._index import IndexFileCore
 from pystore.log._records import scan_file
+from pystore.system.report import ProblemsReport
 
 __all__ = ["ArchiveProblem", "ArchiveReport", "verify_archive"]
 

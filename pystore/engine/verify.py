@@ -30,7 +30,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +41,10 @@ from pystore.log.geometry import is_index_file_name
 from pystore.message.constants import SCHEDULE_TOPIC, SysFlag
 from pystore.queue._units import UNIT_SIZE
 from pystore.queue.consume_queue import queue_id_of
+from pystore.system.report import ProblemsReport
 from pystore.tools import commit_log_files, iter_commitlog, iter_consume_queue
 
-__all__ = ["Problem", "ProblemsReport", "VerifyReport", "verify_store", "queue_id_of"]
+__all__ = ["Problem", "VerifyReport", "verify_store", "queue_id_of"]
 
 log = logging.getLogger(__name__)
 
@@ -68,24 +69,6 @@ class Problem:
         if self.path is not None:
             where = self.path + (" at offset %d" % self.offset if self.offset is not None else "") + ": "
         return "[%s] %s%s" % (self.kind, where, self.detail)
-
-
-class ProblemsReport:
-    """What a verify report (a dataclass with ``problems`` and ``problems_dropped``) says as a whole: ``ok``, and
-    the dict the CLI prints as JSON. The store's report and the archive's share it."""
-
-    problems: Sequence[object]
-    problems_dropped: int
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and not self.problems_dropped
-
-    def as_dict(self) -> dict[str, object]:
-        d: dict[str, object] = dict(self.__dict__)
-        d["problems"] = [dict(vars(p)) for p in self.problems]
-        d["ok"] = self.ok
-        return d
 
 
 @dataclass
