@@ -201,6 +201,30 @@ def test_delivery_at_the_due_time_with_rocketmq_properties(store, fake_clock):
     assert store.timer_stats()["pending"] == 0
 
 
+def test_the_threads_wait_no_later_than_the_next_tick_and_a_tick_wakes_the_dequeue(store, fake_clock):
+    """Idle, the enqueue and dequeue threads wait RocketMQ's ``100 * precision / 1000`` ms but never past the next
+    tick, and the enqueue's move of the write time at a tick wakes the dequeue thread: a slot is read as it falls
+    due (delivery lateness within the precision, not up to two idle waits past it)."""
+    assert store.put_message(Message("TopicTest", b"x", delay_ms=5000)).is_ok()
+    caught_up(store, fake_clock)
+    tms = store.timer_message_store
+    fake_clock.now = T0 + 250
+    assert tms.idle_wait_ms() == 100
+    fake_clock.now = T0 + 960
+    assert tms.idle_wait_ms() == 40.5
+    woke = []
+    tms.wake_dequeue, wake = (lambda: woke.append(fake_clock.now)), tms.wake_dequeue
+    try:
+        tms.maybe_move_write_time()
+        assert woke == []                   # the same tick: nothing new to read
+        fake_clock.now = T0 + P
+        tms.maybe_move_write_time()
+        tms.maybe_move_write_time()
+        assert woke and set(woke) == {T0 + P} and tms.curr_write_time_ms == T0 + P   # (a thread may move it first)
+    finally:
+        tms.wake_dequeue = wake
+
+
 def test_bytes_on_disk_after_puts(store, fake_clock):
     for i in range(2):
         assert store.put_message(Message("TopicTest", b"m%d" % i, delay_ms=5000)).is_ok()

@@ -3,8 +3,9 @@
 ``TimerFlushService``), one of each kind here: :class:`TimerServices` starts and stops them together and closes the
 timer store once they stopped.
 
-* enqueue: ``TimerMessageStore.enqueue()`` until it finds nothing, then waits ``100 * precision / 1000`` ms (1 s
-  while the store has no timer files and no put has rewritten a timer message: ``idle_wait_ms``);
+* enqueue: ``TimerMessageStore.enqueue()`` until it finds nothing, then waits ``100 * precision / 1000`` ms or
+  to the next tick, whichever comes first (1 s while the store has no timer files and no put has rewritten a timer
+  message: ``idle_wait_ms``); moving the write time at a tick wakes the dequeue thread;
 * dequeue: ``dequeue()`` slot after slot; waits as long when nothing is due (``-1``); an error waits 1 s and, with
   ``timer_skip_unknown_error``, moves past the slot (RocketMQ ``dequeue``'s catch), else tries the slot again;
 * flush: ``flush()`` (log, wheel, checkpoint), the timer log's expired files, and a progress line in the log every
@@ -95,6 +96,7 @@ class TimerServices:
         self.threads: list[ServiceThread] = [TimerFlushService(store, clock), TimerEnqueueService(store, clock),
                                              TimerDequeueService(store, clock)]
         store.wake_enqueue = self.threads[1].wakeup
+        store.wake_dequeue = self.threads[2].wakeup
 
     def start(self) -> None:
         for t in self.threads:
