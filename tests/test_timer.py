@@ -358,3 +358,27 @@ def test_timer_log_cut_below_the_checkpoint_is_refused(store_factory, fake_clock
     err = info.value if isinstance(info.value, StoreCorruptedError) else info.value.__cause__
     assert isinstance(err, StoreCorruptedError)
     assert err.offset == 52
+
+
+def test_a_timer_whose_record_only_the_archive_holds_is_delivered(store_factory, fake_clock, tmp_path):
+    """With an archive, local retention may delete the commit-log file of a timer message still waiting (a timer
+    waits up to ``timer_max_delay_sec``): the dequeue reads it from the archive and delivers it, body and all."""
+    archive = (tmp_path / "archive").as_uri()
+    store = store_factory(clock=fake_clock, archive_uri=archive, archive_interval_ms=3_600_000, archive_on_seal=False,
+                          archive_local_retention_bytes=1)
+    deliver = T0 + 60_000
+    assert store.put_message(Message("TopicTest", b"wait for me", queue_id=1, deliver_at_ms=deliver)).is_ok()
+    caught_up(store, fake_clock)
+    for i in range(600):        # several commit-log files, so that the timer's file is sealed, archived and cleaned
+        assert store.put_message(Message("Filler", b"f" * 400)).is_ok()
+    store.flush()
+    store._cq_store.flush(0)
+    store._parts.archive.service.run_once()
+    store.clean_files()
+    archived = store.timer_message_store.look(0)
+    assert store.get_min_phy_offset() > 0 and archived is not None      # local no more; the archive has it
+    assert store._commitlog.look_message_by_offset(0) is None
+    fake_clock.now = deliver + P
+    caught_up(store, fake_clock)
+    (got,) = delivered(store, queue_id=1)
+    assert got.body == b"wait for me" and got.properties["TIMER_OUT_MS"] == str(deliver - P)

@@ -74,6 +74,7 @@ from pystore.timer.timer_store import TimerMessageStore
 if TYPE_CHECKING:
     from pystore.archive.archive import Archive
     from pystore.engine.shared_writers import SharedWriting
+    from pystore.message._message_ext import MessageExt
 
 __all__ = ["StoreParts", "Writer", "close_writer", "delete_store", "dispatch_behind", "open_parts", "pool_enabled",
            "wire_writer"]
@@ -258,6 +259,19 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
     return parts, None
 
 
+def _look_below(cl: CommitLog, archive: Archive | None) -> Callable[[int], MessageExt | None] | None:
+    """The timer store's read of a message by offset when the store has an archive: below the local log, the
+    archive's (a pending timer's record may outlive the local retention); None without an archive."""
+    if archive is None:
+        return None
+
+    def look(offset: int) -> MessageExt | None:
+        if 0 <= offset < cl.get_min_offset():
+            return archive.look_message(offset)
+        return cl.look_message_by_offset(offset)
+    return look
+
+
 def _make_reput(parts: StoreParts, cfg: StoreConfig, last_exit_ok: bool, clock: Clock,
                 disk_usage: DiskUsage | None) -> ReputService:
     """The index, the dispatcher and the reput service, made once recovery judged the commit log: a refused
@@ -396,7 +410,8 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     timer = None
     if not slave and cfg.timer_wheel_enable:
         # a damaged timer log or wheel fails start() here, before any service runs
-        timer = TimerMessageStore(cl, parts.cq_store, cfg, clock, put=cl.append_message)
+        timer = TimerMessageStore(cl, parts.cq_store, cfg, clock, put=cl.append_message,
+                                  look=_look_below(cl, parts.archive))
         timer.load()
         cl.timer_rewrite = TimerPutHook(cfg, clock, slot_num=timer.slot_num, on_timer=timer.note_timer_put)
     offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),

@@ -115,15 +115,21 @@ def build_delete_key(real_topic: str, unique_key: str) -> str:
 class TimerMessageStore:
     """The timer store of one writable master (see the module docstring).
 
-    ``TimerMessageStore(commitlog, cq_store, config, clock, put)``: ``put(msg)`` stores a due or rolled message
-    (the store's own put, which waits for no flush). ``load()`` opens and recovers the files when they exist;
+    ``TimerMessageStore(commitlog, cq_store, config, clock, put, look)``: ``put(msg)`` stores a due or rolled
+    message (the store's own put, which waits for no flush); ``look(offset)`` reads the message a slot's unit
+    points at (default: the local commit log; with an archive, the archive below the local log). ``load()`` opens
+    and recovers the files when they exist;
     ``enqueue()``, ``dequeue()``, ``flush()`` are what the services (``timer_services``) call; ``stats()``;
     ``close()`` flushes and closes.
     """
 
     def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, config: StoreConfig,
-                 clock: Callable[[], int], put: Callable[[Message], PutMessageResult]) -> None:
+                 clock: Callable[[], int], put: Callable[[Message], PutMessageResult],
+                 look: Callable[[int], MessageExt | None] | None = None) -> None:
         self.commitlog = commitlog
+        #: the message at a commit-log offset, for the dequeue: with an archive, below the local log from there (a
+        #: timer waits up to ``timer_max_delay_sec``, longer than the archive's local retention may keep its record)
+        self.look = look if look is not None else commitlog.look_message_by_offset
         self.cq_store = cq_store
         self.config = config
         self.clock = clock
@@ -409,7 +415,7 @@ class TimerMessageStore:
         normal: list[TimerUnit] = []
         for _, unit in units:
             if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
-                ext = self.commitlog.look_message_by_offset(unit.commit_log_offset)
+                ext = self.look(unit.commit_log_offset)
                 key = ext.properties.get(TIMER_DEL_UNIQKEY) if ext is not None else None
                 if key is not None:
                     deletes.add(key)
@@ -418,7 +424,7 @@ class TimerMessageStore:
         for unit in reversed(normal):                 # oldest first, as they were enqueued
             if self.closed:
                 return -1
-            ext = self.commitlog.look_message_by_offset(unit.commit_log_offset)
+            ext = self.look(unit.commit_log_offset)
             if ext is None:
                 log.error("%s: timer slot %d: no readable message at commit-log offset %d; skipped", self.root,
                           read, unit.commit_log_offset)
