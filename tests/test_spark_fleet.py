@@ -22,7 +22,9 @@ import pyarrow as pa  # noqa: E402
 from spark_helpers import start_spark  # noqa: E402
 
 from pystore import Message, MessageStore
+from pystore.archive.archive import Archive
 from pystore.archive.target import ArchiveTarget
+from pystore.config import StoreConfig
 from pystore.errors import StoreCorruptedError
 from pystore.spark.archive_read import ArchiveLogSlice, ArchiveQueueSlice
 from pystore.spark.batch import DataLossError, PystoreBatchReader, QueueGroup
@@ -217,26 +219,39 @@ def test_offsets_keyed_by_store_in_a_batch_read(fleet):
     assert sorted(k[2] for k in a0) == list(range(10, 30))
     b1 = sorted(k[2] for k in rows if k[0] == "Audit" and k[1] == 1 and k[3].startswith(b"b-"))
     assert b1[0] == 20
-    with pytest.raises(OptionError, match="archive"):
-        PystoreBatchReader({"path": _locations(fleet), "startingtimestamp": "0", "subscribe": "Orders"}, None)
 
 
-def test_a_start_by_time_searches_a_root_with_its_archive(fleet):
+def test_a_start_by_time_searches_a_root_with_its_archive_and_an_archive_alone(fleet, tmp_path):
     """``startingTimestamp`` on a store whose head is only in its archive starts each queue where the store's own
-    time search (which searches the archive below the local data) says; an archive without a root is refused."""
+    time search (which searches the archive below the local data) says; on an archive named alone, where a walk of
+    the archived messages' store times says."""
     a_root, a_arch = fleet["a"]
     with MessageStore.open(a_root, read_only=True, archive_uri=a_arch, **GEOMETRY) as store:
         local = {q: store._cq_store.find("Orders", q).get_min_offset_in_queue() for q in range(3)}
-        ms = store.get_message_store_timestamp("Orders", 0, 40)
-        assert 40 < local[0] and ms > 0                   # offset 40 is archived only
+        # an archived offset whose message was stored later than the one before it: the search must land on it
+        stamps = [store.get_message_store_timestamp("Orders", 0, i) for i in range(local[0])]
+        first = next(i for i in range(1, local[0]) if stamps[i] > stamps[i - 1])
+        ms = stamps[first]
         starts = {q: store.get_offset_in_queue_by_time("Orders", q, ms, "lower") for q in range(3)}
-    assert starts[0] <= 40 and all(0 < starts[q] < local[q] for q in range(3))
+    assert starts[0] == first < local[0] and all(starts[q] <= local[q] for q in range(3))
     rows, _ = _collect({"path": "%s,%s" % (a_root, a_arch), "subscribe": "Orders", "startingTimestamp": str(ms)})
     want = Counter({k: v for k, v in fleet["want"]["a"].items() if k[0] == "Orders" and k[2] >= starts[k[1]]})
     assert rows == want
-    with pytest.raises(OptionError, match="without a local root"):
-        PystoreBatchReader({"path": "broker-b=" + fleet["b"][1], "startingtimestamp": "0", "subscribe": "Orders"},
-                           None)
+    # an archive named without its root: the archive's own search, on the driver
+    b_arch = fleet["b"][1]
+    arch = Archive(StoreConfig(store_path_root_dir=str(tmp_path), archive_uri=b_arch))
+    try:
+        def times(q):
+            return [arch.store_time(arch.unit(None, "Orders", q, i)[0])
+                    for i in range(arch.queue_min_offset("Orders", q), arch.queue_end("Orders", q))]
+        stamps = {q: times(q) for q in range(3)}
+    finally:
+        arch.close()
+    ms = sorted(stamps[1])[len(stamps[1]) // 2]
+    b_starts = {q: next((i for i, t in enumerate(stamps[q]) if t >= ms), len(stamps[q])) for q in range(3)}
+    rows, _ = _collect({"path": "broker-b=" + b_arch, "subscribe": "Orders", "startingTimestamp": str(ms)})
+    want = Counter({k: v for k, v in fleet["want"]["b"].items() if k[0] == "Orders" and k[2] >= b_starts[k[1]]})
+    assert rows == want and 0 < sum(want.values()) < sum(1 for k in fleet["want"]["b"] if k[0] == "Orders")
 
 
 def test_planning_reads_only_the_manifests(fleet, monkeypatch):

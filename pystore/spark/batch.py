@@ -464,8 +464,6 @@ class PystoreBatchReader(DataSourceReader):
         for m in self.fleet:
             mine = member_options(options, self.fleet, m)
             parse_bool(mine, "failOnDataLoss", True)
-            if m.archive is not None:
-                _refuse_time_start(mine, m)
         self.bytes_per_partition = parse_int(options, "bytes_per_partition", DEFAULT_BYTES_PER_PARTITION, 1)
         self.messages_per_partition = per_partition(options, DEFAULT_MESSAGES_PER_PARTITION)
         self.min_partitions = parse_int(options, "minPartitions", None, lowest=1)
@@ -546,19 +544,6 @@ class PystoreBatchReader(DataSourceReader):
 
 def _per_store(options: Mapping[str, str]) -> bool:
     return (options.get("failondataloss") or "").strip().startswith("{")
-
-
-def _refuse_time_start(options: Mapping[str, str], member: Member) -> None:
-    """A start by store time runs the store's time search (``get_offset_in_queue_by_time``) on the driver, which
-    reads the archive below the local data through a read-only store on the member's root; an archive without a
-    root has no store to search through, so such a start is refused rather than approximated."""
-    if member.root is not None:
-        return
-    for name in ("startingTimestamp", "startingOffsetsByTimestamp"):
-        if (options.get(name.lower()) or "").strip():
-            raise OptionError("option %s: store %s is an archive without a local root (%s), which a start by time "
-                              "cannot search yet; start by offsets, or name the store's root with its archive"
-                              % (name, member.name, member.archive))
 
 
 def time_archive(member: Member) -> tuple[str, dict[str, Any]] | None:

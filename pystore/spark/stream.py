@@ -46,7 +46,6 @@ from pystore.spark.batch import (
     DEFAULT_MESSAGES_PER_PARTITION,
     DataLossError,
     Filters,
-    _refuse_time_start,
     default_partitions,
     read_slice,
     time_archive,
@@ -168,8 +167,6 @@ class PystoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raw = (mine.get(name.lower()) or "").strip()
                 if raw and raw.lower() not in ("earliest", "latest"):
                     self.sub.check(name, parse_offsets(name, raw, lowest=-2 if name == "startingOffsets" else 0))
-            if v.member.archive is not None:
-                _refuse_time_start(mine, v.member)
         if (options.get("startingtimestamp") or "").strip():
             parse_int(options, "startingTimestamp", None, lowest=0)
         given = [n for n in ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")

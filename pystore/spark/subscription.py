@@ -106,11 +106,36 @@ def _by_time(root: str, when: Mapping[Queue, int], archive: tuple[str, dict[str,
     (its URI and file system options), the store's archive searched too, for times below the local data."""
     from pystore import MessageStore
 
+    if not root:
+        assert archive is not None
+        return _by_time_in_archive(archive, when)
     out = {}
     extra: dict[str, Any] = {} if archive is None else {"archive_uri": archive[0], "archive_options": archive[1]}
     with MessageStore.open(root, read_only=True, **extra) as store:
         for (t, q), ms in when.items():
             out[(t, q)] = store.get_offset_in_queue_by_time(t, q, ms, "lower")
+    return out
+
+
+def _by_time_in_archive(archive: tuple[str, dict[str, Any]], when: Mapping[Queue, int]) -> dict[Queue, int]:
+    """``_by_time`` for an archive named without its root: the archive's own time search over the queue offsets
+    it holds (its manifest, the queue files it probes, the commit-log files holding the times asked), through a
+    cache in a temporary folder removed after."""
+    import tempfile
+
+    from pystore.archive.archive import Archive
+    from pystore.config import StoreConfig
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="pystore-time-start-") as tmp:
+        arch = Archive(StoreConfig(store_path_root_dir=tmp, archive_uri=archive[0], archive_options=archive[1]))
+        try:
+            arch.ensure_loaded()
+            for (t, q), ms in when.items():
+                low, high = max(arch.queue_min_offset(t, q), 0), arch.queue_end(t, q)
+                out[(t, q)] = arch.queue_offset_by_time(None, t, q, low, high, ms, True) if low < high else high
+        finally:
+            arch.close()
     return out
 
 
