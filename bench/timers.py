@@ -8,7 +8,8 @@ into the timer log and the wheel (``timer_stats()["enqueue_behind"]`` back to 0)
 ``enqueue-backlog``: the enqueue service alone. The store opens with ``timer_stop_enqueue=True``, so the ``-n`` timers
 (spread as in ``enqueue``) wait in ``rmq_sys_wheel_timer`` while they are put; then the enqueue is turned on and
 only the drain is timed: from then until the enqueue service has written every one into the timer log and the wheel
-(its queue offset at the end of the timer queue). Printed: the put rate, the drain rate (``-n`` / seconds).
+(its queue offset at the end of the timer queue); the commit log is flushed before, so that the write-back of the
+puts does not run during the drain. Printed: the put rate, the drain rate (``-n`` / seconds).
 
 ``deliver``: ``-n`` timer messages (default 200 k) due in the same second; printed: when the first and the last
 reached their topic after that second began, and the rate in between (the dequeue service's delivery rate).
@@ -114,6 +115,7 @@ def enqueue_backlog(root: str, n: int, spread_h: float) -> None:
         ts = store.timer_message_store
         if ts is None:
             raise SystemExit("this store runs no timer store")
+        store.flush()           # the puts' pages on disk first: their write-back is not the drain's
         t1 = time.perf_counter()
         store.config.timer_stop_enqueue = False
         if ts.wake_enqueue is not None:
