@@ -221,8 +221,8 @@ cdef class TimerEnqueue:
                 delayed = write + self.roll_window_slots // 2 * p
             else:
                 delayed = write + window
-        if delayed - write > _I32_MAX:
-            return STOP_PYTHON
+        if delayed - write > _I32_MAX or delayed < 0:
+            return STOP_PYTHON                     # Python refuses both (the unit's delay field, the slot index)
         if t.delete:
             magic |= T_MAGIC_DELETE
         if t.topic_pos >= 0:
