@@ -5,6 +5,12 @@ hours (default 1 M over 24 h). Printed: the put rate (each put rewritten to ``rm
 path), and the enqueue rate: from the first put until the timer store's enqueue service has written every one
 into the timer log and the wheel (``timer_stats()["enqueue_behind"]`` back to 0), and the files' sizes.
 
+``enqueue-backlog``: the enqueue service alone. The store opens with ``timer_stop_enqueue=True``, so the ``-n`` timers
+(spread as in ``enqueue``) wait in ``rmq_sys_wheel_timer`` while they are put; then the enqueue is turned on and
+only the drain is timed: from then until the enqueue service has written every one into the timer log and the wheel
+(its queue offset at the end of the timer queue); the commit log is flushed before, so that the write-back of the
+puts does not run during the drain. Printed: the put rate, the drain rate (``-n`` / seconds).
+
 ``deliver``: ``-n`` timer messages (default 200 k) due in the same second; printed: when the first and the last
 reached their topic after that second began, and the rate in between (the dequeue service's delivery rate).
 
@@ -14,6 +20,7 @@ the store put it into its topic) minus the time asked for; printed: p50, p99 and
 ``timer_precision_ms`` (the target: p99 within the precision plus 5 ms), and the writer's rate.
 
     python bench/timers.py enqueue -n 1000000
+    python bench/timers.py enqueue-backlog -n 1000000
     python bench/timers.py deliver -n 200000
     python bench/timers.py lateness -n 20000 --seconds 20
 """
@@ -50,6 +57,19 @@ def _wait_enqueued(store: MessageStore, limit_s: float) -> float:
     return -1.0
 
 
+def _drained(store: MessageStore, limit_s: float) -> float:
+    """``_wait_enqueued`` without ``timer_stats()`` (whose pending count sums the wheel): the timer store's queue
+    offset against the end of its queue, read every millisecond."""
+    ts = store.timer_message_store
+    assert ts is not None
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_s:
+        if ts.curr_queue_offset >= store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0):
+            return time.perf_counter()
+        time.sleep(0.001)
+    return -1.0
+
+
 def _delivered(store: MessageStore) -> int:
     return sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES))
 
@@ -79,6 +99,37 @@ def enqueue(root: str, n: int, spread_h: float) -> None:
             size = os.path.getsize(path) if os.path.isfile(path) else sum(
                 os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
             print("%-11s %d MiB on disk (mapped)" % (name, size >> 20))
+
+
+def enqueue_backlog(root: str, n: int, spread_h: float) -> None:
+    base = _now_ms() + 60_000
+    step = max(1, int(spread_h * 3_600_000) // n)
+    with MessageStore.open(root, timer_stop_enqueue=True, **STORE) as store:
+        put = store.put_message
+        t0 = time.perf_counter()
+        for i in range(n):
+            r = put(Message(TOPIC, BODY, queue_id=i % QUEUES, deliver_at_ms=base + i * step))
+            if not r.is_ok():
+                raise SystemExit("put %d refused: %s %s" % (i, r.status.name, r.reason))
+        t_put = time.perf_counter()
+        ts = store.timer_message_store
+        if ts is None:
+            raise SystemExit("this store runs no timer store")
+        store.flush()           # the puts' pages on disk first: their write-back is not the drain's
+        t1 = time.perf_counter()
+        store.config.timer_stop_enqueue = False
+        if ts.wake_enqueue is not None:
+            ts.wake_enqueue()
+        t_enq = _drained(store, 600)
+        print("puts        %8.0f /s  (%d timers over %.1f h, %.2f s; enqueue stopped)" % (n / (t_put - t0), n, spread_h,
+                                                                                       t_put - t0))
+        if t_enq < 0:
+            print("enqueue     not drained after 600 s: %s" % store.timer_stats())
+            return
+        print("drained     %8.0f /s  (the backlog of %d in the timer log and wheel %.2f s after the enqueue started)"
+              % (n / (t_enq - t1), n, t_enq - t1))
+        stats = store.timer_stats()
+        print("pending     %d, next due in %.1f s" % (stats["pending"], (stats["next_due_ms"] - _now_ms()) / 1000))
 
 
 def deliver(root: str, n: int) -> None:
@@ -166,7 +217,7 @@ def lateness(root: str, n: int, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("enqueue", "deliver", "lateness"))
+    ap.add_argument("what", choices=("enqueue", "enqueue-backlog", "deliver", "lateness"))
     ap.add_argument("-n", type=int, default=None)
     ap.add_argument("--spread-h", type=float, default=24.0)
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -177,6 +228,8 @@ def main() -> None:
     try:
         if args.what == "enqueue":
             enqueue(root, args.n or 1_000_000, args.spread_h)
+        elif args.what == "enqueue-backlog":
+            enqueue_backlog(root, args.n or 1_000_000, args.spread_h)
         elif args.what == "deliver":
             deliver(root, args.n or 200_000)
         else:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import os
 
+# a checkout's compiled modules are built out of tree (see pystore/__init__.py): look there too
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
 from pystore.timer.timer_checkpoint import DataVersion, TimerCheckpoint, checkpoint_path
 from pystore.timer.timer_log import (
     BLANK_MAGIC_CODE,

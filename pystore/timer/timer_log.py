@@ -267,23 +267,39 @@ class TimerLog:
         if size != UNIT_SIZE or not _whole_magic(magic):
             raise ValueError("not a timer unit: size %d, magic %d" % (size, magic))
         with self._lock:
-            mf = self.queue.get_last_mapped_file(0)
-            if mf is None:
-                raise OSError("cannot create a timer log file in %s" % self.store_path)
-            room = self.file_size - mf.wrote_position
-            if UNIT_SIZE + MIN_BLANK_LEN > room:
-                blank = _BLANK.pack(room, 0, BLANK_MAGIC_CODE) + bytes(room - MIN_BLANK_LEN)
-                if not mf.append_message(blank):
-                    raise OSError("cannot write the blank at the end of %s" % mf.file_name)
-                mf = self.queue.get_last_mapped_file(0)
-                if mf is None:
-                    raise OSError("cannot create a timer log file in %s" % self.store_path)
+            mf = self.writable_tail()
             position = mf.file_from_offset + mf.wrote_position
             if prev != -1 and not 0 <= prev < position:
                 raise ValueError("prevPos %d is not before the unit's position %d" % (prev, position))
             if not mf.append_message(unit):
                 raise OSError("cannot append to %s" % mf.file_name)
             return position
+
+    @property
+    def append_lock(self) -> threading.Lock:
+        """Held by ``append``, and by the compiled enqueue (``pystore.timer._enqueue``) while it appends."""
+        return self._lock
+
+    def last_file(self) -> MappedFile | None:
+        """The log's last file as it is (None when it has none): where the compiled enqueue appends."""
+        return self.queue.last()
+
+    def writable_tail(self) -> MappedFile:
+        """The file the next unit goes to, the caller holding ``append_lock``: the last file, or a new one when
+        there is none, or, when a unit and the blank after it no longer fit the last one, the next one once the
+        blank is written (``TimerLog.append``'s roll). Raises ``OSError`` when no file can be created."""
+        mf = self.queue.get_last_mapped_file(0)
+        if mf is None:
+            raise OSError("cannot create a timer log file in %s" % self.store_path)
+        room = self.file_size - mf.wrote_position
+        if UNIT_SIZE + MIN_BLANK_LEN > room:
+            blank = _BLANK.pack(room, 0, BLANK_MAGIC_CODE) + bytes(room - MIN_BLANK_LEN)
+            if not mf.append_message(blank):
+                raise OSError("cannot write the blank at the end of %s" % mf.file_name)
+            mf = self.queue.get_last_mapped_file(0)
+            if mf is None:
+                raise OSError("cannot create a timer log file in %s" % self.store_path)
+        return mf
 
     # -- reading -----------------------------------------------------------------------------------
 

@@ -23,8 +23,11 @@ version had a fixed 1000 ms precision and stored seconds). A slot is the one ask
 file is 38,707,200 bytes, and the wheel spans 14 days at 1000 ms, 1.4 days at 100 ms): RocketMQ does not derive it
 from ``timerMaxDelaySec``. Delays past the roll window (``roll_window_slots``) are re-put and wait again.
 
-Like RocketMQ, puts change an in-memory copy; ``flush`` writes the slots that changed into the file and forces it
-(RocketMQ compares the whole copy with the mapping byte by byte; pystore remembers which slots it changed: same bytes).
+Like RocketMQ, puts change an in-memory copy; ``flush`` writes the pages of slots that changed into the file and
+forces it (RocketMQ compares the whole copy with the mapping byte by byte; pystore marks the 4 KiB pages it changed in
+a dirty map, a byte per page, and writes those pages whole: the slots it did not change there are the file's own
+bytes, so the file ends the same). The compiled enqueue (``pystore.timer._enqueue``) writes slots into the same
+copy and marks the same map.
 A wheel file of another size is refused (RocketMQ: "Timer wheel length ... != expected").
 """
 
@@ -68,6 +71,9 @@ _SLOT = struct.Struct(">qqqii")
 _TIME = struct.Struct(">q")
 _POS = struct.Struct(">qq")
 _MAX_LONG = (1 << 63) - 1
+#: the dirty map's page: one byte of the map per 4 KiB of slots (``_enqueue.DIRTY_PAGE_SHIFT``)
+_PAGE_SHIFT = 12
+_PAGE = 1 << _PAGE_SHIFT
 
 assert _SLOT.size == SLOT_SIZE
 
@@ -129,7 +135,8 @@ class TimerWheel:
         self.read_only = read_only
         self.wheel_length = slots_total * 2 * SLOT_SIZE
         self._lock = threading.Lock()
-        self._dirty: set[int] = set()
+        # one byte per page of slots: 1 where a slot changed since the last flush (the compiled enqueue marks it too)
+        self._dirty = bytearray((self.wheel_length + _PAGE - 1) >> _PAGE_SHIFT)
         size = os.path.getsize(path) if os.path.exists(path) else -1
         if size not in (-1, 0, self.wheel_length):
             raise StoreCorruptedError(path, 0, "the timer wheel is %d bytes, expected %d (2 x %d slots of %d)"
@@ -145,6 +152,21 @@ class TimerWheel:
                 sync_dirs([folder])
         self._buf = bytearray(self._file.read_any(0, self.wheel_length)) if self._file is not None \
             else bytearray(self.wheel_length)
+
+    @property
+    def raw(self) -> bytearray:
+        """The slots' in-memory copy (what ``get_slot`` reads and ``flush`` writes), for the compiled enqueue."""
+        return self._buf
+
+    @property
+    def dirty_map(self) -> bytearray:
+        """A byte per 4 KiB page of ``raw``: non-zero where a slot changed since the last flush."""
+        return self._dirty
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while slots change (``put_slot``, ``revise_slot``, the compiled enqueue's runs) and by ``flush``."""
+        return self._lock
 
     # -- slots -------------------------------------------------------------------------------------
 
@@ -196,7 +218,7 @@ class TimerWheel:
                 _, _, _, old_num, old_magic = _SLOT.unpack_from(self._buf, at)
                 _SLOT.pack_into(self._buf, at, time_ms // self.precision_ms, first_pos, last_pos,
                                 old_num if num is None else num, old_magic if magic is None else magic)
-            self._dirty.add(index)
+            self._dirty[at >> _PAGE_SHIFT] = 1
 
     def revise_slot(self, time_ms: int, first_pos: int, last_pos: int, force: bool) -> None:
         """``reviseSlot`` (recovery): when the slot holds ``time_ms``, set the positions that are not ``IGNORE``;
@@ -211,13 +233,13 @@ class TimerWheel:
                 if force:
                     struct.pack_into(">qqq", self._buf, at, time_ms // self.precision_ms,
                                      last_pos if first_pos == IGNORE else first_pos, last_pos)
-                    self._dirty.add(index)
+                    self._dirty[at >> _PAGE_SHIFT] = 1
                 return
             if first_pos != IGNORE:
                 _TIME.pack_into(self._buf, at + 8, first_pos)
             if last_pos != IGNORE:
                 _TIME.pack_into(self._buf, at + 16, last_pos)
-            self._dirty.add(index)
+            self._dirty[at >> _PAGE_SHIFT] = 1
 
     def scan(self, start_ms: int, end_ms: int) -> Iterator[Slot]:
         """The slots that hold a time in ``[start_ms, end_ms)``, in time order, one tick at a time (at most two turns
@@ -289,17 +311,19 @@ class TimerWheel:
         if self.read_only or self._file is None:
             return
         with self._lock:
-            dirty, self._dirty = sorted(self._dirty), set()
-            for index in dirty:
-                at = index * SLOT_SIZE
-                self._file.write_at(at, self._buf[at:at + SLOT_SIZE])
-        if dirty:
-            self._file.unflush_from(dirty[0] * SLOT_SIZE)
+            runs = _runs(self._dirty)
+            view = memoryview(self._buf)
+            for lo, hi in runs:
+                self._file.write_at(lo << _PAGE_SHIFT, view[lo << _PAGE_SHIFT:hi << _PAGE_SHIFT])
+                self._dirty[lo:hi] = bytes(hi - lo)
+        if runs:
+            self._file.unflush_from(runs[0][0] << _PAGE_SHIFT)
             try:
                 self._file.flush(0)
             except OSError:
                 with self._lock:
-                    self._dirty.update(dirty)      # written, not forced: the next flush forces them again
+                    for lo, hi in runs:         # written, not forced: the next flush forces them again
+                        self._dirty[lo:hi] = b"\x01" * (hi - lo)
                 raise
 
     def close(self, flush: bool = True) -> None:
@@ -320,3 +344,16 @@ class TimerWheel:
 
     def __repr__(self) -> str:
         return "TimerWheel(%r, slots_total=%d, precision_ms=%d)" % (self.path, self.slots_total, self.precision_ms)
+
+
+def _runs(dirty: bytearray) -> list[tuple[int, int]]:
+    """The runs ``[lo, hi)`` of non-zero bytes of a dirty map."""
+    out = []
+    lo = dirty.find(1)
+    while lo >= 0:
+        hi = lo + 1
+        while hi < len(dirty) and dirty[hi]:
+            hi += 1
+        out.append((lo, hi))
+        lo = dirty.find(1, hi)
+    return out
