@@ -63,6 +63,7 @@ from pystore.message.constants import MessageConst, SysFlag
 from pystore.queue._units import FILLER_SIZE, read_unit
 from pystore.queue._units import UNIT_SIZE as CQ_UNIT_SIZE
 from pystore.status import PutMessageStatus
+from pystore.system.crashpoint import crashpoint
 from pystore.timer.timer_checkpoint import TimerCheckpoint, checkpoint_path
 from pystore.timer.timer_log import (
     MAGIC_DEFAULT,
@@ -424,6 +425,7 @@ class TimerMessageStore:
                           read, unit.commit_log_offset)
                 continue
             self._deliver(ext, unit.write_time_ms, unit.magic, deletes)
+        crashpoint("timer.delivered")
         self._move_read_time()
         return 1
 
@@ -534,8 +536,10 @@ class TimerMessageStore:
             read, offset = self.commit_read_time_ms, self.commit_queue_offset
             flushed = self.timer_log.flush()
             self.wheel.flush()
+            crashpoint("timer.flushed")
             self._prepare_checkpoint(flushed, read, offset)
             self.checkpoint.flush()
+            crashpoint("timer.checkpoint")
 
     def delete_expired(self) -> int:
         """Timer-log files whose units all point below the commit log's first offset (the clean service's
