@@ -23,10 +23,12 @@ The flow (the put side is :mod:`pystore.timer.timer_put`)::
                       write time, TIMER_DEQUEUE_MS = now
       currReadTimeMs += precision once the whole slot is put (commitReadTimeMs with it)
 
-    flush (every timer_flush_interval_ms, and at close), under the enqueue lock so that the wheel never points
-    at a unit the log has not flushed:  timer log  ->  wheel  ->  config/timercheck (lastReadTimeMs =
-    commitReadTimeMs, lastTimerLogFlushPos = what the log flushed, lastTimerQueueOffset = masterTimerQueueOffset
-    = the next queue offset to enqueue; the data version moves when either changed)
+    flush (every timer_flush_interval_ms, and at close): the read time and queue offset taken, the commit log
+    made durable to its end (the deliveries and timer messages the checkpoint will count: pystore's, see
+    ``flush``), then under the enqueue lock so that the wheel never points at a unit the log has not flushed:
+    timer log  ->  wheel  ->  config/timercheck (lastReadTimeMs = commitReadTimeMs, lastTimerLogFlushPos = what
+    the log flushed, lastTimerQueueOffset = masterTimerQueueOffset = the next queue offset to enqueue; the data
+    version moves when either changed)
 
 Recovery (``load``, RocketMQ ``recover``/``recoverAndRevise``/``reviseQueueOffset``): the timer log is scanned from
 one file before the checkpoint's flushed position (a cut below that position is refused:
@@ -131,6 +133,9 @@ class TimerMessageStore:
         self.put = put
         #: called after each delivery (the group commit's wakeup under SYNC_FLUSH: deliveries wait for no flush)
         self.flush_wakeup: Callable[[], object] | None = None
+        #: makes the commit log durable up to an offset before a checkpoint (True when it is); None: the timer
+        #: store flushes the commit log's files itself (ASYNC_FLUSH)
+        self.flush_commitlog: Callable[[int], bool] | None = None
         self.root = config.store_path_root_dir
         self.precision_ms = int(config.timer_precision_ms)
         self.slots_total = DEFAULT_SLOTS_TOTAL
@@ -527,19 +532,47 @@ class TimerMessageStore:
         cp.last_timer_queue_offset = min(queue_offset, cp.master_timer_queue_offset)
 
     def flush(self) -> None:
-        """``TimerFlushService``'s pass: the timer log, then the wheel, then the checkpoint. The enqueue waits
-        meanwhile, so the wheel written never points at a unit the log has not flushed, and the queue offset the
-        checkpoint records (taken first) was enqueued into what was flushed."""
+        """``TimerFlushService``'s pass: the commit log, the timer log, then the wheel, then the checkpoint.
+
+        The read time and queue offset the checkpoint records are taken first. The commit log is then made durable
+        up to its end: it holds the deliveries of every slot before that read time and the timer messages below
+        that queue offset, so a crash cannot take back what the checkpoint counts as delivered (a slot it counts
+        as read is never read again: its lost deliveries would be lost timers) or as enqueued (a unit would point
+        at a record the crash took back, and at whatever a later put writes there). RocketMQ flushes only the
+        timer files here; with ASYNC_FLUSH its checkpoint can run ahead of the commit log. The enqueue waits while
+        the timer log and wheel are flushed, so the wheel written never points at a unit the log has not flushed,
+        and the queue offset recorded was enqueued into what was flushed."""
+        if self.wheel is None:
+            return
+        read, offset = self.commit_read_time_ms, self.commit_queue_offset
+        self._flush_commitlog(self.commitlog.get_max_offset())
         with self._lock:
             if self.wheel is None or self.timer_log is None or self.checkpoint is None:
                 return
-            read, offset = self.commit_read_time_ms, self.commit_queue_offset
             flushed = self.timer_log.flush()
             self.wheel.flush()
             crashpoint("timer.flushed")
             self._prepare_checkpoint(flushed, read, offset)
             self.checkpoint.flush()
             crashpoint("timer.checkpoint")
+
+    def _flush_commitlog(self, end: int) -> None:
+        """Make the commit log durable up to ``end`` (``flush_commitlog`` when the wiring set one: SYNC_FLUSH's
+        group commit, which also dispatches what it flushed); ``OSError`` when it is not, and the checkpoint is
+        not written."""
+        flush = self.flush_commitlog
+        if flush is not None:
+            ok = flush(end)
+        else:
+            queue = self.commitlog.queue
+            for _ in range(len(queue.files) + 2):
+                if queue.flushed_where >= end:
+                    break
+                queue.commit(0)
+                queue.flush(0)
+            ok = queue.flushed_where >= end
+        if not ok:
+            raise OSError("%s: the commit log is not flushed to %d: the timer checkpoint waits" % (self.root, end))
 
     def delete_expired(self) -> int:
         """Timer-log files whose units all point below the commit log's first offset (the clean service's
