@@ -358,3 +358,42 @@ def test_timer_log_cut_below_the_checkpoint_is_refused(store_factory, fake_clock
     err = info.value if isinstance(info.value, StoreCorruptedError) else info.value.__cause__
     assert isinstance(err, StoreCorruptedError)
     assert err.offset == 52
+
+
+@pytest.mark.no_verify
+def test_a_unit_whose_message_a_crash_took_back_is_cut(store_factory, fake_clock):
+    """A power cut can keep a timer-log unit written after the last checkpoint and take back the commit-log record it
+    points at (ASYNC_FLUSH: the enqueue reads what is not flushed yet). The next put reuses that offset; the unit would
+    deliver that message in its own slot, early (before the fix: B, due at +20 s, came out at +6 s). Recovery now cuts
+    the timer log at such a unit."""
+    store = store_factory(clock=fake_clock)
+    assert store.put_message(Message("TopicTest", b"plain")).is_ok()
+    r = store.put_message(Message("TopicTest", b"A", delay_ms=5000))
+    assert r.is_ok()
+    lost = r.append_message_result.wrote_offset
+    caught_up(store, fake_clock)
+    store.shutdown()
+    # the crash: the record of A gone from the commit log, its unit kept past the checkpoint's flushed position
+    path = os.path.join(store.root, "commitlog", "%020d" % 0)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(lost)
+        f.write(bytes(size - lost))
+    cp = TimerCheckpoint(checkpoint_path(store.root))
+    cp.last_timer_log_flush_pos = 0
+    cp.flush()
+    with open(os.path.join(store.root, "timerwheel"), "r+b") as f:      # the wheel last flushed before A's unit
+        f.seek(round_deliver_ms(T0 + 5000, P) // P % SLOTS * 32)
+        f.write(bytes(32))
+    open(os.path.join(store.root, "abort"), "wb").close()
+    store_factory.skip_check()
+    store = store_factory(clock=fake_clock)
+    r = store.put_message(Message("TopicTest", b"B", delay_ms=20_000))
+    assert r.is_ok() and r.append_message_result.wrote_offset == lost
+    caught_up(store, fake_clock)
+    fake_clock.advance(6000)
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"plain"]
+    fake_clock.advance(15_000)
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"plain", b"B"]

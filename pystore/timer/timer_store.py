@@ -23,12 +23,11 @@ The flow (the put side is :mod:`pystore.timer.timer_put`)::
                       write time, TIMER_DEQUEUE_MS = now
       currReadTimeMs += precision once the whole slot is put (commitReadTimeMs with it)
 
-    flush (every timer_flush_interval_ms, and at close): the read time and queue offset taken, the commit log
-    made durable to its end (the deliveries and timer messages the checkpoint will count: pystore's, see
-    ``flush``), then under the enqueue lock so that the wheel never points at a unit the log has not flushed:
-    timer log  ->  wheel  ->  config/timercheck (lastReadTimeMs = commitReadTimeMs, lastTimerLogFlushPos = what
-    the log flushed, lastTimerQueueOffset = masterTimerQueueOffset = the next queue offset to enqueue; the data
-    version moves when either changed)
+    flush (every timer_flush_interval_ms, and at close), under the enqueue lock: the read time and queue offset
+    taken, then  commit log (to its end: the deliveries and timer messages the checkpoint will count; pystore's,
+    see ``flush``)  ->  timer log  ->  wheel  ->  config/timercheck (lastReadTimeMs = commitReadTimeMs,
+    lastTimerLogFlushPos = what the log flushed, lastTimerQueueOffset = masterTimerQueueOffset = the next queue
+    offset to enqueue; the data version moves when either changed)
 
 Recovery (``load``, RocketMQ ``recover``/``recoverAndRevise``/``reviseQueueOffset``): the timer log is scanned from
 one file before the checkpoint's flushed position (a cut below that position is refused:
@@ -191,7 +190,19 @@ class TimerMessageStore:
                 def revise(pos: int, unit: TimerUnit) -> None:
                     wheel.revise_slot(unit.delayed_time_ms, IGNORE, pos, True)
 
-                tl = TimerLog.open(os.path.join(self.root, "timerlog"), file_size, flush_pos, on_unit=revise)
+                # a unit whose record a crash took back from the commit log ends the timer log: the record's
+                # offset is reused by the next put, which that unit would deliver in its slot (its message is
+                # enqueued again from the timer queue, if the queue still holds it)
+                cl_end = self.commitlog.get_max_offset()
+
+                def kept(unit: TimerUnit) -> str | None:
+                    if unit.commit_log_offset + unit.msg_size <= cl_end:
+                        return None
+                    return ("a timer unit whose message (commit-log offset %d, %d bytes) lies past the commit log's "
+                            "end %d" % (unit.commit_log_offset, unit.msg_size, cl_end))
+
+                tl = TimerLog.open(os.path.join(self.root, "timerlog"), file_size, flush_pos, on_unit=revise,
+                                   valid=kept)
             except BaseException:
                 wheel.close(flush=False)
                 raise
@@ -539,16 +550,17 @@ class TimerMessageStore:
         that queue offset, so a crash cannot take back what the checkpoint counts as delivered (a slot it counts
         as read is never read again: its lost deliveries would be lost timers) or as enqueued (a unit would point
         at a record the crash took back, and at whatever a later put writes there). RocketMQ flushes only the
-        timer files here; with ASYNC_FLUSH its checkpoint can run ahead of the commit log. The enqueue waits while
-        the timer log and wheel are flushed, so the wheel written never points at a unit the log has not flushed,
-        and the queue offset recorded was enqueued into what was flushed."""
-        if self.wheel is None:
-            return
-        read, offset = self.commit_read_time_ms, self.commit_queue_offset
-        self._flush_commitlog(self.commitlog.get_max_offset())
+        timer files here; with ASYNC_FLUSH its checkpoint can run ahead of the commit log. The enqueue waits
+        meanwhile, so the timer log flushed holds no unit whose record the commit log has not flushed, the wheel
+        written never points at a unit the log has not flushed, and the queue offset recorded was enqueued into
+        what was flushed."""
         with self._lock:
             if self.wheel is None or self.timer_log is None or self.checkpoint is None:
                 return
+            read, offset = self.commit_read_time_ms, self.commit_queue_offset
+            # under the lock: no unit is appended meanwhile, so every unit the timer log flushes below points at
+            # a record the commit log has flushed (recovery cuts a unit whose record a crash took back)
+            self._flush_commitlog(self.commitlog.get_max_offset())
             flushed = self.timer_log.flush()
             self.wheel.flush()
             crashpoint("timer.flushed")
