@@ -397,3 +397,30 @@ def test_a_unit_whose_message_a_crash_took_back_is_cut(store_factory, fake_clock
     fake_clock.advance(15_000)
     caught_up(store, fake_clock)
     assert [m.body for m in delivered(store)] == [b"plain", b"B"]
+
+
+def test_a_slot_due_while_the_store_takes_no_puts_waits_for_it(store, fake_clock):
+    """Between the start of the timer threads and the store taking puts, and between the store's last put and the
+    threads' stop at shutdown, a delivery is refused with SERVICE_NOT_AVAILABLE. Before the fix the dequeue tried three
+    times, dropped the message and moved past its slot (the checkpoint at close then counted it delivered: a timer
+    lost on a clean restart). Now the slot stays unread and is read again once the store takes puts."""
+    ts = store.timer_message_store
+    assert store.put_message(Message("TopicTest", b"due", delay_ms=3000)).is_ok()
+    caught_up(store, fake_clock)
+    refused = []
+    put = ts.put
+
+    def counting(msg):
+        r = put(msg)
+        if r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            refused.append(msg.topic)
+        return r
+
+    ts.put = counting
+    store._commitlog.writeable = False          # what a starting or stopping store answers
+    fake_clock.advance(4000)
+    wait_for(lambda: len(refused) >= 5)         # tried again and again, never given up
+    assert delivered(store) == [] and ts.curr_read_time_ms <= T0 + 2000
+    store._commitlog.writeable = True
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"due"]

@@ -84,7 +84,8 @@ if TYPE_CHECKING:
     from pystore.log.commitlog import CommitLog
     from pystore.queue.queue_store import ConsumeQueueStore
 
-__all__ = ["TimerMessageStore", "build_delete_key", "PUT_OK", "PUT_NEED_RETRY", "PUT_NO_RETRY", "NEVER_ENQUEUED"]
+__all__ = ["TimerMessageStore", "NotTakingPuts", "build_delete_key", "PUT_OK", "PUT_NEED_RETRY", "PUT_NO_RETRY",
+           "NEVER_ENQUEUED"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,16 @@ _STORED = {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT, PutMess
            PutMessageStatus.SLAVE_NOT_AVAILABLE}
 #: units enqueued per pass before the write time moves on (RocketMQ's put service takes up to 11 at a time)
 _ENQUEUE_BATCH = 32
+
+
+class NotTakingPuts(Exception):
+    """The store refused a delivery with ``SERVICE_NOT_AVAILABLE``: it takes no puts now (still starting, shutting
+    down, or not writeable). ``do_put`` raises it instead of counting the attempt, so nothing is dropped for it: the
+    dequeue leaves its slot unread (the slot is read again, its messages put so far put again: at least once), the
+    enqueue leaves its queue unit unconsumed, and the services try again after their idle wait (pystore's: the three
+    attempts of ``TimerDequeuePutMessageService`` dropped a due message whenever a put came between the start of the
+    timer threads and the store taking puts, or between the store's last put and the threads' stop, and the read
+    time moved past it, so the checkpoint at close counted it delivered)."""
 
 
 def build_delete_key(real_topic: str, unique_key: str) -> str:
@@ -512,13 +523,15 @@ class TimerMessageStore:
 
     def do_put(self, msg: Message) -> int:
         """``doPut``: PUT_OK, PUT_NO_RETRY (the message can never be stored: dropped with a warning) or
-        PUT_NEED_RETRY."""
+        PUT_NEED_RETRY; raises ``NotTakingPuts`` when the store takes no puts now."""
         result = self.put(msg)
         wakeup = self.flush_wakeup
         if wakeup is not None:
             wakeup()
         if result.status in _STORED:
             return PUT_OK
+        if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            raise NotTakingPuts("%s: the store takes no puts now (%s)" % (self.root, result.reason))
         if result.status in _NO_RETRY:
             log.warning("%s: timer message to %s refused (%s: %s); dropped", self.root, msg.topic, result.status,
                         result.reason)
