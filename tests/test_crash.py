@@ -340,6 +340,10 @@ COVERED_POINTS = {
     "shared.copied",
     "shared.catching_up",
     "shared.repairing",
+    # timers: tests/powerloss/test_timer_powerloss.py kills a timer writer at each, then cuts the power
+    "timer.delivered",
+    "timer.flushed",
+    "timer.checkpoint",
 }
 
 

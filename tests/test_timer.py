@@ -382,3 +382,69 @@ def test_a_timer_whose_record_only_the_archive_holds_is_delivered(store_factory,
     caught_up(store, fake_clock)
     (got,) = delivered(store, queue_id=1)
     assert got.body == b"wait for me" and got.properties["TIMER_OUT_MS"] == str(deliver - P)
+
+
+@pytest.mark.no_verify
+def test_a_unit_whose_message_a_crash_took_back_is_cut(store_factory, fake_clock):
+    """A power cut can keep a timer-log unit written after the last checkpoint and take back the commit-log record it
+    points at (ASYNC_FLUSH: the enqueue reads what is not flushed yet). The next put reuses that offset; the unit would
+    deliver that message in its own slot, early (before the fix: B, due at +20 s, came out at +6 s). Recovery now cuts
+    the timer log at such a unit."""
+    store = store_factory(clock=fake_clock)
+    assert store.put_message(Message("TopicTest", b"plain")).is_ok()
+    r = store.put_message(Message("TopicTest", b"A", delay_ms=5000))
+    assert r.is_ok()
+    lost = r.append_message_result.wrote_offset
+    caught_up(store, fake_clock)
+    store.shutdown()
+    # the crash: the record of A gone from the commit log, its unit kept past the checkpoint's flushed position
+    path = os.path.join(store.root, "commitlog", "%020d" % 0)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(lost)
+        f.write(bytes(size - lost))
+    cp = TimerCheckpoint(checkpoint_path(store.root))
+    cp.last_timer_log_flush_pos = 0
+    cp.flush()
+    with open(os.path.join(store.root, "timerwheel"), "r+b") as f:      # the wheel last flushed before A's unit
+        f.seek(round_deliver_ms(T0 + 5000, P) // P % SLOTS * 32)
+        f.write(bytes(32))
+    open(os.path.join(store.root, "abort"), "wb").close()
+    store_factory.skip_check()
+    store = store_factory(clock=fake_clock)
+    r = store.put_message(Message("TopicTest", b"B", delay_ms=20_000))
+    assert r.is_ok() and r.append_message_result.wrote_offset == lost
+    caught_up(store, fake_clock)
+    fake_clock.advance(6000)
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"plain"]
+    fake_clock.advance(15_000)
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"plain", b"B"]
+
+
+def test_a_slot_due_while_the_store_takes_no_puts_waits_for_it(store, fake_clock):
+    """Between the start of the timer threads and the store taking puts, and between the store's last put and the
+    threads' stop at shutdown, a delivery is refused with SERVICE_NOT_AVAILABLE. Before the fix the dequeue tried three
+    times, dropped the message and moved past its slot (the checkpoint at close then counted it delivered: a timer
+    lost on a clean restart). Now the slot stays unread and is read again once the store takes puts."""
+    ts = store.timer_message_store
+    assert store.put_message(Message("TopicTest", b"due", delay_ms=3000)).is_ok()
+    caught_up(store, fake_clock)
+    refused = []
+    put = ts.put
+
+    def counting(msg):
+        r = put(msg)
+        if r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            refused.append(msg.topic)
+        return r
+
+    ts.put = counting
+    store._commitlog.writeable = False          # what a starting or stopping store answers
+    fake_clock.advance(4000)
+    wait_for(lambda: len(refused) >= 5)         # tried again and again, never given up
+    assert delivered(store) == [] and ts.curr_read_time_ms <= T0 + 2000
+    store._commitlog.writeable = True
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"due"]

@@ -13,6 +13,8 @@ import time
 
 from writer_procs import kill, read_line
 
+from pystore import Message
+from pystore.config import FlushDiskType
 from pystore.engine.store import MessageStore
 from pystore.timer import TIMER_TOPIC, TimerCheckpoint, checkpoint_path
 
@@ -73,3 +75,29 @@ def test_sigkill_then_recover_loses_no_timer(procs, tmp_path, store_factory):
             assert int(m.properties["TIMER_OUT_MS"]) >= read_at_kill, (m.body, read_at_kill)
     # the recovered store enqueued nothing twice: its timer queue holds the N puts only (no roll)
     assert store.get_max_offset_in_queue(TIMER_TOPIC, 0) == N
+
+
+def test_the_checkpoint_never_counts_a_delivery_the_commit_log_has_not_flushed(store_factory, fake_clock):
+    """``lastReadTimeMs`` says a slot's messages were delivered: a crash must not take those deliveries back, or they
+    are lost for good (the slot is never read again). The timer store's flush makes the commit log durable up to the
+    deliveries first (before the fix an ASYNC_FLUSH store wrote the checkpoint while the delivered messages were only
+    in the page cache: a power cut lost them; tests/powerloss/test_timer_powerloss.py)."""
+    # the commit log's own flush never runs in this test: 10 s between flushes of at least 1024 dirty pages, and the
+    # thorough flush is on the fake clock, which stays within a few seconds
+    store = store_factory(clock=fake_clock, flush_disk_type=FlushDiskType.ASYNC_FLUSH, timer_precision_ms=100,
+                          flush_interval_commit_log=10_000, flush_commit_log_least_pages=1024,
+                          timer_flush_interval_ms=20)
+    t0 = fake_clock.now
+    assert store.put_message(Message("TopicTest", b"due", delay_ms=500)).is_ok()
+    fake_clock.now = t0 + 1000
+    deadline = time.monotonic() + 20
+    while True:
+        got = _bodies(store)
+        cp = TimerCheckpoint(checkpoint_path(store.root), read_only=True)
+        if got and cp.last_read_time_ms > int(got[0].properties["TIMER_OUT_MS"]):
+            break
+        assert time.monotonic() < deadline, "not delivered and checkpointed"
+        time.sleep(0.02)
+    (m,) = got
+    # the checkpoint on disk counts the slot as read: the delivery is on disk too
+    assert store._commitlog.queue.flushed_where >= m.commit_log_offset + m.store_size

@@ -507,6 +507,9 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
             schedule.flush_wakeup = group_commit.wakeup
         if timer is not None:
             timer.flush_wakeup = group_commit.wakeup
+            # its checkpoint waits for the deliveries to be durable: through the group commit, which dispatches
+            timeout_s = cfg.sync_flush_timeout / 1000
+            timer.flush_commitlog = lambda end: group_commit.sync(end, timeout_s)
     else:
         flush_service = FlushRealTimeService(cl, cfg, checkpoint, clock=clock)
         if pool is not None:

@@ -25,6 +25,9 @@ POINTS = (
     "recovery.truncated",      # commit log truncated, consume queues not yet
     "shutdown.flushed",        # final flush done, checkpoint not written
     "shutdown.checkpoint",     # checkpoint written, abort file still there
+    "timer.delivered",         # a wheel slot's messages put to their topics, the read time not moved yet
+    "timer.flushed",           # the timer log and wheel flushed, config/timercheck not written yet
+    "timer.checkpoint",        # config/timercheck written and synced (the next flush has not begun)
     # several writer processes (compiled points in ``_commitlog``, armed at its import: ``nth``)
     "shared.reserved",         # the append lock held, the reserved end set, nothing of the record written
     "shared.copied",           # the record written in full, the published end not yet moved

@@ -37,7 +37,9 @@ deleted, the cut file zeroed from the cut). Each whole unit found is handed to `
 wheel slot of its delayed time: ``reviseSlot(delayedTime, IGNORE, pos, true)``). pystore is stricter about what a
 whole unit is, so that a unit torn by a crash (its header on disk, the rest of its page not) is cut too: its magic
 must have ``MAGIC_DEFAULT`` (every unit RocketMQ writes does), its ``prevPos`` must be -1 or an earlier position
-and its ``msgSize`` positive. A cut below what the checkpoint says was flushed is damage and is refused.
+and its ``msgSize`` positive; and the timer store cuts the log at the first unit whose message lies past the
+commit log's end (a power cut kept the unit and took its record back; the units are in commit-log order). A cut
+below what the checkpoint says was flushed is damage and is refused.
 
 Reads are checked: a unit whose size is not 52, whose magic is wrong, whose ``prevPos`` points forward (or to
 itself) or past the written log, or a position that is not a unit's, raises ``StoreCorruptedError`` with the file
@@ -172,13 +174,14 @@ class TimerLog:
 
     @classmethod
     def open(cls, store_path: str, file_size: int = DEFAULT_FILE_SIZE, last_flush_pos: int = 0,
-             on_unit: Callable[[int, TimerUnit], None] | None = None, read_only: bool = False) -> TimerLog:
+             on_unit: Callable[[int, TimerUnit], None] | None = None, read_only: bool = False,
+             valid: Callable[[TimerUnit], str | None] | None = None) -> TimerLog:
         """Load the folder and recover it as ``TimerMessageStore.recover`` does: the scan starts one file before the
         checkpoint's ``lastTimerLogFlushPos``; a cut below ``last_flush_pos`` is refused."""
         tl = cls(store_path, file_size, read_only)
         tl.load()
         try:
-            tl.recover(max(0, last_flush_pos - file_size), on_unit=on_unit, flushed_pos=last_flush_pos)
+            tl.recover(max(0, last_flush_pos - file_size), on_unit=on_unit, flushed_pos=last_flush_pos, valid=valid)
         except BaseException:
             tl.close()
             raise
@@ -194,9 +197,13 @@ class TimerLog:
             raise StoreCorruptedError(path, offset, reason)
 
     def recover(self, begin_offset: int = 0, on_unit: Callable[[int, TimerUnit], None] | None = None,
-                check: bool = True, flushed_pos: int = -1) -> int:
+                check: bool = True, flushed_pos: int = -1,
+                valid: Callable[[TimerUnit], str | None] | None = None) -> int:
         """Find the end of the log and return it (``recoverAndRevise``). The scan starts at the file holding
         ``begin_offset`` (the first file if none does) and calls ``on_unit(position, unit)`` for every whole unit.
+        ``valid(unit)``, when given, says why a whole unit cannot be kept (None: it can), and such a unit counts as
+        not whole (pystore's: the timer store passes one that refuses a unit whose message lies past the commit
+        log's end, which a crash took back).
 
         ``check=True`` (RocketMQ's first pass, ``checkTimerLog``): whole files are scanned, the first unit that is
         not whole ends the log, which is cut there; a cut below ``flushed_pos`` raises ``StoreCorruptedError``
@@ -212,7 +219,7 @@ class TimerLog:
             end = files[index].file_from_offset
             damage: tuple[str, int, str] | None = None
             for mf in files[index:]:
-                pos, damage = self._scan_file(mf, on_unit, check)
+                pos, damage = self._scan_file(mf, on_unit, check, valid)
                 end = mf.file_from_offset + pos
                 if damage is not None:
                     break
@@ -226,8 +233,8 @@ class TimerLog:
                 self.queue.flushed_where = self.queue.committed_where = end
             return end
 
-    def _scan_file(self, mf: MappedFile, on_unit: Callable[[int, TimerUnit], None] | None,
-                   check: bool) -> tuple[int, tuple[str, int, str] | None]:
+    def _scan_file(self, mf: MappedFile, on_unit: Callable[[int, TimerUnit], None] | None, check: bool,
+                   valid: Callable[[TimerUnit], str | None] | None = None) -> tuple[int, tuple[str, int, str] | None]:
         """Scan one file: (where its units end, why the log ends there, or None when the file ends in a blank or
         is whole)."""
         limit = mf.file_size if check else mf.read_position
@@ -246,6 +253,8 @@ class TimerLog:
                 whole = len(chunk) - at >= UNIT_SIZE
                 unit = TimerUnit._make(_UNIT.unpack_from(chunk, at)) if whole else None
                 reason = _unit_problem(unit, here) if unit is not None else "a truncated unit"
+                if reason is None and valid is not None and unit is not None:
+                    reason = valid(unit)
                 if reason is not None:
                     if check:
                         return pos + at, (mf.file_name, here, _ZEROS if not any(chunk[at:at + UNIT_SIZE]) else reason)

@@ -7,7 +7,9 @@ timer store once they stopped.
   to the next tick, whichever comes first (1 s while the store has no timer files and no put has rewritten a timer
   message: ``idle_wait_ms``); moving the write time at a tick wakes the dequeue thread;
 * dequeue: ``dequeue()`` slot after slot; waits as long when nothing is due (``-1``); an error waits 1 s and, with
-  ``timer_skip_unknown_error``, moves past the slot (RocketMQ ``dequeue``'s catch), else tries the slot again;
+  ``timer_skip_unknown_error``, moves past the slot (RocketMQ ``dequeue``'s catch), else tries the slot again; a
+  store that takes no puts now (``NotTakingPuts``: starting or stopping) leaves the slot unread, and the thread
+  tries it again after the idle wait (the enqueue likewise with a due message it delivers at once);
 * flush: ``flush()`` (log, wheel, checkpoint), the timer log's expired files, and a progress line in the log every
   ``timer_progress_log_interval_ms``, every ``timer_flush_interval_ms``.
 
@@ -21,7 +23,7 @@ import logging
 from collections.abc import Callable
 
 from pystore.system.service import ServiceThread
-from pystore.timer.timer_store import TimerMessageStore
+from pystore.timer.timer_store import NotTakingPuts, TimerMessageStore
 
 __all__ = ["TimerServices", "TimerEnqueueService", "TimerDequeueService", "TimerFlushService"]
 
@@ -42,6 +44,10 @@ class TimerEnqueueService(ServiceThread):
             try:
                 if not self.store.enqueue():
                     self.wait_for_running(self.store.idle_wait_ms())
+            except NotTakingPuts as e:
+                # a due message delivered at once was refused: its unit is enqueued again once the store takes puts
+                log.debug("%s", e)
+                self.wait_for_running(self.store.idle_wait_ms())
             except Exception:
                 log.exception("%s: timer enqueue failed", self.store.root)
                 self.wait_for_running(_ERROR_WAIT_MS)
@@ -58,6 +64,10 @@ class TimerDequeueService(ServiceThread):
             try:
                 if store.dequeue() == -1:
                     self.wait_for_running(store.idle_wait_ms())
+            except NotTakingPuts as e:
+                # the slot stays unread: read again once the store takes puts (never skipped, never dropped)
+                log.debug("%s", e)
+                self.wait_for_running(store.idle_wait_ms())
             except Exception:
                 log.exception("%s: timer dequeue failed at %d", store.root, store.curr_read_time_ms)
                 if store.config.timer_skip_unknown_error:

@@ -23,10 +23,11 @@ The flow (the put side is :mod:`pystore.timer.timer_put`)::
                       write time, TIMER_DEQUEUE_MS = now
       currReadTimeMs += precision once the whole slot is put (commitReadTimeMs with it)
 
-    flush (every timer_flush_interval_ms, and at close), under the enqueue lock so that the wheel never points
-    at a unit the log has not flushed:  timer log  ->  wheel  ->  config/timercheck (lastReadTimeMs =
-    commitReadTimeMs, lastTimerLogFlushPos = what the log flushed, lastTimerQueueOffset = masterTimerQueueOffset
-    = the next queue offset to enqueue; the data version moves when either changed)
+    flush (every timer_flush_interval_ms, and at close), under the enqueue lock: the read time and queue offset
+    taken, then  commit log (to its end: the deliveries and timer messages the checkpoint will count; pystore's,
+    see ``flush``)  ->  timer log  ->  wheel  ->  config/timercheck (lastReadTimeMs = commitReadTimeMs,
+    lastTimerLogFlushPos = what the log flushed, lastTimerQueueOffset = masterTimerQueueOffset = the next queue
+    offset to enqueue; the data version moves when either changed)
 
 Recovery (``load``, RocketMQ ``recover``/``recoverAndRevise``/``reviseQueueOffset``): the timer log is scanned from
 one file before the checkpoint's flushed position (a cut below that position is refused:
@@ -74,6 +75,7 @@ from pystore.message.constants import MessageConst, SysFlag
 from pystore.queue._units import FILLER_SIZE, read_unit
 from pystore.queue._units import UNIT_SIZE as CQ_UNIT_SIZE
 from pystore.status import PutMessageStatus
+from pystore.system.crashpoint import crashpoint
 from pystore.timer._enqueue import PYTHON, ROLL, TimerEnqueue, wheel_pending
 from pystore.timer.timer_checkpoint import TimerCheckpoint, checkpoint_path
 from pystore.timer.timer_log import (
@@ -95,7 +97,8 @@ if TYPE_CHECKING:
     from pystore.log.commitlog import CommitLog
     from pystore.queue.queue_store import ConsumeQueueStore
 
-__all__ = ["TimerMessageStore", "build_delete_key", "PUT_OK", "PUT_NEED_RETRY", "PUT_NO_RETRY", "NEVER_ENQUEUED"]
+__all__ = ["TimerMessageStore", "NotTakingPuts", "build_delete_key", "PUT_OK", "PUT_NEED_RETRY", "PUT_NO_RETRY",
+           "NEVER_ENQUEUED"]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,16 @@ _STORED = {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT, PutMess
 #: units enqueued per pass before the write time moves on (RocketMQ's put service takes up to 11 at a time; the
 #: compiled enqueue takes a pass of 4096 in a few milliseconds, well within the 100 ms of the finest precision)
 _ENQUEUE_BATCH = 4096
+
+
+class NotTakingPuts(Exception):
+    """The store refused a delivery with ``SERVICE_NOT_AVAILABLE``: it takes no puts now (still starting, shutting
+    down, or not writeable). ``do_put`` raises it instead of counting the attempt, so nothing is dropped for it: the
+    dequeue leaves its slot unread (the slot is read again, its messages put so far put again: at least once), the
+    enqueue leaves its queue unit unconsumed, and the services try again after their idle wait (pystore's: the three
+    attempts of ``TimerDequeuePutMessageService`` dropped a due message whenever a put came between the start of the
+    timer threads and the store taking puts, or between the store's last put and the threads' stop, and the read
+    time moved past it, so the checkpoint at close counted it delivered)."""
 
 
 def build_delete_key(real_topic: str, unique_key: str) -> str:
@@ -150,6 +163,9 @@ class TimerMessageStore:
         self.put = put
         #: called after each delivery (the group commit's wakeup under SYNC_FLUSH: deliveries wait for no flush)
         self.flush_wakeup: Callable[[], object] | None = None
+        #: makes the commit log durable up to an offset before a checkpoint (True when it is); None: the timer
+        #: store flushes the commit log's files itself (ASYNC_FLUSH)
+        self.flush_commitlog: Callable[[int], bool] | None = None
         self.root = config.store_path_root_dir
         self.precision_ms = int(config.timer_precision_ms)
         self.slots_total = DEFAULT_SLOTS_TOTAL
@@ -206,7 +222,19 @@ class TimerMessageStore:
                 def revise(pos: int, unit: TimerUnit) -> None:
                     wheel.revise_slot(unit.delayed_time_ms, IGNORE, pos, True)
 
-                tl = TimerLog.open(os.path.join(self.root, "timerlog"), file_size, flush_pos, on_unit=revise)
+                # a unit whose record a crash took back from the commit log ends the timer log: the record's
+                # offset is reused by the next put, which that unit would deliver in its slot (its message is
+                # enqueued again from the timer queue, if the queue still holds it)
+                cl_end = self.commitlog.get_max_offset()
+
+                def kept(unit: TimerUnit) -> str | None:
+                    if unit.commit_log_offset + unit.msg_size <= cl_end:
+                        return None
+                    return ("a timer unit whose message (commit-log offset %d, %d bytes) lies past the commit log's "
+                            "end %d" % (unit.commit_log_offset, unit.msg_size, cl_end))
+
+                tl = TimerLog.open(os.path.join(self.root, "timerlog"), file_size, flush_pos, on_unit=revise,
+                                   valid=kept)
             except BaseException:
                 wheel.close(flush=False)
                 raise
@@ -480,6 +508,7 @@ class TimerMessageStore:
                           read, unit.commit_log_offset)
                 continue
             self._deliver(ext, unit.write_time_ms, unit.magic, deletes)
+        crashpoint("timer.delivered")
         self._move_read_time()
         return 1
 
@@ -548,13 +577,15 @@ class TimerMessageStore:
 
     def do_put(self, msg: Message) -> int:
         """``doPut``: PUT_OK, PUT_NO_RETRY (the message can never be stored: dropped with a warning) or
-        PUT_NEED_RETRY."""
+        PUT_NEED_RETRY; raises ``NotTakingPuts`` when the store takes no puts now."""
         result = self.put(msg)
         wakeup = self.flush_wakeup
         if wakeup is not None:
             wakeup()
         if result.status in _STORED:
             return PUT_OK
+        if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            raise NotTakingPuts("%s: the store takes no puts now (%s)" % (self.root, result.reason))
         if result.status in _NO_RETRY:
             log.warning("%s: timer message to %s refused (%s: %s); dropped", self.root, msg.topic, result.status,
                         result.reason)
@@ -579,17 +610,48 @@ class TimerMessageStore:
         cp.last_timer_queue_offset = min(queue_offset, cp.master_timer_queue_offset)
 
     def flush(self) -> None:
-        """``TimerFlushService``'s pass: the timer log, then the wheel, then the checkpoint. The enqueue waits
-        meanwhile, so the wheel written never points at a unit the log has not flushed, and the queue offset the
-        checkpoint records (taken first) was enqueued into what was flushed."""
+        """``TimerFlushService``'s pass: the commit log, the timer log, then the wheel, then the checkpoint.
+
+        The read time and queue offset the checkpoint records are taken first. The commit log is then made durable
+        up to its end: it holds the deliveries of every slot before that read time and the timer messages below
+        that queue offset, so a crash cannot take back what the checkpoint counts as delivered (a slot it counts
+        as read is never read again: its lost deliveries would be lost timers) or as enqueued (a unit would point
+        at a record the crash took back, and at whatever a later put writes there). RocketMQ flushes only the
+        timer files here; with ASYNC_FLUSH its checkpoint can run ahead of the commit log. The enqueue waits
+        meanwhile, so the timer log flushed holds no unit whose record the commit log has not flushed, the wheel
+        written never points at a unit the log has not flushed, and the queue offset recorded was enqueued into
+        what was flushed."""
         with self._lock:
             if self.wheel is None or self.timer_log is None or self.checkpoint is None:
                 return
             read, offset = self.commit_read_time_ms, self.commit_queue_offset
+            # under the lock: no unit is appended meanwhile, so every unit the timer log flushes below points at
+            # a record the commit log has flushed (recovery cuts a unit whose record a crash took back)
+            self._flush_commitlog(self.commitlog.get_max_offset())
             flushed = self.timer_log.flush()
             self.wheel.flush()
+            crashpoint("timer.flushed")
             self._prepare_checkpoint(flushed, read, offset)
             self.checkpoint.flush()
+            crashpoint("timer.checkpoint")
+
+    def _flush_commitlog(self, end: int) -> None:
+        """Make the commit log durable up to ``end`` (``flush_commitlog`` when the wiring set one: SYNC_FLUSH's
+        group commit, which also dispatches what it flushed); ``OSError`` when it is not, and the checkpoint is
+        not written."""
+        flush = self.flush_commitlog
+        if flush is not None:
+            ok = flush(end)
+        else:
+            queue = self.commitlog.queue
+            for _ in range(len(queue.files) + 2):
+                if queue.flushed_where >= end:
+                    break
+                queue.commit(0)
+                queue.flush(0)
+            ok = queue.flushed_where >= end
+        if not ok:
+            raise OSError("%s: the commit log is not flushed to %d: the timer checkpoint waits" % (self.root, end))
 
     def delete_expired(self) -> int:
         """Timer-log files whose units all point below the commit log's first offset (the clean service's

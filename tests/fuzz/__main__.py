@@ -1,4 +1,5 @@
-"""``python -m tests.fuzz [-n N] [--seed S] [--workers W]`` or ``python -m tests.fuzz --case S:I``."""
+"""``python -m tests.fuzz [-n N] [--seed S] [--workers W] [--timers]`` or ``python -m tests.fuzz --case S:I``
+(``--case tS:I``: a case of the timer reference)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,15 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds a case's reads may take")
     ap.add_argument("--case", help="run one case SEED:I and show everything (keeps its store folder)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--timers", action="store_true", help="cases of the timer reference: its timer files (timerlog/, "
+                    "timerwheel, config/timercheck) damaged")
     a = ap.parse_args()
     if a.case:
-        seed, i = (int(x) for x in a.case.split(":"))
+        timers = a.case.startswith("t")
+        seed, i = (int(x) for x in a.case.lstrip("t").split(":"))
         tmp = tempfile.mkdtemp(prefix="pystore-fuzz-case-")
         ref = os.path.join(tmp, "ref")
-        layout = runner.build_reference(ref)
+        layout = runner.build_reference(ref, timers)
         res = runner.run_case(seed, i, ref, layout, tmp, cli=True, timeout=a.timeout, keep=True,
                               spark=runner.has_spark())
         print("case %s  variant %s  kind %s  (%.1f s)" % (res["case"], res["variant"], res["kind"], res["seconds"]))
@@ -43,7 +47,8 @@ def main() -> int:
             print("driver stderr (tail):\n" + res["stderr"].rstrip()[-1500:])
         print("damaged store kept at %s (reference: %s)" % (res["root"], ref))
         return 1 if res["outcome"] in BAD else 0
-    results = runner.run(a.n, a.seed, a.workers, a.cli_every, a.timeout, a.start, spark_every=a.spark_every)
+    results = runner.run(a.n, a.seed, a.workers, a.cli_every, a.timeout, a.start, spark_every=a.spark_every,
+                         timers=a.timers)
     print(runner.table(results, a.seed))
     if a.json:
         with open(a.json, "w") as f:

@@ -12,12 +12,19 @@ CQ_UNIT = 20
 HASH_SLOTS = 64
 INDEX_NUM = 256
 INDEX_HEADER = 40
+#: the timer reference (``reference.build_timers``): 24 timer units and the 16-byte blank a timer-log file
+TIMER_UNIT = 52
+TIMER_LOG_FILE = 24 * TIMER_UNIT + 16
+TIMER_SLOT = 32
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_REAL_TOPIC = "TopicTimer"
 
 CONFIG = {
     "mapped_file_size_commit_log": CL_FILE,
     "mapped_file_size_consume_queue": CQ_FILE,
     "max_hash_slot_num": HASH_SLOTS,
     "max_index_num": INDEX_NUM,
+    "mapped_file_size_timer_log": TIMER_LOG_FILE,
 }
 
 

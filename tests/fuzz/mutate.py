@@ -17,7 +17,7 @@ import random
 import shutil
 import struct
 
-from tests.fuzz.common import CL_FILE, CQ_UNIT, HASH_SLOTS, INDEX_HEADER
+from tests.fuzz.common import CL_FILE, CQ_UNIT, HASH_SLOTS, INDEX_HEADER, TIMER_SLOT, TIMER_UNIT
 
 KINDS = ["bitflip", "overwrite", "size_field", "cq_unit", "truncate", "extend", "zero_file", "delete_file",
          "swap_files", "garbage_meta", "big_queue_dir", "index_chain"]
@@ -412,3 +412,135 @@ if __name__ == "__main__":
     lay = load(sys.argv[1])
     for i in range(int(sys.argv[2])):
         print(json.dumps(plan(7, i, lay)["notes"]))
+
+
+# ---- the timer files (the timer reference: reference.build_timers) -------------------------------------------------
+
+TIMER_KINDS = ["tl_unit", "tl_bitflip", "tl_file", "wheel_slot", "wheel_file", "timercheck", "multi_timer"]
+TIMER_WEIGHTS = [30, 12, 10, 20, 6, 14, 8]
+#: a unit's fields: (offset, struct format, name)
+UNIT_FIELDS = [(0, ">i", "size"), (4, ">q", "prevPos"), (12, ">i", "magic"), (16, ">q", "writeTimeMs"),
+               (24, ">i", "delay"), (28, ">q", "commitLogOffset"), (36, ">i", "msgSize"), (40, ">i", "realTopicHash")]
+SLOT_FIELDS = [(0, ">q", "time"), (8, ">q", "firstPos"), (16, ">q", "lastPos"), (24, ">i", "num")]
+CHECK_FIELDS = [(0, "lastReadTimeMs"), (8, "lastTimerLogFlushPos"), (16, "lastTimerQueueOffset"),
+                (24, "masterTimerQueueOffset")]
+
+
+class TimerPlanner(Planner):
+    """Mutations of ``timerlog/``, ``timerwheel`` and ``config/timercheck`` of the timer reference."""
+
+    def positions(self) -> list[int]:
+        """Timer-log positions that mean something: every unit's, the log's end, and around them."""
+        t = self.lay["timer"]
+        out = [int(f["file"][-20:]) + TIMER_UNIT * u for f in t["log"] for u in range(len(f["units"]))]
+        end = int(t["log"][-1]["file"][-20:]) + TIMER_UNIT * len(t["log"][-1]["units"])
+        return out + [end, end + TIMER_UNIT, -1, 0]
+
+    def value(self, fmt: str, name: str) -> int:
+        r = self.rng
+        recs = [(int(c["file"][-20:]) + p, s) for c in self.lay["cl"] for p, s in c["records"]]
+        edge = [0, -1, 1, 2 ** 31 - 1, -(2 ** 31)] + ([2 ** 62, -(2 ** 63), 2 ** 63 - 1] if fmt == ">q" else [])
+        if name in ("prevPos", "firstPos", "lastPos", "lastTimerLogFlushPos"):
+            cands = self.positions() + [r.randrange(10 ** 6)]
+        elif name in ("commitLogOffset",):
+            cands = [o for o, _ in recs] + [recs[-1][0] + recs[-1][1], recs[0][0] + 1]
+        elif name in ("msgSize",):
+            cands = [s for _, s in recs] + [4 * CL_FILE]
+        elif name in ("writeTimeMs", "time", "lastReadTimeMs"):
+            cands = [1_700_000_000_000 + r.randrange(-10 ** 7, 10 ** 7), 1_700_000_000_000 // 1000]
+        elif name in ("lastTimerQueueOffset", "masterTimerQueueOffset", "num"):
+            cands = [r.randrange(200), 10 ** 9]
+        else:
+            cands = [r.randrange(-2 ** 31, 2 ** 31), 7_200_000, 1, 2, 4, 6, 16]
+        v = r.choice(cands + edge if r.random() < 0.3 else cands)
+        lo, hi = (-(2 ** 31), 2 ** 31 - 1) if fmt == ">i" else (-(2 ** 63), 2 ** 63 - 1)
+        return max(lo, min(hi, v))
+
+    def tl_file_unit(self) -> tuple[dict, int]:
+        f = self.rng.choice([f for f in self.lay["timer"]["log"] if f["units"]])
+        return f, self.rng.randrange(len(f["units"]))
+
+    def tl_unit(self) -> None:
+        f, u = self.tl_file_unit()
+        at, fmt, name = self.rng.choice(UNIT_FIELDS)
+        v = self.value(fmt, name)
+        self.write(f["file"], u * TIMER_UNIT + at, struct.pack(fmt, v), "timer unit %d %s -> %d" % (u, name, v))
+
+    def tl_bitflip(self) -> None:
+        f, u = self.tl_file_unit()
+        pos = u * TIMER_UNIT + self.rng.randrange(TIMER_UNIT)
+        mask = 1 << self.rng.randrange(8)
+        self.op("bitflip %s@%d ^0x%02x (timer unit %d)" % (f["file"], pos, mask, u), op="xor", file=f["file"], pos=pos,
+                mask=mask)
+
+    def tl_file(self) -> None:
+        r = self.rng
+        f = r.choice(self.lay["timer"]["log"])
+        what = r.choice(["truncate", "truncate", "zero", "delete", "append", "swap"])
+        if what == "truncate":
+            n = r.choice([0, f["size"] // 2, len(f["units"]) * TIMER_UNIT, r.randrange(f["size"])])
+            self.op("truncate %s to %d" % (f["file"], n), op="truncate", file=f["file"], len=n)
+        elif what == "zero":
+            self.op("zero %s" % f["file"], op="zero", file=f["file"])
+        elif what == "delete":
+            self.op("delete %s" % f["file"], op="delete", file=f["file"])
+        elif what == "append":
+            data = r.randbytes(r.choice((1, 52, 4096)))
+            self.op("append %d bytes to %s" % (len(data), f["file"]), op="append", file=f["file"], hex=data.hex())
+        elif len(self.lay["timer"]["log"]) >= 2:
+            a, b = r.sample(self.lay["timer"]["log"], 2)
+            self.op("swap %s <-> %s" % (a["file"], b["file"]), op="swap", a=a["file"], b=b["file"])
+
+    def wheel_slot(self) -> None:
+        r = self.rng
+        slots = self.lay["timer"]["slots"]
+        s = r.choice(slots) if slots and r.random() < 0.85 else r.randrange(self.lay["timer"]["wheel_size"] // TIMER_SLOT)
+        at, fmt, name = r.choice(SLOT_FIELDS)
+        v = self.value(fmt, name)
+        if name == "time" and r.random() < 0.5:     # the slot of another time: one turn of the wheel later or earlier
+            v = r.choice((1, -1)) * self.lay["timer"]["wheel_size"] // TIMER_SLOT + 1_700_000_000_000 // 1000
+        self.write("timerwheel", s * TIMER_SLOT + at, struct.pack(fmt, v), "wheel slot %d %s -> %d" % (s, name, v))
+
+    def wheel_file(self) -> None:
+        r = self.rng
+        size = self.lay["timer"]["wheel_size"]
+        what = r.choice(["truncate", "zero", "delete", "append"])
+        if what == "truncate":
+            n = r.choice([0, 32, size // 2, size - 1])
+            self.op("truncate timerwheel to %d" % n, op="truncate", file="timerwheel", len=n)
+        elif what == "append":
+            self.op("append 32 bytes to timerwheel", op="append", file="timerwheel", hex=r.randbytes(32).hex())
+        else:
+            self.op("%s timerwheel" % what, op=what, file="timerwheel")
+
+    def timercheck(self) -> None:
+        r = self.rng
+        target = "config/timercheck"
+        if r.random() < 0.7:
+            at, name = r.choice(CHECK_FIELDS)
+            v = self.value(">q", name)
+            self.write(target, at, struct.pack(">q", v), "timercheck %s -> %d" % (name, v))
+            return
+        choice = r.choice(["random", "zeros", "short", "empty", "delete"])
+        if choice == "delete":
+            self.op("delete %s" % target, op="delete", file=target)
+            return
+        data = {"random": r.randbytes(4096), "zeros": bytes(4096), "short": r.randbytes(r.choice((1, 31, 55))),
+                "empty": b""}[choice]
+        self.op("%s = %s (%d bytes)" % (target, choice, len(data)), op="replace", file=target, hex=data.hex())
+
+    def multi_timer(self) -> None:
+        for k in self.rng.choices(TIMER_KINDS[:-1], TIMER_WEIGHTS[:-1], k=self.rng.randint(2, 3)):
+            getattr(self, k)()
+
+
+def plan_timer(seed: int, i: int, layout: dict) -> dict:
+    """Case ``tSEED:I`` of the timer reference: its timer files damaged (the commit log, queues and index never)."""
+    p = TimerPlanner(seed, i, layout)
+    p.rng = random.Random("t%d:%d" % (seed, i))
+    r = p.rng
+    variant = "crashed" if r.random() < 0.35 else "clean"
+    kind = r.choices(TIMER_KINDS, TIMER_WEIGHTS)[0]
+    getattr(p, kind)()
+    return {"case": "t%d:%d" % (seed, i), "variant": variant, "kind": kind, "ops": p.ops, "notes": p.notes,
+            "cli": False, "timers": True}

@@ -19,8 +19,20 @@ import random
 import shutil
 import struct
 import sys
+import time
 
-from tests.fuzz.common import BASE_MS, CL_FILE, CONFIG, CQ_FILE, CQ_UNIT, HASH_SLOTS, INDEX_HEADER, dump, half_full
+from tests.fuzz.common import (
+    BASE_MS,
+    CL_FILE,
+    CONFIG,
+    CQ_FILE,
+    CQ_UNIT,
+    HASH_SLOTS,
+    INDEX_HEADER,
+    TIMER_UNIT,
+    dump,
+    half_full,
+)
 
 TOPICS = [("TopicA", 4), ("TopicB", 2), ("TopicC", 1)]
 TAGS = ["TagA", "TagB", "TagC", None]
@@ -107,6 +119,63 @@ def build(out: str, messages: int = 420, seed: int = 20261126) -> None:
     dump(os.path.join(out, "layout.json"), layout)
 
 
+def build_timers(out: str, messages: int = 160, seed: int = 20261127) -> None:
+    """The timer reference, ``OUT/clean`` and ``OUT/crashed`` with their ``manifest.json`` and ``layout.json``
+    (the same structure as the main one, so the driver reads it unchanged): plain messages beside RocketMQ 5 timer
+    messages to ``TopicTimer`` (queues 0 and 1), half of them delivered before the shutdown (due within 1.2 s of
+    the fake clock, which then moves on 3 s) and half pending (due two hours later, past every case's clock), so
+    the store has a timer log of several files, occupied wheel slots of both kinds and a checkpoint. A timer
+    record's manifest entry says its real topic and queue (``real``)."""
+    from pystore import Message, MessageStore
+    from pystore.timer import TIMER_TOPIC
+    from pystore.tools import iter_commitlog
+
+    clean = os.path.join(out, "clean")
+    rng = random.Random(seed)
+    clock = Clock(BASE_MS)
+    store = MessageStore.open(clean, clock=clock, disk_usage=half_full, **CONFIG)
+    try:
+        for i in range(messages):
+            clock.now += 10
+            body = rng.randbytes(rng.choice((0, 17, 60, 200)))
+            kw = dict(tags=rng.choice(TAGS), keys=["k%d" % i], born_timestamp=BASE_MS + i,
+                      born_host=("10.0.0.7", 40000 + i % 3))
+            if rng.random() < 0.5:
+                delay = rng.randint(100, 1200) if rng.random() < 0.5 else 7_200_000 + rng.randint(0, 600_000)
+                m = Message("TopicTimer", body, queue_id=rng.randrange(2), delay_ms=delay, **kw)
+            else:
+                m = Message(rng.choice(("TopicA", "TopicB")), body, queue_id=0, **kw)
+            assert store.put_message(m).is_ok()
+        clock.now += 3000
+        ts = store.timer_message_store
+        deadline = time.monotonic() + 60
+        while not (ts.curr_queue_offset >= store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+                   and ts.curr_read_time_ms >= clock.now // 1000 * 1000):
+            assert time.monotonic() < deadline, "the timer reference did not deliver its due timers"
+            time.sleep(0.02)
+    finally:
+        store.shutdown()
+    manifest = []
+    for m in iter_commitlog(os.path.join(clean, "commitlog")):
+        off = m.commit_log_offset
+        start = off - off % CL_FILE
+        r = {"off": off, "size": m.store_size, "topic": m.topic, "qid": m.queue_id, "qoff": m.queue_offset,
+             "body": m.body.hex(), "tags": m.tags, "keys": list(m.keys), "msg_id": m.msg_id,
+             "ts": m.store_timestamp, "crc": m.body_crc, "file": "commitlog/%020d" % start, "pos": off - start}
+        if m.topic == TIMER_TOPIC:
+            r["real"] = [m.properties["REAL_TOPIC"], int(m.properties["REAL_QID"])]
+        manifest.append(r)
+    delivered = sum(r["topic"] == "TopicTimer" for r in manifest)
+    timers = sum(r["topic"] == TIMER_TOPIC for r in manifest)
+    assert 0 < delivered < timers, (delivered, timers)
+    layout = walk(clean)
+    crashed = os.path.join(out, "crashed")
+    shutil.copytree(clean, crashed)
+    open(os.path.join(crashed, "abort"), "wb").close()
+    dump(os.path.join(out, "manifest.json"), manifest)
+    dump(os.path.join(out, "layout.json"), layout)
+
+
 def walk(root: str) -> dict:
     """Where things are, read with ``struct`` only (independent of the library)."""
     cl = []
@@ -160,10 +229,34 @@ def walk(root: str) -> dict:
     meta = sorted(os.path.relpath(os.path.join(d, n), root) for d, _, ns in os.walk(root) for n in ns
                   if os.path.relpath(d, root).split(os.sep)[0] not in ("commitlog", "consumequeue", "index"))
     assert all(f["size"] == CQ_FILE for q in cq.values() for f in q)
-    return {"cl": cl, "cq": cq, "index": index, "meta": meta}
+    out = {"cl": cl, "cq": cq, "index": index, "meta": meta}
+    if os.path.exists(os.path.join(root, "timerwheel")):
+        out["timer"] = walk_timers(root)
+    return out
+
+
+def walk_timers(root: str) -> dict:
+    """The timer files: each timer-log file and its units (their commit-log offsets), the occupied wheel slots."""
+    log_files = []
+    tl_dir = os.path.join(root, "timerlog")
+    for name in sorted(os.listdir(tl_dir)):
+        with open(os.path.join(tl_dir, name), "rb") as f:
+            data = f.read()
+        units = []
+        while (len(units) + 1) * TIMER_UNIT <= len(data) and struct.unpack_from(">i", data, len(units) * TIMER_UNIT)[0] \
+                == TIMER_UNIT:
+            units.append(struct.unpack_from(">q", data, len(units) * TIMER_UNIT + 28)[0])
+        log_files.append({"file": "timerlog/" + name, "size": len(data), "units": units})
+    with open(os.path.join(root, "timerwheel"), "rb") as f:
+        wheel = f.read()
+    slots = [i for i, (t,) in enumerate(struct.iter_unpack(">q24x", wheel)) if t]
+    return {"log": log_files, "slots": slots, "wheel_size": len(wheel)}
 
 
 if __name__ == "__main__":
     import logging
     logging.disable(logging.CRITICAL)
-    build(sys.argv[1])
+    if sys.argv[1] == "--timers":
+        build_timers(sys.argv[2])
+    else:
+        build(sys.argv[1])

@@ -18,10 +18,11 @@ from tests.fuzz import mutate
 from tests.fuzz.common import BAD, OUTCOMES, REPO, dump, load, worst
 
 
-def build_reference(out: str) -> dict:
-    """Build the reference store in a child process (the runner never imports pystore); its layout."""
-    subprocess.run([sys.executable, "-m", "tests.fuzz.reference", out], cwd=REPO, check=True,
-                   env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
+def build_reference(out: str, timers: bool = False) -> dict:
+    """Build the reference store in a child process (the runner never imports pystore); its layout. ``timers``:
+    the timer reference (``reference.build_timers``) instead."""
+    subprocess.run([sys.executable, "-m", "tests.fuzz.reference", *(["--timers"] if timers else []), out], cwd=REPO,
+                   check=True, env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
     return load(os.path.join(out, "layout.json"))  # type: ignore[return-value]
 
 
@@ -29,13 +30,14 @@ def run_case(seed: int, i: int, ref: str, layout: dict, work: str, cli: bool, ti
              cli_timeout: float = 10.0, keep: bool = False, plan: dict | None = None, spark: bool = False) -> dict:
     """Case ``seed:i`` (or the given ``plan``) on a fresh copy of the reference at ``ref``."""
     if plan is None:
-        plan = mutate.plan(seed, i, layout)
+        plan = mutate.plan_timer(seed, i, layout) if "timer" in layout else mutate.plan(seed, i, layout)
     root = os.path.join(work, "case-%d-%d" % (seed, i))
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(os.path.join(ref, plan["variant"]), root)
     damage = mutate.apply(plan, root)
     spec = root + ".json"
-    dump(spec, {"root": root, "ref": ref, "damage": damage, "cli": cli, "cli_timeout": cli_timeout, "spark": spark})
+    dump(spec, {"root": root, "ref": ref, "damage": damage, "cli": cli, "cli_timeout": cli_timeout, "spark": spark,
+                "timers": plan.get("timers", False)})
     limit = timeout + (2 * cli_timeout if cli else 0)
     t0 = time.monotonic()
     p = subprocess.Popen([sys.executable, "-m", "tests.fuzz.driver", spec], cwd=REPO, stdout=subprocess.PIPE,
@@ -79,16 +81,17 @@ def run_case(seed: int, i: int, ref: str, layout: dict, work: str, cli: bool, ti
 
 
 def run(n: int, seed: int, workers: int = 2, cli_every: int = 4, timeout: float = 10.0, start: int = 0,
-        progress: bool = True, spark_every: int = 3) -> list[dict]:
+        progress: bool = True, spark_every: int = 3, timers: bool = False) -> list[dict]:
+    """``timers``: cases of the timer reference (``mutate.plan_timer``: its timer files damaged)."""
     with tempfile.TemporaryDirectory(prefix="pystore-fuzz-") as tmp:
         ref = os.path.join(tmp, "ref")
-        layout = build_reference(ref)
+        layout = build_reference(ref, timers)
         work = os.path.join(tmp, "cases")
         os.makedirs(work)
         results: list[dict] = []
 
         def one(i: int) -> dict:
-            plan = mutate.plan(seed, i, layout)
+            plan = mutate.plan_timer(seed, i, layout) if timers else mutate.plan(seed, i, layout)
             cli = cli_every > 0 and (i % cli_every == 0 or plan["cli"])
             spark = spark_every > 0 and i % spark_every == 1 and has_spark()
             return run_case(seed, i, ref, layout, work, cli=cli, timeout=timeout, plan=plan, spark=spark)

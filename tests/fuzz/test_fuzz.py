@@ -3,7 +3,8 @@
 * the harness itself: plans are reproducible, and an undamaged store is ``ok`` on every read path (a
   harness that cries wolf is worse than none);
 * a fixed-seed run of 300 cases (2 workers) with no bad outcome: no exception other than
-  ``StoreCorruptedError`` with a path and an offset, no crash, no hang, no wrong answer, no collateral loss.
+  ``StoreCorruptedError`` with a path and an offset, no crash, no hang, no wrong answer, no collateral loss;
+* the same for 40 cases of the timer reference (pending and delivered timers), whose timer files are damaged.
 """
 
 from __future__ import annotations
@@ -53,6 +54,44 @@ def test_fixed_seed_run_has_no_bad_outcome():
     bad = [r for r in results if r["outcome"] in BAD]
     assert not bad, "\n" + runner.table(results, SEED) + "\nreproduce: cd %s && python -m tests.fuzz --case %s" % (
         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), bad[0]["case"])
+
+
+TIMER_CASES = 40
+
+
+@pytest.fixture(scope="module")
+def timer_reference(tmp_path_factory):
+    ref = str(tmp_path_factory.mktemp("fuzz") / "ref-timers")
+    return ref, runner.build_reference(ref, timers=True)
+
+
+def test_timer_plans_are_reproducible_and_damage_only_timer_files(timer_reference):
+    _, layout = timer_reference
+    plans = [mutate.plan_timer(SEED, i, layout) for i in range(50)]
+    assert plans == [mutate.plan_timer(SEED, i, layout) for i in range(50)]
+    files = {op.get("file", op.get("a")) for p in plans for op in p["ops"]}
+    assert files and all(f.startswith("timerlog/") or f in ("timerwheel", "config/timercheck") for f in files), files
+
+
+@pytest.mark.parametrize("variant", ["clean", "crashed"])
+def test_undamaged_timer_store_is_ok(timer_reference, tmp_path, variant):
+    """The timer reference (pending and delivered timers) without damage: every read path and the CLI find nothing."""
+    ref, layout = timer_reference
+    plan = {"case": "t0:0", "variant": variant, "kind": "none", "ops": [], "notes": [], "timers": True}
+    res = runner.run_case(0, 0, ref, layout, str(tmp_path), cli=variant == "clean", plan=plan)
+    assert res["outcome"] == "ok", res
+    assert res["obs"] == [], res
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_fixed_seed_timer_run_has_no_bad_outcome():
+    """Damaged timer files (timerlog/, timerwheel, config/timercheck): refused with StoreCorruptedError naming the
+    file, or opened without a wrong delivery (a message no timer to that topic and queue carried), a crash or a
+    hang, and without hiding any record of the commit log."""
+    results = runner.run(TIMER_CASES, SEED, workers=2, cli_every=10, timeout=10.0, progress=False, timers=True)
+    bad = [r for r in results if r["outcome"] in BAD]
+    assert not bad, "\n" + runner.table(results, SEED) + "\nreproduce: python -m tests.fuzz --case %s" % bad[0]["case"]
 
 
 #: Cases of ``make fuzz`` runs that found a defect (SEED:INDEX), kept as regression tests once fixed.
