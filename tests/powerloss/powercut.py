@@ -26,6 +26,7 @@ import importlib.util
 import json
 import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -33,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 log = logging.getLogger("powercut")
 
@@ -245,3 +246,31 @@ class PowerCutFS:
                "torn_file": torn_file}
         self.last_crash = self.request(req, timeout=max(self.timeout, 120.0))
         return Path(out)
+
+
+# -- what the rounds share ----------------------------------------------------------------------------------------
+
+class _Acked(Protocol):
+    offset: int
+    size: int
+    flushed: int
+
+
+A = TypeVar("A", bound=_Acked)
+
+
+def durable(acks: list[A], mode: str = "async") -> list[A]:
+    """What a cut may not take: SYNC_FLUSH (``mode`` "sync") every ack; otherwise the acknowledged messages below
+    the highest flushed offset any put saw on return (each ack's ``flushed``): on disk before the cut, whatever
+    the flush mode."""
+    if mode == "sync":
+        return acks
+    flushed = max((a.flushed for a in acks), default=0)
+    return [a for a in acks if a.offset + a.size <= flushed]
+
+
+def seeded() -> random.Random:
+    """A round's random source: its seed printed, and ``PYSTORE_POWERLOSS_SEED`` replays one."""
+    seed = int(os.environ.get("PYSTORE_POWERLOSS_SEED", str(random.SystemRandom().randrange(1 << 30))))
+    print("seed", seed)
+    return random.Random(seed)

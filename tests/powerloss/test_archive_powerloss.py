@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 import zlib
 from dataclasses import dataclass
@@ -37,6 +36,8 @@ from pathlib import Path
 import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py)
 import pytest
 from writer_procs import kill, read_line, wait_killed_by_crashpoint
+
+from .powercut import durable, seeded
 
 pytestmark = pytest.mark.powerloss
 
@@ -117,25 +118,10 @@ def read_acks(path: Path) -> list[Ack]:
     return out
 
 
-def durable(acks: list[Ack], mode: str) -> list[Ack]:
-    """What the cut may not take: SYNC_FLUSH every ack; ASYNC_FLUSH those below the highest flushed offset any
-    put saw on return (``durable_by_flush`` of test_services_powerloss.py)."""
-    if mode == "sync":
-        return acks
-    flushed = max((a.flushed for a in acks), default=0)
-    return [a for a in acks if a.offset + a.size <= flushed]
-
-
-def _seed() -> random.Random:
-    seed = int(os.environ.get("PYSTORE_POWERLOSS_SEED", str(random.SystemRandom().randrange(1 << 30))))
-    print("seed", seed)
-    return random.Random(seed)
-
-
 @pytest.mark.parametrize("model", ["journal", "strict"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_archiving_writer_power_cut(powercut, procs, tmp_path, model, mode):
-    rng = _seed()
+    rng = seeded()
     for point in POINTS:
         fs = powercut(model)
         ack = tmp_path / ("acks-%s" % point)

@@ -9,12 +9,13 @@ power cut (``drop`` or ``torn``), and the store reopened from what the disk hold
 from __future__ import annotations
 
 import os
-import random
 import time
 
 import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py)
 import pytest
 from writer_procs import kill, read_line
+
+from .powercut import durable, seeded
 
 pytestmark = pytest.mark.powerloss
 
@@ -47,19 +48,6 @@ def test_strict_async_flush_store_with_unflushed_files_reopens(powercut):
         reopened.shutdown()
 
 
-def durable_by_flush(acks: list[cw.Ack]) -> list[cw.Ack]:
-    """The acknowledged messages below the highest flushed offset any put saw on return (the ack log's fourth
-    column): on disk before the cut, whatever the flush mode."""
-    flushed = max((a.flushed for a in acks), default=0)
-    return [a for a in acks if a.offset + a.size <= flushed]
-
-
-def _seed() -> random.Random:
-    seed = random.randrange(1 << 30)
-    print("seed", seed)
-    return random.Random(seed)
-
-
 # -- transient store pool ----------------------------------------------------------------------------------
 
 
@@ -73,7 +61,7 @@ def test_transient_store_pool_power_cut(powercut, procs, tmp_path, model, mode):
     file, the flush service flushes the file. SYNC_FLUSH (the pool is not used then, as in RocketMQ 4.8):
     every acknowledged message is there, intact. ASYNC_FLUSH: a gap-free prefix without a torn record, holding
     every acknowledged message the flush had reached when its put returned."""
-    rng = _seed()
+    rng = seeded()
     for point in range(POOL_POINTS):
         fs = powercut(model)
         ack = str(tmp_path / ("acks-%d" % point))
@@ -84,7 +72,7 @@ def test_transient_store_pool_power_cut(powercut, procs, tmp_path, model, mode):
         time.sleep(delay)
         kill(p)
         acks = cw.read_acks(ack)
-        promised = acks if mode == "sync" else durable_by_flush(acks)
+        promised = acks if mode == "sync" else durable(acks)
         for crash_mode in ("drop", "torn"):
             out = fs.crash(mode=crash_mode, seed=rng.randrange(1 << 30))
             summary = cw.verify_recovered(str(out / "store"), promised, FILE, reopen=0)
@@ -152,7 +140,7 @@ CLEAN_POINTS = 3
 
 @pytest.mark.parametrize("model", ["journal", "strict"])
 def test_cleaning_under_a_writer_power_cut(powercut, procs, tmp_path, model):
-    rng = _seed()
+    rng = seeded()
     for point in range(CLEAN_POINTS):
         fs = powercut(model)
         ack = str(tmp_path / ("acks-%d" % point))
@@ -239,7 +227,7 @@ def test_three_shared_writers_power_cut(powercut, procs, tmp_path, model):
     others flush before they acknowledge); the power is cut while all three run. The store recovered from what
     the disk holds has every SYNC-acknowledged message of every writer, intact, once, with each queue's
     offsets continuous."""
-    rng = _seed()
+    rng = seeded()
     for point in range(SHARED_POINTS):
         fs = powercut(model)
         acks_files = [str(tmp_path / ("acks-%d-%d" % (point, k))) for k in range(3)]

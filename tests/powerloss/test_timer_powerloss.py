@@ -27,8 +27,6 @@ The seed is printed; ``PYSTORE_POWERLOSS_SEED=N`` replays a run.
 from __future__ import annotations
 
 import collections
-import os
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +34,8 @@ from pathlib import Path
 import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py)
 import pytest
 from writer_procs import kill, read_line, wait_killed_by_crashpoint
+
+from .powercut import durable, seeded
 
 pytestmark = pytest.mark.powerloss
 
@@ -119,25 +119,10 @@ def read_puts(path: Path) -> list[Put]:
     return out
 
 
-def durable(acks: list[Put], mode: str) -> list[Put]:
-    """What the cut may not take: SYNC_FLUSH every ack; ASYNC_FLUSH those below the highest flushed offset any
-    put saw on return."""
-    if mode == "sync":
-        return acks
-    flushed = max((a.flushed for a in acks), default=0)
-    return [a for a in acks if a.offset + a.size <= flushed]
-
-
-def _seed() -> random.Random:
-    seed = int(os.environ.get("PYSTORE_POWERLOSS_SEED", str(random.SystemRandom().randrange(1 << 30))))
-    print("seed", seed)
-    return random.Random(seed)
-
-
 @pytest.mark.parametrize("model", ["journal", "strict"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_timer_writer_power_cut(powercut, procs, tmp_path, model, mode):
-    rng = _seed()
+    rng = seeded()
     # the three named points over the module's four tests (each test one; the fourth a seeded one of them)
     index = ["sync-journal", "sync-strict", "async-journal", "async-strict"].index("%s-%s" % (mode, model))
     named = sorted(NAMED)[index if index < len(NAMED) else rng.randrange(len(NAMED))]
