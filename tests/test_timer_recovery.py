@@ -89,6 +89,13 @@ def test_the_checkpoint_never_counts_a_delivery_the_commit_log_has_not_flushed(s
                           timer_flush_interval_ms=20)
     t0 = fake_clock.now
     assert store.put_message(Message("TopicTest", b"due", delay_ms=500)).is_ok()
+    # in the wheel before its time comes: delivered by the dequeue of its slot, whose read the checkpoint counts (an
+    # enqueue that found it due would deliver it at once, and the checkpoint's queue offset would count it instead)
+    ts = store.timer_message_store
+    deadline = time.monotonic() + 20
+    while ts.curr_queue_offset < 1:
+        assert time.monotonic() < deadline, "not enqueued"
+        time.sleep(0.01)
     fake_clock.now = t0 + 1000
     deadline = time.monotonic() + 20
     while True:
