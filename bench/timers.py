@@ -74,17 +74,22 @@ def _delivered(store: MessageStore) -> int:
     return sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES))
 
 
-def enqueue(root: str, n: int, spread_h: float) -> None:
+def _put_spread(store: MessageStore, n: int, spread_h: float) -> tuple[float, float]:
+    """``n`` timers due evenly over ``spread_h`` hours from a minute on; the perf_counter before and after."""
     base = _now_ms() + 60_000
     step = max(1, int(spread_h * 3_600_000) // n)
+    put = store.put_message
+    t0 = time.perf_counter()
+    for i in range(n):
+        r = put(Message(TOPIC, BODY, queue_id=i % QUEUES, deliver_at_ms=base + i * step))
+        if not r.is_ok():
+            raise SystemExit("put %d refused: %s %s" % (i, r.status.name, r.reason))
+    return t0, time.perf_counter()
+
+
+def enqueue(root: str, n: int, spread_h: float) -> None:
     with MessageStore.open(root, **STORE) as store:
-        put = store.put_message
-        t0 = time.perf_counter()
-        for i in range(n):
-            r = put(Message(TOPIC, BODY, queue_id=i % QUEUES, deliver_at_ms=base + i * step))
-            if not r.is_ok():
-                raise SystemExit("put %d refused: %s %s" % (i, r.status.name, r.reason))
-        t_put = time.perf_counter()
+        t0, t_put = _put_spread(store, n, spread_h)
         t_enq = _wait_enqueued(store, 600)
         stats = store.timer_stats()
         print("puts        %8.0f /s  (%d timers over %.1f h, %.2f s)" % (n / (t_put - t0), n, spread_h, t_put - t0))
@@ -102,16 +107,8 @@ def enqueue(root: str, n: int, spread_h: float) -> None:
 
 
 def enqueue_backlog(root: str, n: int, spread_h: float) -> None:
-    base = _now_ms() + 60_000
-    step = max(1, int(spread_h * 3_600_000) // n)
     with MessageStore.open(root, timer_stop_enqueue=True, **STORE) as store:
-        put = store.put_message
-        t0 = time.perf_counter()
-        for i in range(n):
-            r = put(Message(TOPIC, BODY, queue_id=i % QUEUES, deliver_at_ms=base + i * step))
-            if not r.is_ok():
-                raise SystemExit("put %d refused: %s %s" % (i, r.status.name, r.reason))
-        t_put = time.perf_counter()
+        t0, t_put = _put_spread(store, n, spread_h)
         ts = store.timer_message_store
         if ts is None:
             raise SystemExit("this store runs no timer store")

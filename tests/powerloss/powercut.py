@@ -274,3 +274,17 @@ def seeded() -> random.Random:
     seed = int(os.environ.get("PYSTORE_POWERLOSS_SEED", str(random.SystemRandom().randrange(1 << 30))))
     print("seed", seed)
     return random.Random(seed)
+
+
+def stop_writer(p: Any, rng: random.Random, dies_at: str | None, delay: tuple[float, float], wait_s: float) -> str:
+    """End a round's writer process: wait for it to kill itself at its crash point (``dies_at`` says where, for
+    the report), or SIGKILL it after a seeded delay in ``delay`` seconds. Says when it died."""
+    from writer_procs import kill, wait_killed_by_crashpoint  # tests/ is on sys.path (tests/conftest.py)
+
+    if dies_at is not None:
+        wait_killed_by_crashpoint(p, wait_s)
+        return dies_at
+    pause = rng.uniform(*delay)
+    time.sleep(pause)
+    kill(p)
+    return "at %.2f s" % pause

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py)
 import pytest
-from writer_procs import kill, read_line, wait_killed_by_crashpoint
+from writer_procs import read_line
 
-from .powercut import durable, seeded
+from .powercut import durable, seeded, stop_writer
 
 pytestmark = pytest.mark.powerloss
 
@@ -129,14 +129,7 @@ def test_archiving_writer_power_cut(powercut, procs, tmp_path, model, mode):
         p = procs.start(str(fs.mount / "store"), "file://" + str(fs.mount / "archive"), str(ack),
                         str(rng.randrange(1 << 30)), mode, str(die_in_copy), env=fs.writer_env(), script=ARCHIVE_WRITER)
         read_line(p, "READY", 60.0)
-        if die_in_copy:
-            wait_killed_by_crashpoint(p, 120.0)
-            when = "in copy %d" % die_in_copy
-        else:
-            delay = rng.uniform(0.5, 3.0)
-            time.sleep(delay)
-            kill(p)
-            when = "at %.2f s" % delay
+        when = stop_writer(p, rng, "in copy %d" % die_in_copy if die_in_copy else None, (0.5, 3.0), 120.0)
         acks = read_acks(ack)
         promised = durable(acks, mode)
         for crash_mode in ("drop", "torn"):

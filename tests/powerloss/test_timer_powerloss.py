@@ -33,9 +33,9 @@ from pathlib import Path
 
 import crash_writer as cw  # tests/ is on sys.path (tests/conftest.py)
 import pytest
-from writer_procs import kill, read_line, wait_killed_by_crashpoint
+from writer_procs import read_line
 
-from .powercut import durable, seeded
+from .powercut import durable, seeded, stop_writer
 
 pytestmark = pytest.mark.powerloss
 
@@ -135,14 +135,7 @@ def test_timer_writer_power_cut(powercut, procs, tmp_path, model, mode):
         p = procs.start(str(fs.mount / "store"), str(log_path), str(rng.randrange(1 << 30)), mode,
                         env=fs.writer_env(), script=TIMER_WRITER, crashpoint=crash)
         read_line(p, "READY", 60.0)
-        if crash:
-            wait_killed_by_crashpoint(p, 60.0)
-            when = "at %s" % crash
-        else:
-            delay = rng.uniform(0.8, 2.5)
-            time.sleep(delay)
-            kill(p)
-            when = "at %.2f s" % delay
+        when = stop_writer(p, rng, "at %s" % crash if crash else None, (0.8, 2.5), 60.0)
         puts = read_puts(log_path)
         acks = [a for a in puts if a.status == "PUT_OK"]
         assert acks, "%s: the writer acknowledged nothing before it was killed" % when
