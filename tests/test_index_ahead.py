@@ -124,7 +124,7 @@ def test_a_failed_rename_leaves_the_file_to_python(service, tmp_path):
 
 def test_close_deletes_an_unused_spare_and_load_a_leftover_one(tmp_path):
     s = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), clock=lambda: T0)
-    index_keys(s.core, b"T", _keys(0, 40), 5, T0, 0)
+    index_keys(s.core, b"T", _keys(0, 63), 5, T0, 0)     # full: 63 entries of 63
     assert s.prepare_next()
     s.close()
     assert not (tmp_path / SPARE_NAME).exists()
@@ -135,10 +135,10 @@ def test_close_deletes_an_unused_spare_and_load_a_leftover_one(tmp_path):
     s._spare.mapped_file.close()
     assert (tmp_path / SPARE_NAME).exists()
     covered = _Checkpoint()
-    covered.index_msg_timestamp = T0                      # the file was flushed: an abnormal load keeps it
+    covered.index_msg_timestamp = T0                      # the full file was flushed: an abnormal load keeps it
     s = IndexService(str(tmp_path / "index"), SLOTS, 64, covered, clock=lambda: T0)
     assert s.load(False)
-    assert not (tmp_path / SPARE_NAME).exists() and [f.index_count for f in s.files] == [41]
+    assert not (tmp_path / SPARE_NAME).exists() and [f.index_count for f in s.files] == [64]
     reader = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), read_only=True)
     assert s.prepare_next()
     assert reader.load(True) and (tmp_path / SPARE_NAME).exists()    # a reader leaves the writer's spare alone
@@ -279,3 +279,44 @@ def test_the_index_service_takes_the_injected_disk_usage(tmp_path):
         assert s.files == [] and not os.listdir(tmp_path / "index")
     finally:
         s.close()
+
+
+def _crashed_with_a_second_file(tmp_path, torn: bool) -> list[str]:
+    """A full file flushed (the checkpoint's index time is its end) and a second one, not full, whose entries
+    share that millisecond; the process dies without closing them."""
+    cp = _Checkpoint()
+    s = IndexService(str(tmp_path / "index"), SLOTS, 64, cp, clock=lambda: T0)
+    index_keys(s.core, b"T", _keys(0, 63), 5, T0, 0)
+    index_keys(s.core, b"T", _keys(63, 73), 6, T0, 0)     # the second file: 10 entries, end time T0 too
+    assert [f.index_count for f in s.files] == [64, 11]
+    assert s.flush_full() == 1 and cp.index_msg_timestamp == T0 == s.files[1].end_timestamp
+    names = [f.mapped_file.file_name for f in s.files]
+    for f in s.files:
+        f.mapped_file.close()
+    if torn:                                              # a cut kept its entries but not its header's page
+        with open(names[1], "r+b") as fh:
+            fh.write(bytes(40))
+    return names
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["same-ms", "torn-header"])
+def test_an_abnormal_load_drops_a_file_not_full_that_the_index_time_seems_to_cover(tmp_path, torn):
+    """RocketMQ keeps a file whose end time is not past the checkpoint's index time; that time only moves when
+    a full file is flushed, so a file not full is dropped (dispatch rebuilds it from the log) however its
+    header reads: kept, its entries past the header's count would sit on no chain."""
+    full, second = _crashed_with_a_second_file(tmp_path, torn)
+    cp = _Checkpoint()
+    cp.index_msg_timestamp = T0
+    s = IndexService(str(tmp_path / "index"), SLOTS, 64, cp, clock=lambda: T0)
+    assert s.load(False)
+    assert [f.mapped_file.file_name for f in s.files] == [full] and not os.path.exists(second)
+    assert s.last_end_phy_offset() == 5                   # dispatch re-indexes from the kept file's end
+    s.close()
+
+
+def test_a_normal_load_keeps_the_file_not_full(tmp_path):
+    full, second = _crashed_with_a_second_file(tmp_path, torn=False)
+    s = IndexService(str(tmp_path / "index"), SLOTS, 64, _Checkpoint(), clock=lambda: T0)
+    assert s.load(True)
+    assert [f.mapped_file.file_name for f in s.files] == [full, second] and s.files[1].index_count == 11
+    s.close()

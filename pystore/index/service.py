@@ -15,7 +15,8 @@ path only to make a file no spare was made for (``_new_file``, the core's ``new_
 files filling faster than the service looks). ``IndexService`` holds its compiled core (``core``, an
 ``_index.IndexFilesBase``: the files, the spare, the last topic's hash), which it hands to the compiled writers
 (dispatch, ``index_keys``, ``index_log``); its ``_files``, ``_full`` and ``_spare*`` are the core's fields.
-After an abnormal exit, files newer than the index time are dropped and rebuilt by dispatch, and an unused spare
+After an abnormal exit, files newer than the index time are dropped and rebuilt by dispatch, as is a file not
+full (which that time never covers; RocketMQ keeps one whose header says it is not newer), and an unused spare
 is deleted. ``query_offset`` walks files newest first (``_index.select_in_files``).
 A new file's name and every destroy's time come from the store's clock, and the free-space check before a new
 (sparse) file from the store's ``disk_usage`` (``pystore.system.service``), as in every other policy.
@@ -171,8 +172,15 @@ class IndexService:
                 self.file_size = size
             mf = MappedFile(p, size, read_only=self.read_only, from_offset=0, window=PREFAULT_WINDOW)
             f = IndexFileCore(mf, self.hash_slot_num, self.index_num)
-            if not last_exit_ok and not self.read_only and f.end_timestamp > self.checkpoint.index_msg_timestamp:
-                log.info("dropping %s: newer than the checkpoint's index time; dispatch rebuilds it", p)
+            if not last_exit_ok and not self.read_only and (
+                    f.end_timestamp > self.checkpoint.index_msg_timestamp or not f.is_write_full()):
+                # RocketMQ drops only files whose end time is past the checkpoint's index time. That time moves
+                # only when a FULL file is flushed, so a file not full is never covered by it, even when its
+                # header says otherwise: its entries can share the last full file's millisecond (end times
+                # equal), or a torn cut can leave its header older than its slots and entries. Kept, such a
+                # file has entries on no chain (keys not found); dropped, dispatch rebuilds it from the log
+                log.info("dropping %s: not covered by the checkpoint's index time (end %d, %d of %d entries); "
+                         "dispatch rebuilds it", p, f.end_timestamp, f.index_count - 1, self.index_num)
                 mf.destroy(0, self.clock())
                 dropped = True
                 continue
