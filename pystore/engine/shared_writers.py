@@ -165,6 +165,7 @@ class SharedWriting:
         cfg = self.cfg
         assert self.lock is not None
         queue = MappedFileQueue(cfg.commit_log_paths(), parts.commitlog.queue.mapped_file_size, clock=self.clock)
+        queue.others_write = True       # the others go on putting (and rolling) while this process joins
         if not queue.load():
             raise StoreError("%s: the commit-log files cannot be mapped for writing" % cfg.store_path_root_dir)
         queue.view_until(dispatched)

@@ -87,6 +87,10 @@ class MappedFileQueue:
         self.pending_dirs = PendingDirs()
         #: why the last ``load`` refused the files: ``(path, absolute offset, reason)``, else None
         self.load_error: tuple[str, int, str] | None = None
+        #: other processes add files while this one loads (a writer joining other writers): a listing is
+        #: made again while it shows a hole, and a last file short of its size is being made, not left over
+        #: from a crash (never deleted, never a refusal: it is mapped when the walk reaches it)
+        self.others_write = read_only
 
     # -- the file list ----------------------------------------------------------------------------
 
@@ -111,7 +115,22 @@ class MappedFileQueue:
         return os.path.join(folder, offset_to_file_name(offset))
 
     def list_file_paths(self) -> list[str]:
-        """Data files in every folder, sorted by offset."""
+        """Data files in every folder, sorted by offset.
+
+        With ``others_write`` (a reader, or a writer joining others, beside processes that write): a listing
+        made while a writer adds files at the end or cleaning deletes them at the front can show a file and miss
+        one before it (readdir is no snapshot), which the loads would take for a hole, i.e. damage. Each event
+        is at one end, so a listing that shows a hole is made again (a few times, a millisecond apart) until
+        one shows none; a hole that stays is the folder's and is judged as before."""
+        paths = self._listed()
+        tries = 0
+        while self.others_write and tries < _RELISTS and _has_hole(paths):
+            tries += 1
+            time.sleep(0.001)
+            paths = self._listed()
+        return paths
+
+    def _listed(self) -> list[str]:
         found: dict[int, str] = {}
         for folder in self.store_paths:
             try:
@@ -150,6 +169,9 @@ class MappedFileQueue:
         for i, path in enumerate(paths):
             size = os.path.getsize(path)
             if size != self.mapped_file_size:
+                if size < self.mapped_file_size and i == len(paths) - 1 and self.others_write and not self.read_only:
+                    log.info("%s is %d bytes: another writer is making it; mapped when reached", path, size)
+                    continue
                 if size == 0 and i == len(paths) - 1:
                     if not self.read_only:
                         log.warning("deleting the empty last file %s (creation interrupted)", path)
@@ -527,3 +549,22 @@ class MappedFileQueue:
             except OSError:
                 changed.append(folder)      # still there (not empty): its entries changed
         sync_dirs(changed)
+
+
+#: listings a read-only load makes again while one shows a hole (``MappedFileQueue.list_file_paths``)
+_RELISTS = 20
+
+
+def _has_hole(paths: list[str]) -> bool:
+    """Whether ``paths`` (sorted by offset) miss a file between two others, on the grid of the first file's size
+    (a queue may keep another geometry than the configured one; its files share one size)."""
+    if len(paths) < 2:
+        return False
+    try:
+        step = os.path.getsize(paths[0])
+    except OSError:
+        return True                 # deleted since it was listed: list again
+    if step <= 0:
+        return False
+    offsets = [int(os.path.basename(p)) for p in paths]
+    return any(b - a != step for a, b in zip(offsets, offsets[1:]))
