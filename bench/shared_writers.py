@@ -9,6 +9,7 @@ shared mode, uncontended (one process), p50 and p99 over every put.
     python bench/shared_writers.py --rounds 3 [-k 4] [-n 200000]
     python bench/shared_writers.py --kills 20 [--idle]   # a survivor's waits while others die (mid-put, or idle)
     python bench/shared_writers.py --handover 10        # a waiting put across its holder's death
+    python bench/shared_writers.py --takeover 5         # the followers' stalls when the leader dies
 
 Prints each round's rates and the ratios aggregate/one process; then their medians and the lowest. A script, not
 a timed test: the figures go into docs/performance.md with the command that made them.
@@ -231,6 +232,68 @@ def handover(reps: int) -> None:
           % (statistics.median(times), times[-1], len(times)))
 
 
+def _leader(root: str, ready: mp.Event) -> None:
+    store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    ready.set()
+    msg = Message("T", BODY, queue_id=3)
+    while True:
+        store.put_message(msg)
+
+
+def _after_leader_death(root: str, seconds: float, killed: mp.Event, out: mp.Queue) -> None:
+    store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    longest = 0
+    try:
+        msg, put, clock = Message("T", BODY, queue_id=1), store.put_message, time.perf_counter_ns
+        end = clock() + int(seconds * 1e9)
+        last = clock()
+        while last < end:
+            if not put(msg).is_ok():
+                raise RuntimeError("a put was refused")
+            now = clock()
+            if killed.is_set():
+                longest = max(longest, now - last)
+            last = now
+        leads = bool(store.writer_info()["leader"])
+    finally:
+        store.shutdown()
+    out.put((longest / 1e6, leads))
+
+
+def takeover_stalls(reps: int) -> None:
+    """The leader (putting) SIGKILLed while two followers put: each follower's longest wait between two puts from
+    the kill on (one of them takes over: it recovers the store up to the published end while both go on putting)."""
+    import os
+    import signal
+
+    taker, other = [], []
+    for _ in range(reps):
+        root = tempfile.mkdtemp(prefix="shared-bench-")
+        try:
+            ready, killed, out = mp.Event(), mp.Event(), mp.Queue()
+            lead = mp.Process(target=_leader, args=(root, ready))
+            lead.start()
+            ready.wait(30)
+            ps = [mp.Process(target=_after_leader_death, args=(root, 3.0, killed, out)) for _ in range(2)]
+            for p in ps:
+                p.start()
+            time.sleep(1.0)
+            killed.set()
+            if lead.pid is not None:
+                os.kill(lead.pid, signal.SIGKILL)
+            lead.join()
+            for _ in ps:
+                wait, leads = out.get()
+                (taker if leads else other).append(wait)
+            for p in ps:
+                p.join()
+        finally:
+            shutil.rmtree(root)
+    print("leader killed %d times: the follower that took over waited at most %s ms (median %.1f), the other %s ms "
+          "(median %.1f)" % (reps, [round(x, 1) for x in taker], statistics.median(taker) if taker else 0,
+                             [round(x, 1) for x in other], statistics.median(other) if other else 0))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -239,7 +302,12 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=0, help="only measure the survivor's stalls over this many kills")
     ap.add_argument("--idle", action="store_true", help="with --kills: victims that do not put when killed")
     ap.add_argument("--handover", type=int, default=0, help="only time a waiting put across this many holder deaths")
+    ap.add_argument("--takeover", type=int, default=0, help="only measure the followers' stalls over this many "
+                    "leader deaths")
     args = ap.parse_args()
+    if args.takeover:
+        takeover_stalls(args.takeover)
+        return
     if args.handover:
         handover(args.handover)
         return

@@ -1,11 +1,11 @@
 """A writer process of a store opened with ``shared_writers=True``, for tests/test_shared_writers.py:
-``shared_store_writer.py ROOT NAME COUNT [FLUSH] [HOLD] [BATCH]``.
-
-It opens the store (FLUSH: ``SYNC_FLUSH`` or ``ASYNC_FLUSH``), prints ``open <pid> <leader 0/1>``, puts COUNT
-messages ``NAME-i`` over four queues of two topics (forever when COUNT is 0), printing ``ack <name> <i> <topic>
-<queue> <queue offset> <phy offset>`` after each, then ``done`` (with BATCH > 1, in batches of BATCH into one queue, a line per message); with HOLD it then waits for a line on stdin
-(``info``: print ``info <leader> <leader pid>``; ``count T Q``: print how many messages ``get_message`` serves
-from queue (T, Q); ``delayed T Q``: put one message of delay level 1 into it; ``quit``: shut down and exit)."""
+``shared_store_writer.py ROOT NAME COUNT [FLUSH] [HOLD] [BATCH]``. It opens the store (FLUSH: ``SYNC_FLUSH`` or
+``ASYNC_FLUSH``), prints ``open <pid> <leader 0/1>``, puts COUNT messages ``NAME-i`` over four queues of two topics
+(forever when COUNT is 0), printing ``ack <name> <i> <topic> <queue> <queue offset> <phy offset>`` after each, then
+``done`` (with BATCH > 1, in batches of BATCH into one queue, a line per message); with HOLD it then waits for a
+line on stdin (``info``: print ``info <leader> <leader pid>``; ``count T Q``: print how many messages
+``get_message`` serves from queue (T, Q); ``delayed T Q``: put one message of delay level 1 into it; ``quit``: shut
+down and exit)."""
 
 from __future__ import annotations
 

@@ -389,3 +389,52 @@ def test_any_schedule_of_writers_batches_and_kills_is_one_serial_history(tmp_pat
     by_queue = _check_store(root, acks)
     bodies = [b for offs in by_queue.values() for b in offs.values()]
     assert len(bodies) == len(set(bodies)), "a message stored twice"
+
+
+def test_a_takeover_recovers_while_the_other_writers_go_on_putting(tmp_path, monkeypatch):
+    """The new leader's recovery (the store opened as a writer up to the published end, re-dispatch included)
+    runs without the writers' append lock: a put made meanwhile returns at once (under the lock, every
+    writer's puts waited the whole recovery), and the new leader's log takes it in after, with the offsets
+    continuous."""
+    import threading
+
+    root = str(tmp_path / "store")
+    leader = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    follower = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    try:
+        for i in range(200):
+            assert leader.put_message(Message("T", b"l%d" % i)).is_ok()
+        seen: list = []
+        opened = threading.Event()
+        real = follower._open_parts
+
+        def open_parts(config=None, log_end=None):
+            if log_end is not None:
+                seen.append(log_end)
+                t = threading.Thread(target=lambda: seen.append(follower.put_message(Message("T", b"during"))))
+                t.start()
+                t.join(5)
+                seen.append(not t.is_alive())
+            parts = real(config, log_end)
+            opened.set()
+            return parts
+
+        monkeypatch.setattr(follower, "_open_parts", open_parts)
+        leader.shutdown()
+        assert opened.wait(10), "no takeover"
+        deadline = time.monotonic() + 10
+        while not follower.writer_info()["leader"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert follower.writer_info()["leader"]
+        end, put, in_time = seen
+        assert in_time, "a put during the takeover's recovery waited for it"
+        assert put.is_ok() and put.append_message_result.logics_offset == 200 and end > 0
+        assert follower.put_message(Message("T", b"after")).append_message_result.logics_offset == 201
+        deadline = time.monotonic() + 5
+        while follower.get_max_offset_in_queue("T", 0) < 202 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        bodies = [m.body for m in follower.get_message("G", "T", 0, 195, 32).messages]
+        assert bodies == [b"l195", b"l196", b"l197", b"l198", b"l199", b"during", b"after"]
+    finally:
+        follower.shutdown()
+        leader.shutdown()

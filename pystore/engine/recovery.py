@@ -126,10 +126,12 @@ def _checkpoint_view(checkpoint: StoreCheckpoint) -> CheckpointView:
                           checkpoint.min_timestamp(), checkpoint.min_timestamp_index())
 
 
-def _walk(files: list[MappedFile], start: int, check_crc: bool) -> tuple[LogScan, MappedFile | None, int]:
+def _walk(files: list[MappedFile], start: int, check_crc: bool,
+          log_end: int | None = None) -> tuple[LogScan, MappedFile | None, int]:
     """The recovery walk from ``files[start]`` (the Cython scan, GIL released): a file's blank record moves it
-    to the next file; the first record that is not whole and valid ends it. The scan, and the file and
-    position it stopped at (None: it ran to the end of the files)."""
+    to the next file; the first record that is not whole and valid ends it, as does ``log_end`` when given (a
+    takeover of several writers: the published end; what lies past it is the other writers'). The scan, and
+    the file and position it stopped at (None: it ran to the end of the files, or to ``log_end``)."""
     t0 = time.perf_counter()
     records = scanned = 0
     i = start
@@ -139,7 +141,8 @@ def _walk(files: list[MappedFile], start: int, check_crc: bool) -> tuple[LogScan
     pos = reason = 0
     while i < len(files):
         mf = files[i]
-        end, reason, count, _ = scan_file(mf, 0, check_crc, -1, tally)
+        limit = -1 if log_end is None or log_end >= mf.file_from_offset + mf.file_size else log_end - mf.file_from_offset
+        end, reason, count, _ = scan_file(mf, 0, check_crc, limit, tally)
         records += count
         scanned += end
         if reason == RECORD_BLANK:
@@ -147,7 +150,8 @@ def _walk(files: list[MappedFile], start: int, check_crc: bool) -> tuple[LogScan
             i += 1
             continue
         offset = mf.file_from_offset + end
-        stopped, pos = mf, end
+        if offset != log_end:
+            stopped, pos = mf, end
         break
     seconds = time.perf_counter() - t0
     stop = _what_follows(files, i, pos, reason) if stopped is not None else None
@@ -207,9 +211,13 @@ def _log_ends(commitlog: CommitLog, result: RecoveryResult) -> LogEnds:
 # -- the commit log ----------------------------------------------------------------------------------------------
 
 def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig, abnormal: bool,
-                       read_only: bool = False) -> RecoveryResult:
+                       read_only: bool = False, log_end: int | None = None) -> RecoveryResult:
     """Walk the commit log (``walk_start``), judge where it ends (``judge_log``: refused with
-    :class:`StoreCorruptedError` before anything is written), and cut it there."""
+    :class:`StoreCorruptedError` before anything is written), and cut it there.
+
+    ``log_end`` (a follower of several writers taking over as their leader, without the append lock): the
+    published end, below which every record is whole; the others go on appending past it, so the walk ends
+    there and nothing past it is cut or zeroed (the view just ends there: ``view_until``)."""
     queue = commitlog.queue
     files = queue.files
     if not files:
@@ -218,7 +226,7 @@ def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config
     cp = _checkpoint_view(checkpoint)
     start = walk_start(_FirstTimestamps(files), cp, abnormal=abnormal, read_only=read_only,
                        index_safe=config.message_index_enable and config.message_index_safe)
-    scan, stopped, pos = _walk(files, start, config.check_crc_on_recover)
+    scan, stopped, pos = _walk(files, start, config.check_crc_on_recover, log_end)
     verdict = judge_log(scan, cp, read_only=read_only, truncate_corrupted=config.recover_truncate_corrupted)
     _log_notes(verdict.notes)
     if verdict.refuse is not None:
@@ -239,7 +247,10 @@ def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config
     crashpoint("recovery.scanned")
     if not read_only:
         queue.flushed_where = queue.committed_where = offset
-    queue.truncate_dirty_files(offset)
+    if log_end is not None:
+        queue.view_until(offset)
+    else:
+        queue.truncate_dirty_files(offset)
     crashpoint("recovery.truncated")
     return result
 

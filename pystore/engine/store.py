@@ -232,9 +232,11 @@ class MessageStore:
         self._reads.attach(parts)
         self._attach_fast_paths()
 
-    def _open_parts(self, config: StoreConfig | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
+    def _open_parts(self, config: StoreConfig | None = None,
+                    log_end: int | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
         return open_parts(config or self.config, last_exit_ok=self.last_exit_ok, running_flags=self.running_flags,
-                          clock=self.clock, injected_clock=self._injected_clock, disk_usage=self.disk_usage)
+                          clock=self.clock, injected_clock=self._injected_clock, disk_usage=self.disk_usage,
+                          log_end=log_end)
 
     @property
     def _follower(self) -> bool:   # one of several writers that is not their leader (pystore.engine.shared_writers)
@@ -243,7 +245,7 @@ class MessageStore:
     @property
     def _put_log(self) -> CommitLog | None:   # where puts go: a follower's appender, else the store's log
         s = self._shared
-        return s.appender if s is not None and not s.leader and s.appender else self._commitlog
+        return s.put_log if s is not None and s.put_log is not None else self._commitlog
 
     def _not_leading(self) -> str:
         return "is read-only" if self.read_only else "does not lead the writers (it runs no service)"
@@ -300,11 +302,14 @@ class MessageStore:
         assert self._shared is not None
         if self._state != _STARTED:
             return
-        parts = take_over(self._shared, self._open_parts)
+        parts = take_over(self._shared, lambda end: self._open_parts(log_end=end))
         old = self._parts
-        self._attach(parts)
+        # the new log's hooks (flush waits) and services first, while puts still go through the appender: a put
+        # in between is neither refused nor acknowledged before its flush
         self._run_writer(parts)
-        self._update_writeable()
+        self._update_writeable(parts.commitlog)
+        self._shared.took_over(parts)
+        self._attach(parts)
         if old is not None:
             self._shared.retired.append(old)
 
@@ -312,8 +317,8 @@ class MessageStore:
         """Who writes the store (``shared_writers.writer_info``: mode, lock kind, writers, the leader's pid)."""
         return writer_info(self._shared, self._lock.held)
 
-    def _update_writeable(self) -> None:
-        cl = self._put_log
+    def _update_writeable(self, cl: CommitLog | None = None) -> None:
+        cl = cl or self._put_log
         if cl is not None:
             cl.writeable = (self._state == _STARTED and not self.read_only and self.running_flags.is_writeable()
                             and self.config.broker_role != BrokerRole.SLAVE)

@@ -182,19 +182,22 @@ def _open_archive(cfg: StoreConfig) -> Archive:
 
 
 def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFlags, clock: Clock,
-               injected_clock: Clock | None,
-               disk_usage: DiskUsage | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
+               injected_clock: Clock | None, disk_usage: DiskUsage | None = None,
+               log_end: int | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
     """Map the store's files and recover them: the parts, or (None, why) when the files are unusable (why is
     None when no file is to blame: the log says more). Whatever it opened is closed again when it refuses or
     raises. ``injected_clock``: the clock the store was given (None: the commit log stamps messages with
     the system clock from C); ``clock`` and ``disk_usage`` (None: ``shutil.disk_usage``) go to every part that
-    decides by them."""
+    decides by them. ``log_end``: a takeover of several writers' lead while the others append (the published
+    end: the commit log is recovered up to it and left alone past it; ``recover_commit_log``)."""
     # read -> plan -> execute: what the files say is read here and in pystore.engine.recovery, every decision is
     # pystore.engine.recovery_plan's (geometry, a hole, normal or abnormal, where to cut, what to rebuild)
     read_only = cfg.read_only
     abnormal = abnormal_open(last_exit_ok=last_exit_ok, read_only=read_only)
     queue = MappedFileQueue(cfg.commit_log_paths(), cfg.mapped_file_size_commit_log, read_only=read_only,
                             clock=clock)
+    if log_end is not None:
+        queue.others_write = True
     size = log_geometry(cfg.mapped_file_size_commit_log, queue.detect_file_size(), queue.list_file_paths())
     if size != cfg.mapped_file_size_commit_log:
         (log.info if read_only else log.warning)(
@@ -204,6 +207,8 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
     # a crashed writer's last files may be short: a power cut took back a size no flush made durable
     if not queue.load(pad_short=abnormal):
         return None, None if queue.load_error is None else StoreCorruptedError(*queue.load_error)
+    if log_end is not None:
+        queue.view_until(log_end)
     hole = log_hole(queue.first_gap())
     if hole is not None:
         queue.close()
@@ -240,7 +245,7 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
         # the log judged first: an open it refuses leaves the index as it was (see recover_queues)
-        result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only)
+        result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only, log_end)
         reput = _make_reput(parts, cfg, last_exit_ok, clock, disk_usage)
         recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only)
         commitlog.attach_last()

@@ -159,7 +159,7 @@ cdef class CommitLogCore:
     cdef int _shared_enter(self) except -1
     cdef void _shared_exit(self) noexcept
     cdef int _follow_published(self) except -1
-    cdef int _catch_up(self, int64_t target) except -1
+    cdef int _catch_up(self, int64_t target, int64_t stop_at=*) except -1
     cdef QueueCell _catch_cell(self, const unsigned char *rec, RecordView *v)
     cdef int64_t _end(self) noexcept
     cdef int64_t _now(self)

@@ -426,11 +426,12 @@ cdef class CommitLogCore:
         self.shared.publish(self._end())
         self.shared.unlock()
 
-    cdef int _catch_up(self, int64_t target) except -1:
+    cdef int _catch_up(self, int64_t target, int64_t stop_at=-1) except -1:
         """Walk the records other writers published after this process's end up to ``target`` (their headers,
         checked as recovery checks them, without the CRC), moving the files' write positions and the queue
         offsets of the records' queues on; files others made are mapped through ``roll_file`` (once each).
-        A record that is not whole below the published end is damage: StoreCorruptedError."""
+        A record that is not whole below the published end is damage: StoreCorruptedError. With ``stop_at``
+        >= 0, the walk ends at the first record boundary at or past it (a long catch-up made in steps)."""
         cdef MappedFile mf = self.last
         cdef int64_t start, pos
         cdef int32_t r
@@ -442,7 +443,7 @@ cdef class CommitLogCore:
         while mf is not None:
             start = mf.file_from_offset
             pos = mf.wrote
-            if start + pos == target:
+            if start + pos == target or 0 <= stop_at <= start + pos:
                 return 0
             if start + pos > target:
                 raise StoreCorruptedError(mf.file_name, pos, "this writer's end %d is past the published end %d"
@@ -504,16 +505,24 @@ cdef class CommitLogCore:
         finally:
             self.put_lock.unlock()
 
-    def catch_up(self):
+    def catch_up(self, long long step=-1):
         """Catch up on the others' records up to the published end (a process that reads or flushes the log
         without putting): under this process's put lock only, as records below that end never change; returns
-        where this process's view of the log now ends."""
-        cdef int64_t end
+        where this process's view of the log now ends. With ``step`` >= 0, at most about ``step`` bytes of
+        records are walked (to the first record boundary past them): a long catch-up in steps, between which
+        other threads get the GIL."""
+        cdef int64_t end, target
         if self.shared is None:
             return self._end()
         self.put_lock.lock()
         try:
-            self._follow_published()
+            if step < 0:
+                self._follow_published()
+            else:
+                target = self.shared.published()
+                end = self._end()
+                if target != end:
+                    self._catch_up(target, end + step)
             end = self._end()
         finally:
             self.put_lock.unlock()

@@ -30,6 +30,9 @@ __all__ = ["Reached", "ReputService"]
 
 log = logging.getLogger(__name__)
 
+#: bytes of the log a recovery re-dispatch walks per compiled call (a few milliseconds; larger than a record)
+REDISPATCH_STEP = 8 << 20
+
 
 class Reached(NamedTuple):
     """What a recovery re-dispatch (``ReputService.redispatch``) reached and found."""
@@ -60,7 +63,17 @@ class ReputService:
         with self._lock:
             self.reput_from = start
             gaps: dict[tuple[str, int], int] = {}
-            return Reached(self._walk(end, gaps), gaps)
+            # in steps (the compiled walk holds the GIL): a takeover of several writers' lead re-dispatches while
+            # its process goes on putting, and its put thread waits for the GIL a step at most
+            while True:
+                before = self.reput_from
+                reached = self._walk(min(end, before + REDISPATCH_STEP), gaps)
+                if reached >= end:
+                    break
+                if reached == before:
+                    reached = self._walk(end, gaps)       # a record longer than a step, or where the walk stops
+                    break
+            return Reached(reached, gaps)
 
     def _walk(self, end: int, gaps: dict[tuple[str, int], int] | None) -> int:
         queue = self.commitlog.queue
@@ -74,7 +87,8 @@ class ReputService:
             else:
                 reached, found = self.dispatcher.reput_checked(queue.files, queue.mapped_file_size, self.reput_from,
                                                                end)
-                gaps.update(found)
+                for key, first in found.items():
+                    gaps.setdefault(key, first)         # an earlier step's first record past the units stays
             if reached < end and reached == self.reput_from:
                 log.debug("dispatch waits at %d (end %d)", reached, end)
             self.reput_from = reached
