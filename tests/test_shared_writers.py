@@ -325,6 +325,7 @@ _STEP = st.one_of(
     st.tuples(st.just("start"), st.sampled_from([1, 1, 3, 32])),
     st.tuples(st.just("kill"), st.integers(0, 3)),
     st.tuples(st.just("run"), st.integers(5, 250)),
+    st.tuples(st.just("cut-open"), st.integers(0, 400)),
 )
 
 
@@ -367,6 +368,21 @@ def test_any_schedule_of_writers_batches_and_kills_is_one_serial_history(tmp_pat
         t.start()
         live.append((p, t))
 
+    def cut_open(ms):
+        # a writer SIGKILLed a moment after it starts: importing, opening (the first opener recovers the store
+        # holding the dead-man byte), or already putting
+        nonlocal started
+        p = procs.start(str(root), "c%d" % started, "0", flush, "", "1", script=SCRIPT, stdin=True)
+        started += 1
+        time.sleep(ms / 1000)
+        p.kill()
+        p.wait()
+        for raw in p.stdout:
+            parts = raw.decode().split()
+            if parts[0] == "ack":
+                with lock:
+                    acks[(parts[1], int(parts[2]))] = (parts[3], int(parts[4]), int(parts[5]), int(parts[6]))
+
     def kill(i):
         p, t = live.pop(i % len(live))
         p.kill()
@@ -379,6 +395,8 @@ def test_any_schedule_of_writers_batches_and_kills_is_one_serial_history(tmp_pat
             start(step[1])
         elif step[0] == "kill" and len(live) > 1:
             kill(step[1])
+        elif step[0] == "cut-open":
+            cut_open(step[1])
         else:
             time.sleep(step[1] / 1000 if step[0] == "run" else 0.05)
     time.sleep(0.1)
@@ -399,8 +417,9 @@ def test_a_takeover_recovers_while_the_other_writers_go_on_putting(tmp_path, mon
     import threading
 
     root = str(tmp_path / "store")
-    leader = MessageStore.open(root, shared_writers=True, **GEOMETRY)
-    follower = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    opts = {"mapped_file_size_commit_log": 64 << 20}      # a descriptor a file: few files for the hammer
+    leader = MessageStore.open(root, shared_writers=True, **opts)
+    follower = MessageStore.open(root, shared_writers=True, **opts)
     try:
         for i in range(200):
             assert leader.put_message(Message("T", b"l%d" % i)).is_ok()
@@ -420,12 +439,31 @@ def test_a_takeover_recovers_while_the_other_writers_go_on_putting(tmp_path, mon
             return parts
 
         monkeypatch.setattr(follower, "_open_parts", open_parts)
+        # another thread of the follower puts all along: none is refused across the switch to the new log (puts
+        # moved to it before its services ran were refused), and the takeover does not wait for the 5 s retry
+        stop, refused, hammered = threading.Event(), [], []
+
+        def hammer():
+            while not stop.is_set():
+                r = follower.put_message(Message("H", b"h"))
+                (hammered if r.is_ok() else refused).append(r.status)
+
+        t = threading.Thread(target=hammer)
+        t.start()
+        time.sleep(0.05)
+        started = time.monotonic()
         leader.shutdown()
-        assert opened.wait(10), "no takeover"
-        deadline = time.monotonic() + 10
-        while not follower.writer_info()["leader"] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert follower.writer_info()["leader"]
+        try:
+            assert opened.wait(10), "no takeover"
+            deadline = time.monotonic() + 10
+            while not follower.writer_info()["leader"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert follower.writer_info()["leader"] and time.monotonic() - started < 4
+            time.sleep(0.05)
+        finally:
+            stop.set()
+            t.join()
+        assert not refused and len(hammered) > 100
         end, put, in_time = seen
         assert in_time, "a put during the takeover's recovery waited for it"
         assert put.is_ok() and put.append_message_result.logics_offset == 200 and end > 0

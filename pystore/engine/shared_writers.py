@@ -277,13 +277,16 @@ def take_over(shared: SharedWriting, open_writer: Callable[[int], _Opened]) -> S
         parts.close()
         raise StoreError("%s: recovery found the log's end at %d, the writers published %d: not taking over"
                          % (shared.cfg.store_path_root_dir, found, end))
-    lock.acquire()
-    try:
-        if lock.needs_repair() is not None:
-            TornPutRepair(shared.appender, lock)()
-        shared._lead(parts)
-    finally:
-        lock.release()
+    # the append lock through this process's put lock, as its puts take it: the lock object is the process's, and
+    # its put thread may hold it right now
+    with shared.appender.put_lock:
+        lock.acquire()
+        try:
+            if lock.needs_repair() is not None:
+                TornPutRepair(shared.appender, lock)()
+            shared._lead(parts)
+        finally:
+            lock.release()
     _catch_up_in_steps(parts.commitlog, lock)
     return parts
 
