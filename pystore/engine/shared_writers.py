@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -292,9 +293,10 @@ def take_over(shared: SharedWriting, open_writer: Callable[[int], _Opened]) -> S
 
 
 #: bytes of records a takeover's catch-up walks per step (a few milliseconds), the GIL free between steps
-_CATCH_UP_STEP = 4 << 20
-#: bytes of records the leader's follow walks and dispatches per pass at most (a pass a millisecond)
-_PASS_STEP = 8 << 20
+_CATCH_UP_STEP = 2 << 20
+#: bytes of records the leader's follow walks and dispatches per pass at most (a pass a millisecond, or at once
+#: while a backlog remains)
+_PASS_STEP = 2 << 20
 
 
 def _catch_up_in_steps(commitlog: CommitLog, lock: SharedLock) -> None:
@@ -307,6 +309,7 @@ def _catch_up_in_steps(commitlog: CommitLog, lock: SharedLock) -> None:
         before, end = end, core.catch_up(_CATCH_UP_STEP)
         if end == before or lock.published_end - end <= _CATCH_UP_STEP:
             return
+        time.sleep(0)               # the GIL offered to this process's put thread between steps
 
 
 def _flush_before_returning(appender: CommitLog) -> Callable[[PutMessageResult, Message | MessageBatch],
@@ -332,6 +335,8 @@ class LeaderFollow(ServiceThread):
         self.lock = lock
         self.sync_flush = sync_flush
         self.stuck_ns = stuck_ms * 1_000_000
+        #: the last pass stopped at its step's end with more to take
+        self._backlog = False
         #: the holder reported as stuck in its present hold (0: none)
         self._reported = 0
 
@@ -342,7 +347,10 @@ class LeaderFollow(ServiceThread):
         wait = _FOLLOW_MS
         while not self.is_stopped():
             wait = _FOLLOW_MS if self.pass_once() else min(wait * 2, _FOLLOW_IDLE_MS)
-            self.wait_for_running(wait)
+            if self._backlog:
+                time.sleep(0)           # the next step at once, the GIL offered to this process's puts first
+            else:
+                self.wait_for_running(wait)
         last = self.lock.published_end
         while self.reput.reput_from < last and self.pass_once():       # to the end, a step at a time
             pass
@@ -365,7 +373,7 @@ class LeaderFollow(ServiceThread):
         it moved."""
         self.report_stuck()
         try:
-            end = int(self.commitlog.core.catch_up(_PASS_STEP))
+            end = caught = int(self.commitlog.core.catch_up(_PASS_STEP))
             if self.sync_flush:
                 # queues follow the flushed offset under SYNC_FLUSH: nobody reads what a crash could take back
                 end = min(end, flush_all(self.commitlog.queue))
@@ -374,9 +382,12 @@ class LeaderFollow(ServiceThread):
             if reached == before < end:
                 reached = self.reput.dispatch_until(end)        # a record longer than a step
             moved = reached != self.lock.dispatched_end
+            # more to take at once only while a step moves (a record the dispatch cannot pass is waited on)
+            self._backlog = moved and (reached < end or self.lock.published_end - caught > _PASS_STEP)
             self.lock.dispatched_end = reached
             return moved
         except Exception:
+            self._backlog = False
             log.exception("the leader's catch-up or dispatch failed")
             return False
 

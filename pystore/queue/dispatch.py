@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import NamedTuple
 
 from pystore.log.commitlog import CommitLog
@@ -31,7 +32,7 @@ __all__ = ["Reached", "ReputService"]
 log = logging.getLogger(__name__)
 
 #: bytes of the log a recovery re-dispatch walks per compiled call (a few milliseconds; larger than a record)
-REDISPATCH_STEP = 8 << 20
+REDISPATCH_STEP = 2 << 20
 
 
 class Reached(NamedTuple):
@@ -73,6 +74,7 @@ class ReputService:
                 if reached == before:
                     reached = self._walk(end, gaps)       # a record longer than a step, or where the walk stops
                     break
+                time.sleep(0)           # the GIL offered to the other threads between steps
             return Reached(reached, gaps)
 
     def _walk(self, end: int, gaps: dict[tuple[str, int], int] | None) -> int:
