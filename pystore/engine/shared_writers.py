@@ -377,10 +377,7 @@ class LeaderFollow(ServiceThread):
             if self.sync_flush:
                 # queues follow the flushed offset under SYNC_FLUSH: nobody reads what a crash could take back
                 end = min(end, flush_all(self.commitlog.queue))
-            before = self.reput.reput_from
-            reached = self.reput.dispatch_until(min(end, before + _PASS_STEP))
-            if reached == before < end:
-                reached = self.reput.dispatch_until(end)        # a record longer than a step
+            reached = self.reput.dispatch_step(end, _PASS_STEP)
             moved = reached != self.lock.dispatched_end
             # more to take at once only while a step moves (a record the dispatch cannot pass is waited on)
             self._backlog = moved and (reached < end or self.lock.published_end - caught > _PASS_STEP)

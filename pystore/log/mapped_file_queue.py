@@ -551,7 +551,7 @@ class MappedFileQueue:
         sync_dirs(changed)
 
 
-#: listings a read-only load makes again while one shows a hole (``MappedFileQueue.list_file_paths``)
+#: listings a load beside writers (``others_write``) makes again while one shows a hole (``MappedFileQueue.list_file_paths``)
 _RELISTS = 20
 
 

@@ -68,14 +68,24 @@ class ReputService:
             # its process goes on putting, and its put thread waits for the GIL a step at most
             while True:
                 before = self.reput_from
-                reached = self._walk(min(end, before + REDISPATCH_STEP), gaps)
-                if reached >= end:
-                    break
-                if reached == before:
-                    reached = self._walk(end, gaps)       # a record longer than a step, or where the walk stops
+                reached = self._step(end, REDISPATCH_STEP, gaps)
+                if reached >= end or reached == before:
                     break
                 time.sleep(0)           # the GIL offered to the other threads between steps
             return Reached(reached, gaps)
+
+    def dispatch_step(self, end: int, step: int) -> int:
+        """``dispatch_until(end)``, a step of about ``step`` bytes at most (each compiled walk holds the GIL);
+        returns the offset reached."""
+        with self._lock:
+            return self._step(end, step, None)
+
+    def _step(self, end: int, step: int, gaps: dict[tuple[str, int], int] | None) -> int:
+        before = self.reput_from
+        reached = self._walk(min(end, before + step), gaps)
+        if reached == before < end:
+            reached = self._walk(end, gaps)     # a record longer than a step, or where the walk stops
+        return reached
 
     def _walk(self, end: int, gaps: dict[tuple[str, int], int] | None) -> int:
         queue = self.commitlog.queue
