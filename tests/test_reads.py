@@ -1,4 +1,4 @@
-"""``pystore.read.store_reads.StoreReads`` on its own, over the parts ``pystore.engine.wiring.open_parts`` opens (no
+"""``pystore.read.store_reads.StoreReads`` on its own, over the parts ``pystore.engine.parts.open_parts`` opens (no
                   ``MessageStore``): the readability check, ``get`` and its transfer caps, the queue-offset and time queries,
 the look-up by commit-log offset and by key, a reader following a live writer, and the waiting get's
 arguments. The same reads through the store, and the compiled fast path, are in test_get_message.py and
@@ -13,7 +13,7 @@ import pytest
 from conftest import SMALL_FILE, SMALL_INDEX, make_message
 
 from pystore import StoreConfig
-from pystore.engine.wiring import StoreParts, open_parts
+from pystore.engine.parts import StoreParts, open_parts
 from pystore.errors import StoreClosedError, StoreError
 from pystore.read._read import ReadLimits
 from pystore.read.store_reads import StoreReads

@@ -1,7 +1,8 @@
-"""``pystore.engine.wiring`` on its own, without ``MessageStore``: the parts ``open_parts`` opens and recovers (and
-       what it refuses), the services ``wire_writer`` builds for each configuration and hooks into the commit log,
-``close_writer``'s clean shutdown (the abort file goes only when everything is on disk), ``dispatch_behind``,
-``pool_enabled`` and ``delete_store``. The store's lifecycle over them is in test_store_lifecycle.py."""
+"""``pystore.engine.parts`` and ``pystore.engine.wiring`` on their own, without ``MessageStore``: the parts
+``open_parts`` opens and recovers (and what it refuses), the services ``wire_writer`` builds for each
+configuration and hooks into the commit log, ``close_writer``'s clean shutdown (the abort file goes only when
+everything is on disk), ``dispatch_behind``, ``pool_enabled`` and ``delete_store``. The store's lifecycle over
+them is in test_store_lifecycle.py."""
 
 from __future__ import annotations
 
@@ -15,16 +16,8 @@ from conftest import SMALL_FILE, SMALL_INDEX, make_message
 from pystore import StoreConfig
 from pystore.config import BrokerRole, FlushDiskType
 from pystore.engine.checkpoint import AbortFile, StoreLock
-from pystore.engine.wiring import (
-    StoreParts,
-    Writer,
-    close_writer,
-    delete_store,
-    dispatch_behind,
-    open_parts,
-    pool_enabled,
-    wire_writer,
-)
+from pystore.engine.parts import StoreParts, delete_store, open_parts
+from pystore.engine.wiring import Writer, close_writer, dispatch_behind, pool_enabled, wire_writer
 from pystore.errors import StoreCorruptedError, StoreLockedError
 from pystore.log.flush import FlushRealTimeService, GroupCommitService, flush_all
 from pystore.system.running_flags import RunningFlags

@@ -1,6 +1,6 @@
 """A store's archive tier: the target, its manifest, the local cache, and the reads served below the local minimum.
 
-``Archive`` is made by ``pystore.engine.wiring.open_parts`` when ``archive_uri`` is set (for writers and read-only
+``Archive`` is made by ``pystore.engine.parts.open_parts`` when ``archive_uri`` is set (for writers and read-only
 stores alike); a writer also runs its ``ArchiveService`` (``service``) and cleans only what it copied
 (``deletable_end``, ``queue_file_archived``). Reads go to it only below the local data:
 

@@ -51,7 +51,7 @@ from pystore.system.service import ServiceThread
 from pystore.timer.timer_put import TimerPutHook
 
 if TYPE_CHECKING:
-    from pystore.engine.wiring import StoreParts
+    from pystore.engine.parts import StoreParts
     from pystore.errors import StoreCorruptedError
     from pystore.log._results import PutMessageResult
     from pystore.message._message import Message

@@ -43,10 +43,11 @@ from pystore.config import BrokerRole, StoreConfig
 from pystore.consumer.consumer import Consumer
 from pystore.consumer.offsets import ConsumerOffsets
 from pystore.engine.checkpoint import AbortFile, StoreLock
+from pystore.engine.parts import delete_store, open_parts
 from pystore.engine.put_waits import NOT_LOADED, NotLoaded, done, not_available
 from pystore.engine.shared_writers import SharedWriting, take_over, writer_info
 from pystore.engine.store_part import Part, Service
-from pystore.engine.wiring import close_writer, delete_store, dispatch_behind, open_parts, pool_enabled, wire_writer
+from pystore.engine.wiring import close_writer, dispatch_behind, pool_enabled, wire_writer
 from pystore.errors import StoreClosedError, StoreError
 from pystore.log._results import PutMessageResult
 from pystore.log.flush import flush_all
@@ -67,9 +68,10 @@ if TYPE_CHECKING:
 
     from pystore.columns.api import BodiesColumn, KeysColumn, PropertiesColumn, TagsColumn
     from pystore.engine.clean import CleanService
+    from pystore.engine.parts import StoreParts
     from pystore.engine.recovery import RecoveryResult
     from pystore.engine.schedule import ScheduleMessageService
-    from pystore.engine.wiring import StoreParts, Writer
+    from pystore.engine.wiring import Writer
     from pystore.errors import StoreCorruptedError
     from pystore.log._commitlog import CommitLogCore
     from pystore.log._mapped_view import SelectMappedBufferResult

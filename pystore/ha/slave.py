@@ -45,12 +45,12 @@ _VERIFY_BYTES = 64 * 1024
 
 
 class SlaveLog:
-    """A slave's commit log as replication writes it; the parts are the store's (``pystore.engine.wiring``)."""
+    """A slave's commit log as replication writes it; the parts are the store's (``pystore.engine.parts``)."""
 
     def __init__(self, commitlog: CommitLog, reput: ReputService, dispatcher: QueueDispatcher | None,
                  checkpoint: StoreCheckpoint, config: StoreConfig) -> None:
-        # the dispatcher ``reput`` dispatches with: a loaded store's parts always hold one (wiring's
-        # ``_make_reput`` makes both), only the parts' field is optional
+        # the dispatcher ``reput`` dispatches with: a loaded store's parts always hold one (``open_parts``
+        # makes both), only the parts' field is optional
         assert dispatcher is not None
         self.commitlog = commitlog
         self.reput = reput

@@ -6,7 +6,7 @@ The scan, its decision table (RocketMQ's statuses and next-offset rules, docs/fo
 result are ``_read.read_queue``'s, the one function the compiled fast path (``_queue_reader.QueueReader``, bound by
 ``MessageStore._attach_fast_paths``) also runs; that reader hands the calls it does not serve to
 ``StoreReads.get_message`` and ``look_message_by_offset`` directly; the wait is ``pystore.read.arrival``'s;
-following the writer is ``pystore.engine.wiring.StoreParts``' (a read-only store's compiled reader follows it in
+following the writer is ``pystore.engine.parts.StoreParts``' (a read-only store's compiled reader follows it in
 C in the common case and hands the rest here). ``StoreReads`` gets the parts ``MessageStore.load`` opened (``attach``)
 and the store's lifecycle as ``closed`` (None while readable, else the state that is not), never the store.
 An offset argument is checked here (``offset_arg``): an integer of any type reads as its value, a float or str
@@ -34,7 +34,7 @@ from pystore.system.running_flags import RunningFlags
 
 if TYPE_CHECKING:
     from pystore.archive.archive import Archive
-    from pystore.engine.wiring import StoreParts
+    from pystore.engine.parts import StoreParts
     from pystore.log._mapped_view import SelectMappedBufferResult
     from pystore.log.commitlog import CommitLog
     from pystore.message._message_ext import MessageExt
