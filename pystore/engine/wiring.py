@@ -38,7 +38,8 @@ from pystore.engine.schedule import ScheduleMessageService
 from pystore.errors import StoreError
 from pystore.ha.master import HAService, ReplicaWait
 from pystore.ha.slave import HAClient, SlaveLog
-from pystore.index.service import IndexBuildService, IndexFileService
+from pystore.index.builder import IndexBuildService
+from pystore.index.service import IndexFileService
 from pystore.log.allocate import AllocateMappedFileService
 from pystore.log.commitlog import CommitLog
 from pystore.log.flush import (
