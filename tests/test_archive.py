@@ -464,6 +464,26 @@ def test_a_sealed_file_is_copied_as_soon_as_it_is_flushed_with_archive_on_seal(t
             assert _finished_commitlog(store) == [] and manifest.state_of(sealed[0]) is None
 
 
+def test_the_seal_look_works_on_a_machine_booted_less_than_an_interval_ago(tmp_path, archive, monkeypatch):
+    """The monotonic clock counts from the machine's boot: a service that dated its "last pass" at that clock's
+    zero made no pass (and so never loaded the manifest its seal look needs) until the machine had been up for a
+    whole interval. A clock that reads 5 s since boot: the sealed files are copied all the same."""
+    import types
+
+    from pystore.archive import uploader
+
+    offset = time.monotonic() - 5.0
+    monkeypatch.setattr(uploader, "time", types.SimpleNamespace(monotonic=lambda: time.monotonic() - offset,
+                                                                time=time.time))
+    with _open(tmp_path / "store", archive, archive_on_seal=True) as store:
+        _fill(store, n=700)
+        sealed = ["commitlog/" + os.path.basename(mf.file_name) for mf in store._commitlog.queue.files[:-1]]
+        deadline = time.monotonic() + 30
+        while _finished_commitlog(store) != sealed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _finished_commitlog(store) == sealed
+
+
 def test_unit_bytes_give_the_archived_queue_units_that_size_a_columns_page(tmp_path, archive):
     root = tmp_path / "store"
     with _open(root, archive, file_reserved_time=0) as store:

@@ -115,7 +115,10 @@ class ArchiveService(ServiceThread):
 
     def run(self) -> None:
         interval = self.config.archive_interval_ms
-        last = 0.0
+        # the first pass at once (it loads the manifest the seal look needs): not "an interval after the
+        # monotonic clock's zero", which is the machine's boot, so a machine up for less than an interval made
+        # no pass and no seal look for that long
+        last = float("-inf")
         while not self.is_stopped():
             now = time.monotonic()
             if (now - last) * 1000 >= interval or (self.config.archive_on_seal and self._sealed_ready()):
