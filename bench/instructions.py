@@ -10,8 +10,8 @@ workload                collected inside                                the call
 ======================  ==============================================  =========================================
 put_single              ``CommitLogCore._put``                          2,000 puts of one prebuilt 128 B message
 put_keyed               ``CommitLogCore._put``                          2,000 puts of 128 B messages, one key each
-put_batch               ``CommitLogCore._put_batch``                    200 batches of 32 x 128 B
-put_batch_from_bodies   ``CommitLogCore._put_batch``                    200 ``from_bodies`` batches of 32 x 128 B
+put_batch               ``_batch_put.put_batch``                        200 batches of 32 x 128 B
+put_batch_from_bodies   ``_batch_put.put_batch``                        200 ``from_bodies`` batches of 32 x 128 B
                                                                         (distinct bodies): the put alone
 from_bodies_put         ``MessageBatch.from_bodies``, ``put_messages``  the same, whole: the batch made, put and
                         and the batch's deallocation                    freed (all a caller's loop pays but
@@ -76,12 +76,12 @@ ms = [Message("T", body, keys="k%%07d" %% i) for i in range(%d)]
 for m in ms:
     store.put_message(m)
 """ % N),
-    "put_batch": ("*CommitLogCore__put_batch", N // 10, """
+    "put_batch": ("*_batch_put_put_batch", N // 10, """
 b = MessageBatch([Message("T", body) for _ in range(32)])
 for _ in range(%d):
     store.put_messages(b)
 """ % (N // 10)),
-    "put_batch_from_bodies": ("*CommitLogCore__put_batch", N // 10, """
+    "put_batch_from_bodies": ("*_batch_put_put_batch", N // 10, """
 bodies = [i.to_bytes(8, "big") + body[8:] for i in range(32 * %d)]
 store.put_message(Message("T", body))      # the file and the queue made before, not counted
 put, fb = store.put_messages, MessageBatch.from_bodies

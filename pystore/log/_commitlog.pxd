@@ -7,6 +7,7 @@ from pystore.message._message cimport Message
 from pystore.log._put_lock cimport PutMessageLock
 from pystore.log._shared_lock cimport SharedLock
 from pystore.log._put_checks cimport REFUSE_BUSY, REFUSE_ILLEGAL, REFUSE_NONE, REFUSE_PROPERTIES
+from pystore.log._results cimport PutMessageResult
 
 
 cdef enum:
@@ -168,4 +169,11 @@ cdef class CommitLogCore:
     cdef MappedFile _file_with_room(self, int64_t total)
     cdef int _after_append(self, MappedFile mf) except -1
     cdef object _put(self, Message msg, bint run_after)
-    cdef object _put_batch(self, object batch, bint run_after)
+
+
+# the batch put (``_batch_put.put_batch``): ``put_messages``/``append_messages`` call it through this pointer, which
+# that module sets when it is imported
+ctypedef object (*BatchPut)(CommitLogCore cl, object batch, bint run_after)
+cdef int set_batch_put(BatchPut put) except -1
+# a refused put's result, counted as a failed put (its ``reason`` computed only if asked)
+cdef PutMessageResult refused(CommitLogCore cl, object what, object status)

@@ -5,12 +5,13 @@ One call per message (``put_message``) or per batch (``put_messages``) does ever
 4.x order): refuse what must be refused with a status; take the put lock; stamp the store time (the lock time); take
 the queue offset from the topic-queue table (so a failed append never burns one); encode straight into the mapped
 file; if the record and an 8-byte blank do not fit, write the blank (END_OF_FILE), roll to the next file and encode
-there; a batch never spans two files. The single put, the batch put and the column put (``_bulk_put``) share one
-protocol for the refusals, the lock, the store time, the cell and the file with room (``_room_refusal``, ``_enter``,
-``_exit``, ``_finish``, inline in ``_commitlog.pxd``; the messages' checks inline from ``_put_checks.pxd``) and keep
-only their own checks and encoding. Under the lock the record is also handed to the inline dispatcher (consume
-queue, index) when there is one. Afterwards the flush service is woken (a C flag keeps that to one Python call per
-flush cycle) and, if set, the ``after_put`` hook decides the final status (group commit, replication).
+there; a batch never spans two files. The single put, the batch put (``_batch_put``) and the column put
+(``_bulk_put``) share one protocol for the refusals, the lock, the store time, the cell and the file with room
+(``_room_refusal``, ``_enter``, ``_exit``, ``_finish``, inline in ``_commitlog.pxd``; the messages' checks inline
+from ``_put_checks.pxd``) and keep only their own checks and encoding. Under the lock the record is also handed to
+the inline dispatcher (consume queue, index) when there is one. Afterwards the flush service is woken (a C flag
+keeps that to one Python call per flush cycle) and, if set, the ``after_put`` hook decides the final status (group
+commit, replication).
 
 Policy stays in Python (``commitlog.CommitLog``, which holds this core as its ``core``): the hooks it and the wiring
 set say where the next file comes from (``roll_file``), what happens after a put (``after_put``), delay-level
@@ -26,15 +27,13 @@ body can finish) or a mutex (``use_reentrant_lock_when_put_message``).
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM
-from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp
 
-from pystore.format._bytes cimport body_crc32, bytes_data, bytes_size, mono_coarse_ns, pinned_cpu, now_ms, store_i64_release
+from pystore.format._bytes cimport mono_coarse_ns, pinned_cpu, now_ms, store_i64_release
 from pystore.format._codec cimport (BIG_BODY, END_FILE_MIN_BLANK_LENGTH, REC_BLANK, STOREHOSTADDRESS_V6_FLAG,
-                                    RecordView, check_record, encode_like, encode_message, encode_with_body,
-                                    enters_queue, like_head_body, like_tail, message_length, write_blank)
+                                    RecordView, check_record, encode_message, enters_queue, message_length,
+                                    write_blank)
 from pystore.format._jstring cimport utf8_text
 from pystore.log._mapped_file cimport MappedFile, prefault_follow_cpu
 from pystore.system._notify cimport ps_notify
@@ -43,8 +42,7 @@ from pystore.message._message cimport Message, copy_message
 from pystore.message._message_batch cimport MessageBatch
 from pystore.log._put_lock cimport PutMessageLock
 from pystore.log._shared_lock cimport SharedLock
-from pystore.log._put_checks cimport (batch_refusal, batch_unchanged, built_alike, crc_of, own_refusal,
-                                      tail_length, unchanged)
+from pystore.log._put_checks cimport own_refusal, unchanged
 from pystore.log._results cimport PutMessageResult, put_failed, put_ok
 
 cdef extern from "<errno.h>" nogil:
@@ -62,14 +60,6 @@ cdef extern from "<signal.h>" nogil:
 
 cdef extern from "<unistd.h>" nogil:
     int getpid()
-
-cdef extern from *:
-    """
-    /* A prefetch for writing (PREFETCHW where the build targets it, else a plain prefetch, which brings the line in
-       as well) */
-    static inline void ps_prefetch_write(const void *p) { __builtin_prefetch(p, 1, 3); }
-    """
-    void prefetch_write "ps_prefetch_write"(const void *p) noexcept nogil
 
 import logging
 import os
@@ -90,9 +80,6 @@ cdef object ST_UNKNOWN_ERROR = PutMessageStatus.UNKNOWN_ERROR
 # how far ahead of the writer a commit-log file is pre-faulted (MappedFile.prefault_ahead): warmed files too, as the
 # kernel write-protects a warmed file's zeros when it writes them back; a file with a window uses half of it instead
 cdef int64_t CL_PREFAULT_LEAD = 2 * 1024 * 1024
-
-cdef enum:
-    PTR_STACK = 256     # a batch from bodies of up to this many keeps its body pointers on the stack
 
 # RocketMQ's put-latency buckets (ms upper bounds, exclusive): [<=0] [0,10) [10,50) ... [10s,)
 cdef int64_t[12] _BUCKET_MS = [1, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000]
@@ -155,6 +142,16 @@ cdef class Dispatcher:
         return 0
 
 
+# the batch put (``_batch_put.put_batch``), registered by that module when it is imported (at the end of this one)
+cdef BatchPut _put_batch = NULL
+
+
+cdef int set_batch_put(BatchPut put) except -1:
+    global _put_batch
+    _put_batch = put
+    return 0
+
+
 cdef object refusal_status(int code):
     """The status of a refusal (``REFUSE_*``, _commitlog.pxd)."""
     if code == REFUSE_PROPERTIES:
@@ -164,32 +161,7 @@ cdef object refusal_status(int code):
     return ST_MESSAGE_ILLEGAL
 
 
-cdef void _like_first(MappedFile mf, const unsigned char *first, int32_t body_pos, int32_t first_body_len,
-                      int32_t tail_len, const unsigned char **bodies, const int32_t *sizes, Py_ssize_t n,
-                      int64_t qoff, int64_t born_ts) noexcept nogil:
-    """Records 1 to ``n - 1`` of a batch built from bodies, after its first (``first``, at the write position
-    less ``sizes[0]``): each copied from the first with its own fields patched in and its body copied with its CRC
-    folded in (``like_head_body``, the column put's writer), published record by record so that a concurrent
-    reader sees a growing prefix."""
-    cdef unsigned char *dst = <unsigned char *>first + sizes[0]
-    cdef Py_ssize_t i
-    cdef int32_t blen, base_len = sizes[0] - first_body_len
-    for i in range(1, n):
-        blen = sizes[i] - base_len
-        # the lines two records ahead, for writing: a fresh line of the mapping is read from memory before it is
-        # written, and asked for here it arrives while this record and the next are written
-        prefetch_write(dst + 512)
-        prefetch_write(dst + 576)
-        prefetch_write(dst + 640)
-        prefetch_write(dst + 704)
-        like_head_body(dst, first, body_pos, bodies[i], blen, qoff + i, mf.file_from_offset + (dst - mf.write_base),
-                       born_ts)
-        like_tail(dst, first, body_pos, first_body_len, tail_len, blen, sizes[i])
-        dst += sizes[i]
-        mf.publish(dst - mf.write_base)
-
-
-cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
+cdef PutMessageResult refused(CommitLogCore cl, object what, object status):
     """A refused put's result (counted as a failed put), which keeps what was refused and the store's
     configuration so that its ``reason`` can say why in words (computed only if asked: the refusal path makes
     no text)."""
@@ -202,7 +174,7 @@ cdef PutMessageResult _refused(CommitLogCore cl, object what, object status):
 cdef PutMessageResult _refused_because(CommitLogCore cl, object msg, tuple refusal):
     """A put the timer hook refused: ``refusal`` is (status, reason); the reason is kept in words, since it
     depends on the clock at the time of the put and cannot be derived again afterwards."""
-    cdef PutMessageResult r = _refused(cl, msg, refusal[0])
+    cdef PutMessageResult r = refused(cl, msg, refusal[0])
     r._refused = (refusal[1], cl.config)
     return r
 
@@ -560,7 +532,7 @@ cdef class CommitLogCore:
 
     def put_messages(self, MessageBatch batch not None):
         """Append a batch under one lock hold, in one file, with consecutive queue offsets."""
-        return self._put_batch(batch, True)
+        return _put_batch(self, batch, True)
 
     def append_message(self, Message msg not None):
         """Like ``put_message`` without the ``after_put`` hook: the result of the append alone (async puts
@@ -568,7 +540,7 @@ cdef class CommitLogCore:
         return self._put(msg, False)
 
     def append_messages(self, MessageBatch batch not None):
-        return self._put_batch(batch, False)
+        return _put_batch(self, batch, False)
 
     cdef object _put(self, Message msg, bint run_after):
         cdef bint private = False
@@ -583,10 +555,10 @@ cdef class CommitLogCore:
         cdef PutMessageResult result
         cdef object rewritten
         if not self.writeable:
-            return _refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
+            return refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
         code = own_refusal(msg, self.max_message_size)
         if code != REFUSE_NONE:
-            return _refused(self, msg, refusal_status(code))
+            return refused(self, msg, refusal_status(code))
         if msg._timer and self.timer_rewrite is not None and enters_queue(msg._sys_flag):
             rewritten = self.timer_rewrite(msg)
             if not isinstance(rewritten, Message):
@@ -594,16 +566,16 @@ cdef class CommitLogCore:
             msg = <Message>rewritten
             code = own_refusal(msg, self.max_message_size)
             if code != REFUSE_NONE:
-                return _refused(self, msg, refusal_status(code))
+                return refused(self, msg, refusal_status(code))
         if msg._delay_level > 0 and self.delay_rewrite is not None and enters_queue(msg._sys_flag):
             msg = self.delay_rewrite(msg)
             code = own_refusal(msg, self.max_message_size)
             if code != REFUSE_NONE:
-                return _refused(self, msg, refusal_status(code))
+                return refused(self, msg, refusal_status(code))
         total = message_length(msg, self.store_flag)
         code = self._room_refusal(total)
         if code != REFUSE_NONE:
-            return _refused(self, msg, refusal_status(code))
+            return refused(self, msg, refusal_status(code))
         msg.body_crc()
         if PyBytes_GET_SIZE(msg._body) >= BIG_BODY:
             # its body is copied without the GIL, and other threads may change the message meanwhile: the
@@ -639,7 +611,7 @@ cdef class CommitLogCore:
         finally:
             self._exit()
         if status is not None:
-            return _refused(self, msg, status)
+            return refused(self, msg, status)
         result = put_ok(phy, total, ts, qoff, 1, self.store_host_b, self.store_flag, None)
         self._finish(t0, total, mf)
         if run_after and self.after_put is not None:
@@ -664,164 +636,11 @@ cdef class CommitLogCore:
                 return
         self.buckets[12] += 1
 
-    cdef object _put_batch(self, object batch_obj, bint run_after):
-        cdef MessageBatch batch = <MessageBatch>batch_obj
-        cdef tuple ms = batch._messages
-        cdef tuple bodies = batch._bodies
-        cdef Message tmpl = batch._template
-        cdef Py_ssize_t i, n
-        cdef int64_t total = 0, ts, qoff, phy, pos, first_phy = 0, t0
-        cdef int32_t size, base_len = 0, body_pos, tail_len, first_body_len
-        cdef unsigned char *first
-        cdef Message m0
-        cdef bint one_run = False
-        cdef QueueCell cell
-        cdef MappedFile mf
-        cdef object status = None
-        cdef PutMessageResult result
-        cdef bytes sizes, ptrs = None
-        cdef int32_t *size_arr
-        cdef const unsigned char **ptr_arr = NULL
-        cdef const unsigned char *ptr_stack[PTR_STACK]
-        cdef PyObject *bp
-        cdef PyObject *mp
-        # held: another thread could re-run the batch's __init__ while this put waits for the lock
-        cdef str tq_key = batch._tq_key
-        cdef int code
-        if not self.writeable:
-            return _refused(self, batch, ST_SERVICE_NOT_AVAILABLE)
-        n = len(ms) if bodies is None else len(bodies)
-        sizes = PyBytes_FromStringAndSize(NULL, n * 4)
-        size_arr = <int32_t *>PyBytes_AS_STRING(sizes)
-        if bodies is None:
-            # the messages are the batch's own tuple: read through borrowed references (no reference counting)
-            for i in range(n):
-                mp = PyTuple_GET_ITEM(ms, i)
-                code = batch_refusal(<Message>mp, tq_key, self.max_message_size)
-                if code != REFUSE_NONE:
-                    return _refused(self, batch, refusal_status(code))
-                size_arr[i] = message_length(<Message>mp, self.store_flag)
-                total += size_arr[i]
-                crc_of(<Message>mp)                  # computed now, outside the lock, and kept by the message
-        else:
-            # from_bodies: the template's checks once, then each body's length (no Message per body; the CRCs
-            # are folded into the copies, under the lock)
-            code = batch_refusal(tmpl, tq_key, self.max_message_size)
-            if code != REFUSE_NONE:
-                return _refused(self, batch, refusal_status(code))
-            base_len = message_length(tmpl, self.store_flag) - <int32_t>PyBytes_GET_SIZE(tmpl._body)
-            if n <= PTR_STACK:
-                ptr_arr = ptr_stack
-            else:
-                ptrs = PyBytes_FromStringAndSize(NULL, n * sizeof(void *))
-                ptr_arr = <const unsigned char **>PyBytes_AS_STRING(ptrs)
-            # the bodies are the batch's own tuple of bytes (from_bodies made it): it keeps them alive, and nothing
-            # can replace one while they are read through borrowed pointers (some copies run without the GIL)
-            for i in range(n):
-                bp = PyTuple_GET_ITEM(bodies, i)
-                if bytes_size(bp) > self.max_message_size:
-                    return _refused(self, batch, ST_MESSAGE_ILLEGAL)
-                size_arr[i] = base_len + <int32_t>bytes_size(bp)
-                total += size_arr[i]
-                ptr_arr[i] = <const unsigned char *>bytes_data(bp)
-        code = self._room_refusal(total)
-        if code != REFUSE_NONE:
-            return _refused(self, batch, refusal_status(code))
-        t0 = mono_coarse_ns()
-        try:
-            # the whole batch goes into the one file _enter finds room in
-            mf = self._enter(<Message>ms[0] if bodies is None else tmpl, total, False)
-            ts = self.begin_time_in_lock
-            cell = self.last_cell
-            qoff = cell.next_offset
-            if mf is None:
-                status = ST_CREATE_MAPPED_FILE_FAILED
-            elif bodies is None and not batch_unchanged(ms, size_arr, tq_key, self.max_message_size,
-                                                        self.store_flag):
-                status = ST_MESSAGE_ILLEGAL
-            else:
-                pos = mf.wrote
-                first_phy = mf.file_from_offset + pos
-                if bodies is None:
-                    # the first record in full; a message built like it (same topic, properties, hosts and
-                    # flags) is copied from it with its own fields patched in, any other encoded in full
-                    m0 = <Message>ms[0]
-                    first = mf.write_base + pos
-                    # the GIL is kept throughout (release_gil False): every size was checked before this loop, and
-                    # another thread changing a later message while a big body is copied would make it overrun
-                    encode_message(first, m0, size_arr[0], qoff, first_phy, ts,
-                                   <const unsigned char *>PyBytes_AS_STRING(self.store_host_b), self.store_flag, False)
-                    pos += size_arr[0]
-                    mf.publish(pos)
-                    first_body_len = <int32_t>PyBytes_GET_SIZE(m0._body)
-                    tail_len = tail_length(m0)
-                    body_pos = size_arr[0] - first_body_len - tail_len
-                    one_run = not m0._has_keys
-                    for i in range(1, n):
-                        mp = PyTuple_GET_ITEM(ms, i)
-                        if built_alike(<Message>mp, m0):
-                            bp = <PyObject *>(<Message>mp)._body
-                            encode_like(mf.write_base + pos, first, body_pos, first_body_len, tail_len,
-                                        bytes_data(bp), bytes_size(bp), crc_of(<Message>mp), size_arr[i], qoff + i,
-                                        mf.file_from_offset + pos, (<Message>mp)._born_timestamp, False)
-                        else:
-                            encode_message(mf.write_base + pos, <Message>mp, size_arr[i], qoff + i,
-                                           mf.file_from_offset + pos, ts,
-                                           <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                           self.store_flag, False)
-                        if one_run and ((<Message>mp)._has_keys or (<Message>mp)._tags_code != m0._tags_code
-                                        or (<Message>mp)._sys_flag != m0._sys_flag):
-                            one_run = False
-                        pos += size_arr[i]
-                        # publish record by record, so a concurrent reader sees a growing prefix
-                        mf.publish(pos)
-                else:
-                    # the first record in full, the others copied from it with their own fields patched in;
-                    # every record shares the template's topic and properties, so the units go in as one run
-                    m0 = tmpl
-                    one_run = True
-                    first = mf.write_base + pos
-                    first_body_len = size_arr[0] - base_len
-                    # the template is frozen and the tuple of bodies immutable: no other thread can change them
-                    encode_with_body(first, tmpl, <const char *>ptr_arr[0], first_body_len,
-                                     body_crc32(ptr_arr[0], first_body_len), size_arr[0], qoff, first_phy,
-                                     batch._born_ts, ts, <const unsigned char *>PyBytes_AS_STRING(self.store_host_b),
-                                     self.store_flag, True)
-                    mf.publish(pos + size_arr[0])
-                    tail_len = tail_length(tmpl)
-                    body_pos = base_len - tail_len
-                    if total >= BIG_BODY:
-                        # nothing the copies read can change (see above): other threads run meanwhile
-                        with nogil:
-                            _like_first(mf, first, body_pos, first_body_len, tail_len, ptr_arr, size_arr, n, qoff,
-                                        batch._born_ts)
-                    else:
-                        _like_first(mf, first, body_pos, first_body_len, tail_len, ptr_arr, size_arr, n, qoff,
-                                    batch._born_ts)
-                mf.store_timestamp = ts
-                cell.next_offset = qoff + n
-                if self.dispatcher is not None:
-                    if one_run:
-                        # one tags code and type and no keys (or the template's): the units go in as one run
-                        self.dispatcher.dispatch_run(cell, m0, first_phy, size_arr, n, ts, qoff)
-                    else:
-                        phy = first_phy
-                        for i in range(n):
-                            size = size_arr[i]
-                            self.dispatcher.dispatch(cell, <Message>PyTuple_GET_ITEM(ms, i), phy, size, ts,
-                                                     qoff + i)
-                            phy += size
-        finally:
-            self._exit()
-        if status is not None:
-            return _refused(self, batch, status)
-        result = put_ok(first_phy, <int32_t>total, ts, qoff, <int32_t>n, self.store_host_b, self.store_flag, sizes)
-        self._finish(t0, total, mf)
-        if run_after and self.after_put is not None:
-            return self.after_put(result, batch)
-        return result
-
     # -- stats ----------------------------------------------------------------------------------------
 
     def put_latency_buckets(self):
         return {BUCKET_NAMES[i]: self.buckets[i] for i in range(13)}
+
+
+# the batch put lives in its own module, which cimports this one: imported once this module's types exist
+from pystore.log import _batch_put  # no-cython-lint (imported to register put_batch)
