@@ -6,7 +6,7 @@ the messages to log as :data:`Note`), so each case of docs/integrity.md is a uni
 
 The order of an open, and who decides what:
 
-0. ``abnormal_open``, ``log_geometry``, ``log_hole`` (``wiring.open_parts``): normal or abnormal, the commit
+0. ``abnormal_open``, ``log_geometry``, ``log_hole`` (``parts.open_parts``): normal or abnormal, the commit
    log's file size, a missing file refusing the open.
 1. ``walk_start``: which commit-log file the walk starts from (normal: the third-last; abnormal: the newest
    whose first message is not newer than the checkpoint's horizon).

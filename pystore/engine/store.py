@@ -1,8 +1,9 @@
 """``MessageStore``: the facade users hold (RocketMQ ``DefaultMessageStore``, docs/api.md "The store").
 
-It owns the lifecycle and hands every call to the part that does it; the parts and services are built by
-``pystore.engine.wiring``, the Python reads are ``pystore.read.store_reads``', a put's waits are ``pystore.engine.put_waits``',
-replication is ``pystore.ha.master`` and ``pystore.ha.slave``'s; loops over bytes are in the Cython modules::
+It owns the lifecycle and hands every call to the part that does it; the parts are opened by
+``pystore.engine.parts`` and a writer's services built by ``pystore.engine.wiring``, the Python reads are
+``pystore.read.store_reads``', a put's waits are ``pystore.engine.put_waits``', replication is
+``pystore.ha.master`` and ``pystore.ha.slave``'s; loops over bytes are in the Cython modules::
 
     MessageStore(config)      nothing touched on disk
       .load()                 lock the folder (writers), map files, recover        -> True/False
@@ -22,7 +23,8 @@ calls ``_queue_reader.QueueReader``'s, which hands what it does not serve to ``s
 
 Time and disk are injected: ``MessageStore(config, clock=..., disk_usage=...)`` hands its clock to every
 policy that depends on the time and its ``disk_usage`` to every decision on disk usage (``pystore.system.service``
-states the rule); the services get these and the parts they work on from ``pystore.engine.wiring``, never the store.
+states the rule); the parts and services get these from ``pystore.engine.parts`` and ``pystore.engine.wiring``,
+never the store.
 
 Thread-safety: puts and reads may come from any number of threads; lifecycle calls (load, start,
 shutdown, destroy) must not race each other.

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The index builder's walk of the commit log (``pystore.index.service.IndexBuildService``): the records the put path
+"""The index builder's walk of the commit log (``pystore.index.builder.IndexBuildService``): the records the put path
 appended are scanned for keys, and their entries written into the index files (``_index``), with the GIL
 released.
 
@@ -163,7 +163,7 @@ def index_log(IndexFilesBase service not None, list cl_files not None, long long
               long long from_offset, long long end_offset):
     """Index the records of the commit log (``cl_files``, ``cl_file_size`` bytes each) in ``[from_offset,
     end_offset)``, as dispatch's reput does with ``index_message`` but with the GIL released while the records
-    are scanned and the entries written: the index builder's walk (``pystore.index.service.IndexBuildService``), which
+    are scanned and the entries written: the index builder's walk (``pystore.index.builder.IndexBuildService``), which
     a put thread keeps running beside. Every record is indexed (the caller starts past what is indexed).
     Returns the offset reached: ``end_offset``, or the record where the walk stopped (not whole yet, or
     unreadable; a later call retries it)."""

@@ -159,7 +159,7 @@ cdef class QueueDispatcher(Dispatcher):
     cdef public object create_queue            # (topic, queue_id) -> ConsumeQueueCore (find_or_create_core)
     cdef public IndexFilesBase index           # IndexService.core, or None
     # whether the inline path (dispatch, dispatch_run) writes index entries; False while an index builder
-    # (pystore.index.service.IndexBuildService) follows the log off the put thread. reput always indexes
+    # (pystore.index.builder.IndexBuildService) follows the log off the put thread. reput always indexes
     cdef public bint inline_index
     cdef int64_t delay_ms[64]
     cdef int32_t max_level
