@@ -243,57 +243,89 @@ def _leader(root: str, ready: mp.Event) -> None:
 def _after_leader_death(root: str, seconds: float, killed: mp.Event, out: mp.Queue) -> None:
     store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
     longest = refused = 0
+    led_after = -1.0
     try:
         msg, put, clock = Message("T", BODY, queue_id=1), store.put_message, time.perf_counter_ns
         end = clock() + int(seconds * 1e9)
         last = clock()
+        kill_seen = 0
+        n = 0
         while last < end:
             if not put(msg).is_ok():
                 refused += 1
             now = clock()
             if killed.is_set():
                 longest = max(longest, now - last)
+                kill_seen = kill_seen or now
+                n += 1
+                if led_after < 0 and n % 1024 == 0 and store.writer_info()["leader"]:
+                    led_after = (now - kill_seen) / 1e6
             last = now
         leads = bool(store.writer_info()["leader"])
     finally:
         store.shutdown()
-    out.put((longest / 1e6, leads, refused))
+    out.put((longest / 1e6, leads, refused, led_after))
 
 
-def takeover_stalls(reps: int) -> None:
-    """The leader (putting) SIGKILLed while two followers put: each follower's longest wait between two puts from
-    the kill on (one of them takes over: it recovers the store up to the published end while both go on putting)."""
+def _takeover_round(kill: bool, before: float = 1.0) -> tuple[list[tuple[float, bool, float]], int]:
+    """One round: the leader putting, two followers putting for 3 s; after 1 s the leader is SIGKILLed (``kill``)
+    or left alone (the control: the same window's longest waits with no death). Each follower's longest wait
+    between two puts from that moment on, whether it leads at the end, how long after the kill it led (-1: not
+    within the round), and the puts refused. ``before``: seconds of puts before the kill (the older the store,
+    the more of it the leader's checkpoint covers)."""
     import os
     import signal
 
-    taker, other, refused = [], [], 0
+    root = tempfile.mkdtemp(prefix="shared-bench-")
+    try:
+        ready, killed, out = mp.Event(), mp.Event(), mp.Queue()
+        lead = mp.Process(target=_leader, args=(root, ready))
+        lead.start()
+        ready.wait(30)
+        ps = [mp.Process(target=_after_leader_death, args=(root, before + 4.0, killed, out)) for _ in range(2)]
+        for p in ps:
+            p.start()
+        time.sleep(before)
+        killed.set()
+        if kill and lead.pid is not None:
+            os.kill(lead.pid, signal.SIGKILL)
+        waits, refused = [], 0
+        for _ in ps:
+            wait, leads, no, led_after = out.get()
+            waits.append((wait, leads, led_after))
+            refused += no
+        for p in ps:
+            p.join()
+        if lead.is_alive():
+            lead.terminate()
+        lead.join()
+        return waits, refused
+    finally:
+        shutil.rmtree(root)
+
+
+def takeover_stalls(reps: int, before: float = 1.0) -> None:
+    """The leader (putting) SIGKILLed while two followers put: each follower's longest wait between two puts from
+    the kill on (one of them takes over: it recovers the store up to the published end while both go on putting),
+    and how long after the kill the survivor led (its services running). Each round is paired with a control
+    round (the leader left alive): the longest waits the machine gives the same processes in the same window
+    without any death (file rolls, the scheduler)."""
+    taker, other, control, led, refused = [], [], [], [], 0
     for _ in range(reps):
-        root = tempfile.mkdtemp(prefix="shared-bench-")
-        try:
-            ready, killed, out = mp.Event(), mp.Event(), mp.Queue()
-            lead = mp.Process(target=_leader, args=(root, ready))
-            lead.start()
-            ready.wait(30)
-            ps = [mp.Process(target=_after_leader_death, args=(root, 3.0, killed, out)) for _ in range(2)]
-            for p in ps:
-                p.start()
-            time.sleep(1.0)
-            killed.set()
-            if lead.pid is not None:
-                os.kill(lead.pid, signal.SIGKILL)
-            lead.join()
-            for _ in ps:
-                wait, leads, no = out.get()
-                (taker if leads else other).append(wait)
-                refused += no
-            for p in ps:
-                p.join()
-        finally:
-            shutil.rmtree(root)
-    print("leader killed %d times: the follower that took over waited at most %s ms (median %.1f), the other %s ms "
-          "(median %.1f); puts refused: %d" % (reps, [round(x, 1) for x in taker], statistics.median(taker) if taker
-                                               else 0, [round(x, 1) for x in other],
-                                               statistics.median(other) if other else 0, refused))
+        waits, no = _takeover_round(True, before)
+        refused += no
+        for wait, leads, led_after in waits:
+            (taker if leads else other).append(wait)
+            if leads:
+                led.append(led_after)
+        control.extend(w for w, _, _ in _takeover_round(False, before)[0])
+    print("leader killed %d times after %.1f s of puts: the survivor led %s ms after the kill; the follower that "
+          "took over waited at most %s ms (median %.1f), the other %s ms (median %.1f); puts refused: %d; control "
+          "rounds (no kill), the followers' longest waits: %s ms (median %.1f)"
+          % (reps, before, [round(x) for x in led], [round(x, 1) for x in taker],
+             statistics.median(taker) if taker else 0, [round(x, 1) for x in other],
+             statistics.median(other) if other else 0, refused, [round(x, 1) for x in control],
+             statistics.median(control) if control else 0))
 
 
 def main() -> None:
@@ -304,11 +336,13 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=0, help="only measure the survivor's stalls over this many kills")
     ap.add_argument("--idle", action="store_true", help="with --kills: victims that do not put when killed")
     ap.add_argument("--handover", type=int, default=0, help="only time a waiting put across this many holder deaths")
+    ap.add_argument("--before", type=float, default=1.0, help="with --takeover: seconds of puts before the "
+                    "leader is killed (default 1)")
     ap.add_argument("--takeover", type=int, default=0, help="only measure the followers' stalls over this many "
                     "leader deaths")
     args = ap.parse_args()
     if args.takeover:
-        takeover_stalls(args.takeover)
+        takeover_stalls(args.takeover, args.before)
         return
     if args.handover:
         handover(args.handover)

@@ -29,6 +29,7 @@ from pystore.engine.recovery_plan import (
     log_hole,
     plan_recovery,
     queues_to_rebuild,
+    takeover_walk_start,
     walk_start,
 )
 from pystore.format._codec import RECORD_END
@@ -197,6 +198,18 @@ def test_an_abnormal_open_re_dispatches_from_the_walk_and_the_index():
     assert writer(ends(walked=walked, walk_from=3000), qs, index_end=1200).index_from == -1
 
 
+def test_a_takeover_re_dispatches_from_the_dead_leaders_dispatched_end_and_keeps_the_index():
+    """A takeover of several writers' lead is not abnormal (the machine did not die), but the records from the
+    dead leader's dispatched end on may lack units or have one it was writing when it died: re-dispatched (with
+    the checked walk) from there, even below the queues' ends; never below the log's head; the index kept."""
+    walked = {("T", 0): (2 * FILE, 9)}
+    qs = [queue("T", 0, 10, 4000)]
+    assert writer(ends(walked=walked, walk_from=3000), qs).dispatch_from == 4000
+    plan = writer(ends(walked=walked, walk_from=3000), qs, dispatched_end=3500, index_end=1200)
+    assert (plan.dispatch_from, plan.index_from) == (3500, -1)
+    assert writer(ends(walked=walked, walk_from=3000, low=3800), qs, dispatched_end=3500).dispatch_from == 3800
+
+
 def test_a_queue_cut_at_the_logs_end_re_dispatches_after_its_new_end():
     walked = {("T", 0): (2 * FILE, 9), ("T", 1): (2 * FILE, 4)}
     qs = [queue("T", 0, 10, 4000), queue("T", 1, 5, 3500, cut=True)]
@@ -347,6 +360,18 @@ def test_only_a_writer_after_a_crash_opens_abnormally():
     assert abnormal_open(last_exit_ok=False, read_only=False)
     assert not abnormal_open(last_exit_ok=True, read_only=False)
     assert not abnormal_open(last_exit_ok=False, read_only=True)
+    # a takeover of several writers' lead: a process died, not the machine
+    assert not abnormal_open(last_exit_ok=False, read_only=False, takeover=True)
+
+
+def test_a_takeover_walks_from_the_file_holding_the_dead_leaders_dispatched_end():
+    offsets = [0, 1024, 2048, 3072]
+    assert takeover_walk_start(offsets, 0) == 0
+    assert takeover_walk_start(offsets, 1023) == 0
+    assert takeover_walk_start(offsets, 1024) == 1
+    assert takeover_walk_start(offsets, 3000) == 2
+    assert takeover_walk_start(offsets, 5000) == 3
+    assert takeover_walk_start([4096, 5120], 100) == 0        # below the first file (cleaned): from the first
 
 
 def test_the_store_keeps_the_geometry_of_its_files():

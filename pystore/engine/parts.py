@@ -147,17 +147,20 @@ def _open_archive(cfg: StoreConfig) -> Archive:
 
 def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFlags, clock: Clock,
                injected_clock: Clock | None, disk_usage: DiskUsage | None = None,
-               log_end: int | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
+               log_end: int | None = None,
+               dispatched_end: int | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
     """Map the store's files and recover them: the parts, or (None, why) when the files are unusable (why is
     None when no file is to blame: the log says more). Whatever it opened is closed again when it refuses or
     raises. ``injected_clock``: the clock the store was given (None: the commit log stamps messages with
     the system clock from C); ``clock`` and ``disk_usage`` (None: ``shutil.disk_usage``) go to every part that
     decides by them. ``log_end``: a takeover of several writers' lead while the others append (the published
-    end: the commit log is recovered up to it and left alone past it; ``recover_commit_log``)."""
+    end: the commit log is recovered up to it and left alone past it; ``recover_commit_log``), and
+    ``dispatched_end`` where the dead leader had dispatched to (the walk starts there; the recovery is not
+    abnormal: ``abnormal_open``)."""
     # read -> plan -> execute: what the files say is read here and in pystore.engine.recovery, every decision is
     # pystore.engine.recovery_plan's (geometry, a hole, normal or abnormal, where to cut, what to rebuild)
     read_only = cfg.read_only
-    abnormal = abnormal_open(last_exit_ok=last_exit_ok, read_only=read_only)
+    abnormal = abnormal_open(last_exit_ok=last_exit_ok, read_only=read_only, takeover=dispatched_end is not None)
     queue = MappedFileQueue(cfg.commit_log_paths(), cfg.mapped_file_size_commit_log, read_only=read_only,
                             clock=clock)
     if log_end is not None:
@@ -209,9 +212,12 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
         if abnormal:
             log.warning("%s: the last writer did not shut down cleanly; abnormal recovery", cfg.store_path_root_dir)
         # the log judged first: an open it refuses leaves the index as it was (see recover_queues)
-        result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only, log_end)
-        reput = _make_reput(parts, cfg, last_exit_ok, clock, disk_usage)
-        recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only)
+        result = parts.recovery = recover_commit_log(commitlog, parts.checkpoint, cfg, abnormal, read_only, log_end,
+                                                     dispatched_end)
+        # a takeover keeps the index files as they are: the dead leader's pages are all in the page cache
+        reput = _make_reput(parts, cfg, last_exit_ok or dispatched_end is not None, clock, disk_usage)
+        recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only,
+                       dispatched_end)
         commitlog.attach_last()
         parts.archive = _open_archive(cfg) if cfg.archive_uri else None
     except BaseException:

@@ -53,6 +53,7 @@ from pystore.engine.recovery_plan import (
     judge_rebuilt_walk,
     plan_recovery,
     queues_to_rebuild,
+    takeover_walk_start,
     walk_start,
 )
 from pystore.errors import StoreCorruptedError
@@ -211,21 +212,26 @@ def _log_ends(commitlog: CommitLog, result: RecoveryResult) -> LogEnds:
 # -- the commit log ----------------------------------------------------------------------------------------------
 
 def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig, abnormal: bool,
-                       read_only: bool = False, log_end: int | None = None) -> RecoveryResult:
+                       read_only: bool = False, log_end: int | None = None,
+                       dispatched_end: int | None = None) -> RecoveryResult:
     """Walk the commit log (``walk_start``), judge where it ends (``judge_log``: refused with
     :class:`StoreCorruptedError` before anything is written), and cut it there.
 
     ``log_end`` (a follower of several writers taking over as their leader, without the append lock): the
     published end, below which every record is whole; the others go on appending past it, so the walk ends
-    there and nothing past it is cut or zeroed (the view just ends there: ``view_until``)."""
+    there and nothing past it is cut or zeroed (the view just ends there: ``view_until``); with the dead leader's
+    ``dispatched_end``, the walk starts at the file holding it (``takeover_walk_start``)."""
     queue = commitlog.queue
     files = queue.files
     if not files:
         queue.flushed_where = queue.committed_where = 0
         return RecoveryResult(0, 0, abnormal, None)
     cp = _checkpoint_view(checkpoint)
-    start = walk_start(_FirstTimestamps(files), cp, abnormal=abnormal, read_only=read_only,
-                       index_safe=config.message_index_enable and config.message_index_safe)
+    if dispatched_end is not None:
+        start = takeover_walk_start([mf.file_from_offset for mf in files], dispatched_end)
+    else:
+        start = walk_start(_FirstTimestamps(files), cp, abnormal=abnormal, read_only=read_only,
+                           index_safe=config.message_index_enable and config.message_index_safe)
     scan, stopped, pos = _walk(files, start, config.check_crc_on_recover, log_end)
     verdict = judge_log(scan, cp, read_only=read_only, truncate_corrupted=config.recover_truncate_corrupted)
     _log_notes(verdict.notes)
@@ -259,7 +265,8 @@ def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config
 
 def recover_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore, reput: ReputService,
                    index: IndexService | None, result: RecoveryResult, checkpoint: StoreCheckpoint,
-                   config: StoreConfig, abnormal: bool, read_only: bool = False) -> RecoveryPlan:
+                   config: StoreConfig, abnormal: bool, read_only: bool = False,
+                   dispatched_end: int | None = None) -> RecoveryPlan:
     """RocketMQ ``recover`` once ``recover_commit_log`` judged the log (its ``result``): the consume queues'
     valid ends, cut units pointing past the log's end, re-dispatch what the queues miss (``reput``, the
     ``ReputService``; it writes ``index`` too), and rebuild the topic-queue table (``recoverTopicQueueTable``:
@@ -282,7 +289,8 @@ def recover_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore, reput: Rep
     plan = plan_recovery(_log_ends(commitlog, result), queues, _checkpoint_view(checkpoint), read_only=read_only,
                          abnormal=abnormal, rebuilt=bool(cq_store.rebuilt),
                          index_end=index.last_end_phy_offset() if index is not None else None, abort_exists=abort,
-                         writer_running=writer_holds_lock(config.lock_path()) if abort else None)
+                         writer_running=writer_holds_lock(config.lock_path()) if abort else None,
+                         dispatched_end=dispatched_end)
     _apply(plan, commitlog, cq_store, reput, index, result, queues)
     _attach_queues(commitlog, cq_store)
     return plan

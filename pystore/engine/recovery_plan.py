@@ -205,12 +205,28 @@ class RecoveryPlan:
 
 # -- the open -----------------------------------------------------------------------------------------------------
 
-def abnormal_open(*, last_exit_ok: bool, read_only: bool) -> bool:
+def abnormal_open(*, last_exit_ok: bool, read_only: bool, takeover: bool = False) -> bool:
     """A writer whose last writer did not shut down cleanly (its ``abort`` file is there) recovers abnormally:
     its walk starts at the checkpoint, short last files are padded, the queues and the index are rebuilt from
     there. A reader never does: it writes nothing, so it walks as after a clean shutdown and judges a crashed
-    writer's queues by the abort file itself (``plan_recovery``)."""
-    return not last_exit_ok and not read_only
+    writer's queues by the abort file itself (``plan_recovery``). Nor does a takeover of several writers' lead
+    (``takeover``): the leader's process died but the machine did not, so every page it wrote is in the page
+    cache (what abnormal recovery guards against, pages lost with the machine, cannot have happened); its walk
+    starts where the dead leader had dispatched to (``takeover_walk_start``) instead of at a checkpoint whose
+    queue time moves once a minute (RocketMQ's thorough flush), which at full speed is gigabytes of log."""
+    return not last_exit_ok and not read_only and not takeover
+
+
+def takeover_walk_start(file_offsets: Sequence[int], dispatched_end: int) -> int:
+    """A takeover's walk starts at the commit-log file holding the dead leader's dispatched end (every record
+    below it has its consume-queue unit and index entries: the leader published that end after writing them),
+    so the records it had yet to dispatch are walked, checked and counted per queue (``file_offsets``: each
+    file's first offset, oldest first)."""
+    start = 0
+    for i, first in enumerate(file_offsets):
+        if first <= dispatched_end:
+            start = i
+    return start
 
 
 def log_geometry(configured: int, existing: int | None, paths: Sequence[str]) -> int:
@@ -301,13 +317,16 @@ def judge_log(scan: LogScan, checkpoint: CheckpointView, *, read_only: bool, tru
 
 def plan_recovery(log: LogEnds, queues: Sequence[QueueEnd], checkpoint: CheckpointView, *, read_only: bool,
                   abnormal: bool, rebuilt: bool = False, index_end: int | None = None, abort_exists: bool = False,
-                  writer_running: bool | None = None) -> RecoveryPlan:
+                  writer_running: bool | None = None, dispatched_end: int | None = None) -> RecoveryPlan:
     """RocketMQ ``recover`` once the log was judged: what to do to the queues and the index.
 
     ``rebuilt``: queues were already deleted to be rebuilt (their files could not be trusted); ``index_end``:
     where the index's kept files end (None: no index). A reader's facts: ``abort_exists`` (no clean
     shutdown), and whether a writer holds the lock (``writer_running``: None when it cannot tell; asked only
-    with an abort file)."""
+    with an abort file). ``dispatched_end``: a takeover of several writers' lead, where the dead leader had
+    dispatched to: every record below it has its units and index entries, whole (it published that end after
+    writing them); the records from there on may have none, or a unit it was writing when it died, so they are
+    re-dispatched (checked: a unit that disagrees with its record is rewritten)."""
     if read_only:
         return _plan_reader(log, queues, checkpoint, abort_exists, writer_running)
     if not log.has_files:
@@ -332,6 +351,8 @@ def plan_recovery(log: LogEnds, queues: Sequence[QueueEnd], checkpoint: Checkpoi
         start = min(start, behind)
     if rebuilt or rebuild:
         start = low                 # queues whose files could not be trusted: rebuilt from the head
+    if dispatched_end is not None:
+        start = min(start, max(low, dispatched_end))
     index_from = -1
     if abnormal:
         start = min(start, log.walk_from)

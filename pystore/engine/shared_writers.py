@@ -257,9 +257,10 @@ def writer_info(shared: SharedWriting | None, writing: bool) -> dict[str, object
     return {"shared": False, "lock": "flock", "writers": 1 if writing else 0, "leader_pid": os.getpid() if writing else 0}
 
 
-def take_over(shared: SharedWriting, open_writer: Callable[[int], _Opened]) -> StoreParts:
-    """(A follower holding the leader's lock.) Open the store as a writer up to the published end (recovery from the
-    checkpoint as after any crash, the log's walk ending there: ``open_writer(end)``), then, under the append
+def take_over(shared: SharedWriting, open_writer: Callable[[int, int], _Opened]) -> StoreParts:
+    """(A follower holding the leader's lock.) Open the store as a writer up to the published end, from where the
+    dead leader had dispatched to (``open_writer(end, dispatched)``: a process died, not the machine, so its pages
+    are all there and the recovery is not abnormal; the walk checks and re-dispatches from that end), then, under the append
     lock, repair a put a writer died in and share the new commit log, which then catches up (in steps) on what the
     others put meanwhile. The caller runs the writer's services, then ``took_over`` moves its puts to the new log:
     until then they go through the appender as before. The recovery runs without the append lock: records below
@@ -268,8 +269,10 @@ def take_over(shared: SharedWriting, open_writer: Callable[[int], _Opened]) -> S
     s). Raises when the writer cannot open or finds another end than the published one (nothing was changed then)."""
     lock = shared.lock
     assert lock is not None and shared.appender is not None
+    # the dead leader's dispatched end first: it never passes the published end
+    dispatched = lock.dispatched_end
     end = lock.published_end
-    parts, error = open_writer(end)
+    parts, error = open_writer(end, dispatched)
     if parts is None:
         raise StoreError("%s: this process cannot take over as the leader: %s" % (shared.cfg.store_path_root_dir,
                                                                                error or "see the log"))

@@ -236,11 +236,11 @@ class MessageStore:
         self._reads.attach(parts)
         self._attach_fast_paths()
 
-    def _open_parts(self, config: StoreConfig | None = None,
-                    log_end: int | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
+    def _open_parts(self, config: StoreConfig | None = None, log_end: int | None = None,
+                    dispatched_end: int | None = None) -> tuple[StoreParts | None, StoreCorruptedError | None]:
         return open_parts(config or self.config, last_exit_ok=self.last_exit_ok, running_flags=self.running_flags,
                           clock=self.clock, injected_clock=self._injected_clock, disk_usage=self.disk_usage,
-                          log_end=log_end)
+                          log_end=log_end, dispatched_end=dispatched_end)
 
     @property
     def _follower(self) -> bool:   # one of several writers that is not their leader (pystore.engine.shared_writers)
@@ -306,7 +306,8 @@ class MessageStore:
         assert self._shared is not None
         if self._state != _STARTED:
             return
-        parts = take_over(self._shared, lambda end: self._open_parts(log_end=end))
+        parts = take_over(self._shared, lambda end, dispatched: self._open_parts(log_end=end,
+                                                                                 dispatched_end=dispatched))
         old = self._parts
         # the new log's hooks (flush waits) and services first, while puts still go through the appender: a put
         # in between is neither refused nor acknowledged before its flush
