@@ -141,7 +141,9 @@ def death_stalls(kills: int, seconds: float, idle: bool = False) -> None:
     """A writer putting for ``seconds`` while other writers are SIGKILLed at random moments once they put (each
     holds the append lock most of the time it runs): the survivor's longest wait overall, and the longest wait
     that overlaps the 20 ms after each kill (what a death costs the others, beside a process's start-up). With
-    ``idle``, the victims put once and sleep (never holding the lock when killed): what any process's exit costs."""
+    ``idle``, the victims put once and sleep (never holding the lock when killed): what any process's exit costs.
+    The control: the same 20 ms window 50 ms before each kill, the victim alive and putting (what the survivor
+    waits anyway with one more writer beside it on the machine)."""
     import os
     import random
     import signal
@@ -149,6 +151,7 @@ def death_stalls(kills: int, seconds: float, idle: bool = False) -> None:
     root = tempfile.mkdtemp(prefix="shared-bench-")
     rng = random.Random(36)
     kill_times: list[int] = []
+    control_times: list[int] = []
     try:
         MessageStore.open(root, shared_writers=True, **GEOMETRY).shutdown()
         out: mp.Queue = mp.Queue()
@@ -161,6 +164,8 @@ def death_stalls(kills: int, seconds: float, idle: bool = False) -> None:
             v.start()
             ready.wait(10)
             time.sleep(rng.uniform(0.1, 0.3))           # putting, its start-up over
+            control_times.append(time.perf_counter_ns())
+            time.sleep(0.05)
             if v.pid is not None:
                 kill_times.append(time.perf_counter_ns())
                 os.kill(v.pid, signal.SIGKILL)
@@ -171,14 +176,18 @@ def death_stalls(kills: int, seconds: float, idle: bool = False) -> None:
         generation = describe(root)["generation"]
     finally:
         shutil.rmtree(root)
-    stalls = []
-    for k in kill_times:
-        stalls.append(max([g for e, g in long if e >= k and e - g <= k + 20_000_000] or [0]) / 1e6)
-    stalls.sort()
+    def window(k: int) -> float:
+        return max([g for e, g in long if e >= k and e - g <= k + 20_000_000] or [0]) / 1e6
+
+    stalls = sorted(window(k) for k in kill_times)
+    control = sorted(window(k) for k in control_times)
     print("%d writers killed (%d of them mid-put: repaired), survivor's %d puts: longest wait %.1f ms, p99.99 %.2f ms, "
-          "%d waits over 10 ms; around each kill (its 20 ms): median %.2f ms, longest %.1f ms, %d of %d within 10 ms"
+          "%d waits over 10 ms; around each kill (its 20 ms): median %.2f ms, longest %.1f ms, %d of %d within 10 ms; "
+          "control windows (no kill): median %.2f ms, longest %.1f ms, %d of %d within 10 ms"
           % (len(kill_times), generation, n, worst, p9999, over, statistics.median(stalls) if stalls else 0,
-             stalls[-1] if stalls else 0, sum(x <= 10 for x in stalls), len(stalls)))
+             stalls[-1] if stalls else 0, sum(x <= 10 for x in stalls), len(stalls),
+             statistics.median(control) if control else 0, control[-1] if control else 0,
+             sum(x <= 10 for x in control), len(control)))
 
 
 _HOLDER = """
