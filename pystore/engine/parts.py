@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 #: A writer's checkpoint reaches the file at most this often, when a flush service moved a time (5.x: 1 s).
 _CHECKPOINT_FLUSH_MS = 1000
 
+
 @dataclass
 class StoreParts:
     """What a loaded store reads and writes: its files and the dispatch onto the queues and index."""
