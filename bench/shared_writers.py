@@ -9,7 +9,8 @@ shared mode, uncontended (one process), p50 and p99 over every put.
     python bench/shared_writers.py --rounds 3 [-k 4] [-n 200000]
     python bench/shared_writers.py --kills 20 [--idle]   # a survivor's waits while others die (mid-put, or idle)
     python bench/shared_writers.py --handover 10        # a waiting put across its holder's death
-    python bench/shared_writers.py --takeover 5         # the followers' stalls when the leader dies
+    python bench/shared_writers.py --takeover 5 [--before 1]  # the followers' stalls when the leader dies
+    python bench/shared_writers.py --lag 5 -k 3        # how far the leader's dispatch lags writers flat out
 
 Prints each round's rates and the ratios aggregate/one process; then their medians and the lowest. A script, not
 a timed test: the figures go into docs/performance.md with the command that made them.
@@ -337,11 +338,53 @@ def takeover_stalls(reps: int, before: float = 1.0) -> None:
              statistics.median(control) if control else 0))
 
 
+def _lag_writer(root: str, seconds: float, queue_id: int, out: mp.Queue) -> None:
+    store = MessageStore.open(root, shared_writers=True, **GEOMETRY)
+    msg, put, clock = Message("T", BODY, queue_id=queue_id), store.put_message, time.perf_counter_ns
+    end = clock() + int(seconds * 1e9)
+    last = clock()
+    n = over = worst = 0
+    while last < end:
+        put(msg)
+        n += 1
+        now = clock()
+        over += now - last > 5_000_000
+        worst = max(worst, now - last)
+        last = now
+    lock = store._shared.lock
+    assert lock is not None
+    out.put((bool(store.writer_info()["leader"]), n, over, worst / 1e6,
+             (lock.published_end - lock.dispatched_end) / 1e6))
+    store.shutdown()
+
+
+def dispatch_lag(writers: int, seconds: float) -> None:
+    """``writers`` processes put flat out for ``seconds``; each then reads how far the leader's dispatch is behind
+    the published end (what consumers do not see yet), with its own puts and waits over 5 ms."""
+    root = tempfile.mkdtemp(prefix="shared-bench-")
+    try:
+        MessageStore.open(root, shared_writers=True, **GEOMETRY).shutdown()
+        out: mp.Queue = mp.Queue()
+        ps = [mp.Process(target=_lag_writer, args=(root, seconds, q, out)) for q in range(writers)]
+        for p in ps:
+            p.start()
+        res = sorted((out.get() for _ in ps), reverse=True)
+        for p in ps:
+            p.join()
+    finally:
+        shutil.rmtree(root)
+    for leads, n, over, worst, lag in res:
+        print("%s: %d puts, %d waits over 5 ms, longest %.1f ms; dispatch behind the published end at the stop: "
+              "%.0f MB" % ("leader  " if leads else "follower", n, over, worst, lag))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-k", type=int, default=4, help="writer processes (default 4)")
     ap.add_argument("-n", type=int, default=200_000, help="messages per measurement (default 200000)")
+    ap.add_argument("--lag", type=float, default=0, help="only measure how far the leader's dispatch lags after "
+                    "this many seconds of -k writers putting flat out")
     ap.add_argument("--kills", type=int, default=0, help="only measure the survivor's stalls over this many kills")
     ap.add_argument("--idle", action="store_true", help="with --kills: victims that do not put when killed")
     ap.add_argument("--handover", type=int, default=0, help="only time a waiting put across this many holder deaths")
@@ -355,6 +398,9 @@ def main() -> None:
         return
     if args.handover:
         handover(args.handover)
+        return
+    if args.lag:
+        dispatch_lag(args.k, args.lag)
         return
     if args.kills:
         death_stalls(args.kills, args.kills * 0.6 + 2, args.idle)

@@ -300,6 +300,13 @@ _CATCH_UP_STEP = 2 << 20
 #: bytes of records the leader's follow walks and dispatches per pass at most (a pass a millisecond, or at once
 #: while a backlog remains)
 _PASS_STEP = 2 << 20
+#: ... and while more than ``_BACKLOG_AT`` bytes wait: each step holds the GIL, and between two steps this process's
+#: put thread keeps it until the step's thread has asked for a switch interval (5 ms); 2 MiB steps (about 2 ms)
+#: then get a third of the process's time, and three writers putting flat out left the dispatch a gigabyte
+#: (seconds) behind; 16 MiB steps keep it within tens of megabytes, at the price of this process's puts waiting
+#: a step (about 10 ms) while a backlog lasts
+_BACKLOG_STEP = 16 << 20
+_BACKLOG_AT = 8 * _PASS_STEP
 
 
 def _catch_up_in_steps(commitlog: CommitLog, lock: SharedLock) -> None:
@@ -370,17 +377,19 @@ class LeaderFollow(ServiceThread):
                         "for it (it is not taken from a live process)", holder, held / 1e9)
 
     def pass_once(self) -> bool:
-        """One catch-up and dispatch, of ``_PASS_STEP`` bytes at most (each compiled walk holds the GIL: a backlog,
-        such as what the writers put during a takeover's recovery, is taken in steps between which this process's
-        puts get the GIL: a put holding the append lock while it waits for the GIL holds every writer); True when
-        it moved."""
+        """One catch-up and dispatch, of ``_PASS_STEP`` bytes at most, ``_BACKLOG_STEP`` while more than
+        ``_BACKLOG_AT`` wait (each compiled walk holds the GIL: a backlog, such as what the writers put during a
+        takeover's recovery, is taken in steps between which this process's puts get the GIL: a put holding the
+        append lock while it waits for the GIL holds every writer); True when it moved."""
         self.report_stuck()
         try:
-            end = caught = int(self.commitlog.core.catch_up(_PASS_STEP))
+            behind = self.lock.published_end - self.lock.dispatched_end
+            step = _BACKLOG_STEP if behind > _BACKLOG_AT else _PASS_STEP
+            end = caught = int(self.commitlog.core.catch_up(step))
             if self.sync_flush:
                 # queues follow the flushed offset under SYNC_FLUSH: nobody reads what a crash could take back
                 end = min(end, flush_all(self.commitlog.queue))
-            reached = self.reput.dispatch_step(end, _PASS_STEP)
+            reached = self.reput.dispatch_step(end, step)
             moved = reached != self.lock.dispatched_end
             # more to take at once only while a step moves (a record the dispatch cannot pass is waited on)
             self._backlog = moved and (reached < end or self.lock.published_end - caught > _PASS_STEP)
