@@ -12,6 +12,20 @@ One slot per tick, while ``currReadTimeMs < currWriteTimeMs``::
                     write time, TIMER_DEQUEUE_MS = now
     currReadTimeMs += precision once the whole slot is put (commitReadTimeMs with it)
 
+What runs in C (:mod:`pystore.timer._dequeue`): the walk and the delivery of the ordinary units.
+``SlotWalk.walk`` follows the slot's list without the GIL, checked as ``TimerLog.walk`` checks it (a unit that does
+not check out: the Python walk runs instead and raises ``StoreCorruptedError`` with the file and offset).
+``SlotWalk.deliver`` takes the walked units oldest first, up to ``_RUN`` a call, and puts each ordinary unit's
+delivery straight from its record into the commit log, in chunks of up to 256 under the put lock (the delivery's
+bytes are those ``convert`` and the store's put write; ``TIMER_DEQUEUE_MS`` is read once a chunk), so the first
+message of a slot goes out a few milliseconds after the slot is due whatever its size. It hands back to Python at
+every unit that is not the common case: the delete markers' keys are read by Python before the run (the run passes
+over the markers), a rolled unit, a cancelled message, a record not in the local commit log or that does not check
+out, properties or fields that Python would not write back the same way, a store that takes no puts or a page
+cache busy. Python delivers that unit through ``_deliver`` as it always did (retries, drops and their logging
+included), then the run goes on. The whole slot goes through Python (``_dequeue_python``) when the store's put or
+read is not the commit log's own (an archive below the log, a test's put).
+
 pystore's choices: one dequeue thread (RocketMQ hands requests between its get and put threads through queues; the
 order of the puts is the same); it delivers itself, so ``timer_skip_unknown_error``,
 ``timer_enable_retry_until_success`` and the three put attempts behave as in ``TimerDequeuePutMessageService``; a
@@ -30,6 +44,8 @@ from pystore.message._message_ext import MessageExt
 from pystore.message.constants import MessageConst, SysFlag
 from pystore.status import PutMessageStatus
 from pystore.system.crashpoint import crashpoint
+from pystore.system.service import real_clock
+from pystore.timer._dequeue import PYTHON, SlotWalk
 from pystore.timer.timer_flush import TimerFiles
 from pystore.timer.timer_log import MAGIC_DELETE, MAGIC_ROLL, TimerUnit
 from pystore.timer.timer_state import (
@@ -49,6 +65,9 @@ from pystore.timer.timer_state import (
 
 __all__ = ["TimerDelivery"]
 
+#: units per call of the compiled delivery (``SlotWalk.deliver``): the store's closing is looked at between calls
+_RUN = 4096
+
 
 class TimerDelivery(TimerFiles):
     """The dequeue of one timer store: ``dequeue()`` reads one slot; ``convert`` and ``do_put`` are RocketMQ's."""
@@ -64,20 +83,87 @@ class TimerDelivery(TimerFiles):
         if slot.empty:
             self._move_read_time()
             return 0
+        tl, walker = self.timer_log, self._walker
+        assert tl is not None
+        done = -2
+        if walker is not None and self._compiled_delivery():
+            n = walker.walk(tl.queue.files, slot.last_pos, tl.min_offset, tl.max_offset, read)
+            if n >= 0:                      # else damage: the Python walk says where (StoreCorruptedError)
+                done = self._deliver_walked(walker, n, read)
+        if done == -2:
+            done = self._dequeue_python(read, slot.last_pos)
+        if done == -1:
+            return -1
+        crashpoint("timer.delivered")
+        self._move_read_time()
+        return 1
+
+    def _compiled_delivery(self) -> bool:
+        """Whether the slot's ordinary units may be delivered in C (``_dequeue``): the timer store puts through the
+        commit log's own put and reads the local commit log (no archive below it, no put or read of a test's)."""
+        cl = self.commitlog
+        return self.put == cl.append_message and self.look == cl.look_message_by_offset
+
+    def _deliver_walked(self, walker: SlotWalk, n: int, read: int) -> int:
+        """Deliver the ``n`` units ``walker`` walked (oldest first): runs of ordinary units in C
+        (``SlotWalk.deliver``, up to ``_RUN`` units a call), every other unit through ``_deliver``, as
+        ``_dequeue_python`` would. -1 when the store closed meanwhile, else 1."""
+        if n == 0:
+            log.warning("%s: dequeue time %d but read nothing from the timer log", self.root, read)
+        deletes = self._delete_keys(walker.delete_offsets()) if walker.deletes else set()
+        keys = frozenset(k.encode("utf-8", "surrogatepass") for k in deletes) or None
+        cl = self.commitlog
+        clock = None if self.clock is real_clock else self.clock
+        check_crc = bool(self.config.check_crc_on_read)
+        i = 0
+        while i < n:
+            if self.closed:
+                return -1
+            done, why, put = walker.deliver(cl.core, cl.queue.files, cl.queue.mapped_file_size, i, min(n, i + _RUN),
+                                            clock, check_crc, keys)
+            if put:
+                wakeup = self.flush_wakeup
+                if wakeup is not None:
+                    wakeup()
+            i += done
+            if why == PYTHON and i < n:
+                phy, _, magic, write_ms = walker.unit(i)
+                i += 1
+                if magic & MAGIC_DELETE and not magic & MAGIC_ROLL:
+                    continue
+                ext = self.look(phy)
+                if ext is None:
+                    log.error("%s: timer slot %d: no readable message at commit-log offset %d; skipped", self.root,
+                              read, phy)
+                    continue
+                self._deliver(ext, write_ms, magic, deletes)
+        return 1
+
+    def _delete_keys(self, offsets: list[int]) -> set[str]:
+        """The ``TIMER_DEL_UNIQKEY`` of the delete markers at these commit-log offsets."""
+        deletes: set[str] = set()
+        for phy in offsets:
+            ext = self.look(phy)
+            key = ext.properties.get(TIMER_DEL_UNIQKEY) if ext is not None else None
+            if key is not None:
+                deletes.add(key)
+        return deletes
+
+    def _dequeue_python(self, read: int, last_pos: int) -> int:
+        """The slot of ``read`` (whose list ends at ``last_pos``) unit by unit in Python (``TimerLog.walk``, then
+        ``_deliver`` per unit): -1 when the store closed meanwhile, else 1."""
         assert self.timer_log is not None
-        units = list(self.timer_log.walk(slot.last_pos, read, self.precision_ms))
+        units = list(self.timer_log.walk(last_pos, read, self.precision_ms))
         if not units:
             log.warning("%s: dequeue time %d but read nothing from the timer log", self.root, read)
-        deletes: set[str] = set()
         normal: list[TimerUnit] = []
+        markers: list[int] = []
         for _, unit in units:
             if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
-                ext = self.look(unit.commit_log_offset)
-                key = ext.properties.get(TIMER_DEL_UNIQKEY) if ext is not None else None
-                if key is not None:
-                    deletes.add(key)
+                markers.append(unit.commit_log_offset)
             else:
                 normal.append(unit)
+        deletes = self._delete_keys(markers)
         for unit in reversed(normal):                 # oldest first, as they were enqueued
             if self.closed:
                 return -1
@@ -87,8 +173,6 @@ class TimerDelivery(TimerFiles):
                           read, unit.commit_log_offset)
                 continue
             self._deliver(ext, unit.write_time_ms, unit.magic, deletes)
-        crashpoint("timer.delivered")
-        self._move_read_time()
         return 1
 
     def skip_slot(self) -> None:

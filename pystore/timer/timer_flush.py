@@ -30,6 +30,7 @@ import os
 from pystore.errors import StoreCorruptedError
 from pystore.queue._units import read_unit
 from pystore.system.crashpoint import crashpoint
+from pystore.timer._dequeue import SlotWalk
 from pystore.timer._enqueue import TimerEnqueue
 from pystore.timer.timer_checkpoint import TimerCheckpoint, checkpoint_path
 from pystore.timer.timer_log import UNIT_SIZE, TimerLog, TimerUnit
@@ -81,10 +82,11 @@ class TimerFiles(TimerState):
             self.checkpoint, self.wheel, self.timer_log = cp, wheel, tl
             self._enqueuer = TimerEnqueue(wheel.raw, wheel.dirty_map, self.slots_total, self.precision_ms,
                                           self.roll_window_slots)
+            self._walker = SlotWalk(file_size, self.precision_ms)
             try:
                 self._recover(cp, wheel, tl)
             except BaseException:
-                self.checkpoint = self.wheel = self.timer_log = self._enqueuer = None
+                self.checkpoint = self.wheel = self.timer_log = self._enqueuer = self._walker = None
                 wheel.close(flush=False)
                 tl.close()
                 raise
@@ -239,3 +241,4 @@ class TimerFiles(TimerState):
             self.timer_log = None
             self.checkpoint = None
             self._enqueuer = None
+            self._walker = None

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pystore.message._message import Message
     from pystore.message._message_ext import MessageExt
     from pystore.queue.queue_store import ConsumeQueueStore
+    from pystore.timer._dequeue import SlotWalk
     from pystore.timer._enqueue import TimerEnqueue
 
 __all__ = ["TimerState", "NotTakingPuts", "build_delete_key", "PUT_OK", "PUT_NEED_RETRY", "PUT_NO_RETRY",
@@ -108,6 +109,7 @@ class TimerState:
         # time to it (wheel_pending), no further
         self._pending_hi = 0
         self._enqueuer: TimerEnqueue | None = None      # the compiled enqueue, over the wheel's slots
+        self._walker: SlotWalk | None = None            # the compiled dequeue: a slot's units and their delivery
         self._lock = threading.RLock()          # enqueue's appends and slot updates against flush
         self.closed = False
         #: a put rewrote a timer message (``note_timer_put``): the enqueue polls at its RocketMQ rate from now on

@@ -20,8 +20,10 @@ pystore's choices: one enqueue thread and one dequeue thread (RocketMQ hands req
 threads through queues; the order of units and puts is the same); the files are created when the first message
 reaches ``rmq_sys_wheel_timer``; the dequeue thread delivers, so ``timer_skip_unknown_error``,
 ``timer_enable_retry_until_success`` and the three put attempts behave as in ``TimerDequeuePutMessageService``.
-The pending count and the next due time are read from the wheel's slots between the read time and the latest slot
-enqueued (``wheel_pending``), not kept per message.
+What runs in C: the enqueue's runs of units (``_enqueue.pyx``), the dequeue's walk of a slot and its runs of
+deliveries (``_dequeue.pyx``), each stopping for any unit that is not the common case, which Python takes as it
+always did. The pending count and the next due time are read from the wheel's slots between the read time and the
+latest slot enqueued (``wheel_pending``), not kept per message.
 
 Thread-safety: ``enqueue`` runs on one thread at a time, ``dequeue`` on one thread at a time, beside each other
 (``currWriteTimeMs`` is moved by the enqueue only, and the dequeue reads only slots before it); ``flush`` and
