@@ -47,6 +47,7 @@ cdef class SlotWalk:
     cdef Py_ssize_t cap
     cdef Plan *plans                       # one chunk's deliveries
     cdef Py_ssize_t n_plans
+    cdef int64_t put_bytes                 # what the last ``_put`` wrote
     cdef readonly int64_t file_size        # the timer log's file size
     cdef readonly int64_t precision_ms
     cdef readonly Py_ssize_t deletes       # delete markers among the units (MAGIC_DELETE without MAGIC_ROLL)

@@ -4,18 +4,19 @@ units into the commit log in runs (RocketMQ ``TimerMessageStore.dequeue``, ``con
 ``doPut`` for the common case), each delivery byte for byte the record the Python path
 (``timer_dequeue.TimerDelivery``: ``convert`` then the store's put) writes.
 
-``SlotWalk.walk`` follows the slot's ``prevPos`` list from its ``lastPos`` without the GIL (the timer log's files
-held), checking every unit as ``TimerLog.walk`` does: the position is a unit's of the written log, its size is 52,
-its magic whole, its ``prevPos`` -1 or before it, its message size positive, its delayed time in the slot walked; at
-most as many steps as the log holds units. A link below the log's first file ends the list (a cleaned head). It
-keeps the units oldest first (commit-log offset, size, magic, write time) and counts the delete markers; anything
-that does not check out returns -1 and the Python walk, run then, raises ``StoreCorruptedError`` with the file and
-the offset (or finds nothing wrong, and the slot is delivered by Python).
+``SlotWalk.walk`` follows the slot's ``prevPos`` list from its ``lastPos`` (the timer log's files held; without the
+GIL for a slot of ``WALK_NOGIL`` units or more), checking every unit as ``TimerLog.walk`` does: the position is a
+unit's of the written log, its size is 52, its magic whole, its ``prevPos`` -1 or before it, its message size
+positive, its delayed time in the slot walked; at most as many steps as the log holds units. A link below the log's
+first file ends the list (a cleaned head). It keeps the units oldest first (commit-log offset, size, magic, write
+time) and counts the delete markers; anything that does not check out returns -1 and the Python walk, run then,
+raises ``StoreCorruptedError`` with the file and the offset (or finds nothing wrong, and the slot is delivered by
+Python).
 
 ``SlotWalk.deliver`` takes a run of the walked units and delivers it in chunks (at most ``CHUNK_UNITS`` records
 or ``CHUNK_BYTES``), each chunk:
 
-* planned without the GIL while its records lie in one commit-log file (held): each unit's record found and
+* planned while its records lie in one commit-log file (held): each unit's record found and
   checked (``check_record``: whole, of the unit's size, naming its own offset, its CRC too when the store checks
   CRCs on reads); its properties read (``_props_pass``) and the delivery's worked out: ``REAL_TOPIC`` and
   ``REAL_QID`` removed, ``TIMER_ENQUEUE_MS`` (the unit's write time) and ``TIMER_DEQUEUE_MS`` (the chunk's clock
@@ -40,8 +41,13 @@ than a file; and a store that takes no puts, a page cache busy, a file that cann
 
 Locks: the walk holds the timer log's files (no lock: the dequeue reads slots before the write time, which no unit
 is appended to, and the files are copy-on-write); a chunk's delivery holds its source commit-log file and the
-commit log's put lock (with the shared writers' append lock when the log is shared), as a put does. The GIL is
-released for the walk and for each chunk's planning; the writes under the put lock keep it, as the put's do.
+commit log's put lock (with the shared writers' append lock when the log is shared), as a put does.
+
+The GIL: released for a long walk only. A chunk is planned and put with it (tens of microseconds; the writes under
+the put lock keep it, as the put's do), and a call returns to Python after ``RUN_BYTES`` of deliveries, where
+other threads get it. Beside a thread that keeps the GIL busy (a writer putting at full speed), every release
+costs up to a switch interval (5 ms) to take it back: releasing it per chunk made a slot's delivery later, not
+sooner.
 """
 
 cimport cython
@@ -82,6 +88,8 @@ cdef enum:
     CHUNK_BYTES = 1 << 19
     MAX_ITEMS = 64               # properties items compared for a repeated name; more goes through Python
     CELL_SLOTS = 8
+    WALK_NOGIL = 16384           # a slot of this many units is walked without the GIL (about 0.3 ms or more)
+    RUN_BYTES = 1 << 22          # a call of ``deliver`` returns to Python once it put this many bytes
     MAX_V1_TOPIC = 127           # a topic this long or shorter is stored in a V1 record (and every byte is ASCII)
 
 cdef int64_t _I32_MAX = 2147483647
@@ -296,10 +304,12 @@ cdef class SlotWalk:
         return 0
 
     def walk(self, list tl_files not None, long long last_pos, long long min_offset, long long end,
-             long long slot_ms):
+             long long slot_ms, long long expect=0):
         """Walk the list of the slot of ``slot_ms`` from ``last_pos`` in the timer log whose files are
         ``tl_files`` (written from ``min_offset`` to ``end``): the number of its units (kept oldest first), or -1
-        when a unit or link does not check out."""
+        when a unit or link does not check out. ``expect``: about how many units the slot holds (its count): a
+        walk of ``WALK_NOGIL`` units or more runs without the GIL (a shorter one keeps it: under a thread that
+        keeps the GIL busy, taking it back costs up to a switch interval, 5 ms, more than the walk)."""
         cdef Py_ssize_t nf = PyList_GET_SIZE(tl_files), j, r
         cdef MappedFile f
         cdef const unsigned char **bases = NULL
@@ -328,7 +338,11 @@ cdef class SlotWalk:
                     bases[j] = NULL
                     limits[j] = 0
             while True:
-                with nogil:
+                if expect >= WALK_NOGIL:
+                    with nogil:
+                        r = self._walk(bases, froms, limits, nf, last_pos, min_offset, end,
+                                       _floor_div(slot_ms, self.precision_ms))
+                else:
                     r = self._walk(bases, froms, limits, nf, last_pos, min_offset, end,
                                    _floor_div(slot_ms, self.precision_ms))
                 if r != -2:
@@ -443,6 +457,7 @@ cdef class SlotWalk:
         cdef Plan *pl
         cdef bytes key
         cdef Py_ssize_t put = 0
+        cdef int64_t put_bytes = 0
         if cl_file_size <= 0 or not 0 <= start <= end <= self.n:
             raise ValueError("units [%d, %d) of %d" % (start, end, self.n))
         while i < end:
@@ -462,9 +477,10 @@ cdef class SlotWalk:
                 deq_ms = now_ms() if clock is None else <int64_t>clock()
                 deq_len = _dec(deq_ms, deq)
                 rp = f.read_position_acquire()
-                with nogil:
-                    stop = self._plan(i, end, f.base, f.file_from_offset, cl_file_size, rp, check_crc, deq_len,
-                                      cl.max_message_size, cl.store_flag, &plan_why)
+                # with the GIL: a chunk is planned in tens of microseconds, and taking the GIL back from a thread
+                # that keeps it busy costs up to a switch interval (5 ms)
+                stop = self._plan(i, end, f.base, f.file_from_offset, cl_file_size, rp, check_crc, deq_len,
+                                  cl.max_message_size, cl.store_flag, &plan_why)
                 if deletes:
                     # a cancelled message goes through Python, which drops it
                     for k in range(self.n_plans):
@@ -490,6 +506,9 @@ cdef class SlotWalk:
                 if plan_why == STOP_PYTHON:
                     why = STOP_PYTHON
                     break
+                put_bytes += self.put_bytes
+                if put_bytes >= RUN_BYTES:
+                    break                               # END with units left: Python calls again
             finally:
                 f.c_release()
         return i - start, why, put
@@ -672,6 +691,7 @@ cdef class SlotWalk:
                     cl.dispatcher.dispatch_record(cell, dst, &nv, phy, qoff)
         finally:
             cl._exit()
+        self.put_bytes = acc
         if w > 0:
             cl._finish(t0, acc, last)
             cl.put_times_total += w - 1              # the put path counts one put per message

@@ -87,7 +87,7 @@ class TimerDelivery(TimerFiles):
         assert tl is not None
         done = -2
         if walker is not None and self._compiled_delivery():
-            n = walker.walk(tl.queue.files, slot.last_pos, tl.min_offset, tl.max_offset, read)
+            n = walker.walk(tl.queue.files, slot.last_pos, tl.min_offset, tl.max_offset, read, slot.num)
             if n >= 0:                      # else damage: the Python walk says where (StoreCorruptedError)
                 done = self._deliver_walked(walker, n, read)
         if done == -2:
