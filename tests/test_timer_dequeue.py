@@ -8,8 +8,10 @@ properties (``TIMER_ENQUEUE_MS``/``TIMER_DEQUEUE_MS`` already set, non-ASCII val
 flags, reconsume times, cancelled messages and their delete markers, rolled ones (re-put, delivered later), ones
 already due when enqueued, slots read late (several at once), and units the compiled run hands to Python (an IPv6
 born host, a ``REAL_QID`` only Python's ``int`` reads, a topic of more than 127 characters). The commit-log files
-are small, so deliveries roll files. Then: a damaged slot is refused with the file and offset, and a store that
-takes no puts keeps its slot.
+are small, so deliveries roll files; under ASYNC_FLUSH (the delivery dispatches its records) and SYNC_FLUSH (the
+reput does). Then: a damaged slot is refused with the file and offset; a store that takes no puts keeps its slot;
+the deliveries of a leader of several writers continue another writer's queue offsets; ``stats_from_files`` sums
+the slots ``occupied`` lists.
 """
 
 from __future__ import annotations
@@ -268,3 +270,54 @@ def test_stats_from_files_sum_the_slots_that_occupied_lists(store_factory, fake_
         wheel.close(flush=False)
     assert got["pending"] == sum(s.num for s in slots) == 12 - 1 and len(slots) == 4     # a delete marker counts -1
     assert got["next_due_ms"] == min(s.time_ms for s in slots if s.num > 0) + P == T0 + 3000
+
+
+def test_deliveries_share_a_log_with_another_writer(tmp_path):
+    """Several writers (``shared_writers``): the leader's compiled delivery takes the writers' append lock as a put
+    does, so its deliveries and another writer's puts to the same queue get continuous queue offsets, each once."""
+    from pystore import MessageStore
+
+    root = str(tmp_path / "store")
+    geometry = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 64}
+    with MessageStore.open(root, shared_writers=True, **geometry) as leader, \
+            MessageStore.open(root, shared_writers=True, **geometry) as follower:
+        assert leader.writer_info()["leader"] and leader.timer_message_store is not None
+        due = (int(time.time() * 1000) // 1000 + 2) * 1000
+        for i in range(600):
+            assert leader.put_message(Message("T", b"timer %d" % i, deliver_at_ms=due)).is_ok()
+        ts = leader.timer_message_store
+        wait_for(lambda: ts.opened and ts.curr_queue_offset == 600)      # (the leader's follow dispatches)
+        walked = []
+        walker = ts._walker
+        assert walker is not None
+
+        class Counting:
+            def __getattr__(self, name):
+                return getattr(walker, name)
+
+            def deliver(self, *a):
+                got = walker.deliver(*a)
+                walked.append(got[2])
+                return got
+
+        ts._walker = Counting()
+        # the other writer puts until the timers' slot is read: the delivery first catches up on its records
+        puts = 0
+        while ts.curr_read_time_ms < due:
+            assert follower.put_message(Message("T", b"plain %d" % puts)).is_ok()
+            puts += 1
+            time.sleep(0.001)
+            assert time.time() * 1000 < due + 20_000
+        wait_for(lambda: leader.get_max_offset_in_queue("T", 0) >= 600 + puts)
+        bodies = []
+        offset = 0
+        while True:
+            r = leader.get_message("G", "T", 0, offset, 256)
+            if not r.messages:
+                break
+            bodies += [(m.queue_offset, m.body) for m in r.messages]
+            offset = r.next_begin_offset
+        assert [q for q, _ in bodies] == list(range(600 + puts))
+        assert sorted(b for _, b in bodies) == sorted([b"timer %d" % i for i in range(600)]
+                                                       + [b"plain %d" % i for i in range(puts)])
+        assert sum(walked) == 600 and puts > 100
