@@ -8,10 +8,12 @@ properties (``TIMER_ENQUEUE_MS``/``TIMER_DEQUEUE_MS`` already set, non-ASCII val
 flags, reconsume times, cancelled messages and their delete markers, rolled ones (re-put, delivered later), ones
 already due when enqueued, slots read late (several at once), and units the compiled run hands to Python (an IPv6
 born host, a ``REAL_QID`` only Python's ``int`` reads, a topic of more than 127 characters). The commit-log files
-are small, so deliveries roll files; under ASYNC_FLUSH (the delivery dispatches its records) and SYNC_FLUSH (the
-reput does). Then: a damaged slot is refused with the file and offset; a store that takes no puts keeps its slot;
-the deliveries of a leader of several writers continue another writer's queue offsets; ``stats_from_files`` sums
-the slots ``occupied`` lists.
+are small, so deliveries roll files; under ASYNC_FLUSH (the delivery dispatches its records), SYNC_FLUSH (the
+reput does) and with the transient store pool.
+
+Then: a damaged slot is refused with the file and offset; a store that takes no puts keeps its slot; the
+deliveries of a leader of several writers continue another writer's queue offsets; ``stats_from_files`` sums the
+slots ``occupied`` lists.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def wait_for(cond, timeout: float = 20.0) -> None:
 
 def drained(store) -> bool:
     ts = store.timer_message_store
+    store.flush()               # the transient pool: records are read and dispatched once committed
     if ts.flush_commitlog is not None:
         # SYNC_FLUSH: the records are dispatched by the reput once the group commit flushed them
         ts.flush_commitlog(store.get_max_phy_offset())
@@ -101,10 +104,11 @@ def specs() -> list[Message]:
     return out
 
 
-def run(store_factory, fake_clock, name: str, compiled: bool, flush: FlushDiskType):
+def run(store_factory, fake_clock, name: str, compiled: bool, flush: FlushDiskType, pool: bool = False):
     fake_clock.now = T0
     store = store_factory(name, clock=fake_clock, timer_stop_enqueue=True, timer_roll_window_slots=ROLL_SLOTS,
-                          mapped_file_size_commit_log=CL_FILE, flush_disk_type=flush)
+                          mapped_file_size_commit_log=CL_FILE, flush_disk_type=flush,
+                          transient_store_pool_enable=pool, transient_store_pool_size=4)
     stop_dequeue_thread(store)
     ts = store.timer_message_store
     calls = {"deliver": 0, "python": 0}
@@ -157,12 +161,14 @@ def files_of(root: str, sub: str) -> dict[str, bytes]:
     return out
 
 
-@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
-def test_compiled_delivery_writes_what_the_python_path_writes(store_factory, fake_clock, flush):
+@pytest.mark.parametrize("flush, pool", [(FlushDiskType.ASYNC_FLUSH, False), (FlushDiskType.SYNC_FLUSH, False),
+                                         (FlushDiskType.ASYNC_FLUSH, True)])
+def test_compiled_delivery_writes_what_the_python_path_writes(store_factory, fake_clock, flush, pool):
     """ASYNC_FLUSH: the deliveries' units and index entries are written by the delivery (``dispatch_record``);
-    SYNC_FLUSH: by the reput behind the group commit."""
-    py, py_calls = run(store_factory, fake_clock, "python", False, flush)
-    c, c_calls = run(store_factory, fake_clock, "compiled", True, flush)
+    SYNC_FLUSH: by the reput behind the group commit; with the transient pool the records are written into its
+    buffers and read once committed."""
+    py, py_calls = run(store_factory, fake_clock, "python", False, flush, pool)
+    c, c_calls = run(store_factory, fake_clock, "compiled", True, flush, pool)
     for store in (py, c):
         wait_for(lambda s=store: drained(s))
     # most went through the compiled run; Python took the rolled re-puts, the cancelled, the odd three and the due
