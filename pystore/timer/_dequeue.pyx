@@ -447,7 +447,8 @@ cdef class SlotWalk:
         (``cl_file_size`` bytes each), ``TIMER_DEQUEUE_MS`` read from ``clock()`` once a chunk (None: the C
         clock), each record's CRC checked when ``check_crc``; ``deletes``: the slot's delete keys
         (``REAL_TOPIC+UNIQ_KEY`` as UTF-8 bytes), None when it has none. Returns ``(units consumed, why it stopped,
-        messages put)``: ``END``, or ``PYTHON`` for the unit after those consumed."""
+        messages put)``: ``END`` (short of ``end`` once ``RUN_BYTES`` of deliveries were put: the caller calls
+        again), or ``PYTHON`` for the unit after those consumed."""
         cdef Py_ssize_t i = start, stop, k, w
         cdef int why = STOP_END, plan_why
         cdef int64_t phy, rp, deq_ms
@@ -496,6 +497,7 @@ cdef class SlotWalk:
                             stop = pl.idx
                             plan_why = STOP_PYTHON
                             break
+                self.put_bytes = 0
                 w = self._put(cl, deq, deq_len) if self.n_plans > 0 else 0
                 put += w
                 if w < self.n_plans:
