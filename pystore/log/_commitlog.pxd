@@ -34,6 +34,8 @@ cdef class Dispatcher:
     cdef int dispatch_each(self, QueueCell cell, Message msg, const unsigned char *rec, int64_t phy_offset,
                            const int32_t *sizes, const int32_t *props_lens, const int64_t *tags_codes, Py_ssize_t n,
                            int64_t store_ts, int64_t queue_offset, bint keyed) except -1
+    cdef int dispatch_record(self, QueueCell cell, const unsigned char *rec, RecordView *v, int64_t phy_offset,
+                             int64_t queue_offset) except -1
 
 
 cdef class CommitLogCore:

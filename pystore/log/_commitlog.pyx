@@ -141,6 +141,13 @@ cdef class Dispatcher:
         ``keyed``: whether any may have keys to index."""
         return 0
 
+    cdef int dispatch_record(self, QueueCell cell, const unsigned char *rec, RecordView *v, int64_t phy_offset,
+                             int64_t queue_offset) except -1:
+        """A record written from another record's bytes rather than from a ``Message`` (the timer store's
+        compiled delivery, ``pystore.timer._dequeue``), checked and described by ``v``: it enters its queue (no
+        delay level, no transaction type) and takes queue offset ``queue_offset``."""
+        return 0
+
 
 # the batch put (``_batch_put.put_batch``), registered by that module when it is imported (at the end of this one)
 cdef BatchPut _put_batch = NULL

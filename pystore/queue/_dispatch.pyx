@@ -344,6 +344,25 @@ cdef class QueueDispatcher(Dispatcher):
             ps_notify(self._wake_word, self._wake_light)
         return 0
 
+    cdef int dispatch_record(self, QueueCell cell, const unsigned char *rec, RecordView *v, int64_t phy_offset,
+                             int64_t queue_offset) except -1:
+        """``dispatch`` of a record written from bytes (the timer store's compiled delivery: it enters a queue and
+        has no delay level): its tags code and index entries read from the record as ``reput`` reads them."""
+        cdef ConsumeQueueCore cq = self._queue_of(cell)
+        cdef int64_t tags = tags_code_of(rec, v)
+        cq.put_unit(phy_offset, v.total_size, tags, queue_offset)
+        cq.last_store_ts = v.store_ts
+        if self.arriving is not None:
+            self.arriving(cell.topic, cell.queue_id, queue_offset, tags, v.store_ts,
+                          rec[v.props_pos:v.props_pos + v.props_len])
+        if self._wake_word != NULL:
+            ps_notify(self._wake_word, self._wake_light)
+        self.last_store_ts = v.store_ts
+        if self.inline_index and self.index is not None:
+            index_message(self.index, rec + v.topic_pos, v.topic_len, rec + v.props_pos, v.props_len, phy_offset,
+                          v.store_ts, v.sys_flag)
+        return 0
+
     cdef QueueCell _cell(self, const unsigned char *rec, RecordView *v):
         """The cell of a record's topic and queue (reput), from the record's bytes: the last record's when they
         repeat, else from the dispatcher's table of cells met, else (a queue new to this dispatcher) from the

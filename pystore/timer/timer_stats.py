@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from pystore.timer._enqueue import wheel_pending
 from pystore.timer.timer_checkpoint import TimerCheckpoint, checkpoint_path
 from pystore.timer.timer_wheel import DEFAULT_SLOTS_TOTAL, TimerWheel
 
@@ -56,10 +57,12 @@ def stats_from_files(root: str, precision_ms: int, now_ms: int) -> dict[str, Any
     if files["timerwheel"]:
         wheel = TimerWheel(os.path.join(root, "timerwheel"), DEFAULT_SLOTS_TOTAL, precision_ms, read_only=True)
         try:
-            slots = wheel.occupied(cp.last_read_time_ms)
+            # the two turns from the read time (``occupied``'s slots), summed in C without the GIL
+            read = cp.last_read_time_ms
+            units, first = wheel_pending(wheel.raw, DEFAULT_SLOTS_TOTAL, precision_ms, read,
+                                         read + (2 * DEFAULT_SLOTS_TOTAL - 1) * precision_ms)
         finally:
             wheel.close(flush=False)
-        out["pending"] = sum(s.num for s in slots)
-        due = [s.time_ms for s in slots if s.num > 0]
-        out["next_due_ms"] = min(due) + precision_ms if due else None
+        out["pending"] = int(units)
+        out["next_due_ms"] = first + precision_ms if first >= 0 else None
     return out
