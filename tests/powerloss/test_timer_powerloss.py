@@ -501,12 +501,15 @@ def check_delivered(store, log: WriterLog, mode: str, read_time: int, queue_offs
     broken = [(c, after[c.idx]) for c in durable_cancels if not before.get(c.idx) and after.get(c.idx)]
     if broken:
         c, ds = broken[0]
+        rolled_broken = sum(1 for b, _ in broken if max(x.rolls for x in copies[b.idx]) > 0)
+        late_ms = [d.stored_ms - copies[b.idx][0].out_ms for b, bd in broken for d in bd]
         tally.broken_cancels.append(
             "%s: %d of %d durably acknowledged cancels did not keep their timer from being delivered after recovery "
-            "(it had no delivery before the cut), first: the cancel %s; the timer delivered %s; its copies in the "
-            "timer queue %s; its markers %s (checkpoint: lastReadTimeMs %d, lastTimerQueueOffset %d; cut at %d)" % (
-                what, len(broken), len(durable_cancels), c, ds, copies.get(c.idx), markers.get(c.idx), read_time,
-                queue_offset, cut_ms))
+            "(it had no delivery before the cut; %d of them rolled timers; delivered %d to %d ms after their slot); "
+            "first: the cancel %s; the timer delivered %s; its copies in the timer queue %s; its markers %s "
+            "(checkpoint: lastReadTimeMs %d, lastTimerQueueOffset %d; cut at %d)" % (
+                what, len(broken), len(durable_cancels), rolled_broken, min(late_ms), max(late_ms), c, ds,
+                copies.get(c.idx), markers.get(c.idx), read_time, queue_offset, cut_ms))
     cancelled = sum(1 for c in durable_cancels if not got.get(c.idx))
     late = sum(1 for c in durable_cancels if before.get(c.idx))
 
