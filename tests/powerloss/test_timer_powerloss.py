@@ -2,7 +2,7 @@
 RocketMQ 5 timer messages (``deliver_at_ms`` / ``delay_ms``, a 100 ms tick) into a store on the power-cut layer while
 its timer services enqueue them into 4 KiB timer-log files (which roll several times a second), deliver them to their
 topics and write ``config/timercheck`` every 50 ms. The roll window (``timer_roll_window_slots``) is 8 ticks: a
-timer due 0.4 to 0.65 s later waits in its slot, one due 1 to 3 s later is rolled (re-put into the timer queue with
+timer due 0.4 to 0.65 s later waits in its slot, one due 0.9 to 2.5 s later is rolled (re-put into the timer queue with
 ``TIMER_ROLL_TIMES`` one higher, enqueued again) one to three times before it is delivered. Some timers put with
 ``deliver_at_ms`` are cancelled by a delete marker (``TIMER_DEL_UNIQKEY``, due at the same time) put at a random
 moment from right after the timer to 300 ms before its time.
@@ -84,7 +84,7 @@ TIMER_OPTIONS = {"timer_precision_ms": P, "mapped_file_size_timer_log": 4096, "t
                  "timer_roll_window_slots": ROLL_SLOTS}
 WRITER_OPTIONS = {"flush_interval_commit_log": 200, "flush_commit_log_least_pages": 1}
 #: a timer's delay, ms: short ones wait in their slot, long ones roll (LONG_SHARE of the puts)
-SHORT, LONG, LONG_SHARE = (400, 650), (1000, 3000), 0.7
+SHORT, LONG, LONG_SHARE = (400, 650), (900, 2500), 0.7
 #: the share of the deliver_at_ms timers that get a cancel, put at least CANCEL_LEAD ms before their time
 CANCEL_SHARE, CANCEL_LEAD = 0.3, 300
 #: the named points of the timer store (pystore.system.crashpoint) and the range of n (the n-th arrival)
@@ -361,9 +361,11 @@ def check_cuts(cuts: list[tuple[str, Path]], log: WriterLog, mode: str, what: st
 
 def settled(store, due: int) -> bool:
     """Every timer is due, every slot up to then read, every unit of the timer queue enqueued and none pending (a
-    delete marker whose message is not in its slot counts -1 there, so ``pending`` alone could read 0 early)."""
+    delete marker whose message is not in its slot counts -1 there, so ``pending`` alone could read 0 early). A store
+    whose cut kept no timer message has no timer files, and nothing to read."""
     s = store.timer_stats()
-    return now_ms() >= due and s["read_time_ms"] >= due and s["enqueue_behind"] == 0 and s["pending"] <= 0
+    read = s["read_time_ms"] >= due or not store.timer_message_store.opened
+    return now_ms() >= due and read and s["enqueue_behind"] == 0 and s["pending"] <= 0
 
 
 def read_queue(store, topic: str, qid: int):
@@ -524,12 +526,13 @@ def check_delivered(store, log: WriterLog, mode: str, read_time: int, queue_offs
         n = sum(1 for ds in got.values() for d in ds if leader_dead < d.stored_ms <= cut_ms)
         takeover = "; %d delivered by the new leader before the cut" % n
         tally.taken_over = max(tally.taken_over, n)
-    print("%s: %d puts, %d acked, %d durable, %d delivered (%d the checkpoint says before the cut: read time %d, "
-          "queue offset %d); %d delivered rolled (at most %d times); cancels %d put, %d durable, %d took effect, "
+    print("%s: %d puts, %d acked, %d durable, %d delivered (%d the checkpoint says before the cut, %d of them rolled: "
+          "read time %d, queue offset %d); %d delivered rolled (at most %d times); cancels %d put, %d durable, %d took effect, "
           "%d too late (delivered before the cut), %d broken (delivered after recovery only); duplicates %d (%d extra "
           "deliveries); acked but not durable and lost %d%s"
           % (what, len(log.timers), sum(1 for a in acks if a.kind == "T"),
-             sum(1 for k, _ in promised if k == "T"), len(got), len(said), read_time, queue_offset,
+             sum(1 for k, _ in promised if k == "T"), len(got), len(said),
+             sum(1 for idx in said if max(c.rolls for c in copies[idx]) > 0), read_time, queue_offset,
              sum(1 for r in rolled if r), max(rolled, default=0), len(log.cancels), len(durable_cancels), cancelled,
              late, len(broken), len(dups), sum(dups.values()) - len(dups),
              sum(1 for p in log.timers.values() if p.ok and p.idx not in log.cancel_tried and not got.get(p.idx)),
