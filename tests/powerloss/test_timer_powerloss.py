@@ -49,9 +49,9 @@ What is required:
   the marker's unit; the writer puts each cancel at least 300 ms before the time, so this takes an enqueue 300 ms
   late, or a leader takeover) may be delivered again after recovery when its slot is read again (at least once); a
   cancel whose put was not acknowledged, or (ASYNC_FLUSH) not flushed, may be lost with the cut, and its timer then
-  delivered; and a timer with a cancel is never required to be delivered. (pystore fails this check for rolled
-  timers when the store reopens after their roll slot: docs/powerloss.md, "Timers", "Found, not fixed yet"; the
-  check's failures are asserted at the end of each test, after every other check of every cut);
+  delivered; and a timer with a cancel is never required to be delivered. (pystore fails this check when the
+  reopened store catches up past a timer's time, most often for rolled timers: docs/powerloss.md, "Timers", "Found,
+  not fixed yet"; the check's failures are asserted at the end of each test, after every other check of every cut);
 * other duplicates (slots after R, read again: at least once, as RocketMQ; a takeover's re-read slots) are counted
   and printed, not failed.
 
