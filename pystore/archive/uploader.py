@@ -161,6 +161,7 @@ class ArchiveService(ServiceThread):
         self.uploaded = 0                 # files this process copied
         self.uploaded_bytes = 0
         self.last_upload_ms = 0
+        self.passes = 0                   # passes ended (done or failed): the first runs as the service starts
 
     def run(self) -> None:
         interval = self.config.archive_interval_ms
@@ -202,7 +203,9 @@ class ArchiveService(ServiceThread):
                           "their copy is finished)", self.config.store_path_root_dir, self.target.shown, text,
                           self.config.archive_interval_ms)
             self.last_error = text
+            self.passes += 1
             return 0
+        self.passes += 1
         if self.last_error is not None:
             log.info("%s: archiving to %s works again", self.config.store_path_root_dir, self.target.shown)
             self.last_error = None
