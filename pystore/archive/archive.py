@@ -55,7 +55,6 @@ CACHE_FOLDER = "archive.cache"
 _UNIT = 20
 _SPAN_MIN = 32          # units a read below the local minimum fetches the records of, at least
 _SPAN_BYTES = 64 << 20  # the ranges one queue read below the local minimum may fetch and hold, at most
-_AHEAD = 2              # ranges past a queue read's last fetched ahead for the next read (a sequential reader)
 
 
 class _View:
@@ -253,25 +252,24 @@ class Archive:
         next ranges are fetched meanwhile."""
         if not any(h.range_size for h in archived):
             return len(units) // _UNIT          # every file fetched whole: nothing to plan
-        n, spans = plan_units(units, archived, max(_SPAN_BYTES, max(h.range_size for h in archived)))
-        for h, sp in zip(archived, spans, strict=True):
-            if sp:
-                h.need_ranges(sorted({i for lo, hi in sp for i in h.ranges(lo, hi)}))
-        for h, sp in zip(archived, spans, strict=True):
-            more = extend(h.mf, sp) if sp and h.range_size else []
-            if more:
-                h.need_ranges(sorted({i for lo, hi in more for i in h.ranges(lo, hi)}))
+        n, ranges = plan_units(units, archived, max(_SPAN_BYTES, max(h.range_size for h in archived)))
         for k in range(len(archived) - 1, -1, -1):
-            if spans[k]:
+            if ranges[k]:
+                # the read's last file: what follows its ranges, asked for first (its GET queued while this read
+                # fetches or waits), then into the next file past its end
                 h = archived[k]
-                last = h.ranges(spans[k][-1][0], spans[k][-1][1])
-                if last and last[-1] + 1 < len(h.ranges(0, h.mf.file_size)):
-                    h.ahead(last[-1] + 1, _AHEAD)
-                else:
-                    following = self.manifest.commitlog_file_for(h.mf.file_from_offset + h.mf.file_size)
-                    if following is not None:
-                        self.cache.read_ahead(following)
+                past = h.read_ranges(ranges[k][0] if k == 0 else 0, ranges[k][-1])
+                following = self.manifest.commitlog_file_for(h.mf.file_from_offset + h.mf.file_size)
+                if past and following is not None:
+                    self.cache.read_ahead(following, past)
                 break
+        for h, idxs in zip(archived, ranges, strict=True):
+            if idxs:
+                h.need_ranges(idxs)
+        for h, idxs in zip(archived, ranges, strict=True):
+            more = extend(units, n, h) if idxs else []
+            if more:
+                h.need_ranges(more)
         return n
 
     def queue_end(self, topic: str, queue_id: int) -> int:

@@ -82,7 +82,7 @@ class ArchiveCache:
         self.fetched = 0               # objects fetched (misses)
         self.hits = 0
         shutil.rmtree(self.folder, ignore_errors=True)
-        self.ranges = RangeStore(target, self.folder, self._lock, self._evict_now)
+        self.ranges = RangeStore(target, self.folder, self._lock, self._evict_now, lambda: self.capacity)
 
     def open(self, record: dict[str, Any]) -> Held:
         """The archived file of ``record`` (a visible manifest record), held for one read: the caller says which
@@ -131,13 +131,13 @@ class ArchiveCache:
             pending.result()                    # raises what the fetch raised
             waited = True
 
-    def read_ahead(self, record: dict[str, Any]) -> None:
+    def read_ahead(self, record: dict[str, Any], ranges: int = 1) -> None:
         """Fetch ``record``'s file in the background (a sequential reader will want it next): a whole file, or
-        the first range of a ranged one."""
+        the first ``ranges`` ranges of a ranged one."""
         if self.target.local_path(record["name"]) is None and range_fields(record) is not None:
             h = self.open(record)
             try:
-                h.ahead(0, 1)
+                h.ahead(0, ranges)
             finally:
                 h.release()
             return

@@ -12,9 +12,9 @@ size that fits in the file; any other ``total`` is refused on those 8 bytes alon
 
 from __future__ import annotations
 
-import bisect
-import struct
 from typing import Any
+
+from pystore.archive import _plan
 
 __all__ = ["MAX_RANGES", "RANGE_SIZE", "extend", "plan_units", "range_fields", "ranges_of", "record_end"]
 
@@ -57,47 +57,24 @@ def range_fields(record: dict[str, Any]) -> tuple[int, list[int]] | None:
     return rs, crcs
 
 
-def plan_units(units: bytes, files: list[Any], budget: int) -> tuple[int, list[list[tuple[int, int]]]]:
-    """The records a queue read will check, from its ``units`` (20 bytes each, in order) and the archived
-    commit-log ``files`` it is given (``Held`` handles in offset order): ``(n, spans)``, where the read is to be
+def plan_units(units: bytes, files: list[Any], budget: int) -> tuple[int, list[list[int]]]:
+    """The ranges a queue read will touch, from its ``units`` (20 bytes each, in order) and the archived
+    commit-log ``files`` it is given (``Held`` handles in offset order): ``(n, ranges)``, where the read is to be
     cut after its first ``n`` units (at least one) so that the ranges they need stay within ``budget`` bytes, and
-    ``spans[k]`` lists the ``(lo, hi)`` bytes of ``files[k]`` those units' records take (``record_end`` of the
-    unit's size: a record whose own size field says otherwise is ``extend``ed once it is fetched)."""
-    bases = [h.mf.file_from_offset for h in files]
-    spans: list[list[tuple[int, int]]] = [[] for _ in files]
-    seen: list[set[int]] = [set() for _ in files]
-    ranged = [h.range_size > 0 for h in files]
-    total = 0
-    n = len(units) // 20
-    for j, (phy, size, _tags) in enumerate(struct.iter_unpack(">qiq", units[:n * 20])):
-        k = bisect.bisect_right(bases, phy) - 1
-        if k < 0 or not ranged[k]:
-            continue                       # not in an archived file, or in one fetched whole
-        h = files[k]
-        pos = phy - bases[k]
-        if pos >= h.mf.file_size:
-            continue
-        end = record_end(pos, size, h.mf.file_size)
-        fresh = [i for i in h.ranges(pos, end) if i not in seen[k]]
-        if fresh:
-            cost = sum(min(h.range_size, h.mf.file_size - i * h.range_size) for i in fresh)
-            if total + cost > budget and j > 0:
-                return j, spans            # the read ends before this unit; the next read starts at it
-            total += cost
-            seen[k].update(fresh)
-        spans[k].append((pos, end))
-    return n, spans
+    ``ranges[k]`` are those of ``files[k]`` (sorted; none for a file fetched whole). Once they are fetched,
+    ``extend`` gives those the records' own size fields reach further (compiled: ``_plan``)."""
+    return _plan.plan(units, [(h.mf.file_from_offset, h.mf.file_size, h.range_size) for h in files], budget)
 
 
-def extend(mf: Any, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts past their spans of the records (fetched ``(pos, end)`` spans of the mapped file ``mf``) whose
-    own size field reaches past what their unit said: the checks read what the record says too."""
-    out = []
-    size = mf.file_size
-    for pos, end in spans:
-        if pos + 4 <= end:
-            total = int.from_bytes(mf.read_any(pos, 4), "big", signed=True)
-            own = record_end(pos, total, size)
-            if own > end:
-                out.append((end, own))
-    return out
+def extend(units: bytes, n: int, h: Any) -> list[int]:
+    """The ranges of the archived file ``h`` (a ``Held`` whose ``plan_units`` ranges are fetched) that the records
+    of the first ``n`` units reach by their own size field beyond their unit's: the checks read those too."""
+    mf = h.mf
+    buf = mf.select_mapped_buffer(0, mf.file_size)
+    if buf is None:
+        raise ValueError("%s: not readable" % mf.file_name)
+    try:
+        with memoryview(buf) as view:
+            return _plan.extend(units, n, mf.file_from_offset, mf.file_size, h.range_size, view)
+    finally:
+        buf.release()

@@ -50,6 +50,8 @@ __all__ = ["Held", "RangeStore", "RangedCopy"]
 _RUN = 16
 #: GETs of one read running at once
 _PARALLEL = 4
+#: ranges fetched ahead of a read that jumped (a read that follows on from the one before takes whole runs)
+_AHEAD_MIN = 2
 
 
 class RangedCopy:
@@ -77,6 +79,8 @@ class RangedCopy:
         self.holds: dict[int, int] = {}
         self.pending: dict[int, Future[None]] = {}
         self.users = 0                      # Held handles open on it
+        self.next_read = -1                 # the range after the last read's (a read starting there is sequential)
+        self.window = _AHEAD_MIN
         self._reader: ObjectReader | None = None
         self._reader_lock = threading.Lock()
 
@@ -197,6 +201,14 @@ class Held:
         if self._store is not None and self.copy is not None:
             self._store.ahead(self.copy, first, count)
 
+    def read_ranges(self, first: int, last: int) -> int:
+        """A read used ranges ``[first, last]``: fetch the ones after it in the background, as many as the
+        copy's reads so far say (a sequential reader gets a growing window); returns how many were asked for
+        past the copy's end (what the next file's read-ahead may take)."""
+        if self._store is None or self.copy is None:
+            return 0
+        return self._store.read_ranges(self.copy, first, last)
+
     def release(self) -> None:
         if self._released:
             return
@@ -211,8 +223,9 @@ class RangeStore:
     """The ranged copies of one cache and the LRU of their present ranges (see the module doc)."""
 
     def __init__(self, target: ArchiveTarget, folder: str, lock: threading.Lock,
-                 evict: Callable[[], None]) -> None:
+                 evict: Callable[[], None], capacity: Callable[[], int]) -> None:
         self.target = target
+        self.capacity = capacity         # the cache's bound (read-ahead stays within a quarter of it)
         self.folder = folder
         self._lock = lock
         self._evict_all = evict          # the cache's eviction (whole copies and ranges, one capacity)
@@ -322,12 +335,28 @@ class RangeStore:
         log.debug("fetched ranges [%d, %d) of %s (%d bytes)", first, first + count, copy.shown, n)
         return None
 
+    def read_ranges(self, copy: RangedCopy, first: int, last: int) -> int:
+        with self._lock:
+            sequential = first in (copy.next_read - 1, copy.next_read)
+            copy.next_read = last + 1
+        if not sequential:
+            self.ahead(copy, last + 1, _AHEAD_MIN)
+            return max(0, last + 1 + _AHEAD_MIN - len(copy.crcs))
+        # A sequential reader: the file in aligned chunks of ``run`` ranges, each one GET; the rest of the chunk
+        # being read and the whole next one fetched ahead (the GET of the next starts as the reader enters this)
+        run = max(1, min(_RUN, self.capacity() // 4 // copy.range_size))
+        end = (last // run + 2) * run
+        self.ahead(copy, last + 1, end - last - 1)
+        return min(run, max(0, end - len(copy.crcs)))
+
     def ahead(self, copy: RangedCopy, first: int, count: int) -> None:
         with self._lock:
             if self._closed:
                 return
-            idxs = [i for i in range(max(first, 0), min(first + count, len(copy.crcs)))
-                    if i not in copy.present and i not in copy.pending]
+            if first == 0 and copy.next_read < 0:
+                copy.next_read = 0        # the next file of a sequential reader: its read from the start follows on
+            want = range(max(first, 0), min(first + count, len(copy.crcs)))
+            idxs = [i for i in want if i not in copy.present and i not in copy.pending]
             for i in idxs:
                 copy.pending[i] = Future()
             if idxs:
