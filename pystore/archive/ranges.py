@@ -232,6 +232,8 @@ class RangeStore:
         self._copies: dict[str, RangedCopy] = {}
         self._lru: OrderedDict[tuple[str, int], int] = OrderedDict()    # (copy key, range) -> bytes
         self._pool = ThreadPoolExecutor(max_workers=_PARALLEL, thread_name_prefix="pystore-archive-range")
+        # one: read-aheads are fetched in the order asked for (the chunk a reader needs first comes first), the
+        # GET of the next chunk while the reader decodes the one before
         self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pystore-archive-range-ahead")
         self._closed = False
         self.bytes = 0                   # of present ranges
@@ -337,16 +339,19 @@ class RangeStore:
 
     def read_ranges(self, copy: RangedCopy, first: int, last: int) -> int:
         with self._lock:
-            sequential = first in (copy.next_read - 1, copy.next_read)
+            # following on from the read before, or the first read of a copy starting at its start (a reader
+            # going through a queue from its archived beginning; a lookup there fetches a chunk more)
+            sequential = first in (copy.next_read - 1, copy.next_read) or (first == 0 and copy.next_read < 0)
             copy.next_read = last + 1
         if not sequential:
             self.ahead(copy, last + 1, _AHEAD_MIN)
             return max(0, last + 1 + _AHEAD_MIN - len(copy.crcs))
-        # A sequential reader: the file in aligned chunks of ``run`` ranges, each one GET; the rest of the chunk
-        # being read and the whole next one fetched ahead (the GET of the next starts as the reader enters this)
+        # A sequential reader: the file in aligned chunks of ``run`` ranges, each one GET; what the read needs of
+        # its chunk, the chunk's rest and the whole next one fetched in the background (asked for before the read
+        # fetches: the read then waits for that one GET instead of making its own)
         run = max(1, min(_RUN, self.capacity() // 4 // copy.range_size))
         end = (last // run + 2) * run
-        self.ahead(copy, last + 1, end - last - 1)
+        self.ahead(copy, first, end - first)
         return min(run, max(0, end - len(copy.crcs)))
 
     def ahead(self, copy: RangedCopy, first: int, count: int) -> None:
