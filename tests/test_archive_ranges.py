@@ -74,8 +74,8 @@ def test_a_lookup_fetches_only_the_ranges_its_record_lies_in(tmp_path, s3_archiv
         # a message in the middle of the second file
         m = store.get_message("g", TOPIC, 0, 200, 1).messages[0]
         assert m.body == put[0][200]
-        before = _ranges(store).fetched_bytes
         _quiet(store)
+        before = _ranges(store).fetched_bytes
         got = store.look_message_by_offset(m.commit_log_offset)
         assert got is not None and got.body == m.body
         r = _ranges(store)
