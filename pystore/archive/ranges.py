@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import threading
 import zlib
@@ -92,12 +93,20 @@ class RangedCopy:
 
     def fetch(self, target: ArchiveTarget, first: int, count: int) -> int:
         """Fetch ranges ``[first, first + count)`` in one ranged read, check each against its CRC32 and write it
-        into the copy; returns the bytes fetched. Nothing of a range that fails its check is written."""
+        into the copy; returns the bytes fetched. A range that fails its check is never present (nor readable)."""
         reader = self._open_reader(target)
         lo = first * self.range_size
         hi = min(self.size, (first + count) * self.range_size)
         try:
-            data = reader.read_at(lo, hi - lo)
+            if count == 1:
+                data: Any = reader.read_at(lo, hi - lo)
+                self._check(first, count, lo, data)
+                view = memoryview(data).cast("B")
+                done = 0
+                while done < len(view):
+                    done += os.pwrite(self._fd, view[done:], lo + done)
+            else:
+                self._fetch_mapped(reader, first, count, lo, hi)
         except FileNotFoundError:
             self._forget_reader()
             raise self._missing() from None
@@ -106,20 +115,34 @@ class RangedCopy:
                 self._forget_reader()
                 raise self._missing() from None
             raise
+        return hi - lo
+
+    def _fetch_mapped(self, reader: ObjectReader, first: int, count: int, lo: int, hi: int) -> None:
+        """A run of ranges read straight into the copy's pages (one copy of the bytes, as a whole download makes),
+        their blocks allocated first (a full disk is an error here, never a fault of the mapping). Nothing reads
+        them before they are checked: they are not present until then, and a failed check punches them out."""
+        os.posix_fallocate(self._fd, lo, hi - lo)
+        try:
+            with mmap.mmap(self._fd, hi - lo, offset=lo) as m:
+                view = memoryview(m)
+                try:
+                    reader.read_into(lo, view)
+                    self._check(first, count, lo, view)
+                finally:
+                    view.release()
+        except BaseException:
+            self.punch_span(lo, hi - lo)
+            raise
+
+    def _check(self, first: int, count: int, lo: int, data: Any) -> None:
         for i in range(first, first + count):
             at = i * self.range_size - lo
-            part = data[at:at + self.length(i)]
-            got = file_crc32(part)
+            got = file_crc32(data[at:at + self.length(i)])
             if got != self.crcs[i]:
                 raise StoreCorruptedError(self.shown, i * self.range_size,
                                           "the archived object changed behind the store's back (range of %d bytes "
                                           "at %d: CRC32 %08x, the manifest says %08x)"
-                                          % (len(part), i * self.range_size, got, self.crcs[i]))
-        view = memoryview(data).cast("B")
-        done = 0
-        while done < len(view):
-            done += os.pwrite(self._fd, view[done:], lo + done)
-        return hi - lo
+                                          % (self.length(i), i * self.range_size, got, self.crcs[i]))
 
     def _open_reader(self, target: ArchiveTarget) -> ObjectReader:
         with self._reader_lock:
@@ -146,10 +169,13 @@ class RangedCopy:
 
     def punch(self, i: int) -> None:
         """Give range ``i``'s blocks back (it is no longer present and no one holds it)."""
+        self.punch_span(i * self.range_size, self.length(i))
+
+    def punch_span(self, lo: int, n: int) -> None:
         if not self.punchable:
             return
         try:
-            punch_hole(self._fd, i * self.range_size, self.length(i))
+            punch_hole(self._fd, lo, n)
         except OSError as e:
             # the bytes stay on disk until the copy is deleted; the read answers are unaffected
             log.warning("%s: cannot free an evicted range of the local copy: %s", self.path, e)

@@ -410,6 +410,25 @@ class ObjectReader:
                                       % (len(data), offset, length))
         return memoryview(data)
 
+    def read_into(self, offset: int, view: memoryview) -> None:
+        """Fill ``view`` with the bytes from ``offset`` straight from the stream (no buffer of pyarrow's in
+        between): on a stream of its own (a shared one's seek and read are not safe from several threads)."""
+        path = self._target._path(self.name)
+        try:
+            with self._target.fs.open_input_file(path) as stream:
+                stream.seek(offset)
+                got = 0
+                while got < len(view):            # a stream may hand a range over in several reads
+                    n = stream.readinto(view[got:])
+                    if not n:
+                        raise self._target._error(self.name, "short read", "gave %d bytes at %d, asked for %d"
+                                                  % (got, offset, len(view)))
+                    got += n
+        except FileNotFoundError:
+            raise
+        except _PYARROW_ERRORS as e:
+            raise self._target._error(self.name, "cannot read", e) from e
+
     def close(self) -> None:
         with contextlib.suppress(*_PYARROW_ERRORS):
             self._f.close()
