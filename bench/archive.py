@@ -13,12 +13,18 @@ is archived, then read whole through ``get_columns`` three ways, in rounds that 
 
 Prints each round and the medians' ratios archive/floor and archive/local (1.0: as fast).
 
+``lookup``: the same store (``--s3`` or ``file://``), then ``--lookups`` messages at random commit-log offsets
+of the archived files, each looked up (``look_message_by_offset``) by a read-only store opened for it (a cold
+cache, its manifest read before the clock starts): the median time of the lookup itself and the median bytes it
+left in the cache folder (what it fetched).
+
 ``lag``: a writer putting ``--rate`` MB/s of 1 KiB messages for ``--seconds`` into a store with a ``file://``
 archive and the service at its default pace; every 100 ms the archive's lag (in sealed files, commit-log bytes
 not yet archived / file size) is sampled, and the put latencies are compared with the same run without an
 archive (p50, p99).
 
     python bench/archive.py read --mib 1024 --rounds 3 [--queues 1] [--s3] [--cache-mib 128]
+    python bench/archive.py lookup --mib 1024 --lookups 20 [--s3]
     python bench/archive.py lag --rate 100 --seconds 20
 """
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -60,6 +67,60 @@ def _read_all(store: MessageStore, queues: int) -> int:
             rows += batch.num_rows
             offset = nxt
     return rows
+
+
+def _allocated(folder: str) -> int:
+    return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(folder) for f in fs)
+
+
+def lookup(args: argparse.Namespace) -> None:
+    work = tempfile.mkdtemp(prefix="archive-lookup-")
+    server = None
+    try:
+        if args.s3:
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+            from s3server import S3Server
+            server = S3Server().start()
+            uri, options = "s3://%s/archive" % server.create_bucket(), server.options()
+        else:
+            uri, options = "file://" + os.path.join(work, "archive"), {}
+        root = os.path.join(work, "store")
+        cfg = {"archive_uri": uri, "archive_options": options, "archive_interval_ms": 3_600_000,
+               "archive_on_seal": False, "mapped_file_size_commit_log": FILE, "file_reserved_time": 0}
+        _fill(root, args.mib, 1)
+        with MessageStore.open(root, **cfg) as store:   # type: ignore[arg-type]
+            parts = store._parts
+            assert parts is not None and parts.archive is not None and parts.archive.service is not None
+            first = store.look_message_by_offset(0)
+            assert first is not None
+            size = first.store_size         # every record the same size: each file's k-th starts at base + k * size
+            parts.cq_store.flush(0)
+            while parts.archive.service.run_once():
+                pass
+            store.execute_delete_files_manually()
+            store.clean_files()
+            files = parts.archive.manifest.commitlog_files()
+        rnd = random.Random(7)
+        secs, fetched = [], []
+        for _ in range(args.lookups):
+            f = rnd.choice(files)
+            with MessageStore.open(root, read_only=True, **cfg) as store:   # type: ignore[arg-type]
+                parts = store._parts
+                assert parts is not None and parts.archive is not None
+                at = int(f["base"]) + size * rnd.randrange((int(f["size"]) - 4096) // size)
+                parts.archive.ensure_loaded()           # the manifest read at open: not the lookup's
+                t = time.perf_counter()
+                m = store.look_message_by_offset(at)
+                secs.append(time.perf_counter() - t)
+                assert m is not None and m.commit_log_offset == at
+                fetched.append(_allocated(parts.archive.cache.folder))
+        print("%d lookups (%s): median %.1f ms (min %.1f, max %.1f), median %.1f MiB in the cache after each"
+              % (args.lookups, "s3 (moto)" if args.s3 else "file://", statistics.median(secs) * 1e3,
+                 min(secs) * 1e3, max(secs) * 1e3, statistics.median(fetched) / 2**20))
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def read(args: argparse.Namespace) -> None:
@@ -177,12 +238,18 @@ def main() -> None:
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--s3", action="store_true")
     r.add_argument("--cache-mib", type=int, default=128, help="archive_cache_bytes in MiB (fetched copies)")
+    k = sub.add_parser("lookup")
+    k.add_argument("--mib", type=int, default=256)
+    k.add_argument("--lookups", type=int, default=20)
+    k.add_argument("--s3", action="store_true")
     g = sub.add_parser("lag")
     g.add_argument("--rate", type=int, default=100)
     g.add_argument("--seconds", type=float, default=20)
     args = p.parse_args()
     if args.what == "lag":
         lag(args)
+    elif args.what == "lookup":
+        lookup(args)
     else:
         if args.what is None:
             args = r.parse_args([])

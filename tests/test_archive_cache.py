@@ -51,11 +51,11 @@ def crc_calls(monkeypatch):
 
 
 def _read(cache, record):
-    mf = cache.mapped(record)
+    h = cache.mapped(record)
     try:
-        return mf.read_any(0, 4)
+        return h.mf.read_any(0, 4)
     finally:
-        mf.release()
+        h.release()
 
 
 def test_fetched_copies_stay_within_the_capacity_least_recently_used_out(tmp_path):
@@ -84,10 +84,10 @@ def test_a_held_file_is_not_evicted_and_the_last_one_asked_for_is_kept_even_when
     cache = _cache(tmp_path, local=False, capacity=SIZE // 2)
     try:
         held = cache.mapped(records[0])
-        assert held.read_any(0, 1) == b"\x01"
+        assert held.mf.read_any(0, 1) == b"\x01"
         assert _read(cache, records[1]) == b"\x02" * 4         # over capacity: both stay (one held, one last)
         assert cache.bytes == 2 * SIZE
-        assert held.read_any(SIZE - 1, 1) == b"\x01"
+        assert held.mf.read_any(SIZE - 1, 1) == b"\x01"
         held.release()
         _read(cache, records[2])
         assert cache.bytes == SIZE                              # the two before it, no longer held, went

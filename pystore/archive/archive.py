@@ -25,8 +25,9 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pystore.archive.cache import ArchiveCache
+from pystore.archive.cache import ArchiveCache, Held
 from pystore.archive.manifest import VISIBLE, Manifest
+from pystore.archive.plan import extend, plan_units, record_end
 from pystore.archive.target import open_target
 from pystore.archive.uploader import ArchiveService, commitlog_object, index_object, queue_object
 from pystore.errors import StoreCorruptedError
@@ -53,6 +54,7 @@ __all__ = ["Archive", "CACHE_FOLDER"]
 CACHE_FOLDER = "archive.cache"
 _UNIT = 20
 _SPAN_MIN = 32          # units a read below the local minimum fetches the records of, at least
+_SPAN_BYTES = 64 << 20  # the ranges one queue read below the local minimum may fetch and hold, at most
 
 
 class _View:
@@ -157,11 +159,18 @@ class Archive:
             record = self.manifest.commitlog_file_for(offset)
             if record is None:
                 return None
-        mf = self.cache.mapped(record)
+        h = self.cache.open(record)
         try:
+            mf = h.mf
+            pos = offset - mf.file_from_offset
+            if h.range_size and 0 <= pos < mf.file_size:
+                # the record's size field first, then what the checks read of a record that size
+                h.need(pos, pos + 8)
+                total = int.from_bytes(mf.read_any(pos, 4), "big", signed=True) if pos + 4 <= mf.file_size else 0
+                h.need(pos, record_end(pos, total, mf.file_size))
             return message_at([mf], mf.file_size, offset, self.config.check_crc_on_read)
         finally:
-            mf.release()
+            h.release()
 
     def select_index(self, full_key: str, max_num: int, begin: int, end: int, out: list[int],
                      local_names: set[str]) -> None:
@@ -179,13 +188,13 @@ class Archive:
                 break                             # older files end earlier still
             if r["begin_ts"] > end:
                 continue
-            mf = self.cache.mapped(r)
+            h = self.cache.mapped(r)        # whole: a key's chain may run anywhere in the file
             try:
-                core = IndexFileCore(mf, int(r["slots"]), int(r["entries"]))
+                core = IndexFileCore(h.mf, int(r["slots"]), int(r["entries"]))
                 core.load_header()
                 select_in_files([core], full_key, max_num - len(out), begin, end, out)
             finally:
-                mf.release()
+                h.release()
 
     def get_message(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     local_min: int, cl: CommitLog, limits: ReadLimits, tag_codes: Any, tag_names: Any, filt: Any,
@@ -194,7 +203,7 @@ class Archive:
         """``get_message`` from ``offset`` when its unit points below ``local_min`` (the local commit log's
         first offset), else None (the local read serves it). ``fix`` sets the result's bounds as the queue's."""
         self.ensure_loaded()
-        held: list[MappedFile] = []
+        held: list[Held] = []
         cut_mf: MappedFile | None = None
         try:
             view = self._queue_view(cq, topic, queue_id, offset, held)
@@ -203,25 +212,30 @@ class Archive:
                 view = self._queue_view(cq, topic, queue_id, offset, held)
             if view is None:
                 return None
-            mf, file_size, first_unit = view
+            hq, file_size, first_unit = view
+            mf = hq.mf
             units = mf.read_position // _UNIT
             pos = offset - first_unit
+            span = max(_SPAN_MIN, min(max_msg_nums, 1 << 16))
+            cut = min(units, pos + span)
+            # the units the scan reads: the span, and the one before it (a removed record's unit is compared with it)
+            hq.need(max(pos - 1, 0) * _UNIT, cut * _UNIT)
             first_phy = int.from_bytes(mf.read_any(pos * _UNIT, 8), "big", signed=True)
             if first_phy >= local_min:
                 return None
-            span = max(_SPAN_MIN, min(max_msg_nums, 1 << 16))
-            cut = min(units, pos + span)
             last = mf.read_any((cut - 1) * _UNIT, 12)
             last_end = int.from_bytes(last[:8], "big", signed=True) + int.from_bytes(last[8:12], "big", signed=True)
             archived = self._commitlog_between(first_phy, min(last_end, local_min), held)
             if archived is None:
                 return None
+            cut = pos + self._fetch_records(mf.read_any(pos * _UNIT, (cut - pos) * _UNIT), archived)
             # a second mapping of the same file (named by its first unit's byte offset), read only up to the cut
-            cut_mf = MappedFile(mf.file_name, file_size, read_only=True)
+            cut_mf = MappedFile(mf.file_name, file_size, read_only=True, from_offset=mf.file_from_offset)
             cut_mf.set_positions(cut * _UNIT)
             core = ConsumeQueueCore(topic, queue_id, file_size, _View(cut_mf, file_size))
             core.min_logic_offset = first_unit * _UNIT
-            cl_files = archived + [f for f in cl.queue.files if f.file_from_offset + f.file_size > local_min]
+            cl_files = [h.mf for h in archived] + [f for f in cl.queue.files
+                                                     if f.file_from_offset + f.file_size > local_min]
             r = read_queue(core, offset, max_msg_nums, cl_files, cl.queue.mapped_file_size, limits, tag_codes,
                            tag_names, filt, slave, None, sink)
             return fix(r)
@@ -230,6 +244,33 @@ class Archive:
                 f.release()
             if cut_mf is not None:
                 cut_mf.close()
+
+    def _fetch_records(self, units: bytes, archived: list[Held]) -> int:
+        """Make readable every byte of the archived commit-log files (``archived``) that the scan of ``units``
+        reads: the records the units point at (planned by ``plan_units``, cut to ``_SPAN_BYTES`` of ranges),
+        then the rest of any whose own size says more. Returns the units the read may scan. A sequential reader's
+        next ranges are fetched meanwhile."""
+        if not any(h.range_size for h in archived):
+            return len(units) // _UNIT          # every file fetched whole: nothing to plan
+        n, ranges = plan_units(units, archived, max(_SPAN_BYTES, max(h.range_size for h in archived)))
+        for k in range(len(archived) - 1, -1, -1):
+            if ranges[k]:
+                # the read's last file: what follows its ranges, asked for first (its GET queued while this read
+                # fetches or waits), then into the next file past its end
+                h = archived[k]
+                past = h.read_ranges(ranges[k][0] if k == 0 else 0, ranges[k][-1])
+                following = self.manifest.commitlog_file_for(h.mf.file_from_offset + h.mf.file_size)
+                if past and following is not None:
+                    self.cache.read_ahead(following, past)
+                break
+        for h, idxs in zip(archived, ranges, strict=True):
+            if idxs:
+                h.need_ranges(idxs)
+        for h, idxs in zip(archived, ranges, strict=True):
+            more = extend(units, n, h) if idxs else []
+            if more:
+                h.need_ranges(more)
+        return n
 
     def queue_end(self, topic: str, queue_id: int) -> int:
         """One past the last queue offset the archive holds for the queue, 0 when it holds none."""
@@ -241,13 +282,14 @@ class Archive:
         """``(commit_log_offset, size)`` of queue ``offset``'s unit from a local queue file that still has it,
         else the archive's copy; None when neither holds it."""
         self.ensure_loaded()
-        held: list[MappedFile] = []
+        held: list[Held] = []
         try:
             view = self._queue_view(cq, topic, queue_id, offset, held)
             if view is None:
                 return None
-            mf, _, first_unit = view
-            raw = mf.read_any((offset - first_unit) * _UNIT, 12)
+            h, _, first_unit = view
+            h.need((offset - first_unit) * _UNIT, (offset - first_unit) * _UNIT + 12)
+            raw = h.mf.read_any((offset - first_unit) * _UNIT, 12)
             return int.from_bytes(raw[:8], "big", signed=True), int.from_bytes(raw[8:12], "big", signed=True)
         finally:
             for f in held:
@@ -307,47 +349,50 @@ class Archive:
         self.ensure_loaded()
         for record in self.manifest.queue_files(topic, queue_id):
             if record["first"] <= offset <= record["last"]:
-                mf = self.cache.mapped(record)
+                h = self.cache.open(record)
                 try:
                     pos = (offset - int(record["first"])) * _UNIT
                     n = min(max(count, 0) * _UNIT, int(record["size"]) - pos)
-                    return mf.read_any(pos, n) if n > 0 else b""
+                    h.need(pos, pos + n)
+                    return h.mf.read_any(pos, n) if n > 0 else b""
                 finally:
-                    mf.release()
+                    h.release()
         return None
 
     def _queue_view(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int,
-                    held: list[MappedFile]) -> tuple[MappedFile, int, int] | None:
+                    held: list[Held]) -> tuple[Held, int, int] | None:
         """The file holding queue ``offset``'s unit, held: a local one if the queue still has it, else the
-        archived one; with its size and its first unit's queue offset."""
+        archived one (whose bytes the caller ``need``s before it reads them); with its size and its first
+        unit's queue offset."""
         if cq is not None:
             local = cq.queue.find_mapped_file_by_offset(offset * _UNIT)
             if local is not None and local.hold():
-                held.append(local)
+                held.append(Held(local))
                 if offset * _UNIT - local.file_from_offset < local.read_position:
-                    return local, cq.queue.mapped_file_size, local.file_from_offset // _UNIT
+                    return held[-1], cq.queue.mapped_file_size, local.file_from_offset // _UNIT
         for record in self.manifest.queue_files(topic, queue_id):
             if record["first"] <= offset <= record["last"]:
-                mf = self.cache.mapped(record)
-                held.append(mf)
-                return mf, int(record["size"]), int(record["first"])
+                h = self.cache.open(record)
+                held.append(h)
+                return h, int(record["size"]), int(record["first"])
         return None
 
-    def _commitlog_between(self, start: int, end: int, held: list[MappedFile]) -> list[MappedFile] | None:
-        """The archived commit-log files covering [start, end), held, in offset order; None if one is missing."""
-        out: list[MappedFile] = []
+    def _commitlog_between(self, start: int, end: int, held: list[Held]) -> list[Held] | None:
+        """The archived commit-log files covering [start, end), held (a ranged one with nothing fetched yet),
+        in offset order; None if one is missing."""
+        out: list[Held] = []
         at = start
         while at < end:
             record = self.manifest.commitlog_file_for(at)
             if record is None:
                 return None
-            mf = self.cache.mapped(record)
-            held.append(mf)
-            out.append(mf)
+            h = self.cache.open(record)
+            held.append(h)
+            out.append(h)
             at = int(record["base"]) + int(record["size"])
         following = self.manifest.commitlog_file_for(at)
-        if following is not None:
-            self.cache.read_ahead(following)
+        if following is not None and not any(h.range_size for h in out):
+            self.cache.read_ahead(following)    # whole files: the next one (ranged: ``_fetch_records``)
         return out
 
     def info(self, local_max: int) -> dict[str, object]:
@@ -369,7 +414,8 @@ class Archive:
                 "commitlog_files": len(files), "min_phy_offset": self.manifest.min_phy_offset(),
                 "end_phy_offset": end, "lag_bytes": max(0, local_max - max(end, 0)), "last_error": error,
                 "uploaded_by_this_process": 0 if service is None else service.uploaded,
-                "cache_bytes": self.cache.bytes, "cache_fetches": self.cache.fetched, "cache_hits": self.cache.hits}
+                "cache_bytes": self.cache.total_bytes, "cache_fetches": self.cache.fetched + self.cache.ranges.requests,
+                "cache_hits": self.cache.hits + self.cache.ranges.hits}
 
     def close(self) -> None:
         self.cache.close()

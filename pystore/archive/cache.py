@@ -25,6 +25,12 @@ it is trusted across processes); folders of processes no longer alive are remove
 A read that maps the commit-log files it needs asks for the next one to be fetched meanwhile (``read_ahead``,
 one background thread): a reader going through the archive in order waits for the network once.
 
+Objects whose manifest record has per-range CRCs (copies made since ranged reads, on an archive that is not
+``file://``) are not fetched whole: ``open(record)`` gives a ``Held`` on a sparse copy whose ranges a read asks
+for (``Held.need``) before it reads them (``pystore.archive.ranges``); their ranges count in the same
+``archive_cache_bytes``, and are evicted first. ``mapped(record)`` is ``open`` with every byte needed: the whole
+object, as verify and Spark read it.
+
 Thread-safety: one lock around the table and eviction (fetches run outside it, each file fetched once however
 many reads want it); a mapped file handed out is held by the caller's read.
 """
@@ -42,6 +48,8 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from pystore.archive.plan import range_fields
+from pystore.archive.ranges import Held, RangeStore
 from pystore.archive.target import ArchiveError, ArchiveTarget
 from pystore.errors import StoreCorruptedError
 from pystore.format._codec import file_crc32
@@ -49,7 +57,7 @@ from pystore.log._mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ArchiveCache", "MAP_BUDGET"]
+__all__ = ["ArchiveCache", "Held", "MAP_BUDGET"]
 
 #: the address space the mappings of a ``file://`` archive's objects may take together (least recently used
 #: unmapped first): far below a 64-bit process's, far above what a read holds at once
@@ -74,11 +82,34 @@ class ArchiveCache:
         self.fetched = 0               # objects fetched (misses)
         self.hits = 0
         shutil.rmtree(self.folder, ignore_errors=True)
+        self.ranges = RangeStore(target, self.folder, self._lock, self._evict_now, lambda: self.capacity)
 
-    def mapped(self, record: dict[str, Any]) -> MappedFile:
-        """The archived file of ``record`` (a visible manifest record), mapped and held: the caller releases it
-        (``mf.release()``) when its read is done. A file being fetched (by a read-ahead or another read) is
-        waited for, not fetched twice."""
+    def open(self, record: dict[str, Any]) -> Held:
+        """The archived file of ``record`` (a visible manifest record), held for one read: the caller says which
+        bytes it reads (``need``) before reading them, and releases it (``release``) when its read is done."""
+        fields = None if self.target.local_path(record["name"]) is not None else range_fields(record)
+        if fields is None:
+            return Held(self._whole(record))
+        return self.ranges.open(record, *fields)
+
+    def mapped(self, record: dict[str, Any]) -> Held:
+        """``open`` with every byte of the file needed (checked: for ranges, each against its CRC32)."""
+        h = self.open(record)
+        try:
+            h.need(0, int(record["size"]))
+        except BaseException:
+            h.release()
+            raise
+        return h
+
+    @property
+    def total_bytes(self) -> int:
+        """What the cache holds on the local disk: whole copies and fetched ranges."""
+        return self.bytes + self.ranges.bytes
+
+    def _whole(self, record: dict[str, Any]) -> MappedFile:
+        """The file of ``record`` fetched whole (or mapped where it lies), mapped and held. A file being fetched
+        (by a read-ahead or another read) is waited for, not fetched twice."""
         name = record["name"]
         waited = False
         while True:
@@ -100,8 +131,16 @@ class ArchiveCache:
             pending.result()                    # raises what the fetch raised
             waited = True
 
-    def read_ahead(self, record: dict[str, Any]) -> None:
-        """Fetch ``record``'s file in the background (a sequential reader will want it next)."""
+    def read_ahead(self, record: dict[str, Any], ranges: int = 1) -> None:
+        """Fetch ``record``'s file in the background (a sequential reader will want it next): a whole file, or
+        the first ``ranges`` ranges of a ranged one."""
+        if self.target.local_path(record["name"]) is None and range_fields(record) is not None:
+            h = self.open(record)
+            try:
+                h.ahead(0, ranges)
+            finally:
+                h.release()
+            return
         with self._lock:
             if self._closed or record["name"] in self._files or record["name"] in self._pending:
                 return
@@ -199,9 +238,16 @@ class ArchiveCache:
             raise StoreCorruptedError(shown, 0, "the archived object changed behind the store's back (CRC32 %08x, "
                                       "the manifest says %08x)" % (got, want))
 
-    def _evict(self, keep: str) -> None:
+    def _evict_now(self) -> None:
+        with self._lock:
+            self._evict(keep=None)
+
+    def _evict(self, keep: str | None) -> None:
+        over = self.bytes + self.ranges.bytes - self.capacity
+        if over > 0:
+            self.ranges.evict(over)             # ranges first: the least recently used of them out
         for name in list(self._files):
-            if self.bytes <= self.capacity and self.borrowed_bytes <= MAP_BUDGET:
+            if self.bytes + self.ranges.bytes <= self.capacity and self.borrowed_bytes <= MAP_BUDGET:
                 return
             mf = self._files[name]
             if name == keep or mf.ref_count > 1:
@@ -214,7 +260,7 @@ class ArchiveCache:
                 self._borrowed.discard(name)
                 mf.close()                      # the archive's own file: unmapped, never deleted
             else:
-                if self.bytes <= self.capacity:
+                if self.bytes + self.ranges.bytes <= self.capacity:
                     continue
                 del self._files[name]
                 self.bytes -= mf.file_size
@@ -224,6 +270,7 @@ class ArchiveCache:
         with self._lock:
             self._closed = True
         self._ahead.shutdown(wait=True)
+        self.ranges.close()
         with self._lock:
             for mf in self._files.values():
                 mf.close()

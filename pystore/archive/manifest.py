@@ -12,7 +12,9 @@ without that field, so a record torn by a power cut (a ``file://`` archive on a 
 changed behind the store's back is recognised and skipped. Fields: ``seq`` (its object's number), ``state``,
 ``kind`` (``commitlog``, ``consumequeue`` or ``index``), ``name`` (the data object's path under the archive), ``base``
 (the file's first byte offset: commit-log offset, or consume-queue byte offset), ``size`` and ``at`` (wall ms).
-A finished copy adds ``crc32`` (of the whole object), on a ``file://`` archive ``stamp`` (the object's inode,
+A finished copy adds ``crc32`` (of the whole object), ``range_size`` and ``range_crc32`` (the CRC32 of each
+``range_size`` bytes: what a ranged read checks; absent in records of earlier pystores, whose objects are fetched
+whole), on a ``file://`` archive ``stamp`` (the object's inode,
 size, modification and change times right after the copy: a reader that finds them unchanged skips the CRC),
 ``min_ts``/``max_ts`` (store times of its first and last
 record, commit log) and, for a commit-log file, ``queues``: ``{"topic/queue id": [first record's offset, highest

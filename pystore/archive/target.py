@@ -40,7 +40,7 @@ import pyarrow.fs as pafs
 from pystore.errors import StoreError
 from pystore.system.durable import fsync_dir, make_dirs_durable
 
-__all__ = ["ArchiveError", "ArchiveTarget", "open_target"]
+__all__ = ["ArchiveError", "ArchiveTarget", "ObjectReader", "open_target"]
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,19 @@ class ArchiveTarget:
                 name, len(data), offset, offset, end))
         return data
 
+    def reader(self, name: str) -> ObjectReader:
+        """Object ``name`` opened for ranged reads (one stat now, one ranged GET per ``read_at``); raises
+        ``FileNotFoundError`` when there is no such object."""
+        path = self._path(name)
+        try:
+            f = self.fs.open_input_file(path)
+            size = int(f.size())
+        except FileNotFoundError:
+            raise
+        except _PYARROW_ERRORS as e:
+            raise self._error(name, "cannot read", e) from e
+        return ObjectReader(self, name, f, size)
+
     def download(self, name: str, path: str, chunk: int = _RANGE, parallel: int = 4) -> int:
         """Write object ``name`` whole into the local file ``path``: ranged reads of ``chunk`` bytes, ``parallel``
         at a time (each on its own stream), each read straight into a shared mapping of the file at its place, so
@@ -371,6 +384,54 @@ class ArchiveTarget:
             raise self._error(None, why, str(e)) from e
         if seen != len(body):
             raise self._error(probe, "not usable", "the probe object reads back as %s bytes, not %d" % (seen, len(body)))
+
+
+class ObjectReader:
+    """One object open for ranged reads (``ArchiveTarget.reader``): ``size`` as it was when opened, and
+    ``read_at``, safe from several threads at once (each call is its own ranged request)."""
+
+    def __init__(self, target: ArchiveTarget, name: str, f: Any, size: int) -> None:
+        self._target = target
+        self.name = name
+        self._f = f
+        self.size = size
+
+    def read_at(self, offset: int, length: int) -> bytes | memoryview:
+        """Bytes ``[offset, offset + length)``: all of them, else ``ArchiveError`` (``FileNotFoundError`` when the
+        object is gone)."""
+        try:
+            data = self._f.read_at(length, offset)
+        except FileNotFoundError:
+            raise
+        except _PYARROW_ERRORS as e:
+            raise self._target._error(self.name, "cannot read", e) from e
+        if len(data) != length:
+            raise self._target._error(self.name, "short read", "gave %d bytes at %d, asked for %d"
+                                      % (len(data), offset, length))
+        return memoryview(data)
+
+    def read_into(self, offset: int, view: memoryview) -> None:
+        """Fill ``view`` with the bytes from ``offset`` straight from the stream (no buffer of pyarrow's in
+        between): on a stream of its own (a shared one's seek and read are not safe from several threads)."""
+        path = self._target._path(self.name)
+        try:
+            with self._target.fs.open_input_file(path) as stream:
+                stream.seek(offset)
+                got = 0
+                while got < len(view):            # a stream may hand a range over in several reads
+                    n = stream.readinto(view[got:])
+                    if not n:
+                        raise self._target._error(self.name, "short read", "gave %d bytes at %d, asked for %d"
+                                                  % (got, offset, len(view)))
+                    got += n
+        except FileNotFoundError:
+            raise
+        except _PYARROW_ERRORS as e:
+            raise self._target._error(self.name, "cannot read", e) from e
+
+    def close(self) -> None:
+        with contextlib.suppress(*_PYARROW_ERRORS):
+            self._f.close()
 
 
 def _construct(uri: str, cls: Any, options: dict[str, Any]) -> pafs.FileSystem:

@@ -6,7 +6,8 @@ oldest first:
 
 1. **commit-log files** that are sealed (a later file exists), flushed whole (a power cut cannot take back what
    the archive holds) and dispatched (their consume-queue units exist): ``copy-started``, the object written,
-   its size read back, then ``copy-finished`` with the file's CRC32, first and last store times and per queue
+   its size read back, then ``copy-finished`` with the file's CRC32 (and, per ``plan.RANGE_SIZE`` bytes,
+   ``range_crc32``: what a ranged read checks), first and last store times and per queue
    the first record's offset, the highest queue offset and the first queue offset of its records. The first file that is not ready
    ends the commit-log part of the pass, so the archive's commit log grows without gaps from its first file.
 2. **consume-queue files** that are sealed (a later file of the queue exists), flushed whole, and whose last
@@ -22,6 +23,7 @@ data: the local disk fills instead, which the store's usual disk-full rules hand
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -29,6 +31,7 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pystore.archive import plan
 from pystore.archive.manifest import COPY_FINISHED, COPY_STARTED, LOCAL_DELETED, Manifest
 from pystore.archive.target import ArchiveError, ArchiveTarget
 from pystore.format._codec import file_crc32
@@ -64,33 +67,79 @@ def queue_object(topic: str, queue_id: int, mf: MappedFile) -> str:
     return "consumequeue/%s/%d/%s" % (topic, queue_id, os.path.basename(mf.file_name))
 
 
-def _crc_of(mf: MappedFile, size: int) -> int:
-    """The CRC32 of the file's first ``size`` bytes: over its own mapping, without the GIL (puts go on meanwhile),
-    when the mapping holds them all, else read from the file."""
+def _crc_of(mf: MappedFile, size: int, range_size: int) -> tuple[int, list[int]]:
+    """The CRC32 of the file's first ``size`` bytes and of each ``range_size`` bytes of them (what a ranged read
+    checks a range against): over its own mapping, without the GIL (puts go on meanwhile), when the mapping holds
+    them all, else read from the file. The whole file's CRC is combined from the ranges' (one pass)."""
     view = mf.select_mapped_buffer(0, size) if size > 0 else None
     if view is None:
-        return _crc_of_file(mf.file_name, size)
+        return _crc_of_file(mf.file_name, size, range_size)
     try:
         with memoryview(view) as b:
-            return file_crc32(b)
+            crcs = [file_crc32(b[at:at + range_size]) for at in range(0, size, range_size)]
     finally:
         view.release()
+    return _combined(crcs, size, range_size), crcs
 
 
-def _crc_of_file(path: str, size: int) -> int:
-    crc = 0
+def _crc_of_file(path: str, size: int, range_size: int) -> tuple[int, list[int]]:
+    crcs = []
     with open(path, "rb") as f:
-        left = size
-        while left > 0:
-            chunk = f.read(min(_CHUNK, left))
-            if not chunk:
-                break
-            crc = zlib.crc32(chunk, crc)
-            left -= len(chunk)
-        if left > 0:
+        for at in range(0, size, range_size):
+            want = min(range_size, size - at)
+            chunk = f.read(want)
             # a sparse or short file reads as zeros past its end, as its mapping does
-            crc = zlib.crc32(bytes(left), crc)
+            crcs.append(zlib.crc32(chunk + bytes(want - len(chunk))))
+    return _combined(crcs, size, range_size), crcs
+
+
+def _combined(crcs: list[int], size: int, range_size: int) -> int:
+    crc = 0
+    for i, c in enumerate(crcs):
+        crc = _gf2_times(_shift(min(range_size, size - i * range_size)), crc) ^ c
     return crc
+
+
+@functools.lru_cache(maxsize=8)
+def _shift(length: int) -> list[int]:
+    """The linear map of ``crc32_combine(crc, 0, length)`` (the same for every range of a size): built once."""
+    return [crc32_combine(1 << n, 0, length) for n in range(32)]
+
+
+def _gf2_times(mat: list[int], vec: int) -> int:
+    out = 0
+    i = 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)`` (zlib's ``crc32_combine``, which
+    Python's zlib does not offer): appending ``len2`` zero bytes to ``a``'s CRC is a linear map over GF(2),
+    squared up by powers of two."""
+    if len2 <= 0:
+        return crc1
+    odd = [0xEDB88320] + [1 << n for n in range(31)]          # one zero bit
+    even = [_gf2_times(odd, odd[n]) for n in range(32)]      # two
+    odd = [_gf2_times(even, even[n]) for n in range(32)]     # four
+    while True:
+        even = [_gf2_times(odd, odd[n]) for n in range(32)]
+        if len2 & 1:
+            crc1 = _gf2_times(even, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+        odd = [_gf2_times(even, even[n]) for n in range(32)]
+        if len2 & 1:
+            crc1 = _gf2_times(odd, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+    return crc1 ^ crc2
 
 
 class ArchiveService(ServiceThread):
@@ -112,6 +161,7 @@ class ArchiveService(ServiceThread):
         self.uploaded = 0                 # files this process copied
         self.uploaded_bytes = 0
         self.last_upload_ms = 0
+        self.passes = 0                   # passes ended (done or failed): the first runs as the service starts
 
     def run(self) -> None:
         interval = self.config.archive_interval_ms
@@ -153,7 +203,9 @@ class ArchiveService(ServiceThread):
                           "their copy is finished)", self.config.store_path_root_dir, self.target.shown, text,
                           self.config.archive_interval_ms)
             self.last_error = text
+            self.passes += 1
             return 0
+        self.passes += 1
         if self.last_error is not None:
             log.info("%s: archiving to %s works again", self.config.store_path_root_dir, self.target.shown)
             self.last_error = None
@@ -262,7 +314,8 @@ class ArchiveService(ServiceThread):
         if self.manifest.state_of(name) is None:
             self.manifest.append(COPY_STARTED, kind, name, base, size)
         wrote = self.target.put_file(name, mf.file_name)
-        crc = _crc_of(mf, size)
+        range_size = plan.RANGE_SIZE
+        crc, crcs = _crc_of(mf, size, range_size)
         if wrote != size:
             raise ArchiveError("%s: the copy of %s wrote %d bytes, the file has %d" % (self.target.shown, name, wrote,
                                                                                      size))
@@ -273,6 +326,8 @@ class ArchiveService(ServiceThread):
         stamp = self.target.local_stamp(name)
         if stamp is not None:
             fields = {**fields, "stamp": stamp}       # a reader of this file:// archive need not read it for its CRC
+        if size > 0:
+            fields = {**fields, "range_size": range_size, "range_crc32": crcs}   # a reader fetches by ranges
         self.manifest.append(COPY_FINISHED, kind, name, base, size, crc32=crc, **fields)
         self.uploaded += 1
         self.uploaded_bytes += size

@@ -1,7 +1,8 @@
 """``pystore verify --archive``: every object an archive's manifest lists as finished, checked against it.
 
 For each visible record (``copy-finished`` or ``local-deleted``): the object exists with the recorded size and
-CRC32 (fetched or mapped as a read would, through ``ArchiveCache``); a commit-log object's records are walked
+CRC32 (fetched or mapped as a read would, through ``ArchiveCache``; an object with per-range CRCs is checked
+range by range); a commit-log object's records are walked
 with their body CRCs, and must run to the file's end-of-file record; a consume-queue object's units must point
 into the archive's commit log or below it; an index object's header must name the range its record says. The
 commit-log objects must follow each other without a gap (a gap is data the archive never received). Records
@@ -90,10 +91,11 @@ def verify_archive(uri: str, options: dict[str, Any] | None = None,
                 if progress is not None:
                     progress("archive", i, len(todo))
                 try:
-                    mf = cache.mapped(r)
+                    h = cache.mapped(r)
                 except StoreCorruptedError as e:
                     problem(r["kind"], r["name"], e.offset, e.reason)
                     continue
+                mf = h.mf
                 try:
                     report.objects += 1
                     report.object_bytes += mf.file_size
@@ -107,7 +109,7 @@ def verify_archive(uri: str, options: dict[str, Any] | None = None,
                         report.index_files += 1
                         _check_index(mf, r, problem)
                 finally:
-                    mf.release()
+                    h.release()
             if progress is not None:
                 progress("archive", len(todo), len(todo))
         finally:

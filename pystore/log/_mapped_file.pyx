@@ -166,6 +166,23 @@ cpdef bint is_file_name(str name):
     return len(name) == 20 and name.isascii() and name.isdigit()
 
 
+def punch_hole(int fd, long long offset, long long length):
+    """Give back the blocks of ``[offset, offset + length)`` of the file open as ``fd`` (its size kept): reads
+    there see zeros again. For the archive's sparse copies, whose evicted ranges must free their disk; the
+    caller aligns the span to whole blocks (a partial block is zeroed, not freed, which would zero a neighbour's
+    bytes). Raises OSError when the file system cannot punch holes."""
+    cdef int rc = 0
+    if offset < 0 or length < 0:
+        raise ValueError("bad span: offset %d, length %d" % (offset, length))
+    if length == 0:
+        return
+    with nogil:
+        if fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+            rc = errno
+    if rc != 0:
+        raise OSError(rc, "cannot punch a hole of %d bytes at %d: %s" % (length, offset, os.strerror(rc)))
+
+
 cdef inline int64_t _page_up(int64_t n) noexcept nogil:
     return (n + PAGE - 1) // PAGE * PAGE
 

@@ -10,7 +10,8 @@
   dispatch would have made units of them. Either way the rows are those a read of the local files gives.
 
 Objects are fetched whole into a per-process cache (``pystore.archive.cache``: a ``file://`` object is mapped
-where it lies; others are downloaded by parallel ranged reads and checked against the manifest's CRC32) of
+where it lies; others are downloaded by parallel ranged reads and checked against the manifest's CRC32, or its
+per-range CRC32s for a copy that has them) of
 ``CACHE_BYTES``, and only one commit-log file of a partition is held at a time. A changed or missing object is
 ``StoreCorruptedError`` naming it in the archive.
 """
@@ -124,18 +125,19 @@ def read_archive(part: InputPartition, b: BatchBuilder, filters: Any, schema: pa
             lo, hi = max(lo, span[0]), min(hi, span[1] + 1)
         if lo >= hi:
             continue
-        mf = cache.mapped(record)
+        h = cache.mapped(record)            # whole: the scans below may read any record of the file
         try:
             if span is not None and hi <= part.covered:
-                yield from _read_units(part, cache, b, mf, lo, hi)
+                yield from _read_units(part, cache, b, h.mf, lo, hi)
             else:
-                yield from _read_walk(part, filters, schema, rows_per_batch, mf, lo, hi, record)
+                yield from _read_walk(part, filters, schema, rows_per_batch, h.mf, lo, hi, record)
         finally:
-            mf.release()
+            h.release()
 
 
 def _read_log(part: ArchiveLogSlice, b: BatchBuilder) -> Iterator[pa.RecordBatch]:
-    mf = _cache(part.member).mapped(part.record)
+    h = _cache(part.member).mapped(part.record)
+    mf = h.mf
     try:
         pos, done = 0, False
         while not done:
@@ -151,22 +153,24 @@ def _read_log(part: ArchiveLogSlice, b: BatchBuilder) -> Iterator[pa.RecordBatch
             if rb is not None:
                 yield rb
     finally:
-        mf.release()
+        h.release()
 
 
 def _read_units(part: ArchiveQueueSlice, cache: ArchiveCache, b: BatchBuilder, mf: MappedFile,
                 lo: int, hi: int) -> Iterator[pa.RecordBatch]:
     """Offsets ``[lo, hi)`` through the archived queue units, all pointing into ``mf``."""
     wanted = [r for r in part.queue_files if r["base"] // 20 <= hi - 1 and (r["base"] + r["size"]) // 20 > lo]
-    held = [cache.mapped(r) for r in wanted]
+    held = []
     try:
-        qr = QueueReader(part.topic, part.queue_id, [m.file_name for m in held], [mf.file_name])
+        for r in wanted:
+            held.append(cache.mapped(r))
+        qr = QueueReader(part.topic, part.queue_id, [h.mf.file_name for h in held], [mf.file_name])
         i, done = lo, False
         while not done:
             try:
                 i, done = qr.scan(b, i, hi)
             except StoreCorruptedError as e:
-                names = {m.file_name: r["name"] for m, r in zip(held, wanted, strict=True)}
+                names = {h.mf.file_name: r["name"] for h, r in zip(held, wanted, strict=True)}
                 names[mf.file_name] = os.path.join("commitlog", os.path.basename(mf.file_name))
                 raise StoreCorruptedError(_shown(part.member, names.get(e.path, e.path)), e.offset, e.reason) from None
             rb = b.build()
@@ -177,8 +181,8 @@ def _read_units(part: ArchiveQueueSlice, cache: ArchiveCache, b: BatchBuilder, m
                                       "the archived units of offsets [%d, %d) do not all point into %s, which the "
                                       "manifest says holds them" % (lo, hi, os.path.basename(mf.file_name)))
     finally:
-        for m in held:
-            m.release()
+        for h in held:
+            h.release()
 
 
 def _read_walk(part: ArchiveQueueSlice, filters: Any, schema: pa.Schema, rows_per_batch: int, mf: MappedFile,
