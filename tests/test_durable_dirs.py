@@ -321,3 +321,31 @@ def test_make_dirs_when_another_thread_made_the_folder_between_its_looks(tmp_pat
     monkeypatch.setattr(durable.os.path, "isdir", isdir)
     assert make_dirs(target) == [str(tmp_path)]
     assert real_isdir(target)
+
+
+def test_sync_tree_syncs_every_file_and_folder_under_its_paths(tmp_path, monkeypatch):
+    """A takeover's sync (``sync_tree``): every regular file under the folders (and a file given itself) is
+    fdatasynced, every folder fsynced; a path that does not exist is skipped."""
+    from pystore.system import durable
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for p in ("a/1", "a/b/2", "c"):
+        (tmp_path / p).write_bytes(b"x")
+    synced_files: list[str] = []
+    synced_dirs: list[str] = []
+    real_fdatasync, real_fsync = os.fdatasync, os.fsync
+
+    def fdatasync(fd):
+        synced_files.append(os.readlink("/proc/self/fd/%d" % fd))
+        real_fdatasync(fd)
+
+    def fsync(fd):
+        synced_dirs.append(os.readlink("/proc/self/fd/%d" % fd))
+        real_fsync(fd)
+
+    monkeypatch.setattr(durable.os, "fdatasync", fdatasync)
+    monkeypatch.setattr(durable.os, "fsync", fsync)
+    n = durable.sync_tree([str(tmp_path / "a"), str(tmp_path / "c"), str(tmp_path / "gone")])
+    assert n == 3
+    assert sorted(synced_files) == sorted(str(tmp_path / p) for p in ("a/1", "a/b/2", "c"))
+    assert {str(tmp_path / "a"), str(tmp_path / "a" / "b"), str(tmp_path)} <= set(synced_dirs)

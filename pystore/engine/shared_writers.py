@@ -47,7 +47,9 @@ from pystore.log.flush import flush_all
 from pystore.log.mapped_file_queue import MappedFileQueue
 from pystore.log.shared_append import TornPutRepair, share, unshare
 from pystore.log.shared_state import SharedState
+from pystore.system.durable import sync_tree
 from pystore.system.service import ServiceThread
+from pystore.timer import timer_log_path, timer_wheel_path
 from pystore.timer.timer_put import TimerPutHook
 
 if TYPE_CHECKING:
@@ -269,6 +271,7 @@ def take_over(shared: SharedWriting, open_writer: Callable[[int, int], _Opened])
     s). Raises when the writer cannot open or finds another end than the published one (nothing was changed then)."""
     lock = shared.lock
     assert lock is not None and shared.appender is not None
+    _sync_what_the_leader_wrote(shared.cfg)
     # the dead leader's dispatched end first: it never passes the published end
     dispatched = lock.dispatched_end
     end = lock.published_end
@@ -293,6 +296,20 @@ def take_over(shared: SharedWriting, open_writer: Callable[[int, int], _Opened])
             lock.release()
     _catch_up_in_steps(parts.commitlog, lock)
     return parts
+
+
+def _sync_what_the_leader_wrote(cfg: StoreConfig) -> None:
+    """A takeover trusts the page cache (``take_over``), but what the dead leader wrote and had not flushed yet
+    (the commit log under ASYNC_FLUSH, consume-queue units, index entries, a full index file whose flush the
+    checkpoint was about to count, the timer files) is only there: this process's files open as flushed to their
+    ends, so its services would never sync those pages, and its checkpoint would soon claim them durable (a power
+    cut then loses them under a checkpoint that says otherwise: a full index file kept though empty, keys not
+    found). So every file of the store is synced first, whoever dirtied its pages."""
+    t0 = time.monotonic()
+    root = cfg.store_path_root_dir
+    n = sync_tree([*cfg.commit_log_paths(), cfg.consume_queue_path(), cfg.index_path(), cfg.checkpoint_path(),
+                   timer_log_path(root), timer_wheel_path(root)])
+    log.info("%s: %d files synced for the takeover in %.3f s", root, n, time.monotonic() - t0)
 
 
 #: bytes of records a takeover's catch-up walks per step (a few milliseconds), the GIL free between steps
