@@ -53,7 +53,7 @@ sooner.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
@@ -62,6 +62,7 @@ from pystore.format._codec cimport (BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH,
                                     STOREHOSTADDRESS_V6_FLAG, cal_msg_length, check_record, enters_queue)
 from pystore.format._jstring cimport utf8_lead, utf8_text
 from pystore.format._props cimport find_byte
+from pystore.columns._textfmt cimport fmt_int
 from pystore.format._record cimport (AT_BODYCRC, AT_BORNHOST, AT_BORNTIMESTAMP, AT_FLAG, AT_MAGIC, AT_PHYSICALOFFSET,
                                      AT_QUEUEID, AT_QUEUEOFFSET, AT_SYSFLAG, IPV4_HOST_SIZE, IPV6_HOST_SIZE)
 from pystore.log._commitlog cimport REFUSE_NONE
@@ -106,30 +107,6 @@ cdef inline int64_t _floor_div(int64_t a, int64_t b) noexcept nogil:
     if (a % b != 0) and ((a < 0) != (b < 0)):
         q -= 1
     return q
-
-
-cdef inline int32_t _dec(int64_t v, unsigned char *out) noexcept nogil:
-    """``str(v)`` into ``out`` (at least 20 bytes); its length."""
-    cdef unsigned char tmp[20]
-    cdef int32_t n = 0, k = 0
-    cdef uint64_t u
-    if v < 0:
-        out[0] = 45
-        k = 1
-        u = <uint64_t>0 - <uint64_t>v
-    else:
-        u = <uint64_t>v
-    while True:
-        tmp[n] = <unsigned char>(48 + u % 10)
-        n += 1
-        u //= 10
-        if u == 0:
-            break
-    while n > 0:
-        n -= 1
-        out[k] = tmp[n]
-        k += 1
-    return k
 
 
 cdef inline bint _is(const unsigned char *p, Py_ssize_t n, const char *name, Py_ssize_t name_len) noexcept nogil:
@@ -476,7 +453,7 @@ cdef class SlotWalk:
                 break
             try:
                 deq_ms = now_ms() if clock is None else <int64_t>clock()
-                deq_len = _dec(deq_ms, deq)
+                deq_len = fmt_int(<char *>deq, deq_ms)
                 rp = f.read_position_acquire()
                 # with the GIL: a chunk is planned in tens of microseconds, and taking the GIL back from a thread
                 # that keeps it busy costs up to a switch interval (5 ms)
@@ -567,7 +544,7 @@ cdef class SlotWalk:
                 why[0] = STOP_PYTHON
                 return i
             props = rec + pl.v.props_pos
-            enq_len = _dec(u.write_ms, enq)
+            enq_len = fmt_int(<char *>enq, u.write_ms)
             plen = _props_pass(props, pl.v.props_len, &pl.pi, NULL if u.write_ms == -1 else enq, enq_len,
                                enq, deq_len, NULL)
             if (plen < 0 or plen > MAX_PROPERTIES_BYTES or not pl.pi.out_ms or pl.pi.topic_pos < 0
@@ -676,7 +653,7 @@ cdef class SlotWalk:
                 q += 2
                 nv.props_pos = <int32_t>(q - dst)
                 nv.props_len = pl.props_len
-                enq_len = _dec(self.units[pl.idx].write_ms, enq)
+                enq_len = fmt_int(<char *>enq, self.units[pl.idx].write_ms)
                 _props_pass(rec + pl.v.props_pos, pl.v.props_len, &pl.pi,
                             NULL if self.units[pl.idx].write_ms == -1 else enq, enq_len, deq, deq_len, q)
                 store_i32_release(dst, pl.total)
