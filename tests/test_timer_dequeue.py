@@ -207,8 +207,8 @@ def test_compiled_delivery_writes_what_the_python_path_writes(store_factory, fak
             m.commit_log_offset for m in c.query_message(topic, key, max_num=64).messages)
 
 
-@pytest.mark.no_verify
-def test_a_damaged_unit_in_the_slot_is_refused_with_its_place(store_factory, fake_clock):
+def _five_enqueued(store_factory, fake_clock):
+    """A store at T0 whose dequeue thread is stopped, with five timers due at T0 + 3 s enqueued."""
     fake_clock.now = T0
     store = store_factory(clock=fake_clock, timer_stop_enqueue=True)
     stop_dequeue_thread(store)
@@ -218,6 +218,12 @@ def test_a_damaged_unit_in_the_slot_is_refused_with_its_place(store_factory, fak
     store.config.timer_stop_enqueue = False
     ts.note_timer_put()
     wait_for(lambda: drained(store))
+    return store, ts
+
+
+@pytest.mark.no_verify
+def test_a_damaged_unit_in_the_slot_is_refused_with_its_place(store_factory, fake_clock):
+    store, ts = _five_enqueued(store_factory, fake_clock)
     store_factory.skip_check()
     # the third unit's prevPos points forward: the walk cannot trust the list
     tl = ts.timer_log
@@ -233,15 +239,7 @@ def test_a_damaged_unit_in_the_slot_is_refused_with_its_place(store_factory, fak
 
 
 def test_a_slot_due_while_the_store_takes_no_puts_waits_for_it(store_factory, fake_clock):
-    fake_clock.now = T0
-    store = store_factory(clock=fake_clock, timer_stop_enqueue=True)
-    stop_dequeue_thread(store)
-    ts = store.timer_message_store
-    for i in range(5):
-        assert store.put_message(Message("A", b"%d" % i, deliver_at_ms=T0 + 3000)).is_ok()
-    store.config.timer_stop_enqueue = False
-    ts.note_timer_put()
-    wait_for(lambda: drained(store))
+    store, ts = _five_enqueued(store_factory, fake_clock)
     fake_clock.now = T0 + 4000
     ts.maybe_move_write_time()
     store._commitlog.writeable = False
