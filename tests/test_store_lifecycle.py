@@ -575,3 +575,13 @@ def test_existing_index_keeps_its_geometry(store_factory):
     assert {os.path.getsize(os.path.join(s.root, "index", n)) for n in os.listdir(os.path.join(s.root, "index"))} \
         == {size}
     store_factory.expect_messages(51)
+
+
+def test_flush_writes_the_checkpoints_commit_log_time_at_once(store_factory):
+    """``flush()`` makes the checkpoint's commit-log time the last flushed message's, on disk, at once (the flush
+    service moves it only when it flushes something itself: after a user's flush, at its thorough pass 10 s on)."""
+    s = store_factory()
+    results = [s.put_message(make_message(i)) for i in range(3)]
+    s.flush()
+    cp = StoreCheckpoint(s.config.checkpoint_path(), read_only=True)
+    assert cp.physic_msg_timestamp == results[-1].append_message_result.store_timestamp

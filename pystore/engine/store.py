@@ -416,7 +416,9 @@ class MessageStore:
         return ha.port if ha is not None and self._state == _STARTED else None
 
     def flush(self) -> int:
-        """Force everything written to disk; returns the flushed commit-log offset."""
+        """Force everything written to disk; returns the flushed commit-log offset. The checkpoint's commit-log
+        time follows at once (the flush service moves it only when it flushes something itself, which after
+        this flush may be its thorough pass, 10 s later)."""
         cl = self._check_readable()
         if self.read_only:
             return self.get_max_phy_offset()
@@ -425,6 +427,10 @@ class MessageStore:
         flushed = flush_all(cl.queue)
         if self._state == _STARTED and self._writer is not None and self._parts is not None:
             self._writer.catch_up(self._parts)
+            checkpoint, ts = self._parts.checkpoint, cl.queue.store_timestamp
+            if ts > 0 and ts != checkpoint.physic_msg_timestamp:
+                checkpoint.physic_msg_timestamp = ts
+                checkpoint.flush()
         return flushed
 
     def transient_store_pool_enabled(self) -> bool:
