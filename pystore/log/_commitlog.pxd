@@ -11,7 +11,7 @@ from pystore.log._results cimport PutMessageResult
 
 
 cdef enum:
-    CATCH_SLOTS = 8             # cells the catch-up walk remembers (catch_queues' length)
+    RECENT_CELLS = 8            # cells a walk over records remembers (RecentCells.queues' length)
 
 cdef object refusal_status(int code)
 
@@ -36,6 +36,9 @@ cdef class Dispatcher:
                            int64_t store_ts, int64_t queue_offset, bint keyed) except -1
     cdef int dispatch_record(self, QueueCell cell, const unsigned char *rec, RecordView *v, int64_t phy_offset,
                              int64_t queue_offset) except -1
+
+
+cdef class RecentCells
 
 
 cdef class CommitLogCore:
@@ -96,13 +99,9 @@ cdef class CommitLogCore:
     cdef readonly SharedLock shared
     cdef public object shared_repair
     cdef readonly int64_t caught_up         # records of other writers walked by ``_catch_up``
-    # the walk's recent cells (``_catch_cell``): topics (UTF-8 bytes), queue ids, cells; the slot a miss fills;
+    # the catch-up walk's recent cells (``_catch_cell``)
     # ``cells_removed`` when the slots were filled (a removed cell empties them)
-    cdef list catch_topics
-    cdef int32_t catch_queues[8]
-    cdef list catch_cells
-    cdef int catch_next
-    cdef int64_t catch_removed
+    cdef RecentCells catch
 
     cdef int find_cell(self, Message m) except -1
     cdef QueueCell cell_of(self, str topic, int32_t queue_id)
@@ -171,6 +170,19 @@ cdef class CommitLogCore:
     cdef MappedFile _file_with_room(self, int64_t total)
     cdef int _after_append(self, MappedFile mf) except -1
     cdef object _put(self, Message msg, bint run_after)
+
+
+cdef class RecentCells:
+    """The cells of the last ``RECENT_CELLS`` (topic, queue id) pairs a walk over records met (several writers, or
+    a timer slot's deliveries, interleave a few queues): a record's cell found without making its topic's text
+    (``get``); a miss asks the table (``CommitLogCore.cell_of``). Emptied when a cell left the table."""
+    cdef list topics                  # UTF-8 bytes, or None
+    cdef int32_t queues[8]
+    cdef list cells
+    cdef int next
+    cdef int64_t removed              # the table's ``cells_removed`` when the slots were filled
+
+    cdef QueueCell get(self, CommitLogCore cl, const unsigned char *topic, int32_t n, int32_t queue_id)
 
 
 # the batch put (``_batch_put.put_batch``): ``put_messages``/``append_messages`` call it through this pointer, which

@@ -31,6 +31,10 @@ class QueueCell:
     consume_queue: Any  # the (topic, queue id)'s ConsumeQueue once dispatch made it, else None
     def __init__(self, topic: str, queue_id: int, next_offset: int = 0) -> None: ...
 
+@final
+class RecentCells:
+    """The cells of the last (topic, queue id) pairs a compiled walk over records met (no Python API)."""
+
 @disjoint_base
 class Dispatcher:
     """Inline dispatch under the put lock; its methods are C only (``_dispatch.QueueDispatcher`` subclasses it)."""

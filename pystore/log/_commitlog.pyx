@@ -186,6 +186,35 @@ cdef PutMessageResult _refused_because(CommitLogCore cl, object msg, tuple refus
     return r
 
 
+@cython.final
+cdef class RecentCells:
+    def __cinit__(self):
+        self.topics = [None] * RECENT_CELLS
+        self.cells = [None] * RECENT_CELLS
+        self.removed = -1
+
+    cdef QueueCell get(self, CommitLogCore cl, const unsigned char *topic, int32_t n, int32_t queue_id):
+        """The cell of ``topic`` (``n`` UTF-8 bytes) and ``queue_id``: from the slots, else the table's (a text
+        and a key made, once per miss), which then takes the oldest slot."""
+        cdef int i
+        cdef bytes t
+        if self.removed != cl.cells_removed:        # a cell left the table: the slots may hold it
+            for i in range(RECENT_CELLS):
+                self.topics[i] = None
+            self.removed = cl.cells_removed
+        for i in range(RECENT_CELLS):
+            t = <bytes>self.topics[i]
+            if (t is not None and self.queues[i] == queue_id and PyBytes_GET_SIZE(t) == n
+                    and memcmp(PyBytes_AS_STRING(t), topic, n) == 0):
+                return <QueueCell>self.cells[i]
+        i = self.next
+        self.next = (i + 1) % RECENT_CELLS
+        self.cells[i] = cl.cell_of(utf8_text(topic, n), queue_id)
+        self.topics[i] = PyBytes_FromStringAndSize(<const char *>topic, n)
+        self.queues[i] = queue_id
+        return <QueueCell>self.cells[i]
+
+
 cdef class CommitLogCore:
     """The compiled half of the commit log, held by the Python half (``commitlog.CommitLog.core``)."""
 
@@ -196,6 +225,7 @@ cdef class CommitLogCore:
         self.file_size = file_size
         self.put_lock = PutMessageLock(reentrant_lock)
         self.table = {}
+        self.catch = RecentCells()
         self.max_message_size = max_message_size
         self.os_page_cache_busy_timeout = os_page_cache_busy_timeout
         self.put_cpu = -1
@@ -450,26 +480,8 @@ cdef class CommitLogCore:
         raise StoreError("cannot map the commit-log file another writer made (offset %d)" % target)
 
     cdef QueueCell _catch_cell(self, const unsigned char *rec, RecordView *v):
-        """The cell of the walked record's topic and queue: from the walk's last ``CATCH_SLOTS`` cells (several
-        writers interleave their queues' records), else the table's (a text and a key made, once per miss)."""
-        cdef int i
-        cdef bytes t
-        cdef const unsigned char *topic = rec + v.topic_pos
-        if self.catch_removed != self.cells_removed:        # a cell left the table: the slots may hold it
-            for i in range(CATCH_SLOTS):
-                self.catch_topics[i] = None
-            self.catch_removed = self.cells_removed
-        for i in range(CATCH_SLOTS):
-            t = <bytes>self.catch_topics[i]
-            if (t is not None and self.catch_queues[i] == v.queue_id and PyBytes_GET_SIZE(t) == v.topic_len
-                    and memcmp(PyBytes_AS_STRING(t), topic, v.topic_len) == 0):
-                return <QueueCell>self.catch_cells[i]
-        i = self.catch_next
-        self.catch_next = (i + 1) % CATCH_SLOTS
-        self.catch_cells[i] = self.cell_of(utf8_text(topic, v.topic_len), v.queue_id)
-        self.catch_topics[i] = PyBytes_FromStringAndSize(<const char *>topic, v.topic_len)
-        self.catch_queues[i] = v.queue_id
-        return <QueueCell>self.catch_cells[i]
+        """The cell of the walked record's topic and queue (several writers interleave their queues' records)."""
+        return self.catch.get(self, rec + v.topic_pos, v.topic_len, v.queue_id)
 
     def share(self, SharedLock lock, repair):
         """Append under ``lock`` with other processes from now on (``repair()``: called under the lock when
@@ -478,9 +490,7 @@ cdef class CommitLogCore:
         try:
             self.shared = lock
             self.shared_repair = repair
-            self.catch_topics = [None] * CATCH_SLOTS
-            self.catch_cells = [None] * CATCH_SLOTS
-            self.catch_removed = self.cells_removed
+            self.catch = RecentCells()
         finally:
             self.put_lock.unlock()
 

@@ -4,7 +4,7 @@ their delivery into the commit log in runs)."""
 from libc.stdint cimport int32_t, int64_t
 
 from pystore.format._record cimport RecordView
-from pystore.log._commitlog cimport CommitLogCore, QueueCell
+from pystore.log._commitlog cimport CommitLogCore, QueueCell, RecentCells
 
 
 # One unit of the slot walked: what its delivery needs.
@@ -52,11 +52,7 @@ cdef class SlotWalk:
     cdef readonly int64_t precision_ms
     cdef readonly Py_ssize_t deletes       # delete markers among the units (MAGIC_DELETE without MAGIC_ROLL)
     # the cells of the last topics and queues delivered to (a topic's text and the table's key made once a miss)
-    cdef list cell_topics
-    cdef int32_t cell_queues[8]
-    cdef list cells
-    cdef int cell_next
-    cdef int64_t cells_removed
+    cdef RecentCells cells
 
     cdef int _grow(self) except -1
     cdef Py_ssize_t _walk(self, const unsigned char **bases, const int64_t *froms, const int64_t *limits,
@@ -65,5 +61,4 @@ cdef class SlotWalk:
     cdef Py_ssize_t _plan(self, Py_ssize_t i, Py_ssize_t end, const unsigned char *base, int64_t cl_from,
                           int64_t cl_file_size, int64_t cl_read, bint check_crc, int32_t deq_len,
                           int64_t max_body, int32_t store_flag, int *why) noexcept nogil
-    cdef QueueCell _cell(self, CommitLogCore cl, const unsigned char *topic, int32_t n, int32_t qid)
     cdef Py_ssize_t _put(self, CommitLogCore cl, const unsigned char *deq, int32_t deq_len) except -1

@@ -51,7 +51,7 @@ sooner.
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
@@ -60,7 +60,7 @@ from libc.string cimport memcmp, memcpy
 from pystore.format._bytes cimport get_i32, get_i64, mono_coarse_ns, now_ms, put_i16, put_i32, put_i64, store_i32_release
 from pystore.format._codec cimport (BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE,
                                     STOREHOSTADDRESS_V6_FLAG, cal_msg_length, check_record, enters_queue)
-from pystore.format._jstring cimport utf8_lead, utf8_text
+from pystore.format._jstring cimport utf8_lead
 from pystore.format._props cimport find_byte
 from pystore.columns._textfmt cimport fmt_int
 from pystore.format._record cimport (AT_BODYCRC, AT_BORNHOST, AT_BORNTIMESTAMP, AT_FLAG, AT_MAGIC, AT_PHYSICALOFFSET,
@@ -88,7 +88,6 @@ cdef enum:
     CHUNK_UNITS = 256            # deliveries per put-lock hold (a batch put's order of size)
     CHUNK_BYTES = 1 << 19
     MAX_ITEMS = 64               # properties items compared for a repeated name; more goes through Python
-    CELL_SLOTS = 8
     WALK_NOGIL = 16384           # a slot of this many units is walked without the GIL (about 0.3 ms or more)
     RUN_BYTES = 1 << 22          # a call of ``deliver`` returns to Python once it put this many bytes
     MAX_V1_TOPIC = 127           # a topic this long or shorter is stored in a V1 record (and every byte is ASCII)
@@ -260,8 +259,7 @@ cdef class SlotWalk:
             raise ValueError("timer log file size %d, precision %d ms" % (file_size, precision_ms))
         self.file_size = file_size
         self.precision_ms = precision_ms
-        self.cell_topics = [None] * CELL_SLOTS
-        self.cells = [None] * CELL_SLOTS
+        self.cells = RecentCells()
 
     def __dealloc__(self):
         free(self.units)
@@ -566,26 +564,6 @@ cdef class SlotWalk:
             i += 1
         return i
 
-    cdef QueueCell _cell(self, CommitLogCore cl, const unsigned char *topic, int32_t n, int32_t qid):
-        """The cell of a delivery's topic and queue: from the last ``CELL_SLOTS`` met, else the table's."""
-        cdef int i
-        cdef bytes t
-        if self.cells_removed != cl.cells_removed:          # a cell left the table: the slots may hold it
-            for i in range(CELL_SLOTS):
-                self.cell_topics[i] = None
-            self.cells_removed = cl.cells_removed
-        for i in range(CELL_SLOTS):
-            t = <bytes>self.cell_topics[i]
-            if (t is not None and self.cell_queues[i] == qid and PyBytes_GET_SIZE(t) == n
-                    and memcmp(PyBytes_AS_STRING(t), topic, n) == 0):
-                return <QueueCell>self.cells[i]
-        i = self.cell_next
-        self.cell_next = (i + 1) % CELL_SLOTS
-        self.cells[i] = cl.cell_of(utf8_text(topic, n), qid)
-        self.cell_topics[i] = PyBytes_FromStringAndSize(<const char *>topic, n)
-        self.cell_queues[i] = qid
-        return <QueueCell>self.cells[i]
-
     cdef Py_ssize_t _put(self, CommitLogCore cl, const unsigned char *deq, int32_t deq_len) except -1:
         """Put the chunk's planned deliveries as the store's put would, under the put lock: how many were put (a
         prefix; the rest go through Python: a store that takes no puts, a page cache busy, no file)."""
@@ -617,7 +595,7 @@ cdef class SlotWalk:
                 mf = cl._file_with_room(pl.total)
                 if mf is None:
                     break
-                cell = self._cell(cl, rec + pl.v.props_pos + pl.pi.topic_pos, pl.pi.topic_len, pl.qid)
+                cell = self.cells.get(cl, rec + pl.v.props_pos + pl.pi.topic_pos, pl.pi.topic_len, pl.qid)
                 qoff = cell.next_offset
                 pos = mf.wrote
                 phy = mf.file_from_offset + pos
