@@ -8,7 +8,7 @@
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint16_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from pystore.format._bytes cimport get_i32
+from pystore.format._bytes cimport fmt_int, get_i32
 from pystore.format._jstring cimport utf8_lead
 from pystore.format._props cimport next_prop
 
@@ -61,30 +61,6 @@ cdef inline Py_ssize_t utf8_fix(const unsigned char *p, Py_ssize_t n, unsigned c
                 dst[o + 1] = 0xBF
                 dst[o + 2] = 0xBD
             o += 3
-    return o
-
-
-cdef inline int fmt_int(char *out, int64_t v) noexcept nogil:
-    """Decimal text of ``v``; returns its length."""
-    cdef char tmp[24]
-    cdef int n = 0, o = 0
-    cdef uint64_t u
-    if v < 0:
-        out[0] = b'-'
-        o = 1
-        u = <uint64_t>(-(v + 1)) + 1
-    else:
-        u = <uint64_t>v
-    while True:
-        tmp[n] = <char>(48 + u % 10)
-        n += 1
-        u //= 10
-        if u == 0:
-            break
-    while n > 0:
-        n -= 1
-        out[o] = tmp[n]
-        o += 1
     return o
 
 

@@ -8,7 +8,7 @@ also sees the record it announces (``load_i32_acquire`` is its partner).
 """
 
 from cpython.object cimport PyObject
-from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 
 cdef extern from "Python.h":
     # a bytes object's data and size through a borrowed pointer: no reference counting (a typed attribute
@@ -127,3 +127,27 @@ cdef extern from *:
     int64_t now_ms "ps_now_ms"() noexcept nogil
     int64_t mono_ns "ps_mono_ns"() noexcept nogil
     int64_t mono_coarse_ns "ps_mono_coarse_ns"() noexcept nogil
+
+
+cdef inline int fmt_int(char *out, int64_t v) noexcept nogil:
+    """Decimal text of ``v``; returns its length."""
+    cdef char tmp[24]
+    cdef int n = 0, o = 0
+    cdef uint64_t u
+    if v < 0:
+        out[0] = b'-'
+        o = 1
+        u = <uint64_t>(-(v + 1)) + 1
+    else:
+        u = <uint64_t>v
+    while True:
+        tmp[n] = <char>(48 + u % 10)
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    while n > 0:
+        n -= 1
+        out[o] = tmp[n]
+        o += 1
+    return o

@@ -57,12 +57,12 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
-from pystore.format._bytes cimport get_i32, get_i64, mono_coarse_ns, now_ms, put_i16, put_i32, put_i64, store_i32_release
+from pystore.format._bytes cimport (fmt_int, get_i32, get_i64, mono_coarse_ns, now_ms, put_i16, put_i32, put_i64,
+                                    store_i32_release)
 from pystore.format._codec cimport (BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE,
                                     STOREHOSTADDRESS_V6_FLAG, cal_msg_length, check_record, enters_queue)
 from pystore.format._jstring cimport utf8_lead
 from pystore.format._props cimport find_byte
-from pystore.columns._textfmt cimport fmt_int
 from pystore.format._record cimport (AT_BODYCRC, AT_BORNHOST, AT_BORNTIMESTAMP, AT_FLAG, AT_MAGIC, AT_PHYSICALOFFSET,
                                      AT_QUEUEID, AT_QUEUEOFFSET, AT_SYSFLAG, IPV4_HOST_SIZE, IPV6_HOST_SIZE)
 from pystore.log._commitlog cimport REFUSE_NONE
