@@ -264,6 +264,100 @@ def test_cancel_by_delete_marker(store, fake_clock):
     assert [m.body for m in delivered(store)] == [b"u2"]
 
 
+def _cancelled_pair(store, deliver: int) -> None:
+    """Two timers due at ``deliver`` (u1, u2) and the delete marker of u1."""
+    for key in ("u1", "u2"):
+        assert store.put_message(Message("TopicTest", key.encode(), deliver_at_ms=deliver,
+                                         properties={"UNIQ_KEY": key})).is_ok()
+    marker = Message("TopicTest", b"0", deliver_at_ms=deliver, properties={"TIMER_DEL_UNIQKEY": "TopicTest+u1"})
+    assert store.put_message(marker).is_ok()
+
+
+def _reopened_after(store_factory, fake_clock, now: int, **overrides):
+    """The store reopened at ``now`` and caught up: its deliveries to TopicTest once u2 is among them."""
+    fake_clock.now = now
+    store = store_factory(clock=fake_clock, **overrides)
+    caught_up(store, fake_clock)
+    wait_for(lambda: b"u2" in [m.body for m in delivered(store)])
+    caught_up(store, fake_clock)
+    return store, delivered(store)
+
+
+@pytest.mark.parametrize("case", ["rolled", "short, not enqueued before the close", "marker enqueued after the close"])
+def test_a_cancel_holds_when_the_reopened_store_catches_up_past_its_time(store_factory, fake_clock, case):
+    """A timer and its delete marker, the store shut down cleanly before the timer's slot (or its roll slot) and
+    opened again after its time. The reopened store catches up: it reads the slots from the checkpoint's read
+    time to now and enqueues what the timer queue holds (the puts after the checkpoint, the rolled copies it puts
+    again). Before the fix a copy that reached the enqueue after its time was delivered at once and a marker's
+    was dropped (``TIMER_ROLL_TIMES`` 1 for a rolled one): the cancel was lost, although a store kept running
+    kept it. Now a copy due in a slot not read yet goes into that slot, and no slot is read before the enqueue
+    has taken in what the timer queue holds for it."""
+    window = {"timer_roll_window_slots": 10} if case == "rolled" else {}
+    store = store_factory(clock=fake_clock, **window)
+    if case == "rolled":
+        deliver = T0 + 30_500               # two windows past the write time: both rolled into T0 + 10 s
+        _cancelled_pair(store, deliver)
+        caught_up(store, fake_clock)
+        store.timer_message_store.flush()
+        assert [u[2] & MAGIC_ROLL for u in read_units(store.root)] == [MAGIC_ROLL] * 3
+    else:
+        deliver = T0 + 5000
+        # a timer enqueued first, so that the store has its files and its checkpoint a read time
+        assert store.put_message(Message("TopicTest", b"first", deliver_at_ms=T0 + 2000)).is_ok()
+        caught_up(store, fake_clock)
+        if case.startswith("short"):
+            store.config.timer_stop_enqueue = True     # the three stay in the timer queue
+            _cancelled_pair(store, deliver)
+        else:
+            # the enqueue takes the two timers before the close, the marker waits in the timer queue
+            for key in ("u1", "u2"):
+                assert store.put_message(Message("TopicTest", key.encode(), deliver_at_ms=deliver,
+                                                 properties={"UNIQ_KEY": key})).is_ok()
+            caught_up(store, fake_clock)
+            store.config.timer_stop_enqueue = True
+            assert store.put_message(Message("TopicTest", b"0", deliver_at_ms=deliver, properties={
+                "TIMER_DEL_UNIQKEY": "TopicTest+u1"})).is_ok()
+            assert store.timer_message_store.curr_queue_offset == store.get_max_offset_in_queue(TIMER_TOPIC, 0) - 1
+    store.shutdown()
+    store, got = _reopened_after(store_factory, fake_clock, deliver + 2 * P, **window)
+    bodies = sorted(m.body for m in got)
+    if case == "rolled":
+        assert bodies == [b"u2"]
+        assert got[0].properties["TIMER_ROLL_TIMES"] == "1"
+    else:
+        assert bodies == [b"first", b"u2"]
+    # the marker went through the slot, not through the "reached delivery" drop
+    assert all("TIMER_DEL_UNIQKEY" not in m.properties for m in got)
+
+
+def test_a_marker_enqueued_after_its_time_cancels_its_timer_whose_slot_is_not_read(store_factory, fake_clock):
+    """The enqueue takes the timer before its time and its delete marker after it, while the dequeue has not read
+    the slot yet (a backlog: the dequeue waits for the enqueue). The marker goes into the timer's slot, not
+    delivered-or-dropped at once, and the timer is cancelled."""
+    store = store_factory(clock=fake_clock)
+    ts = store.timer_message_store
+    deliver = T0 + 5000
+    for key in ("u1", "u2"):
+        assert store.put_message(Message("TopicTest", key.encode(), deliver_at_ms=deliver,
+                                         properties={"UNIQ_KEY": key})).is_ok()
+    caught_up(store, fake_clock)
+    store.config.timer_stop_dequeue = True
+    store.config.timer_stop_enqueue = True
+    assert store.put_message(Message("TopicTest", b"0", deliver_at_ms=deliver,
+                                     properties={"TIMER_DEL_UNIQKEY": "TopicTest+u1"})).is_ok()
+    fake_clock.now = deliver + 2 * P
+    ts.maybe_move_write_time()              # the write time past the slot, the marker not enqueued yet
+    store.config.timer_stop_enqueue = False
+    ts.note_timer_put()
+    wait_for(lambda: ts.curr_queue_offset >= store.get_max_offset_in_queue(TIMER_TOPIC, 0))
+    assert delivered(store) == []
+    store.config.timer_stop_dequeue = False
+    caught_up(store, fake_clock)
+    wait_for(lambda: delivered(store) != [])
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"u2"]
+
+
 def test_roll_past_the_window_and_deliver_later(store_factory, fake_clock):
     store = store_factory(clock=fake_clock, timer_roll_window_slots=10)
     deliver = T0 + 30_500

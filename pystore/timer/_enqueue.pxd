@@ -46,6 +46,7 @@ cdef class TimerEnqueue:
     cdef MappedFile tl                     # the timer log's last file (None: there is none yet)
     cdef bint tl_writable                  # mapped for writing (else Python's append says why not)
     cdef int64_t write_ms
+    cdef int64_t read_ms                   # the first slot the dequeue has not begun (a unit due before it: Python)
     cdef int64_t hi                        # the latest slot time written (-1: none)
 
     cdef int _run(self, const unsigned char *cq, int64_t *pos, int64_t end, int64_t *done,

@@ -17,7 +17,9 @@ A run stops, with the units consumed so far, when the next unit
 
 * needs the next timer-log file (``STOP_ROLL``: there is none yet, or a unit and the blank after it no longer fit
   the last one): Python rolls the log as ``TimerLog.append`` does and runs again;
-* is anything else than the common case (``STOP_PYTHON``): a message already due (Python delivers it), a unit or
+* is anything else than the common case (``STOP_PYTHON``): a message due in a slot the dequeue has begun to read
+  (before ``read_ms``: Python delivers it at once; one due before the write time but in a slot not begun is linked
+  into that slot, its delay negative), a unit or
   record that does not check out, a ``TIMER_OUT_MS`` that is missing or not plain digits, a wheel slot whose
   ``lastPos`` is not before the log's end, a count that would overflow, blocks that cannot be reserved. Python's
   own per-unit path takes that one unit, with today's logging, skipping and errors, then runs again.
@@ -115,10 +117,11 @@ cdef class TimerEnqueue:
         self.tl = None
 
     def run(self, MappedFile cq_file not None, long long start, long long end, list cl_files not None,
-            long long cl_file_size, MappedFile tl_file, long long write_ms, bint check_crc):
+            long long cl_file_size, MappedFile tl_file, long long write_ms, long long read_ms, bint check_crc):
         """Enqueue the timer queue's units ``[start, end)`` of ``cq_file`` (held by the caller), whose records
         are in the commit-log files ``cl_files`` (``cl_file_size`` bytes each), into the timer log whose last
-        file is ``tl_file`` (None when it has none), at the wheel's write time ``write_ms``, each record's CRC
+        file is ``tl_file`` (None when it has none), at the wheel's write time ``write_ms``, with the slots from
+        ``read_ms`` on not begun by the dequeue (a message due before it goes through Python), each record's CRC
         checked when ``check_crc`` (``check_crc_on_read``, as ``look_message_by_offset`` reads). Returns
         ``(units consumed, why it stopped, the latest delayed time written or -1)``: ``END``, ``ROLL`` or
         ``PYTHON`` (the unit after those consumed)."""
@@ -135,6 +138,7 @@ cdef class TimerEnqueue:
         self.tl = tl_file
         self.tl_writable = tl_file is not None and tl_file.base != NULL and not tl_file.read_only
         self.write_ms = write_ms
+        self.read_ms = read_ms
         self.check_crc = check_crc
         self.hi = -1
         try:
@@ -211,8 +215,8 @@ cdef class TimerEnqueue:
         if not timer_props(rec + v.props_pos, v.props_len, &t):
             return STOP_PYTHON
         delayed = t.out_ms
-        if delayed < write:
-            return STOP_PYTHON                     # already due: Python delivers it
+        if delayed < self.read_ms:
+            return STOP_PYTHON                     # its slot was read (or is being read): Python delivers it
         window = self.roll_window_slots * p
         if delayed - write >= window:
             magic |= T_MAGIC_ROLL
@@ -221,7 +225,7 @@ cdef class TimerEnqueue:
                 delayed = write + self.roll_window_slots // 2 * p
             else:
                 delayed = write + window
-        if delayed - write > _I32_MAX or delayed < 0:
+        if delayed - write > _I32_MAX or delayed - write < _I32_MIN or delayed < 0:
             return STOP_PYTHON                     # Python refuses both (the unit's delay field, the slot index)
         if t.delete:
             magic |= T_MAGIC_DELETE

@@ -2,12 +2,15 @@
 ``TimerDequeueGetService``, ``TimerDequeueGetMessageService``, ``TimerDequeuePutMessageService``, ``dequeue``,
 ``convert``, ``doPut``).
 
-One slot per tick, while ``currReadTimeMs < currWriteTimeMs``::
+One slot per tick, while ``currReadTimeMs < currWriteTimeMs`` and the enqueue has taken in the timer queue up to
+``read_gate_offset``::
 
+    the slot begun: unread_from_ms := currReadTimeMs + precision (the enqueue links no unit into it any more)
     walk the slot's units newest to oldest (TimerLog.walk, bounded and checked)
     delete markers (MAGIC_DELETE without MAGIC_ROLL): their TIMER_DEL_UNIQKEY ("topic+uniq key") collected
     the others, oldest first: a message whose "REAL_TOPIC+UNIQ_KEY" was collected is dropped (cancelled);
-      MAGIC_ROLL -> re-put to rmq_sys_wheel_timer queue 0 with TIMER_ROLL_TIMES + 1 (it waits again)
+      MAGIC_ROLL -> re-put to rmq_sys_wheel_timer queue 0 with TIMER_ROLL_TIMES + 1 (it waits again;
+                    read_gate_offset := past its queue offset)
       else       -> put to REAL_TOPIC / REAL_QID (both properties removed), TIMER_ENQUEUE_MS = the unit's
                     write time, TIMER_DEQUEUE_MS = now
     currReadTimeMs += precision once the whole slot is put (commitReadTimeMs with it)
@@ -29,7 +32,11 @@ read is not the commit log's own (an archive below the log, a test's put).
 pystore's choices: one dequeue thread (RocketMQ hands requests between its get and put threads through queues; the
 order of the puts is the same); it delivers itself, so ``timer_skip_unknown_error``,
 ``timer_enable_retry_until_success`` and the three put attempts behave as in ``TimerDequeuePutMessageService``; a
-store that takes no puts now raises ``NotTakingPuts`` and the slot stays unread.
+store that takes no puts now raises ``NotTakingPuts`` and the slot stays unread. The gate and the slot's beginning
+are pystore's too (RocketMQ reads a slot once the write time is past it): the next slot is read only once the
+enqueue has linked the copies of those before it that were put again (a rolled timer and its delete marker, put
+again from two slots, meet in the slot of their time however late the catch-up of a reopened store puts them),
+and what the timer queue held at the open (timer_enqueue.py; docs/powerloss.md, "Timers").
 
 One thread dequeues at a time, beside the enqueue (``currWriteTimeMs`` is moved by the enqueue only, and the dequeue
 reads only slots before it).
@@ -38,6 +45,7 @@ reads only slots before it).
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from pystore.message._message import Message
 from pystore.message._message_ext import MessageExt
@@ -58,10 +66,14 @@ from pystore.timer.timer_state import (
     TIMER_DEQUEUE_MS,
     TIMER_ENQUEUE_MS,
     TIMER_ROLL_TIMES,
+    TIMER_TOPIC,
     NotTakingPuts,
     build_delete_key,
     log,
 )
+
+if TYPE_CHECKING:
+    from pystore.log._results import PutMessageResult
 
 __all__ = ["TimerDelivery"]
 
@@ -76,12 +88,35 @@ class TimerDelivery(TimerFiles):
         """One tick of the wheel: -1 nothing to read yet, 0 an empty slot passed, 1 a slot delivered."""
         if self.config.timer_stop_dequeue or self.closed or self.wheel is None:
             return -1
-        if self.curr_read_time_ms >= self.curr_write_time_ms:
+        if self.curr_read_time_ms >= self.curr_write_time_ms or self.curr_queue_offset < self.read_gate_offset:
             return -1
         read = self.curr_read_time_ms
+        with self._slot_lock:
+            self.unread_from_ms = read + self.precision_ms      # begun: a unit due in it now is delivered at once
+        try:
+            done = self._read_slot(read)
+        except BaseException:
+            self._unbegin(read)
+            raise
+        if done == -1:
+            self._unbegin(read)
+            return -1
+        if done == 1:
+            crashpoint("timer.delivered")
+        self._move_read_time()
+        return done
+
+    def _unbegin(self, read: int) -> None:
+        """The slot of ``read`` stays unread (read again from its first unit): the enqueue may link into it again."""
+        with self._slot_lock:
+            if self.curr_read_time_ms == read:
+                self.unread_from_ms = read
+
+    def _read_slot(self, read: int) -> int:
+        """Deliver the slot of ``read``: 0 empty, 1 delivered, -1 the store closed meanwhile."""
+        assert self.wheel is not None
         slot = self.wheel.get_slot(read)
         if slot.empty:
-            self._move_read_time()
             return 0
         tl, walker = self.timer_log, self._walker
         assert tl is not None
@@ -92,11 +127,7 @@ class TimerDelivery(TimerFiles):
                 done = self._deliver_walked(walker, n, read)
         if done == -2:
             done = self._dequeue_python(read, slot.last_pos)
-        if done == -1:
-            return -1
-        crashpoint("timer.delivered")
-        self._move_read_time()
-        return 1
+        return done
 
     def _compiled_delivery(self) -> bool:
         """Whether the slot's ordinary units may be delivered in C (``_dequeue``): the timer store puts through the
@@ -182,8 +213,11 @@ class TimerDelivery(TimerFiles):
             self._move_read_time()
 
     def _move_read_time(self) -> None:
-        self.curr_read_time_ms += self.precision_ms
-        self.commit_read_time_ms = self.curr_read_time_ms
+        with self._slot_lock:
+            self.curr_read_time_ms += self.precision_ms
+            self.commit_read_time_ms = self.curr_read_time_ms
+            if self.unread_from_ms < self.curr_read_time_ms:
+                self.unread_from_ms = self.curr_read_time_ms
 
     def _deliver(self, ext: MessageExt, enqueue_time: int, magic: int, deletes: set[str]) -> None:
         """Put a due (or rolled) message, unless a delete marker of its slot cancelled it
@@ -196,7 +230,7 @@ class TimerDelivery(TimerFiles):
             log.debug("%s: timer message %s of %s cancelled", self.root, uniq, real_topic)
             return
         if not roll and TIMER_DEL_UNIQKEY in props:
-            log.warning("%s: a timer delete marker reached delivery (its message is not in its slot): dropped",
+            log.warning("%s: a timer delete marker reached the enqueue after its slot was read: dropped (too late)",
                         self.root)
             return
         try:
@@ -216,6 +250,21 @@ class TimerDelivery(TimerFiles):
                           ext.commit_log_offset, attempts)
                 return
             threading.Event().wait(0.5 * self.precision_ms / 1000)
+
+    def _gate_past(self, result: PutMessageResult) -> None:
+        """A rolled copy was put again: no later slot is read before the enqueue has linked it (it may be due in
+        one of them, with its delete marker)."""
+        amr = result.append_message_result
+        if amr is not None:
+            end = amr.logics_offset + 1
+        else:                                   # a put that does not say where: the timer queue's end now
+            cq = self.cq_store.find(TIMER_TOPIC, 0)
+            end = 0 if cq is None else cq.get_max_offset_in_queue()
+        if end > self.read_gate_offset:
+            self.read_gate_offset = end
+        wake = self.wake_enqueue
+        if wake is not None:
+            wake()
 
     def convert(self, ext: MessageExt, enqueue_time: int, roll: bool) -> Message:
         """``convert`` + ``convertMessage``: the message to put for a due or rolled unit."""
@@ -246,6 +295,8 @@ class TimerDelivery(TimerFiles):
         if wakeup is not None:
             wakeup()
         if result.status in STORED:
+            if msg.topic == TIMER_TOPIC:
+                self._gate_past(result)
             return PUT_OK
         if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
             raise NotTakingPuts("%s: the store takes no puts now (%s)" % (self.root, result.reason))

@@ -4,12 +4,23 @@ the wheel (RocketMQ ``TimerMessageStore``: ``TimerEnqueueGetService``, ``TimerEn
 From the checkpoint's queue offset, unit by unit of that consume queue::
 
     delayed := TIMER_OUT_MS of the message
-    delayed < currWriteTimeMs       -> delivered at once, TIMER_ENQUEUE_MS = 2**63 - 1 (never enqueued)
+    delayed < unread_from_ms        -> delivered at once, TIMER_ENQUEUE_MS = 2**63 - 1 (never enqueued): its
+                                       slot was read (or is being read)
     delayed - currWriteTimeMs >= roll window     -> MAGIC_ROLL, delayed := a slot inside the window
                                        (currWriteTimeMs + window / 2 when within a third of a window past it)
     TIMER_DEL_UNIQKEY set           -> MAGIC_DELETE (the slot's count goes down by one, not up)
     timer-log unit appended (prevPos = the slot's lastPos), the wheel slot of delayed points to it
-  currWriteTimeMs := now rounded down to the precision (after each batch; only the enqueue moves it)
+  currWriteTimeMs := the time read before the pass, rounded down to the precision, once the pass took the timer
+                     queue in up to the end it had at that time (only the enqueue moves it)
+
+pystore's difference to RocketMQ (whose test is ``delayed < currWriteTimeMs``): a unit due before the write time
+but in a slot the dequeue has not begun to read (``unread_from_ms``) is linked into that slot (its unit's delay
+field is then negative), and the write time, which the dequeue reads up to, waits for the enqueue to reach the
+queue's end. A store catching up (reopened after its timers' time, or behind a backlog) thus reads a slot with
+every unit and delete marker due in it: in RocketMQ's flow a copy that reached the enqueue after its time was
+delivered at once and a late marker dropped while its timer still waited in its slot, so the cancel was lost
+(docs/powerloss.md, "Timers"). With the dequeue's gate (``read_gate_offset``, timer_dequeue.py) this covers the
+copies the catch-up puts again: a rolled timer and its marker meet in their slot however late both arrive.
 
 What runs in C (:mod:`pystore.timer._enqueue`): the enqueue of a pass's units. ``TimerEnqueue.run`` walks them,
 finds and checks each record in the commit-log files, reads its ``TIMER_OUT_MS``, ``REAL_TOPIC`` and
@@ -61,23 +72,27 @@ class TimerEnqueuing(TimerDelivery):
         """Enqueue what the timer queue holds from ``curr_queue_offset`` (up to a batch); whether anything was."""
         if self.config.timer_stop_enqueue or self.closed:
             return False
+        # the time first, then the queue's end: a timer message dispatched before that time lies below that end, so
+        # once the pass took the queue in up to there, the slots before that time hold every unit due in them
+        now = self.clock()
         cq = self.cq_store.find(TIMER_TOPIC, 0)
         if cq is None:
-            self.maybe_move_write_time()
+            self.maybe_move_write_time(now)
             return False
         low = cq.get_min_offset_in_queue()
         if self.curr_queue_offset < low:
             log.warning("%s: timer queue offset %d below the queue's min %d", self.root, self.curr_queue_offset, low)
             self.curr_queue_offset = low
-        if cq.get_max_offset_in_queue() <= self.curr_queue_offset:
+        high = cq.get_max_offset_in_queue()
+        if high <= self.curr_queue_offset:
             self.commit_queue_offset = self.curr_queue_offset
-            self.maybe_move_write_time()
+            self.maybe_move_write_time(now)
             return False
         self._open()            # the first timer message makes the files
         offset = self.curr_queue_offset
         buf = cq.get_index_buffer(offset)
         if buf is None:
-            self.maybe_move_write_time()
+            self.maybe_move_write_time(now)
             return False
         mf, start, end = buf
         if not mf.hold():
@@ -104,7 +119,12 @@ class TimerEnqueuing(TimerDelivery):
         finally:
             mf.release()
         self.commit_queue_offset = self.curr_queue_offset
-        self.maybe_move_write_time()
+        if self.curr_queue_offset >= high:
+            self.maybe_move_write_time(now)     # else the next pass goes on at once, and moves it
+        if offset < self.read_gate_offset <= self.curr_queue_offset:
+            wake = self.wake_dequeue            # the dequeue waited for these units (its gate)
+            if wake is not None:
+                wake()
         return done > 0
 
     def _enqueue_run(self, cq_file: MappedFile, start: int, end: int) -> tuple[int, int]:
@@ -115,9 +135,10 @@ class TimerEnqueuing(TimerDelivery):
             tl, wheel, run = self.timer_log, self.wheel, self._enqueuer
             if tl is None or wheel is None or run is None:
                 return 0, PYTHON
-            with tl.append_lock, wheel.lock:
+            # the slot lock: no slot the run may link into is begun by the dequeue meanwhile
+            with tl.append_lock, wheel.lock, self._slot_lock:
                 n, why, hi = run.run(cq_file, start, end, cl.files, cl.mapped_file_size, tl.last_file(),
-                                     self.curr_write_time_ms, self.config.check_crc_on_read)
+                                     self.curr_write_time_ms, self.unread_from_ms, self.config.check_crc_on_read)
         if hi > self._pending_hi:
             self._pending_hi = hi
         return n, why
@@ -145,13 +166,17 @@ class TimerEnqueuing(TimerDelivery):
             log.error("%s: timer queue offset %d: the message at %d has no valid %s (%r); skipped", self.root,
                       queue_offset, phy, TIMER_OUT_MS, raw)
             return
-        if delayed < self.curr_write_time_ms:
-            self._deliver(ext, NEVER_ENQUEUED, MAGIC_DEFAULT, set())      # already due: straight to its topic
-            return
-        self.do_enqueue(phy, size, delayed, ext)
+        with self._lock, self._slot_lock:
+            if delayed >= self.unread_from_ms:
+                # its slot is not begun, however late it came: read there with the slot's delete markers
+                self.do_enqueue(phy, size, delayed, ext)
+                return
+        # due in a slot the dequeue has read (or is reading): straight to its topic (a marker: too late, dropped)
+        self._deliver(ext, NEVER_ENQUEUED, MAGIC_DEFAULT, set())
 
     def do_enqueue(self, phy: int, size: int, delayed: int, ext: MessageExt) -> int:
-        """``doEnqueue``: append the unit of ``ext`` (due at ``delayed``) and link it into its slot; its position."""
+        """``doEnqueue``: append the unit of ``ext`` (due at ``delayed``) and link it into its slot; its position.
+        A ``delayed`` before the write time (a slot not read yet) is linked as it is: the unit's delay is negative."""
         write = self.curr_write_time_ms
         window = self.roll_window_slots * self.precision_ms
         magic = MAGIC_DEFAULT

@@ -14,7 +14,9 @@ Recovery (``load``): the timer log is scanned from one file before the checkpoin
 that position is refused: ``StoreCorruptedError``), each unit revising its slot's lastPos; the queue offset resumes
 after the message of the log's last unit when that unit is found in the timer queue (units flushed after the
 checkpoint are not enqueued twice), else at the checkpoint's; the read time resumes at ``lastReadTimeMs`` (never
-before now minus the wheel's span). A slot that still points past the log's end is damage:
+before now minus the wheel's span), and no slot is read before the enqueue has taken in the timer queue to the end
+it has at the open (pystore's: the units and delete markers due in the slots the reopened store catches up with are
+linked into them, not delivered at once). A slot that still points past the log's end is damage:
 ``StoreCorruptedError(wheel path, slot offset)``. Delivery is at least once, as RocketMQ's: slots read after the last
 checkpoint are read again after a crash, and their messages put again; a slot the checkpoint counts as read is never
 read again.
@@ -48,7 +50,8 @@ class TimerFiles(TimerState):
         if self.files_exist():
             self._open()
         else:
-            self.curr_write_time_ms = self.curr_read_time_ms = self.commit_read_time_ms = self._format(self.clock())
+            now = self._format(self.clock())
+            self.curr_write_time_ms = self.curr_read_time_ms = self.commit_read_time_ms = self.unread_from_ms = now
 
     def _open(self) -> None:
         with self._lock:
@@ -96,13 +99,18 @@ class TimerFiles(TimerState):
         revised = self._revise_queue_offset(tl)
         offset = cp.last_timer_queue_offset if revised < 0 else max(revised + 1, cp.last_timer_queue_offset)
         cq = self.cq_store.find(TIMER_TOPIC, 0)
+        gate = offset
         if cq is not None:
             low, high = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
             if not low <= offset <= high:
                 log.warning("%s: timer queue offset %d outside the timer queue [%d, %d]; moved into it",
                             self.root, offset, low, high)
                 offset = min(max(offset, low), high)
+            gate = max(offset, high)
         self.curr_queue_offset = self.commit_queue_offset = offset
+        # no slot is read before the enqueue took in what the timer queue holds (the puts and the rolled copies put
+        # again after the checkpoint): a timer and its delete marker are read in one slot however late they are
+        self.read_gate_offset = gate
         now = self._format(self.clock())
         read = cp.last_read_time_ms
         oldest = now - self.slots_total * self.precision_ms + TIMER_BLANK_SLOTS * self.precision_ms
@@ -120,7 +128,7 @@ class TimerFiles(TimerState):
             occupied = wheel.occupied(read)
         for slot in occupied:
             wheel.get_slot_checked(slot.time_ms, end)      # still past the end: damage, refused
-        self.curr_read_time_ms = self.commit_read_time_ms = read
+        self.curr_read_time_ms = self.commit_read_time_ms = self.unread_from_ms = read
         self.curr_write_time_ms = max(now, read)
         pending = [s.time_ms for s in occupied if s.time_ms >= read]
         self._pending_hi = max(pending, default=read)

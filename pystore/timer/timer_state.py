@@ -104,6 +104,16 @@ class TimerState:
         self.commit_read_time_ms = 0
         self.curr_queue_offset = 0
         self.commit_queue_offset = 0
+        #: the first slot the dequeue has not begun to read (pystore's): the enqueue links a unit due at or after it
+        #: into its slot however late the unit reaches it, and delivers one due before it at once. Moved under
+        #: ``_slot_lock``, which the enqueue holds from that choice to the unit's link: a slot's units and its delete
+        #: markers are read together, never split between a slot read and a delivery at once
+        self.unread_from_ms = 0
+        #: the timer-queue offset the enqueue must have taken in before the dequeue reads a slot (pystore's): the
+        #: queue's end at the open (what was put and put again after the checkpoint) and past every rolled copy the
+        #: dequeue put again, so that a slot is read with every copy due in it that the timer queue held
+        self.read_gate_offset = 0
+        self._slot_lock = threading.Lock()
         self._last_commit = (0, 0)
         # the latest slot time enqueued (or recovered): pending and next_due_ms sum the wheel's slots from the read
         # time to it (wheel_pending), no further
@@ -130,8 +140,10 @@ class TimerState:
     def _format(self, time_ms: int) -> int:
         return time_ms // self.precision_ms * self.precision_ms
 
-    def maybe_move_write_time(self) -> None:
-        now = self._format(self.clock())
+    def maybe_move_write_time(self, now_ms: int | None = None) -> None:
+        """Move the write time to ``now_ms`` (default: the clock), rounded down to the precision. The enqueue passes
+        the time it read before it found the timer queue's end: every slot before it is then readable."""
+        now = self._format(self.clock() if now_ms is None else now_ms)
         if self.curr_write_time_ms < now:
             self.curr_write_time_ms = now
             # a slot became readable: the dequeue thread reads it now, not at the end of its idle wait
