@@ -12,6 +12,7 @@ import logging
 import pytest
 
 from pystore.engine.recovery_plan import (
+    ArchiveView,
     CheckpointView,
     GapCheck,
     LogEnds,
@@ -196,6 +197,31 @@ def test_an_abnormal_open_re_dispatches_from_the_walk_and_the_index():
     assert (plan.dispatch_from, plan.index_from) == (2000, 2000)
     # a normal open keeps the index as it is
     assert writer(ends(walked=walked, walk_from=3000), qs, index_end=1200).index_from == -1
+
+
+def test_an_abnormal_open_re_indexes_the_archived_log_below_the_local_one():
+    """The index files dropped after a crash also held keys of messages now only in the archive: the archived
+    commit log from where the kept (or archived) index files end to the local log's head is indexed again."""
+    walked = {("T", 0): (2 * FILE, 9)}
+    qs = [queue("T", 0, 10, 4000)]
+    log = ends(walked=walked, walk_from=3000, low=2000)
+    arch = ArchiveView(low=0, end=2000, index_end=0)
+    plan = writer(log, qs, abnormal=True, index_end=1200, archive=arch)
+    assert plan.archive_index == (1200, 2000) and (plan.dispatch_from, plan.index_from) == (2000, 2000)
+    # no index file kept: from the archive's start, or from where its index copies end
+    assert writer(log, qs, abnormal=True, index_end=0, archive=arch).archive_index == (0, 2000)
+    assert writer(log, qs, abnormal=True, index_end=0,
+                  archive=ArchiveView(low=0, end=2000, index_end=1500)).archive_index == (1500, 2000)
+    # nor below the archive's own start, nor past its contiguous end
+    assert writer(log, qs, abnormal=True, index_end=0,
+                  archive=ArchiveView(low=800, end=1900, index_end=0)).archive_index == (800, 1900)
+    # nothing when the kept index reaches the local log, without an archive or an index, or on a normal open
+    assert writer(log, qs, abnormal=True, index_end=2500, archive=arch).archive_index is None
+    assert writer(log, qs, abnormal=True, index_end=1200).archive_index is None
+    assert writer(log, qs, abnormal=True, archive=arch).archive_index is None
+    assert writer(log, qs, index_end=1200, archive=arch).archive_index is None
+    assert writer(log, qs, abnormal=True, index_end=0,
+                  archive=ArchiveView(low=-1, end=-1, index_end=0)).archive_index is None
 
 
 def test_a_takeover_re_dispatches_from_the_dead_leaders_dispatched_end_and_keeps_the_index():

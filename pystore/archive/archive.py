@@ -14,6 +14,9 @@ stores alike); a writer also runs its ``ArchiveService`` (``service``) and clean
   then read through ``look_message``).
 - ``queue_min_offset`` / ``min_phy_offset``: where the archive's data begins.
 
+And one write: ``index_below``, recovery's re-index of archived records after a crash (the index files it dropped
+also held keys of messages no longer local), read by ranges as the reads are.
+
 What RocketMQ 5's tiered store does differently and pystore does not copy: it serves a queue from a separate
 index of its own; here the archive holds RocketMQ's own files, so a broker could read a restored folder as is.
 """
@@ -32,6 +35,7 @@ from pystore.archive.target import open_target
 from pystore.archive.uploader import ArchiveService, commitlog_object, index_object, queue_object
 from pystore.errors import StoreCorruptedError
 from pystore.index._index import IndexFileCore, select_in_files
+from pystore.index._index_walk import index_log
 from pystore.log._mapped_file import MappedFile
 from pystore.log._records import message_at
 from pystore.queue._units import ConsumeQueueCore
@@ -55,6 +59,7 @@ CACHE_FOLDER = "archive.cache"
 _UNIT = 20
 _SPAN_MIN = 32          # units a read below the local minimum fetches the records of, at least
 _SPAN_BYTES = 64 << 20  # the ranges one queue read below the local minimum may fetch and hold, at most
+_REINDEX_BYTES = 64 << 20   # the ranges recovery's re-index of archived records holds at once, at most
 
 
 class _View:
@@ -195,6 +200,52 @@ class Archive:
                 select_in_files([core], full_key, max_num - len(out), begin, end, out)
             finally:
                 h.release()
+
+    def index_below(self, index: IndexService, start: int, end: int) -> int:
+        """Recovery after a crash: index the archived commit log's records in ``[start, end)`` (``start`` a record's
+        offset, ``end`` the local log's head) into ``index``, as dispatch indexes local ones (the compiled walk,
+        ``index_log``), before the re-dispatch indexes the local log. Each archived file is read by ranges, at most
+        ``_REINDEX_BYTES`` held at a time (each range checked against its CRC as it comes); the walk only moves
+        forward, and a file that cannot be read whole (a range changed, an object gone, a record that cannot be
+        read) raises :class:`StoreCorruptedError` naming it, as a read does. Returns the entries written."""
+        self.ensure_loaded()
+        before = sum(f.index_count - 1 for f in index.files)
+        at = start
+        while at < end:
+            record = self.manifest.commitlog_file_for(at)
+            if record is None:
+                raise StoreCorruptedError(self.target.shown, at, "no finished copy of the commit log at offset %d: "
+                                          "the keys of the archived messages from there to %d cannot be indexed "
+                                          "again" % (at, end))
+            at = self._index_file(index, record, at, min(end, int(record["base"]) + int(record["size"])))
+        return sum(f.index_count - 1 for f in index.files) - before
+
+    def _index_file(self, index: IndexService, record: dict[str, Any], at: int, stop: int) -> int:
+        """``index_below`` over one archived file, from ``at`` to ``stop``; returns where the next file starts."""
+        base, size = int(record["base"]), int(record["size"])
+        while at < stop:
+            h = self.cache.open(record)
+            try:
+                lo = at - base
+                chunk = max(_REINDEX_BYTES // h.range_size, 1) * h.range_size if h.range_size else size
+                hi = min(stop - base, (lo // chunk + 1) * chunk) if h.range_size else stop - base
+                h.need(lo, hi)
+                reached = index_log(index.core, [h.mf], size, at, base + hi)
+                if reached == at:
+                    # a record crossing the chunk's end: the bytes its size field says it takes, then again
+                    h.need(lo, lo + 8)
+                    total = int.from_bytes(h.mf.read_any(lo, 4), "big", signed=True) if lo + 4 <= size else 0
+                    whole = record_end(lo, total, size)
+                    if whole > hi:
+                        h.need(lo, whole)
+                        reached = index_log(index.core, [h.mf], size, at, base + whole)
+                if reached <= at:
+                    raise StoreCorruptedError(self.target.shown + "/" + record["name"], lo,
+                                              "a record the re-index of archived keys cannot read (offset %d)" % at)
+            finally:
+                h.release()
+            at = reached
+        return at
 
     def get_message(self, cq: ConsumeQueue | None, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     local_min: int, cl: CommitLog, limits: ReadLimits, tag_codes: Any, tag_names: Any, filt: Any,

@@ -217,10 +217,11 @@ def open_parts(cfg: StoreConfig, *, last_exit_ok: bool, running_flags: RunningFl
                                                      dispatched_end)
         # a takeover keeps the index files as they are: the dead leader's pages are all in the page cache
         reput = _make_reput(parts, cfg, last_exit_ok or dispatched_end is not None, clock, disk_usage)
-        recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only,
-                       dispatched_end)
-        commitlog.attach_last()
+        # the archive before the queues' recovery: after a crash, the index takes back the keys of archived messages
         parts.archive = _open_archive(cfg) if cfg.archive_uri else None
+        recover_queues(commitlog, parts.cq_store, reput, parts.index, result, parts.checkpoint, cfg, abnormal, read_only,
+                       dispatched_end, parts.archive)
+        commitlog.attach_last()
     except BaseException:
         parts.close()
         raise

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, overload
 
 from pystore.engine.checkpoint import StoreCheckpoint, writer_holds_lock
 from pystore.engine.recovery_plan import (
+    ArchiveView,
     CheckpointView,
     LogEnds,
     LogScan,
@@ -66,6 +67,7 @@ from pystore.queue._units import FILLER_SIZE, read_unit
 from pystore.system.crashpoint import crashpoint
 
 if TYPE_CHECKING:
+    from pystore.archive.archive import Archive
     from pystore.config import StoreConfig
     from pystore.index.service import IndexService
     from pystore.log.commitlog import CommitLog
@@ -266,11 +268,13 @@ def recover_commit_log(commitlog: CommitLog, checkpoint: StoreCheckpoint, config
 def recover_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore, reput: ReputService,
                    index: IndexService | None, result: RecoveryResult, checkpoint: StoreCheckpoint,
                    config: StoreConfig, abnormal: bool, read_only: bool = False,
-                   dispatched_end: int | None = None) -> RecoveryPlan:
+                   dispatched_end: int | None = None, archive: Archive | None = None) -> RecoveryPlan:
     """RocketMQ ``recover`` once ``recover_commit_log`` judged the log (its ``result``): the consume queues'
     valid ends, cut units pointing past the log's end, re-dispatch what the queues miss (``reput``, the
     ``ReputService``; it writes ``index`` too), and rebuild the topic-queue table (``recoverTopicQueueTable``:
-    next offsets from the queues, min offsets corrected). Returns the plan it applied.
+    next offsets from the queues, min offsets corrected). Returns the plan it applied. ``archive``: the store's
+    archive tier, whose copies of the commit log give back, after a crash, the index entries of messages no
+    longer local (``RecoveryPlan.archive_index``).
 
     Two steps, so that the caller builds the index and the dispatch between them: when the commit log refuses
     to open (:class:`StoreCorruptedError`) nothing has been written, neither in the log nor in the queues or
@@ -286,14 +290,34 @@ def recover_queues(commitlog: CommitLog, cq_store: ConsumeQueueStore, reput: Rep
     low = commitlog.get_min_offset()
     queues = [_queue_end(cq, low, (cq.topic, cq.queue_id) in cut) for cq in cq_store.queues()]
     abort = read_only and has_log and os.path.exists(config.abort_path())
+    index_end = index.last_end_phy_offset() if index is not None else None
+    # the archive's manifest is read only when the index may lack keys below the local log
+    archived = _archive_view(archive) if (archive is not None and abnormal and not read_only and index_end is not None
+                                          and index_end < low) else None
     plan = plan_recovery(_log_ends(commitlog, result), queues, _checkpoint_view(checkpoint), read_only=read_only,
-                         abnormal=abnormal, rebuilt=bool(cq_store.rebuilt),
-                         index_end=index.last_end_phy_offset() if index is not None else None, abort_exists=abort,
+                         abnormal=abnormal, rebuilt=bool(cq_store.rebuilt), index_end=index_end, abort_exists=abort,
                          writer_running=writer_holds_lock(config.lock_path()) if abort else None,
-                         dispatched_end=dispatched_end)
+                         dispatched_end=dispatched_end, archive=archived)
+    if plan.archive_index is not None and archive is not None and index is not None:
+        # before the re-dispatch: an index file takes entries in commit-log order (``index_message`` skips a
+        # record below its newest file's end)
+        start, end = plan.archive_index
+        t0 = time.perf_counter()
+        entries = archive.index_below(index, start, end)
+        log.warning("index: keys of the archived commit log [%d, %d) indexed again after the crash (the index files "
+                    "newer than the checkpoint, dropped, also held them): %d entries in %.1f s", start, end, entries,
+                    time.perf_counter() - t0)
     _apply(plan, commitlog, cq_store, reput, index, result, queues)
     _attach_queues(commitlog, cq_store)
     return plan
+
+
+def _archive_view(archive: Archive) -> ArchiveView:
+    """What the plan needs of the archive: its commit log's span and where its index copies end."""
+    archive.ensure_loaded()
+    m = archive.manifest
+    return ArchiveView(m.min_phy_offset(), m.contiguous_end(),
+                       max((int(r.get("end_phy", 0)) for r in m.index_files()), default=0))
 
 
 def _cut_queues(cq_store: ConsumeQueueStore, phy_offset: int) -> list[ConsumeQueue]:

@@ -20,7 +20,8 @@ The order of an open, and who decides what:
 5. ``plan_recovery``: from the log's ends (:class:`LogEnds`), the queues' ends (:class:`QueueEnd`) and the
    checkpoint (:class:`CheckpointView`), the :class:`RecoveryPlan`: queues whose last units are not theirs
    (a writer rebuilds them, a reader refuses), where the re-dispatch starts (with the index's start folded
-   in), or a reader's check for lost units (:class:`GapCheck`).
+   in), the span of the archived commit log the index is rebuilt from (:class:`ArchiveView`), or a reader's check
+   for lost units (:class:`GapCheck`).
 6. the re-dispatch (``recovery``, writing), whose findings are judged again: ``queues_to_rebuild`` (queues
    lacking units before a record of theirs, rebuilt from the log's head), ``judge_rebuilt_walk`` (a record
    whose queue offset jumps: refused), ``judge_reached`` (a record before the log's end that cannot be read:
@@ -36,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from pystore.format._codec import REASONS, RECORD_END
 
-__all__ = ["CheckpointView", "GapCheck", "LogEnds", "LogScan", "LogVerdict", "Note", "QueueEnd", "QueueKey",
+__all__ = ["ArchiveView", "CheckpointView", "GapCheck", "LogEnds", "LogScan", "LogVerdict", "Note", "QueueEnd", "QueueKey",
            "QueueRebuild", "RecoveryPlan", "Refusal", "Stop", "abnormal_open", "judge_log", "judge_reached",
            "judge_reader_walk", "judge_rebuilt_walk", "log_geometry", "log_hole", "plan_recovery",
            "queues_to_rebuild", "walk_start"]
@@ -184,6 +185,15 @@ class GapCheck:
 
 
 @dataclass(frozen=True)
+class ArchiveView:
+    """What recovery reads of a store's archive (its manifest) when the index may lack keys below the local log."""
+
+    low: int                    # the archive's first commit-log offset (-1: it holds none)
+    end: int                    # where its commit log ends without a gap
+    index_end: int              # where its index copies end (their newest's last entry's offset; 0: none)
+
+
+@dataclass(frozen=True)
 class RecoveryPlan:
     """What recovery does to the queues and the index once the commit log was judged."""
 
@@ -197,6 +207,9 @@ class RecoveryPlan:
     dispatch_from: int = -1
     #: an abnormal writer's index: where the files it kept end (-1: no index, or a normal open)
     index_from: int = -1
+    #: an abnormal writer's index with an archive: ``[start, end)`` of the archived commit log (below the local
+    #: log) whose records are indexed again, before the re-dispatch indexes the local ones (None: nothing)
+    archive_index: tuple[int, int] | None = None
     #: a reader: the store cannot be served
     refuse: Refusal | None = None
     #: a reader: the walk looking for lost units, judged by ``judge_reader_walk``
@@ -317,7 +330,8 @@ def judge_log(scan: LogScan, checkpoint: CheckpointView, *, read_only: bool, tru
 
 def plan_recovery(log: LogEnds, queues: Sequence[QueueEnd], checkpoint: CheckpointView, *, read_only: bool,
                   abnormal: bool, rebuilt: bool = False, index_end: int | None = None, abort_exists: bool = False,
-                  writer_running: bool | None = None, dispatched_end: int | None = None) -> RecoveryPlan:
+                  writer_running: bool | None = None, dispatched_end: int | None = None,
+                  archive: ArchiveView | None = None) -> RecoveryPlan:
     """RocketMQ ``recover`` once the log was judged: what to do to the queues and the index.
 
     ``rebuilt``: queues were already deleted to be rebuilt (their files could not be trusted); ``index_end``:
@@ -326,7 +340,8 @@ def plan_recovery(log: LogEnds, queues: Sequence[QueueEnd], checkpoint: Checkpoi
     with an abort file). ``dispatched_end``: a takeover of several writers' lead, where the dead leader had
     dispatched to: every record below it has its units and index entries, whole (it published that end after
     writing them); the records from there on may have none, or a unit it was writing when it died, so they are
-    re-dispatched (checked: a unit that disagrees with its record is rewritten)."""
+    re-dispatched (checked: a unit that disagrees with its record is rewritten). ``archive``: what the store's
+    archive holds (None: no archive, or nothing asked of it)."""
     if read_only:
         return _plan_reader(log, queues, checkpoint, abort_exists, writer_running)
     if not log.has_files:
@@ -363,7 +378,23 @@ def plan_recovery(log: LogEnds, queues: Sequence[QueueEnd], checkpoint: Checkpoi
         if index_end is not None:
             index_from = max(low, index_end)
             start = min(start, index_from)
-    return RecoveryPlan(log.cut, low, rebuild=rebuild, dispatch_from=start, index_from=index_from)
+    archive_index = _archive_index(low, index_end, archive) if abnormal else None
+    return RecoveryPlan(log.cut, low, rebuild=rebuild, dispatch_from=start, index_from=index_from,
+                        archive_index=archive_index)
+
+
+def _archive_index(low: int, index_end: int | None, archive: ArchiveView | None) -> tuple[int, int] | None:
+    """The span of the archived commit log an abnormal writer's index is rebuilt from. The index dropped its
+    files newer than the checkpoint's index time, among them always the newest (never full, so never archived);
+    with a short local retention those files also indexed messages whose commit-log files are now only in the
+    archive, which no walk of the local log reaches. Their keys come back from the archive's copies of the
+    commit log: from where the index's kept files end (or the archived index files, when they end further: those
+    the lookups read), or the archive's start, to the local log's head (or the archive's contiguous end)."""
+    if index_end is None or archive is None or archive.low < 0:
+        return None
+    start = max(index_end, archive.index_end, archive.low)
+    end = min(low, archive.end)
+    return (start, end) if start < end else None
 
 
 def _plan_reader(log: LogEnds, queues: Sequence[QueueEnd], checkpoint: CheckpointView, abort_exists: bool,
