@@ -264,13 +264,23 @@ def test_cancel_by_delete_marker(store, fake_clock):
     assert [m.body for m in delivered(store)] == [b"u2"]
 
 
-def _cancelled_pair(store, deliver: int) -> None:
-    """Two timers due at ``deliver`` (u1, u2) and the delete marker of u1."""
+def _two_timers(store, deliver: int) -> None:
+    """Two timers due at ``deliver``: u1 and u2."""
     for key in ("u1", "u2"):
         assert store.put_message(Message("TopicTest", key.encode(), deliver_at_ms=deliver,
                                          properties={"UNIQ_KEY": key})).is_ok()
+
+
+def _cancel_u1(store, deliver: int) -> None:
+    """The delete marker of u1 (due at ``deliver``)."""
     marker = Message("TopicTest", b"0", deliver_at_ms=deliver, properties={"TIMER_DEL_UNIQKEY": "TopicTest+u1"})
     assert store.put_message(marker).is_ok()
+
+
+def _cancelled_pair(store, deliver: int) -> None:
+    """Two timers due at ``deliver`` (u1, u2) and the delete marker of u1."""
+    _two_timers(store, deliver)
+    _cancel_u1(store, deliver)
 
 
 def _reopened_after(store_factory, fake_clock, now: int, **overrides):
@@ -310,13 +320,10 @@ def test_a_cancel_holds_when_the_reopened_store_catches_up_past_its_time(store_f
             _cancelled_pair(store, deliver)
         else:
             # the enqueue takes the two timers before the close, the marker waits in the timer queue
-            for key in ("u1", "u2"):
-                assert store.put_message(Message("TopicTest", key.encode(), deliver_at_ms=deliver,
-                                                 properties={"UNIQ_KEY": key})).is_ok()
+            _two_timers(store, deliver)
             caught_up(store, fake_clock)
             store.config.timer_stop_enqueue = True
-            assert store.put_message(Message("TopicTest", b"0", deliver_at_ms=deliver, properties={
-                "TIMER_DEL_UNIQKEY": "TopicTest+u1"})).is_ok()
+            _cancel_u1(store, deliver)
             assert store.timer_message_store.curr_queue_offset == store.get_max_offset_in_queue(TIMER_TOPIC, 0) - 1
     store.shutdown()
     store, got = _reopened_after(store_factory, fake_clock, deliver + 2 * P, **window)
@@ -337,14 +344,11 @@ def test_a_marker_enqueued_after_its_time_cancels_its_timer_whose_slot_is_not_re
     store = store_factory(clock=fake_clock)
     ts = store.timer_message_store
     deliver = T0 + 5000
-    for key in ("u1", "u2"):
-        assert store.put_message(Message("TopicTest", key.encode(), deliver_at_ms=deliver,
-                                         properties={"UNIQ_KEY": key})).is_ok()
+    _two_timers(store, deliver)
     caught_up(store, fake_clock)
     store.config.timer_stop_dequeue = True
     store.config.timer_stop_enqueue = True
-    assert store.put_message(Message("TopicTest", b"0", deliver_at_ms=deliver,
-                                     properties={"TIMER_DEL_UNIQKEY": "TopicTest+u1"})).is_ok()
+    _cancel_u1(store, deliver)
     fake_clock.now = deliver + 2 * P
     ts.maybe_move_write_time()              # the write time past the slot, the marker not enqueued yet
     store.config.timer_stop_enqueue = False

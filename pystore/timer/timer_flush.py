@@ -106,7 +106,7 @@ class TimerFiles(TimerState):
                 log.warning("%s: timer queue offset %d outside the timer queue [%d, %d]; moved into it",
                             self.root, offset, low, high)
                 offset = min(max(offset, low), high)
-            gate = max(offset, high)
+            gate = high
         self.curr_queue_offset = self.commit_queue_offset = offset
         # no slot is read before the enqueue took in what the timer queue holds (the puts and the rolled copies put
         # again after the checkpoint): a timer and its delete marker are read in one slot however late they are
