@@ -35,19 +35,19 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from pystore.columns import api as columns
 from pystore.columns.api import get_columns as _get_columns
 from pystore.config import BrokerRole, StoreConfig
-from pystore.consumer.consumer import Consumer
 from pystore.consumer.offsets import ConsumerOffsets
 from pystore.engine.checkpoint import AbortFile, StoreLock
 from pystore.engine.parts import delete_store, open_parts
 from pystore.engine.put_waits import NOT_LOADED, NotLoaded, done, not_available
 from pystore.engine.shared_writers import SharedWriting, take_over, writer_info
+from pystore.engine.store_consumers import STARTED, ConsumerSide
 from pystore.engine.store_part import Part, Service
 from pystore.engine.wiring import close_writer, dispatch_behind, pool_enabled, wire_writer
 from pystore.errors import StoreClosedError, StoreError
@@ -82,7 +82,6 @@ if TYPE_CHECKING:
     from pystore.message.constants import MessageFilter, TagFilter
     from pystore.queue.queue_store import ConsumeQueueStore
     from pystore.read._read import ReadLimits
-    from pystore.read.arrival import ArrivingListener
     from pystore.read.results import GetMessageResult, PutColumnsResult, QueryMessageResult
     from pystore.status import GetMessageStatus
     from pystore.system.service import DiskUsage
@@ -92,10 +91,10 @@ __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
 
-_NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", "started", "shutdown"
+_NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", STARTED, "shutdown"
 
 
-class MessageStore:
+class MessageStore(ConsumerSide):
     """An embedded RocketMQ-format message store in one folder (see the module docstring)."""
 
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], int] | None = None,
@@ -571,46 +570,6 @@ class MessageStore:
         if self._state != _STARTED or self._writer is None:
             raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
         return self._writer.clean
-
-    # -- consumers -------------------------------------------------------------------------------------------
-
-    def add_arriving_listener(self, fn: ArrivingListener) -> None:
-        """Call ``fn(topic, queue_id, logic_offset, tags_code, store_timestamp, filter_bit_map, properties)`` after
-        each dispatch to a consume queue (not on a slave; ``pystore.read.arrival``); read-only: ``StoreError``."""
-        if self.read_only or self._follower:
-            raise StoreError("%s: no message to listen to; this process %s" % (self.root, self._not_leading()))
-        self._reads.arrivals().add_listener(fn)
-
-    def remove_arriving_listener(self, fn: ArrivingListener) -> None:
-        self._reads.arrivals().remove_listener(fn)          # ValueError if it was not added
-
-    def _consumer_offsets(self) -> ConsumerOffsets:
-        self._check_readable()
-        if self.read_only or self._follower:
-            if self._read_offsets is None:
-                self._read_offsets = ConsumerOffsets(self.config.config_path(), 0, self._reads.get_min_offset_in_queue,
-                                                     read_only=True, journal=self._follower)
-            return self._read_offsets
-        if self._writer is None or self._writer.offsets is None or self._state != _STARTED:
-            raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
-        return self._writer.offsets
-
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next offset it will read);
-        persisted to ``config/consumerOffset.json`` every ``flush_consumer_offset_interval`` ms and at shutdown.
-        ``StoreError`` on a read-only store. Several writers: ``ConsumerOffsets``' journal."""
-        self._consumer_offsets().commit(group, topic, queue_id, offset)
-
-    def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """``group``'s committed offset of (topic, queue_id), at least the queue's min; -1 if never committed."""
-        return self._consumer_offsets().fetch(group, topic, queue_id)
-
-    def consumer(self, group: str, topic: str, queue_ids: Iterable[int] | None = None,
-                 message_filter: MessageFilter | TagFilter | str | None = None, auto_commit: bool = True,
-                 spin_us: float = 0) -> Consumer:
-        """A ``Consumer`` of ``topic`` for ``group`` (``pystore.consumer.consumer``)."""
-        return Consumer(self, group, topic, queue_ids, message_filter, auto_commit, spin_us,
-                        arrivals=self._reads.arrivals())
 
     def is_os_page_cache_busy(self) -> bool:
         return bool(self._commitlog is not None and self._commitlog.is_os_page_cache_busy())
