@@ -49,8 +49,11 @@ typecheck: venv
 docs: venv
 	$(VPY) -m pytest -q -p no:cacheprovider tests/test_docs.py
 
+# Two worker processes (pytest-xdist), each taking whole test files: most of the suite waits on processes, disks
+# and clocks, so two share the 2 cores of CI well; a file's tests stay in one process, in order.
+TEST_WORKERS ?= 2
 test: venv powerloss-deps lint docs
-	$(VPY) -m pytest -q -p no:cacheprovider tests
+	$(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests
 
 test-fast: venv
 	$(VPY) -m pytest -q -p no:cacheprovider -m "not slow and not spark" tests
