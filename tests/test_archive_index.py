@@ -16,7 +16,7 @@ from writer_procs import kill, read_line
 from pystore import MessageStore
 from pystore.archive.manifest import Manifest
 from pystore.archive.target import open_target
-from pystore.errors import StoreCorruptedError
+from pystore.errors import StoreCorruptedError, StoreError
 
 pytest_plugins = ["s3server"]       # the s3_archive fixture (moto's S3 on 127.0.0.1)
 
@@ -132,6 +132,29 @@ def test_a_missing_archived_commit_log_refuses_the_open_naming_it(tmp_path, proc
         _reopen(root, uri, {})
     assert "commitlog/%020d" % 0 in str(e.value) and "missing" in str(e.value)
     os.rename(str(obj) + ".away", obj)
+    with _reopen(root, uri, {}) as store:
+        _check_every_key(store)
+
+
+def test_no_room_for_an_index_file_refuses_the_open_as_such_not_as_damage(tmp_path, procs, monkeypatch):
+    """The re-index cannot make an index file (a full disk): the open is refused with a ``StoreError`` that says
+    so, not a ``StoreCorruptedError`` blaming the archived record it stopped at; with room again it goes on."""
+    from pystore.index.service import IndexService
+
+    uri = "file://" + str(tmp_path / "archive")
+    root = tmp_path / "store"
+    _killed_writer(procs, root, uri, {})
+
+    def no_space(self, path):
+        raise OSError(28, "No space left on device", path)
+
+    with monkeypatch.context() as m:
+        m.setattr(IndexService, "_create", no_space)
+        with pytest.raises(StoreError) as e:
+            _reopen(root, uri, {})
+    assert not isinstance(e.value, StoreCorruptedError)
+    assert "no index file could be made" in str(e.value) and "disk full" in str(e.value)
+    assert os.path.exists(root / "abort")          # still to recover
     with _reopen(root, uri, {}) as store:
         _check_every_key(store)
 

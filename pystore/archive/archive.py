@@ -33,7 +33,7 @@ from pystore.archive.manifest import VISIBLE, Manifest
 from pystore.archive.plan import extend, plan_units, record_end
 from pystore.archive.target import open_target
 from pystore.archive.uploader import ArchiveService, commitlog_object, index_object, queue_object
-from pystore.errors import StoreCorruptedError
+from pystore.errors import StoreCorruptedError, StoreError
 from pystore.index._index import IndexFileCore, select_in_files
 from pystore.index._index_walk import index_log
 from pystore.log._mapped_file import MappedFile
@@ -230,6 +230,7 @@ class Archive:
                 chunk = max(_REINDEX_BYTES // h.range_size, 1) * h.range_size if h.range_size else size
                 hi = min(stop - base, (lo // chunk + 1) * chunk) if h.range_size else stop - base
                 h.need(lo, hi)
+                dropped = index.core.dropped
                 reached = index_log(index.core, [h.mf], size, at, base + hi)
                 if reached == at:
                     # a record crossing the chunk's end: the bytes its size field says it takes, then again
@@ -239,6 +240,12 @@ class Archive:
                     if whole > hi:
                         h.need(lo, whole)
                         reached = index_log(index.core, [h.mf], size, at, base + whole)
+                if index.core.dropped > dropped:
+                    # the walk went on without an index file to write into: refused, so that the next open (still
+                    # after a crash) indexes them again, rather than opening without those keys for good
+                    raise StoreError("%s: the keys of the archived messages from offset %d cannot be indexed "
+                                     "again: no index file could be made (see the log; is the disk full?); "
+                                     "free space and open the store again" % (index.path, at))
                 if reached <= at:
                     raise StoreCorruptedError(self.target.shown + "/" + record["name"], lo,
                                               "a record the re-index of archived keys cannot read (offset %d)" % at)

@@ -54,6 +54,8 @@ cdef class IndexFilesBase:
     # makes a file when there is no spare (the first file, or files filling faster than spares are made): the
     # owning IndexService's ``_new_file``; None: no file (the one call from C into Python left on this path)
     cdef public object new_file
+    # entries dropped because no file could be made (a full disk): at least that many keys are not found
+    cdef public long long dropped
     # the last topic indexed and the Java hash of topic + "#" (_prefix); length -1: none yet
     cdef unsigned char _topic[TOPIC_CACHE]
     cdef Py_ssize_t _topic_len

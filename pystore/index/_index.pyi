@@ -60,6 +60,8 @@ class IndexFilesBase:
     _spare_name: str | None
     # makes a file when there is no spare (IndexService._new_file); None: no file
     new_file: Callable[[], IndexFileCore | None] | None
+    # entries dropped because no file could be made (a full disk): at least that many keys are not found
+    dropped: int
     def take_spare(self) -> IndexFileCore | None: ...
 
 def index_keys(

@@ -500,12 +500,16 @@ cdef int index_scanned(IndexFilesBase service, const unsigned char *props, const
     cdef KeyScan ks = scan[0]
     cdef IndexFileCore f = writable_file(service)
     cdef int32_t i
-    if f is None or phy_offset < f.end_phy_offset:
+    if f is None:
+        service.dropped += ks.n
+        return 0
+    if phy_offset < f.end_phy_offset:
         return 0
     while ks.n > 0:
         for i in range(ks.n):
             f = _put(service, f, ks.h[i], phy_offset, store_ts)
             if f is None:
+                service.dropped += ks.n - i
                 return 0
         next_hashes(props, &ks)
     return 0

@@ -147,6 +147,7 @@ cdef bint _write_pending(IndexFilesBase service, const Pending *p, int n):
     while i < n:
         f = writable_file(service)
         if f is None:
+            service.dropped += n - i
             return False
         f.mapped_file.check_mapped()
         k = <int>min(<int64_t>(n - i), f._room())
