@@ -20,7 +20,10 @@ cdef class IndexFileCore:
     cdef readonly int64_t end_phy_offset
     cdef readonly int32_t hash_slot_count
     cdef readonly int32_t index_count
-    cdef bint warned           # a broken chain was logged (once a file: a lookup may hit it every time)
+    # a broken chain was logged (once a file: a lookup may hit it every time); public: the archive's reader, which
+    # makes a core per lookup, sets it and logs breaks itself, once per archived object
+    cdef public bint warned
+    cdef readonly object broken  # the first break a walk met: (position, what), or None
     cdef int64_t slots_prefault_at  # the entry count at which the prefault worker is asked for the slot table
 
     cdef void _store_header(self) noexcept
@@ -33,6 +36,9 @@ cdef class IndexFileCore:
     cdef void _broken(self, int64_t pos, str what)
     cdef bint _time_matched(self, int64_t begin, int64_t end) noexcept
     cdef int _select(self, list out, int32_t h, Py_ssize_t max_num, int64_t begin, int64_t end) except -1
+    cdef int64_t _walk(self, list out, int32_t h, Py_ssize_t max_num, int64_t begin, int64_t end, int64_t cur,
+                       const unsigned char *ready, Py_ssize_t n_ready, int64_t range_size,
+                       int64_t *need) except -2
 
 
 cdef inline int64_t _slot_of(int32_t h, int64_t slots) noexcept nogil:

@@ -23,6 +23,11 @@ a chain's ``prev`` numbers strictly decrease, and a chain that does not (a loop,
 written entries) is cut where it breaks. The index is a lossy accelerator: a lookup stops at the break (one
 warning a file) rather than fail, and ``check_chains`` lists every break for ``pystore verify``.
 
+The walk (``_walk``) is resumable, for an archived file fetched by ranges (``pystore.archive.archive``): given
+a byte map of the ranges readable, it stops before the first byte outside them (the key's slot, or the next
+entry) and says which bytes it needs and where to resume; the local lookup runs the same walk with every byte
+readable (``walk`` from Python, ``_select`` from C).
+
 Also here: ``index_message``, the writer of a message's entries, which dispatch (inline and reput) calls once
 per message with the stored topic and properties bytes; it hashes each key on the bytes (``java_hash_utf8``
 going on over topic, ``#`` and key, each decoded on its own as the stored UTF-8 is, which ``key_hash`` of the
@@ -73,6 +78,18 @@ cpdef int32_t key_hash(str key) except? -1:
 
 def index_file_size(long long slots, long long num):
     return _HEADER + slots * 4 + num * _ENTRY
+
+
+cdef inline bint _readable(const unsigned char *ready, Py_ssize_t n_ready, int64_t range_size, int64_t pos,
+                           int64_t n) noexcept nogil:
+    """Whether bytes ``[pos, pos + n)`` lie in ranges the byte map ``ready`` marks readable (NULL: every byte is)."""
+    cdef int64_t i
+    if ready == NULL:
+        return True
+    for i in range(pos // range_size, (pos + n - 1) // range_size + 1):
+        if i >= n_ready or not ready[i]:
+            return False
+    return True
 
 
 @cython.final
@@ -230,6 +247,8 @@ cdef class IndexFileCore:
                 or (self.begin_timestamp <= end <= self.end_timestamp))
 
     cdef void _broken(self, int64_t pos, str what):
+        if self.broken is None:
+            self.broken = (pos, what)
         if not self.warned:
             self.warned = True
             log.warning("%s: broken index chain at offset %d (%s); lookups stop there, messages behind "
@@ -239,25 +258,74 @@ cdef class IndexFileCore:
         """Append to ``out`` the offsets of entries with ``key``'s hash stored in [begin, end] (newest first)."""
         self._select(out, key_hash(key), max_num, begin, end)
 
+    def walk(self, list out not None, int32_t h, Py_ssize_t max_num, long long begin, long long end,
+             long long cur, const unsigned char[::1] ready, long long range_size):
+        """One leg of the chain walk of a key whose ``key_hash`` is ``h`` over a file of which only some ranges
+        are readable (an archived copy fetched by ranges): ``ready[i]`` non-zero when bytes
+        ``[i * range_size, (i + 1) * range_size)`` are (``ready`` None: every byte is). Appends to ``out``, as
+        ``select_phy_offset`` does, until ``len(out)`` reaches ``max_num`` or it needs bytes not readable.
+        Start with ``cur`` = -1 (the key's slot first). Returns ``(resume, lo, hi)``: ``resume`` 0 when the
+        walk is over, else the ``cur`` to call again with once bytes ``[lo, hi)`` (the slot, or an entry, which
+        may straddle two ranges) are readable. A broken chain ends the walk as in a local file (``broken``)."""
+        cdef int64_t need[2]
+        cdef int64_t resume
+        cdef unsigned char nothing = 0     # an empty map: nothing readable (NULL would say everything)
+        if ready is not None and range_size <= 0:
+            raise ValueError("a ready map needs a range size")
+        if h < 0 or cur < -1 or cur >= self.index_num:
+            raise ValueError("no entry %d in a file of %d (key hash %d)" % (cur, self.index_num, h))
+        self.mapped_file.check_mapped()
+        need[0] = need[1] = 0
+        if self.index_count <= 1 or cur == 0:
+            return 0, 0, 0
+        if ready is None:
+            resume = self._walk(out, h, max_num, begin, end, cur, NULL, 0, 0, need)
+        else:
+            resume = self._walk(out, h, max_num, begin, end, cur, &ready[0] if ready.shape[0] else &nothing,
+                                ready.shape[0], range_size, need)
+        return resume, need[0], need[1]
+
     cdef int _select(self, list out, int32_t h, Py_ssize_t max_num, int64_t begin, int64_t end) except -1:
-        cdef int64_t slot = _slot_of(h, self.hash_slot_num)
-        cdef const unsigned char *b = self.mapped_file.base
-        cdef int32_t cur, prev, entry_hash, diff
-        cdef int64_t entry_pos, phy, time_read
-        cdef int64_t entries = _HEADER + self.hash_slot_num * 4
+        cdef int64_t need[2]
         self.mapped_file.check_mapped()
         if self.index_count <= 1:
             return 0
-        # the acquire pairs with the writer's release of the slot: the entry it names is whole, even one
-        # the writer (the index builder, GIL released) links while this runs, past the count read above
-        cur = load_i32_acquire(b + _HEADER + slot * 4)
-        if cur <= 0:
-            return 0
-        if cur >= self.index_num:
-            self._broken(_HEADER + slot * 4, "slot points at entry %d of %d" % (cur, self.index_num))
-            return 0
+        # every byte readable: the walk goes to its end in one call
+        self._walk(out, h, max_num, begin, end, -1, NULL, 0, 0, need)
+        return 0
+
+    cdef int64_t _walk(self, list out, int32_t h, Py_ssize_t max_num, int64_t begin, int64_t end, int64_t cur,
+                       const unsigned char *ready, Py_ssize_t n_ready, int64_t range_size,
+                       int64_t *need) except -2:
+        """The chain walk of ``_select``, resumable: from the key's slot (``cur`` -1) or from entry ``cur``, over
+        a file whose readable bytes are the ranges of ``range_size`` bytes that the byte map ``ready`` (``n_ready``
+        of them) marks; NULL: all (a local file, a whole copy), and the walk runs to its end. Returns 0 when
+        the walk is over (at its chain's end, at ``max_num``, at a break), else where to resume (-1: the slot,
+        else an entry number) once ``need[0]`` to ``need[1]`` are readable."""
+        cdef const unsigned char *b = self.mapped_file.base
+        cdef int64_t slot_pos = _HEADER + _slot_of(h, self.hash_slot_num) * 4
+        cdef int64_t entries = _HEADER + self.hash_slot_num * 4
+        cdef int64_t entry_pos, phy, time_read
+        cdef int32_t prev, entry_hash, diff
+        if cur < 0:
+            if not _readable(ready, n_ready, range_size, slot_pos, 4):
+                need[0] = slot_pos
+                need[1] = slot_pos + 4
+                return -1
+            # the acquire pairs with the writer's release of the slot: the entry it names is whole, even one
+            # the writer (the index builder, GIL released) links while this runs, past the count read before
+            cur = load_i32_acquire(b + slot_pos)
+            if cur <= 0:
+                return 0
+            if cur >= self.index_num:
+                self._broken(slot_pos, "slot points at entry %d of %d" % (cur, self.index_num))
+                return 0
         while PyList_GET_SIZE(out) < max_num:
-            entry_pos = entries + <int64_t>cur * _ENTRY
+            entry_pos = entries + cur * _ENTRY
+            if not _readable(ready, n_ready, range_size, entry_pos, _ENTRY):
+                need[0] = entry_pos
+                need[1] = entry_pos + _ENTRY
+                return cur
             entry_hash = get_i32(b + entry_pos)
             phy = get_i64(b + entry_pos + 4)
             diff = get_i32(b + entry_pos + 12)
