@@ -11,7 +11,10 @@ stores alike); a writer also runs its ``ArchiveService`` (``service``) and clean
   files from the cache, local files for what is still local), so every status, offset and message is what the
   same read of local files gives; a read that reaches the cut ends there, and the next starts from it.
 - ``select_index``: ``query_message``'s keys in the archived index files no longer local (their messages
-  then read through ``look_message``).
+  then read through ``look_message``). A file copied by ranges is read where the key's chain walk goes: the
+  compiled walk (``IndexFileCore.walk``, the local lookup's own) stops at the first byte not fetched yet (the
+  header's, the key's slot's, an entry's range) and this fetches it and resumes, so a lookup fetches a few
+  ranges a file, never the file.
 - ``queue_min_offset`` / ``min_phy_offset``: where the archive's data begins.
 
 And one write: ``index_below``, recovery's re-index of archived records after a crash (the index files it dropped
@@ -34,7 +37,7 @@ from pystore.archive.plan import extend, plan_units, record_end
 from pystore.archive.target import open_target
 from pystore.archive.uploader import ArchiveService, commitlog_object, index_object, queue_object
 from pystore.errors import StoreCorruptedError, StoreError
-from pystore.index._index import IndexFileCore, select_in_files
+from pystore.index._index import HEADER_SIZE, IndexFileCore, index_file_size, key_hash
 from pystore.index._index_walk import index_log
 from pystore.log._mapped_file import MappedFile
 from pystore.log._records import message_at
@@ -81,6 +84,7 @@ class Archive:
         self.service: ArchiveService | None = None
         self.loaded = False
         self.last_error: str | None = None
+        self._broken_warned: set[str] = set()     # archived index files whose broken chain was logged
 
     def serve(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, dispatched: Callable[[], int],
               index: IndexService | None = None) -> ArchiveService:
@@ -179,13 +183,15 @@ class Archive:
 
     def select_index(self, full_key: str, max_num: int, begin: int, end: int, out: list[int],
                      local_names: set[str]) -> None:
-        """Append to ``out`` the commit-log offsets of ``full_key``'s entries (``topic#key``) stored in [begin, end]
-        from the archived index files that are no longer local (newest first, one fetched file at a time), until
-        ``max_num``: ``query_message`` below the local index."""
+        """Append to ``out`` up to ``max_num`` commit-log offsets of ``full_key``'s entries (``topic#key``) stored in
+        [begin, end] from the archived index files that are no longer local (newest first): ``query_message``
+        below the local index. Each file is read only where the walk goes (``_select_archived``)."""
         self.ensure_loaded()
         self.refresh()
+        want = len(out) + max_num
+        h = key_hash(full_key)
         for r in reversed(self.manifest.index_files()):
-            if len(out) >= max_num:
+            if len(out) >= want:
                 break
             if r["name"].rsplit("/", 1)[-1] in local_names or "slots" not in r:
                 continue
@@ -193,13 +199,66 @@ class Archive:
                 break                             # older files end earlier still
             if r["begin_ts"] > end:
                 continue
-            h = self.cache.mapped(r)        # whole: a key's chain may run anywhere in the file
-            try:
-                core = IndexFileCore(h.mf, int(r["slots"]), int(r["entries"]))
-                core.load_header()
-                select_in_files([core], full_key, max_num - len(out), begin, end, out)
-            finally:
-                h.release()
+            self._select_archived(r, h, want, begin, end, out)
+
+    def _select_archived(self, r: dict[str, Any], key_h: int, want: int, begin: int, end: int, out: list[int]) -> None:
+        """The chain walk of one archived index file for the key whose ``key_hash`` is ``key_h``, appending to
+        ``out`` until it holds ``want`` offsets. A file copied by ranges is fetched as the walk reaches it: the
+        header's range, the key's slot's, then each chain entry's (the compiled walk, ``IndexFileCore.walk``, stops
+        at a byte not fetched yet and says which), so a lookup fetches a few ranges, not the file; a whole copy (or a
+        ``file://`` object) is walked in one call.
+
+        What is read is bounded by the manifest record: its geometry (``slots``, ``entries``) must make the object's
+        size, and the header must name the range the record does and at most ``entries`` entries, else
+        :class:`StoreCorruptedError` names the object (the header read is checked as every range is). A range that
+        fails its CRC, or an object gone, raises the same, from ``need``. A broken chain in a copy that passes its
+        checks (a link forward, a slot past the entries: the file was so when copied, docs/format.md §3.4) ends the
+        walk there, as it does in a local file, logged once per object: the index is a lossy accelerator, and
+        ``pystore verify --archive`` reports the break."""
+        shown = self.target.shown + "/" + r["name"]
+        slots, entries, size = int(r["slots"]), int(r["entries"]), int(r["size"])
+        if slots <= 0 or entries <= 0 or size != index_file_size(slots, entries):
+            raise StoreCorruptedError(shown, 0, "the manifest says %d bytes for an index of %d slots and %d entries"
+                                      % (size, slots, entries))
+        held = self.cache.open(r)
+        try:
+            held.need(0, HEADER_SIZE)
+            core = IndexFileCore(held.mf, slots, entries)
+            self._check_index_header(core, held.mf.read_any(0, HEADER_SIZE), r, shown)
+            core.warned = True              # breaks are logged below, naming the object, once
+            ready: bytearray | None = None
+            if held.range_size:
+                ready = bytearray(len(held.ranges(0, size)))
+                for i in held.ranges(0, HEADER_SIZE):
+                    ready[i] = 1
+            cur, asked = -1, -1
+            while cur:
+                cur, lo, hi = core.walk(out, key_h, want, begin, end, cur, ready, held.range_size)
+                if cur:
+                    if ready is None or lo == asked:    # a whole file is walked in one call; each leg moves on
+                        raise RuntimeError("%s: the index walk asked again for bytes %d..%d" % (shown, lo, hi))
+                    asked = lo
+                    held.need(lo, hi)
+                    for i in held.ranges(lo, hi):
+                        ready[i] = 1
+            if core.broken is not None and r["name"] not in self._broken_warned:
+                self._broken_warned.add(r["name"])
+                log.warning("%s: broken index chain at offset %d (%s); lookups stop there, messages behind it are "
+                            "not found by key", shown, *core.broken)
+        finally:
+            held.release()
+
+    @staticmethod
+    def _check_index_header(core: IndexFileCore, header: bytes, r: dict[str, Any], shown: str) -> None:
+        """The archived index file's header against its manifest record (the bounds of everything read after)."""
+        have = (core.begin_timestamp, core.end_timestamp, core.begin_phy_offset, core.end_phy_offset)
+        want = (int(r["begin_ts"]), int(r["end_ts"]), int(r["begin_phy"]), int(r["end_phy"]))
+        if have != want:
+            raise StoreCorruptedError(shown, 0, "the index file's header says %s, the manifest %s" % (have, want))
+        count = int.from_bytes(header[36:40], "big", signed=True)
+        if not 1 <= count <= int(r["entries"]):
+            raise StoreCorruptedError(shown, 36, "the index file's header counts %d entries, outside 1..%d"
+                                      % (count, int(r["entries"])))
 
     def index_below(self, index: IndexService, start: int, end: int) -> int:
         """Recovery after a crash: index the archived commit log's records in ``[start, end)`` (``start`` a record's
