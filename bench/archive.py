@@ -18,6 +18,13 @@ of the archived files, each looked up (``look_message_by_offset``) by a read-onl
 cache, its manifest read before the clock starts): the median time of the lookup itself and the median bytes it
 left in the cache folder (what it fetched).
 
+``lookup --keys``: the same, each message put with a key (``k<i>``) and the index files made small enough
+(``--index-entries`` entries each, the default 5,000,000 hash slots: a file of 20 MB of slots plus its entries)
+that the store archives several and cleans them away with the commit log; then ``--lookups`` random keys of the
+archived messages, each queried (``query_message``) by a read-only store opened for it: the median time of the
+query and the median bytes the archive cache fetched for it (``RangeStore.fetched_bytes`` and whole objects:
+index files, and the commit-log range of the message found).
+
 ``lag``: a writer putting ``--rate`` MB/s of 1 KiB messages for ``--seconds`` into a store with a ``file://``
 archive and the service at its default pace; every 100 ms the archive's lag (in sealed files, commit-log bytes
 not yet archived / file size) is sampled, and the put latencies are compared with the same run without an
@@ -25,6 +32,7 @@ archive (p50, p99).
 
     python bench/archive.py read --mib 1024 --rounds 3 [--queues 1] [--s3] [--cache-mib 128]
     python bench/archive.py lookup --mib 1024 --lookups 20 [--s3]
+    python bench/archive.py lookup --keys --mib 256 --lookups 15 [--s3] [--index-entries 1000000]
     python bench/archive.py lag --rate 100 --seconds 20
 """
 
@@ -45,13 +53,13 @@ FILE = 64 * 1024 * 1024
 BODY = 1024
 
 
-def _fill(root: str, mib: int, queues: int, **kw: object) -> int:
+def _fill(root: str, mib: int, queues: int, keys: bool = False, **kw: object) -> int:
     n = mib * 1024 * 1024 // (BODY + 120)
     body = os.urandom(BODY)
     with MessageStore.open(root, mapped_file_size_commit_log=FILE, **kw) as store:  # type: ignore[arg-type]
         put = store.put_message
         for i in range(n):
-            put(Message("Bench", body, queue_id=i % queues))
+            put(Message("Bench", body, queue_id=i % queues, keys="k%d" % i if keys else ""))
         store.flush()
     return n
 
@@ -87,7 +95,9 @@ def lookup(args: argparse.Namespace) -> None:
         root = os.path.join(work, "store")
         cfg = {"archive_uri": uri, "archive_options": options, "archive_interval_ms": 3_600_000,
                "archive_on_seal": False, "mapped_file_size_commit_log": FILE, "file_reserved_time": 0}
-        _fill(root, args.mib, 1)
+        if args.keys:
+            cfg["max_index_num"] = args.index_entries
+        n = _fill(root, args.mib, 1, keys=args.keys, **{k: v for k, v in cfg.items() if k.startswith("max_")})
         with MessageStore.open(root, **cfg) as store:   # type: ignore[arg-type]
             parts = store._parts
             assert parts is not None and parts.archive is not None and parts.archive.service is not None
@@ -95,11 +105,16 @@ def lookup(args: argparse.Namespace) -> None:
             assert first is not None
             size = first.store_size         # every record the same size: each file's k-th starts at base + k * size
             parts.cq_store.flush(0)
+            if parts.index is not None:
+                parts.index.flush()
             while parts.archive.service.run_once():
                 pass
             store.execute_delete_files_manually()
             store.clean_files()
             files = parts.archive.manifest.commitlog_files()
+        if args.keys:
+            _query_keys(args, root, cfg, n)
+            return
         rnd = random.Random(7)
         secs, fetched = [], []
         for _ in range(args.lookups):
@@ -121,6 +136,42 @@ def lookup(args: argparse.Namespace) -> None:
         if server is not None:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _query_keys(args: argparse.Namespace, root: str, cfg: dict[str, object], n: int) -> None:
+    """``lookup --keys``: random keys of messages whose index entries are only in archived index files."""
+    with MessageStore.open(root, read_only=True, **cfg) as store:   # type: ignore[arg-type]
+        parts = store._parts
+        assert parts is not None and parts.archive is not None and parts.index is not None
+        parts.archive.ensure_loaded()
+        local = {os.path.basename(f.mapped_file.file_name) for f in parts.index.files}
+        gone = [r for r in parts.archive.manifest.index_files() if r["name"].rsplit("/", 1)[-1] not in local]
+        if not gone:
+            raise SystemExit("no index file was archived and cleaned: lower --index-entries")
+        # the keys k0 .. k<below - 1>: their messages lie below the newest cleaned index file's last entry
+        last = store.look_message_by_offset(max(int(r["end_phy"]) for r in gone))
+        assert last is not None
+        below = last.queue_offset
+        print("%d messages, keys k0..k%d only in the %d archived index files no longer local (%d local), %.1f MiB "
+              "each" % (n, below - 1, len(gone), len(local), int(gone[0]["size"]) / 2**20))
+    rnd = random.Random(7)
+    secs, fetched = [], []
+    for _ in range(args.lookups):
+        i = rnd.randrange(below)
+        with MessageStore.open(root, read_only=True, **cfg) as store:   # type: ignore[arg-type]
+            parts = store._parts
+            assert parts is not None and parts.archive is not None
+            parts.archive.ensure_loaded()           # the manifest read at open: not the query's
+            cache = parts.archive.cache
+            t = time.perf_counter()
+            r = store.query_message("Bench", "k%d" % i)
+            secs.append(time.perf_counter() - t)
+            assert [m.queue_offset for m in r.messages] == [i], (i, [m.queue_offset for m in r.messages])
+            # whole objects (fetched, or mapped where they lie in a file:// archive) and ranges
+            fetched.append(cache.bytes + cache.borrowed_bytes + cache.ranges.fetched_bytes)
+    print("%d key queries (%s): median %.1f ms (min %.1f, max %.1f), median %.1f MiB fetched (file://: mapped) each"
+          % (args.lookups, "s3 (moto)" if args.s3 else "file://", statistics.median(secs) * 1e3,
+             min(secs) * 1e3, max(secs) * 1e3, statistics.median(fetched) / 2**20))
 
 
 def read(args: argparse.Namespace) -> None:
@@ -242,6 +293,8 @@ def main() -> None:
     k.add_argument("--mib", type=int, default=256)
     k.add_argument("--lookups", type=int, default=20)
     k.add_argument("--s3", action="store_true")
+    k.add_argument("--keys", action="store_true", help="query_message of random archived keys")
+    k.add_argument("--index-entries", type=int, default=100_000, help="with --keys: max_index_num")
     g = sub.add_parser("lag")
     g.add_argument("--rate", type=int, default=100)
     g.add_argument("--seconds", type=float, default=20)
