@@ -468,3 +468,49 @@ def test_only_ascii_digit_names_are_index_files(store_factory):
     report = verify_store(root)
     assert report.ok, report
     os.unlink(stray)
+
+
+def test_the_walk_resumes_over_ranges_made_readable_as_it_asks(tmp_path):
+    """``IndexFileCore.walk`` with a map of readable ranges (an archived file fetched by ranges): it asks for the
+    key's slot, then each chain entry (one straddling two ranges asks for both), one at a time, and finds what
+    the walk over every byte finds; with nothing readable it asks first for the slot."""
+    from pystore.index._index import IndexFileCore, index_file_size
+    from pystore.log._mapped_file import MappedFile
+
+    path = str(tmp_path / "idx")
+    size = index_file_size(2, 40)                    # two slots: keys alternate, chains of every other entry
+    f = IndexFileCore(MappedFile(path, size, create=True, from_offset=0), 2, 40)
+    try:
+        f.init_header(T0, T0, 0, 0)
+        for i in range(30):
+            assert f.put_key("T#a" if i % 3 else "T#b", 1000 + i, T0 + i * 1000)
+        for key in ("T#a", "T#b", "T#none"):
+            h = key_hash(key)
+            for max_num in (64, 3):
+                want: list[int] = []
+                f.select_phy_offset(want, key, max_num, 0, 2**62)
+                rs = 64                                  # entries of 20 bytes straddle ranges of 64
+                ready = bytearray(-(-size // rs))
+                out: list[int] = []
+                cur, asked = -1, []
+                while True:
+                    cur, lo, hi = f.walk(out, h, max_num, 0, 2**62, cur, bytes(ready), rs)
+                    if cur == 0:
+                        break
+                    asked.append((lo, hi))
+                    assert (lo, hi) not in asked[:-1] and len(asked) <= 40
+                    for i in range(lo // rs, (hi - 1) // rs + 1):
+                        ready[i] = 1
+                assert out == want, (key, max_num)
+                slot = 40 + h % 2 * 4
+                assert asked[0] == (slot, slot + 4)
+                assert all((lo - 48) % 20 == 0 and hi - lo == 20 for lo, hi in asked[1:])
+                everything: list[int] = []
+                assert f.walk(everything, h, max_num, 0, 2**62, -1, None, 0) == (0, 0, 0) and everything == want
+        assert f.walk([], key_hash("T#a"), 8, 0, 2**62, -1, b"", 64)[0] == -1      # nothing readable
+        with pytest.raises(ValueError):
+            f.walk([], key_hash("T#a"), 8, 0, 2**62, 40, None, 0)                 # no entry 40
+        with pytest.raises(ValueError):
+            f.walk([], key_hash("T#a"), 8, 0, 2**62, -1, b"\x01", 0)              # a map needs a range size
+    finally:
+        f.mapped_file.close()
