@@ -3,7 +3,9 @@ where the key's chain walk goes (the header's range, the key's slot's, each entr
 answers are those the same store gave before its local files were cleaned. A range changed behind the store's
 back, or a header that disagrees with the manifest, is refused naming the object; a chain broken in the copy
 itself (a link forward, a slot past the entries) ends the walk as in a local file (docs/format.md §3.4), never
-a wrong answer or a hang. Ranges are 4 KiB here, the index files 8192 slots and 400 entries (40 KiB: 10 ranges)."""
+a wrong answer or a hang. Copies recorded before ranged reads are fetched whole and walked in one call, as a
+``file://`` archive's objects (mapped where they lie) are. Ranges are 4 KiB here, the index files 8192 slots and
+400 entries (40 KiB: 10 ranges)."""
 
 from __future__ import annotations
 
@@ -222,3 +224,26 @@ def test_a_header_that_disagrees_with_the_manifest_is_refused(tmp_path, any_arch
         assert r["name"] in e.value.path
     m = Manifest(open_target(uri, options)).load()
     assert any(x["name"] == r["name"] for x in m.index_files())
+
+
+def test_copies_recorded_before_ranged_reads_are_walked_whole(tmp_path, s3_archive):
+    """Index copies whose records have no ``range_crc32`` (an earlier pystore's) are fetched whole, checked against
+    their CRC32, and walked in one call, as before."""
+    uri, options = s3_archive
+    want = _archived(tmp_path / "store", uri, options)
+    target = open_target(uri, options)
+    for obj in target.list(FOLDER):
+        record = decode_record(target.read(obj))
+        if record is not None and ("range_crc32" in record or "range_size" in record):
+            record.pop("range_crc32", None)
+            record.pop("range_size", None)
+            target.put(obj, encode_record(record))
+    with _open(tmp_path / "store", uri, options, read_only=True, **INDEX) as store:
+        gone = _gone(store)
+        keys = _below(gone, want)
+        for key in (keys[0], keys[-1]):
+            assert _select(store, key) == want[key]
+        cache = store._parts.archive.cache
+        assert cache.ranges.requests == 0 and cache.fetched == len(gone)
+        for key in keys[::50]:
+            assert [m.commit_log_offset for m in store.query_message(TOPIC, key).messages] == want[key]
