@@ -3,10 +3,10 @@
 ``TimerFlushService``), one of each kind here: :class:`TimerServices` starts and stops them together and closes the
 timer store once they stopped.
 
-* enqueue: ``TimerMessageStore.enqueue()`` until it finds nothing, then waits (on the store's wake word, which a
-  rewritten timer put notes) ``100 * precision / 1000`` ms or
+* enqueue: ``TimerMessageStore.enqueue()`` until it finds nothing, then waits ``100 * precision / 1000`` ms or
   to the next tick, whichever comes first (1 s while the store has no timer files and no put has rewritten a timer
-  message: ``idle_wait_ms``); moving the write time at a tick wakes the dequeue thread;
+  message: ``idle_wait_ms``), on the timer store's wake word (``put_link``), which a rewritten timer put notes in
+  C; moving the write time at a tick wakes the dequeue thread;
 * dequeue: ``dequeue()`` slot after slot; waits as long when nothing is due (``-1``); an error waits 1 s and, with
   ``timer_skip_unknown_error``, moves past the slot (RocketMQ ``dequeue``'s catch), else tries the slot again; a
   store that takes no puts now (``NotTakingPuts``: starting or stopping) leaves the slot unread, and the thread
