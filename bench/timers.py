@@ -11,6 +11,10 @@ only the drain is timed: from then until the enqueue service has written every o
 (its queue offset at the end of the timer queue); the commit log is flushed before, so that the write-back of the
 puts does not run during the drain. Printed: the put rate, the drain rate (``-n`` / seconds).
 
+``put``: the put side alone: ``-n`` timer messages (default 1 M, delivery times spread as in ``enqueue``) put with
+``timer_stop_enqueue=True`` (the enqueue does not run beside them), then as many plain messages for comparison; the
+messages are built beforehand in chunks of 50 k, and only ``put_message`` is timed. Printed: both rates.
+
 ``deliver``: ``-n`` timer messages (default 200 k) due in the same second; printed: when the first and the last
 reached their topic after that second began, and the rate in between (the dequeue service's delivery rate).
 
@@ -21,6 +25,7 @@ the store put it into its topic) minus the time asked for; printed: p50, p99 and
 
     python bench/timers.py enqueue -n 1000000
     python bench/timers.py enqueue-backlog -n 1000000
+    python bench/timers.py put -n 1000000
     python bench/timers.py deliver -n 200000
     python bench/timers.py lateness -n 20000 --seconds 20
 """
@@ -104,6 +109,31 @@ def enqueue(root: str, n: int, spread_h: float) -> None:
             size = os.path.getsize(path) if os.path.isfile(path) else sum(
                 os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
             print("%-11s %d MiB on disk (mapped)" % (name, size >> 20))
+
+
+def _timed_puts(store: MessageStore, n: int, make) -> float:
+    """Seconds spent in ``put_message`` for ``n`` messages ``make(i)``, built beforehand in chunks of 50 k."""
+    put = store.put_message
+    spent = 0.0
+    for start in range(0, n, 50_000):
+        msgs = [make(i) for i in range(start, min(n, start + 50_000))]
+        t0 = time.perf_counter()
+        for m in msgs:
+            r = put(m)
+            if not r.is_ok():
+                raise SystemExit("put refused: %s %s" % (r.status.name, r.reason))
+        spent += time.perf_counter() - t0
+    return spent
+
+
+def put_rate(root: str, n: int, spread_h: float) -> None:
+    with MessageStore.open(root, timer_stop_enqueue=True, **STORE) as store:
+        base = _now_ms() + 60_000
+        step = max(1, int(spread_h * 3_600_000) // n)
+        timed = _timed_puts(store, n, lambda i: Message(TOPIC, BODY, queue_id=i % QUEUES, deliver_at_ms=base + i * step))
+        plain = _timed_puts(store, n, lambda i: Message(TOPIC, BODY, queue_id=i % QUEUES))
+        print("timer puts  %8.0f /s  (%d timers over %.1f h, %.2f s in put_message)" % (n / timed, n, spread_h, timed))
+        print("plain puts  %8.0f /s  (%d messages, %.2f s in put_message)" % (n / plain, n, plain))
 
 
 def enqueue_backlog(root: str, n: int, spread_h: float) -> None:
@@ -214,7 +244,7 @@ def lateness(root: str, n: int, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("enqueue", "enqueue-backlog", "deliver", "lateness"))
+    ap.add_argument("what", choices=("enqueue", "enqueue-backlog", "put", "deliver", "lateness"))
     ap.add_argument("-n", type=int, default=None)
     ap.add_argument("--spread-h", type=float, default=24.0)
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -227,6 +257,8 @@ def main() -> None:
             enqueue(root, args.n or 1_000_000, args.spread_h)
         elif args.what == "enqueue-backlog":
             enqueue_backlog(root, args.n or 1_000_000, args.spread_h)
+        elif args.what == "put":
+            put_rate(root, args.n or 1_000_000, args.spread_h)
         elif args.what == "deliver":
             deliver(root, args.n or 200_000)
         else:

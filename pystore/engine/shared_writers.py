@@ -50,7 +50,7 @@ from pystore.log.shared_state import SharedState
 from pystore.system.durable import sync_tree
 from pystore.system.service import ServiceThread
 from pystore.timer import timer_log_path, timer_wheel_path
-from pystore.timer.timer_put import TimerPutHook
+from pystore.timer._timer_put import TimerPut
 
 if TYPE_CHECKING:
     from pystore.engine.parts import StoreParts
@@ -183,7 +183,7 @@ class SharedWriting:
         # a delay level rewrites the message for the schedule topic here too; the leader delivers it when due
         appender.delay_rewrite = ScheduleMessageService(appender, parts.cq_store, cfg, clock=self.clock).rewrite
         # and a timer message for the timer topic (no flow control here: the wheel is the leader's)
-        appender.timer_rewrite = TimerPutHook(cfg, self.clock)
+        appender.timer_rewrite = TimerPut(cfg, self.injected_clock)
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             appender.after_put = _flush_before_returning(appender)
         return appender

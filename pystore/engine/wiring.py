@@ -55,7 +55,7 @@ from pystore.system.crashpoint import armed as crashpoint_armed
 from pystore.system.crashpoint import crashpoint
 from pystore.system.running_flags import RunningFlags
 from pystore.system.service import Clock, DiskUsage
-from pystore.timer.timer_put import TimerPutHook
+from pystore.timer._timer_put import TimerPut
 from pystore.timer.timer_services import TimerServices
 from pystore.timer.timer_store import TimerMessageStore
 
@@ -196,14 +196,15 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
         if parts.dispatcher is not None:
             parts.dispatcher.schedule_wake = schedule.wake
     # timer properties are checked and rewritten on every writer (a disabled wheel refuses them)
-    cl.timer_rewrite = TimerPutHook(cfg, clock)
+    # (compiled: the commit log calls it in C; ``cl.clock`` is the injected clock, None for the C one)
+    cl.timer_rewrite = TimerPut(cfg, cl.clock)
     timer = None
     if not slave and cfg.timer_wheel_enable:
         # a damaged timer log or wheel fails start() here, before any service runs
         timer = TimerMessageStore(cl, parts.cq_store, cfg, clock, put=cl.append_message,
                                   look=_look_below(cl, parts.archive))
         timer.load()
-        cl.timer_rewrite = TimerPutHook(cfg, clock, slot_num=timer.slot_num, on_timer=timer.note_timer_put)
+        cl.timer_rewrite = TimerPut(cfg, cl.clock, timer.put_link)     # with flow control and the enqueue's wake
     offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),
                               read_only=False, clock=clock, journal=cfg.shared_writers)
     offsets.load()                               # before the lock too: a bad consumerOffset.json fails start()

@@ -67,8 +67,9 @@ cdef class CommitLogCore:
     cdef readonly int64_t ready_rolls       # rolls that took the ready file (the others called ``roll_file``)
     cdef public object after_put
     cdef public object delay_rewrite
-    # RocketMQ 5's timer transform (pystore.timer.timer_put): called only for a message with a timer property
-    # (Message._timer); returns the message to store, or (status, reason) to refuse it
+    # RocketMQ 5's timer transform: called only for a message with a timer property (Message._timer); returns the
+    # message to store, or (status, reason) to refuse it. The compiled one (pystore.timer._timer_put.TimerPut) is
+    # called through the C pointer its module registers (set_timer_rewrite), any other object as a Python callable
     cdef public object timer_rewrite
     cdef public object flush_wakeup
     cdef int64_t flush_notified       # the flush service was woken since it last looked (cleared by it)
@@ -191,3 +192,7 @@ ctypedef object (*BatchPut)(CommitLogCore cl, object batch, bint run_after)
 cdef int set_batch_put(BatchPut put) except -1
 # a refused put's result, counted as a failed put (its ``reason`` computed only if asked)
 cdef PutMessageResult refused(CommitLogCore cl, object what, object status)
+# the compiled timer transform (``_timer_put.TimerPut``): ``_put`` calls a ``timer_rewrite`` of type ``cls`` through
+# ``fn``, without Python; that module registers both when it is imported (``log`` never imports ``timer``)
+ctypedef object (*TimerRewrite)(object hook, Message msg)
+cdef int set_timer_rewrite(TimerRewrite fn, type cls) except -1

@@ -17,7 +17,8 @@ Policy stays in Python (``commitlog.CommitLog``, which holds this core as its ``
 set say where the next file comes from (``roll_file``), what happens after a put (``after_put``), delay-level
 rewriting (``delay_rewrite``), RocketMQ 5's timer transform (``timer_rewrite``, called only for a message with a
 timer property, before the delay rewrite as ``HookUtils.handleScheduleMessage`` orders them; batches never call it,
-as RocketMQ's hook skips a ``MessageExtBatch``), whether the store is writeable.
+as RocketMQ's hook skips a ``MessageExtBatch``; the store's own, ``pystore.timer._timer_put.TimerPut``, is called
+through a C pointer that module registers, ``set_timer_rewrite``), whether the store is writeable.
 
 Thread-safety: all methods may be called from any thread. The put lock (``_put_lock``) is RocketMQ's spin lock by
 default (an atomic flag; a waiter yields the GIL after a few spins, so a holder that released the GIL to copy a big
@@ -156,6 +157,18 @@ cdef BatchPut _put_batch = NULL
 cdef int set_batch_put(BatchPut put) except -1:
     global _put_batch
     _put_batch = put
+    return 0
+
+
+# the compiled timer transform and its type, registered by ``pystore.timer._timer_put`` when it is imported
+cdef TimerRewrite _timer_fn = NULL
+cdef type _timer_cls = None
+
+
+cdef int set_timer_rewrite(TimerRewrite fn, type cls) except -1:
+    global _timer_fn, _timer_cls
+    _timer_fn = fn
+    _timer_cls = cls
     return 0
 
 
@@ -570,14 +583,18 @@ cdef class CommitLogCore:
         cdef int code
         cdef object status = None
         cdef PutMessageResult result
-        cdef object rewritten
+        cdef object rewritten, hook
         if not self.writeable:
             return refused(self, msg, ST_SERVICE_NOT_AVAILABLE)
         code = own_refusal(msg, self.max_message_size)
         if code != REFUSE_NONE:
             return refused(self, msg, refusal_status(code))
         if msg._timer and self.timer_rewrite is not None and enters_queue(msg._sys_flag):
-            rewritten = self.timer_rewrite(msg)
+            hook = self.timer_rewrite
+            if _timer_fn != NULL and type(hook) is _timer_cls:
+                rewritten = _timer_fn(hook, msg)        # the compiled transform: no Python
+            else:
+                rewritten = hook(msg)
             if not isinstance(rewritten, Message):
                 return _refused_because(self, msg, <tuple>rewritten)
             msg = <Message>rewritten

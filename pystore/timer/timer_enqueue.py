@@ -62,11 +62,9 @@ class TimerEnqueuing(TimerDelivery):
     the first message enqueued makes the files, ``TimerFiles._open``)."""
 
     def note_timer_put(self) -> None:
-        """The put hook rewrote a timer message (its unit follows once it is dispatched)."""
-        self.expecting = True
-        wake = self.wake_enqueue
-        if wake is not None:
-            wake()
+        """The put hook rewrote a timer message (its unit follows once it is dispatched): ``expecting`` set and the
+        enqueue service woken, through the wake word the compiled hook notes in C (``put_link``)."""
+        self.put_link.note()
 
     def enqueue(self) -> bool:
         """Enqueue what the timer queue holds from ``curr_queue_offset`` (up to a batch); whether anything was."""

@@ -83,6 +83,7 @@ class TimerFiles(TimerState):
                 wheel.close(flush=False)
                 raise
             self.checkpoint, self.wheel, self.timer_log = cp, wheel, tl
+            self.put_link.set_wheel(wheel.raw, self.slots_total, self.precision_ms)
             self._enqueuer = TimerEnqueue(wheel.raw, wheel.dirty_map, self.slots_total, self.precision_ms,
                                           self.roll_window_slots)
             self._walker = SlotWalk(file_size, self.precision_ms)
@@ -90,6 +91,7 @@ class TimerFiles(TimerState):
                 self._recover(cp, wheel, tl)
             except BaseException:
                 self.checkpoint = self.wheel = self.timer_log = self._enqueuer = self._walker = None
+                self.put_link.set_wheel(None, 0, 0)
                 wheel.close(flush=False)
                 tl.close()
                 raise
@@ -243,6 +245,7 @@ class TimerFiles(TimerState):
             except OSError:
                 log.exception("%s: the last flush of the timer store failed", self.root)
             assert self.timer_log is not None
+            self.put_link.set_wheel(None, 0, 0)
             self.wheel.close(flush=False)
             self.timer_log.close()
             self.wheel = None

@@ -3,7 +3,10 @@
 ``handleScheduleMessage``, ``checkIfTimerMessage``, ``transformTimerMessage``; the status names of
 ``PutMessageStatus``).
 
-The commit log calls :class:`TimerPutHook` (its ``timer_rewrite`` hook) only for a message whose properties hold
+The store's commit log runs these rules compiled (:mod:`pystore.timer._timer_put`, ``TimerPut``: its
+``timer_rewrite`` hook, called in C without Python); :class:`TimerPutHook` here is their pure-Python reference, which
+``tests/test_timer_put.py`` compares the compiled hook with (same status, reason and record bytes), and still a
+valid ``timer_rewrite`` (any callable is called as Python). Either is called only for a message whose properties hold
 one of the three (``Message._timer``, worked out when the message is built), of transaction type NOT or COMMIT,
 before the delay-level rewrite, as RocketMQ's hook orders them::
 
@@ -32,14 +35,17 @@ Where pystore is stricter than RocketMQ (each a refusal with ``WHEEL_TIMER_MSG_I
 * a delay whose milliseconds overflow a Java long (``TIMER_DELAY_SEC`` of 2**62): RocketMQ's
   ``parseLong(...) * 1000`` wraps around, and the wrapped time may be negative, in the past, and delivered at
   once (apache/rocketmq #5376, #10872). pystore computes in Python integers and compares the delay with
-  ``timer_max_delay_sec`` before anything else, so such a delay is always refused, never delivered early.
+  ``timer_max_delay_sec`` before anything else, so such a delay is always refused, never delivered early (the
+  compiled hook compares the seconds before it multiplies them, and computes times in 128-bit integers).
 
 Batches: RocketMQ's hook only looks at a ``MessageExtBrokerInner``, never at a ``MessageExtBatch``, so the timer
 properties of a batch's messages are stored as ordinary properties and the messages delivered at once; pystore's
 batch put does the same (it never calls this hook).
 
 Several writer processes: every writer's commit log has the hook (it reads the clock and the configuration only);
-the flow-control check needs the wheel, which only the leader process has, so other writers skip it.
+the flow-control check needs the wheel, which only the leader process has, so other writers skip it (the compiled
+hook without the timer store's ``TimerPutLink``; with it, the slot's count is read from the wheel's in-memory slots
+and a rewrite wakes the enqueue through the link's wake word, where this hook calls ``slot_num`` and ``on_timer``).
 
 Thread-safety: a hook may be called from any put thread at once; it changes nothing of its own.
 """

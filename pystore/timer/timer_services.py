@@ -5,7 +5,8 @@ timer store once they stopped.
 
 * enqueue: ``TimerMessageStore.enqueue()`` until it finds nothing, then waits ``100 * precision / 1000`` ms or
   to the next tick, whichever comes first (1 s while the store has no timer files and no put has rewritten a timer
-  message: ``idle_wait_ms``); moving the write time at a tick wakes the dequeue thread;
+  message: ``idle_wait_ms``), on the timer store's wake word (``put_link``), which a rewritten timer put notes in
+  C; moving the write time at a tick wakes the dequeue thread;
 * dequeue: ``dequeue()`` slot after slot; waits as long when nothing is due (``-1``); an error waits 1 s and, with
   ``timer_skip_unknown_error``, moves past the slot (RocketMQ ``dequeue``'s catch), else tries the slot again; a
   store that takes no puts now (``NotTakingPuts``: starting or stopping) leaves the slot unread, and the thread
@@ -38,6 +39,16 @@ class TimerEnqueueService(ServiceThread):
     def __init__(self, store: TimerMessageStore, clock: Callable[[], int] | None = None) -> None:
         super().__init__("TimerEnqueueService", clock)
         self.store = store
+
+    # Its waits are on the timer store's wake word (``put_link``), which the compiled put hook notes in C when it
+    # rewrites a timer message: the put path wakes this thread without calling Python.
+
+    def wakeup(self) -> None:
+        self.store.put_link.wake()
+
+    def wait_for_running(self, interval_ms: float) -> None:
+        self.store.put_link.wait(interval_ms)
+        self.on_wait_end()
 
     def run(self) -> None:
         while not self.is_stopped():

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pystore.status import PutMessageStatus
+from pystore.timer._timer_put import TimerPutLink
 from pystore.timer.timer_checkpoint import TimerCheckpoint, checkpoint_path
 from pystore.timer.timer_log import TimerLog
 from pystore.timer.timer_wheel import DEFAULT_SLOTS_TOTAL, TimerWheel, roll_window_slots
@@ -122,11 +123,22 @@ class TimerState:
         self._walker: SlotWalk | None = None            # the compiled dequeue: a slot's units and their delivery
         self._lock = threading.RLock()          # enqueue's appends and slot updates against flush
         self.closed = False
-        #: a put rewrote a timer message (``note_timer_put``): the enqueue polls at its RocketMQ rate from now on
-        self.expecting = False
+        #: what the compiled put hook (``_timer_put.TimerPut``) shares with this store: the wheel's slots while open
+        #: (flow control) and the enqueue's wake word, which a rewritten put notes without calling Python
+        self.put_link = TimerPutLink()
         #: wakes the enqueue thread, and the dequeue thread (set by ``timer_services``)
         self.wake_enqueue: Callable[[], object] | None = None
         self.wake_dequeue: Callable[[], object] | None = None
+
+    @property
+    def expecting(self) -> bool:
+        """A put rewrote a timer message (``note_timer_put``, or the compiled hook through ``put_link``): the
+        enqueue polls at its RocketMQ rate from now on."""
+        return self.put_link.expecting
+
+    @expecting.setter
+    def expecting(self, value: bool) -> None:
+        self.put_link.expecting = value
 
     @property
     def opened(self) -> bool:
