@@ -30,7 +30,7 @@ archive and the service at its default pace; every 100 ms the archive's lag (in 
 not yet archived / file size) is sampled, and the put latencies are compared with the same run without an
 archive (p50, p99).
 
-    python bench/archive.py read --mib 1024 --rounds 3 [--queues 1] [--s3] [--cache-mib 128]
+    python bench/archive.py read --mib 1024 --rounds 3 [--queues 1] [--s3] [--cache-mib 256]
     python bench/archive.py lookup --mib 1024 --lookups 20 [--s3]
     python bench/archive.py lookup --keys --mib 256 --lookups 15 [--s3] [--index-entries 1000000]
     python bench/archive.py lag --rate 100 --seconds 20
@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from pystore import Message, MessageStore
+from pystore import Message, MessageStore, StoreConfig
 
 FILE = 64 * 1024 * 1024
 BODY = 1024
@@ -288,7 +288,8 @@ def main() -> None:
     r.add_argument("--queues", type=int, default=4)
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--s3", action="store_true")
-    r.add_argument("--cache-mib", type=int, default=128, help="archive_cache_bytes in MiB (fetched copies)")
+    r.add_argument("--cache-mib", type=int, default=StoreConfig().archive_cache_bytes >> 20,
+                   help="archive_cache_bytes in MiB (fetched copies; default: the store's)")
     k = sub.add_parser("lookup")
     k.add_argument("--mib", type=int, default=256)
     k.add_argument("--lookups", type=int, default=20)
