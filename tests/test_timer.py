@@ -262,6 +262,24 @@ def test_cancel_by_delete_marker(store, fake_clock):
     fake_clock.now = deliver + P
     caught_up(store, fake_clock)
     assert [m.body for m in delivered(store)] == [b"u2"]
+    assert store.timer_stats()["cancels_unmatched"] == 0
+
+
+def test_a_cancel_of_an_unknown_key_is_stored_and_said_to_cancel_nothing(store, fake_clock, caplog):
+    """A delete marker whose key no timer of its tick carries: the put succeeds (it cannot know), and when its
+    slot is read it cancels nothing, which the log says and ``timer_stats`` counts; the timer beside it is
+    delivered."""
+    deliver = T0 + 5000
+    assert store.put_message(Message("TopicTest", b"u2", deliver_at_ms=deliver, properties={"UNIQ_KEY": "u2"})).is_ok()
+    marker = Message("TopicTest", b"0", deliver_at_ms=deliver, properties={"TIMER_DEL_UNIQKEY": "TopicTest+nobody"})
+    assert store.put_message(marker).is_ok()
+    caught_up(store, fake_clock)
+    caplog.set_level("INFO", logger="pystore.timer.timer_store")
+    fake_clock.now = deliver + P
+    caught_up(store, fake_clock)
+    assert [m.body for m in delivered(store)] == [b"u2"]
+    assert store.timer_stats()["cancels_unmatched"] == 1
+    assert any("TopicTest+nobody" in r.getMessage() and "cancelled nothing" in r.getMessage() for r in caplog.records)
 
 
 def _two_timers(store, deliver: int) -> None:

@@ -142,6 +142,7 @@ class TimerDelivery(TimerFiles):
         if n == 0:
             log.warning("%s: dequeue time %d but read nothing from the timer log", self.root, read)
         deletes = self._delete_keys(walker.delete_offsets()) if walker.deletes else set()
+        self._cancelled.clear()
         keys = frozenset(k.encode("utf-8", "surrogatepass") for k in deletes) or None
         cl = self.commitlog
         clock = None if self.clock is real_clock else self.clock
@@ -168,7 +169,17 @@ class TimerDelivery(TimerFiles):
                               read, phy)
                     continue
                 self._deliver(ext, write_ms, magic, deletes)
+        self._unmatched(read, deletes)
         return 1
+
+    def _unmatched(self, read: int, deletes: set[str]) -> None:
+        """Say which delete markers of the slot just read cancelled nothing: a key no message due in that tick
+        carries (never put, delivered already, or due at another time). RocketMQ drops such a marker without a
+        word; here it is logged and counted (``timer_stats()["cancels_unmatched"]``)."""
+        for key in sorted(deletes - self._cancelled):
+            self.cancels_unmatched += 1
+            log.info("%s: timer slot %d: the delete marker for %r cancelled nothing (no message with that key was "
+                     "due in its tick)", self.root, read, key)
 
     def _delete_keys(self, offsets: list[int]) -> set[str]:
         """The ``TIMER_DEL_UNIQKEY`` of the delete markers at these commit-log offsets."""
@@ -195,6 +206,7 @@ class TimerDelivery(TimerFiles):
             else:
                 normal.append(unit)
         deletes = self._delete_keys(markers)
+        self._cancelled.clear()
         for unit in reversed(normal):                 # oldest first, as they were enqueued
             if self.closed:
                 return -1
@@ -204,6 +216,7 @@ class TimerDelivery(TimerFiles):
                           read, unit.commit_log_offset)
                 continue
             self._deliver(ext, unit.write_time_ms, unit.magic, deletes)
+        self._unmatched(read, deletes)
         return 1
 
     def skip_slot(self) -> None:
@@ -228,6 +241,7 @@ class TimerDelivery(TimerFiles):
         real_topic = props.get(MessageConst.REAL_TOPIC)
         if deletes and uniq is not None and real_topic is not None and build_delete_key(real_topic, uniq) in deletes:
             log.debug("%s: timer message %s of %s cancelled", self.root, uniq, real_topic)
+            self._cancelled.add(build_delete_key(real_topic, uniq))
             return
         if not roll and TIMER_DEL_UNIQKEY in props:
             log.warning("%s: a timer delete marker reached the enqueue after its slot was read: dropped (too late)",

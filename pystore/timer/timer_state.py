@@ -123,6 +123,10 @@ class TimerState:
         self._walker: SlotWalk | None = None            # the compiled dequeue: a slot's units and their delivery
         self._lock = threading.RLock()          # enqueue's appends and slot updates against flush
         self.closed = False
+        #: delete markers whose key named no message due in their slot (RocketMQ drops them silently): counted in
+        #: ``stats()``, each logged when its slot is read
+        self.cancels_unmatched = 0
+        self._cancelled: set[str] = set()       # the delete keys of the slot being read that cancelled a message
         #: what the compiled put hook (``_timer_put.TimerPut``) shares with this store: the wheel's slots while open
         #: (flow control) and the enqueue's wake word, which a rewritten put notes without calling Python
         self.put_link = TimerPutLink()

@@ -78,6 +78,7 @@ class TimerMessageStore(TimerEnqueuing):
             "write_time_ms": self.curr_write_time_ms,
             "queue_offset": self.curr_queue_offset,
             "timer_log_end": 0 if self.timer_log is None else self.timer_log.max_offset,
+            "cancels_unmatched": self.cancels_unmatched,
         }
 
     def next_due_ms(self) -> int | None:
