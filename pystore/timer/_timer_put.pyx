@@ -30,9 +30,9 @@ cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.dict cimport PyDict_Contains, PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
 from cpython.unicode cimport PyUnicode_DecodeASCII
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 
-from pystore.format._bytes cimport load_i64_acquire, now_ms, store_i64_release
+from pystore.format._bytes cimport get_i32, get_i64, load_i64_acquire, now_ms, store_i64_release
 from pystore.log._commitlog cimport set_timer_rewrite
 from pystore.message._message cimport Message, copy_message
 from pystore.system._notify cimport ps_notify, ps_register, ps_unregister, ps_wait
@@ -60,18 +60,6 @@ cdef enum:
     KIND_DELIVER = 2
 
 cdef i128 LONG_MAX_128 = <i128>9223372036854775807
-
-
-cdef inline int64_t _be64(const unsigned char *p) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(8):
-        v = (v << 8) | p[i]
-    return <int64_t>v
-
-
-cdef inline int32_t _be32(const unsigned char *p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
 
 
 cdef bint parse_java_long(str s, int64_t *out) noexcept:
@@ -165,9 +153,9 @@ cdef class TimerPutLink:
         if at < 0 or at + SLOT_SIZE > PyByteArray_GET_SIZE(self.wheel):
             return 0                    # a buffer shorter than its slots (never the wheel's): nothing read
         p = <const unsigned char *>PyByteArray_AS_STRING(self.wheel) + at
-        if <i128>_be64(p) != tick:
+        if <i128>get_i64(p) != tick:
             return 0                    # another turn's slot: the empty slot
-        return _be32(p + 24)
+        return get_i32(p + 24)
 
     # -- the enqueue's wake-up ------------------------------------------------------------------------
 
