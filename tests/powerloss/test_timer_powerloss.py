@@ -11,7 +11,8 @@ Two rounds: one writer (SYNC_FLUSH and ASYNC_FLUSH, both metadata models), and t
 (``shared_writers``, SYNC_FLUSH, both models: the first leads and runs the timer services). The writers are killed
 (at a seeded random moment, or the one writer or the leader at a named point of the timer store: ``timer.delivered``,
 ``timer.flushed``, ``timer.checkpoint``, the ``n``-th time, ``n`` seeded; after the leader's death a follower takes
-over the timer store and delivers for 0.8 to 1.5 s before the others are killed), the power is cut (``drop`` and
+over the timer store and delivers for 0.8 to 1.5 s, from when it says it leads, before the others are killed), the
+power is cut (``drop`` and
 ``torn``), and on each folder the cut leaves:
 
 * the checkpoint the cut kept is read raw: ``lastReadTimeMs`` (R) and ``lastTimerQueueOffset`` (Q);
@@ -63,6 +64,7 @@ The seed is printed; ``PYSTORE_POWERLOSS_SEED=N`` replays a run's choices (the k
 from __future__ import annotations
 
 import collections
+import select
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +126,7 @@ def log(kind, idx, r, t, qid, deliver, now):
 
 
 i = 0
+leading = False
 while True:
     now = time.time_ns() // 1000000
     if cancels and cancels[0][0] <= now:
@@ -144,6 +147,9 @@ while True:
         m = Message(topics[t], body, keys="k%%d" %% idx, queue_id=qid, delay_ms=delay, properties=props)
     r = store.put_message(m)
     log(b"T", idx, r, t, qid, now + delay, now)
+    if who > 1 and not leading and i %% 16 == 0 and store.writer_info().get("leader"):
+        leading = True
+        print("LEADING", flush=True)        # a follower took the services over (the test times its pause from here)
     if i %% 2 and r.status.name == "PUT_OK" and rng.random() < %(cancel_share)r:
         at = now + rng.randint(0, delay - %(lead)d)
         bisect.insort(cancels, (at, idx, t, now + delay))
@@ -250,7 +256,7 @@ def test_shared_timer_writers_power_cut(powercut, procs, tmp_path, model):
     """Three processes put timers into one store opened with ``shared_writers`` (SYNC_FLUSH); the first leads and
     runs the timer services. Cut once with all three running (killed at a seeded moment), once after the leader
     was killed at a named point of its timer store and a follower took over (it recovers the timer store from the
-    files the leader left, as after a crash, and delivers from there) and ran 0.8 to 1.5 s. Same checks as one
+    files the leader left, as after a crash, and delivers from there) and ran 0.8 to 1.5 s once it led. Same checks as one
     writer's (the module docstring); after a takeover a timer may be delivered twice before the cut (the new
     leader reads again the slots after the dead leader's last checkpoint), so there "exactly once" is "never again
     after recovery"."""
@@ -275,9 +281,12 @@ def test_shared_timer_writers_power_cut(powercut, procs, tmp_path, model):
         else:
             wait_killed_by_crashpoint(ps[0], 60.0)
             leader_dead = now_ms()
+            # the pause runs from the takeover, not from the death: on a loaded machine (the suite's other worker)
+            # the survivor may take a second or more to lead, and a cut before it delivered tests nothing of it
+            took = _wait_leading(ps[1:], 60.0)
             pause = rng.uniform(0.8, 1.5)
             time.sleep(pause)
-            when = "leader at %s, the others %.2f s later" % (crash, pause)
+            when = "leader at %s, a follower led %.2f s later, the others cut %.2f s after that" % (crash, took, pause)
         for p in ps[1:] if crash else ps:
             kill(p)
         cut_ms = now_ms()
@@ -289,6 +298,23 @@ def test_shared_timer_writers_power_cut(powercut, procs, tmp_path, model):
         check_cuts(cuts, log, "sync", "shared %s %s" % (model, when), cut_ms, tally, leader_dead=leader_dead)
     assert tally.taken_over > 0, "the follower that took over delivered no timer before the cut"
     tally.check_exercised()
+
+
+def _wait_leading(ps: list, timeout: float) -> float:
+    """Wait until one of the writer processes ``ps`` says it leads (``LEADING``); the seconds it took."""
+    t0 = time.monotonic()
+    streams = {p.stdout: p for p in ps}
+    while time.monotonic() - t0 < timeout:
+        ready, _, _ = select.select(list(streams), [], [], max(0.0, timeout - (time.monotonic() - t0)))
+        for stream in ready:
+            line = stream.readline().decode()
+            if line.startswith("LEADING"):
+                return time.monotonic() - t0
+            if not line:
+                streams.pop(stream)         # ended: kill() at the cut says why
+        if not streams:
+            break
+    pytest.fail("no follower led within %.0f s of the leader's death" % timeout)
 
 
 # -- the checks (the module docstring) ----------------------------------------------------------------------------
