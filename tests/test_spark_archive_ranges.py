@@ -119,6 +119,20 @@ def test_a_thin_queue_fetches_only_the_ranges_of_its_records(tmp_path, s3_archiv
     assert not any(name in cache._files for name in files)          # no commit-log file fetched whole
 
 
+def test_a_queue_slice_read_in_small_pieces_reads_the_same(tmp_path, s3_archive, monkeypatch):
+    uri, options = s3_archive
+    root = str(tmp_path / "store")
+    _archived_store(root, uri, options)
+    want = _store_rows(root, uri, options)
+    # each piece: at most 3 units, and one range (a piece takes at least one unit whatever its ranges)
+    monkeypatch.setattr(archive_read, "_UNITS", 3)
+    monkeypatch.setattr(archive_read, "_SPAN_BYTES", 1)
+    rows, _ = _collect(uri, options)
+    assert rows == want
+    r = _cache().ranges
+    assert r.fetched_bytes > 0 and not any(c.holds or c.users for c in r._copies.values())   # none held past the read
+
+
 def test_a_changed_range_is_refused_naming_the_object(tmp_path, s3_archive):
     uri, options = s3_archive
     root = str(tmp_path / "store")
