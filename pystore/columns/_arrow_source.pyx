@@ -93,7 +93,8 @@ cdef inline const unsigned char *_unit(list files, int64_t fsize, int64_t first_
 @cython.final
 cdef class QueueReader:
     """One consume queue and the commit log it points into, both mapped read-only:
-    ``QueueReader(topic, queue_id, cq_paths, cl_paths)`` (paths sorted by their 20-digit names)."""
+    ``QueueReader(topic, queue_id, cq_paths, cl_paths)`` (paths sorted by their 20-digit names; a commit-log file
+    may also be given as ``(path, from_offset)``, for a copy whose name does not say its offset)."""
     cdef readonly str topic
     cdef bytes topic_b
     cdef readonly int queue_id
@@ -120,7 +121,8 @@ cdef class QueueReader:
         # the files' size: the largest (a file cut short is damage, found where its units are wanted)
         self.cq_size = max([(<MappedFile>m).file_size for m in self.cq]) if self.cq else 1
         self.cq_first = (<MappedFile>self.cq[0]).file_from_offset if self.cq else 0
-        self.cl = [MappedFile(p, -1, read_only=True) for p in cl_paths]
+        self.cl = [MappedFile(p[0], -1, read_only=True, from_offset=p[1]) if isinstance(p, tuple)
+                   else MappedFile(p, -1, read_only=True) for p in cl_paths]
         self.n_cl = len(self.cl)
         self.cl_from = <int64_t *>malloc((self.n_cl + 1) * sizeof(int64_t))
         self.cl_size = <int64_t *>malloc((self.n_cl + 1) * sizeof(int64_t))

@@ -9,11 +9,18 @@
   queue's records of the range that enter a queue (not prepared or rolled-back transaction records), as
   dispatch would have made units of them. Either way the rows are those a read of the local files gives.
 
-Objects are fetched whole into a per-process cache (``pystore.archive.cache``: a ``file://`` object is mapped
-where it lies; others are downloaded by parallel ranged reads and checked against the manifest's CRC32, or its
-per-range CRC32s for a copy that has them) of
-``CACHE_BYTES``, and only one commit-log file of a partition is held at a time. A changed or missing object is
-``StoreCorruptedError`` naming it in the archive.
+Objects are fetched into a per-process cache (``pystore.archive.cache``: a ``file://`` object is mapped where it
+lies; others are fetched by parallel ranged reads and checked against the manifest's CRC32) of ``CACHE_BYTES``,
+whole copies and ranges counted together. The read through a queue's archived units fetches only the ranges of
+the commit-log file its records lie in when the file's manifest record has per-range CRCs (``range_size``,
+``range_crc32``; ``pystore.archive.ranges``): its units are planned as the store's own reads plan them
+(``pystore.archive.plan``: ``plan_units``, then ``extend`` for a record whose own size field says more), in
+pieces whose ranges stay within ``_span_bytes``, each piece's ranges fetched, checked against their CRC32s and
+held while the compiled reader scans it (the parts of the sparse copy not fetched read as zeros: the plan covers
+every byte the reader touches). A whole file is read where the read may touch any record: the walk of a file
+(no archived units for the span), a file of ``ArchiveLogSlice``, a copy without per-range CRCs (fetched whole and
+checked against its CRC32), and the archived queue files. Only one commit-log file of a partition is held at a
+time. A changed or missing object (or range) is ``StoreCorruptedError`` naming it in the archive.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from pystore.archive.plan import extend, plan_units
 from pystore.columns._arrow import BatchBuilder
 from pystore.columns._arrow_plan import record_size_at
 from pystore.columns._arrow_source import QueueReader, scan_file
@@ -40,6 +48,7 @@ from pystore.spark.fleet import Member, _small
 
 if TYPE_CHECKING:
     from pystore.archive.cache import ArchiveCache
+    from pystore.archive.ranges import Held
     from pystore.log._mapped_file import MappedFile
 
 __all__ = ["ArchiveLogSlice", "ArchiveQueueSlice", "archive_queue_slice", "read_archive", "CACHE_BYTES"]
@@ -48,6 +57,11 @@ log = logging.getLogger(__name__)
 
 #: How many bytes of fetched objects an executor process keeps (least recently used dropped first).
 CACHE_BYTES = 4 << 30
+#: The ranges of one commit-log file a queue slice fetches and holds at once, at most (a piece of its offsets).
+_SPAN_BYTES = 256 << 20
+#: The units one piece of a queue slice plans at once, at most.
+_UNITS = 1 << 16
+_UNIT = 20
 _TRANSACTION_MASK = 0xC
 _COMMIT = 0x8
 
@@ -84,7 +98,7 @@ def archive_queue_slice(member: Member, manifest: Any, topic: str, queue_id: int
     key = "%s/%d" % (topic, queue_id)
     spans = [None if r.get("queues") is None else queue_entry(r, key) for r in cl]
     return ArchiveQueueSlice(member, topic, queue_id, start, end, [_small(r) for r in cq], covered,
-                             [_small(r) for r in cl], spans)
+                             [_small(r, ranges=True) for r in cl], spans)
 
 
 _caches: dict[tuple[str, str], ArchiveCache] = {}
@@ -125,12 +139,12 @@ def read_archive(part: InputPartition, b: BatchBuilder, filters: Any, schema: pa
             lo, hi = max(lo, span[0]), min(hi, span[1] + 1)
         if lo >= hi:
             continue
-        h = cache.mapped(record)            # whole: the scans below may read any record of the file
+        if span is not None and hi <= part.covered:
+            yield from _read_units(part, cache, b, record, lo, hi)
+            continue
+        h = cache.mapped(record)            # whole: the walk reads every record of the file
         try:
-            if span is not None and hi <= part.covered:
-                yield from _read_units(part, cache, b, h.mf, lo, hi)
-            else:
-                yield from _read_walk(part, filters, schema, rows_per_batch, h.mf, lo, hi, record)
+            yield from _read_walk(part, filters, schema, rows_per_batch, h.mf, lo, hi, record)
         finally:
             h.release()
 
@@ -156,33 +170,80 @@ def _read_log(part: ArchiveLogSlice, b: BatchBuilder) -> Iterator[pa.RecordBatch
         h.release()
 
 
-def _read_units(part: ArchiveQueueSlice, cache: ArchiveCache, b: BatchBuilder, mf: MappedFile,
+def _read_units(part: ArchiveQueueSlice, cache: ArchiveCache, b: BatchBuilder, record: dict[str, Any],
                 lo: int, hi: int) -> Iterator[pa.RecordBatch]:
-    """Offsets ``[lo, hi)`` through the archived queue units, all pointing into ``mf``."""
-    wanted = [r for r in part.queue_files if r["base"] // 20 <= hi - 1 and (r["base"] + r["size"]) // 20 > lo]
+    """Offsets ``[lo, hi)`` through the archived queue units, all pointing into the commit-log file of ``record``:
+    in pieces of at most ``_UNITS`` units whose records' ranges stay within ``_span_bytes`` (planned as the
+    store's own reads plan them: ``plan_units``, then ``extend``), each piece's ranges fetched, checked and held
+    while the compiled reader scans it (a file without per-range CRCs is fetched whole, every piece in one)."""
+    wanted = [r for r in part.queue_files if r["base"] // _UNIT <= hi - 1 and (r["base"] + r["size"]) // _UNIT > lo]
     held = []
     try:
         for r in wanted:
-            held.append(cache.mapped(r))
-        qr = QueueReader(part.topic, part.queue_id, [h.mf.file_name for h in held], [mf.file_name])
-        i, done = lo, False
-        while not done:
+            held.append(cache.mapped(r))        # the queue files whole: the reader also reads the unit ahead
+        cq_names = [h.mf.file_name for h in held]
+        i = lo
+        while i < hi:
+            piece = cache.open(record)
             try:
-                i, done = qr.scan(b, i, hi)
-            except StoreCorruptedError as e:
-                names = {h.mf.file_name: r["name"] for h, r in zip(held, wanted, strict=True)}
-                names[mf.file_name] = os.path.join("commitlog", os.path.basename(mf.file_name))
-                raise StoreCorruptedError(_shown(part.member, names.get(e.path, e.path)), e.offset, e.reason) from None
-            rb = b.build()
-            if rb is not None:
-                yield rb
-        if qr.lost or i < hi:
-            raise StoreCorruptedError(_shown(part.member, "consumequeue/%s/%d" % (part.topic, part.queue_id)), lo * 20,
-                                      "the archived units of offsets [%d, %d) do not all point into %s, which the "
-                                      "manifest says holds them" % (lo, hi, os.path.basename(mf.file_name)))
+                stop = i + _need(piece, _unit_bytes(held, wanted, i, min(hi, i + _UNITS)), min(hi, i + _UNITS) - i)
+                mf = piece.mf
+                qr = QueueReader(part.topic, part.queue_id, cq_names, [(mf.file_name, mf.file_from_offset)])
+                done = False
+                while not done:
+                    try:
+                        i, done = qr.scan(b, i, stop)
+                    except StoreCorruptedError as e:
+                        names = {h.mf.file_name: r["name"] for h, r in zip(held, wanted, strict=True)}
+                        names[mf.file_name] = record["name"]
+                        raise StoreCorruptedError(_shown(part.member, names.get(e.path, e.path)), e.offset,
+                                                  e.reason) from None
+                    rb = b.build()
+                    if rb is not None:
+                        yield rb
+                if qr.lost or i < stop:
+                    raise StoreCorruptedError(_shown(part.member, "consumequeue/%s/%d" % (part.topic, part.queue_id)),
+                                              lo * _UNIT, "the archived units of offsets [%d, %d) do not all point "
+                                              "into %s, which the manifest says holds them"
+                                              % (lo, hi, os.path.basename(record["name"])))
+            finally:
+                piece.release()
     finally:
         for h in held:
             h.release()
+
+
+def _unit_bytes(held: list[Held], wanted: list[dict[str, Any]], lo: int, hi: int) -> bytes:
+    """The archived units of offsets ``[lo, hi)`` (from the held queue files ``wanted``), as far as they hold them."""
+    out = []
+    for h, r in zip(held, wanted, strict=True):
+        a, z = max(lo, r["base"] // _UNIT), min(hi, (r["base"] + r["size"]) // _UNIT)
+        if a < z:
+            out.append(h.mf.read_any(a * _UNIT - r["base"], (z - a) * _UNIT))
+    return b"".join(out)
+
+
+def _need(h: Held, units: bytes, count: int) -> int:
+    """Make readable what the scan of the ``count`` units from ``units``' first reads of ``h``'s commit-log file:
+    the ranges their records lie in, and the rest of any whose own size field says more. Returns how many of
+    them the scan may take (at least one): those whose ranges stay within ``_span_bytes``."""
+    if not h.range_size:
+        return count                            # fetched whole: every byte is readable
+    if len(units) != count * _UNIT:
+        h.need(0, h.mf.file_size)               # units missing from the archived queue files: the reader says so
+        return count
+    n, ranges = plan_units(units, [h], max(_span_bytes(), h.range_size))
+    if ranges[0]:
+        h.need_ranges(ranges[0])
+        more = extend(units, n, h)
+        if more:
+            h.need_ranges(more)
+    return n
+
+
+def _span_bytes() -> int:
+    """The ranges one piece of a queue slice fetches and holds at most (a task's share of the cache)."""
+    return min(_SPAN_BYTES, CACHE_BYTES // 4)
 
 
 def _read_walk(part: ArchiveQueueSlice, filters: Any, schema: pa.Schema, rows_per_batch: int, mf: MappedFile,

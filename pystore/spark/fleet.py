@@ -297,6 +297,9 @@ class StoreView:
         return out
 
 
-def _small(record: Mapping[str, Any]) -> dict[str, Any]:
-    """What an executor needs of a manifest record to fetch and check its object."""
-    return {k: record[k] for k in ("name", "base", "size", "crc32", "kind") if k in record}
+def _small(record: Mapping[str, Any], ranges: bool = False) -> dict[str, Any]:
+    """What an executor needs of a manifest record to fetch and check its object; with ``ranges``, also its
+    per-range CRCs (``range_size``, ``range_crc32``) where it has them, for a read that fetches only the ranges
+    it needs (without them the object is fetched whole)."""
+    keys = ("name", "base", "size", "crc32", "kind") + (("range_size", "range_crc32") if ranges else ())
+    return {k: record[k] for k in keys if k in record}
