@@ -17,6 +17,7 @@ pytest.importorskip("pyspark", reason="the spark extra (pyspark) is not installe
 pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installed")
 
 import pyarrow as pa  # noqa: E402
+from store_rows import store_rows  # noqa: E402
 
 from pystore import Message, MessageStore  # noqa: E402
 from pystore.archive import plan  # noqa: E402
@@ -25,7 +26,6 @@ from pystore.errors import StoreCorruptedError  # noqa: E402
 from pystore.spark import archive_read  # noqa: E402
 from pystore.spark.archive_read import ArchiveQueueSlice  # noqa: E402
 from pystore.spark.batch import PystoreBatchReader  # noqa: E402
-from pystore.status import GetMessageStatus  # noqa: E402
 
 pytest_plugins = ["s3server"]
 
@@ -61,19 +61,7 @@ def _archived_store(root: str, uri: str, options: dict[str, Any]) -> None:
 
 def _store_rows(root: str, uri: str, options: dict[str, Any]) -> Counter:
     """The thin queue's archived messages as the store's own reads give them."""
-    out: Counter = Counter()
-    with MessageStore.open(root, read_only=True, archive_uri=uri, archive_options=options, **GEOMETRY) as store:
-        end = store.archive_info()["end_phy_offset"]
-        offset = store.get_min_offset_in_queue(THIN, 0)
-        while True:
-            r = store.get_message("g", THIN, 0, offset, 64)
-            if r.status is not GetMessageStatus.FOUND:
-                break
-            for m in r.messages:
-                if m.commit_log_offset < end:
-                    out[(m.topic, m.queue_id, m.queue_offset, m.body)] += 1
-            offset = r.next_begin_offset
-    return out
+    return store_rows(root, uri, options, [THIN], 1, True, **GEOMETRY)
 
 
 def _collect(uri: str, options: dict[str, Any]) -> tuple[Counter, list[Any]]:

@@ -20,6 +20,7 @@ pytest.importorskip("pyarrow", reason="the spark extra (pyarrow) is not installe
 
 import pyarrow as pa  # noqa: E402
 from spark_helpers import start_spark  # noqa: E402
+from store_rows import store_rows  # noqa: E402
 
 from pystore import Message, MessageStore
 from pystore.archive.archive import Archive
@@ -31,7 +32,6 @@ from pystore.spark.batch import DataLossError, PystoreBatchReader, QueueGroup
 from pystore.spark.fleet import Member, member_options, members
 from pystore.spark.options import OptionError
 from pystore.spark.stream import PystoreStreamReader
-from pystore.status import GetMessageStatus
 
 pytest_plugins = ["s3server"]
 pytestmark = pytest.mark.spark
@@ -73,24 +73,8 @@ def _make_store(root: str, archive: str, name: str, options: dict[str, Any] | No
 
 def _store_rows(root: str, archive: str, options: dict[str, Any] | None = None, topics=TOPICS,
                 archived_only: bool = False) -> Counter:
-    """Every message of ``topics`` as the store's own reads give it (archived offsets served by the store);
-    ``archived_only``: those the archive holds (below its end), as a read of the archive alone gives."""
-    out: Counter = Counter()
-    with MessageStore.open(root, read_only=True, archive_uri=archive, archive_options=options or {},
-                           **GEOMETRY) as store:
-        end = store.archive_info()["end_phy_offset"] if archived_only else 1 << 62
-        for topic in topics:
-            for q in range(3):
-                offset = store.get_min_offset_in_queue(topic, q)
-                while True:
-                    r = store.get_message("g", topic, q, offset, 64)
-                    if r.status is not GetMessageStatus.FOUND:
-                        break
-                    for m in r.messages:
-                        if m.commit_log_offset < end:
-                            out[(m.topic, m.queue_id, m.queue_offset, m.body)] += 1
-                    offset = r.next_begin_offset
-    return out
+    """Every message of ``topics`` as the store's own reads give it (``store_rows``)."""
+    return store_rows(root, archive, options, topics, 3, archived_only, **GEOMETRY)
 
 
 def _collect(options: dict[str, str]) -> tuple[Counter, list[Any]]:
