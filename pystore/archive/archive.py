@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from pystore.archive.cache import ArchiveCache, Held
 from pystore.archive.manifest import VISIBLE, Manifest
-from pystore.archive.plan import extend, plan_units, record_end
+from pystore.archive.plan import plan_units, record_end
+from pystore.archive.ranges import need_planned
 from pystore.archive.target import open_target
 from pystore.archive.uploader import ArchiveService, commitlog_object, index_object, queue_object
 from pystore.errors import StoreCorruptedError, StoreError
@@ -380,13 +381,7 @@ class Archive:
                 if past and following is not None:
                     self.cache.read_ahead(following, past)
                 break
-        for h, idxs in zip(archived, ranges, strict=True):
-            if idxs:
-                h.need_ranges(idxs)
-        for h, idxs in zip(archived, ranges, strict=True):
-            more = extend(units, n, h) if idxs else []
-            if more:
-                h.need_ranges(more)
+        need_planned(archived, units, n, ranges)
         return n
 
     def queue_end(self, topic: str, queue_id: int) -> int:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from pystore.archive.plan import ranges_of
+from pystore.archive.plan import extend, ranges_of
 from pystore.archive.target import ArchiveError, ArchiveTarget, ObjectReader
 from pystore.errors import StoreCorruptedError
 from pystore.format._codec import file_crc32
@@ -45,7 +45,7 @@ from pystore.log._mapped_file import MappedFile, punch_hole
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Held", "RangeStore", "RangedCopy"]
+__all__ = ["Held", "RangeStore", "RangedCopy", "need_planned"]
 
 #: ranges one GET may fetch together (consecutive missing ranges of one read: 64 MiB with 4 MiB ranges)
 _RUN = 16
@@ -243,6 +243,19 @@ class Held:
             self._store.release(self)
         else:
             self.mf.release()
+
+
+def need_planned(files: list[Held], units: bytes, n: int, ranges: list[list[int]]) -> None:
+    """Make readable what a scan of the first ``n`` of ``units`` reads of the archived commit-log ``files``, given
+    the ranges ``pystore.archive.plan.plan_units`` planned for them: those ranges first, then the ones the records'
+    own size fields reach beyond them (``extend``, which reads the ranges just fetched)."""
+    for h, idxs in zip(files, ranges, strict=True):
+        if idxs:
+            h.need_ranges(idxs)
+    for h, idxs in zip(files, ranges, strict=True):
+        more = extend(units, n, h) if idxs else []
+        if more:
+            h.need_ranges(more)
 
 
 class RangeStore:

@@ -38,7 +38,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from pystore.archive.plan import extend, plan_units
+from pystore.archive.plan import plan_units
+from pystore.archive.ranges import need_planned
 from pystore.columns._arrow import BatchBuilder
 from pystore.columns._arrow_plan import record_size_at
 from pystore.columns._arrow_source import QueueReader, scan_file
@@ -233,11 +234,7 @@ def _need(h: Held, units: bytes, count: int) -> int:
         h.need(0, h.mf.file_size)               # units missing from the archived queue files: the reader says so
         return count
     n, ranges = plan_units(units, [h], max(_span_bytes(), h.range_size))
-    if ranges[0]:
-        h.need_ranges(ranges[0])
-        more = extend(units, n, h)
-        if more:
-            h.need_ranges(more)
+    need_planned([h], units, n, ranges)
     return n
 
 

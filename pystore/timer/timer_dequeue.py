@@ -239,9 +239,10 @@ class TimerDelivery(TimerFiles):
         props = ext.properties
         uniq = props.get(MessageConst.UNIQ_KEY)
         real_topic = props.get(MessageConst.REAL_TOPIC)
-        if deletes and uniq is not None and real_topic is not None and build_delete_key(real_topic, uniq) in deletes:
+        key = build_delete_key(real_topic, uniq) if deletes and uniq is not None and real_topic is not None else None
+        if key is not None and key in deletes:
             log.debug("%s: timer message %s of %s cancelled", self.root, uniq, real_topic)
-            self._cancelled.add(build_delete_key(real_topic, uniq))
+            self._cancelled.add(key)
             return
         if not roll and TIMER_DEL_UNIQKEY in props:
             log.warning("%s: a timer delete marker reached the enqueue after its slot was read: dropped (too late)",
