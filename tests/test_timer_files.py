@@ -175,17 +175,61 @@ def test_recovery_finds_the_end_and_goes_on(tmp_path):
     tl.close()
 
 
-def test_recovery_of_a_full_last_file_ends_at_its_blank(tmp_path):
+def test_recovery_of_a_full_last_file_goes_on_at_the_next_file(tmp_path):
+    """The roll wrote the blank and made the next file, the flush synced the full file (the flushed position is the
+    next file's start), and the next file never reached the disk: recovery goes on at the next file's start, as
+    RocketMQ's (``position + size``), instead of refusing a log that lost nothing; the blank stays as it is."""
     path = str(tmp_path / "timerlog")
     tl = TimerLog.open(path, FILE)
     pos = fill(tl, PER_FILE)
-    tl.append(unit(pos[-1], 5))                # writes the blank and rolls
-    os.unlink(os.path.join(path, "%020d" % FILE))      # as if the new file never reached the disk
+    with tl.append_lock:
+        tl.writable_tail()                     # the roll, no unit yet in the next file
+    assert tl.flush() == FILE
     tl.close()
+    os.unlink(os.path.join(path, "%020d" % FILE))      # as if the new file never reached the disk
+    f0 = os.path.join(path, NAME0)
+    before = raw(f0, 0, FILE)
+    tl = TimerLog.open(path, FILE, last_flush_pos=FILE)
+    assert tl.max_offset == FILE
+    assert raw(f0, 0, FILE) == before          # the blank kept: nothing cut
+    assert struct.unpack(">iqi", raw(f0, 260, 16)) == (40, 0, BLANK_MAGIC_CODE)
+    assert tl.append(unit(pos[-1], 5)) == FILE         # the next append makes the next file
+    assert [p for p, _ in tl.walk(FILE)] == [FILE] + pos[::-1]
+    tl.close()
+
+
+def test_an_empty_next_file_after_a_full_one_is_the_end(tmp_path):
+    """The next file's name reached the disk, its size did not (an empty last file): the same end."""
+    path = str(tmp_path / "timerlog")
     tl = TimerLog.open(path, FILE)
-    assert tl.max_offset == 5 * 52             # the blank's position: the next append writes it again and rolls
-    assert tl.append(unit(pos[-1], 5)) == FILE
-    assert struct.unpack(">iqi", raw(os.path.join(path, NAME0), 260, 16)) == (40, 0, BLANK_MAGIC_CODE)
+    fill(tl, PER_FILE)
+    with tl.append_lock:
+        tl.writable_tail()
+    tl.flush()
+    tl.close()
+    with open(os.path.join(path, "%020d" % FILE), "wb"):
+        pass
+    tl = TimerLog.open(path, FILE, last_flush_pos=FILE)
+    assert tl.max_offset == FILE
+    tl.close()
+
+
+def test_a_blank_that_does_not_reach_the_files_end_is_damage(tmp_path):
+    path = str(tmp_path / "timerlog")
+    tl = TimerLog.open(path, FILE)
+    pos = fill(tl, PER_FILE + 1)               # the sixth rolled: the blank at 260
+    end = tl.flush()
+    tl.close()
+    f0 = os.path.join(path, NAME0)
+    poke(f0, 260, struct.pack(">i", 36))
+    with pytest.raises(StoreCorruptedError) as e:
+        TimerLog.open(path, FILE, last_flush_pos=end)
+    assert e.value.path == f0 and e.value.offset == 260 and "a blank of 36 bytes where 40 remain" in str(e.value)
+    # below the flushed position nothing is refused: the log is cut at the blank, the next append writes it again
+    tl = TimerLog.open(path, FILE)
+    assert tl.max_offset == 260
+    assert tl.append(unit(pos[PER_FILE - 1], 7)) == FILE
+    assert struct.unpack(">iqi", raw(f0, 260, 16)) == (40, 0, BLANK_MAGIC_CODE)
     tl.close()
 
 

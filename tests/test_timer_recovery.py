@@ -108,3 +108,55 @@ def test_the_checkpoint_never_counts_a_delivery_the_commit_log_has_not_flushed(s
     (m,) = got
     # the checkpoint on disk counts the slot as read: the delivery is on disk too
     assert store._commitlog.queue.flushed_where >= m.commit_log_offset + m.store_size
+
+
+def test_a_power_cut_after_a_roll_whose_next_file_stayed_empty(store_factory, fake_clock):
+    """The enqueue rolls the timer log (the blank closes the full file, the next one is made) and hands back to
+    Python; a flush that comes before the next unit syncs the full file and writes a checkpoint whose flushed
+    position is the next file's start, while the next file, with nothing in it to flush, was never synced. A power
+    cut then leaves it empty (its size never reached the disk; tests/powerloss, the strict model). Recovery goes on
+    at that file's start, as RocketMQ does: before, it ended the log at the blank, below the flushed position, and
+    refused the store. Nothing is enqueued twice, though the checkpoint's queue offset is older than the log's
+    units: the log's last unit, before the blank, is found in the timer queue; and every timer is delivered once."""
+    from pystore.timer.timer_log import UNIT_SIZE, offset_for_last_unit
+
+    file_size = 4096
+    opts = dict(clock=fake_clock, timer_precision_ms=100, mapped_file_size_timer_log=file_size,
+                timer_flush_interval_ms=20)
+    store = store_factory("store", **opts)
+    per_file = offset_for_last_unit(file_size) // UNIT_SIZE + 1
+    for i in range(per_file):
+        assert store.put_message(Message("TopicTest", b"%d" % i, delay_ms=60_000 + i * 100)).is_ok()
+    ts = store.timer_message_store
+    deadline = time.monotonic() + 20
+    while ts.curr_queue_offset < per_file:
+        assert time.monotonic() < deadline, "not enqueued"
+        time.sleep(0.01)
+    assert ts.timer_log.max_offset == per_file * UNIT_SIZE      # the first file full, not rolled yet
+    ts._roll_timer_log()
+    ts.flush()
+    root = store_factory.path("store")
+    assert TimerCheckpoint(checkpoint_path(str(root)), read_only=True).last_timer_log_flush_pos == file_size
+    store.shutdown()
+    first, second = root / "timerlog" / ("%020d" % 0), root / "timerlog" / ("%020d" % file_size)
+    with open(second, "wb"):
+        pass                                    # its size never reached the disk
+    # and the checkpoint older than the units the log holds (its queue offset 10 units back)
+    cp = TimerCheckpoint(checkpoint_path(str(root)))
+    cp.last_timer_queue_offset = cp.master_timer_queue_offset = per_file - 10
+    cp.flush()
+    blank = first.read_bytes()[per_file * UNIT_SIZE:]
+
+    store = store_factory("store", **opts)
+    ts = store.timer_message_store
+    assert ts.timer_log.max_offset == file_size
+    assert first.read_bytes()[per_file * UNIT_SIZE:] == blank
+    assert ts.curr_queue_offset == per_file
+    assert store.timer_stats()["pending"] == per_file
+    fake_clock.advance(60_000 + per_file * 100 + 1000)
+    deadline = time.monotonic() + 30
+    while len(got := _bodies(store)) < per_file:
+        assert time.monotonic() < deadline, (store.timer_stats(), len(got))
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert sorted(m.body for m in _bodies(store)) == sorted(b"%d" % i for i in range(per_file))

@@ -35,7 +35,7 @@ from pystore.system.crashpoint import crashpoint
 from pystore.timer._dequeue import SlotWalk
 from pystore.timer._enqueue import TimerEnqueue
 from pystore.timer.timer_checkpoint import TimerCheckpoint, checkpoint_path
-from pystore.timer.timer_log import UNIT_SIZE, TimerLog, TimerUnit
+from pystore.timer.timer_log import UNIT_SIZE, TimerLog, TimerUnit, offset_for_last_unit
 from pystore.timer.timer_state import TIMER_TOPIC, TimerState, log
 from pystore.timer.timer_wheel import IGNORE, TIMER_BLANK_SLOTS, TimerWheel
 
@@ -143,7 +143,10 @@ class TimerFiles(TimerState):
         none or the queue does not hold it there."""
         end = tl.max_offset
         at = end - UNIT_SIZE
-        if at < tl.min_offset or (end % tl.file_size) < UNIT_SIZE:
+        if end % tl.file_size == 0:
+            # the log ends at a file's start: its last unit is the one before the blank that closed the file before
+            at = end - tl.file_size + offset_for_last_unit(tl.file_size)
+        if at < tl.min_offset or (end % tl.file_size) and (end % tl.file_size) < UNIT_SIZE:
             return -1
         try:
             unit = tl.read_unit(at)

@@ -31,7 +31,10 @@ the rest of the file is zeros in a file it created, and pystore writes those zer
 zeroed from the cut, so the bytes are RocketMQ's either way).
 
 Recovery (``TimerMessageStore.recoverAndRevise(checkTimerLog=true)``) scans from the file holding the checkpoint's
-``lastTimerLogFlushPos`` minus one file size, 52 bytes at a time: a blank ends a file (the scan goes on with the next),
+``lastTimerLogFlushPos`` minus one file size, 52 bytes at a time: a blank ends a file, and the log there goes on at
+the next file's start (RocketMQ's ``position + size``; the scan goes on with the next file, if there is one: a full
+file whose next one never reached the disk is whole, and the next append makes that file; pystore checks that the
+blank's size reaches the file's end, else it is damage),
 a unit whose size is not 52 or whose magic is not within 0xF ends the log, and the log is cut there (later files
 deleted, the cut file zeroed from the cut). Each whole unit found is handed to ``on_unit`` (RocketMQ revises the
 wheel slot of its delayed time: ``reviseSlot(delayedTime, IGNORE, pos, true)``). pystore is stricter about what a
@@ -235,8 +238,8 @@ class TimerLog:
 
     def _scan_file(self, mf: MappedFile, on_unit: Callable[[int, TimerUnit], None] | None, check: bool,
                    valid: Callable[[TimerUnit], str | None] | None = None) -> tuple[int, tuple[str, int, str] | None]:
-        """Scan one file: (where its units end, why the log ends there, or None when the file ends in a blank or
-        is whole)."""
+        """Scan one file: (where the log goes on after its units: the file's size when a blank closes it; why the
+        log ends there, or None when a blank closes the file or it is whole)."""
         limit = mf.file_size if check else mf.read_position
         base = mf.file_from_offset
         pos = 0
@@ -249,6 +252,13 @@ class TimerLog:
                     return pos + at, (mf.file_name, here, "a truncated unit")
                 size, prev, magic = _HEAD.unpack_from(chunk, at)
                 if magic == BLANK_MAGIC_CODE:
+                    # the blank closes its file: the log goes on at the next file's start (RocketMQ's
+                    # ``position + size``), which is where a flush of the whole file puts the flushed position
+                    if size == mf.file_size - (pos + at):
+                        return mf.file_size, None
+                    if check:
+                        return pos + at, (mf.file_name, here, "a blank of %d bytes where %d remain in the file"
+                                          % (size, mf.file_size - (pos + at)))
                     return pos + at, None
                 whole = len(chunk) - at >= UNIT_SIZE
                 unit = TimerUnit._make(_UNIT.unpack_from(chunk, at)) if whole else None
