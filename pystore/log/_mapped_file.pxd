@@ -18,8 +18,6 @@ cdef class MappedFile:
     cdef readonly int64_t file_size
     cdef unsigned char *base            # the mapping (NULL once unmapped, or for an empty file)
     cdef unsigned char *write_base      # where appends go: the mapping, or a transient-pool buffer
-    cdef unsigned char *fill_base       # a second mapping without read-ahead the prefault worker fills the page
-                                        # cache through (``fill_page_by_page``), or NULL
     cdef int fd
     cdef int64_t wrote
     cdef int64_t committed
@@ -103,11 +101,6 @@ cdef class MappedFile:
             lead = self.window // 2
         if pos + lead > self.warmed:
             self._prefault(pos, lead)
-    cdef inline Py_ssize_t _fill_delta(self) noexcept nogil:
-        # where the prefault worker fills the page cache from (``fill_page_by_page``): the second mapping's
-        # distance from this one, 0 for none
-        return 0 if self.fill_base == NULL else <Py_ssize_t>(self.fill_base - self.base)
-    cdef void _unmap_fill(self) noexcept
     cdef void _close_fd(self) noexcept
     cdef int64_t data_extent(self, int64_t pos, int64_t *hole) noexcept nogil
     cdef void _page_by_page(self, int64_t pos) noexcept

@@ -102,7 +102,7 @@ cdef extern from *:
 
 cdef extern from "prefault_worker.h":
     int prefault_request "ps_pf_request"(void *addr, size_t length, void *lo, void *hi,
-                                         uintptr_t *cursor, Py_ssize_t fill) noexcept nogil
+                                         uintptr_t *cursor) noexcept nogil
     uintptr_t *ps_pf_slot() noexcept nogil
     void ps_pf_follow(int cpu) noexcept nogil
     unsigned long ps_pf_pending() noexcept nogil
@@ -112,7 +112,6 @@ cdef extern from "prefault_worker.h":
         char *lo
         char *hi
         uintptr_t *cursor
-        Py_ssize_t fill
     int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped,
                        ps_cpu_follow *follow) noexcept nogil
     uintptr_t __atomic_load_n(uintptr_t *p, int order) noexcept nogil
@@ -215,7 +214,6 @@ cdef class MappedFile:
         self.fd = -1
         self.base = NULL
         self.write_base = NULL
-        self.fill_base = NULL
         self.ref_count = 1
         self.available = True
         self.pf_cursor = ps_pf_slot()
@@ -283,7 +281,6 @@ cdef class MappedFile:
             self.fd = -1
 
     def __dealloc__(self):
-        self._unmap_fill()
         if self.base != NULL:
             munmap(self.base, self.file_size)
             self.base = NULL
@@ -409,7 +406,6 @@ cdef class MappedFile:
 
     cdef void _unmap(self) noexcept:
         self.unmap_pending = False
-        self._unmap_fill()
         if self.base != NULL:
             munmap(self.base, self.file_size)
             self.base = NULL
@@ -710,39 +706,6 @@ cdef class MappedFile:
             madvise(self.base + start, <size_t>(self.file_size - start), MADV_RANDOM)
             self.fresh = True
 
-    def fill_page_by_page(self):
-        """Have the prefault worker bring this file's pages into the page cache a page at a time, through a
-        second mapping without read-ahead, before it populates them in this mapping, which keeps its read-ahead
-        and fault-around (a commit log several processes write: each reads the others' record headers as it
-        catches up, and fault-around maps 16 cached pages a fault; ``MADV_RANDOM`` on this mapping would fault
-        them one at a time). Until ``settle``. A no-op for a file mapped read-only, or not mapped.
-
-        Why: a fault on a page not yet cached in a mapping with read-ahead reads ahead around it, and on
-        kernels whose page cache holds files in large folios (ext4 since 6.16) that zero-fills a large folio
-        of the file's hole at once. On a VM that hands freed memory back to its host (a balloon with free page
-        reporting: large free blocks are the ones handed back), that memory is fresh each time and the
-        zero-filling is many times slower than of single pages (docs/performance.md: 20-38% of a shared
-        writer's samples, against 1-3% for the only writer, whose files are written page by page)."""
-        cdef void *m
-        self.check_mapped()
-        if self.read_only or self.base == NULL or self.fill_base != NULL or self.wrote >= self.file_size:
-            return
-        m = mmap(NULL, self.file_size, PROT_READ, MAP_SHARED, self.fd, 0)
-        if m == MAP_FAILED:
-            raise OSError(errno, "mmap failed: %s" % os.strerror(errno), self.file_name)
-        madvise(m, self.file_size, MADV_RANDOM)
-        self.fill_base = <unsigned char *>m
-
-    @property
-    def fills_page_by_page(self):
-        """The prefault worker fills this file's page cache through a second mapping (``fill_page_by_page``)."""
-        return self.fill_base != NULL
-
-    cdef void _unmap_fill(self) noexcept:
-        if self.fill_base != NULL:
-            munmap(self.fill_base, self.file_size)
-            self.fill_base = NULL
-
     cdef void settle(self) noexcept:
         """The writer is done with a file it created (or was told to write page by page): back to normal
         read-ahead for its readers. The put path calls it when it leaves a full file; ``append_message`` (a
@@ -751,9 +714,6 @@ cdef class MappedFile:
             self.fresh = False
             if self.base != NULL:
                 madvise(self.base, self.file_size, MADV_NORMAL)
-        # nothing more is written here: the second mapping has no more pages to fill (a request the prefault
-        # worker still holds then fails on the unmapped range, harmlessly)
-        self._unmap_fill()
 
     cdef void _prefault(self, int64_t pos, int64_t lead) noexcept nogil:
         """Ask the prefault worker for ``[warmed, pos + 2 * lead)`` (``prefault_ahead``, inline in the .pxd,
@@ -788,7 +748,7 @@ cdef class MappedFile:
             return
         if end > start:
             prefault_request(self.base + start, <size_t>(end - start), self.base, self.base + self.file_size,
-                             self.pf_cursor, self._fill_delta())
+                             self.pf_cursor)
             self.warmed = end
 
     cdef bint prefault_range(self, int64_t start, int64_t end) noexcept nogil:
@@ -803,7 +763,7 @@ cdef class MappedFile:
         if end > self.file_size:
             end = self.file_size
         if end <= start or not prefault_request(self.base + start, <size_t>(end - start), self.base,
-                                                self.base + self.file_size, self.pf_cursor, self._fill_delta()):
+                                                self.base + self.file_size, self.pf_cursor):
             return False
         if start <= self.warmed < end:
             self.warmed = end
@@ -870,7 +830,6 @@ cdef class MappedFile:
         r.lo = <char *>self.base
         r.hi = <char *>self.base + self.file_size
         r.cursor = &cursor
-        r.fill = self._fill_delta()
         if not self.c_hold():
             raise StoreClosedError("%s is closed" % self.file_name)
         try:

@@ -83,9 +83,6 @@ class MappedFileQueue:
         self.fresh_random = False
         #: disk blocks allocated ahead of a new file's writer (``MappedFile(window=)``); -1: whole files
         self.window = -1
-        #: new files have their page cache filled a page at a time through a second mapping
-        #: (``MappedFile.fill_page_by_page``): a commit log several processes write (``shared_append.share``)
-        self.fill_page_by_page = False
         #: folders whose new entries are not durable yet; ``flush`` syncs them first
         self.pending_dirs = PendingDirs()
         #: why the last ``load`` refused the files: ``(path, absolute offset, reason)``, else None
@@ -325,10 +322,6 @@ class MappedFileQueue:
                     changed = make_dirs(folder)
                     mf = MappedFile(path, self.mapped_file_size, create=True, fresh_random=self.fresh_random,
                                     window=self.window)
-                    if self.fill_page_by_page:
-                        mf.fill_page_by_page()
-                    if getattr(self, "exp_random", False):
-                        mf.write_page_by_page(mf.wrote_position)
                     # synced by the next flush, off the put lock (a consume queue's file is made under it)
                     self.pending_dirs.add(changed + [folder])
             except (OSError, ValueError):       # ValueError: a path the OS cannot take (a NUL byte)

@@ -20,32 +20,18 @@
    (``ps_pf_publish``, a store per put), and the worker populates a request 32 KiB at a time, moving
    each piece to 64 KiB past the writer once the writer has come that close: the writer then rarely
    sleeps, and the two share the pages (the worker takes most, the writer faults the rest). A cursor is only compared, never dereferenced, and only when it lies in the request's own
-   mapping: a stale or shared slot costs a skipped or a redundant piece, never a wrong byte.
-
-   A request may name a second mapping of the same file (``fill``: its distance from ``addr``'s mapping, 0
-   for none), mapped without read-ahead (MADV_RANDOM): each piece is first read-populated there, so that the
-   pages enter the page cache one 4 KiB folio each, then write-populated in the writer's own mapping, which
-   keeps its read-ahead and fault-around. Why: a commit log that several processes write (``shared_writers``)
-   must keep fault-around in every process (each reads the others' record headers as it catches up), but a
-   fault of a page not yet cached in such a mapping reads ahead, which zero-fills large folios of the file's
-   holes; on a VM that hands freed memory back to its host, a large folio is fresh memory each time, and that
-   zero-filling took 20-38% of a writer's time (docs/performance.md). */
+   mapping: a stale or shared slot costs a skipped or a redundant piece, never a wrong byte. */
 #include <pthread.h>
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <sys/mman.h>
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
 #include "cpu_follow.h"
 #define PS_PF_RING 256
 #define PS_PF_SLOTS 64
 #define PS_PF_PIECE (32 * 1024)
 #define PS_PF_GAP (64 * 1024)
-typedef struct { char *addr; size_t len; char *lo; char *hi; uintptr_t *cursor; ptrdiff_t fill; } ps_pf_req;
+typedef struct { char *addr; size_t len; char *lo; char *hi; uintptr_t *cursor; } ps_pf_req;
 static uintptr_t ps_pf_cursors[PS_PF_SLOTS];
 static unsigned ps_pf_next_slot;
 static pthread_mutex_t ps_pf_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -77,52 +63,28 @@ static uintptr_t *ps_pf_slot(void) {
     return &ps_pf_cursors[__atomic_fetch_add(&ps_pf_next_slot, 1, __ATOMIC_RELAXED) % PS_PF_SLOTS];
 }
 
-/* one pass of ps_pf_populate: ``advice`` over [p, end) a piece at a time, each piece past the writer (whose
-   cursor is in the writer's mapping: ``shift`` moves the pass's addresses there) */
-static int ps_pf_pass(const ps_pf_req *r, char *p, char *end, ptrdiff_t shift, int advice,
-                      unsigned long long *done, unsigned long long *skipped, ps_cpu_follow *follow) {
-    char *e, *c, *q;
+/* populate [r.addr, r.addr + r.len) a piece at a time, each piece past the writer; the bytes go to
+   *done and *skipped; -1 with errno set when madvise fails */
+static int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped,
+                          ps_cpu_follow *follow) {
+    char *p = r->addr, *end = r->addr + r->len, *e, *c, *q;
     while (p < end) {
         if (follow != NULL)     /* a request may span a whole file: the move is checked a piece at a time */
             ps_follow_cpu(__atomic_load_n(&ps_pf_cpu, __ATOMIC_RELAXED), follow);
         c = (char *)__atomic_load_n(r->cursor, __ATOMIC_RELAXED);
-        if (c != NULL)
-            c += shift;
-        if (c >= r->lo + shift && c < r->hi + shift && c + PS_PF_GAP > p) {
+        if (c >= r->lo && c < r->hi && c + PS_PF_GAP > p) {
             q = (char *)(((uintptr_t)c + PS_PF_GAP + 4095) & ~(uintptr_t)4095);
-            if (skipped != NULL)
-                __atomic_add_fetch(skipped, (unsigned long long)((q < end ? q : end) - p), __ATOMIC_RELAXED);
+            __atomic_add_fetch(skipped, (unsigned long long)((q < end ? q : end) - p), __ATOMIC_RELAXED);
             p = q;
             if (p >= end) break;
         }
         e = end - p > PS_PF_PIECE ? p + PS_PF_PIECE : end;
-        if (madvise(p, (size_t)(e - p), advice) != 0)
+        if (madvise(p, (size_t)(e - p), MADV_POPULATE_WRITE) != 0)
             return -1;
-        if (done != NULL)
-            __atomic_add_fetch(done, (unsigned long long)(e - p), __ATOMIC_RELAXED);
+        __atomic_add_fetch(done, (unsigned long long)(e - p), __ATOMIC_RELAXED);
         p = e;
     }
     return 0;
-}
-
-/* populate [r.addr, r.addr + r.len) a piece at a time, each piece past the writer; the bytes go to
-   *done and *skipped; -1 with errno set when madvise fails. With a second mapping (``fill``), the whole range's
-   page cache is filled through it first: a fault in the writer's mapping that finds a page not cached yet reads
-   ahead (large folios), and so does one that finds a page read ahead and marked for the next window, which
-   would keep the read-ahead going, a window at a time, ahead of the worker's own population; filled a whole
-   request (a window) ahead, the pages the marked window would read are cached already and it ends there */
-static int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped,
-                          ps_cpu_follow *follow) {
-    static char *filled_hi, *filled_to;     /* EXPERIMENT: the whole rest of the file filled, once */
-    if (r->fill != 0) {
-        char *from = r->addr;
-        if (filled_hi == r->hi && filled_to > from) from = filled_to;
-        if (from < r->hi && ps_pf_pass(r, from + r->fill, r->hi + r->fill, r->fill,
-                                       MADV_POPULATE_READ, NULL, NULL, follow) != 0)
-            return -1;
-        filled_hi = r->hi; filled_to = r->hi;
-    }
-    return ps_pf_pass(r, r->addr, r->addr + r->len, 0, MADV_POPULATE_WRITE, done, skipped, follow);
 }
 
 static void *ps_pf_main(void *arg) {
@@ -177,7 +139,7 @@ static void ps_pf_atfork_child(void) {
     ps_pf_head = ps_pf_tail = 0;
 }
 
-static int ps_pf_request(void *addr, size_t len, void *lo, void *hi, uintptr_t *cursor, ptrdiff_t fill) {
+static int ps_pf_request(void *addr, size_t len, void *lo, void *hi, uintptr_t *cursor) {
     int queued = 0;
     if (ps_pf_unsupported || len == 0) return 0;
     /* never wait for the worker: at idle priority it may be parked holding the lock (for the moment
@@ -205,7 +167,6 @@ static int ps_pf_request(void *addr, size_t len, void *lo, void *hi, uintptr_t *
             r->lo = (char *)lo;
             r->hi = (char *)hi;
             r->cursor = cursor;
-            r->fill = fill;
             ps_pf_tail++;
             pthread_cond_signal(&ps_pf_cv);
             queued = 1;

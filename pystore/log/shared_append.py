@@ -21,13 +21,6 @@ RocketMQ has one writer per store; this is pystore's own (docs/format.md, "The w
 Files made by another writer are mapped on the walk through the core's ``roll_file`` hook (the file queue
 opens the existing file). The allocate service, file warming and the transient store pool write into files
 outside the append lock, so a shared log makes its files inline, under the lock, and uses neither.
-
-Every file a shared log writes has its page cache filled by the prefault worker a page at a time, through a
-second mapping without read-ahead, before the worker populates the pages in the log's own mapping
-(``MappedFile.fill_page_by_page``): that mapping keeps read-ahead and fault-around, which each process's
-catch-up reads of the others' headers need (``MADV_RANDOM`` on it, as the only writer maps its files, made four
-writers slower), while a page first faulted in through it would zero-fill a large folio of the file's hole
-(docs/performance.md, "several writer processes").
 """
 
 from __future__ import annotations
@@ -99,20 +92,9 @@ def share(commitlog: CommitLog, lock: SharedLock) -> TornPutRepair:
     if commitlog.queue.allocate is not None:
         raise ValueError("a shared commit log makes its files inline: stop the allocate service first")
     repair = TornPutRepair(commitlog, lock)
-    queue = commitlog.queue
-    _exp = os.environ.get("PYSTORE_EXP", "fill")
-    queue.fill_page_by_page = _exp == "fill"
-    queue.exp_random = _exp == "random"
-    last = queue.last()
-    if last is not None and not last.is_full():
-        if _exp == "fill":
-            last.fill_page_by_page()
-        elif _exp == "random":
-            last.write_page_by_page(last.wrote_position)
     commitlog.core.share(lock, repair)
     return repair
 
 
 def unshare(commitlog: CommitLog) -> None:
     commitlog.core.share(None, None)
-    commitlog.queue.fill_page_by_page = False
