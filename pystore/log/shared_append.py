@@ -25,11 +25,8 @@ outside the append lock, so a shared log makes its files inline, under the lock,
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import mmap
 import os
-import threading
 
 from pystore.log._shared_lock import SharedLock
 from pystore.log.commitlog import CommitLog
@@ -89,73 +86,6 @@ class TornPutRepair:
             off = stop
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_MADV_POPULATE_READ = 22
-
-
-class _AheadFill(threading.Thread):
-    """EXPERIMENT (PYSTORE_EXP=ahead): the log's next file made ahead (O_TMPFILE, then linked under its name: no
-    process sees it half made; a process that finds the name taken leaves it to its maker) and its page cache
-    filled a page at a time through a MADV_RANDOM mapping (ctypes: the GIL is free during each call)."""
-
-    def __init__(self, queue) -> None:
-        super().__init__(name="pystore-AheadFill", daemon=True)
-        self.queue = queue
-        self.halt = threading.Event()
-        self.seen: set[int] = set()
-
-    def run(self) -> None:
-        while not self.halt.wait(0.02):
-            last = self.queue.last()
-            if last is None:
-                continue
-            size = self.queue.mapped_file_size
-            nxt = last.file_from_offset + size
-            if nxt in self.seen:
-                continue
-            self.seen.add(nxt)
-            try:
-                self._make_and_fill(self.queue.path_for(nxt), size)
-            except OSError:
-                log.exception("making the next commit-log file ahead failed")
-
-    def _make_and_fill(self, path: str, size: int) -> None:
-        folder = os.path.dirname(path)
-        if os.path.exists(path):
-            return
-        fd = os.open(folder, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
-        try:
-            os.ftruncate(fd, size)
-            os.posix_fallocate(fd, 0, 4096)
-            os.fsync(fd)
-            # linkat(AT_SYMLINK_FOLLOW) of the descriptor's /proc name: the file appears whole, or not at all
-            if _libc.linkat(-100, b"/proc/self/fd/%d" % fd, -100, os.fsencode(path), 0x400) != 0:
-                return                  # EEXIST: another process made it (and fills it); else left to the roll
-            dfd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-            addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-            if addr in (None, ctypes.c_void_p(-1).value):
-                return
-            try:
-                _libc.madvise(addr, size, mmap.MADV_RANDOM)
-                step = 1 << 20
-                for off in range(0, size, step):
-                    if self.halt.is_set():
-                        break
-                    _libc.madvise(addr + off, step, _MADV_POPULATE_READ)
-            finally:
-                _libc.munmap(addr, size)
-        finally:
-            os.close(fd)
-
-
 def share(commitlog: CommitLog, lock: SharedLock) -> TornPutRepair:
     """Append to ``commitlog`` under ``lock`` with other processes from now on; the caller has stopped the
     allocate service's made-ahead files (``commitlog.queue.allocate`` is None) and uses no transient pool."""
@@ -163,15 +93,8 @@ def share(commitlog: CommitLog, lock: SharedLock) -> TornPutRepair:
         raise ValueError("a shared commit log makes its files inline: stop the allocate service first")
     repair = TornPutRepair(commitlog, lock)
     commitlog.core.share(lock, repair)
-    if os.environ.get("PYSTORE_EXP") == "ahead":
-        t = _AheadFill(commitlog.queue)
-        commitlog.ahead_fill = t        # type: ignore[attr-defined]
-        t.start()
     return repair
 
 
 def unshare(commitlog: CommitLog) -> None:
     commitlog.core.share(None, None)
-    t = getattr(commitlog, "ahead_fill", None)
-    if t is not None:
-        t.halt.set()
