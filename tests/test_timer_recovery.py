@@ -153,10 +153,17 @@ def test_a_power_cut_after_a_roll_whose_next_file_stayed_empty(store_factory, fa
     assert first.read_bytes()[per_file * UNIT_SIZE:] == blank
     assert ts.curr_queue_offset == per_file
     assert store.timer_stats()["pending"] == per_file
+    # a timer put now goes to the next file, which the enqueue makes
+    assert store.put_message(Message("TopicTest", b"after", delay_ms=30_000)).is_ok()
+    deadline = time.monotonic() + 20
+    while ts.timer_log.max_offset != file_size + UNIT_SIZE:
+        assert time.monotonic() < deadline, ts.timer_log
+        time.sleep(0.01)
     fake_clock.advance(60_000 + per_file * 100 + 1000)
+    want = sorted([b"%d" % i for i in range(per_file)] + [b"after"])
     deadline = time.monotonic() + 30
-    while len(got := _bodies(store)) < per_file:
+    while len(got := _bodies(store)) < len(want):
         assert time.monotonic() < deadline, (store.timer_stats(), len(got))
         time.sleep(0.05)
     time.sleep(0.3)
-    assert sorted(m.body for m in _bodies(store)) == sorted(b"%d" % i for i in range(per_file))
+    assert sorted(m.body for m in _bodies(store)) == want
