@@ -279,17 +279,19 @@ def _after_leader_death(root: str, seconds: float, killed: mp.Event, out: mp.Que
                 if led_after < 0 and n % 1024 == 0 and store.writer_info()["leader"]:
                     led_after = (now - kill_seen) / 1e6
             last = now
-        leads = bool(store.writer_info()["leader"])
+        info = store.writer_info()
+        leads, lock_ms = bool(info["leader"]), float(info.get("takeover_lock_ms", 0.0))
     finally:
         store.shutdown()
-    out.put((longest / 1e6, leads, refused, led_after))
+    out.put((longest / 1e6, leads, refused, led_after, lock_ms))
 
 
-def _takeover_round(kill: bool, before: float = 1.0) -> tuple[list[tuple[float, bool, float]], int]:
+def _takeover_round(kill: bool, before: float = 1.0) -> tuple[list[tuple[float, bool, float, float]], int]:
     """One round: the leader putting, two followers putting for 3 s; after 1 s the leader is SIGKILLed (``kill``)
     or left alone (the control: the same window's longest waits with no death). Each follower's longest wait
     between two puts from that moment on, whether it leads at the end, how long after the kill it led (-1: not
-    within the round), and the puts refused. ``before``: seconds of puts before the kill (the older the store,
+    within the round), how long its takeover held the append lock (ms, 0: it did not take over), and the puts
+    refused. ``before``: seconds of puts before the kill (the older the store,
     the more of it the leader's checkpoint covers)."""
     import os
     import signal
@@ -309,8 +311,8 @@ def _takeover_round(kill: bool, before: float = 1.0) -> tuple[list[tuple[float, 
             os.kill(lead.pid, signal.SIGKILL)
         waits, refused = [], 0
         for _ in ps:
-            wait, leads, no, led_after = out.get()
-            waits.append((wait, leads, led_after))
+            wait, leads, no, led_after, lock_ms = out.get()
+            waits.append((wait, leads, led_after, lock_ms))
             refused += no
         for p in ps:
             p.join()
@@ -328,19 +330,20 @@ def takeover_stalls(reps: int, before: float = 1.0) -> None:
     and how long after the kill the survivor led (its services running). Each round is paired with a control
     round (the leader left alive): the longest waits the machine gives the same processes in the same window
     without any death (file rolls, the scheduler)."""
-    taker, other, control, led, refused = [], [], [], [], 0
+    taker, other, control, led, held, refused = [], [], [], [], [], 0
     for _ in range(reps):
         waits, no = _takeover_round(True, before)
         refused += no
-        for wait, leads, led_after in waits:
+        for wait, leads, led_after, lock_ms in waits:
             (taker if leads else other).append(wait)
             if leads:
                 led.append(led_after)
-        control.extend(w for w, _, _ in _takeover_round(False, before)[0])
-    print("leader killed %d times after %.1f s of puts: the survivor led %s ms after the kill; the follower that "
-          "took over waited at most %s ms (median %.1f), the other %s ms (median %.1f); puts refused: %d; control "
-          "rounds (no kill), the followers' longest waits: %s ms (median %.1f)"
-          % (reps, before, [round(x) for x in led], [round(x, 1) for x in taker],
+                held.append(lock_ms)
+        control.extend(w[0] for w in _takeover_round(False, before)[0])
+    print("leader killed %d times after %.1f s of puts: the survivor led %s ms after the kill, its takeover held the "
+          "append lock %s ms; the follower that took over waited at most %s ms (median %.1f), the other %s ms "
+          "(median %.1f); puts refused: %d; control rounds (no kill), the followers' longest waits: %s ms (median %.1f)"
+          % (reps, before, [round(x) for x in led], [round(x, 3) for x in held], [round(x, 1) for x in taker],
              statistics.median(taker) if taker else 0, [round(x, 1) for x in other],
              statistics.median(other) if other else 0, refused, [round(x, 1) for x in control],
              statistics.median(control) if control else 0))

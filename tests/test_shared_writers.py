@@ -499,6 +499,10 @@ def test_a_takeover_recovers_while_the_other_writers_go_on_putting(tmp_path, mon
             while not follower.writer_info()["leader"] and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert follower.writer_info()["leader"] and time.monotonic() - started < 4
+            # reported: how long the takeover held the others' puts (the repair check and sharing the new log; its
+            # size is the bench's to measure, bench/shared_writers.py --takeover)
+            assert follower.writer_info()["takeover_lock_ms"] > 0
+            assert leader.writer_info()["takeover_lock_ms"] == 0
             time.sleep(0.05)
         finally:
             stop.set()

@@ -19,10 +19,11 @@ and the log), and put through an **appender**: a commit log of their own over th
 the leader's dispatched end with each queue's offset from the queues (everything below that end has its unit),
 which its first put catches up from. Under SYNC_FLUSH a follower's put flushes the log itself before it returns.
 A ``LeaderWatch`` thread tries the leader's byte every ``_WATCH_S``; when the leader has died (or shut down) one
-follower gets it and **takes over**: under the append lock (no put runs meanwhile) it opens the store as a
-writer, recovering from the checkpoint as after any crash (the log's end is the published end: every record
-below it is whole), starts the services, and serves from then on through them; what it used as a follower is
-kept until it shuts down (calls already inside it finish).
+follower gets it and **takes over**: without the append lock (the others go on putting) it opens the store as a
+writer up to the published end (every record below it is whole), re-dispatching from the dead leader's dispatched
+end; then, under the append lock for well under a millisecond, repairs a put a writer died in and shares the new
+log, which catches up on what the others put meanwhile; it starts the services and serves from then on through
+them; what it used as a follower is kept until it shuts down (calls already inside it finish).
 
 The first opener (alone: no other process has the store open) recovers the store as a single writer does
 while it still holds the page's dead-man byte exclusively, so nobody can open, let alone put, before the log's
@@ -116,6 +117,9 @@ class SharedWriting:
         self.put_log: CommitLog | None = None
         #: what a follower used before it took over (closed at shutdown)
         self.retired: list[object] = []
+        #: how long this process's takeover held the append lock, ms (0: it never took over): what the other
+        #: writers' puts waited for it (the recovery itself runs without the lock)
+        self.takeover_lock_ms = 0.0
         self._watch: LeaderWatch | None = None
 
     # -- opening ------------------------------------------------------------------------------------------
@@ -224,7 +228,7 @@ class SharedWriting:
             return {"shared": True, "lock": "none", "writers": 0, "leader_pid": 0, "leader": False}
         return {"shared": True, "lock": lock.kind_name, "writers": len(lock_holders(self.cfg.lock_path()) or []),
                 "leader_pid": lock.leader_pid, "leader": self.leader, "published_end": lock.published_end,
-                "generation": lock.generation}
+                "generation": lock.generation, "takeover_lock_ms": self.takeover_lock_ms}
 
     def stop_watch(self) -> None:
         if self._watch is not None:
@@ -288,12 +292,15 @@ def take_over(shared: SharedWriting, open_writer: Callable[[int, int], _Opened])
     # its put thread may hold it right now
     with shared.appender.put_lock:
         lock.acquire()
+        held = time.perf_counter()
         try:
             if lock.needs_repair() is not None:
                 TornPutRepair(shared.appender, lock)()
             shared._lead(parts)
         finally:
             lock.release()
+            shared.takeover_lock_ms = (time.perf_counter() - held) * 1000
+    log.info("%s: the takeover held the append lock %.3f ms", shared.cfg.store_path_root_dir, shared.takeover_lock_ms)
     _catch_up_in_steps(parts.commitlog, lock)
     return parts
 
