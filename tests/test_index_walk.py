@@ -100,6 +100,21 @@ def test_follow_ends_when_stopped_from_another_thread(store_factory):
     assert follow_log(c, q.files, MS, MS, 10 * MS) == FOLLOW_TIMEOUT
 
 
+def test_stop_cuts_a_long_pause_short(store_factory):
+    """A follow pausing a minute between looks (a builder told to poll rarely) ends when stopped, not when its
+    pause is over: a store's shutdown waited the whole pause before (60 s in a test of the builder)."""
+    store, q = quiet_log(store_factory)
+    store.put_message(Message(TOPIC, b"first"))
+    c = IndexCursor(store.get_max_phy_offset())
+    got = []
+    t = threading.Thread(target=lambda: got.append(follow_log(c, q.files, 60_000 * MS, 60_000 * MS, 600_000 * MS)))
+    t.start()
+    time.sleep(0.05)
+    c.stop()
+    t.join(30)
+    assert not t.is_alive() and got == [FOLLOW_STOPPED]
+
+
 def test_follow_leaves_a_cursor_that_a_walk_moved_further(store_factory):
     """A walk under the builder's lock may move the cursor while the follow scans: the follow's move from
     where it started then fails, and the cursor stays where the walk left it."""

@@ -29,7 +29,7 @@ from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc
 
 from pystore.format._bytes cimport (advance_i64, cpu_follow_init, follow_cpu, load_i64_acquire, mono_ns,
-                                    ps_cpu_follow, store_i64_release)
+                                    ps_cpu_follow)
 from pystore.log._commitlog cimport CommitLogCore
 from pystore.format._codec cimport REC_BLANK, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, check_record
 from pystore.log._files cimport find_file
@@ -50,14 +50,33 @@ from pystore.format._record cimport RecordView
 cdef extern from *:
     """
     #include <time.h>
-    static inline void ps_sleep_ns(int64_t ns) {
+    #include <errno.h>
+    #include <linux/futex.h>
+    #include <sys/syscall.h>
+    #include <unistd.h>
+    /* Sleep ns, or less once *stop is no longer 0: a futex wait on the stop word, which stop() sets and wakes
+       (a builder polling rarely would otherwise hold a shutdown for its whole pause). A signal or a spurious
+       wake ends the wait early: the caller looks again, which costs one look. */
+    static inline void ps_sleep_unless(int32_t *stop, int64_t ns) {
         struct timespec ts;
+        if (ns <= 0 || __atomic_load_n(stop, __ATOMIC_ACQUIRE))
+            return;
         ts.tv_sec = ns / 1000000000LL;
         ts.tv_nsec = ns % 1000000000LL;
-        nanosleep(&ts, NULL);
+        syscall(SYS_futex, stop, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+    }
+    static inline int ps_stopped(int32_t *stop) {
+        return __atomic_load_n(stop, __ATOMIC_ACQUIRE) != 0;
+    }
+    static inline void ps_stop_wake(int32_t *stop, int32_t value) {
+        __atomic_store_n(stop, value, __ATOMIC_RELEASE);
+        if (value)
+            syscall(SYS_futex, stop, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
     }
     """
-    void sleep_ns "ps_sleep_ns"(int64_t ns) noexcept nogil
+    void sleep_unless "ps_sleep_unless"(int32_t *stop, int64_t ns) noexcept nogil
+    void stop_wake "ps_stop_wake"(int32_t *stop, int32_t value) noexcept nogil
+    bint stopped "ps_stopped"(int32_t *stop) noexcept nogil
 
 
 cdef enum:
@@ -280,7 +299,7 @@ cdef class IndexCursor:
     the lock."""
 
     cdef int64_t _reached
-    cdef int64_t _stop
+    cdef int32_t _stop          # a futex word: the follow's sleep ends when ``stop`` sets it
     cdef ps_cpu_follow cpu      # where the following thread was moved (``CommitLogCore.follow_put_cpu``)
     cdef pthread_mutex_t mu
 
@@ -304,11 +323,11 @@ cdef class IndexCursor:
         return advance_i64(&self._reached, to)
 
     def stop(self):
-        """End a ``follow_log`` running in another thread (within its sleep) and any started later."""
-        store_i64_release(&self._stop, 1)
+        """End a ``follow_log`` running in another thread (its sleep cut short) and any started later."""
+        stop_wake(&self._stop, 1)
 
     def resume(self):
-        store_i64_release(&self._stop, 0)
+        stop_wake(&self._stop, 0)
 
     def acquire(self):
         """Take the lock (waiting without the GIL: the follow may hold it and want nothing from Python)."""
@@ -414,8 +433,8 @@ cdef int _follow(IndexCursor cursor, MappedFile f, IndexFileCore idx, LogScan *s
         if not st.in_step:
             if core is not None and core.follow_put_cpu:
                 follow_cpu(core.put_cpu, &cursor.cpu)
-            sleep_ns(st.pause)
-            if load_i64_acquire(&cursor._stop):
+            sleep_unless(&cursor._stop, st.pause)
+            if stopped(&cursor._stop):
                 return _FOLLOW_STOPPED
             if not f.available:
                 return _FOLLOW_WORK
