@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +41,26 @@ THIN, BUSY = "Thin", "Busy"
 def small_ranges(monkeypatch):
     monkeypatch.setattr(plan, "RANGE_SIZE", RANGE)
     monkeypatch.setattr(archive_read, "_caches", {})      # a fresh executor cache: its counters are this test's
+
+
+@pytest.fixture(scope="module")
+def archived(tmp_path_factory) -> Iterator[tuple[str, str, dict[str, Any], Counter]]:
+    """``(root, uri, options, want)``: the store archived once for the module's tests (its upload, a few
+    hundred small objects to moto, is most of their time), and the thin queue's rows as the store reads them.
+    A test that changes an object puts it back."""
+    import s3server  # here: the module is this file's plugin (``pytest_plugins``), imported by pytest first
+
+    server = s3server._start_or_skip(s3server.shared_server)
+    bucket = server.create_bucket()
+    uri, options = "s3://%s/archive" % bucket, server.options()
+    root = str(tmp_path_factory.mktemp("archived") / "store")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plan, "RANGE_SIZE", RANGE)           # the per-range CRCs the upload writes
+        _archived_store(root, uri, options)
+        want = _store_rows(root, uri, options)
+    yield root, uri, options, want
+    if server.running:
+        server.delete_bucket(bucket)
 
 
 def _archived_store(root: str, uri: str, options: dict[str, Any]) -> None:
@@ -83,11 +104,8 @@ def _cache():
     return cache
 
 
-def test_a_thin_queue_fetches_only_the_ranges_of_its_records(tmp_path, s3_archive):
-    uri, options = s3_archive
-    root = str(tmp_path / "store")
-    _archived_store(root, uri, options)
-    want = _store_rows(root, uri, options)
+def test_a_thin_queue_fetches_only_the_ranges_of_its_records(archived):
+    root, uri, options, want = archived
     assert len(want) >= 60
     rows, parts = _collect(uri, options)
     assert rows == want
@@ -107,11 +125,8 @@ def test_a_thin_queue_fetches_only_the_ranges_of_its_records(tmp_path, s3_archiv
     assert not any(name in cache._files for name in files)          # no commit-log file fetched whole
 
 
-def test_a_queue_slice_read_in_small_pieces_reads_the_same(tmp_path, s3_archive, monkeypatch):
-    uri, options = s3_archive
-    root = str(tmp_path / "store")
-    _archived_store(root, uri, options)
-    want = _store_rows(root, uri, options)
+def test_a_queue_slice_read_in_small_pieces_reads_the_same(archived, monkeypatch):
+    root, uri, options, want = archived
     # each piece: at most 3 units, and one range (a piece takes at least one unit whatever its ranges)
     monkeypatch.setattr(archive_read, "_UNITS", 3)
     monkeypatch.setattr(archive_read, "_SPAN_BYTES", 1)
@@ -121,20 +136,21 @@ def test_a_queue_slice_read_in_small_pieces_reads_the_same(tmp_path, s3_archive,
     assert r.fetched_bytes > 0 and not any(c.holds or c.users for c in r._copies.values())   # none held past the read
 
 
-def test_a_changed_range_is_refused_naming_the_object(tmp_path, s3_archive):
-    uri, options = s3_archive
-    root = str(tmp_path / "store")
-    _archived_store(root, uri, options)
-    want = _store_rows(root, uri, options)
+def test_a_changed_range_is_refused_naming_the_object(archived):
+    root, uri, options, want = archived
     with MessageStore.open(root, read_only=True, archive_uri=uri, archive_options=options, **GEOMETRY) as store:
         m = store.get_message("g", THIN, 0, 3, 1).messages[0]
         assert (THIN, 0, 3, m.body) in want
         name = store._parts.archive.manifest.commitlog_file_for(m.commit_log_offset)["name"]
     pos = m.commit_log_offset % FILE
     target = open_target(uri, options)
-    body = bytearray(target.read(name))
+    original = target.read(name)
+    body = bytearray(original)
     body[pos + 100] ^= 0xFF                                      # a byte of the thin message's body
     target.put(name, bytes(body))
-    with pytest.raises(StoreCorruptedError, match="changed behind the store's back") as e:
-        _collect(uri, options)
-    assert name in e.value.path and e.value.offset == pos - pos % RANGE
+    try:
+        with pytest.raises(StoreCorruptedError, match="changed behind the store's back") as e:
+            _collect(uri, options)
+        assert name in e.value.path and e.value.offset == pos - pos % RANGE
+    finally:
+        target.put(name, original)                              # the module's other tests read the archive
