@@ -76,6 +76,19 @@ def _fill(store, n):
     store.flush()
 
 
+def _cleaned(store, keep: int) -> list[str]:
+    """The commit-log files left once cleaning passes have taken the log down to ``keep`` files (at most 50
+    passes). A pass stops at a file a service holds for a moment (a flush, the dispatch, the index builder:
+    RocketMQ's ``destroy`` refuses a held file until its forced interval); a later pass deletes it, in its loop
+    or as a hanged first file (``redelete_hanged_file``, not in the pass's count), so files are counted on disk."""
+    for _ in range(50):
+        store.clean_files()
+        if len(_logs(store)) <= keep:
+            break
+        time.sleep(0.01)
+    return _logs(store)
+
+
 def _logs(store):
     return sorted(n for n in os.listdir(os.path.join(store.root, "commitlog")) if int(n) < store.get_max_phy_offset())
 
@@ -92,8 +105,7 @@ def test_cleaning_expires_files_by_the_injected_clock(store_factory, fake_clock)
     s.execute_delete_files_manually()
     assert s.clean_files() == (0, 0)                 # 71 h old by the clock: kept
     fake_clock.advance(HOUR + 1000)
-    assert s.clean_files()[0] == len(logs) - 1       # 72 h and a second: expired, all but the last
-    assert _logs(s) == logs[-1:]
+    assert _cleaned(s, 1) == logs[-1:]               # 72 h and a second: expired, all but the last
 
 
 def test_a_full_disk_by_the_injected_disk_usage_triggers_cleanup(store_factory, fake_clock):
@@ -107,8 +119,7 @@ def test_a_full_disk_by_the_injected_disk_usage_triggers_cleanup(store_factory, 
     assert s.clean_files() == (0, 0)
     assert s.get_runtime_info()["commitLogDiskRatio"] == "0.5000"
     usage["now"] = Usage(1000, 950, 50)
-    deleted, _ = s.clean_files()
-    assert deleted == len(logs) - 1 and s.running_flags.is_disk_full()
+    assert _cleaned(s, 1) == logs[-1:] and s.running_flags.is_disk_full()
     assert s.put_message(make_message(1)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     usage["now"] = Usage(1000, 100, 900)
     s.clean_files()
