@@ -538,6 +538,36 @@ def test_a_full_flush_reaches_the_end_of_every_queue(store_factory):
     assert all(mf.flushed_position == mf.wrote_position for mf in cq.queue.files)
 
 
+def test_a_readers_walk_on_a_live_file_that_the_writer_fills_to_its_end(tmp_path, monkeypatch):
+    """As below, and the units the writer writes meanwhile fill the file: the walk on reaches the file's end, and
+    the file is whole (before, the open raised ``ValueError: no unit at <file size>``; a follower of several
+    writers hit it in tests/test_shared_writers.py)."""
+    import pystore.queue.consume_queue as consume_queue
+
+    root = str(tmp_path / "live")
+    geometry = {**SMALL_INDEX, "mapped_file_size_consume_queue": 8 * 20}
+    with MessageStore.open(root, **geometry) as w:
+        for i in range(8):                          # the queue's one file, full
+            assert w.put_message(make_message(i, topic=TOPIC)).is_ok()
+    path = os.path.join(cq_dir(root), "%020d" % 0)
+    unit = read_file(path)[5 * 20:6 * 20]
+    with open(path, "r+b") as f:
+        f.seek(5 * 20)
+        f.write(b"\0" * 20)
+    real = consume_queue.next_valid_unit
+
+    def writer_fills_it(mf, start):
+        with open(path, "r+b") as f:
+            f.seek(5 * 20)
+            f.write(unit)
+        return real(mf, start)
+
+    monkeypatch.setattr(consume_queue, "next_valid_unit", writer_fills_it)
+    with MessageStore.open(root, read_only=True, **geometry) as store:
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 8
+        assert [m.queue_offset for m in store.get_message(GROUP, TOPIC, 0, 0, 32).messages] == list(range(8))
+
+
 @pytest.mark.parametrize("filled", [True, False])
 def test_a_reader_walks_on_over_a_unit_a_live_writer_filled_behind_its_walk(tmp_path, monkeypatch, filled):
     """A reader's open walks a live writer's last queue file: the walk stops at a unit not written yet, and by the

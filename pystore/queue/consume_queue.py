@@ -289,10 +289,12 @@ class ConsumeQueue:
                 followed = next_valid_unit(mf, pos + UNIT_SIZE) >= 0
                 if followed and last and self.read_only:
                     pos, mx, followed = _walk_on_live(mf, pos, mx)
-                phy, size, _ = read_unit(mf, pos)
-                walked.append(WalkedFile(mf.file_name, mf.file_from_offset, mf.file_size, pos, mx, last, phy, size,
-                                         followed))
-                break
+                # the live walk may have reached the file's end (the writer filled it meanwhile): a whole file
+                if pos < mf.file_size:
+                    phy, size, _ = read_unit(mf, pos)
+                    walked.append(WalkedFile(mf.file_name, mf.file_from_offset, mf.file_size, pos, mx, last, phy,
+                                             size, followed))
+                    break
             walked.append(WalkedFile(mf.file_name, mf.file_from_offset, mf.file_size, pos, mx, last))
         verdict = judge_unit_walk(walked, start)
         if verdict.damage is not None:
