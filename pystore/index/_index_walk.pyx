@@ -50,7 +50,6 @@ from pystore.format._record cimport RecordView
 cdef extern from *:
     """
     #include <time.h>
-    #include <errno.h>
     #include <linux/futex.h>
     #include <sys/syscall.h>
     #include <unistd.h>

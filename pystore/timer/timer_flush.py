@@ -142,11 +142,15 @@ class TimerFiles(TimerState):
         """``reviseQueueOffset``: the timer-queue offset of the message of the log's last unit, -1 when there is
         none or the queue does not hold it there."""
         end = tl.max_offset
-        at = end - UNIT_SIZE
-        if end % tl.file_size == 0:
+        rel = end % tl.file_size
+        if rel == 0:
             # the log ends at a file's start: its last unit is the one before the blank that closed the file before
             at = end - tl.file_size + offset_for_last_unit(tl.file_size)
-        if at < tl.min_offset or (end % tl.file_size) and (end % tl.file_size) < UNIT_SIZE:
+        elif rel < UNIT_SIZE:
+            return -1
+        else:
+            at = end - UNIT_SIZE
+        if at < tl.min_offset:
             return -1
         try:
             unit = tl.read_unit(at)
