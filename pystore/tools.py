@@ -23,7 +23,8 @@ from collections.abc import Iterator, Sequence
 
 from pystore.errors import FileCleanedError, StoreCorruptedError
 from pystore.format._codec import RECORD_END, decode_record
-from pystore.log._mapped_file import MappedFile, is_file_name
+from pystore.log._file_names import is_file_name
+from pystore.log._mapped_file import MappedFile
 from pystore.log._records import RecordIterator, find_valid_record_after
 from pystore.message._message_ext import MessageExt
 

@@ -11,13 +11,8 @@ from conftest import MAPPED_FILE_SIZE
 from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, resident_pages
 
 from pystore.errors import StoreClosedError, StoreError
-from pystore.log._mapped_file import (
-    OS_PAGE_SIZE,
-    MappedFile,
-    is_file_name,
-    offset_to_file_name,
-    prefault_stats,
-)
+from pystore.log._file_names import is_file_name, offset_to_file_name
+from pystore.log._mapped_file import OS_PAGE_SIZE, MappedFile, prefault_stats
 
 PAGE = OS_PAGE_SIZE
 SIZE = MAPPED_FILE_SIZE  # the size of the ``mf`` fixture's file (conftest)

@@ -22,7 +22,7 @@ from pystore.cli.common import (
     store_options,
     table,
 )
-from pystore.log._mapped_file import is_file_name
+from pystore.log._file_names import is_file_name
 
 
 def _cl_listing(cfg: Any) -> dict[str, int]:

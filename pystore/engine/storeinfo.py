@@ -21,7 +21,8 @@ from typing import Any, NotRequired, TypedDict
 
 from pystore.engine.checkpoint import StoreCheckpoint
 from pystore.engine.store import MessageStore
-from pystore.log._mapped_file import MappedFile, is_file_name
+from pystore.log._file_names import is_file_name
+from pystore.log._mapped_file import MappedFile
 from pystore.log._records import first_store_timestamp
 from pystore.log.geometry import detect_overrides, is_index_file_name
 from pystore.log.shared_state import describe as describe_writers

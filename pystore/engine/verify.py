@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pystore.errors import StoreCorruptedError, StoreError
-from pystore.log._mapped_file import MappedFile, is_file_name
+from pystore.log._file_names import is_file_name
+from pystore.log._mapped_file import MappedFile
 from pystore.log._records import find_valid_record_after
 from pystore.log.geometry import is_index_file_name
 from pystore.message.constants import SCHEDULE_TOPIC, SysFlag

@@ -60,6 +60,7 @@ from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
 
 from pystore.format._bytes cimport advance_i64, ps_cpu_follow
+from pystore.log._file_names cimport name_offset
 from pystore.log._mapped_view cimport SelectMappedBufferResult
 
 import os
@@ -153,19 +154,6 @@ cdef inline void _unmap_whole_pages(unsigned char *base, int64_t start, int64_t 
         madvise(base + start, <size_t>(stop - start), MADV_DONTNEED)
 
 
-def offset_to_file_name(long long offset):
-    """RocketMQ's ``offset2FileName``: the offset as 20 zero-padded decimal digits."""
-    if offset < 0:
-        raise ValueError("a file offset cannot be negative: %d" % offset)
-    return "%020d" % offset
-
-
-cpdef bint is_file_name(str name):
-    """Is ``name`` a data file's name, ``offset_to_file_name`` of its start offset (20 ASCII digits)? The one
-    test every listing of a commit-log or consume-queue folder applies: anything else there is not the log's."""
-    return len(name) == 20 and name.isascii() and name.isdigit()
-
-
 def punch_hole(int fd, long long offset, long long length):
     """Give back the blocks of ``[offset, offset + length)`` of the file open as ``fd`` (its size kept): reads
     there see zeros again. For the archive's sparse copies, whose evicted ranges must free their disk; the
@@ -185,10 +173,6 @@ def punch_hole(int fd, long long offset, long long length):
 
 cdef inline int64_t _page_up(int64_t n) noexcept nogil:
     return (n + PAGE - 1) // PAGE * PAGE
-
-
-cdef int64_t _name_offset(str name):
-    return int(name) if is_file_name(name) else 0
 
 
 @cython.final
@@ -230,7 +214,7 @@ cdef class MappedFile:
         self.file_name = path
         self.read_only = read_only
         self.window = window
-        self.file_from_offset = _name_offset(os.path.basename(path)) if from_offset is None else from_offset
+        self.file_from_offset = name_offset(os.path.basename(path)) if from_offset is None else from_offset
         flags = O_RDONLY if read_only else (O_RDWR | (O_CREAT if create else 0))
         self.fd = c_open(bpath, flags | 0o2000000, 0o644)     # O_CLOEXEC
         if self.fd < 0:

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from pystore.format._codec import UNIT_SIZE
-from pystore.log._mapped_file import is_file_name
+from pystore.log._file_names import is_file_name
 
 __all__ = ["detect_overrides", "index_geometry", "is_index_file_name"]
 

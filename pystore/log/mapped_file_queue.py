@@ -35,7 +35,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from pystore.log._mapped_file import MappedFile, is_file_name, offset_to_file_name
+from pystore.log._file_names import is_file_name, offset_to_file_name
+from pystore.log._mapped_file import MappedFile
 from pystore.log._put_lock import PutMessageLock
 from pystore.queue._units import find_file
 from pystore.system.durable import PendingDirs, make_dirs, sync_dirs

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from pystore import Message, MessageBatch, MessageStore, PutMessageStatus
 from pystore.format._codec import record_length
-from pystore.log._mapped_file import is_file_name
+from pystore.log._file_names import is_file_name
 from pystore.log.refusal import refusal_reason
 
 __all__ = ["append_staged", "staged_rows", "stored_prefix"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 
-from pystore.log._mapped_file import is_file_name
+from pystore.log._file_names import is_file_name
 from pystore.queue.consume_queue import queue_id_of
 
 __all__ = [
