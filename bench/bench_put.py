@@ -493,7 +493,7 @@ def test_durable_vs_floor_paired(benchmark, store_factory, record, depth):
     file. Where the kernel keeps a file's page cache in large folios (ext4 since Linux 6.16, XFS), a file
     mapped with read-ahead grows folios of up to 2 MiB past its first tens of MiB, and each flush then
     wrote a whole folio: this figure was 6-15 x below ``start`` before the commit log was written page by
-    page under SYNC_FLUSH (``MappedFile.write_page_by_page``)."""
+    page under SYNC_FLUSH (``_warm.write_page_by_page``)."""
     n, size, k, rounds = 32, 128, 100, 11
     store = store_factory(depth + (rounds + 2) * k * _record_size(n, size), flush_disk_type=SYNC_FLUSH)
     fill = BATCHES[(128, size)]

@@ -8,7 +8,7 @@
 Puts ``put_messages(MessageBatch.from_bodies(topic, 32 bodies))`` over 1,000 distinct batches of 128 B in
 steps, each step timed on its own (``--seconds`` of putting, or 10,000 batches when 0), and prints each step's
 rate next to the MiB of commit log written by its end. Under SYNC_FLUSH a falling rate past the first tens
-of MiB is the large-folio effect ``MappedFile.write_page_by_page`` avoids; under ASYNC_FLUSH, a falling rate
+of MiB is the large-folio effect ``_warm.write_page_by_page`` avoids; under ASYNC_FLUSH, a falling rate
 is the cost of faulting in new page-cache pages. ``--skip-mb`` first puts that many MiB (1 KiB bodies, untimed);
 ``--rate`` paces the puts (messages a second) and reports, per step, the bytes this process dirtied for the
 disk (``/proc/self/io`` ``write_bytes``, counted as pages or whole folios turn dirty) over the bytes put:
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import benchlib  # noqa: E402
 
-from pystore.log._mapped_file import prefault_stats  # noqa: E402
+from pystore.log._warm import prefault_stats  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

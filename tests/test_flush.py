@@ -261,7 +261,7 @@ _FLUSH_MODES = pytest.mark.parametrize("flush", [FlushDiskType.SYNC_FLUSH, Flush
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 @requires_visible_advice
 def test_the_commit_log_is_written_page_by_page(store_factory, warm, flush):
-    """The commit-log file being written is mapped without read-ahead (``write_page_by_page``), so no large
+    """The commit-log file being written is mapped without read-ahead (``_warm.write_page_by_page``), so no large
     folio grows around the writer and a flush writes what the puts wrote; once the writer rolls to the next
     file, the full one has read-ahead again for its readers. Both flush modes: ASYNC_FLUSH flushes every
     16 KiB, which large folios turned into rewriting up to 2 MiB each time."""

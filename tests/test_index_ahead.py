@@ -16,7 +16,7 @@ import pystore.index.service as index_module
 from pystore import Message, MessageStore
 from pystore.index._index import index_keys, key_hash
 from pystore.index.service import SPARE_NAME, IndexFileService, IndexService
-from pystore.log._mapped_file import prefault_stats
+from pystore.log._warm import prefault_stats
 
 T0 = 1_700_000_000_000
 SLOTS = 97

@@ -12,7 +12,8 @@ from smaps import mapped_ranges, read_ahead_off, requires_visible_advice, reside
 
 from pystore.errors import StoreClosedError, StoreError
 from pystore.log._file_names import is_file_name, offset_to_file_name
-from pystore.log._mapped_file import OS_PAGE_SIZE, MappedFile, prefault_stats
+from pystore.log._mapped_file import OS_PAGE_SIZE, MappedFile
+from pystore.log._warm import populate_past_writer, prefault_stats, warm, write_page_by_page
 
 PAGE = OS_PAGE_SIZE
 SIZE = MAPPED_FILE_SIZE  # the size of the ``mf`` fixture's file (conftest)
@@ -124,22 +125,22 @@ def test_a_file_is_mapped_with_read_ahead_by_default(mf, path):
 
 @requires_visible_advice
 def test_write_page_by_page_turns_read_ahead_off_from_the_page_holding_pos(mf, path):
-    mf.write_page_by_page(3 * PAGE + 100)
+    write_page_by_page(mf, 3 * PAGE + 100)
     assert mapped_ranges(path) == [(0, 3 * PAGE, False), (3 * PAGE, SIZE, True)]
     # the part before stays as it was; asking again from 0 covers the whole file
     assert not read_ahead_off(path, 3 * PAGE - 1) and read_ahead_off(path, 3 * PAGE)
-    mf.write_page_by_page()
+    write_page_by_page(mf)
     assert mapped_ranges(path) == [(0, SIZE, True)]
 
 
 @requires_visible_advice
 def test_write_page_by_page_at_or_past_the_end_or_read_only_changes_nothing(mf, path):
-    mf.write_page_by_page(SIZE)
-    mf.write_page_by_page(SIZE + PAGE)
+    write_page_by_page(mf, SIZE)
+    write_page_by_page(mf, SIZE + PAGE)
     assert mapped_ranges(path) == [(0, SIZE, False)]
     ro = MappedFile(path, SIZE, read_only=True)
     try:
-        ro.write_page_by_page(0)
+        write_page_by_page(ro, 0)
         # two mappings of the file now, neither advised
         assert mapped_ranges(path) == [(0, SIZE, False), (0, SIZE, False)]
     finally:
@@ -185,7 +186,7 @@ def test_the_prefault_loop_starts_past_a_writer_inside_its_range(cold):
     p, f = cold
     writer = MIB + 100
     past = (writer + GAP + PAGE - 1) // PAGE * PAGE          # the page boundary after writer + GAP
-    assert f.populate_past_writer(0, 4 * MIB, writer) == (4 * MIB - past, past)
+    assert populate_past_writer(f, 0, 4 * MIB, writer) == (4 * MIB - past, past)
     assert resident_bytes(p, 0, past) == 0                    # left to the writer: not faulted by the loop
     assert resident_bytes(p, past, 4 * MIB) == 4 * MIB - past
     assert f.read_any(0, 4 * MIB) == bytes(4 * MIB)            # populating never changes a byte
@@ -204,7 +205,7 @@ def test_the_prefault_loop_starts_past_a_writer_inside_its_range(cold):
 ])
 def test_the_prefault_loop_by_where_the_writer_is(cold, writer, populated, skipped):
     p, f = cold
-    assert f.populate_past_writer(MIB, 3 * MIB, writer) == (populated, skipped)
+    assert populate_past_writer(f, MIB, 3 * MIB, writer) == (populated, skipped)
     assert resident_bytes(p, MIB, 3 * MIB) == populated
     assert resident_bytes(p, 0, MIB) == resident_bytes(p, 3 * MIB, 4 * MIB) == 0
 
@@ -212,7 +213,7 @@ def test_the_prefault_loop_by_where_the_writer_is(cold, writer, populated, skipp
 @needs_populate
 def test_a_new_file_has_no_writer_published(cold):
     p, f = cold
-    assert f.populate_past_writer(0, MIB) == (MIB, 0)        # writer_at=None: where its writer said it was
+    assert populate_past_writer(f, 0, MIB) == (MIB, 0)        # writer_at=None: where its writer said it was
     assert resident_bytes(p, 0, MIB) == MIB
 
 
@@ -221,17 +222,17 @@ def test_the_prefault_loop_refuses_bad_ranges(cold, path):
     p, f = cold
     for start, end in [(-PAGE, PAGE), (PAGE, 0), (0, 4 * MIB + PAGE), (100, PAGE)]:
         with pytest.raises(ValueError):
-            f.populate_past_writer(start, end, -1)
+            populate_past_writer(f, start, end, -1)
     f.close()
     with pytest.raises(StoreClosedError):
-        f.populate_past_writer(0, PAGE, -1)
+        populate_past_writer(f, 0, PAGE, -1)
 
 
 def test_write_page_by_page_on_a_closed_file_raises(path):
     f = MappedFile(path, SIZE, create=True)
     f.close()
     with pytest.raises(StoreClosedError):
-        f.write_page_by_page(0)
+        write_page_by_page(f, 0)
 
 
 # -- appending and positions -----------------------------------------------------------------------
@@ -513,18 +514,18 @@ def test_destroy_waits_for_readers_then_deletes(mf, fake_clock):
 
 
 RAISING_AFTER_CLOSE = [
-    ("read", (0, 1)),
-    ("read_any", (0, 1)),
-    ("append_message", (b"x",)),
-    ("write_at", (0, b"x")),
-    ("zero_from", (0,)),
-    ("warm", ()),
+    ("read", lambda f: f.read(0, 1)),
+    ("read_any", lambda f: f.read_any(0, 1)),
+    ("append_message", lambda f: f.append_message(b"x")),
+    ("write_at", lambda f: f.write_at(0, b"x")),
+    ("zero_from", lambda f: f.zero_from(0)),
+    ("warm", warm),
 ]
 
 
-@pytest.mark.parametrize("method, args", RAISING_AFTER_CLOSE, ids=[m for m, _ in RAISING_AFTER_CLOSE])
+@pytest.mark.parametrize("method, call", RAISING_AFTER_CLOSE, ids=[m for m, _ in RAISING_AFTER_CLOSE])
 @pytest.mark.parametrize("how", ["close", "destroy", "forced_destroy"])
-def test_use_after_close_raises(path, method, args, how):
+def test_use_after_close_raises(path, method, call, how):
     f = MappedFile(path, SIZE, create=True)
     f.append_message(b"abc")
     if how == "close":
@@ -537,7 +538,7 @@ def test_use_after_close_raises(path, method, args, how):
         assert f.destroy(0, now=0)
         held.release()
     with pytest.raises(StoreClosedError) as ei:
-        getattr(f, method)(*args)
+        call(f)
     assert isinstance(ei.value, StoreError)
 
 
@@ -577,7 +578,7 @@ def test_read_only_mapping_refuses_writes(path):
         with pytest.raises(StoreError):
             f.write_at(0, b"X")
         f.zero_from(0)                                # a no-op on a read-only mapping
-        f.warm()
+        warm(f)
         assert f.read(0, 8) == b"original"
         assert f.wrote_position == 8
         with f.select_mapped_buffer(0) as r:
@@ -706,7 +707,7 @@ def test_warm_allocates_the_whole_file(sparse_tmp):
     p = str(sparse_tmp / "00000000000000000000")
     f = MappedFile(p, 64 * PAGE, create=True, window=4 * PAGE)
     try:
-        f.warm()
+        warm(f)
         assert f.reserved_position == 64 * PAGE <= _allocated(p)
     finally:
         f.close()

@@ -16,7 +16,7 @@ from conftest import SMALL_FILE, SMALL_INDEX, make_message
 
 from pystore import AppendMessageResult, AppendMessageStatus, Message, MessageBatch, PutMessageResult, PutMessageStatus
 from pystore.engine.store import MessageStore
-from pystore.log._mapped_file import prefault_stats
+from pystore.log._warm import populate_past_writer, prefault_stats
 from pystore.tools import iter_commitlog, iter_consume_queue
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
@@ -672,7 +672,7 @@ def test_the_commit_log_writer_tells_the_prefault_worker_where_it_is(store_facto
         past = (mf.wrote_position + 64 * 1024 + 4095) // 4096 * 4096
         end = past + MIB
         try:
-            populated, skipped = mf.populate_past_writer(0, end)
+            populated, skipped = populate_past_writer(mf, 0, end)
         except OSError as e:      # MADV_POPULATE_WRITE is Linux 5.14+
             pytest.skip(str(e))
         assert (populated, skipped) == (end - past, past)

@@ -40,6 +40,7 @@ from pystore.ha.master import HAService, ReplicaWait
 from pystore.ha.slave import HAClient, SlaveLog
 from pystore.index.builder import IndexBuildService
 from pystore.index.service import IndexFileService
+from pystore.log._warm import write_page_by_page
 from pystore.log.allocate import AllocateMappedFileService
 from pystore.log.commitlog import CommitLog
 from pystore.log.flush import (
@@ -262,7 +263,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
         pool = TransientStorePool(cfg.transient_store_pool_size, cfg.mapped_file_size_commit_log,
                                   cfg.fast_fail_if_no_buffer_in_store_pool)
         pool.init()
-    # a flush writes what the puts wrote, not the large folio around it (MappedFile.write_page_by_page):
+    # a flush writes what the puts wrote, not the large folio around it (_warm.write_page_by_page):
     # new files (the allocate service), and the rest of the file recovery left the writer in
     allocate = AllocateMappedFileService(cfg.allocate_wait_timeout, cfg.warm_mapped_file_enable, pool=pool,
                                          clock=clock, window=cfg.prefault_window_bytes,
@@ -270,7 +271,7 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
                                          if sync_flush else 0)
     last = cl.queue.last()
     if last is not None:
-        last.write_page_by_page(last.wrote_position)
+        write_page_by_page(last, last.wrote_position)
     # several writers: files are made inline, under the append lock (the service's files are not others')
     cl.queue.allocate = None if cfg.shared_writers else allocate
     if not slave and not cfg.shared_writers and not crashpoint_armed("commitlog.roll"):

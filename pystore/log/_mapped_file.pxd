@@ -117,5 +117,23 @@ cdef class MappedFile:
     cdef void _drop_ref(self) noexcept
 
 
-# the CPU the process's prefault worker moves to before each request (a pinned put thread's; -1: its own set)
+# The process's prefault worker (prefault_worker.h, included by _mapped_file.pyx alone: its thread, ring and
+# counters are static there, one set per module that includes it).
+# the CPU it moves to before each request (a pinned put thread's; -1: its own set)
 cdef void prefault_follow_cpu(int cpu) noexcept nogil
+# its loop over [addr, addr + length) run in the calling thread, past the writer at *cursor (within [lo, hi)):
+# 0, or -1 with errno set; the bytes populated and left to the writer are added to *done and *skipped
+cdef int prefault_populate(void *addr, size_t length, void *lo, void *hi, uintptr_t *cursor,
+                           unsigned long long *done, unsigned long long *skipped) noexcept nogil
+
+
+cdef struct PrefaultCounters:
+    unsigned long long done_bytes       # bytes populated
+    unsigned long long skipped          # bytes of requests left to a writer that had reached them first
+    unsigned long long dropped          # requests dropped (the ring full, or the worker taking one)
+    unsigned long long failed           # requests whose madvise failed
+    unsigned long pending               # requests queued or running now
+    bint supported                      # not found lacking (no MADV_POPULATE_WRITE, or no thread could start)
+
+# what it did in this process (``_warm.prefault_stats`` is its Python face)
+cdef PrefaultCounters prefault_counters() noexcept nogil

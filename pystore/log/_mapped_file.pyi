@@ -5,7 +5,7 @@ Kept in step with ``_mapped_file.pyx`` by ``tests/test_stubs.py`` (mypy's stubte
 """
 
 import mmap
-from typing import Final, TypedDict, final, type_check_only
+from typing import Final, final
 
 from typing_extensions import Buffer
 
@@ -14,16 +14,6 @@ from pystore.log.pool import TransientStorePool
 
 OS_PAGE_SIZE: Final = 4096
 
-@type_check_only
-class _PrefaultStats(TypedDict):
-    bytes: int
-    skipped: int
-    dropped: int
-    failed: int
-    pending: int
-    supported: bool
-
-def prefault_stats() -> _PrefaultStats: ...
 def punch_hole(fd: int, offset: int, length: int) -> None: ...
 
 @final
@@ -92,9 +82,6 @@ class MappedFile:
     def attach_pool_buffer(self, pool: TransientStorePool, buffer: mmap.mmap, view: Buffer) -> None: ...
     @property
     def has_pool_buffer(self) -> bool: ...
-    def warm(self, populate: bool = True, sync_every: int = 0) -> None: ...
-    def write_page_by_page(self, pos: int = 0) -> None: ...
-    def populate_past_writer(self, start: int, end: int, writer_at: int | None = None) -> tuple[int, int]: ...
     def read(self, pos: int, size: int) -> bytes: ...
     def read_any(self, pos: int, size: int) -> bytes: ...
     def select_mapped_buffer(self, pos: int, size: int = -1) -> SelectMappedBufferResult | None: ...

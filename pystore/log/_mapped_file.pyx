@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-# Over 800 lines: 680 are one cdef class (MappedFile; Cython keeps a class in one module) whose put-path calls stay inline.
+# Over 600 lines: 585 are one cdef class (MappedFile; Cython keeps a class in one module); its off-put-path parts are in _warm.
 """One memory-mapped store file with RocketMQ's positions and reference counting (docs/format.md §5.1, §5.2).
 
 A file is named by the absolute offset of its first byte (20 decimal digits) and mapped whole::
@@ -22,8 +22,10 @@ Page faults are kept off the writer's thread: a flush unmaps the whole pages it 
 (``_unmap_whole_pages``: no per-page TLB shootdown on the writer's core), and a small C thread pre-faults the
 pages just ahead of each writer (``prefault_ahead``), warmed files included, since the kernel write-protects a
 warmed file's zeros when it writes them back. A file flushed a few KiB at a time (consume queues, the commit
-log) is mapped without read-ahead while it is written (``write_page_by_page``), so its page cache stays in
-single pages and a flush writes no more than what was written.
+log) is mapped without read-ahead while it is written (``_warm.write_page_by_page``), so its page cache stays
+in single pages and a flush writes no more than what was written. What is done to a file's pages off the put
+path (``warm``, ``write_page_by_page``, the worker's loop run in the caller's thread, the worker's counters)
+is in ``_warm``; the put path's calls (``prefault_ahead``, ``reserve``, ``settle``) stay here.
 
 Disk blocks: a new file has its full size but, with a ``window`` (the store's ``prefault_window_bytes``), only
 its first page allocated (``posix_fallocate``); the rest is a hole until the writer nears it. Before writing,
@@ -31,9 +33,9 @@ writers ``reserve`` what they write (the commit log's put path; Python writers t
 and each pre-fault request (``prefault_ahead``, capped at the window) allocates the blocks it covers first, so
 a file holds what was written plus at most the window (a page more), and a full disk fails the put (or the
 creation: ``CREATE_MAPPED_FILE_FAILED``) instead of raising SIGBUS on a write into a hole. ``window=-1``
-allocates the whole file at creation (RocketMQ's way; also what ``warm`` does). ``preallocate=False`` leaves a
-new file a hole (the index: 420 MB by default, mostly never written, as RocketMQ's own index files are sparse;
-its owner checks the free space before creating it).
+allocates the whole file at creation (RocketMQ's way; also what ``_warm.warm`` does). ``preallocate=False``
+leaves a new file a hole (the index: 420 MB by default, mostly never written, as RocketMQ's own index files
+are sparse; its owner checks the free space before creating it).
 
 Lifetime (RocketMQ's ReferenceResource): the owner holds one reference; readers ``hold()`` and ``release()``
 around each access. ``shutdown`` drops the owner's reference and refuses new holds; the file is cleaned up
@@ -115,25 +117,37 @@ cdef extern from "prefault_worker.h":
         uintptr_t *cursor
     int ps_pf_populate(const ps_pf_req *r, unsigned long long *done, unsigned long long *skipped,
                        ps_cpu_follow *follow) noexcept nogil
-    uintptr_t __atomic_load_n(uintptr_t *p, int order) noexcept nogil
-    int __ATOMIC_RELAXED
     unsigned long long ps_pf_done_bytes, ps_pf_dropped, ps_pf_failed, ps_pf_skipped
     int ps_pf_unsupported
 
+
+# The prefault worker's state is static in its header: this module is its one includer, and the others reach it
+# through the three functions below (declared in the .pxd: ``_commitlog`` the first, ``_warm`` the other two).
 
 cdef void prefault_follow_cpu(int cpu) noexcept nogil:
     ps_pf_follow(cpu)
 
 
-def prefault_stats():
-    """What the prefault worker did in this process: ``{"bytes", "skipped", "dropped", "failed", "pending",
-    "supported"}`` (``skipped``: bytes of requests left to a writer that had reached them first;
-    ``pending``: requests queued or running now)."""
-    cdef unsigned long pending
-    with nogil:
-        pending = ps_pf_pending()
-    return {"bytes": ps_pf_done_bytes, "skipped": ps_pf_skipped, "dropped": ps_pf_dropped,
-            "failed": ps_pf_failed, "pending": pending, "supported": not ps_pf_unsupported}
+cdef int prefault_populate(void *addr, size_t length, void *lo, void *hi, uintptr_t *cursor,
+                           unsigned long long *done, unsigned long long *skipped) noexcept nogil:
+    cdef ps_pf_req r
+    r.addr = <char *>addr
+    r.len = length
+    r.lo = <char *>lo
+    r.hi = <char *>hi
+    r.cursor = cursor
+    return ps_pf_populate(&r, done, skipped, NULL)
+
+
+cdef PrefaultCounters prefault_counters() noexcept nogil:
+    cdef PrefaultCounters c
+    c.pending = ps_pf_pending()
+    c.done_bytes = ps_pf_done_bytes
+    c.skipped = ps_pf_skipped
+    c.dropped = ps_pf_dropped
+    c.failed = ps_pf_failed
+    c.supported = not ps_pf_unsupported
+    return c
 
 
 OS_PAGE_SIZE = 4096
@@ -254,7 +268,7 @@ cdef class MappedFile:
                 # window of it at once on the writer's thread (milliseconds for a new consume queue's first
                 # unit). Faults take one page each until the file is full (settle()). For files written
                 # slowly relative to their pages (consume queues), and for the commit log, whose flushes would
-                # otherwise write whole large folios (see ``write_page_by_page``).
+                # otherwise write whole large folios (see ``_warm.write_page_by_page``).
                 self._page_by_page(0)
         self.write_base = self.base
         self.wrote = self.committed = self.flushed = 0
@@ -627,63 +641,6 @@ cdef class MappedFile:
     def has_pool_buffer(self):
         return self.pool_buffer is not None
 
-    def warm(self, bint populate=True, long long sync_every=0):
-        """Pre-fault the whole mapping for writing (so the put path takes no page faults), without the GIL.
-        Falls back to touching one byte a page on kernels without MADV_POPULATE_WRITE. The writer still asks
-        the prefault worker for the pages ahead of it (see the end of this method).
-
-        ``sync_every > 0`` (RocketMQ's warm with SYNC_FLUSH, ``flushLeastPagesWhenWarmMapedFile``): write the
-        zeros to disk every that many bytes, so the file's blocks are allocated and written before any
-        durable put, whose flushes then carry data only (no unwritten-extent conversion in the journal)."""
-        cdef int rc = 0
-        cdef int64_t i, pos = 0, step, end
-        cdef int64_t first_touch = self.wrote - self.wrote % PAGE + PAGE   # fallback: past the written page
-        self.check_mapped()
-        if self.read_only or self.base == NULL:
-            return
-        # warming touches every page: the whole file's blocks first, or a full disk would raise SIGBUS
-        self.ensure_reserved(0, self.file_size)
-        step = sync_every if sync_every > 0 else self.file_size
-        step = (step + PAGE - 1) // PAGE * PAGE
-        with nogil:
-            while pos < self.file_size:
-                end = pos + step if pos + step < self.file_size else self.file_size
-                rc = madvise(self.base + pos, end - pos, MADV_POPULATE_WRITE)
-                if rc != 0:
-                    i = pos if pos > first_touch else first_touch
-                    while i < end:
-                        (<volatile unsigned char *>self.base)[i] = (<volatile unsigned char *>self.base)[i]
-                        i += PAGE
-                if sync_every > 0:
-                    msync(self.base + pos, end - pos, MS_SYNC)
-                pos = end
-        # ``warmed`` is left where it was: the kernel writes these zeros back once they have been dirty for
-        # its expiry time (30 s by default) and write-protects them on the way, so a file warmed long before
-        # its writer reaches it would fault on every page again. The writer keeps asking the prefault worker
-        # for the pages just ahead of it (a page-table walk while they are still writable).
-
-    def write_page_by_page(self, long long pos=0):
-        """Map ``[pos, file_size)`` a page at a time from here on (``MADV_RANDOM``), until the writer is done
-        with the file (``settle``: normal read-ahead again, for its readers).
-
-        Why a commit log wants it: on kernels whose page cache holds a file in large folios (XFS since Linux
-        5.18, ext4 since 6.16), a fault's read-ahead makes the folios of a file mapped in order grow with each
-        window, up to 2 MiB with a large ``read_ahead_kb``, and the kernel keeps the dirty state of a folio
-        whole. A flush of a few KiB then writes the folio around it, zeros ahead of the writer included: past
-        the first tens of MiB of a file, SYNC_FLUSH puts slow down several times over, and ASYNC_FLUSH writes
-        many times the bytes put (more than a disk may take). With this advice a flush writes what was
-        written, and little more.
-
-        The price: a page that is not in the page cache yet is faulted in alone, not in a large folio, which
-        makes bursts of puts into a file that was not warmed slower (less so once the prefault worker runs
-        past its writer; warmed files take their faults in the allocate service, off the put path). Pages
-        already in the page cache keep their folios (the tail of a file read by recovery, up to one
-        read-ahead window past its last record)."""
-        self.check_mapped()
-        if self.read_only or pos >= self.file_size:
-            return
-        self._page_by_page(0 if pos < 0 else pos)
-
     cdef void _page_by_page(self, int64_t pos) noexcept:
         cdef int64_t start = pos // PAGE * PAGE
         if self.base != NULL and start < self.file_size:
@@ -787,44 +744,6 @@ cdef class MappedFile:
         if rc != 0:
             raise OSError(rc, "cannot allocate %d bytes at %d: %s" % (end - pos, pos, os.strerror(rc)),
                           self.file_name)
-
-    def populate_past_writer(self, long long start, long long end, writer_at=None):
-        """Run the prefault worker's loop over ``[start, end)`` in this thread, without the GIL:
-        ``(bytes populated, bytes left to the writer)``. The writer is where this file's writer last said
-        it was (``writer_at=None``), at file offset ``writer_at``, or nowhere (-1). For tests and
-        diagnostics; writers use the worker (``prefault_ahead``)."""
-        cdef ps_pf_req r
-        cdef uintptr_t cursor = 0
-        cdef long long at
-        cdef unsigned long long done = 0, skipped = 0
-        cdef int rc, err
-        self.check_mapped()
-        if self.read_only or self.base == NULL:
-            raise ValueError("%s is not mapped for writing" % self.file_name)
-        if not 0 <= start <= end <= self.file_size or start % PAGE:
-            raise ValueError("bad range [%d, %d) of a file of %d (start on a page)" % (start, end, self.file_size))
-        if writer_at is None:
-            cursor = __atomic_load_n(self.pf_cursor, __ATOMIC_RELAXED)
-        else:
-            at = writer_at
-            if 0 <= at < self.file_size:
-                cursor = <uintptr_t>(self.base + at)
-        r.addr = <char *>self.base + start
-        r.len = <size_t>(end - start)
-        r.lo = <char *>self.base
-        r.hi = <char *>self.base + self.file_size
-        r.cursor = &cursor
-        if not self.c_hold():
-            raise StoreClosedError("%s is closed" % self.file_name)
-        try:
-            with nogil:
-                rc = ps_pf_populate(&r, &done, &skipped, NULL)
-                err = errno if rc != 0 else 0
-        finally:
-            self.c_release()
-        if rc != 0:
-            raise OSError(err, "madvise(MADV_POPULATE_WRITE): " + os.strerror(err), self.file_name)
-        return done, skipped
 
     # -- reading -------------------------------------------------------------------------------
 

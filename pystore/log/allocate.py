@@ -7,7 +7,7 @@ the put lock. The service thread creates files at full size with their first ``w
 ``warm_mapped_file_enable`` is set (with SYNC_FLUSH, like RocketMQ's ``warmMappedFile``, it also writes
 the zeros to disk every ``flush_least_pages_when_warm_mapped_file`` pages, so a durable put's flush carries
 data only, never block allocation), maps them a page at a time (a flush then writes what the puts wrote,
-not a large folio around it; ``MappedFile.write_page_by_page``), and attaches a transient-pool buffer when
+not a large folio around it; ``_warm.write_page_by_page``), and attaches a transient-pool buffer when
 the pool is on. A put waits at most ``allocate_wait_timeout`` ms for its file (then
 ``CREATE_MAPPED_FILE_FAILED``). Pre-created files that were never used are deleted at shutdown; after a
 crash one may remain, empty, and recovery keeps or trims it like any other file.
@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pystore.log import _warm
 from pystore.log._mapped_file import MappedFile
 from pystore.system.crashpoint import crashpoint
 from pystore.system.durable import fsync_dir, make_dirs_durable
@@ -181,7 +182,7 @@ class AllocateMappedFileService(ServiceThread):
     def _create(self, path: str, size: int) -> MappedFile:
         folder = os.path.dirname(path)
         make_dirs_durable(folder)
-        # without read-ahead until full: a flush then writes what the puts wrote (MappedFile.write_page_by_page)
+        # without read-ahead until full: a flush then writes what the puts wrote (_warm.write_page_by_page)
         mf = MappedFile(path, size, create=True, fresh_random=True, window=self.window)
         try:
             # the file's size first (strict POSIX keeps a size change only with the file's own fsync): else a
@@ -199,7 +200,7 @@ class AllocateMappedFileService(ServiceThread):
                 mf.destroy(0, self.clock())         # no half-made file left behind for the next load
                 raise
         if self.warm:
-            mf.warm(True, self.sync_warm_every if self.pool is None else 0)
+            _warm.warm(mf, True, self.sync_warm_every if self.pool is None else 0)
         return mf
 
     def run(self) -> None:
