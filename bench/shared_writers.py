@@ -5,8 +5,11 @@ rate, in shared mode and, for reference, as a store's only writer); then K proce
 ``shared_writers=True`` and each puts N/K, started together behind a barrier (the aggregate rate: all messages
 over the time from the first put to the last). The same with batches of 32. Each run starts after ``os.sync`` (the
 one before it leaves hundreds of MB to write back), the three turn order every round, and each process freezes its
-prebuilt messages out of the garbage collector before its clock starts. Then the latency of single puts in shared
-mode, uncontended (one process), p50 and p99 over every put.
+prebuilt messages out of the garbage collector before its clock starts. Each run also reports what the whole machine
+spent busy over its timed span, in CPU-s a million messages (/proc/stat: the configuration's own threads, the
+kernel's work for it and its services'), which shows where a ratio comes from: the only writer puts on one core
+and leaves its page-cache work to the other, several processes do all of it on the same cores. Then the latency
+of single puts in shared mode, uncontended (one process), p50 and p99 over every put.
 
     python bench/shared_writers.py --rounds 6 [-k 4] [-n 2000000]
     python bench/shared_writers.py --kills 20 [--idle]   # a survivor's waits while others die (mid-put, or idle)
@@ -14,8 +17,8 @@ mode, uncontended (one process), p50 and p99 over every put.
     python bench/shared_writers.py --takeover 5 [--before 1]  # the followers' stalls when the leader dies
     python bench/shared_writers.py --lag 5 -k 3        # how far the leader's dispatch lags writers flat out
 
-Prints each round's rates and the ratios aggregate/one process (in shared mode, and as the only writer); then their
-medians and the lowest. A script, not
+Prints each round's rates, the ratios aggregate/one process (in shared mode, and as the only writer) and the busy
+CPU-s a million messages of each; then the ratios' medians and the lowest, and the CPU's medians. A script, not
 a timed test: the figures go into docs/performance.md with the command that made them.
 """
 
@@ -37,8 +40,19 @@ BODY = b"x" * 128
 GEOMETRY = {"mapped_file_size_commit_log": 256 * 1024 * 1024}
 
 
+def _busy_cpu_s() -> float:
+    """CPU time the whole machine has spent busy (every state of /proc/stat's first line but idle and iowait), s:
+    over a timed span, what the configuration cost in CPU, its own threads, the kernel's and the services' alike."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return float("nan")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _put(root: str, shared: bool, n: int, batch: int, queue_id: int, barrier: mp.Barrier | None,
-         out: mp.Queue | None) -> tuple[float, float]:
+         out: mp.Queue | None) -> tuple[float, float, float, float]:
     store = MessageStore.open(root, shared_writers=shared, **GEOMETRY)
     try:
         if batch > 1:
@@ -53,28 +67,31 @@ def _put(root: str, shared: bool, n: int, batch: int, queue_id: int, barrier: mp
         gc.freeze()
         if barrier is not None:
             barrier.wait()
-        t0 = time.perf_counter()
+        b0, t0 = _busy_cpu_s(), time.perf_counter()
         for u in units:
             if not put(u).is_ok():
                 raise RuntimeError("a put was refused")
-        t1 = time.perf_counter()
+        t1, b1 = time.perf_counter(), _busy_cpu_s()
     finally:
         store.shutdown()
     if out is not None:
-        out.put((t0, t1))
-    return t0, t1
+        out.put((t0, t1, b0, b1))
+    return t0, t1, b0, b1
 
 
-def one_process(shared: bool, n: int, batch: int) -> float:
+def one_process(shared: bool, n: int, batch: int) -> tuple[float, float]:
+    """The rate of one process putting ``n`` messages, and the machine's busy CPU-s a million messages meanwhile."""
     root = tempfile.mkdtemp(prefix="shared-bench-")
     try:
-        t0, t1 = _put(root, shared, n, batch, 0, None, None)
+        t0, t1, b0, b1 = _put(root, shared, n, batch, 0, None, None)
     finally:
         shutil.rmtree(root)
-    return n / (t1 - t0)
+    return n / (t1 - t0), (b1 - b0) * 1e6 / n
 
 
-def k_processes(k: int, n: int, batch: int) -> float:
+def k_processes(k: int, n: int, batch: int) -> tuple[float, float]:
+    """The aggregate rate of ``k`` processes putting ``n`` messages together (the first put to the last), and the
+    machine's busy CPU-s a million messages over that span."""
     root = tempfile.mkdtemp(prefix="shared-bench-")
     try:
         # the first opener leads: open once so that every worker joins a store that exists
@@ -90,8 +107,9 @@ def k_processes(k: int, n: int, batch: int) -> float:
                 raise RuntimeError("a writer process failed")
     finally:
         shutil.rmtree(root)
-    start, end = min(s for s, _ in spans), max(e for _, e in spans)
-    return (n // k) * k / (end - start)
+    first, last = min(spans, key=lambda sp: sp[0]), max(spans, key=lambda sp: sp[1])
+    total = (n // k) * k
+    return total / (last[1] - first[0]), (last[3] - first[2]) * 1e6 / total
 
 
 def latency(n: int) -> tuple[float, float]:
@@ -418,26 +436,32 @@ def main() -> None:
         return
     ratios: dict[int, list[float]] = {1: [], 32: []}
     to_alone: dict[int, list[float]] = {1: [], 32: []}
+    cpu: dict[tuple[int, str], list[float]] = {}
     for r in range(args.rounds):
         for batch in (1, 32):
             # each run starts with the dirty pages of the one before written back (os.sync, untimed), and the
             # order turns every round: a run right after another's hundreds of MB would pay for their writeback
             names = ["alone", "single", "many"]
-            rate = {}
+            rate, busy = {}, {}
             for name in names[r % 3:] + names[:r % 3]:
                 os.sync()
-                rate[name] = (k_processes(args.k, args.n, batch) if name == "many"
-                              else one_process(name == "single", args.n, batch))
+                rate[name], busy[name] = (k_processes(args.k, args.n, batch) if name == "many"
+                                          else one_process(name == "single", args.n, batch))
+                cpu.setdefault((batch, name), []).append(busy[name])
             alone, single, many = rate["alone"], rate["single"], rate["many"]
             ratios[batch].append(many / single)
             to_alone[batch].append(many / alone)
             print("round %d batch %2d: only writer %9.0f/s, shared 1 process %9.0f/s, %d processes %9.0f/s: "
-                  "%.2fx (%.2fx the only writer)" % (r + 1, batch, alone, single, args.k, many, many / single,
-                                                      many / alone), flush=True)
+                  "%.2fx (%.2fx the only writer); busy CPU-s a million messages %.2f / %.2f / %.2f"
+                  % (r + 1, batch, alone, single, args.k, many, many / single, many / alone, busy["alone"],
+                     busy["single"], busy["many"]), flush=True)
     for batch, rs in ratios.items():
         print("batch %2d: %d processes / 1 process in shared mode: median %.2fx, lowest %.2fx; / the only writer: "
-              "median %.2fx, lowest %.2fx" % (batch, args.k, statistics.median(rs), min(rs),
-                                              statistics.median(to_alone[batch]), min(to_alone[batch])))
+              "median %.2fx, lowest %.2fx; the machine's busy CPU-s a million messages, medians: only writer %.2f, "
+              "shared 1 process %.2f, %d processes %.2f"
+              % (batch, args.k, statistics.median(rs), min(rs), statistics.median(to_alone[batch]),
+                 min(to_alone[batch]), statistics.median(cpu[batch, "alone"]), statistics.median(cpu[batch, "single"]),
+                 args.k, statistics.median(cpu[batch, "many"])))
     p50, p99 = latency(args.n)
     print("single put in shared mode, one process: p50 %.2f us, p99 %.2f us" % (p50, p99))
 
