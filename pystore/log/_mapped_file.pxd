@@ -3,6 +3,18 @@ from libc.stdint cimport int64_t, uintptr_t
 
 from pystore.format._bytes cimport load_i64_acquire, store_i64_release
 
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    #ifndef MADV_POPULATE_WRITE
+    #define MADV_POPULATE_WRITE 23
+    #endif
+    """
+    int MADV_POPULATE_WRITE             # Linux 5.14+ (older headers lack the name; older kernels refuse it)
+
+cdef enum:
+    PAGE = 4096                         # the page the files' arithmetic rounds to (``OS_PAGE_SIZE``)
+
 
 cdef extern from *:
     """

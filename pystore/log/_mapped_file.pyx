@@ -90,14 +90,10 @@ cdef extern from "<unistd.h>" nogil:
 cdef extern from *:
     """
     #include <sys/mman.h>
-    #ifndef MADV_POPULATE_WRITE
-    #define MADV_POPULATE_WRITE 23
-    #endif
     #ifndef MADV_WILLNEED
     #define MADV_WILLNEED 3
     #endif
     """
-    int MADV_POPULATE_WRITE
     int MADV_WILLNEED
     int MADV_RANDOM
     int MADV_NORMAL
@@ -150,8 +146,7 @@ cdef PrefaultCounters prefault_counters() noexcept nogil:
     return c
 
 
-OS_PAGE_SIZE = 4096
-cdef int64_t PAGE = 4096
+OS_PAGE_SIZE = PAGE
 
 
 cdef inline void _unmap_whole_pages(unsigned char *base, int64_t start, int64_t end) noexcept nogil:

@@ -17,25 +17,17 @@ from libc.errno cimport errno
 from libc.stdint cimport int64_t, uintptr_t
 from posix.mman cimport MS_SYNC, madvise, msync
 
-from pystore.log._mapped_file cimport MappedFile, PrefaultCounters, prefault_counters, prefault_populate
+from pystore.log._mapped_file cimport (MADV_POPULATE_WRITE, PAGE, MappedFile, PrefaultCounters, prefault_counters,
+                                       prefault_populate)
 
 import os
 
 from pystore.errors import StoreClosedError
 
 cdef extern from *:
-    """
-    #include <sys/mman.h>
-    #ifndef MADV_POPULATE_WRITE
-    #define MADV_POPULATE_WRITE 23
-    #endif
-    """
-    int MADV_POPULATE_WRITE
     # the writer's address in its cursor slot (a relaxed load: it is only a hint)
     uintptr_t __atomic_load_n(uintptr_t *p, int order) noexcept nogil
     int __ATOMIC_RELAXED
-
-cdef int64_t PAGE = 4096     # _mapped_file's OS_PAGE_SIZE
 
 
 def prefault_stats():
