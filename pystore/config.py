@@ -146,6 +146,8 @@ class StoreConfig:
     read_only: bool = False  # pystore: open without the lock and without writing
     shared_writers: bool = False  # pystore: several writer processes (pystore.engine.shared_writers)
     shared_writers_stuck_ms: int = 5_000  # pystore: a live holder of their append lock this long is reported
+    # pystore: slots of their queue-offset table (set by the first opener; 0: none, every writer walks the others')
+    shared_writers_queue_slots: int = 16_384
     # pystore: the archive tier (pystore.archive): sealed files copied to this pyarrow.fs URI ("": none), the
     # options its file system is made with, hours kept locally once archived (0: file_reserved_time), the bytes
     # of archived data cached locally for reads, and the ms between two upload passes
@@ -344,6 +346,7 @@ _INT_RANGES = {
     "mapped_file_size_commit_log": (64, 2**40),
     "mapped_file_size_consume_queue": (_CQ_STORE_UNIT_SIZE, _JAVA_INT_MAX),
     "prefault_window_bytes": (0, 2**40),
+    "shared_writers_queue_slots": (0, 1 << 22),
     "archive_local_retention_hours": (0, _JAVA_INT_MAX),
     "archive_local_retention_bytes": (0, 2**62),
     "archive_cache_bytes": (1 << 20, 2**50),

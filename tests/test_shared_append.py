@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from writer_procs import stderr_of
 
+from pystore import Message
 from pystore.config import StoreConfig
 from pystore.log.commitlog import CommitLog
 from pystore.log.mapped_file_queue import MappedFileQueue
@@ -79,20 +80,39 @@ def _published_end(root):
     return page["published_end"], page["reserved_end"], page["recoveries"], page["generation"]
 
 
+@pytest.mark.parametrize("slots", [16384, 4, 0], ids=["table", "table-fills-up", "walk"])
 @pytest.mark.parametrize("batch", [1, 8])
-def test_four_writers_append_one_serial_history(tmp_path, procs, batch):
+def test_four_writers_append_one_serial_history(tmp_path, procs, batch, slots):
+    """With the queue-offset table; with one that fills up after three of the four queues (the fourth's offsets
+    kept by walking from there); with none (every writer walks the others' records)."""
     root = tmp_path / "store"
-    ps = [_start(procs, root, "w%d" % k, 600, batch=batch) for k in range(4)]
-    acks: dict = {}
-    for p in ps:
-        assert _read_acks(p, acks), stderr_of(p)
-        p.wait()
-    assert len(acks) == 2400
-    seen, end = _check_log(root, acks)
-    assert len(seen) == 2400
-    assert len(os.listdir(root / "commitlog")) > 3          # the writers rolled files for each other
-    published, reserved, _, _ = _published_end(root)
-    assert published == reserved == end
+    root.mkdir()
+    holder = SharedState(str(root), queue_slots=slots)      # the first opener: its table is everyone's
+    holder.open(0)
+    try:
+        ps = [_start(procs, root, "w%d" % k, 600, batch=batch) for k in range(4)]
+        acks: dict = {}
+        for p in ps:
+            assert _read_acks(p, acks), stderr_of(p)
+            p.wait()
+        assert len(acks) == 2400
+        seen, end = _check_log(root, acks)
+        assert len(seen) == 2400
+        assert len(os.listdir(root / "commitlog")) > 3          # the writers rolled files for each other
+        published, reserved, _, _ = _published_end(root)
+        assert published == reserved == end
+        page = describe(str(root))
+        assert page is not None and page["queue_slots"] == slots
+        if slots == 16384:
+            assert page["walk_from"] == -1 and page["queue_slots_used"] == 4
+            counts: dict[tuple[str, int], int] = defaultdict(int)
+            for topic, queue_id, _, _, _ in seen.values():
+                counts[(topic, queue_id)] += 1
+            assert holder.lock is not None and holder.lock.queue_offsets() == counts
+        else:
+            assert page["walk_from"] >= 0 and page["queue_slots_used"] == min(slots, 3)
+    finally:
+        holder.close()
 
 
 def test_a_late_joiner_catches_up_on_everything_before_its_first_put(tmp_path, procs):
@@ -109,24 +129,34 @@ def test_a_late_joiner_catches_up_on_everything_before_its_first_put(tmp_path, p
     assert seen[("b", 0)][2] == 125 and seen[("b", 1)][2] == 125
 
 
-def test_catch_up_in_process_follows_other_writers(tmp_path, procs):
+@pytest.mark.parametrize("slots", [16384, 0], ids=["table", "walk"])
+def test_catch_up_in_process_follows_other_writers(tmp_path, procs, slots):
     """A process that puts nothing (a reader or the flusher) catches up with ``core.catch_up()``: its files'
-    positions and its queue offsets follow the others'."""
+    positions follow the others', passing their records unread where the queue-offset table holds their queues'
+    offsets, walking them where there is none; its next put takes the next offset of its queue either way."""
     root = tmp_path / "store"
     root.mkdir()
     acks: dict = {}
     cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE)
     cl = CommitLog(cfg, MappedFileQueue(cfg.commit_log_paths(), FILE_SIZE))
-    state = SharedState(str(root))
+    state = SharedState(str(root), queue_slots=slots)
     try:
         share(cl, state.open(0))        # first: the writer joins this page
+        cl.core.writeable = True
         p = _start(procs, root, "w", 300)
         assert _read_acks(p, acks)
         p.wait()
         end = cl.core.catch_up()
         assert end == max(phy + size for (_, _, _, phy, size) in acks.values())
-        assert cl.get_max_offset() == end and cl.core.caught_up == 300
-        assert cl.get_cell("Orders", 0).next_offset == 75 and cl.get_cell("Audit", 3).next_offset == 75
+        assert cl.get_max_offset() == end
+        if slots:
+            assert cl.core.caught_up == 0 and cl.core.jumped == end
+        else:
+            assert cl.core.caught_up == 300 and cl.core.jumped == 0
+            assert cl.get_cell("Orders", 0).next_offset == 75 and cl.get_cell("Audit", 3).next_offset == 75
+        r = cl.put_message(Message("Audit", b"mine", queue_id=3))
+        assert r.is_ok() and r.append_message_result.logics_offset == 75
+        assert r.append_message_result.wrote_offset == end
     finally:
         cl.core.share(None, None)
         state.close()
@@ -141,14 +171,17 @@ def _first_ack(p, acks):
 
 @pytest.mark.parametrize("point", ["shared.reserved", "shared.copied", "shared.catching_up", "commitlog.roll"])
 def test_a_writer_killed_at_a_named_point_loses_nothing_acknowledged(tmp_path, procs, point):
-    """One writer kills itself at the point (its 37th arrival there; the 2nd roll) while another keeps putting;
+    """One writer kills itself at the point while another keeps putting;
     the others get the lock at once, repair what it left, and go on; nothing acknowledged is lost and the log
     stays whole."""
     root = tmp_path / "store"
     acks: dict = {}
     keeper = _start(procs, root, "k", 0, body=200)
     _first_ack(keeper, acks)
-    victim = _start(procs, root, "v", 0, body=200, crashpoint="%s:%d" % (point, 2 if point == "commitlog.roll" else 37))
+    # the 37th arrival; the 2nd roll; the 1st catch-up (the keeper puts until its unread output fills its pipe:
+    # the victim's first hold passes its records, unread, as its only catch-up)
+    nth = {"commitlog.roll": 2, "shared.catching_up": 1}.get(point, 37)
+    victim = _start(procs, root, "v", 0, body=200, crashpoint="%s:%d" % (point, nth))
     assert not _read_acks(victim, acks), "the victim was not killed at %s" % point
     assert victim.wait() == -9
     after = _start(procs, root, "w", 300, body=200)

@@ -63,7 +63,7 @@ def test_the_first_opener_writes_the_page_and_the_next_takes_it(tmp_path, prefer
     assert a.first and lock.kind == (ROBUST_MUTEX if prefer_mutex else OFD)
     assert lock.published_end == lock.reserved_end == 1234 and lock.generation == 0
     raw = (tmp_path / FILE_NAME).read_bytes()
-    assert raw[:8] == MAGIC and len(raw) == 4096
+    assert raw[:8] == MAGIC and len(raw) == 4096 + 16384 * 320      # the page, then the queue-offset table
     b = SharedState(str(tmp_path), prefer_mutex)
     lock_b = b.open(0)                  # not alone: the page is taken as it is, the end too
     assert not b.first and lock_b.published_end == 1234 and lock_b.kind == lock.kind
@@ -84,12 +84,15 @@ def test_the_page_holds_its_fields_where_the_format_says(tmp_path, prefer_mutex)
         lock.dispatched_end = 1200
         lock.leader_pid = 4242
         raw = (tmp_path / FILE_NAME).read_bytes()
-        assert struct.unpack_from("<8sII", raw, 0) == (MAGIC, 1, ROBUST_MUTEX if prefer_mutex else OFD)
+        assert struct.unpack_from("<8sII", raw, 0) == (MAGIC, 2, ROBUST_MUTEX if prefer_mutex else OFD)
         generation, published, reserved, holder, leader = struct.unpack_from("<qqqii", raw, 16)
         assert (generation, published, reserved, holder, leader) == (0, 1300, 1300, os.getpid(), 4242)
         locked_at, acquisitions, recoveries, dispatched = struct.unpack_from("<qqqq", raw, 48)
         assert 0 < locked_at <= time.monotonic_ns() and acquisitions >= 1 and recoveries == 0 and dispatched == 1200
-        assert raw[80:128] == bytes(48) and raw[168:4000] == bytes(3832)
+        # the table: 16384 slots, none used, begun at the end the page was written with, not filled up
+        assert struct.unpack_from("<IIqqi", raw, 80) == (16384, 0, 1000, -1, -1)
+        assert struct.unpack_from("<qq", raw, 112)[0] == 0 and raw[176:4000] == bytes(3824)
+        assert len(raw) == 4096 + 16384 * 320 and raw[4096:] == bytes(16384 * 320)
         page = describe(str(tmp_path))
         assert page is not None and page["holder_pid"] == os.getpid() and page["held_for_s"] >= 0
         assert (page["published_end"], page["reserved_end"], page["dispatched_end"], page["leader_pid"],
@@ -98,6 +101,92 @@ def test_the_page_holds_its_fields_where_the_format_says(tmp_path, prefer_mutex)
     state.close()
     (tmp_path / FILE_NAME).write_bytes(b"PYSTSW99" + bytes(4088))
     assert describe(str(tmp_path)) is None              # a page this version does not know: nothing to show
+
+
+def test_a_queue_slot_holds_its_queue_where_the_format_says(tmp_path):
+    """docs/format.md §16: slot i at 4096 + 320 i, found again by the same (topic, queue id), another queue's
+    elsewhere; a put's offset noted before it reserves is given back by the repair of its death."""
+    state = SharedState(str(tmp_path), queue_slots=64)
+    lock = state.open(500)
+    try:
+        with lock:
+            i = lock.slot_of("Orders", 3)
+            assert lock.slot_of("Orders", 3) == i and lock.slot_of("Orders", 2) != i
+            raw = (tmp_path / FILE_NAME).read_bytes()
+            offset, queue_id, topic_len = struct.unpack_from("<qiH", raw, 4096 + 320 * i)
+            assert (offset, queue_id, topic_len) == (0, 3, 6) and raw[4096 + 320 * i + 16:][:6] == b"Orders"
+            assert lock.queue_offsets() == {("Orders", 3): 0, ("Orders", 2): 0}
+            assert lock.queue_slots_used == 2 and lock.walk_from == -1 and lock.table_from == 500
+    finally:
+        state.close()
+
+
+def test_a_full_table_takes_no_more_queues_and_says_from_where_to_walk(tmp_path):
+    state = SharedState(str(tmp_path), queue_slots=8)
+    lock = state.open(0)
+    try:
+        with lock:
+            found = [lock.slot_of("T", q) for q in range(6)]
+            assert all(i >= 0 for i in found) and len(set(found)) == 6 and lock.walk_from == -1
+            lock.publish_end(4321)
+            assert lock.slot_of("T", 6) == -1           # three quarters used: not added
+            assert lock.walk_from == 4321 and lock.queue_slots_used == 6
+            assert lock.slot_of("T", 2) == found[2]     # what is in it is still found
+            lock.publish_end(9999)
+            assert lock.slot_of("U", 0) == -1 and lock.walk_from == 4321    # set once
+    finally:
+        state.close()
+    none = SharedState(str(tmp_path / "none"), queue_slots=0)
+    os.mkdir(tmp_path / "none")
+    lock = none.open(77)
+    try:
+        assert lock.walk_from == 77 and os.path.getsize(tmp_path / "none" / FILE_NAME) == 4096
+        with lock:
+            assert lock.slot_of("T", 0) == -1
+    finally:
+        none.close()
+
+
+def test_a_blank_page_left_by_a_dead_first_opener_is_written_by_the_next(tmp_path):
+    """A sole opener that dies while it writes the page (its magic cleared, the rest not yet written) leaves it
+    blank: a process that opens after takes it as no page and writes one, never an old page over a cut table."""
+    first = SharedState(str(tmp_path))
+    first.open(100).acquire()
+    first.lock.slot_of("Orders", 0)
+    first.lock.release()
+    first.close()
+    fd = os.open(tmp_path / FILE_NAME, os.O_RDWR)
+    try:
+        os.pwrite(fd, bytes(8), 0)              # what a death right after the clearing leaves
+    finally:
+        os.close(fd)
+    again = SharedState(str(tmp_path))
+    lock = again.open(200)
+    try:
+        assert again.first and lock.published_end == 200 and lock.queue_offsets() == {}
+    finally:
+        again.close()
+
+
+def test_a_joiner_that_finds_the_page_blank_waits_for_it_to_be_written(tmp_path):
+    """A process holds the store open over a blank page (as if its writer had just died): a joiner does not take
+    it, and gives up with a clear error when nobody writes it."""
+    import pystore.log.shared_state as shared_state
+
+    (tmp_path / FILE_NAME).write_bytes(bytes(4096))
+    fd = os.open(tmp_path / FILE_NAME, os.O_RDWR)
+    try:
+        from pystore.log._shared_lock import ofd_try_lock
+        assert ofd_try_lock(fd, DEAD_MAN, False)        # someone has it open: the joiner is not alone
+        old = shared_state._BLANK_PAGE_WAIT_S
+        shared_state._BLANK_PAGE_WAIT_S = 0.2
+        try:
+            with pytest.raises(SharedStateError, match="blank"):
+                SharedState(str(tmp_path)).open(0)
+        finally:
+            shared_state._BLANK_PAGE_WAIT_S = old
+    finally:
+        os.close(fd)
 
 
 @KINDS

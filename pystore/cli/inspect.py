@@ -88,8 +88,11 @@ def inspect(root: str, as_json: bool, config_file: str | None, sets: tuple[str, 
         held = str(w["held_for_s"])
         s.add_row(
             "shared writers",
-            "%s lock, leader pid %s, published end %s, %s repair(s)%s"
-            % (w["lock"], w["leader_pid"] or "none", w["published_end"], w["generation"],
+            "%s lock, leader pid %s, published end %s, %s repair(s), queue slots %s of %s used%s%s"
+            % (w["lock"], w["leader_pid"] or "none", w["published_end"], w["generation"], w["queue_slots_used"],
+               w["queue_slots"],
+               "" if int(str(w["walk_from"])) < 0
+               else "; [yellow]writers walk each other's records from %s[/yellow]" % w["walk_from"],
                "; [red]pid %s has held the append lock for %s s[/red]" % (w["holder_pid"], held)
                if float(held) >= 1.0 else ""),
         )

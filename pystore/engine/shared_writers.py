@@ -4,8 +4,8 @@ leads and takes over. RocketMQ has one broker per store; this mode is pystore's 
 Every process that opens the store this way holds a shared ``flock`` on ``<root>/lock`` (a single writer holds
 it exclusively, so the two modes refuse each other: ``StoreLock``) and maps the writers' state page
 (``<root>/writers``, ``pystore.log.shared_state``), whose append lock serialises the puts of all of them
-(``pystore.log.shared_append``: each process catches up on the others' records when it takes the lock, so
-queue offsets stay continuous, and repairs a put whose writer died holding it).
+(``pystore.log.shared_append``: each put takes its queue's next offset from the writers' queue-offset table in
+the same file, so queue offsets stay continuous, and a put whose writer died holding the lock is repaired).
 
 One process at a time is the **leader**: it holds an OFD lock on byte 4002 of the state file (the kernel drops
 it when the process dies) and runs the services: dispatch into the consume queues and the index, flushing,
@@ -110,7 +110,7 @@ class SharedWriting:
         self.cfg = cfg
         self.clock = clock
         self.injected_clock = injected_clock
-        self.state = SharedState(cfg.store_path_root_dir)
+        self.state = SharedState(cfg.store_path_root_dir, queue_slots=cfg.shared_writers_queue_slots)
         self.lock: SharedLock | None = None
         self.leader = False
         #: a follower's commit log (None for the leader, whose commit log is the store's)

@@ -12,6 +12,8 @@ from pystore.log._results cimport PutMessageResult
 
 cdef enum:
     RECENT_CELLS = 8            # cells a walk over records remembers (RecentCells.queues' length)
+    SLOT_UNKNOWN = -1           # QueueCell.slot
+    SLOT_NONE = -2
 
 cdef object refusal_status(int code)
 
@@ -22,6 +24,9 @@ cdef class QueueCell:
     cdef readonly int32_t queue_id
     cdef public int64_t next_offset
     cdef public object consume_queue
+    # several writers: its slot in their queue-offset table (SLOT_UNKNOWN until a put looks it up; SLOT_NONE:
+    # not in the table, its offset kept by walking the others' records)
+    cdef int32_t slot
 
 
 cdef class Dispatcher:
@@ -94,12 +99,16 @@ cdef class CommitLogCore:
     cdef readonly int64_t put_max_ns
     cdef int64_t buckets[13]
     # Several writer processes (``CommitLog.share``): the append lock they share, taken inside the put lock;
-    # under it, this process first catches up on the records the others appended since it last held it
-    # (``_catch_up``, in C), and ``shared_repair`` (Python, only after a holder died mid-put) mends the torn
-    # bytes. None: this process is the log's only writer.
+    # under it, this process first moves its view of the log to the others' published end (``_advance``: past
+    # their records unread, their queues' offsets being in the lock's table; walked in C where the table does
+    # not hold them, ``_catch_up``), and ``shared_repair`` (Python, only after a holder died mid-put) mends the
+    # torn bytes. None: this process is the log's only writer.
     cdef readonly SharedLock shared
     cdef public object shared_repair
     cdef readonly int64_t caught_up         # records of other writers walked by ``_catch_up``
+    cdef readonly int64_t jumped            # bytes of other writers' records passed by ``_jump`` (not read)
+    # the cell whose offset this hold of the append lock took from the table (written back at ``_shared_exit``)
+    cdef QueueCell held_cell
     # the catch-up walk's recent cells (``_catch_cell``)
     # ``cells_removed`` when the slots were filled (a removed cell empties them)
     cdef RecentCells catch
@@ -161,7 +170,10 @@ cdef class CommitLogCore:
 
     cdef int _shared_enter(self) except -1
     cdef void _shared_exit(self) noexcept
+    cdef int _take_offset(self, QueueCell cell) except -1
     cdef int _follow_published(self) except -1
+    cdef int _advance(self, int64_t target, int64_t stop_at) except -1
+    cdef int _jump(self, int64_t target) except -1
     cdef int _catch_up(self, int64_t target, int64_t stop_at=*) except -1
     cdef QueueCell _catch_cell(self, const unsigned char *rec, RecordView *v)
     cdef int64_t _end(self) noexcept

@@ -107,6 +107,7 @@ cdef class QueueCell:
         self.topic = topic
         self.queue_id = queue_id
         self.next_offset = next_offset
+        self.slot = SLOT_UNKNOWN
 
     def __repr__(self):
         return "QueueCell(%r, %d, next_offset=%d)" % (self.topic, self.queue_id, self.next_offset)
@@ -270,14 +271,15 @@ cdef class CommitLogCore:
         # (remove_cell forgets the last one), so the remembered cell is the table's.
         cdef str key = m._tq_key
         cdef object c
-        if self.last_cell is not None and (key is self.last_key or key == self.last_key):
-            return 0
-        c = self.table.get(key)
-        if c is None:
-            c = QueueCell(m._topic, m._queue_id, 0)
-            self.table[key] = c
-        self.last_key = key
-        self.last_cell = <QueueCell>c
+        if self.last_cell is None or not (key is self.last_key or key == self.last_key):
+            c = self.table.get(key)
+            if c is None:
+                c = QueueCell(m._topic, m._queue_id, 0)
+                self.table[key] = c
+            self.last_key = key
+            self.last_cell = <QueueCell>c
+        if self.shared is not None:
+            self._take_offset(self.last_cell)
         return 0
 
     cdef QueueCell cell_of(self, str topic, int32_t queue_id):
@@ -434,18 +436,95 @@ cdef class CommitLogCore:
         self._follow_published()
         return 0
 
-    cdef int _follow_published(self) except -1:
-        """Catch up to the published end, with or without the shared lock: records below it are whole and never
-        change (a repair zeroes only past it)."""
-        cdef int64_t target = self.shared.published()
-        if target != self._end():
-            self._catch_up(target)
+    cdef int _take_offset(self, QueueCell cell) except -1:
+        """Under the append lock, for the put about to be made into ``cell``'s queue: its next offset from the
+        writers' table (the slot looked up once per queue, added with this process's own offset when missing:
+        right, as no writer put there since the table began, or, once it filled up, since every writer walks),
+        noted in the page before anything is reserved, so that a repair gives it back if this process dies
+        before it publishes."""
+        cdef SharedLock lock = self.shared
+        cdef bytes t
+        cdef int64_t off
+        if cell.slot == SLOT_UNKNOWN:
+            t = cell.topic.encode("utf-8")
+            cell.slot = lock.find_slot(<const unsigned char *>PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t),
+                                       cell.queue_id, cell.next_offset)
+            if cell.slot < 0:
+                cell.slot = SLOT_NONE
+        if cell.slot >= 0:
+            off = lock.slot_offset(cell.slot)
+            lock.note(cell.slot, off)
+            cell.next_offset = off
+            self.held_cell = cell
+        else:
+            lock.note(-1, 0)
+            self.held_cell = None
         return 0
 
+    cdef int _follow_published(self) except -1:
+        """Move this process's view of the log to the published end, with or without the shared lock: records
+        below it are whole and never change (a repair zeroes only past it)."""
+        cdef int64_t target = self.shared.published()
+        if target != self._end():
+            self._advance(target, -1)
+        return 0
+
+    cdef int _advance(self, int64_t target, int64_t stop_at) except -1:
+        """Move this process's view of the log to ``target`` (read from the page before this call): the records
+        from before the queue-offset table began, and those past where it filled up, are walked (their queues'
+        offsets are known only from them); the rest is passed without reading (every queue put to there has its
+        offset in the table). ``stop_at`` as ``_catch_up``'s (a walk in steps)."""
+        cdef SharedLock lock = self.shared
+        cdef int64_t table_from = lock.table_from()
+        cdef int64_t walk_from = lock.walk_from()        # after ``target``: a set point is below it, or past it
+        if self._end() < table_from:
+            self._catch_up(target if target < table_from else table_from, stop_at)
+            if self._end() < table_from or target <= table_from:
+                return 0
+        if walk_from < 0 or walk_from >= target:
+            return self._jump(target)
+        if self._end() < walk_from:
+            self._jump(walk_from)
+        return self._catch_up(target, stop_at)
+
+    cdef int _jump(self, int64_t target) except -1:
+        """Move this process's view of the log to ``target``, where whole records end, without reading them: the
+        files the others filled are taken as full (each ends in the blank its roller wrote) and the files they
+        made are mapped (``roll_file``, once each); the last file's store time is the page's (the last
+        published record's)."""
+        cdef MappedFile mf = self.last
+        cdef int64_t start, end = self._end()
+        if mf is None:
+            mf = self._roll(0)
+        while mf is not None:
+            start = mf.file_from_offset
+            if start + mf.wrote > target:
+                raise StoreCorruptedError(mf.file_name, mf.wrote, "this writer's end %d is past the published end"
+                                          " %d" % (start + mf.wrote, target))
+            if target <= start + mf.file_size:
+                if target == start + mf.file_size:
+                    mf.fill_to_end()
+                elif target > start + mf.wrote:
+                    mf.publish(target - start)
+                mf.store_timestamp = self.shared.published_ts()
+                self.jumped += target - end
+                _crash_at(&_crash_catching)
+                return 0
+            mf.fill_to_end()
+            mf.settle()
+            mf = self._roll(start + mf.file_size)
+        raise StoreError("cannot map the commit-log file another writer made (offset %d)" % target)
+
     cdef void _shared_exit(self) noexcept:
-        # what this hold wrote ends at this process's end (a failed put wrote nothing, or a whole blank and roll)
+        # what this hold wrote ends at this process's end (a failed put wrote nothing, or a whole blank and roll);
+        # its queue's next offset goes into the table first (the repair of a death before the publish gives the
+        # noted one back)
+        cdef QueueCell cell = self.held_cell
+        if cell is not None:
+            self.held_cell = None
+            self.shared.set_slot_offset(cell.slot, cell.next_offset)
         _crash_at(&_crash_copied)
-        self.shared.publish(self._end())
+        self.shared.publish_stamped(self._end(), 0 if self.last is None else self.last.store_timestamp)
         self.shared.unlock()
 
     cdef int _catch_up(self, int64_t target, int64_t stop_at=-1) except -1:
@@ -499,11 +578,15 @@ cdef class CommitLogCore:
     def share(self, SharedLock lock, repair):
         """Append under ``lock`` with other processes from now on (``repair()``: called under the lock when
         the last holder died mid-put); ``share(None, None)`` goes back to being the only writer."""
+        cdef QueueCell cell
         self.put_lock.lock()
         try:
             self.shared = lock
             self.shared_repair = repair
             self.catch = RecentCells()
+            self.held_cell = None
+            for cell in self.table.values():
+                cell.slot = SLOT_UNKNOWN        # slots are looked up again in the table of the lock given
         finally:
             self.put_lock.unlock()
 
@@ -524,7 +607,7 @@ cdef class CommitLogCore:
                 target = self.shared.published()
                 end = self._end()
                 if target != end:
-                    self._catch_up(target, end + step)
+                    self._advance(target, end + step)
             end = self._end()
         finally:
             self.put_lock.unlock()

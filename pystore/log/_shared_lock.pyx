@@ -1,18 +1,25 @@
 # cython: language_level=3
-"""The append lock that several writer processes of one store share, in a small mapped state page
-(``pystore.log.shared_state`` opens the file and decides who initialises it).
+"""The append lock that several writer processes of one store share, and their queue-offset table, in a small
+mapped state file (``pystore.log.shared_state`` opens the file and decides who initialises it).
 
 ::
 
     0        8        12        16           24              32             40          44          48
     | magic  | version | lock    | generation | published end | reserved end | holder pid | leader pid |
-    | PYSTSW01| u32 (1)| kind u32| i64        | i64           | i64          | i32        | i32        |
+    | PYSTSW01| u32 (2)| kind u32| i64        | i64           | i64          | i32        | i32        |
 
-    48             56             64           72               80       128                     168    4000 4001 4002
-    | locked at ns | acquisitions | recoveries | dispatched end | zero   | pthread_mutex_t (40)  | zero  | byte locks
-    | i64          | i64          | i64        | i64            |        | robust, process-shared|       |
+    48             56             64           72               80          84          88           96
+    | locked at ns | acquisitions | recoveries | dispatched end | queue slots | slots used | table from | walk from |
+    | i64          | i64          | i64        | i64            | u32         | u32        | i64        | i64 (-1)   |
 
-Native byte order: only processes of this machine map the page, and a sole opener rewrites it before anyone
+    104         108    112          120        128                     168            176    4000 4001 4002  4096
+    | undo slot | zero | undo offset | undo at   | pthread_mutex_t (40)  | published ts | zero | byte locks | ...
+    | i32 (-1)  |      | i64         | i64       | robust, process-shared| i64          |      |            |
+
+    4096 + 320 * i: queue slot i (``queue slots`` of them)
+    | next offset i64 | queue id i32 | topic length u16 (0: free) | zero u16 | topic (256) | zero (48) |
+
+Native byte order: only processes of this machine map the file, and a sole opener rewrites it before anyone
 else may use it. The bytes at 4000-4002 hold no data: processes lock them (open-file-description ``fcntl``
 locks, which the kernel releases when a process dies): 4000, the dead-man byte (shared while open); 4001,
 the append lock where no robust mutex can be had; 4002, the services' leader.
@@ -25,12 +32,23 @@ put was in progress when its holder died: a holder sets ``reserved end`` before 
 them apart knows the bytes between may be torn and repairs them before it writes (``needs_repair``,
 ``repaired``). The mutex is marked consistent as soon as it is taken from a dead owner: the repair's state
 lives in the page, so a repairer that dies as well leaves the next locker the same repair to do.
+
+**The queue-offset table** gives every put the next offset of its queue whichever process made the last one,
+without reading the others' records: an open-addressed hash table (FNV-1a of the topic's bytes and the queue
+id, probed linearly) of ``queue slots`` slots, filled under the lock, never emptied while the file lives
+(the next sole opener starts an empty one, from the log's recovered end: ``table from``). A put takes its
+slot's offset under the lock and notes it (``undo slot``, ``undo offset``, ``undo at``: the published end when
+noted) before it reserves; it stores the new offset just before it publishes. A repair of a holder that died
+between puts the noted offset back when ``undo at`` is the published end it repairs to. Once three quarters
+of the slots are used, a queue not in the table is not added: ``walk from`` is set to the published end, and
+from there every writer walks the others' records for such queues (as every writer did before the table).
+``queue slots`` 0: no table, every writer walks from ``table from``.
 """
 
 import os
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from pystore.format._bytes cimport load_i64_acquire, mono_ns, store_i64_release
@@ -49,6 +67,10 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_consistent(pthread_mutex_t *)
     int PTHREAD_PROCESS_SHARED
     int PTHREAD_MUTEX_ROBUST
+
+cdef extern from *:
+    void __atomic_thread_fence(int order) noexcept nogil
+    int __ATOMIC_RELEASE
 
 cdef extern from "<errno.h>" nogil:
     int errno
@@ -81,13 +103,15 @@ cdef extern from *:
     int getpid() noexcept nogil
 
 MAGIC = b"PYSTSW01"
-VERSION = 1
+VERSION = 2
 ROBUST_MUTEX = LOCK_ROBUST_MUTEX
 OFD = LOCK_OFD
 DEAD_MAN = DEAD_MAN_BYTE
 APPEND_BYTE = APPEND_LOCK_BYTE
 LEADER = LEADER_BYTE
 PAGE_SIZE = PAGE_SIZE_BYTES
+SLOT_SIZE = QUEUE_SLOT_BYTES
+MAX_TOPIC = MAX_SLOT_TOPIC
 KIND_NAMES = {LOCK_ROBUST_MUTEX: "robust-mutex", LOCK_OFD: "ofd"}
 
 # what a detached ``SharedLock`` points at: zeros, never locked
@@ -137,6 +161,8 @@ cdef class SharedLock:
         if self._view.len < PAGE_SIZE_BYTES:
             raise ValueError("the state page needs %d bytes, the mapping has %d" % (PAGE_SIZE_BYTES, self._view.len))
         self.page = <ps_shared_page *>self._view.buf
+        self.slots = NULL
+        self.nslots = 0
         self._buffer = buffer
         self.fd = fd
         self.kind = 0
@@ -156,23 +182,33 @@ cdef class SharedLock:
             PyBuffer_Release(&self._view)
             self._viewing = False
         self.page = &_detached
+        self.slots = NULL
+        self.nslots = 0
         self.kind = 0
         self._buffer = None
 
     # -- the page -----------------------------------------------------------------------------------------
 
-    def init_page(self, long long published_end, bint prefer_mutex=True):
+    def init_page(self, long long published_end, bint prefer_mutex=True, unsigned int queue_slots=0):
         """Write a fresh page (the caller is alone: it holds the dead-man byte exclusively): magic, version,
-        both ends at ``published_end``, and the lock: a robust process-shared mutex, or, when one cannot be
-        made (or ``prefer_mutex`` is False), the OFD lock. Returns the kind chosen."""
+        both ends at ``published_end``, an empty queue-offset table of ``queue_slots`` slots that starts there
+        (the mapping must hold them, zeroed: the caller truncates the file to the page and grows it), and the
+        lock: a robust process-shared mutex, or, when one cannot be made (or ``prefer_mutex`` is False), the OFD
+        lock. Returns the kind chosen."""
         cdef pthread_mutexattr_t attr
         cdef int rc = -1
+        if self._view.len < PAGE_SIZE_BYTES + <Py_ssize_t>queue_slots * QUEUE_SLOT_BYTES:
+            raise ValueError("a table of %d queue slots needs %d bytes after the page, the mapping has %d"
+                             % (queue_slots, queue_slots * QUEUE_SLOT_BYTES, self._view.len - PAGE_SIZE_BYTES))
         memset(self.page, 0, sizeof(ps_shared_page))
-        memcpy(self.page.magic, b"PYSTSW01", 8)
         self.page.version = VERSION
         self.page.published_end = published_end
         self.page.reserved_end = published_end
         self.page.dispatched_end = published_end
+        self.page.queue_slots = queue_slots
+        self.page.table_from = published_end
+        self.page.walk_from = -1 if queue_slots > 0 else published_end
+        self.page.undo_slot = -1
         if prefer_mutex:
             pthread_mutexattr_init(&attr)
             rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED)
@@ -183,18 +219,90 @@ cdef class SharedLock:
             pthread_mutexattr_destroy(&attr)
         self.page.lock_kind = LOCK_ROBUST_MUTEX if rc == 0 else LOCK_OFD
         self.kind = self.page.lock_kind
+        self._map_table()
+        # the magic last: a writer that dies before leaves a page others take for blank, not for whole
+        __atomic_thread_fence(__ATOMIC_RELEASE)
+        memcpy(self.page.magic, b"PYSTSW01", 8)
         return self.kind
 
-    def check_page(self):
-        """Take a page another process initialised: None when it is one this version knows, else why not."""
+    def check_page(self, bint table=True):
+        """Take a page another process initialised: None when it is one this version knows, else why not.
+        ``table``: the mapping must hold the page's queue-offset table too (False: a copy of the page alone,
+        for reading its fields)."""
         if memcmp(self.page.magic, b"PYSTSW01", 8) != 0:
             return "not a pystore writers' state page (magic %r)" % bytes(self.page.magic[:8])
         if self.page.version != VERSION:
             return "a writers' state page of layout %d (this pystore knows %d)" % (self.page.version, VERSION)
         if self.page.lock_kind not in (LOCK_ROBUST_MUTEX, LOCK_OFD):
             return "a writers' state page with an unknown lock kind %d" % self.page.lock_kind
+        if table and self._view.len < PAGE_SIZE_BYTES + <Py_ssize_t>self.page.queue_slots * QUEUE_SLOT_BYTES:
+            return "the writers' state file is %d bytes, its table of %d queue slots needs %d" % (
+                self._view.len, self.page.queue_slots, PAGE_SIZE_BYTES + self.page.queue_slots * QUEUE_SLOT_BYTES)
         self.kind = self.page.lock_kind
+        if table:
+            self._map_table()
         return None
+
+    cdef void _map_table(self) noexcept:
+        self.nslots = self.page.queue_slots
+        self.slots = <ps_queue_slot *>(<unsigned char *>self._view.buf + PAGE_SIZE_BYTES) if self.nslots else NULL
+
+    # -- the queue-offset table ---------------------------------------------------------------------------
+
+    cdef int32_t find_slot(self, const unsigned char *topic, Py_ssize_t n, int32_t queue_id,
+                           int64_t initial) noexcept nogil:
+        """Under the lock: the index of the slot of ``(topic, queue_id)`` (``n`` bytes of topic), added with
+        ``initial`` as its next offset when missing; -1 when it is not in the table and will not be (no table,
+        the table three quarters full, or a topic too long for a slot), and then ``walk from`` is set (at the
+        published end, when it was not yet): the caller's own offsets for that queue are right only if every
+        writer walks from there."""
+        cdef uint64_t h = 14695981039346656037ULL
+        cdef Py_ssize_t i
+        cdef uint32_t probes, at
+        cdef ps_queue_slot *s
+        cdef unsigned char qb[4]
+        if self.nslots > 0 and 0 < n <= MAX_SLOT_TOPIC:
+            for i in range(n):
+                h = (h ^ topic[i]) * 1099511628211ULL
+            memcpy(qb, &queue_id, 4)
+            for i in range(4):
+                h = (h ^ qb[i]) * 1099511628211ULL
+            at = <uint32_t>(h % self.nslots)
+            for probes in range(self.nslots):
+                s = &self.slots[at]
+                if s.topic_len == 0:
+                    if self.page.walk_from >= 0 or self.page.queue_slots_used >= self.nslots // 4 * 3:
+                        break
+                    # the topic and the offset first, its length last: a holder that dies before leaves a free slot
+                    s.next_offset = initial
+                    s.queue_id = queue_id
+                    memcpy(s.topic, topic, <size_t>n)
+                    s.topic_len = <uint16_t>n
+                    self.page.queue_slots_used += 1
+                    return <int32_t>at
+                if s.topic_len == n and s.queue_id == queue_id and memcmp(s.topic, topic, <size_t>n) == 0:
+                    return <int32_t>at
+                at = at + 1 if at + 1 < self.nslots else 0
+        if self.page.walk_from < 0:
+            store_i64_release(&self.page.walk_from, self.page.published_end)
+        return -1
+
+    def slot_of(self, str topic, int queue_id):
+        """Under the lock (tests, diagnostics): ``find_slot`` of ``topic``, adding it at offset 0 when missing."""
+        cdef bytes t = topic.encode("utf-8")
+        self._require_held()
+        return self.find_slot(<const unsigned char *>t, len(t), queue_id, 0)
+
+    def queue_offsets(self):
+        """``{(topic, queue_id): next offset}`` of every queue in the table (a read of the slots, no lock)."""
+        cdef uint32_t i
+        cdef ps_queue_slot *s
+        out = {}
+        for i in range(self.nslots):
+            s = &self.slots[i]
+            if 0 < s.topic_len <= MAX_SLOT_TOPIC:
+                out[((<char *>s.topic)[:s.topic_len].decode("utf-8", "replace"), s.queue_id)] = s.next_offset
+        return out
 
     # -- the lock -----------------------------------------------------------------------------------------
 
@@ -275,8 +383,13 @@ cdef class SharedLock:
 
     def repaired(self, long long end):
         """Under the lock, once the torn bytes are gone: both ends at ``end`` (where whole records end now),
-        and a new generation (each repair is one)."""
+        the offset the dead put had taken from its queue's slot given back, and a new generation (each repair
+        is one)."""
+        cdef int32_t u = self.page.undo_slot
         self._require_held()
+        # the put that died had taken its queue's offset: given back, if it was taken in the put repaired now
+        if 0 <= u < <int32_t>self.nslots and self.page.undo_at == end:
+            self.slots[u].next_offset = self.page.undo_offset
         self.page.generation += 1
         self.publish(end)
 
@@ -343,6 +456,22 @@ cdef class SharedLock:
     @leader_pid.setter
     def leader_pid(self, int pid):
         self.page.leader_pid = pid
+
+    @property
+    def queue_slots(self):
+        return self.page.queue_slots
+
+    @property
+    def queue_slots_used(self):
+        return self.page.queue_slots_used
+
+    @property
+    def table_from(self):
+        return self.page.table_from
+
+    @property
+    def walk_from(self):
+        return load_i64_acquire(&self.page.walk_from)
 
     @property
     def kind_name(self):

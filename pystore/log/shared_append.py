@@ -2,18 +2,21 @@
 holding the append lock (``TornPutRepair``).
 
 Every process maps the same files. Appends are serialised by the writers' append lock (``_shared_lock``, in the
-store's state page, ``shared_state``), taken inside each process's own put lock. Under it a process catches up
-first: it walks, in C, the records the others published since it last held the lock, moving its files' write
-positions and the queue offsets of those records' queues on, so that every put gets the next queue offset of its
-queue whichever process makes it (``CommitLogCore._catch_up``). Then it writes as a sole writer does, with two
-marks in the page: ``reserved end`` before the bytes are written and ``published end`` once they are whole
-(``CommitLogCore._reserve``, ``_shared_exit``).
+store's state file, ``shared_state``), taken inside each process's own put lock. Under it a process first moves
+its view of the log to the published end, and takes its queue's next offset from the writers' queue-offset table
+(in the same file), so that every put gets the next queue offset of its queue whichever process makes it, without
+reading the others' records (``CommitLogCore._advance``, ``_take_offset``). Records from before the table began,
+and from where it filled up, are walked instead, in C, as before the table: their headers give their queues'
+offsets (``CommitLogCore._catch_up``). Then it writes as a sole writer does, with two marks in the page:
+``reserved end`` before the bytes are written and ``published end`` once they are whole, the queue's new offset
+stored in its slot just before (``CommitLogCore._reserve``, ``_shared_exit``).
 
 A writer killed between the two marks leaves ``reserved end`` past ``published end``: the bytes between may be
 a torn record, a blank written before a roll, or a record complete but never acknowledged. The next locker
 (the robust mutex hands it over at once; an OFD lock is dropped by the kernel) zeroes them, file by file, as far
-as the files exist, so that no reader and no later catch-up ever takes them for a record, and publishes the
-published end again (a new generation). The records below the published end are whole: each was published
+as the files exist, so that no reader and no later catch-up ever takes them for a record, gives the dead put's
+queue back the offset it had taken (noted in the page before it reserved) and publishes the published end again
+(a new generation). The records below the published end are whole: each was published
 only after it was written (a release store), and each process's next catch-up walks and checks them.
 
 RocketMQ has one writer per store; this is pystore's own (docs/format.md, "The writers' state page").

@@ -19,15 +19,21 @@ import errno
 import logging
 import mmap
 import os
+import random
+import time
 from collections.abc import Callable
 
 from pystore.errors import StoreError
-from pystore.log._shared_lock import DEAD_MAN, PAGE_SIZE, SharedLock, ofd_try_lock, ofd_unlock, ofd_wait_lock
+from pystore.log._shared_lock import DEAD_MAN, PAGE_SIZE, SLOT_SIZE, SharedLock, ofd_try_lock, ofd_unlock, ofd_wait_lock
 
 log = logging.getLogger("pystore.log.shared_state")
 
 #: the state file's name under the store root
 FILE_NAME = "writers"
+#: how long a process waits for a page a dead sole opener left blank to be written by another (s)
+_BLANK_PAGE_WAIT_S = 10
+#: slots of the queue-offset table a sole opener makes when not told (``StoreConfig.shared_writers_queue_slots``)
+QUEUE_SLOTS = 16384
 
 
 class SharedStateError(StoreError):
@@ -44,11 +50,13 @@ class SharedState:
     append lock, ``close`` lets go (the last process out leaves the page for the next sole opener).
 
     ``first`` is True when this opener was alone and wrote the page (it then recovers the store's end and sets
-    it with ``lock.repaired``/``publish_end`` before puts begin)."""
+    it with ``lock.repaired``/``publish_end`` before puts begin). ``queue_slots``: the size of the queue-offset
+    table when this opener writes the page (the page's own when it joins)."""
 
-    def __init__(self, root: str, prefer_mutex: bool = True) -> None:
+    def __init__(self, root: str, prefer_mutex: bool = True, queue_slots: int = QUEUE_SLOTS) -> None:
         self.path = os.path.join(root, FILE_NAME)
         self.prefer_mutex = prefer_mutex
+        self.queue_slots = queue_slots
         self.fd = -1
         self.map: mmap.mmap | None = None
         self.lock: SharedLock | None = None
@@ -59,49 +67,36 @@ class SharedState:
         ``recover_end()`` (called while it still holds the dead-man byte exclusively, so that nobody else can
         open the store, let alone put, before the end of the log is known), or ``published_end``. Raises
         ``SharedStateError`` for a file system without OFD locks or a page this version does not know; what
-        ``recover_end`` raises leaves the page for the next sole opener."""
+        ``recover_end`` raises leaves the page as it was for the next sole opener."""
         remote = network_file_system(os.path.dirname(self.path))
         if remote is not None:
             raise SharedStateError(self.path, "the store is on a %s file system: several writers need a local file "
                                    "system (its locks and shared mappings are per machine)" % remote)
         fd = self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        deadline = time.monotonic() + _BLANK_PAGE_WAIT_S
         try:
-            try:
-                alone = ofd_try_lock(fd, DEAD_MAN, True)
-            except OSError as e:
-                if e.errno in (errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    raise SharedStateError(self.path, "the file system offers no open-file-description locks (%s): "
-                                           "several writers need a local file system" % e.strerror) from None
-                raise
-            if alone:
-                # nobody else has the store open: the page is ours to write
-                if os.fstat(fd).st_size < PAGE_SIZE:
-                    os.ftruncate(fd, PAGE_SIZE)
-                m = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-                lock = SharedLock(m, fd)
+            while True:
                 try:
-                    lock.init_page(recover_end() if recover_end is not None else published_end, self.prefer_mutex)
-                except BaseException:
-                    del lock
-                    m.close()
+                    alone = ofd_try_lock(fd, DEAD_MAN, True)
+                except OSError as e:
+                    if e.errno in (errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                        raise SharedStateError(self.path, "the file system offers no open-file-description locks "
+                                               "(%s): several writers need a local file system" % e.strerror) from None
                     raise
-                m.flush()
-                # a shared lock replaces the exclusive one at once (no moment without either)
+                if alone:
+                    m, lock = self._initialise(fd, recover_end() if recover_end is not None else published_end)
+                    break
                 ofd_wait_lock(fd, DEAD_MAN, False)
-                self.first = True
-                log.info("%s: writers' state page initialised (%s lock)", self.path, lock.kind_name)
-            else:
-                ofd_wait_lock(fd, DEAD_MAN, False)
-                if os.fstat(fd).st_size < PAGE_SIZE:
-                    raise SharedStateError(self.path, "the writers' state page is %d bytes (%d expected)"
-                                           % (os.fstat(fd).st_size, PAGE_SIZE))
-                m = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-                lock = SharedLock(m, fd)
-                why = lock.check_page()
-                if why is not None:
-                    del lock
-                    m.close()
-                    raise SharedStateError(self.path, why)
+                joined = self._join(fd)
+                if joined is not None:
+                    m, lock = joined
+                    break
+                # a sole opener died while it wrote the page: one of those waiting writes it (the others wait)
+                ofd_unlock(fd, DEAD_MAN)
+                if time.monotonic() > deadline:
+                    raise SharedStateError(self.path, "the writers' state page is blank and no process could write "
+                                           "it in %d s" % _BLANK_PAGE_WAIT_S)
+                time.sleep(random.uniform(0.001, 0.01))
         except BaseException:
             ofd_unlock(fd, DEAD_MAN)
             os.close(fd)
@@ -109,6 +104,52 @@ class SharedState:
             raise
         self.fd, self.map, self.lock = fd, m, lock
         return lock
+
+    def _initialise(self, fd: int, end: int) -> tuple[mmap.mmap, SharedLock]:
+        """(Alone, the log's end known.) A fresh page and an empty table: the magic cleared first, so that a
+        process that gets in if this one dies before the page is whole finds it blank (``_join``) rather than
+        an old page over a table cut off; the table cut off and grown back (zeros, no blocks); the page written,
+        its magic last (``init_page``)."""
+        size = PAGE_SIZE + self.queue_slots * SLOT_SIZE
+        if os.fstat(fd).st_size >= PAGE_SIZE:
+            os.pwrite(fd, bytes(8), 0)
+        os.ftruncate(fd, PAGE_SIZE)
+        os.ftruncate(fd, size)
+        m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        lock = SharedLock(m, fd)
+        try:
+            lock.init_page(end, self.prefer_mutex, self.queue_slots)
+        except BaseException:
+            del lock
+            m.close()
+            raise
+        m.flush()
+        # a shared lock replaces the exclusive one at once (no moment without either)
+        ofd_wait_lock(fd, DEAD_MAN, False)
+        self.first = True
+        log.info("%s: writers' state page initialised (%s lock, %d queue slots)", self.path, lock.kind_name,
+                 self.queue_slots)
+        return m, lock
+
+    def _join(self, fd: int) -> tuple[mmap.mmap, SharedLock] | None:
+        """(Holding the dead-man byte shared.) Map the page others wrote and check it; None when it is blank (its
+        writer died before it was whole)."""
+        size = os.fstat(fd).st_size
+        if size < PAGE_SIZE:
+            if size == 0:
+                return None
+            raise SharedStateError(self.path, "the writers' state page is %d bytes (%d expected)" % (size, PAGE_SIZE))
+        m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        if m[:8] == bytes(8):
+            m.close()
+            return None
+        lock = SharedLock(m, fd)
+        why = lock.check_page()
+        if why is not None:
+            del lock
+            m.close()
+            raise SharedStateError(self.path, why)
+        return m, lock
 
     def alone(self) -> bool:
         """Whether no other process has the store open now (a moment's exclusive try of the dead-man byte,
@@ -171,9 +212,11 @@ def describe(root: str) -> dict[str, object] | None:
     if len(page) < PAGE_SIZE:
         return None
     copy = SharedLock(bytearray(page), -1)
-    if copy.check_page() is not None:
+    if copy.check_page(table=False) is not None:
         return None
     return {"lock": copy.kind_name, "generation": copy.generation, "published_end": copy.published_end,
             "reserved_end": copy.reserved_end, "dispatched_end": copy.dispatched_end,
             "holder_pid": copy.holder_pid, "held_for_s": round(copy.held_for_ns / 1e9, 3),
-            "leader_pid": copy.leader_pid, "acquisitions": copy.acquisitions, "recoveries": copy.recoveries}
+            "leader_pid": copy.leader_pid, "acquisitions": copy.acquisitions, "recoveries": copy.recoveries,
+            "queue_slots": copy.queue_slots, "queue_slots_used": copy.queue_slots_used,
+            "walk_from": copy.walk_from}
