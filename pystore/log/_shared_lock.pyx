@@ -258,7 +258,7 @@ cdef class SharedLock:
         writer walks from there."""
         cdef uint64_t h = 14695981039346656037ULL
         cdef Py_ssize_t i
-        cdef uint32_t probes, at
+        cdef uint32_t _probe, at
         cdef ps_queue_slot *s
         cdef unsigned char qb[4]
         if self.nslots > 0 and 0 < n <= MAX_SLOT_TOPIC:
@@ -268,7 +268,7 @@ cdef class SharedLock:
             for i in range(4):
                 h = (h ^ qb[i]) * 1099511628211ULL
             at = <uint32_t>(h % self.nslots)
-            for probes in range(self.nslots):
+            for _probe in range(self.nslots):
                 s = &self.slots[at]
                 if s.topic_len == 0:
                     if self.page.walk_from >= 0 or self.page.queue_slots_used >= self.nslots // 4 * 3:
