@@ -389,7 +389,7 @@ class LeaderFollow(ServiceThread):
             else:
                 self.wait_for_running(wait)
         last = self.lock.published_end
-        while self.reput.reput_from < last and self.pass_once():       # to the end, a step at a time
+        while self.reput.reput_from < last and self.pass_once(wait=True):       # to the end, a step at a time
             pass
 
     def report_stuck(self) -> None:
@@ -403,16 +403,19 @@ class LeaderFollow(ServiceThread):
             log.warning("the writers' append lock has been held by pid %d for %.1f s: puts of every writer wait "
                         "for it (it is not taken from a live process)", holder, held / 1e9)
 
-    def pass_once(self) -> bool:
+    def pass_once(self, wait: bool = False) -> bool:
         """One catch-up and dispatch, of ``_PASS_STEP`` bytes at most, ``_BACKLOG_STEP`` while more than
         ``_BACKLOG_AT`` wait (each compiled walk holds the GIL: a backlog, such as what the writers put during a
         takeover's recovery, is taken in steps between which this process's puts get the GIL: a put holding the
-        append lock while it waits for the GIL holds every writer); True when it moved."""
+        append lock while it waits for the GIL holds every writer); True when it moved. ``wait``: wait for this
+        process's put lock (the last passes, at shutdown); else, while one of its puts holds it, the log's view is
+        taken as it is (that put moves it on)."""
         self.report_stuck()
         try:
             behind = self.lock.published_end - self.lock.dispatched_end
             step = _BACKLOG_STEP if behind > _BACKLOG_AT else _PASS_STEP
-            end = caught = int(self.commitlog.core.catch_up(step))
+            # not waiting for this process's put lock (but at the end): a put under way moves the view on itself
+            end = caught = int(self.commitlog.core.catch_up(step, wait))
             if self.sync_flush:
                 # queues follow the flushed offset under SYNC_FLUSH: nobody reads what a crash could take back
                 end = min(end, flush_all(self.commitlog.queue))

@@ -590,16 +590,23 @@ cdef class CommitLogCore:
         finally:
             self.put_lock.unlock()
 
-    def catch_up(self, long long step=-1):
+    def catch_up(self, long long step=-1, bint wait=True):
         """Catch up on the others' records up to the published end (a process that reads or flushes the log
         without putting): under this process's put lock only, as records below that end never change; returns
         where this process's view of the log now ends. With ``step`` >= 0, at most about ``step`` bytes of
         records are walked (to the first record boundary past them): a long catch-up in steps, between which
-        other threads get the GIL."""
+        other threads get the GIL. ``wait`` False: when the put lock is held (a put of this process is under
+        way, and moves the view on itself), the view's end as it is, at once: a thread spinning for the put lock
+        while the putting thread waits for the append lock without the GIL would then keep the GIL from it,
+        holding the append lock, and every writer with it."""
         cdef int64_t end, target
         if self.shared is None:
             return self._end()
-        self.put_lock.lock()
+        if not wait:
+            if not self.put_lock.try_lock():
+                return self._end()
+        else:
+            self.put_lock.lock()
         try:
             if step < 0:
                 self._follow_published()

@@ -46,6 +46,12 @@ cdef class PutMessageLock:
                 with nogil:
                     sched_yield()
 
+    cdef inline bint try_lock(self) noexcept:
+        """``lock`` if it is free now, without waiting: True when taken."""
+        if self.reentrant:
+            return pthread_mutex_trylock(&self.mu) == 0
+        return spin_try(&self.flag)
+
     cdef inline void unlock(self) noexcept:
         if self.reentrant:
             pthread_mutex_unlock(&self.mu)
