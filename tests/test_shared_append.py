@@ -162,6 +162,28 @@ def test_catch_up_in_process_follows_other_writers(tmp_path, procs, slots):
         state.close()
 
 
+def test_a_queue_dropped_by_cleaning_keeps_its_offsets_in_the_table(tmp_path):
+    """The leader's cleaning forgets a queue's cell (``remove_cell``); its next put still takes the offset after
+    the last one every writer knows (the table's), not 0."""
+    root = tmp_path / "store"
+    root.mkdir()
+    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE)
+    cl = CommitLog(cfg, MappedFileQueue(cfg.commit_log_paths(), FILE_SIZE))
+    state = SharedState(str(root))
+    try:
+        share(cl, state.open(0))
+        cl.core.writeable = True
+        for _ in range(3):
+            assert cl.put_message(Message("T", b"x", queue_id=0)).is_ok()
+        cl.remove_cell("T", 0)
+        r = cl.put_message(Message("T", b"x", queue_id=0))
+        assert r.is_ok() and r.append_message_result.logics_offset == 3
+        assert state.lock is not None and state.lock.queue_offsets() == {("T", 0): 4}
+    finally:
+        cl.core.share(None, None)
+        state.close()
+
+
 def _first_ack(p, acks):
     """Read ``p``'s lines until its first acknowledgement (it has the store open and puts)."""
     raw = p.stdout.readline().decode().split()

@@ -19,7 +19,11 @@ queue back the offset it had taken (noted in the page before it reserved) and pu
 (a new generation). The records below the published end are whole: each was published
 only after it was written (a release store), and each process's next catch-up walks and checks them.
 
-RocketMQ has one writer per store; this is pystore's own (docs/format.md, "The writers' state page").
+RocketMQ has one writer per store; this is pystore's own (docs/format.md, "The writers' state page"). One
+difference follows from it: a queue whose consume queue the leader's cleaning destroyed
+(``clean_expired_consumer_queue``, ``clean_unused_topic``) keeps its next offset in the writers' table, where a
+single writer (and RocketMQ) would start it at 0 again: every process would have to forget it at the same moment,
+and offsets never go back.
 
 Files made by another writer are mapped on the walk through the core's ``roll_file`` hook (the file queue
 opens the existing file). The allocate service, file warming and the transient store pool write into files
