@@ -109,6 +109,8 @@ cdef class CommitLogCore:
     cdef readonly int64_t jumped            # bytes of other writers' records passed by ``_jump`` (not read)
     # the cell whose offset this hold of the append lock took from the table (written back at ``_shared_exit``)
     cdef QueueCell held_cell
+    # this hold of the append lock got past its repair and catch-up: what it wrote is published at its end
+    cdef bint shared_ready
     # the catch-up walk's recent cells (``_catch_cell``)
     # ``cells_removed`` when the slots were filled (a removed cell empties them)
     cdef RecentCells catch

@@ -434,6 +434,7 @@ cdef class CommitLogCore:
                 raise StoreError("a writer died in the middle of a put and no repair is set")
             self.shared_repair()
         self._follow_published()
+        self.shared_ready = True
         return 0
 
     cdef int _take_offset(self, QueueCell cell) except -1:
@@ -524,7 +525,11 @@ cdef class CommitLogCore:
             self.held_cell = None
             self.shared.set_slot_offset(cell.slot, cell.next_offset)
         _crash_at(&_crash_copied)
-        self.shared.publish_stamped(self._end(), 0 if self.last is None else self.last.store_timestamp)
+        if self.shared_ready:
+            self.shared_ready = False
+            self.shared.publish_stamped(self._end(), 0 if self.last is None else self.last.store_timestamp)
+        # else the hold failed before it could put (a repair or the catch-up raised): nothing to publish, and a
+        # repair left to do stays for the next locker
         self.shared.unlock()
 
     cdef int _catch_up(self, int64_t target, int64_t stop_at=-1) except -1:
@@ -604,7 +609,10 @@ cdef class CommitLogCore:
             return self._end()
         if not wait:
             if not self.put_lock.try_lock():
-                return self._end()
+                # not past the published end: the put under way may have written bytes it has not published
+                end = self._end()
+                target = self.shared.published()
+                return end if end < target else target
         else:
             self.put_lock.lock()
         try:

@@ -40,12 +40,16 @@ cdef extern from *:
         uint32_t _zero;
         int64_t undo_offset;
         int64_t undo_at;
-        pthread_mutex_t mutex;
+        union {                         /* 40 bytes on x86-64 glibc, 48 on AArch64: room for either */
+            pthread_mutex_t mutex;
+            unsigned char _mutex_room[64];
+        };
         int64_t published_ts;
     } ps_shared_page;
     _Static_assert(offsetof(ps_shared_page, queue_slots) == 80, "the table's fields' place in the page");
     _Static_assert(offsetof(ps_shared_page, mutex) == 128, "the mutex's place in the page");
-    _Static_assert(offsetof(ps_shared_page, published_ts) == 168, "the published end's time's place in the page");
+    _Static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex fits its 64 bytes");
+    _Static_assert(offsetof(ps_shared_page, published_ts) == 192, "the published end's time's place in the page");
     _Static_assert(sizeof(ps_shared_page) <= 256, "the page's fields fit their 256 bytes");
     /* A slot of the writers' queue-offset table, which follows the page in the file: a (topic, queue id) and the
        next queue offset a put there takes. Free while topic_len is 0. */

@@ -12,9 +12,9 @@ mapped state file (``pystore.log.shared_state`` opens the file and decides who i
     | locked at ns | acquisitions | recoveries | dispatched end | queue slots | slots used | table from | walk from |
     | i64          | i64          | i64        | i64            | u32         | u32        | i64        | i64 (-1)   |
 
-    104         108    112          120        128                     168            176    4000 4001 4002  4096
-    | undo slot | zero | undo offset | undo at   | pthread_mutex_t (40)  | published ts | zero | byte locks | ...
-    | i32 (-1)  |      | i64         | i64       | robust, process-shared| i64          |      |            |
+    104         108    112          120        128                       192            200    4000 4001 4002  4096
+    | undo slot | zero | undo offset | undo at   | pthread_mutex_t (<= 64)  | published ts | zero | byte locks | ...
+    | i32 (-1)  |      | i64         | i64       | robust, process-shared   | i64          |      |            |
 
     4096 + 320 * i: queue slot i (``queue slots`` of them)
     | next offset i64 | queue id i32 | topic length u16 (0: free) | zero u16 | topic (256) | zero (48) |

@@ -73,7 +73,7 @@ class SharedState:
             raise SharedStateError(self.path, "the store is on a %s file system: several writers need a local file "
                                    "system (its locks and shared mappings are per machine)" % remote)
         fd = self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        deadline = time.monotonic() + _BLANK_PAGE_WAIT_S
+        deadline = -1.0
         try:
             while True:
                 try:
@@ -84,6 +84,11 @@ class SharedState:
                                                "(%s): several writers need a local file system" % e.strerror) from None
                     raise
                 if alone:
+                    # the magic cleared first: if this process dies (or its recovery fails) before the page is
+                    # written again, whoever opens next finds it blank, never the old page over a log whose end
+                    # the recovery may have moved (``_join``)
+                    if os.fstat(fd).st_size >= PAGE_SIZE:
+                        os.pwrite(fd, bytes(8), 0)
                     m, lock = self._initialise(fd, recover_end() if recover_end is not None else published_end)
                     break
                 ofd_wait_lock(fd, DEAD_MAN, False)
@@ -93,7 +98,9 @@ class SharedState:
                     break
                 # a sole opener died while it wrote the page: one of those waiting writes it (the others wait)
                 ofd_unlock(fd, DEAD_MAN)
-                if time.monotonic() > deadline:
+                if deadline < 0:
+                    deadline = time.monotonic() + _BLANK_PAGE_WAIT_S
+                elif time.monotonic() > deadline:
                     raise SharedStateError(self.path, "the writers' state page is blank and no process could write "
                                            "it in %d s" % _BLANK_PAGE_WAIT_S)
                 time.sleep(random.uniform(0.001, 0.01))
@@ -106,15 +113,18 @@ class SharedState:
         return lock
 
     def _initialise(self, fd: int, end: int) -> tuple[mmap.mmap, SharedLock]:
-        """(Alone, the log's end known.) A fresh page and an empty table: the magic cleared first, so that a
-        process that gets in if this one dies before the page is whole finds it blank (``_join``) rather than
-        an old page over a table cut off; the table cut off and grown back (zeros, no blocks); the page written,
-        its magic last (``init_page``)."""
+        """(Alone, the log's end known, the magic cleared.) A fresh page and an empty table: the table cut off and
+        grown back, zeros, its blocks allocated (a slot first written on a full disk would otherwise kill its
+        writer with SIGBUS, holding the append lock); the page written, its magic last (``init_page``)."""
         size = PAGE_SIZE + self.queue_slots * SLOT_SIZE
-        if os.fstat(fd).st_size >= PAGE_SIZE:
-            os.pwrite(fd, bytes(8), 0)
         os.ftruncate(fd, PAGE_SIZE)
         os.ftruncate(fd, size)
+        if size > PAGE_SIZE:
+            try:
+                os.posix_fallocate(fd, PAGE_SIZE, size - PAGE_SIZE)
+            except OSError as e:
+                raise SharedStateError(self.path, "cannot allocate the writers' queue-offset table (%d bytes): %s"
+                                       % (size - PAGE_SIZE, e.strerror)) from None
         m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         lock = SharedLock(m, fd)
         try:

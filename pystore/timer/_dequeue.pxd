@@ -61,4 +61,5 @@ cdef class SlotWalk:
     cdef Py_ssize_t _plan(self, Py_ssize_t i, Py_ssize_t end, const unsigned char *base, int64_t cl_from,
                           int64_t cl_file_size, int64_t cl_read, bint check_crc, int32_t deq_len,
                           int64_t max_body, int32_t store_flag, int *why) noexcept nogil
-    cdef Py_ssize_t _put(self, CommitLogCore cl, const unsigned char *deq, int32_t deq_len) except -1
+    cdef Py_ssize_t _put(self, CommitLogCore cl, const unsigned char *deq, int32_t deq_len,
+                         Py_ssize_t first) except -1

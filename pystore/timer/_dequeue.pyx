@@ -473,7 +473,12 @@ cdef class SlotWalk:
                             plan_why = STOP_PYTHON
                             break
                 self.put_bytes = 0
-                w = self._put(cl, deq, deq_len) if self.n_plans > 0 else 0
+                w = 0
+                while w < self.n_plans:
+                    k = self._put(cl, deq, deq_len, w)
+                    w += k
+                    if k == 0 or cl.shared is None:
+                        break           # several writers: a hold a queue (the rest in the holds after it)
                 put += w
                 if w < self.n_plans:
                     i = self.plans[w].idx
@@ -564,10 +569,16 @@ cdef class SlotWalk:
             i += 1
         return i
 
-    cdef Py_ssize_t _put(self, CommitLogCore cl, const unsigned char *deq, int32_t deq_len) except -1:
-        """Put the chunk's planned deliveries as the store's put would, under the put lock: how many were put (a
-        prefix; the rest go through Python: a store that takes no puts, a page cache busy, no file)."""
+    cdef Py_ssize_t _put(self, CommitLogCore cl, const unsigned char *deq, int32_t deq_len,
+                         Py_ssize_t first) except -1:
+        """Put the chunk's planned deliveries from ``plans[first]`` as the store's put would, under the put lock: how
+        many were put (a prefix; the rest go through Python: a store that takes no puts, a page cache busy, no
+        file). A log several writers share: the deliveries of one queue at most, in one hold of their append lock,
+        each taking its offset from the queue's slot in their table (``_take_offset``: one offset noted, which a
+        repair gives back if this process dies before the hold publishes), so the caller calls again for the
+        next queue's."""
         cdef Py_ssize_t k, w = 0
+        cdef QueueCell held = None
         cdef int64_t ts, t0, pos, phy, qoff, acc = 0
         cdef int32_t shl = IPV6_HOST_SIZE if cl.store_flag else IPV4_HOST_SIZE
         cdef Plan *pl
@@ -580,7 +591,7 @@ cdef class SlotWalk:
         cdef unsigned char enq[24]
         cdef int32_t enq_len, crc
         cdef RecordView nv
-        if not cl.writeable or cl._room_refusal(self.plans[0].total) != REFUSE_NONE:
+        if first >= self.n_plans or not cl.writeable or cl._room_refusal(self.plans[first].total) != REFUSE_NONE:
             return 0
         t0 = mono_coarse_ns()
         cl.put_lock.lock()
@@ -589,13 +600,19 @@ cdef class SlotWalk:
                 cl._shared_enter()
             ts = cl._now()
             cl.begin_time_in_lock = ts
-            for k in range(self.n_plans):
+            for k in range(first, self.n_plans):
                 pl = &self.plans[k]
                 rec = pl.rec
+                cell = self.cells.get(cl, rec + pl.v.props_pos + pl.pi.topic_pos, pl.pi.topic_len, pl.qid)
+                if cl.shared is not None:
+                    if held is None:
+                        held = cell
+                        cl._take_offset(cell)       # before anything is reserved
+                    elif cell is not held:
+                        break
                 mf = cl._file_with_room(pl.total)
                 if mf is None:
                     break
-                cell = self.cells.get(cl, rec + pl.v.props_pos + pl.pi.topic_pos, pl.pi.topic_len, pl.qid)
                 qoff = cell.next_offset
                 pos = mf.wrote
                 phy = mf.file_from_offset + pos
