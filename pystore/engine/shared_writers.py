@@ -452,9 +452,13 @@ class LeaderWatch(ServiceThread):
                 appender.queue.drop_deleted_head()      # what the leader's cleaning deleted
             try:
                 if self.shared.try_lead():
-                    log.warning("%s: the leader (pid %d) is gone; this process (pid %d) takes over",
-                                self.shared.cfg.store_path_root_dir, self.shared.lock.leader_pid
-                                if self.shared.lock is not None else 0, os.getpid())
+                    dead = self.shared.lock.leader_pid if self.shared.lock is not None else 0
+                    if dead:
+                        log.warning("%s: the leader (pid %d) is gone; this process (pid %d) takes over",
+                                    self.shared.cfg.store_path_root_dir, dead, os.getpid())
+                    else:       # the leader shut down (it clears its pid): not a death
+                        log.info("%s: the leader shut down; this process (pid %d) takes over",
+                                 self.shared.cfg.store_path_root_dir, os.getpid())
                     self.take_over()
                     return
             except Exception:
