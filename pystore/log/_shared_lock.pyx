@@ -51,7 +51,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
-from pystore.format._bytes cimport load_i64_acquire, mono_ns, store_i64_release
+from pystore.format._bytes cimport load_i64_acquire, mono_coarse_ns, store_i64_release
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutexattr_t:
@@ -335,7 +335,9 @@ cdef class SharedLock:
                     return errno
         self.held = True
         self.page.holder_pid = self.pid     # getpid() is a system call in glibc 2.25+: read once
-        self.page.locked_at_ns = mono_ns()
+        # the coarse clock (a tick's resolution, a fraction of the fine one's cost): a hold is reported stuck after
+        # seconds, and this is read at every lock
+        self.page.locked_at_ns = mono_coarse_ns()
         self.page.acquisitions += 1
         return 0
 
@@ -428,7 +430,7 @@ cdef class SharedLock:
     def held_for_ns(self):
         """How long the present holder has held the lock (0: nobody holds it)."""
         cdef int64_t at = self.page.locked_at_ns
-        return 0 if at == 0 or self.page.holder_pid == 0 else max(0, mono_ns() - at)
+        return 0 if at == 0 or self.page.holder_pid == 0 else max(0, mono_coarse_ns() - at)
 
     @property
     def acquisitions(self):
