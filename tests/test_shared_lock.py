@@ -221,6 +221,7 @@ def test_a_holder_killed_mid_put_hands_the_lock_over_at_once_with_its_repair(tmp
     first = SharedState(str(tmp_path), prefer_mutex)
     lock = first.open(4096)
     p = holder(tmp_path, prefer_mutex, "lock.reserve_end(lock.published_end + 300)")    # a put in progress
+    time.sleep(0.05)        # the taking time is read from the coarse clock: a tick (1-10 ms) must pass
     assert lock.holder_pid == p.pid and lock.held_for_ns > 0
     kill(p)
     t = time.monotonic()
