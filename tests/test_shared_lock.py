@@ -87,12 +87,12 @@ def test_the_page_holds_its_fields_where_the_format_says(tmp_path, prefer_mutex)
         assert struct.unpack_from("<8sII", raw, 0) == (MAGIC, 2, ROBUST_MUTEX if prefer_mutex else OFD)
         generation, published, reserved, holder, leader = struct.unpack_from("<qqqii", raw, 16)
         assert (generation, published, reserved, holder, leader) == (0, 1300, 1300, os.getpid(), 4242)
-        locked_at, acquisitions, recoveries, dispatched = struct.unpack_from("<qqqq", raw, 48)
-        assert 0 < locked_at <= time.monotonic_ns() and acquisitions >= 1 and recoveries == 0 and dispatched == 1200
+        locked_at, acquisitions, published_ts, dispatched = struct.unpack_from("<qqqq", raw, 48)
+        assert 0 < locked_at <= time.monotonic_ns() and acquisitions >= 1 and published_ts == 0 and dispatched == 1200
         # the table: 16384 slots, none used, begun at the end the page was written with, not filled up
         assert struct.unpack_from("<IIqqi", raw, 80) == (16384, 0, 1000, -1, -1)
         assert struct.unpack_from("<q", raw, 112)[0] == 0 and raw[168:192] == bytes(24)     # the mutex's room
-        assert struct.unpack_from("<q", raw, 192)[0] == 0 and raw[200:4000] == bytes(3800)  # the published time
+        assert struct.unpack_from("<q", raw, 192)[0] == 0 and raw[200:4000] == bytes(3800)  # no recovery
         assert len(raw) == 4096 + 16384 * 320 and raw[4096:] == bytes(16384 * 320)
         page = describe(str(tmp_path))
         assert page is not None and page["holder_pid"] == os.getpid() and page["held_for_s"] >= 0

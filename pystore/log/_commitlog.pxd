@@ -111,6 +111,8 @@ cdef class CommitLogCore:
     cdef QueueCell held_cell
     # this hold of the append lock got past its repair and catch-up: what it wrote is published at its end
     cdef bint shared_ready
+    # the last catch-up found the writers walking (``walk from`` set): the next one starts before the lock
+    cdef bint walk_hint
     # the catch-up walk's recent cells (``_catch_cell``)
     # ``cells_removed`` when the slots were filled (a removed cell empties them)
     cdef RecentCells catch

@@ -414,8 +414,11 @@ cdef class CommitLogCore:
         catch up on what the others appended."""
         cdef SharedLock lock = self.shared
         cdef int rc, _spin
-        # most of the walk before the shared lock, so that other writers need not wait for this process to read
-        self._follow_published()
+        # a walk (of records the table does not cover) mostly before the shared lock, so that other writers need not
+        # wait for this process to read; a jump is made under it only (reading the page's published end here too
+        # would move its cache line from the holder once more a put)
+        if self.walk_hint:
+            self._follow_published()
         rc = lock.try_lock()
         if rc == EBUSY:
             with nogil:
@@ -478,6 +481,7 @@ cdef class CommitLogCore:
         cdef SharedLock lock = self.shared
         cdef int64_t table_from = lock.table_from()
         cdef int64_t walk_from = lock.walk_from()        # after ``target``: a set point is below it, or past it
+        self.walk_hint = walk_from >= 0
         if self._end() < table_from:
             self._catch_up(target if target < table_from else table_from, stop_at)
             if self._end() < table_from or target <= table_from:
@@ -590,6 +594,7 @@ cdef class CommitLogCore:
             self.shared_repair = repair
             self.catch = RecentCells()
             self.held_cell = None
+            self.walk_hint = True               # the first catch-up may be a walk: before the lock
             for cell in self.table.values():
                 cell.slot = SLOT_UNKNOWN        # slots are looked up again in the table of the lock given
         finally:

@@ -30,7 +30,7 @@ cdef extern from *:
         int32_t leader_pid;
         int64_t locked_at_ns;
         int64_t acquisitions;
-        int64_t recoveries;
+        int64_t published_ts;
         int64_t dispatched_end;
         uint32_t queue_slots;
         uint32_t queue_slots_used;
@@ -44,12 +44,13 @@ cdef extern from *:
             pthread_mutex_t mutex;
             unsigned char _mutex_room[64];
         };
-        int64_t published_ts;
+        int64_t recoveries;
     } ps_shared_page;
     _Static_assert(offsetof(ps_shared_page, queue_slots) == 80, "the table's fields' place in the page");
     _Static_assert(offsetof(ps_shared_page, mutex) == 128, "the mutex's place in the page");
     _Static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex fits its 64 bytes");
-    _Static_assert(offsetof(ps_shared_page, published_ts) == 192, "the published end's time's place in the page");
+    _Static_assert(offsetof(ps_shared_page, published_ts) == 64, "the published end's time's place in the page");
+    _Static_assert(offsetof(ps_shared_page, recoveries) == 192, "the recoveries' place in the page");
     _Static_assert(sizeof(ps_shared_page) <= 256, "the page's fields fit their 256 bytes");
     /* A slot of the writers' queue-offset table, which follows the page in the file: a (topic, queue id) and the
        next queue offset a put there takes. Free while topic_len is 0. */
@@ -74,7 +75,7 @@ cdef extern from *:
         int32_t leader_pid
         int64_t locked_at_ns
         int64_t acquisitions
-        int64_t recoveries
+        int64_t published_ts
         int64_t dispatched_end
         uint32_t queue_slots
         uint32_t queue_slots_used
@@ -84,7 +85,7 @@ cdef extern from *:
         int64_t undo_offset
         int64_t undo_at
         pthread_mutex_t mutex
-        int64_t published_ts
+        int64_t recoveries
 
     ctypedef struct ps_queue_slot:
         int64_t next_offset

@@ -8,13 +8,16 @@ mapped state file (``pystore.log.shared_state`` opens the file and decides who i
     | magic  | version | lock    | generation | published end | reserved end | holder pid | leader pid |
     | PYSTSW01| u32 (2)| kind u32| i64        | i64           | i64          | i32        | i32        |
 
-    48             56             64           72               80          84          88           96
-    | locked at ns | acquisitions | recoveries | dispatched end | queue slots | slots used | table from | walk from |
-    | i64          | i64          | i64        | i64            | u32         | u32        | i64        | i64 (-1)   |
+    48             56             64             72               80          84          88           96
+    | locked at ns | acquisitions | published ts | dispatched end | queue slots | slots used | table from | walk from |
+    | i64 (coarse) | i64          | i64 (ms)     | i64            | u32         | u32        | i64        | i64 (-1)   |
 
-    104         108    112          120        128                       192            200    4000 4001 4002  4096
-    | undo slot | zero | undo offset | undo at   | pthread_mutex_t (<= 64)  | published ts | zero | byte locks | ...
-    | i32 (-1)  |      | i64         | i64       | robust, process-shared   | i64          |      |            |
+    104         108    112          120        128                       192          200    4000 4001 4002  4096
+    | undo slot | zero | undo offset | undo at   | pthread_mutex_t (<= 64)  | recoveries | zero | byte locks | ...
+    | i32 (-1)  |      | i64         | i64       | robust, process-shared   | i64        |      |            |
+
+(A put writes the first two 64-byte lines, the mutex's and its queue's slot; ``recoveries`` changes only when a
+holder died.)
 
     4096 + 320 * i: queue slot i (``queue slots`` of them)
     | next offset i64 | queue id i32 | topic length u16 (0: free) | zero u16 | topic (256) | zero (48) |
