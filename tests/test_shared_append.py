@@ -184,6 +184,41 @@ def test_a_queue_dropped_by_cleaning_keeps_its_offsets_in_the_table(tmp_path):
         state.close()
 
 
+def test_a_repair_that_fails_leaves_the_repair_to_the_next_locker(tmp_path):
+    """A locker whose repair of a dead writer's put raises publishes nothing: the torn put stays marked for the next
+    locker (it neither moves the published end nor erases the mark), and the next put repairs it and goes on."""
+    root = tmp_path / "store"
+    root.mkdir()
+    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE)
+    cl = CommitLog(cfg, MappedFileQueue(cfg.commit_log_paths(), FILE_SIZE))
+    state = SharedState(str(root))
+    try:
+        repair = share(cl, state.open(0))
+        cl.core.writeable = True
+        first = cl.put_message(Message("T", b"one", queue_id=0))
+        assert first.is_ok()
+        end = first.append_message_result.wrote_offset + first.append_message_result.wrote_bytes
+        lock = state.lock
+        assert lock is not None
+        with lock:
+            lock.reserve_end(end + 500)             # what a writer killed mid-put leaves
+
+        def failing() -> None:
+            raise OSError(5, "the disk failed while zeroing")
+
+        cl.core.shared_repair = failing
+        with pytest.raises(OSError):
+            cl.put_message(Message("T", b"two", queue_id=0))
+        assert (lock.published_end, lock.reserved_end) == (end, end + 500)
+        cl.core.shared_repair = repair
+        r = cl.put_message(Message("T", b"three", queue_id=0))
+        assert r.is_ok() and r.append_message_result.wrote_offset == end
+        assert r.append_message_result.logics_offset == 1 and lock.generation == 1
+    finally:
+        cl.core.share(None, None)
+        state.close()
+
+
 def _first_ack(p, acks):
     """Read ``p``'s lines until its first acknowledgement (it has the store open and puts)."""
     raw = p.stdout.readline().decode().split()
