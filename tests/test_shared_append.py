@@ -11,6 +11,8 @@ import os
 import random
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,8 @@ from pystore import Message
 from pystore.config import StoreConfig
 from pystore.log.commitlog import CommitLog
 from pystore.log.mapped_file_queue import MappedFileQueue
-from pystore.log.shared_append import share
-from pystore.log.shared_state import SharedState, describe
+from pystore.log.shared_append import TornPutRepair, share
+from pystore.log.shared_state import QUEUE_SLOTS, SharedState, describe
 from pystore.tools import iter_commitlog
 
 TESTS = Path(__file__).resolve().parent
@@ -80,6 +82,23 @@ def _published_end(root):
     return page["published_end"], page["reserved_end"], page["recoveries"], page["generation"]
 
 
+@contextmanager
+def _log_in_this_process(root: Path, slots: int = QUEUE_SLOTS) -> Iterator[tuple[CommitLog, SharedState, TornPutRepair]]:
+    """A commit log of this process appended under the writers' lock of ``root`` (its first opener, so the page and
+    its table of ``slots`` are this one's): ``(commit log, state, its repair)``; unshared and closed after."""
+    root.mkdir()
+    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE)
+    cl = CommitLog(cfg, MappedFileQueue(cfg.commit_log_paths(), FILE_SIZE))
+    state = SharedState(str(root), queue_slots=slots)
+    try:
+        repair = share(cl, state.open(0))
+        cl.core.writeable = True
+        yield cl, state, repair
+    finally:
+        cl.core.share(None, None)
+        state.close()
+
+
 @pytest.mark.parametrize("slots", [16384, 4, 0], ids=["table", "table-fills-up", "walk"])
 @pytest.mark.parametrize("batch", [1, 8])
 def test_four_writers_append_one_serial_history(tmp_path, procs, batch, slots):
@@ -135,14 +154,8 @@ def test_catch_up_in_process_follows_other_writers(tmp_path, procs, slots):
     positions follow the others', passing their records unread where the queue-offset table holds their queues'
     offsets, walking them where there is none; its next put takes the next offset of its queue either way."""
     root = tmp_path / "store"
-    root.mkdir()
     acks: dict = {}
-    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE)
-    cl = CommitLog(cfg, MappedFileQueue(cfg.commit_log_paths(), FILE_SIZE))
-    state = SharedState(str(root), queue_slots=slots)
-    try:
-        share(cl, state.open(0))        # first: the writer joins this page
-        cl.core.writeable = True
+    with _log_in_this_process(root, slots) as (cl, _, _):        # first: the writer joins this page
         p = _start(procs, root, "w", 300)
         assert _read_acks(p, acks)
         p.wait()
@@ -157,44 +170,24 @@ def test_catch_up_in_process_follows_other_writers(tmp_path, procs, slots):
         r = cl.put_message(Message("Audit", b"mine", queue_id=3))
         assert r.is_ok() and r.append_message_result.logics_offset == 75
         assert r.append_message_result.wrote_offset == end
-    finally:
-        cl.core.share(None, None)
-        state.close()
 
 
 def test_a_queue_dropped_by_cleaning_keeps_its_offsets_in_the_table(tmp_path):
     """The leader's cleaning forgets a queue's cell (``remove_cell``); its next put still takes the offset after
     the last one every writer knows (the table's), not 0."""
-    root = tmp_path / "store"
-    root.mkdir()
-    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE)
-    cl = CommitLog(cfg, MappedFileQueue(cfg.commit_log_paths(), FILE_SIZE))
-    state = SharedState(str(root))
-    try:
-        share(cl, state.open(0))
-        cl.core.writeable = True
+    with _log_in_this_process(tmp_path / "store") as (cl, state, _):
         for _ in range(3):
             assert cl.put_message(Message("T", b"x", queue_id=0)).is_ok()
         cl.remove_cell("T", 0)
         r = cl.put_message(Message("T", b"x", queue_id=0))
         assert r.is_ok() and r.append_message_result.logics_offset == 3
         assert state.lock is not None and state.lock.queue_offsets() == {("T", 0): 4}
-    finally:
-        cl.core.share(None, None)
-        state.close()
 
 
 def test_a_repair_that_fails_leaves_the_repair_to_the_next_locker(tmp_path):
     """A locker whose repair of a dead writer's put raises publishes nothing: the torn put stays marked for the next
     locker (it neither moves the published end nor erases the mark), and the next put repairs it and goes on."""
-    root = tmp_path / "store"
-    root.mkdir()
-    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE)
-    cl = CommitLog(cfg, MappedFileQueue(cfg.commit_log_paths(), FILE_SIZE))
-    state = SharedState(str(root))
-    try:
-        repair = share(cl, state.open(0))
-        cl.core.writeable = True
+    with _log_in_this_process(tmp_path / "store") as (cl, state, repair):
         first = cl.put_message(Message("T", b"one", queue_id=0))
         assert first.is_ok()
         end = first.append_message_result.wrote_offset + first.append_message_result.wrote_bytes
@@ -214,9 +207,6 @@ def test_a_repair_that_fails_leaves_the_repair_to_the_next_locker(tmp_path):
         r = cl.put_message(Message("T", b"three", queue_id=0))
         assert r.is_ok() and r.append_message_result.wrote_offset == end
         assert r.append_message_result.logics_offset == 1 and lock.generation == 1
-    finally:
-        cl.core.share(None, None)
-        state.close()
 
 
 def _first_ack(p, acks):
