@@ -3,8 +3,11 @@
 Each round, on a fresh store of the same geometry: one process puts N prebuilt 128 B messages (the single-writer
 rate, in shared mode and, for reference, as a store's only writer); then K processes open the store with
 ``shared_writers=True`` and each puts N/K, started together behind a barrier (the aggregate rate: all messages
-over the time from the first put to the last). The same with batches of 32. Each run starts after ``os.sync`` (the
-one before it leaves hundreds of MB to write back), the three turn order every round, and each process freezes its
+over the time from the first put to the last); and, as a yardstick for the machine, K processes that share nothing
+(each puts N/K into a store of its own, the default mode): what K processes reach on these cores at best, so that
+the shared ones' ratio to them is what sharing one store costs, and theirs to the only writer what running K busy
+processes on the machine's cores costs. The same with batches of 32. Each run starts after ``os.sync`` (the one
+before it leaves hundreds of MB to write back), the four turn order every round, and each process freezes its
 prebuilt messages out of the garbage collector before its clock starts. Each run also reports what the whole machine
 spent busy over its timed span, in CPU-s a million messages (/proc/stat: the configuration's own threads, the
 kernel's work for it and its services'), which shows where a ratio comes from: the only writer puts on one core
@@ -17,8 +20,9 @@ of single puts in shared mode, uncontended (one process), p50 and p99 over every
     python bench/shared_writers.py --takeover 5 [--before 1]  # the followers' stalls when the leader dies
     python bench/shared_writers.py --lag 5 -k 3        # how far the leader's dispatch lags writers flat out
 
-Prints each round's rates, the ratios aggregate/one process (in shared mode, and as the only writer) and the busy
-CPU-s a million messages of each; then the ratios' medians and the lowest, and the CPU's medians. A script, not
+Prints each round's rates, the ratios aggregate/one process (in shared mode, and as the only writer), the ratios
+with the K processes apart, and the busy CPU-s a million messages of each; then the ratios' medians and extremes,
+and the CPU's medians. A script, not
 a timed test: the figures go into docs/performance.md with the command that made them.
 """
 
@@ -89,15 +93,18 @@ def one_process(shared: bool, n: int, batch: int) -> tuple[float, float]:
     return n / (t1 - t0), (b1 - b0) * 1e6 / n
 
 
-def k_processes(k: int, n: int, batch: int) -> tuple[float, float]:
+def k_processes(k: int, n: int, batch: int, apart: bool = False) -> tuple[float, float]:
     """The aggregate rate of ``k`` processes putting ``n`` messages together (the first put to the last), and the
-    machine's busy CPU-s a million messages over that span."""
+    machine's busy CPU-s a million messages over that span. ``apart``: each process puts into a store of its own as
+    its only writer (the default mode), so that nothing is shared: what ``k`` processes on these cores reach at best."""
     root = tempfile.mkdtemp(prefix="shared-bench-")
     try:
-        # the first opener leads: open once so that every worker joins a store that exists
-        MessageStore.open(root, shared_writers=True, **GEOMETRY).shutdown()
+        if not apart:
+            # the first opener leads: open once so that every worker joins a store that exists
+            MessageStore.open(root, shared_writers=True, **GEOMETRY).shutdown()
         barrier, out = mp.Barrier(k), mp.Queue()
-        ps = [mp.Process(target=_put, args=(root, True, n // k, batch, i % 4, barrier, out)) for i in range(k)]
+        ps = [mp.Process(target=_put, args=(os.path.join(root, str(i)) if apart else root, not apart, n // k, batch,
+                                            i % 4, barrier, out)) for i in range(k)]
         for p in ps:
             p.start()
         spans = [out.get() for _ in ps]
@@ -436,32 +443,41 @@ def main() -> None:
         return
     ratios: dict[int, list[float]] = {1: [], 32: []}
     to_alone: dict[int, list[float]] = {1: [], 32: []}
+    to_apart: dict[int, list[float]] = {1: [], 32: []}
+    apart_alone: dict[int, list[float]] = {1: [], 32: []}
     cpu: dict[tuple[int, str], list[float]] = {}
     for r in range(args.rounds):
         for batch in (1, 32):
             # each run starts with the dirty pages of the one before written back (os.sync, untimed), and the
             # order turns every round: a run right after another's hundreds of MB would pay for their writeback
-            names = ["alone", "single", "many"]
+            names = ["alone", "single", "many", "apart"]
             rate, busy = {}, {}
-            for name in names[r % 3:] + names[:r % 3]:
+            for name in names[r % 4:] + names[:r % 4]:
                 os.sync()
-                rate[name], busy[name] = (k_processes(args.k, args.n, batch) if name == "many"
-                                          else one_process(name == "single", args.n, batch))
+                rate[name], busy[name] = (k_processes(args.k, args.n, batch, apart=name == "apart")
+                                          if name in ("many", "apart") else one_process(name == "single", args.n, batch))
                 cpu.setdefault((batch, name), []).append(busy[name])
-            alone, single, many = rate["alone"], rate["single"], rate["many"]
+            alone, single, many, apart = rate["alone"], rate["single"], rate["many"], rate["apart"]
             ratios[batch].append(many / single)
             to_alone[batch].append(many / alone)
+            to_apart[batch].append(many / apart)
+            apart_alone[batch].append(apart / alone)
             print("round %d batch %2d: only writer %9.0f/s, shared 1 process %9.0f/s, %d processes %9.0f/s: "
-                  "%.2fx (%.2fx the only writer); busy CPU-s a million messages %.2f / %.2f / %.2f"
-                  % (r + 1, batch, alone, single, args.k, many, many / single, many / alone, busy["alone"],
-                     busy["single"], busy["many"]), flush=True)
+                  "%.2fx (%.2fx the only writer); %d processes apart (a store each) %9.0f/s: %.2fx the only writer, "
+                  "the shared ones %.2fx them; busy CPU-s a million messages %.2f / %.2f / %.2f / %.2f"
+                  % (r + 1, batch, alone, single, args.k, many, many / single, many / alone, args.k, apart,
+                     apart / alone, many / apart, busy["alone"], busy["single"], busy["many"], busy["apart"]),
+                  flush=True)
     for batch, rs in ratios.items():
         print("batch %2d: %d processes / 1 process in shared mode: median %.2fx, lowest %.2fx; / the only writer: "
-              "median %.2fx, lowest %.2fx; the machine's busy CPU-s a million messages, medians: only writer %.2f, "
-              "shared 1 process %.2f, %d processes %.2f"
+              "median %.2fx, lowest %.2fx; / %d processes apart: median %.2fx, lowest %.2fx (apart / the only "
+              "writer: median %.2fx, highest %.2fx); the machine's busy CPU-s a million messages, medians: only "
+              "writer %.2f, shared 1 process %.2f, %d processes %.2f, apart %.2f"
               % (batch, args.k, statistics.median(rs), min(rs), statistics.median(to_alone[batch]),
-                 min(to_alone[batch]), statistics.median(cpu[batch, "alone"]), statistics.median(cpu[batch, "single"]),
-                 args.k, statistics.median(cpu[batch, "many"])))
+                 min(to_alone[batch]), args.k, statistics.median(to_apart[batch]), min(to_apart[batch]),
+                 statistics.median(apart_alone[batch]), max(apart_alone[batch]),
+                 statistics.median(cpu[batch, "alone"]), statistics.median(cpu[batch, "single"]),
+                 args.k, statistics.median(cpu[batch, "many"]), statistics.median(cpu[batch, "apart"])))
     p50, p99 = latency(args.n)
     print("single put in shared mode, one process: p50 %.2f us, p99 %.2f us" % (p50, p99))
 
