@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pystore.log.allocate import AllocateMappedFileService
+from pystore.log.allocate import AllocateMappedFileService, _Request
 
 SIZE = 64 * 1024
 DEADLINE = 60.0
@@ -232,3 +232,128 @@ def test_a_ready_file_that_does_not_follow_the_log_is_dropped_never_taken(store_
     _fill_files(store, 3)
     assert [f.file_from_offset for f in store._commitlog.queue.files] == [0, SIZE, 2 * SIZE]
     assert len(calls) >= n_calls
+
+
+# -- the service's view of the log's end lags a roll (it reads ``queue.last()`` without its lock) -----------------
+
+
+class FakeCore:
+    """What the service uses of ``CommitLogCore``: the ready slot and the count of rolls that took it."""
+
+    def __init__(self) -> None:
+        self.ready = None
+        self.ready_rolls = 0
+
+
+class FakeLog:
+    """What the service uses of the log's ``MappedFileQueue``; ``before_view`` runs once, right after the next
+    ``last()`` has read its answer (a roll landing between the service's read and its lock)."""
+
+    mapped_file_size = SIZE
+
+    def __init__(self, folder, files) -> None:
+        self.folder = folder
+        self.files = list(files)
+        self.before_view = None
+
+    def last(self):
+        last = self.files[-1]
+        hook, self.before_view = self.before_view, None
+        if hook is not None:
+            hook()
+        return last
+
+    def path_for(self, offset: int) -> str:
+        return name(self.folder, offset // SIZE)
+
+
+def _finish_requests(s) -> None:
+    """Make every file asked for, as the service's thread would."""
+    for req in list(s._queue):
+        req.mapped_file = s._create(req.path, req.size)
+        req.done.set()
+    s._queue.clear()
+
+
+def test_a_roll_in_c_between_the_services_view_and_its_lock_does_not_make_the_file_twice(tmp_path, service):
+    """The roll takes the ready file (file 2) just after the service read the log's end (file 1): the service
+    must not ask for file 2 again (a second mapping of a file the log writes, deleted at shutdown as unused,
+    with its messages); its next look asks for file 3, and shutdown keeps every file of the log."""
+    s = service()
+    files = [s._create(name(tmp_path, i), SIZE) for i in range(2)]
+    core, log_ = FakeCore(), FakeLog(tmp_path, files)
+    s.keep_ready(core, log_)
+    core.ready = s._create(name(tmp_path, 2), SIZE)
+    s._handed = core.ready.file_name            # as _fill_ready does when it hands a file over
+
+    def roll_in_c():
+        log_.files.append(core.ready)
+        core.ready = None
+        core.ready_rolls += 1
+
+    log_.before_view = roll_in_c
+    s._fill_ready()                             # its view: the log ends with file 1
+    assert name(tmp_path, 2) not in s._requests
+    s._fill_ready()                             # its view: file 2
+    assert list(s._requests) == [name(tmp_path, 3)]
+    _finish_requests(s)
+    s._fill_ready()
+    assert core.ready is not None and core.ready.file_name == name(tmp_path, 3)
+    s.shutdown()
+    for i in range(3):
+        assert os.path.getsize(name(tmp_path, i)) == SIZE
+    assert not os.path.exists(name(tmp_path, 3))      # the unused ready file
+    for f in log_.files:
+        f.close()
+
+
+def test_a_roll_through_python_not_yet_in_the_log_does_not_make_its_file_twice(tmp_path, service):
+    """A roll that found no ready file asks the running service for file 2 (and 3 ahead); the service then
+    looks before the put path has added file 2 to the log (its view: file 1), with a roll in C not yet seen.
+    File 2 is not asked for again; once the log holds it, file 3 becomes the ready file; shutdown keeps file 2."""
+    s = service()
+    files = [s._create(name(tmp_path, i), SIZE) for i in range(2)]
+    core, log_ = FakeCore(), FakeLog(tmp_path, files)
+    s.start()
+    got = s(name(tmp_path, 2), name(tmp_path, 3), SIZE)      # the roll through Python; not in the log yet
+    assert got.file_name == name(tmp_path, 2)
+    _until(lambda: s._requests[name(tmp_path, 3)].done.is_set())
+    looks = []
+    fill = s._fill_ready
+
+    def counted():
+        fill()
+        looks.append(1)
+
+    s._fill_ready = counted
+    s.keep_ready(core, log_)
+    core.ready_rolls += 1                       # an earlier roll in C the service has not seen
+    _until(lambda: len(looks) >= 2)
+    assert name(tmp_path, 2) not in s._requests
+    assert core.ready is None
+    log_.files.append(got)                      # the put path adds its file to the log
+    _until(lambda: core.ready is not None)
+    assert core.ready.file_name == name(tmp_path, 3)
+    assert list(s._requests) == []
+    s.shutdown()
+    for i in range(3):
+        assert os.path.getsize(name(tmp_path, i)) == SIZE
+    assert not os.path.exists(name(tmp_path, 3))
+    for f in log_.files:
+        f.close()
+
+
+def test_shutdown_never_deletes_a_file_the_log_holds(tmp_path, service, caplog):
+    """Were a file of the log ever made twice, shutdown closes the second mapping and says so, instead of
+    deleting the file with the log's messages in it."""
+    s = service()
+    files = [s._create(name(tmp_path, i), SIZE) for i in range(2)]
+    s.keep_ready(FakeCore(), FakeLog(tmp_path, files))
+    twice = s._requests[name(tmp_path, 1)] = _Request(name(tmp_path, 1), SIZE)
+    twice.mapped_file = s._create(name(tmp_path, 1), SIZE)
+    twice.done.set()
+    s.shutdown()
+    assert os.path.getsize(name(tmp_path, 1)) == SIZE
+    assert "not deleting" in caplog.text
+    for f in files:
+        f.close()

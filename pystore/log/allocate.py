@@ -26,6 +26,13 @@ the ready one, hands a made-ahead file over, and deletes a ready file that no lo
 that finds no ready file (the first of a process, or one that came too soon) asks through Python as before,
 and takes the ready file there if it is the one wanted. A file some put waits for never goes to the ready slot.
 
+The service's view of where the log ends (``queue.last()``, read without its lock) can lag a roll: one in C that
+took the ready file between that read and the service's lock, or one through Python whose file the put path has
+been given but not yet added to the log's list. The file last handed to the log (``_handed``) is therefore never
+asked for again from that view, and the roll is not counted as seen until a look whose view has moved past it:
+else the service made a second mapping of a file the log writes, and deleted it at shutdown as unused, with the
+messages in it. Nothing is ever deleted here that the log holds under its name.
+
 Thread-safety: requests come from the put path (under the put lock); one service thread creates. The ready
 slot is set, and taken from Python, under the service's lock; the compiled roll takes it holding the GIL,
 without running Python code between its look and its take.
@@ -101,6 +108,8 @@ class AllocateMappedFileService(ServiceThread):
         self._core: CommitLogCore | None = None
         self._log: MappedFileQueue | None = None
         self._rolls_seen = 0        # ``core.ready_rolls`` when the service last looked
+        #: the path of the file last handed to the log: as the ready file, or returned to a roll through Python
+        self._handed: str | None = None
 
     def keep_ready(self, core: CommitLogCore, queue: MappedFileQueue) -> None:
         """Keep the commit log's next file made ahead in ``core.ready`` (``CommitLogCore``), where the put
@@ -125,21 +134,23 @@ class AllocateMappedFileService(ServiceThread):
                 if ready.file_name == path:
                     return
                 stale, core.ready = ready, None
-            req = self._requests.get(path)
-            took = core.ready_rolls != self._rolls_seen
-            self._rolls_seen = core.ready_rolls
-            if req is None:
-                # asked for only after the roll took the last one: a log that has not rolled in this process
-                # gets its next file when it first rolls (the put path asks for it and the one after, as
-                # before), so an idle store holds no file past its end
-                if took and self._pool_allows_next():
-                    self._requests[path] = req = _Request(path, queue.mapped_file_size)
-                    self._queue.append(req)
-                    self._cond.notify()
-            elif req.done.is_set() and req.mapped_file is not None and not req.claimed:
-                self._requests.pop(path)
-                core.ready = req.mapped_file
-        if stale is not None and not any(f is stale for f in queue.files):
+            if path != self._handed:        # else the view lags a roll into that file (module docstring)
+                req = self._requests.get(path)
+                took = core.ready_rolls != self._rolls_seen
+                self._rolls_seen = core.ready_rolls
+                if req is None:
+                    # asked for only after the roll took the last one: a log that has not rolled in this process
+                    # gets its next file when it first rolls (the put path asks for it and the one after, as
+                    # before), so an idle store holds no file past its end
+                    if took and self._pool_allows_next():
+                        self._requests[path] = req = _Request(path, queue.mapped_file_size)
+                        self._queue.append(req)
+                        self._cond.notify()
+                elif req.done.is_set() and req.mapped_file is not None and not req.claimed:
+                    self._requests.pop(path)
+                    core.ready = req.mapped_file
+                    self._handed = path
+        if stale is not None and not self._in_log(stale):
             log.info("deleting the ready file %s: the log no longer ends before it", stale.file_name)
             stale.destroy(0, self.clock())
 
@@ -155,6 +166,7 @@ class AllocateMappedFileService(ServiceThread):
             if core is not None and ready is not None and ready.file_name == path:
                 # made ahead and handed to the core, which did not take it (the roll came through Python)
                 core.ready = None
+                self._handed = path
                 return ready
             req = self._requests.get(path)
             if req is None:
@@ -170,10 +182,17 @@ class AllocateMappedFileService(ServiceThread):
             return None
         with self._cond:
             self._requests.pop(path, None)
+            if req.mapped_file is not None:
+                self._handed = path
         if req.error is not None:
             log.error("cannot create %s: %s", path, req.error)
             return None
         return req.mapped_file
+
+    def _in_log(self, mf: MappedFile) -> bool:
+        """Whether the log kept ready (``keep_ready``) holds a file of ``mf``'s name, through whichever mapping."""
+        queue = self._log
+        return queue is not None and any(f.file_name == mf.file_name for f in queue.files)
 
     def _pool_allows_next(self) -> bool:
         pool = self.pool
@@ -239,6 +258,11 @@ class AllocateMappedFileService(ServiceThread):
                 leftovers[-1].mapped_file, core.ready = core.ready, None
         for req in leftovers:
             mf = req.mapped_file
-            if mf is not None:
+            if mf is None:
+                continue
+            if self._in_log(mf):
+                log.error("not deleting %s at shutdown: the log holds it (made twice)", mf.file_name)
+                mf.close()
+            else:
                 log.info("deleting the pre-created, unused file %s", mf.file_name)
                 mf.destroy(0, self.clock())
