@@ -320,3 +320,68 @@ def test_a_normal_load_keeps_the_file_not_full(tmp_path):
     assert s.load(True)
     assert [f.mapped_file.file_name for f in s.files] == [full, second] and s.files[1].index_count == 11
     s.close()
+
+
+def test_the_cleaner_never_drops_the_file_the_writer_takes_meanwhile(tmp_path):
+    # The writer takes the spare into the list of files in C, without a lock of Python's; the cleaner replaces
+    # the list under its own lock. Were the cleaner to read the list and store a new one in Python code, a
+    # take in between would be lost: the file being written would drop out of the list (its keys not found,
+    # never flushed, lost after a crash once the checkpoint's index time passed them). The writer is run at
+    # every point of Python code the cleaner passes (each event a tracer sees), a round for each.
+    import sys
+    import threading
+
+    def round_(k: int) -> bool:
+        clock = [T0]
+        s = IndexService(str(tmp_path / ("r%d" % k) / "index"), SLOTS, 64, _Checkpoint(), clock=lambda: clock[0])
+        s.load(True)
+        index_keys(s.core, b"T", _keys(0, 63), 100, T0, 0)            # A: full, every entry below 150
+        index_keys(s.core, b"T", _keys(63, 103), 200, T0 + 1000, 0)   # B: past half full
+        assert s.prepare_next()
+        spare = s._spare_name
+        s.core.new_file = _no_python_file                           # the writer takes the spare, in C
+
+        def writer() -> None:                                       # B full, then 7 keys into the spare
+            index_keys(s.core, b"T", _keys(1000, 1030), 300, T0 + 3000, 0)
+
+        events = [0]
+        ran = threading.Event()
+
+        def run_writer() -> None:
+            t = threading.Thread(target=writer)
+            t.start()
+            t.join(30)
+            assert not t.is_alive(), "the writer waited for the cleaner"
+            ran.set()
+
+        def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
+            if event in ("call", "line") and not ran.is_set():
+                events[0] += 1
+                if events[0] == k:
+                    run_writer()
+            return tracer
+
+        s.flush_full()
+        sys.settrace(tracer)
+        try:
+            gone = s.delete_expired_file(150)
+        finally:
+            sys.settrace(None)
+        during = ran.is_set()
+        if not during:
+            run_writer()                                            # past the cleaner's last event: the last round
+        try:
+            assert gone == 1
+            names = [f.mapped_file.file_name for f in s.files]
+            assert names[-1] == spare, (k, [os.path.basename(n) for n in names])
+            assert sorted(os.path.basename(n) for n in names) == sorted(os.listdir(tmp_path / ("r%d" % k) / "index"))
+            assert s.query_offset("T", "k1025", 10, 0, 2 ** 62).phy_offsets == [300]
+        finally:
+            s.close()
+        return during
+
+    k = 1
+    while round_(k):
+        k += 1
+        assert k < 500
+    assert k > 3, k                                                 # the cleaner ran Python code: rounds were tried

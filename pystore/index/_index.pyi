@@ -78,6 +78,7 @@ class IndexFilesBase:
     # entries dropped because no file could be made (a full disk): at least that many keys are not found
     dropped: int
     def take_spare(self) -> IndexFileCore | None: ...
+    def drop_files(self, gone: list[IndexFileCore]) -> int: ...
 
 def index_keys(
     service: IndexFilesBase, topic: bytes, props: bytes, phy_offset: int, store_ts: int, sys_flag: int

@@ -45,7 +45,8 @@ import logging
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT32_MIN, INT64_MAX, int32_t, int64_t, uint32_t
 from libc.stdio cimport rename
 from libc.string cimport memchr
@@ -448,6 +449,57 @@ cdef class IndexFilesBase:
         flush (``_full``). The new newest file, or None (no spare, the newest not full, the rename failed)."""
         return _take_spare(self)
 
+    def drop_files(self, list gone not None):
+        """Remove the files of ``gone`` (the same objects) from ``_files``: the cleaner's change to the list.
+
+        One step under the GIL, as the writer's ``_take_spare`` is: the writer appends the spare in C without
+        any lock of Python's, so a list rebuilt in Python code (which may hand the GIL over between reading
+        ``_files`` and storing the new list) would store a list without the file the writer took meanwhile:
+        the file it then writes would no longer be flushed or searched, and a checkpoint past its entries
+        would lose its keys after a crash. Nothing between reading ``_files`` and storing the new list runs
+        Python code: items are compared by identity, no object is made there (the collector, which may run
+        finalizers, is only started by making one), and the old list's items stay alive (``gone`` holds
+        them)."""
+        cdef list kept = []             # made first: making an object may run the collector, and so Python code
+        cdef list files = self._files
+        cdef Py_ssize_t i, j, n = PyList_GET_SIZE(gone)
+        cdef object f
+        cdef bint drop
+        for i in range(PyList_GET_SIZE(files)):     # appends only grow ``kept``'s item array: no object is made
+            f = <object>PyList_GET_ITEM(files, i)
+            drop = False
+            for j in range(n):
+                if <object>PyList_GET_ITEM(gone, j) is f:
+                    drop = True
+                    break
+            if not drop:
+                kept.append(f)
+        self._files = kept
+        return PyList_GET_SIZE(files) - PyList_GET_SIZE(kept)
+
+
+cdef int _append_file(IndexFilesBase service, IndexFileCore f) except -1:
+    """``service._files = service._files + [f]`` in one step under the GIL (see ``drop_files``, the cleaner's
+    side): the new list is made before the list it copies is read for the last time, since making an object
+    may start the collector, whose finalizers are Python code that may hand the GIL to the cleaner."""
+    cdef list files, new
+    cdef Py_ssize_t i, n
+    cdef object item
+    while True:
+        files = service._files
+        n = PyList_GET_SIZE(files)
+        new = PyList_New(n + 1)
+        if service._files is files and PyList_GET_SIZE(files) == n:
+            break
+    for i in range(n):
+        item = <object>PyList_GET_ITEM(files, i)
+        Py_INCREF(item)
+        PyList_SET_ITEM(new, i, item)
+    Py_INCREF(f)
+    PyList_SET_ITEM(new, n, f)
+    service._files = new
+    return 0
+
 
 cdef IndexFileCore _take_spare(IndexFilesBase service):
     """``take_spare``: in C, so that the put path makes no Python call when a file fills (the spare's owner
@@ -470,7 +522,7 @@ cdef IndexFileCore _take_spare(IndexFilesBase service):
         return None
     service._spare = None
     f.mapped_file.file_name = service._spare_name
-    service._files = files + [f]
+    _append_file(service, f)
     service._full.append(prev)
     return f
 

@@ -404,8 +404,8 @@ class IndexService:
                 mf.destroy(0, now)
         if gone:
             with self._lock:
-                ids = {id(f) for f in gone}
-                self._files = [f for f in self._files if id(f) not in ids]
+                # in C, in one step: the writer takes the spare into the list without this lock
+                self.core.drop_files(gone)
             try:
                 fsync_dir(self.path)
             except OSError:
