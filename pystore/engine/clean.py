@@ -269,7 +269,15 @@ class CleanService(ServiceThread):
 
 def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[tuple[str, int]]:
     """Destroy every queue whose last unit points below the commit log's min offset (RocketMQ's
-    ``cleanExpiredConsumerQueue``); the schedule topic is kept. Returns the removed (topic, queue id)s."""
+    ``cleanExpiredConsumerQueue``); the schedule topic is kept. Returns the removed (topic, queue id)s.
+
+    RocketMQ looks at a queue and destroys it without stopping the puts: a message put into the queue in
+    between is acknowledged and then hidden (no longer found by queue until a restart rebuilds the queue
+    from the log). Here a queue that looks expired is looked at again under the put lock, which no put of
+    this process can pass meanwhile, and destroyed only when every put the log counted for it is in it
+    (a put not dispatched yet, with SYNC_FLUSH, keeps the queue until a later call). With several writer
+    processes the lock and the count are this process's: there a put of another process into the queue
+    in that moment can still be hidden until a restart, as in RocketMQ."""
     min_offset = cl.get_min_offset()
     removed = []
     for cq in cqs.queues():
@@ -278,11 +286,20 @@ def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[
         last = cq.get_last_offset()
         if last == -1:
             log.debug("%s/%d: empty consume queue (maybe created just now), kept", cq.topic, cq.queue_id)
-        elif last < min_offset:
+            continue
+        if last >= min_offset:
+            continue
+        with cl.put_lock:
+            cell = cl.get_cell(cq.topic, cq.queue_id, create=False)
+            counted = cq.get_max_offset_in_queue() if cell is None or cl.core.shared is not None else cell.next_offset
+            last = cq.get_last_offset()
+            if counted != cq.get_max_offset_in_queue() or not 0 <= last < min_offset:
+                log.info("%s/%d: consume queue kept: a message was put into it meanwhile", cq.topic, cq.queue_id)
+                continue
             log.info("%s/%d: consume queue destroyed, its last message (%d) is below the commit log's min (%d)",
                      cq.topic, cq.queue_id, last, min_offset)
             _drop_queue(cl, cqs, cq)
-            removed.append((cq.topic, cq.queue_id))
+        removed.append((cq.topic, cq.queue_id))
     return removed
 
 
