@@ -270,6 +270,150 @@ def test_clean_expired_consumer_queue_keeps_a_queue_put_into_after_its_look(stor
     store_factory.skip_check()
 
 
+def test_clean_expired_consumer_queue_keeps_a_queue_whose_put_is_dispatched_while_it_looks(store_factory, fake_clock,
+                                                                                          monkeypatch):
+    # SYNC_FLUSH: dispatch follows the flushes, without the put lock. A message the log counted but had not
+    # dispatched goes into the queue while the cleaner reads its last unit: that unit was not the last.
+    import threading
+
+    from pystore import FlushDiskType
+    from pystore.queue.consume_queue import ConsumeQueue
+
+    s = _open(store_factory, fake_clock, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    _fill(s, 100, topic="Old")
+    _fill(s, 300, topic="New")
+    _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
+    s.execute_delete_files_manually()
+    s.clean_files()
+    assert s.get_min_phy_offset() > s.get_commit_log_offset_in_queue("Old", 0, 99)
+    service = s._writer.flush_service
+    dispatch = service.after_flush
+    gate, held = threading.Event(), threading.Event()
+
+    def gated(flushed):  # type: ignore[no-untyped-def]
+        if not gate.is_set():
+            held.set()
+            gate.wait(60)
+        return dispatch(flushed)
+
+    monkeypatch.setattr(service, "after_flush", gated)
+    late: list = []
+    put = threading.Thread(target=lambda: late.append(s.put_message(make_message(7, topic="Old", body_size=100))))
+    put.start()
+    assert held.wait(60)                                    # appended and counted, flushed, not dispatched
+    looked = ConsumeQueue.get_last_offset
+    seen: list = []
+
+    def look(self):  # type: ignore[no-untyped-def]
+        last = looked(self)
+        if self.topic == "Old":
+            seen.append(last)
+            if len(seen) == 2:                              # the look under the put lock: dispatch runs now
+                gate.set()
+                deadline = time.monotonic() + 60
+                while self.get_max_offset_in_queue() < 101 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+        return last
+
+    monkeypatch.setattr(ConsumeQueue, "get_last_offset", look)
+    assert s.clean_expired_consumer_queue() == []
+    monkeypatch.setattr(ConsumeQueue, "get_last_offset", looked)
+    gate.set()
+    put.join(60)
+    r = late[0]
+    assert r.status == PutMessageStatus.PUT_OK and r.append_message_result.logics_offset == 100
+    got = s.get_message("g", "Old", 0, 100)
+    assert got.status == GetMessageStatus.FOUND
+    assert [m.commit_log_offset for m in got.messages] == [r.append_message_result.wrote_offset]
+    store_factory.skip_check()
+
+
+def test_clean_unused_topic_waits_for_a_put_that_runs_python_while_it_rolls_a_file(store_factory, monkeypatch):
+    # A put holds the cell it took for the length of the put, and a roll without a file made ahead calls
+    # Python, which may hand the GIL to the cleaner: a queue forgotten then (any queue) left the put without
+    # its cell. The cleaner now waits for the put lock.
+    import threading
+
+    from pystore.log.commitlog import CommitLog
+
+    s = store_factory(mapped_file_size_commit_log=SMALL_FILE)
+    assert s.put_message(make_message(0, topic="Gone")).status == PutMessageStatus.PUT_OK
+    cl = s._commitlog
+    roll_file = cl.roll_file
+    locking, cleaned = threading.Event(), threading.Event()
+    removed: list = []
+    real_put_lock = CommitLog.put_lock
+
+    def put_lock(self):  # type: ignore[no-untyped-def]
+        if threading.current_thread() is cleaner:
+            locking.set()
+        return real_put_lock.__get__(self)
+
+    def clean() -> None:
+        removed.append(s.clean_unused_topic({"Keep"}))
+        cleaned.set()
+
+    cleaner = threading.Thread(target=clean)
+
+    def roll(next_offset):  # type: ignore[no-untyped-def]
+        if next_offset > 0 and not cleaner.is_alive() and not cleaned.is_set():
+            cleaner.start()                                 # the cleaner runs while the put is in Python
+            deadline = time.monotonic() + 60
+            while not (locking.is_set() or cleaned.is_set()) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            time.sleep(0.01)                                # the cleaner on its way into the lock, or done
+        return roll_file(next_offset)
+
+    monkeypatch.setattr(CommitLog, "put_lock", property(put_lock))
+    monkeypatch.setattr(cl, "roll_file", roll)
+    results = [s.put_message(make_message(i, topic="Keep", body_size=1000)) for i in range(200)]
+    cleaner.join(60)
+    assert removed == [[("Gone", 0)]]
+    assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 200
+    assert [r.append_message_result.logics_offset for r in results] == list(range(200))
+    s.flush()
+    units = list(iter_consume_queue(os.path.join(s.root, "consumequeue", "Keep", "0")))
+    assert [u[0] for u in units] == [r.append_message_result.wrote_offset for r in results]
+    store_factory.expect_messages(201)
+
+
+def test_clean_unused_topic_leaves_no_put_bound_to_the_queue_it_destroys(store_factory, monkeypatch):
+    # A put into the topic between forgetting its cell and removing its queue made a new cell bound to the
+    # queue about to be destroyed: every later put into the topic was acknowledged into no queue. The put
+    # now waits for the cleaner and starts a fresh queue.
+    import threading
+
+    from pystore.queue.queue_store import ConsumeQueueStore
+
+    s = store_factory(mapped_file_size_commit_log=SMALL_FILE)
+    for i in range(5):
+        assert s.put_message(make_message(i, topic="T")).status == PutMessageStatus.PUT_OK
+    remove = ConsumeQueueStore.remove
+    during: list = []
+    put = None
+
+    def racing_remove(self, topic, queue_id):  # type: ignore[no-untyped-def]
+        nonlocal put
+        if put is None:
+            put = threading.Thread(target=lambda: during.append(s.put_message(make_message(100, topic="T"))))
+            put.start()
+            put.join(0.5)                                   # done at once where nothing holds it off
+        return remove(self, topic, queue_id)
+
+    monkeypatch.setattr(ConsumeQueueStore, "remove", racing_remove)
+    assert s.clean_unused_topic({"Other"}) == [("T", 0)]
+    monkeypatch.setattr(ConsumeQueueStore, "remove", remove)
+    put.join(60)
+    later = [s.put_message(make_message(200 + i, topic="T")) for i in range(3)]
+    assert during[0].append_message_result.logics_offset == 0
+    assert [r.append_message_result.logics_offset for r in later] == [1, 2, 3]
+    for r in during + later:
+        got = s.get_message("g", "T", 0, r.append_message_result.logics_offset, 1)
+        assert got.status == GetMessageStatus.FOUND
+        assert [m.commit_log_offset for m in got.messages] == [r.append_message_result.wrote_offset]
+    store_factory.skip_check()
+
+
 def test_clean_unused_topic_keeps_listed_and_system_topics(store_factory, fake_clock):
     s = _open(store_factory, fake_clock)
     for t in ("A", "B", "C"):

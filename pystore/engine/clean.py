@@ -290,10 +290,14 @@ def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[
         if last >= min_offset:
             continue
         with cl.put_lock:
+            # dispatch does not take the put lock (with SYNC_FLUSH or the pool it follows the puts): the last unit
+            # is only known to be the last when the queue's end is the same before and after it is read, and
+            # is every put the log counted for the queue
+            end = cq.get_max_offset_in_queue()
             cell = cl.get_cell(cq.topic, cq.queue_id, create=False)
-            counted = cq.get_max_offset_in_queue() if cell is None or cl.core.shared is not None else cell.next_offset
+            counted = end if cell is None or cl.core.shared is not None else cell.next_offset
             last = cq.get_last_offset()
-            if counted != cq.get_max_offset_in_queue() or not 0 <= last < min_offset:
+            if not (counted == end == cq.get_max_offset_in_queue() and 0 <= last < min_offset):
                 log.info("%s/%d: consume queue kept: a message was put into it meanwhile", cq.topic, cq.queue_id)
                 continue
             log.info("%s/%d: consume queue destroyed, its last message (%d) is below the commit log's min (%d)",
@@ -314,12 +318,17 @@ def clean_unused_topic(cl: CommitLog, cqs: ConsumeQueueStore, keep: Iterable[str
         if cq.topic in kept or cq.topic in SYSTEM_TOPICS:
             continue
         log.info("%s/%d: consume queue of an unused topic destroyed", cq.topic, cq.queue_id)
-        _drop_queue(cl, cqs, cq)
+        with cl.put_lock:
+            _drop_queue(cl, cqs, cq)
         removed.append((cq.topic, cq.queue_id))
     return removed
 
 
 def _drop_queue(cl: CommitLog, cqs: ConsumeQueueStore, cq: ConsumeQueue) -> None:
+    """Forget a queue in the log's table and destroy it; the caller holds the put lock. A put in progress
+    holds the cell it took (and may run Python when it rolls a file, handing the GIL over), and a put
+    between the two steps would make a new cell bound to the queue being destroyed: each would leave
+    acknowledged messages out of every queue."""
     cl.remove_cell(cq.topic, cq.queue_id)
     cqs.remove(cq.topic, cq.queue_id)
     cq.destroy()
