@@ -300,8 +300,10 @@ cdef class CommitLogCore:
         return list(self.table.values())
 
     def remove_cell(self, str topic, int queue_id):
+        """Forget a queue's cell (the cleaner's, under the put lock). The next put looks its cell up again
+        (``last_key`` forgotten); ``last_cell`` keeps the old object, never None: the put paths read it as a
+        typed cell after ``find_cell``, so a caller without the lock costs a put its queue, never memory."""
         self.last_key = None
-        self.last_cell = None
         self.cells_removed += 1
         return self.table.pop("%s-%d" % (topic, queue_id), None)
 
