@@ -38,6 +38,7 @@ import threading
 from collections.abc import Callable
 
 from pystore.errors import StoreLockedError
+from pystore.system import forksafe
 from pystore.system.crashpoint import crashpoint
 from pystore.system.durable import fsync_dir
 from pystore.system.service import real_clock
@@ -254,15 +255,24 @@ class StoreLock:
             os.fsync(fd)
         self._fd = fd
         self.shared = shared
+        forksafe.track(self)
 
     def release(self) -> None:
         if self._fd is None:
             return
+        forksafe.untrack(self)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             os.close(self._fd)
             self._fd = None
+
+    def _drop_after_fork(self) -> None:
+        """In a forked child: let go of the inherited descriptor without unlocking (the lock is the
+        parent's; ``pystore.system.forksafe``)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _locked_message(path: str, wanted_shared: bool) -> str:

@@ -58,6 +58,7 @@ from pystore.message._message_batch import MessageBatch
 from pystore.message.constants import offset_of_message_id
 from pystore.read._queue_reader import QueueReader
 from pystore.read.store_reads import StoreReads
+from pystore.system import forksafe
 from pystore.system.durable import make_dirs_durable
 from pystore.system.running_flags import RunningFlags
 from pystore.system.service import disk_used_ratio, real_clock
@@ -208,6 +209,7 @@ class MessageStore(ConsumerSide):
         if not self.read_only:
             make_dirs_durable(cfg.store_path_root_dir)
             self._lock.acquire(shared=cfg.shared_writers)
+            forksafe.track(self)
         elif not os.path.isdir(cfg.store_path_root_dir):
             raise StoreError("no store at %s" % cfg.store_path_root_dir)
         try:
@@ -355,7 +357,15 @@ class MessageStore(ConsumerSide):
             w.pool.destroy()          # after the files: a buffer a file still uses cannot be closed
             w.pool = None
         self._lock.release()
+        forksafe.untrack(self)
         log.info("store %s shut down", self.root)
+
+    def _drop_after_fork(self) -> None:
+        """In a forked child (``pystore.system.forksafe``): a writer's service threads stayed in the parent, and its
+        files are the parent's to write, so this copy is off: puts answer ``SERVICE_NOT_AVAILABLE``, reads raise
+        ``StoreClosedError``, and its ``shutdown`` writes nothing. A child opens the store again to use it."""
+        self._state = _SHUTDOWN
+        self._update_writeable()
 
     def _close_files(self) -> None:
         if self._parts is not None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from pystore.errors import StoreError
 from pystore.log._shared_lock import DEAD_MAN, PAGE_SIZE, SLOT_SIZE, SharedLock, ofd_try_lock, ofd_unlock, ofd_wait_lock
+from pystore.system import forksafe
 
 log = logging.getLogger("pystore.log.shared_state")
 
@@ -110,7 +111,19 @@ class SharedState:
             self.fd = -1
             raise
         self.fd, self.map, self.lock = fd, m, lock
+        forksafe.track(self)
         return lock
+
+    def _map(self, size: int) -> mmap.mmap:
+        """The page mapped through a descriptor of its own: Python's mmap keeps a duplicate of the descriptor it
+        is given, and one of ``fd`` would share its open file description, so the locks on it (which the
+        kernel releases when the last descriptor of that description closes) would live as long as the
+        mapping, in a forked child too (``_drop_after_fork`` closes ``fd``, and cannot close the mapping)."""
+        mfd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            return mmap.mmap(mfd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(mfd)
 
     def _initialise(self, fd: int, end: int) -> tuple[mmap.mmap, SharedLock]:
         """(Alone, the log's end known, the magic cleared.) A fresh page and an empty table: the table cut off and
@@ -125,7 +138,7 @@ class SharedState:
             except OSError as e:
                 raise SharedStateError(self.path, "cannot allocate the writers' queue-offset table (%d bytes): %s"
                                        % (size - PAGE_SIZE, e.strerror)) from None
-        m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        m = self._map(size)
         lock = SharedLock(m, fd)
         try:
             lock.init_page(end, self.prefer_mutex, self.queue_slots)
@@ -149,7 +162,7 @@ class SharedState:
             if size == 0:
                 return None
             raise SharedStateError(self.path, "the writers' state page is %d bytes (%d expected)" % (size, PAGE_SIZE))
-        m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        m = self._map(size)
         if m[:8] == bytes(8):
             m.close()
             return None
@@ -170,9 +183,18 @@ class SharedState:
             return True
         return False
 
+    def _drop_after_fork(self) -> None:
+        """In a forked child: let go of the inherited descriptor, which holds the dead-man byte, the leader's
+        byte and perhaps the append lock, without unlocking anything (they are the parent's;
+        ``pystore.system.forksafe``). The page stays mapped: the store object that uses it is off in the child."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
     def close(self) -> None:
         if self.fd < 0:
             return
+        forksafe.untrack(self)
         if self.lock is not None:
             self.lock.detach()    # gives back the mapping's export
             self.lock = None
