@@ -414,6 +414,42 @@ def test_clean_unused_topic_leaves_no_put_bound_to_the_queue_it_destroys(store_f
     store_factory.skip_check()
 
 
+@pytest.mark.parametrize("how", ["unused", "expired"])
+def test_whole_queue_cleanups_keep_the_timer_queue_and_later_timers_are_delivered(store_factory, fake_clock, how):
+    # The timer store reads the timer topic's queue on from the offset it reached: destroyed and started again
+    # at 0, the queue would hold every later timer where the store never looks (acknowledged, never delivered).
+    from pystore import Message
+    from pystore.timer import TIMER_TOPIC
+
+    s = _open(store_factory, fake_clock, timer_wheel_enable=True)
+    for i in range(5):
+        assert s.put_message(Message("Orders", b"early %d" % i, delay_ms=2000)).is_ok()
+    deadline = time.monotonic() + 60                        # a liveness bound: the timer threads deliver
+    while s.get_max_offset_in_queue("Orders", 0) < 5 and time.monotonic() < deadline:
+        fake_clock.advance(1000)
+        time.sleep(0.01)
+    assert s.get_max_offset_in_queue("Orders", 0) == 5
+    if how == "expired":
+        _fill(s, 300, topic="New")
+        _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
+        s.execute_delete_files_manually()
+        s.clean_files()
+        assert s.get_min_phy_offset() > s.get_commit_log_offset_in_queue(TIMER_TOPIC, 0, 4)
+        assert (TIMER_TOPIC, 0) not in s.clean_expired_consumer_queue()
+    else:
+        assert (TIMER_TOPIC, 0) not in s.clean_unused_topic({"Orders", "New"})
+    assert s.get_max_offset_in_queue(TIMER_TOPIC, 0) >= 5
+    orders = s.get_max_offset_in_queue("Orders", 0)        # 0 when its expired queue went too
+    assert s.put_message(Message("Orders", b"late", delay_ms=2000)).is_ok()
+    deadline = time.monotonic() + 60
+    while s.get_max_offset_in_queue("Orders", 0) <= orders and time.monotonic() < deadline:
+        fake_clock.advance(1000)
+        time.sleep(0.01)
+    got = s.get_message("g", "Orders", 0, orders, 1)
+    assert got.status == GetMessageStatus.FOUND and got.messages[0].body == b"late"
+    store_factory.skip_check()
+
+
 def test_clean_unused_topic_keeps_listed_and_system_topics(store_factory, fake_clock):
     s = _open(store_factory, fake_clock)
     for t in ("A", "B", "C"):

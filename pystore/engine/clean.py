@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from pystore.message.constants import SCHEDULE_TOPIC
 from pystore.system.service import Clock, DiskUsage, ServiceThread, disk_used_ratio, real_clock
+from pystore.timer import TIMER_TOPIC
 
 if TYPE_CHECKING:
     from pystore.archive.archive import Archive
@@ -53,8 +54,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MANUAL_DELETE_PASSES = 20          # RocketMQ's manualDeleteFileSeveralTimes
+# TIMER_TOPIC: the timer store reads its queue on from where it last stood, so a queue destroyed and started again
+# at offset 0 would leave every later timer unread (acknowledged, never delivered)
 # System topics whose queues the manual topic cleanup never removes (RocketMQ's TopicValidator)
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+#: Queues ``clean_expired_consumer_queue`` never removes: the delay levels' and the timer store's, each read by a
+#: service from an offset it keeps (RocketMQ spares the schedule topic)
+KEPT_WHEN_EXPIRED = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 
 
 class CleanCommitLog:
@@ -269,7 +275,7 @@ class CleanService(ServiceThread):
 
 def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[tuple[str, int]]:
     """Destroy every queue whose last unit points below the commit log's min offset (RocketMQ's
-    ``cleanExpiredConsumerQueue``); the schedule topic is kept. Returns the removed (topic, queue id)s.
+    ``cleanExpiredConsumerQueue``); the schedule and timer topics are kept. Returns the removed (topic, queue id)s.
 
     RocketMQ looks at a queue and destroys it without stopping the puts: a message put into the queue in
     between is acknowledged and then hidden (no longer found by queue until a restart rebuilds the queue
@@ -281,7 +287,7 @@ def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[
     min_offset = cl.get_min_offset()
     removed = []
     for cq in cqs.queues():
-        if cq.topic == SCHEDULE_TOPIC:
+        if cq.topic in KEPT_WHEN_EXPIRED:
             continue
         last = cq.get_last_offset()
         if last == -1:
