@@ -233,8 +233,21 @@ class TimerLog:
                 if damage is not None and damage[2] != _ZEROS:
                     log.warning("timer log cut at %d: %s in %s", end, damage[2], damage[0])
                 self.queue.truncate_dirty_files(end)        # a reader's view only narrows
+                # the files were loaded as flushed to their ends, but past the checkpoint's flushed position the
+                # units may be pages a killed writer left dirty: synced now, or the next checkpoint would count
+                # them durable unsynced, and a power cut then would leave zeros below its flushed position
+                self._sync_tail(max(flushed_pos, files[index].file_from_offset), end)
                 self.queue.flushed_where = self.queue.committed_where = end
             return end
+
+    def _sync_tail(self, start: int, end: int) -> None:
+        """Sync ``[start, end)`` of the log (``OSError`` when a sync fails: the store is not opened)."""
+        for mf in self.queue.files:
+            lo, hi = mf.file_from_offset, mf.file_from_offset + mf.file_size
+            if hi <= start or lo >= end:
+                continue
+            mf.unflush_from(max(0, start - lo))
+            mf.flush(0)
 
     def _scan_file(self, mf: MappedFile, on_unit: Callable[[int, TimerUnit], None] | None, check: bool,
                    valid: Callable[[TimerUnit], str | None] | None = None) -> tuple[int, tuple[str, int, str] | None]:

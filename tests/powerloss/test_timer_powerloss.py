@@ -594,3 +594,61 @@ def check_delivered(store, log: WriterLog, mode: str, read_time: int, queue_offs
              late, len(broken), len(caught_late), len(dups), sum(dups.values()) - len(dups),
              sum(1 for p in log.timers.values() if p.ok and p.idx not in log.cancel_tried and not got.get(p.idx)),
              takeover))
+
+
+# a writer that enqueues timers past its last timer checkpoint, then dies without a sync
+KILLED_TIMER_WRITER = r'''
+import os, signal, sys, time
+import crash_writer as cw
+from pystore import Message
+from pystore.config import FlushDiskType
+store = cw.open_store(sys.argv[1], 1 << 20, flush_disk_type=FlushDiskType.SYNC_FLUSH, timer_flush_interval_ms=3_600_000,
+                      mapped_file_size_timer_log=1 << 20)
+ts = store.timer_message_store
+assert store.put_message(Message("Orders", b"first", delay_ms=3_600_000)).is_ok()
+deadline = time.monotonic() + 60
+while ts.curr_queue_offset < 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+ts.flush()                                            # the last checkpoint: one unit
+for i in range(2000):                                 # ~100 KB of units past it, in the page cache only
+    assert store.put_message(Message("Orders", b"t%d" % i, delay_ms=3_600_000)).is_ok()
+while ts.curr_queue_offset < 2001 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("enqueued", ts.curr_queue_offset, ts.timer_log.max_offset, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+@pytest.mark.parametrize("model", ["journal", "strict"])
+def test_a_timer_log_recovered_after_a_kill_is_synced_before_its_checkpoint_counts_it(powercut, procs, model):
+    # The timer log's files load as flushed to their ends; the units a killed writer appended after its last
+    # checkpoint are only in the page cache. The recovering process must sync them before its checkpoint counts
+    # them: a cut after that checkpoint left zeros below its flushed position, and the store refused to open.
+    from pystore.config import FlushDiskType
+    from pystore.errors import StoreCorruptedError
+
+    fs = powercut(model)
+    root = fs.mount / "store"
+    p = procs.start(str(root), script=KILLED_TIMER_WRITER, env=fs.writer_env())
+    words = read_line(p, "enqueued", timeout=120).split()
+    end = int(words[2])
+    p.wait()
+    store = cw.open_store(root, 1 << 20, flush_disk_type=FlushDiskType.SYNC_FLUSH, timer_flush_interval_ms=3_600_000,
+                          mapped_file_size_timer_log=1 << 20)
+    try:
+        ts = store.timer_message_store
+        assert ts is not None and ts.timer_log.max_offset == end
+        ts.flush()                                            # what the flush thread does first: its checkpoint
+        assert ts.checkpoint.last_timer_log_flush_pos == end
+        out = fs.crash(mode="drop")
+    finally:
+        store.shutdown()                                      # after the cut: changes nothing on its disk
+    try:
+        reopened = cw.open_store(out / "store", 1 << 20, mapped_file_size_timer_log=1 << 20)
+    except StoreCorruptedError as e:
+        pytest.fail("the cut left the timer log short of its checkpoint: %s" % e)
+    try:
+        assert reopened.timer_message_store is not None
+        assert reopened.timer_message_store.timer_log.max_offset >= end
+    finally:
+        reopened.shutdown()
