@@ -325,3 +325,55 @@ def test_deliveries_share_a_log_with_another_writer(tmp_path):
         assert sorted(b for _, b in bodies) == sorted([b"timer %d" % i for i in range(600)]
                                                        + [b"plain %d" % i for i in range(puts)])
         assert sum(walked) == 600 and puts > 100
+
+
+def test_the_timer_checkpoint_waits_for_deliveries_still_in_a_pool_buffer(store_factory, fake_clock):
+    # With the transient pool a delivery lands in a pool buffer (process memory) and reaches the file when the
+    # commit service copies it. The checkpoint written after a slot's deliveries must find them durable, not
+    # only what the commit service had copied: a kill before its next pass lost the deliveries, and recovery
+    # never read their slot again (acknowledged timers, never delivered).
+    import threading
+
+    from pystore.log.flush import CommitRealTimeService
+
+    fake_clock.now = T0
+    store = store_factory(clock=fake_clock, flush_disk_type=FlushDiskType.ASYNC_FLUSH, transient_store_pool_enable=True,
+                          transient_store_pool_size=4)
+    for s in store._services:                               # the test runs the timer store's steps itself
+        if isinstance(s, TimerServices):
+            for t in s.threads:
+                t.shutdown(True)
+    ts = store.timer_message_store
+    commit = next(s for s in store._services if isinstance(s, CommitRealTimeService))
+    for i in range(3):
+        assert store.put_message(Message("Orders", b"timer %d" % i, deliver_at_ms=T0 + 2500,
+                                         properties={"UNIQ_KEY": "u%d" % i})).is_ok()
+    fake_clock.now = T0 + 1000                              # the commit service's thorough pass copies them
+    wait_for(lambda: store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 3)
+    while ts.enqueue():
+        pass
+    ts.flush()
+    hold = threading.Event()
+    copy = commit._commit
+
+    def held(least: int) -> bool:                           # the commit service's next pass: after the check
+        hold.wait(60)
+        return copy(least)
+
+    commit._commit = held
+    try:
+        fake_clock.now = T0 + 3100
+        ts.enqueue()
+        while ts.dequeue() != -1:                           # the slot's three deliveries, into the pool
+            pass
+        q = store._commitlog.queue
+        wrote = q.get_max_wrote_position()
+        assert wrote > store._commitlog.get_max_offset()   # not copied into the file yet
+        ts.flush()
+        assert q.flushed_where >= wrote                     # durable before the checkpoint counted the slot read
+        assert ts.checkpoint.last_read_time_ms > T0 + 2000
+        wait_for(lambda: store.get_max_offset_in_queue("Orders", 0) == 3)    # and dispatched
+    finally:
+        hold.set()
+    got = store.get_message("g", "Orders", 0, 0, 32)
+    assert sorted(m.body for m in got.messages) == [b"timer 0", b"timer 1", b"timer 2"]

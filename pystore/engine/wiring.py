@@ -96,6 +96,16 @@ def dispatch_behind(parts: StoreParts | None, writer: Writer | None) -> int:
     return max(0, parts.commitlog.queue.flushed_where - parts.reput.reput_from)
 
 
+def _commit_flush_dispatch(cl: CommitLog, reput: Any, end: int) -> bool:
+    """With the transient pool: commit every pooled byte written so far (at least to ``end``), flush it and
+    dispatch it (what the commit service's pass does after a commit); True once it is all durable."""
+    target = max(end, cl.queue.get_max_wrote_position())
+    flushed = flush_all(cl.queue)
+    if reput is not None:
+        reput.dispatch_until(cl.queue.committed_where)
+    return flushed >= target
+
+
 def pool_enabled(cfg: StoreConfig) -> bool:
     """RocketMQ 4.8's ``isTransientStorePoolEnable``: the pool is used with ASYNC_FLUSH on a master only."""
     return (cfg.transient_store_pool_enable and cfg.flush_disk_type == FlushDiskType.ASYNC_FLUSH
@@ -309,6 +319,10 @@ def _wire_services(parts: StoreParts, cfg: StoreConfig, schedule: ScheduleMessag
             commit = CommitRealTimeService(cl, cfg, flush_service, after_commit=reput.dispatch_until, clock=clock)
             cl.flush_wakeup = None if cfg.flush_commit_log_timed else commit.wakeup
             cl.wake_bytes = cfg.commit_commit_log_least_pages * _PAGE
+            if timer is not None:
+                # its checkpoint waits for the deliveries to be durable, those still in a pool buffer included
+                # (the log's max offset is only what the commit service copied into the files)
+                timer.flush_commitlog = lambda end: _commit_flush_dispatch(cl, reput, end)
         else:
             # puts wake the service's wait in C (_flush_wait) through the commit log's word, not through Python
             # (flush_wakeup stays None: the put path calls it only without flush_wake_c)
