@@ -608,3 +608,48 @@ def test_time_searches_and_store_times_answer_below_the_local_data_as_if_it_were
         assert answers(store, times) == local
     with _open(root, archive, archive_local_retention_bytes=size) as store:
         assert answers(store, times) == local
+
+
+def test_timers_whose_records_only_the_archive_holds_keep_their_timer_log_and_are_delivered(tmp_path, archive):
+    # The timer store reads a waiting timer's record from the archive once the local log's retention deleted its
+    # file; the timer-log files its units are in must stay too (they went with the local log's first offset:
+    # the units of timers still waiting were gone, and the timers never delivered).
+    from pystore.timer.timer_services import TimerServices
+
+    now = [1_700_000_000_000]
+    with _open(tmp_path / "s", archive, archive_local_retention_bytes=1, mapped_file_size_timer_log=4096,
+               clock=lambda: now[0]) as store:
+        for s in store._services:                           # the test runs the timer store's steps itself
+            if isinstance(s, TimerServices):
+                for t in s.threads:
+                    t.shutdown(True)
+        ts = store.timer_message_store
+        deliver = now[0] + 60_000
+        for i in range(200):                                # several 4 KiB timer-log files of units
+            assert store.put_message(Message(TOPIC, b"timer %d" % i, deliver_at_ms=deliver,
+                                             properties={"UNIQ_KEY": "k%d" % i})).is_ok()
+        while ts.enqueue():
+            pass
+        for _ in range(600):                                # their commit-log file sealed, archived, cleaned
+            assert store.put_message(Message("Filler", b"f" * 400)).is_ok()
+        store.flush()
+        store._cq_store.flush(0)
+        _archive_pass(store)
+        _clean_all(store)
+        assert store.get_min_phy_offset() > 0 and ts.look(0) is not None     # record 0: from the archive
+        files = len(ts.timer_log.queue.files)
+        assert files > 1
+        ts.delete_expired()                                 # what the timer flush service does after each flush
+        assert len(ts.timer_log.queue.files) == files
+        now[0] = deliver + 1001
+        for _ in range(100_000):
+            if not ts.enqueue() and ts.dequeue() == -1:
+                break
+        store.flush()
+        got = []
+        while len(got) < 200:
+            r = store.get_message("g", TOPIC, 0, len(got), 32)
+            if not r.messages:
+                break
+            got += [m.body for m in r.messages]
+        assert sorted(got) == sorted(b"timer %d" % i for i in range(200))

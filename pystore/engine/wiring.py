@@ -85,6 +85,19 @@ def _look_below(cl: CommitLog, archive: Archive | None) -> Callable[[int], Messa
     return look
 
 
+def _readable_from(cl: CommitLog, archive: Archive | None) -> Callable[[], int] | None:
+    """With an archive, the first commit-log offset the timer store can still read a record at (the archive's
+    first when it begins below the local log): the timer-log files it may delete point below it; None without
+    an archive (the local log's first offset, as RocketMQ)."""
+    if archive is None:
+        return None
+
+    def first() -> int:
+        local, archived = cl.get_min_offset(), archive.min_phy_offset()
+        return local if archived < 0 else min(local, archived)
+    return first
+
+
 def dispatch_behind(parts: StoreParts | None, writer: Writer | None) -> int:
     """RocketMQ ``dispatchBehindBytes`` of a store: 0 for a reader (it dispatches nothing) and with inline
     dispatch; else what dispatch has yet to reach of what it may (``Writer.dispatch_end``; the flushed end
@@ -213,7 +226,7 @@ def wire_writer(parts: StoreParts, cfg: StoreConfig, *, lock: StoreLock, abort: 
     if not slave and cfg.timer_wheel_enable:
         # a damaged timer log or wheel fails start() here, before any service runs
         timer = TimerMessageStore(cl, parts.cq_store, cfg, clock, put=cl.append_message,
-                                  look=_look_below(cl, parts.archive))
+                                  look=_look_below(cl, parts.archive), readable_from=_readable_from(cl, parts.archive))
         timer.load()
         cl.timer_rewrite = TimerPut(cfg, cl.clock, timer.put_link)     # with flow control and the enqueue's wake
     offsets = ConsumerOffsets(cfg.config_path(), cfg.flush_consumer_offset_interval, _min_offset_of(parts.cq_store),

@@ -234,9 +234,10 @@ class TimerFiles(TimerState):
 
     def delete_expired(self) -> int:
         """Timer-log files whose units all point below the commit log's first offset (the clean service's
-        ``deleteExpiredFileByOffsetForTimerLog``)."""
+        ``deleteExpiredFileByOffsetForTimerLog``); with an archive, below the archive's first offset, since the
+        dequeue still reads the records the archive holds."""
         tl = self.timer_log
-        low = self.commitlog.get_min_offset()
+        low = self.readable_from()
         if tl is None or low <= 0:
             return 0
         return tl.delete_expired(low)

@@ -79,11 +79,15 @@ class TimerState:
 
     def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, config: StoreConfig,
                  clock: Callable[[], int], put: Callable[[Message], PutMessageResult],
-                 look: Callable[[int], MessageExt | None] | None = None) -> None:
+                 look: Callable[[int], MessageExt | None] | None = None,
+                 readable_from: Callable[[], int] | None = None) -> None:
         self.commitlog = commitlog
         #: the message at a commit-log offset, for the dequeue: with an archive, below the local log from there (a
         #: timer waits up to ``timer_max_delay_sec``, longer than the archive's local retention may keep its record)
         self.look = look if look is not None else commitlog.look_message_by_offset
+        #: the first commit-log offset ``look`` still reads (the timer-log files pointing below it may go): with an
+        #: archive, where the archive begins; else the local log's first offset
+        self.readable_from = readable_from if readable_from is not None else commitlog.get_min_offset
         self.cq_store = cq_store
         self.config = config
         self.clock = clock
