@@ -1653,3 +1653,51 @@ def test_stream_refuses_a_schema_as_itself(spark, main_store, tmp_path):
     )
     err = _stream_failure(q)
     assert "field queue_offset: the pystore source's type for it is bigint, the schema gives int" in err, err
+
+
+def test_streaming_sinks_of_several_writer_processes_keep_each_others_progress(tmp_path, monkeypatch):
+    """Two queries commit micro-batches into one store opened with ``shared_writers``: each rewrites the
+    progress table, and the store lock (shared there) no longer keeps them apart. A commit of Q2 made while Q1
+    has read the table and not yet written it back must survive, or Q2's replay would be stored twice."""
+    import threading
+
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    import pystore.spark.sink as sink
+
+    root = str(tmp_path / "dst")
+    schema = StructType([StructField("topic", StringType()), StructField("body", BinaryType())])
+
+    def writer(query: str) -> Any:
+        return sink.PystoreStreamWriter({"path": root, "queryName": query, "shared_writers": "true",
+                                         "mapped_file_size_commit_log": "65536"}, schema)
+
+    def commit(w: Any, topic: str, body: bytes) -> None:
+        part = w.write(iter([pa.RecordBatch.from_pydict({"topic": [topic], "body": [body]})]))
+        w.commit([part], 0)
+
+    q1, q2 = writer("Q1"), writer("Q2")
+    read = sink._progress
+    in_window, q2_done = threading.Event(), threading.Event()
+
+    def q1_reads(r: str) -> dict:
+        table = read(r)
+        if threading.current_thread() is first and not in_window.is_set():
+            in_window.set()                                  # Q1 read the table: Q2 commits now if it can
+            q2_done.wait(1.0)
+        return table
+
+    monkeypatch.setattr(sink, "_progress", q1_reads)
+    first = threading.Thread(target=commit, args=(q1, "T1", b"q1-b0"))
+    second = threading.Thread(target=lambda: (commit(q2, "T2", b"q2-b0"), q2_done.set()))
+    first.start()
+    assert in_window.wait(60)
+    second.start()
+    first.join(120)
+    second.join(120)
+    assert not first.is_alive() and not second.is_alive()
+    assert sink.committed_batches(root) == {"query:Q1": 0, "query:Q2": 0}
+    commit(writer("Q2"), "T2", b"q2-b0")                     # Spark's replay of Q2's micro-batch 0: dropped
+    with MessageStore.open(root, read_only=True) as s:
+        assert [m.body for m in s.get_message("g", "T2", 0, 0, 32).messages] == [b"q2-b0"]

@@ -4,7 +4,8 @@ Rows take the batch writer's columns and checks (:mod:`pystore.spark.writer`): e
 an Arrow IPC file under ``<root>/.spark-staging/stream-<query>/``; the driver's ``commit(messages,
 batch_id)`` appends them through the put path (:func:`pystore.spark.append.append_staged`, under the store
 lock). Each query's progress is kept in ``<root>/config/sparkSinkCommits.json``, replaced atomically with a
-``.bak`` as the broker's own config files are::
+``.bak`` as the broker's own config files are, each change made holding an exclusive ``flock`` on the config
+folder (with ``shared_writers`` the store lock is shared, and two queries may commit at once)::
 
     {"<query>": {"committed": 6}}                                 between micro-batches
     {"<query>": {"committed": 6, "appending": 7, "from": 81920}}  while micro-batch 7 is appended
@@ -23,6 +24,8 @@ A query is known by its checkpoint folder (``checkpointLocation``, made absolute
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -58,6 +61,22 @@ def _decode(text: str) -> dict[str, dict[str, int]]:
 
 def _progress(root: str) -> dict[str, dict[str, int]]:
     return load_config_file(os.path.join(root, "config", COMMITS_FILE), _decode) or {}
+
+
+@contextlib.contextmanager
+def _progress_locked(root: str) -> Iterator[dict[str, dict[str, int]]]:
+    """The table, read with an exclusive ``flock`` on the config folder held until the block ends (a change is
+    written with ``_record`` inside it). Each change rewrites the whole file, and with several writer processes
+    (``shared_writers``) the store lock no longer keeps two queries' commits apart: one would write back a
+    table without the other's entry, whose next replay would then be stored twice."""
+    folder = os.path.join(root, "config")
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield _progress(root)
+    finally:
+        os.close(fd)            # the lock goes with the descriptor
 
 
 def _record(root: str, table: dict[str, dict[str, int]]) -> None:
@@ -103,26 +122,26 @@ class PystoreStreamWriter(DataSourceStreamArrowWriter):
 
         def guard(store: Any) -> int | None:
             nonlocal replay
-            table = _progress(self.root)
-            entry = table.get(self.query, {"committed": -1})
-            replay = batchId <= entry["committed"]
-            if replay:
-                return None
-            if entry.get("appending") == batchId:
-                done = stored_prefix(store, entry["from"], paths)
-                log.warning("pystore streaming write to %s: micro-batch %d was cut short by a crash after %d "
-                            "message(s); appending the rest", self.root, batchId, done)
-                return done
-            table[self.query] = {"committed": entry["committed"], "appending": batchId,
-                                 "from": store.get_max_phy_offset()}
-            _record(self.root, table)
-            return 0
+            with _progress_locked(self.root) as table:
+                entry = table.get(self.query, {"committed": -1})
+                replay = batchId <= entry["committed"]
+                if replay:
+                    return None
+                if entry.get("appending") == batchId:
+                    done = stored_prefix(store, entry["from"], paths)
+                    log.warning("pystore streaming write to %s: micro-batch %d was cut short by a crash after %d "
+                                "message(s); appending the rest", self.root, batchId, done)
+                    return done
+                table[self.query] = {"committed": entry["committed"], "appending": batchId,
+                                     "from": store.get_max_phy_offset()}
+                _record(self.root, table)
+                return 0
 
         def after(store: Any, total: int) -> None:
             store.flush()  # the messages on disk before the record that says they are
-            table = _progress(self.root)
-            table[self.query] = {"committed": batchId}
-            _record(self.root, table)
+            with _progress_locked(self.root) as table:
+                table[self.query] = {"committed": batchId}
+                _record(self.root, table)
             log.info("pystore streaming write to %s: micro-batch %d, %d message(s)", self.root, batchId, total)
 
         try:
