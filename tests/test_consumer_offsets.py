@@ -254,6 +254,55 @@ def test_a_follower_commits_through_the_journal_and_the_leader_writes_it_into_th
     assert follower.fetch("g", "T", 1) == 2                 # the file, re-read when it changed
 
 
+def test_a_new_leader_applies_the_journal_before_its_own_commits(tmp_path) -> None:
+    # A follower's commit sat in the journal when the leader died; the follower took over and committed again.
+    # Applied only at its next fetch, the older journal line came over the newer commit: the offset went back.
+    old_leader, follower = _journaled(tmp_path, False), _journaled(tmp_path, True)
+    old_leader.load()
+    follower.commit("g", "T", 0, 10)
+    new_leader = _journaled(tmp_path, False)                 # the takeover: the same process, leading now
+    new_leader.load()
+    new_leader.commit("g", "T", 0, 20)
+    assert new_leader.fetch("g", "T", 0) == 20
+    new_leader.persist()
+    again = _journaled(tmp_path, False)
+    again.load()
+    assert again.fetch("g", "T", 0) == 20
+
+
+def test_the_leaders_commits_reach_the_other_processes_at_once(tmp_path) -> None:
+    # A consumer handed from the leader's process to another's (one consumer a queue at a time) started from
+    # the file, up to a write interval behind the leader's table: those messages were delivered again.
+    leader, follower = _journaled(tmp_path, False), _journaled(tmp_path, True)
+    leader.load()
+    leader.commit("g", "T", 0, 30)
+    assert follower.fetch("g", "T", 0) == 30
+
+
+def test_a_write_of_the_file_cut_before_the_journal_is_emptied_keeps_the_newest_commit(tmp_path, monkeypatch) -> None:
+    # The leader wrote the file, then died before it emptied the journal: the next leader applies the lines
+    # again over the file, and must end with the newest commit of each queue, not an older journal line.
+    import pystore.consumer.offsets as offsets_module
+
+    leader, follower = _journaled(tmp_path, False), _journaled(tmp_path, True)
+    leader.load()
+    follower.commit("g", "T", 0, 10)
+    leader.commit("g", "T", 0, 20)
+
+    def killed(fd: int, size: int) -> None:
+        raise KeyboardInterrupt("killed between the file and the journal")
+
+    monkeypatch.setattr(offsets_module.os, "ftruncate", killed)
+    with pytest.raises(KeyboardInterrupt):
+        leader.persist()
+    monkeypatch.undo()
+    assert decode_consumer_offsets((tmp_path / "config" / "consumerOffset.json").read_text()) == {"T@g": {0: 20}}
+    next_leader = _journaled(tmp_path, False)
+    next_leader.load()
+    assert next_leader.fetch("g", "T", 0) == 20
+    assert follower.fetch("g", "T", 0) == 20
+
+
 def test_a_journal_line_cut_by_a_kill_or_not_a_commit_is_skipped(tmp_path, caplog) -> None:
     leader = _journaled(tmp_path, False)
     leader.load()

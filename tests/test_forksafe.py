@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
 GEOMETRY = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 64}
 
 # a writer that puts 10 messages and forks a child that only sleeps; each says its pid once past the fork
-PARENT = """
+PARENT = r"""
 import os, sys, time
 from pystore import Message, MessageStore
 root, shared = sys.argv[1], sys.argv[2] == "shared"
@@ -31,10 +31,11 @@ for i in range(10):
 s.flush()
 pid = os.fork()
 if pid == 0:
-    print("child", os.getpid(), flush=True)      # past fork: the child has dropped what it inherited
+    os.write(1, b"child %d\n" % os.getpid())    # past fork: the child has dropped what it inherited (one write:
+                                                # a pipe keeps a short one whole beside the parent's)
     time.sleep(120)
     os._exit(0)
-print("parent", os.getpid(), pid, flush=True)
+os.write(1, b"parent %d %d\n" % (os.getpid(), pid))
 time.sleep(120)
 """
 

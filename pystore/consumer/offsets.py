@@ -20,12 +20,15 @@ and ``shutdown`` writes it a last time. A crash loses at most one interval of co
 those messages again (at-least-once, as RocketMQ). A read-only store re-reads the file when it changed on disk
 (a live writer's commits show up there once persisted) and refuses ``commit`` with ``StoreError``.
 
-Several writer processes (``journal``): the leader keeps the table and the file as a writer does; the others
-append their commits to ``config/consumerOffset.journal`` (pystore's own: one JSON array ``[key, queue id,
-offset]`` a line, each append under an exclusive ``flock`` of the journal), and read the file with the journal's
-lines on top. The leader applies the lines it has not seen at each fetch, and at each write of the file takes
-the rest under that lock, writes the file, and empties the journal before it lets go (a commit is in the file or
-in the journal, never in neither). Two processes committing one queue for one group: the later applied wins.
+Several writer processes (``journal``): every process appends its commits to ``config/consumerOffset.journal``
+(pystore's own: one JSON array ``[key, queue id, offset]`` a line, each append under an exclusive ``flock`` of the
+journal), the leader too, so the journal orders every commit made since the file was last written. The leader
+keeps the table and writes the file as a writer does: it applies the journal's lines in order (all of them when
+it loads, as a new leader; then the new ones at each commit and fetch), and at each write of the file takes the
+rest under that lock, writes the file, and empties the journal before it lets go (a commit is in the file or in
+the journal, never in neither; a kill between the two leaves lines the file holds already, which applied again
+in order give the same table). The others read the file and the journal's lines on top, both under the
+journal's shared lock. Two processes committing one queue for one group: the later in the journal wins.
 
 Thread-safety: every method may be called from any thread.
 """
@@ -126,7 +129,13 @@ class ConsumerOffsets(ServiceThread):
         table = load_config_file(self.path, decode_consumer_offsets) or {}
         with self._lock:
             self._table = table
+            self._journal_pos = 0
         log.debug("%s: %d topic@group entries loaded", self.path, len(table))
+        if not self.read_only and self.journal is not None:
+            # a new leader: the journal's lines now, before any commit of its own can be applied under them
+            with _JournalLock(self.journal, fcntl.LOCK_SH) as fd:
+                assert fd is not None
+                self._apply_journal(fd)
         leftover = os.path.join(os.path.dirname(self.path), JOURNAL_FILE)
         if not self.read_only and self.journal is None and os.path.exists(leftover):
             # several writers' commits that no leader wrote into the file: taken in now, then the journal goes
@@ -143,8 +152,15 @@ class ConsumerOffsets(ServiceThread):
             raise TypeError("offset must be int, got %s" % type(offset).__name__)
         if offset < 0:
             raise ValueError("offset must be >= 0, got %d" % offset)
-        if self.read_only and self.journal is not None:
-            _append_journal(self.journal, key, queue_id, offset)
+        if self.journal is not None:
+            # every process, the leader too: the journal then orders all commits since the file was last written,
+            # so a follower reads the leader's at once and a new leader (or one whose write of the file a kill cut
+            # short) applies each line over the file in that order, never an older commit over a newer one
+            with _JournalLock(self.journal, fcntl.LOCK_EX) as fd:
+                assert fd is not None
+                os.write(fd, _journal_line(key, queue_id, offset))
+                if not self.read_only:
+                    self._apply_journal(fd)
             return
         if self.read_only:
             raise StoreError("a read-only store cannot commit offsets (%s)" % self.path)
@@ -155,11 +171,11 @@ class ConsumerOffsets(ServiceThread):
     def fetch(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, raised to the queue's min offset; -1 when the group never committed."""
         key = _check(group, topic, queue_id)
-        if self.read_only:
-            self._follow()
         offset = -1
         if self.journal is not None:
             offset = self._journal_offset(key, queue_id)
+        elif self.read_only:
+            self._follow()
         if offset < 0:
             with self._lock:
                 offset = self._table.get(key, {}).get(queue_id, -1)
@@ -207,6 +223,9 @@ class ConsumerOffsets(ServiceThread):
             if not self.read_only:
                 self._apply_journal(fd)
                 return -1
+            # the file read under the journal's lock too: the leader writes the file and empties the journal
+            # under it, so the two are read as one state, never the old file beside the emptied journal
+            self._follow()
             found = -1
             for k, qid, offset in _journal_lines(fd, 0)[0]:
                 if k == key and qid == queue_id:
@@ -267,11 +286,8 @@ class _JournalLock:
             os.close(self.fd)       # drops the flock
 
 
-def _append_journal(path: str, key: str, queue_id: int, offset: int) -> None:
-    line = (json.dumps([key, queue_id, offset], ensure_ascii=False) + "\n").encode("utf-8")
-    with _JournalLock(path, fcntl.LOCK_EX) as fd:
-        assert fd is not None
-        os.write(fd, line)
+def _journal_line(key: str, queue_id: int, offset: int) -> bytes:
+    return (json.dumps([key, queue_id, offset], ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _journal_lines(fd: int, start: int) -> tuple[list[tuple[str, int, int]], int]:
