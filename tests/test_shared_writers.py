@@ -301,6 +301,12 @@ def test_a_follower_in_the_same_process_puts_reads_and_refuses_the_leaders_work(
         for refused in (follower.clean_files, lambda: follower.add_arriving_listener(lambda *a: None)):
             with pytest.raises(StoreError, match="does not lead"):
                 refused()
+        # whole queues go only in the only process: the follower would keep reading a removed queue's files,
+        # and a queue made again under its name (its new messages too) would be hidden from it
+        for refused in (leader.clean_expired_consumer_queue, lambda: leader.clean_unused_topic({"Other"})):
+            with pytest.raises(StoreError, match="other writer processes"):
+                refused()
+        assert leader.get_max_offset_in_queue("T", 0) == 8
         # committed offsets from either: the follower's go through the journal into the leader's file
         follower.commit_offset("G", "T", 0, 3)
         assert follower.fetch_offset("G", "T", 0) == 3 and leader.fetch_offset("G", "T", 0) == 3

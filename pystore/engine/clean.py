@@ -282,8 +282,7 @@ def clean_expired_consumer_queue(cl: CommitLog, cqs: ConsumeQueueStore) -> list[
     from the log). Here a queue that looks expired is looked at again under the put lock, which no put of
     this process can pass meanwhile, and destroyed only when every put the log counted for it is in it
     (a put not dispatched yet, with SYNC_FLUSH, keeps the queue until a later call). With several writer
-    processes the lock and the count are this process's: there a put of another process into the queue
-    in that moment can still be hidden until a restart, as in RocketMQ."""
+    processes the store runs this only while no other one has it open (``MessageStore``)."""
     min_offset = cl.get_min_offset()
     removed = []
     for cq in cqs.queues():

@@ -221,6 +221,10 @@ class SharedWriting:
 
     # -- what others see ----------------------------------------------------------------------------------
 
+    def writers_open(self) -> int:
+        """How many stores have this one open for writing, in every process (this one included)."""
+        return len(lock_holders(self.cfg.lock_path()) or [])
+
     def others_writing(self) -> bool:
         """Another process has the store open for writing (``destroy`` is refused then)."""
         return len([pid for pid, _ in lock_holders(self.cfg.lock_path()) or [] if pid != os.getpid()]) > 0

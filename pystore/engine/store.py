@@ -568,11 +568,21 @@ class MessageStore(ConsumerSide):
 
     def clean_expired_consumer_queue(self) -> list[tuple[str, int]]:
         """Destroy the queues whose messages are all below the log's min offset; the (topic, queue id)s removed."""
-        return self._check_writable_service().expired_consumer_queues()
+        return self._check_queues_removable().expired_consumer_queues()
 
     def clean_unused_topic(self, keep: set[str]) -> list[tuple[str, int]]:
         """Destroy the queues of topics not in ``keep`` (system topics stay); the (topic, queue id)s removed."""
-        return self._check_writable_service().unused_topics(keep)
+        return self._check_queues_removable().unused_topics(keep)
+
+    def _check_queues_removable(self) -> CleanService:
+        """Whole queues are destroyed only with no other writer process open: a queue made again under the same
+        name after its removal would be hidden from them (each keeps its mapping of the destroyed queue's
+        files), and so would every message put into it, by them too, until they open the store again."""
+        clean = self._check_writable_service()
+        if self._shared is not None and self._shared.writers_open() > 1:
+            raise StoreError("%s: whole queues cannot be removed while other writer processes have the store open "
+                             "(they would keep reading the removed queues): run it in the only process" % self.root)
+        return clean
 
     def _check_writable_service(self) -> CleanService:
         if self.read_only or self._follower:
