@@ -377,3 +377,39 @@ def test_the_timer_checkpoint_waits_for_deliveries_still_in_a_pool_buffer(store_
         hold.set()
     got = store.get_message("g", "Orders", 0, 0, 32)
     assert sorted(m.body for m in got.messages) == [b"timer 0", b"timer 1", b"timer 2"]
+
+
+def test_the_dequeue_reads_no_slot_while_the_first_open_recovers(store_factory, fake_clock):
+    # The timer files open with the first timer message, in the enqueue thread; the wheel is set before the
+    # recovery sets the read time. A dequeue in that window read a slot from the stale read time, and its move
+    # of the read time came after the recovery's: the tick of the open was skipped with a timer due in it.
+    fake_clock.now = T0 + 300
+    store = store_factory(clock=fake_clock)
+    for s in store._services:                               # the test runs the timer store's steps itself
+        if isinstance(s, TimerServices):
+            for t in s.threads:
+                t.shutdown(True)
+    ts = store.timer_message_store
+    assert not ts.opened
+    fake_clock.now = T0 + 5300
+    ts.enqueue()                                            # an idle pass: the write time moves, not the read time
+    seen: list = []
+    recover = ts._recover
+
+    def dequeue_in_the_window(*args):  # type: ignore[no-untyped-def]
+        seen.append(ts.dequeue())                           # the dequeue thread, with the wheel set already
+        return recover(*args)
+
+    ts._recover = dequeue_in_the_window
+    assert store.put_message(Message("Orders", b"first timer", delay_ms=200,
+                                     properties={"UNIQ_KEY": "m1"})).is_ok()
+    while ts.enqueue():
+        pass
+    assert seen == [-1] and ts.opened
+    fake_clock.now = T0 + 8000
+    for _ in range(1000):
+        if not ts.enqueue() and ts.dequeue() == -1:
+            break
+    wait_for(lambda: store.get_max_offset_in_queue("Orders", 0) == 1)
+    got = store.get_message("g", "Orders", 0, 0, 1)
+    assert [m.body for m in got.messages] == [b"first timer"]

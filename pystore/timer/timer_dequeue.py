@@ -86,7 +86,7 @@ class TimerDelivery(TimerFiles):
 
     def dequeue(self) -> int:
         """One tick of the wheel: -1 nothing to read yet, 0 an empty slot passed, 1 a slot delivered."""
-        if self.config.timer_stop_dequeue or self.closed or self.wheel is None:
+        if self.config.timer_stop_dequeue or self.closed or not self.recovered:
             return -1
         if self.curr_read_time_ms >= self.curr_write_time_ms or self.curr_queue_offset < self.read_gate_offset:
             return -1

@@ -95,6 +95,7 @@ class TimerFiles(TimerState):
                 wheel.close(flush=False)
                 tl.close()
                 raise
+            self.recovered = True
 
     def _recover(self, cp: TimerCheckpoint, wheel: TimerWheel, tl: TimerLog) -> None:
         end = tl.max_offset
@@ -256,6 +257,7 @@ class TimerFiles(TimerState):
             self.put_link.set_wheel(None, 0, 0)
             self.wheel.close(flush=False)
             self.timer_log.close()
+            self.recovered = False
             self.wheel = None
             self.timer_log = None
             self.checkpoint = None

@@ -106,6 +106,9 @@ class TimerState:
         self.checkpoint: TimerCheckpoint | None = None
         self.curr_read_time_ms = 0
         self.curr_write_time_ms = 0
+        #: the files are open and recovered (read and write times set from them): before, the dequeue reads
+        #: nothing, though ``wheel`` is set while the recovery runs
+        self.recovered = False
         self.commit_read_time_ms = 0
         self.curr_queue_offset = 0
         self.commit_queue_offset = 0
