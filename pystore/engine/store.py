@@ -142,6 +142,8 @@ class MessageStore(ConsumerSide):
         self._read_offsets: ConsumerOffsets | None = None
         #: this process's part in a store several writers share (``shared_writers``), else None
         self._shared: SharedWriting | None = None
+        #: a forked child's copy of a writer store (``_drop_after_fork``): it reads, never writes
+        self._forked = False
 
     _checkpoint = Part(lambda s: None if s._parts is None else s._parts.checkpoint)
     _index = Part(lambda s: None if s._parts is None else s._parts.index)
@@ -327,13 +329,14 @@ class MessageStore(ConsumerSide):
         cl = cl or self._put_log
         if cl is not None:
             cl.writeable = (self._state == _STARTED and not self.read_only and self.running_flags.is_writeable()
-                            and self.config.broker_role != BrokerRole.SLAVE)
+                            and self.config.broker_role != BrokerRole.SLAVE and not self._forked)
 
     def shutdown(self) -> None:
         """Stop accepting puts, stop the services (they flush what is left), write the checkpoint, remove the abort
         file, unmap and unlock. Idempotent. Afterwards a put answers ``SERVICE_NOT_AVAILABLE`` (a refused put is a
         status, as in RocketMQ) and every read, ``get_message`` included, raises ``StoreClosedError``."""
-        if self._state in (_NEW, _SHUTDOWN):
+        if self._state in (_NEW, _SHUTDOWN) or self._forked:
+            # a forked child's copy: no services, no lock (forksafe closed its descriptor), files the parent's
             self._state = _SHUTDOWN
             self._lock.release()
             return
@@ -362,9 +365,9 @@ class MessageStore(ConsumerSide):
 
     def _drop_after_fork(self) -> None:
         """In a forked child (``pystore.system.forksafe``): a writer's service threads stayed in the parent, and its
-        files are the parent's to write, so this copy is off: puts answer ``SERVICE_NOT_AVAILABLE``, reads raise
-        ``StoreClosedError``, and its ``shutdown`` writes nothing. A child opens the store again to use it."""
-        self._state = _SHUTDOWN
+        files are the parent's to write, so this copy only reads: puts answer ``SERVICE_NOT_AVAILABLE`` and its
+        ``shutdown`` writes nothing (it closes it for the child alone). A child opens the store again to write."""
+        self._forked = True
         self._update_writeable()
 
     def _close_files(self) -> None:

@@ -11,8 +11,9 @@ takes over: nothing is dispatched, flushed or cleaned while the child lives). Wo
 
 So in the child, right after ``fork``, each registered holder drops what it inherited (``_drop_after_fork``):
 it closes its descriptors without unlocking (the parent's locks stay whole) and forgets them, and a writer
-store turns itself off (its service threads were not copied into the child, and its files are the parent's to
-write). A child opens the store again if it needs one. Holders register while they hold a lock and leave
+store stops writing (its service threads were not copied into the child, and its files are the parent's to
+write): it still reads, refuses puts, and its ``shutdown`` writes nothing. A child opens the store again to
+write. Holders register while they hold a lock and leave
 when they let go; the registry holds them weakly.
 """
 
