@@ -47,10 +47,11 @@ from pystore.engine.checkpoint import AbortFile, StoreLock
 from pystore.engine.parts import delete_store, open_parts
 from pystore.engine.put_waits import NOT_LOADED, NotLoaded, done, not_available
 from pystore.engine.shared_writers import SharedWriting, take_over, writer_info
+from pystore.engine.store_cleaning import CleaningSide
 from pystore.engine.store_consumers import STARTED, ConsumerSide
 from pystore.engine.store_part import Part, Service
 from pystore.engine.wiring import close_writer, dispatch_behind, pool_enabled, wire_writer
-from pystore.errors import StoreClosedError, StoreError
+from pystore.errors import StoreError
 from pystore.log._results import PutMessageResult
 from pystore.log.flush import flush_all
 from pystore.message._message import Message
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from pystore.columns.api import BodiesColumn, KeysColumn, PropertiesColumn, TagsColumn
-    from pystore.engine.clean import CleanService
     from pystore.engine.parts import StoreParts
     from pystore.engine.recovery import RecoveryResult
     from pystore.engine.schedule import ScheduleMessageService
@@ -95,7 +95,7 @@ log = logging.getLogger(__name__)
 _NEW, _LOADED, _STARTED, _SHUTDOWN = "new", "loaded", STARTED, "shutdown"
 
 
-class MessageStore(ConsumerSide):
+class MessageStore(ConsumerSide, CleaningSide):
     """An embedded RocketMQ-format message store in one folder (see the module docstring)."""
 
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], int] | None = None,
@@ -560,39 +560,6 @@ class MessageStore(ConsumerSide):
         return columns.queue_units(self._reads, topic, queue_id, start, count)
 
     # -- operating -------------------------------------------------------------------------------------------
-
-    def execute_delete_files_manually(self) -> None:
-        """Make the next cleaning passes (20, as RocketMQ) delete expired commit-log files at any hour."""
-        self._check_writable_service().commit_log.execute_delete_files_manually()
-
-    def clean_files(self) -> tuple[int, int]:
-        """Run one cleaning pass now (pystore): (commit-log files deleted, consume-queue and index files deleted)."""
-        return self._check_writable_service().run_once()
-
-    def clean_expired_consumer_queue(self) -> list[tuple[str, int]]:
-        """Destroy the queues whose messages are all below the log's min offset; the (topic, queue id)s removed."""
-        return self._check_queues_removable().expired_consumer_queues()
-
-    def clean_unused_topic(self, keep: set[str]) -> list[tuple[str, int]]:
-        """Destroy the queues of topics not in ``keep`` (system topics stay); the (topic, queue id)s removed."""
-        return self._check_queues_removable().unused_topics(keep)
-
-    def _check_queues_removable(self) -> CleanService:
-        """Whole queues are destroyed only with no other writer process open: a queue made again under the same
-        name after its removal would be hidden from them (each keeps its mapping of the destroyed queue's
-        files), and so would every message put into it, by them too, until they open the store again."""
-        clean = self._check_writable_service()
-        if self._shared is not None and self._shared.writers_open() > 1:
-            raise StoreError("%s: whole queues cannot be removed while other writer processes have the store open "
-                             "(they would keep reading the removed queues): run it in the only process" % self.root)
-        return clean
-
-    def _check_writable_service(self) -> CleanService:
-        if self.read_only or self._follower:
-            raise StoreError("%s: cleaning writes; this process %s" % (self.root, self._not_leading()))
-        if self._state != _STARTED or self._writer is None:
-            raise StoreClosedError("the store at %s is %s, not started" % (self.root, self._state))
-        return self._writer.clean
 
     def is_os_page_cache_busy(self) -> bool:
         return bool(self._commitlog is not None and self._commitlog.is_os_page_cache_busy())
