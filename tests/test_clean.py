@@ -203,15 +203,21 @@ def test_index_files_below_the_min_offset_are_deleted(store_factory, fake_clock)
     assert [m.commit_log_offset for m in found.messages] == [last.commit_log_offset]
 
 
-def test_clean_expired_consumer_queue_drops_queues_below_the_min_offset(store_factory, fake_clock):
-    s = _open(store_factory, fake_clock)
-    store_factory.skip_check()
+def _expire_old_queue(s, fake_clock):
+    """100 messages in queue Old/0, then 300 in New/0; the commit-log files aged and cleaned: every message of
+    Old/0 is below the log's min offset."""
     _fill(s, 100, topic="Old")
     _fill(s, 300, topic="New")
     _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
     s.execute_delete_files_manually()
     s.clean_files()
     assert s.get_min_phy_offset() > s.get_commit_log_offset_in_queue("Old", 0, 99)
+
+
+def test_clean_expired_consumer_queue_drops_queues_below_the_min_offset(store_factory, fake_clock):
+    s = _open(store_factory, fake_clock)
+    store_factory.skip_check()
+    _expire_old_queue(s, fake_clock)
     assert s.clean_expired_consumer_queue() == [("Old", 0)]
     assert ("Old", 0) not in s.get_topic_queue_table()
     assert not os.path.exists(os.path.join(s.root, "consumequeue", "Old", "0"))
@@ -231,12 +237,7 @@ def test_clean_expired_consumer_queue_keeps_a_queue_put_into_after_its_look(stor
     from pystore.queue.consume_queue import ConsumeQueue
 
     s = _open(store_factory, fake_clock, flush_disk_type=FlushDiskType[flush])
-    _fill(s, 100, topic="Old")
-    _fill(s, 300, topic="New")
-    _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
-    s.execute_delete_files_manually()
-    s.clean_files()
-    assert s.get_min_phy_offset() > s.get_commit_log_offset_in_queue("Old", 0, 99)
+    _expire_old_queue(s, fake_clock)
     looked = ConsumeQueue.get_last_offset
     late: list = []
 
@@ -280,12 +281,7 @@ def test_clean_expired_consumer_queue_keeps_a_queue_whose_put_is_dispatched_whil
     from pystore.queue.consume_queue import ConsumeQueue
 
     s = _open(store_factory, fake_clock, flush_disk_type=FlushDiskType.SYNC_FLUSH)
-    _fill(s, 100, topic="Old")
-    _fill(s, 300, topic="New")
-    _age_files(os.path.join(s.root, "commitlog"), 80 * HOUR, fake_clock())
-    s.execute_delete_files_manually()
-    s.clean_files()
-    assert s.get_min_phy_offset() > s.get_commit_log_offset_in_queue("Old", 0, 99)
+    _expire_old_queue(s, fake_clock)
     service = s._writer.flush_service
     dispatch = service.after_flush
     gate, held = threading.Event(), threading.Event()

@@ -65,6 +65,14 @@ def stop_dequeue_thread(store) -> None:
             s.threads[2].shutdown(True)
 
 
+def stop_timer_threads(store) -> None:
+    """Every thread of the timer store stopped: the test runs its enqueue, dequeue and flush itself."""
+    for s in store._services:
+        if isinstance(s, TimerServices):
+            for t in s.threads:
+                t.shutdown(True)
+
+
 def specs() -> list[Message]:
     out = []
     born = BORN_BASE - 5000
@@ -339,10 +347,7 @@ def test_the_timer_checkpoint_waits_for_deliveries_still_in_a_pool_buffer(store_
     fake_clock.now = T0
     store = store_factory(clock=fake_clock, flush_disk_type=FlushDiskType.ASYNC_FLUSH, transient_store_pool_enable=True,
                           transient_store_pool_size=4)
-    for s in store._services:                               # the test runs the timer store's steps itself
-        if isinstance(s, TimerServices):
-            for t in s.threads:
-                t.shutdown(True)
+    stop_timer_threads(store)                               # the test runs the timer store's steps itself
     ts = store.timer_message_store
     commit = next(s for s in store._services if isinstance(s, CommitRealTimeService))
     for i in range(3):
@@ -385,10 +390,7 @@ def test_the_dequeue_reads_no_slot_while_the_first_open_recovers(store_factory, 
     # of the read time came after the recovery's: the tick of the open was skipped with a timer due in it.
     fake_clock.now = T0 + 300
     store = store_factory(clock=fake_clock)
-    for s in store._services:                               # the test runs the timer store's steps itself
-        if isinstance(s, TimerServices):
-            for t in s.threads:
-                t.shutdown(True)
+    stop_timer_threads(store)                               # the test runs the timer store's steps itself
     ts = store.timer_message_store
     assert not ts.opened
     fake_clock.now = T0 + 5300

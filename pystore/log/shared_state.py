@@ -186,7 +186,8 @@ class SharedState:
     def _drop_after_fork(self) -> None:
         """In a forked child: let go of the inherited descriptor, which holds the dead-man byte, the leader's
         byte and perhaps the append lock, without unlocking anything (they are the parent's;
-        ``pystore.system.forksafe``). The page stays mapped: the store object that uses it is off in the child."""
+        ``pystore.system.forksafe``). The page stays mapped: the child's copy of the store only reads, and takes no
+        lock of the page."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
